@@ -1,0 +1,59 @@
+"""Agent-facing error classes (§4.2). The class name is the `error` string the agent sees."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SandboxFailure(Exception):
+    """Base of every named failure. `exit_status` is the audit/metric status it maps to."""
+
+    exit_status: str = "error"
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fields = fields
+
+    @property
+    def error(self) -> str:
+        return type(self).__name__
+
+    def to_response(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"ok": False, "error": self.error, "error_message": self.message}
+        body.update(self.fields)
+        return body
+
+
+class SandboxInvalidRequest(SandboxFailure):
+    exit_status = "invalid"  # never audited: invalid requests write no row (§4.2, §11)
+
+
+class SandboxProvisioning(SandboxFailure):
+    exit_status = "provisioning"
+
+
+class SandboxCapExceeded(SandboxFailure):
+    exit_status = "cap_exceeded"
+
+
+class SandboxTimeout(SandboxFailure):
+    exit_status = "timeout"
+
+
+class SandboxOOM(SandboxFailure):
+    exit_status = "oom"
+
+
+class SandboxError(SandboxFailure):
+    exit_status = "error"
+
+
+EXIT_STATUS_ERRORS: dict[str, type[SandboxFailure]] = {
+    "provisioning": SandboxProvisioning,
+    "cap_exceeded": SandboxCapExceeded,
+    "timeout": SandboxTimeout,
+    "oom": SandboxOOM,
+    "error": SandboxError,
+}
+EXIT_STATUSES: tuple[str, ...] = ("ok", "error", "timeout", "oom", "cap_exceeded", "provisioning")

@@ -1,0 +1,120 @@
+"""Request models of every entry point (§4, §5.3, §11). Strict: unknown fields and wrong types
+are rejected; ids must match REQUEST_ID_RE; code is non-empty and at most 256 KiB of UTF-8.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError, field_validator
+
+from .errors import SandboxInvalidRequest
+from .naming import REQUEST_ID_RE
+
+MAX_CODE_BYTES = 256 * 1024
+
+Id = Annotated[str, StringConstraints(pattern=REQUEST_ID_RE.pattern)]
+InvocationSource = Literal["chat", "scheduled", "composition"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class BeginTurnRequest(_Strict):
+    action: Literal["begin_turn"]
+    tenant_id: Id
+    agent_id: Id
+    template_id: Id
+    turn_id: Id
+    user_id: Id | None = None
+
+
+class ExecuteCodeRequest(_Strict):
+    action: Literal["execute_code"]
+    tenant_id: Id
+    agent_id: Id
+    template_id: Id
+    turn_id: Id
+    call_id: Id
+    code: str
+    user_id: Id | None = None
+    invocation_source: InvocationSource | None = None
+
+    @field_validator("code")
+    @classmethod
+    def _code_is_runnable(cls, code: str) -> str:
+        if not code.strip():
+            raise ValueError("code is empty or whitespace only")
+        try:
+            size = len(code.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise ValueError("code is not valid UTF-8 text") from None
+        if size > MAX_CODE_BYTES:
+            raise ValueError(f"code is {size} bytes, over the {MAX_CODE_BYTES}-byte limit")
+        return code
+
+
+class EndTurnRequest(_Strict):
+    action: Literal["end_turn"]
+    tenant_id: Id
+    turn_id: Id
+
+
+DispatchRequest = Annotated[
+    BeginTurnRequest | ExecuteCodeRequest | EndTurnRequest, Field(discriminator="action")
+]
+_DISPATCH_ADAPTER: TypeAdapter[BeginTurnRequest | ExecuteCodeRequest | EndTurnRequest] = TypeAdapter(
+    DispatchRequest
+)
+
+
+class QuotaRequest(_Strict):
+    tenant_id: Id
+    agent_id: Id
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """A sentence an agent can relay: field locations and reasons, never the offending input."""
+    parts = []
+    for err in exc.errors(include_input=False, include_url=False)[:5]:
+        loc = ".".join(str(p) for p in err.get("loc", ())) or "request"
+        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
+    more = len(exc.errors()) - len(parts)
+    suffix = f" (+{more} more)" if more > 0 else ""
+    return "Invalid request: " + "; ".join(parts) + suffix
+
+
+def _load(event: Any) -> Any:
+    if isinstance(event, (str, bytes, bytearray)):
+        try:
+            return json.loads(event)
+        except (ValueError, UnicodeDecodeError):
+            raise SandboxInvalidRequest("Invalid request: the event is not valid JSON.") from None
+    return event
+
+
+def parse_dispatch_event(event: Any) -> BeginTurnRequest | ExecuteCodeRequest | EndTurnRequest:
+    event = _load(event)
+    if not isinstance(event, dict):
+        raise SandboxInvalidRequest("Invalid request: the event must be a JSON object.")
+    action = event.get("action")
+    if action not in ("begin_turn", "execute_code", "end_turn"):
+        raise SandboxInvalidRequest(
+            "Invalid request: unknown or missing action; expected begin_turn, execute_code or end_turn."
+        )
+    try:
+        return _DISPATCH_ADAPTER.validate_python(event)
+    except ValidationError as exc:
+        raise SandboxInvalidRequest(describe_validation_error(exc)) from None
+
+
+def parse_quota_event(event: Any) -> QuotaRequest:
+    event = _load(event)
+    if not isinstance(event, dict):
+        raise SandboxInvalidRequest("Invalid request: the event must be a JSON object.")
+    try:
+        return QuotaRequest.model_validate(event)
+    except ValidationError as exc:
+        raise SandboxInvalidRequest(describe_validation_error(exc)) from None

@@ -1,0 +1,229 @@
+"""One source of truth for every name: tables, keys, SSM paths, env vars, functions, metrics.
+
+Imported by the CDK code (infra/), the Lambdas, the local stack and the tests, so that a name
+changes in one place only. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+PROJECT = "thinkwork"
+METRICS_NAMESPACE = "ThinkworkSandbox"
+
+# --- ids -------------------------------------------------------------------------------------
+TENANT_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")  # config-time tenant ids (SPEC §2)
+REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")  # every id in a request (§11)
+INTERPRETER_NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]{0,47}$")  # AgentCore name rule (§3)
+
+# --- environments -----------------------------------------------------------------------------
+Environment = Literal["default-public", "internal-only"]
+ENVIRONMENTS: tuple[str, ...] = ("default-public", "internal-only")
+NETWORK_MODE: dict[str, str] = {"default-public": "PUBLIC", "internal-only": "SANDBOX"}
+_ENV_SHORT = {"default-public": "pub", "internal-only": "int"}
+
+ComplianceTier = Literal["standard", "regulated", "hipaa"]
+COMPLIANCE_TIERS: tuple[str, ...] = ("standard", "regulated", "hipaa")
+
+# --- circuit breaker dimensions ---------------------------------------------------------------
+DIM_TENANT_DAILY = "tenant_daily"
+DIM_AGENT_HOURLY = "agent_hourly"
+DIM_UNKNOWN = "unknown"
+CAP_DIMENSIONS: tuple[str, ...] = (DIM_TENANT_DAILY, DIM_AGENT_HOURLY)
+DEFAULT_CAPS: dict[str, int] = {DIM_TENANT_DAILY: 1000, DIM_AGENT_HOURLY: 100}
+
+
+def ssm_prefix(stage: str) -> str:
+    return f"/{PROJECT}/{stage}/sandbox"
+
+
+def cap_parameter(stage: str, dimension: str, tenant_id: str | None = None) -> str:
+    """Global cap path, or the per-tenant override path when tenant_id is given (§5.2).
+
+    Only ever called with a tenant id that already matched TENANT_ID_RE/REQUEST_ID_RE, so
+    nothing hostile reaches an SSM path.
+    """
+    if dimension not in CAP_DIMENSIONS:
+        raise ValueError(f"unknown cap dimension {dimension!r}")
+    if tenant_id is None:
+        return f"{ssm_prefix(stage)}/caps/{dimension}"
+    if not REQUEST_ID_RE.match(tenant_id):
+        raise ValueError("tenant id not valid for an SSM path")
+    return f"{ssm_prefix(stage)}/caps/tenants/{tenant_id}/{dimension}"
+
+
+def cost_per_call_parameter(stage: str) -> str:
+    return f"{ssm_prefix(stage)}/cost_per_call_usd"
+
+
+def tenant_substrate_parameter(stage: str, tenant_id: str) -> str:
+    """JSON published by the tenant's shard stack: tier, templates, interpreter ids, runner role."""
+    if not REQUEST_ID_RE.match(tenant_id):
+        raise ValueError("tenant id not valid for an SSM path")
+    return f"{ssm_prefix(stage)}/tenants/{tenant_id}/substrate"
+
+
+# --- DynamoDB ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Index:
+    name: str
+    pk: str
+    sk: str | None = None
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """Everything about a table that the CDK stack and the local stack must agree on."""
+
+    logical: str
+    pk: str
+    sk: str | None = None
+    ttl_attribute: str | None = None
+    indexes: tuple[Index, ...] = field(default_factory=tuple)
+    pitr: bool = True
+
+    def physical(self, stage: str) -> str:
+        return f"{PROJECT}-{stage}-{self.logical}"
+
+
+TENANT_DAILY_COUNTERS = TableSpec("sandbox_tenant_daily_counters", pk="counter_key", ttl_attribute="expires_at")
+AGENT_HOURLY_COUNTERS = TableSpec("sandbox_agent_hourly_counters", pk="counter_key", ttl_attribute="expires_at")
+INVOCATIONS = TableSpec(
+    "sandbox_invocations",
+    pk="invocation_id",
+    ttl_attribute="expires_at",
+    indexes=(
+        Index("by_tenant_time", pk="tenant_id", sk="started_at"),
+        Index("by_session", pk="session_id", sk="started_at"),
+    ),
+)
+# Turn -> owner, session. Keyed by turn_id alone so a second tenant's reuse is detectable (§4.5).
+TURNS = TableSpec("sandbox_turns", pk="turn_id", ttl_attribute="expires_at")
+# Tenant policy, template sandbox blocks and the policy change history, one item collection per tenant.
+TENANTS = TableSpec("sandbox_tenants", pk="tenant_id", sk="item", pitr=True)
+# Powertools idempotency persistence layer defaults: key `id`, TTL `expiration`.
+IDEMPOTENCY = TableSpec("sandbox_idempotency", pk="id", ttl_attribute="expiration")
+# Backstop findings, partitioned by UTC day for `findings list --since`.
+FINDINGS = TableSpec("sandbox_findings", pk="finding_date", sk="finding_key", ttl_attribute="expires_at")
+
+ALL_TABLES: tuple[TableSpec, ...] = (
+    TENANT_DAILY_COUNTERS,
+    AGENT_HOURLY_COUNTERS,
+    INVOCATIONS,
+    TURNS,
+    TENANTS,
+    IDEMPOTENCY,
+    FINDINGS,
+)
+
+# sort-key values in the TENANTS table
+TENANT_POLICY_ITEM = "policy"
+TEMPLATE_ITEM_PREFIX = "template#"
+HISTORY_ITEM_PREFIX = "history#"
+
+# --- Lambdas ----------------------------------------------------------------------------------
+DISPATCH = "dispatch"
+QUOTA_CHECK = "sandbox-quota-check"
+BACKSTOP = "backstop"
+FUNCTIONS: tuple[str, ...] = (DISPATCH, QUOTA_CHECK, BACKSTOP)
+# logical function name -> package under functions/ (handler is "<package>.handler.handler")
+FUNCTION_PACKAGES: dict[str, str] = {DISPATCH: "dispatch", QUOTA_CHECK: "quota_check", BACKSTOP: "backstop"}
+
+
+def function_name(stage: str, logical: str) -> str:
+    return f"{PROJECT}-{stage}-{logical}"
+
+
+def handler_string(logical: str) -> str:
+    return f"{FUNCTION_PACKAGES[logical]}.handler.handler"
+
+
+def log_group_name(stage: str, logical: str) -> str:
+    return f"/aws/lambda/{function_name(stage, logical)}"
+
+
+def findings_audit_log_group(stage: str) -> str:
+    """Where the CloudWatch Logs data protection policy sends its findings (§8.3)."""
+    return f"/{PROJECT}/{stage}/sandbox/data-protection-findings"
+
+
+# --- env var names (set by CDK, read through sandbox_common.settings) ------------------------
+ENV_STAGE = "SANDBOX_STAGE"
+ENV_TENANT_DAILY_TABLE = "TENANT_DAILY_COUNTERS_TABLE"
+ENV_AGENT_HOURLY_TABLE = "AGENT_HOURLY_COUNTERS_TABLE"
+ENV_INVOCATIONS_TABLE = "INVOCATIONS_TABLE"
+ENV_TURNS_TABLE = "TURNS_TABLE"
+ENV_TENANTS_TABLE = "TENANTS_TABLE"
+ENV_IDEMPOTENCY_TABLE = "IDEMPOTENCY_TABLE"
+ENV_FINDINGS_TABLE = "FINDINGS_TABLE"
+ENV_QUOTA_FUNCTION = "QUOTA_FUNCTION_NAME"
+ENV_AUDIT_DLQ_URL = "AUDIT_DLQ_URL"
+ENV_CALL_TIMEOUT = "CALL_TIMEOUT_SECONDS"
+ENV_SESSION_TIMEOUT = "SESSION_TIMEOUT_SECONDS"
+ENV_AUDIT_RETENTION_DAYS = "AUDIT_RETENTION_DAYS"
+ENV_STDOUT_CAP = "STDOUT_CAP_BYTES"
+ENV_STDERR_CAP = "STDERR_CAP_BYTES"
+ENV_CACHE_TTL = "CONFIG_CACHE_TTL_SECONDS"
+
+# --- metrics ----------------------------------------------------------------------------------
+METRIC_CAP_EXCEEDED = "SandboxCapExceeded"
+METRIC_TOKEN_DETECTED = "TokenShapedStringDetected"
+METRIC_COST = "SandboxEstimatedCostUSD"
+METRIC_CALLS = "SandboxCalls"  # dimension exit_status
+METRIC_DURATION = "SandboxDurationMs"
+METRIC_TRUNCATED = "SandboxOutputTruncated"
+METRIC_INVALID_REQUEST = "SandboxInvalidRequest"
+METRIC_READINESS_FAILED = "SandboxReadinessFailed"
+METRIC_SESSION_STOP_FAILED = "SandboxSessionStopFailed"
+METRIC_QUOTA_FAIL_CLOSED = "SandboxQuotaFailClosed"
+METRIC_CAP_PARAMETER_INVALID = "SandboxCapParameterInvalid"
+METRIC_AUDIT_DEAD_LETTERED = "SandboxAuditDeadLettered"
+METRIC_BACKSTOP_DECODE_ERRORS = "BackstopDecodeErrors"
+
+
+# --- AgentCore interpreters -------------------------------------------------------------------
+def interpreter_name(stage: str, tenant_id: str, environment: str) -> str:
+    """A Code Interpreter name AgentCore accepts: letters, digits, underscores, ≤ 48 chars.
+
+    Hyphens are not allowed (a lesson from the peer system), so they become underscores; a name
+    that would be too long keeps a readable prefix and a hash suffix so it stays unique.
+    """
+    base = f"sbx_{stage}_{tenant_id}_{_ENV_SHORT[environment]}".replace("-", "_")
+    if len(base) > 48:
+        digest = hashlib.sha256(f"{stage}/{tenant_id}/{environment}".encode()).hexdigest()[:10]
+        base = f"{base[:37]}_{digest}"
+    assert INTERPRETER_NAME_RE.match(base), base
+    return base
+
+
+def stack_name(stage: str, part: str) -> str:
+    return f"Sandbox-{stage}-{part}"
+
+
+def shard_stack_name(stage: str, shard: int) -> str:
+    return stack_name(stage, f"Tenants{shard:03d}")
+
+
+SECURITY_ALERTS_TOPIC = "security-alerts"
+
+# --- alarms (§9): alarm key -> runbook file under runbooks/ ------------------------------------
+# The observability construct creates exactly these alarms (description names the runbook) and
+# runbooks/ holds exactly these files; tests/infra checks both directions.
+OPERATOR_RUNBOOK = "sandbox-environments.md"
+ALARM_RUNBOOKS: dict[str, str] = {
+    "token-shaped-string-detected": "alarm-token-shaped-string-detected.md",
+    "backstop-errors": "alarm-backstop-errors.md",
+    "audit-dlq-not-empty": "alarm-audit-dlq-not-empty.md",
+    "readiness-check-failures": "alarm-readiness-check-failures.md",
+    "quota-check-errors": "alarm-quota-check-errors.md",
+    "dispatch-errors": "alarm-dispatch-errors.md",
+    "cap-breach-spike": "alarm-cap-breach-spike.md",
+    "session-stop-failures": "alarm-session-stop-failures.md",
+}
+
+
+def alarm_name(stage: str, key: str) -> str:
+    return f"{PROJECT}-{stage}-sandbox-{key}"

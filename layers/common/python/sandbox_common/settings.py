@@ -1,0 +1,68 @@
+"""Each Lambda's environment as a typed model: CDK builds the env dict from these models
+(`to_env`), the Lambdas read them once through cached getters, and the local stack and the
+tests compare the two. Logic never reads os.environ directly.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from . import naming as n
+
+
+class _Settings(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
+
+    def to_env(self) -> dict[str, str]:
+        return {k: str(v) for k, v in self.model_dump(by_alias=True).items()}
+
+
+class QuotaSettings(_Settings):
+    stage: str = Field(alias=n.ENV_STAGE)
+    tenant_daily_table: str = Field(alias=n.ENV_TENANT_DAILY_TABLE)
+    agent_hourly_table: str = Field(alias=n.ENV_AGENT_HOURLY_TABLE)
+    cache_ttl_seconds: int = Field(alias=n.ENV_CACHE_TTL, default=60, ge=0, le=60)
+
+
+class DispatchSettings(_Settings):
+    stage: str = Field(alias=n.ENV_STAGE)
+    turns_table: str = Field(alias=n.ENV_TURNS_TABLE)
+    tenants_table: str = Field(alias=n.ENV_TENANTS_TABLE)
+    invocations_table: str = Field(alias=n.ENV_INVOCATIONS_TABLE)
+    idempotency_table: str = Field(alias=n.ENV_IDEMPOTENCY_TABLE)
+    quota_function_name: str = Field(alias=n.ENV_QUOTA_FUNCTION)
+    audit_dlq_url: str = Field(alias=n.ENV_AUDIT_DLQ_URL)
+    call_timeout_seconds: int = Field(alias=n.ENV_CALL_TIMEOUT, default=120, gt=0)
+    session_timeout_seconds: int = Field(alias=n.ENV_SESSION_TIMEOUT, default=900, gt=0)
+    audit_retention_days: int = Field(alias=n.ENV_AUDIT_RETENTION_DAYS, default=30, ge=1, le=180)
+    stdout_cap_bytes: int = Field(alias=n.ENV_STDOUT_CAP, default=262_144, gt=0)
+    stderr_cap_bytes: int = Field(alias=n.ENV_STDERR_CAP, default=32_768, gt=0)
+    cache_ttl_seconds: int = Field(alias=n.ENV_CACHE_TTL, default=60, ge=0, le=60)
+
+
+class BackstopSettings(_Settings):
+    stage: str = Field(alias=n.ENV_STAGE)
+    findings_table: str = Field(alias=n.ENV_FINDINGS_TABLE)
+
+
+@lru_cache(maxsize=1)
+def quota_settings() -> QuotaSettings:
+    return QuotaSettings.model_validate(dict(os.environ))
+
+
+@lru_cache(maxsize=1)
+def dispatch_settings() -> DispatchSettings:
+    return DispatchSettings.model_validate(dict(os.environ))
+
+
+@lru_cache(maxsize=1)
+def backstop_settings() -> BackstopSettings:
+    return BackstopSettings.model_validate(dict(os.environ))
+
+
+def clear_caches() -> None:
+    for getter in (quota_settings, dispatch_settings, backstop_settings):
+        getter.cache_clear()

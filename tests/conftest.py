@@ -1,0 +1,118 @@
+"""Fixtures shared by every test directory. Area-specific fixtures live in the area's conftest."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--bench-full", action="store_true", help="benchmarks at full size (make bench)")
+    parser.addoption("--reliability-full", action="store_true", help="full reliability suite (make reliability)")
+
+
+@pytest.fixture(scope="session")
+def bench_full(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--bench-full"))
+
+
+@pytest.fixture(scope="session")
+def reliability_full(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--reliability-full"))
+
+
+@dataclass
+class LambdaContext:
+    function_name: str = "test-function"
+    memory_limit_in_mb: int = 512
+    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:test-function"
+    aws_request_id: str = "11111111-2222-3333-4444-555555555555"
+    log_group_name: str = "/aws/lambda/test-function"
+    log_stream_name: str = "2026/11/21/[$LATEST]abc"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 300_000
+
+
+@pytest.fixture
+def lambda_context() -> LambdaContext:
+    return LambdaContext()
+
+
+_AWS_ENV_TO_CLEAR = (
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_SESSION_TOKEN",
+    "AWS_SECURITY_TOKEN",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE",
+    "AWS_ENDPOINT_URL_LAMBDA",
+    "SANDBOX_LOCAL",
+)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_aws_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No test can reach real AWS, and no cache leaks between tests."""
+    if os.environ.get("SANDBOX_E2E") == "1":  # tests/e2e use the real credential chain
+        yield
+        return
+    for key in _AWS_ENV_TO_CLEAR:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "ThinkworkSandbox")
+    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "sandbox-test")
+    _clear_caches()
+    yield
+    _clear_caches()
+
+
+def _clear_caches() -> None:
+    from sandbox_common import aws, settings
+
+    aws.clear_clients()
+    settings.clear_caches()
+    try:
+        from aws_lambda_powertools.utilities import parameters
+
+        parameters.clear_caches()
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[str]:
+    """One real moto server (HTTP, threaded) for the whole run; tests reset it via `moto_endpoint`."""
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def moto_endpoint(moto_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A clean moto server, with every boto3 client in this process pointed at it."""
+    import urllib.request
+
+    urllib.request.urlopen(urllib.request.Request(f"{moto_server}/moto-api/reset", method="POST")).read()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_server)
+    _clear_caches()
+    return moto_server

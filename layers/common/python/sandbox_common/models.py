@@ -118,3 +118,20 @@ def parse_quota_event(event: Any) -> QuotaRequest:
         return QuotaRequest.model_validate(event)
     except ValidationError as exc:
         raise SandboxInvalidRequest(describe_validation_error(exc)) from None
+
+
+class TenantSubstrate(BaseModel):
+    """What a tenant's shard stack publishes (JSON in SSM at naming.tenant_substrate_parameter):
+    the config defaults for the tenant plus the ids dispatch needs. Operators' run-time changes
+    (tenant policy, templates) live in the TENANTS table and win over these defaults.
+    An environment missing from `interpreters` means "not published yet" -> provisioning.
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    tenant_id: str
+    compliance_tier: Literal["standard", "regulated", "hipaa"] = "standard"
+    environments: tuple[str, ...] = ()
+    templates: dict[str, str | None] = {}
+    interpreters: dict[str, str] = {}  # environment -> code interpreter id
+    runner_role_arn: str | None = None

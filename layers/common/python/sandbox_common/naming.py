@@ -227,3 +227,44 @@ ALARM_RUNBOOKS: dict[str, str] = {
 
 def alarm_name(stage: str, key: str) -> str:
     return f"{PROJECT}-{stage}-sandbox-{key}"
+
+
+# --- metric dimension sets: what each metric is emitted with (alarms/dashboards use the same) --
+# A metric emitted under two dimension sets is emitted twice (once per set).
+METRIC_DIMENSIONS: dict[str, tuple[tuple[str, ...], ...]] = {
+    METRIC_CALLS: (("exit_status",),),
+    METRIC_DURATION: ((),),
+    METRIC_TRUNCATED: ((),),  # value 1 when stdout or stderr was truncated, else 0: Average = rate
+    METRIC_COST: (("tenant_id",),),
+    METRIC_CAP_EXCEEDED: (("dimension",), ("tenant_id",)),
+    METRIC_TOKEN_DETECTED: (("token_class",),),
+    METRIC_READINESS_FAILED: ((),),
+    METRIC_SESSION_STOP_FAILED: ((),),
+    METRIC_QUOTA_FAIL_CLOSED: ((),),
+    METRIC_INVALID_REQUEST: ((),),
+    METRIC_AUDIT_DEAD_LETTERED: ((),),
+    METRIC_BACKSTOP_DECODE_ERRORS: ((),),
+    METRIC_CAP_PARAMETER_INVALID: ((),),
+}
+
+# --- stack outputs that sandboxctl reads on a deployed stage -----------------------------------
+OUTPUT_STAGE = "SandboxStage"
+OUTPUT_DISPATCH_FUNCTION = "DispatchFunctionName"
+OUTPUT_QUOTA_FUNCTION = "QuotaFunctionName"
+OUTPUT_AUDIT_DLQ_URL = "AuditDlqUrl"
+OUTPUT_SECURITY_TOPIC = "SecurityAlertsTopicArn"
+# table outputs: f"{OUTPUT_TABLE_PREFIX}{spec.logical}"
+OUTPUT_TABLE_PREFIX = "Table"
+
+
+def runner_role_name(stage: str, tenant_id: str) -> str:
+    """IAM role names are ≤ 64 chars: long tenant ids keep a prefix plus a hash suffix."""
+    name = f"{PROJECT}-{stage}-sbx-runner-{tenant_id}"
+    if len(name) > 64:
+        digest = hashlib.sha256(f"{stage}/{tenant_id}".encode()).hexdigest()[:10]
+        name = f"{name[:53]}-{digest}"
+    return name
+
+
+def runner_role_name_prefix(stage: str) -> str:
+    return f"{PROJECT}-{stage}-sbx-runner-"

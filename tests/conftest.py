@@ -96,8 +96,11 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[str]:
     """One real moto server (HTTP, threaded) for the whole run; tests reset it via `moto_endpoint`."""
+    import logging
+
     from moto.server import ThreadedMotoServer
 
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()

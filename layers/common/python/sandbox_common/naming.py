@@ -268,3 +268,68 @@ def runner_role_name(stage: str, tenant_id: str) -> str:
 
 def runner_role_name_prefix(stage: str) -> str:
     return f"{PROJECT}-{stage}-sbx-runner-"
+
+
+# --- circuit-breaker counter items (sandbox-quota-check writes them; sandboxctl reads them) -----
+# Keys come from sandbox_common.windows.Windows.tenant_daily_key / agent_hourly_key.
+COUNTER_ATTR_COUNT = "call_count"  # not "count": that is a DynamoDB reserved word
+COUNTER_ATTR_TENANT = "tenant_id"
+COUNTER_ATTR_AGENT = "agent_id"  # agent-hourly items only
+COUNTER_ATTR_WINDOW = "window"  # "2026-11-21" (daily) or "2026-11-21T08" (hourly)
+# TTL = window end + this grace, so an item outlives its window a little (TTL deletion is lazy
+# anyway; the window is part of the key, so an expired item is never read as a live count).
+COUNTER_EXPIRY_GRACE_SECONDS = 3600
+
+
+# --- appended by the CDK app (issue #2) -------------------------------------------------------
+def function_role_name(stage: str, logical: str) -> str:
+    """Fixed role name per function, so a tenant shard can trust the dispatch role by ARN
+    without a cross-stack export (adding a tenant then touches only its shard)."""
+    return f"{PROJECT}-{stage}-{logical}-role"
+
+
+def table_output_key(logical: str) -> str:
+    """CloudFormation output keys are alphanumeric only: CDK drops the underscores of
+    `OUTPUT_TABLE_PREFIX + logical`, so readers look outputs up with this."""
+    return OUTPUT_TABLE_PREFIX + re.sub(r"[^A-Za-z0-9]", "", logical)
+
+
+def tenant_alarm_name(stage: str, key: str, tenant_id: str) -> str:
+    """Per-tenant alarms (the cap-breach spike) live in the tenant's shard stack."""
+    return f"{alarm_name(stage, key)}-{tenant_id}"
+
+
+def create_table_request(spec: TableSpec, stage: str) -> dict:
+    """boto3 `create_table` kwargs for a spec: how the local stack and the tests create exactly
+    the tables the CDK state construct declares (keys, indexes; TTL is a separate call:
+    `ttl_request`)."""
+    keys = {spec.pk, *(k for k in (spec.sk,) if k)}
+    for index in spec.indexes:
+        keys.update(k for k in (index.pk, index.sk) if k)
+    request: dict = {
+        "TableName": spec.physical(stage),
+        "BillingMode": "PAY_PER_REQUEST",
+        "AttributeDefinitions": [{"AttributeName": k, "AttributeType": "S"} for k in sorted(keys)],
+        "KeySchema": [{"AttributeName": spec.pk, "KeyType": "HASH"}]
+        + ([{"AttributeName": spec.sk, "KeyType": "RANGE"}] if spec.sk else []),
+    }
+    if spec.indexes:
+        request["GlobalSecondaryIndexes"] = [
+            {
+                "IndexName": index.name,
+                "KeySchema": [{"AttributeName": index.pk, "KeyType": "HASH"}]
+                + ([{"AttributeName": index.sk, "KeyType": "RANGE"}] if index.sk else []),
+                "Projection": {"ProjectionType": "ALL"},
+            }
+            for index in spec.indexes
+        ]
+    return request
+
+
+def ttl_request(spec: TableSpec, stage: str) -> dict | None:
+    if not spec.ttl_attribute:
+        return None
+    return {
+        "TableName": spec.physical(stage),
+        "TimeToLiveSpecification": {"Enabled": True, "AttributeName": spec.ttl_attribute},
+    }

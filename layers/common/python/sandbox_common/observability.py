@@ -29,6 +29,9 @@ def emit_metric(
 ) -> None:
     namespace = os.environ.get("POWERTOOLS_METRICS_NAMESPACE", METRICS_NAMESPACE)
     with single_metric(name=name, unit=unit, value=value, namespace=namespace) as metric:
+        # single_metric adds a `service` dimension from POWERTOOLS_SERVICE_NAME (set in Lambda),
+        # which alarms built from METRIC_DIMENSIONS would never match: emit exactly `dimensions`.
+        metric.service = None
         for key, dim_value in (dimensions or {}).items():
             metric.add_dimension(name=key, value=str(dim_value))
         for key, prop in (properties or {}).items():

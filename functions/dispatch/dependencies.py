@@ -1,0 +1,106 @@
+"""Wiring: builds the Dispatcher once per container from settings (cached, lazily, so that
+importing the handler creates no client and moto/the local stack can start first)."""
+
+from __future__ import annotations
+
+import threading
+from functools import lru_cache
+from typing import Any
+
+from sandbox_common import aws
+from sandbox_common import naming as n
+from sandbox_common.audit import AuditWriter
+from sandbox_common.observability import logger
+from sandbox_common.settings import dispatch_settings
+
+from .cache import TtlCache
+from .preflight import Preflight, PreflightReader
+from .runner import SessionRunner
+from .service import Dispatcher
+from .turns import TurnStore
+
+_runners_lock = threading.Lock()
+
+
+@lru_cache(maxsize=1)
+def dispatcher() -> Dispatcher:
+    settings = dispatch_settings()
+    ddb = aws.client("dynamodb")
+    runners: dict[tuple[str, str, tuple[str, ...]], SessionRunner] = {}
+
+    def runner_for(pf: Preflight) -> SessionRunner:
+        # One runner per tenant (and its published substrate): it holds the tenant's cached STS
+        # credentials and clients, so later calls reuse them.
+        key = (pf.tenant_id, str(pf.runner_role_arn), pf.allowed_interpreter_ids)
+        with _runners_lock:
+            runner = runners.get(key)
+            if runner is None:
+                runner = runners[key] = SessionRunner(
+                    tenant_id=pf.tenant_id,
+                    allowed_interpreter_ids=pf.allowed_interpreter_ids,
+                    runner_role_arn=str(pf.runner_role_arn),
+                    session_timeout_seconds=settings.session_timeout_seconds,
+                    call_timeout_seconds=settings.call_timeout_seconds,
+                    stdout_cap_bytes=settings.stdout_cap_bytes,
+                    stderr_cap_bytes=settings.stderr_cap_bytes,
+                )
+            return runner
+
+    prices: TtlCache[float] = TtlCache(settings.cache_ttl_seconds)
+
+    def price_per_call() -> float:
+        def load() -> float:
+            try:
+                raw = aws.client("ssm").get_parameter(Name=n.cost_per_call_parameter(settings.stage))
+                return max(0.0, float(raw["Parameter"]["Value"]))
+            except Exception as exc:  # noqa: BLE001 — cost is an estimate: never fail a call over it
+                logger.warning("cost_parameter_unreadable", extra={"cause": type(exc).__name__})
+                return 0.0
+
+        return prices.get_or_load("price", load)
+
+    return Dispatcher(
+        settings,
+        preflight=PreflightReader(stage=settings.stage, tenants_table=settings.tenants_table,
+                                  ttl_seconds=settings.cache_ttl_seconds, ssm=aws.client("ssm"), ddb=ddb),
+        turns=TurnStore(table_name=settings.turns_table, ddb=ddb),
+        audit_writer=AuditWriter(table_name=settings.invocations_table, dlq_url=settings.audit_dlq_url,
+                                 ddb=ddb, sqs=aws.client("sqs")),
+        runner_factory=runner_for,
+        price_per_call=price_per_call,
+    )  # fmt: skip
+
+
+def reset() -> None:
+    """Tests: forget the container's state (a new 'cold start')."""
+    dispatcher.cache_clear()
+    idempotent_executor.cache_clear()
+
+
+@lru_cache(maxsize=1)
+def idempotent_executor() -> Any:
+    """execute_code wrapped in Powertools idempotency keyed by (tenant_id, call_id), validating
+    that a retry carries the same code (§4.4)."""
+    from aws_lambda_powertools.utilities.idempotency import (
+        DynamoDBPersistenceLayer,
+        IdempotencyConfig,
+        idempotent_function,
+    )
+
+    settings = dispatch_settings()
+    store = DynamoDBPersistenceLayer(table_name=settings.idempotency_table, boto3_client=aws.client("dynamodb"))
+    config = IdempotencyConfig(
+        event_key_jmespath="[tenant_id, call_id]",
+        payload_validation_jmespath="code",
+        raise_on_no_idempotency_key=True,
+        expires_after_seconds=24 * 3600,
+    )
+
+    @idempotent_function(data_keyword_argument="request", persistence_store=store, config=config,
+                         key_prefix="execute_code")  # fmt: skip
+    def execute(request: dict) -> dict:
+        from sandbox_common.models import ExecuteCodeRequest
+
+        return dispatcher().execute_code(ExecuteCodeRequest.model_validate(request))
+
+    return config, execute

@@ -1,0 +1,66 @@
+"""dispatch Lambda: the agents' entry point (§4). Thin: parse, route, map errors."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sandbox_common import naming as n
+from sandbox_common.errors import SandboxError, SandboxInvalidRequest
+from sandbox_common.models import BeginTurnRequest, EndTurnRequest, ExecuteCodeRequest, parse_dispatch_event
+from sandbox_common.observability import emit_metric, logger
+
+from . import messages
+from .dependencies import dispatcher, idempotent_executor
+
+_IN_PROGRESS_POLL_SECONDS = 0.25
+
+
+@logger.inject_lambda_context(clear_state=True)
+def handler(event: Any, context: Any) -> dict[str, Any]:
+    try:
+        request = parse_dispatch_event(event)
+        logger.append_keys(action=request.action, tenant_id=request.tenant_id, turn_id=request.turn_id)
+        if isinstance(request, BeginTurnRequest):
+            return dispatcher().begin_turn(request)
+        if isinstance(request, EndTurnRequest):
+            return dispatcher().end_turn(request)
+        return _execute_code(request, context)
+    except SandboxInvalidRequest as exc:
+        emit_metric(n.METRIC_INVALID_REQUEST)
+        logger.warning("invalid_request", extra={"reason": exc.message})
+        return exc.to_response()
+    except Exception:  # noqa: BLE001 — the agent gets a named error, never a stack trace
+        logger.exception("dispatch_unhandled")
+        return SandboxError(messages.INTERNAL).to_response()
+
+
+def _execute_code(request: ExecuteCodeRequest, context: Any) -> dict[str, Any]:
+    from aws_lambda_powertools.utilities.idempotency.exceptions import (
+        IdempotencyAlreadyInProgressError,
+        IdempotencyPersistenceLayerError,
+        IdempotencyValidationError,
+    )
+
+    config, execute = idempotent_executor()
+    config.register_lambda_context(context)
+    payload = request.model_dump()
+    deadline = time.monotonic() + dispatcher().settings.call_timeout_seconds + 90
+    while True:
+        try:
+            return execute(request=payload)
+        except IdempotencyValidationError:
+            raise SandboxInvalidRequest(
+                "Invalid request: call_id was already used with different code; use a new call_id."
+            ) from None
+        except IdempotencyAlreadyInProgressError:
+            # A retry racing its original: wait for the original's result rather than run twice.
+            if time.monotonic() > deadline:
+                return SandboxError(
+                    "This call is still running from an earlier attempt; please retry shortly.",
+                ).to_response() | {"exit_status": "error"}
+            time.sleep(_IN_PROGRESS_POLL_SECONDS)
+        except IdempotencyPersistenceLayerError as exc:
+            # Without the idempotency store a retry could run twice: fail closed, but audited.
+            logger.error("idempotency_store_unavailable", extra={"cause": str(exc)[:200]})
+            return dispatcher().refuse_unavailable(request, "idempotency_store_unavailable")

@@ -1,0 +1,39 @@
+"""Sentences an agent can relay to its user, one place for all of them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sandbox_common import naming as n
+
+TENANT_DISABLED = (
+    "Code execution is not enabled for this workspace, so I can't run code here. "
+    "An administrator can enable it."
+)
+NOT_REQUESTED = "This assistant is not configured with a code sandbox, so I can't run code here."
+NOT_READY = "The code sandbox for this workspace is still being set up; please try again in a few minutes."
+PREFLIGHT_UNAVAILABLE = "I couldn't confirm that code execution is allowed right now; please try again shortly."
+INTERNAL = "The code sandbox had an internal problem running this call; please try again."
+SESSION_RESTARTED = (
+    "A new sandbox session was started for this call: variables, imports and files from earlier calls are gone."
+)
+
+
+def cap_exceeded(dimension: str, resets_at: str) -> str:
+    when = _hhmm(resets_at)
+    if dimension == n.DIM_TENANT_DAILY:
+        return f"I've hit the daily code-execution cap for this workspace; please try again at {when} UTC ({resets_at})."
+    if dimension == n.DIM_AGENT_HOURLY:
+        return f"I've hit this assistant's hourly code-execution cap; please try again at {when} UTC ({resets_at})."
+    return (
+        "I couldn't confirm the code-execution quota, so the call was refused to be safe; "
+        f"please try again at {when} UTC ({resets_at})."
+    )
+
+
+def _hhmm(resets_at: str) -> str:
+    try:
+        moment = datetime.strptime(resets_at, "%Y-%m-%dT%H:%M:%SZ")
+        return moment.strftime("%H:%M:%S" if moment.second else "%H:%M")
+    except ValueError:
+        return resets_at

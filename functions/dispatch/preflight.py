@@ -1,0 +1,145 @@
+"""Pre-flight (§4.1): may this tenant's template use a sandbox, and where does it run?
+
+Sources, cached ≤ 60 s per container:
+- the tenant's substrate JSON in SSM (published by its shard stack: tier, templates, interpreter
+  ids, runner role) — config defaults;
+- the TENANTS table: the operator's policy item (`sandbox_enabled`, `compliance_tier`) and the
+  template's sandbox block, both written by sandboxctl — they win over the defaults.
+The environment always comes from the template, never from the agent.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from botocore.exceptions import ClientError
+
+from sandbox_common import naming as n
+from sandbox_common.models import TenantSubstrate
+
+from .cache import TtlCache
+
+Status = Literal["ready", "provisioning", "disabled", "not_requested"]
+_UNSET = object()
+
+
+class PreflightUnavailable(Exception):
+    """A dependency of pre-flight failed; callers fail closed."""
+
+
+@dataclass(frozen=True)
+class Preflight:
+    status: Status
+    tenant_id: str
+    environment: str | None = None
+    interpreter_id: str | None = None
+    runner_role_arn: str | None = None
+    allowed_interpreter_ids: tuple[str, ...] = field(default_factory=tuple)
+    reason: str | None = None
+
+
+def decide(
+    tenant_id: str,
+    template_id: str,
+    substrate: TenantSubstrate | None,
+    policy: dict[str, Any] | None,
+    template_item: dict[str, Any] | None,
+) -> Preflight:
+    """The decision table, pure: no I/O, so every row is unit-testable."""
+    if substrate is None and policy is None:
+        return Preflight("disabled", tenant_id, reason="tenant_disabled")  # unknown tenant
+    if template_item is not None:
+        environment = template_item.get("environment")
+    elif substrate is not None:
+        environment = substrate.templates.get(template_id)
+    else:
+        environment = None
+    if environment is None:
+        return Preflight("not_requested", tenant_id)
+    tier = (policy or {}).get("compliance_tier") or (substrate.compliance_tier if substrate else "standard")
+    enabled = (policy or {}).get("sandbox_enabled")
+    if enabled is None:
+        enabled = tier == "standard"
+    if not enabled or tier != "standard":
+        return Preflight("disabled", tenant_id, environment=environment, reason="tenant_disabled")
+    interpreters = substrate.interpreters if substrate else {}
+    interpreter_id = interpreters.get(environment)
+    runner_role_arn = substrate.runner_role_arn if substrate else None
+    allowed = tuple(sorted(set(interpreters.values())))
+    if not interpreter_id or not runner_role_arn:
+        return Preflight(
+            "provisioning", tenant_id, environment=environment, allowed_interpreter_ids=allowed,
+            reason="interpreter_not_ready",
+        )  # fmt: skip
+    return Preflight(
+        "ready", tenant_id, environment=environment, interpreter_id=interpreter_id,
+        runner_role_arn=runner_role_arn, allowed_interpreter_ids=allowed,
+    )  # fmt: skip
+
+
+class PreflightReader:
+    def __init__(self, *, stage: str, tenants_table: str, ttl_seconds: int, ssm: Any, ddb: Any) -> None:
+        self.stage = stage
+        self.tenants_table = tenants_table
+        self.ssm = ssm
+        self.ddb = ddb
+        self._cache: TtlCache[Preflight] = TtlCache(ttl_seconds)
+        self._substrates: TtlCache[TenantSubstrate | None] = TtlCache(ttl_seconds)
+
+    def check(self, tenant_id: str, template_id: str) -> Preflight:
+        return self._cache.get_or_load((tenant_id, template_id), lambda: self._load(tenant_id, template_id))
+
+    def runner_target(self, tenant_id: str) -> Preflight:
+        """Just what a runner needs for an existing session (end_turn): no policy or template
+        check, because stopping a session must work even after the tenant was disabled."""
+        substrate = self._substrates.get_or_load(tenant_id, lambda: self._substrate(tenant_id))
+        if substrate is None or not substrate.runner_role_arn:
+            raise PreflightUnavailable("tenant substrate not published")
+        return Preflight(
+            "ready", tenant_id, runner_role_arn=substrate.runner_role_arn,
+            allowed_interpreter_ids=tuple(sorted(set(substrate.interpreters.values()))),
+        )  # fmt: skip
+
+    def _load(self, tenant_id: str, template_id: str) -> Preflight:
+        substrate = self._substrates.get_or_load(tenant_id, lambda: self._substrate(tenant_id))
+        policy, template_item = self._policy_and_template(tenant_id, template_id)
+        return decide(tenant_id, template_id, substrate, policy, template_item)
+
+    def _substrate(self, tenant_id: str) -> TenantSubstrate | None:
+        try:
+            raw = self.ssm.get_parameter(Name=n.tenant_substrate_parameter(self.stage, tenant_id))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ParameterNotFound":
+                return None
+            raise PreflightUnavailable(f"ssm:{exc.response.get('Error', {}).get('Code')}") from None
+        except Exception as exc:  # noqa: BLE001 — endpoint errors, timeouts
+            raise PreflightUnavailable(f"ssm:{type(exc).__name__}") from None
+        try:
+            return TenantSubstrate.model_validate(json.loads(raw["Parameter"]["Value"]))
+        except ValueError:
+            raise PreflightUnavailable("substrate parameter is not valid JSON") from None
+
+    def _policy_and_template(self, tenant_id: str, template_id: str) -> tuple[dict | None, dict | None]:
+        from boto3.dynamodb.types import TypeDeserializer
+
+        keys = [
+            {n.TENANTS.pk: {"S": tenant_id}, n.TENANTS.sk: {"S": n.TENANT_POLICY_ITEM}},
+            {n.TENANTS.pk: {"S": tenant_id}, n.TENANTS.sk: {"S": n.TEMPLATE_ITEM_PREFIX + template_id}},
+        ]
+        try:
+            out = self.ddb.batch_get_item(RequestItems={self.tenants_table: {"Keys": keys, "ConsistentRead": True}})
+        except Exception as exc:  # noqa: BLE001
+            raise PreflightUnavailable(f"tenants:{type(exc).__name__}") from None
+        if out.get("UnprocessedKeys"):
+            raise PreflightUnavailable("tenants: unprocessed keys")
+        deser = TypeDeserializer()
+        policy = template = None
+        for item in out.get("Responses", {}).get(self.tenants_table, []):
+            plain = {k: deser.deserialize(v) for k, v in item.items()}
+            if plain[n.TENANTS.sk] == n.TENANT_POLICY_ITEM:
+                policy = plain
+            else:
+                template = plain
+        return policy, template

@@ -1,0 +1,70 @@
+"""Dispatch's side of the circuit breaker: a synchronous invoke of `sandbox-quota-check`.
+
+Fail closed (§5.1): the quota Lambda unreachable, timing out, erroring or answering garbage all
+mean "no" with dimension `unknown` and resets_at = now + 60 s. The invoke is never retried by
+botocore (its client has max_attempts=1): a retry after an ambiguous failure could count twice.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from sandbox_common import naming as n
+from sandbox_common.observability import emit_metric, logger
+from sandbox_common.windows import Windows, iso_z
+
+QUOTA_READ_TIMEOUT_SECONDS = 15
+
+
+@dataclass(frozen=True)
+class QuotaDecision:
+    allowed: bool
+    dimension: str | None = None
+    resets_at: str | None = None
+    tenant_daily_count: int | None = None
+    agent_hourly_count: int | None = None
+
+
+@lru_cache(maxsize=1)
+def lambda_client() -> Any:
+    import boto3
+    from botocore.config import Config
+
+    return boto3.session.Session().client(
+        "lambda",
+        config=Config(retries={"mode": "standard", "max_attempts": 1}, connect_timeout=3,
+                      read_timeout=QUOTA_READ_TIMEOUT_SECONDS),
+    )  # fmt: skip
+
+
+def _fail_closed(windows: Windows, cause: str) -> QuotaDecision:
+    emit_metric(n.METRIC_QUOTA_FAIL_CLOSED)
+    logger.error("quota_fail_closed", extra={"cause": cause})
+    return QuotaDecision(False, n.DIM_UNKNOWN, iso_z(windows.fail_closed_resets_at()))
+
+
+def check_quota(function_name: str, tenant_id: str, agent_id: str, windows: Windows, client: Any = None) -> QuotaDecision:
+    try:
+        out = (client or lambda_client()).invoke(
+            FunctionName=function_name,
+            InvocationType="RequestResponse",
+            Payload=json.dumps({"tenant_id": tenant_id, "agent_id": agent_id}).encode(),
+        )
+        if out.get("FunctionError"):
+            return _fail_closed(windows, f"function_error:{out['FunctionError']}")
+        body = json.loads(out["Payload"].read())
+    except Exception as exc:  # noqa: BLE001 — unreachable, timeout, throttled, bad JSON: all "no"
+        return _fail_closed(windows, type(exc).__name__)
+    if not isinstance(body, dict) or not isinstance(body.get("ok"), bool):
+        return _fail_closed(windows, "malformed_response")
+    if body["ok"]:
+        return QuotaDecision(True, tenant_daily_count=body.get("tenant_daily_count"),
+                             agent_hourly_count=body.get("agent_hourly_count"))  # fmt: skip
+    dimension = body.get("dimension")
+    resets_at = body.get("resets_at")
+    if dimension not in (n.DIM_TENANT_DAILY, n.DIM_AGENT_HOURLY, n.DIM_UNKNOWN) or not isinstance(resets_at, str):
+        return _fail_closed(windows, "malformed_refusal")
+    return QuotaDecision(False, dimension, resets_at)

@@ -1,0 +1,231 @@
+"""Turn state (§4.5): who owns a turn, and the one session all its calls share.
+
+Item in the TURNS table, keyed by turn_id alone so that another tenant's reuse is detected:
+  tenant_id, agent_id, created_at, expires_at (TTL)
+  session_state: starting | active | stopped   session_id, interpreter_id, session_started_at
+  lease_owner, lease_expires_at (epoch s)       — who is starting the session right now
+
+Exactly one live session per turn, also under concurrent first calls: a caller must win a
+conditional "starting" lease before it calls StartCodeInterpreterSession; the others wait for
+the winner's "active" write (or take over an expired lease). Every write is conditional, so a
+stale container can never overwrite a newer session.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from sandbox_common.errors import SandboxError, SandboxInvalidRequest
+
+_TURN_TTL_SECONDS = 2 * 86_400
+
+
+class TurnStoreUnavailable(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Turn:
+    turn_id: str
+    tenant_id: str
+    agent_id: str
+    session_state: str | None = None
+    session_id: str | None = None
+    interpreter_id: str | None = None
+    session_started_at: int | None = None
+    lease_owner: str | None = None
+    lease_expires_at: int | None = None
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any]) -> Turn:
+        def s(key: str) -> str | None:
+            return item[key]["S"] if key in item and "S" in item[key] else None
+
+        def i(key: str) -> int | None:
+            return int(item[key]["N"]) if key in item and "N" in item[key] else None
+
+        return cls(
+            turn_id=item["turn_id"]["S"], tenant_id=item["tenant_id"]["S"], agent_id=item["agent_id"]["S"],
+            session_state=s("session_state"), session_id=s("session_id"), interpreter_id=s("interpreter_id"),
+            session_started_at=i("session_started_at"), lease_owner=s("lease_owner"),
+            lease_expires_at=i("lease_expires_at"),
+        )  # fmt: skip
+
+    @property
+    def live_session(self) -> bool:
+        return self.session_state == "active" and bool(self.session_id)
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+class TurnStore:
+    def __init__(self, *, table_name: str, ddb: Any, clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep) -> None:  # fmt: skip
+        self.table = table_name
+        self.ddb = ddb
+        self.clock = clock
+        self.sleep = sleep
+
+    # --- ownership ----------------------------------------------------------------------------
+    def get(self, turn_id: str) -> Turn | None:
+        try:
+            out = self.ddb.get_item(TableName=self.table, Key={"turn_id": {"S": turn_id}}, ConsistentRead=True)
+        except Exception as exc:  # noqa: BLE001
+            raise TurnStoreUnavailable(type(exc).__name__) from None
+        return Turn.from_item(out["Item"]) if "Item" in out else None
+
+    def claim(self, tenant_id: str, agent_id: str, turn_id: str) -> Turn:
+        """The turn of (tenant, agent), created on first use. Anyone else's turn -> invalid request."""
+        turn = self.get(turn_id)
+        if turn is None:
+            now = int(self.clock())
+            try:
+                self.ddb.put_item(
+                    TableName=self.table,
+                    Item={
+                        "turn_id": {"S": turn_id}, "tenant_id": {"S": tenant_id}, "agent_id": {"S": agent_id},
+                        "created_at": {"N": str(now)}, "expires_at": {"N": str(now + _TURN_TTL_SECONDS)},
+                    },  # fmt: skip
+                    ConditionExpression="attribute_not_exists(turn_id)",
+                )
+                return Turn(turn_id=turn_id, tenant_id=tenant_id, agent_id=agent_id)
+            except ClientError as exc:
+                if _code(exc) != "ConditionalCheckFailedException":
+                    raise TurnStoreUnavailable(_code(exc)) from None
+            except Exception as exc:  # noqa: BLE001
+                raise TurnStoreUnavailable(type(exc).__name__) from None
+            turn = self.get(turn_id)  # lost the race: someone created it a moment ago
+            if turn is None:
+                raise TurnStoreUnavailable("turn vanished after a conditional failure")
+        self.check_owner(turn, tenant_id, agent_id)
+        return turn
+
+    @staticmethod
+    def check_owner(turn: Turn, tenant_id: str, agent_id: str | None) -> None:
+        if turn.tenant_id != tenant_id or (agent_id is not None and turn.agent_id != agent_id):
+            # Same words whoever owns it: never confirm another tenant's turn exists in detail.
+            raise SandboxInvalidRequest(
+                "Invalid request: turn_id belongs to another tenant or agent; start a new turn with a new turn_id."
+            )
+
+    # --- the turn's one session ---------------------------------------------------------------
+    def acquire_session(
+        self,
+        turn: Turn,
+        *,
+        owner: str,
+        interpreter_id: str,
+        start: Callable[[], str],
+        stop_previous: Callable[[str, str], object],
+        max_session_age_seconds: int,
+        wait_seconds: float,
+    ) -> tuple[str, bool]:
+        """(session_id, started_here). Starts at most one session per turn across all callers."""
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            if turn.live_session and turn.interpreter_id == interpreter_id and not self._too_old(
+                turn, max_session_age_seconds
+            ):
+                return str(turn.session_id), False
+            lease_seconds = int(wait_seconds) + 5
+            if self._take_lease(turn, owner, lease_seconds):
+                if turn.live_session:  # replacing a session judged unusable: never leave it running
+                    stop_previous(str(turn.interpreter_id), str(turn.session_id))
+                try:
+                    session_id = start()
+                except BaseException:
+                    self._release_lease(turn.turn_id, owner)
+                    raise
+                self._activate(turn.turn_id, owner, session_id, interpreter_id)
+                return session_id, True
+            if time.monotonic() > deadline:
+                raise SandboxError("The sandbox session for this turn is still starting; please retry the call.",
+                                   failure_reason="session_start_wait_timeout")  # fmt: skip
+            self.sleep(0.1)
+            refreshed = self.get(turn.turn_id)
+            if refreshed is None:
+                raise TurnStoreUnavailable("turn vanished")
+            turn = refreshed
+
+    def _too_old(self, turn: Turn, max_age: int) -> bool:
+        # AgentCore reaps a session at sessionTimeoutSeconds; start a fresh one shortly before that.
+        return turn.session_started_at is not None and self.clock() - turn.session_started_at > max_age
+
+    def _take_lease(self, turn: Turn, owner: str, lease_seconds: int) -> bool:
+        now = int(self.clock())
+        names = {"#st": "session_state"}
+        values: dict[str, Any] = {
+            ":starting": {"S": "starting"}, ":owner": {"S": owner}, ":exp": {"N": str(now + lease_seconds)},
+        }  # fmt: skip
+        # Take over only the state we saw: a live session we judged unusable (stale/too old/other
+        # interpreter), a stopped one, none, or a lease that expired.
+        if turn.session_state == "active" and turn.session_id:
+            condition = "#st = :active AND session_id = :seen"
+            values[":active"] = {"S": "active"}
+            values[":seen"] = {"S": turn.session_id}
+        else:
+            condition = "attribute_not_exists(#st) OR #st = :stopped OR (#st = :starting AND lease_expires_at < :now)"
+            values[":stopped"] = {"S": "stopped"}
+            values[":now"] = {"N": str(now)}
+        try:
+            self.ddb.update_item(
+                TableName=self.table, Key={"turn_id": {"S": turn.turn_id}},
+                UpdateExpression="SET #st = :starting, lease_owner = :owner, lease_expires_at = :exp",
+                ConditionExpression=condition, ExpressionAttributeNames=names, ExpressionAttributeValues=values,
+            )  # fmt: skip
+            return True
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise TurnStoreUnavailable(_code(exc)) from None
+
+    def _activate(self, turn_id: str, owner: str, session_id: str, interpreter_id: str) -> None:
+        self.ddb.update_item(
+            TableName=self.table, Key={"turn_id": {"S": turn_id}},
+            UpdateExpression=(
+                "SET #st = :active, session_id = :sid, interpreter_id = :iid, session_started_at = :now "
+                "REMOVE lease_owner, lease_expires_at"
+            ),
+            ConditionExpression="lease_owner = :owner",
+            ExpressionAttributeNames={"#st": "session_state"},
+            ExpressionAttributeValues={
+                ":active": {"S": "active"}, ":sid": {"S": session_id}, ":iid": {"S": interpreter_id},
+                ":now": {"N": str(int(self.clock()))}, ":owner": {"S": owner},
+            },
+        )  # fmt: skip
+
+    def _release_lease(self, turn_id: str, owner: str) -> None:
+        try:
+            self.ddb.update_item(
+                TableName=self.table, Key={"turn_id": {"S": turn_id}},
+                UpdateExpression="SET #st = :stopped REMOVE lease_owner, lease_expires_at",
+                ConditionExpression="lease_owner = :owner",
+                ExpressionAttributeNames={"#st": "session_state"},
+                ExpressionAttributeValues={":stopped": {"S": "stopped"}, ":owner": {"S": owner}},
+            )  # fmt: skip
+        except Exception:  # noqa: BLE001 — the lease expires on its own
+            pass
+
+    def mark_stopped(self, turn_id: str, session_id: str) -> bool:
+        """Record that `session_id` is gone; False if the turn already moved on to another session."""
+        try:
+            self.ddb.update_item(
+                TableName=self.table, Key={"turn_id": {"S": turn_id}},
+                UpdateExpression="SET #st = :stopped",
+                ConditionExpression="#st = :active AND session_id = :sid",
+                ExpressionAttributeNames={"#st": "session_state"},
+                ExpressionAttributeValues={":stopped": {"S": "stopped"}, ":active": {"S": "active"},
+                                           ":sid": {"S": session_id}},
+            )  # fmt: skip
+            return True
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise TurnStoreUnavailable(_code(exc)) from None

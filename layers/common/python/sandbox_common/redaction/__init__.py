@@ -1,0 +1,33 @@
+"""Redaction (SPEC §8): the token-shape catalogue and what is generated from it.
+
+`catalogue` is stdlib-only and is the single source of truth; `stdio` ships it into the sandbox,
+`cloudwatch` turns it into data protection identifiers and the subscription-filter pattern.
+"""
+
+from .catalogue import (
+    CLASS_NAMES,
+    REPLACEMENT,
+    TOKEN_CLASSES,
+    Hit,
+    Redactor,
+    TokenClass,
+    fingerprint,
+    max_token_length,
+    redact,
+    redact_bytes,
+    scan,
+)
+
+__all__ = [
+    "CLASS_NAMES",
+    "REPLACEMENT",
+    "TOKEN_CLASSES",
+    "Hit",
+    "Redactor",
+    "TokenClass",
+    "fingerprint",
+    "max_token_length",
+    "redact",
+    "redact_bytes",
+    "scan",
+]

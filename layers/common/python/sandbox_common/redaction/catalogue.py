@@ -1,0 +1,313 @@
+"""The token-shape catalogue: the single source of truth for every redaction layer (SPEC §8).
+
+STDLIB ONLY and self-contained (no relative imports): the in-sandbox stdio redactor ships this
+very file's source into the Code Interpreter (see `stdio.preamble_source`), the CloudWatch data
+protection identifiers and the subscription-filter pattern are generated from `TOKEN_CLASSES`,
+and the backstop Lambda and the session runner call `scan` / `redact` directly.
+
+Design notes (why it looks like this):
+- One compiled alternation, one named group per class holding the *secret part* of a match.
+  For `bearer` the header words stay visible (`Authorization: Bearer <redacted>`) so the output
+  is still readable; for every other class the whole match is the secret.
+- Every quantifier has an upper bound, so a token has a finite maximum length
+  (`max_token_length()`); the rolling-buffer stdio redactor holds back at most that many
+  characters. A longer token is redacted over its first `max_token_length()` characters.
+- `redact`/`scan` run cheap literal-anchored probes first (see `candidate_classes`) so that clean
+  text, the overwhelmingly common case, never goes through the alternation.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+import urllib.parse
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+REPLACEMENT = "<redacted>"
+
+# Registered exact values: encoded forms shorter than this are ignored (SPEC §8); a 4-byte
+# "secret" would redact every occurrence of common words.
+MIN_VALUE_FORM_BYTES = 12
+
+# Characters a token may be made of (every class but the `bearer` header words). The stdio
+# redactor holds back a trailing run of these characters because it could be a token in progress.
+TOKEN_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.~+/="
+
+_B64URL = "A-Za-z0-9_-"
+# RFC 6750 token68 characters, the alphabet of a bearer credential.
+_TOKEN68 = r"A-Za-z0-9\-._~+/"
+
+
+@dataclass(frozen=True)
+class TokenClass:
+    """One token shape.
+
+    pattern:  Python regex; the named group `name` is the secret part of a match.
+    cw_regex: the same shape in the regex dialect CloudWatch Logs data protection accepts
+              (≤ 200 chars; no parentheses, quotes or colons — see cloudwatch.py).
+    examples: strings that must be flagged (each is, or contains, one token of this class).
+    max_length: upper bound of the secret part's length (from the pattern's quantifiers).
+    """
+
+    name: str
+    pattern: str
+    cw_regex: str
+    examples: tuple[str, ...]
+    max_length: int
+
+
+@dataclass(frozen=True)
+class Hit:
+    """Where a token sits in the scanned text: class and span only, never the token itself."""
+
+    token_class: str
+    start: int
+    end: int
+
+
+TOKEN_CLASSES: tuple[TokenClass, ...] = (
+    TokenClass(
+        name="github",
+        # Classic tokens are 4-char prefix + 36 chars, fine-grained `github_pat_` + 82; GitHub
+        # documents 255 as the maximum. 30/22 leave room for older/shorter variants while the
+        # literal prefix keeps precision.
+        pattern=r"(?<![A-Za-z0-9])(?P<github>gh[pousr]_[A-Za-z0-9]{30,251}|github_pat_[A-Za-z0-9_]{22,244})(?![A-Za-z0-9])",
+        cw_regex=r"gh[pousr]_[A-Za-z0-9]{30,251}|github_pat_[A-Za-z0-9_]{22,244}",
+        examples=(
+            "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8",
+            "token=gho_16C7e42F292c6912E7710c838347Ae178B4a",
+            "ghu_1234567890abcdefghijABCDEFGHIJ123456",
+            "ghs_abcdefghijklmnopqrstuvwxyz0123456789",
+            "ghr_ZYXWVUTSRQPONMLKJIHGFEDCBA9876543210",
+            "github_pat_11ABCDEFG0123456789abcd_0123456789abcdefghijABCDEFGHIJ0123456789abcdefghijABCDEFGHI",
+        ),
+        max_length=255,
+    ),
+    TokenClass(
+        name="slack",
+        # Real Slack tokens are ~50-80 chars; 15 after the prefix keeps `xoxb-123` style
+        # placeholders out.
+        pattern=r"(?<![A-Za-z0-9])(?P<slack>(?:xox[abeprs]|xapp)-[0-9A-Za-z-]{15,251})(?![A-Za-z0-9])",
+        cw_regex=r"xox[abeprs]-[0-9A-Za-z-]{15,251}|xapp-[0-9A-Za-z-]{15,251}",
+        examples=(
+            "xoxb-1234567890123-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
+            "SLACK=xoxp-1234567890-1234567890-1234567890-0123456789abcdef0123456789abcdef",
+            "xoxa-2-1234567890-abcdefghijklmnop",
+            "xoxe-1-ABCDEFGHIJKLMNOPQRSTUVWXYZ012345",
+            "xoxr-abcdefghij-0123456789-xyz",
+            "xoxs-1234567890-1234567890-ABCDEFabcdef",
+            "xapp-1-A0123456789-1234567890123-abcdef0123456789abcdef",
+        ),
+        max_length=256,
+    ),
+    TokenClass(
+        name="google_oauth",
+        # Google access tokens: `ya29.` then base64url-ish text, sometimes with dots (`ya29.c.`).
+        pattern=r"(?<![A-Za-z0-9])(?P<google_oauth>ya29\.[0-9A-Za-z_.\-]{20,2043})",
+        cw_regex=r"ya29\.[0-9A-Za-z_.-]{20,2043}",
+        examples=(
+            "ya29.a0AfH6SMBexampleTokenValue1234567890_abc-DEF",
+            "access_token=ya29.c.b0AXv0zTexampleServiceAccountToken0123456789",
+        ),
+        max_length=2048,
+    ),
+    TokenClass(
+        name="bearer",
+        # `Authorization: Bearer x`, any case, also JSON-quoted `"Authorization": "Bearer x"`,
+        # Python-repr quoted, and JSON-inside-JSON escaped (`\"Authorization\": \"Bearer x\"`).
+        # Only the credential is the secret. 16 chars minimum keeps `Bearer <token>`,
+        # `Bearer REDACTED` and similar placeholders out.
+        pattern=(
+            r"(?i:authorization)[\\\"']{0,3}[ \t]{0,8}[:=][ \t]{0,8}[\\\"']{0,3}(?i:bearer)[ \t]{1,8}"
+            r"(?P<bearer>[" + _TOKEN68 + r"]{16,4096}={0,8})"
+        ),
+        # CloudWatch data identifiers cannot contain quotes, colons or parentheses: `.{1,8}`
+        # stands for the separator, and `~` (not in CloudWatch's allowed set) is left out of the
+        # credential alphabet (the match simply stops there; the prefix is masked anyway).
+        cw_regex=(
+            r"[Aa][Uu][Tt][Hh][Oo][Rr][Ii][Zz][Aa][Tt][Ii][Oo][Nn].{1,12}"
+            r"[Bb][Ee][Aa][Rr][Ee][Rr] {1,8}[A-Za-z0-9._+/=-]{16,4096}"
+        ),
+        examples=(
+            "Authorization: Bearer abcdefghijklmnop1234567890",
+            '{"Authorization": "Bearer abc.def-ghi_jkl~mno+pqr/stu="}',
+            "authorization: bearer 0123456789abcdefABCDEF",
+            "AUTHORIZATION:BEARER ZXhhbXBsZS1iZWFyZXItdG9rZW4",
+            "{'Authorization': 'Bearer sk-live-0123456789abcdef'}",
+            '"{\\"authorization\\": \\"Bearer 0123456789abcdef0123\\"}"',
+        ),
+        max_length=4104,
+    ),
+    TokenClass(
+        name="jwt",
+        # Three base64url segments, each ≥ 16 chars (SPEC §8). Version strings (`1.2.3`),
+        # hostnames and dotted identifiers have short segments.
+        pattern=(
+            r"(?<![A-Za-z0-9_-])(?P<jwt>[A-Za-z0-9_-]{16,4096}\.[A-Za-z0-9_-]{16,4096}"
+            r"\.[A-Za-z0-9_-]{16,4096})(?![A-Za-z0-9_-])"
+        ),
+        cw_regex=r"[A-Za-z0-9_-]{16,4096}\.[A-Za-z0-9_-]{16,4096}\.[A-Za-z0-9_-]{16,4096}",
+        examples=(
+            "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIn0"
+            ".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
+            "id_token=eyJraWQiOiJrZXktMSIsImFsZyI6IlJTMjU2In0.eyJpc3MiOiJodHRwczovL2lkcCJ9"
+            ".c2lnbmF0dXJlLXNpZ25hdHVyZS1zaWc",
+        ),
+        max_length=3 * 4096 + 2,
+    ),
+    TokenClass(
+        name="aws_access_key",
+        pattern=r"(?<![A-Za-z0-9])(?P<aws_access_key>A[KS]IA[A-Z0-9]{16})(?![A-Za-z0-9])",
+        cw_regex=r"AKIA[A-Z0-9]{16}|ASIA[A-Z0-9]{16}",
+        examples=(
+            "AKIAIOSFODNN7EXAMPLE",
+            "aws_access_key_id = ASIAY34FZKBOKMUTVV7A",
+        ),
+        max_length=20,
+    ),
+)
+
+CLASS_NAMES: tuple[str, ...] = tuple(c.name for c in TOKEN_CLASSES)
+
+# The bearer header words in front of the credential (for max_token_length and the stdio hold-back).
+BEARER_PREFIX_MAX = len("authorization") + 3 + 8 + 1 + 8 + 3 + len("bearer") + 8
+
+_ALL = re.compile("|".join(c.pattern for c in TOKEN_CLASSES))
+
+# Prefilter. Python's `re` is fast only when a pattern starts with one literal (it then jumps
+# between occurrences of it); an alternation of six shapes crawls at ~10 MB/s. So each probe is
+# anchored on one literal every token of its classes must contain, and a text only goes through
+# the alternation of the classes whose probe fired. A probe may fire on clean text (it is a
+# superset test); it must never miss a token the class pattern matches — tests pin that.
+_PROBES: tuple[tuple[tuple[str, ...], re.Pattern], ...] = (
+    (("github",), re.compile(r"_(?:(?<=gh[pousr]_)|(?<=github_))")),
+    (("slack",), re.compile(r"-(?:(?<=xox[abeprs]-)|(?<=xapp-))")),
+    (("google_oauth", "jwt"), re.compile(r"\.(?:(?<=ya29\.)|(?=[A-Za-z0-9_-]{16}))")),
+    (("aws_access_key",), re.compile(r"IA(?<=A[KS]IA)")),
+)
+_BY_NAME = {c.name: c for c in TOKEN_CLASSES}
+_ALTERNATIONS: dict[frozenset, re.Pattern] = {}
+
+
+def max_token_length() -> int:
+    """Longest text a single match can span (bearer header words included).
+
+    The rolling-buffer stdio redactor never needs to hold back more than this many characters.
+    """
+    return max(c.max_length for c in TOKEN_CLASSES) + BEARER_PREFIX_MAX
+
+
+def candidate_classes(text: str) -> frozenset:
+    """Names of the classes that may occur in `text` (empty for clean text: the fast path)."""
+    names: list[str] = []
+    for classes, probe in _PROBES:
+        if probe.search(text):
+            names.extend(classes)
+    # `bearer` needs the word in any case; lowering is one C pass (no case-insensitive literal
+    # search exists in `re` that is nearly as fast).
+    if "bearer" in text.lower():
+        names.append("bearer")
+    return frozenset(names)
+
+
+def _alternation(names: frozenset) -> re.Pattern:
+    pattern = _ALTERNATIONS.get(names)
+    if pattern is None:
+        pattern = re.compile("|".join(c.pattern for c in TOKEN_CLASSES if c.name in names))
+        _ALTERNATIONS[names] = pattern
+    return pattern
+
+
+def scan(text: str) -> list[Hit]:
+    """Every token-shaped span in `text` (positions of the secret part only)."""
+    names = candidate_classes(text)
+    if not names:
+        return []
+    hits = []
+    for m in _alternation(names).finditer(text):
+        name = m.lastgroup
+        hits.append(Hit(name, m.start(name), m.end(name)))
+    return hits
+
+
+def _replace(m: re.Match) -> str:
+    name = m.lastgroup
+    if name is None:  # a registered value (no group)
+        return REPLACEMENT
+    return m.string[m.start() : m.start(name)] + REPLACEMENT
+
+
+def fingerprint(token: str) -> str:
+    """First 12 hex chars of SHA-256: lets a finding be correlated without storing the token."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+def value_forms(value: str) -> set[str]:
+    """The encoded forms of a registered secret that are redacted, ≥ MIN_VALUE_FORM_BYTES each."""
+    raw = value.encode("utf-8", "surrogatepass")
+    forms = {
+        value,
+        base64.b64encode(raw).decode("ascii"),
+        base64.urlsafe_b64encode(raw).decode("ascii"),
+        urllib.parse.quote(value, safe=""),
+        urllib.parse.quote_plus(value, safe=""),
+        binascii.hexlify(raw).decode("ascii"),
+    }
+    forms |= {f.rstrip("=") for f in forms}
+    return {f for f in forms if len(f.encode("utf-8", "surrogatepass")) >= MIN_VALUE_FORM_BYTES}
+
+
+class Redactor:
+    """Redacts the catalogue's shapes plus any registered exact values in all their forms."""
+
+    def __init__(self, values: Iterable[str] = ()) -> None:
+        forms: set[str] = set()
+        for value in values:
+            if value:
+                forms |= value_forms(value)
+        # Longest first so a value's cleartext is not partially replaced by a shorter form.
+        ordered = sorted(forms, key=lambda f: (-len(f), f))
+        self._values = re.compile("|".join(re.escape(f) for f in ordered)) if ordered else None
+        # A cheap literal prefilter for values: any form shares its first 8 chars with the text.
+        self._value_heads = tuple({f[:8] for f in ordered})
+
+    @property
+    def has_values(self) -> bool:
+        return self._values is not None
+
+    def redact(self, text: str) -> str:
+        if self._values is not None and any(h in text for h in self._value_heads):
+            text = self._values.sub(REPLACEMENT, text)
+        names = candidate_classes(text)
+        if not names:
+            return text
+        return _alternation(names).sub(_replace, text)
+
+    def redact_bytes(self, data: bytes) -> bytes:
+        """Bytes in, bytes out; undecodable bytes survive unchanged (surrogateescape round trip)."""
+        text = data.decode("utf-8", "surrogateescape")
+        redacted = self.redact(text)
+        if redacted is text:
+            return data
+        return redacted.encode("utf-8", "surrogateescape")
+
+    def scan(self, text: str) -> list[Hit]:
+        hits = scan(text)
+        if self._values is not None:
+            hits.extend(Hit("registered_value", m.start(), m.end()) for m in self._values.finditer(text))
+        return hits
+
+
+_DEFAULT = Redactor()
+
+
+def redact(text: str) -> str:
+    """Replace every catalogue token shape in `text` with REPLACEMENT."""
+    return _DEFAULT.redact(text)
+
+
+def redact_bytes(data: bytes) -> bytes:
+    return _DEFAULT.redact_bytes(data)

@@ -1,0 +1,87 @@
+"""Audit writer (§7.2, §7.3): exactly one conditional PutItem per row; retries, then the
+encrypted DLQ; nothing lost; append-only (a second write of the same id never overwrites)."""
+
+from __future__ import annotations
+
+import json
+import hashlib
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from sandbox_common import audit, aws
+from sandbox_common import naming as n
+from sandbox_common.models import ExecuteCodeRequest
+
+REQ = ExecuteCodeRequest(action="execute_code", tenant_id="acme", agent_id="agent-7", template_id="analyst",
+                         turn_id="turn-1", call_id="call-1", code="print('héllo')")  # fmt: skip
+T0 = datetime(2026, 11, 21, 8, 0, 0, 123000, tzinfo=UTC)
+
+
+def _row(**over: Any) -> dict[str, Any]:
+    base = dict(invocation_id="inv-1", request=REQ, started_at=T0, finished_at=T0.replace(second=2),
+                retention_days=30, session_id="sess-1", environment="default-public", exit_status="ok",
+                exit_code=0, error=None, failure_reason=None, stdout_bytes=6, stdout_truncated=False)  # fmt: skip
+    base.update(over)
+    return audit.build_row(**base)
+
+
+@pytest.fixture
+def dlq(moto_endpoint: str) -> str:
+    return aws.client("sqs").create_queue(QueueName="audit-dlq")["QueueUrl"]
+
+
+def _writer(tables: dict[str, str], dlq_url: str, table: str | None = None) -> audit.AuditWriter:
+    return audit.AuditWriter(table_name=table or tables[n.INVOCATIONS.logical], dlq_url=dlq_url,
+                             ddb=aws.client("dynamodb"), sqs=aws.client("sqs"), sleep=lambda s: None)  # fmt: skip
+
+
+def test_build_row_has_exact_attributes_and_types() -> None:
+    row = _row()
+    assert tuple(row) == audit.AUDIT_ATTRIBUTES
+    assert row["executed_code_hash"] == hashlib.sha256("print('héllo')".encode()).hexdigest()
+    assert row["started_at"] == "2026-11-21T08:00:00.123Z" and row["duration_ms"] == 2000
+    assert row["expires_at"] == int(T0.timestamp()) + 30 * 86400
+    assert row["stdout_truncated"] is False and row["stderr_bytes"] == 0
+
+
+def test_build_row_without_session_omits_index_key() -> None:
+    row = _row(session_id=None, exit_status="cap_exceeded", exit_code=None, error="SandboxCapExceeded")
+    assert "session_id" not in row and row["exit_code"] is None
+
+
+@pytest.mark.parametrize("days", [0, 181])
+def test_build_row_rejects_retention_outside_1_to_180(days: int) -> None:
+    with pytest.raises(ValueError, match="retention"):
+        _row(retention_days=days)
+
+
+def test_write_stores_real_booleans_and_is_append_only(tables: dict[str, str], dlq: str) -> None:
+    writer = _writer(tables, dlq)
+    assert writer.write(_row()) == "written"
+    # a second row with the same id (a replay) never overwrites the first
+    assert writer.write(_row(exit_status="error")) == "duplicate"
+    item = aws.client("dynamodb").get_item(TableName=tables[n.INVOCATIONS.logical],
+                                           Key={"invocation_id": {"S": "inv-1"}})["Item"]  # fmt: skip
+    assert item["stdout_truncated"] == {"BOOL": False} and item["exit_status"] == {"S": "ok"}
+    assert audit.from_item(item) == _row()
+
+
+def test_write_dead_letters_after_retries_when_table_fails(tables: dict[str, str], dlq: str) -> None:
+    # Given a table that does not exist (every PutItem fails)
+    writer = _writer(tables, dlq, table="no-such-table")
+    # When a row is written / Then it lands in the DLQ, whole and exactly once
+    assert writer.write(_row()) == "dead_lettered"
+    msgs = aws.client("sqs").receive_message(QueueUrl=dlq, MaxNumberOfMessages=10)["Messages"]
+    assert len(msgs) == 1 and json.loads(msgs[0]["Body"]) == _row()
+
+
+def test_write_logs_row_when_dlq_also_fails(
+    tables: dict[str, str], capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    writer = _writer(tables, "http://127.0.0.1:1/nope", table="no-such-table")
+    assert writer.write(_row()) == "logged"
+    assert n.METRIC_AUDIT_DEAD_LETTERED in capsys.readouterr().out
+    record = next(r for r in caplog.records if r.getMessage() == "audit_row_unwritable")
+    assert record.audit_row == _row()  # the whole row survives in the log

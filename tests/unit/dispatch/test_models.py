@@ -1,0 +1,76 @@
+"""§11 bad input: every shape of bad request is a SandboxInvalidRequest with a relayable sentence."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sandbox_common.errors import SandboxInvalidRequest
+from sandbox_common.models import MAX_CODE_BYTES, ExecuteCodeRequest, parse_dispatch_event, parse_quota_event
+
+GOOD = {
+    "action": "execute_code", "tenant_id": "acme", "agent_id": "agent-7", "template_id": "analyst",
+    "turn_id": "turn-123", "call_id": "call-9", "code": "print(1+1)", "user_id": "u-1", "invocation_source": "chat",
+}  # fmt: skip
+
+BAD_EVENTS = {
+    "not_json": "{not json",
+    "json_array": "[1, 2]",
+    "unknown_action": {**GOOD, "action": "rm_rf"},
+    "missing_action": {k: v for k, v in GOOD.items() if k != "action"},
+    "missing_field": {k: v for k, v in GOOD.items() if k != "call_id"},
+    "extra_field": {**GOOD, "environment": "internal-only"},
+    "wrong_type_int": {**GOOD, "tenant_id": 7},
+    "wrong_type_list": {**GOOD, "code": ["print(1)"]},
+    "id_bad_chars": {**GOOD, "tenant_id": "acme/../globex"},
+    "id_wildcard": {**GOOD, "agent_id": "*"},
+    "id_quote": {**GOOD, "turn_id": "t'1"},
+    "id_unicode": {**GOOD, "call_id": "cäll"},
+    "id_too_long": {**GOOD, "turn_id": "t" * 129},
+    "id_10kb": {**GOOD, "tenant_id": "a" * 10_000},
+    "id_leading_dash": {**GOOD, "agent_id": "-agent"},
+    "empty_code": {**GOOD, "code": ""},
+    "whitespace_code": {**GOOD, "code": " \n\t "},
+    "oversized_code": {**GOOD, "code": "#" * (MAX_CODE_BYTES + 1)},
+    "bad_source": {**GOOD, "invocation_source": "cron"},
+    "lone_surrogate": {**GOOD, "code": "print('\ud800')"},
+    "end_turn_extra": {"action": "end_turn", "tenant_id": "acme", "turn_id": "t", "agent_id": "a"},
+    "begin_turn_missing_template": {"action": "begin_turn", "tenant_id": "acme", "agent_id": "a", "turn_id": "t"},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(BAD_EVENTS))
+def test_parse_dispatch_event_rejects_bad_input(name: str) -> None:
+    # Given a malformed event / When parsed / Then a named error with a sentence, no input echoed
+    with pytest.raises(SandboxInvalidRequest) as info:
+        parse_dispatch_event(BAD_EVENTS[name])
+    response = info.value.to_response()
+    assert response["ok"] is False and response["error"] == "SandboxInvalidRequest"
+    assert response["error_message"].startswith("Invalid request")
+    assert "a" * 200 not in response["error_message"]
+
+
+def test_parse_dispatch_event_accepts_json_string_and_exact_limit() -> None:
+    # Given code of exactly the limit, sent as a JSON string
+    event = json.dumps({**GOOD, "code": "#" * MAX_CODE_BYTES})
+    # When parsed / Then it is an ExecuteCodeRequest with the code byte-exact
+    request = parse_dispatch_event(event)
+    assert isinstance(request, ExecuteCodeRequest)
+    assert len(request.code.encode()) == MAX_CODE_BYTES
+
+
+def test_parse_dispatch_event_counts_code_in_utf8_bytes() -> None:
+    # Given code whose character count is under the limit but whose UTF-8 size is over it
+    code = "é" * (MAX_CODE_BYTES // 2 + 1)
+    # Then it is refused
+    with pytest.raises(SandboxInvalidRequest, match="bytes"):
+        parse_dispatch_event({**GOOD, "code": code})
+
+
+def test_parse_quota_event_rejects_extra_and_bad_ids() -> None:
+    with pytest.raises(SandboxInvalidRequest):
+        parse_quota_event({"tenant_id": "acme", "agent_id": "a", "x": 1})
+    with pytest.raises(SandboxInvalidRequest):
+        parse_quota_event({"tenant_id": "acme#2026", "agent_id": "a"})
+    assert parse_quota_event({"tenant_id": "acme", "agent_id": "a"}).agent_id == "a"

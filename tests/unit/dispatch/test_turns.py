@@ -1,0 +1,121 @@
+"""Turn ownership and one-session-per-turn (§4.5), against moto's real server."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from dispatch.turns import TurnStore
+from sandbox_common import naming as n
+from sandbox_common.errors import SandboxInvalidRequest
+
+
+@pytest.fixture
+def store(ddb: Any, tables: dict[str, str]) -> TurnStore:
+    return TurnStore(table_name=tables[n.TURNS.logical], ddb=ddb)
+
+
+def test_claim_creates_then_returns_same_owner(store: TurnStore) -> None:
+    first = store.claim("acme", "agent-1", "turn-1")
+    again = store.claim("acme", "agent-1", "turn-1")
+    assert (first.tenant_id, again.tenant_id, again.agent_id) == ("acme", "acme", "agent-1")
+
+
+def test_claim_by_other_tenant_or_agent_is_invalid(store: TurnStore) -> None:
+    store.claim("acme", "agent-1", "turn-1")
+    with pytest.raises(SandboxInvalidRequest):
+        store.claim("globex", "agent-1", "turn-1")
+    with pytest.raises(SandboxInvalidRequest):
+        store.claim("acme", "agent-2", "turn-1")
+
+
+def test_claim_race_between_tenants_has_one_winner(store: TurnStore) -> None:
+    # Given two tenants claiming one fresh turn at the same moment
+    results: list[str] = []
+    barrier = threading.Barrier(8)
+
+    def claim(tenant: str) -> None:
+        barrier.wait()
+        try:
+            store.claim(tenant, "agent", "turn-race")
+            results.append(tenant)
+        except SandboxInvalidRequest:
+            results.append("refused")
+
+    threads = [threading.Thread(target=claim, args=(t,)) for t in ["acme", "globex"] * 4]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    # Then exactly one tenant owns it: all its claims pass, all the other's are refused
+    winners = {r for r in results if r != "refused"}
+    assert len(winners) == 1 and results.count("refused") == 4
+
+
+def test_acquire_session_concurrent_first_calls_start_one_session(store: TurnStore) -> None:
+    # Given 8 concurrent first calls of one turn and a slow Start
+    turn = store.claim("acme", "agent", "turn-c")
+    starts: list[str] = []
+    lock = threading.Lock()
+
+    def start() -> str:
+        time.sleep(0.3)
+        with lock:
+            starts.append("s")
+            return f"session-{len(starts)}"
+
+    got: list[str] = []
+    barrier = threading.Barrier(8)
+
+    def call(i: int) -> None:
+        barrier.wait()
+        sid, _ = store.acquire_session(turn, owner=f"inv-{i}", interpreter_id="ci", start=start,
+                                       stop_previous=lambda *_: None, max_session_age_seconds=600,
+                                       wait_seconds=10)  # fmt: skip
+        got.append(sid)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(8)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    # Then one Start, and every caller uses that one session
+    assert len(starts) == 1
+    assert got == ["session-1"] * 8
+    assert store.get("turn-c").session_id == "session-1"
+
+
+def test_acquire_session_failed_start_releases_lease(store: TurnStore) -> None:
+    turn = store.claim("acme", "agent", "turn-f")
+
+    def boom() -> str:
+        raise RuntimeError("start refused")
+
+    with pytest.raises(RuntimeError):
+        store.acquire_session(turn, owner="a", interpreter_id="ci", start=boom, stop_previous=lambda *_: None,
+                              max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
+    # the next caller can start at once (no wait for a dead lease)
+    sid, started = store.acquire_session(store.get("turn-f"), owner="b", interpreter_id="ci", start=lambda: "s2",
+                                         stop_previous=lambda *_: None, max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
+    assert (sid, started) == ("s2", True)
+
+
+def test_acquire_session_replaces_too_old_session_and_stops_it(store: TurnStore) -> None:
+    turn = store.claim("acme", "agent", "turn-o")
+    store.acquire_session(turn, owner="a", interpreter_id="ci", start=lambda: "old",
+                          stop_previous=lambda *_: None, max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
+    stopped: list[tuple[str, str]] = []
+    later = TurnStore(table_name=store.table, ddb=store.ddb, clock=lambda: time.time() + 10_000)
+    sid, started = later.acquire_session(later.get("turn-o"), owner="b", interpreter_id="ci", start=lambda: "new",
+                                         stop_previous=lambda i, s: stopped.append((i, s)),
+                                         max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
+    assert (sid, started, stopped) == ("new", True, [("ci", "old")])
+
+
+def test_mark_stopped_only_for_current_session(store: TurnStore) -> None:
+    turn = store.claim("acme", "agent", "turn-s")
+    store.acquire_session(turn, owner="a", interpreter_id="ci", start=lambda: "s1",
+                          stop_previous=lambda *_: None, max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
+    assert store.mark_stopped("turn-s", "other") is False
+    assert store.mark_stopped("turn-s", "s1") is True
+    assert store.mark_stopped("turn-s", "s1") is False
+    assert store.get("turn-s").live_session is False

@@ -60,7 +60,7 @@ def result_frame(
     is_error: bool = False,
     text: list[str] | None = None,
     structured: bool = True,
-    task_status: str = "COMPLETED",
+    task_status: str = "completed",
     execution_time_ms: float = 1.0,
 ) -> bytes:
     """One `result` event as AgentCore sends it: text content blocks and/or structuredContent."""

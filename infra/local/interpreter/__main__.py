@@ -1,0 +1,63 @@
+"""`python -m infra.local.interpreter --port N [--registry FILE]`
+
+Prints one JSON line `{"endpoint": "http://127.0.0.1:N", ...}` once it accepts requests, then
+serves until SIGTERM/SIGINT, and kills every session's process on the way out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+
+from infra.local.interpreter import Limits, LocalInterpreterServer
+from infra.local.interpreter.isolation import STRATEGIES
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m infra.local.interpreter", description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (0: any free port)")
+    parser.add_argument("--registry", help='JSON file {"<interpreter id>": "PUBLIC"|"SANDBOX"}, re-read on change')
+    parser.add_argument("--interpreter", action="append", default=[], metavar="ID=MODE",
+                        help="register an interpreter (repeatable), e.g. sbx_local_acme_pub=PUBLIC")
+    parser.add_argument("--isolation", choices=STRATEGIES, default="auto")
+    parser.add_argument("--memory-mb", type=int, default=Limits.memory_mb)
+    parser.add_argument("--cpu-seconds", type=int, default=Limits.cpu_seconds)
+    parser.add_argument("--max-sessions", type=int, default=64)
+    parser.add_argument("--log-level", default="WARNING")
+    opts = parser.parse_args(argv)
+    logging.basicConfig(level=opts.log_level.upper(), stream=sys.stderr)
+
+    interpreters: dict[str, str] = {}
+    for item in opts.interpreter:
+        interpreter_id, sep, mode = item.partition("=")
+        if not sep:
+            parser.error(f"--interpreter expects ID=MODE, got {item!r}")
+        interpreters[interpreter_id] = mode
+    try:
+        server = LocalInterpreterServer(
+            opts.port, interpreters=interpreters, registry_file=opts.registry, isolation=opts.isolation,
+            limits=Limits(memory_mb=opts.memory_mb, cpu_seconds=opts.cpu_seconds), max_sessions=opts.max_sessions,
+        ).start()
+    except (OSError, ValueError) as exc:
+        print(f"local interpreter: {exc}", file=sys.stderr)
+        return 1
+
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    print(json.dumps({"endpoint": server.endpoint, "pid": os.getpid(), "isolation": server.isolation}),
+          flush=True)
+    try:
+        done.wait()
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

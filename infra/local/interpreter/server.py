@@ -1,0 +1,405 @@
+"""A local Amazon Bedrock AgentCore Code Interpreter data plane over HTTP on 127.0.0.1.
+
+It speaks the `bedrock-agentcore` rest-json protocol exactly as the botocore service model
+(`botocore/data/bedrock-agentcore/2024-02-28/service-2.json`) describes it, so the unmodified
+boto3 client works with only `endpoint_url` changed (request signatures are not checked):
+
+| operation | HTTP | inputs |
+|---|---|---|
+| StartCodeInterpreterSession | PUT /code-interpreters/{id}/sessions/start | body: name, sessionTimeoutSeconds, clientToken |
+| InvokeCodeInterpreter | POST /code-interpreters/{id}/tools/invoke | header x-amzn-code-interpreter-session-id; body: name, arguments |
+| StopCodeInterpreterSession | PUT /code-interpreters/{id}/sessions/stop | query sessionId |
+| GetCodeInterpreterSession | GET /code-interpreters/{id}/sessions/get | query sessionId |
+| ListCodeInterpreterSessions | POST /code-interpreters/{id}/sessions/list | body: maxResults, nextToken, status |
+
+Errors are `x-amzn-errortype: <Name>` + JSON `{"message": ...}` with the model's HTTP status
+(ResourceNotFoundException 404, ValidationException 400 with `reason`, ServiceQuotaExceeded 402,
+InternalServerException 500). InvokeCodeInterpreter answers `application/vnd.amazon.eventstream`:
+`result` events as AgentCore sends them (API reference, CodeInterpreterResult /
+ToolResultStructuredContent): text content blocks with the output and a terminal event whose
+`structuredContent` carries stdout, stderr, exitCode, taskStatus, executionTime (seconds), with
+`isError` true iff exitCode != 0. Output over one chunk is streamed as several content-only
+events before the terminal one, so a client that counts text blocks *and* structured content
+counts twice — exactly the bug the runner must not have.
+
+Local additions, not part of AgentCore: `GET /ping` (health, 200) and
+`POST /_local/interpreters` (`{"interpreterId": ..., "networkMode": "PUBLIC"|"SANDBOX"}`).
+
+Sources (checked with the docs search, Nov 2026):
+- URIs, locations, shapes, error statuses: the botocore model above (the source of truth here).
+- Result event shape: docs.aws.amazon.com/bedrock-agentcore/latest/APIReference/
+  API_CodeInterpreterResult.html and API_CodeInterpreterStreamOutput.html; a public project's
+  recorded live response shows one event `{"content": [{"type": "text", ...}], "structuredContent":
+  {"stdout", "stderr", "exitCode", "executionTime": 0.07}, "isError": false}` (seconds).
+- Lifecycle: StopCodeInterpreterSession doc ("Once stopped, a session cannot be restarted"); the
+  devguide's code-interpreter-session-characteristics page (900 s default, several independent
+  sessions per interpreter); statuses READY|TERMINATED (model enum, boto/boto3#4701).
+Assumed where nothing public says it (change here if AWS is observed to differ): error message
+texts; `taskStatus` "failed" for a non-zero exit; which text goes in content blocks (stdout, then
+stderr); Stop of an already-terminated session → ResourceNotFoundException; language other than
+python → ValidationException (AgentCore runs JS/TS; this local one does not).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import uuid
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from infra.local.eventstream import event_frame
+from infra.local.interpreter.isolation import IsolationUnavailable, Limits
+from infra.local.interpreter.sessions import (
+    MAX_SESSION_TIMEOUT,
+    NETWORK_MODES,
+    READY,
+    TERMINATED,
+    NotFound,
+    QuotaExceeded,
+    Session,
+    SessionManager,
+    WorkerFailure,
+)
+
+log = logging.getLogger("local-interpreter")
+
+EVENTSTREAM = "application/vnd.amazon.eventstream"
+SESSION_HEADER = "x-amzn-code-interpreter-session-id"
+CHUNK_CHARS = 64 * 1024  # text per content-only event when output is long
+MAX_BODY = 128 * 1024 * 1024
+SESSION_ID_RE = re.compile(r"^[0-9a-zA-Z]{1,40}$")
+# ToolName enum of the model; the local worker implements these.
+TOOLS = ("executeCode", "executeCommand", "readFiles", "listFiles", "removeFiles", "writeFiles")
+MODEL_TOOLS = (*TOOLS, "startCommandExecution", "getTask", "stopTask")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, error_type: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status, self.error_type, self.message, self.extra = status, error_type, message, extra
+
+
+def not_found(message: str) -> ApiError:
+    return ApiError(404, "ResourceNotFoundException", message)
+
+
+def validation(message: str, field: str | None = None, reason: str = "FieldValidationFailed") -> ApiError:
+    extra: dict[str, Any] = {"reason": reason}
+    if field:
+        extra["fieldList"] = [{"name": field, "message": message}]
+    return ApiError(400, "ValidationException", message, **extra)
+
+
+def iso(ts: datetime) -> str:
+    return ts.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return iso(value)
+    raise TypeError(type(value).__name__)
+
+
+def result_events(stdout: str, stderr: str, exit_code: int, execution_time: float,
+                  content: list[dict[str, Any]] | None = None, is_error: bool | None = None) -> list[bytes]:
+    """The `result` events for one tool call, terminal (structured) event last."""
+    failed = exit_code != 0 if is_error is None else is_error
+    structured = {
+        "stdout": stdout, "stderr": stderr, "exitCode": exit_code,
+        "taskStatus": "failed" if failed else "completed", "executionTime": round(execution_time, 6),
+    }
+    if content is not None:  # file tools: their own blocks, one event
+        return [event_frame("result", {"content": content, "structuredContent": structured, "isError": failed})]
+    texts = [t for t in (stdout, stderr) if t]
+    if sum(len(t) for t in texts) <= CHUNK_CHARS:
+        blocks = [{"type": "text", "text": t} for t in texts]
+        return [event_frame("result", {"content": blocks, "structuredContent": structured, "isError": failed})]
+    events = [
+        event_frame("result", {"content": [{"type": "text", "text": t[i:i + CHUNK_CHARS]}], "isError": failed})
+        for t in texts for i in range(0, len(t), CHUNK_CHARS)
+    ]
+    events.append(event_frame("result", {"content": [], "structuredContent": structured, "isError": failed}))
+    return events
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as botocore's connection pool expects
+    server_version = "LocalAgentCoreCodeInterpreter/1.0"
+    server: _HTTPServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        log.debug("%s - " + format, self.address_string(), *args)
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+        self._dispatch("GET")
+
+    def do_PUT(self) -> None:  # noqa: N802
+        self._dispatch("PUT")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._dispatch("POST")
+
+    # --- plumbing -------------------------------------------------------------------------------
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            self.close_connection = True
+            raise validation(f"Request body exceeds {MAX_BODY} bytes")
+        return self.rfile.read(length) if length else b""
+
+    def _send(self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("x-amzn-RequestId", str(uuid.uuid4()))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _send_json(self, obj: Any, status: int = 200) -> None:
+        body = json.dumps({k: v for k, v in obj.items() if v is not None}, default=_json_default).encode()
+        self._send(status, body, "application/json")
+
+    def _send_error(self, err: ApiError) -> None:
+        body = json.dumps({"message": err.message, **err.extra}).encode()
+        self._send(err.status, body, "application/json", {"x-amzn-errortype": err.error_type})
+
+    def _send_stream(self, session_id: str, frames: list[bytes]) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", EVENTSTREAM)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("x-amzn-RequestId", str(uuid.uuid4()))
+        self.send_header(SESSION_HEADER, session_id)
+        self.end_headers()
+        for frame in frames:  # one HTTP chunk per event, as a streaming service would send them
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
+        self.wfile.write(b"0\r\n\r\n")
+
+    def _dispatch(self, method: str) -> None:
+        try:
+            url = urlsplit(self.path)
+            body = self._read_body()
+            parts = [unquote(p) for p in url.path.strip("/").split("/")]
+            query = {k: v[0] for k, v in parse_qs(url.query).items()}
+            if method == "GET" and parts == ["ping"]:
+                self._send_json({"status": "ok"})
+                return
+            if method == "POST" and parts == ["_local", "interpreters"]:
+                self._register(self._json(body))
+                return
+            if len(parts) == 4 and parts[0] == "code-interpreters":
+                route = (method, parts[2], parts[3])
+                handler = {
+                    ("PUT", "sessions", "start"): self._start,
+                    ("PUT", "sessions", "stop"): self._stop,
+                    ("GET", "sessions", "get"): self._get,
+                    ("POST", "sessions", "list"): self._list,
+                    ("POST", "tools", "invoke"): self._invoke,
+                }.get(route)
+                if handler is not None:
+                    handler(parts[1], self._json(body), query)
+                    return
+            raise ApiError(404, "UnknownOperationException", f"No operation for {method} {url.path}")
+        except ApiError as err:
+            self._send_error(err)
+        except NotFound as exc:
+            self._send_error(not_found(str(exc)))
+        except QuotaExceeded as exc:
+            self._send_error(ApiError(402, "ServiceQuotaExceededException", str(exc)))
+        except (IsolationUnavailable, WorkerFailure) as exc:
+            self._send_error(ApiError(500, "InternalServerException", str(exc)))
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception as exc:  # never a stack trace on the wire
+            log.exception("unexpected error")
+            self._send_error(ApiError(500, "InternalServerException", f"Internal error: {type(exc).__name__}"))
+
+    def _json(self, body: bytes) -> dict[str, Any]:
+        if not body.strip():
+            return {}
+        try:
+            data = json.loads(body)
+        except ValueError as exc:
+            raise validation("Request body is not valid JSON", reason="CannotParse") from exc
+        if not isinstance(data, dict):
+            raise validation("Request body must be a JSON object", reason="CannotParse")
+        return data
+
+    @property
+    def _manager(self) -> SessionManager:
+        return self.server.manager
+
+    def _session_id(self, value: Any, field: str = "sessionId") -> str:
+        if not value:
+            raise validation(f"{field} is required", field)
+        if not isinstance(value, str) or not SESSION_ID_RE.match(value):
+            raise validation(f"{field} must match [0-9a-zA-Z]{{1,40}}", field)
+        return value
+
+    # --- operations -----------------------------------------------------------------------------
+    def _start(self, identifier: str, body: dict[str, Any], query: dict[str, str]) -> None:
+        timeout = body.get("sessionTimeoutSeconds")
+        if timeout is not None and (not isinstance(timeout, int) or isinstance(timeout, bool)
+                                    or not 1 <= timeout <= MAX_SESSION_TIMEOUT):
+            raise validation(f"sessionTimeoutSeconds must be an integer in 1..{MAX_SESSION_TIMEOUT}", "sessionTimeoutSeconds")
+        name = body.get("name")
+        if name is not None and (not isinstance(name, str) or not 1 <= len(name) <= 100):
+            raise validation("name must be 1..100 characters", "name")
+        session = self._manager.start(identifier, name=name, timeout_seconds=timeout, client_token=body.get("clientToken"))
+        self._send_json({"codeInterpreterIdentifier": session.interpreter_id, "sessionId": session.session_id,
+                         "createdAt": session.created_at})
+
+    def _stop(self, identifier: str, body: dict[str, Any], query: dict[str, str]) -> None:
+        session = self._manager.stop(identifier, self._session_id(query.get("sessionId")))
+        self._send_json({"codeInterpreterIdentifier": session.interpreter_id, "sessionId": session.session_id,
+                         "lastUpdatedAt": session.last_updated_at})
+
+    def _get(self, identifier: str, body: dict[str, Any], query: dict[str, str]) -> None:
+        session = self._manager.get(identifier, self._session_id(query.get("sessionId")))
+        # Members of GetCodeInterpreterSessionResponse only (no lastUpdatedAt there).
+        self._send_json({k: v for k, v in session.describe().items() if k != "lastUpdatedAt"})
+
+    def _list(self, identifier: str, body: dict[str, Any], query: dict[str, str]) -> None:
+        status = body.get("status")
+        if status is not None and status not in (READY, TERMINATED):
+            raise validation("status must be READY or TERMINATED", "status")
+        max_results = body.get("maxResults") or 10
+        if not isinstance(max_results, int) or not 1 <= max_results <= 100:
+            raise validation("maxResults must be in 1..100", "maxResults")
+        sessions = self._manager.list(identifier, status)
+        start = int(body.get("nextToken") or 0) if str(body.get("nextToken") or "0").isdigit() else 0
+        page = sessions[start:start + max_results]
+        items = [{k: v for k, v in s.describe().items() if k != "sessionTimeoutSeconds"} for s in page]
+        token = str(start + max_results) if start + max_results < len(sessions) else None
+        self._send_json({"items": items, "nextToken": token})
+
+    def _invoke(self, identifier: str, body: dict[str, Any], query: dict[str, str]) -> None:
+        self._manager.resolve_interpreter(identifier)  # unknown interpreter first, as AgentCore
+        name = body.get("name")
+        if not name:
+            raise validation("name is required", "name")
+        if name not in MODEL_TOOLS:
+            raise validation(f"name must be one of {', '.join(MODEL_TOOLS)}", "name")
+        arguments = body.get("arguments") or {}
+        if not isinstance(arguments, dict):
+            raise validation("arguments must be an object", "arguments")
+        session = self._manager.active(identifier, self._session_id(self.headers.get(SESSION_HEADER)))
+        if name not in TOOLS:
+            raise validation(f"{name} is not supported by the local interpreter", "name")
+        self._validate_arguments(name, arguments)
+        outcome = self._manager.invoke(session, name, arguments)
+        frames = result_events(outcome.stdout, outcome.stderr, outcome.exit_code, outcome.execution_time,
+                               outcome.content, outcome.is_error)
+        self._send_stream(session.session_id, frames)
+
+    @staticmethod
+    def _validate_arguments(name: str, arguments: dict[str, Any]) -> None:
+        def need(key: str, kind: type) -> None:
+            if not isinstance(arguments.get(key), kind):
+                raise validation(f"arguments.{key} is required for {name}", f"arguments.{key}")
+
+        if name == "executeCode":
+            need("code", str)
+            if arguments.get("language", "python") != "python":
+                raise validation("the local interpreter runs python only", "arguments.language")
+        elif name == "executeCommand":
+            need("command", str)
+        elif name == "writeFiles":
+            need("content", list)
+            for item in arguments["content"]:
+                if not isinstance(item, dict) or not isinstance(item.get("path"), str):
+                    raise validation("each content item needs a path", "arguments.content")
+        elif name in ("readFiles", "removeFiles"):
+            need("paths", list)
+
+    def _register(self, body: dict[str, Any]) -> None:
+        interpreter_id, mode = body.get("interpreterId"), body.get("networkMode")
+        if not isinstance(interpreter_id, str) or mode not in NETWORK_MODES:
+            raise validation("interpreterId and networkMode (PUBLIC|SANDBOX) are required")
+        self._manager.register_interpreter(interpreter_id, mode)
+        self._send_json({"interpreterId": interpreter_id, "networkMode": mode})
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], manager: SessionManager) -> None:
+        super().__init__(address, _Handler)
+        self.manager = manager
+
+
+class LocalInterpreterServer:
+    """The local AgentCore Code Interpreter.
+
+    >>> server = LocalInterpreterServer(interpreters={"sbx_local_acme_pub": "PUBLIC"}).start()
+    >>> boto3.client("bedrock-agentcore", endpoint_url=server.endpoint)  # doctest: +SKIP
+    >>> server.stop()
+    """
+
+    def __init__(
+        self,
+        port: int = 0,
+        *,
+        interpreters: dict[str, str] | None = None,
+        registry_file: str | None = None,
+        limits: Limits | None = None,
+        isolation: str = "auto",
+        python: str | None = None,
+        max_sessions: int = 64,
+        reap_interval: float = 0.2,
+    ) -> None:
+        self._port = port
+        self.manager = SessionManager(
+            interpreters=interpreters, registry_file=registry_file, limits=limits, isolation_strategy=isolation,
+            python=python, max_sessions=max_sessions, reap_interval=reap_interval,
+        )
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def isolation(self) -> str:
+        return self.manager.isolation
+
+    def register_interpreter(self, interpreter_id: str, network_mode: str) -> None:
+        self.manager.register_interpreter(interpreter_id, network_mode)
+
+    def session(self, session_id: str) -> Session | None:
+        """Introspection for the local stack and tests (state, termination reason, process)."""
+        return self.manager.lookup(session_id)
+
+    def start(self) -> LocalInterpreterServer:
+        self._httpd = _HTTPServer(("127.0.0.1", self._port), self.manager)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="lci-http", daemon=True)
+        self._thread.start()
+        return self
+
+    @property
+    def port(self) -> int:
+        if self._httpd is None:
+            raise RuntimeError("server not started")
+        return int(self._httpd.server_address[1])
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+        self.manager.shutdown()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> LocalInterpreterServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,434 @@
+"""Interpreters, sessions and their worker processes (no HTTP here).
+
+Lifecycle, as AgentCore documents it:
+- a session is READY from Start until Stop, until `sessionTimeoutSeconds` after its creation
+  ("time-to-live ... regardless of ongoing activity", botocore model doc of
+  StartCodeInterpreterSessionRequest.sessionTimeoutSeconds; default 900), or until its process
+  dies (OOM, CPU limit);
+- then it is TERMINATED: "Once stopped, a session cannot be restarted" (StopCodeInterpreterSession
+  doc). Get still describes it with status TERMINATED (the model's enum is READY|TERMINATED;
+  boto/boto3#4701 confirms those are the values the API returns, and strands-agents/tools checks
+  `status == "READY"` before reusing a session); Invoke and Stop answer ResourceNotFoundException.
+- a session id is only ever found under the interpreter that created it; under any other
+  interpreter it does not exist (same error as an unknown id, so existence does not leak).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from infra.local.interpreter import isolation, worker
+from infra.local.interpreter.isolation import IsolationUnavailable, Limits
+
+log = logging.getLogger("local-interpreter")
+
+NETWORK_MODES = ("PUBLIC", "SANDBOX")
+READY, TERMINATED = "READY", "TERMINATED"
+DEFAULT_SESSION_TIMEOUT = 900
+MAX_SESSION_TIMEOUT = 28_800
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_TOMBSTONES = 2_000  # terminated sessions remembered for Get
+
+
+class NotFound(Exception):
+    """Unknown interpreter, or a session that does not exist (for this interpreter) or is over."""
+
+
+class QuotaExceeded(Exception):
+    pass
+
+
+class WorkerFailure(Exception):
+    """The worker could not be started."""
+
+
+def new_session_id() -> str:
+    """A ULID (26 Crockford base-32 chars), the shape AgentCore session ids have."""
+    value = (int(time.time() * 1000) << 80) | secrets.randbits(80)
+    return "".join(_CROCKFORD[(value >> shift) & 31] for shift in range(125, -1, -5))
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class Session:
+    session_id: str
+    interpreter_id: str
+    network_mode: str
+    name: str | None
+    timeout_seconds: int
+    created_at: datetime
+    expires_at: float  # time.monotonic()
+    root: str
+    status: str = READY
+    last_updated_at: datetime = field(default_factory=utc_now)
+    proc: subprocess.Popen[bytes] | None = None
+    worker_pid: int | None = None  # the worker's pid as seen inside its pid namespace
+    req_fd: int = -1
+    resp_fd: int = -1
+    termination: str | None = None  # stopped | expired | died | shutdown
+    exec_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "codeInterpreterIdentifier": self.interpreter_id,
+            "sessionId": self.session_id,
+            "name": self.name,
+            "createdAt": self.created_at,
+            "lastUpdatedAt": self.last_updated_at,
+            "sessionTimeoutSeconds": self.timeout_seconds,
+            "status": self.status,
+        }
+
+
+@dataclass
+class InvokeOutcome:
+    """What one tool call produced; `died` means the worker process ended during the call."""
+
+    stdout: str
+    stderr: str
+    exit_code: int
+    execution_time: float
+    content: list[dict[str, Any]] | None = None
+    is_error: bool | None = None
+    died: bool = False
+
+
+class SessionManager:
+    def __init__(
+        self,
+        *,
+        interpreters: dict[str, str] | None = None,
+        registry_file: str | os.PathLike[str] | None = None,
+        limits: Limits | None = None,
+        isolation_strategy: str = "auto",
+        python: str | None = None,
+        max_sessions: int = 64,
+        base_dir: str | None = None,
+        reap_interval: float = 0.2,
+    ) -> None:
+        self.limits = limits or Limits()
+        self.isolation = isolation.resolve(isolation_strategy)
+        self.python = python or isolation.default_python()
+        self.max_sessions = max_sessions
+        self.base_dir = base_dir
+        self._lock = threading.RLock()
+        self._interpreters: dict[str, str] = {}
+        self._sessions: dict[str, Session] = {}
+        self._tombstones: OrderedDict[str, Session] = OrderedDict()
+        self._client_tokens: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._registry_file = Path(registry_file) if registry_file else None
+        self._registry_mtime: float | None = None
+        self._file_interpreters: dict[str, str] = {}
+        for interpreter_id, mode in (interpreters or {}).items():
+            self.register_interpreter(interpreter_id, mode)
+        self._load_registry(strict=True)
+        # Workers are spawned from this one long-lived thread: bwrap's --die-with-parent (and any
+        # PR_SET_PDEATHSIG) fires when the *thread* that forked it exits, and HTTP handler
+        # threads exit with their connection.
+        self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lci-spawner")
+        self._stop = threading.Event()
+        self._reap_interval = reap_interval
+        self._reaper = threading.Thread(target=self._reap_loop, name="lci-reaper", daemon=True)
+        self._reaper.start()
+
+    # --- interpreters ---------------------------------------------------------------------------
+    def register_interpreter(self, interpreter_id: str, network_mode: str) -> None:
+        if network_mode not in NETWORK_MODES:
+            raise ValueError(f"network_mode must be one of {NETWORK_MODES}, got {network_mode!r}")
+        if not interpreter_id or "/" in interpreter_id:
+            raise ValueError(f"invalid interpreter id {interpreter_id!r}")
+        with self._lock:
+            self._interpreters[interpreter_id] = network_mode
+
+    def interpreters(self) -> dict[str, str]:
+        self._load_registry()
+        with self._lock:
+            return {**self._file_interpreters, **self._interpreters}
+
+    def _load_registry(self, strict: bool = False) -> None:
+        """The registry file ({"<interpreter id>": "PUBLIC"|"SANDBOX", ...}) is re-read when it
+        changes, so the local stack can add interpreters without restarting the server.
+
+        A bad file fails the server's start (strict); a bad *change* is logged and the last good
+        registry stays in force, so a half-written file never turns every request into a 500.
+        """
+        if self._registry_file is None:
+            return
+        try:
+            mtime: float | None = self._registry_file.stat().st_mtime
+        except FileNotFoundError:
+            mtime = None
+        if mtime == self._registry_mtime:
+            return
+        loaded: dict[str, str] = {}
+        try:
+            if mtime is not None:
+                data = json.loads(self._registry_file.read_text(encoding="utf-8") or "{}")
+                if not isinstance(data, dict):
+                    raise ValueError(f"{self._registry_file}: expected a JSON object of id -> network mode")
+                for interpreter_id, mode in data.items():
+                    if mode not in NETWORK_MODES:
+                        raise ValueError(f"{self._registry_file}: {interpreter_id!r} has network mode {mode!r}")
+                    loaded[str(interpreter_id)] = mode
+        except ValueError as exc:  # json.JSONDecodeError is a ValueError
+            if strict:
+                raise
+            log.error("registry %s ignored, keeping the previous one: %s", self._registry_file, exc)
+            with self._lock:
+                self._registry_mtime = mtime
+            return
+        with self._lock:
+            self._file_interpreters, self._registry_mtime = loaded, mtime
+
+    def resolve_interpreter(self, identifier: str) -> tuple[str, str]:
+        """(interpreter id, network mode); an ARN ending in `/<id>` names the same interpreter."""
+        known = self.interpreters()
+        candidate = identifier.rsplit("/", 1)[-1] if identifier.startswith("arn:") else identifier
+        if candidate not in known:
+            raise NotFound(f"Code interpreter {identifier} not found")
+        return candidate, known[candidate]
+
+    # --- sessions -------------------------------------------------------------------------------
+    def start(self, identifier: str, *, name: str | None, timeout_seconds: int | None,
+              client_token: str | None) -> Session:
+        interpreter_id, mode = self.resolve_interpreter(identifier)
+        with self._lock:
+            if client_token and (interpreter_id, client_token) in self._client_tokens:
+                previous = self._client_tokens[(interpreter_id, client_token)]
+                session = self._sessions.get(previous) or self._tombstones.get(previous)
+                if session is not None:
+                    return session
+            if len(self._sessions) >= self.max_sessions:
+                raise QuotaExceeded(f"Maximum number of active sessions ({self.max_sessions}) reached")
+            timeout = timeout_seconds or DEFAULT_SESSION_TIMEOUT
+            session_id = new_session_id()
+            session = Session(
+                session_id=session_id, interpreter_id=interpreter_id, network_mode=mode, name=name,
+                timeout_seconds=timeout, created_at=utc_now(), expires_at=time.monotonic() + timeout,
+                root=tempfile.mkdtemp(prefix=f"lci-{session_id}-", dir=self.base_dir),
+            )
+            self._sessions[session_id] = session  # counted against max_sessions while it starts
+        try:
+            self._spawner.submit(self._spawn, session).result()
+        except BaseException:
+            with self._lock:
+                self._sessions.pop(session_id, None)
+            self._cleanup_dirs(session)
+            raise
+        with self._lock:
+            if client_token:
+                self._client_tokens[(interpreter_id, client_token)] = session_id
+                while len(self._client_tokens) > _TOMBSTONES:
+                    self._client_tokens.popitem(last=False)
+        log.info("session %s started on %s (%s, %s)", session_id, interpreter_id, mode, self.isolation)
+        return session
+
+    def _spawn(self, session: Session) -> None:
+        workdir = os.path.join(session.root, "workspace")
+        os.mkdir(workdir)
+        req_r, req_w = os.pipe()
+        resp_r, resp_w = os.pipe()
+        try:
+            cmd = isolation.build_command(
+                strategy=self.isolation, network_mode=session.network_mode, session_id=session.session_id,
+                workdir=workdir, req_fd=req_r, resp_fd=resp_w, limits=self.limits, python=self.python,
+            )
+            with open(os.path.join(session.root, "worker.log"), "ab") as log_file:
+                session.proc = subprocess.Popen(
+                    cmd.argv, cwd=cmd.cwd, env=cmd.env, stdin=subprocess.DEVNULL, stdout=log_file,
+                    stderr=log_file, pass_fds=(req_r, resp_w), start_new_session=True,
+                )
+        except IsolationUnavailable:
+            for fd in (req_r, req_w, resp_r, resp_w):
+                os.close(fd)
+            raise
+        except OSError as exc:
+            for fd in (req_r, req_w, resp_r, resp_w):
+                os.close(fd)
+            raise WorkerFailure(f"could not start the interpreter process: {exc}") from exc
+        os.close(req_r)
+        os.close(resp_w)
+        session.req_fd, session.resp_fd = req_w, resp_r
+        try:
+            hello = worker.recv_frame(resp_r)
+        except (OSError, ValueError) as exc:
+            hello = None
+            log.warning("session %s: bad hello: %s", session.session_id, exc)
+        if not hello or not hello.get("ready"):
+            self._kill(session)
+            detail = self._worker_log(session)
+            raise WorkerFailure(f"the interpreter process did not start: {detail}")
+        session.worker_pid = hello.get("pid")
+
+    def lookup(self, session_id: str) -> Session | None:
+        """A session by id, live or terminated, whatever its interpreter (no API uses this)."""
+        with self._lock:
+            return self._sessions.get(session_id) or self._tombstones.get(session_id)
+
+    def get(self, identifier: str, session_id: str) -> Session:
+        interpreter_id, _ = self.resolve_interpreter(identifier)
+        with self._lock:
+            session = self._sessions.get(session_id) or self._tombstones.get(session_id)
+        if session is None or session.interpreter_id != interpreter_id:
+            raise NotFound(f"Session {session_id} not found")
+        return session
+
+    def active(self, identifier: str, session_id: str) -> Session:
+        session = self.get(identifier, session_id)
+        if session.status != READY:
+            raise NotFound(f"Session {session_id} not found")
+        return session
+
+    def list(self, identifier: str, status: str | None = None) -> list[Session]:
+        interpreter_id, _ = self.resolve_interpreter(identifier)
+        with self._lock:
+            every = list(self._sessions.values()) + list(self._tombstones.values())
+        found = [s for s in every if s.interpreter_id == interpreter_id and (status is None or s.status == status)]
+        return sorted(found, key=lambda s: s.created_at, reverse=True)
+
+    def stop(self, identifier: str, session_id: str) -> Session:
+        session = self.active(identifier, session_id)
+        self.terminate(session, "stopped")
+        return session
+
+    def invoke(self, session: Session, op: str, arguments: dict[str, Any]) -> InvokeOutcome:
+        """Run one tool call; calls on one session are serialized, as a kernel runs one cell at a time."""
+        with session.exec_lock:
+            if session.status != READY:
+                raise NotFound(f"Session {session.session_id} not found")
+            try:
+                worker.send_frame(session.req_fd, {"op": op, "arguments": arguments})
+                result = worker.recv_frame(session.resp_fd)
+            except (OSError, ValueError) as exc:
+                log.warning("session %s: channel failed: %s", session.session_id, exc)
+                result = None
+        if result is None:
+            # The process ended during the call. If we ended it (Stop, expiry, shutdown) the
+            # session is simply gone; otherwise it died on its own and the caller gets its status.
+            if session.termination is not None and session.termination != "died":
+                raise NotFound(f"Session {session.session_id} not found")
+            code = self._exit_status(session)
+            self.terminate(session, "died")
+            return InvokeOutcome(
+                stdout="", stderr=f"The interpreter process ended unexpectedly (exit status {code}).\n",
+                exit_code=code, execution_time=0.0, died=True,
+            )
+        outcome = InvokeOutcome(
+            stdout=result.get("stdout", ""), stderr=result.get("stderr", ""), exit_code=int(result.get("exit_code", 1)),
+            execution_time=float(result.get("execution_time", 0.0)), content=result.get("content"),
+            is_error=result.get("is_error"), died=bool(result.get("fatal")),
+        )
+        session.last_updated_at = utc_now()
+        if outcome.died:
+            self.terminate(session, "died")
+        return outcome
+
+    def _exit_status(self, session: Session) -> int:
+        """128 + signal for a killed process (137 for SIGKILL, the OOM killer's), else its code."""
+        proc = session.proc
+        if proc is None:
+            return 137
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+        code = proc.returncode
+        if code is None:
+            return 137
+        return 128 - code if code < 0 else code
+
+    # --- termination ----------------------------------------------------------------------------
+    def terminate(self, session: Session, reason: str) -> bool:
+        """Kill the worker, free the session's files, keep a tombstone for Get. Idempotent."""
+        with self._lock:
+            if session.status != READY:
+                return False
+            session.status, session.termination = TERMINATED, reason
+            session.last_updated_at = utc_now()
+            self._sessions.pop(session.session_id, None)
+            self._tombstones[session.session_id] = session
+            while len(self._tombstones) > _TOMBSTONES:
+                self._tombstones.popitem(last=False)
+        self._kill(session)
+        log.info("session %s terminated (%s)", session.session_id, reason)
+        return True
+
+    def _kill(self, session: Session) -> None:
+        proc = session.proc
+        if proc is not None:
+            # The whole process group: bwrap (or unshare) and everything it started that did not
+            # leave the group; the sandbox itself dies with bwrap (--die-with-parent, pid ns).
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+        # Close our pipe ends only once no call is reading them (the process is dead, so a
+        # reader sees EOF at once and releases the lock).
+        acquired = session.exec_lock.acquire(timeout=10)
+        try:
+            for attr in ("req_fd", "resp_fd"):
+                fd = getattr(session, attr)
+                if fd >= 0:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                    setattr(session, attr, -1)
+        finally:
+            if acquired:
+                session.exec_lock.release()
+        self._cleanup_dirs(session)
+
+    def _cleanup_dirs(self, session: Session) -> None:
+        shutil.rmtree(session.root, ignore_errors=True)
+
+    def _worker_log(self, session: Session) -> str:
+        try:
+            text = Path(session.root, "worker.log").read_text(errors="replace").strip()
+        except OSError:
+            return "no output"
+        return text[-500:] or "no output"
+
+    def _reap_loop(self) -> None:
+        while not self._stop.wait(self._reap_interval):
+            self.reap()
+
+    def reap(self) -> None:
+        """Expire sessions past their time-to-live, and notice workers that died while idle."""
+        now = time.monotonic()
+        with self._lock:
+            candidates = list(self._sessions.values())
+        for session in candidates:
+            if session.proc is None:  # still starting
+                continue
+            if now >= session.expires_at:
+                self.terminate(session, "expired")
+            elif session.proc.poll() is not None and not session.exec_lock.locked():
+                self.terminate(session, "died")
+
+    def shutdown(self) -> None:
+        """Kill every worker; no process outlives the server."""
+        self._stop.set()
+        self._spawner.shutdown(wait=True)
+        with self._lock:
+            sessions = list(self._sessions.values())
+        for session in sessions:
+            self.terminate(session, "shutdown")
+        self._reaper.join(timeout=5)

@@ -1,0 +1,368 @@
+"""One Code Interpreter session: a persistent Python process that runs code on request.
+
+This file is executed *inside* the sandbox (bubblewrap) as a script, so it is stdlib-only and
+imports nothing from the project. The server imports it only for the frame helpers
+(`send_frame`, `recv_frame`), which both sides must agree on.
+
+Protocol: requests and responses are length-prefixed JSON frames ([u32 big-endian length][UTF-8
+JSON]) on two dedicated pipe fds, never on stdout/stderr, so nothing user code prints can corrupt
+the channel. The first frame the worker sends is `{"ready": true, "pid": ...}`.
+
+Semantics copied from AgentCore (a Jupyter-like kernel):
+- one globals dict for the whole session: variables and imports survive between calls;
+- a trailing expression is displayed (`sys.displayhook`), as a notebook cell does;
+- an uncaught exception gives exit code 1 and the traceback (user frames only) on stderr;
+  `sys.exit(n)` gives n; the session survives both;
+- `MemoryError` reaching the top level gives exit code 137 (what an OOM kill reports) and the
+  session is marked fatal: the server kills it, as AgentCore's OOM-killed kernel would be gone.
+
+Output is captured at the file-descriptor level (fd 1 / fd 2 point at per-call pipes), so output
+of subprocesses and C extensions is captured too, and `sys.stdout` / `sys.stderr` stay the *same
+objects* across calls: the readiness preamble (SPEC §6.2) wraps them once and the wrapper must
+still be in place for every later call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import base64
+import builtins
+import json
+import linecache
+import os
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+MAX_FRAME = 64 * 1024 * 1024
+_HEADER = struct.Struct(">I")
+
+
+# --- framing (shared with the server) ---------------------------------------------------------
+def send_frame(fd: int, obj: Any) -> None:
+    payload = json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    data = memoryview(_HEADER.pack(len(payload)) + payload)
+    while data:
+        written = os.write(fd, data)
+        data = data[written:]
+
+
+def _read_exact(fd: int, n: int) -> bytes | None:
+    chunks: list[bytes] = []
+    while n:
+        chunk = os.read(fd, min(n, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def recv_frame(fd: int) -> Any:
+    """The next frame, or None at EOF. A frame over MAX_FRAME is a protocol violation."""
+    header = _read_exact(fd, _HEADER.size)
+    if header is None:
+        return None
+    (length,) = _HEADER.unpack(header)
+    if length > MAX_FRAME:
+        raise ValueError(f"frame of {length} bytes exceeds {MAX_FRAME}")
+    payload = _read_exact(fd, length)
+    if payload is None:
+        return None
+    return json.loads(payload.decode("utf-8"))
+
+
+# --- limits -----------------------------------------------------------------------------------
+def apply_limits(memory_mb: int, cpu_seconds: int, file_size_mb: int) -> None:
+    """Soft == hard, set before any user code: inside bubblewrap the worker has no capabilities,
+    so user code cannot raise them again."""
+    import resource
+
+    def _set(kind: int, soft: int, hard: int) -> None:
+        _, cur_hard = resource.getrlimit(kind)
+        if cur_hard != resource.RLIM_INFINITY:
+            soft, hard = min(soft, cur_hard), min(hard, cur_hard)
+        resource.setrlimit(kind, (soft, hard))
+
+    if memory_mb > 0:
+        _set(resource.RLIMIT_AS, memory_mb << 20, memory_mb << 20)
+    if cpu_seconds > 0:
+        # SIGXCPU at the soft limit, SIGKILL at the hard one.
+        _set(resource.RLIMIT_CPU, cpu_seconds, cpu_seconds + 2)
+    if file_size_mb > 0:
+        _set(resource.RLIMIT_FSIZE, file_size_mb << 20, file_size_mb << 20)
+        # A write past the limit then fails with EFBIG in user code instead of killing the session.
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    _set(resource.RLIMIT_CORE, 0, 0)
+
+
+# --- output capture ---------------------------------------------------------------------------
+class _Drain(threading.Thread):
+    """Reads one capture pipe, keeps the first `limit` bytes, discards the rest (bounded memory)."""
+
+    def __init__(self, fd: int, limit: int) -> None:
+        super().__init__(daemon=True)
+        self.fd, self.limit = fd, limit
+        self.buf = bytearray()
+        self.keep = True
+
+    def run(self) -> None:
+        try:
+            while True:
+                chunk = os.read(self.fd, 65536)
+                if not chunk:
+                    break
+                room = self.limit - len(self.buf)
+                if self.keep and room > 0:
+                    self.buf += chunk[:room]
+        finally:
+            os.close(self.fd)
+
+
+def _flush_std() -> None:
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.flush()
+        except Exception:  # user code may have replaced a stream with anything
+            pass
+
+
+class Capture:
+    """fd 1 and fd 2 point at fresh pipes for the duration of one call."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.drains: list[_Drain] = []
+        self.saved: list[int] = []
+
+    def __enter__(self) -> Capture:
+        _flush_std()
+        for target in (1, 2):
+            self.saved.append(os.dup(target))
+            r, w = os.pipe()
+            os.dup2(w, target)
+            os.close(w)
+            drain = _Drain(r, self.limit)
+            drain.start()
+            self.drains.append(drain)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _flush_std()
+        for target, saved in zip((1, 2), self.saved, strict=True):
+            os.dup2(saved, target)
+            os.close(saved)
+        # EOF arrives at once unless a background child still holds a pipe; do not wait for it
+        # past one short shared deadline: keep what arrived, the thread drains the rest to nothing.
+        deadline = time.monotonic() + 0.5
+        for drain in self.drains:
+            drain.join(timeout=max(0.0, deadline - time.monotonic()))
+            drain.keep = False
+
+    @property
+    def stdout(self) -> str:
+        return bytes(self.drains[0].buf).decode("utf-8", errors="replace")
+
+    @property
+    def stderr(self) -> str:
+        return bytes(self.drains[1].buf).decode("utf-8", errors="replace")
+
+
+# --- the kernel -------------------------------------------------------------------------------
+class Kernel:
+    def __init__(self, max_output: int) -> None:
+        self.max_output = max_output
+        self.cell = 0
+        self.namespace: dict[str, Any] = {}
+        self.reset()
+        # Freed when MemoryError reaches the top level, so the traceback can still be formatted.
+        self._reserve: bytearray | None = bytearray(1 << 20)
+
+    def reset(self) -> None:
+        self.namespace = {"__name__": "__main__", "__builtins__": builtins}
+
+    def _user_tb(self, tb: Any) -> Any:
+        while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+            tb = tb.tb_next
+        return tb
+
+    def _print_exception(self, exc: BaseException) -> None:
+        text = "".join(traceback.format_exception(type(exc), exc, self._user_tb(exc.__traceback__)))
+        try:
+            sys.stderr.write(text)
+        except Exception:  # sys.stderr replaced by something broken: still report on the fd
+            os.write(2, text.encode("utf-8", errors="replace"))
+
+    def _run_source(self, code: str) -> None:
+        self.cell += 1
+        filename = f"<cell-{self.cell}>"
+        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        tree = ast.parse(code, filename=filename, mode="exec")
+        last: ast.Expression | None = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = ast.Expression(body=tree.body.pop().value)  # type: ignore[attr-defined]
+        exec(compile(tree, filename, "exec"), self.namespace)
+        if last is not None:
+            value = eval(compile(last, filename, "eval"), self.namespace)
+            sys.displayhook(value)
+
+    def execute_code(self, args: dict[str, Any]) -> dict[str, Any]:
+        if args.get("clearContext"):
+            self.reset()
+        exit_code, fatal = 0, False
+        started = time.perf_counter()
+        with Capture(self.max_output) as cap:
+            try:
+                self._run_source(args.get("code", ""))
+            except SystemExit as exc:
+                if exc.code is None:
+                    exit_code = 0
+                elif isinstance(exc.code, int):
+                    exit_code = exc.code & 0xFF  # what a process exit status would carry
+                else:
+                    print(exc.code, file=sys.stderr)
+                    exit_code = 1
+            except MemoryError as exc:
+                self._reserve = None
+                self._print_exception(exc)
+                exit_code, fatal = 137, True
+            except BaseException as exc:  # KeyboardInterrupt too: the session carries on
+                self._print_exception(exc)
+                exit_code = 1
+        return {
+            "stdout": cap.stdout,
+            "stderr": cap.stderr,
+            "exit_code": exit_code,
+            "execution_time": time.perf_counter() - started,
+            "fatal": fatal,
+        }
+
+    def execute_command(self, args: dict[str, Any]) -> dict[str, Any]:
+        started = time.perf_counter()
+        proc = subprocess.run(["/bin/sh", "-c", args.get("command", "")], capture_output=True, stdin=subprocess.DEVNULL)
+        return {
+            "stdout": proc.stdout[: self.max_output].decode("utf-8", errors="replace"),
+            "stderr": proc.stderr[: self.max_output].decode("utf-8", errors="replace"),
+            "exit_code": proc.returncode if proc.returncode >= 0 else 128 - proc.returncode,
+            "execution_time": time.perf_counter() - started,
+            "fatal": False,
+        }
+
+    # File tools work relative to the session's working directory and refuse to leave it, so
+    # they behave the same with or without a sandbox around the process.
+    def _resolve(self, path: str) -> str:
+        base = os.getcwd()
+        full = os.path.realpath(os.path.join(base, path))
+        if full != base and not full.startswith(base + os.sep):
+            raise PermissionError(f"path outside the session directory: {path}")
+        return full
+
+    def _file_result(self, content: list[dict[str, Any]], error: str | None = None) -> dict[str, Any]:
+        if error is not None:
+            content = [{"type": "text", "text": error}]
+        return {"content": content, "is_error": error is not None, "exit_code": 1 if error else 0,
+                "stdout": "", "stderr": error or "", "execution_time": 0.0, "fatal": False}
+
+    def write_files(self, args: dict[str, Any]) -> dict[str, Any]:
+        try:
+            items = args.get("content") or []
+            for item in items:
+                full = self._resolve(item["path"])
+                os.makedirs(os.path.dirname(full), exist_ok=True)
+                data = base64.b64decode(item["blob"]) if item.get("blob") is not None else item.get("text", "").encode()
+                with open(full, "wb") as fh:
+                    fh.write(data)
+            return self._file_result([{"type": "text", "text": f"Successfully wrote all {len(items)} files"}])
+        except (OSError, KeyError, ValueError) as exc:
+            return self._file_result([], f"{type(exc).__name__}: {exc}")
+
+    def read_files(self, args: dict[str, Any]) -> dict[str, Any]:
+        try:
+            blocks = []
+            for path in args.get("paths") or []:
+                full = self._resolve(path)
+                with open(full, "rb") as fh:
+                    data = fh.read(self.max_output)
+                uri = "file://" + full
+                try:
+                    resource = {"type": "text", "uri": uri, "mimeType": "text/plain", "text": data.decode("utf-8")}
+                except UnicodeDecodeError:
+                    resource = {"type": "blob", "uri": uri, "mimeType": "application/octet-stream",
+                                "blob": base64.b64encode(data).decode("ascii")}
+                blocks.append({"type": "resource", "resource": resource})
+            return self._file_result(blocks)
+        except (OSError, ValueError) as exc:
+            return self._file_result([], f"{type(exc).__name__}: {exc}")
+
+    def list_files(self, args: dict[str, Any]) -> dict[str, Any]:
+        try:
+            full = self._resolve(args.get("directoryPath") or ".")
+            blocks = []
+            for entry in sorted(os.scandir(full), key=lambda e: e.name):
+                is_dir = entry.is_dir(follow_symlinks=False)
+                blocks.append({"type": "resource_link", "uri": "file://" + entry.path, "name": entry.name,
+                               "description": "directory" if is_dir else "file",
+                               "size": 0 if is_dir else entry.stat(follow_symlinks=False).st_size})
+            return self._file_result(blocks)
+        except (OSError, ValueError) as exc:
+            return self._file_result([], f"{type(exc).__name__}: {exc}")
+
+    def remove_files(self, args: dict[str, Any]) -> dict[str, Any]:
+        try:
+            paths = args.get("paths") or []
+            for path in paths:
+                os.remove(self._resolve(path))
+            return self._file_result([{"type": "text", "text": f"Successfully removed {len(paths)} files"}])
+        except (OSError, ValueError) as exc:
+            return self._file_result([], f"{type(exc).__name__}: {exc}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--session", required=True)  # only so operators can find it in `ps`
+    parser.add_argument("--req-fd", type=int, required=True)
+    parser.add_argument("--resp-fd", type=int, required=True)
+    parser.add_argument("--memory-mb", type=int, default=1024)
+    parser.add_argument("--cpu-seconds", type=int, default=600)
+    parser.add_argument("--file-size-mb", type=int, default=512)
+    parser.add_argument("--max-output", type=int, default=1 << 20)
+    opts = parser.parse_args(argv)
+
+    # Protocol fds must not leak into subprocesses that user code starts.
+    for fd in (opts.req_fd, opts.resp_fd):
+        os.set_inheritable(fd, False)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+
+    apply_limits(opts.memory_mb, opts.cpu_seconds, opts.file_size_mb)
+    threading.stack_size(512 * 1024)  # capture threads must fit comfortably under RLIMIT_AS
+    kernel = Kernel(opts.max_output)
+    ops = {
+        "executeCode": kernel.execute_code,
+        "executeCommand": kernel.execute_command,
+        "writeFiles": kernel.write_files,
+        "readFiles": kernel.read_files,
+        "listFiles": kernel.list_files,
+        "removeFiles": kernel.remove_files,
+    }
+    send_frame(opts.resp_fd, {"ready": True, "pid": os.getpid()})
+    while True:
+        request = recv_frame(opts.req_fd)
+        if request is None:  # the server closed the channel: the session is over
+            return 0
+        result = ops[request["op"]](request.get("arguments") or {})
+        send_frame(opts.resp_fd, result)
+        if result.get("fatal"):
+            return 137
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -333,3 +333,7 @@ def ttl_request(spec: TableSpec, stage: str) -> dict | None:
         "TableName": spec.physical(stage),
         "TimeToLiveSpecification": {"Enabled": True, "AttributeName": spec.ttl_attribute},
     }
+
+# --- backstop findings (§8.4) ------------------------------------------------------------------
+# Findings are security evidence: kept for the audit ceiling, expired by DynamoDB TTL.
+FINDINGS_RETENTION_DAYS = 180

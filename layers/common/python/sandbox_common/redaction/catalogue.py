@@ -124,12 +124,12 @@ TOKEN_CLASSES: tuple[TokenClass, ...] = (
             r"(?i:authorization)[\\\"']{0,3}[ \t]{0,8}[:=][ \t]{0,8}[\\\"']{0,3}(?i:bearer)[ \t]{1,8}"
             r"(?P<bearer>[" + _TOKEN68 + r"]{16,4096}={0,8})"
         ),
-        # CloudWatch data identifiers cannot contain quotes, colons or parentheses: `.{1,8}`
-        # stands for the separator, and `~` (not in CloudWatch's allowed set) is left out of the
-        # credential alphabet (the match simply stops there; the prefix is masked anyway).
+        # CloudWatch data identifiers cannot contain quotes, colons, tildes or parentheses:
+        # `.{1,23}` stands for the separator, and the credential is "everything up to a space"
+        # (a negated class), which masks a superset of the token68 alphabet.
         cw_regex=(
-            r"[Aa][Uu][Tt][Hh][Oo][Rr][Ii][Zz][Aa][Tt][Ii][Oo][Nn].{1,12}"
-            r"[Bb][Ee][Aa][Rr][Ee][Rr] {1,8}[A-Za-z0-9._+/=-]{16,4096}"
+            r"[Aa][Uu][Tt][Hh][Oo][Rr][Ii][Zz][Aa][Tt][Ii][Oo][Nn].{1,23}"
+            r"[Bb][Ee][Aa][Rr][Ee][Rr] {1,8}[^ ]{16,4096}"
         ),
         examples=(
             "Authorization: Bearer abcdefghijklmnop1234567890",
@@ -174,6 +174,12 @@ CLASS_NAMES: tuple[str, ...] = tuple(c.name for c in TOKEN_CLASSES)
 
 # The bearer header words in front of the credential (for max_token_length and the stdio hold-back).
 BEARER_PREFIX_MAX = len("authorization") + 3 + 8 + 1 + 8 + 3 + len("bearer") + 8
+
+# The header words of a bearer match, possibly incomplete, ending the searched region: the stdio
+# redactor holds them back together with the credential that may follow.
+BEARER_TAIL = re.compile(
+    r"(?i:authorization)[\\\"']{0,3}[ \t]{0,8}(?:[:=][ \t]{0,8}[\\\"']{0,3}(?:(?i:bearer)[ \t]{1,8})?)?\Z"
+)
 
 _ALL = re.compile("|".join(c.pattern for c in TOKEN_CLASSES))
 
@@ -271,7 +277,9 @@ class Redactor:
         # Longest first so a value's cleartext is not partially replaced by a shorter form.
         ordered = sorted(forms, key=lambda f: (-len(f), f))
         self._values = re.compile("|".join(re.escape(f) for f in ordered)) if ordered else None
-        # A cheap literal prefilter for values: any form shares its first 8 chars with the text.
+        self._forms = tuple(ordered)
+        self._max_form = max((len(f) for f in ordered), default=0)
+        # A cheap literal prefilter for values: a text holding a form holds its first 8 chars.
         self._value_heads = tuple({f[:8] for f in ordered})
 
     @property
@@ -285,6 +293,38 @@ class Redactor:
         if not names:
             return text
         return _alternation(names).sub(_replace, text)
+
+    def finditer(self, text: str, pos: int = 0) -> list[re.Match]:
+        """Registered-value and catalogue matches at or after `pos`, in order of start."""
+        matches: list[re.Match] = []
+        if self._values is not None:
+            matches.extend(self._values.finditer(text, pos))
+        names = candidate_classes(text[pos:])
+        if names:
+            matches.extend(_alternation(names).finditer(text, pos))
+        matches.sort(key=lambda m: m.start())
+        return matches
+
+    def value_hold_start(self, text: str, cut: int) -> int:
+        """Move `cut` back so no registered value form is split or emitted half-written.
+
+        Holds the longest suffix of `text` that is a proper prefix of a form, and any complete
+        form that straddles `cut` (forms may contain spaces, unlike catalogue tokens).
+        """
+        n = len(text)
+        for form in self._forms:
+            for k in range(min(len(form) - 1, n), 0, -1):
+                if text.endswith(form[:k]):
+                    cut = min(cut, n - k)
+                    break
+        if self._values is not None:
+            lo = cut - self._max_form
+            for m in self._values.finditer(text, lo if lo > 0 else 0):
+                if m.start() < cut < m.end():
+                    cut = m.start()
+                if m.start() >= cut:
+                    break
+        return cut
 
     def redact_bytes(self, data: bytes) -> bytes:
         """Bytes in, bytes out; undecodable bytes survive unchanged (surrogateescape round trip)."""

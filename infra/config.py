@@ -125,6 +125,9 @@ class StageConfig(_Model):
 _DEMO_TENANTS = (
     TenantConfig(id="acme", environments=("default-public", "internal-only"), templates={"analyst": "default-public"}),
     TenantConfig(id="globex", environments=("default-public",), templates={"analyst": "default-public"}),
+    # `sandboxctl pilot --tenant canary` (the post-deploy canary) temporarily lowers this tenant's
+    # agent_hourly cap to prove the breaker; a dedicated tenant keeps that off real tenants.
+    TenantConfig(id="canary", environments=("default-public",), templates={"analyst": "default-public"}),
 )
 
 # Raw stage data. Everything not named takes the StageConfig default (= SPEC §12 defaults).

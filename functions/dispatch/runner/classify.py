@@ -1,0 +1,108 @@
+"""Outcome classification (SPEC §6.3), first match wins:
+timeout → oom → error → ok.
+
+`timeout` is decided by the runner's own deadline and `oom` from what the sandbox reports
+(exit 137 = SIGKILL by the OOM killer, or a traceback ending in MemoryError): both come from
+observable facts of this call, not from host exceptions that never occur (a peer-system bug).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from sandbox_common.errors import SandboxError, SandboxFailure, SandboxOOM, SandboxTimeout
+
+OOM_EXIT_CODE = 137
+
+# A traceback's final line: "pkg.mod.SomeError: message" or a bare "MemoryError", at column 0.
+_EXCEPTION_LINE = re.compile(
+    r"^(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt))(?::.*)?$", re.MULTILINE
+)
+
+
+def last_exception(stderr: str) -> str | None:
+    """Name of the last exception line in stderr (module prefix dropped), if any."""
+    names = _EXCEPTION_LINE.findall(stderr)
+    return names[-1] if names else None
+
+
+@dataclass(frozen=True)
+class Classification:
+    exit_status: str  # ok | timeout | oom | error
+    error: type[SandboxFailure] | None
+    error_message: str | None
+    failure_reason: str | None
+
+
+OK = Classification("ok", None, None, None)
+
+
+def classify(
+    *,
+    timed_out: bool,
+    call_timeout_seconds: int,
+    exit_code: int | None,
+    stderr_tail: str,
+    is_error: bool,
+    stream_error: str | None,
+    result_events: int,
+    stream_error_message: str = "",
+    api_error: str | None = None,
+) -> Classification:
+    if timed_out:
+        return Classification(
+            "timeout",
+            SandboxTimeout,
+            f"The code did not finish within the {call_timeout_seconds}-second limit and was stopped. "
+            "The sandbox session was reset, so variables and files from earlier calls in this turn are gone.",
+            f"deadline_exceeded:{call_timeout_seconds}s",
+        )
+    if exit_code == OOM_EXIT_CODE or last_exception(stderr_tail) == "MemoryError":
+        reason = f"exit_code:{exit_code}" if exit_code == OOM_EXIT_CODE else "memory_error"
+        return Classification(
+            "oom",
+            SandboxOOM,
+            "The code ran out of memory in the sandbox. Try processing less data at a time.",
+            reason,
+        )
+    if api_error is not None:
+        return Classification(
+            "error",
+            SandboxError,
+            "The sandbox could not run the code because of a service error; please try again.",
+            f"invoke_failed:{api_error}",
+        )
+    if stream_error is not None:
+        return Classification(
+            "error",
+            SandboxError,
+            f"The sandbox stream failed ({stream_error}) before the result was complete; please try again.",
+            f"stream_exception:{stream_error}:{stream_error_message[:200]}".rstrip(":"),
+        )
+    if result_events == 0:
+        return Classification(
+            "error",
+            SandboxError,
+            "The sandbox returned no result for this code; please try again.",
+            "empty_stream",
+        )
+    if exit_code not in (None, 0):
+        return Classification(
+            "error",
+            SandboxError,
+            f"The code exited with status {exit_code}; see stderr for details.",
+            f"exit_code:{exit_code}",
+        )
+    if is_error:
+        return Classification(
+            "error", SandboxError, "The code raised an error; see stderr for details.", "is_error"
+        )
+    if exit_code is None and stderr_tail:
+        return Classification(
+            "error",
+            SandboxError,
+            "The code wrote to stderr and reported no exit status; see stderr for details.",
+            "stderr_without_exit_code",
+        )
+    return OK

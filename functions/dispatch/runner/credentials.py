@@ -1,0 +1,159 @@
+"""Tenant-scoped AgentCore clients (SPEC §6.4).
+
+The dispatch role holds no interpreter permission at all: the runner assumes the tenant's
+session-runner role, whose policy names only that tenant's interpreters, and calls AgentCore
+with those credentials. A routing bug can therefore not reach another tenant's interpreter.
+
+Credentials are cached per role ARN until shortly before they expire, so a warm container does
+one AssumeRole per tenant per ~10 minutes, not one per call. The two clients built from them
+differ on purpose:
+
+- control (Start/Stop/Get): standard retries. Start carries an idempotency token that botocore
+  fills in once and reuses on retry, so a retried Start cannot leave a second session.
+- invoke (InvokeCodeInterpreter): exactly one attempt. A retried invoke could run user code
+  twice. Note botocore's `retries={"max_attempts": 1}` means ONE RETRY (two attempts); only
+  `total_max_attempts: 1` means a single attempt.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from typing import Any
+
+from sandbox_common import aws
+from sandbox_common.errors import SandboxError
+
+from .errors import failure
+
+SERVICE = "bedrock-agentcore"
+ASSUME_ROLE_SECONDS = 900  # the STS minimum: short-lived by design
+REFRESH_BEFORE_EXPIRY = timedelta(minutes=5)
+CONNECT_TIMEOUT_SECONDS = 3
+CONTROL_READ_TIMEOUT_SECONDS = 30
+# The invoke read timeout backs up the runner's own deadline: the runner gives up at the
+# deadline; the socket gives up a little later so an abandoned reader thread always ends.
+INVOKE_READ_TIMEOUT_MARGIN_SECONDS = 5
+
+CONTROL_RETRIES = {"mode": "standard", "total_max_attempts": 3}
+INVOKE_RETRIES = {"mode": "standard", "total_max_attempts": 1}
+
+_NO_CREDENTIALS = "The sandbox could not obtain credentials for this tenant; please try again later."
+_ROLE_SESSION_NAME_BAD = re.compile(r"[^\w+=,.@-]+")
+
+
+def role_session_name(tenant_id: str) -> str:
+    """RoleSessionName allows [\\w+=,.@-]{2,64}; request ids may also contain ':'."""
+    return _ROLE_SESSION_NAME_BAD.sub("-", f"sbx-runner-{tenant_id}")[:64]
+
+
+def _now() -> datetime:
+    """Wall clock for credential expiry (tests move it forward)."""
+    return datetime.now(UTC)
+
+
+@lru_cache(maxsize=1)
+def _shared_session() -> Any:
+    """One boto3 session for every tenant's clients: its loader caches the parsed service model,
+    so a credential refresh builds clients without re-reading botocore's JSON. Credentials are
+    passed per client, never stored on the session."""
+    import boto3
+
+    return boto3.session.Session()
+
+
+def new_client(service: str, config: Any, creds: dict[str, Any]) -> Any:
+    """The one place runner clients are built: endpoint and region come from boto3's own
+    configuration (AWS_ENDPOINT_URL_BEDROCK_AGENTCORE for the local interpreter)."""
+    return _shared_session().client(
+        service,
+        config=config,
+        aws_access_key_id=creds["AccessKeyId"],
+        aws_secret_access_key=creds["SecretAccessKey"],
+        aws_session_token=creds["SessionToken"],
+    )
+
+
+@dataclass
+class _Entry:
+    expires_at: datetime
+    creds: dict[str, Any]
+    clients: dict[tuple[str, int], Any] = field(default_factory=dict)
+
+
+_cache: dict[str, _Entry] = {}
+_lock = threading.Lock()
+
+
+def clear_cache() -> None:
+    with _lock:
+        _cache.clear()
+    _shared_session.cache_clear()
+
+
+class TenantCredentials:
+    """AgentCore clients acting as one tenant's session-runner role."""
+
+    def __init__(self, *, tenant_id: str, role_arn: str, call_timeout_seconds: int) -> None:
+        self.tenant_id = tenant_id
+        self.role_arn = role_arn
+        self.call_timeout_seconds = call_timeout_seconds
+
+    def control_client(self) -> Any:
+        return self._client("control", CONTROL_READ_TIMEOUT_SECONDS)
+
+    def invoke_client(self) -> Any:
+        return self._client("invoke", self.call_timeout_seconds + INVOKE_READ_TIMEOUT_MARGIN_SECONDS)
+
+    def _client(self, kind: str, read_timeout: int) -> Any:
+        from botocore.config import Config
+
+        entry = self._entry()
+        key = (kind, read_timeout)
+        with _lock:
+            cached = entry.clients.get(key)
+            if cached is not None:
+                return cached
+        retries = INVOKE_RETRIES if kind == "invoke" else CONTROL_RETRIES
+        config = Config(
+            retries=dict(retries), connect_timeout=CONNECT_TIMEOUT_SECONDS, read_timeout=read_timeout
+        )
+        built = new_client(SERVICE, config, entry.creds)
+        with _lock:
+            return entry.clients.setdefault(key, built)
+
+    def _entry(self) -> _Entry:
+        with _lock:
+            entry = _cache.get(self.role_arn)
+            if entry is not None and _now() < entry.expires_at - REFRESH_BEFORE_EXPIRY:
+                return entry
+        fresh = self._assume()
+        with _lock:
+            _cache[self.role_arn] = fresh
+        return fresh
+
+    def _assume(self) -> _Entry:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            answer = aws.client("sts").assume_role(
+                RoleArn=self.role_arn,
+                RoleSessionName=role_session_name(self.tenant_id),
+                DurationSeconds=ASSUME_ROLE_SECONDS,
+            )
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "Unknown")
+            raise failure(
+                SandboxError, _NO_CREDENTIALS, failure_reason=f"assume_role_failed:{code}"
+            ) from None
+        except BotoCoreError as exc:
+            reason = f"assume_role_failed:{type(exc).__name__}"
+            raise failure(SandboxError, _NO_CREDENTIALS, failure_reason=reason) from None
+        creds = answer["Credentials"]
+        expires_at = creds["Expiration"]
+        if expires_at.tzinfo is None:
+            expires_at = expires_at.replace(tzinfo=UTC)
+        return _Entry(expires_at=expires_at, creds=dict(creds))

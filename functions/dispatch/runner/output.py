@@ -1,0 +1,73 @@
+"""Agent-visible output (SPEC §6.5) and host-side redaction (SPEC §8 layer 2).
+
+Order matters: redact first, then cut. The kept head of each stream is longer than the cap by
+a margin (REDACTION_MARGIN_BYTES, larger than any token shape), so a token that starts before
+the cut is whole when redaction sees it and no prefix of it survives the cut.
+`*_truncated` is true iff the raw (pre-redaction) byte count exceeds the cap; byte counts are
+always ints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .stream import BoundedText
+
+REDACTION_MARGIN_BYTES = 16 * 1024
+# No catalogue token shape can contain a newline, so redacting line-aligned chunks gives the
+# same text as redacting the whole, and the catalogue's cheap prefilter then skips every chunk
+# without a token marker (≈ 20× faster on 1 MiB of ordinary output with a few tokens).
+# Registered values may contain newlines (a PEM key), so a Redactor with values is never chunked.
+LINE_CHUNK_CHARS = 16 * 1024
+DEFAULT_LOG_CAP_BYTES = 1024 * 1024  # redacted copy kept for the chunked CloudWatch log
+
+
+def head_limit_bytes(stdout_cap: int, stderr_cap: int, log_cap: int) -> int:
+    """How much of each stream the stream parser keeps in memory."""
+    return max(stdout_cap, stderr_cap, log_cap) + REDACTION_MARGIN_BYTES
+
+
+def redact_by_lines(text: str, redact: Callable[[str], str]) -> str:
+    """`redact(text)`, computed over line-aligned chunks of about LINE_CHUNK_CHARS."""
+    if len(text) <= LINE_CHUNK_CHARS:
+        return redact(text)
+    parts: list[str] = []
+    start, size = 0, len(text)
+    while start < size:
+        newline = text.find("\n", start + LINE_CHUNK_CHARS)
+        end = size if newline < 0 else newline + 1
+        parts.append(redact(text[start:end]))
+        start = end
+    return "".join(parts)
+
+
+def cut_utf8(text: str, cap_bytes: int) -> str:
+    """At most cap_bytes of UTF-8, never splitting a character."""
+    if len(text) * 4 <= cap_bytes:  # cheap: cannot exceed the cap
+        return text
+    raw = text.encode("utf-8", "surrogatepass")
+    if len(raw) <= cap_bytes:
+        return text
+    return raw[:cap_bytes].decode("utf-8", "ignore")
+
+
+@dataclass(frozen=True)
+class ShapedOutput:
+    visible: str  # redacted, cut at the agent cap
+    full: str  # redacted, cut at the log cap
+    raw_bytes: int
+    truncated: bool
+
+
+def shape(
+    stream: BoundedText, *, cap_bytes: int, log_cap_bytes: int, redact: Callable[[str], str]
+) -> ShapedOutput:
+    redacted = redact(stream.head)
+    full = cut_utf8(redacted, log_cap_bytes)
+    return ShapedOutput(
+        visible=cut_utf8(full, cap_bytes),
+        full=full,
+        raw_bytes=int(stream.total_bytes),
+        truncated=stream.total_bytes > cap_bytes,
+    )

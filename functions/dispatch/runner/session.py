@@ -1,0 +1,402 @@
+"""The session runner (SPEC §6): start a tenant's session, prove the in-sandbox redactor is in
+place, run user code byte-exact under a runner-enforced deadline, stop sessions.
+
+Every AgentCore call goes through the tenant's session-runner credentials, and every interpreter
+id is checked against the tenant's own list BEFORE any AWS call (§6.4): two locks on one door.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import threading
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Any
+
+from sandbox_common import naming
+from sandbox_common.errors import EXIT_STATUS_ERRORS, SandboxError, SandboxFailure, SandboxProvisioning
+from sandbox_common.observability import emit_metric, logger
+
+from .classify import classify
+from .credentials import TenantCredentials
+from .errors import CrossTenantInterpreter, SessionGone, failure
+from .output import DEFAULT_LOG_CAP_BYTES, cut_utf8, head_limit_bytes, redact_by_lines, shape
+from .stream import StreamAccumulator, StreamOutcome, consume
+
+EXECUTE_CODE = "executeCode"
+LANGUAGE = "python"
+FAILURE_REASON_MAX_CHARS = 300
+
+# Start refused because the interpreter is not there / not READY yet: the agent should wait,
+# not report a bug. Anything else from Start is a substrate failure.
+_NOT_READY_CODES = frozenset({"ResourceNotFoundException", "ConflictException"})
+_NOT_READY_MESSAGE = re.compile(r"not\s+ready|not\s+in\s+(?:a\s+)?ready|creating|status", re.IGNORECASE)
+# Invoke answered "no such session": it was reaped (sessionTimeoutSeconds) or stopped elsewhere.
+_SESSION_GONE_CODES = frozenset({"ResourceNotFoundException"})
+_SESSION_NAME_BAD = re.compile(r"[^A-Za-z0-9]+")
+
+_PROVISIONING_MESSAGE = (
+    "The code sandbox for this tenant is still being prepared; please try again in a few minutes."
+)
+_READINESS_MESSAGE = (
+    "The code sandbox could not be verified as safe to use, so no code was run; please try again shortly."
+)
+
+
+def session_name(raw: str) -> str:
+    """A session name AgentCore accepts: letters, digits and single hyphens, ≤ 100 chars."""
+    name = _SESSION_NAME_BAD.sub("-", raw).strip("-")[:100].rstrip("-")
+    return name or "sandbox-session"
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    exit_status: str  # ok | error | timeout | oom
+    exit_code: int | None
+    stdout: str  # agent-visible: redacted, cut at the cap
+    stderr: str
+    stdout_bytes: int  # raw byte counts, before redaction and truncation
+    stderr_bytes: int
+    stdout_truncated: bool
+    stderr_truncated: bool
+    duration_ms: int
+    error: str | None  # agent-facing error class name
+    error_message: str | None  # redacted, relayable
+    failure_reason: str | None  # redacted, short technical reason (audit row)
+    full_stdout: str  # redacted, untruncated up to the log cap: dispatch logs it chunked
+    full_stderr: str
+    session_stopped: bool  # the session is gone: the next call of the turn needs a fresh one
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_status == "ok"
+
+    def failure(self) -> SandboxFailure | None:
+        """The agent-facing failure of a non-ok result (failure_reason in its fields), else None."""
+        if self.ok:
+            return None
+        cls = EXIT_STATUS_ERRORS.get(self.exit_status, SandboxError)
+        return cls(self.error_message or "The code sandbox failed.", failure_reason=self.failure_reason)
+
+    def to_response_fields(self) -> dict[str, Any]:
+        """The §4.2 result fields the runner owns (dispatch adds session_id and invocation_id)."""
+        body: dict[str, Any] = {
+            "ok": self.ok,
+            "stdout": self.stdout,
+            "stderr": self.stderr,
+            "exit_status": self.exit_status,
+            "exit_code": self.exit_code,
+            "duration_ms": self.duration_ms,
+            "stdout_bytes": self.stdout_bytes,
+            "stderr_bytes": self.stderr_bytes,
+            "stdout_truncated": self.stdout_truncated,
+            "stderr_truncated": self.stderr_truncated,
+        }
+        if not self.ok:
+            body["error"] = self.error
+            body["error_message"] = self.error_message
+        return body
+
+    def to_audit_fields(self) -> dict[str, Any]:
+        """The §7.1 attributes the runner owns."""
+        return {
+            "exit_status": self.exit_status,
+            "exit_code": self.exit_code,
+            "error": self.error,
+            "failure_reason": self.failure_reason,
+            "duration_ms": self.duration_ms,
+            "stdout_bytes": self.stdout_bytes,
+            "stderr_bytes": self.stderr_bytes,
+            "stdout_truncated": self.stdout_truncated,
+            "stderr_truncated": self.stderr_truncated,
+        }
+
+
+@dataclass(frozen=True)
+class _Invocation:
+    outcome: StreamOutcome
+    timed_out: bool
+    api_error: str | None  # ClientError code / BotoCoreError class before the stream began
+    duration_ms: int
+
+
+class SessionRunner:
+    def __init__(
+        self,
+        *,
+        tenant_id: str,
+        allowed_interpreter_ids: Collection[str],
+        runner_role_arn: str,
+        session_timeout_seconds: int,
+        call_timeout_seconds: int,
+        stdout_cap_bytes: int,
+        stderr_cap_bytes: int,
+        redactor: Any = None,
+        clock: Callable[[], float] = time.monotonic,
+        log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES,
+    ) -> None:
+        self.tenant_id = tenant_id
+        self.allowed_interpreter_ids = frozenset(allowed_interpreter_ids)
+        self.session_timeout_seconds = session_timeout_seconds
+        self.call_timeout_seconds = call_timeout_seconds
+        self.stdout_cap_bytes = stdout_cap_bytes
+        self.stderr_cap_bytes = stderr_cap_bytes
+        self.log_cap_bytes = max(log_cap_bytes, stdout_cap_bytes, stderr_cap_bytes)
+        self._head_limit = head_limit_bytes(stdout_cap_bytes, stderr_cap_bytes, self.log_cap_bytes)
+        self._clock = clock
+        self._redact = _redact_function(redactor)
+        self.credentials = TenantCredentials(
+            tenant_id=tenant_id, role_arn=runner_role_arn, call_timeout_seconds=call_timeout_seconds
+        )
+
+    # --- sessions -----------------------------------------------------------------------------
+    def start_session(self, interpreter_id: str, *, name: str | None = None) -> str:
+        """Start a session and run the readiness preamble; returns the session id.
+
+        Raises SandboxProvisioning (reason interpreter_not_ready / readiness_check_failed),
+        SandboxError, or CrossTenantInterpreter (before any AWS call).
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        self._check_owned(interpreter_id)
+        control = self.credentials.control_client()
+        try:
+            answer = control.start_code_interpreter_session(
+                codeInterpreterIdentifier=interpreter_id,
+                name=session_name(name or f"sbx-{self.tenant_id}"),
+                sessionTimeoutSeconds=self.session_timeout_seconds,
+            )
+        except ClientError as exc:
+            code, message = _client_error(exc)
+            if code in _NOT_READY_CODES or (
+                code == "ValidationException" and _NOT_READY_MESSAGE.search(message)
+            ):
+                raise failure(
+                    SandboxProvisioning,
+                    _PROVISIONING_MESSAGE,
+                    failure_reason=self._reason(f"start_refused:{code}:{message}"),
+                    reason="interpreter_not_ready",
+                ) from None
+            raise failure(
+                SandboxError,
+                "The code sandbox could not start a session; please try again.",
+                failure_reason=self._reason(f"start_failed:{code}:{message}"),
+            ) from None
+        except BotoCoreError as exc:
+            raise failure(
+                SandboxError,
+                "The code sandbox could not start a session; please try again.",
+                failure_reason=f"start_failed:{type(exc).__name__}",
+            ) from None
+        session_id = str(answer["sessionId"])
+        self._check_readiness(interpreter_id, session_id)
+        return session_id
+
+    def stop_session(self, interpreter_id: str, session_id: str) -> bool:
+        """Stop a session. Never raises: a failed stop is logged, counted (alarmed) and left to
+        the interpreter's sessionTimeoutSeconds. Returns True iff AgentCore confirmed the stop."""
+        from botocore.exceptions import ClientError
+
+        if interpreter_id not in self.allowed_interpreter_ids:
+            logger.warning(
+                "session stop refused: interpreter not owned by tenant", extra={"tenant_id": self.tenant_id}
+            )
+            return False
+        try:
+            self.credentials.control_client().stop_code_interpreter_session(
+                codeInterpreterIdentifier=interpreter_id, sessionId=session_id
+            )
+            return True
+        except ClientError as exc:
+            code, _ = _client_error(exc)
+            if code == "ResourceNotFoundException":  # already gone (reaped or stopped): nothing to do
+                logger.info(
+                    "session already gone", extra={"session_id": session_id, "tenant_id": self.tenant_id}
+                )
+                return False
+            reason = f"stop_failed:{code}"
+        except Exception as exc:  # noqa: BLE001 - a stop must never break the caller's result
+            reason = f"stop_failed:{getattr(exc, 'failure_reason', type(exc).__name__)}"
+        logger.warning(
+            "session stop failed",
+            extra={"session_id": session_id, "tenant_id": self.tenant_id, "failure_reason": reason},
+        )
+        emit_metric(naming.METRIC_SESSION_STOP_FAILED)
+        return False
+
+    # --- code ---------------------------------------------------------------------------------
+    def execute(self, interpreter_id: str, session_id: str, code: str) -> ExecutionResult:
+        """Run user code byte-exact in the session.
+
+        Every outcome is a result, except two refusals in which the code certainly did not run:
+        CrossTenantInterpreter (before any AWS call) and SessionGone (AgentCore rejected the
+        invoke because the session no longer exists; dispatch starts a fresh one).
+        """
+        self._check_owned(interpreter_id)
+        call = self._invoke(interpreter_id, session_id, code)
+        if call.api_error is not None and call.api_error.split(":", 1)[0] in _SESSION_GONE_CODES:
+            raise SessionGone(session_id, self._reason(f"invoke_failed:{call.api_error}"))
+        outcome = call.outcome
+        verdict = classify(
+            timed_out=call.timed_out,
+            call_timeout_seconds=self.call_timeout_seconds,
+            exit_code=outcome.exit_code,
+            stderr_tail=outcome.stderr.tail,
+            is_error=outcome.is_error,
+            stream_error=outcome.stream_error,
+            stream_error_message=outcome.stream_error_message or "",
+            result_events=outcome.result_events,
+            api_error=call.api_error,
+        )
+        session_stopped = False
+        if call.timed_out:
+            # The code may still be running: stop it so it cannot outlive the call, and make
+            # the next call of the turn start (and announce) a fresh session.
+            self.stop_session(interpreter_id, session_id)
+            session_stopped = True
+        stdout = shape(
+            outcome.stdout,
+            cap_bytes=self.stdout_cap_bytes,
+            log_cap_bytes=self.log_cap_bytes,
+            redact=self._redact,
+        )
+        stderr = shape(
+            outcome.stderr,
+            cap_bytes=self.stderr_cap_bytes,
+            log_cap_bytes=self.log_cap_bytes,
+            redact=self._redact,
+        )
+        return ExecutionResult(
+            exit_status=verdict.exit_status,
+            exit_code=outcome.exit_code,
+            stdout=stdout.visible,
+            stderr=stderr.visible,
+            stdout_bytes=stdout.raw_bytes,
+            stderr_bytes=stderr.raw_bytes,
+            stdout_truncated=stdout.truncated,
+            stderr_truncated=stderr.truncated,
+            duration_ms=call.duration_ms,
+            error=verdict.error.__name__ if verdict.error else None,
+            error_message=self._redact(verdict.error_message) if verdict.error_message else None,
+            failure_reason=self._reason(verdict.failure_reason) if verdict.failure_reason else None,
+            full_stdout=stdout.full,
+            full_stderr=stderr.full,
+            session_stopped=session_stopped,
+        )
+
+    # --- internals ----------------------------------------------------------------------------
+    def _check_owned(self, interpreter_id: str) -> None:
+        if interpreter_id not in self.allowed_interpreter_ids:
+            raise CrossTenantInterpreter("The code sandbox is not available for this request.")
+
+    def _check_readiness(self, interpreter_id: str, session_id: str) -> None:
+        from sandbox_common.redaction.stdio import check_readiness, preamble_source
+
+        call = self._invoke(interpreter_id, session_id, preamble_source())
+        outcome = call.outcome
+        if call.timed_out:
+            problem = "timeout"
+        elif call.api_error is not None:
+            problem = f"invoke_failed:{call.api_error}"
+        elif outcome.stream_error is not None:
+            problem = f"stream_exception:{outcome.stream_error}"
+        elif outcome.result_events == 0:
+            problem = "empty_stream"
+        elif outcome.is_error:
+            problem = "is_error"
+        elif outcome.exit_code not in (None, 0):
+            problem = f"exit_code:{outcome.exit_code}"
+        elif not check_readiness(outcome.stdout.head):
+            problem = "marker_missing_or_not_installed"
+        else:
+            return
+        self.stop_session(interpreter_id, session_id)
+        emit_metric(naming.METRIC_READINESS_FAILED)
+        reason = self._reason(f"readiness_check_failed:{problem}")
+        logger.warning(
+            "readiness check failed; session stopped",
+            extra={"session_id": session_id, "tenant_id": self.tenant_id, "failure_reason": reason},
+        )
+        raise failure(
+            SandboxProvisioning, _READINESS_MESSAGE, failure_reason=reason, reason="readiness_check_failed"
+        )
+
+    def _invoke(self, interpreter_id: str, session_id: str, code: str) -> _Invocation:
+        """One executeCode call under the runner's deadline.
+
+        The call runs on a daemon reader thread while this thread waits at most until the
+        deadline, wherever the reader is blocked (connect, headers, between events). On expiry
+        the caller stops the session, which ends the stream server-side; the reader's socket
+        read timeout (deadline + margin) bounds it in any case. The invoke client never retries.
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        accumulator = StreamAccumulator(self._head_limit)
+        cancelled = threading.Event()
+        done = threading.Event()
+        api_error: list[str] = []
+        started = self._clock()
+        try:
+            client = self.credentials.invoke_client()
+        except SandboxError as exc:
+            api_error.append(getattr(exc, "failure_reason", "credentials_unavailable"))
+            done.set()
+            client = None
+
+        def read() -> None:
+            try:
+                answer = client.invoke_code_interpreter(
+                    codeInterpreterIdentifier=interpreter_id,
+                    sessionId=session_id,
+                    name=EXECUTE_CODE,
+                    arguments={"language": LANGUAGE, "code": code},
+                )
+                consume(answer["stream"], accumulator, cancelled=cancelled)
+            except ClientError as exc:
+                code_, message = _client_error(exc)
+                api_error.append(f"{code_}:{message}".rstrip(":"))
+            except BotoCoreError as exc:
+                api_error.append(type(exc).__name__)
+            except Exception as exc:  # noqa: BLE001 - the reader must end in `done`, whatever happens
+                api_error.append(f"unexpected:{type(exc).__name__}")
+            finally:
+                done.set()
+
+        if client is not None:
+            threading.Thread(target=read, name=f"sandbox-invoke-{session_id[:16]}", daemon=True).start()
+        finished = done.wait(timeout=self.call_timeout_seconds)
+        if not finished:
+            cancelled.set()
+        duration_ms = max(0, int(round((self._clock() - started) * 1000)))
+        return _Invocation(
+            outcome=accumulator.snapshot(),
+            timed_out=not finished,
+            api_error=api_error[0] if (finished and api_error) else None,
+            duration_ms=duration_ms,
+        )
+
+    def _reason(self, text: str) -> str:
+        return cut_utf8(self._redact(text), FAILURE_REASON_MAX_CHARS)
+
+
+def _client_error(exc: Any) -> tuple[str, str]:
+    error = exc.response.get("Error", {}) if isinstance(getattr(exc, "response", None), dict) else {}
+    return str(error.get("Code") or "Unknown"), str(error.get("Message") or "")
+
+
+def _redact_function(redactor: Any) -> Callable[[str], str]:
+    """None → the catalogue; a Redactor → its redact (line-chunked unless it has registered
+    values, which may span lines); a plain callable is used as given."""
+    if redactor is None:
+        from sandbox_common.redaction.catalogue import redact
+
+        return functools.partial(redact_by_lines, redact=redact)
+    if callable(getattr(redactor, "redact", None)):
+        if getattr(redactor, "has_values", True):
+            return redactor.redact  # type: ignore[no-any-return]
+        return functools.partial(redact_by_lines, redact=redactor.redact)
+    if callable(redactor):
+        return redactor  # type: ignore[no-any-return]
+    raise TypeError("redactor must be None, a Redactor or a callable str -> str")

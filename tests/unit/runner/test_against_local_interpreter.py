@@ -1,0 +1,77 @@
+"""The runner against the project's local AgentCore Code Interpreter (real wire protocol, real
+persistent sandboxed Python per session) and moto's STS: nothing of the runner's path is faked."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from dispatch.runner import SessionGone, SessionRunner, credentials
+
+local_interpreter = pytest.importorskip("infra.local.interpreter")
+
+INTERPRETER = "sbx_test_acme_pub"
+GITHUB_TOKEN = "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
+
+
+@pytest.fixture(scope="module")
+def interpreter_endpoint() -> Iterator[str]:
+    server = local_interpreter.LocalInterpreterServer(interpreters={INTERPRETER: "PUBLIC"}).start()
+    try:
+        yield server.endpoint
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def runner(
+    interpreter_endpoint: str, moto_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[SessionRunner]:
+    monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_AGENTCORE", interpreter_endpoint)
+    credentials.clear_cache()
+    yield SessionRunner(
+        tenant_id="acme",
+        allowed_interpreter_ids=[INTERPRETER],
+        runner_role_arn="arn:aws:iam::123456789012:role/thinkwork-test-sbx-runner-acme",
+        session_timeout_seconds=900,
+        call_timeout_seconds=2,
+        stdout_cap_bytes=262_144,
+        stderr_cap_bytes=32_768,
+    )
+    credentials.clear_cache()
+
+
+def test_local_interpreter_turn_keeps_state_and_redacts_bypassed_output(runner):
+    # Given a session whose readiness preamble really ran in the sandbox
+    session_id = runner.start_session(INTERPRETER, name="turn-1")
+    try:
+        # When two calls share state, one writes tokens past sys.stdout, one fails
+        first = runner.execute(INTERPRETER, session_id, "x = 21")
+        second = runner.execute(INTERPRETER, session_id, "print(x * 2)")
+        bypass = runner.execute(
+            INTERPRETER, session_id, f"import os\nos.write(1, b'{AWS_KEY}\\n')\nprint('{GITHUB_TOKEN}')"
+        )
+        failing = runner.execute(INTERPRETER, session_id, "raise ValueError('bad')")
+    finally:
+        stopped = runner.stop_session(INTERPRETER, session_id)
+    # Then
+    assert (first.exit_status, second.exit_status, second.stdout) == ("ok", "ok", "42\n")
+    assert bypass.exit_status == "ok"
+    assert AWS_KEY not in bypass.stdout and GITHUB_TOKEN not in bypass.stdout
+    assert bypass.stdout.count("<redacted>") == 2
+    assert (failing.exit_status, failing.exit_code) == ("error", 1)
+    assert failing.stderr.rstrip().endswith("ValueError: bad")
+    assert stopped is True
+
+
+def test_local_interpreter_timeout_stops_session_then_session_gone(runner):
+    # Given a running session
+    session_id = runner.start_session(INTERPRETER)
+    # When code outlives the 2 s deadline
+    result = runner.execute(INTERPRETER, session_id, "import time\ntime.sleep(30)")
+    # Then the runner timed out and stopped the session: the next invoke is refused as gone
+    assert (result.exit_status, result.session_stopped) == ("timeout", True)
+    assert 2000 <= result.duration_ms < 4000
+    with pytest.raises(SessionGone):
+        runner.execute(INTERPRETER, session_id, "print(1)")

@@ -1,0 +1,198 @@
+"""DynamoDB data access for the two circuit-breaker counters (SPEC §5.1). Owns boto3.
+
+One `TransactWriteItems` increments both windows or neither; each Update carries the guard
+`attribute_not_exists(#c) OR #c < :cap`, so a refused call changes nothing, and the transaction
+is never retried on a ConditionalCheckFailed (that *is* the answer). Every other failure
+becomes `CounterStoreError`, which the caller turns into a fail-closed refusal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+from sandbox_common import aws, naming
+from sandbox_common.settings import quota_settings
+from sandbox_common.windows import Windows
+
+from .caps import Caps
+
+_CONDITION_FAILED = "ConditionalCheckFailed"
+
+
+class CounterStoreError(Exception):
+    """The store could not give a certain answer (throttled after retries, conflict, missing
+    table, access denied, endpoint down...). `code` is the AWS error/cancellation code."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+class CapReached(Exception):
+    """The transaction was cancelled because a window is at its cap.
+
+    `dimension` is tenant_daily when the tenant item failed (also when both failed), else
+    agent_hourly. `counts` holds the current count of each item that failed (from ALL_OLD).
+    """
+
+    def __init__(self, dimension: str, counts: dict[str, int | None]) -> None:
+        super().__init__(dimension)
+        self.dimension = dimension
+        self.counts = counts
+
+
+@dataclass(frozen=True)
+class CounterItem:
+    dimension: str
+    table: str
+    key: str
+    window: str
+    expires_at: int  # epoch seconds: window end + grace
+    attributes: tuple[tuple[str, str], ...]  # descriptive attributes written with each update
+
+
+@dataclass(frozen=True)
+class CounterKeys:
+    tenant_daily: CounterItem
+    agent_hourly: CounterItem
+
+    @classmethod
+    def for_call(cls, tenant_id: str, agent_id: str, windows: Windows) -> CounterKeys:
+        settings = quota_settings()
+        grace = timedelta(seconds=naming.COUNTER_EXPIRY_GRACE_SECONDS)
+        return cls(
+            tenant_daily=CounterItem(
+                dimension=naming.DIM_TENANT_DAILY,
+                table=settings.tenant_daily_table,
+                key=windows.tenant_daily_key(tenant_id),
+                window=windows.day,
+                expires_at=int((windows.day_resets_at + grace).timestamp()),
+                attributes=((naming.COUNTER_ATTR_TENANT, tenant_id),),
+            ),
+            agent_hourly=CounterItem(
+                dimension=naming.DIM_AGENT_HOURLY,
+                table=settings.agent_hourly_table,
+                key=windows.agent_hourly_key(tenant_id, agent_id),
+                window=windows.hour,
+                expires_at=int((windows.hour_resets_at + grace).timestamp()),
+                attributes=((naming.COUNTER_ATTR_TENANT, tenant_id), (naming.COUNTER_ATTR_AGENT, agent_id)),
+            ),
+        )
+
+    def in_order(self) -> tuple[CounterItem, CounterItem]:
+        """Transaction order: index 0 = tenant daily, 1 = agent hourly (cancellation reasons
+        come back in this order, and tenant_daily is reported first when both are at cap)."""
+        return (self.tenant_daily, self.agent_hourly)
+
+
+def _pk(item: CounterItem) -> str:
+    return (
+        naming.TENANT_DAILY_COUNTERS.pk
+        if item.dimension == naming.DIM_TENANT_DAILY
+        else naming.AGENT_HOURLY_COUNTERS.pk
+    )
+
+
+def _ttl_attr(item: CounterItem) -> str:
+    spec = (
+        naming.TENANT_DAILY_COUNTERS
+        if item.dimension == naming.DIM_TENANT_DAILY
+        else naming.AGENT_HOURLY_COUNTERS
+    )
+    assert spec.ttl_attribute is not None
+    return spec.ttl_attribute
+
+
+def _update(item: CounterItem, cap: int) -> dict[str, Any]:
+    # Values travel only as expression attribute values and names, never inside an expression
+    # string, so nothing from a request can alter the expression.
+    names = {"#c": naming.COUNTER_ATTR_COUNT, "#e": _ttl_attr(item), "#w": naming.COUNTER_ATTR_WINDOW}
+    values: dict[str, Any] = {
+        ":zero": {"N": "0"},
+        ":one": {"N": "1"},
+        ":cap": {"N": str(cap)},
+        ":exp": {"N": str(item.expires_at)},
+        ":w": {"S": item.window},
+    }
+    sets = ["#c = if_not_exists(#c, :zero) + :one", "#e = :exp", "#w = :w"]
+    for index, (attr, value) in enumerate(item.attributes):
+        names[f"#a{index}"] = attr
+        values[f":a{index}"] = {"S": value}
+        sets.append(f"#a{index} = :a{index}")
+    return {
+        "Update": {
+            "TableName": item.table,
+            "Key": {_pk(item): {"S": item.key}},
+            "UpdateExpression": "SET " + ", ".join(sets),
+            "ConditionExpression": "attribute_not_exists(#c) OR #c < :cap",
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+    }
+
+
+def increment_both(keys: CounterKeys, caps: Caps) -> None:
+    """Add one to both windows atomically, or raise CapReached / CounterStoreError."""
+    items = keys.in_order()
+    try:
+        aws.client("dynamodb").transact_write_items(
+            TransactItems=[_update(item, caps.for_dimension(item.dimension)) for item in items]
+        )
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        if error.get("Code") != "TransactionCanceledException":
+            raise CounterStoreError(str(error.get("Code") or "ClientError")) from exc
+        raise _classify_cancellation(items, exc.response.get("CancellationReasons") or []) from exc
+    except BotoCoreError as exc:  # endpoint down, read timeout, ...
+        raise CounterStoreError(type(exc).__name__) from exc
+
+
+def _classify_cancellation(items: tuple[CounterItem, ...], reasons: list[dict[str, Any]]) -> Exception:
+    """Which window refused. Per the DynamoDB API, reasons are ordered like TransactItems and an
+    item with no error has a null code. Anything but ConditionalCheckFailed (TransactionConflict,
+    ThrottlingError, ValidationError, ...) or a malformed list is a store error: fail closed."""
+    if len(reasons) != len(items):
+        return CounterStoreError("TransactionCanceledWithoutReasons")
+    codes = [reason.get("Code") or "None" for reason in reasons]
+    other = [code for code in codes if code not in ("None", _CONDITION_FAILED)]
+    if other or _CONDITION_FAILED not in codes:
+        return CounterStoreError(other[0] if other else "TransactionCanceled")
+    counts: dict[str, int | None] = {item.dimension: None for item in items}
+    for item, reason in zip(items, reasons, strict=True):
+        if reason.get("Code") == _CONDITION_FAILED:
+            old = (reason.get("Item") or {}).get(naming.COUNTER_ATTR_COUNT, {}).get("N")
+            counts[item.dimension] = int(old) if old is not None else None
+    failed = [item.dimension for item, code in zip(items, codes, strict=True) if code == _CONDITION_FAILED]
+    return CapReached(failed[0], counts)  # items are in priority order: tenant_daily first
+
+
+def read_counts(keys: CounterKeys) -> dict[str, int | None]:
+    """Both counts, read back with ONE strongly consistent BatchGetItem.
+
+    TransactWriteItems returns no attribute values (only ConsumedCapacity and
+    ItemCollectionMetrics), so this read is the only way to report counts. They are the counts
+    *at read time*: never below this call's own increment, possibly above it when concurrent
+    calls committed in between. A count that cannot be read (error, unprocessed key) is None:
+    the admission already committed and stands; the counts are informational only.
+    """
+    items = keys.in_order()
+    request: dict[str, Any] = {}
+    for item in items:
+        table = request.setdefault(item.table, {"Keys": [], "ConsistentRead": True})
+        table["Keys"].append({_pk(item): {"S": item.key}})
+        table["ProjectionExpression"] = "#k, #c"
+        table["ExpressionAttributeNames"] = {"#k": _pk(item), "#c": naming.COUNTER_ATTR_COUNT}
+    counts: dict[str, int | None] = {item.dimension: None for item in items}
+    try:
+        response = aws.client("dynamodb").batch_get_item(RequestItems=request)
+    except (ClientError, BotoCoreError):
+        return counts
+    for item in items:
+        for row in response.get("Responses", {}).get(item.table, []):
+            if row.get(_pk(item), {}).get("S") == item.key and naming.COUNTER_ATTR_COUNT in row:
+                counts[item.dimension] = int(row[naming.COUNTER_ATTR_COUNT]["N"])
+    return counts

@@ -1,0 +1,153 @@
+"""The circuit-breaker decision (SPEC §5.1): admit iff both windows are below their caps.
+
+Order matters: caps first (unknown cap -> fail closed), then the kill switch (cap 0 refuses
+before any DynamoDB call, so no counter item is ever created), then one atomic transaction.
+Every refusal — cap reached, kill switch or fail closed — leaves one pure-JSON log line and
+the `SandboxCapExceeded` metric per dimension set of `naming.METRIC_DIMENSIONS`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sandbox_common import naming
+from sandbox_common.models import QuotaRequest
+from sandbox_common.observability import emit_metric, logger
+from sandbox_common.windows import Windows, iso_z
+
+from . import caps as caps_module
+from . import counters
+
+
+@dataclass(frozen=True)
+class Admitted:
+    tenant_daily_count: int | None
+    agent_hourly_count: int | None
+
+    def to_response(self) -> dict[str, object]:
+        return {
+            "ok": True,
+            "tenant_daily_count": self.tenant_daily_count,
+            "agent_hourly_count": self.agent_hourly_count,
+        }
+
+
+@dataclass(frozen=True)
+class Refused:
+    dimension: str
+    resets_at: datetime
+    tenant_daily_cap: int | None
+    agent_hourly_cap: int | None
+
+    def to_response(self) -> dict[str, object]:
+        return {
+            "ok": False,
+            "dimension": self.dimension,
+            "resets_at": iso_z(self.resets_at),
+            "tenant_daily_cap": self.tenant_daily_cap,
+            "agent_hourly_cap": self.agent_hourly_cap,
+        }
+
+
+QuotaDecision = Admitted | Refused
+
+
+def check_and_increment(request: QuotaRequest, windows: Windows) -> QuotaDecision:
+    """Admit the call (both counters +1) or refuse it (nothing counted).
+
+    `windows` is built from the one clock read of this call: keys and resets_at agree.
+    """
+    try:
+        caps = caps_module.cap_reader().caps_for(request.tenant_id)
+    except caps_module.CapsUnavailable as exc:
+        return fail_closed(request, windows, reason=exc.reason, caps=None)
+
+    for dimension in naming.CAP_DIMENSIONS:  # tenant_daily first: it wins when both are 0
+        if caps.for_dimension(dimension) == 0:
+            return _refuse(request, windows, dimension, caps, counts={}, kill_switch=True)
+
+    keys = counters.CounterKeys.for_call(request.tenant_id, request.agent_id, windows)
+    try:
+        counters.increment_both(keys, caps)
+    except counters.CapReached as exc:
+        return _refuse(request, windows, exc.dimension, caps, counts=exc.counts)
+    except counters.CounterStoreError as exc:
+        return fail_closed(request, windows, reason=f"counter store: {exc.code}", caps=caps)
+
+    counts = counters.read_counts(keys)
+    if None in counts.values():
+        logger.warning("admitted; counter read-back incomplete", extra={"tenant_id": request.tenant_id})
+    return Admitted(
+        tenant_daily_count=counts[naming.DIM_TENANT_DAILY],
+        agent_hourly_count=counts[naming.DIM_AGENT_HOURLY],
+    )
+
+
+def _resets_at(windows: Windows, dimension: str) -> datetime:
+    return windows.day_resets_at if dimension == naming.DIM_TENANT_DAILY else windows.hour_resets_at
+
+
+def _refuse(
+    request: QuotaRequest,
+    windows: Windows,
+    dimension: str,
+    caps: caps_module.Caps,
+    *,
+    counts: dict[str, int | None],
+    kill_switch: bool = False,
+) -> Refused:
+    decision = Refused(dimension, _resets_at(windows, dimension), caps.tenant_daily, caps.agent_hourly)
+    _record_refusal(request, decision, counts=counts, kill_switch=kill_switch)
+    return decision
+
+
+def fail_closed(
+    request: QuotaRequest | None,
+    windows: Windows,
+    *,
+    reason: str,
+    caps: caps_module.Caps | None,
+    exc_info: bool = False,
+) -> Refused:
+    """Any doubt means no: dimension unknown, retry in 60 s (§5.1)."""
+    decision = Refused(
+        naming.DIM_UNKNOWN,
+        windows.fail_closed_resets_at(),
+        caps.tenant_daily if caps else None,
+        caps.agent_hourly if caps else None,
+    )
+    emit_metric(naming.METRIC_QUOTA_FAIL_CLOSED)
+    _record_refusal(request, decision, counts={}, reason=reason, exc_info=exc_info)
+    return decision
+
+
+def _record_refusal(
+    request: QuotaRequest | None,
+    decision: Refused,
+    *,
+    counts: dict[str, int | None],
+    kill_switch: bool = False,
+    reason: str | None = None,
+    exc_info: bool = False,
+) -> None:
+    # ONE log line per refusal, pure JSON (the runbook's Logs Insights queries parse it).
+    fields: dict[str, object] = {
+        "event": "sandbox_cap_exceeded",
+        "tenant_id": request.tenant_id if request else None,
+        "agent_id": request.agent_id if request else None,
+        "dimension": decision.dimension,
+        "resets_at": iso_z(decision.resets_at),
+        "caps": {
+            naming.DIM_TENANT_DAILY: decision.tenant_daily_cap,
+            naming.DIM_AGENT_HOURLY: decision.agent_hourly_cap,
+        },
+        "counts": {dim: counts.get(dim) for dim in naming.CAP_DIMENSIONS},
+        "kill_switch": kill_switch,
+    }
+    if reason is not None:
+        fields["fail_closed_reason"] = reason
+    logger.warning("sandbox cap exceeded", extra=fields, exc_info=exc_info)
+    emit_metric(naming.METRIC_CAP_EXCEEDED, dimensions={"dimension": decision.dimension})
+    if request is not None:
+        emit_metric(naming.METRIC_CAP_EXCEEDED, dimensions={"tenant_id": request.tenant_id})

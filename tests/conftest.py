@@ -79,6 +79,12 @@ def _clear_caches() -> None:
 
     aws.clear_clients()
     settings.clear_caches()
+    try:  # the quota Lambda's cap cache, when a test ran its handler in-process
+        from quota_check.caps import clear_caches as clear_cap_caches
+
+        clear_cap_caches()
+    except ImportError:  # pragma: no cover
+        pass
     try:
         from aws_lambda_powertools.utilities import parameters
 
@@ -95,17 +101,17 @@ def free_port() -> int:
 
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[str]:
-    """One real moto server (HTTP, threaded) for the whole run; tests reset it via `moto_endpoint`."""
+    """One real moto server for the whole run, serving one request at a time like DynamoDB's
+    per-item atomicity (see infra/local/moto_serial.py); tests reset it via `moto_endpoint`."""
     import logging
 
-    from moto.server import ThreadedMotoServer
+    from infra.local.moto_serial import SerialMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server = SerialMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield server.endpoint
     finally:
         server.stop()
 

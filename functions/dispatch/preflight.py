@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from botocore.exceptions import ClientError
-
 from sandbox_common import naming as n
 from sandbox_common.models import TenantSubstrate
 

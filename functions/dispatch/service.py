@@ -12,7 +12,6 @@ from datetime import datetime
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
-
 from sandbox_common import audit
 from sandbox_common import naming as n
 from sandbox_common.errors import (

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import ClientError
-
 from sandbox_common.errors import SandboxError, SandboxInvalidRequest
 
 _TURN_TTL_SECONDS = 2 * 86_400

@@ -3,7 +3,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from sandbox_common import aws
 from sandbox_common import naming as n
 

@@ -3,13 +3,12 @@ encrypted DLQ; nothing lost; append-only (a second write of the same id never ov
 
 from __future__ import annotations
 
-import json
 import hashlib
+import json
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-
 from sandbox_common import audit, aws
 from sandbox_common import naming as n
 from sandbox_common.models import ExecuteCodeRequest

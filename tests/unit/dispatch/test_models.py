@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from sandbox_common.errors import SandboxInvalidRequest
 from sandbox_common.models import MAX_CODE_BYTES, ExecuteCodeRequest, parse_dispatch_event, parse_quota_event
 

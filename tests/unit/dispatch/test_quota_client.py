@@ -9,7 +9,6 @@ from threading import Thread
 from typing import Any
 
 import pytest
-
 from dispatch import quota_client
 from sandbox_common.windows import Windows
 

@@ -7,7 +7,6 @@ import time
 from typing import Any
 
 import pytest
-
 from dispatch.turns import TurnStore
 from sandbox_common import naming as n
 from sandbox_common.errors import SandboxInvalidRequest

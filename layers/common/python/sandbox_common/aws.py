@@ -6,13 +6,13 @@ which is how the local stack points the unmodified clients at moto and the local
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 RETRY_CONFIG = {"mode": "standard", "max_attempts": 3}
 
 
-@lru_cache(maxsize=None)
+@cache
 def client(service: str) -> Any:
     import boto3
     from botocore.config import Config

@@ -1,0 +1,122 @@
+"""execute_code end to end (§4, §5, §6, §7) through real parts; see conftest."""
+
+from __future__ import annotations
+
+import hashlib
+
+from sandbox_common import naming as n
+
+from .conftest import Stack, event
+
+
+def test_turn_two_calls_share_state_and_one_session(stack: Stack) -> None:
+    # Given a begun turn
+    begin = stack.dispatch(event("begin_turn"))
+    assert begin["ok"] is True and begin["sandbox"]["status"] == "ready"
+    assert begin["sandbox"]["tool"]["name"] == "execute_code" and begin["sandbox"]["environment"] == "default-public"
+    # When two calls run in it
+    first = stack.dispatch(event(call_id="c1", code="x = 20\nprint('set')"))
+    second = stack.dispatch(event(call_id="c2", code="print(x * 2 + 2)"))
+    # Then state is shared through one session, and the results have the contract's shape
+    assert first["ok"] is True, first
+    assert second["ok"] is True and second["stdout"] == "42\n" and second["exit_status"] == "ok"
+    assert first["session_id"] == second["session_id"]
+    assert second["exit_code"] == 0 and second["stdout_bytes"] == 3 and second["stderr_bytes"] == 0
+    assert second["stdout_truncated"] is False and second["stderr_truncated"] is False
+    assert isinstance(second["duration_ms"], int) and second["invocation_id"]
+    # And one audit row per call, with the code hash of the user code only
+    rows = sorted(stack.audit_rows("acme"), key=lambda r: r["started_at"])
+    assert [r["call_id"] for r in rows] == ["c1", "c2"]
+    assert rows[1]["executed_code_hash"] == hashlib.sha256(b"print(x * 2 + 2)").hexdigest()
+    assert rows[1]["session_id"] == second["session_id"] and rows[1]["exit_status"] == "ok"
+    assert rows[1]["stdout_truncated"] is False and rows[1]["environment"] == "default-public"
+    # And end_turn stops the session, idempotently
+    assert stack.dispatch(event("end_turn")) == {"ok": True, "stopped": True}
+    assert stack.dispatch(event("end_turn")) == {"ok": True, "stopped": False}
+
+
+def test_error_and_stderr_are_classified(stack: Stack) -> None:
+    result = stack.dispatch(event(code="raise ValueError('nope')"))
+    assert result["ok"] is False and result["error"] == "SandboxError" and result["exit_status"] == "error"
+    assert "ValueError" in result["stderr"] and result["exit_code"] == 1
+    assert "failure_reason" not in result
+    row = stack.audit_rows()[0]
+    assert row["error"] == "SandboxError" and row["exit_status"] == "error" and row["failure_reason"]
+
+
+def test_cap_two_third_call_refused_and_audited(stack: Stack) -> None:
+    # Given a tenant daily cap of 2
+    stack.set_cap(n.DIM_TENANT_DAILY, 2)
+    # When three calls arrive
+    results = [stack.dispatch(event(call_id=f"c{i}", code="print(1)")) for i in range(3)]
+    # Then the third is refused with the daily dimension and next midnight, and audited
+    assert [r["ok"] for r in results] == [True, True, False]
+    refused = results[2]
+    assert refused["error"] == "SandboxCapExceeded" and refused["dimension"] == "tenant_daily"
+    assert refused["resets_at"].endswith("T00:00:00Z") and "00:00 UTC" in refused["error_message"]
+    assert refused["exit_status"] == "cap_exceeded"
+    rows = stack.audit_rows()
+    assert sorted(r["exit_status"] for r in rows) == ["cap_exceeded", "ok", "ok"]
+
+
+def test_kill_switch_refuses_first_call_and_creates_no_counter(stack: Stack) -> None:
+    stack.set_cap(n.DIM_AGENT_HOURLY, 0, tenant_id="acme")
+    result = stack.dispatch(event())
+    assert result["error"] == "SandboxCapExceeded" and result["dimension"] == "agent_hourly"
+    assert stack.counter_items() == {n.TENANT_DAILY_COUNTERS.logical: [], n.AGENT_HOURLY_COUNTERS.logical: []}
+    assert [r["exit_status"] for r in stack.audit_rows()] == ["cap_exceeded"]
+
+
+def test_idempotent_retry_returns_first_result_once(stack: Stack) -> None:
+    first = stack.dispatch(event(call_id="same", code="import random; print(random.random())"))
+    retry = stack.dispatch(event(call_id="same", code="import random; print(random.random())"))
+    assert retry == first
+    assert len(stack.audit_rows()) == 1
+    counters = stack.counter_items()[n.TENANT_DAILY_COUNTERS.logical]
+    assert counters[0][n.COUNTER_ATTR_COUNT]["N"] == "1"
+    other = stack.dispatch(event(call_id="same", code="print('different')"))
+    assert other["error"] == "SandboxInvalidRequest"
+
+
+def test_invalid_request_touches_nothing(stack: Stack) -> None:
+    result = stack.dispatch(event(code="   "))
+    assert result["error"] == "SandboxInvalidRequest"
+    assert stack.audit_rows() == [] and stack.counter_items()[n.TENANT_DAILY_COUNTERS.logical] == []
+
+
+def test_turn_of_other_tenant_refused_without_side_effects(stack: Stack) -> None:
+    assert stack.dispatch(event(call_id="a1"))["ok"] is True
+    stolen = stack.dispatch(event(tenant_id="globex", call_id="g1"))
+    assert stolen["error"] == "SandboxInvalidRequest"
+    assert [r["tenant_id"] for r in stack.audit_rows()] == ["acme"]
+
+
+def test_disabled_tenant_is_provisioning_audited_and_not_counted(stack: Stack) -> None:
+    from sandbox_common import aws
+
+    aws.client("dynamodb").put_item(
+        TableName=stack.resources.tables[n.TENANTS.logical],
+        Item={"tenant_id": {"S": "globex"}, "item": {"S": n.TENANT_POLICY_ITEM}, "sandbox_enabled": {"BOOL": False}},
+    )
+    begin = stack.dispatch(event("begin_turn", tenant_id="globex", turn_id="tg"))
+    assert begin["sandbox"]["status"] == "disabled" and "tool" not in begin["sandbox"]
+    assert begin["sandbox"]["reason"] == "tenant_disabled"
+    result = stack.dispatch(event(tenant_id="globex", turn_id="tg"))
+    assert result["error"] == "SandboxProvisioning" and result["reason"] == "tenant_disabled"
+    assert result["exit_status"] == "provisioning"
+    assert stack.counter_items()[n.TENANT_DAILY_COUNTERS.logical] == []
+    assert [r["exit_status"] for r in stack.audit_rows()] == ["provisioning"]
+
+
+def test_token_printed_never_reaches_response_or_audit(stack: Stack, capsys) -> None:  # type: ignore[no-untyped-def]
+    token = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    code = (
+        f"import sys, json\nt = {token[:10]!r}\nsys.stdout.write(t)\nsys.stdout.write({token[10:]!r} + '\\n')\n"
+        f"print(json.dumps({{'Authorization': 'Bearer ' + {token!r}}}))\n"
+        f"raise RuntimeError({token!r})"
+    )
+    result = stack.dispatch(event(code=code))
+    out = capsys.readouterr().out
+    for text in (str(result), str(stack.audit_rows()), out):
+        assert token not in text and token[4:20] not in text
+    assert "<redacted>" in result["stdout"]

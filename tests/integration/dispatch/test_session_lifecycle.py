@@ -1,0 +1,59 @@
+"""Session rules of §4.5/§6.3 through the real path: a timeout stops the session and the next
+call of the turn starts a fresh one and says so; a session reaped by AgentCore is replaced
+before the code runs (the code runs once)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sandbox_common import naming as n
+
+from .conftest import Stack, event
+
+
+@pytest.fixture
+def short_deadline(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Stack:
+    from dispatch import dependencies
+    from sandbox_common import settings
+
+    monkeypatch.setenv(n.ENV_CALL_TIMEOUT, "2")
+    settings.clear_caches()
+    dependencies.reset()
+    return stack
+
+
+def test_timeout_stops_session_and_next_call_restarts(short_deadline: Stack) -> None:
+    stack = short_deadline
+    # Given a turn with state in its session
+    assert stack.dispatch(event(call_id="c1", code="x = 1"))["ok"] is True
+    # When a call runs past the per-call deadline
+    slow = stack.dispatch(event(call_id="c2", code="import time\ntime.sleep(30)"))
+    # Then it is a timeout, and the session it ran in is gone
+    assert slow["error"] == "SandboxTimeout" and slow["exit_status"] == "timeout"
+    old_session = slow["session_id"]
+    gone = stack.interpreter.session(old_session)
+    assert gone is None or gone.status == "TERMINATED"
+    # And the next call gets a fresh session, told so, with the old state gone
+    after = stack.dispatch(event(call_id="c3", code="print('x' in globals())"))
+    assert after["ok"] is True and after["stdout"] == "False\n"
+    assert after["session_id"] != old_session and after["session_restarted"] is True
+    assert "new sandbox session" in after["notice"]
+    rows = {r["call_id"]: r for r in stack.audit_rows()}
+    assert rows["c2"]["exit_status"] == "timeout" and rows["c2"]["error"] == "SandboxTimeout"
+
+
+def test_reaped_session_is_replaced_and_code_runs_once(stack: Stack) -> None:
+    from sandbox_common import aws
+
+    # Given a turn whose session AgentCore has reaped behind our back
+    first = stack.dispatch(event(call_id="c1", code="print('one')"))
+    interpreter_id = next(i["id"] for i in stack.resources.interpreters
+                          if i["tenant_id"] == "acme" and i["environment"] == "default-public")  # fmt: skip
+    client = aws.client("bedrock-agentcore")
+    client.stop_code_interpreter_session(codeInterpreterIdentifier=interpreter_id, sessionId=first["session_id"])
+    # When the next call arrives
+    second = stack.dispatch(event(call_id="c2", code="print('two')"))
+    # Then it ran exactly once in a new session, and the agent is told the session is new
+    assert second["ok"] is True and second["stdout"] == "two\n"
+    assert second["session_id"] != first["session_id"] and second["session_restarted"] is True
+    assert len([r for r in stack.audit_rows() if r["call_id"] == "c2"]) == 1

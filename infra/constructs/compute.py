@@ -1,0 +1,307 @@
+"""The three Lambdas, each with its own least-privilege role and an explicit log group.
+
+Permissions are granted here, next to the wiring that needs them (a lesson from the peer system:
+a runtime role that lacks what the code calls). Dispatch holds NO bedrock-agentcore permission:
+it reaches interpreters only through a tenant's session-runner role (SPEC §6.4).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+from sandbox_common import naming as n
+
+from infra.config import ConfigError, StageConfig
+from infra.constructs.layer import ASSET_EXCLUDES, LayersConstruct, architecture, runtime
+from infra.constructs.nag import acknowledge
+from infra.constructs.state import StateConstruct, removal_policy
+from infra.function_env import function_environment
+from infra.layer_build import REPO_ROOT
+
+FUNCTIONS_DIR = REPO_ROOT / "functions"
+CALL_TIMEOUT_MARGIN_SECONDS = 60  # readiness preamble, audit write and session stop after the call
+LAMBDA_MAX_TIMEOUT_SECONDS = 900
+MEMORY_MB: dict[str, int] = {n.DISPATCH: 512, n.QUOTA_CHECK: 256, n.BACKSTOP: 256}
+
+_RETENTION: dict[int, logs.RetentionDays] = {
+    1: logs.RetentionDays.ONE_DAY, 3: logs.RetentionDays.THREE_DAYS, 5: logs.RetentionDays.FIVE_DAYS,
+    7: logs.RetentionDays.ONE_WEEK, 14: logs.RetentionDays.TWO_WEEKS, 30: logs.RetentionDays.ONE_MONTH,
+    60: logs.RetentionDays.TWO_MONTHS, 90: logs.RetentionDays.THREE_MONTHS, 120: logs.RetentionDays.FOUR_MONTHS,
+    150: logs.RetentionDays.FIVE_MONTHS, 180: logs.RetentionDays.SIX_MONTHS, 365: logs.RetentionDays.ONE_YEAR,
+    400: logs.RetentionDays.THIRTEEN_MONTHS, 545: logs.RetentionDays.EIGHTEEN_MONTHS,
+    731: logs.RetentionDays.TWO_YEARS, 1827: logs.RetentionDays.FIVE_YEARS, 3653: logs.RetentionDays.TEN_YEARS,
+}  # fmt: skip
+
+
+def log_retention(days: int) -> logs.RetentionDays:
+    """CloudWatch Logs accepts only fixed retention values; anything else fails at synth."""
+    try:
+        return _RETENTION[days]
+    except KeyError:
+        raise ConfigError(
+            f"log_retention_days {days} is not a CloudWatch Logs value; use one of {sorted(_RETENTION)}"
+        ) from None
+
+
+def function_code(logical: str, functions_dir: Path = FUNCTIONS_DIR) -> lambda_.Code:
+    """`functions/` as Lambda sees it (/var/task), minus the other functions' packages, so each
+    function ships only its own code and its asset hash changes only when that code does."""
+    others = [pkg for name, pkg in n.FUNCTION_PACKAGES.items() if name != logical]
+    return lambda_.Code.from_asset(str(functions_dir), exclude=[*others, *ASSET_EXCLUDES])
+
+
+def dispatch_timeout_seconds(config: StageConfig) -> int:
+    return min(config.call_timeout_seconds + CALL_TIMEOUT_MARGIN_SECONDS, LAMBDA_MAX_TIMEOUT_SECONDS)
+
+
+class ComputeConstruct(Construct):
+    """Attributes: `functions`, `roles`, `log_groups` (each keyed by logical function name)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        id_: str,
+        *,
+        config: StageConfig,
+        state: StateConstruct,
+        layers: LayersConstruct,
+        functions_dir: Path = FUNCTIONS_DIR,
+    ) -> None:
+        super().__init__(scope, id_)
+        self._config = config
+        self._state = state
+        self._layers = layers
+        self._functions_dir = functions_dir
+        self.functions: dict[str, lambda_.Function] = {}
+        self.roles: dict[str, iam.Role] = {}
+        self.log_groups: dict[str, logs.LogGroup] = {}
+        # quota first: dispatch's environment names it.
+        quota = self._build_function(n.QUOTA_CHECK, timeout=10)
+        self._grant_quota(quota)
+        backstop = self._build_function(n.BACKSTOP, timeout=60)
+        self._grant_backstop(backstop)
+        dispatch = self._build_function(
+            n.DISPATCH,
+            timeout=dispatch_timeout_seconds(config),
+            quota_function_name=quota.function_name,
+            audit_dlq_url=state.audit_dlq.queue_url,
+        )
+        self._grant_dispatch(dispatch)
+
+    @property
+    def dispatch(self) -> lambda_.Function:
+        return self.functions[n.DISPATCH]
+
+    @property
+    def quota(self) -> lambda_.Function:
+        return self.functions[n.QUOTA_CHECK]
+
+    @property
+    def backstop(self) -> lambda_.Function:
+        return self.functions[n.BACKSTOP]
+
+    # --- building blocks -----------------------------------------------------------------------
+    def _build_function(
+        self, logical: str, *, timeout: int, quota_function_name: str = "", audit_dlq_url: str = ""
+    ) -> lambda_.Function:
+        cid = _cid(logical)
+        log_group = logs.LogGroup(
+            self,
+            f"{cid}Logs",
+            log_group_name=n.log_group_name(self._config.name, logical),
+            retention=log_retention(self._config.log_retention_days),
+            removal_policy=removal_policy(self._config),
+        )
+        role = iam.Role(
+            self,
+            f"{cid}Role",
+            role_name=n.function_role_name(self._config.name, logical),
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"Least-privilege role of the {logical} Lambda",
+        )
+        # Only its own log group: no AWSLambdaBasicExecutionRole (logs:* on every group).
+        log_group.grant_write(role)
+        function = lambda_.Function(
+            self,
+            cid,
+            function_name=n.function_name(self._config.name, logical),
+            runtime=runtime(),
+            architecture=architecture(self._config),
+            handler=n.handler_string(logical),
+            code=function_code(logical, self._functions_dir),
+            layers=self._layers.all,
+            role=role,
+            log_group=log_group,
+            timeout=cdk.Duration.seconds(timeout),
+            memory_size=MEMORY_MB[logical],
+            environment=function_environment(
+                self._config,
+                logical,
+                tables=self._state.table_names,
+                quota_function_name=quota_function_name,
+                audit_dlq_url=audit_dlq_url,
+            ),
+            description=f"Thinkwork sandbox {logical} ({self._config.name})",
+        )
+        acknowledge(
+            function,
+            "AwsSolutions-L1",
+            "Pinned to python3.13 on purpose: the deps layer is built for cp313 wheels "
+            "(infra/layer_build.py) and SPEC §12 fixes the runtime; moving is a deliberate change of both.",
+        )
+        self.functions[logical] = function
+        self.roles[logical] = role
+        self.log_groups[logical] = log_group
+        return function
+
+    def _ssm_arn(self, path: str) -> str:
+        return cdk.Stack.of(self).format_arn(
+            service="ssm",
+            resource="parameter",
+            resource_name=path.lstrip("/"),
+            arn_format=cdk.ArnFormat.SLASH_RESOURCE_NAME,
+        )
+
+    # --- grants -----------------------------------------------------------------------------------
+    def _grant_quota(self, fn: lambda_.Function) -> None:
+        role = self.roles[n.QUOTA_CHECK]
+        counters = [self._state.tables[s.logical] for s in (n.TENANT_DAILY_COUNTERS, n.AGENT_HOURLY_COUNTERS)]
+        # Only this Lambda can write the counters (SPEC §5.3): TransactWriteItems is authorised
+        # per item as UpdateItem / ConditionCheckItem.
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="CounterCheckAndIncrement",
+                actions=[
+                    "dynamodb:UpdateItem",
+                    "dynamodb:ConditionCheckItem",
+                    "dynamodb:GetItem",
+                    "dynamodb:BatchGetItem",
+                ],
+                resources=[t.table_arn for t in counters],
+            )
+        )
+        caps_path = f"{n.ssm_prefix(self._config.name)}/caps"
+        caps_wildcard = self._ssm_arn(f"{caps_path}/*")
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ReadCaps",
+                actions=["ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath"],
+                resources=[self._ssm_arn(caps_path), caps_wildcard],
+            )
+        )
+        _acknowledge_wildcard(
+            role,
+            f"Resource::{_nag_arn(self, caps_wildcard)}",
+            "Caps live under one SSM path: the two globals and per-tenant overrides "
+            "(caps/tenants/<id>/...) that operators add at run time without a redeploy.",
+        )
+
+    def _grant_backstop(self, fn: lambda_.Function) -> None:
+        findings = self._state.tables[n.FINDINGS.logical]
+        self.roles[n.BACKSTOP].add_to_policy(
+            iam.PolicyStatement(
+                sid="WriteFindings",
+                actions=["dynamodb:PutItem", "dynamodb:BatchWriteItem"],
+                resources=[findings.table_arn],
+            )
+        )
+
+    def _grant_dispatch(self, fn: lambda_.Function) -> None:
+        role = self.roles[n.DISPATCH]
+        tables = self._state.tables
+        for spec in (n.TURNS, n.TENANTS, n.IDEMPOTENCY):
+            tables[spec.logical].grant_read_write_data(role)
+        audit = tables[n.INVOCATIONS.logical]
+        # Append-only audit (SPEC §7.3): PutItem (the writer adds attribute_not_exists) and reads.
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="AppendAuditRows",
+                actions=["dynamodb:PutItem"],
+                resources=[audit.table_arn],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ReadAuditRows",
+                actions=["dynamodb:Query"],
+                resources=[
+                    audit.table_arn,
+                    *(f"{audit.table_arn}/index/{ix.name}" for ix in n.INVOCATIONS.indexes),
+                ],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="InvokeQuotaCheck", actions=["lambda:InvokeFunction"], resources=[self.quota.function_arn]
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="DeadLetterAuditRows",
+                actions=["sqs:SendMessage"],
+                resources=[self._state.audit_dlq.queue_arn],
+            )
+        )
+        sandbox_params = self._ssm_arn(f"{n.ssm_prefix(self._config.name)}/*")
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ReadSandboxParameters",
+                actions=["ssm:GetParameter", "ssm:GetParameters"],
+                resources=[sandbox_params],
+            )
+        )
+        runner_roles = cdk.Stack.of(self).format_arn(
+            service="iam",
+            region="",
+            resource="role",
+            resource_name=f"{n.runner_role_name_prefix(self._config.name)}*",
+            arn_format=cdk.ArnFormat.SLASH_RESOURCE_NAME,
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="AssumeTenantRunnerRoles", actions=["sts:AssumeRole"], resources=[runner_roles]
+            )
+        )
+        _acknowledge_wildcard(
+            role,
+            f"Resource::{_nag_arn(self, sandbox_params)}",
+            "Tenant substrates (tenants/<id>/substrate) are published by shard stacks as tenants are "
+            "added; dispatch reads them and the cost price, all under this stage's sandbox prefix.",
+        )
+        _acknowledge_wildcard(
+            role,
+            f"Resource::{_nag_arn(self, runner_roles)}",
+            "One session-runner role per tenant, added with the tenant's shard; each runner role trusts "
+            "only this role and may reach only its own tenant's interpreters (SPEC §6.4).",
+        )
+
+
+def _cid(logical: str) -> str:
+    return "".join(part.capitalize() for part in logical.replace("_", "-").split("-"))
+
+
+def _nag_arn(scope: Construct, arn: str) -> str:
+    """How cdk-nag spells a token ARN in a finding id: `Ref X` -> `<X>`, GetAtt -> `<Id.Attr>`."""
+    return _render(cdk.Stack.of(scope).resolve(arn))
+
+
+def _render(value: object) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and "Fn::Join" in value:
+        sep, parts = value["Fn::Join"]
+        return sep.join(_render(p) for p in parts)
+    if isinstance(value, dict) and "Ref" in value:
+        return f"<{value['Ref']}>"
+    if isinstance(value, dict) and "Fn::GetAtt" in value:
+        return f"<{'.'.join(value['Fn::GetAtt'])}>"
+    raise ValueError(f"cannot render {value!r} for a cdk-nag finding id")
+
+
+def _acknowledge_wildcard(role: iam.Role, finding: str, reason: str) -> None:
+    acknowledge(role, f"AwsSolutions-IAM5[{finding}]", reason)

@@ -1,0 +1,66 @@
+"""Many tenants (SPEC §2): shards keep every stack under 450 resources, and appending a tenant
+changes exactly one shard's template."""
+
+from __future__ import annotations
+
+from sandbox_common import naming as n
+
+from infra.config import StageConfig
+
+STACK_RESOURCE_LIMIT = 450
+
+
+def _tenants(count: int, *, both_envs: bool = True) -> tuple[dict, ...]:
+    envs = ("default-public", "internal-only") if both_envs else ("default-public",)
+    return tuple(
+        {"id": f"tenant-{i:04d}", "environments": envs, "templates": {"analyst": "default-public"}}
+        for i in range(count)
+    )
+
+
+def _resource_counts(templates) -> dict[str, int]:
+    return {name: len(t["Resources"]) for name, t in templates.items()}
+
+
+def test_synth_stage_200_tenants_keeps_every_stack_under_450_resources() -> None:
+    from infra.app_factory import synth_stage
+
+    # Given 200 tenants, each with both environments (the most resources per tenant)
+    overrides = {"tenants": _tenants(200)}
+    # When the stage is synthesized
+    templates = synth_stage("dev", overrides=overrides)
+    counts = _resource_counts(templates)
+    # Then no stack is over the limit, and every full shard costs the same per tenant
+    assert max(counts.values()) <= STACK_RESOURCE_LIMIT, counts
+    per_shard = StageConfig.model_fields["tenants_per_shard"].default
+    assert len(counts) == 1 + -(-200 // per_shard)
+    shard_counts = {counts[n.shard_stack_name("dev", i)] for i in range(200 // per_shard)}
+    assert len(shard_counts) == 1
+
+
+def test_tenants_per_shard_ceiling_fits_the_stack_limit() -> None:
+    from infra.app_factory import synth_stage
+
+    # Given one shard at the largest allowed size, every tenant with both environments
+    ceiling = StageConfig.model_fields["tenants_per_shard"].metadata
+    max_per_shard = next(m.le for m in ceiling if hasattr(m, "le"))
+    templates = synth_stage("dev", overrides={"tenants": _tenants(2), "tenants_per_shard": max_per_shard})
+    # When the per-tenant cost is measured from a real shard
+    shard = templates[n.shard_stack_name("dev", 0)]
+    per_tenant = sum(1 for r in shard["Resources"] if "tenant0000" in r.lower())
+    fixed = len(shard["Resources"]) - 2 * per_tenant
+    # Then a full shard stays under the limit with headroom
+    assert fixed + max_per_shard * per_tenant <= STACK_RESOURCE_LIMIT - 50, (fixed, per_tenant)
+
+
+def test_appending_a_tenant_changes_exactly_one_shard_template() -> None:
+    from infra.app_factory import synth_stage
+
+    # Given a stage with 5 tenants in shards of 2, and the same stage with a 6th appended
+    before = synth_stage("dev", overrides={"tenants": _tenants(5, both_envs=False), "tenants_per_shard": 2})
+    after = synth_stage("dev", overrides={"tenants": _tenants(6, both_envs=False), "tenants_per_shard": 2})
+    # When the templates are compared stack by stack
+    changed = {name for name in after if before.get(name) != after[name]}
+    # Then only the last shard differs: the core stack and the other shards are untouched
+    assert set(before) == set(after)
+    assert changed == {n.shard_stack_name("dev", 2)}

@@ -1,0 +1,144 @@
+"""`python -m infra.local.demo` (what `make demo` runs): one agent turn end to end on the local
+stack, through the real dispatch function behind the Lambda emulator, printed so a newcomer can
+follow it — then the audit rows and the counters, read with the same code `sandboxctl` uses.
+
+The demo starts its own stack in a temporary state directory (a stack you started with
+`sandboxctl local up` is left alone) and always stops it, also on error. Exit 0 only if the turn
+behaved as the contract says.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+TENANT, AGENT, TEMPLATE = "acme", "demo-agent", "analyst"
+
+
+def _show(direction: str, payload: dict[str, Any]) -> None:
+    arrow = "agent -> dispatch" if direction == "request" else "dispatch -> agent"
+    print(f"\n  {arrow}")
+    for line in json.dumps(payload, indent=2, sort_keys=False).splitlines():
+        print(f"    {line}")
+
+
+def run_turn(target: Any) -> tuple[list[str], dict[str, Any]]:
+    """begin_turn, `x = 20`, `print(x * 2 + 2)`, end_turn; returns (problems, facts)."""
+    from infra.sandboxctl import ops
+
+    turn = f"demo-turn-{uuid.uuid4().hex[:8]}"
+    base = {"tenant_id": TENANT, "agent_id": AGENT, "template_id": TEMPLATE, "turn_id": turn}
+    steps = [
+        ("1. begin_turn: pre-flight; the agent learns whether it has the execute_code tool",
+         {"action": "begin_turn", **base, "user_id": "u-1"}),
+        ("2. execute_code: define a variable in the sandbox",
+         {"action": "execute_code", **base, "call_id": f"{turn}-c1", "code": "x = 20", "user_id": "u-1",
+          "invocation_source": "chat"}),
+        ("3. execute_code: the same session still has x",
+         {"action": "execute_code", **base, "call_id": f"{turn}-c2", "code": "print(x * 2 + 2)", "user_id": "u-1",
+          "invocation_source": "chat"}),
+        ("4. end_turn: the turn's session is stopped", {"action": "end_turn", "tenant_id": TENANT, "turn_id": turn}),
+    ]  # fmt: skip
+    responses = []
+    for title, event in steps:
+        print(f"\n{title}")
+        _show("request", event)
+        response = ops.invoke(target, event)
+        _show("response", response)
+        responses.append(response)
+    begin, first, second, end = responses
+    problems = []
+    if begin.get("sandbox", {}).get("status") != "ready":
+        problems.append(f"begin_turn status is {begin.get('sandbox', {}).get('status')!r}, expected 'ready'")
+    if not first.get("ok"):
+        problems.append(f"first execute_code failed: {first.get('error')}: {first.get('error_message')}")
+    if second.get("stdout") != "42\n":
+        problems.append(f"second execute_code printed {second.get('stdout')!r}, expected '42\\n'")
+    if not first.get("session_id") or first.get("session_id") != second.get("session_id"):
+        problems.append("the two calls did not share one session")
+    if end != {"ok": True, "stopped": True}:
+        problems.append(f"end_turn answered {end}, expected {{'ok': True, 'stopped': True}}")
+    return problems, {"turn_id": turn, "session_id": second.get("session_id"),
+                      "invocation_ids": [first.get("invocation_id"), second.get("invocation_id")]}  # fmt: skip
+
+
+def show_audit_and_counters(target: Any, facts: dict[str, Any]) -> list[str]:
+    from infra.sandboxctl import ops, render
+    from infra.sandboxctl.commands import AUDIT_COLUMNS
+
+    problems = []
+    rows = ops.audit_list(target, TENANT, session_id=facts["session_id"]) if facts["session_id"] else []
+    print("\n5. the audit trail (sandboxctl audit list --tenant acme --session <session>)")
+    print("\n" + render.table(rows, AUDIT_COLUMNS))
+    ids = {r["invocation_id"] for r in rows}
+    if ids != set(facts["invocation_ids"]):
+        problems.append(
+            f"expected one audit row per call ({len(facts['invocation_ids'])}), found {len(rows)}"
+        )
+    counters = ops.counters_show(target, TENANT, AGENT)
+    print(f"\n6. the circuit-breaker counters (sandboxctl counters show --tenant {TENANT} --agent {AGENT})\n")
+    daily = counters["tenant_daily"]
+    table = [{"dimension": "tenant_daily", "key": TENANT, **daily}]
+    table += [{"dimension": "agent_hourly", "key": a["agent_id"], **a, "resets_at": counters["agent_hourly_resets_at"]}
+              for a in counters["agent_hourly"]]  # fmt: skip
+    print(render.table(table, ["dimension", "key", "window", "count", "cap", "resets_at"]))
+    if counters["agent_hourly"][0]["count"] != 2:
+        problems.append(
+            f"agent_hourly count is {counters['agent_hourly'][0]['count']}, expected 2 (one per call)"
+        )
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m infra.local.demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--keep", action="store_true", help="leave the stack running (prints its state dir)")
+    args = parser.parse_args(argv)
+
+    from infra.local import stack
+    from infra.sandboxctl.main import CtlError
+    from infra.sandboxctl.target import local_target
+
+    directory = Path(tempfile.mkdtemp(prefix="sandbox-demo-"))
+    print("== execute_code demo on the local stack ==")
+    print(
+        "Starting moto (DynamoDB, SSM, SQS, ...), the local AgentCore Code Interpreter and the Lambda emulator..."
+    )
+    started = time.monotonic()
+    problems: list[str] = []
+    try:
+        state, _ = stack.up(directory)
+        for name, proc in state.data["processes"].items():
+            print(f"  {name:<12} pid {proc['pid']:<7} {proc['endpoint']}")
+        print(f"  (ready in {time.monotonic() - started:.1f}s; state in {directory})")
+        target = local_target(state)
+        problems, facts = run_turn(target)
+        problems += show_audit_and_counters(target, facts)
+    except (CtlError, stack.LocalStackError) as exc:
+        problems.append(str(exc))
+    except Exception as exc:  # noqa: BLE001 - the demo reports, it never dumps a traceback on a newcomer
+        problems.append(f"{type(exc).__name__}: {exc}")
+    finally:
+        if args.keep:
+            print(f"\nThe stack keeps running: SANDBOX_LOCAL_DIR={directory} sandboxctl --local local down")
+        else:
+            stack.down(directory)
+            shutil.rmtree(directory, ignore_errors=True)
+            print("\nLocal stack stopped.")
+    if problems:
+        print("\nDEMO FAILED:", file=sys.stderr)
+        for problem in problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return 1
+    print("\nDEMO OK: one turn, two calls sharing state in one session, two audit rows, two counted calls.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,359 @@
+"""A local Lambda `Invoke` endpoint, so the unmodified boto3 lambda client works against it
+(AWS_ENDPOINT_URL_LAMBDA): dispatch calls the quota function through it, `sandboxctl invoke`
+calls dispatch through it.
+
+Speaks the REST shape of `POST /2015-03-31/functions/{FunctionName}/invocations`:
+RequestResponse (200 + payload), `X-Amz-Function-Error: Unhandled` + the runtime's error JSON on
+an unhandled exception, Event (202) and DryRun (204); unknown function -> 404
+ResourceNotFoundException; non-JSON payload -> 400 InvalidRequestContentException.
+
+Each function has a pool of warm worker subprocesses (`lambda_worker.py`), spawned on demand up
+to `max_concurrency`, so concurrent invocations really run concurrently and module-level caches
+behave as in Lambda containers. Every worker starts with exactly the environment in the
+emulator's config (built by the local stack from `infra.function_env.function_environment`, the
+function the CDK stack uses) plus the variables the Lambda runtime itself sets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+WORKER_SCRIPT = Path(__file__).with_name("lambda_worker.py")
+TASK_ROOT = REPO_ROOT / "functions"
+LAYER_ROOT = REPO_ROOT / "layers" / "common" / "python"
+MAX_PAYLOAD_BYTES = 6 * 1024 * 1024  # Lambda's synchronous payload limit
+HEALTH_PATH = "/local/health"
+_INVOKE_PREFIX = "/2015-03-31/functions/"
+_INVOKE_SUFFIX = "/invocations"
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    name: str  # physical function name
+    handler: str  # "package.module.function", as in the CDK definition
+    environment: dict[str, str]
+    timeout_seconds: int = 30
+    memory_mb: int = 512
+    max_concurrency: int = 4
+    task_root: str = str(TASK_ROOT)
+    layer_root: str = str(LAYER_ROOT)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FunctionSpec:
+        return cls(**data)
+
+
+class WorkerGone(Exception):
+    """The worker died or timed out; it has been killed and must not be reused."""
+
+
+class _Worker:
+    def __init__(self, spec: FunctionSpec, region: str, account: str) -> None:
+        self.stream = f"{time.strftime('%Y/%m/%d')}/[$LATEST]{uuid.uuid4().hex}"
+        env = {
+            # What the Lambda runtime sets itself (not part of the function definition).
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "LANG": "en_US.UTF-8",
+            "TZ": ":UTC",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "LAMBDA_TASK_ROOT": spec.task_root,
+            "AWS_LAMBDA_FUNCTION_NAME": spec.name,
+            "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.memory_mb),
+            "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{spec.name}",
+            "AWS_LAMBDA_LOG_STREAM_NAME": self.stream,
+            "AWS_EXECUTION_ENV": "AWS_Lambda_python3.13",
+            "AWS_REGION": region,
+            "AWS_DEFAULT_REGION": region,
+            **spec.environment,
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, str(WORKER_SCRIPT), spec.task_root, spec.layer_root, spec.handler],
+            env=env,
+            cwd=spec.task_root,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=None,  # the emulator's own log
+            text=True,
+            encoding="utf-8",
+        )
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        ready = self._next_line(timeout=60)
+        if ready is None:
+            raise WorkerGone(f"worker for {spec.name} did not start")
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def _next_line(self, timeout: float) -> str | None:
+        try:
+            return self._lines.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def call(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            self.kill()
+            raise WorkerGone(f"worker exited: {exc}") from None
+        line = self._next_line(timeout)
+        if line is None:
+            self.kill()
+            raise WorkerGone("timeout" if self.proc.returncode in (None, -signal.SIGKILL) else "exited")
+        return json.loads(line)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            pass
+
+
+@dataclass
+class FunctionPool:
+    spec: FunctionSpec
+    region: str
+    account: str
+    _idle: list[_Worker] = field(default_factory=list)
+    _live: int = 0
+    _cond: threading.Condition = field(default_factory=threading.Condition)
+    _closed: bool = False
+
+    @property
+    def arn(self) -> str:
+        return f"arn:aws:lambda:{self.region}:{self.account}:function:{self.spec.name}"
+
+    def _acquire(self) -> _Worker:
+        with self._cond:
+            while not self._idle and self._live >= self.spec.max_concurrency:
+                self._cond.wait()
+            if self._idle:
+                return self._idle.pop()
+            self._live += 1
+        try:
+            return _Worker(self.spec, self.region, self.account)
+        except Exception:
+            with self._cond:
+                self._live -= 1
+                self._cond.notify()
+            raise
+
+    def _release(self, worker: _Worker, reusable: bool) -> None:
+        with self._cond:
+            if reusable and not self._closed:
+                self._idle.append(worker)
+            else:
+                self._live -= 1
+                worker.kill()
+            self._cond.notify()
+
+    def invoke(self, payload: str, request_id: str) -> tuple[bool, str]:
+        """(True, result JSON) or (False, runtime error JSON)."""
+        deadline = time.time() + self.spec.timeout_seconds
+        request = {
+            "request_id": request_id,
+            "payload": payload,
+            "function_name": self.spec.name,
+            "invoked_function_arn": self.arn,
+            "memory_limit_in_mb": self.spec.memory_mb,
+            "log_group_name": f"/aws/lambda/{self.spec.name}",
+            "log_stream_name": "",
+            "deadline_ms": int(deadline * 1000),
+        }
+        try:
+            worker = self._acquire()
+        except WorkerGone as exc:
+            return False, json.dumps({"errorMessage": str(exc), "errorType": "Runtime.Unknown"})
+        request["log_stream_name"] = worker.stream
+        try:
+            response = worker.call(request, timeout=self.spec.timeout_seconds + 1)
+        except WorkerGone as exc:
+            self._release(worker, reusable=False)
+            if str(exc) == "timeout":
+                message = f"{request_id} Task timed out after {self.spec.timeout_seconds:.2f} seconds"
+                return False, json.dumps({"errorMessage": message, "errorType": "Sandbox.Timedout"})
+            return False, json.dumps(
+                {
+                    "errorMessage": f"RequestId: {request_id} Error: Runtime exited",
+                    "errorType": "Runtime.ExitError",
+                }
+            )
+        self._release(worker, reusable=True)
+        if response.get("ok"):
+            return True, response["payload"]
+        return False, json.dumps(response["error"])
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for worker in idle:
+            worker.kill()
+
+
+class LambdaEmulator:
+    def __init__(
+        self,
+        functions: list[FunctionSpec],
+        *,
+        port: int = 0,
+        region: str = "us-east-1",
+        account: str = "123456789012",
+    ) -> None:
+        self.region, self.account = region, account
+        self.pools = {spec.name: FunctionPool(spec, region, account) for spec in functions}
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), _make_handler(self))
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def resolve(self, name: str) -> FunctionPool | None:
+        # FunctionName may be a name, a full or partial ARN, optionally with a qualifier.
+        if ":function:" in name:
+            name = name.split(":function:", 1)[1]
+        name = name.split(":")[0]
+        return self.pools.get(name)
+
+    def start(self) -> LambdaEmulator:
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        self._server.serve_forever()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        for pool in self.pools.values():
+            pool.close()
+
+
+def _make_handler(emulator: LambdaEmulator) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+            sys.stderr.write("lambda-emulator: " + (format % args) + "\n")
+
+        def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _error(self, status: int, error_type: str, message: str, request_id: str) -> None:
+            body = json.dumps({"Type": "User", "message": message}).encode()
+            self._send(status, body, {"x-amzn-ErrorType": error_type, "x-amzn-RequestId": request_id})
+
+        def do_GET(self) -> None:  # noqa: N802 - stdlib name
+            if self.path == HEALTH_PATH:
+                self._send(200, json.dumps({"functions": sorted(emulator.pools)}).encode())
+            else:
+                self._error(404, "UnknownOperationException", "Unknown operation", str(uuid.uuid4()))
+
+        def do_POST(self) -> None:  # noqa: N802 - stdlib name
+            request_id = str(uuid.uuid4())
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            path = self.path.split("?", 1)[0]
+            if not (path.startswith(_INVOKE_PREFIX) and path.endswith(_INVOKE_SUFFIX)):
+                self._error(404, "UnknownOperationException", "Unknown operation", request_id)
+                return
+            name = unquote(path[len(_INVOKE_PREFIX) : -len(_INVOKE_SUFFIX)])
+            pool = emulator.resolve(name)
+            if pool is None:
+                arn = f"arn:aws:lambda:{emulator.region}:{emulator.account}:function:{name}"
+                self._error(404, "ResourceNotFoundException", f"Function not found: {arn}", request_id)
+                return
+            if len(raw) > MAX_PAYLOAD_BYTES:
+                self._error(
+                    413, "RequestTooLargeException", "Request must be smaller than 6291456 bytes", request_id
+                )
+                return
+            try:
+                payload = raw.decode("utf-8")
+                if payload:
+                    json.loads(payload)
+            except (UnicodeDecodeError, ValueError):
+                self._error(
+                    400,
+                    "InvalidRequestContentException",
+                    "Could not parse request body into json",
+                    request_id,
+                )
+                return
+            invocation_type = self.headers.get("X-Amz-Invocation-Type", "RequestResponse")
+            if invocation_type == "DryRun":
+                self._send(204, b"", {"x-amzn-RequestId": request_id})
+                return
+            if invocation_type == "Event":
+                threading.Thread(target=pool.invoke, args=(payload, request_id), daemon=True).start()
+                self._send(202, b"", {"x-amzn-RequestId": request_id})
+                return
+            ok, body = pool.invoke(payload, request_id)
+            headers = {"x-amzn-RequestId": request_id, "X-Amz-Executed-Version": "$LATEST"}
+            if not ok:
+                headers["X-Amz-Function-Error"] = "Unhandled"
+            self._send(200, body.encode("utf-8"), headers)
+
+    return Handler
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="local Lambda Invoke endpoint")
+    parser.add_argument("--config", required=True, help="JSON: {region, account, functions: [FunctionSpec]}")
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args(argv)
+    config = json.loads(Path(args.config).read_text())
+    emulator = LambdaEmulator(
+        [FunctionSpec.from_dict(f) for f in config["functions"]],
+        port=args.port,
+        region=config.get("region", "us-east-1"),
+        account=config.get("account", "123456789012"),
+    )
+
+    def _stop(signum: int, frame: Any) -> None:
+        threading.Thread(target=emulator.stop, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, _stop)
+    print(json.dumps({"endpoint": emulator.endpoint}), flush=True)
+    try:
+        emulator.serve_forever()
+    finally:
+        for pool in emulator.pools.values():
+            pool.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""Create one stage's AWS resources in moto from the SAME definitions the CDK stacks use:
+`naming.ALL_TABLES` (keys, GSIs, TTL, PITR), `infra.constructs.definitions` (the stage-wide SSM
+parameters, each tenant's interpreter names and substrate JSON), one runner role per tenant,
+the audit DLQ, the `security-alerts` topic and the log groups. `tests/integration/local_stack/test_matches_cdk.py`
+holds this module and the synthesized `local` stage to the same shapes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from sandbox_common import naming as n
+from sandbox_common.models import TenantSubstrate
+
+from infra.config import StageConfig
+from infra.constructs.definitions import global_parameters, interpreter_names, tenant_substrate
+
+LOCAL_ACCOUNT = "123456789012"  # moto's default account
+LOCAL_REGION = "us-east-1"
+# The interpreter actions a runner role may use, on its own tenant's interpreters only (§6.4).
+RUNNER_ACTIONS = (
+    "bedrock-agentcore:StartCodeInterpreterSession",
+    "bedrock-agentcore:InvokeCodeInterpreter",
+    "bedrock-agentcore:StopCodeInterpreterSession",
+    "bedrock-agentcore:GetCodeInterpreterSession",
+)
+
+
+def audit_dlq_name(stage: str) -> str:
+    return f"{n.PROJECT}-{stage}-sandbox-audit-dlq"
+
+
+def security_topic_name(stage: str) -> str:
+    return f"{n.PROJECT}-{stage}-{n.SECURITY_ALERTS_TOPIC}"
+
+
+@dataclass(frozen=True)
+class LocalResources:
+    """What the local stack created: the same facts a deployed stage exposes as stack outputs."""
+
+    stage: str
+    region: str
+    account: str
+    tables: dict[str, str]  # TableSpec.logical -> physical
+    functions: dict[str, str]  # logical -> physical function name
+    audit_dlq_url: str
+    security_topic_arn: str
+    interpreters: list[dict[str, str]] = field(default_factory=list)  # tenant, environment, id, network_mode
+    runner_roles: dict[str, str] = field(default_factory=dict)  # tenant -> role ARN
+    log_groups: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LocalResources:
+        return cls(**data)
+
+
+def table_create_args(spec: n.TableSpec, stage: str) -> dict[str, Any]:
+    """CreateTable arguments for a TableSpec (every key attribute is a string, as in the stacks)."""
+    key_attrs = {spec.pk, *([spec.sk] if spec.sk else [])}
+    for index in spec.indexes:
+        key_attrs.update(a for a in (index.pk, index.sk) if a)
+
+    def schema(pk: str, sk: str | None) -> list[dict[str, str]]:
+        return [
+            {"AttributeName": pk, "KeyType": "HASH"},
+            *([{"AttributeName": sk, "KeyType": "RANGE"}] if sk else []),
+        ]
+
+    args: dict[str, Any] = {
+        "TableName": spec.physical(stage),
+        "AttributeDefinitions": [{"AttributeName": a, "AttributeType": "S"} for a in sorted(key_attrs)],
+        "KeySchema": schema(spec.pk, spec.sk),
+        "BillingMode": "PAY_PER_REQUEST",
+    }
+    if spec.indexes:
+        args["GlobalSecondaryIndexes"] = [
+            {"IndexName": i.name, "KeySchema": schema(i.pk, i.sk), "Projection": {"ProjectionType": "ALL"}}
+            for i in spec.indexes
+        ]
+    return args
+
+
+def create_resources(config: StageConfig, clients: Any, *, region: str = LOCAL_REGION) -> LocalResources:
+    """`clients(service)` returns a boto3 client pointed at moto."""
+    stage = config.name
+    ddb, ssm, iam, sqs, sns, logs = (clients(s) for s in ("dynamodb", "ssm", "iam", "sqs", "sns", "logs"))
+
+    tables = {}
+    for spec in n.ALL_TABLES:
+        ddb.create_table(**table_create_args(spec, stage))
+        if spec.ttl_attribute:
+            ddb.update_time_to_live(
+                TableName=spec.physical(stage),
+                TimeToLiveSpecification={"Enabled": True, "AttributeName": spec.ttl_attribute},
+            )
+        if spec.pitr:
+            ddb.update_continuous_backups(
+                TableName=spec.physical(stage),
+                PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True},
+            )
+        tables[spec.logical] = spec.physical(stage)
+
+    for name, value in global_parameters(config).items():
+        ssm.put_parameter(Name=name, Type="String", Value=value)
+
+    dispatch_role_arn = f"arn:aws:iam::{LOCAL_ACCOUNT}:role/{n.function_role_name(stage, n.DISPATCH)}"
+    runner_roles: dict[str, str] = {}
+    interpreters: list[dict[str, str]] = []
+    for tenant in config.tenants:
+        ids = interpreter_names(config, tenant)
+        arns = [
+            f"arn:aws:bedrock-agentcore:{region}:{LOCAL_ACCOUNT}:code-interpreter-custom/{i}"
+            for i in ids.values()
+        ]
+        role = iam.create_role(
+            RoleName=n.runner_role_name(stage, tenant.id),
+            AssumeRolePolicyDocument=json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"AWS": dispatch_role_arn},
+                            "Action": "sts:AssumeRole",
+                        }
+                    ],
+                }
+            ),
+        )["Role"]
+        iam.put_role_policy(
+            RoleName=role["RoleName"],
+            PolicyName="interpreters",
+            PolicyDocument=json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [{"Effect": "Allow", "Action": list(RUNNER_ACTIONS), "Resource": arns}],
+                }
+            ),
+        )
+        runner_roles[tenant.id] = role["Arn"]
+        # Validated through the model dispatch reads it with, so a drift fails here first.
+        substrate = TenantSubstrate.model_validate(
+            tenant_substrate(config, tenant, interpreters=ids, runner_role_arn=role["Arn"])
+        )
+        ssm.put_parameter(
+            Name=n.tenant_substrate_parameter(stage, tenant.id),
+            Type="String",
+            Value=substrate.model_dump_json(),
+        )
+        for env, interpreter_id in ids.items():
+            interpreters.append(
+                {
+                    "tenant_id": tenant.id,
+                    "environment": env,
+                    "id": interpreter_id,
+                    "network_mode": n.NETWORK_MODE[env],
+                }
+            )
+
+    queue_url = sqs.create_queue(
+        QueueName=audit_dlq_name(stage), Attributes={"MessageRetentionPeriod": "1209600"}
+    )["QueueUrl"]
+    topic_arn = sns.create_topic(Name=security_topic_name(stage))["TopicArn"]
+
+    log_groups = [n.log_group_name(stage, logical) for logical in n.FUNCTIONS] + [
+        n.findings_audit_log_group(stage)
+    ]
+    for group in log_groups:
+        logs.create_log_group(logGroupName=group)
+        logs.put_retention_policy(logGroupName=group, retentionInDays=config.log_retention_days)
+
+    return LocalResources(
+        stage=stage,
+        region=region,
+        account=LOCAL_ACCOUNT,
+        tables=tables,
+        functions={logical: n.function_name(stage, logical) for logical in n.FUNCTIONS},
+        audit_dlq_url=queue_url,
+        security_topic_arn=topic_arn,
+        interpreters=interpreters,
+        runner_roles=runner_roles,
+        log_groups=log_groups,
+    )

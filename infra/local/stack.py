@@ -1,0 +1,430 @@
+"""The local stack (SPEC §10): moto server, local interpreter and Lambda emulator as detached
+background processes, plus the stage's resources created in moto.
+
+State lives in one JSON file under the state directory (`.local/` in the repo, or
+`$SANDBOX_LOCAL_DIR`): pids, endpoints, resource names. `up` is idempotent (a healthy stack is
+reused), `down` stops exactly the process groups `up` started (each component is started as
+its own session leader, so its Lambda workers and interpreter sessions go with it), `status`
+reports them. `sandboxctl local ...` and `python -m infra.local.demo` are the callers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from infra.local.resources import LOCAL_REGION, LocalResources
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+STATE_FILE = "state.json"
+FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+COMPONENTS = ("moto", "interpreter", "lambda")
+START_TIMEOUT_SECONDS = 60
+
+
+class LocalStackError(Exception):
+    """The local stack could not be started/inspected; the message says why (one line)."""
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("SANDBOX_LOCAL_DIR") or REPO_ROOT / ".local").resolve()
+
+
+@dataclass
+class LocalState:
+    directory: Path
+    data: dict[str, Any]
+
+    @property
+    def resources(self) -> LocalResources:
+        return LocalResources.from_dict(self.data["resources"])
+
+    def endpoint(self, component: str) -> str:
+        return str(self.data["processes"][component]["endpoint"])
+
+    def client_environment(self) -> dict[str, str]:
+        """The variables that point an unmodified boto3 at this stack (what the Lambdas get)."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint("moto"),
+            "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE": self.endpoint("interpreter"),
+            "AWS_ENDPOINT_URL_LAMBDA": self.endpoint("lambda"),
+            "AWS_REGION": self.data["region"],
+            "AWS_DEFAULT_REGION": self.data["region"],
+            **FAKE_CREDENTIALS,
+        }
+
+    def client(self, service: str) -> Any:
+        import boto3
+        from botocore.config import Config
+
+        endpoint = (
+            self.endpoint("lambda")
+            if service == "lambda"
+            else (self.endpoint("interpreter") if service == "bedrock-agentcore" else self.endpoint("moto"))
+        )
+        return boto3.session.Session(
+            aws_access_key_id=FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            region_name=self.data["region"],
+        ).client(service, endpoint_url=endpoint, config=Config(read_timeout=900, retries={"max_attempts": 1}))
+
+
+def read_state(directory: Path | None = None) -> LocalState | None:
+    directory = directory or state_dir()
+    try:
+        return LocalState(directory, json.loads((directory / STATE_FILE).read_text()))
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise LocalStackError(f"state file {directory / STATE_FILE} is not valid JSON: {exc}") from None
+
+
+def _write_state(directory: Path, data: dict[str, Any]) -> None:
+    tmp = directory / (STATE_FILE + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    tmp.replace(directory / STATE_FILE)
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """Serialize up/down on one state directory (two `up`s must not start two stacks)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / "lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# --- processes -------------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def process_alive(pid: int, marker: str) -> bool:
+    """True iff `pid` runs and is still the process we started (its command line holds `marker`),
+    so a recycled pid is never mistaken for ours — and never signalled."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return False
+        with open(f"/proc/{pid}/cmdline", "rb") as cmd:
+            return marker.encode() in cmd.read()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def _proc_table() -> dict[int, tuple[str, int, int]]:
+    """pid -> (state, ppid, pgid) of every process visible in /proc."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        table[int(entry.name)] = (fields[0], int(fields[1]), int(fields[2]))
+    return table
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in process group `pgid`."""
+    return sorted(pid for pid, (st, _, group) in _proc_table().items() if st != "Z" and group == pgid)
+
+
+def descendants(pid: int) -> list[int]:
+    """Live descendants of `pid` (also those that left its process group, e.g. sandboxed
+    interpreter sessions that start their own session)."""
+    table = _proc_table()
+    children: dict[int, list[int]] = {}
+    for child, (_, ppid, _) in table.items():
+        children.setdefault(ppid, []).append(child)
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        current = todo.pop()
+        if table[current][0] != "Z":
+            found.append(current)
+        todo.extend(children.get(current, []))
+    return sorted(found)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def _spawn(directory: Path, name: str, argv: list[str], env: dict[str, str]) -> dict[str, Any]:
+    log = directory / f"{name}.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=str(REPO_ROOT),
+            start_new_session=True,  # own process group: `down` stops it and all its children
+        )
+    proc.returncode = 0  # detached on purpose: never waited for by this (short-lived) process
+    return {"pid": proc.pid, "pgid": proc.pid, "marker": argv[2], "log": str(log)}
+
+
+def _wait_http(url: str, process: dict[str, Any], deadline: float) -> None:
+    while time.time() < deadline:
+        if not process_alive(process["pid"], process["marker"]):
+            tail = Path(process["log"]).read_text(errors="replace")[-600:].strip().splitlines()
+            raise LocalStackError(
+                f"{process['marker']} exited during start-up: {(tail or ['no output'])[-1]}"
+            )
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except urllib.error.HTTPError:
+            return  # it answers HTTP: up
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.1)
+    raise LocalStackError(f"{process['marker']} did not answer on {url} within {START_TIMEOUT_SECONDS}s")
+
+
+def _base_env() -> dict[str, str]:
+    keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONDONTWRITEBYTECODE")
+    env = {k: os.environ[k] for k in keep if k in os.environ}
+    return {**env, **FAKE_CREDENTIALS, "AWS_REGION": LOCAL_REGION, "AWS_DEFAULT_REGION": LOCAL_REGION}
+
+
+def _stop_group(process: dict[str, Any], timeout: float = 10.0) -> None:
+    """SIGTERM the component's process group (it shuts its children down), then SIGKILL
+    whatever it started that is still alive — by pid, only processes that descend from it."""
+    pid, pgid = int(process["pid"]), int(process["pgid"])
+    ours = process_alive(pid, process["marker"])
+    tracked = set(group_members(pgid)) | (set(descendants(pid)) | {pid} if ours else set())
+    if not tracked:
+        return
+    if ours:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGTERM)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        tracked = {p for p in tracked if pid_alive(p)} | set(group_members(pgid))
+        if not tracked:
+            return
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+    for leftover in tracked:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(leftover, signal.SIGKILL)
+
+
+# --- public API ------------------------------------------------------------------------------
+def status(directory: Path | None = None) -> dict[str, Any]:
+    state = read_state(directory)
+    if state is None:
+        return {"running": False, "state_dir": str(directory or state_dir()), "processes": {}}
+    processes = {
+        name: {**proc, "alive": process_alive(int(proc["pid"]), proc["marker"])}
+        for name, proc in state.data["processes"].items()
+    }
+    return {
+        "running": bool(processes) and all(p["alive"] for p in processes.values()),
+        "state_dir": str(state.directory),
+        "stage": state.data["stage"],
+        "processes": processes,
+    }
+
+
+def up(
+    directory: Path | None = None, *, stage: str = "local", max_concurrency: int = 4
+) -> tuple[LocalState, bool]:
+    """Start the stack, or reuse a healthy one. Returns (state, started_now)."""
+    directory = directory or state_dir()
+    with _locked(directory):
+        current = status(directory)
+        if current["running"]:
+            state = read_state(directory)
+            assert state is not None
+            if state.data["stage"] != stage:
+                raise LocalStackError(
+                    f"a local stack for stage {state.data['stage']!r} is running in {directory}; run `local down` first"
+                )
+            return state, False
+        if current["processes"]:  # a broken leftover: stop what is left of it, start clean
+            _down_locked(directory)
+        try:
+            return _start(directory, stage, max_concurrency), True
+        except BaseException:
+            _down_locked(directory)
+            raise
+
+
+def down(directory: Path | None = None) -> dict[str, Any]:
+    directory = directory or state_dir()
+    with _locked(directory):
+        return _down_locked(directory)
+
+
+def _down_locked(directory: Path) -> dict[str, Any]:
+    state = read_state(directory)
+    if state is None:
+        return {"stopped": []}
+    from concurrent.futures import ThreadPoolExecutor
+
+    processes = state.data["processes"]
+    with ThreadPoolExecutor(max(1, len(processes))) as pool:  # independent groups: stop them together
+        list(pool.map(_stop_group, processes.values()))
+    stopped = [{"component": name, "pid": process["pid"]} for name, process in processes.items()]
+    (directory / STATE_FILE).unlink(missing_ok=True)
+    return {"stopped": stopped}
+
+
+def _start(directory: Path, stage: str, max_concurrency: int) -> LocalState:
+    from sandbox_common import naming as n
+
+    from infra.config import build_config
+    from infra.local.lambda_emulator import HEALTH_PATH
+    from infra.local.resources import create_resources
+
+    config = build_config(stage)
+    deadline = time.time() + START_TIMEOUT_SECONDS
+    data: dict[str, Any] = {
+        "stage": stage,
+        "region": LOCAL_REGION,
+        "started_at": time.time(),
+        "processes": {},
+    }
+    env = _base_env()
+
+    # 1. moto
+    port = _free_port()
+    moto = _spawn(
+        directory, "moto", [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], env
+    )
+    moto["endpoint"] = f"http://127.0.0.1:{port}"
+    data["processes"]["moto"] = moto
+    _write_state(directory, data)
+
+    # 2. the local AgentCore interpreter (started now, in parallel with moto's start-up), with this
+    # stage's interpreters registered: ids and network modes come from the config alone.
+    port = _free_port()
+    registrations = [
+        f"--interpreter={n.interpreter_name(stage, t.id, e)}={n.NETWORK_MODE[e]}"
+        for t in config.tenants
+        for e in t.environments
+    ]
+    interp = _spawn(
+        directory,
+        "interpreter",
+        [sys.executable, "-m", "infra.local.interpreter", "--port", str(port), *registrations],
+        env,
+    )
+    interp["endpoint"] = f"http://127.0.0.1:{port}"
+    data["processes"]["interpreter"] = interp
+    _write_state(directory, data)
+
+    # 3. resources, from the same definitions as the CDK stacks
+    _wait_http(f"{moto['endpoint']}/moto-api/", moto, deadline)
+    state = LocalState(directory, data)
+    resources = create_resources(config, lambda service: _moto_client(moto["endpoint"], service))
+    data["resources"] = resources.to_dict()
+    _wait_http(f"{interp['endpoint']}/ping", interp, deadline)
+
+    # 4. the Lambda emulator; each function gets exactly its CDK environment + local endpoints
+    port = _free_port()
+    lambda_endpoint = f"http://127.0.0.1:{port}"
+    endpoints = {
+        "AWS_ENDPOINT_URL": moto["endpoint"],
+        "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE": interp["endpoint"],
+        "AWS_ENDPOINT_URL_LAMBDA": lambda_endpoint,
+        **FAKE_CREDENTIALS,
+        "AWS_REGION": LOCAL_REGION,
+        "AWS_DEFAULT_REGION": LOCAL_REGION,
+    }
+    functions = lambda_function_specs(config, resources, endpoints, max_concurrency=max_concurrency)
+    emulator_config = directory / "lambda-functions.json"
+    emulator_config.write_text(
+        json.dumps({"region": LOCAL_REGION, "account": resources.account, "functions": functions}, indent=2)
+    )
+    emu = _spawn(
+        directory,
+        "lambda",
+        [
+            sys.executable,
+            "-m",
+            "infra.local.lambda_emulator",
+            "--port",
+            str(port),
+            "--config",
+            str(emulator_config),
+        ],
+        env,
+    )
+    emu["endpoint"] = lambda_endpoint
+    data["processes"]["lambda"] = emu
+    _write_state(directory, data)
+    _wait_http(f"{lambda_endpoint}{HEALTH_PATH}", emu, deadline)
+    return state
+
+
+def lambda_function_specs(
+    config: Any, resources: LocalResources, endpoints: dict[str, str], *, max_concurrency: int = 4
+) -> list[dict[str, Any]]:
+    """The emulator's function definitions: handler and environment exactly as the CDK stack
+    defines them (`function_environment`, the same builder), plus the local endpoints."""
+    from sandbox_common import naming as n
+
+    from infra.function_env import function_environment
+
+    specs = []
+    for logical in n.FUNCTIONS:
+        cdk_env = function_environment(
+            config,
+            logical,
+            tables=resources.tables,
+            quota_function_name=resources.functions[n.QUOTA_CHECK],
+            audit_dlq_url=resources.audit_dlq_url,
+        )
+        specs.append(
+            {
+                "name": resources.functions[logical],
+                "handler": n.handler_string(logical),
+                "environment": {**cdk_env, **endpoints},
+                "timeout_seconds": function_timeout_seconds(config, logical),
+                "max_concurrency": max_concurrency,
+            }
+        )
+    return specs
+
+
+def function_timeout_seconds(config: Any, logical: str) -> int:
+    """Lambda timeouts: dispatch outlives one call's deadline plus session start and audit."""
+    from sandbox_common import naming as n
+
+    return {n.DISPATCH: config.call_timeout_seconds + 60, n.QUOTA_CHECK: 10, n.BACKSTOP: 60}[logical]
+
+
+def _moto_client(endpoint: str, service: str) -> Any:
+    import boto3
+
+    return boto3.session.Session(
+        aws_access_key_id="testing", aws_secret_access_key="testing", region_name=LOCAL_REGION
+    ).client(service, endpoint_url=endpoint)

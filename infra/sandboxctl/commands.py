@@ -1,0 +1,291 @@
+"""`sandboxctl` command implementations: resolve the target, call one operation, render."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from typing import Any
+
+from infra.sandboxctl import render
+from infra.sandboxctl.main import EXIT_FAILURE, EXIT_OK, CtlError
+
+
+def _out(args: argparse.Namespace, data: Any, human: Callable[[], str]) -> None:
+    print(render.to_json(data) if args.json else human())
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.command == "local":
+        return _local(args)
+    from infra.sandboxctl import target as target_mod
+
+    target = target_mod.resolve(args.stage, args.local)
+    handler = {
+        "invoke": _invoke,
+        "caps": _caps,
+        "tenant": _tenant,
+        "template": _template,
+        "audit": _audit,
+        "counters": _counters,
+        "findings": _findings,
+        "pilot": _pilot,
+    }[args.command]
+    return handler(args, target)
+
+
+# --- local -----------------------------------------------------------------------------------
+def _local(args: argparse.Namespace) -> int:
+    from infra.local import stack
+
+    stage = args.stage
+    try:
+        if args.local_command == "up":
+            state, started = stack.up(stage=stage)
+            data = {
+                "started": started,
+                "state_dir": str(state.directory),
+                "stage": state.data["stage"],
+                "endpoints": {name: p["endpoint"] for name, p in state.data["processes"].items()},
+                "pids": {name: p["pid"] for name, p in state.data["processes"].items()},
+                "environment": state.client_environment(),
+            }
+
+            def human() -> str:
+                head = "local stack started" if started else "local stack already running"
+                rows = [
+                    {"component": k, "pid": data["pids"][k], "endpoint": v}
+                    for k, v in data["endpoints"].items()
+                ]
+                env = "\n".join(f"export {k}={v}" for k, v in data["environment"].items())
+                return (
+                    f"{head} (stage {data['stage']}, state {data['state_dir']})\n"
+                    + render.table(rows, ["component", "pid", "endpoint"])
+                    + f"\n\n# point boto3 at it:\n{env}"
+                )
+
+            _out(args, data, human)
+        elif args.local_command == "down":
+            data = stack.down()
+            _out(
+                args,
+                data,
+                lambda: (
+                    "stopped: "
+                    + (
+                        ", ".join(f"{s['component']} (pid {s['pid']})" for s in data["stopped"])
+                        or "nothing was running"
+                    )
+                ),
+            )
+        else:
+            data = stack.status()
+            rows = [{"component": k, **v} for k, v in data["processes"].items()]
+            _out(
+                args,
+                data,
+                lambda: (
+                    ("running" if data["running"] else "not running")
+                    + f" (state {data['state_dir']})\n"
+                    + render.table(rows, ["component", "pid", "alive", "endpoint", "log"])
+                ),
+            )
+    except stack.LocalStackError as exc:
+        raise CtlError(str(exc)) from None
+    return EXIT_OK
+
+
+# --- dispatch --------------------------------------------------------------------------------
+def _invoke(args: argparse.Namespace, target: Any) -> int:
+    from infra.sandboxctl import ops
+
+    try:
+        event = json.loads(args.event)
+    except ValueError as exc:
+        raise CtlError(f"the event is not valid JSON: {exc}") from None
+    response = ops.invoke(target, event)
+    print(json.dumps(response, indent=None if args.json else 2, sort_keys=True))
+    return EXIT_OK
+
+
+# --- caps ------------------------------------------------------------------------------------
+def _caps(args: argparse.Namespace, target: Any) -> int:
+    from infra.sandboxctl import ops
+
+    if args.caps_command == "get":
+        data = ops.caps_get(target, args.tenant)
+
+        def human() -> str:
+            rows = [{"scope": "global", **data["global"]}]
+            rows += [{"scope": f"tenant {t}", **v} for t, v in sorted(data["overrides"].items())]
+            text = render.table(rows, ["scope", "tenant_daily", "agent_hourly"])
+            if "effective" in data:
+                text += f"\n\neffective for {data['tenant_id']}: " + ", ".join(
+                    f"{k}={v}" for k, v in data["effective"].items()
+                )
+            return text
+
+        _out(args, data, human)
+    elif args.caps_command == "set":
+        data = ops.caps_set(target, args.dimension, args.value, args.tenant)
+        _out(
+            args,
+            data,
+            lambda: (
+                f"{data['parameter']} = {data['value']} (was {'unset' if data['previous'] is None else data['previous']})"
+            ),
+        )
+    else:
+        data = ops.caps_unset(target, args.dimension, args.tenant)
+        _out(args, data, lambda: f"{data['parameter']} " + ("deleted" if data["deleted"] else "was not set"))
+    return EXIT_OK
+
+
+# --- tenants and templates -------------------------------------------------------------------
+def _tenant(args: argparse.Namespace, target: Any) -> int:
+    from infra.sandboxctl import ops
+
+    if args.tenant_command == "show":
+        data = ops.tenant_show(target, args.tenant)
+
+        def human() -> str:
+            head = render.pairs(
+                {
+                    "tenant": data["tenant_id"],
+                    "sandbox_enabled": data["sandbox_enabled"],
+                    "compliance_tier": data["compliance_tier"],
+                    "environments": ", ".join(data["environments"]) or "-",
+                    "updated_by": (data["policy"] or {}).get("updated_by"),
+                    "updated_at": (data["policy"] or {}).get("updated_at"),
+                }
+            )
+            templates = render.table(
+                [{"template": k, **v} for k, v in sorted(data["templates"].items())],
+                ["template", "environment", "source"],
+            )
+            history = render.table(data["history"], ["changed_at", "changed_by", "action", "before", "after"])
+            return f"{head}\n\ntemplates\n{templates}\n\nhistory\n{history}"
+
+        _out(args, data, human)
+        return EXIT_OK
+    if args.tenant_command == "enable":
+        data = ops.tenant_set(target, args.tenant, enabled=True)
+    elif args.tenant_command == "disable":
+        data = ops.tenant_set(target, args.tenant, enabled=False)
+    else:
+        data = ops.tenant_set(target, args.tenant, tier=args.tier)
+    _out(args, data, lambda: f"{data['tenant_id']}: {data['action']}: {data['before']} -> {data['after']}")
+    return EXIT_OK
+
+
+def _template(args: argparse.Namespace, target: Any) -> int:
+    from infra.sandboxctl import ops
+
+    data = ops.template_put(target, args.tenant, args.template, args.environment)
+    _out(
+        args,
+        data,
+        lambda: (
+            f"{data['tenant_id']}/{data['template_id']}: sandbox environment "
+            f"{data['environment'] or 'none'} (was {data['previous'] or 'none'})"
+        ),
+    )
+    return EXIT_OK
+
+
+# --- audit, counters, findings ---------------------------------------------------------------
+AUDIT_COLUMNS = [
+    "started_at",
+    "invocation_id",
+    "agent_id",
+    "session_id",
+    "exit_status",
+    "error",
+    "duration_ms",
+    "stdout_bytes",
+]
+
+
+def _audit(args: argparse.Namespace, target: Any) -> int:
+    from infra.sandboxctl import ops
+
+    if args.audit_command == "list":
+        rows = ops.audit_list(
+            target,
+            args.tenant,
+            agent_id=args.agent,
+            session_id=args.session,
+            since=args.since,
+            limit=args.limit,
+        )
+        _out(args, rows, lambda: render.table(rows, AUDIT_COLUMNS))
+        return EXIT_OK
+    counts = ops.audit_replay(target)
+    _out(args, counts, lambda: render.pairs(counts))
+    if counts["failed"] or counts["invalid"]:
+        raise CtlError(
+            f"{counts['failed']} row(s) failed to replay and {counts['invalid']} message(s) are not audit "
+            "rows; they stay in the queue"
+        )
+    return EXIT_OK
+
+
+def _counters(args: argparse.Namespace, target: Any) -> int:
+    from infra.sandboxctl import ops
+
+    data = ops.counters_show(target, args.tenant, args.agent)
+
+    def human() -> str:
+        daily = data["tenant_daily"]
+        rows = [{"dimension": "tenant_daily", "key": args.tenant, **daily}]
+        rows += [
+            {
+                "dimension": "agent_hourly",
+                "key": a["agent_id"],
+                **a,
+                "resets_at": data["agent_hourly_resets_at"],
+            }
+            for a in data["agent_hourly"]
+        ]
+        return f"now {data['now']}\n" + render.table(
+            rows, ["dimension", "key", "window", "count", "cap", "resets_at"]
+        )
+
+    _out(args, data, human)
+    return EXIT_OK
+
+
+def _findings(args: argparse.Namespace, target: Any) -> int:
+    from infra.sandboxctl import ops
+
+    rows = ops.findings_list(target, since=args.since, limit=args.limit)
+    columns = [
+        "timestamp",
+        "token_class",
+        "log_group",
+        "log_stream",
+        "event_id",
+        "fingerprint",
+        "tenant_id",
+        "session_id",
+    ]
+    _out(args, rows, lambda: render.table(rows, columns))
+    return EXIT_OK
+
+
+def _pilot(args: argparse.Namespace, target: Any) -> int:
+    from infra.sandboxctl import pilot
+
+    report = pilot.run_pilot(
+        target,
+        tenant_id=args.tenant,
+        template_id=args.template,
+        cap_wait_seconds=args.cap_wait,
+        echo=None if args.json else print,
+    )
+    if args.json:
+        print(render.to_json(report))
+    if not report["ok"]:
+        failed = [c["check"] for c in report["checks"] if not c["ok"]]
+        raise CtlError(f"pilot failed: {'; '.join(failed) or report.get('error')}")
+    return EXIT_OK if report["ok"] else EXIT_FAILURE

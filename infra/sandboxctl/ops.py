@@ -1,0 +1,486 @@
+"""The operations behind each `sandboxctl` command, as functions over a `Target` returning plain
+data (the CLI renders it; the demo and the pilot call the same functions). Failures an operator
+can act on raise `CtlError` with a one-line reason.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from botocore.exceptions import ClientError
+from sandbox_common import naming as n
+from sandbox_common.models import TenantSubstrate
+from sandbox_common.windows import Windows, iso_z, iso_z_ms, utc_now
+
+from infra.sandboxctl.main import CtlError
+from infra.sandboxctl.target import Target
+
+
+# --- helpers ---------------------------------------------------------------------------------
+def plain(value: Any) -> Any:
+    """DynamoDB values as JSON-friendly Python (Decimal -> int/float, sets -> sorted lists)."""
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted(plain(v) for v in value)
+    if isinstance(value, (bytes, bytearray)):
+        return value.decode("utf-8", "replace")
+    return value
+
+
+def _deserialize(item: dict[str, Any]) -> dict[str, Any]:
+    from boto3.dynamodb.types import TypeDeserializer
+
+    deser = TypeDeserializer()
+    return {k: plain(deser.deserialize(v)) for k, v in item.items()}
+
+
+def _serialize(item: dict[str, Any]) -> dict[str, Any]:
+    from boto3.dynamodb.types import TypeSerializer
+
+    ser = TypeSerializer()
+    return {k: ser.serialize(_to_dynamo(v)) for k, v in item.items()}
+
+
+def _to_dynamo(value: Any) -> Any:
+    if isinstance(value, float):
+        return Decimal(str(value))
+    if isinstance(value, dict):
+        return {k: _to_dynamo(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_to_dynamo(v) for v in value]
+    return value
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def parse_time(text: str) -> datetime:
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+# --- invoke ----------------------------------------------------------------------------------
+def invoke(target: Target, event: dict[str, Any] | str) -> dict[str, Any]:
+    payload = event if isinstance(event, str) else json.dumps(event)
+    try:
+        out = target.client("lambda").invoke(
+            FunctionName=target.dispatch_function, InvocationType="RequestResponse", Payload=payload.encode()
+        )
+    except ClientError as exc:
+        raise CtlError(f"invoking {target.dispatch_function} failed: {_code(exc)}: {exc}") from None
+    body = out["Payload"].read()
+    if out.get("FunctionError"):
+        try:
+            err = json.loads(body)
+            detail = f"{err.get('errorType')}: {err.get('errorMessage')}"
+        except ValueError:
+            detail = body.decode("utf-8", "replace")[:300]
+        raise CtlError(f"dispatch raised an unhandled error: {' '.join(detail.split())}")
+    try:
+        result = json.loads(body)
+    except ValueError:
+        raise CtlError("dispatch returned a response that is not JSON") from None
+    if not isinstance(result, dict):
+        raise CtlError("dispatch returned a response that is not a JSON object")
+    return result
+
+
+# --- tenants ---------------------------------------------------------------------------------
+def substrate(target: Target, tenant_id: str) -> TenantSubstrate | None:
+    try:
+        raw = target.client("ssm").get_parameter(Name=n.tenant_substrate_parameter(target.stage, tenant_id))
+    except ClientError as exc:
+        if _code(exc) == "ParameterNotFound":
+            return None
+        raise
+    return TenantSubstrate.model_validate(json.loads(raw["Parameter"]["Value"]))
+
+
+def _tenant_items(target: Target, tenant_id: str) -> list[dict[str, Any]]:
+    ddb = target.client("dynamodb")
+    items: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {
+        "TableName": target.table(n.TENANTS),
+        "KeyConditionExpression": "#pk = :t",
+        "ExpressionAttributeNames": {"#pk": n.TENANTS.pk},
+        "ExpressionAttributeValues": {":t": {"S": tenant_id}},
+        "ConsistentRead": True,
+    }
+    while True:
+        page = ddb.query(**kwargs)
+        items.extend(_deserialize(i) for i in page.get("Items", []))
+        if "LastEvaluatedKey" not in page:
+            return items
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def tenant_show(target: Target, tenant_id: str, *, history: int = 10) -> dict[str, Any]:
+    sub = substrate(target, tenant_id)
+    items = _tenant_items(target, tenant_id)
+    policy = next((i for i in items if i[n.TENANTS.sk] == n.TENANT_POLICY_ITEM), None)
+    if sub is None and policy is None:
+        raise CtlError(f"unknown tenant {tenant_id!r} in stage {target.stage!r}")
+    tier = (policy or {}).get("compliance_tier") or (sub.compliance_tier if sub else "standard")
+    enabled = (policy or {}).get("sandbox_enabled")
+    # Same rule as dispatch pre-flight: no policy item = enabled iff the tier is standard.
+    effective_enabled = (tier == "standard") if enabled is None else (bool(enabled) and tier == "standard")
+    templates: dict[str, Any] = {
+        t: {"environment": e, "source": "config"} for t, e in (sub.templates if sub else {}).items()
+    }
+    for item in items:
+        if item[n.TENANTS.sk].startswith(n.TEMPLATE_ITEM_PREFIX):
+            name = item[n.TENANTS.sk][len(n.TEMPLATE_ITEM_PREFIX) :]
+            templates[name] = {
+                "environment": item.get("environment"),
+                "source": "operator",
+                "updated_by": item.get("updated_by"),
+                "updated_at": item.get("updated_at"),
+            }
+    changes = sorted(
+        (i for i in items if i[n.TENANTS.sk].startswith(n.HISTORY_ITEM_PREFIX)), key=lambda i: i[n.TENANTS.sk]
+    )
+    return {
+        "tenant_id": tenant_id,
+        "sandbox_enabled": effective_enabled,
+        "compliance_tier": tier,
+        "policy": policy,
+        "environments": list(sub.environments) if sub else [],
+        "interpreters": dict(sub.interpreters) if sub else {},
+        "templates": templates,
+        "history": changes[-history:],
+    }
+
+
+def _write_with_history(target: Target, tenant_id: str, item: dict[str, Any], change: dict[str, Any]) -> None:
+    """The item and its history entry commit together (a change is never unrecorded)."""
+    now = utc_now()
+    who = target.caller_identity()
+    stamp = {"updated_by": who, "updated_at": iso_z_ms(now)}
+    history = {
+        n.TENANTS.pk: tenant_id,
+        n.TENANTS.sk: f"{n.HISTORY_ITEM_PREFIX}{iso_z_ms(now)}#{uuid.uuid4().hex[:8]}",
+        "changed_by": who,
+        "changed_at": iso_z_ms(now),
+        **change,
+    }
+    target.client("dynamodb").transact_write_items(
+        TransactItems=[
+            {"Put": {"TableName": target.table(n.TENANTS), "Item": _serialize({**item, **stamp})}},
+            {
+                "Put": {
+                    "TableName": target.table(n.TENANTS),
+                    "Item": _serialize(history),
+                    "ConditionExpression": "attribute_not_exists(#sk)",
+                    "ExpressionAttributeNames": {"#sk": n.TENANTS.sk},
+                }
+            },
+        ]
+    )
+
+
+def tenant_set(
+    target: Target, tenant_id: str, *, enabled: bool | None = None, tier: str | None = None
+) -> dict[str, Any]:
+    current = tenant_show(target, tenant_id, history=0)
+    new_tier = tier or current["compliance_tier"]
+    if enabled is True and new_tier != "standard":
+        raise CtlError(
+            f"refused: tenant {tenant_id!r} is on the {new_tier!r} tier; only 'standard' tenants can use the sandbox"
+        )
+    new_enabled = current["sandbox_enabled"] if enabled is None else enabled
+    if new_tier != "standard":
+        new_enabled = False  # moving to a non-standard tier disables the sandbox
+    action = "enable" if enabled is True else "disable" if enabled is False else f"set-tier {new_tier}"
+    before = {"sandbox_enabled": current["sandbox_enabled"], "compliance_tier": current["compliance_tier"]}
+    after = {"sandbox_enabled": new_enabled, "compliance_tier": new_tier}
+    policy = {n.TENANTS.pk: tenant_id, n.TENANTS.sk: n.TENANT_POLICY_ITEM, **after}
+    _write_with_history(target, tenant_id, policy, {"action": action, "before": before, "after": after})
+    return {"tenant_id": tenant_id, "action": action, "before": before, "after": after}
+
+
+def template_put(target: Target, tenant_id: str, template_id: str, environment: str) -> dict[str, Any]:
+    current = tenant_show(target, tenant_id, history=0)
+    env = None if environment == "none" else environment
+    if env is not None and env not in current["environments"]:
+        have = ", ".join(current["environments"]) or "none"
+        raise CtlError(f"refused: tenant {tenant_id!r} has no {env!r} environment (it has: {have})")
+    before = current["templates"].get(template_id, {}).get("environment")
+    item = {n.TENANTS.pk: tenant_id, n.TENANTS.sk: n.TEMPLATE_ITEM_PREFIX + template_id, "environment": env}
+    change = {
+        "action": f"template put {template_id}",
+        "before": {"environment": before},
+        "after": {"environment": env},
+    }
+    _write_with_history(target, tenant_id, item, change)
+    return {"tenant_id": tenant_id, "template_id": template_id, "environment": env, "previous": before}
+
+
+def require_known_tenant(target: Target, tenant_id: str) -> None:
+    tenant_show(target, tenant_id, history=0)
+
+
+# --- caps ------------------------------------------------------------------------------------
+def _cap_value(raw: str) -> int | str:
+    return int(raw) if raw.isascii() and raw.isdigit() else raw  # an invalid value is shown as is
+
+
+def caps_get(target: Target, tenant_id: str | None = None) -> dict[str, Any]:
+    ssm = target.client("ssm")
+    prefix = f"{n.ssm_prefix(target.stage)}/caps"
+    values: dict[str, str] = {}
+    kwargs: dict[str, Any] = {"Path": prefix, "Recursive": True}
+    while True:
+        page = ssm.get_parameters_by_path(**kwargs)
+        values.update({p["Name"]: p["Value"] for p in page.get("Parameters", [])})
+        if not page.get("NextToken"):
+            break
+        kwargs["NextToken"] = page["NextToken"]
+    result: dict[str, Any] = {
+        "global": {
+            d: _cap_value(values[n.cap_parameter(target.stage, d)])
+            if n.cap_parameter(target.stage, d) in values
+            else None
+            for d in n.CAP_DIMENSIONS
+        },
+        "overrides": {},
+    }
+    override_prefix = f"{prefix}/tenants/"
+    for name, value in sorted(values.items()):
+        if name.startswith(override_prefix):
+            tenant, _, dimension = name[len(override_prefix) :].partition("/")
+            if dimension in n.CAP_DIMENSIONS:
+                result["overrides"].setdefault(tenant, {})[dimension] = _cap_value(value)
+    if tenant_id is not None:
+        own = result["overrides"].get(tenant_id, {})
+        result["tenant_id"] = tenant_id
+        result["effective"] = {d: own.get(d, result["global"][d]) for d in n.CAP_DIMENSIONS}
+    return result
+
+
+def caps_set(target: Target, dimension: str, value: int, tenant_id: str | None = None) -> dict[str, Any]:
+    if value < 0:
+        raise CtlError(f"refused: {value} is negative; caps are non-negative integers")
+    if tenant_id is not None:
+        require_known_tenant(target, tenant_id)
+    name = n.cap_parameter(target.stage, dimension, tenant_id)
+    ssm = target.client("ssm")
+    try:
+        previous: str | None = ssm.get_parameter(Name=name)["Parameter"]["Value"]
+    except ClientError as exc:
+        if _code(exc) != "ParameterNotFound":
+            raise
+        previous = None
+    ssm.put_parameter(Name=name, Value=str(value), Type="String", Overwrite=True)
+    return {"parameter": name, "value": value, "previous": None if previous is None else _cap_value(previous)}
+
+
+def caps_unset(target: Target, dimension: str, tenant_id: str) -> dict[str, Any]:
+    name = n.cap_parameter(target.stage, dimension, tenant_id)
+    try:
+        target.client("ssm").delete_parameter(Name=name)
+    except ClientError as exc:
+        if _code(exc) != "ParameterNotFound":
+            raise
+        return {"parameter": name, "deleted": False}
+    return {"parameter": name, "deleted": True}
+
+
+# --- counters --------------------------------------------------------------------------------
+def counters_show(target: Target, tenant_id: str, agent_id: str | None = None) -> dict[str, Any]:
+    windows = Windows.at(utc_now())  # one clock read for every key and reset time
+    ddb = target.client("dynamodb")
+
+    def count(spec: n.TableSpec, key: str) -> int:
+        item = ddb.get_item(TableName=target.table(spec), Key={spec.pk: {"S": key}}, ConsistentRead=True).get(
+            "Item"
+        )
+        return int(item[n.COUNTER_ATTR_COUNT]["N"]) if item and n.COUNTER_ATTR_COUNT in item else 0
+
+    caps = caps_get(target, tenant_id)["effective"]
+    result: dict[str, Any] = {
+        "tenant_id": tenant_id,
+        "now": iso_z(windows.now),
+        "tenant_daily": {
+            "window": windows.day,
+            "count": count(n.TENANT_DAILY_COUNTERS, windows.tenant_daily_key(tenant_id)),
+            "cap": caps[n.DIM_TENANT_DAILY],
+            "resets_at": iso_z(windows.day_resets_at),
+        },
+        "agent_hourly": [],
+        "agent_hourly_cap": caps[n.DIM_AGENT_HOURLY],
+        "agent_hourly_resets_at": iso_z(windows.hour_resets_at),
+    }
+    if agent_id is not None:
+        agents = {agent_id: count(n.AGENT_HOURLY_COUNTERS, windows.agent_hourly_key(tenant_id, agent_id))}
+    else:
+        # The hourly key is tenant#agent#hour: list this tenant's agents in the current hour.
+        agents = {}
+        kwargs: dict[str, Any] = {
+            "TableName": target.table(n.AGENT_HOURLY_COUNTERS),
+            "FilterExpression": "begins_with(#k, :p) AND #w = :w",
+            "ExpressionAttributeNames": {"#k": n.AGENT_HOURLY_COUNTERS.pk, "#w": n.COUNTER_ATTR_WINDOW},
+            "ExpressionAttributeValues": {":p": {"S": f"{tenant_id}#"}, ":w": {"S": windows.hour}},
+            "ConsistentRead": True,
+        }
+        while True:
+            page = ddb.scan(**kwargs)
+            for raw in page.get("Items", []):
+                item = _deserialize(raw)
+                agents[str(item.get(n.COUNTER_ATTR_AGENT))] = int(item.get(n.COUNTER_ATTR_COUNT, 0))
+            if "LastEvaluatedKey" not in page:
+                break
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    result["agent_hourly"] = [
+        {"agent_id": a, "window": windows.hour, "count": c, "cap": caps[n.DIM_AGENT_HOURLY]}
+        for a, c in sorted(agents.items())
+    ]
+    return result
+
+
+# --- audit -----------------------------------------------------------------------------------
+def audit_list(
+    target: Target,
+    tenant_id: str,
+    *,
+    agent_id: str | None = None,
+    session_id: str | None = None,
+    since: str | None = None,
+    limit: int = 20,
+) -> list[dict[str, Any]]:
+    index = "by_session" if session_id else "by_tenant_time"
+    pk_attr, pk_value = ("session_id", session_id) if session_id else ("tenant_id", tenant_id)
+    names = {"#pk": pk_attr}
+    values: dict[str, Any] = {":pk": {"S": pk_value}}
+    key = "#pk = :pk"
+    if since:
+        names["#st"] = "started_at"
+        values[":since"] = {"S": iso_z_ms(parse_time(since))}
+        key += " AND #st >= :since"
+    filters = []
+    if session_id:  # a session id never reveals another tenant's rows
+        names["#t"] = "tenant_id"
+        values[":t"] = {"S": tenant_id}
+        filters.append("#t = :t")
+    if agent_id:
+        names["#a"] = "agent_id"
+        values[":a"] = {"S": agent_id}
+        filters.append("#a = :a")
+    kwargs: dict[str, Any] = {
+        "TableName": target.table(n.INVOCATIONS),
+        "IndexName": index,
+        "KeyConditionExpression": key,
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
+        "ScanIndexForward": False,
+    }
+    if filters:
+        kwargs["FilterExpression"] = " AND ".join(filters)
+    rows: list[dict[str, Any]] = []
+    ddb = target.client("dynamodb")
+    while len(rows) < limit:
+        page = ddb.query(**kwargs)
+        rows.extend(_deserialize(i) for i in page.get("Items", []))
+        if "LastEvaluatedKey" not in page:
+            break
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    return rows[:limit]
+
+
+def audit_get(target: Target, invocation_id: str) -> dict[str, Any] | None:
+    item = (
+        target.client("dynamodb")
+        .get_item(
+            TableName=target.table(n.INVOCATIONS),
+            Key={n.INVOCATIONS.pk: {"S": invocation_id}},
+            ConsistentRead=True,
+        )
+        .get("Item")
+    )
+    return _deserialize(item) if item else None
+
+
+def audit_replay(target: Target, *, max_messages: int = 10_000) -> dict[str, Any]:
+    """Drain the audit DLQ exactly once: a row already in the table (an earlier replay, or the
+    original write that only looked failed) is a duplicate, and its message is deleted too."""
+    sqs, ddb = target.client("sqs"), target.client("dynamodb")
+    counts = {"replayed": 0, "duplicates": 0, "invalid": 0, "failed": 0}
+    seen: set[str] = set()
+    while sum(counts.values()) < max_messages:
+        messages = sqs.receive_message(
+            QueueUrl=target.audit_dlq_url, MaxNumberOfMessages=10, WaitTimeSeconds=1, VisibilityTimeout=60
+        ).get("Messages", [])
+        fresh = [m for m in messages if m["MessageId"] not in seen]
+        if not fresh:
+            break
+        for message in fresh:
+            seen.add(message["MessageId"])
+            try:
+                row = json.loads(message["Body"], parse_float=Decimal)
+                if not isinstance(row, dict) or not row.get(n.INVOCATIONS.pk):
+                    raise ValueError("no invocation_id")
+            except ValueError:
+                counts["invalid"] += 1  # left in the queue for a human: never dropped
+                continue
+            try:
+                ddb.put_item(
+                    TableName=target.table(n.INVOCATIONS),
+                    Item=_serialize(row),
+                    ConditionExpression="attribute_not_exists(#id)",
+                    ExpressionAttributeNames={"#id": n.INVOCATIONS.pk},
+                )
+                counts["replayed"] += 1
+            except ClientError as exc:
+                if _code(exc) != "ConditionalCheckFailedException":
+                    counts["failed"] += 1
+                    continue
+                counts["duplicates"] += 1
+            sqs.delete_message(QueueUrl=target.audit_dlq_url, ReceiptHandle=message["ReceiptHandle"])
+    return counts
+
+
+# --- findings --------------------------------------------------------------------------------
+def findings_list(target: Target, *, since: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+    """Backstop findings at or after `since` (default: the last 24 h), newest first. The table
+    is partitioned by UTC day and sorted by `<ISO timestamp>#<event id>#<n>`, so `since` is a
+    key condition on its own day and whole partitions after it."""
+    now = utc_now()
+    start = parse_time(since) if since else now - timedelta(hours=24)
+    days = (now.date() - start.astimezone(UTC).date()).days
+    if days > n.FINDINGS_RETENTION_DAYS:
+        raise CtlError(
+            f"--since is more than {n.FINDINGS_RETENTION_DAYS} days ago (findings expire after that)"
+        )
+    ddb = target.client("dynamodb")
+    rows: list[dict[str, Any]] = []
+    for offset in range(max(days, 0) + 1):  # newest partition first
+        day = (now - timedelta(days=offset)).strftime("%Y-%m-%d")
+        kwargs: dict[str, Any] = {
+            "TableName": target.table(n.FINDINGS),
+            "KeyConditionExpression": "#pk = :d",
+            "ExpressionAttributeNames": {"#pk": n.FINDINGS.pk},
+            "ExpressionAttributeValues": {":d": {"S": day}},
+            "ScanIndexForward": False,
+        }
+        if offset == days:  # the oldest partition: only from `since` on
+            kwargs["KeyConditionExpression"] += " AND #sk >= :s"
+            kwargs["ExpressionAttributeNames"]["#sk"] = n.FINDINGS.sk
+            kwargs["ExpressionAttributeValues"][":s"] = {"S": iso_z_ms(start)}
+        while len(rows) < limit:
+            page = ddb.query(**kwargs)
+            rows.extend(_deserialize(i) for i in page.get("Items", []))
+            if "LastEvaluatedKey" not in page:
+                break
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        if len(rows) >= limit:
+            break
+    return rows[:limit]

@@ -1,0 +1,112 @@
+"""Where `sandboxctl` talks to: a deployed stage (default boto3 credential chain, resource names
+from the Core stack's outputs) or the local stack (endpoints and names from its state file)."""
+
+from __future__ import annotations
+
+import getpass
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandbox_common import naming as n
+
+from infra.sandboxctl.main import CtlError
+
+
+@dataclass
+class Target:
+    stage: str
+    local: bool
+    tables: dict[str, str]  # TableSpec.logical -> physical
+    dispatch_function: str
+    quota_function: str
+    audit_dlq_url: str
+    _make_client: Callable[[str], Any]
+    _clients: dict[str, Any] = field(default_factory=dict)
+
+    def client(self, service: str) -> Any:
+        if service not in self._clients:
+            self._clients[service] = self._make_client(service)
+        return self._clients[service]
+
+    def table(self, spec: n.TableSpec) -> str:
+        return self.tables[spec.logical]
+
+    def caller_identity(self) -> str:
+        """Who is recorded in `updated_by`: the caller's IAM ARN, or the OS user locally."""
+        if self.local:
+            return f"local:{os.environ.get('USER') or getpass.getuser()}"
+        return str(self.client("sts").get_caller_identity()["Arn"])
+
+
+def resolve(stage: str, local: bool) -> Target:
+    return _local_target(stage) if local else _deployed_target(stage)
+
+
+def _local_target(stage: str) -> Target:
+    from infra.local.stack import LocalStackError, read_state, state_dir, status
+
+    try:
+        state = read_state()
+        running = status()["running"]
+    except LocalStackError as exc:
+        raise CtlError(str(exc)) from None
+    if state is None or not running:
+        raise CtlError(
+            f"the local stack is not running (state dir {state_dir()}); start it with `sandboxctl local up`"
+        )
+    if state.data["stage"] != stage:
+        raise CtlError(f"the local stack runs stage {state.data['stage']!r}, not {stage!r}")
+    return local_target(state)
+
+
+def local_target(state: Any) -> Target:
+    """A target for a running local stack (`infra.local.stack.LocalState`)."""
+    resources = state.resources
+    return Target(
+        stage=resources.stage,
+        local=True,
+        tables=dict(resources.tables),
+        dispatch_function=resources.functions[n.DISPATCH],
+        quota_function=resources.functions[n.QUOTA_CHECK],
+        audit_dlq_url=resources.audit_dlq_url,
+        _make_client=state.client,
+    )
+
+
+def _deployed_target(stage: str) -> Target:
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    session = boto3.session.Session()
+
+    def make_client(service: str) -> Any:
+        return session.client(service, config=Config(read_timeout=900, retries={"mode": "standard"}))
+
+    stack = n.stack_name(stage, "Core")
+    try:
+        described = make_client("cloudformation").describe_stacks(StackName=stack)["Stacks"][0]
+    except ClientError as exc:
+        raise CtlError(
+            f"cannot read stack {stack}: {exc.response.get('Error', {}).get('Message', exc)}"
+        ) from None
+    except BotoCoreError as exc:
+        raise CtlError(f"cannot read stack {stack}: {exc}") from None
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs", [])}
+
+    def output(key: str) -> str:
+        if key not in outputs:
+            raise CtlError(f"stack {stack} has no output {key!r}; is the stage fully deployed?")
+        return outputs[key]
+
+    return Target(
+        stage=stage,
+        local=False,
+        tables={spec.logical: output(n.table_output_key(spec.logical)) for spec in n.ALL_TABLES},
+        dispatch_function=output(n.OUTPUT_DISPATCH_FUNCTION),
+        quota_function=output(n.OUTPUT_QUOTA_FUNCTION),
+        audit_dlq_url=output(n.OUTPUT_AUDIT_DLQ_URL),
+        _make_client=make_client,
+    )

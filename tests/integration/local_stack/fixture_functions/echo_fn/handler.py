@@ -1,0 +1,26 @@
+"""A test-only Lambda handler for the emulator tests: echoes what a real handler can observe."""
+
+import os
+import time
+
+_COLD = {"pid": os.getpid(), "calls": 0}
+
+
+def handler(event, context):
+    _COLD["calls"] += 1
+    print("this line goes to the log, not into the response")
+    if event.get("raise"):
+        raise ValueError(event["raise"])
+    if event.get("sleep"):
+        time.sleep(float(event["sleep"]))
+    if event.get("exit"):
+        os._exit(3)
+    return {
+        "event": event,
+        "env": dict(os.environ),
+        "pid": os.getpid(),
+        "calls_in_this_worker": _COLD["calls"],
+        "function_name": context.function_name,
+        "request_id": context.aws_request_id,
+        "remaining_ms": context.get_remaining_time_in_millis(),
+    }

@@ -1,0 +1,29 @@
+"""`python -m infra.local.demo` (what `make demo` runs) as a newcomer runs it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from infra.local import stack
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_demo_runs_one_turn_end_to_end_and_stops_its_stack() -> None:
+    # Given a clean environment (no AWS endpoint variables)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SANDBOX_"))}
+    # When the demo runs
+    out = subprocess.run([sys.executable, "-m", "infra.local.demo"], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=180)  # fmt: skip
+    # Then it exits 0 after a turn whose second call printed 42, shows audit rows and counters
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert '"stdout": "42\\n"' in out.stdout
+    assert "DEMO OK" in out.stdout and "Local stack stopped." in out.stdout
+    assert "EXIT_STATUS" in out.stdout and "agent_hourly  demo-agent" in out.stdout
+    # and none of the processes it printed is still running
+    pids = [int(line.split("pid")[1].split()[0]) for line in out.stdout.splitlines() if " pid " in line]
+    assert len(pids) == 3
+    assert [p for p in pids if stack.pid_alive(p)] == []

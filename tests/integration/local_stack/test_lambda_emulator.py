@@ -1,0 +1,168 @@
+"""The local Lambda emulator, driven by the unmodified boto3 lambda client, against a test-only
+handler (`fixture_functions/echo_fn`) so these tests do not depend on the real functions."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from infra.local.lambda_emulator import FunctionSpec, LambdaEmulator
+
+FIXTURES = Path(__file__).with_name("fixture_functions")
+FUNCTION_ENV = {"SANDBOX_STAGE": "local", "FOO": "bar"}
+# Variables the Lambda runtime itself provides (not part of a function's definition), plus the
+# locale variable Python adds on start-up (PEP 538).
+RUNTIME_VARS = {
+    "PATH", "LANG", "TZ", "PYTHONDONTWRITEBYTECODE", "LAMBDA_TASK_ROOT", "AWS_LAMBDA_FUNCTION_NAME",
+    "AWS_LAMBDA_FUNCTION_VERSION", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "AWS_LAMBDA_LOG_GROUP_NAME",
+    "AWS_LAMBDA_LOG_STREAM_NAME", "AWS_EXECUTION_ENV", "AWS_REGION", "AWS_DEFAULT_REGION", "LC_CTYPE",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[LambdaEmulator]:
+    spec = FunctionSpec(
+        name="echo", handler="echo_fn.handler.handler", environment=FUNCTION_ENV, task_root=str(FIXTURES),
+        timeout_seconds=2, max_concurrency=2,
+    )  # fmt: skip
+    emu = LambdaEmulator([spec]).start()
+    yield emu
+    emu.stop()
+
+
+@pytest.fixture
+def lam(emulator: LambdaEmulator) -> Any:
+    return boto3.client("lambda", endpoint_url=emulator.endpoint, config=Config(retries={"max_attempts": 1}))
+
+
+def _invoke(lam: Any, event: dict[str, Any], name: str = "echo") -> tuple[dict[str, Any], Any]:
+    out = lam.invoke(FunctionName=name, Payload=json.dumps(event).encode())
+    return out, json.loads(out["Payload"].read())
+
+
+def test_emulator_invoke_returns_handler_result_and_context(lam: Any) -> None:
+    # Given an event
+    event = {"hello": "world", "n": [1, 2]}
+    # When it is invoked RequestResponse
+    out, body = _invoke(lam, event)
+    # Then the handler's return value comes back with a context like Lambda's
+    assert out["StatusCode"] == 200 and "FunctionError" not in out
+    assert body["event"] == event
+    assert body["function_name"] == "echo" and body["request_id"]
+    assert 0 < body["remaining_ms"] <= 2000
+
+
+def test_emulator_worker_env_is_exactly_function_env_plus_runtime_vars(lam: Any) -> None:
+    # Given a function defined with FUNCTION_ENV, invoked from a process with a rich environment
+    # When the handler reports its os.environ
+    _, body = _invoke(lam, {})
+    # Then it holds the definition's variables and nothing of the caller's (no AWS_ACCESS_KEY_ID leak)
+    env = body["env"]
+    assert {k: env[k] for k in FUNCTION_ENV} == FUNCTION_ENV
+    assert set(env) - set(FUNCTION_ENV) <= RUNTIME_VARS, set(env) - set(FUNCTION_ENV) - RUNTIME_VARS
+    assert env["AWS_LAMBDA_FUNCTION_NAME"] == "echo"
+
+
+def test_emulator_unhandled_exception_sets_function_error(lam: Any) -> None:
+    # Given a handler that raises
+    # When invoked
+    out, body = _invoke(lam, {"raise": "boom"})
+    # Then Lambda's unhandled-error shape comes back, status 200 with X-Amz-Function-Error
+    assert out["StatusCode"] == 200
+    assert out["FunctionError"] == "Unhandled"
+    assert body["errorType"] == "ValueError" and body["errorMessage"] == "boom"
+    assert any("handler.py" in line for line in body["stackTrace"])
+
+
+def test_emulator_unknown_function_is_resource_not_found(lam: Any) -> None:
+    # Given no function named "missing"
+    # When invoked
+    with pytest.raises(ClientError) as err:
+        lam.invoke(FunctionName="missing", Payload=b"{}")
+    # Then boto3 raises ResourceNotFoundException, as AWS does
+    assert err.value.response["Error"]["Code"] == "ResourceNotFoundException"
+    assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
+
+
+def test_emulator_non_json_payload_is_invalid_request_content(lam: Any) -> None:
+    # Given a payload that is not JSON
+    # When invoked
+    with pytest.raises(ClientError) as err:
+        lam.invoke(FunctionName="echo", Payload=b"{not json")
+    # Then Lambda's 400 InvalidRequestContentException
+    assert err.value.response["Error"]["Code"] == "InvalidRequestContentException"
+
+
+def test_emulator_accepts_function_arn_and_qualifier(lam: Any) -> None:
+    # Given the function's ARN with a qualifier
+    arn = "arn:aws:lambda:us-east-1:123456789012:function:echo:$LATEST"
+    # When invoked by ARN
+    out, body = _invoke(lam, {"via": "arn"}, name=arn)
+    # Then it is the same function
+    assert "FunctionError" not in out and body["event"] == {"via": "arn"}
+
+
+def test_emulator_reuses_warm_workers(lam: Any) -> None:
+    # Given sequential invocations
+    # When the same function is invoked three times
+    bodies = [_invoke(lam, {})[1] for _ in range(3)]
+    # Then at least one worker served more than one call (module state survives, as in Lambda)
+    assert max(b["calls_in_this_worker"] for b in bodies) >= 2
+
+
+def test_emulator_runs_concurrent_invocations_concurrently(lam: Any, emulator: LambdaEmulator) -> None:
+    # Given a max concurrency of 2 and two invocations that each sleep 0.8 s
+    start = time.monotonic()
+    # When they are sent at the same time
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda _: _invoke(lam, {"sleep": 0.8})[1], range(2)))
+    elapsed = time.monotonic() - start
+    # Then two different worker processes served them in parallel
+    assert len({r["pid"] for r in results}) == 2
+    assert elapsed < 1.5, elapsed
+
+
+def test_emulator_timeout_kills_worker_and_reports_timeout(lam: Any) -> None:
+    # Given a handler that runs past the function timeout (2 s)
+    # When invoked
+    out, body = _invoke(lam, {"sleep": 10})
+    # Then Lambda's timeout error comes back, and the next call still works (fresh worker)
+    assert out["FunctionError"] == "Unhandled"
+    assert "Task timed out after 2.00 seconds" in body["errorMessage"]
+    again, after = _invoke(lam, {"ok": 1})
+    assert "FunctionError" not in again and after["event"] == {"ok": 1}
+
+
+def test_emulator_crashed_worker_is_replaced(lam: Any) -> None:
+    # Given a handler that kills its own process
+    # When invoked
+    out, body = _invoke(lam, {"exit": True})
+    # Then the call fails like a runtime exit, and the next call is served by a new worker
+    assert out["FunctionError"] == "Unhandled" and body["errorType"] == "Runtime.ExitError"
+    again, after = _invoke(lam, {"n": 2})
+    assert "FunctionError" not in again and after["event"] == {"n": 2}
+
+
+def test_emulator_import_error_is_reported_on_invoke(tmp_path: Path) -> None:
+    # Given a function whose handler module cannot be imported
+    spec = FunctionSpec(name="broken", handler="no_such_module.handler.handler", environment={},
+                        task_root=str(tmp_path))  # fmt: skip
+    emu = LambdaEmulator([spec]).start()
+    try:
+        lam = boto3.client("lambda", endpoint_url=emu.endpoint)
+        # When invoked
+        out, body = _invoke(lam, {}, name="broken")
+    finally:
+        emu.stop()
+    # Then the Lambda runtime's import error comes back as an unhandled function error
+    assert out["FunctionError"] == "Unhandled"
+    assert body["errorType"] == "Runtime.ImportModuleError"

@@ -1,0 +1,175 @@
+"""The local stack as a whole: detached processes, idempotent `up`, resources in moto built from
+the shared definitions, functions started with their CDK environment, and a clean `down`."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sandbox_common import naming as n
+from sandbox_common.models import TenantSubstrate
+
+from infra.config import build_config
+from infra.function_env import function_environment
+from infra.local import stack
+from infra.local.stack import LocalState
+
+
+@pytest.fixture(scope="module")
+def stack_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    directory = tmp_path_factory.mktemp("local-stack")
+    stack.up(directory)
+    yield directory
+    stack.down(directory)
+
+
+@pytest.fixture
+def state(stack_dir: Path) -> LocalState:
+    current = stack.read_state(stack_dir)
+    assert current is not None
+    return current
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
+
+
+def test_up_starts_three_detached_components(state: LocalState) -> None:
+    # Given a started stack
+    # When its status is read
+    status = stack.status(state.directory)
+    # Then moto, the interpreter and the Lambda emulator run, each leading its own process group
+    assert status["running"] is True
+    assert set(status["processes"]) == {"moto", "interpreter", "lambda"}
+    for proc in status["processes"].values():
+        assert proc["alive"] and os.getpgid(proc["pid"]) == proc["pid"]
+        assert proc["endpoint"].startswith("http://127.0.0.1:")
+
+
+def test_up_is_idempotent(state: LocalState) -> None:
+    # Given a running stack
+    before = {k: v["pid"] for k, v in state.data["processes"].items()}
+    # When `up` runs again
+    again, started = stack.up(state.directory)
+    # Then nothing new is started and the same endpoints are returned
+    assert started is False
+    assert {k: v["pid"] for k, v in again.data["processes"].items()} == before
+
+
+def test_resources_follow_the_shared_definitions(state: LocalState) -> None:
+    # Given the local stage config
+    config = build_config("local")
+    ddb, ssm, iam = state.client("dynamodb"), state.client("ssm"), state.client("iam")
+    # When the resources in moto are described
+    # Then every table has the spec's keys, GSIs and TTL attribute
+    for spec in n.ALL_TABLES:
+        table = ddb.describe_table(TableName=spec.physical("local"))["Table"]
+        keys = {k["KeyType"]: k["AttributeName"] for k in table["KeySchema"]}
+        assert keys == {"HASH": spec.pk, **({"RANGE": spec.sk} if spec.sk else {})}
+        gsis = {
+            g["IndexName"]: [k["AttributeName"] for k in g["KeySchema"]]
+            for g in table.get("GlobalSecondaryIndexes", [])
+        }
+        assert gsis == {i.name: [i.pk, *([i.sk] if i.sk else [])] for i in spec.indexes}
+        ttl = ddb.describe_time_to_live(TableName=spec.physical("local"))["TimeToLiveDescription"]
+        assert ttl.get("AttributeName") == spec.ttl_attribute
+    # and the caps are the config's defaults at the shared SSM paths
+    for dim in n.CAP_DIMENSIONS:
+        value = ssm.get_parameter(Name=n.cap_parameter("local", dim))["Parameter"]["Value"]
+        assert value == str(getattr(config.caps, dim))
+    # and each tenant has a runner role and a substrate naming its interpreters
+    for tenant in config.tenants:
+        raw = ssm.get_parameter(Name=n.tenant_substrate_parameter("local", tenant.id))["Parameter"]["Value"]
+        sub = TenantSubstrate.model_validate_json(raw)
+        assert sub.interpreters == {e: n.interpreter_name("local", tenant.id, e) for e in tenant.environments}
+        role = iam.get_role(RoleName=n.runner_role_name("local", tenant.id))["Role"]
+        assert sub.runner_role_arn == role["Arn"]
+
+
+def test_interpreters_are_registered_with_their_network_mode(state: LocalState) -> None:
+    # Given the interpreters the stage declares
+    agentcore = state.client("bedrock-agentcore")
+    acme_int = n.interpreter_name("local", "acme", "internal-only")
+    # When a session is started on a registered id, and on an unknown one
+    started = agentcore.start_code_interpreter_session(
+        codeInterpreterIdentifier=acme_int, sessionTimeoutSeconds=60
+    )
+    agentcore.stop_code_interpreter_session(
+        codeInterpreterIdentifier=acme_int, sessionId=started["sessionId"]
+    )
+    with pytest.raises(agentcore.exceptions.ResourceNotFoundException):
+        agentcore.start_code_interpreter_session(codeInterpreterIdentifier="sbx_local_nobody_pub")
+    # Then the registered one works and the unknown one is refused as AgentCore refuses it
+    assert started["codeInterpreterIdentifier"] == acme_int
+
+
+def test_function_workers_run_with_exactly_their_cdk_environment(state: LocalState) -> None:
+    # Given the quota function invoked once through the emulator (a warm worker now exists)
+    lam = state.client("lambda")
+    name = state.resources.functions[n.QUOTA_CHECK]
+    out = lam.invoke(
+        FunctionName=name, Payload=json.dumps({"tenant_id": "globex", "agent_id": "env-probe"}).encode()
+    )
+    assert json.loads(out["Payload"].read())["ok"] is True
+    # When the worker process's real environment is read from /proc
+    pgid = state.data["processes"]["lambda"]["pgid"]
+    workers = [
+        p for p in stack.group_members(pgid) if b"lambda_worker.py" in Path(f"/proc/{p}/cmdline").read_bytes()
+    ]
+    envs = [_environ(p) for p in workers]
+    quota_env = next(e for e in envs if e.get("AWS_LAMBDA_FUNCTION_NAME") == name)
+    # Then it is function_environment(...) (what CDK sets) plus the local endpoints, credentials
+    # and the Lambda runtime's own variables — nothing of the caller's environment
+    expected = function_environment(
+        build_config("local"), n.QUOTA_CHECK, tables=state.resources.tables,
+        quota_function_name=state.resources.functions[n.QUOTA_CHECK], audit_dlq_url=state.resources.audit_dlq_url,
+    )  # fmt: skip
+    assert {k: quota_env[k] for k in expected} == expected
+    assert quota_env["AWS_ENDPOINT_URL"] == state.endpoint("moto")
+    assert quota_env["AWS_ENDPOINT_URL_BEDROCK_AGENTCORE"] == state.endpoint("interpreter")
+    assert quota_env["AWS_ENDPOINT_URL_LAMBDA"] == state.endpoint("lambda")
+    assert "SANDBOX_LOCAL_DIR" not in quota_env and "PYTEST_CURRENT_TEST" not in quota_env
+
+
+def test_up_replaces_a_half_dead_stack_and_down_leaves_no_process_behind(stack_dir: Path) -> None:
+    # (last test of the module: it replaces, then stops, the module's stack)
+    # Given the stack, whose emulator died
+    tmp_path = stack_dir
+    first = stack.read_state(stack_dir)
+    assert first is not None
+    emulator = first.data["processes"]["lambda"]
+    os.killpg(emulator["pgid"], 9)
+    while stack.process_alive(emulator["pid"], emulator["marker"]):
+        time.sleep(0.02)
+    # When `up` runs again
+    current, started = stack.up(tmp_path)
+    # Then the leftovers were stopped and a complete new stack runs
+    assert started is True and stack.status(tmp_path)["running"] is True
+    assert not stack.process_alive(first.data["processes"]["moto"]["pid"], "moto.server")
+
+    # Given the new stack has a warm Lambda worker and an interpreter session
+    current.client("lambda").invoke(
+        FunctionName=current.resources.functions[n.QUOTA_CHECK],
+        Payload=json.dumps({"tenant_id": "acme", "agent_id": "down-probe"}).encode(),
+    )
+    agentcore = current.client("bedrock-agentcore")
+    agentcore.start_code_interpreter_session(
+        codeInterpreterIdentifier=n.interpreter_name("local", "acme", "default-public")
+    )
+    pgids = [p["pgid"] for p in current.data["processes"].values()]
+    pids = [p["pid"] for p in current.data["processes"].values()]
+    everything = {d for pid in pids for d in stack.descendants(pid)} | set(pids)
+    assert len(everything) > 4  # three components + a Lambda worker + the session's process
+    # When it is brought down
+    result = stack.down(tmp_path)
+    # Then every process it started (also those outside its process groups) is gone, and the state file too
+    assert {s["component"] for s in result["stopped"]} == {"moto", "interpreter", "lambda"}
+    assert all(stack.group_members(g) == [] for g in pgids)
+    assert [p for p in everything if stack.pid_alive(p)] == []
+    assert stack.read_state(tmp_path) is None
+    assert stack.status(tmp_path)["running"] is False

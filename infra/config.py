@@ -8,7 +8,6 @@ import os
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-
 from sandbox_common import naming as n
 
 RemovalPolicyName = Literal["destroy", "retain"]

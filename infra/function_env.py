@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from infra.config import StageConfig
 from sandbox_common import naming as n
 from sandbox_common.settings import BackstopSettings, DispatchSettings, QuotaSettings
+
+from infra.config import StageConfig
 
 SERVICE_NAMES: dict[str, str] = {
     n.DISPATCH: "sandbox-dispatch",

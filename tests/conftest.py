@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import socket
+
+# jsii (aws_cdk) prints a Node end-of-life banner on every start otherwise.
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 from collections.abc import Iterator
 from dataclasses import dataclass
 

@@ -17,6 +17,7 @@ from constructs import Construct
 from sandbox_common import naming as n
 
 from infra.config import ConfigError, StageConfig
+from infra.constructs.definitions import function_timeout_seconds
 from infra.constructs.layer import ASSET_EXCLUDES, LayersConstruct, architecture, runtime
 from infra.constructs.nag import acknowledge
 from infra.constructs.state import StateConstruct, removal_policy
@@ -24,8 +25,6 @@ from infra.function_env import function_environment
 from infra.layer_build import REPO_ROOT
 
 FUNCTIONS_DIR = REPO_ROOT / "functions"
-CALL_TIMEOUT_MARGIN_SECONDS = 60  # readiness preamble, audit write and session stop after the call
-LAMBDA_MAX_TIMEOUT_SECONDS = 900
 MEMORY_MB: dict[str, int] = {n.DISPATCH: 512, n.QUOTA_CHECK: 256, n.BACKSTOP: 256}
 
 _RETENTION: dict[int, logs.RetentionDays] = {
@@ -55,10 +54,6 @@ def function_code(logical: str, functions_dir: Path = FUNCTIONS_DIR) -> lambda_.
     return lambda_.Code.from_asset(str(functions_dir), exclude=[*others, *ASSET_EXCLUDES])
 
 
-def dispatch_timeout_seconds(config: StageConfig) -> int:
-    return min(config.call_timeout_seconds + CALL_TIMEOUT_MARGIN_SECONDS, LAMBDA_MAX_TIMEOUT_SECONDS)
-
-
 class ComputeConstruct(Construct):
     """Attributes: `functions`, `roles`, `log_groups` (each keyed by logical function name)."""
 
@@ -81,13 +76,13 @@ class ComputeConstruct(Construct):
         self.roles: dict[str, iam.Role] = {}
         self.log_groups: dict[str, logs.LogGroup] = {}
         # quota first: dispatch's environment names it.
-        quota = self._build_function(n.QUOTA_CHECK, timeout=10)
+        quota = self._build_function(n.QUOTA_CHECK, timeout=function_timeout_seconds(config, n.QUOTA_CHECK))
         self._grant_quota(quota)
-        backstop = self._build_function(n.BACKSTOP, timeout=60)
+        backstop = self._build_function(n.BACKSTOP, timeout=function_timeout_seconds(config, n.BACKSTOP))
         self._grant_backstop(backstop)
         dispatch = self._build_function(
             n.DISPATCH,
-            timeout=dispatch_timeout_seconds(config),
+            timeout=function_timeout_seconds(config, n.DISPATCH),
             quota_function_name=quota.function_name,
             audit_dlq_url=state.audit_dlq.queue_url,
         )

@@ -12,6 +12,18 @@ from sandbox_common import naming as n
 
 from infra.config import StageConfig, TenantConfig
 
+CALL_TIMEOUT_MARGIN_SECONDS = 60  # readiness preamble, audit write and session stop after the call
+LAMBDA_MAX_TIMEOUT_SECONDS = 900
+
+
+def function_timeout_seconds(config: StageConfig, logical: str) -> int:
+    """Lambda timeouts: dispatch outlives one call's deadline plus session start and audit."""
+    return {
+        n.DISPATCH: min(config.call_timeout_seconds + CALL_TIMEOUT_MARGIN_SECONDS, LAMBDA_MAX_TIMEOUT_SECONDS),
+        n.QUOTA_CHECK: 10,
+        n.BACKSTOP: 60,
+    }[logical]
+
 
 def global_parameters(config: StageConfig) -> dict[str, str]:
     """SSM path -> String value for the stage-wide parameters (caps §5.2, price §9)."""

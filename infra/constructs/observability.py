@@ -44,14 +44,11 @@ MAX_ALARM_METRICS = 10  # CloudWatch limit on metrics inside one alarm's math ex
 SANDBOX_OUTPUT_FUNCTIONS: tuple[str, ...] = (n.DISPATCH,)
 
 
-def security_topic_name(stage: str) -> str:
-    return f"{n.PROJECT}-{stage}-{n.SECURITY_ALERTS_TOPIC}"
-
 
 def security_topic_arn(scope: Construct, stage: str) -> str:
     """The topic's ARN from its fixed name, so shard stacks alarm into it without an export."""
     return cdk.Stack.of(scope).format_arn(
-        service="sns", resource=security_topic_name(stage), arn_format=cdk.ArnFormat.NO_RESOURCE_NAME
+        service="sns", resource=n.security_topic_name(stage), arn_format=cdk.ArnFormat.NO_RESOURCE_NAME
     )
 
 
@@ -140,7 +137,7 @@ class ObservabilityConstruct(Construct):
         key = kms.Key(
             self,
             "AlertsKey",
-            description=f"Encrypts the {security_topic_name(self._config.name)} topic",
+            description=f"Encrypts the {n.security_topic_name(self._config.name)} topic",
             enable_key_rotation=True,
             removal_policy=removal_policy(self._config),
         )
@@ -156,7 +153,7 @@ class ObservabilityConstruct(Construct):
         topic = sns.Topic(
             self,
             "SecurityAlerts",
-            topic_name=security_topic_name(self._config.name),
+            topic_name=n.security_topic_name(self._config.name),
             display_name=f"Thinkwork sandbox security alerts ({self._config.name})",
             master_key=key,
             enforce_ssl=True,

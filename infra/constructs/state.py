@@ -101,7 +101,7 @@ class StateConstruct(Construct):
         queue = sqs.Queue(
             self,
             "AuditDlq",
-            queue_name=f"{n.PROJECT}-{self._config.name}-sandbox-audit-dlq",
+            queue_name=n.audit_dlq_name(self._config.name),
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
             retention_period=cdk.Duration.days(14),

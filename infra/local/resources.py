@@ -28,14 +28,6 @@ RUNNER_ACTIONS = (
 )
 
 
-def audit_dlq_name(stage: str) -> str:
-    return f"{n.PROJECT}-{stage}-sandbox-audit-dlq"
-
-
-def security_topic_name(stage: str) -> str:
-    return f"{n.PROJECT}-{stage}-{n.SECURITY_ALERTS_TOPIC}"
-
-
 @dataclass(frozen=True)
 class LocalResources:
     """What the local stack created: the same facts a deployed stage exposes as stack outputs."""
@@ -59,32 +51,6 @@ class LocalResources:
         return cls(**data)
 
 
-def table_create_args(spec: n.TableSpec, stage: str) -> dict[str, Any]:
-    """CreateTable arguments for a TableSpec (every key attribute is a string, as in the stacks)."""
-    key_attrs = {spec.pk, *([spec.sk] if spec.sk else [])}
-    for index in spec.indexes:
-        key_attrs.update(a for a in (index.pk, index.sk) if a)
-
-    def schema(pk: str, sk: str | None) -> list[dict[str, str]]:
-        return [
-            {"AttributeName": pk, "KeyType": "HASH"},
-            *([{"AttributeName": sk, "KeyType": "RANGE"}] if sk else []),
-        ]
-
-    args: dict[str, Any] = {
-        "TableName": spec.physical(stage),
-        "AttributeDefinitions": [{"AttributeName": a, "AttributeType": "S"} for a in sorted(key_attrs)],
-        "KeySchema": schema(spec.pk, spec.sk),
-        "BillingMode": "PAY_PER_REQUEST",
-    }
-    if spec.indexes:
-        args["GlobalSecondaryIndexes"] = [
-            {"IndexName": i.name, "KeySchema": schema(i.pk, i.sk), "Projection": {"ProjectionType": "ALL"}}
-            for i in spec.indexes
-        ]
-    return args
-
-
 def create_resources(config: StageConfig, clients: Any, *, region: str = LOCAL_REGION) -> LocalResources:
     """`clients(service)` returns a boto3 client pointed at moto."""
     stage = config.name
@@ -92,12 +58,10 @@ def create_resources(config: StageConfig, clients: Any, *, region: str = LOCAL_R
 
     tables = {}
     for spec in n.ALL_TABLES:
-        ddb.create_table(**table_create_args(spec, stage))
-        if spec.ttl_attribute:
-            ddb.update_time_to_live(
-                TableName=spec.physical(stage),
-                TimeToLiveSpecification={"Enabled": True, "AttributeName": spec.ttl_attribute},
-            )
+        ddb.create_table(**n.create_table_request(spec, stage))
+        ttl = n.ttl_request(spec, stage)
+        if ttl:
+            ddb.update_time_to_live(**ttl)
         if spec.pitr:
             ddb.update_continuous_backups(
                 TableName=spec.physical(stage),
@@ -163,9 +127,9 @@ def create_resources(config: StageConfig, clients: Any, *, region: str = LOCAL_R
             )
 
     queue_url = sqs.create_queue(
-        QueueName=audit_dlq_name(stage), Attributes={"MessageRetentionPeriod": "1209600"}
+        QueueName=n.audit_dlq_name(stage), Attributes={"MessageRetentionPeriod": "1209600"}
     )["QueueUrl"]
-    topic_arn = sns.create_topic(Name=security_topic_name(stage))["TopicArn"]
+    topic_arn = sns.create_topic(Name=n.security_topic_name(stage))["TopicArn"]
 
     log_groups = [n.log_group_name(stage, logical) for logical in n.FUNCTIONS] + [
         n.findings_audit_log_group(stage)

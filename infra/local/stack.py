@@ -392,6 +392,7 @@ def lambda_function_specs(
     defines them (`function_environment`, the same builder), plus the local endpoints."""
     from sandbox_common import naming as n
 
+    from infra.constructs.definitions import function_timeout_seconds
     from infra.function_env import function_environment
 
     specs = []
@@ -413,13 +414,6 @@ def lambda_function_specs(
             }
         )
     return specs
-
-
-def function_timeout_seconds(config: Any, logical: str) -> int:
-    """Lambda timeouts: dispatch outlives one call's deadline plus session start and audit."""
-    from sandbox_common import naming as n
-
-    return {n.DISPATCH: config.call_timeout_seconds + 60, n.QUOTA_CHECK: 10, n.BACKSTOP: 60}[logical]
 
 
 def _moto_client(endpoint: str, service: str) -> Any:

@@ -209,6 +209,14 @@ def shard_stack_name(stage: str, shard: int) -> str:
 
 SECURITY_ALERTS_TOPIC = "security-alerts"
 
+
+def security_topic_name(stage: str) -> str:
+    return f"{PROJECT}-{stage}-{SECURITY_ALERTS_TOPIC}"
+
+
+def audit_dlq_name(stage: str) -> str:
+    return f"{PROJECT}-{stage}-sandbox-audit-dlq"
+
 # --- alarms (§9): alarm key -> runbook file under runbooks/ ------------------------------------
 # The observability construct creates exactly these alarms (description names the runbook) and
 # runbooks/ holds exactly these files; tests/infra checks both directions.

@@ -12,8 +12,8 @@ Design notes (why it looks like this):
 - Every quantifier has an upper bound, so a token has a finite maximum length
   (`max_token_length()`); the rolling-buffer stdio redactor holds back at most that many
   characters. A longer token is redacted over its first `max_token_length()` characters.
-- `redact`/`scan` run cheap literal-anchored probes first (see `candidate_classes`) so that clean
-  text, the overwhelmingly common case, never goes through the alternation.
+- `redact`/`scan` run a C-speed prefilter first (see `candidate_classes`) so that clean text,
+  the overwhelmingly common case, never goes through the alternation.
 """
 
 from __future__ import annotations
@@ -181,18 +181,55 @@ BEARER_TAIL = re.compile(
     r"(?i:authorization)[\\\"']{0,3}[ \t]{0,8}(?:[:=][ \t]{0,8}[\\\"']{0,3}(?:(?i:bearer)[ \t]{1,8})?)?\Z"
 )
 
+# The bare alternation of every class: what `scan`/`redact` compute, minus the prefilter. Tests
+# and benchmarks compare against it.
 _ALL = re.compile("|".join(c.pattern for c in TOKEN_CLASSES))
 
-# Prefilter. Python's `re` is fast only when a pattern starts with one literal (it then jumps
-# between occurrences of it); an alternation of six shapes crawls at ~10 MB/s. So each probe is
-# anchored on one literal every token of its classes must contain, and a text only goes through
-# the alternation of the classes whose probe fired. A probe may fire on clean text (it is a
-# superset test); it must never miss a token the class pattern matches — tests pin that.
-_PROBES: tuple[tuple[tuple[str, ...], re.Pattern], ...] = (
-    (("github",), re.compile(r"_(?:(?<=gh[pousr]_)|(?<=github_))")),
-    (("slack",), re.compile(r"-(?:(?<=xox[abeprs]-)|(?<=xapp-))")),
-    (("google_oauth", "jwt"), re.compile(r"\.(?:(?<=ya29\.)|(?=[A-Za-z0-9_-]{16}))")),
-    (("aws_access_key",), re.compile(r"IA(?<=A[KS]IA)")),
+# --- Prefilter -------------------------------------------------------------------------------
+# Python's `re` is fast only when a pattern starts with one literal; an alternation of six shapes
+# crawls at ~10-80 MB/s. Clean text is the overwhelmingly common case (every stdout write in the
+# sandbox, every log event in the backstop), so `candidate_classes` decides which classes *may*
+# occur using only C-speed byte operations (`bytes.translate`, `in`, `lower`), and the
+# alternation runs only over the classes it names. Each check is a NECESSARY condition of its
+# class's pattern: it may fire on clean text, it never misses a match (tests pin that by
+# property testing against `_ALL`). Excluding a class that matches nowhere cannot change what the
+# alternation of the others finds, so `scan`/`redact` equal the bare `_ALL` results.
+#
+# Level 1, one translate + one find: every token is a run of "run characters" (the union of the
+# classes' alphabets: A-Za-z0-9 _ - . ~ + /) at least 16 long — ≥ 20 for every class but bearer
+# (aws 20, slack 20, google 25, github 33, jwt 50), ≥ 16 for a bearer credential. Text without
+# such a run (prose, tables, numbers, short log lines) is done after two passes.
+# Level 2, only if level 1 fired: one cheap check per class.
+_RUN_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.~+/"
+_B64URL_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
+
+
+def _byte_table(groups: dict[str, str], default: str) -> bytes:
+    """A 256-byte `bytes.translate` table: each char of a group's key maps to the group's value."""
+    table = bytearray(default.encode("ascii") * 256)
+    for chars, target in groups.items():
+        for ch in chars.encode("ascii"):
+            table[ch] = ord(target)
+    return bytes(table)
+
+
+# Run characters -> "a", everything else (incl. every byte of a multi-byte UTF-8 sequence) -> " ".
+_RUN_TABLE = _byte_table({_RUN_CHARS: "a"}, " ")
+_RUN_ANY = b"a" * 16  # level 1: some class may be present
+_RUN_NON_BEARER = b"a" * 20  # every class but bearer needs this long a run
+# base64url -> "a", "." kept, everything else -> " ": a JWT holds 16 b64url + "." + 16 b64url.
+_JWT_TABLE = _byte_table({_B64URL_CHARS: "a", ".": "."}, " ")
+_JWT_NEEDLE = b"a" * 16 + b"." + b"a" * 16
+_EMPTY: frozenset = frozenset()
+
+# Level 2: per class, a literal every token of the class contains (`in`, C speed), then, only if
+# that is present, a regex probe anchored on one literal (`re` jumps between occurrences of a
+# leading literal) that checks the literal's surroundings.
+_LITERAL_PROBES: tuple[tuple[str, tuple[bytes, ...], re.Pattern | None], ...] = (
+    ("github", (b"gh",), re.compile(rb"_(?:(?<=gh[pousr]_)|(?<=github_))")),
+    ("slack", (b"xox", b"xapp-"), re.compile(rb"-(?:(?<=xox[abeprs]-)|(?<=xapp-))")),
+    ("google_oauth", (b"ya29.",), None),
+    ("aws_access_key", (b"IA",), re.compile(rb"IA(?<=A[KS]IA)")),
 )
 _BY_NAME = {c.name: c for c in TOKEN_CLASSES}
 _ALTERNATIONS: dict[frozenset, re.Pattern] = {}
@@ -207,16 +244,32 @@ def max_token_length() -> int:
 
 
 def candidate_classes(text: str) -> frozenset:
-    """Names of the classes that may occur in `text` (empty for clean text: the fast path)."""
+    """Names of the classes that may occur in `text` (empty for clean text: the fast path).
+
+    Works on the UTF-8 bytes: every probe is ASCII (the letters of `bearer` have no non-ASCII
+    case variants in `re`; a test pins that), so a match in `text` is the same ASCII bytes in
+    `data`.
+    """
+    data = text.encode("utf-8", "surrogatepass")
+    runs = data.translate(_RUN_TABLE)
+    if _RUN_ANY not in runs:
+        return _EMPTY
     names: list[str] = []
-    for classes, probe in _PROBES:
-        if probe.search(text):
-            names.extend(classes)
-    # `bearer` needs the word in any case; lowering is one C pass (no case-insensitive literal
-    # search exists in `re` that is nearly as fast).
-    if "bearer" in text.lower():
+    if _RUN_NON_BEARER in runs:
+        for name, literals, probe in _LITERAL_PROBES:
+            for literal in literals:
+                if literal in data:
+                    if probe is None or probe.search(data) is not None:
+                        names.append(name)
+                    break
+        if _JWT_NEEDLE in data.translate(_JWT_TABLE):
+            names.append("jwt")
+    # `bearer` needs the word in any case; lowering is one C pass (`re` has no fast
+    # case-insensitive literal search). Not `authorization`: under IGNORECASE `re` also matches
+    # its "i" with the non-ASCII "ı" and "İ".
+    if b"bearer" in data.lower():
         names.append("bearer")
-    return frozenset(names)
+    return frozenset(names) if names else _EMPTY
 
 
 def _alternation(names: frozenset) -> re.Pattern:

@@ -24,7 +24,9 @@ def _s(rng: random.Random, alphabet: str, n: int) -> str:
 def benign_line(rng: random.Random) -> str:
     kind = rng.randrange(10)
     if kind == 0:
-        return f"INFO request_id={uuid.UUID(int=rng.getrandbits(128))} status={rng.choice([200, 201, 404, 500])}"
+        return (
+            f"INFO request_id={uuid.UUID(int=rng.getrandbits(128))} status={rng.choice([200, 201, 404, 500])}"
+        )
     if kind == 1:
         return f"sha256={hashlib.sha256(rng.randbytes(16)).hexdigest()} sha1={hashlib.sha1(rng.randbytes(8)).hexdigest()}"
     if kind == 2:
@@ -35,7 +37,7 @@ def benign_line(rng: random.Random) -> str:
     if kind == 4:
         return f"GET https://api.{_s(rng, 'abcdefghij', 8)}.example.com/v1/items/{rng.randrange(10**6)}?page={rng.randrange(9)} 200"
     if kind == 5:
-        return f"File \"/usr/lib/python3.12/site-packages/{_s(rng, 'abcdefgh', 6)}/core.py\", line {rng.randrange(999)}, in run"
+        return f'File "/usr/lib/python3.12/site-packages/{_s(rng, "abcdefgh", 6)}/core.py", line {rng.randrange(999)}, in run'
     if kind == 6:
         return f"Authorization header missing; expected Bearer token for user {_s(rng, ALNUM, 10)}"
     if kind == 7:
@@ -47,9 +49,16 @@ def benign_line(rng: random.Random) -> str:
 
 def token(rng: random.Random, cls: str) -> str:
     if cls == "github":
-        return rng.choice(["ghp_", "gho_", "ghu_", "ghs_", "ghr_"]) + _s(rng, ALNUM, 36) if rng.random() < 0.8 else "github_pat_" + _s(rng, ALNUM + "_", 82)
+        return (
+            rng.choice(["ghp_", "gho_", "ghu_", "ghs_", "ghr_"]) + _s(rng, ALNUM, 36)
+            if rng.random() < 0.8
+            else "github_pat_" + _s(rng, ALNUM + "_", 82)
+        )
     if cls == "slack":
-        return rng.choice(["xoxa-", "xoxb-", "xoxe-", "xoxp-", "xoxr-", "xoxs-", "xapp-"]) + f"{rng.randrange(10**12)}-{_s(rng, ALNUM, 24)}"
+        return (
+            rng.choice(["xoxa-", "xoxb-", "xoxe-", "xoxp-", "xoxr-", "xoxs-", "xapp-"])
+            + f"{rng.randrange(10**12)}-{_s(rng, ALNUM, 24)}"
+        )
     if cls == "google_oauth":
         return "ya29." + _s(rng, B64URL, rng.randrange(40, 200))
     if cls == "bearer":

@@ -99,7 +99,9 @@ def test_scan_bearer_case_and_quoting_variants(text):
 
 def test_scan_github_pat_and_xapp_flagged():
     # Given
-    text = "a github_pat_11ABCDEFG0123456789abcd_0123456789abcdefghij and xapp-1-A0123456789-1234567890123-abc"
+    text = (
+        "a github_pat_11ABCDEFG0123456789abcd_0123456789abcdefghij and xapp-1-A0123456789-1234567890123-abc"
+    )
     # When
     classes = [h.token_class for h in scan(text)]
     # Then

@@ -90,9 +90,15 @@ def _seg(alphabet: str, lo: int, hi: int) -> st.SearchStrategy[str]:
 
 
 TOKENS = st.one_of(
-    st.builds(lambda p, b: p + b, st.sampled_from(["ghp_", "gho_", "ghu_", "ghs_", "ghr_"]), _seg(ALNUM, 30, 60)),
+    st.builds(
+        lambda p, b: p + b, st.sampled_from(["ghp_", "gho_", "ghu_", "ghs_", "ghr_"]), _seg(ALNUM, 30, 60)
+    ),
     st.builds(lambda b: "github_pat_" + b, _seg(ALNUM + "_", 22, 90)),
-    st.builds(lambda p, b: p + b, st.sampled_from(["xoxa-", "xoxb-", "xoxe-", "xoxp-", "xoxr-", "xoxs-", "xapp-"]), _seg(ALNUM + "-", 15, 60)),
+    st.builds(
+        lambda p, b: p + b,
+        st.sampled_from(["xoxa-", "xoxb-", "xoxe-", "xoxp-", "xoxr-", "xoxs-", "xapp-"]),
+        _seg(ALNUM + "-", 15, 60),
+    ),
     st.builds(lambda b: "ya29." + b, _seg(B64URL + ".", 20, 80)),
     st.builds(
         lambda a, q, s1, s2, b, t: f"{a}{q}:{s1}{q}{b} {t}",
@@ -103,8 +109,14 @@ TOKENS = st.one_of(
         st.sampled_from(["Bearer", "bearer", "BEARER", "bEaReR"]),
         _seg(ALNUM + "-._~+/", 16, 60),
     ),
-    st.builds(lambda a, b, c: f"{a}.{b}.{c}", _seg(B64URL, 16, 40), _seg(B64URL, 16, 40), _seg(B64URL, 16, 40)),
-    st.builds(lambda p, b: p + b, st.sampled_from(["AKIA", "ASIA"]), _seg("ABCDEFGHIJKLMNOPQRSTUVWXYZ0234567", 16, 16)),
+    st.builds(
+        lambda a, b, c: f"{a}.{b}.{c}", _seg(B64URL, 16, 40), _seg(B64URL, 16, 40), _seg(B64URL, 16, 40)
+    ),
+    st.builds(
+        lambda p, b: p + b,
+        st.sampled_from(["AKIA", "ASIA"]),
+        _seg("ABCDEFGHIJKLMNOPQRSTUVWXYZ0234567", 16, 16),
+    ),
 )
 NOISE = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)
 

@@ -27,7 +27,7 @@ def run_sandboxed(user_code: str, *, values=()) -> subprocess.CompletedProcess:
 SPLIT_SCRIPT = r"""
 import sys
 rt = sys.modules["_sbx_stdio_runtime"]
-rt.CHUNK_CHARS = {chunk}
+rt.set_chunk_chars({chunk})
 token = {token!r}
 n = len(token)
 count = 0
@@ -162,7 +162,13 @@ def test_stdio_installed_false_when_a_stream_was_replaced():
         (READINESS_MARKER + "not json\n", False),
         ("", False),
         ('{"redactor_installed": true}\n', False),
-        (READINESS_MARKER + '{"redactor_installed": true}\n' + READINESS_MARKER + '{"redactor_installed": false}', False),
+        (
+            READINESS_MARKER
+            + '{"redactor_installed": true}\n'
+            + READINESS_MARKER
+            + '{"redactor_installed": false}',
+            False,
+        ),
     ],
 )
 def test_check_readiness_only_true_for_an_installed_marker(stdout, ready):
@@ -179,3 +185,81 @@ def test_preamble_embeds_the_catalogue_source_verbatim():
     source = Path(catalogue.__file__).read_text(encoding="utf-8")
     # When / Then the preamble ships that exact source (one source of truth)
     assert repr(source) in preamble_source()
+
+
+STREAM_SCRIPT = r"""
+import json, random, sys
+rt = sys.modules["_sbx_stdio_runtime"]
+cases = json.loads(sys.stdin.buffer.read())
+rng = random.Random({seed})
+for text, chunk in cases:
+    rt.set_chunk_chars(chunk)
+    i = 0
+    while i < len(text):
+        j = min(len(text), i + rng.choice((1, 2, 3, 5, 8, 13, 40, 300, 5000)))
+        piece = text[i:j]
+        if rng.random() < 0.05:
+            sys.stdout.write(piece.encode("utf-8"))  # bytes take the slow path of write()
+        elif rng.random() < 0.3:
+            print(piece, end="")
+        else:
+            sys.stdout.write(piece)
+        i = j
+    sys.stdout.flush()
+    sys.stdout.write("\x00CASE\x00")
+    sys.stdout.flush()
+"""
+
+
+def _stream_cases(seed: int, n: int) -> list[tuple[str, int]]:
+    import random
+
+    rng = random.Random(seed)
+    examples = [ex for c in TOKEN_CLASSES for ex in c.examples]
+    separators = [" ", "\n", "\t", ":", "=", '"', "'", "\\", ".", "-", "_", "/", "é", "ı", "✓", "\U0001f600"]
+    cases = []
+    for _ in range(n):
+        pieces = []
+        for _ in range(rng.randrange(1, 25)):
+            kind = rng.randrange(6)
+            if kind == 0:
+                pieces.append(rng.choice(examples))
+            elif kind == 1:
+                ex = rng.choice(examples)
+                k = rng.randrange(len(ex) + 1)
+                pieces.append(ex[:k] if rng.random() < 0.5 else ex[k:])
+            elif kind == 2:
+                pieces.append(rng.choice(separators))
+            elif kind == 3:
+                pieces.append("".join(rng.choice("abcXYZ019_-./+~=") for _ in range(rng.randrange(1, 30))))
+            elif kind == 4:
+                pieces.append("row 12 value=ok 3.14 " * rng.randrange(0, 400))
+            else:
+                pieces.append(
+                    "Authorization: Bearer " if rng.random() < 0.5 else '{"authorization": "bearer '
+                )
+        cases.append(("".join(pieces), rng.choice((1, 7, 64, 8192))))
+    return cases
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6])
+def test_stdio_streamed_output_equals_redacting_the_whole_text(seed):
+    # Given texts of tokens, fragments, separators, non-ASCII and filler, written in random
+    # fragments (str, print, bytes) with random batch sizes — ASCII and non-ASCII batches
+    from sandbox_common.redaction.catalogue import redact
+
+    cases = _stream_cases(seed, 40)
+    # When streamed through the redactor in one interpreter, each case closed by a flush
+    script = preamble_source() + "\n" + STREAM_SCRIPT.format(seed=seed)
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", script],
+        input=json.dumps(cases).encode(),
+        capture_output=True,
+        timeout=120,
+    )
+    # Then each case's output is exactly the catalogue's redaction of the whole text
+    assert proc.returncode == 0, proc.stderr
+    outputs = proc.stdout.decode("utf-8").split("\n", 1)[1].split("\x00CASE\x00")[:-1]
+    assert len(outputs) == len(cases)
+    for out, (text, _) in zip(outputs, cases, strict=True):
+        assert out == redact(text)

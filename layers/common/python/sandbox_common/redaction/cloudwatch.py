@@ -56,7 +56,9 @@ def data_protection_identifiers() -> list[dict[str, str]]:
     """CustomDataIdentifier entries, one per catalogue class, validated against the limits."""
     entries = [{"Name": identifier_name(c.name), "Regex": c.cw_regex} for c in TOKEN_CLASSES]
     if len(entries) > MAX_CUSTOM_IDENTIFIERS:
-        raise ValueError(f"{len(entries)} custom data identifiers; CloudWatch allows {MAX_CUSTOM_IDENTIFIERS}")
+        raise ValueError(
+            f"{len(entries)} custom data identifiers; CloudWatch allows {MAX_CUSTOM_IDENTIFIERS}"
+        )
     for entry in entries:
         if not _NAME_OK.match(entry["Name"]):
             raise ValueError(f"invalid custom data identifier name {entry['Name']!r}")
@@ -69,7 +71,9 @@ def _managed_arn(name: str) -> str:
     return f"arn:aws:dataprotection::aws:data-identifier/{name}"
 
 
-def data_protection_policy(findings_log_group: str, *, name: str = "sandbox-token-redaction") -> dict[str, Any]:
+def data_protection_policy(
+    findings_log_group: str, *, name: str = "sandbox-token-redaction"
+) -> dict[str, Any]:
     """The full policy document: audit findings to `findings_log_group`, mask at ingestion."""
     custom = data_protection_identifiers()
     identifiers = [_managed_arn(m) for m in MANAGED_IDENTIFIERS] + [c["Name"] for c in custom]
@@ -82,7 +86,9 @@ def data_protection_policy(findings_log_group: str, *, name: str = "sandbox-toke
             {
                 "Sid": "audit",
                 "DataIdentifier": list(identifiers),
-                "Operation": {"Audit": {"FindingsDestination": {"CloudWatchLogs": {"LogGroup": findings_log_group}}}},
+                "Operation": {
+                    "Audit": {"FindingsDestination": {"CloudWatchLogs": {"LogGroup": findings_log_group}}}
+                },
             },
             {
                 "Sid": "redact",

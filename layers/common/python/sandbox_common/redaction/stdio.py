@@ -26,7 +26,7 @@ READINESS_MARKER = "__SANDBOX_READINESS__ "
 CATALOGUE_MODULE = "_sbx_redaction_catalogue"
 RUNTIME_MODULE = "_sbx_stdio_runtime"
 
-_TEMPLATE = '''\
+_TEMPLATE = """\
 def _sbx_install_redactor(catalogue_source, runtime_source, values, marker):
     import json, sys, types
 
@@ -50,7 +50,7 @@ def _sbx_install_redactor(catalogue_source, runtime_source, values, marker):
 
 _sbx_install_redactor({catalogue_source!r}, {runtime_source!r}, {values!r}, {marker!r})
 del _sbx_install_redactor
-'''
+"""
 
 
 @lru_cache(maxsize=1)

@@ -5,29 +5,74 @@ catalogue.py's source, into the Code Interpreter, which cannot import our packag
 importable on the host so that tests exercise the very same code.
 
 How the rolling buffer works (and why it stays cheap):
-- `write()` only appends to a list; work happens once ≥ CHUNK_CHARS have accumulated, on
-  `flush()` and at exit. Short prints cost one list append.
+- The per-write cost is what users feel (`print` calls `write` once per argument and separator),
+  so `write()` is one small Python function around a C `io.TextIOWrapper.write`: that wrapper
+  batches the text in C and hands ~CHUNK_CHARS-sized UTF-8 batches to its buffer, whose `write`
+  is the C `list.append` of a batch list. No regex, no Python-level accounting per write; a
+  batch is redacted once it exists, on `flush()` and at exit. (The buffer's `write` being C
+  matters: batches are queued in exactly the order the TextIOWrapper produced them, even when
+  threads write concurrently — a Python `write` could be preempted before queuing.)
 - On a drain, the text is split into an emit-now part and a held-back tail. The tail is what
-  could still be the beginning of a token: the trailing run of token characters (every class but
-  bearer is made of them), widened to the `Authorization: Bearer` header words in front of it,
-  and the longest suffix that is a prefix of a registered value. Everything before the tail is
-  redacted and written. So a token split across writes at any offset — also when a fragment
-  ends a line — is only ever written once complete, hence redacted.
+  could still become part of a token: the trailing run of token characters (every class but
+  bearer is made of them), widened to `Authorization: Bearer` header words in front of it (and
+  to a run glued in front of those, and so on), and the longest suffix that is a prefix of a
+  registered value. Everything before the tail is redacted and written. So a token split
+  across writes at any offset — also when a fragment ends a line — is only ever written once
+  complete, hence redacted; and the output equals the catalogue's redaction of the joined text
+  (tests pin that).
 - The tail is capped at the catalogue's `max_token_length()`; text longer than that cannot be
   one token.
+- ASCII batches (the common case) stay bytes: hold-back and the catalogue's C-speed prefilter
+  (`candidate_classes_utf8`) run on them, and clean text goes straight to the real stream's
+  binary buffer — no decode, no regex, no re-encode. Other batches, and every stream with
+  registered values, take the general str path.
 - `flush()` emits everything (redacted): callers that flush between fragments of a token get
   what they asked for; the host-side layer 2 still redacts the joined output.
+- Non-str arguments never crash: the C write rejects them with TypeError, the slow path turns
+  bytes into text (invalid UTF-8 replaced) and anything else into `str(x)`.
 - `.buffer` (binary) writes pass through unchanged; touching `.buffer` first drains the text
   buffer so ordering is kept.
 """
 
 import atexit
+import codecs
+import io
 import os
+import re
 import sys
 import threading
 
-CHUNK_CHARS = 8192
+# Size of a batch (UTF-8 bytes) before it is redacted and written: large enough that the
+# per-batch work is negligible per print, small enough to bound memory. Tests lower it with
+# `set_chunk_chars` to drain after every write.
+CHUNK_CHARS = 32768
+SLICE_BYTES = 32768  # the general path's unit of work (see `_feed_slices`)
+_STRIP_PROBE = 256  # see `_run_start`
 _STATE = {"installed": False, "streams": ()}
+
+
+class _BatchSink:
+    """The binary buffer under the batching TextIOWrapper: collects its batches, in order."""
+
+    closed = False  # a plain attribute: TextIOWrapper reads it on every write
+
+    def __init__(self, batches):
+        self.write = batches.append  # C: no Python frame, no preemption point
+
+    def readable(self):
+        return False
+
+    def writable(self):
+        return True
+
+    def seekable(self):
+        return False
+
+    def flush(self):
+        pass
+
+    def close(self):
+        pass
 
 
 class RedactingStream:
@@ -39,30 +84,46 @@ class RedactingStream:
         self._out = out
         self._cat = catalogue
         self._redactor = redactor
-        self._parts = []
-        self._size = 0
-        self._pending = ""
+        self._pending = b""  # the held-back tail, UTF-8 (surrogatepass)
         self._lock = threading.RLock()
         self._hold_max = catalogue.max_token_length()
         self._token_chars = catalogue.TOKEN_CHARS
+        self._token_bytes = catalogue.TOKEN_CHARS.encode("ascii")
         self._bearer_window = catalogue.BEARER_PREFIX_MAX
         self._bearer_tail = catalogue.BEARER_TAIL
+        # The same pattern on bytes: used on ASCII text only, where `(?i:)` means the same.
+        self._bearer_tail_bytes = re.compile(catalogue.BEARER_TAIL.pattern.encode("ascii"))
+        self._raw, self._encoding, self._errors = _binary_target(out)
+        batches = []
+        self._batches = batches
+        # surrogatepass both ways: lone surrogates survive to `_write_text`, which decides what
+        # the real stream can take.
+        self._text = io.TextIOWrapper(_BatchSink(batches), encoding="utf-8", errors="surrogatepass")
+        self._text._CHUNK_SIZE = CHUNK_CHARS
+        self.write = self._make_write(self._text.write, batches, self._drain)
 
     # -- the hot path ---------------------------------------------------------------------------
-    def write(self, s):
-        if type(s) is not str:
-            s = _coerce(s)
-        self._parts.append(s)
-        self._size += len(s)
-        if self._size >= CHUNK_CHARS:
-            self._drain(False)
-        return len(s)
+    @staticmethod
+    def _make_write(text_write, batches, drain):
+        # A closure (an instance attribute) rather than a method: no `self` attribute lookups on
+        # the hot path.
+        def write(s):
+            try:
+                n = text_write(s)
+            except TypeError:
+                n = text_write(_coerce(s))
+            if batches:
+                drain(False)
+            return n
+
+        return write
 
     def writelines(self, lines):
         for line in lines:
             self.write(line)
 
     def flush(self):
+        self._text.flush()
         self._drain(True)
         try:
             self._out.flush()
@@ -72,30 +133,99 @@ class RedactingStream:
     # -- draining ---------------------------------------------------------------------------
     def _drain(self, final):
         with self._lock:
-            parts = self._parts
-            n = len(parts)
+            batches = self._batches
+            n = len(batches)
             if n == 0 and not (final and self._pending):
                 return
-            # Slicing and `del` are single operations under the GIL: a write racing with this
-            # drain lands after index n and is kept for the next drain.
-            text = self._pending + "".join(parts[:n])
-            del parts[:n]
-            self._size = 0
-            if final:
-                head, self._pending = text, ""
+            # Slicing and `del` are single operations under the GIL: a batch queued while this
+            # drain runs lands after index n and is kept for the next drain.
+            data = b"".join(batches[:n])
+            del batches[:n]
+            if (
+                self._raw is not None
+                and not self._redactor.has_values
+                and data.isascii()
+                and self._pending.isascii()
+                and self._feed_ascii(data, final)
+            ):
+                return
+            self._feed_slices(data, final)
+
+    def _feed_ascii(self, data, final):
+        """The fast path: ASCII output (the common case) never becomes a str again.
+
+        The hold-back and the catalogue prefilter run on the bytes; clean text goes to the
+        stream's binary buffer as is. Returns False (nothing consumed) when the general path
+        must decide: a held-back tail longer than any token.
+        """
+        pending = self._pending
+        text = pending + data if pending else data
+        size = len(text)
+        if final:
+            cut = size
+        else:
+            cut = self._hold_start_ascii(text)
+            if cut < 0:
+                return False
+        if cut:
+            if self._cat.candidate_classes_utf8(text, cut):
+                self._write_text(self._redactor.redact(text[:cut].decode("ascii")))
             else:
-                cut = self._hold_start(text)
-                head, self._pending = text[:cut], text[cut:]
-            if head:
-                self._emit(self._redactor.redact(head))
+                self._raw.write(memoryview(text)[:cut] if cut < size else text)
+        self._pending = text[cut:] if cut < size else b""
+        return True
+
+    def _hold_start_ascii(self, text):
+        """`_hold_start` on ASCII bytes (no registered values), or -1 past the hold limit."""
+        length = len(text)
+        cut = _hold_chain(
+            text, length, self._token_bytes, self._bearer_tail_bytes, self._bearer_window, self._hold_max
+        )
+        return cut if length - cut <= self._hold_max else -1
+
+    def _feed_slices(self, data, final):
+        """The general path (any text, registered values): redact str slices of the batch."""
+        size = len(data)
+        start = 0
+        # Slices of at most SLICE_BYTES: a large write (say 64 KiB) otherwise makes several
+        # same-sized temporaries live at once; freeing them hands the heap top back to the OS
+        # and every next write page-faults it in again (measured: 64 faults and 4x the time per
+        # 64 KiB write).
+        while True:
+            end = start + SLICE_BYTES
+            if end >= size:
+                end = size
+            else:
+                # Never split a UTF-8 sequence: back up over continuation bytes.
+                while (data[end] & 0xC0) == 0x80 and end > start + 1:
+                    end -= 1
+            self._feed_text(data[start:end] if start or end < size else data, final and end == size)
+            if end == size:
+                return
+            start = end
+
+    def _feed_text(self, data, final):
+        raw = self._pending + data if self._pending else data
+        # Batches hold whole encoded writes and slices end on sequence boundaries; "replace" is
+        # only a guard against the impossible.
+        try:
+            text = raw.decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError:
+            text = raw.decode("utf-8", "replace")
+        if final:
+            head, tail = text, ""
+        else:
+            cut = self._hold_start(text)
+            head, tail = text[:cut], text[cut:]
+        self._pending = tail.encode("utf-8", "surrogatepass")
+        if head:
+            self._write_text(self._redactor.redact(head))
 
     def _hold_start(self, text):
         length = len(text)
-        cut = len(text.rstrip(self._token_chars))
-        lo = cut - self._bearer_window
-        m = self._bearer_tail.search(text, lo if lo > 0 else 0, cut)
-        if m is not None:
-            cut = m.start()
+        cut = _hold_chain(
+            text, length, self._token_chars, self._bearer_tail, self._bearer_window, self._hold_max
+        )
         if self._redactor.has_values:
             cut = self._redactor.value_hold_start(text, cut)
         if length - cut > self._hold_max:
@@ -110,6 +240,18 @@ class RedactingStream:
                 if m.start() >= cut:
                     break
         return cut
+
+    def _write_text(self, text):
+        raw = self._raw
+        if raw is None:
+            self._emit(text)
+            return
+        try:
+            data = text.encode(self._encoding, self._errors)
+        except UnicodeEncodeError:
+            # Lone surrogates or characters the stream's encoding lacks: never crash user code.
+            data = text.encode(self._encoding, "backslashreplace")
+        raw.write(data)
 
     def _emit(self, text):
         try:
@@ -153,11 +295,78 @@ class RedactingStream:
     def _after_fork(self):
         self._lock = threading.RLock()
 
+    def _set_chunk_chars(self, n):
+        self._text.flush()
+        self._text._CHUNK_SIZE = n
+
+
+def _hold_chain(text, end, chars, bearer_tail, bearer_window, hold_max):
+    """Where the held-back tail of text[:end] starts (str or bytes alike).
+
+    The tail is what could still become part of a token once more text arrives: the trailing run
+    of token characters; if `Authorization: Bearer` header words end right before it, those
+    too; and if the header words are glued to a run before them ("...UvWxAuthorization:"), that
+    run as well — and so on. Holding the whole chain means the joined text is matched exactly as
+    the host would match it. Stops once the tail is longer than any token.
+    """
+    cut = _run_start(text, end, chars)
+    while end - cut <= hold_max:
+        lo = cut - bearer_window
+        m = bearer_tail.search(text, lo if lo > 0 else 0, cut)
+        if m is None:
+            break
+        start = _run_start(text, m.start(), chars)
+        if start >= cut:
+            break
+        cut = start
+    return cut
+
+
+def _run_start(text, end, chars):
+    """Start of the run of `chars` that ends at `end` (str or bytes alike).
+
+    `rstrip` copies what it keeps, so strip a short window first and everything before `end`
+    only when that window is all run characters.
+    """
+    lo = end - _STRIP_PROBE
+    window = text[lo if lo > 0 else 0 : end]
+    kept = len(window.rstrip(chars))
+    if kept or lo <= 0:
+        return end - len(window) + kept
+    return len(text[:end].rstrip(chars))
+
+
+def _binary_target(out):
+    """(binary buffer, encoding, errors) to write redacted bytes to, or (None, None, None).
+
+    Writing the bytes we already hold straight to the stream's buffer saves a decode and an
+    encode per batch. Only for a UTF-8 stream with a writable buffer (what the interpreter's
+    stdout/stderr are); anything else gets text through its `write`. The stream is flushed
+    first so text written before the wrapper was installed keeps its place.
+    """
+    try:
+        encoding = codecs.lookup(out.encoding).name
+        raw = out.buffer
+        if encoding != "utf-8" or not raw.writable():
+            return None, None, None
+        out.flush()
+        return raw, encoding, getattr(out, "errors", None) or "strict"
+    except Exception:
+        return None, None, None
+
 
 def _coerce(s):
     if isinstance(s, (bytes, bytearray, memoryview)):
         return bytes(s).decode("utf-8", "replace")
     return str(s)
+
+
+def set_chunk_chars(n):
+    """Batch size of every installed stream from now on (tests: 1 drains after every write)."""
+    global CHUNK_CHARS
+    CHUNK_CHARS = n
+    for stream in _STATE["streams"]:
+        stream._set_chunk_chars(n)
 
 
 def installed():

@@ -1,0 +1,163 @@
+"""The C-speed prefilter is an optimisation only: `scan`/`redact` must equal the bare alternation
+(`catalogue._ALL`) on any text, and every class whose pattern matches must be a candidate."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sandbox_common.redaction import catalogue
+from sandbox_common.redaction.catalogue import TOKEN_CLASSES, Hit, Redactor
+
+ALNUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+B64URL = ALNUM + "_-"
+RUN = B64URL + ".~+/"
+CLASS_PATTERNS = {c.name: re.compile(c.pattern) for c in TOKEN_CLASSES}
+
+
+def _seg(alphabet: str, lo: int, hi: int) -> st.SearchStrategy[str]:
+    return st.text(alphabet=alphabet, min_size=lo, max_size=hi)
+
+
+TOKENS = st.one_of(
+    st.builds(
+        lambda p, b: p + b, st.sampled_from(["ghp_", "gho_", "ghu_", "ghs_", "ghr_"]), _seg(ALNUM, 28, 45)
+    ),
+    st.builds(lambda b: "github_pat_" + b, _seg(ALNUM + "_", 20, 40)),
+    st.builds(
+        lambda p, b: p + b, st.sampled_from(["xoxa-", "xoxb-", "xoxp-", "xapp-"]), _seg(ALNUM + "-", 13, 30)
+    ),
+    st.builds(lambda b: "ya29." + b, _seg(B64URL + ".", 18, 40)),
+    st.builds(
+        lambda a, q, s1, b, s2, t: f"{a}{q}:{s1}{q}{b}{s2}{t}",
+        st.sampled_from(["Authorization", "authorization", "AUTHORİZATION", "authorızation"]),
+        st.sampled_from(["", '"', "'", '\\"']),
+        st.sampled_from(["", " ", "\t"]),
+        st.sampled_from(["Bearer", "bearer", "BEARER", "bEaReR"]),
+        st.sampled_from([" ", "  ", "\t", " " * 8]),
+        _seg(RUN, 14, 40),
+    ),
+    st.builds(
+        lambda a, b, c: f"{a}.{b}.{c}", _seg(B64URL, 14, 30), _seg(B64URL, 14, 30), _seg(B64URL, 14, 30)
+    ),
+    st.builds(
+        lambda p, b: p + b,
+        st.sampled_from(["AKIA", "ASIA"]),
+        _seg("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", 14, 18),
+    ),
+)
+PIECES = st.one_of(
+    TOKENS,
+    TOKENS.flatmap(lambda t: st.integers(0, len(t)).map(lambda i: t[:i])),  # fragments
+    TOKENS.flatmap(lambda t: st.integers(0, len(t)).map(lambda i: t[i:])),
+    st.sampled_from(
+        [
+            " ",
+            "\n",
+            "\t",
+            ":",
+            "=",
+            '"',
+            "'",
+            "\\",
+            ".",
+            "-",
+            "_",
+            "/",
+            "+",
+            "~",
+            ", ",
+            "é",
+            "ı",
+            "İ",
+            "\u212a",
+            "ſ",
+            "✓",
+            "\U0001f600",
+            "\x00",
+        ]
+    ),
+    _seg(RUN, 1, 24),
+    st.text(max_size=12),
+    st.integers(0, 300).map(lambda n: "lorem ipsum dolor sit amet 3.14 " * n),  # pushes texts past 2 KiB
+)
+TEXTS = st.lists(PIECES, max_size=30).map("".join)
+
+
+def bare_hits(text: str) -> list[Hit]:
+    return [Hit(m.lastgroup, m.start(m.lastgroup), m.end(m.lastgroup)) for m in catalogue._ALL.finditer(text)]
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=TEXTS)
+def test_scan_and_redact_equal_the_bare_alternation(text):
+    # Given any text built from tokens, their fragments, separators and noise
+    # When / Then the prefiltered results are exactly the bare alternation's
+    assert catalogue.scan(text) == bare_hits(text)
+    assert catalogue.redact(text) == catalogue._ALL.sub(catalogue._replace, text)
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=TEXTS)
+def test_candidate_classes_never_miss_a_class_that_matches(text):
+    # Given / When
+    names = catalogue.candidate_classes(text)
+    # Then every class whose own pattern matches somewhere is a candidate
+    for name, pattern in CLASS_PATTERNS.items():
+        if pattern.search(text):
+            assert name in names, name
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=TEXTS, data=st.data())
+def test_candidate_classes_utf8_with_end_never_miss(text, data):
+    # Given the UTF-8 of a text and a cut on a character boundary
+    cut = data.draw(st.integers(0, len(text)))
+    raw = text.encode("utf-8", "surrogatepass")
+    end = len(text[:cut].encode("utf-8", "surrogatepass"))
+    # When
+    names = catalogue.candidate_classes_utf8(raw, end)
+    # Then it never misses a class matching in text[:cut] (bytes past `end` are ignored)
+    for name, pattern in CLASS_PATTERNS.items():
+        if pattern.search(text[:cut]):
+            assert name in names, name
+
+
+def test_candidate_classes_long_text_with_many_runs_still_finds_late_tokens():
+    # Given > 2 KiB with more runs ≥ 16 than the one-by-one look examines, tokens first and last
+    filler = " ".join(f"run{i:013d}" for i in range(40))  # 40 clean 16-char runs
+    text = "Authorization: Bearer abcdefghijklmnop0123 " + filler + " AKIAIOSFODNN7EXAMPLE"
+    # When
+    names = catalogue.candidate_classes(text)
+    # Then
+    assert {"bearer", "aws_access_key"} <= names
+    assert [h.token_class for h in catalogue.scan(text)] == ["bearer", "aws_access_key"]
+
+
+def test_candidate_classes_clean_text_is_empty():
+    # Given prose, numbers, short ids and paths shorter than 16 between separators
+    text = "the quick brown fox 3.14159 status=200 path=/api/v1/items request_id=3f2a9c1e-5b7d\n" * 50
+    # When / Then
+    assert catalogue.candidate_classes(text) == frozenset()
+    assert catalogue.candidate_classes_utf8(text.encode()) == frozenset()
+
+
+@pytest.mark.parametrize("letter", sorted(set("bearer")))
+def test_bearer_letters_have_no_non_ascii_case_variants_in_re(letter):
+    # Given the prefilter lowers ASCII only when looking for "bearer"
+    # When every code point is matched case-insensitively against the letter
+    variants = [
+        chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000 and re.fullmatch(f"(?i:{letter})", chr(c))
+    ]
+    # Then only the ASCII upper and lower case letters match
+    assert sorted(variants) == sorted({letter, letter.upper()})
+
+
+def test_redactor_with_values_still_equals_bare_alternation_after_values():
+    # Given a registered value and catalogue tokens
+    redactor = Redactor(["correct horse battery staple"])
+    text = "x correct horse battery staple y ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8 z"
+    # When / Then
+    assert redactor.redact(text) == "x <redacted> y <redacted> z"

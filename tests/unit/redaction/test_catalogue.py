@@ -208,3 +208,14 @@ def test_redact_fast_path_returns_clean_text_unchanged_object():
     text = "nothing to see here " * 100
     # When / Then the prefilter short-circuits (no copy)
     assert redact(text) is text
+
+
+def test_redact_glued_authorization_headers_hide_both_credentials() -> None:
+    # Given two bearer headers glued together (no separator between the first credential and
+    # the second header), as a careless log line concatenation produces
+    first, second = "A1b2C3d4E5f6G7h8I9j0", "Z9y8X7w6V5u4T3s2R1q0"
+    text = f"Authorization: Bearer {first}Authorization: Bearer {second}"
+    # When redacted / Then neither credential survives
+    out = redact(text)
+    assert first not in out and second not in out
+    assert out == "Authorization: Bearer <redacted>Authorization: Bearer <redacted>"

@@ -121,9 +121,12 @@ TOKEN_CLASSES: tuple[TokenClass, ...] = (
         # Python-repr quoted, and JSON-inside-JSON escaped (`\"Authorization\": \"Bearer x\"`).
         # Only the credential is the secret. 16 chars minimum keeps `Bearer <token>`,
         # `Bearer REDACTED` and similar placeholders out.
+        # The credential ends at the first non-token68 character or where a glued second
+        # `Authorization:` header starts, so `…<cred>Authorization: Bearer <cred2>` redacts both.
         pattern=(
             r"(?i:authorization)[\\\"']{0,3}[ \t]{0,8}[:=][ \t]{0,8}[\\\"']{0,3}(?i:bearer)[ \t]{1,8}"
-            r"(?P<bearer>[" + _TOKEN68 + r"]{16,4096}={0,8})"
+            r"(?P<bearer>[" + _TOKEN68 + r"]{16,4096}?={0,8})"
+            r"(?=[^" + _TOKEN68 + r"=]|\Z|(?i:authorization)[\\\"']{0,3}[ \t]{0,8}[:=])"
         ),
         # CloudWatch data identifiers cannot contain quotes, colons, tildes or parentheses:
         # `.{1,23}` stands for the separator, and the credential is "everything up to a space"

@@ -14,6 +14,7 @@ from . import messages
 from .dependencies import dispatcher, idempotent_executor
 
 _IN_PROGRESS_POLL_SECONDS = 0.25
+_ANSWER_MARGIN_SECONDS = 5
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -45,7 +46,13 @@ def _execute_code(request: ExecuteCodeRequest, context: Any) -> dict[str, Any]:
     config, execute = idempotent_executor()
     config.register_lambda_context(context)
     payload = request.model_dump()
-    deadline = time.monotonic() + dispatcher().settings.call_timeout_seconds + 90
+    # Wait for a racing original at most as long as it can run, and never past our own Lambda
+    # deadline (answering beats being killed by the runtime with no answer at all).
+    wait = dispatcher().settings.call_timeout_seconds + 90
+    remaining_ms = getattr(context, "get_remaining_time_in_millis", lambda: None)()
+    if remaining_ms is not None:
+        wait = min(wait, max(0.0, remaining_ms / 1000 - _ANSWER_MARGIN_SECONDS))
+    deadline = time.monotonic() + wait
     while True:
         try:
             return execute(request=payload)

@@ -117,8 +117,8 @@ class PreflightReader:
             raise PreflightUnavailable(f"ssm:{type(exc).__name__}") from None
         try:
             return TenantSubstrate.model_validate(json.loads(raw["Parameter"]["Value"]))
-        except ValueError:
-            raise PreflightUnavailable("substrate parameter is not valid JSON") from None
+        except (KeyError, TypeError, ValueError):  # unreadable answer or value: fail closed
+            raise PreflightUnavailable("substrate parameter unreadable") from None
 
     def _policy_and_template(self, tenant_id: str, template_id: str) -> tuple[dict | None, dict | None]:
         from boto3.dynamodb.types import TypeDeserializer
@@ -133,6 +133,10 @@ class PreflightReader:
             raise PreflightUnavailable(f"tenants:{type(exc).__name__}") from None
         if out.get("UnprocessedKeys"):
             raise PreflightUnavailable("tenants: unprocessed keys")
+        if self.tenants_table not in out.get("Responses", {}):
+            # An unreadable answer must not read as "no policy item" (= defaults): that would let a
+            # disabled tenant run. Only an answer that names the table can say "no items".
+            raise PreflightUnavailable("tenants: answer without Responses")
         deser = TypeDeserializer()
         policy = template = None
         for item in out.get("Responses", {}).get(self.tenants_table, []):

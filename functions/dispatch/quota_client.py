@@ -2,7 +2,8 @@
 
 Fail closed (§5.1): the quota Lambda unreachable, timing out, erroring or answering garbage all
 mean "no" with dimension `unknown` and resets_at = now + 60 s. The invoke is never retried by
-botocore (its client has max_attempts=1): a retry after an ambiguous failure could count twice.
+botocore (`total_max_attempts=1`; note that `max_attempts` counts *retries* in botocore): a retry
+after an ambiguous failure could count the call twice.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def lambda_client() -> Any:
 
     return boto3.session.Session().client(
         "lambda",
-        config=Config(retries={"mode": "standard", "max_attempts": 1}, connect_timeout=3,
+        config=Config(retries={"mode": "standard", "total_max_attempts": 1}, connect_timeout=3,
                       read_timeout=QUOTA_READ_TIMEOUT_SECONDS),
     )  # fmt: skip
 

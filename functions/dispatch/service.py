@@ -102,7 +102,10 @@ class Dispatcher:
         except PreflightUnavailable as exc:
             return SandboxError(messages.INTERNAL, failure_reason=f"preflight_unavailable:{exc}").to_response()
         runner = self.runner_factory(pf)
-        runner.stop_session(str(turn.interpreter_id), str(turn.session_id))
+        if not runner.stop_session(str(turn.interpreter_id), str(turn.session_id)):
+            # Still running (the stop failed): keep the turn pointing at it so a retried end_turn
+            # can stop it; the interpreter's sessionTimeoutSeconds reaps it otherwise.
+            return {"ok": True, "stopped": False}
         stopped = self.turns.mark_stopped(req.turn_id, str(turn.session_id))
         return {"ok": True, "stopped": stopped}
 
@@ -199,7 +202,10 @@ class Dispatcher:
                 turn,
                 owner=invocation_id,
                 interpreter_id=str(pf.interpreter_id),
-                start=lambda: runner.start_session(str(pf.interpreter_id)),
+                # One name + client token per start attempt: retries are idempotent and a lost
+                # answer can be found and stopped by name (no orphaned session).
+                start=lambda: runner.start_session(str(pf.interpreter_id), name=f"sbx-{invocation_id}",
+                                                   client_token=invocation_id),
                 stop_previous=runner.stop_session,
                 max_session_age_seconds=max_age,
                 wait_seconds=_SESSION_START_WAIT_SECONDS,

@@ -16,6 +16,17 @@ CALL_TIMEOUT_MARGIN_SECONDS = 60  # readiness preamble, audit write and session 
 LAMBDA_MAX_TIMEOUT_SECONDS = 900
 
 
+# What a tenant's session-runner role may do, on its own tenant's interpreter ARNs only (§6.4).
+# List is there so a Start whose answer was lost can be found by name and stopped (no orphan).
+RUNNER_ACTIONS: tuple[str, ...] = (
+    "bedrock-agentcore:StartCodeInterpreterSession",
+    "bedrock-agentcore:InvokeCodeInterpreter",
+    "bedrock-agentcore:StopCodeInterpreterSession",
+    "bedrock-agentcore:GetCodeInterpreterSession",
+    "bedrock-agentcore:ListCodeInterpreterSessions",
+)
+
+
 def function_timeout_seconds(config: StageConfig, logical: str) -> int:
     """Lambda timeouts: dispatch outlives one call's deadline plus session start and audit."""
     return {

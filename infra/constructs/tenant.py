@@ -15,17 +15,10 @@ from constructs import Construct
 from sandbox_common import naming as n
 
 from infra.config import StageConfig, TenantConfig
-from infra.constructs.definitions import interpreter_names, tenant_substrate
+from infra.constructs.definitions import RUNNER_ACTIONS, interpreter_names, tenant_substrate
 from infra.constructs.observability import cap_breach_spike_alarm
 
 AGENTCORE_SERVICE = "bedrock-agentcore.amazonaws.com"
-# What the session runner does with a session, and nothing else (no Create/Delete/List).
-RUNNER_ACTIONS: tuple[str, ...] = (
-    "bedrock-agentcore:StartCodeInterpreterSession",
-    "bedrock-agentcore:InvokeCodeInterpreter",
-    "bedrock-agentcore:StopCodeInterpreterSession",
-    "bedrock-agentcore:GetCodeInterpreterSession",
-)
 
 
 def dispatch_role_arn(scope: Construct, stage: str) -> str:

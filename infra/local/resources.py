@@ -15,17 +15,15 @@ from sandbox_common import naming as n
 from sandbox_common.models import TenantSubstrate
 
 from infra.config import StageConfig
-from infra.constructs.definitions import global_parameters, interpreter_names, tenant_substrate
+from infra.constructs.definitions import (
+    RUNNER_ACTIONS,
+    global_parameters,
+    interpreter_names,
+    tenant_substrate,
+)
 
 LOCAL_ACCOUNT = "123456789012"  # moto's default account
 LOCAL_REGION = "us-east-1"
-# The interpreter actions a runner role may use, on its own tenant's interpreters only (§6.4).
-RUNNER_ACTIONS = (
-    "bedrock-agentcore:StartCodeInterpreterSession",
-    "bedrock-agentcore:InvokeCodeInterpreter",
-    "bedrock-agentcore:StopCodeInterpreterSession",
-    "bedrock-agentcore:GetCodeInterpreterSession",
-)
 
 
 @dataclass(frozen=True)
@@ -78,7 +76,7 @@ def create_resources(config: StageConfig, clients: Any, *, region: str = LOCAL_R
     for tenant in config.tenants:
         ids = interpreter_names(config, tenant)
         arns = [
-            f"arn:aws:bedrock-agentcore:{region}:{LOCAL_ACCOUNT}:code-interpreter-custom/{i}"
+            f"arn:aws:bedrock-agentcore:{region}:{LOCAL_ACCOUNT}:code-interpreter/{i}"
             for i in ids.values()
         ]
         role = iam.create_role(

@@ -32,6 +32,11 @@ FAILURE_REASON_MAX_CHARS = 300
 # Start refused because the interpreter is not there / not READY yet: the agent should wait,
 # not report a bug. Anything else from Start is a substrate failure.
 _NOT_READY_CODES = frozenset({"ResourceNotFoundException", "ConflictException"})
+# Start errors that mean the request was rejected before anything was created (4xx); anything
+# else (5xx, unknown codes) may have created a session whose answer we lost.
+_NOT_APPLIED_CODES = frozenset(
+    {"AccessDeniedException", "ValidationException", "ThrottlingException", "ServiceQuotaExceededException"}
+)
 _NOT_READY_MESSAGE = re.compile(r"not\s+ready|not\s+in\s+(?:a\s+)?ready|creating|status", re.IGNORECASE)
 # Invoke answered "no such session": it was reaped (sessionTimeoutSeconds) or stopped elsewhere.
 _SESSION_GONE_CODES = frozenset({"ResourceNotFoundException"})
@@ -152,8 +157,13 @@ class SessionRunner:
         )
 
     # --- sessions -----------------------------------------------------------------------------
-    def start_session(self, interpreter_id: str, *, name: str | None = None) -> str:
+    def start_session(self, interpreter_id: str, *, name: str | None = None, client_token: str | None = None) -> str:
         """Start a session and run the readiness preamble; returns the session id.
+
+        `name` should be unique per start attempt and `client_token` (≥ 33 chars) stable across
+        its retries: botocore retries Start with the same token, and if the answer is still lost
+        (5xx, timeout, unreadable) the session may exist without us knowing its id, so the runner
+        looks it up by name and stops it — a lost answer never leaves an orphaned session.
 
         Raises SandboxProvisioning (reason interpreter_not_ready / readiness_check_failed),
         SandboxError, or CrossTenantInterpreter (before any AWS call).
@@ -162,12 +172,24 @@ class SessionRunner:
 
         self._check_owned(interpreter_id)
         control = self.credentials.control_client()
+        start_name = session_name(name or f"sbx-{self.tenant_id}")
+        request: dict[str, Any] = {
+            "codeInterpreterIdentifier": interpreter_id,
+            "name": start_name,
+            "sessionTimeoutSeconds": self.session_timeout_seconds,
+        }
+        if client_token:
+            request["clientToken"] = client_token
         try:
-            answer = control.start_code_interpreter_session(
-                codeInterpreterIdentifier=interpreter_id,
-                name=session_name(name or f"sbx-{self.tenant_id}"),
-                sessionTimeoutSeconds=self.session_timeout_seconds,
-            )
+            answer = control.start_code_interpreter_session(**request)
+            session_id = str(answer["sessionId"])
+        except (KeyError, TypeError):  # an answer without a session id: it may exist all the same
+            self._stop_orphans(interpreter_id, start_name)
+            raise failure(
+                SandboxError,
+                "The code sandbox could not start a session; please try again.",
+                failure_reason="start_failed:malformed_response",
+            ) from None
         except ClientError as exc:
             code, message = _client_error(exc)
             if code in _NOT_READY_CODES or (
@@ -179,24 +201,44 @@ class SessionRunner:
                     failure_reason=self._reason(f"start_refused:{code}:{message}"),
                     reason="interpreter_not_ready",
                 ) from None
+            if code not in _NOT_APPLIED_CODES:  # 5xx and unknown: the session may have been created
+                self._stop_orphans(interpreter_id, start_name)
             raise failure(
                 SandboxError,
                 "The code sandbox could not start a session; please try again.",
                 failure_reason=self._reason(f"start_failed:{code}:{message}"),
             ) from None
-        except BotoCoreError as exc:
+        except BotoCoreError as exc:  # timeouts, dropped connections: outcome unknown
+            self._stop_orphans(interpreter_id, start_name)
             raise failure(
                 SandboxError,
                 "The code sandbox could not start a session; please try again.",
                 failure_reason=f"start_failed:{type(exc).__name__}",
             ) from None
-        session_id = str(answer["sessionId"])
         self._check_readiness(interpreter_id, session_id)
         return session_id
 
+    def _stop_orphans(self, interpreter_id: str, name: str) -> None:
+        """Stop READY sessions of this start attempt (found by its unique name). Best effort:
+        whatever this misses, the interpreter's sessionTimeoutSeconds reaps."""
+        try:
+            listed = self.credentials.control_client().list_code_interpreter_sessions(
+                codeInterpreterIdentifier=interpreter_id, status="READY"
+            )
+            orphans = [s["sessionId"] for s in listed.get("items", []) if s.get("name") == name]
+        except Exception as exc:  # noqa: BLE001 — never mask the start failure being reported
+            logger.warning("orphan lookup failed", extra={"tenant_id": self.tenant_id,
+                                                          "failure_reason": type(exc).__name__})  # fmt: skip
+            return
+        for session_id in orphans:
+            logger.warning("stopping session whose start answer was lost",
+                           extra={"tenant_id": self.tenant_id, "session_id": session_id})  # fmt: skip
+            self.stop_session(interpreter_id, session_id)
+
     def stop_session(self, interpreter_id: str, session_id: str) -> bool:
         """Stop a session. Never raises: a failed stop is logged, counted (alarmed) and left to
-        the interpreter's sessionTimeoutSeconds. Returns True iff AgentCore confirmed the stop."""
+        the interpreter's sessionTimeoutSeconds. Returns True iff the session is no longer
+        running: AgentCore confirmed the stop, or it was already gone."""
         from botocore.exceptions import ClientError
 
         if interpreter_id not in self.allowed_interpreter_ids:
@@ -215,7 +257,7 @@ class SessionRunner:
                 logger.info(
                     "session already gone", extra={"session_id": session_id, "tenant_id": self.tenant_id}
                 )
-                return False
+                return True
             reason = f"stop_failed:{code}"
         except Exception as exc:  # noqa: BLE001 - a stop must never break the caller's result
             reason = f"stop_failed:{getattr(exc, 'failure_reason', type(exc).__name__)}"

@@ -54,7 +54,7 @@ class SandboxTurn:
 
             # Read timeout above dispatch's own deadline; never retried (a retry is the caller's
             # decision, with the same call_id).
-            self._client = boto3.client("lambda", config=Config(read_timeout=900, retries={"max_attempts": 1}))
+            self._client = boto3.client("lambda", config=Config(read_timeout=900, retries={"mode": "standard", "total_max_attempts": 1}))
         try:
             out = self._client.invoke(FunctionName=self.function_name, Payload=json.dumps(event).encode())
             body = json.loads(out["Payload"].read())

@@ -1,0 +1,158 @@
+"""The whole execute_code path with real parts: moto's server (DynamoDB, SSM, SQS, STS, IAM),
+the local AgentCore interpreter (real sessions under bubblewrap), the quota Lambda running in
+the local Lambda emulator (a worker process with its CDK environment), and the dispatch handler
+in-process with its CDK environment — so tests can count its AWS calls and inspect its logs.
+
+Shared by tests/integration/dispatch and tests/reliability (import the fixtures from here).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from sandbox_common import aws
+from sandbox_common import naming as n
+
+from infra.config import build_config
+from infra.function_env import function_environment
+from infra.local.interpreter import LocalInterpreterServer
+from infra.local.lambda_emulator import FunctionSpec, LambdaEmulator
+from infra.local.resources import LocalResources, create_resources
+from infra.local.stack import lambda_function_specs
+from tests.conftest import LambdaContext, free_port
+
+
+@pytest.fixture(scope="session")
+def interpreter() -> Iterator[LocalInterpreterServer]:
+    server = LocalInterpreterServer().start()
+    yield server
+    server.stop()
+
+
+@dataclass
+class Stack:
+    resources: LocalResources
+    interpreter: LocalInterpreterServer
+    emulator: LambdaEmulator
+    moto: str
+
+    def dispatch(self, event: dict[str, Any] | str) -> dict[str, Any]:
+        from dispatch.handler import handler
+
+        return handler(event, LambdaContext(function_name=self.resources.functions[n.DISPATCH]))
+
+    def audit_rows(self, tenant_id: str | None = None) -> list[dict[str, Any]]:
+        from sandbox_common.audit import from_item
+
+        items = aws.client("dynamodb").scan(TableName=self.resources.tables[n.INVOCATIONS.logical])["Items"]
+        rows = [from_item(i) for i in items]
+        return [r for r in rows if tenant_id is None or r["tenant_id"] == tenant_id]
+
+    def counter_items(self) -> dict[str, list[dict[str, Any]]]:
+        ddb = aws.client("dynamodb")
+        return {
+            spec.logical: ddb.scan(TableName=self.resources.tables[spec.logical])["Items"]
+            for spec in (n.TENANT_DAILY_COUNTERS, n.AGENT_HOURLY_COUNTERS)
+        }
+
+    def live_sessions(self) -> list[str]:
+        """Ids of sessions the local interpreter still runs (READY), over every interpreter."""
+        manager = self.interpreter.manager
+        return sorted(
+            s.session_id for spec in self.resources.interpreters for s in manager.list(spec["id"], status="READY")
+        )
+
+    def set_cap(self, dimension: str, value: int | str, tenant_id: str | None = None) -> None:
+        aws.client("ssm").put_parameter(Name=n.cap_parameter("local", dimension, tenant_id), Value=str(value),
+                                        Type="String", Overwrite=True)  # fmt: skip
+        # Fresh quota containers (same endpoint): no cap cached from earlier calls.
+        self.restart_quota()
+
+    def restart_quota(self, aws_endpoint: str | None = None) -> None:
+        """Fresh quota-Lambda containers on the same Lambda endpoint; `aws_endpoint` (default
+        moto) is where they send their DynamoDB/SSM calls — e.g. a fault-injecting proxy."""
+        port = int(self.emulator.endpoint.rsplit(":", 1)[1])
+        self.emulator.stop()
+        self.emulator = _emulator(self.resources, aws_endpoint or self.moto, self.interpreter, port=port)
+
+
+
+def _emulator(resources: LocalResources, moto: str, interpreter: LocalInterpreterServer,
+              port: int | None = None) -> LambdaEmulator:  # fmt: skip
+    port = port or free_port()
+    endpoints = {
+        "AWS_ENDPOINT_URL": moto, "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE": interpreter.endpoint,
+        "AWS_ENDPOINT_URL_LAMBDA": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1",
+    }  # fmt: skip
+    specs = [FunctionSpec.from_dict(s) for s in lambda_function_specs(build_config("local"), resources, endpoints)
+             if s["name"] == resources.functions[n.QUOTA_CHECK]]  # fmt: skip
+    return LambdaEmulator(specs, port=port).start()
+
+
+def open_stack(moto_endpoint: str, interpreter: LocalInterpreterServer,
+               setenv: Callable[[str, str], None]) -> Stack:  # fmt: skip
+    """Create the stage's resources in moto, start the quota Lambda's emulator and point this
+    process (dispatch in-process) at all of it through `setenv`."""
+    config = build_config("local")
+    resources = create_resources(config, aws.client)
+    for spec in resources.interpreters:
+        interpreter.register_interpreter(spec["id"], spec["network_mode"])
+    emulator = _emulator(resources, moto_endpoint, interpreter)
+    stack = Stack(resources, interpreter, emulator, moto_endpoint)
+    apply_dispatch_env(stack, setenv)
+    return stack
+
+
+def apply_dispatch_env(stack: Stack, setenv: Callable[[str, str], None]) -> None:
+    """Dispatch's CDK environment + local endpoints, and a fresh container (no cached state)."""
+    from dispatch import dependencies, quota_client
+    from dispatch.runner import clear_cache
+    from sandbox_common import settings
+
+    env = function_environment(build_config("local"), n.DISPATCH, tables=stack.resources.tables,
+                               quota_function_name=stack.resources.functions[n.QUOTA_CHECK],
+                               audit_dlq_url=stack.resources.audit_dlq_url)  # fmt: skip
+    for key, value in env.items():
+        setenv(key, value)
+    setenv("AWS_ENDPOINT_URL", stack.moto)
+    setenv("AWS_ENDPOINT_URL_BEDROCK_AGENTCORE", stack.interpreter.endpoint)
+    setenv("AWS_ENDPOINT_URL_LAMBDA", stack.emulator.endpoint)
+    settings.clear_caches()
+    dependencies.reset()
+    clear_cache()
+    quota_client.lambda_client.cache_clear()
+
+
+def close_stack(stack: Stack) -> None:
+    from dispatch import dependencies, quota_client
+    from dispatch.runner import clear_cache
+
+    stack.emulator.stop()
+    dependencies.reset()
+    clear_cache()
+    quota_client.lambda_client.cache_clear()
+
+
+@pytest.fixture
+def stack(moto_endpoint: str, interpreter: LocalInterpreterServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
+    stack = open_stack(moto_endpoint, interpreter, monkeypatch.setenv)
+    yield stack
+    close_stack(stack)
+
+
+def event(action: str = "execute_code", **over: Any) -> dict[str, Any]:
+    base = {"tenant_id": "acme", "agent_id": "agent-7", "template_id": "analyst", "turn_id": "turn-1"}
+    if action == "execute_code":
+        base.update(call_id="call-1", code="print(1+1)")
+    if action == "end_turn":
+        base = {"tenant_id": base["tenant_id"], "turn_id": base["turn_id"]}
+    return {"action": action, **base, **over}
+
+
+def jsonable(obj: Any) -> Any:
+    return json.loads(json.dumps(obj))

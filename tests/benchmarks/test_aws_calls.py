@@ -1,0 +1,342 @@
+"""Benchmark `aws_calls_per_execute_code` (issue 3): which AWS API calls one `execute_code`
+costs, by service and operation, for the first call of a turn and for a later call.
+
+Target: a later call makes no SSM call and no pre-flight read beyond cache, exactly one
+InvokeCodeInterpreter, one counter transaction and one audit PutItem; a first call adds only
+StartCodeInterpreterSession, one readiness invoke and the turn-state write.
+
+Everything runs for real (the dispatch integration harness): moto in server mode, the local
+AgentCore interpreter, the quota Lambda in the local Lambda emulator (its own worker process),
+dispatch in-process with its CDK environment. Calls are counted at two places:
+
+- in the dispatch process, a botocore `before-parameter-build` hook on EVERY client created from a botocore
+  session (the cached `sandbox_common.aws` clients, the quota Lambda client, the runner's
+  tenant-scoped AgentCore clients, the Powertools idempotency client): one record per API call;
+- at moto's WSGI app, one record per HTTP request that reaches it, whoever sent it. The quota
+  Lambda's calls are the ones whose User-Agent carries `exec-env/AWS_Lambda…`: botocore adds
+  that from AWS_EXECUTION_ENV, which the emulator sets in its workers as the Lambda runtime does
+  (and the in-process dispatch does not). Those are the quota function's calls, read from the
+  wire without touching its code or process.
+The two views cross-check: every dispatch call bound for moto is seen once on each side, so a
+client that escaped the hook would show up as a mismatch.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs
+
+import pytest
+from sandbox_common import naming as n
+
+from tests.benchmarks._report import emit
+from tests.support import stack as harness
+from tests.support.stack import Stack, event
+
+pytestmark = pytest.mark.bench
+
+# The shared real-parts harness (moto server, local interpreter, quota Lambda in the emulator).
+interpreter = harness.interpreter
+stack = harness.stack
+
+DISPATCH, QUOTA = "dispatch", "quota"
+_CREDENTIAL_SCOPE = re.compile(r"Credential=[^/]+/\d{8}/[^/]+/([^/]+)/aws4_request")
+_LAMBDA_EXEC_ENV = "exec-env/AWS_Lambda"
+# Every other service reaches moto (AWS_ENDPOINT_URL); these two have their own local endpoints.
+NOT_ON_MOTO = frozenset({"lambda", "bedrock-agentcore"})
+# moto's signing-name view of a service -> botocore's service name (what the client hook records)
+_SIGNING_TO_SERVICE = {"monitoring": "cloudwatch"}
+
+# A later call of a turn, every call justified. Keys: origin:service:Operation[logical table].
+LATER_CALL_ALLOWED: dict[str, tuple[int, str]] = {
+    f"{DISPATCH}:dynamodb:PutItem[{n.IDEMPOTENCY.logical}]": (1, "Powertools idempotency: in-progress record (§4.4)"),
+    f"{DISPATCH}:dynamodb:UpdateItem[{n.IDEMPOTENCY.logical}]": (1, "Powertools idempotency: completed record"),
+    f"{DISPATCH}:dynamodb:GetItem[{n.TURNS.logical}]": (1, "turn ownership + the turn's live session (§4.5)"),
+    f"{DISPATCH}:lambda:Invoke": (1, "the quota check (§5)"),
+    f"{DISPATCH}:bedrock-agentcore:InvokeCodeInterpreter": (1, "the user code"),
+    f"{DISPATCH}:dynamodb:PutItem[{n.INVOCATIONS.logical}]": (1, "the audit row (§7)"),
+    f"{QUOTA}:dynamodb:TransactWriteItems[{n.AGENT_HOURLY_COUNTERS.logical}+{n.TENANT_DAILY_COUNTERS.logical}]": (
+        1, "the counter transaction (§5.1)"),
+    f"{QUOTA}:dynamodb:BatchGetItem[{n.AGENT_HOURLY_COUNTERS.logical}+{n.TENANT_DAILY_COUNTERS.logical}]": (
+        1, "read-back of both counts for the §5.3 response"),
+}  # fmt: skip
+# What the first call of a turn (after begin_turn, warm container) adds, exactly.
+FIRST_CALL_EXTRA: dict[str, tuple[int, str]] = {
+    f"{DISPATCH}:bedrock-agentcore:StartCodeInterpreterSession": (1, "the turn's one session"),
+    f"{DISPATCH}:bedrock-agentcore:InvokeCodeInterpreter": (1, "the readiness preamble (§6.2)"),
+    f"{DISPATCH}:dynamodb:UpdateItem[{n.TURNS.logical}]": (
+        2, "turn state: conditional 'starting' lease before Start + 'active' with the session id after"),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Call:
+    origin: str  # dispatch | quota
+    service: str  # botocore service name
+    operation: str
+    tables: tuple[str, ...] = ()  # physical table names
+
+    def key(self, logical_of: dict[str, str]) -> str:
+        suffix = f"[{'+'.join(sorted({logical_of.get(t, t) for t in self.tables}))}]" if self.tables else ""
+        return f"{self.origin}:{self.service}:{self.operation}{suffix}"
+
+
+def tables_in(params: dict[str, Any]) -> tuple[str, ...]:
+    """Table names a DynamoDB request touches (single-table, batch and transact shapes)."""
+    found: list[str] = []
+    if isinstance(params.get("TableName"), str):
+        found.append(params["TableName"])
+    for batch in ("RequestItems",):
+        if isinstance(params.get(batch), dict):
+            found.extend(params[batch])
+    for item in params.get("TransactItems") or ():
+        for action in item.values():
+            if isinstance(action, dict) and isinstance(action.get("TableName"), str):
+                found.append(action["TableName"])
+    return tuple(sorted(set(found)))
+
+
+def describe_wire_request(environ: dict[str, Any]) -> Call | None:
+    """The AWS call one HTTP request to moto carries (None for moto's own /moto-api)."""
+    if environ.get("PATH_INFO", "").startswith("/moto-api"):
+        return None
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    body = environ["wsgi.input"].read(length) if length else b""
+    environ["wsgi.input"] = io.BytesIO(body)  # moto reads it again
+    scope = _CREDENTIAL_SCOPE.search(environ.get("HTTP_AUTHORIZATION", ""))
+    signing = scope.group(1) if scope else "unknown"
+    service = _SIGNING_TO_SERVICE.get(signing, signing)
+    origin = QUOTA if _LAMBDA_EXEC_ENV in environ.get("HTTP_USER_AGENT", "") else DISPATCH
+    target = environ.get("HTTP_X_AMZ_TARGET")
+    params: dict[str, Any] = {}
+    if target:  # JSON protocol (DynamoDB, SSM, SQS, Logs)
+        operation = target.rsplit(".", 1)[-1]
+        try:
+            params = json.loads(body or b"{}")
+        except ValueError:
+            params = {}
+    elif "/operation/" in environ.get("PATH_INFO", ""):  # smithy rpc-v2-cbor
+        operation = environ["PATH_INFO"].rsplit("/", 1)[-1]
+    else:  # query protocol (STS, IAM)
+        form = parse_qs(body.decode("utf-8", "replace")) or parse_qs(environ.get("QUERY_STRING", ""))
+        operation = (form.get("Action") or ["unknown"])[0]
+    return Call(origin, service, operation, tables_in(params) if service == "dynamodb" else ())
+
+
+class WireLog:
+    """WSGI middleware in front of moto's app: one Call per request that reaches moto."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.calls: list[Call] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        call = describe_wire_request(environ)
+        if call is not None:
+            with self._lock:
+                self.calls.append(call)
+        return self.app(environ, start_response)
+
+
+class ClientLog:
+    """Hook on every botocore client created in this (the dispatch) process. It listens to
+    `before-parameter-build`: emitted once per API call (not per retry) with the caller's own
+    parameters (`before-call` carries the serialized request instead)."""
+
+    def __init__(self) -> None:
+        self.calls: list[Call] = []
+        self._lock = threading.Lock()
+
+    def record(self, service: str, model: Any = None, params: Any = None, **_: Any) -> None:
+        tables = tables_in(params or {}) if service == "dynamodb" else ()
+        with self._lock:
+            self.calls.append(Call(DISPATCH, service, model.name, tables))
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import botocore.session
+
+        original = botocore.session.Session.create_client
+        log = self
+
+        def create_client(session: Any, *args: Any, **kwargs: Any) -> Any:
+            client = original(session, *args, **kwargs)
+            service = client.meta.service_model.service_name
+            client.meta.events.register("before-parameter-build", functools.partial(log.record, service))
+            return client
+
+        monkeypatch.setattr(botocore.session.Session, "create_client", create_client)
+
+
+@pytest.fixture(scope="module")
+def moto_server() -> Iterator[str]:
+    """This module's moto server (overrides the shared one): the same serial server, with the
+    WireLog in front of its WSGI app so every request is seen, from any process."""
+    import logging
+
+    from infra.local.moto_serial import SerialMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    server = SerialMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    # start() returns once the werkzeug server exists and before it has served a request.
+    wsgi_server = server._server  # noqa: SLF001 — the one place moto exposes its WSGI server
+    wsgi_server.app = _WIRE_LOGS[server.endpoint] = WireLog(wsgi_server.app)
+    try:
+        yield server.endpoint
+    finally:
+        server.stop()
+        _WIRE_LOGS.pop(server.endpoint, None)
+
+
+# endpoint -> its WireLog (`moto_server` must yield the endpoint string the shared fixtures expect)
+_WIRE_LOGS: dict[str, WireLog] = {}
+
+
+@pytest.fixture
+def wire_log(moto_server: str) -> WireLog:
+    return _WIRE_LOGS[moto_server]
+
+
+@pytest.fixture
+def counted_stack(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Stack, ClientLog]]:
+    """The harness with a cold dispatch container whose every client is hooked."""
+    from dispatch import dependencies, quota_client
+    from dispatch.runner import clear_cache
+    from sandbox_common import aws
+
+    clients = ClientLog()
+    clients.install(monkeypatch)
+    # A cold container: every client the dispatch process uses is built after the hook.
+    aws.clear_clients()
+    dependencies.reset()
+    clear_cache()
+    quota_client.lambda_client.cache_clear()
+    yield stack, clients
+
+
+def breakdown(calls: list[Call], logical_of: dict[str, str]) -> dict[str, int]:
+    return dict(sorted(Counter(c.key(logical_of) for c in calls).items()))
+
+
+def test_tables_in_reads_single_batch_and_transact_shapes() -> None:
+    # Given the three request shapes that name tables
+    single = {"TableName": "a", "Key": {}}
+    batch = {"RequestItems": {"b": {}, "a": {}}}
+    transact = {"TransactItems": [{"Update": {"TableName": "c"}}, {"ConditionCheck": {"TableName": "a"}}]}
+    # When their tables are read / Then each is found, sorted and unique
+    assert tables_in(single) == ("a",)
+    assert tables_in(batch) == ("a", "b")
+    assert tables_in(transact) == ("a", "c")
+
+
+def test_describe_wire_request_json_query_and_origin() -> None:
+    # Given a DynamoDB JSON request from a Lambda worker and an STS query request from dispatch
+    ddb_body = json.dumps({"TableName": "t1"}).encode()
+    ddb = {
+        "PATH_INFO": "/", "CONTENT_LENGTH": str(len(ddb_body)), "wsgi.input": io.BytesIO(ddb_body),
+        "HTTP_X_AMZ_TARGET": "DynamoDB_20120810.GetItem",
+        "HTTP_AUTHORIZATION": "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/dynamodb/aws4_request, x",
+        "HTTP_USER_AGENT": "Boto3/1.44.5 md/Botocore#1.44.5 exec-env/AWS_Lambda_python3.13 cfg/retry-mode#standard",
+    }  # fmt: skip
+    sts_body = b"Action=AssumeRole&Version=2011-06-15&RoleArn=x"
+    sts = {
+        "PATH_INFO": "/", "CONTENT_LENGTH": str(len(sts_body)), "wsgi.input": io.BytesIO(sts_body),
+        "HTTP_AUTHORIZATION": "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/sts/aws4_request, x",
+        "HTTP_USER_AGENT": "Boto3/1.44.5 md/Botocore#1.44.5",
+    }  # fmt: skip
+    # When they are described
+    ddb_call, sts_call = describe_wire_request(ddb), describe_wire_request(sts)
+    # Then service, operation, table and origin are right, and the body is still readable by moto
+    assert ddb_call == Call(QUOTA, "dynamodb", "GetItem", ("t1",))
+    assert sts_call == Call(DISPATCH, "sts", "AssumeRole")
+    assert ddb["wsgi.input"].read() == ddb_body and sts["wsgi.input"].read() == sts_body
+    assert describe_wire_request({"PATH_INFO": "/moto-api/reset", "wsgi.input": io.BytesIO()}) is None
+
+
+def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire_log: WireLog) -> None:
+    stack, clients = counted_stack
+    wire = wire_log
+    logical_of = {physical: logical for logical, physical in stack.resources.tables.items()}
+    phases: dict[str, dict[str, int]] = {}
+    wire_phases: dict[str, list[Call]] = {}
+    client_phases: dict[str, list[Call]] = {}
+
+    def measured(phase: str, request: dict[str, Any]) -> dict[str, Any]:
+        c0, w0 = len(clients.calls), len(wire.calls)
+        result = stack.dispatch(request)
+        client_calls, wire_calls = clients.calls[c0:], wire.calls[w0:]
+        client_phases[phase], wire_phases[phase] = client_calls, wire_calls
+        # dispatch's own calls from the hook; the quota Lambda's from the wire
+        phases[phase] = breakdown(client_calls + [c for c in wire_calls if c.origin == QUOTA], logical_of)
+        return result
+
+    # Given a cold dispatch container and a cold quota Lambda, the only function in the emulator
+    # (so every wire call carrying the Lambda exec-env is the quota function's)
+    assert set(stack.emulator.pools) == {stack.resources.functions[n.QUOTA_CHECK]}
+    # When an agent runs a turn (begin, two calls), a second turn likewise, and a turn without begin
+    started = time.perf_counter()
+    assert measured("begin_turn_cold_container", event("begin_turn", turn_id="turn-a"))["ok"] is True
+    assert (
+        measured("first_call_cold_container", event(turn_id="turn-a", call_id="a1", code="x = 1"))["ok"]
+        is True
+    )
+    assert measured("later_call", event(turn_id="turn-a", call_id="a2", code="x += 1"))["ok"] is True
+    assert measured("begin_turn", event("begin_turn", turn_id="turn-b"))["ok"] is True
+    assert measured("first_call_of_turn", event(turn_id="turn-b", call_id="b1", code="y = 1"))["ok"] is True
+    assert measured("later_call_2", event(turn_id="turn-b", call_id="b2", code="print(y)"))["ok"] is True
+    assert measured("end_turn", event("end_turn", turn_id="turn-b")) == {"ok": True, "stopped": True}
+    assert measured("first_call_without_begin_turn", event(turn_id="turn-c", call_id="c1", code="z = 1"))[
+        "ok"
+    ]
+    elapsed = time.perf_counter() - started
+
+    later, first = Counter(phases["later_call"]), Counter(phases["first_call_of_turn"])
+    extra = first - later
+    emit(
+        "aws_calls_per_execute_code",
+        target="later call: 0 SSM, 0 pre-flight reads, 1 InvokeCodeInterpreter, 1 TransactWriteItems, "
+               "1 audit PutItem; first call adds only Start, 1 readiness invoke, the turn-state write",
+        ratio=sum(first.values()) / sum(later.values()),
+        later_call_total=sum(later.values()),
+        first_call_total=sum(first.values()),
+        first_call_extra=dict(sorted(extra.items())),
+        later_call_reasons={k: v[1] for k, v in LATER_CALL_ALLOWED.items() if k in later},
+        phases=phases,
+        elapsed_s=round(elapsed, 2),
+    )  # fmt: skip
+
+    # Then the cross-check holds: what dispatch's hook saw for moto == what moto saw from dispatch
+    for phase in phases:
+        hooked = Counter(c for c in client_phases[phase] if c.service not in NOT_ON_MOTO)
+        on_wire = Counter(c for c in wire_phases[phase] if c.origin == DISPATCH)
+        assert hooked == on_wire, (phase, hooked, on_wire)
+        # and every quota-side call arrived inside a dispatch lambda:Invoke
+        if any(c.origin == QUOTA for c in wire_phases[phase]):
+            assert any(c.service == "lambda" and c.operation == "Invoke" for c in client_phases[phase]), phase
+
+    # And a later call is exactly the justified set: no SSM, no pre-flight read, no STS,
+    # one user invoke, one counter transaction, one audit PutItem (in both turns)
+    assert phases["later_call"] == phases["later_call_2"], (phases["later_call"], phases["later_call_2"])
+    for phase in ("later_call", "later_call_2"):
+        calls = Counter(phases[phase])
+        assert not [k for k in calls if ":ssm:" in k or ":sts:" in k], calls
+        assert not [k for k in calls if f"[{n.TENANTS.logical}]" in k], calls  # pre-flight reads
+        assert calls[f"{DISPATCH}:bedrock-agentcore:InvokeCodeInterpreter"] == 1
+        assert calls[f"{DISPATCH}:bedrock-agentcore:StartCodeInterpreterSession"] == 0
+        assert sum(v for k, v in calls.items() if ":TransactWriteItems[" in k) == 1
+        assert calls[f"{DISPATCH}:dynamodb:PutItem[{n.INVOCATIONS.logical}]"] == 1
+        unexpected = {k: v for k, v in calls.items() if v > LATER_CALL_ALLOWED.get(k, (0, ""))[0]}
+        assert unexpected == {}, f"calls beyond the justified set: {unexpected}"
+    # And the first call of a turn adds exactly Start, the readiness invoke and the turn state
+    assert later <= first, "a first call must make every call a later one makes"
+    assert dict(extra) == {k: v[0] for k, v in FIRST_CALL_EXTRA.items()}, dict(extra)

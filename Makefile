@@ -47,7 +47,7 @@ demo: install synth-all
 	$(PY) -m infra.local.demo
 
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 bench: install
 	$(PY) -m pytest -q tests/benchmarks --bench-full -s

@@ -5,7 +5,6 @@ before the code runs (the code runs once)."""
 from __future__ import annotations
 
 import pytest
-
 from sandbox_common import naming as n
 
 from .conftest import Stack, event

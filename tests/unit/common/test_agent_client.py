@@ -10,7 +10,6 @@ from typing import Any
 
 import boto3
 import pytest
-
 from sandbox_common.agent_client import DispatchUnavailable, SandboxTurn
 
 

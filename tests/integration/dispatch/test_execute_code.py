@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import json
 
+import pytest
 from sandbox_common import naming as n
+from sandbox_common.redaction.catalogue import TOKEN_CLASSES
 
 from .conftest import Stack, event
 
@@ -108,15 +111,40 @@ def test_disabled_tenant_is_provisioning_audited_and_not_counted(stack: Stack) -
     assert [r["exit_status"] for r in stack.audit_rows()] == ["provisioning"]
 
 
-def test_token_printed_never_reaches_response_or_audit(stack: Stack, capsys) -> None:  # type: ignore[no-untyped-def]
-    token = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+def _secret(example: str) -> str:
+    """The secret part of a catalogue example (for bearer: the credential, not the header words)."""
+    return example.split("Bearer ", 1)[1] if "Bearer " in example else example
+
+
+@pytest.mark.parametrize("token_class", [c.name for c in TOKEN_CLASSES])
+def test_token_of_every_class_never_reaches_response_logs_or_audit(
+    stack: Stack, token_class: str, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given user code that leaks a token of this class every way it can: plain, split across
+    # writes, inside JSON, to stderr, and in the failure message
+    example = next(c for c in TOKEN_CLASSES if c.name == token_class).examples[0]
+    secret = _secret(example)
+    half = len(example) // 2
     code = (
-        f"import sys, json\nt = {token[:10]!r}\nsys.stdout.write(t)\nsys.stdout.write({token[10:]!r} + '\\n')\n"
-        f"print(json.dumps({{'Authorization': 'Bearer ' + {token!r}}}))\n"
-        f"raise RuntimeError({token!r})"
+        "import sys, json\n"
+        f"print({example!r})\n"
+        f"sys.stdout.write({example[:half]!r}); sys.stdout.flush(); sys.stdout.write({example[half:]!r} + '\\n')\n"
+        f"print(json.dumps({{'leak': {example!r}}}))\n"
+        f"print({example!r}, file=sys.stderr)\n"
+        f"raise RuntimeError({example!r})"
     )
-    result = stack.dispatch(event(code=code))
-    out = capsys.readouterr().out
-    for text in (str(result), str(stack.audit_rows()), out):
-        assert token not in text and token[4:20] not in text
-    assert "<redacted>" in result["stdout"]
+    # When it runs through dispatch
+    result = stack.dispatch(event(call_id=f"leak-{token_class}", code=code))
+    # Then the call ran and failed as user code, and the secret is nowhere: not in the response,
+    # not in anything the process logged, not in the audit row
+    assert result["error"] == "SandboxError" and result["exit_code"] == 1, result
+    printed = capfd.readouterr()  # EMF lines and anything else written to the process's stdout/stderr
+    # every log record with all its structured fields, as the Powertools formatter would emit them
+    records = json.dumps([{**vars(r), "msg": r.getMessage()} for r in caplog.records], default=str)
+    for where, text in (("response", json.dumps(result)), ("stdout", printed.out), ("stderr", printed.err),
+                        ("log records", records), ("audit", json.dumps(stack.audit_rows()))):  # fmt: skip
+        assert secret not in text, f"{token_class} token leaked into {where}"
+    assert "<redacted>" in result["stdout"] and "<redacted>" in result["stderr"]
+    output_events = [r for r in caplog.records if r.getMessage() == "sandbox_output"]
+    assert {r.stream for r in output_events} == {"stdout", "stderr"}  # full output was logged, redacted
+    assert all("<redacted>" in r.data for r in output_events)

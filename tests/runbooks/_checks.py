@@ -490,7 +490,7 @@ def check_aws_names(cmd: AwsCommand) -> None:
                 raise RunbookError(f"{where}: {path!r} is not a prefix of our parameters")
     for member in ("AlarmNames", "AlarmName"):
         for alarm in p.get(member, []):
-            if alarm not in {n.alarm_name(EXAMPLE_STAGE, key) for key in n.ALARM_RUNBOOKS}:
+            if alarm not in known_alarm_names(EXAMPLE_STAGE):
                 raise RunbookError(f"{where}: alarm {alarm!r} is not one naming.ALARM_RUNBOOKS defines")
     if cmd.service == "cloudformation" and "StackName" in p:
         if not p["StackName"][0].startswith(n.stack_name(EXAMPLE_STAGE, "")):
@@ -556,10 +556,19 @@ def _check_metric(where: str, metric: str | None, dimensions: list[str]) -> None
 
 
 # --- names anywhere in the text ----------------------------------------------------------------
+def known_alarm_names(stage: str) -> set[str]:
+    """The stage alarms plus the per-tenant cap-breach alarms of the stage's configured tenants."""
+    from infra.config import build_config
+
+    names = {n.alarm_name(stage, key) for key in n.ALARM_RUNBOOKS}
+    names |= {n.tenant_alarm_name(stage, "cap-breach-spike", t.id) for t in build_config(stage).tenants}
+    return names
+
+
 def known_physical_names(stage: str) -> set[str]:
     names = {spec.physical(stage) for spec in n.ALL_TABLES}
     names |= {n.function_name(stage, f) for f in n.FUNCTIONS}
-    names |= {n.alarm_name(stage, key) for key in n.ALARM_RUNBOOKS}
+    names |= known_alarm_names(stage)
     return names
 
 

@@ -142,7 +142,11 @@ class TurnStore:
                 except BaseException:
                     self._release_lease(turn.turn_id, owner)
                     raise
-                self._activate(turn.turn_id, owner, session_id, interpreter_id)
+                try:
+                    self._activate(turn.turn_id, owner, session_id, interpreter_id)
+                except TurnStoreUnavailable:
+                    stop_previous(interpreter_id, session_id)  # not the turn's session: never leak it
+                    raise
                 return session_id, True
             if time.monotonic() > deadline:
                 raise SandboxError("The sandbox session for this turn is still starting; please retry the call.",
@@ -159,7 +163,6 @@ class TurnStore:
 
     def _take_lease(self, turn: Turn, owner: str, lease_seconds: int) -> bool:
         now = int(self.clock())
-        names = {"#st": "session_state"}
         values: dict[str, Any] = {
             ":starting": {"S": "starting"}, ":owner": {"S": owner}, ":exp": {"N": str(now + lease_seconds)},
         }  # fmt: skip
@@ -173,58 +176,46 @@ class TurnStore:
             condition = "attribute_not_exists(#st) OR #st = :stopped OR (#st = :starting AND lease_expires_at < :now)"
             values[":stopped"] = {"S": "stopped"}
             values[":now"] = {"N": str(now)}
-        try:
-            self.ddb.update_item(
-                TableName=self.table, Key={"turn_id": {"S": turn.turn_id}},
-                UpdateExpression="SET #st = :starting, lease_owner = :owner, lease_expires_at = :exp",
-                ConditionExpression=condition, ExpressionAttributeNames=names, ExpressionAttributeValues=values,
-            )  # fmt: skip
-            return True
-        except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise TurnStoreUnavailable(_code(exc)) from None
+        return self._update(
+            turn.turn_id, "SET #st = :starting, lease_owner = :owner, lease_expires_at = :exp", condition, values
+        )
 
     def _activate(self, turn_id: str, owner: str, session_id: str, interpreter_id: str) -> None:
-        self.ddb.update_item(
-            TableName=self.table, Key={"turn_id": {"S": turn_id}},
-            UpdateExpression=(
-                "SET #st = :active, session_id = :sid, interpreter_id = :iid, session_started_at = :now "
-                "REMOVE lease_owner, lease_expires_at"
-            ),
-            ConditionExpression="lease_owner = :owner",
-            ExpressionAttributeNames={"#st": "session_state"},
-            ExpressionAttributeValues={
-                ":active": {"S": "active"}, ":sid": {"S": session_id}, ":iid": {"S": interpreter_id},
-                ":now": {"N": str(int(self.clock()))}, ":owner": {"S": owner},
-            },
+        activated = self._update(
+            turn_id,
+            "SET #st = :active, session_id = :sid, interpreter_id = :iid, session_started_at = :now "
+            "REMOVE lease_owner, lease_expires_at",
+            "lease_owner = :owner",
+            {":active": {"S": "active"}, ":sid": {"S": session_id}, ":iid": {"S": interpreter_id},
+             ":now": {"N": str(int(self.clock()))}, ":owner": {"S": owner}},
         )  # fmt: skip
+        if not activated:  # our lease was taken over (it expired): the session is not the turn's
+            raise TurnStoreUnavailable("session lease lost before activation")
 
     def _release_lease(self, turn_id: str, owner: str) -> None:
         try:
-            self.ddb.update_item(
-                TableName=self.table, Key={"turn_id": {"S": turn_id}},
-                UpdateExpression="SET #st = :stopped REMOVE lease_owner, lease_expires_at",
-                ConditionExpression="lease_owner = :owner",
-                ExpressionAttributeNames={"#st": "session_state"},
-                ExpressionAttributeValues={":stopped": {"S": "stopped"}, ":owner": {"S": owner}},
-            )  # fmt: skip
-        except Exception:  # noqa: BLE001 — the lease expires on its own
+            self._update(turn_id, "SET #st = :stopped REMOVE lease_owner, lease_expires_at", "lease_owner = :owner",
+                         {":stopped": {"S": "stopped"}, ":owner": {"S": owner}})  # fmt: skip
+        except TurnStoreUnavailable:  # the lease expires on its own
             pass
 
     def mark_stopped(self, turn_id: str, session_id: str) -> bool:
         """Record that `session_id` is gone; False if the turn already moved on to another session."""
+        return self._update(turn_id, "SET #st = :stopped", "#st = :active AND session_id = :sid",
+                            {":stopped": {"S": "stopped"}, ":active": {"S": "active"}, ":sid": {"S": session_id}})  # fmt: skip
+
+    def _update(self, turn_id: str, update: str, condition: str, values: dict[str, Any]) -> bool:
+        """One conditional write to the turn: True if applied, False if its condition did not hold."""
         try:
             self.ddb.update_item(
-                TableName=self.table, Key={"turn_id": {"S": turn_id}},
-                UpdateExpression="SET #st = :stopped",
-                ConditionExpression="#st = :active AND session_id = :sid",
-                ExpressionAttributeNames={"#st": "session_state"},
-                ExpressionAttributeValues={":stopped": {"S": "stopped"}, ":active": {"S": "active"},
-                                           ":sid": {"S": session_id}},
+                TableName=self.table, Key={"turn_id": {"S": turn_id}}, UpdateExpression=update,
+                ConditionExpression=condition, ExpressionAttributeNames={"#st": "session_state"},
+                ExpressionAttributeValues=values,
             )  # fmt: skip
             return True
         except ClientError as exc:
             if _code(exc) == "ConditionalCheckFailedException":
                 return False
             raise TurnStoreUnavailable(_code(exc)) from None
+        except Exception as exc:  # noqa: BLE001 — endpoint errors, timeouts
+            raise TurnStoreUnavailable(type(exc).__name__) from None

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from threading import Thread
 from typing import Any
 
 import boto3
 import pytest
 from sandbox_common.agent_client import DispatchUnavailable, SandboxTurn
+
+from tests.support.http import http_endpoint
 
 
 @pytest.fixture
@@ -18,31 +18,20 @@ def fake_dispatch() -> Any:
     """Records each invoke and answers like dispatch would for each action."""
     seen: list[dict[str, Any]] = []
 
-    class H(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
-            event = json.loads(self.rfile.read(int(self.headers["content-length"])))
-            seen.append({"path": self.path, "event": event})
-            answer = {
-                "begin_turn": {"ok": True, "sandbox": {"status": "ready", "tool": {"name": "execute_code"}}},
-                "execute_code": {"ok": True, "stdout": "2\n", "exit_status": "ok"},
-                "end_turn": {"ok": True, "stopped": True},
-            }.get(event.get("action"))
-            body = json.dumps(answer).encode() if answer else b'{"errorMessage":"boom"}'
-            self.send_response(200)
-            if answer is None:
-                self.send_header("X-Amz-Function-Error", "Unhandled")
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def answer(path: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        event = json.loads(body)
+        seen.append({"path": path, "event": event})
+        reply = {
+            "begin_turn": {"ok": True, "sandbox": {"status": "ready", "tool": {"name": "execute_code"}}},
+            "execute_code": {"ok": True, "stdout": "2\n", "exit_status": "ok"},
+            "end_turn": {"ok": True, "stopped": True},
+        }.get(event.get("action"))
+        if reply is None:
+            return 200, {"X-Amz-Function-Error": "Unhandled"}, b'{"errorMessage":"boom"}'
+        return 200, {}, json.dumps(reply).encode()
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), H)
-    Thread(target=server.serve_forever, daemon=True).start()
-    client = boto3.client("lambda", endpoint_url=f"http://127.0.0.1:{server.server_port}")
-    yield client, seen
-    server.shutdown()
+    with http_endpoint(answer) as endpoint:
+        yield boto3.client("lambda", endpoint_url=endpoint), seen
 
 
 def test_sandbox_turn_context_manager_begins_executes_and_ends(fake_dispatch: Any) -> None:

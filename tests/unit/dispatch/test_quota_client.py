@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from threading import Thread
 from typing import Any
 
 import pytest
 from dispatch import quota_client
 from sandbox_common.windows import Windows
+
+from tests.support.http import fixed, http_endpoint
 
 NOW = datetime(2026, 11, 21, 23, 59, 30, tzinfo=UTC)
 
@@ -20,27 +20,6 @@ def _fresh_client() -> Any:
     quota_client.lambda_client.cache_clear()
     yield
     quota_client.lambda_client.cache_clear()
-
-
-def _serve(status: int, body: bytes, headers: dict[str, str]) -> ThreadingHTTPServer:
-    """A real HTTP endpoint answering Lambda Invoke with a fixed reply."""
-
-    class H(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
-            self.rfile.read(int(self.headers.get("content-length", 0)))
-            self.send_response(status)
-            for k, v in headers.items():
-                self.send_header(k, v)
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), H)
-    Thread(target=server.serve_forever, daemon=True).start()
-    return server
 
 
 def _check(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> quota_client.QuotaDecision:
@@ -66,27 +45,18 @@ def test_check_quota_unreachable_fails_closed(monkeypatch: pytest.MonkeyPatch) -
 )
 def test_check_quota_bad_answers_fail_closed(monkeypatch: pytest.MonkeyPatch, status: int, body: bytes,
                                              headers: dict[str, str]) -> None:  # fmt: skip
-    server = _serve(status, body, headers)
-    try:
-        decision = _check(monkeypatch, f"http://127.0.0.1:{server.server_port}")
-    finally:
-        server.shutdown()
+    with http_endpoint(fixed(status, body, headers)) as endpoint:
+        decision = _check(monkeypatch, endpoint)
     assert (decision.allowed, decision.dimension) == (False, "unknown")
 
 
 def test_check_quota_passes_through_refusal_and_admission(monkeypatch: pytest.MonkeyPatch) -> None:
     refusal = {"ok": False, "dimension": "agent_hourly", "resets_at": "2026-11-22T00:00:00Z",
                "tenant_daily_cap": 1000, "agent_hourly_cap": 100}  # fmt: skip
-    server = _serve(200, json.dumps(refusal).encode(), {})
-    try:
-        decision = _check(monkeypatch, f"http://127.0.0.1:{server.server_port}")
-    finally:
-        server.shutdown()
+    with http_endpoint(fixed(200, json.dumps(refusal).encode())) as endpoint:
+        decision = _check(monkeypatch, endpoint)
     assert (decision.allowed, decision.dimension, decision.resets_at) == (False, "agent_hourly", "2026-11-22T00:00:00Z")
     quota_client.lambda_client.cache_clear()  # the client is bound to the first server's endpoint
-    server = _serve(200, b'{"ok": true, "tenant_daily_count": 3, "agent_hourly_count": 2}', {})
-    try:
-        decision = _check(monkeypatch, f"http://127.0.0.1:{server.server_port}")
-    finally:
-        server.shutdown()
+    with http_endpoint(fixed(200, b'{"ok": true, "tenant_daily_count": 3, "agent_hourly_count": 2}')) as endpoint:
+        decision = _check(monkeypatch, endpoint)
     assert decision.allowed and decision.tenant_daily_count == 3

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 import pytest
-from dispatch.turns import TurnStore
+from dispatch.turns import TurnStore, TurnStoreUnavailable
 from sandbox_common import naming as n
 from sandbox_common.errors import SandboxInvalidRequest
 
@@ -118,3 +118,22 @@ def test_mark_stopped_only_for_current_session(store: TurnStore) -> None:
     assert store.mark_stopped("turn-s", "s1") is True
     assert store.mark_stopped("turn-s", "s1") is False
     assert store.get("turn-s").live_session is False
+
+
+def test_acquire_session_lost_lease_stops_the_started_session(store: TurnStore) -> None:
+    # Given a Start so slow that another caller took over the expired lease meanwhile
+    turn = store.claim("acme", "agent", "turn-l")
+    stopped: list[tuple[str, str]] = []
+
+    def slow_start() -> str:
+        store.ddb.update_item(TableName=store.table, Key={"turn_id": {"S": "turn-l"}},
+                              UpdateExpression="SET lease_owner = :other",
+                              ExpressionAttributeValues={":other": {"S": "someone-else"}})  # fmt: skip
+        return "orphan-candidate"
+
+    # When the slow caller tries to record its session / Then it stops it and reports the failure
+    with pytest.raises(TurnStoreUnavailable):
+        store.acquire_session(turn, owner="me", interpreter_id="ci", start=slow_start,
+                              stop_previous=lambda i, s: stopped.append((i, s)),
+                              max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
+    assert stopped == [("ci", "orphan-candidate")]

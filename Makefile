@@ -7,7 +7,6 @@ STAGES := local dev staging prod
 export PYTHONDONTWRITEBYTECODE := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_VERSION_CHECK := 1
-SITE = $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 
 .PHONY: help install demo test synth synth-all bench lint reliability clean
 
@@ -26,7 +25,9 @@ install: .venv/.installed node_modules/.installed
 	.venv/bin/pip install -q --disable-pip-version-check pip==25.3
 	.venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
 	@# Lambda code and the common layer are importable the way Lambda sees them (/var/task, /opt/python).
-	printf '%s\n' "$(CURDIR)/functions" "$(CURDIR)/layers/common/python" > "$(SITE)/thinkwork_sandbox_paths.pth"
+	@# (site-packages is looked up here, in the recipe: the venv does not exist when make parses this file)
+	printf '%s\n' "$(CURDIR)/functions" "$(CURDIR)/layers/common/python" \
+	  > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/thinkwork_sandbox_paths.pth"
 	touch $@
 
 node_modules/.installed: package.json package-lock.json

@@ -87,14 +87,14 @@ def scan_events(decoded: Any, *, now: datetime | None = None) -> ScanResult:
         for n, hit in enumerate(hits):
             finding = {
                 naming.FINDINGS.pk: moment.strftime("%Y-%m-%d"),
-                naming.FINDINGS.sk: f"{iso}#{event_id}#{n}",
+                naming.FINDINGS.sort_key: f"{iso}#{event_id}#{n}",
                 "log_group": result.log_group,
                 "log_stream": log_stream,
                 "event_id": event_id,
                 "timestamp": iso,
                 "token_class": hit.token_class,
                 "fingerprint": fingerprint(message[hit.start : hit.end]),
-                naming.FINDINGS.ttl_attribute: int(
+                naming.FINDINGS.ttl: int(
                     (moment + timedelta(days=naming.FINDINGS_RETENTION_DAYS)).timestamp()
                 ),
             }

@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     server = SerialMotoServer(ip_address="127.0.0.1", port=args.port, verbose=False)
     server.start()
     print(json.dumps({"endpoint": server.endpoint}), flush=True)
+    assert server._thread is not None  # set by start()
     try:
         server._thread.join()  # serve until killed
     except KeyboardInterrupt:

@@ -127,7 +127,7 @@ def _tenant_items(target: Target, tenant_id: str) -> list[dict[str, Any]]:
 def tenant_show(target: Target, tenant_id: str, *, history: int = 10) -> dict[str, Any]:
     sub = substrate(target, tenant_id)
     items = _tenant_items(target, tenant_id)
-    policy = next((i for i in items if i[n.TENANTS.sk] == n.TENANT_POLICY_ITEM), None)
+    policy = next((i for i in items if i[n.TENANTS.sort_key] == n.TENANT_POLICY_ITEM), None)
     if sub is None and policy is None:
         raise CtlError(f"unknown tenant {tenant_id!r} in stage {target.stage!r}")
     tier = (policy or {}).get("compliance_tier") or (sub.compliance_tier if sub else "standard")
@@ -138,8 +138,8 @@ def tenant_show(target: Target, tenant_id: str, *, history: int = 10) -> dict[st
         t: {"environment": e, "source": "config"} for t, e in (sub.templates if sub else {}).items()
     }
     for item in items:
-        if item[n.TENANTS.sk].startswith(n.TEMPLATE_ITEM_PREFIX):
-            name = item[n.TENANTS.sk][len(n.TEMPLATE_ITEM_PREFIX) :]
+        if item[n.TENANTS.sort_key].startswith(n.TEMPLATE_ITEM_PREFIX):
+            name = item[n.TENANTS.sort_key][len(n.TEMPLATE_ITEM_PREFIX) :]
             templates[name] = {
                 "environment": item.get("environment"),
                 "source": "operator",
@@ -147,7 +147,7 @@ def tenant_show(target: Target, tenant_id: str, *, history: int = 10) -> dict[st
                 "updated_at": item.get("updated_at"),
             }
     changes = sorted(
-        (i for i in items if i[n.TENANTS.sk].startswith(n.HISTORY_ITEM_PREFIX)), key=lambda i: i[n.TENANTS.sk]
+        (i for i in items if i[n.TENANTS.sort_key].startswith(n.HISTORY_ITEM_PREFIX)), key=lambda i: i[n.TENANTS.sort_key]
     )
     return {
         "tenant_id": tenant_id,
@@ -168,7 +168,7 @@ def _write_with_history(target: Target, tenant_id: str, item: dict[str, Any], ch
     stamp = {"updated_by": who, "updated_at": iso_z_ms(now)}
     history = {
         n.TENANTS.pk: tenant_id,
-        n.TENANTS.sk: f"{n.HISTORY_ITEM_PREFIX}{iso_z_ms(now)}#{uuid.uuid4().hex[:8]}",
+        n.TENANTS.sort_key: f"{n.HISTORY_ITEM_PREFIX}{iso_z_ms(now)}#{uuid.uuid4().hex[:8]}",
         "changed_by": who,
         "changed_at": iso_z_ms(now),
         **change,
@@ -181,7 +181,7 @@ def _write_with_history(target: Target, tenant_id: str, item: dict[str, Any], ch
                     "TableName": target.table(n.TENANTS),
                     "Item": _serialize(history),
                     "ConditionExpression": "attribute_not_exists(#sk)",
-                    "ExpressionAttributeNames": {"#sk": n.TENANTS.sk},
+                    "ExpressionAttributeNames": {"#sk": n.TENANTS.sort_key},
                 }
             },
         ]
@@ -203,7 +203,7 @@ def tenant_set(
     action = "enable" if enabled is True else "disable" if enabled is False else f"set-tier {new_tier}"
     before = {"sandbox_enabled": current["sandbox_enabled"], "compliance_tier": current["compliance_tier"]}
     after = {"sandbox_enabled": new_enabled, "compliance_tier": new_tier}
-    policy = {n.TENANTS.pk: tenant_id, n.TENANTS.sk: n.TENANT_POLICY_ITEM, **after}
+    policy = {n.TENANTS.pk: tenant_id, n.TENANTS.sort_key: n.TENANT_POLICY_ITEM, **after}
     _write_with_history(target, tenant_id, policy, {"action": action, "before": before, "after": after})
     return {"tenant_id": tenant_id, "action": action, "before": before, "after": after}
 
@@ -215,7 +215,7 @@ def template_put(target: Target, tenant_id: str, template_id: str, environment: 
         have = ", ".join(current["environments"]) or "none"
         raise CtlError(f"refused: tenant {tenant_id!r} has no {env!r} environment (it has: {have})")
     before = current["templates"].get(template_id, {}).get("environment")
-    item = {n.TENANTS.pk: tenant_id, n.TENANTS.sk: n.TEMPLATE_ITEM_PREFIX + template_id, "environment": env}
+    item = {n.TENANTS.pk: tenant_id, n.TENANTS.sort_key: n.TEMPLATE_ITEM_PREFIX + template_id, "environment": env}
     change = {
         "action": f"template put {template_id}",
         "before": {"environment": before},
@@ -473,7 +473,7 @@ def findings_list(target: Target, *, since: str | None = None, limit: int = 100)
         }
         if offset == days:  # the oldest partition: only from `since` on
             kwargs["KeyConditionExpression"] += " AND #sk >= :s"
-            kwargs["ExpressionAttributeNames"]["#sk"] = n.FINDINGS.sk
+            kwargs["ExpressionAttributeNames"]["#sk"] = n.FINDINGS.sort_key
             kwargs["ExpressionAttributeValues"][":s"] = {"S": iso_z_ms(start)}
         while len(rows) < limit:
             page = ddb.query(**kwargs)

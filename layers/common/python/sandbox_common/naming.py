@@ -88,6 +88,19 @@ class TableSpec:
     def physical(self, stage: str) -> str:
         return f"{PROJECT}-{stage}-{self.logical}"
 
+    @property
+    def sort_key(self) -> str:
+        """The sort key's name, for tables that have one (typed `str`, unlike `sk`)."""
+        if self.sk is None:
+            raise ValueError(f"table {self.logical} has no sort key")
+        return self.sk
+
+    @property
+    def ttl(self) -> str:
+        if self.ttl_attribute is None:
+            raise ValueError(f"table {self.logical} has no TTL attribute")
+        return self.ttl_attribute
+
 
 TENANT_DAILY_COUNTERS = TableSpec("sandbox_tenant_daily_counters", pk="counter_key", ttl_attribute="expires_at")
 AGENT_HOURLY_COUNTERS = TableSpec("sandbox_agent_hourly_counters", pk="counter_key", ttl_attribute="expires_at")

@@ -31,7 +31,7 @@ def emit_metric(
     with single_metric(name=name, unit=unit, value=value, namespace=namespace) as metric:
         # single_metric adds a `service` dimension from POWERTOOLS_SERVICE_NAME (set in Lambda),
         # which alarms built from METRIC_DIMENSIONS would never match: emit exactly `dimensions`.
-        metric.service = None
+        metric.service = None  # type: ignore[assignment]  # the provider reads None as "no service"
         for key, dim_value in (dimensions or {}).items():
             metric.add_dimension(name=key, value=str(dim_value))
         for key, prop in (properties or {}).items():

@@ -64,3 +64,22 @@ def test_strands_tool_without_strands_says_how_to_install() -> None:
     turn = SandboxTurn("fn", tenant_id="acme", agent_id="a", template_id="t")
     with pytest.raises(ImportError, match="strands-agents"):
         turn.strands_tool()
+
+
+def test_agent_client_imports_without_pydantic_or_powertools() -> None:
+    # Given an agent runtime that has boto3 but neither pydantic nor Powertools
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "for blocked in ('pydantic', 'aws_lambda_powertools'):\n"
+        "    sys.modules[blocked] = None  # any import of it now fails\n"
+        "from sandbox_common.agent_client import SandboxTurn\n"
+        "turn = SandboxTurn('fn', tenant_id='acme', agent_id='a', template_id='t')\n"
+        "print(turn.turn_id.startswith('turn-'))\n"
+    )
+    # When it imports the client / Then it works
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"

@@ -18,9 +18,7 @@ from pydantic import (
 )
 
 from .errors import SandboxInvalidRequest
-from .naming import REQUEST_ID_RE
-
-MAX_CODE_BYTES = 256 * 1024
+from .naming import MAX_CODE_BYTES, REQUEST_ID_RE
 
 Id = Annotated[str, StringConstraints(pattern=REQUEST_ID_RE.pattern)]
 InvocationSource = Literal["chat", "scheduled", "composition"]

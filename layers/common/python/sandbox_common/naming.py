@@ -18,6 +18,7 @@ METRICS_NAMESPACE = "ThinkworkSandbox"
 TENANT_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")  # config-time tenant ids (SPEC §2)
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")  # every id in a request (§11)
 INTERPRETER_NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]{0,47}$")  # AgentCore name rule (§3)
+MAX_CODE_BYTES = 256 * 1024  # user code, UTF-8 (§11)
 
 # --- environments -----------------------------------------------------------------------------
 Environment = Literal["default-public", "internal-only"]

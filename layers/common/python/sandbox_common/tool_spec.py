@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .models import MAX_CODE_BYTES
+from .naming import MAX_CODE_BYTES  # stdlib-only import: the agent client needs no pydantic
 
 TOOL_NAME = "execute_code"
 TOOL_DESCRIPTION = (

@@ -12,6 +12,7 @@ from sandbox_common.observability import emit_metric, logger
 
 from . import messages
 from .dependencies import dispatcher, idempotent_executor
+from .service import internal_failure
 
 _IN_PROGRESS_POLL_SECONDS = 0.25
 _ANSWER_MARGIN_SECONDS = 5
@@ -33,6 +34,7 @@ def handler(event: Any, context: Any) -> dict[str, Any]:
         return exc.to_response()
     except Exception:  # noqa: BLE001 — the agent gets a named error, never a stack trace
         logger.exception("dispatch_unhandled")
+        internal_failure("internal_error:unhandled")
         return SandboxError(messages.INTERNAL).to_response()
 
 

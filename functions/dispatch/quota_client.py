@@ -41,8 +41,12 @@ def lambda_client() -> Any:
     )  # fmt: skip
 
 
-def _fail_closed(windows: Windows, cause: str) -> QuotaDecision:
+def _fail_closed(windows: Windows, tenant_id: str, cause: str) -> QuotaDecision:
+    # A refusal like any other: counted under SandboxCapExceeded (dimension unknown, and by
+    # tenant) so the dashboard and the cap-breach alarms see it, plus the fail-closed metric.
     emit_metric(n.METRIC_QUOTA_FAIL_CLOSED)
+    emit_metric(n.METRIC_CAP_EXCEEDED, dimensions={"dimension": n.DIM_UNKNOWN})
+    emit_metric(n.METRIC_CAP_EXCEEDED, dimensions={"tenant_id": tenant_id})
     logger.error("quota_fail_closed", extra={"cause": cause})
     return QuotaDecision(False, n.DIM_UNKNOWN, iso_z(windows.fail_closed_resets_at()))
 
@@ -55,17 +59,17 @@ def check_quota(function_name: str, tenant_id: str, agent_id: str, windows: Wind
             Payload=json.dumps({"tenant_id": tenant_id, "agent_id": agent_id}).encode(),
         )
         if out.get("FunctionError"):
-            return _fail_closed(windows, f"function_error:{out['FunctionError']}")
+            return _fail_closed(windows, tenant_id, f"function_error:{out['FunctionError']}")
         body = json.loads(out["Payload"].read())
     except Exception as exc:  # noqa: BLE001 — unreachable, timeout, throttled, bad JSON: all "no"
-        return _fail_closed(windows, type(exc).__name__)
+        return _fail_closed(windows, tenant_id, type(exc).__name__)
     if not isinstance(body, dict) or not isinstance(body.get("ok"), bool):
-        return _fail_closed(windows, "malformed_response")
+        return _fail_closed(windows, tenant_id, "malformed_response")
     if body["ok"]:
         return QuotaDecision(True, tenant_daily_count=body.get("tenant_daily_count"),
                              agent_hourly_count=body.get("agent_hourly_count"))  # fmt: skip
     dimension = body.get("dimension")
     resets_at = body.get("resets_at")
     if dimension not in (n.DIM_TENANT_DAILY, n.DIM_AGENT_HOURLY, n.DIM_UNKNOWN) or not isinstance(resets_at, str):
-        return _fail_closed(windows, "malformed_refusal")
+        return _fail_closed(windows, tenant_id, "malformed_refusal")
     return QuotaDecision(False, dimension, resets_at)

@@ -36,6 +36,14 @@ from .runner import ExecutionResult, SessionGone, SessionRunner
 from .turns import Turn, TurnStore, TurnStoreUnavailable
 
 _SESSION_START_WAIT_SECONDS = 90
+# failure_reason prefixes of failures on dispatch's own side (alarmed as dispatch errors).
+INTERNAL_FAILURE_PREFIXES = ("internal_error", "turn_store_unavailable", "preflight_unavailable",
+                             "idempotency_store_unavailable")  # fmt: skip
+
+
+def internal_failure(reason: str | None) -> None:
+    """Count a failure that dispatch caught itself (Lambda's Errors metric never sees these)."""
+    emit_metric(n.METRIC_DISPATCH_INTERNAL_ERRORS, properties={"failure_reason": (reason or "")[:80]})
 
 
 @dataclass
@@ -47,6 +55,13 @@ class _Outcome:
     environment: str | None = None
     ran_code: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _public(failure: SandboxFailure) -> dict[str, Any]:
+    """An error response for the agent: the technical failure_reason stays in logs and audit."""
+    body = failure.to_response()
+    body.pop("failure_reason", None)
+    return body
 
 
 class Dispatcher:
@@ -76,6 +91,7 @@ class Dispatcher:
             pf = self.preflight.check(req.tenant_id, req.template_id)
         except (TurnStoreUnavailable, PreflightUnavailable) as exc:
             logger.error("begin_turn_unavailable", extra={"cause": str(exc)})
+            internal_failure(f"preflight_unavailable:{exc}")
             return {"ok": False, "error": "SandboxProvisioning", "error_message": messages.PREFLIGHT_UNAVAILABLE,
                     "reason": "preflight_unavailable"}  # fmt: skip
         sandbox: dict[str, Any] = {"status": pf.status}
@@ -91,7 +107,8 @@ class Dispatcher:
         try:
             turn = self.turns.get(req.turn_id)
         except TurnStoreUnavailable as exc:
-            return SandboxError(messages.INTERNAL, failure_reason=f"turn_store_unavailable:{exc}").to_response()
+            internal_failure(f"turn_store_unavailable:{exc}")
+            return _public(SandboxError(messages.INTERNAL, failure_reason=f"turn_store_unavailable:{exc}"))
         if turn is None:
             return {"ok": True, "stopped": False}
         self.turns.check_owner(turn, req.tenant_id, None)
@@ -100,7 +117,8 @@ class Dispatcher:
         try:
             pf = self.preflight.runner_target(req.tenant_id)
         except PreflightUnavailable as exc:
-            return SandboxError(messages.INTERNAL, failure_reason=f"preflight_unavailable:{exc}").to_response()
+            internal_failure(f"preflight_unavailable:{exc}")
+            return _public(SandboxError(messages.INTERNAL, failure_reason=f"preflight_unavailable:{exc}"))
         runner = self.runner_factory(pf)
         if not runner.stop_session(str(turn.interpreter_id), str(turn.session_id)):
             # Still running (the stop failed): keep the turn pointing at it so a retried end_turn
@@ -265,6 +283,9 @@ class Dispatcher:
         self.audit_writer.write(row)
 
     def _metrics(self, req: ExecuteCodeRequest, o: _Outcome, duration_ms: int) -> None:
+        reason = o.failure.fields.get("failure_reason") if o.failure else None
+        if reason and str(reason).startswith(INTERNAL_FAILURE_PREFIXES):
+            internal_failure(str(reason))
         emit_metric(n.METRIC_CALLS, dimensions={"exit_status": o.exit_status})
         emit_metric(n.METRIC_DURATION, duration_ms, unit=MetricUnit.Milliseconds)
         truncated = bool(o.result and (o.result.stdout_truncated or o.result.stderr_truncated))

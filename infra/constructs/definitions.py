@@ -22,7 +22,6 @@ RUNNER_ACTIONS: tuple[str, ...] = (
     "bedrock-agentcore:StartCodeInterpreterSession",
     "bedrock-agentcore:InvokeCodeInterpreter",
     "bedrock-agentcore:StopCodeInterpreterSession",
-    "bedrock-agentcore:GetCodeInterpreterSession",
     "bedrock-agentcore:ListCodeInterpreterSessions",
 )
 

@@ -295,8 +295,15 @@ class ObservabilityConstruct(Construct):
         )
         self._alarm(
             "dispatch-errors",
-            "The dispatch Lambda itself errored (unhandled exception or timeout), not a sandbox failure.",
-            c.dispatch.metric_errors(period=PERIOD, statistic="Sum"),
+            "Dispatch failed on its own side: the Lambda errored or timed out, or it caught a failure of "
+            "its turn store, pre-flight reads, idempotency store or an unexpected exception.",
+            self._sum(
+                {
+                    "errors": c.dispatch.metric_errors(period=PERIOD, statistic="Sum"),
+                    "internal": sandbox_metric(n.METRIC_DISPATCH_INTERNAL_ERRORS),
+                },
+                "dispatch errors",
+            ),  # fmt: skip
             th.dispatch_errors,
         )
         self._alarm(

@@ -17,8 +17,10 @@ from sandbox_common import naming as n
 from infra.config import StageConfig
 from infra.constructs.nag import acknowledge
 
-# Writes that would change or remove an existing audit row. PutItem stays allowed (it is how rows
-# are appended, guarded by attribute_not_exists in the writer and in IAM).
+# Writes that would change or remove an existing audit row. PutItem stays allowed: it is how rows
+# are appended. IAM cannot require a ConditionExpression, so "never overwrite" rests on the writer
+# (sandbox_common.audit always sends attribute_not_exists) and on only the dispatch role holding
+# PutItem; an account admin could still overwrite a row with a bare PutItem (runbook: residual risks).
 AUDIT_DENIED_ACTIONS: tuple[str, ...] = (
     "dynamodb:UpdateItem",
     "dynamodb:DeleteItem",

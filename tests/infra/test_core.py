@@ -225,7 +225,8 @@ def test_alarm_and_dashboard_metrics_use_emitted_dimension_sets(all_stages, stag
     classes = {d["Value"] for m in _alarm_metrics(token_alarm) for d in m["Dimensions"]}
     assert classes == {tc.name for tc in TOKEN_CLASSES}  # any class, summed
     assert {n.METRIC_TOKEN_DETECTED, n.METRIC_READINESS_FAILED, n.METRIC_SESSION_STOP_FAILED,
-            n.METRIC_QUOTA_FAIL_CLOSED, n.METRIC_BACKSTOP_DECODE_ERRORS, n.METRIC_CAP_EXCEEDED} <= seen  # fmt: skip
+            n.METRIC_QUOTA_FAIL_CLOSED, n.METRIC_BACKSTOP_DECODE_ERRORS, n.METRIC_CAP_EXCEEDED,
+            n.METRIC_DISPATCH_INTERNAL_ERRORS} <= seen  # fmt: skip
     # And the one dashboard draws the §9 panels
     (dashboard,) = resources(core, "AWS::CloudWatch::Dashboard").values()
     body = render(dashboard["Properties"]["DashboardBody"])

@@ -148,3 +148,20 @@ def test_token_of_every_class_never_reaches_response_logs_or_audit(
     output_events = [r for r in caplog.records if r.getMessage() == "sandbox_output"]
     assert {r.stream for r in output_events} == {"stdout", "stderr"}  # full output was logged, redacted
     assert all("<redacted>" in r.data for r in output_events)
+
+
+def test_turn_store_down_fails_closed_and_counts_a_dispatch_internal_error(
+    stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sandbox_common import aws
+
+    # Given the turns table is gone (a dependency of dispatch itself)
+    aws.client("dynamodb").delete_table(TableName=stack.resources.tables[n.TURNS.logical])
+    # When a call arrives
+    result = stack.dispatch(event())
+    # Then it is refused before anything is counted, audited, and alarmed as a dispatch error
+    assert result["error"] == "SandboxProvisioning" and result["reason"] == "preflight_unavailable"
+    assert "failure_reason" not in result
+    assert stack.counter_items()[n.TENANT_DAILY_COUNTERS.logical] == []
+    assert [r["exit_status"] for r in stack.audit_rows()] == ["provisioning"]
+    assert n.METRIC_DISPATCH_INTERNAL_ERRORS in capsys.readouterr().out

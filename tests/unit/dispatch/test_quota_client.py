@@ -60,3 +60,14 @@ def test_check_quota_passes_through_refusal_and_admission(monkeypatch: pytest.Mo
     with http_endpoint(fixed(200, b'{"ok": true, "tenant_daily_count": 3, "agent_hourly_count": 2}')) as endpoint:
         decision = _check(monkeypatch, endpoint)
     assert decision.allowed and decision.tenant_daily_count == 3
+
+
+def test_check_quota_fail_closed_counts_as_a_cap_refusal(monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    # Given an unreachable quota Lambda / When dispatch checks / Then the refusal is visible to the
+    # cap dashboards and alarms: SandboxCapExceeded by dimension=unknown and by tenant
+    _check(monkeypatch, "http://127.0.0.1:1")
+    emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith('{"_aws"')]
+    cap = [(e.get("dimension"), e.get("tenant_id")) for e in emf if "SandboxCapExceeded" in e]
+    assert sorted(cap, key=str) == sorted([("unknown", None), (None, "acme")], key=str)
+    assert any("SandboxQuotaFailClosed" in e for e in emf)

@@ -196,6 +196,9 @@ METRIC_QUOTA_FAIL_CLOSED = "SandboxQuotaFailClosed"
 METRIC_CAP_PARAMETER_INVALID = "SandboxCapParameterInvalid"
 METRIC_AUDIT_DEAD_LETTERED = "SandboxAuditDeadLettered"
 METRIC_BACKSTOP_DECODE_ERRORS = "BackstopDecodeErrors"
+# Failures dispatch catches and answers with a named error (turn store, pre-flight, idempotency
+# store, unexpected exceptions): Lambda's own Errors metric never sees them.
+METRIC_DISPATCH_INTERNAL_ERRORS = "SandboxDispatchInternalErrors"
 
 
 # --- AgentCore interpreters -------------------------------------------------------------------
@@ -267,6 +270,7 @@ METRIC_DIMENSIONS: dict[str, tuple[tuple[str, ...], ...]] = {
     METRIC_AUDIT_DEAD_LETTERED: ((),),
     METRIC_BACKSTOP_DECODE_ERRORS: ((),),
     METRIC_CAP_PARAMETER_INVALID: ((),),
+    METRIC_DISPATCH_INTERNAL_ERRORS: ((),),
 }
 
 # --- stack outputs that sandboxctl reads on a deployed stage -----------------------------------

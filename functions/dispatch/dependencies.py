@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 from functools import lru_cache
-from typing import Any
 
 from sandbox_common import aws
 from sandbox_common import naming as n
@@ -73,34 +72,7 @@ def dispatcher() -> Dispatcher:
 
 def reset() -> None:
     """Tests: forget the container's state (a new 'cold start')."""
+    from .idempotency import executor
+
     dispatcher.cache_clear()
-    idempotent_executor.cache_clear()
-
-
-@lru_cache(maxsize=1)
-def idempotent_executor() -> Any:
-    """execute_code wrapped in Powertools idempotency keyed by (tenant_id, call_id), validating
-    that a retry carries the same code (§4.4)."""
-    from aws_lambda_powertools.utilities.idempotency import (
-        DynamoDBPersistenceLayer,
-        IdempotencyConfig,
-        idempotent_function,
-    )
-
-    settings = dispatch_settings()
-    store = DynamoDBPersistenceLayer(table_name=settings.idempotency_table, boto3_client=aws.client("dynamodb"))
-    config = IdempotencyConfig(
-        event_key_jmespath="[tenant_id, call_id]",
-        payload_validation_jmespath="code",
-        raise_on_no_idempotency_key=True,
-        expires_after_seconds=24 * 3600,
-    )
-
-    @idempotent_function(data_keyword_argument="request", persistence_store=store, config=config,
-                         key_prefix="execute_code")  # fmt: skip
-    def execute(request: dict) -> dict:
-        from sandbox_common.models import ExecuteCodeRequest
-
-        return dispatcher().execute_code(ExecuteCodeRequest.model_validate(request))
-
-    return config, execute
+    executor.cache_clear()

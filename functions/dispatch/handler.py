@@ -10,8 +10,8 @@ from sandbox_common.errors import SandboxError, SandboxInvalidRequest
 from sandbox_common.models import BeginTurnRequest, EndTurnRequest, ExecuteCodeRequest, parse_dispatch_event
 from sandbox_common.observability import emit_metric, logger
 
-from . import messages
-from .dependencies import dispatcher, idempotent_executor
+from . import idempotency, messages
+from .dependencies import dispatcher
 from .service import internal_failure
 
 _IN_PROGRESS_POLL_SECONDS = 0.25
@@ -45,8 +45,9 @@ def _execute_code(request: ExecuteCodeRequest, context: Any) -> dict[str, Any]:
         IdempotencyValidationError,
     )
 
-    config, execute = idempotent_executor()
+    config, execute = idempotency.executor()
     config.register_lambda_context(context)
+    idempotency.begin(context)
     payload = request.model_dump()
     # Wait for a racing original at most as long as it can run, and never past our own Lambda
     # deadline (answering beats being killed by the runtime with no answer at all).
@@ -57,10 +58,13 @@ def _execute_code(request: ExecuteCodeRequest, context: Any) -> dict[str, Any]:
     deadline = time.monotonic() + wait
     while True:
         try:
-            return execute(request=payload)
+            stored = execute(request=payload)
+            # The code ran here: the full result. A replay: the stored (possibly trimmed) copy.
+            return idempotency.result_of_this_invocation() or idempotency.unpack(stored)
         except IdempotencyValidationError:
             raise SandboxInvalidRequest(
-                "Invalid request: call_id was already used with different code; use a new call_id."
+                "Invalid request: call_id was already used for a different request (other code, agent, "
+                "turn, template or user); use a new call_id."
             ) from None
         except IdempotencyAlreadyInProgressError:
             # A retry racing its original: wait for the original's result rather than run twice.
@@ -70,6 +74,13 @@ def _execute_code(request: ExecuteCodeRequest, context: Any) -> dict[str, Any]:
                 ).to_response() | {"exit_status": "error"}
             time.sleep(_IN_PROGRESS_POLL_SECONDS)
         except IdempotencyPersistenceLayerError as exc:
+            ran = idempotency.result_of_this_invocation()
+            if ran is not None:
+                # Saving the result failed after the code ran and was audited: answer with it.
+                # A retry may find the record in progress until it expires (alarmed below).
+                logger.error("idempotency_save_failed", extra={"cause": str(exc)[:200]})
+                internal_failure("idempotency_store_unavailable:save")
+                return ran
             # Without the idempotency store a retry could run twice: fail closed, but audited.
             logger.error("idempotency_store_unavailable", extra={"cause": str(exc)[:200]})
             return dispatcher().refuse_unavailable(request, "idempotency_store_unavailable")

@@ -36,6 +36,8 @@ from .runner import ExecutionResult, SessionGone, SessionRunner
 from .turns import Turn, TurnStore, TurnStoreUnavailable
 
 _SESSION_START_WAIT_SECONDS = 90
+# What answering needs after the code: audit write (with retries), output logs, a session stop.
+ANSWER_MARGIN_SECONDS = 15
 # failure_reason prefixes of failures on dispatch's own side (alarmed as dispatch errors).
 INTERNAL_FAILURE_PREFIXES = ("internal_error", "turn_store_unavailable", "preflight_unavailable",
                              "idempotency_store_unavailable")  # fmt: skip
@@ -128,12 +130,14 @@ class Dispatcher:
         return {"ok": True, "stopped": stopped}
 
     # --- execute_code ---------------------------------------------------------------------------
-    def execute_code(self, req: ExecuteCodeRequest) -> dict[str, Any]:
+    def execute_code(self, req: ExecuteCodeRequest, *, time_left: Any = None) -> dict[str, Any]:
+        """`time_left()` = seconds the Lambda has left (None outside Lambda): every wait below is
+        bounded by it, so the call always answers and audits before the runtime would kill it."""
         invocation_id = str(uuid.uuid4())
         started_at = utc_now()
         outcome = _Outcome()
         try:
-            self._run(req, invocation_id, started_at, outcome)
+            self._run(req, invocation_id, started_at, outcome, time_left)
         except SandboxInvalidRequest:
             raise  # nothing counted, nothing run: no audit row
         except SandboxFailure as failure:
@@ -159,7 +163,11 @@ class Dispatcher:
         self._record(req, invocation_id, started_at, finished_at, outcome)
         return response
 
-    def _run(self, req: ExecuteCodeRequest, invocation_id: str, started_at: datetime, outcome: _Outcome) -> None:
+    def _run(self, req: ExecuteCodeRequest, invocation_id: str, started_at: datetime, outcome: _Outcome,
+             time_left: Any = None) -> None:  # fmt: skip
+        def budget() -> float | None:
+            return None if time_left is None else time_left() - ANSWER_MARGIN_SECONDS
+
         try:
             turn = self.turns.claim(req.tenant_id, req.agent_id, req.turn_id)
             pf = self.preflight.check(req.tenant_id, req.template_id)
@@ -178,19 +186,19 @@ class Dispatcher:
             )  # fmt: skip
 
         runner = self.runner_factory(pf)
-        session_id, restarted = self._session(turn, pf, runner, invocation_id)
+        session_id, restarted = self._session(turn, pf, runner, invocation_id, budget())
         outcome.session_id = session_id
         try:
-            result = runner.execute(str(pf.interpreter_id), session_id, req.code)
+            result = runner.execute(str(pf.interpreter_id), session_id, req.code, deadline_seconds=budget())
         except SessionGone:
             # Reaped by AgentCore (or stopped elsewhere) before the code reached it: the code did
             # not run, so start a fresh session and run it once.
             self.turns.mark_stopped(turn.turn_id, session_id)
             fresh = self.turns.get(turn.turn_id) or turn
-            session_id, _ = self._session(fresh, pf, runner, invocation_id)
+            session_id, _ = self._session(fresh, pf, runner, invocation_id, budget())
             outcome.session_id = session_id
             restarted = True
-            result = runner.execute(str(pf.interpreter_id), session_id, req.code)
+            result = runner.execute(str(pf.interpreter_id), session_id, req.code, deadline_seconds=budget())
         outcome.ran_code = True
         outcome.result = result
         outcome.exit_status = result.exit_status
@@ -211,9 +219,10 @@ class Dispatcher:
                                       failure_reason="sandbox_not_requested")  # fmt: skip
         raise SandboxProvisioning(messages.NOT_READY, reason="interpreter_not_ready", failure_reason="interpreter_not_ready")
 
-    def _session(self, turn: Turn, pf: Preflight, runner: SessionRunner, invocation_id: str) -> tuple[str, bool]:
+    def _session(self, turn: Turn, pf: Preflight, runner: SessionRunner, invocation_id: str,
+                 budget: float | None = None) -> tuple[str, bool]:  # fmt: skip
         """(session_id, restarted): restarted when this turn had a session before that is gone."""
-        had_session = turn.session_state in ("active", "stopped")
+        had_session = turn.session_id is not None  # a session was recorded before (not a failed start)
         max_age = max(60, self.settings.session_timeout_seconds - self.settings.call_timeout_seconds - 30)
         try:
             session_id, started_here = self.turns.acquire_session(
@@ -226,7 +235,8 @@ class Dispatcher:
                                                    client_token=invocation_id),
                 stop_previous=runner.stop_session,
                 max_session_age_seconds=max_age,
-                wait_seconds=_SESSION_START_WAIT_SECONDS,
+                wait_seconds=_SESSION_START_WAIT_SECONDS if budget is None else max(1.0, min(
+                    _SESSION_START_WAIT_SECONDS, budget)),
             )
         except TurnStoreUnavailable as exc:
             raise SandboxError(messages.INTERNAL, failure_reason=f"turn_store_unavailable:{exc}") from None

@@ -12,7 +12,10 @@ from sandbox_common import naming as n
 
 from infra.config import StageConfig, TenantConfig
 
-CALL_TIMEOUT_MARGIN_SECONDS = 60  # readiness preamble, audit write and session stop after the call
+# Beyond the user's call: Start (~30 s worst case with retries), the readiness preamble (its own
+# 30 s deadline), a concurrent first call's wait, and answering (audit, logs, stop). Dispatch also
+# bounds every wait by the Lambda's remaining time, so an overrun still answers as `timeout`.
+CALL_TIMEOUT_MARGIN_SECONDS = 120
 LAMBDA_MAX_TIMEOUT_SECONDS = 900
 
 

@@ -34,6 +34,7 @@ FAILURE_REASON_MAX_CHARS = 300
 _NOT_READY_CODES = frozenset({"ResourceNotFoundException", "ConflictException"})
 # Start errors that mean the request was rejected before anything was created (4xx); anything
 # else (5xx, unknown codes) may have created a session whose answer we lost.
+READINESS_TIMEOUT_SECONDS = 30
 _NOT_APPLIED_CODES = frozenset(
     {"AccessDeniedException", "ValidationException", "ThrottlingException", "ServiceQuotaExceededException"}
 )
@@ -269,21 +270,26 @@ class SessionRunner:
         return False
 
     # --- code ---------------------------------------------------------------------------------
-    def execute(self, interpreter_id: str, session_id: str, code: str) -> ExecutionResult:
-        """Run user code byte-exact in the session.
+    def execute(self, interpreter_id: str, session_id: str, code: str, *,
+                deadline_seconds: float | None = None) -> ExecutionResult:  # fmt: skip
+        """Run user code byte-exact in the session, for at most the per-call timeout — or less
+        when the caller has less time left (`deadline_seconds`, e.g. the Lambda's remaining time
+        minus what answering needs); either way an overrun is this call's `timeout`.
 
         Every outcome is a result, except two refusals in which the code certainly did not run:
         CrossTenantInterpreter (before any AWS call) and SessionGone (AgentCore rejected the
         invoke because the session no longer exists; dispatch starts a fresh one).
         """
         self._check_owned(interpreter_id)
-        call = self._invoke(interpreter_id, session_id, code)
+        limit = self.call_timeout_seconds if deadline_seconds is None else min(self.call_timeout_seconds,
+                                                                                 max(1.0, deadline_seconds))  # fmt: skip
+        call = self._invoke(interpreter_id, session_id, code, timeout_seconds=limit)
         if call.api_error is not None and call.api_error.split(":", 1)[0] in _SESSION_GONE_CODES:
             raise SessionGone(session_id, self._reason(f"invoke_failed:{call.api_error}"))
         outcome = call.outcome
         verdict = classify(
             timed_out=call.timed_out,
-            call_timeout_seconds=self.call_timeout_seconds,
+            call_timeout_seconds=int(limit),
             exit_code=outcome.exit_code,
             stderr_tail=outcome.stderr.tail,
             is_error=outcome.is_error,
@@ -336,7 +342,10 @@ class SessionRunner:
     def _check_readiness(self, interpreter_id: str, session_id: str) -> None:
         from sandbox_common.redaction.stdio import check_readiness, preamble_source
 
-        call = self._invoke(interpreter_id, session_id, preamble_source())
+        # The preamble is tiny: its own short deadline, so a hung readiness check cannot eat the
+        # time the user's code (and the answer) need.
+        call = self._invoke(interpreter_id, session_id, preamble_source(),
+                            timeout_seconds=min(READINESS_TIMEOUT_SECONDS, self.call_timeout_seconds))  # fmt: skip
         outcome = call.outcome
         if call.timed_out:
             problem = "timeout"
@@ -365,7 +374,7 @@ class SessionRunner:
             SandboxProvisioning, _READINESS_MESSAGE, failure_reason=reason, reason="readiness_check_failed"
         )
 
-    def _invoke(self, interpreter_id: str, session_id: str, code: str) -> _Invocation:
+    def _invoke(self, interpreter_id: str, session_id: str, code: str, *, timeout_seconds: float) -> _Invocation:
         """One executeCode call under the runner's deadline.
 
         The call runs on a daemon reader thread while this thread waits at most until the
@@ -408,7 +417,7 @@ class SessionRunner:
 
         if client is not None:
             threading.Thread(target=read, name=f"sandbox-invoke-{session_id[:16]}", daemon=True).start()
-        finished = done.wait(timeout=self.call_timeout_seconds)
+        finished = done.wait(timeout=timeout_seconds)
         if not finished:
             cancelled.set()
         duration_ms = max(0, int(round((self._clock() - started) * 1000)))

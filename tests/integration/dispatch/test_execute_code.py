@@ -165,3 +165,51 @@ def test_turn_store_down_fails_closed_and_counts_a_dispatch_internal_error(
     assert stack.counter_items()[n.TENANT_DAILY_COUNTERS.logical] == []
     assert [r["exit_status"] for r in stack.audit_rows()] == ["provisioning"]
     assert n.METRIC_DISPATCH_INTERNAL_ERRORS in capsys.readouterr().out
+
+
+def test_call_id_reused_by_another_agent_is_refused_not_replayed(stack: Stack) -> None:
+    # Given agent-7 ran call-1 in its turn
+    first = stack.dispatch(event(call_id="call-1", code="print('private to agent-7')"))
+    assert first["ok"] is True
+    # When another agent of the same tenant sends the same call_id with the same code
+    other = stack.dispatch(event(agent_id="agent-8", turn_id="turn-other", call_id="call-1",
+                                 code="print('private to agent-7')"))  # fmt: skip
+    # Then it is refused, and never handed agent-7's output
+    assert other["error"] == "SandboxInvalidRequest" and "private" not in json.dumps(other)
+    assert len(stack.audit_rows()) == 1
+
+
+def test_large_escape_heavy_output_is_answered_once_and_replayed(stack: Stack) -> None:
+    # Given output whose JSON (escaped) form is larger than a DynamoDB item
+    code = "print('é\"\\\\n' * 90000)"
+    first = stack.dispatch(event(call_id="big", code=code))
+    # Then the caller gets the real result and there is exactly one audit row
+    assert first["ok"] is True and first["stdout_truncated"] is True and len(first["stdout"].encode()) <= 262_144
+    # And a retry replays the stored result (no second run, no second row or count)
+    retry = stack.dispatch(event(call_id="big", code=code))
+    assert retry["invocation_id"] == first["invocation_id"] and retry["ok"] is True
+    assert len(stack.audit_rows()) == 1
+    assert stack.counter_items()[n.TENANT_DAILY_COUNTERS.logical][0][n.COUNTER_ATTR_COUNT]["N"] == "1"
+
+
+def test_failed_first_start_is_not_reported_as_a_restart(stack: Stack) -> None:
+    from dispatch import dependencies
+    from sandbox_common import aws
+
+    # Given a turn whose first Start fails (its substrate names an interpreter that does not exist)
+    fresh = "turn-fresh"
+    ssm = aws.client("ssm")
+    name = n.tenant_substrate_parameter("local", "acme")
+    original = ssm.get_parameter(Name=name)["Parameter"]["Value"]
+    broken = json.loads(original)
+    broken["interpreters"]["default-public"] = "sbx_local_missing_pub"
+    ssm.put_parameter(Name=name, Value=json.dumps(broken), Overwrite=True)
+
+    dependencies.reset()
+    failed = stack.dispatch(event(call_id="f1", turn_id=fresh, code="print(1)"))
+    assert failed["ok"] is False
+    ssm.put_parameter(Name=name, Value=original, Overwrite=True)
+    dependencies.reset()
+    # When the next call of that turn succeeds / Then it is not told its (never existing) state is gone
+    ok = stack.dispatch(event(call_id="f2", turn_id=fresh, code="print(2)"))
+    assert ok["ok"] is True and "session_restarted" not in ok

@@ -56,3 +56,32 @@ def test_reaped_session_is_replaced_and_code_runs_once(stack: Stack) -> None:
     assert second["ok"] is True and second["stdout"] == "two\n"
     assert second["session_id"] != first["session_id"] and second["session_restarted"] is True
     assert len([r for r in stack.audit_rows() if r["call_id"] == "c2"]) == 1
+
+
+def test_call_is_cut_to_the_lambdas_remaining_time_and_still_answers(stack: Stack) -> None:
+    import time
+    from dataclasses import dataclass
+
+    from dispatch.handler import handler
+
+    from tests.conftest import LambdaContext
+
+    @dataclass
+    class ShortLambda(LambdaContext):
+        deadline: float = 0.0
+
+        def get_remaining_time_in_millis(self) -> int:
+            return int((self.deadline - time.monotonic()) * 1000)
+
+    # Given a warm turn and a Lambda with 20 s left (less than the 120 s per-call timeout)
+    assert stack.dispatch(event(call_id="warm", code="x = 1"))["ok"] is True
+    context = ShortLambda(deadline=time.monotonic() + 20)
+    # When the code would run for 30 s
+    started = time.monotonic()
+    result = handler(event(call_id="slow", code="import time\ntime.sleep(30)"), context)
+    # Then it ends as a timeout with time to spare, audited, its session stopped
+    assert result["error"] == "SandboxTimeout" and result["exit_status"] == "timeout"
+    assert time.monotonic() - started < 15
+    assert {r["call_id"]: r["exit_status"] for r in stack.audit_rows()}["slow"] == "timeout"
+    gone = stack.interpreter.session(result["session_id"])
+    assert gone is None or gone.status == "TERMINATED"

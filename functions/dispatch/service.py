@@ -114,6 +114,11 @@ class Dispatcher:
         if turn is None:
             return {"ok": True, "stopped": False}
         self.turns.check_owner(turn, req.tenant_id, None)
+        try:
+            self.turns.end(req.turn_id)  # first: a session racing this end_turn can no longer activate
+        except TurnStoreUnavailable as exc:
+            internal_failure(f"turn_store_unavailable:{exc}")
+            return _public(SandboxError(messages.INTERNAL, failure_reason=f"turn_store_unavailable:{exc}"))
         if not turn.live_session:
             return {"ok": True, "stopped": False}
         try:

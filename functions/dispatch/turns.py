@@ -39,6 +39,7 @@ class Turn:
     session_started_at: int | None = None
     lease_owner: str | None = None
     lease_expires_at: int | None = None
+    ended: bool = False  # end_turn closed it: no new session may start (§4.5)
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> Turn:
@@ -52,7 +53,7 @@ class Turn:
             turn_id=item["turn_id"]["S"], tenant_id=item["tenant_id"]["S"], agent_id=item["agent_id"]["S"],
             session_state=s("session_state"), session_id=s("session_id"), interpreter_id=s("interpreter_id"),
             session_started_at=i("session_started_at"), lease_owner=s("lease_owner"),
-            lease_expires_at=i("lease_expires_at"),
+            lease_expires_at=i("lease_expires_at"), ended=item.get("ended", {}).get("BOOL", False),
         )  # fmt: skip
 
     @property
@@ -104,6 +105,8 @@ class TurnStore:
             if turn is None:
                 raise TurnStoreUnavailable("turn vanished after a conditional failure")
         self.check_owner(turn, tenant_id, agent_id)
+        if turn.ended:
+            raise SandboxInvalidRequest("Invalid request: this turn has ended; start a new turn with a new turn_id.")
         return turn
 
     @staticmethod
@@ -169,11 +172,12 @@ class TurnStore:
         # Take over only the state we saw: a live session we judged unusable (stale/too old/other
         # interpreter), a stopped one, none, or a lease that expired.
         if turn.session_state == "active" and turn.session_id:
-            condition = "#st = :active AND session_id = :seen"
+            condition = "#st = :active AND session_id = :seen AND attribute_not_exists(ended)"
             values[":active"] = {"S": "active"}
             values[":seen"] = {"S": turn.session_id}
         else:
-            condition = "attribute_not_exists(#st) OR #st = :stopped OR (#st = :starting AND lease_expires_at < :now)"
+            condition = ("attribute_not_exists(ended) AND (attribute_not_exists(#st) OR #st = :stopped OR "
+                         "(#st = :starting AND lease_expires_at < :now))")
             values[":stopped"] = {"S": "stopped"}
             values[":now"] = {"N": str(now)}
         return self._update(
@@ -185,7 +189,7 @@ class TurnStore:
             turn_id,
             "SET #st = :active, session_id = :sid, interpreter_id = :iid, session_started_at = :now "
             "REMOVE lease_owner, lease_expires_at",
-            "lease_owner = :owner",
+            "lease_owner = :owner AND attribute_not_exists(ended)",  # end_turn won the race: stop it
             {":active": {"S": "active"}, ":sid": {"S": session_id}, ":iid": {"S": interpreter_id},
              ":now": {"N": str(int(self.clock()))}, ":owner": {"S": owner}},
         )  # fmt: skip
@@ -199,6 +203,10 @@ class TurnStore:
         except TurnStoreUnavailable:  # the lease expires on its own
             pass
 
+    def end(self, turn_id: str) -> None:
+        """Close the turn: no session may start for it afterwards (idempotent)."""
+        self._update(turn_id, "SET ended = :true", "attribute_exists(turn_id)", {":true": {"BOOL": True}})
+
     def mark_stopped(self, turn_id: str, session_id: str) -> bool:
         """Record that `session_id` is gone; False if the turn already moved on to another session."""
         return self._update(turn_id, "SET #st = :stopped", "#st = :active AND session_id = :sid",
@@ -207,10 +215,12 @@ class TurnStore:
     def _update(self, turn_id: str, update: str, condition: str, values: dict[str, Any]) -> bool:
         """One conditional write to the turn: True if applied, False if its condition did not hold."""
         try:
+            # DynamoDB rejects an alias the expressions do not use
+            names = {"#st": "session_state"} if "#st" in update + condition else None
             self.ddb.update_item(
                 TableName=self.table, Key={"turn_id": {"S": turn_id}}, UpdateExpression=update,
-                ConditionExpression=condition, ExpressionAttributeNames={"#st": "session_state"},
-                ExpressionAttributeValues=values,
+                ConditionExpression=condition, ExpressionAttributeValues=values,
+                **({"ExpressionAttributeNames": names} if names else {}),
             )  # fmt: skip
             return True
         except ClientError as exc:

@@ -8,6 +8,8 @@ becomes `CounterStoreError`, which the caller turns into a fail-closed refusal.
 
 from __future__ import annotations
 
+import random
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -135,20 +137,38 @@ def _update(item: CounterItem, cap: int) -> dict[str, Any]:
     }
 
 
-def increment_both(keys: CounterKeys, caps: Caps) -> None:
+# DynamoDB cancels a TransactWriteItems that conflicts with a concurrent one on the same item
+# (a hot tenant_daily counter under load) and the SDK does not retry it. Nothing was written, so
+# retrying is safe; a few jittered attempts keep concurrent legitimate calls from failing closed.
+CONFLICT_ATTEMPTS = 4
+_CONFLICT = "TransactionConflict"
+
+
+def increment_both(keys: CounterKeys, caps: Caps, *, sleep: Any = time.sleep) -> None:
     """Add one to both windows atomically, or raise CapReached / CounterStoreError."""
     items = keys.in_order()
-    try:
-        aws.client("dynamodb").transact_write_items(
-            TransactItems=[_update(item, caps.for_dimension(item.dimension)) for item in items]
-        )
-    except ClientError as exc:
-        error = exc.response.get("Error", {})
-        if error.get("Code") != "TransactionCanceledException":
-            raise CounterStoreError(str(error.get("Code") or "ClientError")) from exc
-        raise _classify_cancellation(items, exc.response.get("CancellationReasons") or []) from exc
-    except BotoCoreError as exc:  # endpoint down, read timeout, ...
-        raise CounterStoreError(type(exc).__name__) from exc
+    for attempt in range(CONFLICT_ATTEMPTS):
+        try:
+            aws.client("dynamodb").transact_write_items(
+                TransactItems=[_update(item, caps.for_dimension(item.dimension)) for item in items]
+            )
+            return
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            if error.get("Code") != "TransactionCanceledException":
+                raise CounterStoreError(str(error.get("Code") or "ClientError")) from exc
+            reasons = exc.response.get("CancellationReasons") or []
+            if _only_conflicts(reasons) and attempt + 1 < CONFLICT_ATTEMPTS:
+                sleep(random.uniform(0, 0.025 * 2**attempt))
+                continue
+            raise _classify_cancellation(items, reasons) from exc
+        except BotoCoreError as exc:  # endpoint down, read timeout, ...
+            raise CounterStoreError(type(exc).__name__) from exc
+
+
+def _only_conflicts(reasons: list[dict[str, Any]]) -> bool:
+    codes = [reason.get("Code") or "None" for reason in reasons]
+    return _CONFLICT in codes and all(code in ("None", _CONFLICT) for code in codes)
 
 
 def _classify_cancellation(items: tuple[CounterItem, ...], reasons: list[dict[str, Any]]) -> Exception:

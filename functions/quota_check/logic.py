@@ -63,11 +63,18 @@ def check_and_increment(request: QuotaRequest, windows: Windows) -> QuotaDecisio
     except caps_module.CapsUnavailable as exc:
         return fail_closed(request, windows, reason=exc.reason, caps=None)
 
-    for dimension in naming.CAP_DIMENSIONS:  # tenant_daily first: it wins when both are 0
-        if caps.for_dimension(dimension) == 0:
-            return _refuse(request, windows, dimension, caps, counts={}, kill_switch=True)
-
     keys = counters.CounterKeys.for_call(request.tenant_id, request.agent_id, windows)
+    if caps.tenant_daily == 0:  # kill switch: refused before any DynamoDB call, nothing created
+        return _refuse(request, windows, naming.DIM_TENANT_DAILY, caps, counts={}, kill_switch=True)
+    if caps.agent_hourly == 0:
+        # Also at the daily cap? Then both are at cap and tenant_daily is the answer (§5.1), with
+        # the later resets_at. One read, which creates nothing; if it fails, the hourly answer stands.
+        counts = counters.read_counts(keys)
+        daily = counts.get(naming.DIM_TENANT_DAILY)
+        dimension = naming.DIM_TENANT_DAILY if daily is not None and daily >= caps.tenant_daily else (
+            naming.DIM_AGENT_HOURLY)  # fmt: skip
+        return _refuse(request, windows, dimension, caps, counts=counts, kill_switch=True)
+
     try:
         counters.increment_both(keys, caps)
     except counters.CapReached as exc:

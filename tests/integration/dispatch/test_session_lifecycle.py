@@ -85,3 +85,18 @@ def test_call_is_cut_to_the_lambdas_remaining_time_and_still_answers(stack: Stac
     assert {r["call_id"]: r["exit_status"] for r in stack.audit_rows()}["slow"] == "timeout"
     gone = stack.interpreter.session(result["session_id"])
     assert gone is None or gone.status == "TERMINATED"
+
+
+def test_ended_turn_starts_no_new_session(stack: Stack) -> None:
+    # Given a turn that ran and was ended
+    assert stack.dispatch(event(call_id="c1", code="x = 1"))["ok"] is True
+    assert stack.dispatch(event("end_turn")) == {"ok": True, "stopped": True}
+    live_before = set(stack.live_sessions())
+    # When a call arrives for the ended turn
+    late = stack.dispatch(event(call_id="c2", code="print('late')"))
+    # Then it is refused as invalid (nothing counted, no audit row) and no session was started
+    assert late["error"] == "SandboxInvalidRequest" and "ended" in late["error_message"]
+    assert set(stack.live_sessions()) == live_before
+    assert [r["call_id"] for r in stack.audit_rows()] == ["c1"]
+    # And end_turn stays idempotent
+    assert stack.dispatch(event("end_turn")) == {"ok": True, "stopped": False}

@@ -167,3 +167,24 @@ def test_caps_unreadable_override_fails_closed_even_with_good_global(quota, free
     # Then acme fails closed; globex, whose paths are readable, is admitted
     assert acme["dimension"] == "unknown"
     assert globex["ok"] is True
+
+
+def test_caps_hourly_kill_switch_with_tenant_at_daily_cap_reports_tenant_daily(quota, freeze):
+    # Given a tenant already at its daily cap, then the agent's hourly kill switch thrown
+    freeze("2026-11-21T08:15:00Z")
+    quota.set_cap(naming.DIM_TENANT_DAILY, 1)
+    assert quota.call()["ok"] is True
+    quota.set_cap(naming.DIM_AGENT_HOURLY, 0, tenant="acme")
+    from quota_check.caps import clear_caches
+
+    clear_caches()
+    # When the next call arrives / Then both are at cap: tenant_daily, resetting at midnight
+    refused = quota.call()
+    assert refused["dimension"] == naming.DIM_TENANT_DAILY
+    assert refused["resets_at"] == "2026-11-22T00:00:00Z"
+    # And a fresh tenant under the same kill switch reports agent_hourly, creating no item
+    quota.set_cap(naming.DIM_AGENT_HOURLY, 0, tenant="globex")
+    clear_caches()
+    fresh = quota.call(tenant="globex")
+    assert fresh["dimension"] == naming.DIM_AGENT_HOURLY
+    assert quota.count(naming.TENANT_DAILY_COUNTERS, "globex#2026-11-21") is None

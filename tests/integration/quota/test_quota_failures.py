@@ -66,7 +66,6 @@ def test_failures_throttling_retried_boundedly_then_fails_closed(
 
 
 CANCELLATIONS = {
-    "conflict": [{"Code": "None"}, {"Code": "TransactionConflict", "Message": "conflict"}],
     "throttling-error": [{"Code": "ThrottlingError", "Message": "throttled"}, {"Code": "None"}],
     "mixed-with-conflict": [{"Code": "ConditionalCheckFailed"}, {"Code": "TransactionConflict"}],
     "no-failed-item": [{"Code": "None"}, {"Code": "None"}],
@@ -211,3 +210,35 @@ def test_failures_cap_refusal_sends_one_transaction_and_no_read(quota, freeze, c
 
     # Then the transaction was sent once (a ConditionalCheckFailed is the answer, never retried)
     assert (transactions.sent, reads.sent) == (1, 0)
+
+
+def test_failures_transaction_conflict_is_retried_then_admitted(quota, freeze, inject_error):
+    # Given DynamoDB cancels the first attempt because a concurrent transaction held the item
+    freeze("2026-11-21T08:15:00Z")
+    attempts = []
+
+    def first_only(body: bytes) -> bool:
+        attempts.append(body)
+        return len(attempts) == 1
+
+    reasons = [{"Code": "TransactionConflict", "Message": "conflict"}, {"Code": "None"}]
+    injected = inject_error("dynamodb", "TransactWriteItems", "TransactionCanceledException",
+                            extra={"CancellationReasons": reasons}, when=first_only)  # fmt: skip
+    # When a call arrives / Then the conflict (nothing written) is retried and the call admitted once
+    admitted = quota.call()
+    injected.remove()
+    assert injected.sent == 1 and len(attempts) == 2
+    assert admitted["ok"] is True and admitted["tenant_daily_count"] == 1
+
+
+def test_failures_persistent_transaction_conflict_fails_closed_after_bounded_retries(quota, freeze, inject_error):
+    from quota_check.counters import CONFLICT_ATTEMPTS
+
+    freeze("2026-11-21T08:15:00Z")
+    reasons = [{"Code": "None"}, {"Code": "TransactionConflict", "Message": "conflict"}]
+    injected = inject_error("dynamodb", "TransactWriteItems", "TransactionCanceledException",
+                            extra={"CancellationReasons": reasons})  # fmt: skip
+    refused = quota.call()
+    injected.remove()
+    assert injected.sent == CONFLICT_ATTEMPTS
+    assert refused == FAIL_CLOSED

@@ -137,3 +137,23 @@ def test_acquire_session_lost_lease_stops_the_started_session(store: TurnStore) 
                               stop_previous=lambda i, s: stopped.append((i, s)),
                               max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
     assert stopped == [("ci", "orphan-candidate")]
+
+
+def test_acquire_session_end_turn_during_start_stops_the_new_session(store: TurnStore) -> None:
+    # Given end_turn arrives while the first call of the turn is starting its session
+    turn = store.claim("acme", "agent", "turn-e")
+    stopped: list[tuple[str, str]] = []
+
+    def start_while_turn_ends() -> str:
+        store.end("turn-e")
+        return "would-outlive-its-turn"
+
+    # When the start completes / Then the session is stopped, not recorded, and the turn stays closed
+    with pytest.raises(TurnStoreUnavailable):
+        store.acquire_session(turn, owner="me", interpreter_id="ci", start=start_while_turn_ends,
+                              stop_previous=lambda i, s: stopped.append((i, s)),
+                              max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
+    assert stopped == [("ci", "would-outlive-its-turn")]
+    assert store.get("turn-e").ended is True and store.get("turn-e").live_session is False
+    with pytest.raises(SandboxInvalidRequest, match="ended"):
+        store.claim("acme", "agent", "turn-e")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 from sandbox_common import naming as n
@@ -20,6 +21,7 @@ _ANSWER_MARGIN_SECONDS = 5
 
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: Any, context: Any) -> dict[str, Any]:
+    started = time.monotonic()
     try:
         request = parse_dispatch_event(event)
         logger.append_keys(action=request.action, tenant_id=request.tenant_id, turn_id=request.turn_id)
@@ -27,7 +29,7 @@ def handler(event: Any, context: Any) -> dict[str, Any]:
             return dispatcher().begin_turn(request)
         if isinstance(request, EndTurnRequest):
             return dispatcher().end_turn(request)
-        return _execute_code(request, context)
+        return _execute_code(request, context, started)
     except SandboxInvalidRequest as exc:
         emit_metric(n.METRIC_INVALID_REQUEST)
         logger.warning("invalid_request", extra={"reason": exc.message})
@@ -35,10 +37,20 @@ def handler(event: Any, context: Any) -> dict[str, Any]:
     except Exception:  # noqa: BLE001 — the agent gets a named error, never a stack trace
         logger.exception("dispatch_unhandled")
         internal_failure("internal_error:unhandled")
-        return SandboxError(messages.INTERNAL).to_response()
+        return _failure(SandboxError(messages.INTERNAL), started)
 
 
-def _execute_code(request: ExecuteCodeRequest, context: Any) -> dict[str, Any]:
+def _failure(failure: SandboxError, started: float) -> dict[str, Any]:
+    """A failure answered by the handler itself, with the fields every failure carries (§4.2).
+    Its invocation_id has no audit row of its own (the call's row is written, or the request
+    never became a call)."""
+    return failure.to_response() | {
+        "exit_status": failure.exit_status, "exit_code": None, "invocation_id": str(uuid.uuid4()),
+        "duration_ms": int((time.monotonic() - started) * 1000),
+    }  # fmt: skip
+
+
+def _execute_code(request: ExecuteCodeRequest, context: Any, started: float) -> dict[str, Any]:
     from aws_lambda_powertools.utilities.idempotency.exceptions import (
         IdempotencyAlreadyInProgressError,
         IdempotencyPersistenceLayerError,
@@ -69,9 +81,9 @@ def _execute_code(request: ExecuteCodeRequest, context: Any) -> dict[str, Any]:
         except IdempotencyAlreadyInProgressError:
             # A retry racing its original: wait for the original's result rather than run twice.
             if time.monotonic() > deadline:
-                return SandboxError(
-                    "This call is still running from an earlier attempt; please retry shortly.",
-                ).to_response() | {"exit_status": "error"}
+                # Not audited here: the original attempt writes this call's one audit row.
+                return _failure(SandboxError("This call is still running from an earlier attempt; "
+                                             "please retry shortly with the same call_id."), started)  # fmt: skip
             time.sleep(_IN_PROGRESS_POLL_SECONDS)
         except IdempotencyPersistenceLayerError as exc:
             ran = idempotency.result_of_this_invocation()

@@ -101,7 +101,8 @@ class Dispatcher:
             sandbox["tool"] = tool_definition()
             sandbox["environment"] = pf.environment
         elif pf.status == "disabled":
-            sandbox.update(error="SandboxProvisioning", reason="tenant_disabled", message=messages.TENANT_DISABLED)
+            sandbox.update(error="SandboxProvisioning", reason="tenant_disabled",
+                           error_message=messages.TENANT_DISABLED)  # fmt: skip
         return {"ok": True, "sandbox": sandbox}
 
     # --- end_turn -------------------------------------------------------------------------------

@@ -103,7 +103,8 @@ def test_disabled_tenant_is_provisioning_audited_and_not_counted(stack: Stack) -
     )
     begin = stack.dispatch(event("begin_turn", tenant_id="globex", turn_id="tg"))
     assert begin["sandbox"]["status"] == "disabled" and "tool" not in begin["sandbox"]
-    assert begin["sandbox"]["reason"] == "tenant_disabled"
+    assert begin["sandbox"]["reason"] == "tenant_disabled" and begin["sandbox"]["error"] == "SandboxProvisioning"
+    assert "not enabled" in begin["sandbox"]["error_message"]  # a sentence the agent can relay
     result = stack.dispatch(event(tenant_id="globex", turn_id="tg"))
     assert result["error"] == "SandboxProvisioning" and result["reason"] == "tenant_disabled"
     assert result["exit_status"] == "provisioning"

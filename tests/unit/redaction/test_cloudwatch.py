@@ -146,3 +146,12 @@ def test_filter_pattern_superset_of_scan_on_arbitrary_text(message):
 def test_generated_tokens_are_flagged_by_scan(token):
     # Given a generated token of any class / When / Then scan flags it (the property above is not vacuous)
     assert scan(f" {token} ")
+
+
+def test_subscription_filter_pattern_uses_only_documented_quantifiers() -> None:
+    import re
+
+    from sandbox_common.redaction.cloudwatch import subscription_filter_pattern
+
+    # CloudWatch documents `{m,n}` only; `{n}` / `{n,}` might be rejected at deploy time
+    assert not re.search(r"\{\d+\}|\{\d+,\}", subscription_filter_pattern())

@@ -43,7 +43,8 @@ _FILTER_ALTERNATIVES: tuple[str, ...] = (
     r"ya29\.",
     r"A[KS]IA",
     r"[Bb][Ee][Aa][Rr][Ee][Rr]",
-    r"[A-Za-z0-9_-]{16}\.[A-Za-z0-9_-]{16}",
+    # `{16,16}`, not `{16}`: CloudWatch documents only the `{m,n}` quantifier for filter regex.
+    r"[A-Za-z0-9_-]{16,16}\.[A-Za-z0-9_-]{16,16}",
 )
 
 
@@ -109,6 +110,8 @@ def subscription_filter_pattern() -> str:
 def _validate_filter_regex(regex: str) -> None:
     if not _FILTER_REGEX_OK.match(regex) or "(" in regex or ")" in regex:
         raise ValueError("filter-pattern regex uses characters CloudWatch does not support")
+    if re.search(r"\{\d+\}|\{\d+,\}", regex):
+        raise ValueError("filter-pattern regex may only use the documented {m,n} quantifier form")
     if not regex.isascii():
         raise ValueError("filter-pattern regex must not contain multi-byte characters")
 

@@ -12,7 +12,9 @@ from pathlib import Path
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_destinations as destinations
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 from sandbox_common import naming as n
 
@@ -80,6 +82,7 @@ class ComputeConstruct(Construct):
         self._grant_quota(quota)
         backstop = self._build_function(n.BACKSTOP, timeout=function_timeout_seconds(config, n.BACKSTOP))
         self._grant_backstop(backstop)
+        self.backstop_failures = self._build_backstop_failures(backstop)
         dispatch = self._build_function(
             n.DISPATCH,
             timeout=function_timeout_seconds(config, n.DISPATCH),
@@ -190,6 +193,27 @@ class ComputeConstruct(Construct):
             "Caps live under one SSM path: the two globals and per-tenant overrides "
             "(caps/tenants/<id>/...) that operators add at run time without a redeploy.",
         )
+
+    def _build_backstop_failures(self, fn: lambda_.Function) -> sqs.Queue:
+        """The subscription filter invokes the backstop asynchronously: a batch that still fails
+        after Lambda's retries lands here instead of vanishing (alarmed with backstop-errors)."""
+        queue = sqs.Queue(
+            self,
+            "BackstopFailures",
+            queue_name=n.backstop_failures_queue_name(self._config.name),
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            retention_period=cdk.Duration.days(14),
+            removal_policy=removal_policy(self._config),
+        )
+        acknowledge(
+            queue,
+            "AwsSolutions-SQS3",
+            "This queue IS the backstop's on-failure destination (failed log batches, kept 14 days "
+            "and alarmed); a dead-letter queue of its own would only move the same messages again.",
+        )
+        fn.configure_async_invoke(on_failure=destinations.SqsDestination(queue), retry_attempts=2)
+        return queue
 
     def _grant_backstop(self, fn: lambda_.Function) -> None:
         findings = self._state.tables[n.FINDINGS.logical]

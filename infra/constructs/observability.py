@@ -262,6 +262,9 @@ class ObservabilityConstruct(Construct):
                 {
                     "errors": c.backstop.metric_errors(period=PERIOD, statistic="Sum"),
                     "decode": sandbox_metric(n.METRIC_BACKSTOP_DECODE_ERRORS),
+                    "failed": c.backstop_failures.metric_approximate_number_of_messages_visible(
+                        period=PERIOD, statistic="Maximum"
+                    ),
                 },
                 "backstop errors",
             ),  # fmt: skip

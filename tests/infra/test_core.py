@@ -292,11 +292,19 @@ def test_removal_policy_and_dlq_follow_stage_data(all_stages, stage: str) -> Non
     # Given the stage's removal policy / Then stateful resources follow it (prod differs by data)
     for rid, r in resources(core, "AWS::DynamoDB::Table").items():
         assert r["DeletionPolicy"] == expected, rid
-    ((_, dlq),) = resources(core, "AWS::SQS::Queue").items()
-    assert dlq["DeletionPolicy"] == expected
-    assert dlq["Properties"]["SqsManagedSseEnabled"] is True
-    (qp,) = resources(core, "AWS::SQS::QueuePolicy").values()
-    assert any(
-        s["Effect"] == "Deny" and "aws:SecureTransport" in str(s["Condition"])
-        for s in as_list(qp["Properties"]["PolicyDocument"]["Statement"])
-    )
+    # Both queues (the audit DLQ and the backstop's on-failure queue) follow it too, encrypted
+    # and SSL-only
+    queues = {r["Properties"]["QueueName"]: r for r in resources(core, "AWS::SQS::Queue").values()}
+    assert set(queues) == {n.audit_dlq_name(stage), n.backstop_failures_queue_name(stage)}
+    for queue in queues.values():
+        assert queue["DeletionPolicy"] == expected
+        assert queue["Properties"]["SqsManagedSseEnabled"] is True
+    policies = resources(core, "AWS::SQS::QueuePolicy").values()
+    assert len(policies) == 2 and all(
+        any(s["Effect"] == "Deny" and "aws:SecureTransport" in str(s["Condition"])
+            for s in as_list(qp["Properties"]["PolicyDocument"]["Statement"]))
+        for qp in policies
+    )  # fmt: skip
+    # And the backstop's failed batches go to its queue, not nowhere
+    (invoke_config,) = resources(core, "AWS::Lambda::EventInvokeConfig").values()
+    assert "OnFailure" in invoke_config["Properties"]["DestinationConfig"]

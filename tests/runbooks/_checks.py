@@ -569,6 +569,7 @@ def known_physical_names(stage: str) -> set[str]:
     names = {spec.physical(stage) for spec in n.ALL_TABLES}
     names |= {n.function_name(stage, f) for f in n.FUNCTIONS}
     names |= known_alarm_names(stage)
+    names |= {n.audit_dlq_name(stage), n.backstop_failures_queue_name(stage), n.security_topic_name(stage)}
     return names
 
 

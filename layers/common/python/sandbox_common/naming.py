@@ -234,6 +234,11 @@ def security_topic_name(stage: str) -> str:
 def audit_dlq_name(stage: str) -> str:
     return f"{PROJECT}-{stage}-sandbox-audit-dlq"
 
+
+def backstop_failures_queue_name(stage: str) -> str:
+    """Where a log batch goes when the backstop still fails after Lambda's async retries."""
+    return f"{PROJECT}-{stage}-sandbox-backstop-failures"
+
 # --- alarms (§9): alarm key -> runbook file under runbooks/ ------------------------------------
 # The observability construct creates exactly these alarms (description names the runbook) and
 # runbooks/ holds exactly these files; tests/infra checks both directions.

@@ -148,6 +148,8 @@ class ObservabilityConstruct(Construct):
                 principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
                 actions=["kms:Decrypt", "kms:GenerateDataKey*"],
                 resources=["*"],  # in a key policy "*" means this key
+                # only on behalf of this account's alarms (no confused deputy)
+                conditions={"StringEquals": {"aws:SourceAccount": cdk.Stack.of(self).account}},
             )
         )
         topic = sns.Topic(

@@ -22,7 +22,7 @@ from infra.config import ConfigError, StageConfig
 from infra.constructs.definitions import function_timeout_seconds
 from infra.constructs.layer import ASSET_EXCLUDES, LayersConstruct, architecture, runtime
 from infra.constructs.nag import acknowledge
-from infra.constructs.state import StateConstruct, removal_policy
+from infra.constructs.state import StateConstruct, failure_queue, removal_policy
 from infra.function_env import function_environment
 from infra.layer_build import REPO_ROOT
 
@@ -197,21 +197,11 @@ class ComputeConstruct(Construct):
     def _build_backstop_failures(self, fn: lambda_.Function) -> sqs.Queue:
         """The subscription filter invokes the backstop asynchronously: a batch that still fails
         after Lambda's retries lands here instead of vanishing (alarmed with backstop-errors)."""
-        queue = sqs.Queue(
-            self,
-            "BackstopFailures",
-            queue_name=n.backstop_failures_queue_name(self._config.name),
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-            retention_period=cdk.Duration.days(14),
-            removal_policy=removal_policy(self._config),
-        )
-        acknowledge(
-            queue,
-            "AwsSolutions-SQS3",
-            "This queue IS the backstop's on-failure destination (failed log batches, kept 14 days "
+        queue = failure_queue(
+            self, "BackstopFailures", name=n.backstop_failures_queue_name(self._config.name), config=self._config,
+            why_no_dlq="This queue IS the backstop's on-failure destination (failed log batches, kept 14 days "
             "and alarmed); a dead-letter queue of its own would only move the same messages again.",
-        )
+        )  # fmt: skip
         fn.configure_async_invoke(on_failure=destinations.SqsDestination(queue), retry_attempts=2)
         return queue
 

@@ -316,9 +316,9 @@ def _start(directory: Path, stage: str, max_concurrency: int) -> LocalState:
 
     # 1. moto
     port = _free_port()
-    moto = _spawn(
-        directory, "moto", [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], env
-    )
+    # moto serving one request at a time: DynamoDB's per-item atomicity under concurrent calls
+    # (moto's threaded server lets conditional writes interleave; see infra/local/moto_serial.py)
+    moto = _spawn(directory, "moto", [sys.executable, "-m", "infra.local.moto_serial", "--port", str(port)], env)
     moto["endpoint"] = f"http://127.0.0.1:{port}"
     data["processes"]["moto"] = moto
     _write_state(directory, data)

@@ -32,6 +32,28 @@ def dispatch_role_arn(scope: Construct, stage: str) -> str:
     )
 
 
+class ShardPrincipals:
+    """Principals every tenant of a shard stack shares, built once per stack: each CDK call is a
+    round trip to the jsii kernel, and these are identical for all tenants (synth time stays flat
+    as tenants are added)."""
+
+    def __init__(self, stack: cdk.Stack, stage: str) -> None:
+        # Interpreter execution roles: AgentCore of this account only (no confused deputy).
+        self.agentcore = iam.ServicePrincipal(
+            AGENTCORE_SERVICE,
+            conditions={
+                "StringEquals": {"aws:SourceAccount": stack.account},
+                "ArnLike": {
+                    "aws:SourceArn": stack.format_arn(
+                        service="bedrock-agentcore", resource="*", arn_format=cdk.ArnFormat.NO_RESOURCE_NAME
+                    )
+                },
+            },
+        )
+        # Session-runner roles: trusted by the dispatch role only.
+        self.dispatch = iam.ArnPrincipal(dispatch_role_arn(stack, stage))
+
+
 class TenantConstruct(Construct):
     """Attributes: `interpreters` and `execution_roles` (environment -> resource),
     `runner_role`, `substrate_parameter`, `cap_alarm`."""
@@ -44,10 +66,12 @@ class TenantConstruct(Construct):
         config: StageConfig,
         tenant: TenantConfig,
         alarm_actions: list[cw.IAlarmAction],
+        principals: ShardPrincipals,
     ) -> None:
         super().__init__(scope, id_)
         self._config = config
         self._tenant = tenant
+        self._principals = principals
         self.interpreters: dict[str, agentcore.CfnCodeInterpreterCustom] = {}
         self.execution_roles: dict[str, iam.Role] = {}
         for env, name in interpreter_names(config, tenant).items():
@@ -59,26 +83,13 @@ class TenantConstruct(Construct):
         )
 
     def _build_interpreter(self, env: str, name: str) -> None:
-        stack = cdk.Stack.of(self)
         cid = "Public" if env == "default-public" else "Internal"
         # Minimal execution role: code in the sandbox gets no AWS permissions at all (the sandbox
         # is pure compute, §0). The confused-deputy conditions pin it to this account's AgentCore.
         role = iam.Role(
             self,
             f"{cid}ExecutionRole",
-            assumed_by=iam.ServicePrincipal(
-                AGENTCORE_SERVICE,
-                conditions={
-                    "StringEquals": {"aws:SourceAccount": stack.account},
-                    "ArnLike": {
-                        "aws:SourceArn": stack.format_arn(
-                            service="bedrock-agentcore",
-                            resource="*",
-                            arn_format=cdk.ArnFormat.NO_RESOURCE_NAME,
-                        )
-                    },
-                },
-            ),
+            assumed_by=self._principals.agentcore,
             description=f"Execution role of Code Interpreter {name} (tenant {self._tenant.id}, {env}); no permissions",
         )
         interpreter = agentcore.CfnCodeInterpreterCustom(
@@ -106,7 +117,7 @@ class TenantConstruct(Construct):
             self,
             "SessionRunnerRole",
             role_name=n.runner_role_name(self._config.name, self._tenant.id),
-            assumed_by=iam.ArnPrincipal(dispatch_role_arn(self, self._config.name)),
+            assumed_by=self._principals.dispatch,
             max_session_duration=cdk.Duration.hours(1),
             description=f"Session runner for tenant {self._tenant.id}: only this tenant's interpreters",
             inline_policies={

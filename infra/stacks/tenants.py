@@ -14,7 +14,7 @@ from constructs import Construct
 
 from infra.config import StageConfig, TenantConfig
 from infra.constructs.observability import alarm_actions, security_topic_arn
-from infra.constructs.tenant import TenantConstruct
+from infra.constructs.tenant import ShardPrincipals, TenantConstruct
 
 
 class TenantShardStack(cdk.Stack):
@@ -30,7 +30,9 @@ class TenantShardStack(cdk.Stack):
         super().__init__(scope, id_, **kwargs)
         topic = sns.Topic.from_topic_arn(self, "SecurityAlerts", security_topic_arn(self, config.name))
         actions = alarm_actions(self, config, topic)
+        principals = ShardPrincipals(self, config.name)
         self.tenants: dict[str, TenantConstruct] = {
-            t.id: TenantConstruct(self, f"Tenant-{t.id}", config=config, tenant=t, alarm_actions=actions)
+            t.id: TenantConstruct(self, f"Tenant-{t.id}", config=config, tenant=t, alarm_actions=actions,
+                                  principals=principals)  # fmt: skip
             for t in tenants
         }

@@ -14,6 +14,7 @@ nobody emits never fires, so tests/infra checks every metric used here against t
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cw
@@ -52,14 +53,16 @@ def security_topic_arn(scope: Construct, stage: str) -> str:
     )
 
 
+def check_dimensions(name: str, dims: Mapping[str, str]) -> None:
+    if tuple(sorted(dims)) not in {tuple(sorted(s)) for s in n.METRIC_DIMENSIONS[name]}:
+        raise ValueError(f"{name} is never emitted with dimensions {sorted(dims)}; see naming.METRIC_DIMENSIONS")
+
+
 def sandbox_metric(
     name: str, dimensions: Mapping[str, str] | None = None, *, statistic: str = "Sum"
 ) -> cw.Metric:
     dims = dict(dimensions or {})
-    if tuple(sorted(dims)) not in {tuple(sorted(s)) for s in n.METRIC_DIMENSIONS[name]}:
-        raise ValueError(
-            f"{name} is never emitted with dimensions {sorted(dims)}; see naming.METRIC_DIMENSIONS"
-        )
+    check_dimensions(name, dims)
     return cw.Metric(
         namespace=n.METRICS_NAMESPACE,
         metric_name=name,
@@ -81,29 +84,35 @@ def alarm_actions(scope: Construct, config: StageConfig, topic: sns.ITopic) -> l
     return actions
 
 
-def cap_breach_spike_alarm(
-    scope: Construct, id_: str, *, config: StageConfig, tenant_id: str, actions: list[cw.IAlarmAction]
-) -> cw.Alarm:
-    """Per-tenant refusal spike; lives in the tenant's shard stack (adding a tenant = one shard)."""
+def cap_breach_spike_alarm_props(config: StageConfig, tenant_id: str, action_arns: list[str]) -> dict[str, Any]:
+    """Per-tenant refusal spike (L1 properties); lives in the tenant's shard stack, so adding a
+    tenant changes one shard. Same metric and dimension set as `sandbox_metric` would build."""
     key = "cap-breach-spike"
-    alarm = cw.Alarm(
-        scope,
-        id_,
-        alarm_name=n.tenant_alarm_name(config.name, key, tenant_id),
-        alarm_description=runbook_description(
+    dims = {"tenant_id": tenant_id}
+    check_dimensions(n.METRIC_CAP_EXCEEDED, dims)
+    return {
+        "alarm_name": n.tenant_alarm_name(config.name, key, tenant_id),
+        "alarm_description": runbook_description(
             key,
             f"Tenant {tenant_id}: {config.alarm_thresholds.cap_breach_spike_per_tenant}+ SandboxCapExceeded "
             "refusals in 5 minutes (runaway agent or a cap set too low).",
         ),
-        metric=sandbox_metric(n.METRIC_CAP_EXCEEDED, {"tenant_id": tenant_id}),
-        threshold=config.alarm_thresholds.cap_breach_spike_per_tenant,
-        comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-        evaluation_periods=1,
-        treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
-    )
-    for action in actions:
-        alarm.add_alarm_action(action)
-    return alarm
+        "namespace": n.METRICS_NAMESPACE,
+        "metric_name": n.METRIC_CAP_EXCEEDED,
+        "dimensions": [{"name": k, "value": v} for k, v in dims.items()],
+        "statistic": "Sum",
+        "period": int(PERIOD.to_seconds()),
+        "threshold": config.alarm_thresholds.cap_breach_spike_per_tenant,
+        "comparison_operator": "GreaterThanOrEqualToThreshold",
+        "evaluation_periods": 1,
+        "treat_missing_data": "notBreaching",
+        "alarm_actions": action_arns,
+    }
+
+
+def alarm_action_arns(scope: Construct, config: StageConfig) -> list[str]:
+    """security-alerts plus any extra topic ARNs configured as subscribers (as plain ARNs)."""
+    return [security_topic_arn(scope, config.name), *(a for a in config.alarm_sns_subscribers if ":sns:" in a)]
 
 
 class ObservabilityConstruct(Construct):

@@ -6,6 +6,8 @@ the tenant's cap-breach-spike alarm.
 
 from __future__ import annotations
 
+import json
+
 import aws_cdk as cdk
 from aws_cdk import aws_bedrockagentcore as agentcore
 from aws_cdk import aws_cloudwatch as cw
@@ -16,7 +18,7 @@ from sandbox_common import naming as n
 
 from infra.config import StageConfig, TenantConfig
 from infra.constructs.definitions import RUNNER_ACTIONS, interpreter_names, tenant_substrate
-from infra.constructs.observability import cap_breach_spike_alarm
+from infra.constructs.observability import cap_breach_spike_alarm_props
 
 AGENTCORE_SERVICE = "bedrock-agentcore.amazonaws.com"
 
@@ -32,16 +34,17 @@ def dispatch_role_arn(scope: Construct, stage: str) -> str:
     )
 
 
-class ShardPrincipals:
-    """Principals every tenant of a shard stack shares, built once per stack: each CDK call is a
-    round trip to the jsii kernel, and these are identical for all tenants (synth time stays flat
-    as tenants are added)."""
+class ShardShared:
+    """What every tenant of a shard stack shares, built once per stack. Each CDK call is a round
+    trip to the jsii kernel, so the per-tenant resources below are L1 constructs with plain-data
+    properties (one call each): synth time stays nearly flat as tenants are added."""
 
-    def __init__(self, stack: cdk.Stack, stage: str) -> None:
+    def __init__(self, stack: cdk.Stack, config: StageConfig, alarm_action_arns: list[str]) -> None:
+        self.account = stack.account
         # Interpreter execution roles: AgentCore of this account only (no confused deputy).
-        self.agentcore = iam.ServicePrincipal(
-            AGENTCORE_SERVICE,
-            conditions={
+        self.agentcore_trust = _trust(
+            {"Service": AGENTCORE_SERVICE},
+            {
                 "StringEquals": {"aws:SourceAccount": stack.account},
                 "ArnLike": {
                     "aws:SourceArn": stack.format_arn(
@@ -51,12 +54,20 @@ class ShardPrincipals:
             },
         )
         # Session-runner roles: trusted by the dispatch role only.
-        self.dispatch = iam.ArnPrincipal(dispatch_role_arn(stack, stage))
+        self.dispatch_trust = _trust({"AWS": dispatch_role_arn(stack, config.name)})
+        self.alarm_action_arns = alarm_action_arns
+
+
+def _trust(principal: dict[str, object], condition: dict[str, object] | None = None) -> dict[str, object]:
+    statement: dict[str, object] = {"Effect": "Allow", "Principal": principal, "Action": "sts:AssumeRole"}
+    if condition:
+        statement["Condition"] = condition
+    return {"Version": "2012-10-17", "Statement": [statement]}
 
 
 class TenantConstruct(Construct):
     """Attributes: `interpreters` and `execution_roles` (environment -> resource),
-    `runner_role`, `substrate_parameter`, `cap_alarm`."""
+    `runner_role`, `substrate_parameter`, `cap_alarm` (all L1 resources)."""
 
     def __init__(
         self,
@@ -65,31 +76,28 @@ class TenantConstruct(Construct):
         *,
         config: StageConfig,
         tenant: TenantConfig,
-        alarm_actions: list[cw.IAlarmAction],
-        principals: ShardPrincipals,
+        shared: ShardShared,
     ) -> None:
         super().__init__(scope, id_)
         self._config = config
         self._tenant = tenant
-        self._principals = principals
+        self._shared = shared
         self.interpreters: dict[str, agentcore.CfnCodeInterpreterCustom] = {}
-        self.execution_roles: dict[str, iam.Role] = {}
+        self.execution_roles: dict[str, iam.CfnRole] = {}
         for env, name in interpreter_names(config, tenant).items():
             self._build_interpreter(env, name)
         self.runner_role = self._build_runner_role()
         self.substrate_parameter = self._build_substrate()
-        self.cap_alarm = cap_breach_spike_alarm(
-            self, "CapBreachSpike", config=config, tenant_id=tenant.id, actions=alarm_actions
-        )
+        self.cap_alarm = self._build_cap_alarm()
 
     def _build_interpreter(self, env: str, name: str) -> None:
         cid = "Public" if env == "default-public" else "Internal"
         # Minimal execution role: code in the sandbox gets no AWS permissions at all (the sandbox
         # is pure compute, §0). The confused-deputy conditions pin it to this account's AgentCore.
-        role = iam.Role(
+        role = iam.CfnRole(
             self,
             f"{cid}ExecutionRole",
-            assumed_by=self._principals.agentcore,
+            assume_role_policy_document=self._shared.agentcore_trust,
             description=f"Execution role of Code Interpreter {name} (tenant {self._tenant.id}, {env}); no permissions",
         )
         interpreter = agentcore.CfnCodeInterpreterCustom(
@@ -97,10 +105,8 @@ class TenantConstruct(Construct):
             f"{cid}Interpreter",
             name=name,
             # Always explicit: the L2's default is PUBLIC, which must never be an accident.
-            network_configuration=agentcore.CfnCodeInterpreterCustom.CodeInterpreterNetworkConfigurationProperty(
-                network_mode=n.NETWORK_MODE[env]
-            ),
-            execution_role_arn=role.role_arn,
+            network_configuration={"networkMode": n.NETWORK_MODE[env]},
+            execution_role_arn=role.attr_arn,
             description=f"Thinkwork sandbox: tenant {self._tenant.id}, environment {env}, stage {self._config.name}",
             tags={
                 "thinkwork:tenant": self._tenant.id,
@@ -111,37 +117,48 @@ class TenantConstruct(Construct):
         self.interpreters[env] = interpreter
         self.execution_roles[env] = role
 
-    def _build_runner_role(self) -> iam.Role:
+    def _build_runner_role(self) -> iam.CfnRole:
         arns = [i.attr_code_interpreter_arn for i in self.interpreters.values()]
-        return iam.Role(
+        return iam.CfnRole(
             self,
             "SessionRunnerRole",
             role_name=n.runner_role_name(self._config.name, self._tenant.id),
-            assumed_by=self._principals.dispatch,
-            max_session_duration=cdk.Duration.hours(1),
+            assume_role_policy_document=self._shared.dispatch_trust,
+            max_session_duration=3600,
             description=f"Session runner for tenant {self._tenant.id}: only this tenant's interpreters",
-            inline_policies={
-                "TenantInterpreters": iam.PolicyDocument(
-                    statements=[
-                        iam.PolicyStatement(
-                            sid="OwnInterpretersOnly", actions=list(RUNNER_ACTIONS), resources=arns
-                        )
-                    ]
-                )
-            },
-        )
+            policies=[
+                {
+                    "policyName": "TenantInterpreters",
+                    "policyDocument": {
+                        "Version": "2012-10-17",
+                        "Statement": [
+                            {"Sid": "OwnInterpretersOnly", "Effect": "Allow", "Action": list(RUNNER_ACTIONS),
+                             "Resource": arns}
+                        ],
+                    },
+                }
+            ],
+        )  # fmt: skip
 
-    def _build_substrate(self) -> ssm.StringParameter:
+    def _build_substrate(self) -> ssm.CfnParameter:
+        # Every value is a plain string or a string token, so json.dumps embeds the tokens and
+        # CloudFormation joins them (Fn::Join) exactly as Stack.to_json_string would, one jsii
+        # round trip fewer per tenant.
         body = tenant_substrate(
             self._config,
             self._tenant,
             interpreters={env: i.attr_code_interpreter_id for env, i in self.interpreters.items()},
-            runner_role_arn=self.runner_role.role_arn,
+            runner_role_arn=self.runner_role.attr_arn,
         )
-        return ssm.StringParameter(
+        return ssm.CfnParameter(
             self,
             "Substrate",
-            parameter_name=n.tenant_substrate_parameter(self._config.name, self._tenant.id),
-            string_value=cdk.Stack.of(self).to_json_string(body),
+            name=n.tenant_substrate_parameter(self._config.name, self._tenant.id),
+            type="String",
+            value=json.dumps(body, separators=(",", ":")),
             description=f"Sandbox substrate of tenant {self._tenant.id} (read by dispatch pre-flight)",
         )
+
+    def _build_cap_alarm(self) -> cw.CfnAlarm:
+        return cw.CfnAlarm(self, "CapBreachSpike", **cap_breach_spike_alarm_props(
+            self._config, self._tenant.id, self._shared.alarm_action_arns))  # fmt: skip

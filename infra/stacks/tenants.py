@@ -9,12 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 import aws_cdk as cdk
-from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from infra.config import StageConfig, TenantConfig
-from infra.constructs.observability import alarm_actions, security_topic_arn
-from infra.constructs.tenant import ShardPrincipals, TenantConstruct
+from infra.constructs.observability import alarm_action_arns
+from infra.constructs.tenant import ShardShared, TenantConstruct
 
 
 class TenantShardStack(cdk.Stack):
@@ -28,11 +27,7 @@ class TenantShardStack(cdk.Stack):
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, id_, **kwargs)
-        topic = sns.Topic.from_topic_arn(self, "SecurityAlerts", security_topic_arn(self, config.name))
-        actions = alarm_actions(self, config, topic)
-        principals = ShardPrincipals(self, config.name)
+        shared = ShardShared(self, config, alarm_action_arns(self, config))
         self.tenants: dict[str, TenantConstruct] = {
-            t.id: TenantConstruct(self, f"Tenant-{t.id}", config=config, tenant=t, alarm_actions=actions,
-                                  principals=principals)  # fmt: skip
-            for t in tenants
+            t.id: TenantConstruct(self, f"Tenant-{t.id}", config=config, tenant=t, shared=shared) for t in tenants
         }

@@ -22,3 +22,13 @@ def median_seconds(fn: Callable[[], Any], *, repeat: int) -> float:
         fn()
         samples.append(time.perf_counter() - start)
     return statistics.median(samples)
+
+
+def best_seconds(fn: Callable[[], Any], *, repeat: int) -> float:
+    """Fastest of `repeat` runs: the least disturbed by other work on a shared machine."""
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best

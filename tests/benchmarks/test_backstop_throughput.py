@@ -7,12 +7,11 @@ import base64
 import gzip
 import json
 import random
-import time
 
 from backstop.scanner import decode, scan_events
 from sandbox_common.redaction import TOKEN_CLASSES
 
-from ._report import emit
+from ._report import best_seconds, emit
 
 LINES = (
     "INFO START RequestId: {rid} Version: $LATEST",
@@ -50,8 +49,8 @@ def test_backstop_throughput(bench_full):
         return scan_events(decode(batch))
 
     # When
-    baseline = _best(bare)
-    measured = _best(full)
+    baseline = best_seconds(bare, repeat=5)
+    measured = best_seconds(full, repeat=5)
     result = full()
     ratio = measured / baseline
     # Then
@@ -62,11 +61,3 @@ def test_backstop_throughput(bench_full):
     if bench_full:
         assert ratio <= 4
 
-
-def _best(fn, repeat: int = 5) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best

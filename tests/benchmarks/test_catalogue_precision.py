@@ -6,12 +6,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import random
-import time
 import uuid
 
 from sandbox_common.redaction import catalogue
 
-from ._report import emit
+from ._report import best_seconds, emit
 
 ALNUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 B64URL = ALNUM + "_-"
@@ -83,8 +82,8 @@ def test_catalogue_precision(bench_full):
     while len(text) < (1 << 20):
         text += "\n" + text
     text = text[: 1 << 20]
-    bare = _best(lambda: catalogue._ALL.findall(text))
-    redacted = _best(lambda: catalogue.redact(text))
+    bare = best_seconds(lambda: catalogue._ALL.findall(text), repeat=3)
+    redacted = best_seconds(lambda: catalogue.redact(text), repeat=3)
     ratio = bare / redacted  # redact throughput relative to a bare alternation scan
     fp_rate = false_positives / n_lines
     # Then
@@ -105,11 +104,3 @@ def test_catalogue_precision(bench_full):
         assert fp_rate <= 0.001
         assert ratio >= 0.5
 
-
-def _best(fn, repeat: int = 3) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best

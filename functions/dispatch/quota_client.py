@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import Any
 
 from sandbox_common import naming as n
+from sandbox_common.aws import SINGLE_ATTEMPT
 from sandbox_common.observability import emit_metric, logger
 from sandbox_common.windows import Windows, iso_z
 
@@ -36,7 +37,7 @@ def lambda_client() -> Any:
 
     return boto3.session.Session().client(
         "lambda",
-        config=Config(retries={"mode": "standard", "total_max_attempts": 1}, connect_timeout=3,
+        config=Config(retries=dict(SINGLE_ATTEMPT), connect_timeout=3,
                       read_timeout=QUOTA_READ_TIMEOUT_SECONDS),
     )  # fmt: skip
 

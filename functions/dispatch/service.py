@@ -255,9 +255,8 @@ class Dispatcher:
         if o.failure is None and o.result is not None:
             body = {"ok": True}
         elif o.failure is not None:
-            body = o.failure.to_response()
+            body = _public(o.failure)
             body["error_message"] = redact(str(body["error_message"]))
-            body.pop("failure_reason", None)  # internal detail: audited, not shown to the agent
         else:  # pragma: no cover — _run always sets one of them
             body = SandboxError(messages.INTERNAL).to_response()
         if o.result is not None:

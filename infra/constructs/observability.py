@@ -79,9 +79,14 @@ def runbook_description(key: str, summary: str) -> str:
 def alarm_actions(scope: Construct, config: StageConfig, topic: sns.ITopic) -> list[cw.IAlarmAction]:
     """security-alerts plus any extra topic ARNs configured as subscribers."""
     actions: list[cw.IAlarmAction] = [cw_actions.SnsAction(topic)]
-    for i, arn in enumerate(a for a in config.alarm_sns_subscribers if ":sns:" in a):
+    for i, arn in enumerate(extra_alarm_topics(config)):
         actions.append(cw_actions.SnsAction(sns.Topic.from_topic_arn(scope, f"ExtraAlarmTopic{i}", arn)))
     return actions
+
+
+def extra_alarm_topics(config: StageConfig) -> list[str]:
+    """The configured subscribers that are SNS topics (alarms can only notify topics)."""
+    return [arn for arn in config.alarm_sns_subscribers if ":sns:" in arn]
 
 
 def cap_breach_spike_alarm_props(config: StageConfig, tenant_id: str, action_arns: list[str]) -> dict[str, Any]:
@@ -112,7 +117,7 @@ def cap_breach_spike_alarm_props(config: StageConfig, tenant_id: str, action_arn
 
 def alarm_action_arns(scope: Construct, config: StageConfig) -> list[str]:
     """security-alerts plus any extra topic ARNs configured as subscribers (as plain ARNs)."""
-    return [security_topic_arn(scope, config.name), *(a for a in config.alarm_sns_subscribers if ":sns:" in a)]
+    return [security_topic_arn(scope, config.name), *extra_alarm_topics(config)]
 
 
 class ObservabilityConstruct(Construct):

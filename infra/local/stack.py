@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sandbox_common.aws import SINGLE_ATTEMPT
+
 from infra.local.resources import LOCAL_REGION, LocalResources
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -79,7 +81,7 @@ class LocalState:
             aws_access_key_id=FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
             aws_secret_access_key=FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
             region_name=self.data["region"],
-        ).client(service, endpoint_url=endpoint, config=Config(read_timeout=900, retries={"max_attempts": 1}))
+        ).client(service, endpoint_url=endpoint, config=Config(read_timeout=900, retries=dict(SINGLE_ATTEMPT)))
 
 
 def read_state(directory: Path | None = None) -> LocalState | None:

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from itertools import chain, islice
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -41,6 +43,14 @@ def _deserialize(item: dict[str, Any]) -> dict[str, Any]:
 
     deser = TypeDeserializer()
     return {k: plain(deser.deserialize(v)) for k, v in item.items()}
+
+
+def _items(target: Target, operation: str, **request: Any) -> Iterator[dict[str, Any]]:
+    """Deserialized items of a DynamoDB Query or Scan across all its pages (botocore's
+    paginator, read lazily: a caller that stops early fetches no further page)."""
+    for page in target.client("dynamodb").get_paginator(operation).paginate(**request):
+        for raw in page.get("Items", []):
+            yield _deserialize(raw)
 
 
 def _serialize(item: dict[str, Any]) -> dict[str, Any]:
@@ -107,21 +117,17 @@ def substrate(target: Target, tenant_id: str) -> TenantSubstrate | None:
 
 
 def _tenant_items(target: Target, tenant_id: str) -> list[dict[str, Any]]:
-    ddb = target.client("dynamodb")
-    items: list[dict[str, Any]] = []
-    kwargs: dict[str, Any] = {
-        "TableName": target.table(n.TENANTS),
-        "KeyConditionExpression": "#pk = :t",
-        "ExpressionAttributeNames": {"#pk": n.TENANTS.pk},
-        "ExpressionAttributeValues": {":t": {"S": tenant_id}},
-        "ConsistentRead": True,
-    }
-    while True:
-        page = ddb.query(**kwargs)
-        items.extend(_deserialize(i) for i in page.get("Items", []))
-        if "LastEvaluatedKey" not in page:
-            return items
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    return list(
+        _items(
+            target,
+            "query",
+            TableName=target.table(n.TENANTS),
+            KeyConditionExpression="#pk = :t",
+            ExpressionAttributeNames={"#pk": n.TENANTS.pk},
+            ExpressionAttributeValues={":t": {"S": tenant_id}},
+            ConsistentRead=True,
+        )
+    )
 
 
 def tenant_show(target: Target, tenant_id: str, *, history: int = 10) -> dict[str, Any]:
@@ -324,22 +330,18 @@ def counters_show(target: Target, tenant_id: str, agent_id: str | None = None) -
         agents = {agent_id: count(n.AGENT_HOURLY_COUNTERS, windows.agent_hourly_key(tenant_id, agent_id))}
     else:
         # The hourly key is tenant#agent#hour: list this tenant's agents in the current hour.
-        agents = {}
-        kwargs: dict[str, Any] = {
-            "TableName": target.table(n.AGENT_HOURLY_COUNTERS),
-            "FilterExpression": "begins_with(#k, :p) AND #w = :w",
-            "ExpressionAttributeNames": {"#k": n.AGENT_HOURLY_COUNTERS.pk, "#w": n.COUNTER_ATTR_WINDOW},
-            "ExpressionAttributeValues": {":p": {"S": f"{tenant_id}#"}, ":w": {"S": windows.hour}},
-            "ConsistentRead": True,
+        agents = {
+            str(item.get(n.COUNTER_ATTR_AGENT)): int(item.get(n.COUNTER_ATTR_COUNT, 0))
+            for item in _items(
+                target,
+                "scan",
+                TableName=target.table(n.AGENT_HOURLY_COUNTERS),
+                FilterExpression="begins_with(#k, :p) AND #w = :w",
+                ExpressionAttributeNames={"#k": n.AGENT_HOURLY_COUNTERS.pk, "#w": n.COUNTER_ATTR_WINDOW},
+                ExpressionAttributeValues={":p": {"S": f"{tenant_id}#"}, ":w": {"S": windows.hour}},
+                ConsistentRead=True,
+            )
         }
-        while True:
-            page = ddb.scan(**kwargs)
-            for raw in page.get("Items", []):
-                item = _deserialize(raw)
-                agents[str(item.get(n.COUNTER_ATTR_AGENT))] = int(item.get(n.COUNTER_ATTR_COUNT, 0))
-            if "LastEvaluatedKey" not in page:
-                break
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
     result["agent_hourly"] = [
         {"agent_id": a, "window": windows.hour, "count": c, "cap": caps[n.DIM_AGENT_HOURLY]}
         for a, c in sorted(agents.items())
@@ -385,15 +387,7 @@ def audit_list(
     }
     if filters:
         kwargs["FilterExpression"] = " AND ".join(filters)
-    rows: list[dict[str, Any]] = []
-    ddb = target.client("dynamodb")
-    while len(rows) < limit:
-        page = ddb.query(**kwargs)
-        rows.extend(_deserialize(i) for i in page.get("Items", []))
-        if "LastEvaluatedKey" not in page:
-            break
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-    return rows[:limit]
+    return list(islice(_items(target, "query", **kwargs), limit))
 
 
 def audit_get(target: Target, invocation_id: str) -> dict[str, Any] | None:
@@ -460,8 +454,7 @@ def findings_list(target: Target, *, since: str | None = None, limit: int = 100)
         raise CtlError(
             f"--since is more than {n.FINDINGS_RETENTION_DAYS} days ago (findings expire after that)"
         )
-    ddb = target.client("dynamodb")
-    rows: list[dict[str, Any]] = []
+    partitions = []
     for offset in range(max(days, 0) + 1):  # newest partition first
         day = (now - timedelta(days=offset)).strftime("%Y-%m-%d")
         kwargs: dict[str, Any] = {
@@ -475,12 +468,5 @@ def findings_list(target: Target, *, since: str | None = None, limit: int = 100)
             kwargs["KeyConditionExpression"] += " AND #sk >= :s"
             kwargs["ExpressionAttributeNames"]["#sk"] = n.FINDINGS.sort_key
             kwargs["ExpressionAttributeValues"][":s"] = {"S": iso_z_ms(start)}
-        while len(rows) < limit:
-            page = ddb.query(**kwargs)
-            rows.extend(_deserialize(i) for i in page.get("Items", []))
-            if "LastEvaluatedKey" not in page:
-                break
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-        if len(rows) >= limit:
-            break
-    return rows[:limit]
+        partitions.append(_items(target, "query", **kwargs))
+    return list(islice(chain.from_iterable(partitions), limit))

@@ -25,6 +25,7 @@ from functools import lru_cache
 from typing import Any
 
 from sandbox_common import aws
+from sandbox_common.aws import SINGLE_ATTEMPT
 from sandbox_common.errors import SandboxError
 
 from .errors import failure
@@ -39,7 +40,7 @@ CONTROL_READ_TIMEOUT_SECONDS = 30
 INVOKE_READ_TIMEOUT_MARGIN_SECONDS = 5
 
 CONTROL_RETRIES = {"mode": "standard", "total_max_attempts": 3}
-INVOKE_RETRIES = {"mode": "standard", "total_max_attempts": 1}
+INVOKE_RETRIES = SINGLE_ATTEMPT
 
 _NO_CREDENTIALS = "The sandbox could not obtain credentials for this tenant; please try again later."
 _ROLE_SESSION_NAME_BAD = re.compile(r"[^\w+=,.@-]+")

@@ -10,6 +10,7 @@ import pytest
 from dispatch import quota_client
 from sandbox_common.windows import Windows
 
+from tests.support.emf import emf_records
 from tests.support.http import fixed, http_endpoint
 
 NOW = datetime(2026, 11, 21, 23, 59, 30, tzinfo=UTC)
@@ -67,7 +68,7 @@ def test_check_quota_fail_closed_counts_as_a_cap_refusal(monkeypatch: pytest.Mon
     # Given an unreachable quota Lambda / When dispatch checks / Then the refusal is visible to the
     # cap dashboards and alarms: SandboxCapExceeded by dimension=unknown and by tenant
     _check(monkeypatch, "http://127.0.0.1:1")
-    emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith('{"_aws"')]
+    emf = emf_records(capsys.readouterr().out)
     cap = [(e.get("dimension"), e.get("tenant_id")) for e in emf if "SandboxCapExceeded" in e]
     assert sorted(cap, key=str) == sorted([("unknown", None), (None, "acme")], key=str)
     assert any("SandboxQuotaFailClosed" in e for e in emf)

@@ -11,15 +11,7 @@ from sandbox_common.errors import SandboxProvisioning
 from sandbox_common.redaction.stdio import READINESS_MARKER, check_readiness, preamble_source
 
 from infra.local import eventstream as es
-
-
-def _metric_names(out: str) -> list[str]:
-    names = []
-    for line in out.splitlines():
-        if line.startswith("{") and '"_aws"' in line:
-            record = json.loads(line)
-            names += [m["Name"] for d in record["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]]
-    return names
+from tests.support.emf import metric_names
 
 
 def test_start_session_runs_real_preamble_as_its_own_call(fake_agentcore, make_runner):
@@ -87,7 +79,7 @@ def test_start_session_readiness_failure_stops_session_and_never_runs_user_code(
     assert stop.session_id == "sess0001"
     invokes = fake_agentcore.ops("InvokeCodeInterpreter")
     assert [i.code for i in invokes] == [preamble_source()]
-    assert naming.METRIC_READINESS_FAILED in _metric_names(capsys.readouterr().out)
+    assert naming.METRIC_READINESS_FAILED in metric_names(capsys.readouterr().out)
 
 
 def test_start_session_readiness_invoke_rejected_is_provisioning(fake_agentcore, make_runner):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import timedelta
 
@@ -12,17 +11,10 @@ from sandbox_common import naming
 from sandbox_common.errors import SandboxError, SandboxProvisioning
 
 from infra.local import eventstream as es
+from tests.support.emf import metric_names
 
 SESSION = "sess0001"
 
-
-def _emf_metric_names(out: str) -> list[str]:
-    names = []
-    for line in out.splitlines():
-        if line.startswith("{") and '"_aws"' in line:
-            record = json.loads(line)
-            names += [m["Name"] for d in record["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]]
-    return names
 
 
 # --- isolation ---------------------------------------------------------------------------------
@@ -241,7 +233,7 @@ def test_execute_timeout_with_failing_stop_keeps_result_and_warns(
         r for r in caplog.records if r.levelname == "WARNING" and r.getMessage() == "session stop failed"
     ]
     assert [w.failure_reason for w in warnings] == ["stop_failed:InternalServerException"]
-    assert naming.METRIC_SESSION_STOP_FAILED in _emf_metric_names(out)
+    assert naming.METRIC_SESSION_STOP_FAILED in metric_names(out)
 
 
 def test_stop_session_success_and_already_gone(fake_agentcore, make_runner, capsys):
@@ -252,7 +244,7 @@ def test_stop_session_success_and_already_gone(fake_agentcore, make_runner, caps
     fake_agentcore.stop_error = (404, "ResourceNotFoundException", "gone")
     assert runner.stop_session(fake_agentcore.INTERPRETER, SESSION) is True  # not running: that's what counts
     # Then a missing session is not counted as a stop failure
-    assert naming.METRIC_SESSION_STOP_FAILED not in _emf_metric_names(capsys.readouterr().out)
+    assert naming.METRIC_SESSION_STOP_FAILED not in metric_names(capsys.readouterr().out)
 
 
 # --- start ---------------------------------------------------------------------------------------

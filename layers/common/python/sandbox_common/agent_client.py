@@ -16,6 +16,7 @@ import json
 import uuid
 from typing import Any
 
+from .aws import SINGLE_ATTEMPT
 from .tool_spec import TOOL_DESCRIPTION, TOOL_NAME
 
 
@@ -54,7 +55,7 @@ class SandboxTurn:
 
             # Read timeout above dispatch's own deadline; never retried (a retry is the caller's
             # decision, with the same call_id).
-            self._client = boto3.client("lambda", config=Config(read_timeout=900, retries={"mode": "standard", "total_max_attempts": 1}))
+            self._client = boto3.client("lambda", config=Config(read_timeout=900, retries=dict(SINGLE_ATTEMPT)))
         try:
             out = self._client.invoke(FunctionName=self.function_name, Payload=json.dumps(event).encode())
             body = json.loads(out["Payload"].read())

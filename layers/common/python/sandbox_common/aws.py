@@ -10,6 +10,10 @@ from functools import cache
 from typing import Any
 
 RETRY_CONFIG = {"mode": "standard", "max_attempts": 3}
+# For calls that must never be sent twice (they count, run code, or are someone else's to
+# retry). Careful: botocore's `max_attempts` counts *retries*; only `total_max_attempts` counts
+# attempts, so this is the one spelling of "exactly one attempt" in the project.
+SINGLE_ATTEMPT = {"mode": "standard", "total_max_attempts": 1}
 
 
 @cache

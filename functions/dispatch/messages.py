@@ -11,6 +11,10 @@ TENANT_DISABLED = (
     "An administrator can enable it."
 )
 NOT_REQUESTED = "This assistant is not configured with a code sandbox, so I can't run code here."
+ISOLATION_UNAVAILABLE = (
+    "The local code sandbox cannot isolate code on this machine, so no code was run; "
+    "an operator needs to install its isolation tools."
+)
 NOT_READY = "The code sandbox for this workspace is still being set up; please try again in a few minutes."
 PREFLIGHT_UNAVAILABLE = "I couldn't confirm that code execution is allowed right now; please try again shortly."
 INTERNAL = "The code sandbox had an internal problem running this call; please try again."

@@ -117,10 +117,14 @@ class _Worker:
         except (BrokenPipeError, OSError) as exc:
             self.kill()
             raise WorkerGone(f"worker exited: {exc}") from None
-        line = self._next_line(timeout)
-        if line is None:
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:  # still running at the deadline: the function timed out
             self.kill()
-            raise WorkerGone("timeout" if self.proc.returncode in (None, -signal.SIGKILL) else "exited")
+            raise WorkerGone("timeout") from None
+        if line is None:  # EOF before an answer: the worker died (killed, crashed), at once reported
+            self.kill()
+            raise WorkerGone("exited")
         return json.loads(line)
 
     def kill(self) -> None:

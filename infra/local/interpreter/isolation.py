@@ -153,7 +153,7 @@ def _bwrap_problem() -> str | None:
         return "the local interpreter must run as root to give each session its own uid, cgroup and network fence"
     if not os.access(SETPRIV, os.X_OK):
         return f"{SETPRIV} (util-linux) is not installed"
-    if not _runs([bwrap, "--unshare-all", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "true"]):
+    if not _runs([bwrap, "--unshare-all", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "/bin/sh", "-c", "exit 0"]):
         return "bwrap is installed but cannot create namespaces here"
     return None
 
@@ -237,6 +237,9 @@ def _system_binds(python: str) -> list[str]:
     return args
 
 
+_OWN_MOUNTS = ("/tmp", "/proc", "/dev", SANDBOX_WORKDIR)
+
+
 def _parent_dirs(argv: list[str]) -> list[str]:
     """`--perms 0755 --dir D` for every directory above a bind target: bwrap run by root would
     create them 0700 (root-only), and the session's uid could not reach what is bound below."""
@@ -246,7 +249,7 @@ def _parent_dirs(argv: list[str]) -> list[str]:
         parts = Path(target).parts[1:-1]
         for depth in range(1, len(parts) + 1):
             parent = "/" + "/".join(parts[:depth])
-            if parent not in parents and parent not in targets:
+            if parent not in parents and parent not in targets and parent not in _OWN_MOUNTS:
                 parents.append(parent)
     return [arg for parent in parents for arg in ("--perms", "0755", "--dir", parent)]
 
@@ -290,10 +293,11 @@ def build_command(
         "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--unshare-net",
         "--info-fd", str(info_fd),
         "--hostname", "sandbox",
+        "--proc", "/proc", "--dev", "/dev",
+        "--size", str(limits.tmp_mb << 20), "--perms", "1777", "--tmpfs", "/tmp",
+        # after /tmp's tmpfs, so that a session Python kept under /tmp stays visible
         *_parent_dirs(binds),
         *binds,
-        "--proc", "/proc", "--dev", "/dev",
-        "--size", str(limits.tmp_mb << 20), "--tmpfs", "/tmp",
         "--bind", workdir, SANDBOX_WORKDIR, "--chdir", SANDBOX_WORKDIR,
         "--clearenv",
         "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",

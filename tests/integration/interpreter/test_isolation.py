@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import secrets
 import shutil
 import socket
@@ -21,7 +19,6 @@ from botocore.exceptions import ClientError
 from sandbox_common import naming
 
 from infra.local.interpreter import Limits, LocalInterpreterServer, network
-from infra.local.interpreter.isolation import WORKER_PATH
 from tests.integration.interpreter._helpers import (
     PUBLIC_CI,
     SANDBOX_CI,
@@ -133,7 +130,7 @@ def test_sandbox_has_no_network_public_reaches_only_other_machines(listener: int
     assert len(host_targets) >= 3  # loopback, slirp's host alias and at least one host address
     assert len(sandbox_lines) == len(public_lines) == len(host_targets) + 1, (sandbox_seen, public_seen)
     assert all(line.startswith("blocked") for line in sandbox_lines), sandbox_lines
-    assert all(line.startswith("blocked") for line in public_lines[:-1]), list(zip(host_targets, public_lines))
+    assert all(line.startswith("blocked") for line in public_lines[:-1]), list(zip(host_targets, public_lines, strict=False))
     assert public_lines[-1] == "connected", public_seen
 
 
@@ -341,137 +338,6 @@ def test_max_sessions_is_a_service_quota() -> None:
     assert (exc.value.response["Error"]["Code"], exc.value.response["ResponseMetadata"]["HTTPStatusCode"]) == (
         "ServiceQuotaExceededException", 402)
     assert second != first
-
-
-# --- attacks from inside a session (SPEC §18), from PUBLIC and SANDBOX --------------------------
-REPO = Path(__file__).resolve().parents[3]
-
-_PROBE = """
-import json, os
-def attempt(fn):
-    try:
-        fn(); return "done"
-    except OSError as e:
-        return type(e).__name__
-def read(path):
-    return lambda: open(path, "rb").read(1)
-def write(path):
-    return lambda: open(path, "ab").write(b"#")
-host_pids = [p for p in os.listdir("/proc") if p.isdigit()]
-print(json.dumps({
-    "uid": os.getuid(), "euid": os.geteuid(), "groups": os.getgroups(),
-    "shadow": attempt(read("/etc/shadow")),
-    "repo": attempt(read(REPO + "/pyproject.toml")),
-    "home": attempt(read(HOME_MARKER)),
-    "state": attempt(lambda: os.listdir(REPO + "/.local")),
-    "other_workspace": attempt(lambda: os.listdir(OTHER)),
-    "server_environ": attempt(read("/proc/%d/environ" % SERVER_PID)),
-    "worker_in_sandbox": attempt(write("/opt/local-interpreter/worker.py")),
-    "worker_on_host": attempt(write(WORKER)),
-    "usr": attempt(write("/usr/pwned")),
-    "own_workspace": attempt(write("/workspace/mine")),
-    "tmp": attempt(write("/tmp/mine")),
-    "pids": len(host_pids),
-    "workspace_mode": oct(os.stat("/workspace").st_mode & 0o777),
-    "caps": [l.split()[1] for l in open("/proc/self/status") if l.startswith(("CapEff", "CapBnd"))],
-}))
-"""
-
-
-def _probe(other_root: str, home_marker: Path) -> str:
-    return (f"REPO, HOME_MARKER, OTHER, SERVER_PID, WORKER = {str(REPO)!r}, {str(home_marker)!r}, "
-            f"{other_root!r}, {os.getpid()}, {str(WORKER_PATH)!r}\n" + _PROBE)
-
-
-@pytest.fixture
-def home_marker() -> Iterator[Path]:
-    """A file in the host user's home directory (removed afterwards)."""
-    marker = Path.home() / f".lci-test-{secrets.token_hex(4)}"
-    marker.write_text("host home")
-    marker.chmod(0o644)  # readable by anyone who can reach it: only the sandbox may stop a session
-    yield marker
-    marker.unlink()
-
-
-@pytest.mark.parametrize("mode", ["PUBLIC", "SANDBOX"])
-def test_session_cannot_read_host_secrets_other_sessions_or_write_the_worker(mode: str, home_marker: Path) -> None:
-    interpreter = PUBLIC_CI if mode == "PUBLIC" else SANDBOX_CI
-    with LocalInterpreterServer(interpreters={interpreter: mode}) as srv:
-        client = make_client(srv.endpoint)
-        # Given a victim session holding a file in its workspace, and an attacker session
-        victim = _start(client, interpreter)
-        invoke(client, interpreter, victim, "open('/workspace/secret', 'w').write('victim')")
-        victim_session = srv.session(victim)
-        assert victim_session is not None
-        attacker = _start(client, interpreter)
-        attacker_uid = srv.session(attacker).uid  # type: ignore[union-attr]
-
-        # When the attacker tries every path of the security pass
-        seen = json.loads(invoke(client, interpreter, attacker, _probe(victim_session.root + "/workspace", home_marker))[0]["stdout"])
-        # and reads the victim's workspace on the host as the attacker's uid would
-        host_view = subprocess.run(["setpriv", f"--reuid={attacker_uid}", f"--regid={attacker_uid}", "--clear-groups",
-                                    "cat", victim_session.root + "/workspace/secret"], capture_output=True)
-
-    # Then it is an unprivileged uid of its own, with no capability, and every attempt fails
-    assert seen["uid"] == seen["euid"] == attacker_uid != victim_session.uid
-    assert attacker_uid >= 1000
-    assert seen["groups"] in ([], [attacker_uid])
-    assert seen["caps"] == ["0000000000000000", "0000000000000000"]
-    for key in ("shadow", "repo", "home", "state", "other_workspace", "server_environ"):
-        assert seen[key] in ("FileNotFoundError", "PermissionError"), (key, seen[key])
-    for key in ("worker_in_sandbox", "worker_on_host", "usr"):
-        assert seen[key] in ("OSError", "PermissionError", "FileNotFoundError"), (key, seen[key])
-    assert seen["pids"] <= 4, seen  # bwrap's init, the worker (and its children): no host process
-    # And its own workspace and /tmp are writable, the workspace private (0700)
-    assert (seen["own_workspace"], seen["tmp"], seen["workspace_mode"]) == ("done", "done", "0o700")
-    assert host_view.returncode != 0 and b"victim" not in host_view.stdout
-
-
-def test_memory_is_bounded_over_all_children_of_a_session() -> None:
-    # Given a session limited to 256 MiB (each process alone may use that much)
-    with LocalInterpreterServer(interpreters={PUBLIC_CI: "PUBLIC"}, limits=Limits(memory_mb=256)) as srv:
-        if srv.manager.plan.cgroups is None:
-            pytest.skip("no writable cgroup v1 memory+pids here: whole-session memory is not enforced (README)")
-        client = make_client(srv.endpoint)
-        session_id = _start(client, PUBLIC_CI)
-        # When four children each hold 100 MiB at the same time (400 MiB in total)
-        code = (
-            "import subprocess, sys\n"
-            "hold = 'import time; x = b\"x\" * (100 << 20); time.sleep(3)'\n"
-            "kids = [subprocess.Popen([sys.executable, '-c', hold]) for _ in range(4)]\n"
-            "print([k.wait() for k in kids])\n"
-        )
-        result = invoke(client, PUBLIC_CI, session_id, code)[0]
-        cgroup = srv.session(session_id).cgroup  # type: ignore[union-attr]
-        peak, kills = cgroup.memory_peak_bytes(), cgroup.oom_kills()
-
-    # Then the kernel killed children (SIGKILL) so that the session never held more than 256 MiB
-    codes = json.loads(result["stdout"])
-    assert len(codes) == 4
-    assert codes.count(-9) >= 2, codes
-    assert kills >= 2
-    assert peak <= 256 << 20
-
-
-def test_process_count_is_bounded_per_session() -> None:
-    # Given a session limited to 32 tasks
-    with LocalInterpreterServer(interpreters={SANDBOX_CI: "SANDBOX"}, limits=Limits(max_processes=32)) as srv:
-        client = make_client(srv.endpoint)
-        session_id = _start(client, SANDBOX_CI)
-        # When it tries to start 100 processes
-        code = (
-            "import subprocess\nkids, errors = [], []\n"
-            "for _ in range(100):\n"
-            "    try:\n        kids.append(subprocess.Popen(['sleep', '30']))\n"
-            "    except OSError as e:\n        errors.append(e.errno)\n"
-            "print(len(kids), len(errors), sorted(set(errors)))\n"
-            "for k in kids:\n    k.kill()\n"
-        )
-        started, failed, errnos = invoke(client, SANDBOX_CI, session_id, code)[0]["stdout"].split(" ", 2)
-
-    # Then fewer than 32 started, the rest failed with EAGAIN
-    assert int(started) < 32 and int(started) + int(failed) == 100
-    assert errnos.strip() == "[11]"
 
 
 # --- exact byte counts (SPEC §19) ---------------------------------------------------------------

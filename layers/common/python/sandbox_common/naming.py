@@ -368,3 +368,13 @@ def ttl_request(spec: TableSpec, stage: str) -> dict | None:
 # --- backstop findings (§8.4) ------------------------------------------------------------------
 # Findings are security evidence: kept for the audit ceiling, expired by DynamoDB TTL.
 FINDINGS_RETENTION_DAYS = 180
+
+
+# --- redaction, validation and local-stack robustness (issue 10) ---
+# The session tag dispatch sets at AssumeRole of a tenant's session-runner role, from the tenant
+# record it routes on; each runner role's trust policy requires it to equal its own tenant.
+RUNNER_SESSION_TAG_TENANT = "tenant_id"
+# Local stack only: the file the audit writer appends a row to when both the table and the
+# dead-letter queue are unreachable (they live in the same emulated AWS); `audit replay` drains it.
+ENV_AUDIT_SPOOL = "SANDBOX_AUDIT_SPOOL"
+LOCAL_AUDIT_SPOOL_FILE = "audit-spool.jsonl"

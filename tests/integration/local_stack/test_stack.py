@@ -17,6 +17,8 @@ from infra.config import build_config
 from infra.function_env import function_environment
 from infra.local import stack
 from infra.local.stack import LocalState
+from infra.sandboxctl import ops
+from infra.sandboxctl.target import local_target
 
 
 @pytest.fixture(scope="module")
@@ -163,14 +165,32 @@ def test_up_restarts_dead_parts_keeping_state_and_down_leaves_no_process_behind(
     assert {k: p["endpoint"] for k, p in now.items()} == {k: p["endpoint"] for k, p in old.items()}
     assert current.client("ssm").get_parameter(Name="/issue10/kept")["Parameter"]["Value"] == "still here"
 
-    # Given moto itself died (its in-memory state is gone with it)
+    # Given moto itself died (its in-memory state is gone with it), and a call arrives meanwhile
     _kill(now["moto"])
+    event = {"action": "execute_code", "tenant_id": "acme", "agent_id": "spool-probe", "template_id": "analyst",
+             "turn_id": "t-spool", "call_id": "c-spool", "code": "print(1)"}  # fmt: skip
+    out = current.client("lambda").invoke(
+        FunctionName=current.resources.functions[n.DISPATCH], Payload=json.dumps(event).encode()
+    )
+    answer = json.loads(out["Payload"].read())
+    # Then the agent gets a structured refusal and the audit row waits in the local spool
+    assert answer["ok"] is False
+    spool = tmp_path / n.LOCAL_AUDIT_SPOOL_FILE
+    (spooled,) = [json.loads(line) for line in spool.read_text().splitlines()]
+    assert spooled["call_id"] == "c-spool" and spooled["tenant_id"] == "acme"
     # When `up` runs again
     current, started = stack.up(tmp_path)
     # Then the stack is started clean: every part is new
     fresh = current.data["processes"]
     assert started is True and stack.status(tmp_path)["running"] is True
     assert all(fresh[k]["pid"] != now[k]["pid"] for k in stack.COMPONENTS)
+    # and `audit replay` writes the spooled row into the new stack's table, exactly once
+    assert ops.audit_replay(local_target(current)) == {"replayed": 1, "duplicates": 0, "invalid": 0, "failed": 0}
+    row = current.client("dynamodb").get_item(
+        TableName=current.resources.tables[n.INVOCATIONS.logical],
+        Key={n.INVOCATIONS.pk: {"S": spooled["invocation_id"]}},
+    )["Item"]
+    assert row["call_id"] == {"S": "c-spool"} and spool.read_text() == ""
 
     # Given the new stack has a warm Lambda worker and an interpreter session
     current.client("lambda").invoke(

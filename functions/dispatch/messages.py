@@ -24,15 +24,20 @@ SESSION_RESTARTED = (
 
 
 def cap_exceeded(dimension: str, resets_at: str) -> str:
+    """The sentence, the reset time, and (SPEC §19) the dimension's name literally, e.g.
+    `(cap: tenant_daily)`; anything but a known dimension is named `unknown`."""
     when = _hhmm(resets_at)
     if dimension == n.DIM_TENANT_DAILY:
-        return f"I've hit the daily code-execution cap for this workspace; please try again at {when} UTC ({resets_at})."
-    if dimension == n.DIM_AGENT_HOURLY:
-        return f"I've hit this assistant's hourly code-execution cap; please try again at {when} UTC ({resets_at})."
-    return (
-        "I couldn't confirm the code-execution quota, so the call was refused to be safe; "
-        f"please try again at {when} UTC ({resets_at})."
-    )
+        sentence = f"I've hit the daily code-execution cap for this workspace; please try again at {when} UTC ({resets_at})."
+    elif dimension == n.DIM_AGENT_HOURLY:
+        sentence = f"I've hit this assistant's hourly code-execution cap; please try again at {when} UTC ({resets_at})."
+    else:
+        dimension = n.DIM_UNKNOWN
+        sentence = (
+            "I couldn't confirm the code-execution quota, so the call was refused to be safe; "
+            f"please try again at {when} UTC ({resets_at})."
+        )
+    return f"{sentence} (cap: {dimension})"
 
 
 def _hhmm(resets_at: str) -> str:

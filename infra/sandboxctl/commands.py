@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -120,12 +121,27 @@ def _invoke(args: argparse.Namespace, target: Any) -> int:
     from infra.sandboxctl import ops
 
     try:
-        event = json.loads(args.event)
+        event = json.loads(_event_text(args.event))
     except ValueError as exc:
         raise CtlError(f"the event is not valid JSON: {exc}") from None
     response = ops.invoke(target, event)
     print(json.dumps(response, indent=None if args.json else 2, sort_keys=True))
     return EXIT_OK
+
+
+def _event_text(arg: str) -> str:
+    """SPEC §19: `-` reads the event from standard input, `@PATH` from a file, anything else is
+    the event itself (one argument is limited to 128 KiB; stdin and files are not)."""
+    if arg == "-":
+        return sys.stdin.read()
+    if arg.startswith("@"):
+        path = arg[1:]
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CtlError(f"cannot read the event from {path!r}: {type(exc).__name__}: {exc.args[-1]}") from None
+    return arg
 
 
 # --- caps ------------------------------------------------------------------------------------

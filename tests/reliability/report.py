@@ -89,7 +89,7 @@ def render(*, records: dict[str, list[dict[str, Any]]], outcomes: dict[str, str]
         out += _table(["attack", "network mode", "observed", "result"], rows)
         out.append("")
 
-    for section, title in (("isolation", "Isolation"), ("data_safety", "Data safety")):
+    for section, title in (("isolation", "Isolation"), ("data_safety", "Data safety"), ("redaction", "Redaction")):
         items = records.get(section, [])
         if items:
             out += [f"## {title}", ""]

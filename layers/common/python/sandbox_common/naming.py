@@ -383,3 +383,12 @@ REASON_ISOLATION_UNAVAILABLE = "isolation_unavailable"
 # these response headers (it keeps only the first MiB of each stream); AgentCore sends none.
 LOCAL_STDOUT_BYTES_HEADER = "x-sandbox-local-stdout-bytes"
 LOCAL_STDERR_BYTES_HEADER = "x-sandbox-local-stderr-bytes"
+
+# --- redaction, validation and local-stack robustness (issue 10) ---
+# The session tag dispatch sets at AssumeRole of a tenant's session-runner role, from the tenant
+# record it routes on; each runner role's trust policy requires it to equal its own tenant.
+RUNNER_SESSION_TAG_TENANT = "tenant_id"
+# Local stack only: the file the audit writer appends a row to when both the table and the
+# dead-letter queue are unreachable (they live in the same emulated AWS); `audit replay` drains it.
+ENV_AUDIT_SPOOL = "SANDBOX_AUDIT_SPOOL"
+LOCAL_AUDIT_SPOOL_FILE = "audit-spool.jsonl"

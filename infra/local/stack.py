@@ -208,6 +208,15 @@ def _wait_http(url: str, process: dict[str, Any], deadline: float) -> None:
     raise LocalStackError(f"{process['marker']} did not answer on {url} within {START_TIMEOUT_SECONDS}s")
 
 
+def session_runtime_env() -> dict[str, str]:
+    """Sessions run on the pinned session runtime (SPEC §14.5, `make session-runtime`) when it
+    is built; without it they run on the host's base Python (no pandas/matplotlib)."""
+    from sandbox_common import naming as n
+
+    python = REPO_ROOT / n.SESSION_VENV_DIR / "bin" / "python"
+    return {n.ENV_SESSION_PYTHON: str(python)} if python.exists() else {}
+
+
 def _base_env() -> dict[str, str]:
     keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONDONTWRITEBYTECODE")
     env = {k: os.environ[k] for k in keep if k in os.environ}
@@ -252,6 +261,8 @@ def status(directory: Path | None = None) -> dict[str, Any]:
         "state_dir": str(state.directory),
         "stage": state.data["stage"],
         "processes": processes,
+        # The interpreter ids the local AgentCore serves (issue 14: only the state file had them).
+        "interpreters": [i["id"] for i in state.data.get("resources", {}).get("interpreters", [])],
     }
 
 
@@ -337,7 +348,7 @@ def _start(directory: Path, stage: str, max_concurrency: int) -> LocalState:
         directory,
         "interpreter",
         [sys.executable, "-m", "infra.local.interpreter", "--port", str(port), *registrations],
-        env,
+        {**env, **session_runtime_env()},
     )
     interp["endpoint"] = f"http://127.0.0.1:{port}"
     data["processes"]["interpreter"] = interp
@@ -405,6 +416,7 @@ def lambda_function_specs(
             tables=resources.tables,
             quota_function_name=resources.functions[n.QUOTA_CHECK],
             audit_dlq_url=resources.audit_dlq_url,
+            artifacts_bucket=resources.artifacts_bucket,
         )
         specs.append(
             {

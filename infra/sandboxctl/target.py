@@ -24,6 +24,7 @@ class Target:
     audit_dlq_url: str
     _make_client: Callable[[str], Any]
     _clients: dict[str, Any] = field(default_factory=dict)
+    artifacts_bucket: str = ""  # §14.2; empty on a stage deployed before artifacts existed
 
     def client(self, service: str) -> Any:
         if service not in self._clients:
@@ -72,6 +73,7 @@ def local_target(state: Any) -> Target:
         quota_function=resources.functions[n.QUOTA_CHECK],
         audit_dlq_url=resources.audit_dlq_url,
         _make_client=state.client,
+        artifacts_bucket=resources.artifacts_bucket,
     )
 
 
@@ -109,4 +111,5 @@ def _deployed_target(stage: str) -> Target:
         quota_function=output(n.OUTPUT_QUOTA_FUNCTION),
         audit_dlq_url=output(n.OUTPUT_AUDIT_DLQ_URL),
         _make_client=make_client,
+        artifacts_bucket=outputs.get(n.OUTPUT_ARTIFACTS_BUCKET, ""),
     )

@@ -28,6 +28,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from sandbox_common.naming import ENV_SESSION_PYTHON
+
 WORKER_PATH = Path(__file__).with_name("worker.py")
 SANDBOX_WORKER_PATH = "/opt/local-interpreter/worker.py"
 SANDBOX_WORKDIR = "/workspace"
@@ -69,10 +71,26 @@ def _clean_env(home: str) -> dict[str, str]:
             "PYTHONIOENCODING": "utf-8", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
+SESSION_PYTHON_ENV = ENV_SESSION_PYTHON
+
+
 def default_python() -> str:
-    # The base interpreter, not the venv's: the worker is stdlib-only, and the sandbox then needs
-    # to see only the Python installation, not the project's virtual environment.
+    # The session runtime (SPEC §14.5) when the local stack names it: a pinned venv with numpy,
+    # pandas, matplotlib... (`make session-runtime`). Otherwise the base interpreter, not the
+    # project venv's: the worker is stdlib-only, and the sandbox then needs to see only the
+    # Python installation, not the project's virtual environment.
+    configured = os.environ.get(SESSION_PYTHON_ENV)
+    if configured:
+        if not os.access(configured, os.X_OK):
+            raise IsolationUnavailable(f"{SESSION_PYTHON_ENV}={configured} is not an executable Python")
+        return configured
     return getattr(sys, "_base_executable", None) or sys.executable
+
+
+def _venv_root(python: str) -> str | None:
+    """The virtual environment `python` belongs to (its pyvenv.cfg), else None."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(python)))
+    return root if os.path.isfile(os.path.join(root, "pyvenv.cfg")) else None
 
 
 _probe_lock = threading.Lock()
@@ -154,6 +172,9 @@ def _system_binds(python: str) -> list[str]:
     prefix = os.path.realpath(os.path.join(os.path.dirname(os.path.realpath(python)), ".."))
     if not any(prefix == d or prefix.startswith(d + "/") for d in _SYSTEM_DIRS):
         args += ["--ro-bind", prefix, prefix]
+    venv = _venv_root(python)
+    if venv is not None:  # the session runtime's site-packages, read-only; nothing else of the checkout
+        args += ["--ro-bind", venv, venv]
     return args
 
 

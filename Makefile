@@ -33,13 +33,13 @@ install: .venv/.installed node_modules/.installed
 
 # The local interpreter's session runtime (SPEC §14.5): numpy, pandas, matplotlib (Agg), scipy,
 # pyarrow, requests, openpyxl, every version pinned in one requirements file. Those pins need
-# Python >= 3.12: the first python3.13/python3.12 on PATH, else pyenv's (by full path, as the
-# shims may be inactive). Override with `make SESSION_BASE_PYTHON=/path/to/python3.12`.
+# Python >= 3.12: the first python3.13/python3.12 that runs (on PATH, else pyenv's by full path:
+# inactive shims are on PATH but do not run). Override with `make SESSION_BASE_PYTHON=/path/to/python3.12`.
 SESSION_VENV := .venv-session
 SESSION_REQUIREMENTS := infra/local/interpreter/session-requirements.txt
-SESSION_BASE_PYTHON ?= $(firstword $(foreach p,python3.13 python3.12,$(shell command -v $(p) 2>/dev/null)) \
-  $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3.13 $(HOME)/.pyenv/versions/3.12*/bin/python3.12 \
-  /usr/local/bin/python3.13 /usr/local/bin/python3.12))
+SESSION_BASE_PYTHON ?= $(shell for p in python3.13 python3.12 $(HOME)/.pyenv/versions/3.13*/bin/python3.13 \
+  $(HOME)/.pyenv/versions/3.12*/bin/python3.12 /usr/local/bin/python3.13 /usr/local/bin/python3.12; do \
+  "$$p" -c 'import sys; assert sys.version_info >= (3, 12)' >/dev/null 2>&1 && { command -v "$$p"; break; }; done)
 
 session-runtime: $(SESSION_VENV)/.installed
 

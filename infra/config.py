@@ -174,9 +174,16 @@ _DEMO_TENANTS = (
     TenantConfig(id="canary", environments=("default-public",), templates={"analyst": "default-public"}),
 )
 
+# The local stage's acme may read its folder of the demo data bucket the local stack creates (§14.4).
+_LOCAL_TENANTS = tuple(
+    t.model_copy(update={"data": TenantData(read=(f"s3://{n.demo_data_bucket_name('local')}/{t.id}/",))})
+    if t.id == "acme" else t
+    for t in _DEMO_TENANTS
+)
+
 # Raw stage data. Everything not named takes the StageConfig default (= SPEC §12 defaults).
 STAGES: dict[str, dict] = {
-    "local": {"tenants": _DEMO_TENANTS},
+    "local": {"tenants": _LOCAL_TENANTS},
     "dev": {"tenants": _DEMO_TENANTS, "log_retention_days": 14},
     "staging": {"tenants": _DEMO_TENANTS, "log_retention_days": 30},
     "prod": {

@@ -65,6 +65,7 @@ def tenant_substrate(
         "templates": dict(tenant.templates),
         "interpreters": dict(interpreters),
         "runner_role_arn": runner_role_arn,
+        "data_read": list(tenant.data.read),  # §14.4: where s3_uri inputs may come from
     }
 
 

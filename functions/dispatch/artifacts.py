@@ -100,14 +100,14 @@ def __sandbox_collect(outputs, state_dir, answer, max_bytes, chunk, figure_name)
     with open(answer, "w") as fh:
         json.dump({"items": items, "figures": figures}, fh)
 
-__sandbox_collect(%(args)s)
+__sandbox_collect(__ARGS__)
 del __sandbox_collect
 '''
 
 
 def collect_source(max_bytes: int = n.MAX_ARTIFACT_BYTES, chunk: int = CHUNK_BYTES) -> str:
     args = ", ".join(json.dumps(v) for v in (n.OUTPUTS_DIR, STATE_DIR, ANSWER_PATH, max_bytes, chunk, n.FIGURE_NAME))
-    return _COLLECT_SOURCE % {"args": args}
+    return _COLLECT_SOURCE.replace("__ARGS__", args)
 
 
 @dataclass(frozen=True)

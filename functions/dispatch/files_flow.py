@@ -29,6 +29,17 @@ from .runner.tools import SessionFiles
 INPUTS_FAILED_MESSAGE = "The input files could not be placed in the sandbox, so no code was run; please check them and try again."
 
 
+@functools.cache
+def s3_client() -> Any:
+    """S3 for artifacts: SigV4 always (presigned GETs of SSE-KMS objects need it), endpoint from
+    boto3's configuration like every other client (aws.client), created lazily once."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.session.Session().client("s3", config=Config(
+        signature_version="s3v4", retries=dict(aws.RETRY_CONFIG), connect_timeout=3, read_timeout=60))  # fmt: skip
+
+
 def session_files(runner: Any) -> SessionFiles:
     """File tools bound to a SessionRunner's tenant, interpreters and credentials."""
     return SessionFiles(tenant_id=runner.tenant_id, allowed_interpreter_ids=runner.allowed_interpreter_ids,
@@ -52,4 +63,4 @@ def collect(runner: Any, interpreter_id: str, session_id: str, ctx: ArtifactCont
     if exit_status == "timeout" or not ctx.bucket:
         return None
     return collect_and_store(session_files(runner), interpreter_id, session_id, ctx,
-                             ArtifactStore(s3 or aws.client("s3")), functools.partial(redact_by_lines, redact=redact))  # fmt: skip
+                             ArtifactStore(s3 or s3_client()), functools.partial(redact_by_lines, redact=redact))  # fmt: skip

@@ -32,7 +32,7 @@ def __sandbox_copy_inputs(items, answer, max_bytes):
     for path, bucket, key in items:
         head = s3.head_object(Bucket=bucket, Key=key)
         if head["ContentLength"] > max_bytes:
-            raise ValueError("%%s is %%d bytes, over the %%d-byte limit" %% (path, head["ContentLength"], max_bytes))
+            raise ValueError("%s is %d bytes, over the %d-byte limit" % (path, head["ContentLength"], max_bytes))
         folder = os.path.dirname(path)
         if folder:
             os.makedirs(folder, exist_ok=True)
@@ -46,7 +46,7 @@ def __sandbox_copy_inputs(items, answer, max_bytes):
     with open(answer, "w") as fh:
         json.dump(records, fh)
 
-__sandbox_copy_inputs(%(args)s)
+__sandbox_copy_inputs(__ARGS__)
 del __sandbox_copy_inputs
 '''
 
@@ -61,7 +61,7 @@ class InputsFailed(Exception):
 
 def copy_source(items: list[tuple[str, str, str]]) -> str:
     args = ", ".join(json.dumps(v) for v in (items, ANSWER_PATH, n.MAX_S3_INPUT_BYTES))
-    return _COPY_SOURCE % {"args": args}
+    return _COPY_SOURCE.replace("__ARGS__", args)
 
 
 def write_inputs(files: SessionFiles, interpreter_id: str, session_id: str,

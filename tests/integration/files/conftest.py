@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+from botocore.config import Config
 import pytest
 from sandbox_common import naming as n
 
@@ -54,6 +55,7 @@ def acme_session(files_interpreter: LocalInterpreterServer) -> Iterator[str]:
 
 @pytest.fixture
 def s3(moto_endpoint: str) -> Any:
-    client = boto3.client("s3", region_name="us-east-1")
+    # SigV4, as dispatch signs (SSE-KMS objects cannot be fetched with SigV2 presigned URLs).
+    client = boto3.client("s3", region_name="us-east-1", config=Config(signature_version="s3v4"))
     client.create_bucket(Bucket=BUCKET)
     return client

@@ -112,8 +112,8 @@ def test_check_s3_inputs_refuses_any_uri_when_tenant_has_no_data() -> None:
 
 
 def test_is_under_treats_prefix_as_folder() -> None:
-    assert is_under("s3://b/in/x", ["s3://b/in"])
-    assert not is_under("s3://b/inbox/x", ["s3://b/in"])
+    assert is_under("s3://bkt/in/x", ["s3://bkt/in"])
+    assert not is_under("s3://bkt/inbox/x", ["s3://bkt/in"])
 
 
 def test_input_record_has_path_bytes_sha256() -> None:

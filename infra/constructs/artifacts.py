@@ -94,3 +94,11 @@ class ArtifactsConstruct(Construct):
         role.add_to_principal_policy(
             iam.PolicyStatement(sid="ArtifactsKey", actions=list(DISPATCH_KEY_ACTIONS), resources=[self.key.key_arn])
         )
+        stack = cdk.Stack.of(self)
+        bucket_id = stack.get_logical_id(self.bucket.node.default_child)  # type: ignore[arg-type]
+        acknowledge(
+            role,
+            f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/*]",
+            "Artifacts are written and read at {tenant}/{turn}/{invocation}/{filename}, keys known only at "
+            "run time; dispatch may only Put and Get objects of this one bucket (no List, no Delete).",
+        )

@@ -43,6 +43,7 @@ _ETC_FILES = (
     "/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/host.conf", "/etc/gai.conf",
     "/etc/ssl", "/etc/ca-certificates", "/etc/pki", "/etc/localtime", "/etc/ld.so.cache",
     "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/mime.types",
+    "/etc/fonts",  # matplotlib (session runtime) asks fontconfig; without it: an error line on stderr
 )
 
 

@@ -17,7 +17,12 @@ from constructs import Construct
 from sandbox_common import naming as n
 
 from infra.config import StageConfig, TenantConfig
-from infra.constructs.definitions import RUNNER_ACTIONS, interpreter_names, tenant_data_statements, tenant_substrate
+from infra.constructs.definitions import (
+    RUNNER_ACTIONS,
+    interpreter_names,
+    tenant_data_statements,
+    tenant_substrate,
+)
 from infra.constructs.nag import acknowledge
 from infra.constructs.observability import cap_breach_spike_alarm_props
 

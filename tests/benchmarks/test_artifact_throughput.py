@@ -11,26 +11,28 @@ import time
 
 import boto3
 import pytest
-from sandbox_common.redaction.catalogue import redact
-
 from dispatch.artifacts import ArtifactContext, ArtifactStore, collect_and_store
 from dispatch.runner.output import redact_by_lines
 from dispatch.runner.tools import SessionFiles
+from sandbox_common.redaction.catalogue import redact
+
+from infra.local.interpreter import LocalInterpreterServer
 from tests.benchmarks._report import emit
 from tests.benchmarks.test_host_redaction import realistic_stdout
-from tests.integration.files.conftest import (  # noqa: F401 - fixtures used by name
-    ACME_CI,
-    BUCKET,
-    LocalCredentials,
-    acme_session,
-    files_interpreter,
-)
+from tests.integration.files.conftest import ACME_CI, BUCKET, SESSION_PYTHON, LocalCredentials
 from tests.integration.interpreter._helpers import invoke, make_client
 
 pytestmark = pytest.mark.bench
 
 
-def test_artifact_throughput(bench_full, files_interpreter, acme_session, moto_endpoint) -> None:
+@pytest.fixture
+def files_interpreter():
+    server = LocalInterpreterServer(interpreters={ACME_CI: "PUBLIC"}, python=str(SESSION_PYTHON)).start()
+    yield server
+    server.stop()
+
+
+def test_artifact_throughput(bench_full, files_interpreter, moto_endpoint) -> None:
     # Given a text artifact written to outputs/ in a session, and the same bytes on the host
     size = 20 * 1024 * 1024 if bench_full else 2 * 1024 * 1024
     repeat = 3 if bench_full else 1
@@ -41,6 +43,7 @@ def test_artifact_throughput(bench_full, files_interpreter, acme_session, moto_e
     tools = SessionFiles(tenant_id="acme", allowed_interpreter_ids=frozenset({ACME_CI}),
                          credentials=LocalCredentials(files_interpreter.endpoint))  # fmt: skip
     client = make_client(files_interpreter.endpoint)
+    acme_session = client.start_code_interpreter_session(codeInterpreterIdentifier=ACME_CI)["sessionId"]
     tools.write(ACME_CI, acme_session, [("seed.txt", data)])
     results = []
     path_s = bare_s = float("inf")

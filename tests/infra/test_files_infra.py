@@ -6,7 +6,14 @@ import pytest
 from sandbox_common import naming as n
 
 from infra.config import ConfigError, TenantConfig, TenantData, build_config
-from tests.infra._cfn import allowed_actions, as_list, policy_statements, render, resources, statement_resources
+from tests.infra._cfn import (
+    allowed_actions,
+    as_list,
+    policy_statements,
+    render,
+    resources,
+    statement_resources,
+)
 from tests.infra.conftest import STAGES
 
 KEY_ARN = "arn:aws:kms:us-east-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab"

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-from botocore.config import Config
 import pytest
+from botocore.config import Config
 from sandbox_common import naming as n
 
 from infra.local.interpreter import LocalInterpreterServer

@@ -10,13 +10,13 @@ import os
 from typing import Any
 
 import pytest
+from dispatch.artifacts import ArtifactContext, ArtifactStore, collect_and_store
+from dispatch.runner.errors import CrossTenantInterpreter
+from dispatch.runner.tools import SessionFiles
 from sandbox_common import naming as n
 from sandbox_common.files import input_record
 from sandbox_common.redaction.catalogue import redact
 
-from dispatch.artifacts import ArtifactContext, ArtifactStore, collect_and_store
-from dispatch.runner.errors import CrossTenantInterpreter
-from dispatch.runner.tools import SessionFiles
 from tests.integration.files.conftest import ACME_CI, BUCKET, GLOBEX_CI, LocalCredentials
 from tests.integration.interpreter._helpers import invoke, make_client
 
@@ -46,7 +46,7 @@ def stored(s3: Any, entry: dict[str, Any], invocation: str = "inv-1") -> bytes:
 
 def test_files_round_trip_binary_and_text_with_matching_sha256(files_interpreter, acme_session, tools, s3) -> None:
     # Given a binary and a text input written into the session before the code
-    text = "region,amount\neu,3\nus,4\n".encode()
+    text = b"region,amount\neu,3\nus,4\n"
     tools.write(ACME_CI, acme_session, [("data/in.bin", BINARY), ("data/sales.csv", text)])
     # When the code reads them at their relative paths and copies them to outputs/
     result = run(files_interpreter, acme_session, (

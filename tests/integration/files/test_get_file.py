@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import urllib.request
 from datetime import UTC, datetime, timedelta
-from urllib.parse import parse_qs, urlsplit
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from dispatch.artifacts import ArtifactContext, ArtifactStore, new_file_id
+from dispatch.file_access import get_file
 from sandbox_common import naming as n
 from sandbox_common.errors import SandboxInvalidRequest
 from sandbox_common.files import GetFileRequest
-
-from dispatch.artifacts import ArtifactContext, ArtifactStore, new_file_id
 from sandbox_common.files import list_pointers as list_files
 
-from dispatch.file_access import get_file
 from tests.integration.files.conftest import BUCKET
 
 DATA = b"region,total\neu,3\n"

@@ -59,8 +59,8 @@ class InputsFailed(Exception):
         self.reason = reason
 
 
-def copy_source(items: list[tuple[str, str, str]]) -> str:
-    args = ", ".join(json.dumps(v) for v in (items, ANSWER_PATH, n.MAX_S3_INPUT_BYTES))
+def copy_source(items: list[tuple[str, str, str]], max_bytes: int = n.MAX_S3_INPUT_BYTES) -> str:
+    args = ", ".join(json.dumps(v) for v in (items, ANSWER_PATH, max_bytes))
     return _COPY_SOURCE.replace("__ARGS__", args)
 
 

@@ -24,6 +24,7 @@ class Target:
     audit_dlq_url: str
     _make_client: Callable[[str], Any]
     _clients: dict[str, Any] = field(default_factory=dict)
+    audit_spool: str | None = None  # local stack: rows spooled while its emulated AWS was down
     artifacts_bucket: str = ""  # §14.2; empty on a stage deployed before artifacts existed
 
     def client(self, service: str) -> Any:
@@ -73,6 +74,7 @@ def local_target(state: Any) -> Target:
         quota_function=resources.functions[n.QUOTA_CHECK],
         audit_dlq_url=resources.audit_dlq_url,
         _make_client=state.client,
+        audit_spool=str(state.directory / n.LOCAL_AUDIT_SPOOL_FILE),
         artifacts_bucket=resources.artifacts_bucket,
     )
 

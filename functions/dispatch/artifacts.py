@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import mimetypes
+import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sandbox_common import naming as n
+from sandbox_common.files import check_relative_path
 
 from .runner.tools import SessionFiles, ToolFailed
 
@@ -200,7 +202,10 @@ def collect_and_store(
     stored = 0
     failure: str | None = None
     for item in items:
-        filename, size = str(item.get("filename", "")), int(item.get("bytes", 0))
+        if not _well_formed(item):  # the answer file lives in the session: code there may forge it
+            failure = failure or "artifacts:forged_entry"
+            continue
+        filename, size = str(item["filename"]), int(item["bytes"])
         if size > n.MAX_ARTIFACT_BYTES or "sha256" not in item:
             listed.append({"filename": filename, "bytes": size, "skipped": n.SKIPPED_TOO_LARGE})
             continue
@@ -212,7 +217,10 @@ def collect_and_store(
         except ToolFailed as exc:
             failure = failure or f"artifacts:{exc.reason}"
             continue
-        if hashlib.sha256(data).hexdigest() != item["sha256"]:
+        if len(data) > n.MAX_ARTIFACT_BYTES:
+            listed.append({"filename": filename, "bytes": len(data), "skipped": n.SKIPPED_TOO_LARGE})
+            continue
+        if len(data) != size or hashlib.sha256(data).hexdigest() != item["sha256"]:
             failure = failure or "artifacts:sha256_mismatch"
             continue
         clean, redacted = redact_artifact(data, redact)
@@ -221,6 +229,29 @@ def collect_and_store(
         listed.append(entry)
         artifacts.append({k: entry[k] for k in ("file_id", "filename", "bytes", "sha256")})
     return CollectResult(listed, artifacts, failure)
+
+
+_MAX_PARTS = -(-n.MAX_ARTIFACT_BYTES // CHUNK_BYTES)
+
+
+def _well_formed(item: Any) -> bool:
+    """An entry the host may act on: a safe relative filename (the S3 key's last part), read
+    only from `outputs/<filename>` or our own part files, a sane size and part count."""
+    if not isinstance(item, dict) or not isinstance(item.get("filename"), str):
+        return False
+    filename = item["filename"]
+    try:
+        check_relative_path(filename)
+    except ValueError:
+        return False
+    if filename.startswith(f"{n.FILE_POINTER_DIR}/") or item.get("path") != f"{n.OUTPUTS_DIR}/{filename}":
+        return False
+    if not isinstance(item.get("bytes"), int) or isinstance(item["bytes"], bool) or item["bytes"] < 0:
+        return False
+    parts = item.get("parts", [])
+    if not isinstance(parts, list) or len(parts) > _MAX_PARTS:
+        return False
+    return all(isinstance(p, str) and re.fullmatch(rf"{re.escape(STATE_DIR)}/parts/\d+\.\d+", p) for p in parts)
 
 
 def _read_artifact(files: SessionFiles, interpreter_id: str, session_id: str, item: dict[str, Any]) -> bytes:

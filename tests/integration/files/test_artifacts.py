@@ -199,3 +199,35 @@ def test_collection_failure_leaves_no_artifacts_and_says_why(files_interpreter, 
     assert collected.files == [] and collected.artifacts == []
     assert collected.failure_reason is not None and collected.failure_reason.startswith("artifacts:")
     assert os.environ.get("AWS_ENDPOINT_URL")  # moto, never real AWS
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        {"filename": "../../globex/turn-1/x.txt", "path": "outputs/../../globex/turn-1/x.txt", "bytes": 1, "parts": []},
+        {"filename": "x.txt", "path": "/etc/passwd", "bytes": 1, "parts": []},
+        {"filename": "_files/file-AAAAAAAAAAAAAAAAAAAAAAAA.json", "path": "outputs/_files/file-AAAAAAAAAAAAAAAAAAAAAAAA.json", "bytes": 1, "parts": []},
+        {"filename": "x.txt", "path": "outputs/x.txt", "bytes": 1, "parts": ["/etc/passwd"]},
+        {"filename": "x.txt", "path": "outputs/x.txt", "bytes": -1, "parts": []},
+    ],
+)
+def test_forged_collection_answer_stores_nothing_outside_the_rules(files_interpreter, acme_session, tools, s3, forged) -> None:
+    # Given session code that forges the collector's answer file to escape the tenant prefix or
+    # read outside outputs/ (it cannot stop the helper from rewriting it, so it replaces the helper's
+    # json.dump for this one call)
+    run(files_interpreter, acme_session, (
+        "import json, os\nos.makedirs('outputs', exist_ok=True)\nopen('outputs/x.txt','w').write('x')\n"
+        f"_forged = {forged!r}\n"
+        "_real_dump = json.dump\n"
+        "def _dump(obj, fh, *a, **k):\n"
+        "    if isinstance(obj, dict) and 'items' in obj:\n"
+        "        obj = {'items': [dict(_forged, sha256='0' * 64)], 'figures': []}\n"
+        "    return _real_dump(obj, fh, *a, **k)\n"
+        "json.dump = _dump\n"
+    ))  # fmt: skip
+    # When collected
+    collected = collect(tools, acme_session, s3)
+    # Then nothing is stored, and the forgery is reported
+    assert collected.artifacts == []
+    assert collected.failure_reason in ("artifacts:forged_entry", "artifacts:sha256_mismatch")
+    assert s3.list_objects_v2(Bucket=BUCKET).get("Contents", []) == []

@@ -6,6 +6,7 @@ import pytest
 from sandbox_common import naming as n
 
 from infra.config import ConfigError, TenantConfig, TenantData, build_config
+from infra.constructs.definitions import artifacts_bucket_settings
 from tests.infra._cfn import (
     allowed_actions,
     as_list,
@@ -54,6 +55,11 @@ def test_artifacts_bucket_is_kms_private_tls_only_and_expires_with_audit(all_sta
     # And the lifecycle expires objects after exactly the audit retention
     days = [r["ExpirationInDays"] for r in props["LifecycleConfiguration"]["Rules"] if "ExpirationInDays" in r]
     assert days == [config.audit_retention_days]
+    # And all three are the plain-data definition the local stack creates its bucket from
+    settings = artifacts_bucket_settings(config)
+    assert rule["SSEAlgorithm"] == settings["sse_algorithm"]
+    assert props["PublicAccessBlockConfiguration"] == settings["block_public_access"]
+    assert days == [settings["expiration_days"]]
     # And the bucket policy denies every non-TLS request
     policies = resources(template, "AWS::S3::BucketPolicy").values()
     denies = [st for p in policies for st in as_list(p["Properties"]["PolicyDocument"]["Statement"])

@@ -8,11 +8,12 @@ export PYTHONDONTWRITEBYTECODE := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_VERSION_CHECK := 1
 
-.PHONY: help install os-deps demo test synth synth-all bench lint reliability clean
+.PHONY: help install os-deps session-runtime demo test synth synth-all bench lint reliability clean
 
 help:
 	@echo "make demo        install, synthesize every stage, run one agent turn on the local stack"
 	@echo "make test        install and run the test suite (benchmarks as a quick smoke)"
+	@echo "make session-runtime   the local sessions' pinned Python venv (.venv-session: numpy, pandas, ...)"
 	@echo "make synth STAGE=dev   synthesize one stage with the pinned CDK CLI"
 	@echo "make bench       full benchmarks (JSON lines)"
 	@echo "make lint        ruff + mypy"
@@ -51,6 +52,29 @@ os-deps:
 	  > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/thinkwork_sandbox_paths.pth"
 	touch $@
 
+# The local interpreter's session runtime (SPEC §14.5): numpy, pandas, matplotlib (Agg), scipy,
+# pyarrow, requests, openpyxl, every version pinned in one requirements file. Those pins need
+# Python >= 3.12: the first python3.13/python3.12 that runs (on PATH, else pyenv's by full path:
+# inactive shims are on PATH but do not run). Override with `make SESSION_BASE_PYTHON=/path/to/python3.12`.
+SESSION_VENV := .venv-session
+SESSION_REQUIREMENTS := infra/local/interpreter/session-requirements.txt
+SESSION_BASE_PYTHON ?= $(shell for p in python3.13 python3.12 $(HOME)/.pyenv/versions/3.13*/bin/python3.13 \
+  $(HOME)/.pyenv/versions/3.12*/bin/python3.12 /usr/local/bin/python3.13 /usr/local/bin/python3.12; do \
+  "$$p" -c 'import sys; assert sys.version_info >= (3, 12)' >/dev/null 2>&1 && { command -v "$$p"; break; }; done)
+
+session-runtime: $(SESSION_VENV)/.installed
+
+$(SESSION_VENV)/.installed: $(SESSION_REQUIREMENTS)
+	@test -n "$(SESSION_BASE_PYTHON)" || { echo "The session runtime needs Python >= 3.12 (python3.12 or python3.13); install one or set SESSION_BASE_PYTHON=/path/to/python3.12" >&2; exit 1; }
+	rm -rf $(SESSION_VENV)
+	$(SESSION_BASE_PYTHON) -m venv $(SESSION_VENV)
+	$(SESSION_VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r $(SESSION_REQUIREMENTS)
+	$(SESSION_VENV)/bin/pip check
+	@# Agg by default (no display in a sandbox): the venv's own default matplotlibrc says so
+	@# (the worker's environment is cleared, so MPLBACKEND could not carry it).
+	printf '\nbackend: Agg\n' >> "$$($(SESSION_VENV)/bin/python -c 'import matplotlib; print(matplotlib.get_data_path())')/matplotlibrc"
+	touch $@
+
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
@@ -65,16 +89,16 @@ synth-all: install
 	  ls cdk.out/$$s/*.template.json | sed 's/^/   /'; \
 	done
 
-demo: os-deps install synth-all
+demo: os-deps install session-runtime synth-all
 	$(PY) -m infra.local.demo
 
-test: os-deps install
+test: os-deps install session-runtime
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
-bench: os-deps install
+bench: os-deps install session-runtime
 	$(PY) -m pytest -q tests/benchmarks --bench-full -s
 
-reliability: os-deps install
+reliability: os-deps install session-runtime
 	$(PY) -m pytest -q tests/reliability --reliability-full
 
 lint: install
@@ -82,4 +106,4 @@ lint: install
 	.venv/bin/mypy layers/common/python/sandbox_common functions infra
 
 clean:
-	rm -rf .venv node_modules cdk.out .build .local
+	rm -rf .venv $(SESSION_VENV) node_modules cdk.out .build .local

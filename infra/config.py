@@ -5,10 +5,14 @@ never `if prod:` in the stacks.
 from __future__ import annotations
 
 import os
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from sandbox_common import naming as n
+from sandbox_common.files import normalize_prefix
+
+KMS_KEY_ARN_RE = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]+$")
 
 RemovalPolicyName = Literal["destroy", "retain"]
 Architecture = Literal["arm64", "x86_64"]
@@ -23,6 +27,36 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class TenantData(_Model):
+    """A tenant's own S3 data (SPEC §14.4): granted to its interpreter execution roles only.
+
+    Prefixes are `s3://bucket/` or `s3://bucket/path/` (a missing trailing / is added: a prefix
+    names a folder, never half a key). `kms_keys` are the ARNs of customer-managed keys that
+    encrypt those objects (decrypt, plus encrypt for write prefixes); none for SSE-S3 data.
+    """
+
+    read: tuple[str, ...] = ()
+    write: tuple[str, ...] = ()
+    kms_keys: tuple[str, ...] = ()
+
+    @field_validator("read", "write")
+    @classmethod
+    def _prefixes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(normalize_prefix(p) for p in value)
+
+    @field_validator("kms_keys")
+    @classmethod
+    def _keys(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for arn in value:
+            if not KMS_KEY_ARN_RE.match(arn):
+                raise ValueError(f"kms key {arn!r} must be a KMS key ARN (arn:<partition>:kms:<region>:<account>:key/<id>)")
+        return value
+
+    @property
+    def prefixes(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((*self.read, *self.write)))
+
+
 class TenantConfig(_Model):
     id: str
     environments: tuple[n.Environment, ...] = ("default-public",)
@@ -30,6 +64,7 @@ class TenantConfig(_Model):
     # template id -> environment of its `sandbox` block (None = template without a sandbox block).
     # Published with the tenant's substrate; `sandboxctl template put` overrides at run time.
     templates: dict[str, n.Environment | None] = Field(default_factory=dict)
+    data: TenantData = TenantData()  # §14.4: none by default
 
     @field_validator("id")
     @classmethod
@@ -108,6 +143,16 @@ class StageConfig(_Model):
         return value
 
     @model_validator(mode="after")
+    def _data_prefixes_do_not_overlap(self) -> StageConfig:
+        """Two tenants on one prefix (or one inside the other) would read each other's data."""
+        owners = [(p, t.id) for t in self.tenants for p in t.data.prefixes]
+        for i, (a, ta) in enumerate(owners):
+            for b, tb in owners[i + 1:]:
+                if ta != tb and (a.startswith(b) or b.startswith(a)):
+                    raise ValueError(f"data prefixes overlap between tenants {ta!r} ({a}) and {tb!r} ({b})")
+        return self
+
+    @model_validator(mode="after")
     def _timeouts(self) -> StageConfig:
         if self.call_timeout_seconds >= self.session_timeout_seconds:
             raise ValueError("call_timeout_seconds must be shorter than session_timeout_seconds")
@@ -129,9 +174,16 @@ _DEMO_TENANTS = (
     TenantConfig(id="canary", environments=("default-public",), templates={"analyst": "default-public"}),
 )
 
+# The local stage's acme may read its folder of the demo data bucket the local stack creates (§14.4).
+_LOCAL_TENANTS = tuple(
+    t.model_copy(update={"data": TenantData(read=(f"s3://{n.demo_data_bucket_name('local')}/{t.id}/",))})
+    if t.id == "acme" else t
+    for t in _DEMO_TENANTS
+)
+
 # Raw stage data. Everything not named takes the StageConfig default (= SPEC §12 defaults).
 STAGES: dict[str, dict] = {
-    "local": {"tenants": _DEMO_TENANTS},
+    "local": {"tenants": _LOCAL_TENANTS},
     "dev": {"tenants": _DEMO_TENANTS, "log_retention_days": 14},
     "staging": {"tenants": _DEMO_TENANTS, "log_retention_days": 30},
     "prod": {

@@ -26,6 +26,7 @@ def function_environment(
     tables: Mapping[str, str],
     quota_function_name: str = "",
     audit_dlq_url: str = "",
+    artifacts_bucket: str = "",
 ) -> dict[str, str]:
     """`tables` maps TableSpec.logical -> physical name (or token)."""
     common = {
@@ -47,6 +48,7 @@ def function_environment(
             audit_retention_days=config.audit_retention_days,
             stdout_cap_bytes=config.stdout_cap_bytes,
             stderr_cap_bytes=config.stderr_cap_bytes,
+            artifacts_bucket=artifacts_bucket,
         )
     elif logical == n.QUOTA_CHECK:
         settings = QuotaSettings(

@@ -87,9 +87,61 @@ def tenant_substrate(
         "templates": dict(tenant.templates),
         "interpreters": dict(interpreters),
         "runner_role_arn": runner_role_arn,
+        "data_read": list(tenant.data.read),  # §14.4: where s3_uri inputs may come from
     }
 
 
 def interpreter_names(config: StageConfig, tenant: TenantConfig) -> dict[str, str]:
     """environment -> Code Interpreter name for one tenant."""
     return {env: n.interpreter_name(config.name, tenant.id, env) for env in tenant.environments}
+
+
+# --- tenant data grants (issue 14, SPEC §14.4) -------------------------------------------------
+def _s3_parts(prefix: str) -> tuple[str, str]:
+    bucket, _, path = prefix[len("s3://"):].partition("/")
+    return bucket, path
+
+
+def tenant_data_statements(tenant: TenantConfig, partition: str = "aws") -> list[dict[str, Any]]:
+    """IAM statements of a tenant's interpreter execution roles: exactly its `data` prefixes.
+
+    Reads: GetObject on `bucket/path*` and ListBucket on the bucket limited to `path*`.
+    Writes: PutObject on `bucket/path*`. KMS: Decrypt (reads) / Encrypt + GenerateDataKey
+    (writes) on the named keys, only through S3 (kms:ViaService). Empty when no data is declared.
+    """
+    data = tenant.data
+    statements: list[dict[str, Any]] = []
+
+    def objects(prefixes: tuple[str, ...]) -> list[str]:
+        return [f"arn:{partition}:s3:::{b}/{p}*" for b, p in map(_s3_parts, prefixes)]
+
+    if data.read:
+        statements.append({"Sid": "ReadTenantData", "Effect": "Allow", "Action": ["s3:GetObject"],
+                           "Resource": objects(data.read)})  # fmt: skip
+        buckets: dict[str, list[str]] = {}
+        for bucket, path in map(_s3_parts, data.read):
+            buckets.setdefault(bucket, []).append(f"{path}*")
+        for index, (bucket, paths) in enumerate(sorted(buckets.items())):
+            statements.append({"Sid": f"ListTenantData{index}", "Effect": "Allow", "Action": ["s3:ListBucket"],
+                               "Resource": [f"arn:{partition}:s3:::{bucket}"],
+                               "Condition": {"StringLike": {"s3:prefix": paths}}})  # fmt: skip
+    if data.write:
+        statements.append({"Sid": "WriteTenantData", "Effect": "Allow", "Action": ["s3:PutObject"],
+                           "Resource": objects(data.write)})  # fmt: skip
+    if data.kms_keys and (data.read or data.write):
+        actions = (["kms:Decrypt"] if data.read else []) + (["kms:Encrypt", "kms:GenerateDataKey"] if data.write else [])
+        statements.append({"Sid": "TenantDataKeys", "Effect": "Allow", "Action": actions,
+                           "Resource": list(data.kms_keys),
+                           "Condition": {"StringLike": {"kms:ViaService": "s3.*.amazonaws.com"}}})  # fmt: skip
+    return statements
+
+
+# --- artifacts bucket (issue 14, SPEC §14.2): what CDK deploys and the local stack recreates ----
+def artifacts_bucket_settings(config: StageConfig) -> dict[str, Any]:
+    """Encryption, public access block and lifecycle of the stage's artifacts bucket."""
+    return {
+        "sse_algorithm": "aws:kms",
+        "block_public_access": {"BlockPublicAcls": True, "IgnorePublicAcls": True,
+                                "BlockPublicPolicy": True, "RestrictPublicBuckets": True},  # fmt: skip
+        "expiration_days": config.audit_retention_days,
+    }

@@ -17,7 +17,14 @@ from constructs import Construct
 from sandbox_common import naming as n
 
 from infra.config import StageConfig, TenantConfig
-from infra.constructs.definitions import RUNNER_ACTIONS, interpreter_names, runner_trust, tenant_substrate
+from infra.constructs.definitions import (
+    RUNNER_ACTIONS,
+    interpreter_names,
+    runner_trust,
+    tenant_data_statements,
+    tenant_substrate,
+)
+from infra.constructs.nag import acknowledge
 from infra.constructs.observability import cap_breach_spike_alarm_props
 
 AGENTCORE_SERVICE = "bedrock-agentcore.amazonaws.com"
@@ -93,14 +100,26 @@ class TenantConstruct(Construct):
 
     def _build_interpreter(self, env: str, name: str) -> None:
         cid = "Public" if env == "default-public" else "Internal"
-        # Minimal execution role: code in the sandbox gets no AWS permissions at all (the sandbox
-        # is pure compute, §0). The confused-deputy conditions pin it to this account's AgentCore.
+        # Minimal execution role: code in the sandbox gets no AWS permissions (the sandbox is pure
+        # compute, §0) except the tenant's own declared data prefixes (§14.4), nothing else. The
+        # confused-deputy conditions pin it to this account's AgentCore.
+        data = tenant_data_statements(self._tenant, partition=cdk.Aws.PARTITION)
         role = iam.CfnRole(
             self,
             f"{cid}ExecutionRole",
             assume_role_policy_document=self._shared.agentcore_trust,
-            description=f"Execution role of Code Interpreter {name} (tenant {self._tenant.id}, {env}); no permissions",
+            description=f"Execution role of Code Interpreter {name} (tenant {self._tenant.id}, {env}); "
+            + ("its data prefixes only" if data else "no permissions"),
+            policies=[{"policyName": "TenantData", "policyDocument": {"Version": "2012-10-17", "Statement": data}}]
+            if data
+            else None,
         )
+        for resource in sorted({r for st in data if "s3:GetObject" in st["Action"] or "s3:PutObject" in st["Action"]
+                                for r in st["Resource"]}):  # fmt: skip
+            finding = resource.replace(cdk.Aws.PARTITION, "<AWS::Partition>")
+            acknowledge(role, f"AwsSolutions-IAM5[Resource::{finding}]",
+                        f"Objects under a prefix tenant {self._tenant.id} declared in its `data` config "
+                        "(s3://bucket/path/ grants bucket/path/*): SPEC §14.4, exactly those, nobody else.")  # fmt: skip
         interpreter = agentcore.CfnCodeInterpreterCustom(
             self,
             f"{cid}Interpreter",

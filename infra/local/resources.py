@@ -17,6 +17,7 @@ from sandbox_common.models import TenantSubstrate
 from infra.config import StageConfig
 from infra.constructs.definitions import (
     RUNNER_ACTIONS,
+    artifacts_bucket_settings,
     global_parameters,
     interpreter_names,
     runner_trust,
@@ -41,6 +42,8 @@ class LocalResources:
     interpreters: list[dict[str, str]] = field(default_factory=list)  # tenant, environment, id, network_mode
     runner_roles: dict[str, str] = field(default_factory=dict)  # tenant -> role ARN
     log_groups: list[str] = field(default_factory=list)
+    artifacts_bucket: str = ""  # §14.2
+    data_bucket: str = ""  # the demo tenant data bucket (§14.4 stand-in)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -127,6 +130,8 @@ def create_resources(config: StageConfig, clients: Any, *, region: str = LOCAL_R
         logs.create_log_group(logGroupName=group)
         logs.put_retention_policy(logGroupName=group, retentionInDays=config.log_retention_days)
 
+    artifacts_bucket, data_bucket = create_buckets(config, clients("s3"))
+
     return LocalResources(
         stage=stage,
         region=region,
@@ -138,4 +143,24 @@ def create_resources(config: StageConfig, clients: Any, *, region: str = LOCAL_R
         interpreters=interpreters,
         runner_roles=runner_roles,
         log_groups=log_groups,
+        artifacts_bucket=artifacts_bucket,
+        data_bucket=data_bucket,
     )
+
+
+def create_buckets(config: StageConfig, s3: Any) -> tuple[str, str]:
+    """The artifacts bucket (settings from the CDK definition) and the demo tenant-data bucket."""
+    settings = artifacts_bucket_settings(config)
+    artifacts = n.artifacts_bucket_name(config.name, LOCAL_ACCOUNT)
+    s3.create_bucket(Bucket=artifacts)
+    s3.put_bucket_encryption(Bucket=artifacts, ServerSideEncryptionConfiguration={
+        "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": settings["sse_algorithm"]},
+                   "BucketKeyEnabled": True}]})  # fmt: skip
+    s3.put_public_access_block(Bucket=artifacts, PublicAccessBlockConfiguration=settings["block_public_access"])
+    s3.put_bucket_lifecycle_configuration(Bucket=artifacts, LifecycleConfiguration={"Rules": [{
+        "ID": "ExpireWithAuditRetention", "Status": "Enabled", "Filter": {"Prefix": ""},
+        "Expiration": {"Days": settings["expiration_days"]}}]})  # fmt: skip
+    data = n.demo_data_bucket_name(config.name)
+    s3.create_bucket(Bucket=data)
+    s3.put_public_access_block(Bucket=data, PublicAccessBlockConfiguration=settings["block_public_access"])
+    return artifacts, data

@@ -210,6 +210,15 @@ def _wait_http(url: str, process: dict[str, Any], deadline: float) -> None:
     raise LocalStackError(f"{process['marker']} did not answer on {url} within {START_TIMEOUT_SECONDS}s")
 
 
+def session_runtime_env() -> dict[str, str]:
+    """Sessions run on the pinned session runtime (SPEC §14.5, `make session-runtime`) when it
+    is built; without it they run on the host's base Python (no pandas/matplotlib)."""
+    from sandbox_common.naming import SESSION_VENV_DIR
+
+    python = REPO_ROOT / SESSION_VENV_DIR / "bin" / "python"
+    return {ENV_SESSION_PYTHON: str(python)} if python.exists() else {}
+
+
 def _base_env() -> dict[str, str]:
     # + the local interpreter's isolation settings (SPEC §18: escape hatch, session Python)
     keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONDONTWRITEBYTECODE",
@@ -258,6 +267,8 @@ def status(directory: Path | None = None) -> dict[str, Any]:
         "stage": state.data["stage"],
         "processes": processes,
         "isolation": interpreter_isolation(interpreter["endpoint"]) if interpreter and interpreter["alive"] else None,
+        # The interpreter ids the local AgentCore serves (issue 14: only the state file had them).
+        "interpreters": [i["id"] for i in state.data.get("resources", {}).get("interpreters", [])],
     }
 
 
@@ -398,7 +409,7 @@ def _start(directory: Path, stage: str, max_concurrency: int) -> LocalState:
         directory,
         "interpreter",
         [sys.executable, "-m", "infra.local.interpreter", "--port", str(port), *registrations],
-        env,
+        {**session_runtime_env(), **env},  # an operator's own SANDBOX_SESSION_PYTHON wins
     )
     interp["endpoint"] = f"http://127.0.0.1:{port}"
     data["processes"]["interpreter"] = interp
@@ -468,6 +479,7 @@ def lambda_function_specs(
             tables=resources.tables,
             quota_function_name=resources.functions[n.QUOTA_CHECK],
             audit_dlq_url=resources.audit_dlq_url,
+            artifacts_bucket=resources.artifacts_bucket,
         )
         specs.append(
             {

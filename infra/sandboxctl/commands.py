@@ -31,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
         "counters": _counters,
         "findings": _findings,
         "pilot": _pilot,
+        "files": _files,
     }[args.command]
     return handler(args, target)
 
@@ -90,6 +91,7 @@ def _local(args: argparse.Namespace) -> int:
                     + f" (state {data['state_dir']})\n"
                     + render.table(rows, ["component", "pid", "alive", "endpoint", "log"])
                     + _isolation_line(data.get("isolation"))
+                    + ("\ninterpreters: " + ", ".join(data["interpreters"]) if data.get("interpreters") else "")
                 ),
             )
     except stack.LocalStackError as exc:
@@ -263,6 +265,21 @@ def _audit(args: argparse.Namespace, target: Any) -> int:
             f"{counts['failed']} row(s) failed to replay and {counts['invalid']} message(s) are not audit "
             "rows; they stay in the queue"
         )
+    return EXIT_OK
+
+
+FILES_COLUMNS = ["created_at", "file_id", "filename", "bytes", "content_type", "turn_id", "sha256"]
+
+
+def _files(args: argparse.Namespace, target: Any) -> int:
+    from infra.sandboxctl import ops
+
+    if args.files_command == "list":
+        rows = ops.files_list(target, args.tenant, args.turn)
+        _out(args, rows, lambda: render.table(rows, FILES_COLUMNS))
+        return EXIT_OK
+    got = ops.files_get(target, args.tenant, args.file_id, args.output)
+    _out(args, got, lambda: render.pairs(got))
     return EXIT_OK
 
 

@@ -171,6 +171,16 @@ def build_parser() -> argparse.ArgumentParser:
     findings_list.add_argument("--since", type=_iso_time)
     findings_list.add_argument("--limit", type=_positive_int, default=100)
 
+    files = commands.add_parser("files", help="artifacts stored by execute_code (SPEC §14)")
+    files_cmd = files.add_subparsers(dest="files_command", metavar="ACTION", required=True)
+    files_list = files_cmd.add_parser("list", help="a tenant's artifacts, newest first", parents=[late])
+    files_list.add_argument("--tenant", type=_tenant_id, required=True)
+    files_list.add_argument("--turn", type=_request_id)
+    files_get = files_cmd.add_parser("get", help="download one artifact (its sha256 is verified)", parents=[late])
+    files_get.add_argument("file_id")
+    files_get.add_argument("--tenant", type=_tenant_id, required=True)
+    files_get.add_argument("-o", "--output", required=True, help="path to write the bytes to")
+
     pilot = commands.add_parser(
         "pilot", help="post-deploy canary: one scripted turn, checked end to end", parents=[late]
     )

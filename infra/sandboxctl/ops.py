@@ -5,7 +5,9 @@ can act on raise `CtlError` with a one-line reason.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -476,3 +478,39 @@ def findings_list(target: Target, *, since: str | None = None, limit: int = 100)
             kwargs["ExpressionAttributeValues"][":s"] = {"S": iso_z_ms(start)}
         partitions.append(_items(target, "query", **kwargs))
     return list(islice(chain.from_iterable(partitions), limit))
+
+
+# --- files (issue 14, SPEC §14.3) ---------------------------------------------------------------
+def _artifacts_bucket(target: Target) -> str:
+    if not target.artifacts_bucket:
+        raise CtlError(f"stage {target.stage} has no artifacts bucket (output {n.OUTPUT_ARTIFACTS_BUCKET})")
+    return target.artifacts_bucket
+
+
+def files_list(target: Target, tenant_id: str, turn_id: str | None = None) -> list[dict[str, Any]]:
+    """A tenant's artifacts, newest first (optionally one turn's)."""
+    from sandbox_common.files import list_pointers
+
+    pointers = list_pointers(target.client("s3"), _artifacts_bucket(target), tenant_id, turn_id)
+    keep = ("file_id", "filename", "bytes", "content_type", "sha256", "created_at", "turn_id", "invocation_id")
+    return [{k: p.get(k) for k in keep} for p in pointers]
+
+
+def files_get(target: Target, tenant_id: str, file_id: str, path: str) -> dict[str, Any]:
+    """Write one artifact's bytes to `path`, only if they hash to its recorded sha256."""
+    from sandbox_common.files import read_pointer
+
+    bucket = _artifacts_bucket(target)
+    s3 = target.client("s3")
+    pointer = read_pointer(s3, bucket, tenant_id, file_id)
+    if pointer is None:
+        raise CtlError(f"no file {file_id} for tenant {tenant_id}")
+    data = s3.get_object(Bucket=bucket, Key=pointer["key"])["Body"].read()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != pointer["sha256"]:
+        raise CtlError(f"file {file_id}: sha256 {digest} does not match the recorded {pointer['sha256']}; nothing written")
+    partial = f"{path}.partial"
+    with open(partial, "wb") as fh:
+        fh.write(data)
+    os.replace(partial, path)
+    return {"file_id": file_id, "filename": pointer["filename"], "bytes": len(data), "sha256": digest, "path": path}

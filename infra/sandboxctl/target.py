@@ -25,6 +25,7 @@ class Target:
     _make_client: Callable[[str], Any]
     _clients: dict[str, Any] = field(default_factory=dict)
     audit_spool: str | None = None  # local stack: rows spooled while its emulated AWS was down
+    artifacts_bucket: str = ""  # §14.2; empty on a stage deployed before artifacts existed
 
     def client(self, service: str) -> Any:
         if service not in self._clients:
@@ -74,6 +75,7 @@ def local_target(state: Any) -> Target:
         audit_dlq_url=resources.audit_dlq_url,
         _make_client=state.client,
         audit_spool=str(state.directory / n.LOCAL_AUDIT_SPOOL_FILE),
+        artifacts_bucket=resources.artifacts_bucket,
     )
 
 
@@ -111,4 +113,5 @@ def _deployed_target(stage: str) -> Target:
         quota_function=output(n.OUTPUT_QUOTA_FUNCTION),
         audit_dlq_url=output(n.OUTPUT_AUDIT_DLQ_URL),
         _make_client=make_client,
+        artifacts_bucket=outputs.get(n.OUTPUT_ARTIFACTS_BUCKET, ""),
     )

@@ -9,6 +9,7 @@ from constructs import Construct
 from sandbox_common import naming as n
 
 from infra.config import StageConfig
+from infra.constructs.artifacts import ArtifactsConstruct
 from infra.constructs.compute import ComputeConstruct
 from infra.constructs.layer import LayersConstruct
 from infra.constructs.observability import ObservabilityConstruct
@@ -23,6 +24,9 @@ class CoreStack(cdk.Stack):
         self.parameters = ParametersConstruct(self, "Parameters", config=config)
         self.layers = LayersConstruct(self, "Layers", config=config)
         self.compute = ComputeConstruct(self, "Compute", config=config, state=self.state, layers=self.layers)
+        self.artifacts = ArtifactsConstruct(self, "Artifacts", config=config)
+        self.artifacts.grant_dispatch(self.compute.roles[n.DISPATCH])
+        self.compute.dispatch.add_environment(n.ENV_ARTIFACTS_BUCKET, self.artifacts.bucket.bucket_name)
         self.observability = ObservabilityConstruct(
             self, "Observability", config=config, state=self.state, compute=self.compute
         )
@@ -36,6 +40,7 @@ class CoreStack(cdk.Stack):
             n.OUTPUT_QUOTA_FUNCTION: self.compute.quota.function_name,
             n.OUTPUT_AUDIT_DLQ_URL: self.state.audit_dlq.queue_url,
             n.OUTPUT_SECURITY_TOPIC: self.observability.topic.topic_arn,
+            n.OUTPUT_ARTIFACTS_BUCKET: self.artifacts.bucket.bucket_name,
             **{n.table_output_key(logical): table.table_name for logical, table in self.state.tables.items()},
         }
         for key, value in outputs.items():

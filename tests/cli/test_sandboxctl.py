@@ -472,3 +472,57 @@ def test_pilot_passes_on_a_healthy_stack(cli_env: dict[str, str]) -> None:
     assert out.returncode == 0, [c for c in report["checks"] if not c["ok"]]
     assert report["ok"] is True and len(report["checks"]) >= 10
     assert "globex" not in ctl_json(cli_env, "caps", "get")["overrides"]
+
+
+# --- files (issue 14, SPEC §14.3) ----------------------------------------------------------------
+def _put_artifact(env: dict[str, str], tenant: str, turn: str, data: bytes) -> dict[str, Any]:
+    from dispatch.artifacts import ArtifactContext, ArtifactStore
+
+    state = _state(env)
+    ctx = ArtifactContext(tenant_id=tenant, turn_id=turn, invocation_id=f"inv-{uuid.uuid4().hex[:8]}",
+                          bucket=state.resources.artifacts_bucket)  # fmt: skip
+    return ArtifactStore(state.client("s3")).put(ctx, "summary.csv", data, redacted=False)
+
+
+def test_local_status_lists_interpreter_ids(cli_env: dict[str, str]) -> None:
+    # Given the running stack / When its status is read / Then every configured interpreter id is listed
+    status = ctl_json(cli_env, "local", "status")
+    expected = sorted(i["id"] for i in _state(cli_env).resources.interpreters)
+    assert sorted(status["interpreters"]) == expected and expected
+    human = ctl(cli_env, "local", "status")
+    assert all(i in human.stdout for i in expected)
+
+
+def test_files_list_and_get_verify_sha256(cli_env: dict[str, str], tmp_path: Path) -> None:
+    # Given two acme artifacts in two turns and one globex artifact
+    turn = f"turn-{uuid.uuid4().hex[:8]}"
+    mine = _put_artifact(cli_env, "acme", turn, b"region,total\neu,3\n")
+    _put_artifact(cli_env, "acme", f"{turn}-other", b"x")
+    theirs = _put_artifact(cli_env, "globex", turn, b"secret,1\n")
+    # When listed for the turn and fetched
+    listed = ctl_json(cli_env, "files", "list", "--tenant", "acme", "--turn", turn)
+    target = tmp_path / "summary.csv"
+    got = ctl_json(cli_env, "files", "get", mine["file_id"], "--tenant", "acme", "-o", str(target))
+    # Then the listing has exactly that turn's file and the bytes on disk match its sha256
+    assert [f["file_id"] for f in listed] == [mine["file_id"]]
+    assert target.read_bytes() == b"region,total\neu,3\n"
+    assert got["sha256"] == hashlib.sha256(target.read_bytes()).hexdigest() == mine["sha256"]
+    # And another tenant's file_id is not found for acme, nothing written
+    foreign = tmp_path / "foreign.csv"
+    out = ctl(cli_env, "files", "get", theirs["file_id"], "--tenant", "acme", "-o", str(foreign))
+    _assert_one_line_failure(out, 1, "no file")
+    assert not foreign.exists()
+
+
+def test_files_get_refuses_bytes_that_do_not_match(cli_env: dict[str, str], tmp_path: Path) -> None:
+    # Given an artifact whose stored object was changed after its sha256 was recorded
+    entry = _put_artifact(cli_env, "acme", f"turn-{uuid.uuid4().hex[:8]}", b"original")
+    state = _state(cli_env)
+    pointer = json.loads(state.client("s3").get_object(
+        Bucket=state.resources.artifacts_bucket, Key=n.file_pointer_key("acme", entry["file_id"]))["Body"].read())  # fmt: skip
+    state.client("s3").put_object(Bucket=state.resources.artifacts_bucket, Key=pointer["key"], Body=b"tampered")
+    # When fetched / Then refused with one line, and nothing at the path
+    target = tmp_path / "x.csv"
+    out = ctl(cli_env, "files", "get", entry["file_id"], "--tenant", "acme", "-o", str(target))
+    _assert_one_line_failure(out, 1, "sha256")
+    assert not target.exists() and not Path(f"{target}.partial").exists()

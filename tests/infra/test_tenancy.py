@@ -69,7 +69,14 @@ def test_interpreter_execution_roles_are_distinct_and_trust_only_agentcore(all_s
             (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
             assert trust["Principal"] == {"Service": "bedrock-agentcore.amazonaws.com"}
             assert "aws:SourceAccount" in trust["Condition"]["StringEquals"]
-            assert "Policies" not in role and "ManagedPolicyArns" not in role  # the sandbox is pure compute
+            # The sandbox is pure compute: no permission but the tenant's own declared data (§14.4,
+            # exact prefixes checked in test_files_infra), never a managed policy.
+            assert "ManagedPolicyArns" not in role
+            actions = {a for p in role.get("Policies", []) for st in p["PolicyDocument"]["Statement"]
+                       for a in st["Action"]}  # fmt: skip
+            assert actions <= {"s3:GetObject", "s3:ListBucket", "s3:PutObject", "kms:Decrypt", "kms:Encrypt",
+                               "kms:GenerateDataKey"}  # fmt: skip
+            assert [p["PolicyName"] for p in role.get("Policies", [])] in ([], ["TenantData"])
 
 
 @pytest.mark.parametrize("stage", STAGES)

@@ -116,7 +116,8 @@ def apply_dispatch_env(stack: Stack, setenv: Callable[[str, str], None]) -> None
 
     env = function_environment(build_config("local"), n.DISPATCH, tables=stack.resources.tables,
                                quota_function_name=stack.resources.functions[n.QUOTA_CHECK],
-                               audit_dlq_url=stack.resources.audit_dlq_url)  # fmt: skip
+                               audit_dlq_url=stack.resources.audit_dlq_url,
+                               artifacts_bucket=stack.resources.artifacts_bucket)  # fmt: skip
     for key, value in env.items():
         setenv(key, value)
     setenv("AWS_ENDPOINT_URL", stack.moto)

@@ -56,6 +56,7 @@ _ETC_FILES = (
     "/etc/hosts", "/etc/nsswitch.conf", "/etc/host.conf", "/etc/gai.conf",
     "/etc/ssl", "/etc/ca-certificates", "/etc/pki", "/etc/localtime", "/etc/ld.so.cache",
     "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/mime.types",
+    "/etc/fonts",  # matplotlib (session runtime, §14.5) asks fontconfig; without it: an error on stderr
 )
 
 

@@ -41,6 +41,9 @@ import traceback
 from typing import Any
 
 MAX_FRAME = 64 * 1024 * 1024
+# readFiles: one file per answer up to this size (base64 + JSON stays under MAX_FRAME); larger
+# artifacts are read in parts (functions/dispatch/artifacts.py splits them in the session).
+MAX_READ_BYTES = 32 * 1024 * 1024
 _HEADER = struct.Struct(">I")
 
 
@@ -308,6 +311,13 @@ class Kernel:
             raise PermissionError(f"path outside the session directory: {path}")
         return full
 
+    @staticmethod
+    def _uri(full: str) -> str:
+        """A resource URI relative to the session's working directory (`file://data/a.csv`), as
+        the bedrock-agentcore SDK expects: its download_files keys the answer by the URI minus
+        `file://`, i.e. by the path the caller asked for. Never the host's temp directory."""
+        return "file://" + os.path.relpath(full, os.getcwd())
+
     def _file_result(self, content: list[dict[str, Any]], error: str | None = None) -> dict[str, Any]:
         if error is not None:
             content = [{"type": "text", "text": error}]
@@ -333,8 +343,10 @@ class Kernel:
             for path in args.get("paths") or []:
                 full = self._resolve(path)
                 with open(full, "rb") as fh:
-                    data = fh.read(self.max_output)
-                uri = "file://" + full
+                    data = fh.read(MAX_READ_BYTES + 1)
+                if len(data) > MAX_READ_BYTES:
+                    raise ValueError(f"{path} is over the {MAX_READ_BYTES}-byte read limit")
+                uri = self._uri(full)
                 try:
                     resource = {"type": "text", "uri": uri, "mimeType": "text/plain", "text": data.decode("utf-8")}
                 except UnicodeDecodeError:
@@ -351,7 +363,7 @@ class Kernel:
             blocks = []
             for entry in sorted(os.scandir(full), key=lambda e: e.name):
                 is_dir = entry.is_dir(follow_symlinks=False)
-                blocks.append({"type": "resource_link", "uri": "file://" + entry.path, "name": entry.name,
+                blocks.append({"type": "resource_link", "uri": self._uri(entry.path), "name": entry.name,
                                "description": "directory" if is_dir else "file",
                                "size": 0 if is_dir else entry.stat(follow_symlinks=False).st_size})
             return self._file_result(blocks)

@@ -24,6 +24,14 @@ class DispatchUnavailable(RuntimeError):
     """The dispatch Lambda itself could not be invoked or crashed (not a named sandbox error)."""
 
 
+class ArtifactUnavailable(RuntimeError):
+    """get_file refused (unknown file_id, or another tenant's)."""
+
+
+class ArtifactMismatch(RuntimeError):
+    """The downloaded bytes do not hash to the artifact's sha256."""
+
+
 class SandboxTurn:
     def __init__(
         self,
@@ -78,12 +86,40 @@ class SandboxTurn:
         self.sandbox = response.get("sandbox", {}) if response.get("ok") else {}
         return response
 
-    def execute_code(self, code: str, *, call_id: str | None = None) -> dict[str, Any]:
-        event = {"action": "execute_code", **self._ids(), "call_id": call_id or f"call-{uuid.uuid4().hex}",
-                 "code": code}  # fmt: skip
+    def execute_code(self, code: str, *, call_id: str | None = None,
+                     files: list[dict[str, str]] | None = None) -> dict[str, Any]:  # fmt: skip
+        """`files`: §14.1 entries, {"path", "content_base64"} or {"path", "s3_uri"}."""
+        event: dict[str, Any] = {"action": "execute_code", **self._ids(),
+                                 "call_id": call_id or f"call-{uuid.uuid4().hex}", "code": code}  # fmt: skip
         if self.invocation_source:
             event["invocation_source"] = self.invocation_source
+        if files:
+            event["files"] = files
         return self._invoke(event)
+
+    def get_file(self, file_id: str) -> dict[str, Any]:
+        """§14.3: metadata and a presigned URL (≤ 15 min) of one of this tenant's artifacts."""
+        return self._invoke({"action": "get_file", "tenant_id": self.tenant_id, "file_id": file_id})
+
+    def download(self, file_id: str, path: str, *, opener: Any = None) -> dict[str, Any]:
+        """Fetch an artifact to `path` through its presigned URL; the bytes must match its sha256
+        (else ArtifactMismatch and nothing is left at `path`). Returns the get_file answer."""
+        import hashlib
+        import os
+        import urllib.request
+
+        answer = self.get_file(file_id)
+        if not answer.get("ok"):
+            raise ArtifactUnavailable(answer.get("error_message", "the file is not available"))
+        with (opener or urllib.request.urlopen)(answer["url"]) as response:
+            data = response.read()
+        if hashlib.sha256(data).hexdigest() != answer["sha256"]:
+            raise ArtifactMismatch(f"{file_id}: downloaded bytes do not match the artifact's sha256")
+        tmp = f"{path}.partial"
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+        return answer
 
     def end(self) -> dict[str, Any]:
         return self._invoke({"action": "end_turn", "tenant_id": self.tenant_id, "turn_id": self.turn_id})

@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from .errors import SandboxInvalidRequest
+from .files import InputFiles
 from .naming import MAX_CODE_BYTES, REQUEST_ID_RE
 from .redaction.catalogue import redact
 
@@ -49,6 +50,7 @@ class ExecuteCodeRequest(_Strict):
     code: str
     user_id: Id | None = None
     invocation_source: InvocationSource | None = None
+    files: InputFiles | None = None  # §14.1, rules in sandbox_common.files
 
     @field_validator("code")
     @classmethod
@@ -163,3 +165,4 @@ class TenantSubstrate(BaseModel):
     templates: dict[str, str | None] = {}
     interpreters: dict[str, str] = {}  # environment -> code interpreter id
     runner_role_arn: str | None = None
+    data_read: tuple[str, ...] = ()  # the tenant's data.read S3 prefixes (§14.4): s3_uri inputs

@@ -392,3 +392,49 @@ RUNNER_SESSION_TAG_TENANT = "tenant_id"
 # dead-letter queue are unreachable (they live in the same emulated AWS); `audit replay` drains it.
 ENV_AUDIT_SPOOL = "SANDBOX_AUDIT_SPOOL"
 LOCAL_AUDIT_SPOOL_FILE = "audit-spool.jsonl"
+
+# --- files in, artifacts out (issue 14, SPEC §14) -----------------------------------------------
+MAX_INPUT_FILES = 20  # entries of execute_code.files (§14.1)
+MAX_INLINE_INPUT_BYTES = 3 * 1024 * 1024  # decoded total of every content_base64 (§14.1)
+MAX_S3_INPUT_BYTES = 100 * 1024 * 1024  # one s3_uri input, checked inside the session (§14.1)
+MAX_INPUT_PATH_BYTES = 255
+MAX_ARTIFACTS = 20  # stored artifacts per call (§14.2)
+MAX_ARTIFACT_BYTES = 25 * 1024 * 1024
+OUTPUTS_DIR = "outputs"  # artifacts are collected from here, relative to the working directory
+FIGURE_NAME = "figure-{n}.png"  # open matplotlib figures saved under this name (§14.2)
+SKIPPED_TOO_MANY = "too_many"
+SKIPPED_TOO_LARGE = "too_large"
+PRESIGNED_URL_SECONDS = 900  # get_file URLs: valid ≤ 15 minutes (§14.3)
+FILE_ID_PREFIX = "file-"
+# Artifact objects live at {tenant}/{turn}/{invocation}/{filename}; the file_id → object pointer
+# at {tenant}/_files/{file_id}.json ("_" cannot start a turn id: REQUEST_ID_RE), so a file_id
+# resolves only under the tenant that asks: another tenant's id is simply absent.
+FILE_POINTER_DIR = "_files"
+# S3 user metadata of artifact objects (x-amz-meta-*): lower case, as S3 returns them.
+META_FILE_ID = "file-id"
+META_SHA256 = "sha256"
+META_FILENAME = "filename"
+META_CREATED_AT = "created-at"
+META_REDACTED = "redacted"
+ENV_ARTIFACTS_BUCKET = "ARTIFACTS_BUCKET"
+OUTPUT_ARTIFACTS_BUCKET = "ArtifactsBucketName"
+# The local session runtime (§14.5): a pinned venv the local stack passes as ENV_SESSION_PYTHON.
+SESSION_VENV_DIR = ".venv-session"
+
+
+def artifacts_bucket_name(stage: str, account: str) -> str:
+    """Bucket names are global: the account keeps two accounts' stages apart."""
+    return f"{PROJECT}-{stage}-artifacts-{account}"
+
+
+def demo_data_bucket_name(stage: str) -> str:
+    """The local stack's stand-in for a tenant's own data bucket (the demo reads a CSV from it)."""
+    return f"{PROJECT}-{stage}-demo-tenant-data"
+
+
+def artifact_key(tenant_id: str, turn_id: str, invocation_id: str, filename: str) -> str:
+    return f"{tenant_id}/{turn_id}/{invocation_id}/{filename}"
+
+
+def file_pointer_key(tenant_id: str, file_id: str) -> str:
+    return f"{tenant_id}/{FILE_POINTER_DIR}/{file_id}.json"

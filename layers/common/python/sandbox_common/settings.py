@@ -43,6 +43,7 @@ class DispatchSettings(_Settings):
     cache_ttl_seconds: int = Field(alias=n.ENV_CACHE_TTL, default=60, ge=0, le=60)
     # Local stack only ("" = none): see AuditWriter.spool_path (issue 10).
     audit_spool_path: str = Field(alias=n.ENV_AUDIT_SPOOL, default="")
+    artifacts_bucket: str = Field(alias=n.ENV_ARTIFACTS_BUCKET, default="")  # §14.2 (issue 14)
 
 
 class BackstopSettings(_Settings):

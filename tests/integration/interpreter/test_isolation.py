@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import shutil
 import socket
@@ -19,6 +20,7 @@ from botocore.exceptions import ClientError
 from sandbox_common import naming
 
 from infra.local.interpreter import Limits, LocalInterpreterServer, network
+from infra.local.interpreter.uids import UID_BASE, UID_COUNT, NoFreeUid, UidAllocator, uids_with_processes
 from tests.integration.interpreter._helpers import (
     PUBLIC_CI,
     SANDBOX_CI,
@@ -395,3 +397,46 @@ def test_session_python_is_configurable_and_read_only(tmp_path: Path) -> None:
 
     # Then it runs in the venv, which is read-only, and nothing beside the venv is visible
     assert lines == ["True from the venv", "30", "False"], lines  # 30: EROFS
+
+
+# --- per-session resources are freed ------------------------------------------------------------
+def test_uid_leases_are_exclusive_and_freed_when_the_holder_dies() -> None:
+    # Given a range of two uids, one leased here and one by another process (another server)
+    allocator = UidAllocator(base=UID_BASE + UID_COUNT - 2, count=2)
+    mine = allocator.lease()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from infra.local.interpreter.uids import UidAllocator; "
+         f"lease = UidAllocator(base={UID_BASE + UID_COUNT - 2}, count=2).lease(); print(lease.uid, flush=True); "
+         "time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True, cwd=str(Path(__file__).resolve().parents[3]))  # fmt: skip
+    assert holder.stdout is not None
+    theirs = int(holder.stdout.readline())
+    # When a third lease is asked for, then again after the other process died (SIGKILL)
+    with pytest.raises(NoFreeUid):
+        allocator.lease()
+    holder.kill()
+    holder.wait()
+    again = allocator.lease()
+    mine.release()
+    again.release()
+    # Then the two live leases never shared a uid, and a dead holder's uid was free at once
+    assert theirs != mine.uid
+    assert again.uid == theirs
+
+
+def test_stop_frees_the_sessions_cgroups_uid_and_network_helper() -> None:
+    with LocalInterpreterServer(interpreters={PUBLIC_CI: "PUBLIC"}) as srv:
+        client = make_client(srv.endpoint)
+        # Given a running PUBLIC session with its cgroups, uid and slirp4netns
+        session_id = _start(client, PUBLIC_CI)
+        session = srv.session(session_id)
+        assert session is not None and session.slirp is not None and session.uid is not None
+        cgroup_dirs = list(session.cgroup.dirs.values()) if session.cgroup else []
+        slirp = session.slirp.proc
+        # When it is stopped
+        client.stop_code_interpreter_session(codeInterpreterIdentifier=PUBLIC_CI, sessionId=session_id)
+    # Then its cgroups are gone, slirp4netns exited, no process of its uid is left, its files are gone
+    assert cgroup_dirs and not any(d.exists() for d in cgroup_dirs)
+    assert slirp.poll() is not None
+    assert session.uid not in uids_with_processes()
+    assert not os.path.exists(session.root)

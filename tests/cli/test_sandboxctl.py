@@ -75,6 +75,22 @@ def _assert_one_line_failure(out: subprocess.CompletedProcess[str], code: int, *
 
 
 # --- local -----------------------------------------------------------------------------------
+def test_local_status_shows_the_isolation_in_force(cli_env: dict[str, str]) -> None:
+    # Given the module's running stack (bubblewrap and slirp4netns installed by `make os-deps`)
+    # When the operator asks for its status, as JSON and as text
+    data = ctl_json(cli_env, "local", "status")
+    text = ctl(cli_env, "local", "status")
+    # Then both name the strategy, the per-session uid, the network handling and the limits
+    isolation = data["isolation"]
+    assert isolation["strategy"] == "bwrap" and isolation["isolated"] is True
+    assert isolation["network"]["SANDBOX"] == "own namespace, loopback only"
+    assert "slirp4netns" in isolation["network"]["PUBLIC"] and "unreachable" in isolation["network"]["PUBLIC"]
+    assert isolation["limits"]["session_tasks"] > 0
+    assert text.returncode == 0
+    assert "isolation: bwrap; uid: one unprivileged uid per session" in text.stdout
+    assert "network PUBLIC: own namespace + slirp4netns egress" in text.stdout
+
+
 def test_local_up_twice_is_idempotent(cli_env: dict[str, str]) -> None:
     # Given the module's running stack
     before = ctl_json(cli_env, "local", "status")

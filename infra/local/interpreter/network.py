@@ -10,7 +10,8 @@ that loopback. A PUBLIC session also gets user-mode networking from slirp4netns 
   reach;
 - slirp opens outbound connections as ordinary sockets of the host, so a connection to one of the
   host's *own* addresses (e.g. eth0's) would reach services listening on 0.0.0.0 there: each of
-  the host's IPv4 addresses gets a `prohibit` route inside the session's namespace (added by
+  the host's IPv4 addresses, and link-local 169.254.0.0/16 (cloud instance metadata, i.e. the
+  host's cloud credentials), gets a `prohibit` route inside the session's namespace (added by
   root with `nsenter … ip`, before any user code runs; the session has no capability in that
   namespace to remove them). slirp4netns is started without IPv6, so the session has no IPv6
   route at all.
@@ -76,11 +77,15 @@ class Slirp:
             self.proc.wait(timeout=5)
 
 
+# Link-local (169.254.0.0/16) holds cloud instance-metadata endpoints (169.254.169.254: the host's
+# own cloud credentials); never a destination a session needs.
+FENCED_NETWORKS = ("169.254.0.0/16",)
+
+
 def block_host_addresses(pid: int, addresses: list[str]) -> None:
-    """`prohibit` routes for `addresses` inside the network namespace of `pid`."""
-    if not addresses:
-        return
+    """`prohibit` routes for `addresses` (and FENCED_NETWORKS) inside the network namespace of `pid`."""
     batch = "".join(f"route add prohibit {a}/32\n" for a in addresses)
+    batch += "".join(f"route add prohibit {net}\n" for net in FENCED_NETWORKS)
     done = subprocess.run(["nsenter", f"--net=/proc/{pid}/ns/net", "--", "ip", "-batch", "-"],
                           input=batch, capture_output=True, text=True, timeout=10)
     if done.returncode != 0:
@@ -96,7 +101,10 @@ def attach_public(pid: int, log_path: str, timeout: float = 10.0) -> Slirp:
     try:
         with open(log_path, "ab") as log_file:
             proc = subprocess.Popen(
-                ["slirp4netns", "--configure", "--mtu=65520", "--disable-host-loopback",
+                # --enable-sandbox/--enable-seccomp: slirp4netns itself (root, parsing the
+                # session's packets) runs in its own mount namespace with a syscall filter.
+                ["slirp4netns", "--configure", "--mtu=65520", "--disable-host-loopback", "--enable-sandbox",
+                 "--enable-seccomp",
                  "--ready-fd", str(ready_w), "--exit-fd", str(exit_r), str(pid), TAP],
                 stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, pass_fds=(ready_w, exit_r),
                 start_new_session=True,

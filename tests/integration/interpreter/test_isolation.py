@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import shutil
 import socket
@@ -19,6 +20,7 @@ from botocore.exceptions import ClientError
 from sandbox_common import naming
 
 from infra.local.interpreter import Limits, LocalInterpreterServer, network
+from infra.local.interpreter.uids import UID_BASE, UID_COUNT, NoFreeUid, UidAllocator, uids_with_processes
 from tests.integration.interpreter._helpers import (
     PUBLIC_CI,
     SANDBOX_CI,
@@ -58,13 +60,15 @@ def listener() -> Iterator[int]:
 
 
 @pytest.fixture
-def outside() -> Iterator[tuple[str, int]]:
+def outside() -> Iterator[tuple[str, int, str]]:
     """A stand-in for 'another machine': a network namespace we create on this host, reached
-    through a veth pair (never an outside address), with a TCP listener in it. Yields (ip, port)."""
+    through a veth pair (never an outside address), with a TCP listener in it; it also holds a
+    link-local address (where clouds serve instance metadata). Yields (ip, port, link-local ip)."""
     tag = secrets.token_hex(3)
     netns, host_if, ns_if = f"lci-out-{tag}", f"lcio{tag}", f"lcin{tag}"
     subnet = f"10.213.{secrets.randbelow(250) + 1}"
     host_ip, ns_ip = f"{subnet}.1", f"{subnet}.2"
+    link_local = f"169.254.{secrets.randbelow(250) + 1}.2"
 
     def ip(*args: str) -> None:
         subprocess.run(["ip", *args], check=True, capture_output=True)
@@ -79,16 +83,22 @@ def outside() -> Iterator[tuple[str, int]]:
         ip("-n", netns, "addr", "add", f"{ns_ip}/30", "dev", ns_if)
         ip("-n", netns, "link", "set", ns_if, "up")
         ip("-n", netns, "link", "set", "lo", "up")
+        ip("-n", netns, "addr", "add", f"{link_local}/32", "dev", ns_if)
+        ip("route", "add", f"{link_local}/32", "via", ns_ip)
         code = ("import socket,sys\ns=socket.socket(); s.bind(('0.0.0.0',0)); s.listen(16)\n"
                 "print(s.getsockname()[1], flush=True)\nwhile True:\n    s.accept()[0].close()\n")
         server = subprocess.Popen(["ip", "netns", "exec", netns, sys.executable, "-c", code], stdout=subprocess.PIPE,
                                   text=True)
         assert server.stdout is not None
-        yield ns_ip, int(server.stdout.readline())
+        port = int(server.stdout.readline())
+        socket.create_connection((link_local, port), timeout=3).close()  # the host itself reaches both
+        socket.create_connection((ns_ip, port), timeout=3).close()
+        yield ns_ip, port, link_local
     finally:
         if server is not None:
             server.kill()
             server.wait()
+        subprocess.run(["ip", "route", "del", f"{link_local}/32"], capture_output=True)
         subprocess.run(["ip", "link", "del", host_if], capture_output=True)
         subprocess.run(["ip", "netns", "del", netns], capture_output=True)
 
@@ -112,22 +122,25 @@ def _start(client: Any, interpreter: str, **kwargs: Any) -> str:
     return client.start_code_interpreter_session(codeInterpreterIdentifier=interpreter, **kwargs)["sessionId"]
 
 
-def test_sandbox_has_no_network_public_reaches_only_other_machines(listener: int, outside: tuple[str, int]) -> None:
-    # Given a listener on every host address, another "machine" (a namespace of ours), and the
-    # host's own non-loopback addresses
-    host_targets = [("127.0.0.1", listener), ("10.0.2.2", listener)]
-    host_targets += [(a, listener) for a in network.host_ipv4_addresses() if a != outside[0]]
+def test_sandbox_has_no_network_public_reaches_only_other_machines(listener: int,
+                                                                    outside: tuple[str, int, str]) -> None:
+    # Given a listener on every host address, another "machine" (a namespace of ours) with a
+    # link-local address, and the host's own non-loopback addresses
+    other_ip, other_port, link_local = outside
+    host_targets = [("127.0.0.1", listener), ("10.0.2.2", listener), (link_local, other_port)]
+    host_targets += [(a, listener) for a in network.host_ipv4_addresses()]
     with LocalInterpreterServer(interpreters={PUBLIC_CI: "PUBLIC", SANDBOX_CI: "SANDBOX"}) as srv:
         client = make_client(srv.endpoint)
         sandboxed, public = _start(client, SANDBOX_CI), _start(client, PUBLIC_CI)
 
         # When both sessions connect to each of them
-        sandbox_seen = invoke(client, SANDBOX_CI, sandboxed, _connect_code([*host_targets, outside]))[0]
-        public_seen = invoke(client, PUBLIC_CI, public, _connect_code([*host_targets, outside]))[0]
+        targets = [*host_targets, (other_ip, other_port)]
+        sandbox_seen = invoke(client, SANDBOX_CI, sandboxed, _connect_code(targets))[0]
+        public_seen = invoke(client, PUBLIC_CI, public, _connect_code(targets))[0]
 
     # Then the SANDBOX session reaches nothing, and the PUBLIC one only the other machine
     sandbox_lines, public_lines = sandbox_seen["stdout"].splitlines(), public_seen["stdout"].splitlines()
-    assert len(host_targets) >= 3  # loopback, slirp's host alias and at least one host address
+    assert len(host_targets) >= 4  # loopback, slirp's host alias, link-local, at least one host address
     assert len(sandbox_lines) == len(public_lines) == len(host_targets) + 1, (sandbox_seen, public_seen)
     assert all(line.startswith("blocked") for line in sandbox_lines), sandbox_lines
     assert all(line.startswith("blocked") for line in public_lines[:-1]), list(zip(host_targets, public_lines, strict=False))
@@ -384,3 +397,46 @@ def test_session_python_is_configurable_and_read_only(tmp_path: Path) -> None:
 
     # Then it runs in the venv, which is read-only, and nothing beside the venv is visible
     assert lines == ["True from the venv", "30", "False"], lines  # 30: EROFS
+
+
+# --- per-session resources are freed ------------------------------------------------------------
+def test_uid_leases_are_exclusive_and_freed_when_the_holder_dies() -> None:
+    # Given a range of two uids, one leased here and one by another process (another server)
+    allocator = UidAllocator(base=UID_BASE + UID_COUNT - 2, count=2)
+    mine = allocator.lease()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from infra.local.interpreter.uids import UidAllocator; "
+         f"lease = UidAllocator(base={UID_BASE + UID_COUNT - 2}, count=2).lease(); print(lease.uid, flush=True); "
+         "time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True, cwd=str(Path(__file__).resolve().parents[3]))  # fmt: skip
+    assert holder.stdout is not None
+    theirs = int(holder.stdout.readline())
+    # When a third lease is asked for, then again after the other process died (SIGKILL)
+    with pytest.raises(NoFreeUid):
+        allocator.lease()
+    holder.kill()
+    holder.wait()
+    again = allocator.lease()
+    mine.release()
+    again.release()
+    # Then the two live leases never shared a uid, and a dead holder's uid was free at once
+    assert theirs != mine.uid
+    assert again.uid == theirs
+
+
+def test_stop_frees_the_sessions_cgroups_uid_and_network_helper() -> None:
+    with LocalInterpreterServer(interpreters={PUBLIC_CI: "PUBLIC"}) as srv:
+        client = make_client(srv.endpoint)
+        # Given a running PUBLIC session with its cgroups, uid and slirp4netns
+        session_id = _start(client, PUBLIC_CI)
+        session = srv.session(session_id)
+        assert session is not None and session.slirp is not None and session.uid is not None
+        cgroup_dirs = list(session.cgroup.dirs.values()) if session.cgroup else []
+        slirp = session.slirp.proc
+        # When it is stopped
+        client.stop_code_interpreter_session(codeInterpreterIdentifier=PUBLIC_CI, sessionId=session_id)
+    # Then its cgroups are gone, slirp4netns exited, no process of its uid is left, its files are gone
+    assert cgroup_dirs and not any(d.exists() for d in cgroup_dirs)
+    assert slirp.poll() is not None
+    assert session.uid not in uids_with_processes()
+    assert not os.path.exists(session.root)

@@ -117,11 +117,21 @@ class _Worker:
         except (BrokenPipeError, OSError) as exc:
             self.kill()
             raise WorkerGone(f"worker exited: {exc}") from None
-        line = self._next_line(timeout)
+        # A timeout is "no line within the time"; the end of its output (None) means the worker
+        # died (crashed, exited, or killed from outside): that is a runtime exit at once, never
+        # reported as a timeout (issue 10: a killed worker was a "240 s timeout" after 2.5 s).
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            self.kill()
+            raise WorkerGone("timeout") from None
         if line is None:
             self.kill()
-            raise WorkerGone("timeout" if self.proc.returncode in (None, -signal.SIGKILL) else "exited")
+            raise WorkerGone("exited")
         return json.loads(line)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -148,7 +158,13 @@ class FunctionPool:
 
     def _acquire(self) -> _Worker:
         with self._cond:
-            while not self._idle and self._live >= self.spec.max_concurrency:
+            while True:
+                # An idle worker that died meanwhile (killed from outside) is dropped, not reused.
+                while self._idle and not self._idle[-1].alive():
+                    self._idle.pop().kill()
+                    self._live -= 1
+                if self._idle or self._live < self.spec.max_concurrency:
+                    break
                 self._cond.wait()
             if self._idle:
                 return self._idle.pop()

@@ -117,15 +117,12 @@ class _Worker:
         except (BrokenPipeError, OSError) as exc:
             self.kill()
             raise WorkerGone(f"worker exited: {exc}") from None
-        # A timeout is "no line within the time"; the end of its output (None) means the worker
-        # died (crashed, exited, or killed from outside): that is a runtime exit at once, never
-        # reported as a timeout (issue 10: a killed worker was a "240 s timeout" after 2.5 s).
         try:
             line = self._lines.get(timeout=timeout)
-        except queue.Empty:
+        except queue.Empty:  # still running at the deadline: the function timed out
             self.kill()
             raise WorkerGone("timeout") from None
-        if line is None:
+        if line is None:  # EOF before an answer: the worker died (killed, crashed), at once reported
             self.kill()
             raise WorkerGone("exited")
         return json.loads(line)

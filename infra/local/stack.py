@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox_common.aws import SINGLE_ATTEMPT
+from sandbox_common.naming import ENV_LOCAL_UNISOLATED, ENV_SESSION_PYTHON
 
 from infra.local.resources import LOCAL_REGION, LocalResources
 
@@ -210,7 +211,9 @@ def _wait_http(url: str, process: dict[str, Any], deadline: float) -> None:
 
 
 def _base_env() -> dict[str, str]:
-    keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONDONTWRITEBYTECODE")
+    # + the local interpreter's isolation settings (SPEC §18: escape hatch, session Python)
+    keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONDONTWRITEBYTECODE",
+            ENV_LOCAL_UNISOLATED, ENV_SESSION_PYTHON)
     env = {k: os.environ[k] for k in keep if k in os.environ}
     return {**env, **FAKE_CREDENTIALS, "AWS_REGION": LOCAL_REGION, "AWS_DEFAULT_REGION": LOCAL_REGION}
 
@@ -248,12 +251,23 @@ def status(directory: Path | None = None) -> dict[str, Any]:
         name: {**proc, "alive": process_alive(int(proc["pid"]), proc["marker"])}
         for name, proc in state.data["processes"].items()
     }
+    interpreter = processes.get("interpreter")
     return {
         "running": bool(processes) and all(p["alive"] for p in processes.values()),
         "state_dir": str(state.directory),
         "stage": state.data["stage"],
         "processes": processes,
+        "isolation": interpreter_isolation(interpreter["endpoint"]) if interpreter and interpreter["alive"] else None,
     }
+
+
+def interpreter_isolation(endpoint: str) -> dict[str, Any] | None:
+    """The isolation the local interpreter enforces (its GET /_local/isolation), None if it does not answer."""
+    try:
+        with urllib.request.urlopen(f"{endpoint}/_local/isolation", timeout=5) as answer:
+            return dict(json.loads(answer.read()))
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
 
 
 def up(

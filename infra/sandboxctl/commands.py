@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from infra.sandboxctl import render
-from infra.sandboxctl.main import EXIT_FAILURE, EXIT_OK, CtlError
+from infra.sandboxctl.errors import EXIT_FAILURE, EXIT_OK, CtlError
 
 
 def _out(args: argparse.Namespace, data: Any, human: Callable[[], str]) -> None:
@@ -89,11 +89,31 @@ def _local(args: argparse.Namespace) -> int:
                     ("running" if data["running"] else "not running")
                     + f" (state {data['state_dir']})\n"
                     + render.table(rows, ["component", "pid", "alive", "endpoint", "log"])
+                    + _isolation_line(data.get("isolation"))
                 ),
             )
     except stack.LocalStackError as exc:
         raise CtlError(str(exc)) from None
     return EXIT_OK
+
+
+def _isolation_line(isolation: dict[str, Any] | None) -> str:
+    """One paragraph: the isolation the local interpreter enforces (SPEC §18)."""
+    if not isolation:
+        return ""
+    if isolation.get("strategy") == "bwrap":
+        limits = isolation["limits"]
+        return (
+            f"\n\nisolation: bwrap; uid: {isolation['uid']}\n"
+            f"  network SANDBOX: {isolation['network']['SANDBOX']}\n"
+            f"  network PUBLIC: {isolation['network']['PUBLIC']}\n"
+            f"  limits ({limits['mechanism']}): memory {limits['session_memory']}, {limits['process_memory_mb']} MiB "
+            f"per process; {limits['session_tasks']} tasks per session; {limits['cpu_seconds_per_process']} CPU-s "
+            f"per process; files {limits['file_size_mb']} MiB; /tmp {limits['tmp_mb']} MiB"
+        )
+    if isolation.get("strategy") == "unisolated":
+        return f"\n\nisolation: NONE. WARNING: {isolation['warning']}"
+    return f"\n\nisolation: unavailable, every session is refused: {isolation.get('refusing')}"
 
 
 # --- dispatch --------------------------------------------------------------------------------

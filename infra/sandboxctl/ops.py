@@ -19,7 +19,7 @@ from sandbox_common.audit import AuditWriter, drain_spool
 from sandbox_common.models import TenantSubstrate
 from sandbox_common.windows import Windows, iso_z, iso_z_ms, utc_now
 
-from infra.sandboxctl.main import CtlError
+from infra.sandboxctl.errors import CtlError
 from infra.sandboxctl.target import Target
 
 

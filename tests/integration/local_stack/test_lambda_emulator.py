@@ -156,6 +156,20 @@ def test_emulator_crashed_worker_is_replaced(lam: Any) -> None:
     assert "FunctionError" not in again and after["event"] == {"n": 2}
 
 
+def test_emulator_sigkilled_worker_is_reported_at_once_as_runtime_exit_not_timeout(lam: Any) -> None:
+    # Given a handler whose process is SIGKILLed mid-call (it was reported as "Task timed out"
+    # once the pipe closed, because a SIGKILLed worker looked like one killed at the deadline)
+    started = time.monotonic()
+    # When invoked
+    out, body = _invoke(lam, {"sigkill": True})
+    elapsed = time.monotonic() - started
+    # Then the answer is a runtime exit, well before the 2-second function timeout
+    assert out["FunctionError"] == "Unhandled"
+    assert body["errorType"] == "Runtime.ExitError", body
+    assert "timed out" not in body["errorMessage"]
+    assert elapsed < 1.5, elapsed
+
+
 def test_emulator_import_error_is_reported_on_invoke(tmp_path: Path) -> None:
     # Given a function whose handler module cannot be imported
     spec = FunctionSpec(name="broken", handler="no_such_module.handler.handler", environment={},

@@ -33,6 +33,7 @@ from sandbox_common.errors import SandboxInvalidRequest
 from sandbox_common.models import ExecuteCodeRequest
 from sandbox_common.observability import logger
 from sandbox_common.outcome import internal_failure
+from sandbox_common.redaction.catalogue import redact_head
 
 STORED_LIMIT_BYTES = 300_000  # well under DynamoDB's 400 KB item limit, with room for attributes
 _TRIM_STDOUT_CHARS, _TRIM_STDERR_CHARS = 64 * 1024, 16 * 1024
@@ -89,7 +90,7 @@ def _powertools() -> Any:
             try:
                 super().save_success(data, result)
             except Exception as exc:  # noqa: BLE001 — any store failure: the caller keeps its result
-                logger.error("idempotency_save_failed", extra={"cause": str(exc)[:200]})
+                logger.error("idempotency_save_failed", extra={"cause": redact_head(str(exc), 200)})
                 internal_failure("idempotency_store_unavailable:save")
 
     return SimpleNamespace(
@@ -148,5 +149,5 @@ class IdempotentCalls:
                 time.sleep(_IN_PROGRESS_POLL_SECONDS)
             except self.pt.PersistenceError as exc:
                 # Without the idempotency store a retry could run twice: fail closed.
-                logger.error("idempotency_store_unavailable", extra={"cause": str(exc)[:200]})
-                raise IdempotencyStoreUnavailable(str(exc)[:200]) from None
+                logger.error("idempotency_store_unavailable", extra={"cause": redact_head(str(exc), 200)})
+                raise IdempotencyStoreUnavailable(redact_head(str(exc), 200)) from None

@@ -127,6 +127,9 @@ class _Worker:
             raise WorkerGone("exited")
         return json.loads(line)
 
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
@@ -152,7 +155,13 @@ class FunctionPool:
 
     def _acquire(self) -> _Worker:
         with self._cond:
-            while not self._idle and self._live >= self.spec.max_concurrency:
+            while True:
+                # An idle worker that died meanwhile (killed from outside) is dropped, not reused.
+                while self._idle and not self._idle[-1].alive():
+                    self._idle.pop().kill()
+                    self._live -= 1
+                if self._idle or self._live < self.spec.max_concurrency:
+                    break
                 self._cond.wait()
             if self._idle:
                 return self._idle.pop()

@@ -69,7 +69,15 @@ def drop_partial_tail(redacted: str) -> str:
         catalogue.BEARER_PREFIX_MAX,
         catalogue.HOLD_CHARS,
     )
-    return redacted[:cut]
+    # A run longer than the hold-back (1 MiB of "x") loses only its last HOLD_CHARS characters:
+    # a token head the source cut sits there, and the rest of the output stays visible.
+    return redacted[: max(cut, len(redacted) - catalogue.HOLD_CHARS)]
+
+
+def source_was_cut(stream: BoundedText) -> bool:
+    """The producer kept less than the code wrote: its exact byte count (the local interpreter
+    sends one, SPEC §19) is above what arrived, while our own head limit was not reached."""
+    return stream.held_bytes < stream.limit_bytes and stream.total_bytes > stream.held_bytes
 
 
 @dataclass(frozen=True)

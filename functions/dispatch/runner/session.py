@@ -23,7 +23,7 @@ from sandbox_common.messages import ISOLATION_UNAVAILABLE
 from .classify import classify
 from .credentials import TenantCredentials
 from .errors import CrossTenantInterpreter, SessionGone, failure
-from .output import DEFAULT_LOG_CAP_BYTES, cut_utf8, head_limit_bytes, redact_by_lines, shape
+from .output import DEFAULT_LOG_CAP_BYTES, cut_utf8, head_limit_bytes, redact_by_lines, shape, source_was_cut
 from .stream import StreamAccumulator, StreamOutcome, consume
 
 EXECUTE_CODE = "executeCode"
@@ -286,12 +286,14 @@ class SessionRunner:
             cap_bytes=self.stdout_cap_bytes,
             log_cap_bytes=self.log_cap_bytes,
             redact=self._redact,
+            source_cut=source_was_cut(outcome.stdout),
         )
         stderr = shape(
             outcome.stderr,
             cap_bytes=self.stderr_cap_bytes,
             log_cap_bytes=self.log_cap_bytes,
             redact=self._redact,
+            source_cut=source_was_cut(outcome.stderr),
         )
         return ExecutionResult(
             exit_status=verdict.exit_status,

@@ -58,6 +58,10 @@ class BoundedText:
         return self._tail
 
     @property
+    def held_bytes(self) -> int:
+        return len(self._head)
+
+    @property
     def complete(self) -> bool:
         return self.total_bytes <= self.limit_bytes
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import signal
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -16,6 +18,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from infra.local import stack
 from infra.local.lambda_emulator import FunctionSpec, LambdaEmulator
 
 FIXTURES = Path(__file__).with_name("fixture_functions")
@@ -210,3 +213,30 @@ def test_emulator_bad_content_length_gets_a_structured_answer(emulator: LambdaEm
     assert response.status == 400
     assert response.getheader("x-amzn-ErrorType") == "InvalidRequestContentException"
     conn.close()
+
+
+def _workers() -> list[int]:
+    return [p for p in stack.descendants(os.getpid()) if b"lambda_worker" in Path(f"/proc/{p}/cmdline").read_bytes()]
+
+
+def test_emulator_worker_killed_from_outside_is_a_runtime_exit_not_a_timeout(lam: Any) -> None:
+    # Given a call in progress (the handler sleeps 10 s; the function timeout is 2 s)
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(_invoke, lam, {"sleep": 10})
+        deadline = time.monotonic() + 10
+        while not _workers() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        # When every worker process is killed from outside (busy and idle ones)
+        killed_at = time.monotonic()
+        victims = _workers()
+        assert victims
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+        out, body = pending.result(timeout=30)
+        elapsed = time.monotonic() - killed_at
+    # Then the call fails at once as a runtime exit (not "Task timed out"), and the next call works
+    assert out["FunctionError"] == "Unhandled" and body["errorType"] == "Runtime.ExitError"
+    assert elapsed < 1.5, elapsed
+    again, after = _invoke(lam, {"n": 4})
+    assert "FunctionError" not in again and after["event"] == {"n": 4}

@@ -247,3 +247,14 @@ def test_redact_glued_authorization_headers_hide_both_credentials() -> None:
     out = redact(text)
     assert first not in out and second not in out
     assert out == "Authorization: Bearer <redacted>Authorization: Bearer <redacted>"
+
+
+@pytest.mark.parametrize("cut", [10, 20, 26, 30, 45])
+def test_redact_head_cuts_after_redacting(cut):
+    # Given a token crossing the cut
+    text = "cause: x " + "ghp_" + "Q7w9" * 9 + " tail"
+    # When / Then no fragment longer than the prefix + 4 survives, whatever the cut
+    out = catalogue.redact_head(text, cut)
+    assert len(out) <= cut
+    assert "ghp_Q7w9Q" not in out
+    assert catalogue.redact_head(text, 10_000) == "cause: x " + REPLACEMENT + " tail"

@@ -4,9 +4,9 @@ host redacts, then drops what may be the first characters of a token (issue 10).
 from __future__ import annotations
 
 import pytest
-from dispatch.runner.output import drop_partial_tail, shape
+from dispatch.runner.output import drop_partial_tail, shape, source_was_cut
 from dispatch.runner.stream import BoundedText
-from sandbox_common.redaction.catalogue import REPLACEMENT, redact
+from sandbox_common.redaction.catalogue import HOLD_CHARS, REPLACEMENT, redact
 
 TOKEN = "ghp_" + "Q7w9" * 9
 
@@ -35,3 +35,22 @@ def test_drop_partial_tail_keeps_a_redacted_token_and_drops_bearer_words():
     # When / Then the replacement stays; the header words and the fragment go
     assert drop_partial_tail(redact("x " + TOKEN)) == "x " + REPLACEMENT
     assert drop_partial_tail("h: 1\nAuthorization: Bearer abcd") == "h: 1\n"
+
+
+def test_source_was_cut_only_when_the_producer_counted_more_than_it_sent():
+    # Given what arrived, with the producer's exact count (as the stream snapshot applies it)
+    arrived = BoundedText.of("value: " + TOKEN[:12], 1 << 20)
+    complete = BoundedText.of("done in 42ms", 1 << 20)
+    ours = BoundedText.of("y" * 100, 50)  # our own head limit cut it: the margin covers that
+    arrived.total_bytes = 5_000_000
+    # When / Then
+    assert source_was_cut(arrived) is True
+    assert source_was_cut(complete) is False
+    assert source_was_cut(ours) is False
+
+
+def test_drop_partial_tail_of_a_huge_run_drops_only_the_hold_back():
+    # Given 1 MiB of one run of token characters, cut by the source
+    text = "x" * (1 << 20)
+    # When / Then only the last HOLD_CHARS characters go
+    assert len(drop_partial_tail(text)) == (1 << 20) - HOLD_CHARS

@@ -35,6 +35,7 @@ from .errors import SandboxError, SandboxFailure
 from .models import ExecuteCodeRequest
 from .observability import emit_metric, logger
 from .output_log import log_output
+from .redaction.catalogue import redact_head
 from .windows import iso_z_ms, utc_now
 
 # failure_reason prefixes of failures on dispatch's own side (alarmed as dispatch errors).
@@ -48,7 +49,8 @@ LOG_EVENT_KEYS = ("invocation_id", "session_id", "tenant_id", "agent_id", "turn_
 
 def internal_failure(reason: str | None) -> None:
     """Count a failure that dispatch caught itself (Lambda's Errors metric never sees these)."""
-    emit_metric(n.METRIC_DISPATCH_INTERNAL_ERRORS, properties={"failure_reason": (reason or "")[:80]})
+    # Redacted, then cut (issue 10): the reason may carry an exception's text.
+    emit_metric(n.METRIC_DISPATCH_INTERNAL_ERRORS, properties={"failure_reason": redact_head(reason or "", 80)})
 
 
 class RunResult(Protocol):

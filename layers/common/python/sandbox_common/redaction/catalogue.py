@@ -548,5 +548,12 @@ def redact(text: str) -> str:
     return _DEFAULT.redact(text)
 
 
+def redact_head(text: str, max_chars: int) -> str:
+    """The first `max_chars` characters of `redact(text)`: redact FIRST, then cut. Cutting first
+    can leave a token's head too short to be recognised (`ghp_` + 16 chars), so every bounded
+    copy of untrusted text (log fields, metric properties, reasons) goes through this."""
+    return redact(text)[:max_chars]
+
+
 def redact_bytes(data: bytes) -> bytes:
     return _DEFAULT.redact_bytes(data)

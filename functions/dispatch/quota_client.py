@@ -8,13 +8,14 @@ after an ambiguous failure could count the call twice.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from pydantic import ValidationError
 from sandbox_common import naming as n
 from sandbox_common.aws import SINGLE_ATTEMPT
+from sandbox_common.models import QuotaAdmitted, QuotaRequest, parse_quota_response
 from sandbox_common.observability import emit_metric, logger
 from sandbox_common.windows import Windows, iso_z
 
@@ -57,20 +58,16 @@ def check_quota(function_name: str, tenant_id: str, agent_id: str, windows: Wind
         out = (client or lambda_client()).invoke(
             FunctionName=function_name,
             InvocationType="RequestResponse",
-            Payload=json.dumps({"tenant_id": tenant_id, "agent_id": agent_id}).encode(),
+            Payload=QuotaRequest(tenant_id=tenant_id, agent_id=agent_id).model_dump_json().encode(),
         )
         if out.get("FunctionError"):
             return _fail_closed(windows, tenant_id, f"function_error:{out['FunctionError']}")
-        body = json.loads(out["Payload"].read())
-    except Exception as exc:  # noqa: BLE001 — unreachable, timeout, throttled, bad JSON: all "no"
-        return _fail_closed(windows, tenant_id, type(exc).__name__)
-    if not isinstance(body, dict) or not isinstance(body.get("ok"), bool):
+        answer = parse_quota_response(out["Payload"].read())
+    except ValidationError:
         return _fail_closed(windows, tenant_id, "malformed_response")
-    if body["ok"]:
-        return QuotaDecision(True, tenant_daily_count=body.get("tenant_daily_count"),
-                             agent_hourly_count=body.get("agent_hourly_count"))  # fmt: skip
-    dimension = body.get("dimension")
-    resets_at = body.get("resets_at")
-    if dimension not in (n.DIM_TENANT_DAILY, n.DIM_AGENT_HOURLY, n.DIM_UNKNOWN) or not isinstance(resets_at, str):
-        return _fail_closed(windows, tenant_id, "malformed_refusal")
-    return QuotaDecision(False, dimension, resets_at)
+    except Exception as exc:  # noqa: BLE001 — unreachable, timeout, throttled: all "no"
+        return _fail_closed(windows, tenant_id, type(exc).__name__)
+    if isinstance(answer, QuotaAdmitted):
+        return QuotaDecision(True, tenant_daily_count=answer.tenant_daily_count,
+                             agent_hourly_count=answer.agent_hourly_count)  # fmt: skip
+    return QuotaDecision(False, answer.dimension, answer.resets_at)

@@ -100,14 +100,14 @@ class Dispatcher:
     # --- end_turn -------------------------------------------------------------------------------
     def end_turn(self, req: EndTurnRequest) -> dict[str, Any]:
         try:
-            turn = self.turns.get(req.turn_id)
+            turn = self.turns.get(req.tenant_id, req.turn_id)
         except TurnStoreUnavailable as exc:
             return _internal(f"turn_store_unavailable:{exc}")
         if turn is None:
             return {"ok": True, "stopped": False}
         turn_logic.check_owner(turn, req.tenant_id, None)
         try:
-            self.turns.end(req.turn_id)  # first: a session racing this end_turn can no longer activate
+            self.turns.end(req.tenant_id, req.turn_id)  # first: a session racing this end_turn can no longer activate
         except TurnStoreUnavailable as exc:
             return _internal(f"turn_store_unavailable:{exc}")
         if not turn.live_session:
@@ -121,7 +121,7 @@ class Dispatcher:
             # Still running (the stop failed): keep the turn pointing at it so a retried end_turn
             # can stop it; the interpreter's sessionTimeoutSeconds reaps it otherwise.
             return {"ok": True, "stopped": False}
-        stopped = self.turns.mark_stopped(req.turn_id, str(turn.session_id))
+        stopped = self.turns.mark_stopped(req.tenant_id, req.turn_id, str(turn.session_id))
         return {"ok": True, "stopped": stopped}
 
     # --- execute_code ---------------------------------------------------------------------------
@@ -164,7 +164,7 @@ class Dispatcher:
         result = self._run(req, outcome, turn, pf, runner, budget)
         outcome.ran(result, result.failure() if result.error else None)
         if result.session_stopped:  # timeout: the runner stopped it; the next call starts fresh
-            self.turns.mark_stopped(turn.turn_id, str(outcome.session_id))
+            self.turns.mark_stopped(turn.tenant_id, turn.turn_id, str(outcome.session_id))
 
     def _turn_and_preflight(self, req: ExecuteCodeRequest) -> tuple[Turn, Preflight]:
         try:
@@ -194,8 +194,8 @@ class Dispatcher:
         except SessionGone:
             # Reaped by AgentCore (or stopped elsewhere) before the code reached it: the code did
             # not run, so start a fresh session and run it once.
-            self.turns.mark_stopped(turn.turn_id, session_id)
-            fresh = self.turns.get(turn.turn_id) or turn
+            self.turns.mark_stopped(turn.tenant_id, turn.turn_id, session_id)
+            fresh = self.turns.get(turn.tenant_id, turn.turn_id) or turn
             session_id, _ = self._session(fresh, pf, runner, outcome.invocation_id, budget())
             outcome.session_id = session_id
             restarted = True

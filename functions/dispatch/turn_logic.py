@@ -20,19 +20,20 @@ _LEASE_POLL_SECONDS = 0.1
 
 
 def check_owner(turn: Turn, tenant_id: str, agent_id: str | None) -> None:
+    """Turns are keyed by tenant, so only another agent of the same tenant can hit this; the
+    words name no owner and no detail of the turn."""
     if turn.tenant_id != tenant_id or (agent_id is not None and turn.agent_id != agent_id):
-        # Same words whoever owns it: never confirm another tenant's turn exists in detail.
         raise SandboxInvalidRequest(messages.TURN_NOT_YOURS)
 
 
 def claim(store: TurnStore, tenant_id: str, agent_id: str, turn_id: str) -> Turn:
     """The turn of (tenant, agent), created on first use. Anyone else's turn -> invalid request."""
-    turn = store.get(turn_id)
+    turn = store.get(tenant_id, turn_id)
     if turn is None:
         created = store.create(tenant_id, agent_id, turn_id)
         if created is not None:
             return created
-        turn = store.get(turn_id)  # lost the race: someone created it a moment ago
+        turn = store.get(tenant_id, turn_id)  # lost the race: someone created it a moment ago
         if turn is None:
             raise TurnStoreUnavailable("turn vanished after a conditional failure")
     check_owner(turn, tenant_id, agent_id)
@@ -66,10 +67,10 @@ def acquire_session(
             try:
                 session_id = start()
             except BaseException:
-                store.release_lease(turn.turn_id, owner)
+                store.release_lease(turn.tenant_id, turn.turn_id, owner)
                 raise
             try:
-                store.activate(turn.turn_id, owner, session_id, interpreter_id)
+                store.activate(turn.tenant_id, turn.turn_id, owner, session_id, interpreter_id)
             except TurnStoreUnavailable:
                 stop_previous(interpreter_id, session_id)  # not the turn's session: never leak it
                 raise
@@ -77,7 +78,7 @@ def acquire_session(
         if time.monotonic() > deadline:
             raise SandboxError(messages.SESSION_START_WAIT, failure_reason="session_start_wait_timeout")
         store.sleep(_LEASE_POLL_SECONDS)
-        refreshed = store.get(turn.turn_id)
+        refreshed = store.get(turn.tenant_id, turn.turn_id)
         if refreshed is None:
             raise TurnStoreUnavailable("turn vanished")
         turn = refreshed

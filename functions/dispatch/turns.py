@@ -1,7 +1,8 @@
 """Turn state (§4.5): who owns a turn, and the one session all its calls share.
 
-Item in the TURNS table, keyed by turn_id alone so that another tenant's reuse is detected:
-  tenant_id, agent_id, created_at, expires_at (TTL)
+Item in the TURNS table, keyed by (tenant_id, turn_id): turn ids are per tenant, so one tenant's
+turn never blocks, nor is visible to, another tenant using the same id (naming.TURNS):
+  agent_id, created_at, expires_at (TTL)
   session_state: starting | active | stopped   session_id, interpreter_id, session_started_at
   lease_owner, lease_expires_at (epoch s)       — who is starting the session right now
 
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import ClientError
+from sandbox_common import naming as n
 
 _TURN_TTL_SECONDS = 2 * 86_400
 
@@ -59,6 +61,10 @@ class Turn:
         return self.session_state == "active" and bool(self.session_id)
 
 
+def _key(tenant_id: str, turn_id: str) -> dict[str, Any]:
+    return {n.TURNS.pk: {"S": tenant_id}, n.TURNS.sort_key: {"S": turn_id}}
+
+
 def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
@@ -72,9 +78,9 @@ class TurnStore:
         self.sleep = sleep
 
     # --- ownership ----------------------------------------------------------------------------
-    def get(self, turn_id: str) -> Turn | None:
+    def get(self, tenant_id: str, turn_id: str) -> Turn | None:
         try:
-            out = self.ddb.get_item(TableName=self.table, Key={"turn_id": {"S": turn_id}}, ConsistentRead=True)
+            out = self.ddb.get_item(TableName=self.table, Key=_key(tenant_id, turn_id), ConsistentRead=True)
         except Exception as exc:  # noqa: BLE001
             raise TurnStoreUnavailable(type(exc).__name__) from None
         return Turn.from_item(out["Item"]) if "Item" in out else None
@@ -117,12 +123,12 @@ class TurnStore:
             values[":stopped"] = {"S": "stopped"}
             values[":now"] = {"N": str(now)}
         return self._update(
-            turn.turn_id, "SET #st = :starting, lease_owner = :owner, lease_expires_at = :exp", condition, values
+            turn.tenant_id, turn.turn_id, "SET #st = :starting, lease_owner = :owner, lease_expires_at = :exp", condition, values
         )
 
-    def activate(self, turn_id: str, owner: str, session_id: str, interpreter_id: str) -> None:
+    def activate(self, tenant_id: str, turn_id: str, owner: str, session_id: str, interpreter_id: str) -> None:
         activated = self._update(
-            turn_id,
+            tenant_id, turn_id,
             "SET #st = :active, session_id = :sid, interpreter_id = :iid, session_started_at = :now "
             "REMOVE lease_owner, lease_expires_at",
             "lease_owner = :owner AND attribute_not_exists(ended)",  # end_turn won the race: stop it
@@ -132,29 +138,29 @@ class TurnStore:
         if not activated:  # our lease was taken over (it expired): the session is not the turn's
             raise TurnStoreUnavailable("session lease lost before activation")
 
-    def release_lease(self, turn_id: str, owner: str) -> None:
+    def release_lease(self, tenant_id: str, turn_id: str, owner: str) -> None:
         try:
-            self._update(turn_id, "SET #st = :stopped REMOVE lease_owner, lease_expires_at", "lease_owner = :owner",
+            self._update(tenant_id, turn_id, "SET #st = :stopped REMOVE lease_owner, lease_expires_at", "lease_owner = :owner",
                          {":stopped": {"S": "stopped"}, ":owner": {"S": owner}})  # fmt: skip
         except TurnStoreUnavailable:  # the lease expires on its own
             pass
 
-    def end(self, turn_id: str) -> None:
+    def end(self, tenant_id: str, turn_id: str) -> None:
         """Close the turn: no session may start for it afterwards (idempotent)."""
-        self._update(turn_id, "SET ended = :true", "attribute_exists(turn_id)", {":true": {"BOOL": True}})
+        self._update(tenant_id, turn_id, "SET ended = :true", "attribute_exists(turn_id)", {":true": {"BOOL": True}})
 
-    def mark_stopped(self, turn_id: str, session_id: str) -> bool:
+    def mark_stopped(self, tenant_id: str, turn_id: str, session_id: str) -> bool:
         """Record that `session_id` is gone; False if the turn already moved on to another session."""
-        return self._update(turn_id, "SET #st = :stopped", "#st = :active AND session_id = :sid",
+        return self._update(tenant_id, turn_id, "SET #st = :stopped", "#st = :active AND session_id = :sid",
                             {":stopped": {"S": "stopped"}, ":active": {"S": "active"}, ":sid": {"S": session_id}})  # fmt: skip
 
-    def _update(self, turn_id: str, update: str, condition: str, values: dict[str, Any]) -> bool:
+    def _update(self, tenant_id: str, turn_id: str, update: str, condition: str, values: dict[str, Any]) -> bool:
         """One conditional write to the turn: True if applied, False if its condition did not hold."""
         try:
             # DynamoDB rejects an alias the expressions do not use
             names = {"#st": "session_state"} if "#st" in update + condition else None
             self.ddb.update_item(
-                TableName=self.table, Key={"turn_id": {"S": turn_id}}, UpdateExpression=update,
+                TableName=self.table, Key=_key(tenant_id, turn_id), UpdateExpression=update,
                 ConditionExpression=condition, ExpressionAttributeValues=values,
                 **({"ExpressionAttributeNames": names} if names else {}),
             )  # fmt: skip

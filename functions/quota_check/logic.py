@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sandbox_common import naming
-from sandbox_common.models import QuotaRequest
+from sandbox_common.models import QuotaAdmitted, QuotaRefused, QuotaRequest
 from sandbox_common.observability import emit_metric, logger
 from sandbox_common.windows import Windows, iso_z
 
@@ -26,11 +26,8 @@ class Admitted:
     agent_hourly_count: int | None
 
     def to_response(self) -> dict[str, object]:
-        return {
-            "ok": True,
-            "tenant_daily_count": self.tenant_daily_count,
-            "agent_hourly_count": self.agent_hourly_count,
-        }
+        return QuotaAdmitted(tenant_daily_count=self.tenant_daily_count,
+                             agent_hourly_count=self.agent_hourly_count).model_dump()  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -41,13 +38,9 @@ class Refused:
     agent_hourly_cap: int | None
 
     def to_response(self) -> dict[str, object]:
-        return {
-            "ok": False,
-            "dimension": self.dimension,
-            "resets_at": iso_z(self.resets_at),
-            "tenant_daily_cap": self.tenant_daily_cap,
-            "agent_hourly_cap": self.agent_hourly_cap,
-        }
+        return QuotaRefused(dimension=self.dimension, resets_at=iso_z(self.resets_at),  # type: ignore[arg-type]
+                            tenant_daily_cap=self.tenant_daily_cap,
+                            agent_hourly_cap=self.agent_hourly_cap).model_dump()  # fmt: skip
 
 
 QuotaDecision = Admitted | Refused

@@ -132,20 +132,30 @@ def describe_wire_request(environ: dict[str, Any]) -> Call | None:
     return Call(origin, service, operation, tables_in(params) if service == "dynamodb" else ())
 
 
+Span = tuple[float, float, Call]  # (perf_counter start, end, call)
+
+
 class WireLog:
-    """WSGI middleware in front of moto's app: one Call per request that reaches moto."""
+    """WSGI middleware in front of moto's app: one Call per request that reaches moto, and its
+    span (moto runs in this process, so its clock is the test's)."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
         self.calls: list[Call] = []
+        self.spans: list[Span] = []
         self._lock = threading.Lock()
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
         call = describe_wire_request(environ)
+        started = time.perf_counter()
         if call is not None:
             with self._lock:
                 self.calls.append(call)
-        return self.app(environ, start_response)
+        body = self.app(environ, start_response)
+        if call is not None:
+            with self._lock:
+                self.spans.append((started, time.perf_counter(), call))
+        return body
 
 
 class ClientLog:
@@ -155,12 +165,22 @@ class ClientLog:
 
     def __init__(self) -> None:
         self.calls: list[Call] = []
+        self.spans: list[Span] = []
         self._lock = threading.Lock()
 
-    def record(self, service: str, model: Any = None, params: Any = None, **_: Any) -> None:
+    def record(self, service: str, model: Any = None, params: Any = None, context: Any = None, **_: Any) -> None:
         tables = tables_in(params or {}) if service == "dynamodb" else ()
+        call = Call(DISPATCH, service, model.name, tables)
+        if isinstance(context, dict):  # the same dict reaches after-call: the span of this API call
+            context["_bench_span"] = (time.perf_counter(), call)
         with self._lock:
-            self.calls.append(Call(DISPATCH, service, model.name, tables))
+            self.calls.append(call)
+
+    def finish(self, context: Any = None, **_: Any) -> None:
+        started = context.get("_bench_span") if isinstance(context, dict) else None
+        if started is not None:
+            with self._lock:
+                self.spans.append((started[0], time.perf_counter(), started[1]))
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         import botocore.session
@@ -172,6 +192,8 @@ class ClientLog:
             client = original(session, *args, **kwargs)
             service = client.meta.service_model.service_name
             client.meta.events.register("before-parameter-build", functools.partial(log.record, service))
+            client.meta.events.register("after-call", log.finish)
+            client.meta.events.register("after-call-error", log.finish)
             return client
 
         monkeypatch.setattr(botocore.session.Session, "create_client", create_client)
@@ -224,6 +246,39 @@ def counted_stack(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[tup
     yield stack, clients
 
 
+def longest_chain(spans: list[tuple[float, float, int]]) -> int:
+    """The most weight a chain of one-after-another spans carries (a span may follow another only
+    if it starts after that one ended): the critical path of requests that waited on each other."""
+    best: list[tuple[float, int]] = []  # (end, best chain ending with that span)
+    for start, end, weight in sorted(spans, key=lambda s: s[1]):
+        before = max((b for e, b in best if e <= start), default=0)
+        best.append((end, before + weight))
+    return max((b for _, b in best), default=0)
+
+
+def critical_path_depth(dispatch_spans: list[Span], quota_spans: list[Span]) -> int:
+    """Sequential AWS requests of one call: dispatch's own, where the quota invoke counts as one
+    hop plus the chain of the quota Lambda's requests made inside it."""
+    weighted = []
+    for start, end, call in dispatch_spans:
+        weight = 1
+        if call.service == "lambda" and call.operation == "Invoke":
+            weight += longest_chain([(s, e, 1) for s, e, _ in quota_spans if start <= s and e <= end])
+        weighted.append((start, end, weight))
+    return longest_chain(weighted)
+
+
+def test_critical_path_depth_counts_parallel_requests_once() -> None:
+    # Given a put, then two requests in parallel, then an invoke with two sequential quota calls
+    put, get, txn = Call(DISPATCH, "dynamodb", "PutItem"), Call(DISPATCH, "dynamodb", "GetItem"), Call(
+        QUOTA, "dynamodb", "TransactWriteItems")  # fmt: skip
+    invoke = Call(DISPATCH, "lambda", "Invoke")
+    dispatch_spans = [(0.0, 1.0, put), (1.5, 3.0, get), (1.6, 2.5, put), (3.5, 9.0, invoke)]
+    quota_spans = [(4.0, 5.0, txn), (6.0, 7.0, txn), (10.0, 11.0, txn)]
+    # When the depth is measured / Then the parallel pair is one step and the invoke is 1 + 2
+    assert critical_path_depth(dispatch_spans, quota_spans) == 1 + 1 + 3
+
+
 def breakdown(calls: list[Call], logical_of: dict[str, str]) -> dict[str, int]:
     return dict(sorted(Counter(c.key(logical_of) for c in calls).items()))
 
@@ -271,9 +326,13 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
     wire_phases: dict[str, list[Call]] = {}
     client_phases: dict[str, list[Call]] = {}
 
+    depths: dict[str, int] = {}
+
     def measured(phase: str, request: dict[str, Any]) -> dict[str, Any]:
         c0, w0 = len(clients.calls), len(wire.calls)
+        s0, ws0 = len(clients.spans), len(wire.spans)
         result = stack.dispatch(request)
+        depths[phase] = critical_path_depth(clients.spans[s0:], [s for s in wire.spans[ws0:] if s[2].origin == QUOTA])
         client_calls, wire_calls = clients.calls[c0:], wire.calls[w0:]
         client_phases[phase], wire_phases[phase] = client_calls, wire_calls
         # dispatch's own calls from the hook; the quota Lambda's from the wire
@@ -314,6 +373,15 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
         phases=phases,
         elapsed_s=round(elapsed, 2),
     )  # fmt: skip
+    emit(
+        "critical_path_depth",
+        target="later call <= 5 sequential AWS requests (moonshot 4); first call <= later + 3",
+        ratio=depths["first_call_of_turn"] / depths["later_call"],
+        later_call=depths["later_call"],
+        later_call_2=depths["later_call_2"],
+        first_call_of_turn=depths["first_call_of_turn"],
+        first_call_cold_container=depths["first_call_cold_container"],
+    )  # fmt: skip
 
     # Then the cross-check holds: what dispatch's hook saw for moto == what moto saw from dispatch
     for phase in phases:
@@ -340,3 +408,7 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
     # And the first call of a turn adds exactly Start, the readiness invoke and the turn state
     assert later <= first, "a first call must make every call a later one makes"
     assert dict(extra) == {k: v[0] for k, v in FIRST_CALL_EXTRA.items()}, dict(extra)
+    # And the depth measure saw every phase's requests: a later call waits on at least the
+    # idempotency claim, the quota hop and its transaction, the user code and the audit row
+    assert 5 <= depths["later_call"] <= sum(later.values()) + 2
+    assert depths["first_call_of_turn"] > depths["later_call"]

@@ -228,6 +228,7 @@ def test_names_check_flags_unknown_resource_names():
     # When checking the names
     problems = c.check_names_in_text(text)
     # Then each one is reported
+    assert len(problems) >= 5
     for bad in ("sandbox_audit", "/thinkwork/prod/sandbox/caps/daily", "/aws/lambda/thinkwork-prod-api",
                 "SandboxCallsTotal", "--stage dev"):  # fmt: skip
         assert any(bad in problem for problem in problems), (bad, problems)

@@ -87,11 +87,30 @@ def test_invalid_request_touches_nothing(stack: Stack) -> None:
     assert stack.audit_rows() == [] and stack.counter_items()[n.TENANT_DAILY_COUNTERS.logical] == []
 
 
-def test_turn_of_other_tenant_refused_without_side_effects(stack: Stack) -> None:
+def test_turn_id_held_by_other_tenant_is_its_own_turn(stack: Stack) -> None:
+    # Given acme holds a turn (with a live session)
+    first = stack.dispatch(event(call_id="a1"))
+    assert first["ok"] is True
+    # When globex uses the same turn id
+    other = stack.dispatch(event(tenant_id="globex", call_id="g1"))
+    # Then globex's call runs in a session of its own, and acme's turn still has its session
+    assert other["ok"] is True
+    assert other["session_id"] != first["session_id"]
+    assert stack.dispatch(event(call_id="a2"))["session_id"] == first["session_id"]
+    assert sorted(r["tenant_id"] for r in stack.audit_rows()) == ["acme", "acme", "globex"]
+
+
+def test_turn_of_other_agent_of_tenant_refused_without_details_or_side_effects(stack: Stack) -> None:
+    from sandbox_common import messages
+
+    # Given agent-7 of acme holds a turn
     assert stack.dispatch(event(call_id="a1"))["ok"] is True
-    stolen = stack.dispatch(event(tenant_id="globex", call_id="g1"))
+    # When another agent of acme uses it
+    stolen = stack.dispatch(event(agent_id="agent-other", call_id="x1"))
+    # Then it is refused with words that name nothing of the turn, and nothing is audited for it
     assert stolen["error"] == "SandboxInvalidRequest"
-    assert [r["tenant_id"] for r in stack.audit_rows()] == ["acme"]
+    assert stolen["error_message"] == messages.TURN_NOT_YOURS
+    assert [r["agent_id"] for r in stack.audit_rows()] == ["agent-7"]
 
 
 def test_disabled_tenant_is_provisioning_audited_and_not_counted(stack: Stack) -> None:

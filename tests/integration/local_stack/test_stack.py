@@ -85,6 +85,7 @@ def test_resources_follow_the_shared_definitions(state: LocalState) -> None:
         value = ssm.get_parameter(Name=n.cap_parameter("local", dim))["Parameter"]["Value"]
         assert value == str(getattr(config.caps, dim))
     # and each tenant has a runner role and a substrate naming its interpreters
+    assert config.tenants  # the loop below must run
     for tenant in config.tenants:
         raw = ssm.get_parameter(Name=n.tenant_substrate_parameter("local", tenant.id))["Parameter"]["Value"]
         sub = TenantSubstrate.model_validate_json(raw)

@@ -75,6 +75,7 @@ CANCELLATIONS = {
 
 def test_failures_cancellation_other_than_condition_fails_closed(quota, freeze, inject_error, subtests):
     freeze("2026-11-21T08:15:00Z")
+    assert CANCELLATIONS  # the cases below must run
     for name, reasons in CANCELLATIONS.items():
         with subtests.test(msg=name):
             # Given the transaction cancelled for a reason other than a cap (as DynamoDB says it)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import pytest
 from dispatch import turn_logic
 from dispatch.turns import TurnStore, TurnStoreUnavailable
+from sandbox_common import messages
 from sandbox_common import naming as n
 from sandbox_common.errors import SandboxInvalidRequest
 
@@ -24,33 +26,50 @@ def test_claim_creates_then_returns_same_owner(store: TurnStore) -> None:
     assert (first.tenant_id, again.tenant_id, again.agent_id) == ("acme", "acme", "agent-1")
 
 
-def test_claim_by_other_tenant_or_agent_is_invalid(store: TurnStore) -> None:
+def test_claim_by_other_agent_of_the_tenant_is_invalid(store: TurnStore) -> None:
     turn_logic.claim(store, "acme", "agent-1", "turn-1")
-    with pytest.raises(SandboxInvalidRequest):
-        turn_logic.claim(store, "globex", "agent-1", "turn-1")
     with pytest.raises(SandboxInvalidRequest):
         turn_logic.claim(store, "acme", "agent-2", "turn-1")
 
 
-def test_claim_race_between_tenants_has_one_winner(store: TurnStore) -> None:
-    # Given two tenants claiming one fresh turn at the same moment
+def test_claim_same_turn_id_in_two_tenants_is_two_turns(store: TurnStore) -> None:
+    # Given tenant A holds turn-123 with a live session
+    held = turn_logic.claim(store, "acme", "agent-1", "turn-123")
+    turn_logic.acquire_session(store, held, owner="a", interpreter_id="ci-acme", start=lambda: "s-acme",
+                               stop_previous=lambda *_: None, max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
+    # When tenant B uses the same turn id
+    other = turn_logic.claim(store, "globex", "agent-1", "turn-123")
+    # Then B gets its own fresh turn, and A's turn and session are untouched
+    assert (other.tenant_id, other.session_id, other.live_session) == ("globex", None, False)
+    assert store.get("acme", "turn-123").session_id == "s-acme"
+    assert store.get("globex", "turn-123").tenant_id == "globex"
+
+
+def test_claim_race_between_tenants_both_win(store: TurnStore) -> None:
+    # Given two tenants claiming one fresh turn id at the same moment
     results: list[str] = []
     barrier = threading.Barrier(8)
 
     def claim(tenant: str) -> None:
         barrier.wait()
-        try:
-            turn_logic.claim(store, tenant, "agent", "turn-race")
-            results.append(tenant)
-        except SandboxInvalidRequest:
-            results.append("refused")
+        results.append(turn_logic.claim(store, tenant, "agent", "turn-race").tenant_id)
 
     threads = [threading.Thread(target=claim, args=(t,)) for t in ["acme", "globex"] * 4]
     [t.start() for t in threads]
     [t.join() for t in threads]
-    # Then exactly one tenant owns it: all its claims pass, all the other's are refused
-    winners = {r for r in results if r != "refused"}
-    assert len(winners) == 1 and results.count("refused") == 4
+    # Then every claim passes, each tenant on its own turn
+    assert sorted(results) == ["acme"] * 4 + ["globex"] * 4
+
+
+def test_claim_by_other_agent_of_tenant_reveals_nothing(store: TurnStore) -> None:
+    # Given agent-1 holds a turn of acme
+    turn_logic.claim(store, "acme", "agent-1", "turn-1")
+    # When agent-2 of acme uses that turn id
+    with pytest.raises(SandboxInvalidRequest) as refused:
+        turn_logic.claim(store, "acme", "agent-2", "turn-1")
+    # Then the refusal names neither the owner agent nor any state of the turn
+    assert refused.value.message == messages.TURN_NOT_YOURS
+    assert "agent-1" not in json.dumps(refused.value.to_response())
 
 
 def test_acquire_session_concurrent_first_calls_start_one_session(store: TurnStore) -> None:
@@ -81,7 +100,7 @@ def test_acquire_session_concurrent_first_calls_start_one_session(store: TurnSto
     # Then one Start, and every caller uses that one session
     assert len(starts) == 1
     assert got == ["session-1"] * 8
-    assert store.get("turn-c").session_id == "session-1"
+    assert store.get("acme", "turn-c").session_id == "session-1"
 
 
 def test_acquire_session_failed_start_releases_lease(store: TurnStore) -> None:
@@ -94,7 +113,7 @@ def test_acquire_session_failed_start_releases_lease(store: TurnStore) -> None:
         turn_logic.acquire_session(store, turn, owner="a", interpreter_id="ci", start=boom, stop_previous=lambda *_: None,
                               max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
     # the next caller can start at once (no wait for a dead lease)
-    sid, started = turn_logic.acquire_session(store, store.get("turn-f"), owner="b", interpreter_id="ci", start=lambda: "s2",
+    sid, started = turn_logic.acquire_session(store, store.get("acme", "turn-f"), owner="b", interpreter_id="ci", start=lambda: "s2",
                                          stop_previous=lambda *_: None, max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
     assert (sid, started) == ("s2", True)
 
@@ -105,7 +124,7 @@ def test_acquire_session_replaces_too_old_session_and_stops_it(store: TurnStore)
                           stop_previous=lambda *_: None, max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
     stopped: list[tuple[str, str]] = []
     later = TurnStore(table_name=store.table, ddb=store.ddb, clock=lambda: time.time() + 10_000)
-    sid, started = turn_logic.acquire_session(later, later.get("turn-o"), owner="b", interpreter_id="ci", start=lambda: "new",
+    sid, started = turn_logic.acquire_session(later, later.get("acme", "turn-o"), owner="b", interpreter_id="ci", start=lambda: "new",
                                          stop_previous=lambda i, s: stopped.append((i, s)),
                                          max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
     assert (sid, started, stopped) == ("new", True, [("ci", "old")])
@@ -115,10 +134,10 @@ def test_mark_stopped_only_for_current_session(store: TurnStore) -> None:
     turn = turn_logic.claim(store, "acme", "agent", "turn-s")
     turn_logic.acquire_session(store, turn, owner="a", interpreter_id="ci", start=lambda: "s1",
                           stop_previous=lambda *_: None, max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
-    assert store.mark_stopped("turn-s", "other") is False
-    assert store.mark_stopped("turn-s", "s1") is True
-    assert store.mark_stopped("turn-s", "s1") is False
-    assert store.get("turn-s").live_session is False
+    assert store.mark_stopped("acme", "turn-s", "other") is False
+    assert store.mark_stopped("acme", "turn-s", "s1") is True
+    assert store.mark_stopped("acme", "turn-s", "s1") is False
+    assert store.get("acme", "turn-s").live_session is False
 
 
 def test_acquire_session_lost_lease_stops_the_started_session(store: TurnStore) -> None:
@@ -127,7 +146,7 @@ def test_acquire_session_lost_lease_stops_the_started_session(store: TurnStore) 
     stopped: list[tuple[str, str]] = []
 
     def slow_start() -> str:
-        store.ddb.update_item(TableName=store.table, Key={"turn_id": {"S": "turn-l"}},
+        store.ddb.update_item(TableName=store.table, Key={"tenant_id": {"S": "acme"}, "turn_id": {"S": "turn-l"}},
                               UpdateExpression="SET lease_owner = :other",
                               ExpressionAttributeValues={":other": {"S": "someone-else"}})  # fmt: skip
         return "orphan-candidate"
@@ -146,7 +165,7 @@ def test_acquire_session_end_turn_during_start_stops_the_new_session(store: Turn
     stopped: list[tuple[str, str]] = []
 
     def start_while_turn_ends() -> str:
-        store.end("turn-e")
+        store.end("acme", "turn-e")
         return "would-outlive-its-turn"
 
     # When the start completes / Then the session is stopped, not recorded, and the turn stays closed
@@ -155,6 +174,6 @@ def test_acquire_session_end_turn_during_start_stops_the_new_session(store: Turn
                               stop_previous=lambda i, s: stopped.append((i, s)),
                               max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
     assert stopped == [("ci", "would-outlive-its-turn")]
-    assert store.get("turn-e").ended is True and store.get("turn-e").live_session is False
+    assert store.get("acme", "turn-e").ended is True and store.get("acme", "turn-e").live_session is False
     with pytest.raises(SandboxInvalidRequest, match="ended"):
         turn_logic.claim(store, "acme", "agent", "turn-e")

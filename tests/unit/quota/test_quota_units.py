@@ -113,6 +113,7 @@ def test_update_expressions_never_carry_request_values(monkeypatch_session_env, 
     # Given any valid ids / When the transaction items are built
     keys = counters.CounterKeys.for_call(tenant, agent, Windows.at(datetime(2026, 11, 21, 8, tzinfo=UTC)))
     updates = [counters._update(item, 3)["Update"] for item in keys.in_order()]
+    assert len(updates) == 2  # both counters: the loop below checks each
 
     # Then the expressions are the same as for any other ids: ids travel only as attribute values
     reference = counters.CounterKeys.for_call(

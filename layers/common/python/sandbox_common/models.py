@@ -20,7 +20,7 @@ from pydantic import (
 
 from .errors import SandboxInvalidRequest
 from .files import InputFiles
-from .naming import MAX_CODE_BYTES, REQUEST_ID_RE
+from .naming import MAX_CODE_BYTES, REQUEST_ID_RE, QuotaDimension
 from .redaction.catalogue import redact
 
 Id = Annotated[str, StringConstraints(pattern=REQUEST_ID_RE.pattern)]
@@ -166,3 +166,31 @@ class TenantSubstrate(BaseModel):
     interpreters: dict[str, str] = {}  # environment -> code interpreter id
     runner_role_arn: str | None = None
     data_read: tuple[str, ...] = ()  # the tenant's data.read S3 prefixes (§14.4): s3_uri inputs
+
+
+
+# --- the quota contract (issue 9): dispatch -> sandbox-quota-check, one pair of models ----------
+# `QuotaRequest` above is the request; these are the two answers (§5.3). The quota Lambda renders
+# them with `model_dump()`, dispatch parses them with `parse_quota_response` (anything else -> the
+# breaker fails closed).
+class QuotaAdmitted(_Strict):
+    ok: Literal[True] = True
+    tenant_daily_count: int | None = None
+    agent_hourly_count: int | None = None
+
+
+class QuotaRefused(_Strict):
+    ok: Literal[False] = False
+    dimension: QuotaDimension
+    resets_at: Annotated[str, StringConstraints(pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")]
+    tenant_daily_cap: int | None = None
+    agent_hourly_cap: int | None = None
+
+
+QuotaResponse = Annotated[QuotaAdmitted | QuotaRefused, Field(discriminator="ok")]
+_QUOTA_RESPONSE: TypeAdapter[QuotaAdmitted | QuotaRefused] = TypeAdapter(QuotaResponse)
+
+
+def parse_quota_response(payload: bytes | str) -> QuotaAdmitted | QuotaRefused:
+    """The quota Lambda's answer; raises pydantic.ValidationError for anything off-contract."""
+    return _QUOTA_RESPONSE.validate_json(payload)

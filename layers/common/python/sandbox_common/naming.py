@@ -114,8 +114,8 @@ INVOCATIONS = TableSpec(
         Index("by_session", pk="session_id", sk="started_at"),
     ),
 )
-# Turn -> owner, session. Keyed by turn_id alone so a second tenant's reuse is detectable (§4.5).
-TURNS = TableSpec("sandbox_turns", pk="turn_id", ttl_attribute="expires_at")
+# Turn -> owner agent, session (§4.5). Turn ids are per tenant: keyed by (tenant_id, turn_id).
+TURNS = TableSpec("sandbox_turns", pk="tenant_id", sk="turn_id", ttl_attribute="expires_at")
 # Tenant policy, template sandbox blocks and the policy change history, one item collection per tenant.
 TENANTS = TableSpec("sandbox_tenants", pk="tenant_id", sk="item", pitr=True)
 # Powertools idempotency persistence layer defaults: key `id`, TTL `expiration`.
@@ -438,3 +438,8 @@ def artifact_key(tenant_id: str, turn_id: str, invocation_id: str, filename: str
 
 def file_pointer_key(tenant_id: str, file_id: str) -> str:
     return f"{tenant_id}/{FILE_POINTER_DIR}/{file_id}.json"
+
+# --- dispatch (issue 9) ------------------------------------------------------------------------
+# What a quota refusal may name (the quota contract in sandbox_common.models); same strings as DIM_*.
+QuotaDimension = Literal["tenant_daily", "agent_hourly", "unknown"]
+assert set(QuotaDimension.__args__) == {DIM_TENANT_DAILY, DIM_AGENT_HOURLY, DIM_UNKNOWN}  # type: ignore[attr-defined]

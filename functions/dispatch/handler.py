@@ -22,7 +22,7 @@ def handler(event: Any, context: Any) -> dict[str, Any]:
     started = time.monotonic()
     try:
         request = parse_dispatch_event(event)
-        logger.append_keys(action=request.action, tenant_id=request.tenant_id, turn_id=request.turn_id)
+        logger.append_keys(action=request.action, tenant_id=request.tenant_id, turn_id=getattr(request, "turn_id", None))
         return dispatcher().handle(request, context)
     except SandboxInvalidRequest as exc:
         emit_metric(n.METRIC_INVALID_REQUEST)

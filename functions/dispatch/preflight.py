@@ -37,6 +37,7 @@ class Preflight:
     runner_role_arn: str | None = None
     allowed_interpreter_ids: tuple[str, ...] = field(default_factory=tuple)
     reason: str | None = None
+    data_read: tuple[str, ...] = ()  # the tenant's data.read S3 prefixes (§14.4): s3_uri inputs
 
 
 def decide(
@@ -75,6 +76,7 @@ def decide(
     return Preflight(
         "ready", tenant_id, environment=environment, interpreter_id=interpreter_id,
         runner_role_arn=runner_role_arn, allowed_interpreter_ids=allowed,
+        data_read=tuple(substrate.data_read) if substrate else (),
     )  # fmt: skip
 
 

@@ -24,14 +24,17 @@ from sandbox_common.errors import (
     SandboxInvalidRequest,
     SandboxProvisioning,
 )
-from sandbox_common.models import BeginTurnRequest, EndTurnRequest, ExecuteCodeRequest
+from sandbox_common.files import GetFileRequest
+from sandbox_common.models import AnyDispatchRequest, BeginTurnRequest, EndTurnRequest, ExecuteCodeRequest
 from sandbox_common.observability import logger
 from sandbox_common.outcome import Outcome, internal_failure, public
 from sandbox_common.settings import DispatchSettings
 from sandbox_common.tool_spec import tool_definition
 from sandbox_common.windows import Windows, utc_now
 
-from . import turn_logic
+from . import files_flow, turn_logic
+from .artifacts import ArtifactContext
+from .file_access import get_file
 from .idempotency import IdempotencyStoreUnavailable, IdempotentCalls, TimeLeft
 from .preflight import Preflight, PreflightReader, PreflightUnavailable
 from .quota_client import check_quota
@@ -67,11 +70,13 @@ class Dispatcher:
         self.calls = calls
         self.quota = quota
 
-    def handle(self, request: BeginTurnRequest | EndTurnRequest | ExecuteCodeRequest, context: Any) -> dict[str, Any]:
+    def handle(self, request: AnyDispatchRequest, context: Any) -> dict[str, Any]:
         if isinstance(request, BeginTurnRequest):
             return self.begin_turn(request)
         if isinstance(request, EndTurnRequest):
             return self.end_turn(request)
+        if isinstance(request, GetFileRequest):
+            return self.get_file(request)
         try:
             return self.calls.run_once(request, context, self._execute_code_response,
                                        max_wait_seconds=self.settings.call_timeout_seconds + _RETRY_WAIT_MARGIN_SECONDS)  # fmt: skip
@@ -124,6 +129,14 @@ class Dispatcher:
         stopped = self.turns.mark_stopped(req.tenant_id, req.turn_id, str(turn.session_id))
         return {"ok": True, "stopped": stopped}
 
+    # --- get_file (§14.3) ------------------------------------------------------------------------
+    def get_file(self, req: GetFileRequest) -> dict[str, Any]:
+        try:
+            return get_file(req, s3=files_flow.s3_client(), bucket=self.settings.artifacts_bucket)
+        except SandboxError as failure:
+            internal_failure(str(failure.fields.get("failure_reason")))
+            return public(failure)
+
     # --- execute_code ---------------------------------------------------------------------------
     def _execute_code_response(self, req: ExecuteCodeRequest, time_left: TimeLeft) -> dict[str, Any]:
         return self.execute_code(req, time_left=time_left).response()
@@ -159,10 +172,13 @@ class Dispatcher:
         turn, pf = self._turn_and_preflight(req)
         outcome.environment = pf.environment
         _refuse_unless_ready(pf)
+        files_flow.check_inputs(req, pf.data_read)  # bad s3_uri: invalid, before anything counts
+        outcome.response_extra["files"] = []
         self._quota(req, outcome)
         runner = self.runner_factory(pf)
         result = self._run(req, outcome, turn, pf, runner, budget)
         outcome.ran(result, result.failure() if result.error else None)
+        self._collect_artifacts(req, outcome, pf, runner, result.exit_status)
         if result.session_stopped:  # timeout: the runner stopped it; the next call starts fresh
             self.turns.mark_stopped(turn.tenant_id, turn.turn_id, str(outcome.session_id))
 
@@ -190,6 +206,7 @@ class Dispatcher:
         session_id, restarted = self._session(turn, pf, runner, outcome.invocation_id, budget())
         outcome.session_id = session_id
         try:
+            self._place_inputs(req, outcome, pf, runner, session_id)
             result = runner.execute(str(pf.interpreter_id), session_id, req.code, deadline_seconds=budget())
         except SessionGone:
             # Reaped by AgentCore (or stopped elsewhere) before the code reached it: the code did
@@ -199,10 +216,29 @@ class Dispatcher:
             session_id, _ = self._session(fresh, pf, runner, outcome.invocation_id, budget())
             outcome.session_id = session_id
             restarted = True
+            self._place_inputs(req, outcome, pf, runner, session_id)
             result = runner.execute(str(pf.interpreter_id), session_id, req.code, deadline_seconds=budget())
         if restarted:
             outcome.response_extra.update(session_restarted=True, notice=messages.SESSION_RESTARTED)
         return result
+
+    @staticmethod
+    def _place_inputs(req: ExecuteCodeRequest, outcome: Outcome, pf: Preflight, runner: SessionRunner,
+                      session_id: str) -> None:  # fmt: skip
+        """§14.1: input files into the session before the code; a failure means the code never runs."""
+        if req.files:
+            outcome.audit_extra["input_files"] = files_flow.place_inputs(runner, str(pf.interpreter_id), session_id, req)
+
+    def _collect_artifacts(self, req: ExecuteCodeRequest, outcome: Outcome, pf: Preflight, runner: SessionRunner,
+                           exit_status: str) -> None:  # fmt: skip
+        """§14.2: new/changed outputs/ files and open figures, after any outcome but timeout."""
+        ctx = ArtifactContext(req.tenant_id, req.turn_id, outcome.invocation_id, self.settings.artifacts_bucket)
+        collected = files_flow.collect(runner, str(pf.interpreter_id), str(outcome.session_id), ctx, exit_status)
+        outcome.response_extra["files"] = collected.files if collected else []
+        outcome.audit_extra["artifacts"] = collected.artifacts if collected else []
+        if collected and collected.failure_reason:
+            logger.warning("artifact_collection_failed", extra={"invocation_id": outcome.invocation_id,
+                                                                "failure_reason": collected.failure_reason})  # fmt: skip
 
     def _session(self, turn: Turn, pf: Preflight, runner: SessionRunner, invocation_id: str,
                  budget: float | None = None) -> tuple[str, bool]:  # fmt: skip

@@ -19,7 +19,7 @@ from pydantic import (
 )
 
 from .errors import SandboxInvalidRequest
-from .files import InputFiles
+from .files import GetFileRequest, InputFiles
 from .naming import MAX_CODE_BYTES, REQUEST_ID_RE, QuotaDimension
 from .redaction.catalogue import redact
 
@@ -75,12 +75,10 @@ class EndTurnRequest(_Strict):
     turn_id: Id
 
 
-DispatchRequest = Annotated[
-    BeginTurnRequest | ExecuteCodeRequest | EndTurnRequest, Field(discriminator="action")
-]
-_DISPATCH_ADAPTER: TypeAdapter[BeginTurnRequest | ExecuteCodeRequest | EndTurnRequest] = TypeAdapter(
-    DispatchRequest
-)
+AnyDispatchRequest = BeginTurnRequest | ExecuteCodeRequest | EndTurnRequest | GetFileRequest
+DispatchRequest = Annotated[AnyDispatchRequest, Field(discriminator="action")]
+_DISPATCH_ADAPTER: TypeAdapter[AnyDispatchRequest] = TypeAdapter(DispatchRequest)
+DISPATCH_ACTIONS: tuple[str, ...] = ("begin_turn", "execute_code", "end_turn", "get_file")
 
 
 class QuotaRequest(_Strict):
@@ -125,14 +123,14 @@ def _load(event: Any) -> Any:
     return event
 
 
-def parse_dispatch_event(event: Any) -> BeginTurnRequest | ExecuteCodeRequest | EndTurnRequest:
+def parse_dispatch_event(event: Any) -> AnyDispatchRequest:
     event = _load(event)
     if not isinstance(event, dict):
         raise SandboxInvalidRequest("Invalid request: the event must be a JSON object.")
     action = event.get("action")
-    if action not in ("begin_turn", "execute_code", "end_turn"):
+    if action not in DISPATCH_ACTIONS:
         raise SandboxInvalidRequest(
-            "Invalid request: unknown or missing action; expected begin_turn, execute_code or end_turn."
+            "Invalid request: unknown or missing action; expected one of " + ", ".join(DISPATCH_ACTIONS) + "."
         )
     try:
         return _DISPATCH_ADAPTER.validate_python(event)

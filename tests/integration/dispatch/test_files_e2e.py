@@ -1,6 +1,4 @@
-"""NOT COLLECTED YET (the file name does not start with test_): SPEC §14 end to end through
-dispatch, ready for when dispatch calls dispatch.files_flow (see the files engineer's report).
-Rename to test_files_e2e.py in the same commit that wires the three call sites and get_file.
+"""SPEC §14 end to end through dispatch on the shared local stack.
 
 Input files written before the code, artifacts collected after it into the artifacts bucket,
 `files` in the response, audit `input_files`/`artifacts`, `get_file` tenant-scoped, bad files

@@ -96,6 +96,62 @@ def show_audit_and_counters(target: Any, facts: dict[str, Any]) -> list[str]:
     return problems
 
 
+DEMO_CSV = (
+    "region,product,amount\n"
+    "eu,widgets,120\neu,gadgets,80\nus,widgets,200\nus,gadgets,50\napac,widgets,70\napac,gadgets,30\n"
+)
+DEMO_CODE = """import pandas as pd
+import matplotlib.pyplot as plt
+import os
+sales = pd.read_csv('data/sales.csv')
+summary = sales.groupby('region', as_index=False)['amount'].sum().sort_values('amount', ascending=False)
+os.makedirs('outputs', exist_ok=True)
+summary.to_csv('outputs/summary.csv', index=False)
+summary.plot.bar(x='region', y='amount', legend=False, title='Sales by region')
+plt.tight_layout()
+print(summary.to_string(index=False))
+"""
+
+
+def files_step(target: Any, turn: str) -> list[str]:
+    """A CSV in, a summary CSV and a chart out, both downloaded and checked against their sha256."""
+    import base64
+    import hashlib
+    import urllib.request
+
+    from infra.sandboxctl import ops
+
+    print("\n7. a second turn: execute_code with a file: a CSV in, a summary CSV (outputs/) and a chart (an open figure) out")
+    event = {"action": "execute_code", "tenant_id": TENANT, "agent_id": AGENT, "template_id": TEMPLATE,
+             "turn_id": turn, "call_id": f"{turn}-files", "code": DEMO_CODE,
+             "files": [{"path": "data/sales.csv", "content_base64": base64.b64encode(DEMO_CSV.encode()).decode()}]}
+    shown = {**event, "files": [{"path": "data/sales.csv", "content_base64": f"<{len(DEMO_CSV)} bytes, base64>"}]}
+    _show("request", shown)
+    response = ops.invoke(target, event)
+    _show("response", response)
+    problems = []
+    if not response.get("ok"):
+        return [f"the files call failed: {response.get('error')}: {response.get('error_message')}"]
+    names = sorted(f.get("filename") for f in response.get("files", []))
+    if names != ["figure-1.png", "summary.csv"]:
+        problems.append(f"expected summary.csv and figure-1.png back, got {names}")
+    print("\n8. download both (get_file -> presigned URL), check sizes and hashes")
+    for entry in response.get("files", []):
+        got = ops.invoke(target, {"action": "get_file", "tenant_id": TENANT, "file_id": entry["file_id"]})
+        if not got.get("ok"):
+            problems.append(f"get_file {entry['file_id']} failed: {got.get('error_message')}")
+            continue
+        with urllib.request.urlopen(got["url"]) as answer:
+            data = answer.read()
+        digest = hashlib.sha256(data).hexdigest()
+        ok = digest == entry["sha256"] and len(data) == entry["bytes"]
+        print(f"  {entry['filename']:<14} {len(data):>7} bytes  sha256 {digest}  {'matches' if ok else 'MISMATCH'}")
+        if not ok:
+            problems.append(f"{entry['filename']}: downloaded bytes do not match the artifact's size/sha256")
+    ops.invoke(target, {"action": "end_turn", "tenant_id": TENANT, "turn_id": turn})
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infra.local.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--keep", action="store_true", help="leave the stack running (prints its state dir)")
@@ -120,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         target = local_target(state)
         problems, facts = run_turn(target)
         problems += show_audit_and_counters(target, facts)
+        problems += files_step(target, f"{facts['turn_id']}-files")
     except (CtlError, stack.LocalStackError) as exc:
         problems.append(str(exc))
     except Exception as exc:  # noqa: BLE001 - the demo reports, it never dumps a traceback on a newcomer
@@ -136,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         for problem in problems:
             print(f"  - {problem}", file=sys.stderr)
         return 1
-    print("\nDEMO OK: one turn, two calls sharing state in one session, two audit rows, two counted calls.")
+    print("\nDEMO OK: one turn, two calls sharing state in one session, two audit rows, two counted calls;"
+          " a CSV in, a summary CSV and a chart out, both downloaded with matching sha256.")
     return 0
 
 

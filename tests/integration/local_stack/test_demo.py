@@ -23,6 +23,9 @@ def test_demo_runs_one_turn_end_to_end_and_stops_its_stack() -> None:
     assert '"stdout": "42\\n"' in out.stdout
     assert "DEMO OK" in out.stdout and "Local stack stopped." in out.stdout
     assert "EXIT_STATUS" in out.stdout and "agent_hourly  demo-agent" in out.stdout
+    # and the files step got a summary CSV and a chart back, both downloaded with matching hashes
+    assert "summary.csv" in out.stdout and "figure-1.png" in out.stdout
+    assert out.stdout.count("matches") == 2 and "MISMATCH" not in out.stdout
     # and none of the processes it printed is still running
     pids = [int(line.split("pid")[1].split()[0]) for line in out.stdout.splitlines() if " pid " in line]
     assert len(pids) == 3

@@ -47,6 +47,7 @@ def function_environment(
             audit_retention_days=config.audit_retention_days,
             stdout_cap_bytes=config.stdout_cap_bytes,
             stderr_cap_bytes=config.stderr_cap_bytes,
+            jobs_table=tables[n.JOBS.logical],
         )
     elif logical == n.QUOTA_CHECK:
         settings = QuotaSettings(

@@ -41,6 +41,7 @@ class DispatchSettings(_Settings):
     stdout_cap_bytes: int = Field(alias=n.ENV_STDOUT_CAP, default=262_144, gt=0)
     stderr_cap_bytes: int = Field(alias=n.ENV_STDERR_CAP, default=32_768, gt=0)
     cache_ttl_seconds: int = Field(alias=n.ENV_CACHE_TTL, default=60, ge=0, le=60)
+    jobs_table: str = Field(alias=n.ENV_JOBS_TABLE, default="")  # background jobs (issue 13)
 
 
 class BackstopSettings(_Settings):

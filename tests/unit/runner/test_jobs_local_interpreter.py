@@ -215,3 +215,17 @@ def test_job_kernel_stays_usable_while_a_job_runs(runner, session):
     assert (result.exit_status, result.stdout) == ("ok", "42\n")
     assert time.monotonic() - started < 1.5
     jobs.cancel_job(INTERPRETER, session, "job-bg")
+
+
+def test_job_runs_inside_the_sessions_isolation(runner, session):
+    # Given a probe of the process's view of the host (uid, hostname, visible root directories)
+    probe = "import os, socket\nprint(os.getuid(), socket.gethostname(), sorted(os.listdir('/')))"
+    foreground = runner.execute(INTERPRETER, session, probe)
+    # When the same probe runs as a background job
+    jobs = JobRunner(runner)
+    jobs.submit_job(INTERPRETER, session, job_id="job-probe", code=probe, timeout_s=30)
+    final, _ = wait_final(jobs, session, "job-probe")
+    # Then the job sees exactly what the session's kernel sees: same user, namespaces, filesystem
+    assert foreground.exit_status == "ok"
+    assert final.result is not None
+    assert final.result.stdout == foreground.stdout

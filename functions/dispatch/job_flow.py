@@ -31,7 +31,7 @@ from sandbox_common.observability import emit_metric, logger
 from .jobs import FINISHING, JobRecord, JobStore, JobStoreUnavailable
 from .output_log import log_output
 from .runner import SessionGone, SessionRunner
-from .runner.jobs import JobFailure, JobRunner, JobState
+from .runner.jobs import JobFailure, JobRunner, JobState, JobUnknownInSession
 from .runner.session import ExecutionResult
 
 # Beyond the in-session supervisor's own grace: how long after a job's deadline dispatch stops
@@ -124,7 +124,7 @@ def _observe(record: JobRecord, deps: JobDeps, *, cancel: bool) -> JobView:
         state: JobState = (jobs.cancel_job if cancel else jobs.job_status)(
             record.interpreter_id, record.session_id, record.job_id
         )
-    except SessionGone:
+    except (SessionGone, JobUnknownInSession):
         if now_ms > record.deadline_ms:
             return _view(_end(record, "timed_out", jobs.overdue_result(record.timeout_s, now_ms - record.submitted_ms),
                               deps), deps)  # fmt: skip

@@ -79,6 +79,10 @@ class JobFailure(Exception):
         self.failure_reason = failure_reason
 
 
+class JobUnknownInSession(JobFailure):
+    """The session answered but has no such job (its files are gone): the job cannot be observed."""
+
+
 class JobRunner:
     def __init__(self, runner: SessionRunner) -> None:
         self.runner = runner
@@ -121,7 +125,7 @@ class JobRunner:
         if state == "running":
             return JobState(job_id=job_id, state="running", elapsed_ms=elapsed_ms)
         if state not in rt.TERMINAL_STATES:  # "unknown": the job's files are not in this session
-            raise JobFailure(runner._reason(f"job_unknown_in_session:{state}"))
+            raise JobUnknownInSession(runner._reason(f"job_unknown_in_session:{state}"))
         duration_ms = int(payload.get("duration_ms") or elapsed_ms)
         return JobState(job_id=job_id, state=state, elapsed_ms=duration_ms,
                         result=self._final_result(payload, state, duration_ms))  # fmt: skip

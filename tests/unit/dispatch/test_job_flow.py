@@ -237,3 +237,18 @@ def test_job_flow_dispatch_killed_while_job_runs_job_still_ends_and_is_audited_o
     rows = audit_rows(env, record["invocation_id"])
     assert len(rows) == 1
     assert rows[0]["background"] is True
+
+
+def test_job_flow_job_missing_from_its_session_ends_failed(env):
+    # Given a job record whose job never reached the session (its files are not there)
+    record = JobRecord(job_id="job-ghost", tenant_id="acme", agent_id="agent-1", turn_id="turn-1",
+                       session_id=env["session"], interpreter_id=INTERPRETER, invocation_id=str(uuid.uuid4()),
+                       call_id="call-ghost", timeout_s=30, submitted_ms=int(time.time() * 1000))  # fmt: skip
+    env["store"].create(record)
+    # When it is polled
+    view = job_flow.poll_job(env["store"].get(record.job_id), env["deps"])
+    # Then it ends failed (its result is lost), audited once, and its slot is free
+    body = view.to_response()
+    assert (view.status, body["ok"], body["error"]) == ("failed", False, "SandboxError")
+    assert audit_rows(env, record.invocation_id)[0]["failure_reason"] == "job_session_ended"
+    assert env["store"].turn_jobs("acme", "turn-1").running == 0

@@ -68,7 +68,7 @@ _CELL = "<job>"
 
 # --- files ------------------------------------------------------------------------------------
 def write_json_atomic(path, data):
-    tmp = "%s.%d.tmp" % (path, os.getpid())
+    tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(data, fh)
         fh.flush()
@@ -87,7 +87,7 @@ def read_json(path):
 # --- process trees ----------------------------------------------------------------------------
 def _parent_of(pid):
     try:
-        with open("/proc/%d/stat" % pid, "rb") as fh:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
             stat = fh.read()
     except OSError:
         return None

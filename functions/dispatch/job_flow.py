@@ -37,6 +37,9 @@ from .runner.session import ExecutionResult
 # Beyond the in-session supervisor's own grace: how long after a job's deadline dispatch stops
 # waiting for the session to report it and stops the session instead.
 HOST_DEADLINE_GRACE_SECONDS = 60
+# A job reserved (slot taken) whose dispatch died before binding it to a session: after this long
+# (far beyond any submit, bounded by the Lambda timeout) it is ended `failed`, audited, slot freed.
+UNBOUND_JOB_GRACE_SECONDS = 900
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,10 @@ def _observe(record: JobRecord, deps: JobDeps, *, cancel: bool) -> JobView:
     runner = deps.runner_for(record.tenant_id)
     jobs = JobRunner(runner)
     now_ms = int(deps.clock() * 1000)
+    if not record.session_id:  # reserved, but its submit never reached a session (dispatch died)
+        if now_ms - record.submitted_ms < UNBOUND_JOB_GRACE_SECONDS * 1000:
+            return JobView(job_id=record.job_id, status="running", elapsed_ms=max(0, now_ms - record.submitted_ms))
+        return _view(_end(record, "failed", jobs.session_ended_result(0), deps), deps)
     try:
         state: JobState = (jobs.cancel_job if cancel else jobs.job_status)(
             record.interpreter_id, record.session_id, record.job_id
@@ -208,5 +215,5 @@ def _settle_session(record: JobRecord, deps: JobDeps, *, stopped_already: bool) 
     stop = record.final_state == "timed_out"
     if not stop and deps.turn_closed(record.tenant_id, record.turn_id):
         stop = deps.store.turn_jobs(record.tenant_id, record.turn_id).running == 0
-    if stop:
+    if stop and record.session_id:
         deps.runner_for(record.tenant_id).stop_session(record.interpreter_id, record.session_id)

@@ -226,6 +226,21 @@ class JobStore:
         except Exception as exc:  # noqa: BLE001
             raise JobStoreUnavailable(type(exc).__name__) from None
 
+    def bind_session(self, record: JobRecord, *, session_id: str, interpreter_id: str) -> JobRecord:
+        """Record the session a reserved job runs in (before it is launched there)."""
+        try:
+            self.ddb.update_item(
+                TableName=self.table, Key={"job_key": {"S": job_key(record.job_id)}},
+                UpdateExpression="SET session_id = :s, interpreter_id = :i",
+                ConditionExpression="#s = :running",
+                ExpressionAttributeNames={"#s": "state"},
+                ExpressionAttributeValues={":s": {"S": session_id}, ":i": {"S": interpreter_id},
+                                           ":running": {"S": RUNNING}},
+            )  # fmt: skip
+        except Exception as exc:  # noqa: BLE001
+            raise JobStoreUnavailable(type(exc).__name__) from None
+        return JobRecord(**{**record.__dict__, "session_id": session_id, "interpreter_id": interpreter_id})
+
     # --- read ---------------------------------------------------------------------------------
     def get(self, job_id: str) -> JobRecord | None:
         try:

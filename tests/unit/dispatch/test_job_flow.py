@@ -252,3 +252,90 @@ def test_job_flow_job_missing_from_its_session_ends_failed(env):
     assert (view.status, body["ok"], body["error"]) == ("failed", False, "SandboxError")
     assert audit_rows(env, record.invocation_id)[0]["failure_reason"] == "job_session_ended"
     assert env["store"].turn_jobs("acme", "turn-1").running == 0
+
+
+# --- dispatch call sites (job_actions) ------------------------------------------------------------
+def _req(**kw: Any) -> Any:
+    from types import SimpleNamespace
+
+    base = {"tenant_id": "acme", "agent_id": "agent-1", "turn_id": "turn-1", "template_id": "analyst",
+            "call_id": f"call-{uuid.uuid4().hex[:8]}", "user_id": None, "invocation_source": None,
+            "code": "print('x')", "timeout_s": None, "job_id": None}  # fmt: skip
+    return SimpleNamespace(**{**base, **kw})
+
+
+def test_job_actions_fourth_job_refused_as_invalid_request_nothing_written(env):
+    from dispatch import job_actions
+    from sandbox_common.errors import SandboxInvalidRequest
+
+    # Given three reserved jobs in the turn
+    for _ in range(3):
+        job_actions.reserve(_req(), env["deps"], invocation_id=str(uuid.uuid4()), environment="default-public")
+    # When a fourth is reserved
+    with pytest.raises(SandboxInvalidRequest) as refused:
+        job_actions.reserve(_req(), env["deps"], invocation_id="inv-4th", environment="default-public")
+    # Then it is an invalid request and nothing of it was written
+    assert "3 background jobs" in refused.value.message
+    assert env["store"].turn_jobs("acme", "turn-1").running == 3
+    assert all(r.invocation_id != "inv-4th" for r in env["store"].list_jobs(tenant_id="acme"))
+
+
+def test_job_actions_launch_answers_running_then_get_job_final(env):
+    from dispatch import job_actions
+
+    # Given a reserved job launched in the session
+    req = _req(code="print('bg')", timeout_s=60)
+    record = job_actions.reserve(req, env["deps"], invocation_id="inv-launch", environment="default-public")
+    started = time.monotonic()
+    answer = job_actions.launch(record, env["deps"], code=req.code, session_id=env["session"],
+                                interpreter_id=INTERPRETER)  # fmt: skip
+    took = time.monotonic() - started
+    # When the agent asks for it until it ended
+    deadline = time.monotonic() + 20
+    final = job_actions.get_job(_req(job_id=record.job_id), env["deps"])
+    while final["status"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.2)
+        final = job_actions.get_job(_req(job_id=record.job_id), env["deps"])
+    # Then submit answered at once with the §17 shape, and the final answer is the result
+    assert answer == {"ok": True, "status": "running", "job_id": record.job_id, "invocation_id": "inv-launch",
+                      "session_id": env["session"]}  # fmt: skip
+    assert took < 2.0
+    assert (final["status"], final["stdout"], final["invocation_id"]) == ("completed", "bg\n", "inv-launch")
+    assert len(audit_rows(env, "inv-launch")) == 1
+
+
+def test_job_actions_foreign_job_refused_like_unknown(env):
+    from dispatch import job_actions
+    from sandbox_common.errors import SandboxInvalidRequest
+
+    # Given acme's reserved job
+    record = job_actions.reserve(_req(), env["deps"], invocation_id="inv-own", environment="default-public")
+    # When another tenant, another turn and an unknown id ask
+    answers = []
+    for req in (_req(tenant_id="globex", job_id=record.job_id), _req(turn_id="turn-2", job_id=record.job_id),
+                _req(job_id="job-unknown")):  # fmt: skip
+        with pytest.raises(SandboxInvalidRequest) as refused:
+            job_actions.get_job(req, env["deps"])
+        answers.append(refused.value.to_response())
+    # Then all three answers are identical
+    assert len(answers) == 3
+    assert answers[0] == answers[1] == answers[2]
+
+
+def test_job_actions_pending_jobs_lists_running_ones(env):
+    from dispatch import job_actions
+
+    # Given one running and one quickly finished job
+    slow, quick = _req(code="import time\ntime.sleep(20)"), _req(code="print(1)")
+    records = []
+    for req in (slow, quick):
+        record = job_actions.reserve(req, env["deps"], invocation_id=str(uuid.uuid4()), environment=None)
+        job_actions.launch(record, env["deps"], code=req.code, session_id=env["session"], interpreter_id=INTERPRETER)
+        records.append(record)
+    time.sleep(2.0)
+    # When end_turn asks for pending jobs
+    pending = job_actions.pending_jobs("acme", "turn-1", env["deps"])
+    # Then only the running one is pending; the finished one was ended (and audited) on the way
+    assert pending == [records[0].job_id]
+    assert env["store"].get(records[1].job_id).state == "completed"
+    job_actions.cancel(_req(job_id=records[0].job_id), env["deps"])

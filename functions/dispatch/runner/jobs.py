@@ -140,6 +140,9 @@ class JobRunner:
         timeout_s = int(payload.get("timeout_s") or 0)
         out = shape(stdout, cap_bytes=runner.stdout_cap_bytes, log_cap_bytes=runner.log_cap_bytes, redact=runner._redact)
         err = shape(stderr, cap_bytes=runner.stderr_cap_bytes, log_cap_bytes=runner.log_cap_bytes, redact=runner._redact)
+        error: str | None
+        message: str | None
+        reason: str | None
         if state == rt.CANCELLED:
             error, exit_status, message, reason = SandboxError.__name__, "error", JOB_CANCELLED_MESSAGE, "job_cancelled"
         elif state == rt.TIMED_OUT:

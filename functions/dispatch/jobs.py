@@ -303,6 +303,11 @@ class JobStore:
             raise JobStoreUnavailable(type(exc).__name__) from None
         return found[:limit]
 
+    def busy_sessions(self) -> set[str]:
+        """Session ids that still have a job not yet final: the session reaper must leave them
+        alone even if their turn ended (job_flow stops them when their last job ends)."""
+        return {r.session_id for r in self.open_jobs(limit=10_000) if r.session_id}
+
     # --- end ----------------------------------------------------------------------------------
     def claim_end(self, record: JobRecord, *, final_state: str, outcome: dict[str, Any]) -> JobRecord:
         """Record the job's end, once: running → finishing with `outcome`, slot freed.

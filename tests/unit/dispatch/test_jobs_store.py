@@ -162,3 +162,14 @@ def test_job_store_unavailable_fails_closed(store, monkeypatch):
     # When a job is created, then the store says unavailable
     with pytest.raises(JobStoreUnavailable):
         store.create(record("x"))
+
+
+def test_job_store_busy_sessions_are_those_with_open_jobs(store):
+    # Given a session with a running job and another whose only job ended
+    running = record("b1")
+    ended = JobRecord(**{**record("b2", turn="turn-2").__dict__, "session_id": "S2"})
+    store.create(running)
+    store.create(ended)
+    store.mark_final(store.claim_end(ended, final_state="completed", outcome={"response": {}}))
+    # When the reaper asks which sessions are busy, then only the one with a running job
+    assert store.busy_sessions() == {"S1"}

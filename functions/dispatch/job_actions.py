@@ -35,6 +35,9 @@ TOO_MANY_JOBS = (
 UNKNOWN_JOB = "Invalid request: there is no such background job in this turn."
 JOBS_UNAVAILABLE = "The background job service is unavailable right now; please try again shortly."
 JOB_CHECK_FAILED = "The background job could not be checked right now; it is still tracked, please ask again shortly."
+TIMEOUT_SHORTENED = (
+    "The job's timeout was shortened from {asked} s to {got} s: the sandbox session it runs in ends before that."
+)
 JOB_LAUNCH_FAILED = "The background job could not be started in the sandbox; please try again."
 
 
@@ -74,17 +77,35 @@ def release(record: JobRecord, deps: JobDeps) -> None:
         pass
 
 
-def launch(record: JobRecord, deps: JobDeps, *, code: str, session_id: str, interpreter_id: str) -> dict[str, Any]:
+def effective_timeout(requested_s: int, *, session_left_s: float | None, reserve_s: int) -> int:
+    """A job must end inside its session's lifetime (AgentCore ends a session sessionTimeoutSeconds
+    after its start, whatever runs in it) and before dispatch would recycle that session, so its
+    timeout is at most the session's remaining life minus `reserve_s` (and at least 1 s)."""
+    if session_left_s is None:
+        return requested_s
+    return max(1, min(requested_s, int(session_left_s) - reserve_s))
+
+
+def launch(record: JobRecord, deps: JobDeps, *, code: str, session_id: str, interpreter_id: str,
+           session_left_s: float | None = None, reserve_s: int = 0) -> dict[str, Any]:  # fmt: skip
+    """Start the reserved job in the session; answers at once. `session_left_s`: the session's
+    remaining lifetime (the job's timeout is shortened to fit it, and the answer says so)."""
     runner = deps.runner_for(record.tenant_id)
+    timeout_s = effective_timeout(record.timeout_s, session_left_s=session_left_s, reserve_s=reserve_s)
     try:
-        bound = deps.store.bind_session(record, session_id=session_id, interpreter_id=interpreter_id)
+        bound = deps.store.bind_session(record, session_id=session_id, interpreter_id=interpreter_id,
+                                        timeout_s=timeout_s)  # fmt: skip
         JobRunner(runner).submit_job(interpreter_id, session_id, job_id=record.job_id, code=code,
-                                     timeout_s=record.timeout_s)  # fmt: skip
+                                     timeout_s=timeout_s)  # fmt: skip
     except (JobStoreUnavailable, JobFailure, SessionGone) as exc:
         release(record, deps)
         reason = getattr(exc, "failure_reason", None) or f"job_store_unavailable:{exc}"
         raise JobLaunchFailed(JOB_LAUNCH_FAILED, failure_reason=f"job_launch_failed:{reason}") from None
-    return running_response(bound)
+    answer = running_response(bound)
+    answer["timeout_s"] = timeout_s
+    if timeout_s < record.timeout_s:
+        answer["notice"] = TIMEOUT_SHORTENED.format(asked=record.timeout_s, got=timeout_s)
+    return answer
 
 
 def _owned(req: Any, deps: JobDeps) -> JobRecord:

@@ -226,20 +226,25 @@ class JobStore:
         except Exception as exc:  # noqa: BLE001
             raise JobStoreUnavailable(type(exc).__name__) from None
 
-    def bind_session(self, record: JobRecord, *, session_id: str, interpreter_id: str) -> JobRecord:
-        """Record the session a reserved job runs in (before it is launched there)."""
+    def bind_session(self, record: JobRecord, *, session_id: str, interpreter_id: str,
+                     timeout_s: int | None = None) -> JobRecord:  # fmt: skip
+        """Record the session a reserved job runs in (before it is launched there), and its
+        effective timeout (which also moves its deadline in the by_open index)."""
+        bound = JobRecord(**{**record.__dict__, "session_id": session_id, "interpreter_id": interpreter_id,
+                             "timeout_s": record.timeout_s if timeout_s is None else timeout_s})  # fmt: skip
         try:
             self.ddb.update_item(
                 TableName=self.table, Key={"job_key": {"S": job_key(record.job_id)}},
-                UpdateExpression="SET session_id = :s, interpreter_id = :i",
+                UpdateExpression="SET session_id = :s, interpreter_id = :i, timeout_s = :t, deadline_at = :d",
                 ConditionExpression="#s = :running",
                 ExpressionAttributeNames={"#s": "state"},
                 ExpressionAttributeValues={":s": {"S": session_id}, ":i": {"S": interpreter_id},
+                                           ":t": {"N": str(bound.timeout_s)}, ":d": {"S": iso_ms(bound.deadline_ms)},
                                            ":running": {"S": RUNNING}},
             )  # fmt: skip
         except Exception as exc:  # noqa: BLE001
             raise JobStoreUnavailable(type(exc).__name__) from None
-        return JobRecord(**{**record.__dict__, "session_id": session_id, "interpreter_id": interpreter_id})
+        return bound
 
     # --- read ---------------------------------------------------------------------------------
     def get(self, job_id: str) -> JobRecord | None:

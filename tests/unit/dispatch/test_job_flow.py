@@ -298,7 +298,7 @@ def test_job_actions_launch_answers_running_then_get_job_final(env):
         final = job_actions.get_job(_req(job_id=record.job_id), env["deps"])
     # Then submit answered at once with the §17 shape, and the final answer is the result
     assert answer == {"ok": True, "status": "running", "job_id": record.job_id, "invocation_id": "inv-launch",
-                      "session_id": env["session"]}  # fmt: skip
+                      "session_id": env["session"], "timeout_s": 60}  # fmt: skip
     assert took < 2.0
     assert (final["status"], final["stdout"], final["invocation_id"]) == ("completed", "bg\n", "inv-launch")
     assert len(audit_rows(env, "inv-launch")) == 1
@@ -339,3 +339,19 @@ def test_job_actions_pending_jobs_lists_running_ones(env):
     assert pending == [records[0].job_id]
     assert env["store"].get(records[1].job_id).state == "completed"
     job_actions.cancel(_req(job_id=records[0].job_id), env["deps"])
+
+
+def test_job_actions_timeout_shortened_to_fit_the_session(env):
+    from dispatch import job_actions
+
+    # Given a session with 100 s of life left and a job asking for 900 s
+    req = _req(code="print(1)", timeout_s=900)
+    record = job_actions.reserve(req, env["deps"], invocation_id="inv-short", environment=None)
+    # When it is launched with a 30 s reserve
+    answer = job_actions.launch(record, env["deps"], code=req.code, session_id=env["session"],
+                                interpreter_id=INTERPRETER, session_left_s=100, reserve_s=30)  # fmt: skip
+    # Then it runs with 70 s, says so, and its stored deadline moved accordingly
+    stored = env["store"].get(record.job_id)
+    assert answer["timeout_s"] == 70
+    assert "900 s to 70 s" in answer["notice"]
+    assert (stored.timeout_s, stored.deadline_ms) == (70, record.submitted_ms + 70_000)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
@@ -38,6 +39,8 @@ CANCEL_WAIT_SECONDS = 5.0
 # The supervisor enforces timeout_s; the status snippet steps in only if it is gone or stuck.
 DEADLINE_GRACE_SECONDS = 10.0
 TAIL_BYTES = 8192
+# Job ids become directory names in the session: only ids dispatch generates are accepted.
+JOB_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 _SUBMIT = """\
 def _sbx_job_submit(job_id, code_b64, timeout_s, sources, values, marker):
@@ -195,7 +198,14 @@ def runtime_sources() -> dict[str, str]:
     }
 
 
+def _checked(job_id: str) -> str:
+    if not JOB_ID_RE.match(job_id):
+        raise ValueError("job ids are [A-Za-z0-9_-]{1,64}")
+    return job_id
+
+
 def submit_source(job_id: str, code: str, timeout_s: int, values: Iterable[str] = ()) -> str:
+    _checked(job_id)
     return _SUBMIT.format(
         dir_name=JOBS_DIR_NAME, code_file=jobs_runtime.CODE_FILE, spec_file=jobs_runtime.SPEC_FILE,
         runtime_file=jobs_runtime.RUNTIME_FILE, job_id=job_id,
@@ -205,6 +215,7 @@ def submit_source(job_id: str, code: str, timeout_s: int, values: Iterable[str] 
 
 
 def status_source(job_id: str, *, out_limit: int, err_limit: int, cancel: bool = False) -> str:
+    _checked(job_id)
     return _STATUS.format(
         dir_name=JOBS_DIR_NAME, spec_file=jobs_runtime.SPEC_FILE, stdout_file=jobs_runtime.STDOUT_FILE,
         stderr_file=jobs_runtime.STDERR_FILE, job_id=job_id, cancel=bool(cancel), out_limit=int(out_limit),

@@ -15,10 +15,11 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from .errors import SandboxInvalidRequest
-from .naming import MAX_CODE_BYTES, REQUEST_ID_RE
+from .naming import MAX_CODE_BYTES, MAX_JOB_TIMEOUT_SECONDS, REQUEST_ID_RE
 
 Id = Annotated[str, StringConstraints(pattern=REQUEST_ID_RE.pattern)]
 InvocationSource = Literal["chat", "scheduled", "composition"]
@@ -47,6 +48,15 @@ class ExecuteCodeRequest(_Strict):
     code: str
     user_id: Id | None = None
     invocation_source: InvocationSource | None = None
+    # Background jobs (SPEC §17, issue 13): answer at once with a job_id; timeout_s only with it.
+    background: bool = False
+    timeout_s: Annotated[int, Field(ge=1, le=MAX_JOB_TIMEOUT_SECONDS)] | None = None
+
+    @model_validator(mode="after")
+    def _timeout_only_for_jobs(self) -> ExecuteCodeRequest:
+        if self.timeout_s is not None and not self.background:
+            raise ValueError("timeout_s is only allowed with background: true")
+        return self
 
     @field_validator("code")
     @classmethod
@@ -68,12 +78,28 @@ class EndTurnRequest(_Strict):
     turn_id: Id
 
 
-DispatchRequest = Annotated[
-    BeginTurnRequest | ExecuteCodeRequest | EndTurnRequest, Field(discriminator="action")
-]
-_DISPATCH_ADAPTER: TypeAdapter[BeginTurnRequest | ExecuteCodeRequest | EndTurnRequest] = TypeAdapter(
-    DispatchRequest
-)
+class GetJobRequest(_Strict):
+    """Background jobs (SPEC §17, issue 13): a job's state or final result."""
+
+    action: Literal["get_job"]
+    tenant_id: Id
+    agent_id: Id
+    turn_id: Id
+    job_id: Id
+
+
+class CancelJobRequest(_Strict):
+    action: Literal["cancel_job"]
+    tenant_id: Id
+    agent_id: Id
+    turn_id: Id
+    job_id: Id
+
+
+AnyDispatchRequest = BeginTurnRequest | ExecuteCodeRequest | EndTurnRequest | GetJobRequest | CancelJobRequest
+DispatchRequest = Annotated[AnyDispatchRequest, Field(discriminator="action")]
+_DISPATCH_ADAPTER: TypeAdapter[AnyDispatchRequest] = TypeAdapter(DispatchRequest)
+DISPATCH_ACTIONS: tuple[str, ...] = ("begin_turn", "execute_code", "end_turn", "get_job", "cancel_job")
 
 
 class QuotaRequest(_Strict):
@@ -101,14 +127,14 @@ def _load(event: Any) -> Any:
     return event
 
 
-def parse_dispatch_event(event: Any) -> BeginTurnRequest | ExecuteCodeRequest | EndTurnRequest:
+def parse_dispatch_event(event: Any) -> AnyDispatchRequest:
     event = _load(event)
     if not isinstance(event, dict):
         raise SandboxInvalidRequest("Invalid request: the event must be a JSON object.")
     action = event.get("action")
-    if action not in ("begin_turn", "execute_code", "end_turn"):
+    if action not in DISPATCH_ACTIONS:
         raise SandboxInvalidRequest(
-            "Invalid request: unknown or missing action; expected begin_turn, execute_code or end_turn."
+            "Invalid request: unknown or missing action; expected one of " + ", ".join(DISPATCH_ACTIONS) + "."
         )
     try:
         return _DISPATCH_ADAPTER.validate_python(event)

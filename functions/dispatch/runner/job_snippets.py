@@ -110,14 +110,29 @@ def _sbx_job_status(job_id, cancel, out_limit, err_limit, tail_bytes, cancel_wai
         except (OSError, IndexError):
             return True
 
+    def job_groups():
+        # Process groups of processes started for this job dir (its argv names it): the job
+        # even when the supervisor died before recording the job's pid.
+        groups = set()
+        needle = job_dir.encode()
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    with open("/proc/%s/cmdline" % name, "rb") as fh:
+                        if needle in fh.read().split(b"\\0"):
+                            groups.add(os.getpgid(int(name)))
+                except (OSError, ProcessLookupError):
+                    pass
+        return groups
+
     def finish(state, reason):
         state = dict(state or {{}})
-        pid = state.get("pid")
-        if pid:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        for group in {{state.get("pid"), supervisor, *job_groups()}}:  # job, supervisor, strays
+            if group and group != os.getpgrp():
+                try:
+                    os.killpg(group, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
         now = time.time()
         started = state.get("started_at") or launch.get("launched_at") or now
         state.update(job_id=job_id, state=reason[0], exit_code=state.get("exit_code"), ended_at=now,
@@ -158,8 +173,13 @@ def _sbx_job_status(job_id, cancel, out_limit, err_limit, tail_bytes, cancel_wai
                 state = load("state.json")
                 if state is not None and state.get("state") in final:
                     break
+                if not alive(supervisor):  # ended without a final state (signalled before its handler)
+                    state = load("state.json")
+                    break
                 time.sleep(0.02)
-            alive(supervisor)
+            reaped = time.monotonic() + 1.0
+            while alive(supervisor) and time.monotonic() < reaped:  # let it exit, and reap it
+                time.sleep(0.02)
         if state is None or state.get("state") not in final:
             if cancel:
                 state = finish(state, ("cancelled", "supervisor_unresponsive"))

@@ -229,3 +229,18 @@ def test_job_runs_inside_the_sessions_isolation(runner, session):
     assert foreground.exit_status == "ok"
     assert final.result is not None
     assert final.result.stdout == foreground.stdout
+
+
+def test_job_cancelled_right_after_submit_ends_at_once(runner, session, server):
+    # Given a job cancelled immediately after its submit returned (its supervisor still starting)
+    jobs = JobRunner(runner)
+    before = session_pids(server, session)
+    jobs.submit_job(INTERPRETER, session, job_id="job-early", code="import time\ntime.sleep(60)", timeout_s=600)
+    started = time.monotonic()
+    final = jobs.cancel_job(INTERPRETER, session, "job-early")
+    took = time.monotonic() - started
+    time.sleep(0.3)
+    # Then it is cancelled within seconds and nothing of it is left
+    assert final.state == "cancelled"
+    assert took < 4.0
+    assert session_pids(server, session) == before

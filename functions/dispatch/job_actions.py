@@ -50,12 +50,14 @@ def timeout_of(req: Any) -> int:
     return n.DEFAULT_JOB_TIMEOUT_SECONDS if value is None else int(value)
 
 
-def reserve(req: Any, deps: JobDeps, *, invocation_id: str, environment: str | None) -> JobRecord:
-    """Take a slot and create the job record (session not known yet). Raises
-    SandboxInvalidRequest (4th running job: nothing written) or SandboxError (store down)."""
+def reserve(req: Any, deps: JobDeps, *, invocation_id: str, environment: str | None,
+            session_id: str = "", interpreter_id: str = "") -> JobRecord:  # fmt: skip
+    """Take a slot and create the job record — with the turn's live session if it has one (then
+    `launch` needs no second write when the job runs there). Raises SandboxInvalidRequest (4th
+    running job: nothing written) or SandboxError (store down)."""
     record = JobRecord(
         job_id=f"job-{uuid.uuid4().hex}", tenant_id=req.tenant_id, agent_id=req.agent_id, turn_id=req.turn_id,
-        session_id="", interpreter_id="", invocation_id=invocation_id, call_id=req.call_id,
+        session_id=session_id, interpreter_id=interpreter_id, invocation_id=invocation_id, call_id=req.call_id,
         timeout_s=timeout_of(req), submitted_ms=int(deps.clock() * 1000),
         audit_base=audit_base(req, environment=environment),
     )  # fmt: skip
@@ -93,8 +95,10 @@ def launch(record: JobRecord, deps: JobDeps, *, code: str, session_id: str, inte
     runner = deps.runner_for(record.tenant_id)
     timeout_s = effective_timeout(record.timeout_s, session_left_s=session_left_s, reserve_s=reserve_s)
     try:
-        bound = deps.store.bind_session(record, session_id=session_id, interpreter_id=interpreter_id,
-                                        timeout_s=timeout_s)  # fmt: skip
+        bound = record
+        if (record.session_id, record.interpreter_id, record.timeout_s) != (session_id, interpreter_id, timeout_s):
+            bound = deps.store.bind_session(record, session_id=session_id, interpreter_id=interpreter_id,
+                                            timeout_s=timeout_s)  # fmt: skip
         JobRunner(runner).submit_job(interpreter_id, session_id, job_id=record.job_id, code=code,
                                      timeout_s=timeout_s)  # fmt: skip
     except (JobStoreUnavailable, JobFailure, SessionGone) as exc:

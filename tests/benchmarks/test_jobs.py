@@ -2,11 +2,13 @@
 the local AgentCore interpreter (bubblewrap sessions), the runner with the tenant's STS
 credentials — through the functions dispatch's call sites use (`dispatch.job_actions`).
 
-- `job_submit_latency`: a job submit (slot reservation in DynamoDB + the launch call into the
-  session) ÷ a later plain `executeCode` of `pass` in the same session through the same runner;
-  samples alternate so noise hits both alike. Target ≤ 1.5. (Measured below dispatch's shared
-  steps — idempotency, turn, quota, audit — which a submit and a plain call both pay once; the
-  full-path figure needs the dispatch wiring.)
+- `job_submit_latency`: what a submit does beyond the steps every execute_code shares
+  (idempotency, turn, pre-flight, quota) ÷ what a later plain `pass` call does beyond them:
+  submit = the slot reservation (one DynamoDB transaction, the turn's session already known) +
+  the launch call into the session; plain = the `executeCode` of `pass` + its audit PutItem (a
+  submit writes its row only when the job ends). Samples alternate so noise hits both alike.
+  Target ≤ 1.5. The shared steps would add the same time to both sides through dispatch (whose
+  wiring of jobs is pending), which only moves the ratio towards 1.
 - `job_poll_cost`: AWS API calls per `get_job` while the job runs, counted with a botocore hook
   on every client created in this process (STS credentials cached, as in a warm container).
   Target ≤ 2.
@@ -21,6 +23,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
@@ -40,6 +43,7 @@ local_interpreter = pytest.importorskip("infra.local.interpreter")
 INTERPRETER = "sbx_bench_acme_pub"
 TARGET_SUBMIT_RATIO = 1.5
 TARGET_POLL_CALLS = 2
+_NOW = datetime(2026, 11, 23, tzinfo=UTC)
 
 
 class Calls:
@@ -103,15 +107,29 @@ def _req(code: str, job_id: str | None = None) -> Any:
 
 def _submit(setup: dict[str, Any], code: str) -> dict[str, Any]:
     req = _req(code)
-    record = job_actions.reserve(req, setup["deps"], invocation_id=str(uuid.uuid4()), environment=None)
+    record = job_actions.reserve(req, setup["deps"], invocation_id=str(uuid.uuid4()), environment=None,
+                                 session_id=setup["session"], interpreter_id=INTERPRETER)  # fmt: skip
     return job_actions.launch(record, setup["deps"], code=code, session_id=setup["session"],
                               interpreter_id=INTERPRETER)  # fmt: skip
 
 
+def _plain(setup: dict[str, Any]) -> None:
+    """A later plain call's own steps: the code in the session, then its audit row."""
+    result = setup["runner"].execute(INTERPRETER, setup["session"], "pass")
+    assert result.exit_status == "ok"
+    invocation_id = str(uuid.uuid4())
+    row = audit.build_row(invocation_id=invocation_id, request=_req("pass"), started_at=_NOW, finished_at=_NOW,
+                          retention_days=30, session_id=setup["session"], environment=None, exit_status="ok",
+                          exit_code=0, error=None, failure_reason=None)  # fmt: skip
+    setup["deps"].audit_writer.put(row)
+
+
 def test_job_submit_latency(setup: dict[str, Any], bench_full: bool) -> None:
-    # Given a warm session
+    # Given a warm session that already ran one job (the runtime travels once per session)
     runner, session = setup["runner"], setup["session"]
     assert runner.execute(INTERPRETER, session, "pass").exit_status == "ok"
+    first = _submit(setup, "pass")
+    job_actions.cancel(_req("", job_id=first["job_id"]), setup["deps"])
     rounds = 7 if bench_full else 2
     submit_s: list[float] = []
     plain_s: list[float] = []
@@ -123,11 +141,12 @@ def test_job_submit_latency(setup: dict[str, Any], bench_full: bool) -> None:
         assert answer["status"] == "running"
         job_actions.cancel(_req("", job_id=answer["job_id"]), setup["deps"])
         started = time.perf_counter()
-        assert runner.execute(INTERPRETER, session, "pass").exit_status == "ok"
+        _plain(setup)
         plain_s.append(time.perf_counter() - started)
     # Then a submit costs about what a plain call costs
     ratio = statistics.median(submit_s) / statistics.median(plain_s)
     emit("job_submit_latency", target=f"<= {TARGET_SUBMIT_RATIO}", ratio=ratio, rounds=rounds,
+         scope="beyond the steps every execute_code shares (dispatch wiring pending)",
          submit_ms=round(statistics.median(submit_s) * 1000, 1),
          pass_ms=round(statistics.median(plain_s) * 1000, 1))  # fmt: skip
     assert len(submit_s) == rounds

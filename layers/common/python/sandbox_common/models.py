@@ -48,15 +48,6 @@ class ExecuteCodeRequest(_Strict):
     code: str
     user_id: Id | None = None
     invocation_source: InvocationSource | None = None
-    # Background jobs (SPEC §17, issue 13): answer at once with a job_id; timeout_s only with it.
-    background: bool = False
-    timeout_s: Annotated[int, Field(ge=1, le=MAX_JOB_TIMEOUT_SECONDS)] | None = None
-
-    @model_validator(mode="after")
-    def _timeout_only_for_jobs(self) -> ExecuteCodeRequest:
-        if self.timeout_s is not None and not self.background:
-            raise ValueError("timeout_s is only allowed with background: true")
-        return self
 
     @field_validator("code")
     @classmethod
@@ -78,28 +69,12 @@ class EndTurnRequest(_Strict):
     turn_id: Id
 
 
-class GetJobRequest(_Strict):
-    """Background jobs (SPEC §17, issue 13): a job's state or final result."""
-
-    action: Literal["get_job"]
-    tenant_id: Id
-    agent_id: Id
-    turn_id: Id
-    job_id: Id
-
-
-class CancelJobRequest(_Strict):
-    action: Literal["cancel_job"]
-    tenant_id: Id
-    agent_id: Id
-    turn_id: Id
-    job_id: Id
-
-
-AnyDispatchRequest = BeginTurnRequest | ExecuteCodeRequest | EndTurnRequest | GetJobRequest | CancelJobRequest
-DispatchRequest = Annotated[AnyDispatchRequest, Field(discriminator="action")]
-_DISPATCH_ADAPTER: TypeAdapter[AnyDispatchRequest] = TypeAdapter(DispatchRequest)
-DISPATCH_ACTIONS: tuple[str, ...] = ("begin_turn", "execute_code", "end_turn", "get_job", "cancel_job")
+DispatchRequest = Annotated[
+    BeginTurnRequest | ExecuteCodeRequest | EndTurnRequest, Field(discriminator="action")
+]
+_DISPATCH_ADAPTER: TypeAdapter[BeginTurnRequest | ExecuteCodeRequest | EndTurnRequest] = TypeAdapter(
+    DispatchRequest
+)
 
 
 class QuotaRequest(_Strict):
@@ -127,14 +102,14 @@ def _load(event: Any) -> Any:
     return event
 
 
-def parse_dispatch_event(event: Any) -> AnyDispatchRequest:
+def parse_dispatch_event(event: Any) -> BeginTurnRequest | ExecuteCodeRequest | EndTurnRequest:
     event = _load(event)
     if not isinstance(event, dict):
         raise SandboxInvalidRequest("Invalid request: the event must be a JSON object.")
     action = event.get("action")
-    if action not in DISPATCH_ACTIONS:
+    if action not in ("begin_turn", "execute_code", "end_turn"):
         raise SandboxInvalidRequest(
-            "Invalid request: unknown or missing action; expected one of " + ", ".join(DISPATCH_ACTIONS) + "."
+            "Invalid request: unknown or missing action; expected begin_turn, execute_code or end_turn."
         )
     try:
         return _DISPATCH_ADAPTER.validate_python(event)
@@ -167,3 +142,57 @@ class TenantSubstrate(BaseModel):
     templates: dict[str, str | None] = {}
     interpreters: dict[str, str] = {}  # environment -> code interpreter id
     runner_role_arn: str | None = None
+
+
+# --- background jobs (issue 13, SPEC §17) --------------------------------------------------------
+# Defined and tested here; dispatch accepts them once it routes jobs (then: ExecuteCodeRequest is
+# replaced by BackgroundExecuteCodeRequest in the union, and GetJobRequest / CancelJobRequest join
+# it and the accepted actions). Until then `background` is an unknown field and is refused, never
+# silently run in the foreground.
+class BackgroundExecuteCodeRequest(ExecuteCodeRequest):
+    """execute_code with `background: true` answers at once with a job_id; `timeout_s`
+    (default naming.DEFAULT_JOB_TIMEOUT_SECONDS, at most 3600) only together with it."""
+
+    background: bool = False
+    timeout_s: Annotated[int, Field(ge=1, le=MAX_JOB_TIMEOUT_SECONDS)] | None = None
+
+    @model_validator(mode="after")
+    def _timeout_only_for_jobs(self) -> BackgroundExecuteCodeRequest:
+        if self.timeout_s is not None and not self.background:
+            raise ValueError("timeout_s is only allowed with background: true")
+        return self
+
+
+class GetJobRequest(_Strict):
+    """A job's state (`running` + elapsed_ms) or its final result."""
+
+    action: Literal["get_job"]
+    tenant_id: Id
+    agent_id: Id
+    turn_id: Id
+    job_id: Id
+
+
+class CancelJobRequest(_Strict):
+    action: Literal["cancel_job"]
+    tenant_id: Id
+    agent_id: Id
+    turn_id: Id
+    job_id: Id
+
+
+JobRequest = Annotated[
+    BackgroundExecuteCodeRequest | GetJobRequest | CancelJobRequest, Field(discriminator="action")
+]
+_JOB_ADAPTER: TypeAdapter[BackgroundExecuteCodeRequest | GetJobRequest | CancelJobRequest] = TypeAdapter(JobRequest)
+
+
+def parse_job_event(event: Any) -> BackgroundExecuteCodeRequest | GetJobRequest | CancelJobRequest:
+    """The job-aware parse of execute_code / get_job / cancel_job (same errors as the main parser)."""
+    event = _load(event)
+    if not isinstance(event, dict) or event.get("action") not in ("execute_code", "get_job", "cancel_job"):
+        raise SandboxInvalidRequest("Invalid request: expected execute_code, get_job or cancel_job.")
+    try:
+        return _JOB_ADAPTER.validate_python(event)
+    except ValidationError as exc:
+        raise SandboxInvalidRequest(describe_validation_error(exc)) from None

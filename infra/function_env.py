@@ -49,6 +49,7 @@ def function_environment(
             stdout_cap_bytes=config.stdout_cap_bytes,
             stderr_cap_bytes=config.stderr_cap_bytes,
             artifacts_bucket=artifacts_bucket,
+            jobs_table=tables[n.JOBS.logical],
         )
     elif logical == n.QUOTA_CHECK:
         settings = QuotaSettings(

@@ -228,6 +228,15 @@ class ComputeConstruct(Construct):
              ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"]),
         ):  # fmt: skip
             role.add_to_policy(iam.PolicyStatement(sid=sid, actions=actions, resources=[tables[spec.logical].table_arn]))
+        # Background jobs (issue 13): slots and job state are written in conditional transactions
+        # (functions/dispatch/jobs.py); the by_open index feeds the reaper's finish_due_jobs.
+        jobs = tables[n.JOBS.logical]
+        role.add_to_policy(iam.PolicyStatement(
+            sid="BackgroundJobs",
+            actions=["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem",
+                     "dynamodb:ConditionCheckItem", "dynamodb:Query"],
+            resources=[jobs.table_arn, *(f"{jobs.table_arn}/index/{i.name}" for i in n.JOBS.indexes)],
+        ))  # fmt: skip
         audit = tables[n.INVOCATIONS.logical]
         # Append-only audit (SPEC §7.3): PutItem only. IAM cannot require attribute_not_exists;
         # the writer always sends it, and the table's resource policy denies every other write.

@@ -32,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
         "findings": _findings,
         "pilot": _pilot,
         "files": _files,
+        "jobs": _jobs,
     }[args.command]
     return handler(args, target)
 
@@ -342,3 +343,15 @@ def _pilot(args: argparse.Namespace, target: Any) -> int:
         failed = [c["check"] for c in report["checks"] if not c["ok"]]
         raise CtlError(f"pilot failed: {'; '.join(failed) or report.get('error')}")
     return EXIT_OK if report["ok"] else EXIT_FAILURE
+
+
+# --- background jobs (issue 13) ----------------------------------------------------------------
+JOB_COLUMNS = ["submitted_at", "job_id", "tenant_id", "agent_id", "turn_id", "status", "elapsed_ms", "session_id"]
+
+
+def _jobs(args: argparse.Namespace, target: Any) -> int:
+    from infra.sandboxctl import jobs_ops
+
+    rows = jobs_ops.jobs_list(target, tenant_id=args.tenant, limit=args.limit)
+    _out(args, rows, lambda: render.table(rows, JOB_COLUMNS))
+    return EXIT_OK

@@ -180,6 +180,11 @@ def build_parser() -> argparse.ArgumentParser:
     files_get.add_argument("file_id")
     files_get.add_argument("--tenant", type=_tenant_id, required=True)
     files_get.add_argument("-o", "--output", required=True, help="path to write the bytes to")
+    jobs = commands.add_parser("jobs", help="background jobs (execute_code with background: true)")
+    jobs_cmd = jobs.add_subparsers(dest="jobs_command", metavar="ACTION", required=True)
+    jobs_list = jobs_cmd.add_parser("list", help="jobs, newest first (all tenants unless --tenant)", parents=[late])
+    jobs_list.add_argument("--tenant", type=_tenant_id)
+    jobs_list.add_argument("--limit", type=_positive_int, default=50)
 
     pilot = commands.add_parser(
         "pilot", help="post-deploy canary: one scripted turn, checked end to end", parents=[late]

@@ -542,3 +542,29 @@ def test_files_get_refuses_bytes_that_do_not_match(cli_env: dict[str, str], tmp_
     out = ctl(cli_env, "files", "get", entry["file_id"], "--tenant", "acme", "-o", str(target))
     _assert_one_line_failure(out, 1, "sha256")
     assert not target.exists() and not Path(f"{target}.partial").exists()
+# --- background jobs (issue 13) ----------------------------------------------------------------
+def test_jobs_list_filters_by_tenant_newest_first(cli_env: dict[str, str]) -> None:
+    from dispatch.jobs import JobRecord, JobStore
+
+    # Given jobs of two tenants in the local stack's jobs table, one of them ended
+    state = _state(cli_env)
+    store = JobStore(table_name=n.JOBS.physical("local"), ddb=state.client("dynamodb"))
+
+    def job(job_id: str, tenant: str, submitted_ms: int) -> JobRecord:
+        return JobRecord(job_id=job_id, tenant_id=tenant, agent_id="agent-1", turn_id=f"turn-{job_id}",
+                         session_id="S1", interpreter_id="sbx", invocation_id=f"inv-{job_id}", call_id="c",
+                         timeout_s=900, submitted_ms=submitted_ms)  # fmt: skip
+
+    old, new, other = job("cli-old", "acme", 1_700_000_000_000), job("cli-new", "acme", 1_700_000_060_000), \
+        job("cli-other", "globex", 1_700_000_030_000)  # fmt: skip
+    for record in (old, new, other):
+        store.create(record)
+    store.mark_final(store.claim_end(old, final_state="completed", outcome={"response": {"ok": True}}))
+    # When jobs are listed for acme, and for everyone
+    acme = ctl_json(cli_env, "jobs", "list", "--tenant", "acme")
+    everyone = ctl_json(cli_env, "jobs", "list")
+    human = ctl(cli_env, "jobs", "list", "--tenant", "acme")
+    # Then acme's jobs only, newest first, with their status; everyone's include globex
+    assert [(r["job_id"], r["status"]) for r in acme] == [("cli-new", "running"), ("cli-old", "completed")]
+    assert {"cli-old", "cli-new", "cli-other"} <= {r["job_id"] for r in everyone}
+    assert human.returncode == 0 and "cli-new" in human.stdout and "cli-other" not in human.stdout

@@ -6,7 +6,13 @@ import json
 
 import pytest
 from sandbox_common.errors import SandboxInvalidRequest
-from sandbox_common.models import MAX_CODE_BYTES, ExecuteCodeRequest, parse_dispatch_event, parse_quota_event
+from sandbox_common.models import (
+    MAX_CODE_BYTES,
+    ExecuteCodeRequest,
+    parse_dispatch_event,
+    parse_job_event,
+    parse_quota_event,
+)
 
 GOOD = {
     "action": "execute_code", "tenant_id": "acme", "agent_id": "agent-7", "template_id": "analyst",
@@ -73,3 +79,44 @@ def test_parse_quota_event_rejects_extra_and_bad_ids() -> None:
     with pytest.raises(SandboxInvalidRequest):
         parse_quota_event({"tenant_id": "acme#2026", "agent_id": "a"})
     assert parse_quota_event({"tenant_id": "acme", "agent_id": "a"}).agent_id == "a"
+
+
+# --- background jobs (issue 13) ----------------------------------------------------------------
+def _job_event(**over: object) -> dict[str, object]:
+    return {"action": "execute_code", "tenant_id": "acme", "agent_id": "a", "template_id": "t", "turn_id": "u",
+            "call_id": "c", "code": "print(1)", **over}  # fmt: skip
+
+
+def test_models_background_and_timeout_accepted_within_bounds() -> None:
+    # Given a background request at the 3600 s ceiling, when parsed, then both fields are kept
+    req = parse_job_event(_job_event(background=True, timeout_s=3600))
+    assert (req.background, req.timeout_s) == (True, 3600)
+    assert parse_job_event(_job_event()).background is False
+
+
+def test_models_background_refused_until_dispatch_routes_jobs() -> None:
+    # Given the main parser (dispatch does not route jobs yet), when background is sent,
+    # then it is refused: never silently run in the foreground
+    with pytest.raises(SandboxInvalidRequest):
+        parse_dispatch_event(_job_event(background=True))
+
+
+@pytest.mark.parametrize("over", [
+    {"background": True, "timeout_s": 3601}, {"background": True, "timeout_s": 0},
+    {"background": "yes"}, {"timeout_s": 60}, {"background": True, "timeout_s": 1.5},
+])  # fmt: skip
+def test_models_bad_background_fields_are_invalid_requests(over: dict[str, object]) -> None:
+    # Given a malformed background request, when parsed, then it is a named invalid request
+    with pytest.raises(SandboxInvalidRequest):
+        parse_job_event(_job_event(**over))
+
+
+@pytest.mark.parametrize("action", ["get_job", "cancel_job"])
+def test_models_job_actions_parse_and_reject_extra_fields(action: str) -> None:
+    # Given a job action, when parsed, then its ids are kept; an extra field or bad id is refused
+    event = {"action": action, "tenant_id": "acme", "agent_id": "a", "turn_id": "u", "job_id": "job-1"}
+    assert parse_job_event(event).job_id == "job-1"
+    with pytest.raises(SandboxInvalidRequest):
+        parse_job_event({**event, "code": "x"})
+    with pytest.raises(SandboxInvalidRequest):
+        parse_job_event({**event, "job_id": "../x"})

@@ -16,6 +16,7 @@ import json
 import uuid
 from typing import Any
 
+from .agent_jobs import JobsMixin
 from .aws import SINGLE_ATTEMPT
 from .tool_spec import TOOL_DESCRIPTION, TOOL_NAME
 
@@ -32,7 +33,7 @@ class ArtifactMismatch(RuntimeError):
     """The downloaded bytes do not hash to the artifact's sha256."""
 
 
-class SandboxTurn:
+class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait (agent_jobs)
     def __init__(
         self,
         function_name: str,

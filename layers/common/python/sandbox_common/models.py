@@ -16,11 +16,12 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from .errors import SandboxInvalidRequest
 from .files import GetFileRequest, InputFiles
-from .naming import MAX_CODE_BYTES, REQUEST_ID_RE, QuotaDimension
+from .naming import MAX_CODE_BYTES, MAX_JOB_TIMEOUT_SECONDS, REQUEST_ID_RE, QuotaDimension
 from .redaction.catalogue import redact
 
 Id = Annotated[str, StringConstraints(pattern=REQUEST_ID_RE.pattern)]
@@ -192,3 +193,57 @@ _QUOTA_RESPONSE: TypeAdapter[QuotaAdmitted | QuotaRefused] = TypeAdapter(QuotaRe
 def parse_quota_response(payload: bytes | str) -> QuotaAdmitted | QuotaRefused:
     """The quota Lambda's answer; raises pydantic.ValidationError for anything off-contract."""
     return _QUOTA_RESPONSE.validate_json(payload)
+
+
+# --- background jobs (issue 13, SPEC §17) --------------------------------------------------------
+# Defined and tested here; dispatch accepts them once it routes jobs (then: ExecuteCodeRequest is
+# replaced by BackgroundExecuteCodeRequest in the union, and GetJobRequest / CancelJobRequest join
+# it and the accepted actions). Until then `background` is an unknown field and is refused, never
+# silently run in the foreground.
+class BackgroundExecuteCodeRequest(ExecuteCodeRequest):
+    """execute_code with `background: true` answers at once with a job_id; `timeout_s`
+    (default naming.DEFAULT_JOB_TIMEOUT_SECONDS, at most 3600) only together with it."""
+
+    background: bool = False
+    timeout_s: Annotated[int, Field(ge=1, le=MAX_JOB_TIMEOUT_SECONDS)] | None = None
+
+    @model_validator(mode="after")
+    def _timeout_only_for_jobs(self) -> BackgroundExecuteCodeRequest:
+        if self.timeout_s is not None and not self.background:
+            raise ValueError("timeout_s is only allowed with background: true")
+        return self
+
+
+class GetJobRequest(_Strict):
+    """A job's state (`running` + elapsed_ms) or its final result."""
+
+    action: Literal["get_job"]
+    tenant_id: Id
+    agent_id: Id
+    turn_id: Id
+    job_id: Id
+
+
+class CancelJobRequest(_Strict):
+    action: Literal["cancel_job"]
+    tenant_id: Id
+    agent_id: Id
+    turn_id: Id
+    job_id: Id
+
+
+JobRequest = Annotated[
+    BackgroundExecuteCodeRequest | GetJobRequest | CancelJobRequest, Field(discriminator="action")
+]
+_JOB_ADAPTER: TypeAdapter[BackgroundExecuteCodeRequest | GetJobRequest | CancelJobRequest] = TypeAdapter(JobRequest)
+
+
+def parse_job_event(event: Any) -> BackgroundExecuteCodeRequest | GetJobRequest | CancelJobRequest:
+    """The job-aware parse of execute_code / get_job / cancel_job (same errors as the main parser)."""
+    event = _load(event)
+    if not isinstance(event, dict) or event.get("action") not in ("execute_code", "get_job", "cancel_job"):
+        raise SandboxInvalidRequest("Invalid request: expected execute_code, get_job or cancel_job.")
+    try:
+        return _JOB_ADAPTER.validate_python(event)
+    except ValidationError as exc:
+        raise SandboxInvalidRequest(describe_validation_error(exc)) from None

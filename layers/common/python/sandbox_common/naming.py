@@ -443,3 +443,30 @@ def file_pointer_key(tenant_id: str, file_id: str) -> str:
 # What a quota refusal may name (the quota contract in sandbox_common.models); same strings as DIM_*.
 QuotaDimension = Literal["tenant_daily", "agent_hourly", "unknown"]
 assert set(QuotaDimension.__args__) == {DIM_TENANT_DAILY, DIM_AGENT_HOURLY, DIM_UNKNOWN}  # type: ignore[attr-defined]
+# --- background jobs (issue 13, SPEC §17) ------------------------------------------------------
+# One table, two item kinds keyed by `job_key`:
+#   job#{job_id}                    a job: owner (tenant, agent, turn), session, state, outcome
+#   turn#{tenant_id}#{turn_id}      the turn's running-job slot count and open job ids
+# `by_tenant` lists a tenant's jobs (sandboxctl jobs list); `by_open` is sparse (only jobs not yet
+# final carry JOB_ATTR_OPEN), ordered by deadline, for the scheduled reaper's `finish_due_jobs`.
+JOB_ATTR_OPEN = "open_shard"
+JOB_OPEN_SHARD = "open"
+JOBS = TableSpec(
+    "sandbox_jobs",
+    pk="job_key",
+    ttl_attribute="expires_at",
+    indexes=(
+        Index("by_tenant", pk="tenant_id", sk="submitted_at"),
+        Index("by_open", pk=JOB_ATTR_OPEN, sk="deadline_at"),
+    ),
+)
+ALL_TABLES = (*ALL_TABLES, JOBS)
+ENV_JOBS_TABLE = "JOBS_TABLE"
+JOB_KEY_PREFIX = "job#"
+JOB_TURN_KEY_PREFIX = "turn#"
+MAX_RUNNING_JOBS_PER_TURN = 3
+DEFAULT_JOB_TIMEOUT_SECONDS = 900
+MAX_JOB_TIMEOUT_SECONDS = 3600
+JOB_STATES: tuple[str, ...] = ("running", "completed", "failed", "timed_out", "cancelled")
+METRIC_JOBS_FINISHED = "SandboxJobsFinished"  # dimension job_status
+METRIC_DIMENSIONS[METRIC_JOBS_FINISHED] = (("job_status",),)

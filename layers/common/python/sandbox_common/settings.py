@@ -44,6 +44,7 @@ class DispatchSettings(_Settings):
     # Local stack only ("" = none): see AuditWriter.spool_path (issue 10).
     audit_spool_path: str = Field(alias=n.ENV_AUDIT_SPOOL, default="")
     artifacts_bucket: str = Field(alias=n.ENV_ARTIFACTS_BUCKET, default="")  # §14.2 (issue 14)
+    jobs_table: str = Field(alias=n.ENV_JOBS_TABLE, default="")  # background jobs (issue 13)
 
 
 class BackstopSettings(_Settings):

@@ -1,0 +1,164 @@
+"""Background jobs at dispatch's call sites (SPEC §17): what execute_code (background: true),
+get_job, cancel_job and end_turn call. Each function takes the parsed request and a JobDeps and
+returns the agent's answer or raises a named SandboxFailure; dispatch keeps its own flow.
+
+execute_code with `background: true`, in dispatch's order:
+1. `reserve(...)` right after pre-flight and BEFORE the quota check: takes one of the turn's
+   three slots and creates the job record. A 4th running job → SandboxInvalidRequest, so nothing
+   is counted and no audit row is written (§11).
+2. quota, session as for any call. If either refuses or fails: `release(...)` (slot freed, record
+   deleted) and dispatch answers and audits that failure as usual.
+3. `launch(...)`: binds the record to the session, starts the job there and answers
+   `{"ok": true, "status": "running", "job_id", "invocation_id", "session_id"}` at once. It raises
+   JobLaunchFailed (after releasing) if the session could not start it; dispatch then audits the
+   failure as the call's row. On success dispatch writes NO audit row: the job's one row is written
+   when it ends (job_flow), with the same invocation_id.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from sandbox_common import naming as n
+from sandbox_common.errors import SandboxError, SandboxInvalidRequest
+
+from .job_flow import JobCheckFailed, JobDeps, audit_base, cancel_job, poll_job, running_response
+from .jobs import JobExists, JobNotFound, JobRecord, JobStoreUnavailable, TooManyJobs
+from .runner import SessionGone
+from .runner.jobs import JobFailure, JobRunner
+
+TOO_MANY_JOBS = (
+    f"This turn already has {n.MAX_RUNNING_JOBS_PER_TURN} background jobs running; wait for one to finish "
+    "(get_job) or cancel one (cancel_job) before starting another."
+)
+UNKNOWN_JOB = "Invalid request: there is no such background job in this turn."
+JOBS_UNAVAILABLE = "The background job service is unavailable right now; please try again shortly."
+JOB_CHECK_FAILED = "The background job could not be checked right now; it is still tracked, please ask again shortly."
+TIMEOUT_SHORTENED = (
+    "The job's timeout was shortened from {asked} s to {got} s: the sandbox session it runs in ends before that."
+)
+JOB_LAUNCH_FAILED = "The background job could not be started in the sandbox; please try again."
+
+
+class JobLaunchFailed(SandboxError):
+    """The session did not start the job (the slot was released): audit this as the call's row."""
+
+
+def timeout_of(req: Any) -> int:
+    value = getattr(req, "timeout_s", None)
+    return n.DEFAULT_JOB_TIMEOUT_SECONDS if value is None else int(value)
+
+
+def reserve(req: Any, deps: JobDeps, *, invocation_id: str, environment: str | None,
+            session_id: str = "", interpreter_id: str = "") -> JobRecord:  # fmt: skip
+    """Take a slot and create the job record — with the turn's live session if it has one (then
+    `launch` needs no second write when the job runs there). Raises SandboxInvalidRequest (4th
+    running job: nothing written) or SandboxError (store down)."""
+    record = JobRecord(
+        job_id=f"job-{uuid.uuid4().hex}", tenant_id=req.tenant_id, agent_id=req.agent_id, turn_id=req.turn_id,
+        session_id=session_id, interpreter_id=interpreter_id, invocation_id=invocation_id, call_id=req.call_id,
+        timeout_s=timeout_of(req), submitted_ms=int(deps.clock() * 1000),
+        audit_base=audit_base(req, environment=environment),
+    )  # fmt: skip
+    try:
+        deps.store.create(record)
+    except TooManyJobs:
+        raise SandboxInvalidRequest(TOO_MANY_JOBS) from None
+    except (JobExists, JobStoreUnavailable) as exc:
+        raise SandboxError(JOBS_UNAVAILABLE, failure_reason=f"job_store_unavailable:{exc}") from None
+    return record
+
+
+def release(record: JobRecord, deps: JobDeps) -> None:
+    """Give the slot back for a job that never started. Never raises (logged by the store's caller):
+    a slot that could not be freed is freed when the reaper ends the unbound job."""
+    try:
+        deps.store.release(record)
+    except JobStoreUnavailable:
+        pass
+
+
+def effective_timeout(requested_s: int, *, session_left_s: float | None, reserve_s: int) -> int:
+    """A job must end inside its session's lifetime (AgentCore ends a session sessionTimeoutSeconds
+    after its start, whatever runs in it) and before dispatch would recycle that session, so its
+    timeout is at most the session's remaining life minus `reserve_s` (and at least 1 s)."""
+    if session_left_s is None:
+        return requested_s
+    return max(1, min(requested_s, int(session_left_s) - reserve_s))
+
+
+def launch(record: JobRecord, deps: JobDeps, *, code: str, session_id: str, interpreter_id: str,
+           session_left_s: float | None = None, reserve_s: int = 0) -> dict[str, Any]:  # fmt: skip
+    """Start the reserved job in the session; answers at once. `session_left_s`: the session's
+    remaining lifetime (the job's timeout is shortened to fit it, and the answer says so)."""
+    runner = deps.runner_for(record.tenant_id)
+    timeout_s = effective_timeout(record.timeout_s, session_left_s=session_left_s, reserve_s=reserve_s)
+    try:
+        bound = record
+        if (record.session_id, record.interpreter_id, record.timeout_s) != (session_id, interpreter_id, timeout_s):
+            bound = deps.store.bind_session(record, session_id=session_id, interpreter_id=interpreter_id,
+                                            timeout_s=timeout_s)  # fmt: skip
+        JobRunner(runner).submit_job(interpreter_id, session_id, job_id=record.job_id, code=code,
+                                     timeout_s=timeout_s)  # fmt: skip
+    except (JobStoreUnavailable, JobFailure, SessionGone) as exc:
+        release(record, deps)
+        reason = getattr(exc, "failure_reason", None) or f"job_store_unavailable:{exc}"
+        raise JobLaunchFailed(JOB_LAUNCH_FAILED, failure_reason=f"job_launch_failed:{reason}") from None
+    answer = running_response(bound)
+    answer["timeout_s"] = timeout_s
+    if timeout_s < record.timeout_s:
+        answer["notice"] = TIMEOUT_SHORTENED.format(asked=record.timeout_s, got=timeout_s)
+    return answer
+
+
+def _owned(req: Any, deps: JobDeps) -> JobRecord:
+    try:
+        return deps.store.get_owned(req.job_id, tenant_id=req.tenant_id, agent_id=req.agent_id, turn_id=req.turn_id)
+    except JobNotFound:
+        raise SandboxInvalidRequest(UNKNOWN_JOB) from None
+    except JobStoreUnavailable as exc:
+        raise SandboxError(JOBS_UNAVAILABLE, failure_reason=f"job_store_unavailable:{exc}") from None
+
+
+def get_job(req: Any, deps: JobDeps) -> dict[str, Any]:
+    """`{"ok": true, "status": "running", "elapsed_ms"}` or the job's final answer. A job of another
+    tenant, agent or turn is refused exactly like an unknown id."""
+    return _answer(_owned(req, deps), deps, cancel=False)
+
+
+def cancel(req: Any, deps: JobDeps) -> dict[str, Any]:
+    """Ends the job (its processes are gone within seconds) and answers its final result —
+    `cancelled`, or how it had already ended."""
+    return _answer(_owned(req, deps), deps, cancel=True)
+
+
+def _answer(record: JobRecord, deps: JobDeps, *, cancel: bool) -> dict[str, Any]:
+    try:
+        view = (cancel_job if cancel else poll_job)(record, deps)
+    except JobCheckFailed as exc:
+        raise SandboxError(JOB_CHECK_FAILED, failure_reason=exc.failure_reason) from None
+    except JobStoreUnavailable as exc:
+        raise SandboxError(JOBS_UNAVAILABLE, failure_reason=f"job_store_unavailable:{exc}") from None
+    return view.to_response()
+
+
+def pending_jobs(tenant_id: str, turn_id: str, deps: JobDeps) -> list[str]:
+    """end_turn: observe the turn's running jobs (ending those that ended) and list those still
+    running; while the list is not empty the session must not be stopped (job_flow stops it when
+    the last one ends)."""
+    try:
+        open_ids = deps.store.turn_jobs(tenant_id, turn_id).open_jobs
+    except JobStoreUnavailable:
+        return []
+    pending = []
+    for job_id in open_ids:
+        try:
+            record = deps.store.get(job_id)
+            if record is None:
+                continue
+            if poll_job(record, deps).status == "running":
+                pending.append(job_id)
+        except (JobCheckFailed, JobStoreUnavailable):
+            pending.append(job_id)  # unknown: keep the session, the reaper settles it
+    return pending

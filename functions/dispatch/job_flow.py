@@ -1,0 +1,219 @@
+"""Background jobs, the logic (SPEC §17): observe a job, end it exactly once, reap due jobs.
+
+Whoever observes a job's end first — `get_job`, `cancel_job`, `end_turn` or the scheduled
+reaper (`finish_due_jobs`) — ends it through `_end`: claim the end with the outcome (one
+conditional transaction, JobStore.claim_end), write the one audit row (conditional on the
+invocation id), log the full redacted output, then mark it final. A crash anywhere in between
+is finished by the next observer from the *stored* outcome, so the row is written once and
+always from the first observed outcome.
+
+Sessions: a job whose `timeout_s` passed ends `timed_out` and its session is stopped (as after a
+foreground timeout); otherwise the session is stopped when the turn has ended and this was its
+last running job (the session outlives `end_turn` until then). A job whose session vanished
+before its end was seen ends `failed` (`job_session_ended`). A job still not final DEADLINE_GRACE
+after its deadline (its supervisor gone or the session unreachable) is ended `timed_out` by
+stopping its session: no job outlives its deadline by more than the grace plus one reaper period.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any
+
+from sandbox_common import audit
+from sandbox_common import naming as n
+from sandbox_common.observability import emit_metric, logger
+
+from .jobs import FINISHING, JobRecord, JobStore, JobStoreUnavailable
+from .output_log import log_output
+from .runner import SessionGone, SessionRunner
+from .runner.jobs import JobFailure, JobRunner, JobState, JobUnknownInSession
+from .runner.session import ExecutionResult
+
+# Beyond the in-session supervisor's own grace: how long after a job's deadline dispatch stops
+# waiting for the session to report it and stops the session instead.
+HOST_DEADLINE_GRACE_SECONDS = 60
+# A job reserved (slot taken) whose dispatch died before binding it to a session: after this long
+# (far beyond any submit, bounded by the Lambda timeout) it is ended `failed`, audited, slot freed.
+UNBOUND_JOB_GRACE_SECONDS = 900
+
+
+@dataclass(frozen=True)
+class JobView:
+    """What get_job / cancel_job answer: running with elapsed time, or the final response."""
+
+    job_id: str
+    status: str  # running | completed | failed | timed_out | cancelled
+    elapsed_ms: int
+    response: dict[str, Any] | None = None
+
+    def to_response(self) -> dict[str, Any]:
+        if self.response is not None:
+            return dict(self.response)
+        return {"ok": True, "status": self.status, "job_id": self.job_id, "elapsed_ms": self.elapsed_ms}
+
+
+class JobCheckFailed(Exception):
+    """The job's session could not be asked (service error); its state is unknown for now."""
+
+    def __init__(self, failure_reason: str) -> None:
+        super().__init__(failure_reason)
+        self.failure_reason = failure_reason
+
+
+@dataclass
+class JobDeps:
+    store: JobStore
+    runner_for: Callable[[str], SessionRunner]  # tenant_id -> that tenant's runner
+    audit_writer: audit.AuditWriter
+    retention_days: int
+    turn_closed: Callable[[str, str], bool]  # (tenant_id, turn_id) -> end_turn already happened
+    clock: Callable[[], float] = time.time
+
+
+def audit_base(req: Any, *, environment: str | None) -> dict[str, Any]:
+    """The audit fields known at submit (the code itself is not stored, only its hash)."""
+    return {
+        "user_id": req.user_id, "template_id": req.template_id, "invocation_source": req.invocation_source,
+        "environment": environment, "executed_code_hash": audit.code_hash(req.code),
+    }  # fmt: skip
+
+
+def running_response(record: JobRecord) -> dict[str, Any]:
+    """execute_code's immediate answer for a submitted job (§17)."""
+    return {"ok": True, "status": "running", "job_id": record.job_id, "invocation_id": record.invocation_id,
+            "session_id": record.session_id}  # fmt: skip
+
+
+# --- observing ------------------------------------------------------------------------------------
+def poll_job(record: JobRecord, deps: JobDeps) -> JobView:
+    """get_job: one status call to the session while the job runs (plus the caller's GetItem)."""
+    return _observe(record, deps, cancel=False)
+
+
+def cancel_job(record: JobRecord, deps: JobDeps) -> JobView:
+    """cancel_job: ends the job's process tree in the session (≤ a few seconds) and ends it."""
+    return _observe(record, deps, cancel=True)
+
+
+def finish_due_jobs(deps: JobDeps, *, limit: int = 200) -> list[tuple[str, str]]:
+    """For the scheduled reaper: observe every job that is not final yet and end those that ended
+    (or are overdue, or whose session is gone). Returns [(job_id, status)] of the jobs it ended.
+    Never raises for one job: a failure is logged and the job is left for the next run."""
+    ended: list[tuple[str, str]] = []
+    for record in deps.store.open_jobs(limit=limit):
+        try:
+            view = _observe(record, deps, cancel=False)
+        except (JobCheckFailed, JobStoreUnavailable) as exc:
+            logger.warning("job_reap_failed", extra={"job_id": record.job_id, "tenant_id": record.tenant_id,
+                                                      "failure_reason": str(exc)})  # fmt: skip
+            continue
+        if view.status != "running":
+            ended.append((record.job_id, view.status))
+    return ended
+
+
+def _observe(record: JobRecord, deps: JobDeps, *, cancel: bool) -> JobView:
+    if record.state == FINISHING or not record.open:
+        return _view(_complete(record, deps), deps)
+    runner = deps.runner_for(record.tenant_id)
+    jobs = JobRunner(runner)
+    now_ms = int(deps.clock() * 1000)
+    if not record.session_id:  # reserved, but its submit never reached a session (dispatch died)
+        if now_ms - record.submitted_ms < UNBOUND_JOB_GRACE_SECONDS * 1000:
+            return JobView(job_id=record.job_id, status="running", elapsed_ms=max(0, now_ms - record.submitted_ms))
+        return _view(_end(record, "failed", jobs.session_ended_result(0), deps), deps)
+    try:
+        state: JobState = (jobs.cancel_job if cancel else jobs.job_status)(
+            record.interpreter_id, record.session_id, record.job_id
+        )
+    except (SessionGone, JobUnknownInSession):
+        if now_ms > record.deadline_ms:
+            return _view(_end(record, "timed_out", jobs.overdue_result(record.timeout_s, now_ms - record.submitted_ms),
+                              deps), deps)  # fmt: skip
+        return _view(_end(record, "failed", jobs.session_ended_result(now_ms - record.submitted_ms), deps), deps)
+    except JobFailure as exc:
+        if now_ms > record.deadline_ms + HOST_DEADLINE_GRACE_SECONDS * 1000:
+            runner.stop_session(record.interpreter_id, record.session_id)
+            return _view(_end(record, "timed_out", jobs.overdue_result(record.timeout_s, now_ms - record.submitted_ms),
+                              deps), deps)  # fmt: skip
+        raise JobCheckFailed(exc.failure_reason) from None
+    if not state.final or state.result is None:
+        return JobView(job_id=record.job_id, status="running", elapsed_ms=max(0, now_ms - record.submitted_ms))
+    return _view(_end(record, state.state, state.result, deps), deps)
+
+
+def _view(record: JobRecord, deps: JobDeps) -> JobView:
+    outcome = record.outcome or {}
+    response = outcome.get("response") or {}
+    return JobView(job_id=record.job_id, status=record.final_state or "failed",
+                   elapsed_ms=int(response.get("duration_ms") or 0), response=response)  # fmt: skip
+
+
+# --- ending, exactly once -----------------------------------------------------------------------
+def _end(record: JobRecord, final_state: str, result: ExecutionResult, deps: JobDeps) -> JobRecord:
+    now_ms = int(deps.clock() * 1000)
+    duration_ms = max(0, now_ms - record.submitted_ms)  # the job's real duration: submit to end seen
+    response: dict[str, Any] = {"ok": result.ok, **result.to_response_fields()}
+    response.update(status=final_state, job_id=record.job_id, invocation_id=record.invocation_id,
+                    session_id=record.session_id, duration_ms=duration_ms, background=True)  # fmt: skip
+    outcome = {
+        "response": response,
+        "audit": {**result.to_audit_fields(), "duration_ms": duration_ms},
+        "session_stopped": result.session_stopped,
+        "full_stdout": result.full_stdout,
+        "full_stderr": result.full_stderr,
+    }
+    stored = deps.store.claim_end(record, final_state=final_state, outcome=outcome)
+    return _complete(stored, deps)
+
+
+def _complete(record: JobRecord, deps: JobDeps) -> JobRecord:
+    """Audit row, output log, session decision, final mark — from the stored outcome. Idempotent."""
+    if record.state != FINISHING:
+        return record
+    outcome = record.outcome or {}
+    fields = outcome.get("audit") or {}
+    base = record.audit_base
+    request = SimpleNamespace(tenant_id=record.tenant_id, agent_id=record.agent_id, user_id=base.get("user_id"),
+                              template_id=base.get("template_id"), turn_id=record.turn_id, call_id=record.call_id,
+                              invocation_source=base.get("invocation_source"), code="")  # fmt: skip
+    started = datetime.fromtimestamp(record.submitted_ms / 1000, UTC)
+    finished = datetime.fromtimestamp((record.ended_ms or record.submitted_ms) / 1000, UTC)
+    row = audit.build_row(
+        invocation_id=record.invocation_id, request=request, started_at=started, finished_at=finished,
+        retention_days=deps.retention_days, session_id=record.session_id, environment=base.get("environment"),
+        exit_status=fields.get("exit_status", "error"), exit_code=fields.get("exit_code"), error=fields.get("error"),
+        failure_reason=fields.get("failure_reason"), stdout_bytes=fields.get("stdout_bytes", 0),
+        stderr_bytes=fields.get("stderr_bytes", 0), stdout_truncated=fields.get("stdout_truncated", False),
+        stderr_truncated=fields.get("stderr_truncated", False),
+    )  # fmt: skip
+    row.update(executed_code_hash=base.get("executed_code_hash") or row["executed_code_hash"], background=True,
+               job_id=record.job_id, job_status=record.final_state)  # fmt: skip
+    written = deps.audit_writer.write(row)
+    if written == "written":  # the first completer logs the output; a re-completion does not repeat it
+        for stream in ("stdout", "stderr"):
+            log_output(invocation_id=record.invocation_id, session_id=record.session_id, tenant_id=record.tenant_id,
+                       stream=stream, text=str(outcome.get(f"full_{stream}") or ""))  # fmt: skip
+        emit_metric(n.METRIC_JOBS_FINISHED, dimensions={"job_status": record.final_state or "failed"})
+        logger.info("job_ended", extra={"job_id": record.job_id, "invocation_id": record.invocation_id,
+                                        "tenant_id": record.tenant_id, "session_id": record.session_id,
+                                        "job_status": record.final_state, "duration_ms": row["duration_ms"]})  # fmt: skip
+    _settle_session(record, deps, stopped_already=bool(outcome.get("session_stopped")))
+    deps.store.mark_final(record)
+    return JobRecord(**{**record.__dict__, "state": record.final_state or record.state})
+
+
+def _settle_session(record: JobRecord, deps: JobDeps, *, stopped_already: bool) -> None:
+    """timed_out → stop the session; turn ended and no running job left → stop the session."""
+    if stopped_already:
+        return
+    stop = record.final_state == "timed_out"
+    if not stop and deps.turn_closed(record.tenant_id, record.turn_id):
+        stop = deps.store.turn_jobs(record.tenant_id, record.turn_id).running == 0
+    if stop and record.session_id:
+        deps.runner_for(record.tenant_id).stop_session(record.interpreter_id, record.session_id)

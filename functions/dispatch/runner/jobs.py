@@ -1,0 +1,217 @@
+"""Background jobs, the runner's side (SPEC §17): submit, poll and cancel a job in a session.
+
+A job is started by one `executeCode` call that launches an in-sandbox supervisor
+(`job_snippets`, `sandbox_common.jobs_runtime`) and returns at once; each poll or cancel is one
+more `executeCode` call. The final answer is an `ExecutionResult` built exactly like a foreground
+call's: host-side redaction before truncation, exact byte counts (the sizes of the job's output
+files), the same classification (oom from exit 137 or a MemoryError traceback, error from a
+non-zero exit), plus the job's own final state (completed | failed | timed_out | cancelled).
+
+Every method goes through the tenant's `SessionRunner` (its credentials, its interpreter
+allowlist, checked before any AWS call) and raises only CrossTenantInterpreter (before any AWS
+call) or SessionGone (the session no longer exists: the job's state died with it).
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from dataclasses import dataclass
+
+from sandbox_common import jobs_runtime as rt
+from sandbox_common.errors import SandboxError, SandboxTimeout
+
+from .classify import classify
+from .errors import SessionGone
+from .job_snippets import parse_marker, status_source, submit_source
+from .output import REDACTION_MARGIN_BYTES, shape
+from .session import _SESSION_GONE_CODES, ExecutionResult, SessionRunner
+from .stream import BoundedText
+
+# Snippet calls are small and bounded; cancel waits up to CANCEL_WAIT_SECONDS in the session.
+SUBMIT_TIMEOUT_SECONDS = 30.0
+STATUS_TIMEOUT_SECONDS = 30.0
+
+JOB_CANCELLED_MESSAGE = "The background job was cancelled before it finished."
+JOB_LOST_MESSAGE = "The background job ended unexpectedly (its supervisor in the sandbox was stopped)."
+JOB_SESSION_ENDED_MESSAGE = (
+    "The background job's sandbox session ended before the job finished, so its result is lost."
+)
+
+
+def job_timeout_message(timeout_s: int) -> str:
+    return (
+        f"The background job did not finish within its {timeout_s}-second limit and was stopped. "
+        "The sandbox session was reset, so variables and files from earlier calls in this turn are gone."
+    )
+
+
+@dataclass(frozen=True)
+class JobSubmitted:
+    """The job's supervisor was launched (or already existed: a retried submit)."""
+
+    job_id: str
+    duration_ms: int
+    already_existed: bool
+
+
+@dataclass(frozen=True)
+class JobState:
+    """One observation of a job. `result` is set iff `state` is final."""
+
+    job_id: str
+    state: str  # running | completed | failed | timed_out | cancelled
+    elapsed_ms: int
+    result: ExecutionResult | None = None
+
+    @property
+    def final(self) -> bool:
+        return self.state in rt.TERMINAL_STATES
+
+
+class JobFailure(Exception):
+    """A snippet call failed (service error, timeout, no marker): the job's state is unknown.
+
+    `failure_reason` is redacted and short, for logs and the audit row."""
+
+    def __init__(self, failure_reason: str) -> None:
+        super().__init__(failure_reason)
+        self.failure_reason = failure_reason
+
+
+class JobUnknownInSession(JobFailure):
+    """The session answered but has no such job (its files are gone): the job cannot be observed."""
+
+
+class JobRunner:
+    def __init__(self, runner: SessionRunner) -> None:
+        self.runner = runner
+
+    def submit_job(self, interpreter_id: str, session_id: str, *, job_id: str, code: str,
+                   timeout_s: int) -> JobSubmitted:  # fmt: skip
+        # The runtime (~50 KB) travels only when the session does not have this version yet.
+        payload, duration_ms = self._call(interpreter_id, session_id,
+                                          submit_source(job_id, code, timeout_s, with_runtime=False),
+                                          SUBMIT_TIMEOUT_SECONDS)  # fmt: skip
+        if payload.get("state") == "runtime_missing":
+            payload, more_ms = self._call(interpreter_id, session_id, submit_source(job_id, code, timeout_s),
+                                          SUBMIT_TIMEOUT_SECONDS)  # fmt: skip
+            duration_ms += more_ms
+        if payload.get("state") not in ("running", "exists"):
+            raise JobFailure(self.runner._reason(f"job_submit_unexpected:{payload.get('state')}"))
+        return JobSubmitted(job_id=job_id, duration_ms=duration_ms, already_existed=payload["state"] == "exists")
+
+    def job_status(self, interpreter_id: str, session_id: str, job_id: str) -> JobState:
+        return self._observe(interpreter_id, session_id, job_id, cancel=False)
+
+    def cancel_job(self, interpreter_id: str, session_id: str, job_id: str) -> JobState:
+        """Ends the job (its whole process tree) unless it already ended; returns its final state."""
+        return self._observe(interpreter_id, session_id, job_id, cancel=True)
+
+    def session_ended_result(self, duration_ms: int) -> ExecutionResult:
+        """The final result of a job whose session vanished before its end was observed."""
+        return self._failure_result(SandboxError.__name__, "error", JOB_SESSION_ENDED_MESSAGE,
+                                    "job_session_ended", duration_ms)  # fmt: skip
+
+    def overdue_result(self, timeout_s: int, duration_ms: int) -> ExecutionResult:
+        """The final result of a job whose deadline passed and whose session dispatch stopped."""
+        return self._failure_result(SandboxTimeout.__name__, "timeout", job_timeout_message(timeout_s),
+                                    f"job_deadline_exceeded:{timeout_s}s", duration_ms, session_stopped=True)  # fmt: skip
+
+    # --- internals ----------------------------------------------------------------------------
+    def _observe(self, interpreter_id: str, session_id: str, job_id: str, *, cancel: bool) -> JobState:
+        runner = self.runner
+        source = status_source(job_id, out_limit=runner.stdout_cap_bytes + REDACTION_MARGIN_BYTES,
+                               err_limit=runner.stderr_cap_bytes + REDACTION_MARGIN_BYTES, cancel=cancel)  # fmt: skip
+        payload, _ = self._call(interpreter_id, session_id, source, STATUS_TIMEOUT_SECONDS)
+        state = payload.get("state")
+        now = float(payload.get("now") or time.time())
+        started = float(payload.get("started_at") or now)
+        elapsed_ms = max(0, int(round((now - started) * 1000)))
+        if state == "running":
+            return JobState(job_id=job_id, state="running", elapsed_ms=elapsed_ms)
+        if state not in rt.TERMINAL_STATES:  # "unknown": the job's files are not in this session
+            raise JobUnknownInSession(runner._reason(f"job_unknown_in_session:{state}"))
+        duration_ms = int(payload.get("duration_ms") or elapsed_ms)
+        return JobState(job_id=job_id, state=state, elapsed_ms=duration_ms,
+                        result=self._final_result(payload, state, duration_ms))  # fmt: skip
+
+    def _final_result(self, payload: dict, state: str, duration_ms: int) -> ExecutionResult:
+        runner = self.runner
+        stdout = _bounded(payload.get("stdout_b64"), payload.get("stdout_bytes"), runner.stdout_cap_bytes)
+        stderr = _bounded(payload.get("stderr_b64"), payload.get("stderr_bytes"), runner.stderr_cap_bytes)
+        tail = _decode(payload.get("stderr_tail_b64"))
+        exit_code = payload.get("exit_code")
+        exit_code = int(exit_code) if isinstance(exit_code, int) else None
+        timeout_s = int(payload.get("timeout_s") or 0)
+        out = shape(stdout, cap_bytes=runner.stdout_cap_bytes, log_cap_bytes=runner.log_cap_bytes, redact=runner._redact)
+        err = shape(stderr, cap_bytes=runner.stderr_cap_bytes, log_cap_bytes=runner.log_cap_bytes, redact=runner._redact)
+        error: str | None
+        message: str | None
+        reason: str | None
+        if state == rt.CANCELLED:
+            error, exit_status, message, reason = SandboxError.__name__, "error", JOB_CANCELLED_MESSAGE, "job_cancelled"
+        elif state == rt.TIMED_OUT:
+            error, exit_status = SandboxTimeout.__name__, "timeout"
+            message, reason = job_timeout_message(timeout_s), f"job_deadline_exceeded:{timeout_s}s"
+        elif payload.get("reason") == "supervisor_lost":
+            error, exit_status, message, reason = SandboxError.__name__, "error", JOB_LOST_MESSAGE, "job_supervisor_lost"
+        else:
+            verdict = classify(timed_out=False, call_timeout_seconds=timeout_s, exit_code=exit_code,
+                               stderr_tail=tail, is_error=False, stream_error=None, result_events=1)  # fmt: skip
+            exit_status = verdict.exit_status
+            error = verdict.error.__name__ if verdict.error else None
+            message, reason = verdict.error_message, verdict.failure_reason
+        return ExecutionResult(
+            exit_status=exit_status, exit_code=exit_code, stdout=out.visible, stderr=err.visible,
+            stdout_bytes=out.raw_bytes, stderr_bytes=err.raw_bytes, stdout_truncated=out.truncated,
+            stderr_truncated=err.truncated, duration_ms=duration_ms, error=error,
+            error_message=runner._redact(message) if message else None,
+            failure_reason=runner._reason(reason) if reason else None,
+            full_stdout=out.full, full_stderr=err.full, session_stopped=False,
+        )
+
+    def _failure_result(self, error: str, exit_status: str, message: str, reason: str, duration_ms: int,
+                        *, session_stopped: bool = False) -> ExecutionResult:  # fmt: skip
+        return ExecutionResult(
+            exit_status=exit_status, exit_code=None, stdout="", stderr="", stdout_bytes=0, stderr_bytes=0,
+            stdout_truncated=False, stderr_truncated=False, duration_ms=max(0, duration_ms), error=error,
+            error_message=message, failure_reason=reason, full_stdout="", full_stderr="",
+            session_stopped=session_stopped,
+        )
+
+    def _call(self, interpreter_id: str, session_id: str, source: str, timeout_seconds: float) -> tuple[dict, int]:
+        runner = self.runner
+        runner._check_owned(interpreter_id)  # before any AWS call (§6.4)
+        call = runner._invoke(interpreter_id, session_id, source, timeout_seconds=timeout_seconds)
+        if call.api_error is not None and call.api_error.split(":", 1)[0] in _SESSION_GONE_CODES:
+            raise SessionGone(session_id, runner._reason(f"invoke_failed:{call.api_error}"))
+        outcome = call.outcome
+        if call.timed_out:
+            raise JobFailure("job_call_timeout")
+        if call.api_error is not None:
+            raise JobFailure(runner._reason(f"invoke_failed:{call.api_error}"))
+        if outcome.stream_error is not None:
+            raise JobFailure(runner._reason(f"stream_exception:{outcome.stream_error}"))
+        payload = parse_marker(outcome.stdout.head)
+        if payload is None or outcome.is_error or outcome.exit_code not in (None, 0):
+            raise JobFailure(runner._reason(f"job_snippet_failed:exit_code:{outcome.exit_code}:{outcome.stderr.tail[-200:]}"))
+        return payload, call.duration_ms
+
+
+def _decode(b64: object) -> str:
+    if not isinstance(b64, str):
+        return ""
+    try:
+        return base64.b64decode(b64).decode("utf-8", "replace")
+    except ValueError:
+        return ""
+
+
+def _bounded(b64: object, total: object, cap: int) -> BoundedText:
+    """The head the session sent, with the exact byte size of the whole output file."""
+    text = _decode(b64)
+    bounded = BoundedText.of(text, cap + REDACTION_MARGIN_BYTES)
+    if isinstance(total, int) and total >= 0:
+        bounded.total_bytes = total
+    return bounded

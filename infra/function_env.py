@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sandbox_common import naming as n
-from sandbox_common.settings import BackstopSettings, DispatchSettings, QuotaSettings
+from sandbox_common.settings import BackstopSettings, DispatchSettings, QuotaSettings, ReaperSettings
 
 from infra.config import StageConfig
 
@@ -16,6 +16,7 @@ SERVICE_NAMES: dict[str, str] = {
     n.DISPATCH: "sandbox-dispatch",
     n.QUOTA_CHECK: "sandbox-quota-check",
     n.BACKSTOP: "sandbox-backstop",
+    n.REAPER: "sandbox-reaper",
 }
 
 
@@ -34,7 +35,7 @@ def function_environment(
         "POWERTOOLS_LOG_LEVEL": "INFO",
     }
     if logical == n.DISPATCH:
-        settings: DispatchSettings | QuotaSettings | BackstopSettings = DispatchSettings(
+        settings: DispatchSettings | QuotaSettings | BackstopSettings | ReaperSettings = DispatchSettings(
             stage=config.name,
             turns_table=tables[n.TURNS.logical],
             tenants_table=tables[n.TENANTS.logical],
@@ -47,6 +48,8 @@ def function_environment(
             audit_retention_days=config.audit_retention_days,
             stdout_cap_bytes=config.stdout_cap_bytes,
             stderr_cap_bytes=config.stderr_cap_bytes,
+            sessions_table=tables[n.SESSIONS.logical],
+            require_turn_token=config.require_turn_token,
         )
     elif logical == n.QUOTA_CHECK:
         settings = QuotaSettings(
@@ -56,6 +59,15 @@ def function_environment(
         )
     elif logical == n.BACKSTOP:
         settings = BackstopSettings(stage=config.name, findings_table=tables[n.FINDINGS.logical])
+    elif logical == n.REAPER:
+        settings = ReaperSettings(
+            stage=config.name,
+            sessions_table=tables[n.SESSIONS.logical],
+            turns_table=tables[n.TURNS.logical],
+            tenants_table=tables[n.TENANTS.logical],
+            call_timeout_seconds=config.call_timeout_seconds,
+            session_timeout_seconds=config.session_timeout_seconds,
+        )
     else:
         raise ValueError(f"unknown function {logical!r}")
     return {**common, **settings.to_env()}

@@ -5,6 +5,7 @@
         if turn.tool:                       # None unless pre-flight said ready/provisioning
             result = turn.execute_code("print(1+1)")
 
+Every action carries the turn's `turn_token` (§16.5), generated here once per turn.
 `execute_code` generates a fresh call_id per call unless given one (pass the same call_id to
 retry safely: dispatch answers a retry with the first result). With `strands-agents` installed,
 `turn.strands_tool()` returns a ready Strands tool bound to this turn.
@@ -18,6 +19,7 @@ from typing import Any
 
 from .aws import SINGLE_ATTEMPT
 from .tool_spec import TOOL_DESCRIPTION, TOOL_NAME
+from .turn_token import new_token
 
 
 class DispatchUnavailable(RuntimeError):
@@ -36,6 +38,7 @@ class SandboxTurn:
         user_id: str | None = None,
         invocation_source: str | None = None,
         lambda_client: Any = None,
+        turn_token: str | None = None,
     ) -> None:
         self.function_name = function_name
         self.tenant_id = tenant_id
@@ -45,6 +48,9 @@ class SandboxTurn:
         self.user_id = user_id
         self.invocation_source = invocation_source
         self._client = lambda_client
+        # §16.5: one secret per turn, generated here and sent with every action of the turn
+        # (a retried call carries the same one), so the caller never handles it.
+        self.turn_token = turn_token or new_token()
         self.sandbox: dict[str, Any] = {}
 
     # --- transport ------------------------------------------------------------------------------
@@ -67,7 +73,7 @@ class SandboxTurn:
 
     def _ids(self) -> dict[str, Any]:
         ids = {"tenant_id": self.tenant_id, "agent_id": self.agent_id, "template_id": self.template_id,
-               "turn_id": self.turn_id}  # fmt: skip
+               "turn_id": self.turn_id, "turn_token": self.turn_token}  # fmt: skip
         if self.user_id:
             ids["user_id"] = self.user_id
         return ids
@@ -86,7 +92,8 @@ class SandboxTurn:
         return self._invoke(event)
 
     def end(self) -> dict[str, Any]:
-        return self._invoke({"action": "end_turn", "tenant_id": self.tenant_id, "turn_id": self.turn_id})
+        return self._invoke({"action": "end_turn", "tenant_id": self.tenant_id, "turn_id": self.turn_id,
+                             "turn_token": self.turn_token})  # fmt: skip
 
     @property
     def tool(self) -> dict[str, Any] | None:

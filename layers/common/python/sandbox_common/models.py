@@ -22,6 +22,9 @@ from .naming import MAX_CODE_BYTES, REQUEST_ID_RE
 
 Id = Annotated[str, StringConstraints(pattern=REQUEST_ID_RE.pattern)]
 InvocationSource = Literal["chat", "scheduled", "composition"]
+# The turn token (§16.5) is checked by sandbox_common.turn_token, not here, so a malformed token is
+# counted as a token rejection; the model only bounds its size.
+TurnToken = Annotated[str, StringConstraints(max_length=256)]
 
 
 class _Strict(BaseModel):
@@ -35,6 +38,7 @@ class BeginTurnRequest(_Strict):
     template_id: Id
     turn_id: Id
     user_id: Id | None = None
+    turn_token: TurnToken | None = None
 
 
 class ExecuteCodeRequest(_Strict):
@@ -47,6 +51,7 @@ class ExecuteCodeRequest(_Strict):
     code: str
     user_id: Id | None = None
     invocation_source: InvocationSource | None = None
+    turn_token: TurnToken | None = None
 
     @field_validator("code")
     @classmethod
@@ -66,6 +71,7 @@ class EndTurnRequest(_Strict):
     action: Literal["end_turn"]
     tenant_id: Id
     turn_id: Id
+    turn_token: TurnToken | None = None
 
 
 DispatchRequest = Annotated[

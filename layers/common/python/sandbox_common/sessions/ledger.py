@@ -262,7 +262,7 @@ class SessionLedger:
         )  # fmt: skip
 
     def claim_warm(self, *, tenant_id: str, environment: str, turn_id: str, agent_id: str,
-                   min_life_seconds: int) -> Slot | None:  # fmt: skip
+                   min_life_seconds: int, interpreter_id: str | None = None) -> Slot | None:  # fmt: skip
         """Hand one warm session of the pool to a turn: ONE conditional write per candidate.
 
         The condition (still warm, still in this pool, not about to be recycled) makes two
@@ -283,6 +283,8 @@ class SessionLedger:
             candidate = Slot.from_item(item)
             if candidate.recycle_at is not None and candidate.recycle_at - now < min_life_seconds:
                 continue  # about to be recycled: the reaper's, not a turn's
+            if interpreter_id is not None and candidate.interpreter_id != interpreter_id:
+                continue  # started on an interpreter the tenant no longer publishes: recycled
             try:
                 out = self.ddb.update_item(
                     TableName=self.table, Key=_slot_key(candidate.slot_id),
@@ -305,6 +307,20 @@ class SessionLedger:
                 raise LedgerUnavailable(type(exc).__name__) from None
             return Slot.from_item(out["Attributes"])
         return None
+
+    def unclaim(self, slot_id: str, *, turn_id: str) -> bool:
+        """Give a claimed warm session back to its pool (the claiming call was refused before
+        using it). Only the turn that claimed it can, and only a warm-sourced slot."""
+        slot = self.get(slot_id)
+        if slot is None or slot.source != "warm":
+            return False
+        return self._update(
+            slot_id, "SET #st = :warm, #pool = :pool REMOVE turn_id, agent_id, claimed_at",
+            "#st = :active AND turn_id = :turn",
+            {":warm": {"S": "warm"}, ":active": {"S": "active"}, ":turn": {"S": turn_id},
+             ":pool": {"S": pool_key(slot.tenant_id, slot.environment)}},
+            names={"#pool": n.SESSION_ATTR_WARM_POOL},
+        )  # fmt: skip
 
     # --- reads --------------------------------------------------------------------------------
     def get(self, slot_id: str) -> Slot | None:

@@ -27,19 +27,6 @@ def test_reaper_runs_every_five_minutes(all_stages, stage: str) -> None:
 
 
 @pytest.mark.parametrize("stage", sorted(STAGES))
-def test_runner_roles_trust_dispatch_and_reaper_only(all_stages, stage: str) -> None:
-    shard = all_stages[stage][n.shard_stack_name(stage, 1)]
-    runner_roles = [r for r in resources(shard, "AWS::IAM::Role").values()
-                    if r["Properties"]["RoleName"].startswith(n.runner_role_name_prefix(stage))]  # fmt: skip
-    assert runner_roles
-    for role in runner_roles:
-        (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
-        principals = statement["Principal"]["AWS"]
-        names = sorted(str(p["Fn::Join"][1][-1]).rsplit("/", 1)[-1] for p in principals)
-        assert names == sorted([n.function_role_name(stage, n.DISPATCH), n.function_role_name(stage, n.REAPER)])
-
-
-@pytest.mark.parametrize("stage", sorted(STAGES))
 def test_session_caps_are_deployed_with_config_defaults(stage: str) -> None:
     params = global_parameters(build_config(stage))
     assert params[n.session_cap_parameter(stage, n.DIM_TENANT_SESSIONS)] == "20"

@@ -19,7 +19,13 @@ from typing import Any
 from sandbox_common import naming as n
 from sandbox_common.observability import logger
 from sandbox_common.sessions.caps import SessionCapsUnavailable
-from sandbox_common.sessions.ledger import LedgerUnavailable, SessionCapReached, SessionCaps, SessionLedger, Slot
+from sandbox_common.sessions.ledger import (
+    LedgerUnavailable,
+    SessionCapReached,
+    SessionCaps,
+    SessionLedger,
+    Slot,
+)
 
 RECYCLE_MARGIN_SECONDS = 60
 # Never start more than this many warm sessions in one run (a mistyped pool size must not burst).

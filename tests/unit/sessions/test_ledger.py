@@ -21,7 +21,10 @@ def ledger(tables: dict[str, str]) -> SessionLedger:
     return SessionLedger(table_name=n.SESSIONS.physical(STAGE), ddb=aws.client("dynamodb"), clock=lambda: NOW)
 
 
-def _reserve(ledger: SessionLedger, tenant: str = "acme", caps: SessionCaps = SessionCaps(3, 200)) -> str:
+CAP3 = SessionCaps(3, 200)
+
+
+def _reserve(ledger: SessionLedger, tenant: str = "acme", caps: SessionCaps = CAP3) -> str:
     return ledger.reserve(tenant_id=tenant, environment="default-public", source="cold", caps=caps,
                           lease_seconds=60).slot_id  # fmt: skip
 

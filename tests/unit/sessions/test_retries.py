@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from sandbox_common import naming as n
 from sandbox_common.retries import RetryLog
 
-AT = datetime(2026, 11, 23, 16, 0, 0, 123000, tzinfo=timezone.utc)
+AT = datetime(2026, 11, 23, 16, 0, 0, 123000, tzinfo=UTC)
 
 
 def test_retry_log_without_retries_has_no_events_field() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from . import naming as n
 
@@ -19,7 +19,7 @@ REASONS: frozenset[str] = frozenset(
 
 
 def _iso_z(at: datetime) -> str:
-    return at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class RetryEvent:
 
 @dataclass
 class RetryLog:
-    clock: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     events: list[RetryEvent] = field(default_factory=list)
 
     def record(self, reason: str, attempt: int) -> None:

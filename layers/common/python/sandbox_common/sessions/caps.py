@@ -60,8 +60,10 @@ class SessionCapReader:
         tenant_cap = self._value(override, values, required=False)
         if tenant_cap is None:
             tenant_cap = self._value(tenant_global, values, required=True)
-        caps = SessionCaps(tenant_sessions=int(tenant_cap), global_sessions=int(self._value(stage_global, values,
-                                                                                           required=True)))  # fmt: skip
+        global_cap = self._value(stage_global, values, required=True)
+        if tenant_cap is None or global_cap is None:  # required values never come back None
+            raise SessionCapsUnavailable("cap missing")
+        caps = SessionCaps(tenant_sessions=tenant_cap, global_sessions=global_cap)
         with self._lock:
             self._cache[tenant_id] = (now + self.ttl, caps)
         return caps

@@ -191,7 +191,7 @@ class SessionLedger:
             return False
         decrement = {"#c": n.SESSION_ATTR_LIVE_COUNT}
         values = {":one": {"N": "1"}, ":zero": {"N": "0"}}
-        items = [
+        items: list[dict[str, Any]] = [
             {"Delete": {"TableName": self.table, "Key": _slot_key(slot_id),
                         "ConditionExpression": f"attribute_exists({n.SESSIONS.pk})"}},
             *({"Update": {"TableName": self.table, "Key": key, "UpdateExpression": "SET #c = #c - :one",

@@ -1,9 +1,11 @@
 """Other scheduled sweeps plug in here and run on the reaper's 5-minute schedule.
 
-A hook is `fn(now_epoch: float) -> dict` (a small JSON summary for the run's log line). Register
-at import time of the module that owns the sweep, e.g. in the dispatch engineer's
-interrupted-call sweep module: `hooks.register("interrupted_calls", sweep_interrupted_calls)`.
-One failing hook is logged and counted in the summary; it never stops the others or the reaping.
+A hook is `fn(now_epoch: float) -> dict` (a small JSON summary for the run's log line). The
+module that owns a sweep registers it at import time (`hooks.register("interrupted_calls", fn)`)
+and is listed in SWEEP_MODULES, which the reaper imports once per container (`load()`), e.g.
+"dispatch.interrupted_sweep" (the reaper ships the dispatch package) or a module of its own
+package. One failing hook is logged and reported in the run's summary; it never stops the others
+or the reaping.
 """
 
 from __future__ import annotations
@@ -12,7 +14,19 @@ from collections.abc import Callable
 
 Hook = Callable[[float], dict]
 
+# Modules whose import registers a sweep (append yours; the reaper imports them at cold start).
+SWEEP_MODULES: tuple[str, ...] = ()
+
 _HOOKS: dict[str, Hook] = {}
+
+
+def load(modules: tuple[str, ...] | None = None) -> None:
+    """Import every sweep module (each registers its hook). A module that fails to import fails
+    the reaper's cold start loudly: a sweep that silently never runs is worse."""
+    import importlib
+
+    for name in SWEEP_MODULES if modules is None else modules:
+        importlib.import_module(name)
 
 
 def register(name: str, hook: Hook) -> None:

@@ -96,6 +96,7 @@ def _runner(tenant_id: str, role_arn: str, allowed: tuple[str, ...], session_tim
 
 @lru_cache(maxsize=1)
 def reaper() -> Reaper:
+    hooks.load()  # the sweeps other modules plug in (hooks.SWEEP_MODULES)
     settings = reaper_settings()
     ddb = aws.client("dynamodb")
     ssm = aws.client("ssm")

@@ -181,27 +181,3 @@ def test_reaper_recycles_unclaimed_warm_session_at_recycle_time(reaper_stack: St
     fresh = [s for s in slots_of(stack) if s.state == "warm"]
     assert len(fresh) == 1
     assert fresh[0].session_id != old[0].session_id
-
-
-def test_reaper_runs_registered_sweep_hooks_and_survives_a_failing_one(reaper_stack: Stack) -> None:
-    from reaper import hooks
-    from reaper.service import reaper
-
-    seen: list[float] = []
-
-    def good(now: float) -> dict:
-        seen.append(now)
-        return {"ended": 2}
-
-    def bad(now: float) -> dict:
-        raise RuntimeError("boom")
-
-    hooks.register("good", good)
-    hooks.register("bad", bad)
-    try:
-        summary = reaper().run()
-    finally:
-        hooks.unregister("good")
-        hooks.unregister("bad")
-    assert len(seen) == 1
-    assert summary["hooks"] == {"good": {"ok": True, "ended": 2}, "bad": {"ok": False, "error": "RuntimeError"}}

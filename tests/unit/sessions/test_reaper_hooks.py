@@ -42,3 +42,24 @@ def test_register_refuses_a_second_hook_under_the_same_name() -> None:
         hooks.register("dup", first)  # the same one again is fine (module re-import)
     finally:
         hooks.unregister("dup")
+
+
+def test_run_all_survives_a_failing_hook_and_reports_it() -> None:
+    seen: list[float] = []
+
+    def good(now: float) -> dict:
+        seen.append(now)
+        return {"ended": 2}
+
+    def bad(now: float) -> dict:
+        raise RuntimeError("boom")
+
+    hooks.register("good", good)
+    hooks.register("bad", bad)
+    try:
+        results = hooks.run_all(5.0)
+    finally:
+        hooks.unregister("good")
+        hooks.unregister("bad")
+    assert seen == [5.0]
+    assert results == {"good": {"ok": True, "ended": 2}, "bad": {"ok": False, "error": "RuntimeError"}}

@@ -49,6 +49,16 @@ class LocalResources:
         return cls(**data)
 
 
+def _put_new_parameter(ssm: Any, name: str, value: str) -> None:
+    """Create a parameter. On a loaded machine a put can outlive the client's read timeout and be
+    retried by botocore after moto applied it: finding our own value there is success."""
+    try:
+        ssm.put_parameter(Name=name, Type="String", Value=value)
+    except ssm.exceptions.ParameterAlreadyExists:
+        if ssm.get_parameter(Name=name)["Parameter"]["Value"] != value:
+            raise
+
+
 def create_resources(config: StageConfig, clients: Any, *, region: str = LOCAL_REGION) -> LocalResources:
     """`clients(service)` returns a boto3 client pointed at moto."""
     stage = config.name
@@ -68,7 +78,7 @@ def create_resources(config: StageConfig, clients: Any, *, region: str = LOCAL_R
         tables[spec.logical] = spec.physical(stage)
 
     for name, value in global_parameters(config).items():
-        ssm.put_parameter(Name=name, Type="String", Value=value)
+        _put_new_parameter(ssm, name, value)
 
     dispatch_role_arn = f"arn:aws:iam::{LOCAL_ACCOUNT}:role/{n.function_role_name(stage, n.DISPATCH)}"
     runner_roles: dict[str, str] = {}

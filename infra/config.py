@@ -95,6 +95,8 @@ class TenantConfig(_Model):
 class Caps(_Model):
     tenant_daily: int = Field(default=n.DEFAULT_CAPS[n.DIM_TENANT_DAILY], ge=0)
     agent_hourly: int = Field(default=n.DEFAULT_CAPS[n.DIM_AGENT_HOURLY], ge=0)
+    tenant_sessions: int = Field(default=n.DEFAULT_SESSION_CAPS[n.DIM_TENANT_SESSIONS], ge=0)  # §16.2
+    global_sessions: int = Field(default=n.DEFAULT_SESSION_CAPS[n.DIM_GLOBAL_SESSIONS], ge=0)
 
 
 class AlarmThresholds(_Model):
@@ -103,6 +105,8 @@ class AlarmThresholds(_Model):
     readiness_failures: int = Field(default=1, ge=1)
     quota_fail_closed: int = Field(default=1, ge=1)
     session_stop_failures: int = Field(default=1, ge=1)
+    sessions_reaped: int = Field(default=10, ge=1)  # leaked sessions stopped by the reaper per 5 min
+    turn_token_rejected: int = Field(default=20, ge=1)  # turn-token refusals per 5 min (a spike)
 
 
 class StageConfig(_Model):
@@ -123,6 +127,8 @@ class StageConfig(_Model):
     alarm_emails: tuple[str, ...] = ()
     alarm_sns_subscribers: tuple[str, ...] = ()  # ARNs of existing topics/queues to notify
     cost_per_call_usd: str = "0"
+    # §16.5: a stage may accept token-less turns for callers not yet upgraded (default: required)
+    require_turn_token: bool = True
     # Tenants are sharded in config order: append new tenants at the end so only the last shard changes.
     tenants_per_shard: int = Field(default=40, ge=1, le=50)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sandbox_common import naming as n
-from sandbox_common.settings import BackstopSettings, DispatchSettings, QuotaSettings
+from sandbox_common.settings import BackstopSettings, DispatchSettings, QuotaSettings, ReaperSettings
 
 from infra.config import StageConfig
 
@@ -16,6 +16,7 @@ SERVICE_NAMES: dict[str, str] = {
     n.DISPATCH: "sandbox-dispatch",
     n.QUOTA_CHECK: "sandbox-quota-check",
     n.BACKSTOP: "sandbox-backstop",
+    n.REAPER: "sandbox-reaper",
 }
 
 
@@ -35,7 +36,7 @@ def function_environment(
         "POWERTOOLS_LOG_LEVEL": "INFO",
     }
     if logical == n.DISPATCH:
-        settings: DispatchSettings | QuotaSettings | BackstopSettings = DispatchSettings(
+        settings: DispatchSettings | QuotaSettings | BackstopSettings | ReaperSettings = DispatchSettings(
             stage=config.name,
             turns_table=tables[n.TURNS.logical],
             tenants_table=tables[n.TENANTS.logical],
@@ -50,6 +51,8 @@ def function_environment(
             stderr_cap_bytes=config.stderr_cap_bytes,
             artifacts_bucket=artifacts_bucket,
             jobs_table=tables[n.JOBS.logical],
+            sessions_table=tables[n.SESSIONS.logical],
+            require_turn_token=config.require_turn_token,
         )
     elif logical == n.QUOTA_CHECK:
         settings = QuotaSettings(
@@ -59,6 +62,15 @@ def function_environment(
         )
     elif logical == n.BACKSTOP:
         settings = BackstopSettings(stage=config.name, findings_table=tables[n.FINDINGS.logical])
+    elif logical == n.REAPER:
+        settings = ReaperSettings(
+            stage=config.name,
+            sessions_table=tables[n.SESSIONS.logical],
+            turns_table=tables[n.TURNS.logical],
+            tenants_table=tables[n.TENANTS.logical],
+            call_timeout_seconds=config.call_timeout_seconds,
+            session_timeout_seconds=config.session_timeout_seconds,
+        )
     else:
         raise ValueError(f"unknown function {logical!r}")
     return {**common, **settings.to_env()}

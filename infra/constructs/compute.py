@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import aws_cdk as cdk
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_destinations as destinations
@@ -27,7 +29,10 @@ from infra.function_env import function_environment
 from infra.layer_build import REPO_ROOT
 
 FUNCTIONS_DIR = REPO_ROOT / "functions"
-MEMORY_MB: dict[str, int] = {n.DISPATCH: 512, n.QUOTA_CHECK: 256, n.BACKSTOP: 256}
+MEMORY_MB: dict[str, int] = {n.DISPATCH: 512, n.QUOTA_CHECK: 256, n.BACKSTOP: 256, n.REAPER: 256}
+# Packages a function ships besides its own: the reaper stops and starts sessions through the
+# dispatch package's session runner (one AgentCore client, one tenant-credential path).
+SHARED_PACKAGES: dict[str, tuple[str, ...]] = {n.REAPER: (n.FUNCTION_PACKAGES[n.DISPATCH],)}
 
 _RETENTION: dict[int, logs.RetentionDays] = {
     1: logs.RetentionDays.ONE_DAY, 3: logs.RetentionDays.THREE_DAYS, 5: logs.RetentionDays.FIVE_DAYS,
@@ -52,7 +57,8 @@ def log_retention(days: int) -> logs.RetentionDays:
 def function_code(logical: str, functions_dir: Path = FUNCTIONS_DIR) -> lambda_.Code:
     """`functions/` as Lambda sees it (/var/task), minus the other functions' packages, so each
     function ships only its own code and its asset hash changes only when that code does."""
-    others = [pkg for name, pkg in n.FUNCTION_PACKAGES.items() if name != logical]
+    shipped = {n.FUNCTION_PACKAGES[logical], *SHARED_PACKAGES.get(logical, ())}
+    others = [pkg for pkg in n.FUNCTION_PACKAGES.values() if pkg not in shipped]
     return lambda_.Code.from_asset(str(functions_dir), exclude=[*others, *ASSET_EXCLUDES])
 
 
@@ -90,6 +96,9 @@ class ComputeConstruct(Construct):
             audit_dlq_url=state.audit_dlq.queue_url,
         )
         self._grant_dispatch(dispatch)
+        reaper = self._build_function(n.REAPER, timeout=function_timeout_seconds(config, n.REAPER))
+        self._grant_reaper(reaper)
+        self.reaper_schedule = self._build_reaper_schedule(reaper)
 
     @property
     def dispatch(self) -> lambda_.Function:
@@ -102,6 +111,10 @@ class ComputeConstruct(Construct):
     @property
     def backstop(self) -> lambda_.Function:
         return self.functions[n.BACKSTOP]
+
+    @property
+    def reaper(self) -> lambda_.Function:
+        return self.functions[n.REAPER]
 
     # --- building blocks -----------------------------------------------------------------------
     def _build_function(
@@ -292,6 +305,55 @@ class ComputeConstruct(Construct):
             "One session-runner role per tenant, added with the tenant's shard; each runner role trusts "
             "only this role and may reach only its own tenant's interpreters (SPEC §6.4).",
         )
+
+    def _build_reaper_schedule(self, fn: lambda_.Function) -> events.Rule:
+        """Every 5 minutes (§16.3): sweep leaked sessions, refill warm pools, run sweep hooks."""
+        rule = events.Rule(
+            self, "ReaperSchedule",
+            schedule=events.Schedule.rate(cdk.Duration.minutes(n.REAPER_SCHEDULE_MINUTES)),
+            description="Session reaper: stop leaked sessions, free capacity, refill warm pools",
+        )  # fmt: skip
+        rule.add_target(targets.LambdaFunction(fn, retry_attempts=0))  # the next run is 5 minutes away
+        return rule
+
+    def _grant_reaper(self, fn: lambda_.Function) -> None:
+        role = self.roles[n.REAPER]
+        tables = self._state.tables
+        # The ledger: scan/read slots, claim-free transactions (per item Put/Update/Delete/Condition).
+        role.add_to_policy(iam.PolicyStatement(
+            sid="SessionLedger",
+            actions=["dynamodb:GetItem", "dynamodb:Scan", "dynamodb:Query", "dynamodb:BatchGetItem",
+                     "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem"],
+            resources=[tables[n.SESSIONS.logical].table_arn],
+        ))  # fmt: skip
+        role.add_to_policy(iam.PolicyStatement(
+            sid="ReadTurns", actions=["dynamodb:GetItem"], resources=[tables[n.TURNS.logical].table_arn],
+        ))  # fmt: skip
+        sandbox_path = n.ssm_prefix(self._config.name)
+        sandbox_params = self._ssm_arn(f"{sandbox_path}/*")
+        role.add_to_policy(iam.PolicyStatement(
+            sid="ReadSandboxParameters",
+            actions=["ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath"],
+            resources=[self._ssm_arn(sandbox_path), sandbox_params],
+        ))  # fmt: skip
+        runner_roles = cdk.Stack.of(self).format_arn(
+            service="iam", region="", resource="role",
+            resource_name=f"{n.runner_role_name_prefix(self._config.name)}*",
+            arn_format=cdk.ArnFormat.SLASH_RESOURCE_NAME,
+        )  # fmt: skip
+        role.add_to_policy(iam.PolicyStatement(
+            sid="AssumeTenantRunnerRoles", actions=["sts:AssumeRole"], resources=[runner_roles],
+        ))  # fmt: skip
+        _acknowledge_wildcard(
+            role, f"Resource::{_nag_arn(self, sandbox_params)}",
+            "Warm-pool sizes (tenants/<id>/warm/<env>), session caps and tenant substrates are added per "
+            "tenant at run time under this stage's sandbox prefix; the reaper only reads them.",
+        )  # fmt: skip
+        _acknowledge_wildcard(
+            role, f"Resource::{_nag_arn(self, runner_roles)}",
+            "One session-runner role per tenant, added with the tenant's shard; the reaper stops leaked "
+            "sessions and starts warm ones only through a tenant's own runner role (SPEC §6.4).",
+        )  # fmt: skip
 
 
 def _cid(logical: str) -> str:

@@ -57,6 +57,8 @@ def function_timeout_seconds(config: StageConfig, logical: str) -> int:
         n.DISPATCH: min(config.call_timeout_seconds + CALL_TIMEOUT_MARGIN_SECONDS, LAMBDA_MAX_TIMEOUT_SECONDS),
         n.QUOTA_CHECK: 10,
         n.BACKSTOP: 60,
+        # a sweep stops sessions and refills warm pools (each start ≤ ~60 s with its preamble)
+        n.REAPER: 300,
     }[logical]
 
 
@@ -66,6 +68,8 @@ def global_parameters(config: StageConfig) -> dict[str, str]:
         n.cap_parameter(config.name, n.DIM_TENANT_DAILY): str(config.caps.tenant_daily),
         n.cap_parameter(config.name, n.DIM_AGENT_HOURLY): str(config.caps.agent_hourly),
         n.cost_per_call_parameter(config.name): config.cost_per_call_usd,
+        n.session_cap_parameter(config.name, n.DIM_TENANT_SESSIONS): str(config.caps.tenant_sessions),
+        n.session_cap_parameter(config.name, n.DIM_GLOBAL_SESSIONS): str(config.caps.global_sessions),
     }
 
 

@@ -38,7 +38,8 @@ from infra.constructs.compute import ComputeConstruct, log_retention
 from infra.constructs.state import StateConstruct, removal_policy
 
 PERIOD = cdk.Duration.minutes(5)
-CAP_DIMENSION_VALUES: tuple[str, ...] = (n.DIM_TENANT_DAILY, n.DIM_AGENT_HOURLY, n.DIM_UNKNOWN)
+CAP_DIMENSION_VALUES: tuple[str, ...] = (n.DIM_TENANT_DAILY, n.DIM_AGENT_HOURLY, n.DIM_UNKNOWN,
+                                         *n.SESSION_CAP_DIMENSIONS)  # fmt: skip
 MAX_ALARM_METRICS = 10  # CloudWatch limit on metrics inside one alarm's math expression
 # Log groups that can carry sandbox output (stdout/stderr, failure reasons). The backstop's own
 # group is deliberately not fed back to itself (it never logs a token, only fingerprints).
@@ -343,6 +344,27 @@ class ObservabilityConstruct(Construct):
             "Stopping a Code Interpreter session failed; sessions may live until their timeout.",
             sandbox_metric(n.METRIC_SESSION_STOP_FAILED),
             th.session_stop_failures,
+        )
+        # Issue 11 (§16.3, §16.5)
+        self._alarm(
+            "sessions-reaped",
+            f"The session reaper stopped {th.sessions_reaped}+ leaked sessions in 5 minutes (turn ended without "
+            "a stop, expired start lease, or no owning turn), or the reaper itself failed.",
+            cw.MathExpression(
+                # any reaper error alone reaches the threshold: a reaper that does not run leaks silently
+                expression=f"FILL(reaped, 0) + FILL(errors, 0) * {th.sessions_reaped}",
+                using_metrics={"reaped": sandbox_metric(n.METRIC_SESSIONS_REAPED),
+                               "errors": c.reaper.metric_errors(period=PERIOD, statistic="Sum")},
+                label="leaked sessions reaped (+ reaper errors)", period=PERIOD,
+            ),  # fmt: skip
+            th.sessions_reaped,
+        )
+        self._alarm(
+            "turn-token-rejected",
+            f"{th.turn_token_rejected}+ dispatch actions in 5 minutes were refused for a missing, malformed or "
+            "wrong turn token: a caller guessing turns, or a client that lost its token.",
+            sandbox_metric(n.METRIC_TURN_TOKEN_REJECTED),
+            th.turn_token_rejected,
         )
 
     # --- dashboard ---------------------------------------------------------------------------------

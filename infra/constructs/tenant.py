@@ -30,13 +30,13 @@ from infra.constructs.observability import cap_breach_spike_alarm_props
 AGENTCORE_SERVICE = "bedrock-agentcore.amazonaws.com"
 
 
-def dispatch_role_arn(scope: Construct, stage: str) -> str:
-    """The dispatch role's ARN from its fixed name: no cross-stack export to pin the core stack."""
+def dispatch_role_arn(scope: Construct, stage: str, logical: str = n.DISPATCH) -> str:
+    """A function role's ARN from its fixed name: no cross-stack export to pin the core stack."""
     return cdk.Stack.of(scope).format_arn(
         service="iam",
         region="",
         resource="role",
-        resource_name=n.function_role_name(stage, n.DISPATCH),
+        resource_name=n.function_role_name(stage, logical),
         arn_format=cdk.ArnFormat.SLASH_RESOURCE_NAME,
     )
 
@@ -60,9 +60,11 @@ class ShardShared:
                 },
             },
         )
-        # Session-runner roles: trusted by the dispatch role only, and only with the session tag
-        # naming the role's own tenant (see `runner_trust`).
-        self.dispatch_principal = {"AWS": dispatch_role_arn(stack, config.name)}
+        # Session-runner roles: trusted by the dispatch role and the session reaper only (the
+        # reaper stops leaked sessions and starts warm ones with the tenant's own role, §16), and
+        # only with the session tag naming the role's own tenant (see `runner_trust`).
+        self.dispatch_principal = {"AWS": [dispatch_role_arn(stack, config.name),
+                                           dispatch_role_arn(stack, config.name, n.REAPER)]}  # fmt: skip
         self.alarm_action_arns = alarm_action_arns
 
 

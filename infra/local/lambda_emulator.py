@@ -227,6 +227,27 @@ class FunctionPool:
             worker.kill()
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """An EventBridge `rate(...)` rule targeting a function (e.g. the session reaper, §16.3)."""
+
+    function: str  # physical function name
+    rate_seconds: float
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Schedule:
+        return cls(**data)
+
+
+def scheduled_event(region: str, account: str, rule: str) -> dict[str, Any]:
+    """The payload EventBridge sends a Lambda target of a scheduled rule."""
+    return {
+        "version": "0", "id": str(uuid.uuid4()), "detail-type": "Scheduled Event", "source": "aws.events",
+        "account": account, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "region": region,
+        "resources": [f"arn:aws:events:{region}:{account}:rule/{rule}"], "detail": {},
+    }  # fmt: skip
+
+
 class LambdaEmulator:
     def __init__(
         self,
@@ -235,12 +256,29 @@ class LambdaEmulator:
         port: int = 0,
         region: str = "us-east-1",
         account: str = "123456789012",
+        schedules: list[Schedule] | None = None,
     ) -> None:
         self.region, self.account = region, account
         self.pools = {spec.name: FunctionPool(spec, region, account) for spec in functions}
+        self.schedules = list(schedules or [])
+        self._stopping = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", port), _make_handler(self))
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
+
+    def start_schedules(self) -> None:
+        """One daemon thread per rule; the first run comes one period after start, as in AWS."""
+        for schedule in self.schedules:
+            if schedule.function not in self.pools:
+                raise ValueError(f"schedule targets unknown function {schedule.function!r}")
+            threading.Thread(target=self._run_schedule, args=(schedule,), daemon=True,
+                             name=f"schedule-{schedule.function}").start()  # fmt: skip
+
+    def _run_schedule(self, schedule: Schedule) -> None:
+        pool = self.pools[schedule.function]
+        while not self._stopping.wait(schedule.rate_seconds):
+            event = scheduled_event(self.region, self.account, f"{schedule.function}-schedule")
+            pool.invoke(json.dumps(event), str(uuid.uuid4()))  # failures show in the function's log
 
     @property
     def endpoint(self) -> str:
@@ -262,6 +300,7 @@ class LambdaEmulator:
         self._server.serve_forever()
 
     def stop(self) -> None:
+        self._stopping.set()
         self._server.shutdown()
         self._server.server_close()
         for pool in self.pools.values():
@@ -383,7 +422,9 @@ def main(argv: list[str] | None = None) -> int:
         port=args.port,
         region=config.get("region", "us-east-1"),
         account=config.get("account", "123456789012"),
+        schedules=[Schedule.from_dict(s) for s in config.get("schedules", [])],
     )
+    emulator.start_schedules()
 
     def _stop(signum: int, frame: Any) -> None:
         threading.Thread(target=emulator.stop, daemon=True).start()

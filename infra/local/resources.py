@@ -53,6 +53,16 @@ class LocalResources:
         return cls(**data)
 
 
+def _put_new_parameter(ssm: Any, name: str, value: str) -> None:
+    """Create a parameter. On a loaded machine a put can outlive the client's read timeout and be
+    retried by botocore after moto applied it: finding our own value there is success."""
+    try:
+        ssm.put_parameter(Name=name, Type="String", Value=value)
+    except ssm.exceptions.ParameterAlreadyExists:
+        if ssm.get_parameter(Name=name)["Parameter"]["Value"] != value:
+            raise
+
+
 def create_resources(config: StageConfig, clients: Any, *, region: str = LOCAL_REGION) -> LocalResources:
     """`clients(service)` returns a boto3 client pointed at moto."""
     stage = config.name
@@ -72,9 +82,10 @@ def create_resources(config: StageConfig, clients: Any, *, region: str = LOCAL_R
         tables[spec.logical] = spec.physical(stage)
 
     for name, value in global_parameters(config).items():
-        ssm.put_parameter(Name=name, Type="String", Value=value)
+        _put_new_parameter(ssm, name, value)
 
     dispatch_role_arn = f"arn:aws:iam::{LOCAL_ACCOUNT}:role/{n.function_role_name(stage, n.DISPATCH)}"
+    reaper_role_arn = f"arn:aws:iam::{LOCAL_ACCOUNT}:role/{n.function_role_name(stage, n.REAPER)}"
     runner_roles: dict[str, str] = {}
     interpreters: list[dict[str, str]] = []
     for tenant in config.tenants:
@@ -86,7 +97,7 @@ def create_resources(config: StageConfig, clients: Any, *, region: str = LOCAL_R
         role = iam.create_role(
             RoleName=n.runner_role_name(stage, tenant.id),
             # The same trust policy the CDK stack gives it (one definition).
-            AssumeRolePolicyDocument=json.dumps(runner_trust({"AWS": dispatch_role_arn}, tenant.id)),
+            AssumeRolePolicyDocument=json.dumps(runner_trust({"AWS": [dispatch_role_arn, reaper_role_arn]}, tenant.id)),
         )["Role"]
         iam.put_role_policy(
             RoleName=role["RoleName"],

@@ -438,7 +438,8 @@ def _start(directory: Path, stage: str, max_concurrency: int) -> LocalState:
     functions = lambda_function_specs(config, resources, endpoints, max_concurrency=max_concurrency)
     emulator_config = directory / "lambda-functions.json"
     emulator_config.write_text(
-        json.dumps({"region": LOCAL_REGION, "account": resources.account, "functions": functions}, indent=2)
+        json.dumps({"region": LOCAL_REGION, "account": resources.account, "functions": functions,
+                    "schedules": lambda_schedules(resources)}, indent=2)  # fmt: skip
     )
     emu = _spawn(
         directory,
@@ -491,6 +492,15 @@ def lambda_function_specs(
             }
         )
     return specs
+
+
+def lambda_schedules(resources: LocalResources) -> list[dict[str, Any]]:
+    """The scheduled rules of the CDK app, run by the emulator: the session reaper every
+    `naming.REAPER_SCHEDULE_MINUTES` (SANDBOX_LOCAL_REAPER_SECONDS overrides it, for tests)."""
+    from sandbox_common import naming as n
+
+    rate = float(os.environ.get("SANDBOX_LOCAL_REAPER_SECONDS") or n.REAPER_SCHEDULE_MINUTES * 60)
+    return [{"function": resources.functions[n.REAPER], "rate_seconds": rate}]
 
 
 def _moto_client(endpoint: str, service: str) -> Any:

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from infra.sandboxctl import render
+from infra.sandboxctl import render, sessions_cli
 from infra.sandboxctl.errors import EXIT_FAILURE, EXIT_OK, CtlError
 
 
@@ -33,6 +33,8 @@ def run(args: argparse.Namespace) -> int:
         "pilot": _pilot,
         "files": _files,
         "jobs": _jobs,
+        "warm": sessions_cli.run_warm,
+        "sessions": sessions_cli.run_sessions,
     }[args.command]
     return handler(args, target)
 
@@ -157,7 +159,7 @@ def _caps(args: argparse.Namespace, target: Any) -> int:
         def human() -> str:
             rows = [{"scope": "global", **data["global"]}]
             rows += [{"scope": f"tenant {t}", **v} for t, v in sorted(data["overrides"].items())]
-            text = render.table(rows, ["scope", "tenant_daily", "agent_hourly"])
+            text = render.table(rows, ["scope", "tenant_daily", "agent_hourly", "tenant_sessions", "global_sessions"])
             if "effective" in data:
                 text += f"\n\neffective for {data['tenant_id']}: " + ", ".join(
                     f"{k}={v}" for k, v in data["effective"].items()

@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     caps_get = caps_cmd.add_parser("get", help="show global caps and per-tenant overrides", parents=[late])
     caps_get.add_argument("--tenant", type=_tenant_id, help="only this tenant's effective caps")
     caps_set = caps_cmd.add_parser("set", help="set a cap (0 = kill switch)", parents=[late])
-    caps_set.add_argument("dimension", choices=n.CAP_DIMENSIONS)
+    caps_set.add_argument("dimension", choices=(*n.CAP_DIMENSIONS, *n.SESSION_CAP_DIMENSIONS))
     caps_set.add_argument("value", type=_non_negative_int, help="non-negative integer")
     caps_set.add_argument(
         "--tenant", type=_tenant_id, help="set the per-tenant override instead of the global cap"
@@ -114,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     caps_unset = caps_cmd.add_parser(
         "unset", help="remove a per-tenant override (the global cap applies again)", parents=[late]
     )
-    caps_unset.add_argument("dimension", choices=n.CAP_DIMENSIONS)
+    caps_unset.add_argument("dimension", choices=(*n.CAP_DIMENSIONS, n.DIM_TENANT_SESSIONS))
     caps_unset.add_argument("--tenant", type=_tenant_id, required=True)
 
     tenant = commands.add_parser("tenant", help="tenant sandbox policy")
@@ -198,6 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
     pilot.add_argument(
         "--cap-wait", type=int, default=90, help="seconds to wait for a cap change to apply (caches ≤ 60 s)"
     )
+    from infra.sandboxctl import sessions_cli  # argparse only: as cheap as this module
+
+    sessions_cli.add_commands(commands, late, tenant_id=_tenant_id, non_negative=_non_negative_int,
+                              request_id=_request_id)  # fmt: skip
     return parser
 
 

@@ -254,12 +254,13 @@ def caps_get(target: Target, tenant_id: str | None = None) -> dict[str, Any]:
         if not page.get("NextToken"):
             break
         kwargs["NextToken"] = page["NextToken"]
+    dimensions = (*n.CAP_DIMENSIONS, *n.SESSION_CAP_DIMENSIONS)
     result: dict[str, Any] = {
         "global": {
-            d: _cap_value(values[n.cap_parameter(target.stage, d)])
-            if n.cap_parameter(target.stage, d) in values
+            d: _cap_value(values[_cap_path(target.stage, d, None)])
+            if _cap_path(target.stage, d, None) in values
             else None
-            for d in n.CAP_DIMENSIONS
+            for d in dimensions
         },
         "overrides": {},
     }
@@ -267,21 +268,30 @@ def caps_get(target: Target, tenant_id: str | None = None) -> dict[str, Any]:
     for name, value in sorted(values.items()):
         if name.startswith(override_prefix):
             tenant, _, dimension = name[len(override_prefix) :].partition("/")
-            if dimension in n.CAP_DIMENSIONS:
+            if dimension in dimensions:
                 result["overrides"].setdefault(tenant, {})[dimension] = _cap_value(value)
     if tenant_id is not None:
         own = result["overrides"].get(tenant_id, {})
         result["tenant_id"] = tenant_id
-        result["effective"] = {d: own.get(d, result["global"][d]) for d in n.CAP_DIMENSIONS}
+        result["effective"] = {d: own.get(d, result["global"][d]) for d in dimensions}
     return result
+
+
+def _cap_path(stage: str, dimension: str, tenant_id: str | None) -> str:
+    """Call caps (§5.2) or session caps (§16.2); global_sessions has no per-tenant override."""
+    if dimension in n.SESSION_CAP_DIMENSIONS:
+        if dimension == n.DIM_GLOBAL_SESSIONS and tenant_id is not None:
+            raise CtlError("refused: global_sessions is stage-wide; it has no per-tenant override (drop --tenant)")
+        return n.session_cap_parameter(stage, dimension, tenant_id)
+    return n.cap_parameter(stage, dimension, tenant_id)
 
 
 def caps_set(target: Target, dimension: str, value: int, tenant_id: str | None = None) -> dict[str, Any]:
     if value < 0:
         raise CtlError(f"refused: {value} is negative; caps are non-negative integers")
+    name = _cap_path(target.stage, dimension, tenant_id)
     if tenant_id is not None:
         require_known_tenant(target, tenant_id)
-    name = n.cap_parameter(target.stage, dimension, tenant_id)
     ssm = target.client("ssm")
     try:
         previous: str | None = ssm.get_parameter(Name=name)["Parameter"]["Value"]
@@ -294,7 +304,7 @@ def caps_set(target: Target, dimension: str, value: int, tenant_id: str | None =
 
 
 def caps_unset(target: Target, dimension: str, tenant_id: str) -> dict[str, Any]:
-    name = n.cap_parameter(target.stage, dimension, tenant_id)
+    name = _cap_path(target.stage, dimension, tenant_id)
     try:
         target.client("ssm").delete_parameter(Name=name)
     except ClientError as exc:

@@ -126,7 +126,7 @@ def test_self_time_by_package_sums_per_top_level_package() -> None:
 def test_cold_import_handlers_vs_boto3_client(bench_full: bool) -> None:
     # Given each handler module in a fresh interpreter with its Lambda environment
     modules = handler_modules()
-    assert set(modules.values()) == {"dispatch.handler", "quota_check.handler", "backstop.handler"}
+    assert set(modules.values()) == {"dispatch.handler", "quota_check.handler", "backstop.handler", "reaper.handler"}
     repeat = 11 if bench_full else 3
     baseline_env = lambda_env(None)
     samples: dict[str, list[float]] = {"baseline": [], **{logical: [] for logical in modules}}

@@ -132,7 +132,8 @@ def test_caps_get_shows_configured_defaults(cli_env: dict[str, str]) -> None:
     # When caps are read
     caps = ctl_json(cli_env, "caps", "get")
     # Then the SPEC defaults are in SSM
-    assert caps["global"] == {"tenant_daily": 1000, "agent_hourly": 100}
+    assert caps["global"] == {"tenant_daily": 1000, "agent_hourly": 100, "tenant_sessions": 20,
+                              "global_sessions": 200}  # fmt: skip
 
 
 def test_caps_set_tenant_override_is_read_back_and_unset(cli_env: dict[str, str]) -> None:
@@ -144,7 +145,8 @@ def test_caps_set_tenant_override_is_read_back_and_unset(cli_env: dict[str, str]
     assert out["parameter"] == n.cap_parameter("local", n.DIM_AGENT_HOURLY, "acme")
     assert ssm.get_parameter(Name=out["parameter"])["Parameter"]["Value"] == "7"
     caps = ctl_json(cli_env, "caps", "get", "--tenant", "acme")
-    assert caps["effective"] == {"tenant_daily": 1000, "agent_hourly": 7}
+    assert caps["effective"] == {"tenant_daily": 1000, "agent_hourly": 7, "tenant_sessions": 20,
+                                 "global_sessions": 200}  # fmt: skip
     assert caps["global"]["agent_hourly"] == 100
     # and unset restores the global value
     ctl_json(cli_env, "caps", "unset", "agent_hourly", "--tenant", "acme")

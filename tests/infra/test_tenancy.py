@@ -127,9 +127,12 @@ def test_runner_role_names_only_its_own_tenants_interpreters(all_stages, stage: 
                 for t in config.tenants
                 if n.runner_role_name(stage, t.id) == role["Properties"]["RoleName"]
             )
-            # Then it is trusted by the dispatch role only
+            # Then it is trusted by the dispatch role and the session reaper only (issue 11)
             (trust,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
-            assert render(trust["Principal"]["AWS"]).endswith(dispatch_role)
+            principals = [render(p) for p in as_list(trust["Principal"]["AWS"])]
+            assert len(principals) == 2
+            assert principals[0].endswith(dispatch_role)
+            assert principals[1].endswith(f":role/{n.function_role_name(stage, n.REAPER)}")
             # And every resource it may touch is an interpreter of that same tenant
             statements = [st for owner, st in policy_statements(template) if owner == rid]
             assert statements

@@ -427,6 +427,9 @@ def known_parameters(stage: str, tenant: str = "acme") -> set[str]:
     paths = {n.cap_parameter(stage, d) for d in n.CAP_DIMENSIONS}
     paths |= {n.cap_parameter(stage, d, tenant) for d in n.CAP_DIMENSIONS}
     paths |= {n.cost_per_call_parameter(stage), n.tenant_substrate_parameter(stage, tenant)}
+    paths |= {n.session_cap_parameter(stage, d) for d in n.SESSION_CAP_DIMENSIONS}
+    paths |= {n.session_cap_parameter(stage, n.DIM_TENANT_SESSIONS, tenant)}
+    paths |= {n.warm_sessions_parameter(stage, tenant, e) for e in n.ENVIRONMENTS}
     return paths
 
 
@@ -640,6 +643,8 @@ DOMAIN_FIELDS = {
     "caps", "counts", "kill_switch", "fail_closed_reason", "cause", "dlq_error", "audit_row",
     "parameter", "reason", "last_known", "token_class", "fingerprint", "log_group", "log_stream",
     "event_id", "findings", "classes", "error_type", "skipped",
+    # issue 11 (§16): the reaper's lines and turn-token refusals
+    "slot_id", "state", "source", "environment", "sweep", "refill", "hooks",
 }  # fmt: skip
 INSIGHTS_COMMANDS = {"fields", "filter", "stats", "sort", "limit", "display", "parse", "dedup"}
 INSIGHTS_FUNCTIONS = {

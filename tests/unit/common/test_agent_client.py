@@ -48,7 +48,26 @@ def test_sandbox_turn_context_manager_begins_executes_and_ends(fake_dispatch: An
     first, second = seen[1]["event"], seen[2]["event"]
     assert first["call_id"] != second["call_id"] and second["call_id"] == "call-fixed"
     assert first["code"] == "print(1+1)" and first["turn_id"] == "turn-1"
-    assert seen[3]["event"] == {"action": "end_turn", "tenant_id": "acme", "turn_id": "turn-1"}
+    assert seen[3]["event"] == {"action": "end_turn", "tenant_id": "acme", "turn_id": "turn-1",
+                                "turn_token": turn.turn_token}  # fmt: skip
+
+
+def test_sandbox_turn_sends_one_generated_turn_token_on_every_action(fake_dispatch: Any) -> None:
+    # Given a turn whose caller never mentions a token
+    from sandbox_common.turn_token import is_well_formed
+
+    client, seen = fake_dispatch
+    with SandboxTurn("fn", tenant_id="acme", agent_id="a1", template_id="analyst", lambda_client=client) as turn:
+        turn.execute_code("print(1)")
+        turn.execute_code("print(1)", call_id="call-retry")
+        turn.execute_code("print(1)", call_id="call-retry")  # a retry carries the same token
+    other = SandboxTurn("fn", tenant_id="acme", agent_id="a1", template_id="analyst", lambda_client=client)
+    # Then all five actions carried the same well-formed token, and another turn has another one
+    tokens = [s["event"]["turn_token"] for s in seen]
+    assert len(tokens) == 5
+    assert set(tokens) == {turn.turn_token}
+    assert is_well_formed(turn.turn_token)
+    assert other.turn_token != turn.turn_token
 
 
 def test_sandbox_turn_function_error_raises_dispatch_unavailable(fake_dispatch: Any) -> None:

@@ -5,6 +5,7 @@
         if turn.tool:                       # None unless pre-flight said ready/provisioning
             result = turn.execute_code("print(1+1)")
 
+Every action carries the turn's `turn_token` (§16.5), generated here once per turn.
 `execute_code` generates a fresh call_id per call unless given one (pass the same call_id to
 retry safely: dispatch answers a retry with the first result). With `strands-agents` installed,
 `turn.strands_tool()` returns a ready Strands tool bound to this turn.
@@ -19,6 +20,7 @@ from typing import Any
 from .agent_jobs import JobsMixin
 from .aws import SINGLE_ATTEMPT
 from .tool_spec import TOOL_DESCRIPTION, TOOL_NAME
+from .turn_token import new_token
 
 
 class DispatchUnavailable(RuntimeError):
@@ -45,6 +47,7 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
         user_id: str | None = None,
         invocation_source: str | None = None,
         lambda_client: Any = None,
+        turn_token: str | None = None,
     ) -> None:
         self.function_name = function_name
         self.tenant_id = tenant_id
@@ -54,6 +57,9 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
         self.user_id = user_id
         self.invocation_source = invocation_source
         self._client = lambda_client
+        # §16.5: one secret per turn, generated here and sent with every action of the turn
+        # (a retried call carries the same one), so the caller never handles it.
+        self.turn_token = turn_token or new_token()
         self.sandbox: dict[str, Any] = {}
 
     # --- transport ------------------------------------------------------------------------------
@@ -76,7 +82,7 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
 
     def _ids(self) -> dict[str, Any]:
         ids = {"tenant_id": self.tenant_id, "agent_id": self.agent_id, "template_id": self.template_id,
-               "turn_id": self.turn_id}  # fmt: skip
+               "turn_id": self.turn_id, "turn_token": self.turn_token}  # fmt: skip
         if self.user_id:
             ids["user_id"] = self.user_id
         return ids
@@ -123,7 +129,8 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
         return answer
 
     def end(self) -> dict[str, Any]:
-        return self._invoke({"action": "end_turn", "tenant_id": self.tenant_id, "turn_id": self.turn_id})
+        return self._invoke({"action": "end_turn", "tenant_id": self.tenant_id, "turn_id": self.turn_id,
+                             "turn_token": self.turn_token})  # fmt: skip
 
     @property
     def tool(self) -> dict[str, Any] | None:

@@ -55,3 +55,20 @@ def _hhmm(resets_at: str) -> str:
         return moment.strftime("%H:%M:%S" if moment.second else "%H:%M")
     except ValueError:
         return resets_at
+
+
+# --- sessions as a managed resource (issue 11, §16) ------------------------------------------
+TURN_TOKEN_REJECTED = (
+    "Invalid request: this turn's turn_token is missing or does not match; every action of a turn must carry "
+    "the token its first action used."
+)
+
+
+def session_cap_exceeded(dimension: str, resets_at: str) -> str:
+    """§16.2 refusals; names the dimension literally (§19) besides the human sentence."""
+    when = _hhmm(resets_at)
+    if dimension == n.DIM_TENANT_SESSIONS:
+        what = "this workspace already has as many live code sandbox sessions as it may"
+    else:
+        what = "the code sandbox has no free session capacity right now"
+    return f"I can't start a code sandbox session: {what} ({dimension}); please try again at {when} UTC ({resets_at})."

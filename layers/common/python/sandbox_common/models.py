@@ -26,6 +26,9 @@ from .redaction.catalogue import redact
 
 Id = Annotated[str, StringConstraints(pattern=REQUEST_ID_RE.pattern)]
 InvocationSource = Literal["chat", "scheduled", "composition"]
+# The turn token (§16.5) is checked by sandbox_common.turn_token, not here, so a malformed token is
+# counted as a token rejection; the model only bounds its size.
+TurnToken = Annotated[str, StringConstraints(max_length=256)]
 
 
 class _Strict(BaseModel):
@@ -39,6 +42,7 @@ class BeginTurnRequest(_Strict):
     template_id: Id
     turn_id: Id
     user_id: Id | None = None
+    turn_token: TurnToken | None = None
 
 
 class ExecuteCodeRequest(_Strict):
@@ -52,6 +56,7 @@ class ExecuteCodeRequest(_Strict):
     user_id: Id | None = None
     invocation_source: InvocationSource | None = None
     files: InputFiles | None = None  # §14.1, rules in sandbox_common.files
+    turn_token: TurnToken | None = None
 
     @field_validator("code")
     @classmethod
@@ -74,6 +79,7 @@ class EndTurnRequest(_Strict):
     action: Literal["end_turn"]
     tenant_id: Id
     turn_id: Id
+    turn_token: TurnToken | None = None
 
 
 AnyDispatchRequest = BeginTurnRequest | ExecuteCodeRequest | EndTurnRequest | GetFileRequest

@@ -470,3 +470,98 @@ MAX_JOB_TIMEOUT_SECONDS = 3600
 JOB_STATES: tuple[str, ...] = ("running", "completed", "failed", "timed_out", "cancelled")
 METRIC_JOBS_FINISHED = "SandboxJobsFinished"  # dimension job_status
 METRIC_DIMENSIONS[METRIC_JOBS_FINISHED] = (("job_status",),)
+
+# --- sessions as a managed resource (issue 11, SPEC §16) -------------------------------------
+# Capacity caps (§16.2): live sessions per tenant and per stage. Same SSM layout as the call caps
+# (`session_cap_parameter`), same rules (non-negative integer, 0 = kill switch, fail closed).
+DIM_TENANT_SESSIONS = "tenant_sessions"
+DIM_GLOBAL_SESSIONS = "global_sessions"
+SESSION_CAP_DIMENSIONS: tuple[str, ...] = (DIM_TENANT_SESSIONS, DIM_GLOBAL_SESSIONS)
+DEFAULT_SESSION_CAPS: dict[str, int] = {DIM_TENANT_SESSIONS: 20, DIM_GLOBAL_SESSIONS: 200}
+# A session cap refusal asks the agent to retry this much later (§16.2).
+SESSION_CAP_RETRY_SECONDS = 30
+
+
+def session_cap_parameter(stage: str, dimension: str, tenant_id: str | None = None) -> str:
+    """`/…/caps/tenant_sessions|global_sessions`, or the per-tenant override path.
+
+    A sibling of `cap_parameter` (kept apart so the call-cap reader never sees a session cap).
+    `global_sessions` is stage-wide, so it has no per-tenant override.
+    """
+    if dimension not in SESSION_CAP_DIMENSIONS:
+        raise ValueError(f"unknown session cap dimension {dimension!r}")
+    if tenant_id is None:
+        return f"{ssm_prefix(stage)}/caps/{dimension}"
+    if dimension == DIM_GLOBAL_SESSIONS:
+        raise ValueError("global_sessions is stage-wide: it has no per-tenant override")
+    if not REQUEST_ID_RE.match(tenant_id):
+        raise ValueError("tenant id not valid for an SSM path")
+    return f"{ssm_prefix(stage)}/caps/tenants/{tenant_id}/{dimension}"
+
+
+def warm_sessions_parameter(stage: str, tenant_id: str, environment: str) -> str:
+    """Warm pool size of one tenant × environment (§16.1); absent = 0."""
+    if not REQUEST_ID_RE.match(tenant_id):
+        raise ValueError("tenant id not valid for an SSM path")
+    if environment not in ENVIRONMENTS:
+        raise ValueError(f"unknown environment {environment!r}")
+    return f"{ssm_prefix(stage)}/tenants/{tenant_id}/warm/{environment}"
+
+
+# The live-session ledger: one item per session slot plus one counter item per tenant and one for
+# the stage, all in one table so a slot and both counters change in ONE TransactWriteItems.
+#   slot item     pk "slot#{slot_id}"    state starting|warm|active, tenant_id, environment, source,
+#                                        session_id, interpreter_id, turn_id, agent_id, started_at,
+#                                        calls, last_call_at, lease_expires_at, recycle_at
+#   counter item  pk "tenant#{tenant}"   live_count       pk "global"   live_count
+# `warm_pool` ("{tenant}#{environment}") is present only while a slot is warm and unclaimed: the
+# sparse `by_warm_pool` index lists exactly the sessions a first call may claim.
+SESSIONS = TableSpec(
+    "sandbox_sessions",
+    pk="ledger_key",
+    ttl_attribute="expires_at",
+    indexes=(Index("by_warm_pool", pk="warm_pool", sk="started_at"),),
+)
+ALL_TABLES = (*ALL_TABLES, SESSIONS)
+SESSION_SLOT_PREFIX = "slot#"
+SESSION_TENANT_COUNTER_PREFIX = "tenant#"
+SESSION_GLOBAL_COUNTER_KEY = "global"
+SESSION_ATTR_LIVE_COUNT = "live_count"
+SESSION_ATTR_WARM_POOL = "warm_pool"
+SESSION_STATES: tuple[str, ...] = ("starting", "warm", "active")
+SESSION_SOURCES: tuple[str, ...] = ("warm", "cold")
+
+ENV_SESSIONS_TABLE = "SESSIONS_TABLE"
+ENV_REQUIRE_TURN_TOKEN = "REQUIRE_TURN_TOKEN"
+ENV_REAPER_FUNCTION = "REAPER_FUNCTION_NAME"
+
+# The reaper (§16.3): a scheduled Lambda, every 5 minutes.
+REAPER = "sandbox-reaper"
+FUNCTIONS = (*FUNCTIONS, REAPER)
+FUNCTION_PACKAGES[REAPER] = "reaper"
+REAPER_SCHEDULE_MINUTES = 5
+
+METRIC_SESSIONS_REAPED = "SandboxSessionsReaped"  # property reason: turn_ended|lease_expired|unowned|recycled
+METRIC_TURN_TOKEN_REJECTED = "SandboxTurnTokenRejected"
+METRIC_WARM_CLAIMED = "SandboxWarmSessionClaimed"  # dimension source: warm|cold (first calls)
+METRIC_DIMENSIONS.update({
+    METRIC_SESSIONS_REAPED: ((),),
+    METRIC_TURN_TOKEN_REJECTED: ((),),
+    METRIC_WARM_CLAIMED: (("source",),),
+})  # fmt: skip
+ALARM_RUNBOOKS.update({
+    "sessions-reaped": "alarm-sessions-reaped.md",
+    "turn-token-rejected": "alarm-turn-token-rejected.md",
+})  # fmt: skip
+
+# Turn token (§16.5): 43–128 characters of URL-safe base64 without padding (≥ 32 random bytes).
+TURN_TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{43,128}$")
+TURN_ATTR_TOKEN_HASH = "turn_token_sha256"  # the only trace of the token dispatch keeps
+
+# Visible retries (§16.6): `events` entries of the response, `retries` attribute of the audit row.
+EVENT_RETRYING = "retrying"
+AUDIT_ATTR_RETRIES = "retries"
+RETRY_SESSION_REAPED = "session_reaped"
+RETRY_START_THROTTLED = "start_throttled"
+RETRY_QUOTA_CONFLICT = "quota_transaction_conflict"
+RETRY_LEDGER_CONFLICT = "session_ledger_conflict"

@@ -45,6 +45,21 @@ class DispatchSettings(_Settings):
     audit_spool_path: str = Field(alias=n.ENV_AUDIT_SPOOL, default="")
     artifacts_bucket: str = Field(alias=n.ENV_ARTIFACTS_BUCKET, default="")  # §14.2 (issue 14)
     jobs_table: str = Field(alias=n.ENV_JOBS_TABLE, default="")  # background jobs (issue 13)
+    # issue 11 (§16): the live-session ledger and the turn token rule
+    sessions_table: str = Field(alias=n.ENV_SESSIONS_TABLE, default="")
+    require_turn_token: bool = Field(alias=n.ENV_REQUIRE_TURN_TOKEN, default=True)
+
+
+class ReaperSettings(_Settings):
+    """The reaper (§16.3) and warm-pool refill: what it reads and whom it may stop."""
+
+    stage: str = Field(alias=n.ENV_STAGE)
+    sessions_table: str = Field(alias=n.ENV_SESSIONS_TABLE)
+    turns_table: str = Field(alias=n.ENV_TURNS_TABLE)
+    tenants_table: str = Field(alias=n.ENV_TENANTS_TABLE)
+    call_timeout_seconds: int = Field(alias=n.ENV_CALL_TIMEOUT, default=120, gt=0)
+    session_timeout_seconds: int = Field(alias=n.ENV_SESSION_TIMEOUT, default=900, gt=0)
+    cache_ttl_seconds: int = Field(alias=n.ENV_CACHE_TTL, default=60, ge=0, le=60)
 
 
 class BackstopSettings(_Settings):
@@ -67,6 +82,11 @@ def backstop_settings() -> BackstopSettings:
     return BackstopSettings.model_validate(dict(os.environ))
 
 
+@lru_cache(maxsize=1)
+def reaper_settings() -> ReaperSettings:
+    return ReaperSettings.model_validate(dict(os.environ))
+
+
 def clear_caches() -> None:
-    for getter in (quota_settings, dispatch_settings, backstop_settings):
+    for getter in (quota_settings, dispatch_settings, backstop_settings, reaper_settings):
         getter.cache_clear()

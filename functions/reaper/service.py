@@ -1,0 +1,115 @@
+"""Wiring of one reaper run: the ledger, the turns table, the tenants' runners, warm sizes.
+
+Sessions are stopped and started only through the dispatch package's session runner with the
+tenant's own session-runner role (§6.4): the reaper ships that package (see
+infra/constructs/compute.py FUNCTION_SHARED_PACKAGES) instead of a second AgentCore client.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from dispatch.preflight import PreflightReader
+from dispatch.runner import SessionRunner
+from sandbox_common import aws
+from sandbox_common import naming as n
+from sandbox_common.models import TenantSubstrate
+from sandbox_common.sessions.caps import SessionCapReader
+from sandbox_common.sessions.ledger import SessionLedger, Slot
+from sandbox_common.settings import ReaperSettings, reaper_settings
+
+from . import hooks, refill, sweep
+
+
+@dataclass
+class Reaper:
+    settings: ReaperSettings
+    ledger: SessionLedger
+    ddb: Any
+    ssm: Any
+    preflight: PreflightReader
+    caps: SessionCapReader
+
+    def runner(self, tenant_id: str) -> SessionRunner:
+        target = self.preflight.runner_target(tenant_id)
+        return _runner(tenant_id, str(target.runner_role_arn), target.allowed_interpreter_ids,
+                       self.settings.session_timeout_seconds, self.settings.call_timeout_seconds)  # fmt: skip
+
+    def stop(self, slot: Slot) -> bool:
+        if not slot.session_id or not slot.interpreter_id:
+            return True  # nothing was started (or its id never came back): only capacity to free
+        try:
+            runner = self.runner(slot.tenant_id)
+        except Exception:  # noqa: BLE001 — unknown tenant substrate: cannot stop; keep the slot
+            return False
+        return runner.stop_session(slot.interpreter_id, slot.session_id)
+
+    def start(self, tenant_id: str, environment: str) -> tuple[str, str]:
+        substrate = self._substrate(tenant_id)
+        interpreter_id = substrate.interpreters.get(environment) if substrate else None
+        if substrate is None or substrate.compliance_tier != "standard" or not interpreter_id:
+            raise LookupError("no standard-tier interpreter published for this tenant × environment")
+        session_id = self.runner(tenant_id).start_session(interpreter_id, name=f"sbx-warm-{tenant_id}")
+        return interpreter_id, session_id
+
+    def _substrate(self, tenant_id: str) -> TenantSubstrate | None:
+        try:
+            raw = self.ssm.get_parameter(Name=n.tenant_substrate_parameter(self.settings.stage, tenant_id))
+            return TenantSubstrate.model_validate(json.loads(raw["Parameter"]["Value"]))
+        except Exception:  # noqa: BLE001 — no substrate, no warm session: the refill skips the pool
+            return None
+
+    def run(self, *, refill_only: tuple[str, str] | None = None) -> dict[str, Any]:
+        now = time.time()
+        summary: dict[str, Any] = {}
+        if refill_only is None:
+            summary["sweep"] = sweep.sweep(
+                self.ledger, turn_reader=lambda turn_id: sweep.read_turn(self.ddb, self.settings.turns_table, turn_id),
+                stop=self.stop, now=now, session_timeout_seconds=self.settings.session_timeout_seconds,
+            ).to_dict()  # fmt: skip
+        sizes = refill.desired_sizes(self.ssm, self.settings.stage)
+        if refill_only is not None:
+            sizes = {k: v for k, v in sizes.items() if k == refill_only}
+        summary["refill"] = refill.refill(
+            self.ledger, sizes=sizes, caps_for=self.caps.caps_for, start=self.start, stop=self.stop,
+            now=time.time, session_timeout_seconds=self.settings.session_timeout_seconds,
+            call_timeout_seconds=self.settings.call_timeout_seconds,
+        ).to_dict()  # fmt: skip
+        if refill_only is None:
+            summary["hooks"] = hooks.run_all(now)
+        return summary
+
+
+@lru_cache(maxsize=64)
+def _runner(tenant_id: str, role_arn: str, allowed: tuple[str, ...], session_timeout: int,
+            call_timeout: int) -> SessionRunner:  # fmt: skip
+    settings = reaper_settings()
+    del settings  # the runner's caps only shape agent-visible output, which the reaper never reads
+    return SessionRunner(tenant_id=tenant_id, allowed_interpreter_ids=allowed, runner_role_arn=role_arn,
+                         session_timeout_seconds=session_timeout, call_timeout_seconds=call_timeout,
+                         stdout_cap_bytes=4096, stderr_cap_bytes=4096)  # fmt: skip
+
+
+@lru_cache(maxsize=1)
+def reaper() -> Reaper:
+    hooks.load()  # the sweeps other modules plug in (hooks.SWEEP_MODULES)
+    settings = reaper_settings()
+    ddb = aws.client("dynamodb")
+    ssm = aws.client("ssm")
+    return Reaper(
+        settings=settings,
+        ledger=SessionLedger(table_name=settings.sessions_table, ddb=ddb),
+        ddb=ddb, ssm=ssm,
+        preflight=PreflightReader(stage=settings.stage, tenants_table=settings.tenants_table,
+                                  ttl_seconds=settings.cache_ttl_seconds, ssm=ssm, ddb=ddb),
+        caps=SessionCapReader(stage=settings.stage, ssm=ssm, ttl_seconds=settings.cache_ttl_seconds),
+    )  # fmt: skip
+
+
+def reset() -> None:
+    reaper.cache_clear()
+    _runner.cache_clear()

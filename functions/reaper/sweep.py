@@ -1,0 +1,104 @@
+"""What the reaper stops (SPEC §16.3), decided from the ledger and the turns table.
+
+A slot is reaped (session stopped, then its capacity released) when
+- `turn_ended`:   the turn that holds it has ended (end_turn came, but the stop did not happen);
+- `lease_expired`: a start never finished (state `starting` past its lease), or the session is
+                  past the interpreter's session timeout (AgentCore reaped it; only the slot is left);
+- `unowned`:      no turn owns it — the slot names no turn, the turn is gone, or the turn moved
+                  on to another session — and it is older than the grace a start needs;
+- `recycled`:     a warm session nobody claimed, at its recycle time (before the session timeout).
+A live session of a live turn is never touched. A stop that fails keeps the slot (capacity stays
+held by a session that may still run); the next sweep retries it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sandbox_common import naming as n
+from sandbox_common.observability import emit_metric, logger
+from sandbox_common.sessions.ledger import SessionLedger, Slot
+
+# A slot may briefly disagree with its turn while a first call is between "slot active" and
+# "turn active": never judge a slot younger than this as unowned.
+UNOWNED_GRACE_SECONDS = 300
+
+
+@dataclass(frozen=True)
+class TurnView:
+    ended: bool
+    session_id: str | None
+
+
+def read_turn(ddb: Any, turns_table: str, turn_id: str) -> TurnView | None:
+    out = ddb.get_item(TableName=turns_table, Key={"turn_id": {"S": turn_id}}, ConsistentRead=True)
+    item = out.get("Item")
+    if item is None:
+        return None
+    state = item.get("session_state", {}).get("S")
+    session = item.get("session_id", {}).get("S") if state == "active" else None
+    return TurnView(ended=item.get("ended", {}).get("BOOL", False), session_id=session)
+
+
+def verdict(slot: Slot, turn: TurnView | None, *, now: float, session_timeout_seconds: int) -> str | None:
+    """Why this slot must be reaped, or None to leave it alone."""
+    if slot.state == "starting":
+        return "lease_expired" if (slot.lease_expires_at or 0) < now else None
+    if slot.state == "warm":
+        return "recycled" if slot.recycle_at is not None and slot.recycle_at <= now else None
+    if now - slot.started_at > session_timeout_seconds:
+        return "lease_expired"
+    if turn is not None and turn.ended:
+        return "turn_ended"
+    young = now - max(slot.started_at, slot.claimed_at or 0) < UNOWNED_GRACE_SECONDS
+    if not young and (slot.turn_id is None or turn is None or turn.session_id != slot.session_id):
+        return "unowned"
+    return None
+
+
+@dataclass
+class SweepReport:
+    examined: int = 0
+    reaped: int = 0
+    stop_failed: int = 0
+    by_reason: dict[str, int] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"examined": self.examined, "reaped": self.reaped, "stop_failed": self.stop_failed,
+                "by_reason": dict(self.by_reason or {})}  # fmt: skip
+
+
+def sweep(
+    ledger: SessionLedger,
+    *,
+    turn_reader: Callable[[str], TurnView | None],
+    stop: Callable[[Slot], bool],
+    now: float,
+    session_timeout_seconds: int,
+) -> SweepReport:
+    """`stop(slot)` stops the slot's session with its tenant's runner (True = no longer running)."""
+    report = SweepReport(by_reason={})
+    for slot in ledger.slots():
+        report.examined += 1
+        turn = turn_reader(slot.turn_id) if slot.turn_id and slot.state == "active" else None
+        reason = verdict(slot, turn, now=now, session_timeout_seconds=session_timeout_seconds)
+        if reason is None:
+            continue
+        if slot.session_id and not stop(slot):
+            report.stop_failed += 1
+            continue
+        if ledger.release(slot.slot_id):
+            report.reaped += 1
+            assert report.by_reason is not None
+            report.by_reason[reason] = report.by_reason.get(reason, 0) + 1
+            # One pure-JSON line per session stopped; the metric (alarmed) counts leaks only:
+            # recycling an unclaimed warm session is the pool's routine, not a leak.
+            logger.warning("session_reaped", extra={
+                "event": "session_reaped", "reason": reason, "slot_id": slot.slot_id, "session_id": slot.session_id,
+                "tenant_id": slot.tenant_id, "turn_id": slot.turn_id, "state": slot.state, "source": slot.source,
+            })  # fmt: skip
+            if reason != "recycled":
+                emit_metric(n.METRIC_SESSIONS_REAPED, properties={"reason": reason, "tenant_id": slot.tenant_id})
+    return report

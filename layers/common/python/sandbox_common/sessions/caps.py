@@ -1,0 +1,90 @@
+"""Session capacity caps from SSM (SPEC §16.2), with the call caps' rules (§5.2):
+a per-tenant override `/…/caps/tenants/{t}/tenant_sessions` wins over `/…/caps/tenant_sessions`;
+`/…/caps/global_sessions` is stage-wide. Values are non-negative integers (digits only); 0 is
+the kill switch. Cached ≤ TTL per tenant; ONE GetParameters call reads all three paths.
+
+Fail closed: an unreadable store or a missing/malformed global with no last good value raises
+`SessionCapsUnavailable`. A malformed value falls back to its path's last good value.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .. import naming as n
+from ..observability import emit_metric, logger
+from .ledger import SessionCaps
+
+_CAP_VALUE_RE = re.compile(r"[0-9]{1,38}")  # as the call caps: no sign, no space, no non-ASCII digit
+
+
+class SessionCapsUnavailable(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def parse_cap(raw: Any) -> int | None:
+    return int(raw) if isinstance(raw, str) and _CAP_VALUE_RE.fullmatch(raw) else None
+
+
+class SessionCapReader:
+    def __init__(self, *, stage: str, ssm: Any, ttl_seconds: int = 60,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+        self.stage = stage
+        self.ssm = ssm
+        self.ttl = ttl_seconds
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._cache: dict[str, tuple[float, SessionCaps]] = {}
+        self._last_good: dict[str, int | None] = {}  # path -> value (None = known absent override)
+
+    def caps_for(self, tenant_id: str) -> SessionCaps:
+        now = self.clock()
+        with self._lock:
+            cached = self._cache.get(tenant_id)
+            if cached and cached[0] > now:
+                return cached[1]
+        override = n.session_cap_parameter(self.stage, n.DIM_TENANT_SESSIONS, tenant_id)
+        tenant_global = n.session_cap_parameter(self.stage, n.DIM_TENANT_SESSIONS)
+        stage_global = n.session_cap_parameter(self.stage, n.DIM_GLOBAL_SESSIONS)
+        try:
+            out = self.ssm.get_parameters(Names=[override, tenant_global, stage_global])
+            values: dict[str, Any] = {p["Name"]: p.get("Value") for p in out.get("Parameters", [])}
+        except Exception as exc:  # noqa: BLE001 — any doubt means no
+            raise SessionCapsUnavailable(f"ssm:{type(exc).__name__}") from None
+        tenant_cap = self._value(override, values, required=False)
+        if tenant_cap is None:
+            tenant_cap = self._value(tenant_global, values, required=True)
+        global_cap = self._value(stage_global, values, required=True)
+        if tenant_cap is None or global_cap is None:  # required values never come back None
+            raise SessionCapsUnavailable("cap missing")
+        caps = SessionCaps(tenant_sessions=tenant_cap, global_sessions=global_cap)
+        with self._lock:
+            self._cache[tenant_id] = (now + self.ttl, caps)
+        return caps
+
+    def _value(self, path: str, values: dict[str, Any], *, required: bool) -> int | None:
+        if path not in values:
+            if not required:
+                self._last_good[path] = None
+                return None
+            return self._fallback(path, "missing")
+        parsed = parse_cap(values[path])
+        if parsed is None:
+            logger.error("ignoring session cap parameter: not a non-negative integer", extra={"parameter": path})
+            emit_metric(n.METRIC_CAP_PARAMETER_INVALID)
+            return self._fallback(path, "malformed") if required or path in self._last_good else None
+        self._last_good[path] = parsed
+        return parsed
+
+    def _fallback(self, path: str, reason: str) -> int | None:
+        known = self._last_good.get(path)
+        if known is None:
+            raise SessionCapsUnavailable(f"{reason}:{path}")
+        logger.error("using last good session cap", extra={"parameter": path, "reason": reason})
+        return known

@@ -1,0 +1,104 @@
+"""`sandboxctl caps` for session caps, `warm` and `sessions` (SPEC §16.1, §16.2, §16.4) through
+the real console script against a local stack of its own (its reaper is invoked on demand)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sandbox_common import naming as n
+
+from infra.local import stack
+from tests.cli.test_sandboxctl import SANDBOXCTL, ctl, ctl_json
+
+
+@pytest.fixture(scope="module")
+def cli_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SANDBOX_"))}
+    env.update(SANDBOX_LOCAL_DIR=str(tmp_path_factory.mktemp("sandboxctl-sessions")), SANDBOX_LOCAL="1",
+               USER="op-alice")  # fmt: skip
+    up = subprocess.run([SANDBOXCTL, "--json", "local", "up"], env=env, capture_output=True, text=True, timeout=120)
+    assert up.returncode == 0, up.stderr
+    yield env
+    down = subprocess.run([SANDBOXCTL, "--json", "local", "down"], env=env, capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert down.returncode == 0, down.stderr
+
+
+def _state(env: dict[str, str]) -> stack.LocalState:
+    state = stack.read_state(Path(env["SANDBOX_LOCAL_DIR"]))
+    assert state is not None
+    return state
+
+
+def _run_reaper(env: dict[str, str]) -> dict[str, Any]:
+    """Invoke the local stack's reaper as its schedule would (through the Lambda emulator)."""
+    state = _state(env)
+    out = state.client("lambda").invoke(FunctionName=state.resources.functions[n.REAPER],
+                                        Payload=json.dumps({"source": "aws.events"}).encode())  # fmt: skip
+    assert "FunctionError" not in out, out["Payload"].read()
+    return json.loads(out["Payload"].read())
+
+
+def test_caps_set_session_caps_and_refuse_global_override(cli_env: dict[str, str]) -> None:
+    # When tenant_sessions is overridden for acme
+    out = ctl_json(cli_env, "caps", "set", "tenant_sessions", "3", "--tenant", "acme")
+    # Then the override path holds it and the effective caps show it
+    assert out["parameter"] == n.session_cap_parameter("local", n.DIM_TENANT_SESSIONS, "acme")
+    caps = ctl_json(cli_env, "caps", "get", "--tenant", "acme")
+    assert caps["effective"]["tenant_sessions"] == 3
+    assert caps["effective"]["global_sessions"] == 200
+    ctl_json(cli_env, "caps", "unset", "tenant_sessions", "--tenant", "acme")
+    # And global_sessions has no per-tenant override: refused with one line, nothing written
+    refused = ctl(cli_env, "caps", "set", "global_sessions", "5", "--tenant", "acme")
+    assert refused.returncode == 1
+    assert "stage-wide" in refused.stderr
+    assert ctl_json(cli_env, "caps", "get")["global"]["global_sessions"] == 200
+
+
+def test_warm_set_show_and_sessions_list_stop(cli_env: dict[str, str]) -> None:
+    # Given a warm pool of 1 for acme, filled by the reaper
+    out = ctl_json(cli_env, "warm", "set", "acme", "1", "--environment", "default-public")
+    assert out["parameter"] == n.warm_sessions_parameter("local", "acme", "default-public")
+    summary = _run_reaper(cli_env)
+    assert summary["refill"]["started"] == 1
+    # When the operator looks
+    pools = ctl_json(cli_env, "warm", "show", "--tenant", "acme")
+    listed = ctl_json(cli_env, "sessions", "list", "--all", "--tenant", "acme")
+    serving = ctl_json(cli_env, "sessions", "list", "--tenant", "acme")
+    # Then the pool and its session are visible (not among sessions serving turns)
+    assert pools == [{"tenant": "acme", "environment": "default-public", "warm_sessions": 1, "warm": 1,
+                      "starting": 0}]  # fmt: skip
+    assert len(listed) == 1
+    assert (listed[0]["state"], listed[0]["source"], listed[0]["calls"]) == ("warm", "warm", 0)
+    assert set(n for n in listed[0]) >= {"session_id", "tenant", "agent", "turn", "environment", "state", "source",
+                                         "started_at", "calls", "last_call_at"}  # fmt: skip
+    assert serving == []
+    # When it is stopped by id
+    ctl_json(cli_env, "warm", "set", "acme", "0")
+    stopped = ctl_json(cli_env, "sessions", "stop", listed[0]["session_id"])
+    # Then it is gone from the interpreter and the ledger
+    assert stopped["freed"] is True
+    interp = _state(cli_env).client("bedrock-agentcore")
+    iid = n.interpreter_name("local", "acme", "default-public")
+    got = interp.get_code_interpreter_session(codeInterpreterIdentifier=iid, sessionId=listed[0]["session_id"])
+    assert got["status"] == "TERMINATED"
+    assert ctl_json(cli_env, "sessions", "list", "--all") == []
+
+
+def test_sessions_stop_unknown_id_fails_with_one_line(cli_env: dict[str, str]) -> None:
+    out = ctl(cli_env, "sessions", "stop", "01NOSUCHSESSION")
+    assert out.returncode == 1
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert "no live session" in out.stderr
+
+
+def test_warm_set_refuses_environment_tenant_lacks(cli_env: dict[str, str]) -> None:
+    out = ctl(cli_env, "warm", "set", "globex", "1", "--environment", "internal-only")
+    assert out.returncode == 1
+    assert "no internal-only environment" in out.stderr

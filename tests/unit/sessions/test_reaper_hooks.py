@@ -1,0 +1,65 @@
+"""The reaper's sweep-hook list (SPEC §16.3: other sweeps plug in)."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+from reaper import hooks
+
+
+def test_load_imports_sweep_modules_which_register_their_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a sweep module that registers itself on import
+    module = types.ModuleType("sweep_fixture_mod")
+    monkeypatch.setitem(sys.modules, "sweep_fixture_mod", module)
+    calls: list[float] = []
+    hooks.register("fixture", lambda now: calls.append(now) or {"done": 1})
+    try:
+        hooks.load(("sweep_fixture_mod",))
+        # When all hooks run
+        results = hooks.run_all(123.0)
+    finally:
+        hooks.unregister("fixture")
+    # Then it ran once with the run's clock and its summary is reported
+    assert calls == [123.0]
+    assert results == {"fixture": {"ok": True, "done": 1}}
+
+
+def test_load_unknown_module_fails_loudly() -> None:
+    with pytest.raises(ModuleNotFoundError):
+        hooks.load(("no_such_sweep_module_xyz",))
+
+
+def test_register_refuses_a_second_hook_under_the_same_name() -> None:
+    def first(now: float) -> dict:
+        return {}
+
+    hooks.register("dup", first)
+    try:
+        with pytest.raises(ValueError):
+            hooks.register("dup", lambda now: {})
+        hooks.register("dup", first)  # the same one again is fine (module re-import)
+    finally:
+        hooks.unregister("dup")
+
+
+def test_run_all_survives_a_failing_hook_and_reports_it() -> None:
+    seen: list[float] = []
+
+    def good(now: float) -> dict:
+        seen.append(now)
+        return {"ended": 2}
+
+    def bad(now: float) -> dict:
+        raise RuntimeError("boom")
+
+    hooks.register("good", good)
+    hooks.register("bad", bad)
+    try:
+        results = hooks.run_all(5.0)
+    finally:
+        hooks.unregister("good")
+        hooks.unregister("bad")
+    assert seen == [5.0]
+    assert results == {"good": {"ok": True, "ended": 2}, "bad": {"ok": False, "error": "RuntimeError"}}

@@ -344,6 +344,14 @@ class ObservabilityConstruct(Construct):
             sandbox_metric(n.METRIC_SESSION_STOP_FAILED),
             th.session_stop_failures,
         )
+        # issue 15: a tenant's estimated spend crossed its daily budget (reported, never refused)
+        self._alarm(
+            "daily-budget-crossed",
+            "A tenant's estimated sandbox spend today crossed its daily budget (SSM daily_budget_usd); "
+            "calls are not refused. The metric by tenant_id and `sandboxctl usage` say which tenant.",
+            sandbox_metric(n.METRIC_DAILY_BUDGET_CROSSED),
+            1,
+        )
 
     # --- dashboard ---------------------------------------------------------------------------------
     def _build_dashboard(self) -> cw.Dashboard:

@@ -427,6 +427,7 @@ def known_parameters(stage: str, tenant: str = "acme") -> set[str]:
     paths = {n.cap_parameter(stage, d) for d in n.CAP_DIMENSIONS}
     paths |= {n.cap_parameter(stage, d, tenant) for d in n.CAP_DIMENSIONS}
     paths |= {n.cost_per_call_parameter(stage), n.tenant_substrate_parameter(stage, tenant)}
+    paths |= {n.tenant_daily_budget_parameter(stage, tenant)}  # issue 15
     return paths
 
 
@@ -640,6 +641,7 @@ DOMAIN_FIELDS = {
     "caps", "counts", "kill_switch", "fail_closed_reason", "cause", "dlq_error", "audit_row",
     "parameter", "reason", "last_known", "token_class", "fingerprint", "log_group", "log_stream",
     "event_id", "findings", "classes", "error_type", "skipped",
+    "budget_usd", "estimated_spend_usd", "calls_today",  # daily budget crossed (issue 15)
 }  # fmt: skip
 INSIGHTS_COMMANDS = {"fields", "filter", "stats", "sort", "limit", "display", "parse", "dedup"}
 INSIGHTS_FUNCTIONS = {

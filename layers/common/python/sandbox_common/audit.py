@@ -31,6 +31,7 @@ AUDIT_ATTRIBUTES: tuple[str, ...] = (
     "session_id", "environment", "invocation_source", "started_at", "finished_at", "duration_ms",
     "exit_status", "exit_code", "error", "failure_reason", "stdout_bytes", "stderr_bytes",
     "stdout_truncated", "stderr_truncated", "executed_code_hash", "expires_at",
+    "estimated_cost_usd",  # issue 15: the SSM price in force for this call; 0 when refused
 )  # fmt: skip
 
 
@@ -62,6 +63,7 @@ def build_row(
     stderr_bytes: int = 0,
     stdout_truncated: bool = False,
     stderr_truncated: bool = False,
+    estimated_cost_usd: float = 0,
 ) -> dict[str, Any]:
     row: dict[str, Any] = {
         "invocation_id": invocation_id,
@@ -87,6 +89,7 @@ def build_row(
         "stderr_truncated": bool(stderr_truncated),
         "executed_code_hash": code_hash(request.code),
         "expires_at": expires_at(started_at, retention_days),
+        "estimated_cost_usd": estimated_cost_usd,  # a plain number: the row stays JSON (DLQ); to_item makes it N
     }
     if session_id is None:
         del row["session_id"]
@@ -98,7 +101,8 @@ def to_item(row: dict[str, Any]) -> dict[str, Any]:
     from boto3.dynamodb.types import TypeSerializer
 
     serializer = TypeSerializer()
-    return {k: serializer.serialize(v) for k, v in row.items()}
+    # floats (estimated_cost_usd) as Decimal of their shortest repr: TypeSerializer rejects float
+    return {k: serializer.serialize(Decimal(repr(v)) if isinstance(v, float) else v) for k, v in row.items()}
 
 
 def from_item(item: dict[str, Any]) -> dict[str, Any]:

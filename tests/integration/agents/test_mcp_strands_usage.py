@@ -224,14 +224,16 @@ def test_strands_cap_refusal_is_a_strands_error(state: stack.LocalState, env: di
 def test_strands_next_turn_is_one_call_and_stops_the_previous_session(turn: SandboxTurn, state: stack.LocalState) -> None:
     # Given a tool whose turn has a live session
     tool = turn.strands_tool()
-    first = _agent(tool).tool.execute_code(code="z = 1")
+    agent = _agent(tool)  # held: Strands' tool caller keeps only a weak reference to its agent
+    first = agent.tool.execute_code(code="z = 1")
     session_id = json.loads(first["content"][0]["text"])["session_id"]
     # When the next turn's tool is asked for
     following = tool.next_turn()
     # Then it is bound to a new, begun turn, the old session is stopped, and state starts fresh
     assert following.turn.turn_id != turn.turn_id and following.turn.tool is not None
     assert _session_status(state, TENANT, session_id) == "TERMINATED"
-    fresh = _agent(following).tool.execute_code(code="print('z' in globals())")
+    next_agent = _agent(following)
+    fresh = next_agent.tool.execute_code(code="print('z' in globals())")
     assert json.loads(fresh["content"][0]["text"])["stdout"] == "False\n"
     following.turn.end()
 

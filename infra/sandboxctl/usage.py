@@ -128,7 +128,8 @@ def aggregate(pages: Iterable[dict[str, Any]], *, by: str | None = None,
               progress: Callable[[int, int], None] | None = None) -> tuple[Tally, dict[str, Tally], int]:  # fmt: skip
     """(totals, groups, pages read) over Query pages of raw DynamoDB items; `progress(rows, pages)`
     is called after each page."""
-    totals, groups, rows, page_count = Tally(), {}, 0, 0
+    totals, rows, page_count = Tally(), 0, 0
+    groups: dict[str, Tally] = {}
     for page in pages:
         page_count += 1
         for item in page.get("Items", []):

@@ -158,7 +158,7 @@ def test_mcp_file_links_map_artifacts_to_resource_links() -> None:
     # When mapped to MCP content
     links = file_links(TENANT, files)
     # Then one resource link for the stored artifact, none for the skipped one
-    assert [(l.type, l.uri, l.name, l.mime_type, l.size) for l in links] == [
+    assert [(link.type, link.uri, link.name, link.mime_type, link.size) for link in links] == [
         ("resource_link", "sandbox-file://acme/f-1", "figure-1.png", "image/png", 2048)]  # fmt: skip
 
 

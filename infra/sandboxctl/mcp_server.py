@@ -21,6 +21,7 @@ ids and call_id rules as every other caller.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
@@ -64,6 +65,7 @@ class McpSandbox:
         self.begin_error: str | None = None
         self.ended = False
         self._end_lock = threading.Lock()
+        self._ending_thread: int | None = None
 
     def begin(self) -> None:
         try:
@@ -73,16 +75,24 @@ class McpSandbox:
             print(f"sandboxctl mcp: begin_turn failed: {exc}", file=sys.stderr)
 
     def end(self) -> None:
-        """end_turn once, whoever asks first (lifespan exit or the SIGTERM path); a second caller
-        waits for the first to finish, so the process never exits mid-way through it."""
+        """end_turn once, whoever asks first (lifespan exit, the SIGTERM handler, serve's
+        finally); a later caller waits for the first to finish, so the process never exits
+        half-way through it."""
         with self._end_lock:
             if self.ended or self.began is None:
                 return
             self.ended = True
+            self._ending_thread = threading.get_ident()
             try:
                 self.turn.end()
             except DispatchUnavailable as exc:
                 print(f"sandboxctl mcp: end_turn failed: {exc}", file=sys.stderr)
+            finally:
+                self._ending_thread = None
+
+    def ending_here(self) -> bool:
+        """True while this very thread is inside end() (a signal handler interrupted it)."""
+        return self._ending_thread == threading.get_ident()
 
     def tools(self) -> list[types.Tool]:
         tool = self.turn.tool
@@ -143,12 +153,18 @@ def build_server(sandbox: McpSandbox) -> Server[Any]:
     return Server(n.MCP_SERVER_NAME, lifespan=lifespan, on_list_tools=list_tools, on_call_tool=call_tool)
 
 
-class _Terminated(Exception):
-    """SIGTERM: leave the event loop so end_turn runs before the process exits."""
+def sigterm_handler(sandbox: McpSandbox) -> Any:
+    """SIGTERM (the SDK's client sends it when a server outlives its grace after stdin closed,
+    and process managers send it): end the turn here, in the main thread, then exit at once.
+    Leaving the event loop instead would hang: the stdio reader thread blocks on an open stdin."""
 
+    def handle(_signum: int, _frame: Any) -> None:
+        if sandbox.ending_here():
+            return  # this thread is inside end() already: let it finish, the process then exits
+        sandbox.end()
+        os._exit(128 + signal.SIGTERM)
 
-def _on_sigterm(_signum: int, _frame: Any) -> None:
-    raise _Terminated
+    return handle
 
 
 def serve(*, lambda_client: Any, function_name: str, tenant_id: str, agent_id: str, template_id: str,
@@ -163,11 +179,11 @@ def serve(*, lambda_client: Any, function_name: str, tenant_id: str, agent_id: s
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    previous = signal.signal(signal.SIGTERM, sigterm_handler(sandbox))
     try:
         anyio.run(main)
-    except (_Terminated, KeyboardInterrupt):
+    except KeyboardInterrupt:
         pass
     finally:
-        signal.signal(signal.SIGTERM, previous)
         sandbox.end()  # no-op when the lifespan already ended the turn
+        signal.signal(signal.SIGTERM, previous)

@@ -148,6 +148,43 @@ def test_mcp_cap_breach_arrives_as_a_tool_error_naming_sandbox_cap_exceeded(env:
     assert result.structured_content["dimension"] == n.DIM_AGENT_HOURLY
 
 
+def test_mcp_sigterm_still_ends_the_turn_and_stops_its_session(env: dict[str, str], state: stack.LocalState) -> None:
+    # Given `sandboxctl mcp` speaking raw JSON-RPC over its pipes, after one execute_code call
+    proc = subprocess.Popen(
+        [SANDBOXCTL, "--local", "mcp", "--tenant", TENANT, "--agent", "mcp-agent", "--template", TEMPLATE],
+        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def send(message: dict[str, Any]) -> None:
+        proc.stdin.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")  # type: ignore[union-attr]
+        proc.stdin.flush()  # type: ignore[union-attr]
+
+    def answer(request_id: int) -> dict[str, Any]:
+        while True:
+            message = json.loads(proc.stdout.readline())  # type: ignore[union-attr]
+            if message.get("id") == request_id:
+                return message
+
+    try:
+        send({"id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                                                           "clientInfo": {"name": "raw", "version": "0"}}})  # fmt: skip
+        assert answer(1)["result"]["serverInfo"]["name"] == n.MCP_SERVER_NAME
+        send({"method": "notifications/initialized"})
+        send({"id": 2, "method": "tools/call", "params": {"name": "execute_code", "arguments": {"code": "print(7)"}}})
+        called = answer(2)["result"]
+        assert called["isError"] is False
+        session_id = called["structuredContent"]["session_id"]
+        # When the client sends SIGTERM while the session is still open (stdin not closed)
+        proc.terminate()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # Then the server ended the turn on its way out: the interpreter session is stopped
+    assert _session_status(state, TENANT, session_id) == "TERMINATED"
+
+
 def test_mcp_file_links_map_artifacts_to_resource_links() -> None:
     # Given an execute_code answer's files list (§14.2), one artifact skipped as too large
     from infra.sandboxctl.mcp_server import file_links

@@ -300,3 +300,19 @@ def test_usage_cli_totals_equal_a_hand_count_of_the_audit_rows(
     assert totals["cpu_time_ms"] is None
     assert {g["group"] for g in report["groups"]} == {r["agent_id"] for r in rows}
     assert csv_path.read_text().splitlines()[-1].startswith(f"total,{len(rows)},")
+
+
+def test_usage_cli_human_table_and_bad_input(env: dict[str, str]) -> None:
+    # Given the running stack
+    # When the report is asked for as a table
+    table = ctl(env, "usage", "--tenant", TENANT, "--by", "day")
+    # Then a table with a total line and the notes on what is (not) known
+    assert table.returncode == 0, table.stderr
+    assert "TOTAL" not in table.stdout and "\ntotal " in table.stdout
+    assert "note: CPU time is not recorded" in table.stdout
+    # When the window ends before it starts / Then exit 1 with one line, no traceback
+    backwards = ctl(env, "usage", "--tenant", TENANT, "--since", "2026-11-22T00:00:00Z", "--until", "2026-11-21T00:00:00Z")
+    assert backwards.returncode == 1 and backwards.stderr.strip() == "sandboxctl: --until must be after --since"
+    # When the grouping or the tenant id is not one we know / Then exit 2 (usage)
+    assert ctl(env, "usage", "--tenant", TENANT, "--by", "user").returncode == 2
+    assert ctl(env, "usage", "--tenant", "Not_A_Tenant").returncode == 2

@@ -185,6 +185,24 @@ def test_mcp_sigterm_still_ends_the_turn_and_stops_its_session(env: dict[str, st
     assert _session_status(state, TENANT, session_id) == "TERMINATED"
 
 
+def test_mcp_template_without_sandbox_lists_no_tool_and_calls_fail_named(env: dict[str, str]) -> None:
+    # Given a template of acme whose sandbox block is "none"
+    assert ctl(env, "template", "put", TENANT, "chat-only", "--environment", "none").returncode == 0
+    params = StdioServerParameters(command=SANDBOXCTL, env=env, args=[
+        "--local", "mcp", "--tenant", TENANT, "--agent", "mcp-agent", "--template", "chat-only"])  # fmt: skip
+
+    async def main() -> Any:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            return await session.list_tools(), await session.call_tool("execute_code", {"code": "print(1)"})
+
+    # When the client lists tools and calls execute_code anyway
+    listed, called = anyio.run(main)
+    # Then no tool is offered (§4.1), and the call is a tool error naming SandboxProvisioning
+    assert listed.tools == []
+    assert called.is_error is True and _text(called).startswith("SandboxProvisioning: ")
+
+
 def test_mcp_file_links_map_artifacts_to_resource_links() -> None:
     # Given an execute_code answer's files list (§14.2), one artifact skipped as too large
     from infra.sandboxctl.mcp_server import file_links

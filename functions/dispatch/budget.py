@@ -17,6 +17,7 @@ parameter is treated as "no budget" (logged and counted): cost reporting never f
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -88,3 +89,24 @@ def report_if_crossed(tenant_id: str, count_today: int | None, price: Decimal, b
                                                   "estimated_spend_usd": str((count_today or 0) * price),
                                                   "calls_today": count_today})  # fmt: skip
     return True
+
+
+@dataclass
+class UsageAccounting:
+    """Dispatch's two call sites: `admitted()` right after the quota admitted a call (budget
+    check, on the count the quota Lambda returned: no extra read), `cost()` when the call's row is
+    built (every row, refused ones at 0)."""
+
+    price_per_call: Callable[[], float]
+    budgets: BudgetReader | None = None
+
+    def cost(self, ran_code: bool) -> float:
+        return call_cost(ran_code, self.price_per_call()) if ran_code else 0
+
+    def admitted(self, tenant_id: str, count_today: int | None) -> bool:
+        if self.budgets is None:
+            return False
+        price = self.price_per_call()
+        if price <= 0:  # pricing off: no spend, no budget read
+            return False
+        return report_if_crossed(tenant_id, count_today, as_decimal(price), self.budgets.budget(tenant_id))

@@ -12,6 +12,7 @@ from sandbox_common.audit import AuditWriter
 from sandbox_common.observability import logger
 from sandbox_common.settings import dispatch_settings
 
+from .budget import BudgetReader, UsageAccounting
 from .cache import TtlCache
 from .preflight import Preflight, PreflightReader
 from .runner import SessionRunner
@@ -67,6 +68,8 @@ def dispatcher() -> Dispatcher:
                                  ddb=ddb, sqs=aws.client("sqs")),
         runner_factory=runner_for,
         price_per_call=price_per_call,
+        accounting=UsageAccounting(price_per_call, BudgetReader(stage=settings.stage, ssm=aws.client("ssm"),
+                                                                ttl_seconds=settings.cache_ttl_seconds)),
     )  # fmt: skip
 
 

@@ -29,6 +29,7 @@ from sandbox_common.tool_spec import tool_definition
 from sandbox_common.windows import Windows, utc_now
 
 from . import messages
+from .budget import UsageAccounting
 from .output_log import log_output
 from .preflight import Preflight, PreflightReader, PreflightUnavailable
 from .quota_client import check_quota
@@ -77,6 +78,7 @@ class Dispatcher:
         runner_factory: Any,  # (Preflight) -> SessionRunner
         price_per_call: Any,  # () -> float
         quota: Any = check_quota,
+        accounting: UsageAccounting | None = None,
     ) -> None:
         self.settings = settings
         self.preflight = preflight
@@ -85,6 +87,7 @@ class Dispatcher:
         self.runner_factory = runner_factory
         self.price_per_call = price_per_call
         self.quota = quota
+        self.accounting = accounting or UsageAccounting(price_per_call)
 
     # --- begin_turn -----------------------------------------------------------------------------
     def begin_turn(self, req: BeginTurnRequest) -> dict[str, Any]:
@@ -190,6 +193,7 @@ class Dispatcher:
                 dimension=decision.dimension, resets_at=decision.resets_at,
                 failure_reason=f"cap_exceeded:{decision.dimension}",
             )  # fmt: skip
+        self.accounting.admitted(req.tenant_id, decision.tenant_daily_count)  # budget: reported, never refused
 
         runner = self.runner_factory(pf)
         session_id, restarted = self._session(turn, pf, runner, invocation_id, budget())
@@ -282,12 +286,13 @@ class Dispatcher:
             error=o.failure.error if o.failure else None, failure_reason=failure_reason,
             stdout_bytes=r.stdout_bytes if r else 0, stderr_bytes=r.stderr_bytes if r else 0,
             stdout_truncated=r.stdout_truncated if r else False, stderr_truncated=r.stderr_truncated if r else False,
+            estimated_cost_usd=self.accounting.cost(o.ran_code),
         )  # fmt: skip
         if r is not None:
             for stream, text in (("stdout", r.full_stdout), ("stderr", r.full_stderr)):
                 log_output(invocation_id=invocation_id, session_id=o.session_id, tenant_id=req.tenant_id,
                            stream=stream, text=text)  # fmt: skip
-        self._metrics(req, o, row["duration_ms"])
+        self._metrics(req, o, row["duration_ms"], row[n.AUDIT_ATTR_COST])
         logger.info(
             "execute_code",
             extra={k: row.get(k) for k in ("invocation_id", "session_id", "tenant_id", "agent_id", "turn_id",
@@ -297,7 +302,7 @@ class Dispatcher:
         )  # fmt: skip
         self.audit_writer.write(row)
 
-    def _metrics(self, req: ExecuteCodeRequest, o: _Outcome, duration_ms: int) -> None:
+    def _metrics(self, req: ExecuteCodeRequest, o: _Outcome, duration_ms: int, cost: float) -> None:
         reason = o.failure.fields.get("failure_reason") if o.failure else None
         if reason and str(reason).startswith(INTERNAL_FAILURE_PREFIXES):
             internal_failure(str(reason))
@@ -306,7 +311,7 @@ class Dispatcher:
         truncated = bool(o.result and (o.result.stdout_truncated or o.result.stderr_truncated))
         emit_metric(n.METRIC_TRUNCATED, 1 if truncated else 0)
         if o.ran_code:
-            emit_metric(n.METRIC_COST, self.price_per_call(), dimensions={"tenant_id": req.tenant_id},
+            emit_metric(n.METRIC_COST, cost, dimensions={"tenant_id": req.tenant_id},
                         unit=MetricUnit.NoUnit)  # fmt: skip
 
 

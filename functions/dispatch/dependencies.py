@@ -14,6 +14,7 @@ from sandbox_common.settings import dispatch_settings
 
 from .budget import BudgetReader, UsageAccounting
 from .cache import TtlCache
+from .idempotency import IdempotentCalls
 from .preflight import Preflight, PreflightReader
 from .runner import SessionRunner
 from .service import Dispatcher
@@ -65,9 +66,10 @@ def dispatcher() -> Dispatcher:
                                   ttl_seconds=settings.cache_ttl_seconds, ssm=aws.client("ssm"), ddb=ddb),
         turns=TurnStore(table_name=settings.turns_table, ddb=ddb),
         audit_writer=AuditWriter(table_name=settings.invocations_table, dlq_url=settings.audit_dlq_url,
-                                 ddb=ddb, sqs=aws.client("sqs")),
+                                 ddb=ddb, sqs=aws.client("sqs"), spool_path=settings.audit_spool_path or None),
         runner_factory=runner_for,
         price_per_call=price_per_call,
+        calls=IdempotentCalls(table_name=settings.idempotency_table, ddb=ddb),
         accounting=UsageAccounting(price_per_call, BudgetReader(stage=settings.stage, ssm=aws.client("ssm"),
                                                                 ttl_seconds=settings.cache_ttl_seconds)),
     )  # fmt: skip
@@ -75,7 +77,4 @@ def dispatcher() -> Dispatcher:
 
 def reset() -> None:
     """Tests: forget the container's state (a new 'cold start')."""
-    from .idempotency import executor
-
     dispatcher.cache_clear()
-    executor.cache_clear()

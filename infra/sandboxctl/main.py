@@ -15,12 +15,9 @@ from collections.abc import Sequence
 
 from sandbox_common import naming as n
 
+from infra.sandboxctl.errors import EXIT_FAILURE, CtlError
+
 DEFAULT_STAGE = "dev"
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
-
-
-class CtlError(Exception):
-    """A failure the operator can act on: printed as one line, exit code 1."""
 
 
 def _non_negative_int(text: str) -> int:
@@ -98,7 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
     invoke = commands.add_parser(
         "invoke", help="invoke dispatch with a JSON event and print its response", parents=[late]
     )
-    invoke.add_argument("event", help='the dispatch event as JSON, e.g. \'{"action": "begin_turn", ...}\'')
+    invoke.add_argument(
+        "event",
+        help='the dispatch event as JSON, e.g. \'{"action": "begin_turn", ...}\'; '
+        "`-` reads it from standard input, `@PATH` from a file",
+    )
 
     caps = commands.add_parser("caps", help="read/write the circuit-breaker caps in SSM")
     caps_cmd = caps.add_subparsers(dest="caps_command", metavar="ACTION", required=True)

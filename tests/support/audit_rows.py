@@ -1,17 +1,19 @@
-"""Audit rows for usage tests and the `usage_report` benchmark: built by the real row builder
-(`sandbox_common.audit.build_row`), written with the real item serializer, in the real table
-(created from naming's TableSpec, as the local stack and CDK do)."""
+"""Audit rows for usage tests and the `usage_report` benchmark: rendered by the real row builder
+(`sandbox_common.outcome.Outcome.audit_row`), written with the real item serializer, in the real
+table (created from naming's TableSpec, as the local stack and CDK do)."""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
-from types import SimpleNamespace
 from typing import Any
 
 from sandbox_common import audit
 from sandbox_common import naming as n
+from sandbox_common.errors import SandboxCapExceeded
+from sandbox_common.models import ExecuteCodeRequest
+from sandbox_common.outcome import Outcome
 
 STATUSES = ("ok", "ok", "ok", "error", "timeout", "oom", "cap_exceeded", "provisioning")
 
@@ -32,17 +34,17 @@ def make_rows(count: int, *, tenant_id: str = "acme", start: datetime | None = N
         status = STATUSES[rng.randrange(len(STATUSES))]
         refused = status in ("cap_exceeded", "provisioning")
         started = start + timedelta(seconds=i * (3 * 86_400 / max(count, 1)), milliseconds=rng.randrange(1000))
-        request = SimpleNamespace(tenant_id=tenant_id, agent_id=f"agent-{i % 3}", user_id=None,
-                                  template_id=("analyst", "reporter")[i % 2], turn_id=f"turn-{i // 4}",
-                                  call_id=f"call-{i}", invocation_source=None, code=f"print({i})")  # fmt: skip
-        row = audit.build_row(
-            invocation_id=f"{tenant_id}-inv-{i:07d}", request=request, started_at=started,
-            finished_at=started + timedelta(milliseconds=rng.randrange(1, 5000)), retention_days=30,
-            session_id=None if refused else f"sess-{tenant_id}-{i // 4}", environment="default-public",
-            exit_status=status, exit_code=None if refused else (0 if status == "ok" else 1),
-            error=None if status == "ok" else "SandboxError", failure_reason=None,
-            estimated_cost_usd=0 if refused else 0.0015,
-        )  # fmt: skip
+        request = ExecuteCodeRequest(action="execute_code", tenant_id=tenant_id, agent_id=f"agent-{i % 3}",
+                                     template_id=("analyst", "reporter")[i % 2], turn_id=f"turn-{i // 4}",
+                                     call_id=f"call-{i}", code=f"print({i})")  # fmt: skip
+        outcome = Outcome(request=request, invocation_id=f"{tenant_id}-inv-{i:07d}", started_at=started,
+                          finished_at=started + timedelta(milliseconds=rng.randrange(1, 5000)),
+                          session_id=None if refused else f"sess-{tenant_id}-{i // 4}", environment="default-public",
+                          estimated_cost_usd=0 if refused else 0.0015)  # fmt: skip
+        if refused:
+            outcome.fail(SandboxCapExceeded("refused", dimension="tenant_daily", resets_at="2026-11-21T00:00:00Z"))
+        outcome.exit_status = status
+        row = outcome.audit_row(30)
         if legacy_every and i % legacy_every == 0:
             del row[n.AUDIT_ATTR_COST]
         rows.append(row)

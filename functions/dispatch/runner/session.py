@@ -19,6 +19,7 @@ from sandbox_common import naming
 from sandbox_common.errors import EXIT_STATUS_ERRORS, SandboxError, SandboxFailure, SandboxProvisioning
 from sandbox_common.observability import emit_metric, logger
 
+from ..messages import ISOLATION_UNAVAILABLE
 from .classify import classify
 from .credentials import TenantCredentials
 from .errors import CrossTenantInterpreter, SessionGone, failure
@@ -85,39 +86,6 @@ class ExecutionResult:
             return None
         cls = EXIT_STATUS_ERRORS.get(self.exit_status, SandboxError)
         return cls(self.error_message or "The code sandbox failed.", failure_reason=self.failure_reason)
-
-    def to_response_fields(self) -> dict[str, Any]:
-        """The §4.2 result fields the runner owns (dispatch adds session_id and invocation_id)."""
-        body: dict[str, Any] = {
-            "ok": self.ok,
-            "stdout": self.stdout,
-            "stderr": self.stderr,
-            "exit_status": self.exit_status,
-            "exit_code": self.exit_code,
-            "duration_ms": self.duration_ms,
-            "stdout_bytes": self.stdout_bytes,
-            "stderr_bytes": self.stderr_bytes,
-            "stdout_truncated": self.stdout_truncated,
-            "stderr_truncated": self.stderr_truncated,
-        }
-        if not self.ok:
-            body["error"] = self.error
-            body["error_message"] = self.error_message
-        return body
-
-    def to_audit_fields(self) -> dict[str, Any]:
-        """The §7.1 attributes the runner owns."""
-        return {
-            "exit_status": self.exit_status,
-            "exit_code": self.exit_code,
-            "error": self.error,
-            "failure_reason": self.failure_reason,
-            "duration_ms": self.duration_ms,
-            "stdout_bytes": self.stdout_bytes,
-            "stderr_bytes": self.stderr_bytes,
-            "stdout_truncated": self.stdout_truncated,
-            "stderr_truncated": self.stderr_truncated,
-        }
 
 
 @dataclass(frozen=True)
@@ -193,6 +161,15 @@ class SessionRunner:
             ) from None
         except ClientError as exc:
             code, message = _client_error(exc)
+            if code == "AccessDeniedException" and message.startswith(naming.REASON_ISOLATION_UNAVAILABLE):
+                # The local interpreter cannot isolate sessions here (SPEC §18): nothing was
+                # created; the operator must install bubblewrap (the failure reason says how).
+                raise failure(
+                    SandboxProvisioning,
+                    ISOLATION_UNAVAILABLE,
+                    failure_reason=self._reason(f"start_refused:{code}:{message}"),
+                    reason=naming.REASON_ISOLATION_UNAVAILABLE,
+                ) from None
             if code in _NOT_READY_CODES or (
                 code == "ValidationException" and _NOT_READY_MESSAGE.search(message)
             ):
@@ -404,6 +381,9 @@ class SessionRunner:
                     name=EXECUTE_CODE,
                     arguments={"language": LANGUAGE, "code": code},
                 )
+                exact = _exact_byte_counts(answer)
+                if exact is not None:
+                    accumulator.count_exactly(*exact)
                 consume(answer["stream"], accumulator, cancelled=cancelled)
             except ClientError as exc:
                 code_, message = _client_error(exc)
@@ -430,6 +410,15 @@ class SessionRunner:
 
     def _reason(self, text: str) -> str:
         return cut_utf8(self._redact(text), FAILURE_REASON_MAX_CHARS)
+
+
+def _exact_byte_counts(answer: Any) -> tuple[int, int] | None:
+    """(stdout, stderr) bytes the code wrote, from the local interpreter's response headers."""
+    headers = answer.get("ResponseMetadata", {}).get("HTTPHeaders", {}) if isinstance(answer, dict) else {}
+    values = (headers.get(naming.LOCAL_STDOUT_BYTES_HEADER), headers.get(naming.LOCAL_STDERR_BYTES_HEADER))
+    if not all(isinstance(v, str) and v.isdigit() for v in values):
+        return None
+    return int(values[0]), int(values[1])  # type: ignore[arg-type]
 
 
 def _client_error(exc: Any) -> tuple[str, str]:

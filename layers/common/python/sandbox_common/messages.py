@@ -1,0 +1,57 @@
+"""Sentences an agent can relay to its user, one place for all of them (dispatch, quota, the
+interrupted-call sweep)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from . import naming as n
+
+TENANT_DISABLED = (
+    "Code execution is not enabled for this workspace, so I can't run code here. "
+    "An administrator can enable it."
+)
+NOT_REQUESTED = "This assistant is not configured with a code sandbox, so I can't run code here."
+ISOLATION_UNAVAILABLE = (
+    "The local code sandbox cannot isolate code on this machine, so no code was run; "
+    "an operator needs to install its isolation tools."
+)
+NOT_READY = "The code sandbox for this workspace is still being set up; please try again in a few minutes."
+PREFLIGHT_UNAVAILABLE = "I couldn't confirm that code execution is allowed right now; please try again shortly."
+INTERNAL = "The code sandbox had an internal problem running this call; please try again."
+CALL_ID_REUSED = (
+    "Invalid request: call_id was already used for a different request (other code, agent, "
+    "turn, template or user); use a new call_id."
+)
+STILL_RUNNING = "This call is still running from an earlier attempt; please retry shortly with the same call_id."
+SESSION_START_WAIT = "The sandbox session for this turn is still starting; please retry the call."
+TURN_ENDED = "Invalid request: this turn has ended; start a new turn with a new turn_id."
+TURN_NOT_YOURS = "Invalid request: turn_id belongs to another tenant or agent; start a new turn with a new turn_id."
+SESSION_RESTARTED = (
+    "A new sandbox session was started for this call: variables, imports and files from earlier calls are gone."
+)
+
+
+def cap_exceeded(dimension: str, resets_at: str) -> str:
+    """The sentence, the reset time, and (SPEC §19) the dimension's name literally, e.g.
+    `(cap: tenant_daily)`; anything but a known dimension is named `unknown`."""
+    when = _hhmm(resets_at)
+    if dimension == n.DIM_TENANT_DAILY:
+        sentence = f"I've hit the daily code-execution cap for this workspace; please try again at {when} UTC ({resets_at})."
+    elif dimension == n.DIM_AGENT_HOURLY:
+        sentence = f"I've hit this assistant's hourly code-execution cap; please try again at {when} UTC ({resets_at})."
+    else:
+        dimension = n.DIM_UNKNOWN
+        sentence = (
+            "I couldn't confirm the code-execution quota, so the call was refused to be safe; "
+            f"please try again at {when} UTC ({resets_at})."
+        )
+    return f"{sentence} (cap: {dimension})"
+
+
+def _hhmm(resets_at: str) -> str:
+    try:
+        moment = datetime.strptime(resets_at, "%Y-%m-%dT%H:%M:%SZ")
+        return moment.strftime("%H:%M:%S" if moment.second else "%H:%M")
+    except ValueError:
+        return resets_at

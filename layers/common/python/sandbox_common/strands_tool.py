@@ -19,16 +19,13 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from strands.tools.tools import PythonAgentTool
 from strands.types.tools import ToolResult, ToolSpec, ToolUse
 
 from .tool_input import INVALID_REQUEST, failure_text, input_problem
 from .tool_spec import tool_definition
-
-if TYPE_CHECKING:  # the client module imports this one lazily: no cycle at run time
-    from .agent_client import SandboxTurn
 
 
 def tool_spec() -> ToolSpec:
@@ -40,7 +37,7 @@ def tool_spec() -> ToolSpec:
 class SandboxStrandsTool(PythonAgentTool):
     """A Strands tool for one turn; `next_turn()` gives the next turn's tool."""
 
-    def __init__(self, turn: SandboxTurn) -> None:
+    def __init__(self, turn: Any) -> None:  # agent_client.SandboxTurn (not imported: no import cycle)
         spec = tool_spec()
         super().__init__(spec["name"], spec, self._call)
         self.turn = turn

@@ -115,7 +115,9 @@ INVOCATIONS = TableSpec(
     ),
 )
 # Turn -> owner agent, session (§4.5). Turn ids are per tenant: keyed by (tenant_id, turn_id).
-TURNS = TableSpec("sandbox_turns", pk="tenant_id", sk="turn_id", ttl_attribute="expires_at")
+# "_v2": the key schema changed from (turn_id) and CloudFormation cannot replace a table with a
+# fixed name in place; turn items are 2-day state, so a deployed stage simply gets a new table.
+TURNS = TableSpec("sandbox_turns_v2", pk="tenant_id", sk="turn_id", ttl_attribute="expires_at")
 # Tenant policy, template sandbox blocks and the policy change history, one item collection per tenant.
 TENANTS = TableSpec("sandbox_tenants", pk="tenant_id", sk="item", pitr=True)
 # Powertools idempotency persistence layer defaults: key `id`, TTL `expiration`.

@@ -341,10 +341,13 @@ class SessionRunner:
 
     def _check_readiness(self, interpreter_id: str, session_id: str) -> None:
         from sandbox_common.redaction.stdio import check_readiness, preamble_source
+        from sandbox_common.tools_protocol import installer_source
 
         # The preamble is tiny: its own short deadline, so a hung readiness check cannot eat the
         # time the user's code (and the answer) need.
-        call = self._invoke(interpreter_id, session_id, preamble_source(),
+        # The tools runtime (SPEC §15) installs in the same call, after the redactor: it prints
+        # nothing on success, and its failure only disables tool calls, never the redactor.
+        call = self._invoke(interpreter_id, session_id, preamble_source() + "\n" + installer_source(),
                             timeout_seconds=min(READINESS_TIMEOUT_SECONDS, self.call_timeout_seconds))  # fmt: skip
         outcome = call.outcome
         if call.timed_out:
@@ -374,7 +377,8 @@ class SessionRunner:
             SandboxProvisioning, _READINESS_MESSAGE, failure_reason=reason, reason="readiness_check_failed"
         )
 
-    def _invoke(self, interpreter_id: str, session_id: str, code: str, *, timeout_seconds: float) -> _Invocation:
+    def _invoke(self, interpreter_id: str, session_id: str, code: str, *, timeout_seconds: float,
+                accumulator: StreamAccumulator | None = None) -> _Invocation:  # fmt: skip
         """One executeCode call under the runner's deadline.
 
         The call runs on a daemon reader thread while this thread waits at most until the
@@ -384,7 +388,7 @@ class SessionRunner:
         """
         from botocore.exceptions import BotoCoreError, ClientError
 
-        accumulator = StreamAccumulator(self._head_limit)
+        accumulator = accumulator if accumulator is not None else StreamAccumulator(self._head_limit)
         cancelled = threading.Event()
         done = threading.Event()
         api_error: list[str] = []

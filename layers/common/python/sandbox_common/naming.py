@@ -368,3 +368,22 @@ def ttl_request(spec: TableSpec, stage: str) -> dict | None:
 # --- backstop findings (§8.4) ------------------------------------------------------------------
 # Findings are security evidence: kept for the audit ceiling, expired by DynamoDB TTL.
 FINDINGS_RETENTION_DAYS = 180
+
+
+# --- programmatic tool calling (issue 12, SPEC §15) ---------------------------------------------
+# Bounds of one execute_code that calls tools. The wait bound is configurable per stage
+# (StageConfig.tool_wait_seconds -> ENV_TOOL_WAIT_SECONDS) so tests can prove it quickly.
+TOOLS_MAX_CALLS = 50
+TOOLS_MAX_RESULT_BYTES = 1024 * 1024  # a tool result, serialized as compact JSON (UTF-8)
+TOOLS_MAX_INPUT_BYTES = 256 * 1024  # a tool call's input, serialized (ours: bounds the marker)
+TOOLS_WAIT_SECONDS = 300
+TOOLS_MAX_PER_TEMPLATE = 32
+# A tool name as agent frameworks spell them (Anthropic/Strands: letters, digits, _ and -).
+TOOL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+# Continuations: one item per pause, keyed by the SHA-256 of the secret token the agent holds.
+CONTINUATIONS = TableSpec("sandbox_continuations", pk="continuation_hash", ttl_attribute="expires_at")
+ALL_TABLES = (*ALL_TABLES, CONTINUATIONS)
+ENV_CONTINUATIONS_TABLE = "CONTINUATIONS_TABLE"
+ENV_TOOL_WAIT_SECONDS = "TOOL_WAIT_SECONDS"
+# Item attributes of a template's tool allowlist in the TENANTS table (beside `environment`).
+TEMPLATE_TOOLS_ATTRIBUTE = "tools"

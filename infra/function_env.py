@@ -47,6 +47,8 @@ def function_environment(
             audit_retention_days=config.audit_retention_days,
             stdout_cap_bytes=config.stdout_cap_bytes,
             stderr_cap_bytes=config.stderr_cap_bytes,
+            continuations_table=tables[n.CONTINUATIONS.logical],
+            tool_wait_seconds=config.tool_wait_seconds,
         )
     elif logical == n.QUOTA_CHECK:
         settings = QuotaSettings(

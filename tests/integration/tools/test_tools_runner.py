@@ -59,7 +59,7 @@ def test_tools_runner_output_of_every_slice_is_accumulated_exactly(tools_session
         "import sys\nfrom sandbox_tools import tools\n"
         "print('before')\nsys.stderr.write('e1')\n"
         "x = tools.echo(v='a')\nprint('got', x)\n"
-        "y = tools.echo(v='b')\nsys.stdout.write('end:' + y)\n"
+        "y = tools.echo(v='b')\n_ = sys.stdout.write('end:' + y)\n"
     )
     runner = tools_session.tools()
 

@@ -8,16 +8,26 @@
 `execute_code` generates a fresh call_id per call unless given one (pass the same call_id to
 retry safely: dispatch answers a retry with the first result). With `strands-agents` installed,
 `turn.strands_tool()` returns a ready Strands tool bound to this turn.
+
+Programmatic tool calling (SPEC §15): `SandboxTurn(..., tools={"query_sales": fn})` makes the
+agent's own functions callable from sandboxed code (for names on the template's allowlist).
+`execute_code` then runs the loop itself — each `tool_call` answer runs `fn(**input)` here and
+resumes the code with its result (or, if `fn` raised, with `tool_error`, which the code sees as
+`sandbox_tools.ToolError`) — and returns only the final result, with `tool_calls`.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .aws import SINGLE_ATTEMPT
 from .tool_spec import TOOL_DESCRIPTION, TOOL_NAME
+
+
+TOOL_CALL_STATUS = "tool_call"
 
 
 class DispatchUnavailable(RuntimeError):
@@ -36,6 +46,7 @@ class SandboxTurn:
         user_id: str | None = None,
         invocation_source: str | None = None,
         lambda_client: Any = None,
+        tools: Mapping[str, Callable[..., Any]] | None = None,
     ) -> None:
         self.function_name = function_name
         self.tenant_id = tenant_id
@@ -46,6 +57,7 @@ class SandboxTurn:
         self.invocation_source = invocation_source
         self._client = lambda_client
         self.sandbox: dict[str, Any] = {}
+        self.tools: dict[str, Callable[..., Any]] = dict(tools or {})
 
     # --- transport ------------------------------------------------------------------------------
     def _invoke(self, event: dict[str, Any]) -> dict[str, Any]:
@@ -83,7 +95,28 @@ class SandboxTurn:
                  "code": code}  # fmt: skip
         if self.invocation_source:
             event["invocation_source"] = self.invocation_source
-        return self._invoke(event)
+        response = self._invoke(event)
+        while response.get("ok") and response.get("status") == TOOL_CALL_STATUS:
+            response = self._invoke(self._resume_event(response))
+        return response
+
+    def _resume_event(self, paused: dict[str, Any]) -> dict[str, Any]:
+        """Run the requested tool here and build the `resume` that answers it."""
+        call = paused.get("tool_call") or {}
+        event: dict[str, Any] = {"action": "resume", "tenant_id": self.tenant_id, "agent_id": self.agent_id,
+                                 "turn_id": self.turn_id, "continuation": paused.get("continuation")}  # fmt: skip
+        fn = self.tools.get(str(call.get("name")))
+        if fn is None:
+            event["tool_error"] = f"tool {call.get('name')!r} is not available in this agent runtime"
+            return event
+        try:
+            result = fn(**(call.get("input") or {}))
+            json.dumps(result, allow_nan=False)
+        except Exception as exc:  # noqa: BLE001 - a failing tool is the code's ToolError, not ours
+            event["tool_error"] = f"{type(exc).__name__}: {exc}"
+            return event
+        event["tool_result"] = result
+        return event
 
     def end(self) -> dict[str, Any]:
         return self._invoke({"action": "end_turn", "tenant_id": self.tenant_id, "turn_id": self.turn_id})
@@ -100,14 +133,19 @@ class SandboxTurn:
         self.end()
 
     # --- Strands ----------------------------------------------------------------------------------
-    def strands_tool(self) -> Any:
+    def strands_tool(self, tools: Iterable[Any] = ()) -> Any:
+        """A Strands `execute_code` tool bound to this turn; `tools` (the agent's Strands tools)
+        become callable from the sandboxed code under their tool names (SPEC §15)."""
         try:
             from strands import tool
         except ImportError as exc:
             raise ImportError("strands_tool() needs the `strands-agents` package: pip install strands-agents") from exc
+        for agent_tool in tools:
+            self.tools[str(getattr(agent_tool, "tool_name", None) or agent_tool.__name__)] = agent_tool
         turn = self
+        description = (self.tool or {}).get("description") or TOOL_DESCRIPTION
 
-        @tool(name=TOOL_NAME, description=TOOL_DESCRIPTION)
+        @tool(name=TOOL_NAME, description=description)
         def execute_code(code: str) -> dict[str, Any]:
             """Run Python in the sandbox of this turn.
 

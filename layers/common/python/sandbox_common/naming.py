@@ -381,7 +381,13 @@ TOOLS_MAX_PER_TEMPLATE = 32
 # A tool name as agent frameworks spell them (Anthropic/Strands: letters, digits, _ and -).
 TOOL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
 # Continuations: one item per pause, keyed by the SHA-256 of the secret token the agent holds.
-CONTINUATIONS = TableSpec("sandbox_continuations", pk="continuation_hash", ttl_attribute="expires_at")
+# `by_turn` finds a turn's paused calls (end_turn / reaper end them with their audit row).
+CONTINUATIONS = TableSpec(
+    "sandbox_continuations",
+    pk="continuation_hash",
+    ttl_attribute="expires_at",
+    indexes=(Index("by_turn", pk="turn_id", sk="paused_at"),),
+)
 ALL_TABLES = (*ALL_TABLES, CONTINUATIONS)
 ENV_CONTINUATIONS_TABLE = "CONTINUATIONS_TABLE"
 ENV_TOOL_WAIT_SECONDS = "TOOL_WAIT_SECONDS"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 from dispatch.runner.tools import Finished, Paused, ToolsRunner
 
@@ -222,3 +223,137 @@ def test_tools_runner_state_survives_serialization_between_invocations(tools_ses
 
     # Then the output of both slices is there
     assert final.result.stdout == "a" * 10 + "\nok\n"
+
+
+def test_tools_runner_forged_call_to_unlisted_tool_stops_session(tools_session: ToolsSession) -> None:
+    # Given code that tampers with the runtime to report a call to a tool outside the allowlist
+    code = (
+        "import sys\nrt = sys.modules['_sbx_tools_runtime']\n"
+        "rt._STATE['run'].allow = frozenset({'lookup', 'delete_everything'})\n"
+        "rt.tools.delete_everything(all=True)\n"
+    )
+    runner = tools_session.tools()
+
+    # When executed with only `lookup` allowed
+    outcome = runner.execute(tools_session.interpreter_id, tools_session.session_id, code,
+                             allow=["lookup"], call_ref="c")  # fmt: skip
+
+    # Then the host refuses to relay it: error, session stopped, no tool call reached the agent
+    assert isinstance(outcome, Finished)
+    assert outcome.result.error == "SandboxError"
+    assert outcome.result.failure_reason == "tool_protocol:tool_not_allowed"
+    assert outcome.result.session_stopped is True
+    assert tools_session.alive() is False
+
+
+def test_tools_runner_deadline_counts_running_time_not_tool_wait(tools_session: ToolsSession) -> None:
+    # Given a 2 s per-call deadline and code that runs briefly around a tool call
+    tools_session.runner.call_timeout_seconds = 2
+    runner = tools_session.tools()
+    code = "import time\nfrom sandbox_tools import tools\ntime.sleep(0.3)\nv = tools.t()\ntime.sleep(0.3)\nprint(v)\n"
+    first = runner.execute(tools_session.interpreter_id, tools_session.session_id, code, allow=["t"], call_ref="c")
+    assert isinstance(first, Paused)
+
+    # When the tool takes longer than the whole deadline
+    time.sleep(2.2)
+    final = runner.resume(first.state, tool_result="done")
+
+    # Then the call still ends ok: waiting for a tool is not running time
+    assert final.result.exit_status == "ok"
+    assert final.result.stdout == "done\n"
+    assert 600 <= final.result.duration_ms < 2000
+
+
+def test_tools_runner_running_time_over_slices_hits_the_deadline(tools_session: ToolsSession) -> None:
+    # Given a 2 s deadline and code that runs 1.2 s before and 1.2 s after a tool call
+    tools_session.runner.call_timeout_seconds = 2
+    runner = tools_session.tools()
+    code = "import time\nfrom sandbox_tools import tools\ntime.sleep(1.2)\ntools.t()\ntime.sleep(1.2)\nprint('late')\n"
+    first = runner.execute(tools_session.interpreter_id, tools_session.session_id, code, allow=["t"], call_ref="c")
+    assert isinstance(first, Paused)
+
+    # When resumed
+    final = runner.resume(first.state, tool_result=None)
+
+    # Then the second slice only had what was left: timeout, session stopped
+    assert final.result.exit_status == "timeout"
+    assert final.result.session_stopped is True
+    assert tools_session.alive() is False
+
+
+def test_tools_runner_output_beyond_the_interpreters_limit_still_pauses(tools_session: ToolsSession) -> None:
+    # Given code that prints more than the local interpreter returns (1 MiB) before a tool call
+    code = "from sandbox_tools import tools\nprint('x' * (1536 * 1024))\nprint(tools.t(n=1))\n"
+    runner = tools_session.tools()
+
+    # When executed (the marker is cut off with the output; the runner asks the runtime)
+    first = runner.execute(tools_session.interpreter_id, tools_session.session_id, code, allow=["t"], call_ref="c")
+
+    # Then the call still paused on the right tool call and completes
+    assert isinstance(first, Paused)
+    assert (first.tool_call.name, first.tool_call.input) == ("t", {"n": 1})
+    final = runner.resume(first.state, tool_result="fine")
+    assert final.result.exit_status == "ok"
+    assert final.result.stdout_truncated is True
+
+
+def test_tools_runner_new_run_while_one_is_paused_is_refused(tools_session: ToolsSession) -> None:
+    # Given a call paused on a tool
+    runner = tools_session.tools()
+    first = runner.execute(tools_session.interpreter_id, tools_session.session_id,
+                           "from sandbox_tools import tools\ntools.t()\n", allow=["t"], call_ref="c1")  # fmt: skip
+    assert isinstance(first, Paused)
+
+    # When another tool-calling execution starts in the same session
+    second = runner.execute(tools_session.interpreter_id, tools_session.session_id, "print('second')",
+                            allow=["t"], call_ref="c2")  # fmt: skip
+
+    # Then it is refused without running, and the paused call can still finish
+    assert isinstance(second, Finished)
+    assert second.result.failure_reason == "tool_protocol:busy"
+    assert second.result.stdout == ""
+    assert second.result.session_stopped is False
+    assert runner.resume(first.state, tool_result=1).result.exit_status == "ok"
+
+
+def test_tools_runner_plain_code_cannot_call_tools(tools_session: ToolsSession) -> None:
+    # Given a session with the tools runtime installed
+    # When ordinary (non-tool-calling) code calls a tool
+    result = tools_session.runner.execute(
+        tools_session.interpreter_id, tools_session.session_id,
+        "from sandbox_tools import tools, ToolError\ntry:\n    tools.t()\nexcept ToolError as e:\n    print(type(e).__name__)\n",
+    )  # fmt: skip
+
+    # Then it is refused in the code (no allowlist outside a tool-calling execution)
+    assert result.stdout == "ToolNotAllowed\n"
+
+
+def test_tools_runner_keeps_notebook_semantics(tools_session: ToolsSession) -> None:
+    # Given code with a trailing expression and globals used by a later ordinary call
+    runner = tools_session.tools()
+    first = runner.execute(tools_session.interpreter_id, tools_session.session_id,
+                           "from sandbox_tools import tools\nanswer = tools.t()\nanswer * 2", allow=["t"],
+                           call_ref="c")  # fmt: skip
+
+    # When resumed, and a later plain call reads the variable
+    final = runner.resume(first.state, tool_result=21)
+    later = tools_session.runner.execute(tools_session.interpreter_id, tools_session.session_id, "print(answer)")
+
+    # Then the trailing expression was displayed and the variable lives in the session globals
+    assert final.result.stdout == "42\n"
+    assert later.stdout == "21\n"
+
+
+def test_tools_runner_sys_exit_after_a_tool_call_sets_the_exit_code(tools_session: ToolsSession) -> None:
+    # Given code that exits with 3 after a tool call
+    runner = tools_session.tools()
+    first = runner.execute(tools_session.interpreter_id, tools_session.session_id,
+                           "import sys\nfrom sandbox_tools import tools\ntools.t()\nsys.exit(3)", allow=["t"],
+                           call_ref="c")  # fmt: skip
+
+    # When resumed
+    final = runner.resume(first.state, tool_result=None)
+
+    # Then the exit code is the code's, as for ordinary code
+    assert final.result.exit_code == 3
+    assert final.result.exit_status == "error"

@@ -7,7 +7,7 @@ import time
 
 from dispatch.runner.tools import Finished, Paused, ToolsRunner
 
-from tests.integration.tools.conftest import ToolsSession
+from tests.support.tools_session import ToolsSession
 
 LOOP_50 = """\
 import sandbox_tools

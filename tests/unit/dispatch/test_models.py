@@ -6,7 +6,13 @@ import json
 
 import pytest
 from sandbox_common.errors import SandboxInvalidRequest
-from sandbox_common.models import MAX_CODE_BYTES, ExecuteCodeRequest, parse_dispatch_event, parse_quota_event
+from sandbox_common.models import (
+    MAX_CODE_BYTES,
+    ExecuteCodeRequest,
+    parse_dispatch_event,
+    parse_quota_event,
+    parse_resume_event,
+)
 
 GOOD = {
     "action": "execute_code", "tenant_id": "acme", "agent_id": "agent-7", "template_id": "analyst",
@@ -73,3 +79,28 @@ def test_parse_quota_event_rejects_extra_and_bad_ids() -> None:
     with pytest.raises(SandboxInvalidRequest):
         parse_quota_event({"tenant_id": "acme#2026", "agent_id": "a"})
     assert parse_quota_event({"tenant_id": "acme", "agent_id": "a"}).agent_id == "a"
+
+
+# --- resume (SPEC §15) -------------------------------------------------------------------------
+_RESUME = {"action": "resume", "tenant_id": "acme", "agent_id": "agent-7", "turn_id": "turn-1",
+           "continuation": "A" * 43}  # fmt: skip
+
+
+@pytest.mark.parametrize("answer", [{"tool_result": None}, {"tool_result": {"rows": [1, 2]}}, {"tool_result": 0},
+                                    {"tool_error": "region not found"}])
+def test_parse_resume_event_accepts_exactly_one_answer(answer: dict) -> None:
+    # Given / When a resume with one answer (null is a valid tool result)
+    req = parse_resume_event({**_RESUME, **answer})
+
+    # Then it parses and says which kind of answer it carries
+    assert req.has_result is ("tool_result" in answer)
+
+
+@pytest.mark.parametrize("bad", [{}, {"tool_result": 1, "tool_error": "x"}, {"tool_error": None},
+                                 {"tool_result": 1, "continuation": "short"}, {"tool_result": 1, "extra": 1},
+                                 {"tool_result": 1, "turn_id": "bad id"}, {"tool_error": "x" * (64 * 1024 + 1)}])
+def test_parse_resume_event_refuses_bad_requests(bad: dict) -> None:
+    # Given / When / Then a resume without exactly one answer, a malformed continuation, an
+    # unknown field, a bad id or an oversized error is SandboxInvalidRequest
+    with pytest.raises(SandboxInvalidRequest):
+        parse_resume_event({**_RESUME, **bad})

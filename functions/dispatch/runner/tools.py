@@ -291,6 +291,13 @@ class ToolsRunner:
             reason=f"tool_wait_expired:{seconds}s", session_stopped=True,
         )  # fmt: skip
 
+    def abort(self, state: ToolCallState, *, reason: str, message: str) -> Finished:
+        """End a paused call that cannot continue (e.g. its continuation could not be stored):
+        stop the session so the parked code never runs on; SandboxError with the output so far."""
+        self.runner.stop_session(state.interpreter_id, state.session_id)
+        return self._finish(replace(state, pending=None), exit_status="error", exit_code=None,
+                            error=SandboxError.__name__, message=message, reason=reason, session_stopped=True)  # fmt: skip
+
     # --- one slice ----------------------------------------------------------------------------
     def _slice(self, state: ToolCallState, source: str, deadline_seconds: float | None, *, first: bool) -> Paused | Finished:
         runner = self.runner

@@ -340,14 +340,11 @@ class SessionRunner:
             raise CrossTenantInterpreter("The code sandbox is not available for this request.")
 
     def _check_readiness(self, interpreter_id: str, session_id: str) -> None:
-        from sandbox_common.redaction.stdio import check_readiness, preamble_source
-        from sandbox_common.tools_protocol import installer_source
+        from sandbox_common.redaction.stdio import check_readiness
 
         # The preamble is tiny: its own short deadline, so a hung readiness check cannot eat the
         # time the user's code (and the answer) need.
-        # The tools runtime (SPEC §15) installs in the same call, after the redactor: it prints
-        # nothing on success, and its failure only disables tool calls, never the redactor.
-        call = self._invoke(interpreter_id, session_id, preamble_source() + "\n" + installer_source(),
+        call = self._invoke(interpreter_id, session_id, readiness_source(),
                             timeout_seconds=min(READINESS_TIMEOUT_SECONDS, self.call_timeout_seconds))  # fmt: skip
         outcome = call.outcome
         if call.timed_out:
@@ -434,6 +431,16 @@ class SessionRunner:
 
     def _reason(self, text: str) -> str:
         return cut_utf8(self._redact(text), FAILURE_REASON_MAX_CHARS)
+
+
+def readiness_source() -> str:
+    """The readiness call's code: the stdio redactor's preamble (§6.2), then the tools runtime's
+    installer (§15), which prints nothing on success and whose failure only disables tool calls,
+    never the redactor or its readiness marker."""
+    from sandbox_common.redaction.stdio import preamble_source
+    from sandbox_common.tools_protocol import installer_source
+
+    return preamble_source() + "\n" + installer_source()
 
 
 def _client_error(exc: Any) -> tuple[str, str]:

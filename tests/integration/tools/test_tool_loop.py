@@ -153,3 +153,26 @@ def test_resume_continuation_reused_or_foreign_is_refused_and_runs_nothing(route
     assert reused["error"] == "SandboxInvalidRequest"
     assert tools_session.runner.execute(tools_session.interpreter_id, tools_session.session_id,
                                         "print(count)").stdout == "2\n"  # fmt: skip
+
+
+def test_tool_inputs_and_results_appear_in_no_log_line_nor_stored_item(router: tuple[Router, Any],
+                                                                         capfd: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    # Given distinctive tool input and result values
+    route, client = router
+    secret_input, secret_result = "INPUT-7c1f2b9e", "RESULT-d2a94e01"
+    turn = _turn(client, query_sales=lambda region: secret_result)
+    capfd.readouterr()
+
+    # When code calls the tool (the runner logs what it logs; the store keeps its items)
+    result = turn.execute_code(f"from sandbox_tools import tools\nv = tools.query_sales(region={secret_input!r})\n")
+    items = aws.client("dynamodb").scan(TableName=route.store.table_name)["Items"]
+
+    # Then neither value is in any log line or stored item (the call still happened)
+    logs = capfd.readouterr()
+    assert result["tool_calls"] == 1
+    assert len(items) == 1
+    stored = repr(items) + __import__("zlib").decompress(bytes(items[0]["state"]["B"])).decode()
+    for value in (secret_input, secret_result):
+        assert value not in logs.out
+        assert value not in logs.err
+        assert value not in stored

@@ -26,7 +26,6 @@ from typing import Any
 from .aws import SINGLE_ATTEMPT
 from .tool_spec import TOOL_DESCRIPTION, TOOL_NAME
 
-
 TOOL_CALL_STATUS = "tool_call"
 
 

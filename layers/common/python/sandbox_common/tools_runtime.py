@@ -141,13 +141,13 @@ def _call_tool(name, kwargs):
     try:
         payload = json.dumps(kwargs, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError) as exc:
-        raise ToolError("tool input is not JSON-serializable: %s" % exc) from None
+        raise ToolError(f"tool input is not JSON-serializable: {exc}") from None
     size = len(payload.encode("utf-8", "surrogatepass"))
     if size > run.max_input_bytes:
-        raise ToolError("tool input is %d bytes, over the %d-byte limit" % (size, run.max_input_bytes))
+        raise ToolError(f"tool input is {size} bytes, over the {run.max_input_bytes}-byte limit")
     with run.call_lock:
         if run.calls >= run.max_calls:
-            raise ToolCallLimit("this execute_code already made %d tool calls, the maximum" % run.max_calls)
+            raise ToolCallLimit(f"this execute_code already made {run.max_calls} tool calls, the maximum")
         run.calls += 1
         call = _Call(run.calls, name, payload)
         run.pending = call
@@ -164,7 +164,7 @@ def _main_ident():
 
 def _not_allowed(name, allow):
     listed = ", ".join(sorted(allow)) or "none"
-    return "tool %r is not available to this code (allowed: %s)" % (name, listed)
+    return f"tool {name!r} is not available to this code (allowed: {listed})"
 
 
 class _Tools:
@@ -272,7 +272,7 @@ def start(code_b64, config, namespace):
     code = base64.b64decode(code_b64).decode("utf-8")
     run = _Run(config.get("allow", ()), int(config["max_calls"]), int(config["max_input_bytes"]))
     _STATE["cell"] += 1
-    filename = "<tools-cell-%d>" % _STATE["cell"]
+    filename = f"<tools-cell-{_STATE['cell']}>"
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     _STATE["run"] = run
     previous = threading.stack_size()

@@ -357,3 +357,21 @@ def test_tools_runner_sys_exit_after_a_tool_call_sets_the_exit_code(tools_sessio
     # Then the exit code is the code's, as for ordinary code
     assert final.result.exit_code == 3
     assert final.result.exit_status == "error"
+
+
+def test_tools_runner_output_beyond_the_interpreters_limit_at_the_end_still_finishes(tools_session: ToolsSession) -> None:
+    # Given code that calls a tool, then prints more than the local interpreter returns and ends
+    code = "from sandbox_tools import tools\nv = tools.t()\nprint(v * (1536 * 1024))\n"
+    runner = tools_session.tools()
+    first = runner.execute(tools_session.interpreter_id, tools_session.session_id, code, allow=["t"], call_ref="c")
+    assert isinstance(first, Paused)
+
+    # When resumed (the end marker is cut off with the output; the runner asks the runtime)
+    final = runner.resume(first.state, tool_result="z")
+
+    # Then the call ended ok (not a protocol error), the session kept, output truncated
+    assert isinstance(final, Finished)
+    assert final.result.exit_status == "ok", final.result.failure_reason
+    assert final.result.session_stopped is False
+    assert final.result.stdout_truncated is True
+    assert final.tool_calls == 1

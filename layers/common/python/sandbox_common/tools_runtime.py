@@ -94,7 +94,7 @@ class _Run:
         self.thread = None
 
 
-_STATE = {"run": None, "cell": 0}
+_STATE = {"run": None, "cell": 0, "last_calls": None}  # last_calls: tool calls of the run that ended last
 
 
 class _Relay:
@@ -253,6 +253,7 @@ def _drive(run):
         _pump(queue)
     if run.finished:
         _STATE["run"] = None
+        _STATE["last_calls"] = run.calls
         _emit({"state": STATE_DONE, "calls": run.calls})
         exc, run.exc = run.exc, None
         if exc is not None:
@@ -275,6 +276,7 @@ def start(code_b64, config, namespace):
     filename = f"<tools-cell-{_STATE['cell']}>"
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     _STATE["run"] = run
+    _STATE["last_calls"] = None
     previous = threading.stack_size()
     try:
         threading.stack_size(WORKER_STACK_BYTES)
@@ -315,6 +317,8 @@ def status():
     if run is not None and not run.finished and run.pending is not None:
         call = run.pending
         _emit({"state": STATE_TOOL_CALL, "seq": call.seq, "name": call.name, "input": call.payload})
+    elif run is None and _STATE["last_calls"] is not None:  # the last slice ended the code
+        _emit({"state": STATE_DONE, "calls": _STATE["last_calls"]})
     else:
         _emit({"state": STATE_IDLE if run is None else STATE_BUSY, "seq": 0})
 

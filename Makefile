@@ -8,7 +8,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_VERSION_CHECK := 1
 
-.PHONY: help install demo test synth synth-all bench lint reliability clean
+.PHONY: help install os-deps demo test synth synth-all bench lint reliability clean
 
 help:
 	@echo "make demo        install, synthesize every stage, run one agent turn on the local stack"
@@ -19,6 +19,27 @@ help:
 	@echo "make reliability full fault/fuzz/concurrency suite; writes tests/reliability/REPORT.md"
 
 install: .venv/.installed node_modules/.installed
+
+# Local interpreter sessions run under bubblewrap, PUBLIC ones with slirp4netns user-mode
+# networking (SPEC §18): without them the local interpreter refuses to start sessions. Installed
+# here when this can be done (root with apt-get), else make stops and names the one command to run.
+# SANDBOX_LOCAL_UNISOLATED=1 (sessions then run unisolated, with a warning on every start) lets
+# make carry on without them.
+OS_TOOLS := bwrap slirp4netns
+OS_PACKAGES := bubblewrap slirp4netns
+os-deps:
+	@missing=""; for t in $(OS_TOOLS); do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing $(OS_PACKAGES) (isolation of local interpreter sessions; missing:$$missing)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(OS_PACKAGES) >/dev/null \
+	    || { echo "apt-get could not install $(OS_PACKAGES)" >&2; exit 1; }; \
+	elif [ "$${SANDBOX_LOCAL_UNISOLATED:-}" = 1 ]; then \
+	  echo "WARNING: missing$$missing; SANDBOX_LOCAL_UNISOLATED=1: local sessions will run UNISOLATED" >&2; \
+	else \
+	  echo "local sessions need bubblewrap and slirp4netns (missing:$$missing); run:  sudo apt-get install -y $(OS_PACKAGES)" >&2; \
+	  exit 1; \
+	fi
 
 .venv/.installed: pyproject.toml constraints.txt
 	python3 -m venv .venv
@@ -44,16 +65,16 @@ synth-all: install
 	  ls cdk.out/$$s/*.template.json | sed 's/^/   /'; \
 	done
 
-demo: install synth-all
+demo: os-deps install synth-all
 	$(PY) -m infra.local.demo
 
-test: install
+test: os-deps install
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
-bench: install
+bench: os-deps install
 	$(PY) -m pytest -q tests/benchmarks --bench-full -s
 
-reliability: install
+reliability: os-deps install
 	$(PY) -m pytest -q tests/reliability --reliability-full
 
 lint: install

@@ -64,7 +64,7 @@ def dispatcher() -> Dispatcher:
                                   ttl_seconds=settings.cache_ttl_seconds, ssm=aws.client("ssm"), ddb=ddb),
         turns=TurnStore(table_name=settings.turns_table, ddb=ddb),
         audit_writer=AuditWriter(table_name=settings.invocations_table, dlq_url=settings.audit_dlq_url,
-                                 ddb=ddb, sqs=aws.client("sqs")),
+                                 ddb=ddb, sqs=aws.client("sqs"), spool_path=settings.audit_spool_path or None),
         runner_factory=runner_for,
         price_per_call=price_per_call,
     )  # fmt: skip

@@ -11,6 +11,10 @@ TENANT_DISABLED = (
     "An administrator can enable it."
 )
 NOT_REQUESTED = "This assistant is not configured with a code sandbox, so I can't run code here."
+ISOLATION_UNAVAILABLE = (
+    "The local code sandbox cannot isolate code on this machine, so no code was run; "
+    "an operator needs to install its isolation tools."
+)
 NOT_READY = "The code sandbox for this workspace is still being set up; please try again in a few minutes."
 PREFLIGHT_UNAVAILABLE = "I couldn't confirm that code execution is allowed right now; please try again shortly."
 INTERNAL = "The code sandbox had an internal problem running this call; please try again."
@@ -20,15 +24,20 @@ SESSION_RESTARTED = (
 
 
 def cap_exceeded(dimension: str, resets_at: str) -> str:
+    """The sentence, the reset time, and (SPEC §19) the dimension's name literally, e.g.
+    `(cap: tenant_daily)`; anything but a known dimension is named `unknown`."""
     when = _hhmm(resets_at)
     if dimension == n.DIM_TENANT_DAILY:
-        return f"I've hit the daily code-execution cap for this workspace; please try again at {when} UTC ({resets_at})."
-    if dimension == n.DIM_AGENT_HOURLY:
-        return f"I've hit this assistant's hourly code-execution cap; please try again at {when} UTC ({resets_at})."
-    return (
-        "I couldn't confirm the code-execution quota, so the call was refused to be safe; "
-        f"please try again at {when} UTC ({resets_at})."
-    )
+        sentence = f"I've hit the daily code-execution cap for this workspace; please try again at {when} UTC ({resets_at})."
+    elif dimension == n.DIM_AGENT_HOURLY:
+        sentence = f"I've hit this assistant's hourly code-execution cap; please try again at {when} UTC ({resets_at})."
+    else:
+        dimension = n.DIM_UNKNOWN
+        sentence = (
+            "I couldn't confirm the code-execution quota, so the call was refused to be safe; "
+            f"please try again at {when} UTC ({resets_at})."
+        )
+    return f"{sentence} (cap: {dimension})"
 
 
 def _hhmm(resets_at: str) -> str:

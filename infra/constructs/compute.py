@@ -278,7 +278,8 @@ class ComputeConstruct(Construct):
         )
         role.add_to_policy(
             iam.PolicyStatement(
-                sid="AssumeTenantRunnerRoles", actions=["sts:AssumeRole"], resources=[runner_roles]
+                # TagSession: AssumeRole carries the tenant session tag the runner roles require.
+                sid="AssumeTenantRunnerRoles", actions=["sts:AssumeRole", "sts:TagSession"], resources=[runner_roles]
             )
         )
         _acknowledge_wildcard(

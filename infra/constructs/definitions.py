@@ -29,6 +29,28 @@ RUNNER_ACTIONS: tuple[str, ...] = (
 )
 
 
+def runner_trust(principal: dict[str, object], tenant_id: str) -> dict[str, object]:
+    """Trust policy of a tenant's session-runner role: the dispatch role may assume it only
+    while tagging the session `tenant_id` = this tenant (issue 10). `sts:TagSession` must be
+    allowed for a tagged AssumeRole; the condition on `aws:RequestTag` makes the tag required
+    (an untagged or differently tagged request does not match), and `aws:TagKeys` allows no
+    other tag."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": principal,
+                "Action": ["sts:AssumeRole", "sts:TagSession"],
+                "Condition": {
+                    "StringEquals": {f"aws:RequestTag/{n.RUNNER_SESSION_TAG_TENANT}": tenant_id},
+                    "ForAllValues:StringEquals": {"aws:TagKeys": [n.RUNNER_SESSION_TAG_TENANT]},
+                },
+            }
+        ],
+    }
+
+
 def function_timeout_seconds(config: StageConfig, logical: str) -> int:
     """Lambda timeouts: dispatch outlives one call's deadline plus session start and audit."""
     return {

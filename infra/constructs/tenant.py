@@ -17,7 +17,7 @@ from constructs import Construct
 from sandbox_common import naming as n
 
 from infra.config import StageConfig, TenantConfig
-from infra.constructs.definitions import RUNNER_ACTIONS, interpreter_names, tenant_substrate
+from infra.constructs.definitions import RUNNER_ACTIONS, interpreter_names, runner_trust, tenant_substrate
 from infra.constructs.observability import cap_breach_spike_alarm_props
 
 AGENTCORE_SERVICE = "bedrock-agentcore.amazonaws.com"
@@ -53,8 +53,9 @@ class ShardShared:
                 },
             },
         )
-        # Session-runner roles: trusted by the dispatch role only.
-        self.dispatch_trust = _trust({"AWS": dispatch_role_arn(stack, config.name)})
+        # Session-runner roles: trusted by the dispatch role only, and only with the session tag
+        # naming the role's own tenant (see `runner_trust`).
+        self.dispatch_principal = {"AWS": dispatch_role_arn(stack, config.name)}
         self.alarm_action_arns = alarm_action_arns
 
 
@@ -123,7 +124,7 @@ class TenantConstruct(Construct):
             self,
             "SessionRunnerRole",
             role_name=n.runner_role_name(self._config.name, self._tenant.id),
-            assume_role_policy_document=self._shared.dispatch_trust,
+            assume_role_policy_document=runner_trust(self._shared.dispatch_principal, self._tenant.id),
             max_session_duration=3600,
             description=f"Session runner for tenant {self._tenant.id}: only this tenant's interpreters",
             policies=[

@@ -117,10 +117,14 @@ class _Worker:
         except (BrokenPipeError, OSError) as exc:
             self.kill()
             raise WorkerGone(f"worker exited: {exc}") from None
-        line = self._next_line(timeout)
-        if line is None:
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:  # still running at the deadline: the function timed out
             self.kill()
-            raise WorkerGone("timeout" if self.proc.returncode in (None, -signal.SIGKILL) else "exited")
+            raise WorkerGone("timeout") from None
+        if line is None:  # EOF before an answer: the worker died (killed, crashed), at once reported
+            self.kill()
+            raise WorkerGone("exited")
         return json.loads(line)
 
     def kill(self) -> None:
@@ -282,8 +286,24 @@ def _make_handler(emulator: LambdaEmulator) -> type[BaseHTTPRequestHandler]:
                 self._error(404, "UnknownOperationException", "Unknown operation", str(uuid.uuid4()))
 
         def do_POST(self) -> None:  # noqa: N802 - stdlib name
+            # Every request gets an answer (issue 10): whatever breaks while handling it becomes
+            # a structured ServiceException, never a closed connection.
             request_id = str(uuid.uuid4())
-            length = int(self.headers.get("Content-Length") or 0)
+            try:
+                self._post(request_id)
+            except Exception as exc:  # noqa: BLE001 - the emulator's last line of defence
+                self.log_message("request %s failed: %s", request_id, type(exc).__name__)
+                try:
+                    self._error(500, "ServiceException", f"internal error ({type(exc).__name__})", request_id)
+                except OSError:
+                    pass  # the client is gone
+
+        def _post(self, request_id: str) -> None:
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                self._error(400, "InvalidRequestContentException", "Invalid Content-Length", request_id)
+                return
             raw = self.rfile.read(length) if length else b""
             path = self.path.split("?", 1)[0]
             if not (path.startswith(_INVOKE_PREFIX) and path.endswith(_INVOKE_SUFFIX)):
@@ -311,6 +331,20 @@ def _make_handler(emulator: LambdaEmulator) -> type[BaseHTTPRequestHandler]:
                     "Could not parse request body into json",
                     request_id,
                 )
+                return
+            except RecursionError:
+                # Valid JSON nested deeper than Python's parser goes: Lambda accepts the request
+                # and the Python runtime fails to unmarshal the event; answer what it answers.
+                body = json.dumps(
+                    {
+                        "errorMessage": "Unable to unmarshal input: maximum recursion depth exceeded",
+                        "errorType": "Runtime.UnmarshalError",
+                        "requestId": request_id,
+                        "stackTrace": [],
+                    }
+                )
+                headers = {"x-amzn-RequestId": request_id, "X-Amz-Function-Error": "Unhandled"}
+                self._send(200, body.encode("utf-8"), headers)
                 return
             invocation_type = self.headers.get("X-Amz-Invocation-Type", "RequestResponse")
             if invocation_type == "DryRun":

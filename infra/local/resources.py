@@ -19,6 +19,7 @@ from infra.constructs.definitions import (
     RUNNER_ACTIONS,
     global_parameters,
     interpreter_names,
+    runner_trust,
     tenant_substrate,
 )
 
@@ -81,18 +82,8 @@ def create_resources(config: StageConfig, clients: Any, *, region: str = LOCAL_R
         ]
         role = iam.create_role(
             RoleName=n.runner_role_name(stage, tenant.id),
-            AssumeRolePolicyDocument=json.dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [
-                        {
-                            "Effect": "Allow",
-                            "Principal": {"AWS": dispatch_role_arn},
-                            "Action": "sts:AssumeRole",
-                        }
-                    ],
-                }
-            ),
+            # The same trust policy the CDK stack gives it (one definition).
+            AssumeRolePolicyDocument=json.dumps(runner_trust({"AWS": dispatch_role_arn}, tenant.id)),
         )["Role"]
         iam.put_role_policy(
             RoleName=role["RoleName"],

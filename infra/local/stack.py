@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox_common.aws import SINGLE_ATTEMPT
+from sandbox_common.naming import ENV_LOCAL_UNISOLATED, ENV_SESSION_PYTHON
 
 from infra.local.resources import LOCAL_REGION, LocalResources
 
@@ -188,7 +189,8 @@ def _spawn(directory: Path, name: str, argv: list[str], env: dict[str, str]) -> 
             start_new_session=True,  # own process group: `down` stops it and all its children
         )
     proc.returncode = 0  # detached on purpose: never waited for by this (short-lived) process
-    return {"pid": proc.pid, "pgid": proc.pid, "marker": argv[2], "log": str(log)}
+    # argv and env are kept in the state file so `up` can restart this one part alone.
+    return {"pid": proc.pid, "pgid": proc.pid, "marker": argv[2], "log": str(log), "argv": argv, "env": env}
 
 
 def _wait_http(url: str, process: dict[str, Any], deadline: float) -> None:
@@ -209,7 +211,9 @@ def _wait_http(url: str, process: dict[str, Any], deadline: float) -> None:
 
 
 def _base_env() -> dict[str, str]:
-    keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONDONTWRITEBYTECODE")
+    # + the local interpreter's isolation settings (SPEC §18: escape hatch, session Python)
+    keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONDONTWRITEBYTECODE",
+            ENV_LOCAL_UNISOLATED, ENV_SESSION_PYTHON)
     env = {k: os.environ[k] for k in keep if k in os.environ}
     return {**env, **FAKE_CREDENTIALS, "AWS_REGION": LOCAL_REGION, "AWS_DEFAULT_REGION": LOCAL_REGION}
 
@@ -247,12 +251,23 @@ def status(directory: Path | None = None) -> dict[str, Any]:
         name: {**proc, "alive": process_alive(int(proc["pid"]), proc["marker"])}
         for name, proc in state.data["processes"].items()
     }
+    interpreter = processes.get("interpreter")
     return {
         "running": bool(processes) and all(p["alive"] for p in processes.values()),
         "state_dir": str(state.directory),
         "stage": state.data["stage"],
         "processes": processes,
+        "isolation": interpreter_isolation(interpreter["endpoint"]) if interpreter and interpreter["alive"] else None,
     }
+
+
+def interpreter_isolation(endpoint: str) -> dict[str, Any] | None:
+    """The isolation the local interpreter enforces (its GET /_local/isolation), None if it does not answer."""
+    try:
+        with urllib.request.urlopen(f"{endpoint}/_local/isolation", timeout=5) as answer:
+            return dict(json.loads(answer.read()))
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
 
 
 def up(
@@ -270,13 +285,59 @@ def up(
                     f"a local stack for stage {state.data['stage']!r} is running in {directory}; run `local down` first"
                 )
             return state, False
-        if current["processes"]:  # a broken leftover: stop what is left of it, start clean
+        if current["processes"]:
+            # A part died. While the emulated AWS (moto) lives, restart only the dead parts on
+            # their old ports: audit rows, counters and overrides are kept, and every endpoint
+            # the others know stays valid. Otherwise stop what is left and start clean.
+            restarted = _restart_dead_parts(directory, current, stage)
+            if restarted is not None:
+                return restarted, True
             _down_locked(directory)
         try:
             return _start(directory, stage, max_concurrency), True
         except BaseException:
             _down_locked(directory)
             raise
+
+
+def _health_url(component: str, endpoint: str) -> str:
+    # Imported here like the other start-up modules: `sandboxctl` commands that never start a
+    # stack do not pay for the emulator's imports.
+    from infra.local.lambda_emulator import HEALTH_PATH
+
+    return endpoint + {"moto": "/moto-api/", "interpreter": "/ping", "lambda": HEALTH_PATH}[component]
+
+
+def _restart_dead_parts(directory: Path, current: dict[str, Any], stage: str) -> LocalState | None:
+    """Restart the dead interpreter and/or Lambda emulator of a stack whose moto is alive, each
+    with its recorded command line (same port). None when that is not possible (moto dead, a
+    state from before argv was recorded, another stage, a port taken): the caller starts clean."""
+    state = read_state(directory)
+    processes = current["processes"]
+    if (
+        state is None
+        or state.data.get("stage") != stage
+        or "resources" not in state.data
+        or set(processes) != set(COMPONENTS)
+        or not processes["moto"]["alive"]
+        or any("argv" not in p for p in state.data["processes"].values())
+    ):
+        return None
+    deadline = time.time() + START_TIMEOUT_SECONDS
+    for name in COMPONENTS:
+        if processes[name]["alive"]:
+            continue
+        old = state.data["processes"][name]
+        _stop_group(old)  # whatever the dead part left behind (its sessions, its workers)
+        fresh = _spawn(directory, name, list(old["argv"]), dict(old["env"]))
+        fresh["endpoint"] = old["endpoint"]
+        state.data["processes"][name] = fresh
+        _write_state(directory, state.data)
+        try:
+            _wait_http(_health_url(name, fresh["endpoint"]), fresh, deadline)
+        except LocalStackError:
+            return None
+    return state
 
 
 def down(directory: Path | None = None) -> dict[str, Any]:
@@ -357,6 +418,8 @@ def _start(directory: Path, stage: str, max_concurrency: int) -> LocalState:
         "AWS_ENDPOINT_URL": moto["endpoint"],
         "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE": interp["endpoint"],
         "AWS_ENDPOINT_URL_LAMBDA": lambda_endpoint,
+        # The audit writer's last resort while the emulated AWS (table and DLQ) is down.
+        n.ENV_AUDIT_SPOOL: str(directory / n.LOCAL_AUDIT_SPOOL_FILE),
         **FAKE_CREDENTIALS,
         "AWS_REGION": LOCAL_REGION,
         "AWS_DEFAULT_REGION": LOCAL_REGION,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -88,6 +89,7 @@ def _local(args: argparse.Namespace) -> int:
                     ("running" if data["running"] else "not running")
                     + f" (state {data['state_dir']})\n"
                     + render.table(rows, ["component", "pid", "alive", "endpoint", "log"])
+                    + _isolation_line(data.get("isolation"))
                 ),
             )
     except stack.LocalStackError as exc:
@@ -95,17 +97,51 @@ def _local(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _isolation_line(isolation: dict[str, Any] | None) -> str:
+    """One paragraph: the isolation the local interpreter enforces (SPEC §18)."""
+    if not isolation:
+        return ""
+    if isolation.get("strategy") == "bwrap":
+        limits = isolation["limits"]
+        return (
+            f"\n\nisolation: bwrap; uid: {isolation['uid']}\n"
+            f"  network SANDBOX: {isolation['network']['SANDBOX']}\n"
+            f"  network PUBLIC: {isolation['network']['PUBLIC']}\n"
+            f"  limits ({limits['mechanism']}): memory {limits['session_memory']}, {limits['process_memory_mb']} MiB "
+            f"per process; {limits['session_tasks']} tasks per session; {limits['cpu_seconds_per_process']} CPU-s "
+            f"per process; files {limits['file_size_mb']} MiB; /tmp {limits['tmp_mb']} MiB"
+        )
+    if isolation.get("strategy") == "unisolated":
+        return f"\n\nisolation: NONE. WARNING: {isolation['warning']}"
+    return f"\n\nisolation: unavailable, every session is refused: {isolation.get('refusing')}"
+
+
 # --- dispatch --------------------------------------------------------------------------------
 def _invoke(args: argparse.Namespace, target: Any) -> int:
     from infra.sandboxctl import ops
 
     try:
-        event = json.loads(args.event)
+        event = json.loads(_event_text(args.event))
     except ValueError as exc:
         raise CtlError(f"the event is not valid JSON: {exc}") from None
     response = ops.invoke(target, event)
     print(json.dumps(response, indent=None if args.json else 2, sort_keys=True))
     return EXIT_OK
+
+
+def _event_text(arg: str) -> str:
+    """SPEC §19: `-` reads the event from standard input, `@PATH` from a file, anything else is
+    the event itself (one argument is limited to 128 KiB; stdin and files are not)."""
+    if arg == "-":
+        return sys.stdin.read()
+    if arg.startswith("@"):
+        path = arg[1:]
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CtlError(f"cannot read the event from {path!r}: {type(exc).__name__}: {exc.args[-1]}") from None
+    return arg
 
 
 # --- caps ------------------------------------------------------------------------------------

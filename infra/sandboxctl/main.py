@@ -107,7 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
     invoke = commands.add_parser(
         "invoke", help="invoke dispatch with a JSON event and print its response", parents=[late]
     )
-    invoke.add_argument("event", help='the dispatch event as JSON, e.g. \'{"action": "begin_turn", ...}\'')
+    invoke.add_argument(
+        "event",
+        help='the dispatch event as JSON, e.g. \'{"action": "begin_turn", ...}\'; '
+        "`-` reads it from standard input, `@PATH` from a file",
+    )
 
     caps = commands.add_parser("caps", help="read/write the circuit-breaker caps in SSM")
     caps_cmd = caps.add_subparsers(dest="caps_command", metavar="ACTION", required=True)

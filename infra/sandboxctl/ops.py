@@ -15,6 +15,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 from sandbox_common import naming as n
+from sandbox_common.audit import AuditWriter, drain_spool
 from sandbox_common.models import TenantSubstrate
 from sandbox_common.tool_spec import validate_tool_names
 from sandbox_common.windows import Windows, iso_z, iso_z_ms, utc_now
@@ -454,6 +455,11 @@ def audit_replay(target: Target, *, max_messages: int = 10_000) -> dict[str, Any
                     continue
                 counts["duplicates"] += 1
             sqs.delete_message(QueueUrl=target.audit_dlq_url, ReceiptHandle=message["ReceiptHandle"])
+    if target.audit_spool:
+        # Local stack: rows spooled while its emulated AWS was down, through the same writer.
+        writer = AuditWriter(table_name=target.table(n.INVOCATIONS), dlq_url=target.audit_dlq_url, ddb=ddb, sqs=sqs)
+        for key, value in drain_spool(target.audit_spool, writer).items():
+            counts[key] += value
     return counts
 
 

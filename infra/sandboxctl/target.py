@@ -24,6 +24,7 @@ class Target:
     audit_dlq_url: str
     _make_client: Callable[[str], Any]
     _clients: dict[str, Any] = field(default_factory=dict)
+    audit_spool: str | None = None  # local stack: rows spooled while its emulated AWS was down
 
     def client(self, service: str) -> Any:
         if service not in self._clients:
@@ -72,6 +73,7 @@ def local_target(state: Any) -> Target:
         quota_function=resources.functions[n.QUOTA_CHECK],
         audit_dlq_url=resources.audit_dlq_url,
         _make_client=state.client,
+        audit_spool=str(state.directory / n.LOCAL_AUDIT_SPOOL_FILE),
     )
 
 

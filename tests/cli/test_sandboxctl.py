@@ -337,6 +337,21 @@ def test_audit_replay_keeps_messages_that_are_not_rows(cli_env: dict[str, str]) 
     sqs.purge_queue(QueueUrl=state.resources.audit_dlq_url)
 
 
+def test_audit_replay_drains_the_local_spool_through_the_writer(cli_env: dict[str, str]) -> None:
+    # Given two rows the dispatch worker spooled while the emulated AWS was down (same row twice)
+    state = _state(cli_env)
+    row = _row("acme", "agent-spool", "sess-spool", "2026-01-03T10:00:00.000Z")
+    spool = state.directory / n.LOCAL_AUDIT_SPOOL_FILE
+    spool.write_text((json.dumps(row) + "\n") * 2)
+    # When the audit trail is replayed
+    counts = ctl_json(cli_env, "audit", "replay")
+    # Then the row is written once (the second line is a duplicate) and the spool is empty
+    assert counts == {"replayed": 1, "duplicates": 1, "invalid": 0, "failed": 0}
+    assert spool.read_text() == ""
+    (listed,) = ctl_json(cli_env, "audit", "list", "--tenant", "acme", "--session", "sess-spool")
+    assert listed["invocation_id"] == row["invocation_id"] and listed["stdout_truncated"] is False
+
+
 # --- counters and findings -------------------------------------------------------------------
 def test_counters_show_reads_the_quota_functions_counters(cli_env: dict[str, str]) -> None:
     # Given three admitted calls through the real quota function (via the Lambda emulator)
@@ -413,6 +428,54 @@ def test_invoke_rejects_non_json_event(cli_env: dict[str, str]) -> None:
     out = ctl(cli_env, "invoke", "{not json")
     # Then exit 1 with a one-line reason, before anything is sent
     _assert_one_line_failure(out, 1, "not valid JSON")
+
+
+def _big_event(turn: str) -> str:
+    # ~250 KiB of code: over the 128 KiB one argument may hold, under the 256 KiB code limit.
+    code = "x = 41\n" + ("# padding padding padding padding padding padding padding\n" * 4450) + "print(x + 1)\n"
+    assert 250 * 1024 <= len(code.encode()) <= 256 * 1024
+    base = {"tenant_id": "acme", "agent_id": "agent-big", "template_id": "analyst", "turn_id": turn}
+    return json.dumps({"action": "execute_code", **base, "call_id": f"c-{turn}", "code": code})
+
+
+def test_invoke_dash_reads_a_250_kib_event_from_stdin(cli_env: dict[str, str]) -> None:
+    # Given a ~250 KiB execute_code event (too big for one argument)
+    turn = f"turn-{uuid.uuid4().hex[:8]}"
+    begin = {"action": "begin_turn", "tenant_id": "acme", "agent_id": "agent-big", "template_id": "analyst",
+             "turn_id": turn}  # fmt: skip
+    ctl_json(cli_env, "invoke", json.dumps(begin))
+    event = _big_event(turn)
+    assert len(event) > 128 * 1024
+    # When it is piped to `sandboxctl invoke -`
+    out = subprocess.run([SANDBOXCTL, "--json", "invoke", "-"], env=cli_env, input=event, capture_output=True,
+                         text=True, timeout=180)  # fmt: skip
+    # Then dispatch ran it
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["stdout"] == "42\n"
+    ctl_json(cli_env, "invoke", json.dumps({"action": "end_turn", "tenant_id": "acme", "turn_id": turn}))
+
+
+def test_invoke_at_path_reads_the_event_from_a_file(cli_env: dict[str, str], tmp_path: Path) -> None:
+    # Given the same ~250 KiB event in a file
+    turn = f"turn-{uuid.uuid4().hex[:8]}"
+    begin = {"action": "begin_turn", "tenant_id": "acme", "agent_id": "agent-big", "template_id": "analyst",
+             "turn_id": turn}  # fmt: skip
+    ctl_json(cli_env, "invoke", json.dumps(begin))
+    path = tmp_path / "event.json"
+    path.write_text(_big_event(turn))
+    # When invoked as `sandboxctl invoke @PATH`
+    response = ctl_json(cli_env, "invoke", f"@{path}")
+    # Then dispatch ran it
+    assert response["stdout"] == "42\n"
+    ctl_json(cli_env, "invoke", json.dumps({"action": "end_turn", "tenant_id": "acme", "turn_id": turn}))
+
+
+def test_invoke_at_missing_path_is_a_one_line_failure(cli_env: dict[str, str], tmp_path: Path) -> None:
+    # Given a path that does not exist
+    # When
+    out = ctl(cli_env, "invoke", f"@{tmp_path / 'nope.json'}")
+    # Then exit 1 with one line naming the file
+    _assert_one_line_failure(out, 1, "nope.json", "cannot read the event")
 
 
 def test_pilot_fails_when_the_turn_gets_no_sandbox(cli_env: dict[str, str]) -> None:

@@ -75,7 +75,21 @@ def render(*, records: dict[str, list[dict[str, Any]]], outcomes: dict[str, str]
         out += _table(["scenario", "threads", "calls", "what was measured", "result"], rows)
         out.append("")
 
-    for section, title in (("isolation", "Isolation"), ("data_safety", "Data safety")):
+    local = records.get("local_isolation", [])
+    if local:
+        out += [
+            "## Local sandbox isolation (SPEC §18)",
+            "",
+            "Attacks of the security pass, run from inside real local sessions (bubblewrap, a uid per session, "
+            "network namespaces, cgroups) or through dispatch; `observed` is what the attack got in this run. "
+            "What the local stack does not isolate is listed in the README (Local isolation).",
+            "",
+        ]
+        rows = [[r["attack"], r["mode"], r["observed"], _held(outcomes, r["nodeid"])] for r in local]
+        out += _table(["attack", "network mode", "observed", "result"], rows)
+        out.append("")
+
+    for section, title in (("isolation", "Isolation"), ("data_safety", "Data safety"), ("redaction", "Redaction")):
         items = records.get(section, [])
         if items:
             out += [f"## {title}", ""]

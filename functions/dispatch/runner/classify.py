@@ -78,7 +78,9 @@ def classify(
             "error",
             SandboxError,
             f"The sandbox stream failed ({stream_error}) before the result was complete; please try again.",
-            f"stream_exception:{stream_error}:{stream_error_message[:200]}".rstrip(":"),
+            # Whole message: the runner redacts the reason, then cuts it (a cut before redaction
+            # could leave a token's head too short to be recognised).
+            f"stream_exception:{stream_error}:{stream_error_message}".rstrip(":"),
         )
     if result_events == 0:
         return Classification(

@@ -2,9 +2,13 @@
 
 The dispatch role holds no interpreter permission at all: the runner assumes the tenant's
 session-runner role, whose policy names only that tenant's interpreters, and calls AgentCore
-with those credentials. A routing bug can therefore not reach another tenant's interpreter.
+with those credentials. AssumeRole carries the session tag `tenant_id` (naming
+RUNNER_SESSION_TAG_TENANT) set from the tenant the runner serves, and each runner role's trust
+policy requires that tag to name its own tenant: a runner of tenant B handed tenant A's role ARN
+(a mixed-up tenant record, a stale cache) is refused by STS. Residual: a bug that routes a call
+to the wrong tenant record altogether gets that tenant's role AND tag, so it is not caught here.
 
-Credentials are cached per role ARN until shortly before they expire, so a warm container does
+Credentials are cached per (role ARN, tenant) until shortly before they expire, so a warm container does
 one AssumeRole per tenant per ~10 minutes, not one per call. The two clients built from them
 differ on purpose:
 
@@ -25,6 +29,7 @@ from functools import lru_cache
 from typing import Any
 
 from sandbox_common import aws
+from sandbox_common import naming as n
 from sandbox_common.aws import SINGLE_ATTEMPT
 from sandbox_common.errors import SandboxError
 
@@ -85,7 +90,7 @@ class _Entry:
     clients: dict[tuple[str, int], Any] = field(default_factory=dict)
 
 
-_cache: dict[str, _Entry] = {}
+_cache: dict[tuple[str, str], _Entry] = {}
 _lock = threading.Lock()
 
 
@@ -127,13 +132,16 @@ class TenantCredentials:
             return entry.clients.setdefault(key, built)
 
     def _entry(self) -> _Entry:
+        # Keyed by the tenant too: credentials obtained with tenant A's tag are never handed to a
+        # runner of tenant B, even for the same role ARN.
+        key = (self.role_arn, self.tenant_id)
         with _lock:
-            entry = _cache.get(self.role_arn)
+            entry = _cache.get(key)
             if entry is not None and _now() < entry.expires_at - REFRESH_BEFORE_EXPIRY:
                 return entry
         fresh = self._assume()
         with _lock:
-            _cache[self.role_arn] = fresh
+            _cache[key] = fresh
         return fresh
 
     def _assume(self) -> _Entry:
@@ -144,6 +152,7 @@ class TenantCredentials:
                 RoleArn=self.role_arn,
                 RoleSessionName=role_session_name(self.tenant_id),
                 DurationSeconds=ASSUME_ROLE_SECONDS,
+                Tags=[{"Key": n.RUNNER_SESSION_TAG_TENANT, "Value": self.tenant_id}],
             )
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "Unknown")

@@ -12,6 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sandbox_common.redaction import catalogue
+from sandbox_common.redaction.stdio_runtime import _hold_chain
+
 from .stream import BoundedText
 
 REDACTION_MARGIN_BYTES = 16 * 1024
@@ -52,6 +55,23 @@ def cut_utf8(text: str, cap_bytes: int) -> str:
     return raw[:cap_bytes].decode("utf-8", "ignore")
 
 
+def drop_partial_tail(redacted: str) -> str:
+    """`redacted` (already redacted) without what may be the head of a token the SOURCE cut off:
+    the trailing run of token characters, with any `Authorization: Bearer` words before it. A
+    complete token there was already replaced (its `<redacted>` ends the run); what is left may
+    be a token's first characters, too short to be recognised. Only for output the source
+    truncated (e.g. the local interpreter's capture limit), never for output that simply ends."""
+    cut = _hold_chain(
+        redacted,
+        len(redacted),
+        catalogue.TOKEN_CHARS,
+        catalogue.BEARER_TAIL,
+        catalogue.BEARER_PREFIX_MAX,
+        catalogue.HOLD_CHARS,
+    )
+    return redacted[:cut]
+
+
 @dataclass(frozen=True)
 class ShapedOutput:
     visible: str  # redacted, cut at the agent cap
@@ -61,9 +81,18 @@ class ShapedOutput:
 
 
 def shape(
-    stream: BoundedText, *, cap_bytes: int, log_cap_bytes: int, redact: Callable[[str], str]
+    stream: BoundedText,
+    *,
+    cap_bytes: int,
+    log_cap_bytes: int,
+    redact: Callable[[str], str],
+    source_cut: bool = False,
 ) -> ShapedOutput:
+    """Redact, then cut. `source_cut`: the producer cut this stream before we got it (its end
+    may be half a token): the partial tail is dropped after redaction."""
     redacted = redact(stream.head)
+    if source_cut:
+        redacted = drop_partial_tail(redacted)
     full = cut_utf8(redacted, log_cap_bytes)
     return ShapedOutput(
         visible=cut_utf8(full, cap_bytes),

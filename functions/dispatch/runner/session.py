@@ -19,6 +19,7 @@ from sandbox_common import naming
 from sandbox_common.errors import EXIT_STATUS_ERRORS, SandboxError, SandboxFailure, SandboxProvisioning
 from sandbox_common.observability import emit_metric, logger
 
+from ..messages import ISOLATION_UNAVAILABLE
 from .classify import classify
 from .credentials import TenantCredentials
 from .errors import CrossTenantInterpreter, SessionGone, failure
@@ -193,6 +194,15 @@ class SessionRunner:
             ) from None
         except ClientError as exc:
             code, message = _client_error(exc)
+            if code == "AccessDeniedException" and message.startswith(naming.REASON_ISOLATION_UNAVAILABLE):
+                # The local interpreter cannot isolate sessions here (SPEC §18): nothing was
+                # created; the operator must install bubblewrap (the failure reason says how).
+                raise failure(
+                    SandboxProvisioning,
+                    ISOLATION_UNAVAILABLE,
+                    failure_reason=self._reason(f"start_refused:{code}:{message}"),
+                    reason=naming.REASON_ISOLATION_UNAVAILABLE,
+                ) from None
             if code in _NOT_READY_CODES or (
                 code == "ValidationException" and _NOT_READY_MESSAGE.search(message)
             ):
@@ -405,6 +415,9 @@ class SessionRunner:
                     name=EXECUTE_CODE,
                     arguments={"language": LANGUAGE, "code": code},
                 )
+                exact = _exact_byte_counts(answer)
+                if exact is not None:
+                    accumulator.count_exactly(*exact)
                 consume(answer["stream"], accumulator, cancelled=cancelled)
             except ClientError as exc:
                 code_, message = _client_error(exc)
@@ -441,6 +454,15 @@ def readiness_source() -> str:
     from sandbox_common.tools_protocol import installer_source
 
     return preamble_source() + "\n" + installer_source()
+
+
+def _exact_byte_counts(answer: Any) -> tuple[int, int] | None:
+    """(stdout, stderr) bytes the code wrote, from the local interpreter's response headers."""
+    headers = answer.get("ResponseMetadata", {}).get("HTTPHeaders", {}) if isinstance(answer, dict) else {}
+    values = (headers.get(naming.LOCAL_STDOUT_BYTES_HEADER), headers.get(naming.LOCAL_STDERR_BYTES_HEADER))
+    if not all(isinstance(v, str) and v.isdigit() for v in values):
+        return None
+    return int(values[0]), int(values[1])  # type: ignore[arg-type]
 
 
 def _client_error(exc: Any) -> tuple[str, str]:

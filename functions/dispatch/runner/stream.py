@@ -111,6 +111,13 @@ class StreamAccumulator:
         self._is_error = False
         self._result_events = 0
         self._stream_error: tuple[str, str] | None = None
+        self._exact: tuple[int, int] | None = None
+
+    def count_exactly(self, stdout_bytes: int, stderr_bytes: int) -> None:
+        """The interpreter's own count of the bytes the code wrote (the local interpreter sends it,
+        SPEC §19: it keeps only a head of each stream); authoritative over the structured text."""
+        with self._lock:
+            self._exact = (stdout_bytes, stderr_bytes)
 
     def feed(self, event: dict[str, Any]) -> None:
         result = event.get("result")
@@ -145,6 +152,8 @@ class StreamAccumulator:
         with self._lock:
             if self._structured is not None:
                 stdout, stderr, exit_code, task_status = self._structured
+                if self._exact is not None:
+                    stdout.total_bytes, stderr.total_bytes = self._exact
             else:
                 stdout, stderr, exit_code, task_status = self._text_stdout, self._text_stderr, None, None
             code, message = self._stream_error or (None, None)

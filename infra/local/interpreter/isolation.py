@@ -1,21 +1,31 @@
-"""How a session's worker process is isolated on this host.
+"""How a session's worker process is isolated on this host (SPEC §18): isolated, or refused.
 
-Strategies, strongest first (`auto` picks the first that works here, probed once per process):
+`probe()` decides once per server what is in force; `IsolationPlan.check()` refuses a session
+that cannot be isolated (`IsolationUnavailable`, answered as `isolation_unavailable`), and
+`build_command()` gives the argv of one worker.
 
-- `bwrap` (bubblewrap): new pid/ipc/uts/user namespaces, `--unshare-net` for `SANDBOX` network
-  mode (the sandbox then has only its own loopback; `PUBLIC` shares the host network, as a local
-  stand-in for AgentCore's public egress), read-only binds of the system directories and the
-  Python installation only (not the project checkout, not the home directory), a private tmpfs
-  `/tmp`, a private writable `/workspace`, a cleared environment, `--die-with-parent` and
-  `--new-session`. Running as root, bwrap also drops every capability, so the worker cannot
-  raise the rlimits it set on itself.
-- `unshare` (util-linux): only new net (for `SANDBOX`) and pid namespaces — no filesystem
-  isolation. The fallback when bwrap is absent, so `SANDBOX` still has no network.
-- `none`: a plain subprocess. Refused for `SANDBOX` interpreters: a "no network" promise that
-  cannot be kept is not made (fail closed).
+Strategy `bwrap` (bubblewrap, run by root):
+- new mount, pid, ipc, uts, cgroup and network namespaces. The file system is an empty root with
+  read-only binds of the system directories, a short list of /etc files (never /etc/shadow), the
+  session's Python installation and the worker script only: not the repository, not the host's
+  home, not the local stack's state directory, not another session's workspace. /tmp is a private
+  size-limited tmpfs; /workspace is the session's own directory (mode 0700, owned by its uid).
+  /proc shows the session's own pid namespace only. The environment is cleared.
+- the worker runs as an unprivileged uid of its own (uids.py: unique per live session on this
+  machine), with no capabilities (empty bounding set) and no_new_privs, so it cannot write the
+  read-only binds (worker.py included), raise its limits, or gain privileges through setuid files.
+- network: its own namespace; nothing but loopback for SANDBOX; user-mode egress for PUBLIC
+  (network.py: slirp4netns with the host's loopback and the host's own addresses fenced off).
+- limits: memory summed over all the session's processes and a task count by cgroup v1 when this
+  host allows it (cgroups.py); always RLIMIT_AS (per process), RLIMIT_NPROC (per uid, so per
+  session), RLIMIT_CPU, RLIMIT_FSIZE, no core dumps (set by the worker on itself, worker.py).
 
-Memory (RLIMIT_AS), CPU (RLIMIT_CPU) and file-size limits are set by the worker on itself before
-it runs any code (see worker.apply_limits), identically under every strategy.
+Without a working bubblewrap (or not running as root, which the per-session uid, the cgroups and
+the network fence need), sessions are refused, unless the operator sets
+`SANDBOX_LOCAL_UNISOLATED=1`: then strategy `unisolated` runs the worker as a plain child process
+of the server (no file-system, network, uid or whole-session limits; the rlimits still apply) and
+every session start logs a warning. A PUBLIC session also needs slirp4netns, nsenter and ip; without
+them PUBLIC sessions are refused (never given the host's network) while SANDBOX ones still run.
 """
 
 from __future__ import annotations
@@ -25,37 +35,151 @@ import shutil
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from sandbox_common import naming
+
+from infra.local.interpreter import cgroups, network
 
 WORKER_PATH = Path(__file__).with_name("worker.py")
 SANDBOX_WORKER_PATH = "/opt/local-interpreter/worker.py"
 SANDBOX_WORKDIR = "/workspace"
-SANDBOX_UID = 1000
+SETPRIV = "/usr/bin/setpriv"  # under /usr, so the same path inside the sandbox
 
-STRATEGIES = ("auto", "bwrap", "unshare", "none")
+STRATEGIES = ("auto", "bwrap", "unisolated")
 
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # Only what a Python process and DNS/TLS need from /etc; never all of /etc (shadow, keys, ...).
 _ETC_FILES = (
-    "/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/host.conf", "/etc/gai.conf",
+    "/etc/hosts", "/etc/nsswitch.conf", "/etc/host.conf", "/etc/gai.conf",
     "/etc/ssl", "/etc/ca-certificates", "/etc/pki", "/etc/localtime", "/etc/ld.so.cache",
     "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/mime.types",
 )
 
 
 class IsolationUnavailable(RuntimeError):
-    """The requested network mode cannot be enforced on this host."""
+    """This session cannot be isolated here; the message says why and what would fix it."""
 
 
 @dataclass(frozen=True)
 class Limits:
-    memory_mb: int = 1024
-    cpu_seconds: int = 600
-    file_size_mb: int = 512
-    max_output_bytes: int = 1 << 20  # per stream; keeps one event-stream frame far below 24 MiB
+    memory_mb: int = 1024  # the whole session (cgroup) and each process (RLIMIT_AS)
+    cpu_seconds: int = 600  # per process
+    file_size_mb: int = 512  # per file
+    max_output_bytes: int = 1 << 20  # kept per stream and call; keeps one frame far below 24 MiB
+    max_processes: int = 128  # tasks (processes and threads) of the whole session
+    tmp_mb: int = 256  # the private /tmp (tmpfs, counted in the session's memory)
 
 
+@dataclass(frozen=True)
+class IsolationPlan:
+    """What this server enforces; `unavailable` says why sessions are refused (None: isolated)."""
+
+    strategy: str  # "bwrap" | "unisolated" | "unavailable"
+    unavailable: str | None = None
+    public_unavailable: str | None = None  # why PUBLIC sessions are refused (bwrap only)
+    cgroups: cgroups.CgroupSupport | None = None
+    bwrap_extra: tuple[str, ...] = field(default=())
+
+    def check(self, network_mode: str) -> None:
+        """Raise IsolationUnavailable unless a session in `network_mode` can start as promised."""
+        if self.strategy == "unavailable":
+            raise IsolationUnavailable(f"{naming.REASON_ISOLATION_UNAVAILABLE}: {self.unavailable}")
+        if self.strategy == "bwrap" and network_mode == "PUBLIC" and self.public_unavailable:
+            raise IsolationUnavailable(f"{naming.REASON_ISOLATION_UNAVAILABLE}: {self.public_unavailable}")
+
+    @property
+    def limits_mechanism(self) -> str:
+        return f"cgroup-{self.cgroups.version}" if self.cgroups else "rlimit"
+
+    def describe(self, limits: Limits) -> dict[str, Any]:
+        """What `sandboxctl local status` shows."""
+        if self.strategy == "bwrap":
+            public = f"refused ({self.public_unavailable})" if self.public_unavailable else \
+                "own namespace + slirp4netns egress, host loopback and host addresses unreachable"
+            session_memory = f"{limits.memory_mb} MiB per session" if self.cgroups else "not enforced (no cgroup)"
+            return {
+                "strategy": "bwrap", "isolated": True,
+                "network": {"SANDBOX": "own namespace, loopback only", "PUBLIC": public},
+                "uid": "one unprivileged uid per session (no capabilities)",
+                "limits": {
+                    "mechanism": self.limits_mechanism, "session_memory": session_memory,
+                    "process_memory_mb": limits.memory_mb, "session_tasks": limits.max_processes,
+                    "cpu_seconds_per_process": limits.cpu_seconds, "file_size_mb": limits.file_size_mb,
+                    "tmp_mb": limits.tmp_mb,
+                },
+            }
+        if self.strategy == "unisolated":
+            return {"strategy": "unisolated", "isolated": False,
+                    "warning": f"{naming.ENV_LOCAL_UNISOLATED}=1: sessions run UNISOLATED as the server's user, "
+                               "with the host's file system and network",
+                    "limits": {"mechanism": "rlimit", "process_memory_mb": limits.memory_mb,
+                               "cpu_seconds_per_process": limits.cpu_seconds}}
+        return {"strategy": "unavailable", "isolated": False, "refusing": self.unavailable}
+
+
+def default_python() -> str:
+    # The base interpreter, not the venv's: the worker is stdlib-only, and the sandbox then needs
+    # to see only the Python installation, not the project's virtual environment.
+    return getattr(sys, "_base_executable", None) or sys.executable
+
+
+# --- probing ------------------------------------------------------------------------------------
+_probe_lock = threading.Lock()
+_probe_cache: dict[tuple[str, ...], bool] = {}
+
+
+def _runs(argv: list[str]) -> bool:
+    key = tuple(argv)
+    with _probe_lock:
+        if key not in _probe_cache:
+            try:
+                ok = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, timeout=10).returncode == 0
+            except (OSError, subprocess.TimeoutExpired):
+                ok = False
+            _probe_cache[key] = ok
+        return _probe_cache[key]
+
+
+def _bwrap_problem() -> str | None:
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return ("bubblewrap (bwrap) is not installed; install it with `make os-deps` "
+                "(or: apt-get install -y bubblewrap slirp4netns)")
+    if os.geteuid() != 0:
+        return "the local interpreter must run as root to give each session its own uid, cgroup and network fence"
+    if not os.access(SETPRIV, os.X_OK):
+        return f"{SETPRIV} (util-linux) is not installed"
+    if not _runs([bwrap, "--unshare-all", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "/bin/sh", "-c", "exit 0"]):
+        return "bwrap is installed but cannot create namespaces here"
+    return None
+
+
+def probe(strategy: str = "auto", *, allow_unisolated: bool = False) -> IsolationPlan:
+    """The plan for `strategy`: `auto` isolates with bwrap, else refuses every session, unless
+    `allow_unisolated` (the operator's SANDBOX_LOCAL_UNISOLATED=1); `bwrap` raises at once when it
+    cannot work; `unisolated` is the explicit escape hatch."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown isolation {strategy!r}; known: {', '.join(STRATEGIES)}")
+    if strategy == "unisolated":
+        return IsolationPlan("unisolated")
+    problem = _bwrap_problem()
+    if problem is None:
+        missing = network.missing_tools()
+        public = f"PUBLIC sessions need {', '.join(missing)} (apt-get install -y slirp4netns)" if missing else None
+        return IsolationPlan("bwrap", public_unavailable=public, cgroups=cgroups.detect())
+    if strategy == "bwrap":
+        raise IsolationUnavailable(f"{naming.REASON_ISOLATION_UNAVAILABLE}: {problem}")
+    if allow_unisolated:
+        return IsolationPlan("unisolated", unavailable=problem)
+    return IsolationPlan("unavailable", unavailable=f"{problem}; or set {naming.ENV_LOCAL_UNISOLATED}=1 to run "
+                                                    "sessions without isolation")
+
+
+# --- the worker's command -----------------------------------------------------------------------
 @dataclass(frozen=True)
 class WorkerCommand:
     argv: list[str]
@@ -69,77 +193,34 @@ def _clean_env(home: str) -> dict[str, str]:
             "PYTHONIOENCODING": "utf-8", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def default_python() -> str:
-    # The base interpreter, not the venv's: the worker is stdlib-only, and the sandbox then needs
-    # to see only the Python installation, not the project's virtual environment.
-    return getattr(sys, "_base_executable", None) or sys.executable
-
-
-_probe_lock = threading.Lock()
-_probe_cache: dict[str, list[str] | None] = {}
-
-
-def _runs(argv: list[str]) -> bool:
-    try:
-        return subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, timeout=10).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
-def _bwrap_user_args() -> list[str] | None:
-    """bwrap's extra args that work here ([] or the user-namespace ones), or None if it does not run."""
-    with _probe_lock:
-        if "bwrap" not in _probe_cache:
-            found: list[str] | None = None
-            if shutil.which("bwrap"):
-                base = ["bwrap", "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
-                user = ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
-                for extra in (user, []):
-                    if _runs([*base, *extra, "true"]):
-                        found = extra
-                        break
-            _probe_cache["bwrap"] = found
-        return _probe_cache["bwrap"]
-
-
-def _unshare_prefix() -> list[str] | None:
-    """`unshare` (as root) or `unshare -r` (unprivileged user namespace), or None."""
-    with _probe_lock:
-        if "unshare" not in _probe_cache:
-            found: list[str] | None = None
-            if shutil.which("unshare"):
-                for prefix in (["unshare"], ["unshare", "-r"]):
-                    if _runs([*prefix, "--net", "--pid", "--fork", "--kill-child", "true"]):
-                        found = prefix
-                        break
-            _probe_cache["unshare"] = found
-        return _probe_cache["unshare"]
-
-
-def resolve(strategy: str) -> str:
-    """The concrete strategy for `auto`; a named one must actually work here."""
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown isolation {strategy!r}; known: {', '.join(STRATEGIES)}")
-    if strategy == "auto":
-        if _bwrap_user_args() is not None:
-            return "bwrap"
-        if _unshare_prefix() is not None:
-            return "unshare"
-        return "none"
-    if strategy == "bwrap" and _bwrap_user_args() is None:
-        raise IsolationUnavailable("bwrap is not installed or cannot create namespaces here")
-    if strategy == "unshare" and _unshare_prefix() is None:
-        raise IsolationUnavailable("unshare is not installed or cannot create namespaces here")
-    return strategy
-
-
-def _worker_args(session_id: str, req_fd: int, resp_fd: int, limits: Limits) -> list[str]:
+def _worker_args(session_id: str, req_fd: int, resp_fd: int, limits: Limits, *, nproc: bool) -> list[str]:
     return [
         "--session", session_id, "--req-fd", str(req_fd), "--resp-fd", str(resp_fd),
         "--memory-mb", str(limits.memory_mb), "--cpu-seconds", str(limits.cpu_seconds),
         "--file-size-mb", str(limits.file_size_mb), "--max-output", str(limits.max_output_bytes),
+        # RLIMIT_NPROC counts every process of the uid: only meaningful with a uid of its own.
+        "--max-processes", str(limits.max_processes if nproc else 0),
     ]
+
+
+def _python_prefixes(python: str) -> list[str]:
+    """Directories the session Python needs, read-only: a venv and its base installation."""
+    prefixes: list[str] = []
+    venv = os.path.dirname(os.path.dirname(os.path.abspath(python)))
+    cfg = os.path.join(venv, "pyvenv.cfg")
+    if os.path.isfile(cfg):
+        prefixes.append(venv)
+        with open(cfg, encoding="utf-8") as fh:
+            for line in fh:
+                key, _, value = line.partition("=")
+                if key.strip() == "home" and value.strip():
+                    prefixes.append(os.path.realpath(os.path.join(value.strip(), "..")))
+    prefixes.append(os.path.realpath(os.path.join(os.path.dirname(os.path.realpath(python)), "..")))
+    unique = []
+    for prefix in prefixes:
+        if prefix not in unique and not any(prefix == d or prefix.startswith(d + "/") for d in _SYSTEM_DIRS):
+            unique.append(prefix)
+    return unique
 
 
 def _system_binds(python: str) -> list[str]:
@@ -151,15 +232,40 @@ def _system_binds(python: str) -> list[str]:
             args += ["--ro-bind", path, path]
     for path in _ETC_FILES:
         args += ["--ro-bind-try", path, path]
-    prefix = os.path.realpath(os.path.join(os.path.dirname(os.path.realpath(python)), ".."))
-    if not any(prefix == d or prefix.startswith(d + "/") for d in _SYSTEM_DIRS):
+    for prefix in _python_prefixes(python):
         args += ["--ro-bind", prefix, prefix]
     return args
 
 
+_OWN_MOUNTS = ("/tmp", "/proc", "/dev", SANDBOX_WORKDIR)
+
+
+def _parent_dirs(argv: list[str]) -> list[str]:
+    """`--perms 0755 --dir D` for every directory above a bind target: bwrap run by root would
+    create them 0700 (root-only), and the session's uid could not reach what is bound below."""
+    targets = [argv[i + 2] for i, arg in enumerate(argv) if arg in ("--ro-bind", "--ro-bind-try", "--bind")]
+    parents: list[str] = []
+    for target in targets:
+        parts = Path(target).parts[1:-1]
+        for depth in range(1, len(parts) + 1):
+            parent = "/" + "/".join(parts[:depth])
+            if parent not in parents and parent not in targets and parent not in _OWN_MOUNTS:
+                parents.append(parent)
+    return [arg for parent in parents for arg in ("--perms", "0755", "--dir", parent)]
+
+
+def _enter_cgroups(procs_files: list[str], argv: list[str]) -> list[str]:
+    """`sh` writes its own pid into each cgroup, then becomes bwrap: the session's very first
+    process is already inside, so everything it forks is too."""
+    if not procs_files:
+        return argv
+    script = 'echo $$ > "$1" || exit 125; shift; ' * len(procs_files) + 'exec "$@"'
+    return ["/bin/sh", "-c", script, "lci-enter-cgroup", *procs_files, *argv]
+
+
 def build_command(
     *,
-    strategy: str,
+    plan: IsolationPlan,
     network_mode: str,
     session_id: str,
     workdir: str,
@@ -167,35 +273,44 @@ def build_command(
     resp_fd: int,
     limits: Limits,
     python: str,
+    uid: int | None = None,
+    info_fd: int | None = None,
+    resolv_conf: str | None = None,
+    cgroup_procs: list[str] | None = None,
 ) -> WorkerCommand:
-    """argv (and cwd) that start one worker under `strategy` (already resolved)."""
-    worker = _worker_args(session_id, req_fd, resp_fd, limits)
-    if strategy == "bwrap":
-        argv = [
-            "bwrap", "--die-with-parent", "--new-session",
-            "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-            *(_bwrap_user_args() or []),
-            *(["--unshare-net"] if network_mode == "SANDBOX" else []),
-            "--hostname", "sandbox",
-            *_system_binds(python),
-            "--ro-bind", str(WORKER_PATH), SANDBOX_WORKER_PATH,
-            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-            "--bind", workdir, SANDBOX_WORKDIR, "--chdir", SANDBOX_WORKDIR,
-            "--clearenv",
-            "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
-            "--setenv", "HOME", SANDBOX_WORKDIR,
-            "--setenv", "TMPDIR", "/tmp",
-            "--setenv", "LANG", "C.UTF-8",
-            "--setenv", "PYTHONIOENCODING", "utf-8",
-            "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
-            "--", python, "-I", SANDBOX_WORKER_PATH, *worker,
-        ]
-        return WorkerCommand(argv, workdir, _clean_env(SANDBOX_WORKDIR))
-    if network_mode == "SANDBOX" and strategy != "unshare":
-        raise IsolationUnavailable("SANDBOX network mode needs bwrap or unshare on this host")
-    argv = [python, "-I", str(WORKER_PATH), *worker]
-    if strategy == "unshare":
-        prefix = _unshare_prefix() or ["unshare"]
-        namespaces = ["--net"] if network_mode == "SANDBOX" else []
-        argv = [*prefix, *namespaces, "--pid", "--fork", "--kill-child", "--", *argv]
-    return WorkerCommand(argv, workdir, _clean_env(workdir))
+    """argv (and cwd) that start one worker under `plan` (check() it first)."""
+    plan.check(network_mode)
+    if plan.strategy != "bwrap":
+        worker = _worker_args(session_id, req_fd, resp_fd, limits, nproc=False)
+        return WorkerCommand([python, "-I", str(WORKER_PATH), *worker], workdir, _clean_env(workdir))
+    if uid is None or info_fd is None:
+        raise ValueError("bwrap needs the session's uid and an info fd")
+    worker = _worker_args(session_id, req_fd, resp_fd, limits, nproc=True)
+    dns = ["--ro-bind", resolv_conf, "/etc/resolv.conf"] if resolv_conf else []
+    binds = [*_system_binds(python), *dns, "--ro-bind", str(WORKER_PATH), SANDBOX_WORKER_PATH]
+    argv = [
+        "bwrap", "--die-with-parent", "--new-session",
+        "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--unshare-net",
+        "--info-fd", str(info_fd),
+        "--hostname", "sandbox",
+        "--proc", "/proc", "--dev", "/dev",
+        "--size", str(limits.tmp_mb << 20), "--perms", "1777", "--tmpfs", "/tmp",
+        # after /tmp's tmpfs, so that a session Python kept under /tmp stays visible
+        *_parent_dirs(binds),
+        *binds,
+        "--bind", workdir, SANDBOX_WORKDIR, "--chdir", SANDBOX_WORKDIR,
+        "--clearenv",
+        "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
+        "--setenv", "HOME", SANDBOX_WORKDIR,
+        "--setenv", "TMPDIR", "/tmp",
+        "--setenv", "LANG", "C.UTF-8",
+        "--setenv", "PYTHONIOENCODING", "utf-8",
+        "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+        # bwrap (as root, no user namespace) keeps only these two capabilities, which setpriv
+        # uses once to become the session's uid; from then on the process has none at all.
+        "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
+        "--", SETPRIV, "--reuid", str(uid), "--regid", str(uid), "--clear-groups",
+        "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs",
+        "--", python, "-I", SANDBOX_WORKER_PATH, *worker,
+    ]
+    return WorkerCommand(_enter_cgroups(cgroup_procs or [], argv), workdir, _clean_env(SANDBOX_WORKDIR))

@@ -22,8 +22,12 @@ ToolResultStructuredContent): text content blocks with the output and a terminal
 events before the terminal one, so a client that counts text blocks *and* structured content
 counts twice — exactly the bug the runner must not have.
 
-Local additions, not part of AgentCore: `GET /ping` (health, 200) and
-`POST /_local/interpreters` (`{"interpreterId": ..., "networkMode": "PUBLIC"|"SANDBOX"}`).
+Local additions, not part of AgentCore: `GET /ping` (health, 200),
+`POST /_local/interpreters` (`{"interpreterId": ..., "networkMode": "PUBLIC"|"SANDBOX"}`),
+`GET /_local/isolation` (the isolation in force, isolation.IsolationPlan.describe), the
+structuredContent members `stdoutBytes`/`stderrBytes` (exact byte counts, SPEC §19), and Start
+refused with AccessDeniedException (403) `isolation_unavailable: ...` when the session cannot be
+isolated (SPEC §18).
 
 Sources (checked with the docs search, Nov 2026):
 - URIs, locations, shapes, error statuses: the botocore model above (the source of truth here).
@@ -51,6 +55,8 @@ from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
+
+from sandbox_common import naming
 
 from infra.local.eventstream import event_frame
 from infra.local.interpreter.isolation import IsolationUnavailable, Limits
@@ -170,8 +176,10 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.dumps({"message": err.message, **err.extra}).encode()
         self._send(err.status, body, "application/json", {"x-amzn-errortype": err.error_type})
 
-    def _send_stream(self, session_id: str, frames: list[bytes]) -> None:
+    def _send_stream(self, session_id: str, frames: list[bytes], headers: dict[str, str] | None = None) -> None:
         self.send_response(200)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
         self.send_header("Content-Type", EVENTSTREAM)
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("x-amzn-RequestId", str(uuid.uuid4()))
@@ -189,6 +197,9 @@ class _Handler(BaseHTTPRequestHandler):
             query = {k: v[0] for k, v in parse_qs(url.query).items()}
             if method == "GET" and parts == ["ping"]:
                 self._send_json({"status": "ok"})
+                return
+            if method == "GET" and parts == ["_local", "isolation"]:
+                self._send_json(self._manager.plan.describe(self._manager.limits))
                 return
             if method == "POST" and parts == ["_local", "interpreters"]:
                 self._register(self._json(body))
@@ -212,7 +223,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(not_found(str(exc)))
         except QuotaExceeded as exc:
             self._send_error(ApiError(402, "ServiceQuotaExceededException", str(exc)))
-        except (IsolationUnavailable, WorkerFailure) as exc:
+        except IsolationUnavailable as exc:
+            # Refused before anything was created; the message starts with `isolation_unavailable`
+            # (the runner's marker). 403: a refusal the client must not retry.
+            self._send_error(ApiError(403, "AccessDeniedException", str(exc)))
+        except WorkerFailure as exc:
             self._send_error(ApiError(500, "InternalServerException", str(exc)))
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
@@ -296,7 +311,12 @@ class _Handler(BaseHTTPRequestHandler):
         outcome = self._manager.invoke(session, name, arguments)
         frames = result_events(outcome.stdout, outcome.stderr, outcome.exit_code, outcome.execution_time,
                                outcome.content, outcome.is_error)
-        self._send_stream(session.session_id, frames)
+        # Local addition (SPEC §19): the exact byte counts the code wrote. The worker keeps only the
+        # first Limits.max_output_bytes of each stream, so the text alone would undercount; the
+        # model's structuredContent has no member for a count (botocore drops unknown members),
+        # response headers reach the client as ResponseMetadata.HTTPHeaders.
+        counts = {naming.LOCAL_STDOUT_BYTES_HEADER: outcome.stdout_bytes, naming.LOCAL_STDERR_BYTES_HEADER: outcome.stderr_bytes}
+        self._send_stream(session.session_id, frames, {k: str(v) for k, v in counts.items() if v is not None})
 
     @staticmethod
     def _validate_arguments(name: str, arguments: dict[str, Any]) -> None:
@@ -351,6 +371,7 @@ class LocalInterpreterServer:
         registry_file: str | None = None,
         limits: Limits | None = None,
         isolation: str = "auto",
+        allow_unisolated: bool | None = None,
         python: str | None = None,
         max_sessions: int = 64,
         reap_interval: float = 0.2,
@@ -358,7 +379,7 @@ class LocalInterpreterServer:
         self._port = port
         self.manager = SessionManager(
             interpreters=interpreters, registry_file=registry_file, limits=limits, isolation_strategy=isolation,
-            python=python, max_sessions=max_sessions, reap_interval=reap_interval,
+            allow_unisolated=allow_unisolated, python=python, max_sessions=max_sessions, reap_interval=reap_interval,
         )
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None

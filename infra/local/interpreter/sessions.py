@@ -33,8 +33,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from infra.local.interpreter import isolation, worker
+from sandbox_common import naming
+
+from infra.local.interpreter import cgroups, isolation, network, worker
 from infra.local.interpreter.isolation import IsolationUnavailable, Limits
+from infra.local.interpreter.uids import NoFreeUid, UidAllocator, UidLease
 
 log = logging.getLogger("local-interpreter")
 
@@ -85,6 +88,10 @@ class Session:
     req_fd: int = -1
     resp_fd: int = -1
     termination: str | None = None  # stopped | expired | died | shutdown
+    uid: int | None = None  # the session's own host uid (bwrap)
+    uid_lease: UidLease | None = None
+    cgroup: cgroups.SessionCgroup | None = None
+    slirp: network.Slirp | None = None
     exec_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def describe(self) -> dict[str, Any]:
@@ -110,6 +117,8 @@ class InvokeOutcome:
     content: list[dict[str, Any]] | None = None
     is_error: bool | None = None
     died: bool = False
+    stdout_bytes: int | None = None  # exact bytes the code wrote, also beyond what was kept
+    stderr_bytes: int | None = None
 
 
 class SessionManager:
@@ -120,14 +129,19 @@ class SessionManager:
         registry_file: str | os.PathLike[str] | None = None,
         limits: Limits | None = None,
         isolation_strategy: str = "auto",
+        allow_unisolated: bool | None = None,
         python: str | None = None,
         max_sessions: int = 64,
         base_dir: str | None = None,
         reap_interval: float = 0.2,
     ) -> None:
         self.limits = limits or Limits()
-        self.isolation = isolation.resolve(isolation_strategy)
+        if allow_unisolated is None:  # the operator's explicit escape hatch (SPEC §18)
+            allow_unisolated = os.environ.get(naming.ENV_LOCAL_UNISOLATED) == "1"
+        self.plan = isolation.probe(isolation_strategy, allow_unisolated=allow_unisolated)
+        self.isolation = self.plan.strategy
         self.python = python or isolation.default_python()
+        self._uids = UidAllocator()
         self.max_sessions = max_sessions
         self.base_dir = base_dir
         self._lock = threading.RLock()
@@ -211,6 +225,7 @@ class SessionManager:
     def start(self, identifier: str, *, name: str | None, timeout_seconds: int | None,
               client_token: str | None) -> Session:
         interpreter_id, mode = self.resolve_interpreter(identifier)
+        self.plan.check(mode)  # isolated or refused: nothing is created for a refused session
         with self._lock:
             if client_token and (interpreter_id, client_token) in self._client_tokens:
                 previous = self._client_tokens[(interpreter_id, client_token)]
@@ -232,42 +247,56 @@ class SessionManager:
         except BaseException:
             with self._lock:
                 self._sessions.pop(session_id, None)
-            self._cleanup_dirs(session)
+            self._kill(session)  # its process, cgroups, network helper, directory and uid
             raise
         with self._lock:
             if client_token:
                 self._client_tokens[(interpreter_id, client_token)] = session_id
                 while len(self._client_tokens) > _TOMBSTONES:
                     self._client_tokens.popitem(last=False)
+        if self.plan.strategy == "unisolated":
+            log.warning("session %s started UNISOLATED (%s=1): its code runs as the server's user with the "
+                        "host's file system and network", session_id, naming.ENV_LOCAL_UNISOLATED)
         log.info("session %s started on %s (%s, %s)", session_id, interpreter_id, mode, self.isolation)
         return session
 
     def _spawn(self, session: Session) -> None:
         workdir = os.path.join(session.root, "workspace")
-        os.mkdir(workdir)
+        os.mkdir(workdir, 0o700)
+        if self.plan.strategy == "bwrap":
+            self._prepare_bwrap(session, workdir)
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
+        info_r, info_w = os.pipe() if self.plan.strategy == "bwrap" else (-1, -1)
+        ours = [fd for fd in (req_r, req_w, resp_r, resp_w, info_r, info_w) if fd >= 0]
         try:
             cmd = isolation.build_command(
-                strategy=self.isolation, network_mode=session.network_mode, session_id=session.session_id,
+                plan=self.plan, network_mode=session.network_mode, session_id=session.session_id,
                 workdir=workdir, req_fd=req_r, resp_fd=resp_w, limits=self.limits, python=self.python,
+                uid=session.uid, info_fd=info_w if info_w >= 0 else None,
+                resolv_conf=self._resolv_conf(session),
+                cgroup_procs=session.cgroup.procs_files if session.cgroup else None,
             )
             with open(os.path.join(session.root, "worker.log"), "ab") as log_file:
                 session.proc = subprocess.Popen(
                     cmd.argv, cwd=cmd.cwd, env=cmd.env, stdin=subprocess.DEVNULL, stdout=log_file,
-                    stderr=log_file, pass_fds=(req_r, resp_w), start_new_session=True,
+                    stderr=log_file, pass_fds=tuple(fd for fd in (req_r, resp_w, info_w) if fd >= 0),
+                    start_new_session=True,
                 )
         except IsolationUnavailable:
-            for fd in (req_r, req_w, resp_r, resp_w):
+            for fd in ours:
                 os.close(fd)
             raise
         except OSError as exc:
-            for fd in (req_r, req_w, resp_r, resp_w):
+            for fd in ours:
                 os.close(fd)
             raise WorkerFailure(f"could not start the interpreter process: {exc}") from exc
-        os.close(req_r)
-        os.close(resp_w)
+        for fd in (req_r, resp_w, info_w):
+            if fd >= 0:
+                os.close(fd)
         session.req_fd, session.resp_fd = req_w, resp_r
+        if info_r >= 0:
+            self._attach_network(session, info_r)
         try:
             hello = worker.recv_frame(resp_r)
         except (OSError, ValueError) as exc:
@@ -278,6 +307,50 @@ class SessionManager:
             detail = self._worker_log(session)
             raise WorkerFailure(f"the interpreter process did not start: {detail}")
         session.worker_pid = hello.get("pid")
+
+    # --- isolation of one session (bwrap) --------------------------------------------------------
+    def _prepare_bwrap(self, session: Session, workdir: str) -> None:
+        """The session's own uid (owner of its 0700 workspace) and cgroups, before it starts."""
+        try:
+            session.uid_lease = self._uids.lease()
+        except NoFreeUid as exc:
+            raise QuotaExceeded(str(exc)) from exc
+        session.uid = session.uid_lease.uid
+        os.chown(workdir, session.uid, session.uid)
+        if self.plan.cgroups is not None:
+            try:
+                session.cgroup = cgroups.SessionCgroup(
+                    self.plan.cgroups, f"lci-{session.session_id}",
+                    memory_bytes=self.limits.memory_mb << 20, max_tasks=self.limits.max_processes,
+                )
+            except OSError as exc:
+                raise WorkerFailure(f"could not create the session's cgroup: {exc}") from exc
+
+    def _resolv_conf(self, session: Session) -> str | None:
+        if self.plan.strategy != "bwrap" or session.network_mode != "PUBLIC":
+            return None
+        path = os.path.join(session.root, "resolv.conf")
+        with open(path, "w", encoding="ascii") as fh:
+            fh.write(network.RESOLV_CONF)
+        return path
+
+    def _attach_network(self, session: Session, info_r: int) -> None:
+        """Read bwrap's info (the sandbox's host pid); give a PUBLIC session its fenced egress
+        before the worker can be sent any code."""
+        try:
+            with os.fdopen(info_r, "rb") as info_file:
+                raw = info_file.read()
+            child_pid = int(json.loads(raw or b"{}")["child-pid"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            self._kill(session)
+            raise WorkerFailure(f"the sandbox did not start: {self._worker_log(session)}") from exc
+        if session.network_mode != "PUBLIC":
+            return
+        try:
+            session.slirp = network.attach_public(child_pid, os.path.join(session.root, "network.log"))
+        except (network.NetworkSetupFailed, OSError, subprocess.SubprocessError) as exc:
+            self._kill(session)
+            raise WorkerFailure(f"the session's network could not be set up: {exc}") from exc
 
     def lookup(self, session_id: str) -> Session | None:
         """A session by id, live or terminated, whatever its interpreter (no API uses this)."""
@@ -336,6 +409,7 @@ class SessionManager:
             stdout=result.get("stdout", ""), stderr=result.get("stderr", ""), exit_code=int(result.get("exit_code", 1)),
             execution_time=float(result.get("execution_time", 0.0)), content=result.get("content"),
             is_error=result.get("is_error"), died=bool(result.get("fatal")),
+            stdout_bytes=result.get("stdout_bytes"), stderr_bytes=result.get("stderr_bytes"),
         )
         session.last_updated_at = utc_now()
         if outcome.died:
@@ -381,6 +455,10 @@ class SessionManager:
                 proc.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
+        if session.cgroup is not None:  # whatever of the session is still alive, then its cgroups
+            session.cgroup.destroy()
+        if session.slirp is not None:
+            session.slirp.stop()
         # Close our pipe ends only once no call is reading them (the process is dead, so a
         # reader sees EOF at once and releases the lock).
         acquired = session.exec_lock.acquire(timeout=10)
@@ -398,6 +476,8 @@ class SessionManager:
 
     def _cleanup_dirs(self, session: Session) -> None:
         shutil.rmtree(session.root, ignore_errors=True)
+        if session.uid_lease is not None:  # its processes are gone: the uid may serve another session
+            session.uid_lease.release()
 
     def _worker_log(self, session: Session) -> str:
         try:

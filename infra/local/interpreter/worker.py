@@ -79,9 +79,10 @@ def recv_frame(fd: int) -> Any:
 
 
 # --- limits -----------------------------------------------------------------------------------
-def apply_limits(memory_mb: int, cpu_seconds: int, file_size_mb: int) -> None:
+def apply_limits(memory_mb: int, cpu_seconds: int, file_size_mb: int, max_processes: int = 0) -> None:
     """Soft == hard, set before any user code: inside bubblewrap the worker has no capabilities,
-    so user code cannot raise them again."""
+    so user code cannot raise them again. `max_processes` (RLIMIT_NPROC) counts every process and
+    thread of the real uid, so it is set only when the session has a uid of its own."""
     import resource
 
     def _set(kind: int, soft: int, hard: int) -> None:
@@ -100,16 +101,19 @@ def apply_limits(memory_mb: int, cpu_seconds: int, file_size_mb: int) -> None:
         # A write past the limit then fails with EFBIG in user code instead of killing the session.
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     _set(resource.RLIMIT_CORE, 0, 0)
+    if max_processes > 0:
+        _set(resource.RLIMIT_NPROC, max_processes, max_processes)
 
 
 # --- output capture ---------------------------------------------------------------------------
 class _Drain(threading.Thread):
-    """Reads one capture pipe, keeps the first `limit` bytes, discards the rest (bounded memory)."""
+    """Reads one capture pipe: counts every byte, keeps the first `limit` (bounded memory)."""
 
     def __init__(self, fd: int, limit: int) -> None:
         super().__init__(daemon=True)
         self.fd, self.limit = fd, limit
         self.buf = bytearray()
+        self.total = 0  # every byte written to the pipe, kept or not
         self.keep = True
 
     def run(self) -> None:
@@ -118,9 +122,11 @@ class _Drain(threading.Thread):
                 chunk = os.read(self.fd, 65536)
                 if not chunk:
                     break
-                room = self.limit - len(self.buf)
-                if self.keep and room > 0:
-                    self.buf += chunk[:room]
+                if self.keep:
+                    self.total += len(chunk)
+                    room = self.limit - len(self.buf)
+                    if room > 0:
+                        self.buf += chunk[:room]
         finally:
             os.close(self.fd)
 
@@ -135,12 +141,19 @@ def _flush_std() -> None:
 
 
 class Capture:
-    """fd 1 and fd 2 point at fresh pipes for the duration of one call."""
+    """fd 1 and fd 2 point at fresh pipes for the duration of one call.
+
+    `stdout_bytes` / `stderr_bytes` are exactly the bytes written to fd 1 / fd 2 during the call
+    (by the code, its subprocesses and C extensions), also beyond the kept `limit`. The notebook
+    echo of a trailing expression (`display()`) is ours, not the code's: it goes through its own
+    pipe, is kept after the code's output, and is not counted.
+    """
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.drains: list[_Drain] = []
         self.saved: list[int] = []
+        self.echo: _Drain | None = None
 
     def __enter__(self) -> Capture:
         _flush_std()
@@ -154,25 +167,52 @@ class Capture:
             self.drains.append(drain)
         return self
 
+    def display(self, value: Any) -> None:
+        """`sys.displayhook(value)` with fd 1 on the uncounted echo pipe."""
+        _flush_std()
+        r, w = os.pipe()
+        self.echo = _Drain(r, self.limit)
+        self.echo.start()
+        code_fd = os.dup(1)
+        os.dup2(w, 1)
+        os.close(w)
+        try:
+            sys.displayhook(value)
+        finally:
+            _flush_std()
+            os.dup2(code_fd, 1)  # closes the echo pipe's last write end: its drain sees EOF
+            os.close(code_fd)
+
     def __exit__(self, *exc: object) -> None:
         _flush_std()
         for target, saved in zip((1, 2), self.saved, strict=True):
             os.dup2(saved, target)
             os.close(saved)
         # EOF arrives at once unless a background child still holds a pipe; do not wait for it
-        # past one short shared deadline: keep what arrived, the thread drains the rest to nothing.
+        # past one short shared deadline: keep (and count) what arrived, then drain to nothing.
         deadline = time.monotonic() + 0.5
-        for drain in self.drains:
+        for drain in [*self.drains, *([self.echo] if self.echo else [])]:
             drain.join(timeout=max(0.0, deadline - time.monotonic()))
             drain.keep = False
 
     @property
     def stdout(self) -> str:
-        return bytes(self.drains[0].buf).decode("utf-8", errors="replace")
+        kept = bytes(self.drains[0].buf)
+        if self.echo is not None:
+            kept += bytes(self.echo.buf[: max(0, self.limit - len(kept))])
+        return kept.decode("utf-8", errors="replace")
 
     @property
     def stderr(self) -> str:
         return bytes(self.drains[1].buf).decode("utf-8", errors="replace")
+
+    @property
+    def stdout_bytes(self) -> int:
+        return self.drains[0].total
+
+    @property
+    def stderr_bytes(self) -> int:
+        return self.drains[1].total
 
 
 # --- the kernel -------------------------------------------------------------------------------
@@ -200,7 +240,7 @@ class Kernel:
         except Exception:  # sys.stderr replaced by something broken: still report on the fd
             os.write(2, text.encode("utf-8", errors="replace"))
 
-    def _run_source(self, code: str) -> None:
+    def _run_source(self, code: str, cap: Capture) -> None:
         self.cell += 1
         filename = f"<cell-{self.cell}>"
         linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
@@ -211,7 +251,7 @@ class Kernel:
         exec(compile(tree, filename, "exec"), self.namespace)
         if last is not None:
             value = eval(compile(last, filename, "eval"), self.namespace)
-            sys.displayhook(value)
+            cap.display(value)
 
     def execute_code(self, args: dict[str, Any]) -> dict[str, Any]:
         if args.get("clearContext"):
@@ -220,7 +260,7 @@ class Kernel:
         started = time.perf_counter()
         with Capture(self.max_output) as cap:
             try:
-                self._run_source(args.get("code", ""))
+                self._run_source(args.get("code", ""), cap)
             except SystemExit as exc:
                 if exc.code is None:
                     exit_code = 0
@@ -239,6 +279,8 @@ class Kernel:
         return {
             "stdout": cap.stdout,
             "stderr": cap.stderr,
+            "stdout_bytes": cap.stdout_bytes,
+            "stderr_bytes": cap.stderr_bytes,
             "exit_code": exit_code,
             "execution_time": time.perf_counter() - started,
             "fatal": fatal,
@@ -250,6 +292,8 @@ class Kernel:
         return {
             "stdout": proc.stdout[: self.max_output].decode("utf-8", errors="replace"),
             "stderr": proc.stderr[: self.max_output].decode("utf-8", errors="replace"),
+            "stdout_bytes": len(proc.stdout),
+            "stderr_bytes": len(proc.stderr),
             "exit_code": proc.returncode if proc.returncode >= 0 else 128 - proc.returncode,
             "execution_time": time.perf_counter() - started,
             "fatal": False,
@@ -333,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu-seconds", type=int, default=600)
     parser.add_argument("--file-size-mb", type=int, default=512)
     parser.add_argument("--max-output", type=int, default=1 << 20)
+    parser.add_argument("--max-processes", type=int, default=0)
     opts = parser.parse_args(argv)
 
     # Protocol fds must not leak into subprocesses that user code starts.
@@ -342,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     os.dup2(devnull, 0)
     os.close(devnull)
 
-    apply_limits(opts.memory_mb, opts.cpu_seconds, opts.file_size_mb)
+    apply_limits(opts.memory_mb, opts.cpu_seconds, opts.file_size_mb, opts.max_processes)
     threading.stack_size(512 * 1024)  # capture threads must fit comfortably under RLIMIT_AS
     kernel = Kernel(opts.max_output)
     ops = {

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import logging
+import secrets
 import shutil
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
+from sandbox_common import naming
 
-from infra.local.interpreter import Limits, LocalInterpreterServer
+from infra.local.interpreter import Limits, LocalInterpreterServer, network
 from tests.integration.interpreter._helpers import (
     PUBLIC_CI,
     SANDBOX_CI,
@@ -21,15 +28,16 @@ from tests.integration.interpreter._helpers import (
     wait_until,
 )
 
-STRATEGIES = [s for s in ("bwrap", "unshare") if shutil.which(s)]
+STRATEGIES = ["bwrap"]  # the only isolating strategy; without it sessions are refused (test below)
 
 
 @pytest.fixture
 def listener() -> Iterator[int]:
-    """A TCP port on the host's 127.0.0.1 that accepts connections."""
+    """A TCP port listening on every address of the host (0.0.0.0), accepting connections."""
     sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(8)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("0.0.0.0", 0))
+    sock.listen(16)
     stop = threading.Event()
 
     def accept() -> None:
@@ -49,14 +57,54 @@ def listener() -> Iterator[int]:
     sock.close()
 
 
-def _connect_code(port: int) -> str:
+@pytest.fixture
+def outside() -> Iterator[tuple[str, int]]:
+    """A stand-in for 'another machine': a network namespace we create on this host, reached
+    through a veth pair (never an outside address), with a TCP listener in it. Yields (ip, port)."""
+    tag = secrets.token_hex(3)
+    netns, host_if, ns_if = f"lci-out-{tag}", f"lcio{tag}", f"lcin{tag}"
+    subnet = f"10.213.{secrets.randbelow(250) + 1}"
+    host_ip, ns_ip = f"{subnet}.1", f"{subnet}.2"
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True)
+
+    ip("netns", "add", netns)
+    server = None
+    try:
+        ip("link", "add", host_if, "type", "veth", "peer", "name", ns_if)
+        ip("link", "set", ns_if, "netns", netns)
+        ip("addr", "add", f"{host_ip}/30", "dev", host_if)
+        ip("link", "set", host_if, "up")
+        ip("-n", netns, "addr", "add", f"{ns_ip}/30", "dev", ns_if)
+        ip("-n", netns, "link", "set", ns_if, "up")
+        ip("-n", netns, "link", "set", "lo", "up")
+        code = ("import socket,sys\ns=socket.socket(); s.bind(('0.0.0.0',0)); s.listen(16)\n"
+                "print(s.getsockname()[1], flush=True)\nwhile True:\n    s.accept()[0].close()\n")
+        server = subprocess.Popen(["ip", "netns", "exec", netns, sys.executable, "-c", code], stdout=subprocess.PIPE,
+                                  text=True)
+        assert server.stdout is not None
+        yield ns_ip, int(server.stdout.readline())
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait()
+        subprocess.run(["ip", "link", "del", host_if], capture_output=True)
+        subprocess.run(["ip", "netns", "del", netns], capture_output=True)
+
+
+def _connect_code(targets: list[tuple[str, int]]) -> str:
+    """Code printing one line per target: `connected` or `blocked <error>`."""
     return (
         "import socket\n"
-        "s = socket.socket(); s.settimeout(3)\n"
-        "try:\n"
-        f"    s.connect(('127.0.0.1', {port})); print('connected')\n"
-        "except OSError as e:\n"
-        "    print('blocked', type(e).__name__)\n"
+        f"for host, port in {targets!r}:\n"
+        "    s = socket.socket(); s.settimeout(3)\n"
+        "    try:\n"
+        "        s.connect((host, port)); print('connected')\n"
+        "    except OSError as e:\n"
+        "        print('blocked', type(e).__name__)\n"
+        "    finally:\n"
+        "        s.close()\n"
     )
 
 
@@ -64,63 +112,91 @@ def _start(client: Any, interpreter: str, **kwargs: Any) -> str:
     return client.start_code_interpreter_session(codeInterpreterIdentifier=interpreter, **kwargs)["sessionId"]
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
-def test_sandbox_mode_has_no_network_public_mode_has(strategy: str, listener: int) -> None:
-    # Given a server isolating with `strategy` (bwrap, and the unshare fallback used without it)
-    with LocalInterpreterServer(interpreters={PUBLIC_CI: "PUBLIC", SANDBOX_CI: "SANDBOX"}, isolation=strategy) as srv:
+def test_sandbox_has_no_network_public_reaches_only_other_machines(listener: int, outside: tuple[str, int]) -> None:
+    # Given a listener on every host address, another "machine" (a namespace of ours), and the
+    # host's own non-loopback addresses
+    host_targets = [("127.0.0.1", listener), ("10.0.2.2", listener)]
+    host_targets += [(a, listener) for a in network.host_ipv4_addresses() if a != outside[0]]
+    with LocalInterpreterServer(interpreters={PUBLIC_CI: "PUBLIC", SANDBOX_CI: "SANDBOX"}) as srv:
         client = make_client(srv.endpoint)
         sandboxed, public = _start(client, SANDBOX_CI), _start(client, PUBLIC_CI)
 
-        # When both connect to a port listening on the host's loopback
-        blocked = invoke(client, SANDBOX_CI, sandboxed, _connect_code(listener))[0]
-        allowed = invoke(client, PUBLIC_CI, public, _connect_code(listener))[0]
+        # When both sessions connect to each of them
+        sandbox_seen = invoke(client, SANDBOX_CI, sandboxed, _connect_code([*host_targets, outside]))[0]
+        public_seen = invoke(client, PUBLIC_CI, public, _connect_code([*host_targets, outside]))[0]
 
-    # Then only the PUBLIC session gets through
-    assert blocked["stdout"].startswith("blocked"), blocked
-    assert allowed["stdout"] == "connected\n", allowed
+    # Then the SANDBOX session reaches nothing, and the PUBLIC one only the other machine
+    sandbox_lines, public_lines = sandbox_seen["stdout"].splitlines(), public_seen["stdout"].splitlines()
+    assert len(host_targets) >= 3  # loopback, slirp's host alias and at least one host address
+    assert len(sandbox_lines) == len(public_lines) == len(host_targets) + 1, (sandbox_seen, public_seen)
+    assert all(line.startswith("blocked") for line in sandbox_lines), sandbox_lines
+    assert all(line.startswith("blocked") for line in public_lines[:-1]), list(zip(host_targets, public_lines, strict=False))
+    assert public_lines[-1] == "connected", public_seen
 
 
-def test_none_isolation_refuses_sandbox_network_mode() -> None:
-    # Given a server without any namespace isolation
-    with LocalInterpreterServer(interpreters={SANDBOX_CI: "SANDBOX", PUBLIC_CI: "PUBLIC"}, isolation="none") as srv:
+def test_without_bwrap_every_session_is_refused_and_nothing_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given no bwrap on PATH and no escape hatch
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv(naming.ENV_LOCAL_UNISOLATED, raising=False)
+    with LocalInterpreterServer(interpreters={PUBLIC_CI: "PUBLIC", SANDBOX_CI: "SANDBOX"}) as srv:
+        monkeypatch.undo()
         client = make_client(srv.endpoint)
+        refusals = []
+        # When a session of each network mode is requested
+        for interpreter in (PUBLIC_CI, SANDBOX_CI):
+            with pytest.raises(ClientError) as exc:
+                _start(client, interpreter)
+            refusals.append(exc.value.response)
+        listed = client.list_code_interpreter_sessions(codeInterpreterIdentifier=PUBLIC_CI)["items"]
+        described = srv.manager.plan.describe(srv.manager.limits)
 
-        # When a SANDBOX session is requested
+    # Then both are refused as isolation_unavailable (a 403 no client retries) and no session exists
+    assert [(r["Error"]["Code"], r["ResponseMetadata"]["HTTPStatusCode"]) for r in refusals] == [
+        ("AccessDeniedException", 403)] * 2
+    assert all(r["Error"]["Message"].startswith("isolation_unavailable: bubblewrap") for r in refusals), refusals
+    assert naming.ENV_LOCAL_UNISOLATED in refusals[0]["Error"]["Message"]  # it says how to opt out
+    assert listed == []
+    assert described["strategy"] == "unavailable" and described["isolated"] is False
+
+
+def test_escape_hatch_runs_unisolated_and_warns_on_every_start(monkeypatch: pytest.MonkeyPatch,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    # Given no bwrap on PATH, and the operator's explicit SANDBOX_LOCAL_UNISOLATED=1
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setenv(naming.ENV_LOCAL_UNISOLATED, "1")
+    with LocalInterpreterServer(interpreters={PUBLIC_CI: "PUBLIC"}) as srv:
+        monkeypatch.undo()
+        client = make_client(srv.endpoint)
+        # When two sessions start and run code
+        with caplog.at_level(logging.WARNING, logger="local-interpreter"):
+            outputs = [invoke(client, PUBLIC_CI, _start(client, PUBLIC_CI), "print('ran')")[0]["stdout"] for _ in range(2)]
+        described = srv.manager.plan.describe(srv.manager.limits)
+
+    # Then both ran, each start logged its own warning, and status says it is not isolated
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING and "UNISOLATED" in r.getMessage()]
+    assert outputs == ["ran\n", "ran\n"]
+    assert len(warnings) == 2, [r.getMessage() for r in caplog.records]
+    assert described["strategy"] == "unisolated" and described["isolated"] is False
+
+
+def test_public_sessions_refused_without_user_mode_networking(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given bwrap but no slirp4netns on PATH (a directory holding only bwrap and ip)
+    tools = Path(tempfile.mkdtemp(prefix="lci-tools-"))
+    for tool in ("bwrap", "ip", "nsenter"):
+        (tools / tool).symlink_to(str(shutil.which(tool)))
+    monkeypatch.setenv("PATH", str(tools))
+    with LocalInterpreterServer(interpreters={PUBLIC_CI: "PUBLIC", SANDBOX_CI: "SANDBOX"}) as srv:
+        monkeypatch.undo()
+        client = make_client(srv.endpoint)
+        # When a PUBLIC and a SANDBOX session are requested
         with pytest.raises(ClientError) as exc:
-            _start(client, SANDBOX_CI)
-        public_ok = invoke(client, PUBLIC_CI, _start(client, PUBLIC_CI), "print('ok')")[0]["stdout"]
+            _start(client, PUBLIC_CI)
+        sandbox_out = invoke(client, SANDBOX_CI, _start(client, SANDBOX_CI), "print('isolated')")[0]["stdout"]
+    shutil.rmtree(tools)
 
-    # Then it fails closed instead of running with a network it promised not to have
-    assert exc.value.response["Error"]["Code"] == "InternalServerException"
-    assert public_ok == "ok\n"
-
-
-@pytest.mark.skipif(not shutil.which("bwrap"), reason="filesystem isolation needs bwrap")
-def test_bwrap_session_sees_private_tmp_readonly_system_and_no_host_secrets(tmp_path: Any) -> None:
-    # Given a file in the host's /tmp and two sessions
-    marker = tmp_path / "host-marker"
-    marker.write_text("host")
-    with LocalInterpreterServer(interpreters={PUBLIC_CI: "PUBLIC"}, isolation="bwrap") as srv:
-        client = make_client(srv.endpoint)
-        one, two = _start(client, PUBLIC_CI), _start(client, PUBLIC_CI)
-
-        # When the sessions look around
-        probe = (
-            "import os\n"
-            f"print(os.path.exists({str(marker)!r}), os.path.exists('/work/main'), os.path.exists('/root/.aws'))\n"
-            "open('/tmp/mine', 'w').write('1')\n"
-            "try:\n    open('/usr/pwned', 'w')\nexcept OSError as e:\n    print('ro', e.errno)\n"
-            "print(sorted(k for k in os.environ if k.startswith('AWS')), os.getuid() != 0)\n"
-        )
-        seen = invoke(client, PUBLIC_CI, one, probe)[0]
-        other = invoke(client, PUBLIC_CI, two, "import os; print(os.path.exists('/tmp/mine'))")[0]
-
-    # Then nothing of the host leaks in, /tmp is per session, the system is read-only, not root
-    lines = seen["stdout"].splitlines()
-    assert lines[0] == "False False False", seen
-    assert lines[1] in ("ro 30", "ro 13"), seen  # EROFS, or EACCES
-    assert lines[2] == "[] True", seen
-    assert other["stdout"] == "False\n"
+    # Then PUBLIC is refused (never given the host's network instead), SANDBOX still runs
+    assert exc.value.response["Error"]["Message"].startswith("isolation_unavailable: PUBLIC sessions need slirp4netns")
+    assert sandbox_out == "isolated\n"
 
 
 def test_worker_environment_never_carries_server_credentials() -> None:
@@ -262,3 +338,49 @@ def test_max_sessions_is_a_service_quota() -> None:
     assert (exc.value.response["Error"]["Code"], exc.value.response["ResponseMetadata"]["HTTPStatusCode"]) == (
         "ServiceQuotaExceededException", 402)
     assert second != first
+
+
+# --- exact byte counts (SPEC §19) ---------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("code", "stdout_bytes", "stderr_bytes"),
+    [
+        ("import sys\nsys.stdout.write('é' * 200000)", 400_000, 0),  # trailing expression echo not counted
+        ("print('x' * 3_000_000)", 3_000_001, 0),  # beyond the 1 MiB capture
+        ("import os\nos.write(2, b'e' * 2_000_000)\nNone", 0, 2_000_000),  # fd level, stderr
+        ("import subprocess\nsubprocess.run(['head', '-c', '1500000', '/dev/zero'])\nNone", 1_500_000, 0),
+    ],
+)
+def test_byte_counts_are_exact_beyond_the_capture(code: str, stdout_bytes: int, stderr_bytes: int) -> None:
+    with LocalInterpreterServer(interpreters={SANDBOX_CI: "SANDBOX"}) as srv:
+        client = make_client(srv.endpoint)
+        # When the code writes more than the local capture keeps
+        structured, _, headers = invoke(client, SANDBOX_CI, _start(client, SANDBOX_CI), code)
+    # Then the headers carry exactly what it wrote, while at most the capture is kept
+    assert int(headers[naming.LOCAL_STDOUT_BYTES_HEADER]) == stdout_bytes
+    assert int(headers[naming.LOCAL_STDERR_BYTES_HEADER]) == stderr_bytes
+    assert len(structured["stdout"].encode()) <= Limits.max_output_bytes + 16  # + the echo, if any
+    assert len(structured["stderr"].encode()) <= Limits.max_output_bytes
+
+
+# --- the session's Python -----------------------------------------------------------------------
+def test_session_python_is_configurable_and_read_only(tmp_path: Path) -> None:
+    # Given a virtual environment (outside the system directories) as the session's Python
+    venv = tmp_path / "venv-session"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    marker = venv / "lib" / "marker.txt"
+    marker.write_text("from the venv")
+    marker.chmod(0o666)  # writable by anyone on the host: only the read-only bind can refuse the write
+    with LocalInterpreterServer(interpreters={SANDBOX_CI: "SANDBOX"}, python=str(venv / "bin" / "python")) as srv:
+        client = make_client(srv.endpoint)
+        # When a session looks at its interpreter and tries to change it
+        code = (
+            "import sys, os\n"
+            f"print(sys.prefix == {str(venv)!r}, open({str(marker)!r}).read())\n"
+            f"try:\n    open({str(marker)!r}, 'a').write('x')\nexcept OSError as e:\n    print(e.errno)\n"
+            f"print(os.path.exists({str(tmp_path / 'other')!r}))\n"
+        )
+        (tmp_path / "other").write_text("not bound")
+        lines = invoke(client, SANDBOX_CI, _start(client, SANDBOX_CI), code)[0]["stdout"].splitlines()
+
+    # Then it runs in the venv, which is read-only, and nothing beside the venv is visible
+    assert lines == ["True from the venv", "30", "False"], lines  # 30: EROFS

@@ -3,6 +3,7 @@ handler (`fixture_functions/echo_fn`) so these tests do not depend on the real f
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 from collections.abc import Iterator
@@ -152,6 +153,20 @@ def test_emulator_crashed_worker_is_replaced(lam: Any) -> None:
     assert "FunctionError" not in again and after["event"] == {"n": 2}
 
 
+def test_emulator_sigkilled_worker_is_reported_at_once_as_runtime_exit_not_timeout(lam: Any) -> None:
+    # Given a handler whose process is SIGKILLed mid-call (it was reported as "Task timed out"
+    # once the pipe closed, because a SIGKILLed worker looked like one killed at the deadline)
+    started = time.monotonic()
+    # When invoked
+    out, body = _invoke(lam, {"sigkill": True})
+    elapsed = time.monotonic() - started
+    # Then the answer is a runtime exit, well before the 2-second function timeout
+    assert out["FunctionError"] == "Unhandled"
+    assert body["errorType"] == "Runtime.ExitError", body
+    assert "timed out" not in body["errorMessage"]
+    assert elapsed < 1.5, elapsed
+
+
 def test_emulator_import_error_is_reported_on_invoke(tmp_path: Path) -> None:
     # Given a function whose handler module cannot be imported
     spec = FunctionSpec(name="broken", handler="no_such_module.handler.handler", environment={},
@@ -166,3 +181,32 @@ def test_emulator_import_error_is_reported_on_invoke(tmp_path: Path) -> None:
     # Then the Lambda runtime's import error comes back as an unhandled function error
     assert out["FunctionError"] == "Unhandled"
     assert body["errorType"] == "Runtime.ImportModuleError"
+
+
+@pytest.mark.parametrize("depth", [1_000, 100_000])
+def test_emulator_deeply_nested_event_gets_a_structured_answer(lam: Any, depth: int) -> None:
+    # Given valid JSON nested deeper than Python's parser goes
+    payload = ("[" * depth + "]" * depth).encode()
+    # When invoked
+    out = lam.invoke(FunctionName="echo", Payload=payload)
+    body = json.loads(out["Payload"].read())
+    # Then the emulator answers like Lambda's Python runtime (an unmarshal error), and keeps serving
+    assert out["StatusCode"] == 200 and out["FunctionError"] == "Unhandled"
+    assert body["errorType"] == "Runtime.UnmarshalError"
+    again, after = _invoke(lam, {"n": 3})
+    assert "FunctionError" not in again and after["event"] == {"n": 3}
+
+
+def test_emulator_bad_content_length_gets_a_structured_answer(emulator: LambdaEmulator) -> None:
+    # Given a request whose Content-Length is not a number
+    host, port = emulator.endpoint.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    conn.putrequest("POST", "/2015-03-31/functions/echo/invocations")
+    conn.putheader("Content-Length", "not-a-number")
+    conn.endheaders()
+    # When the answer is read
+    response = conn.getresponse()
+    # Then it is a structured 400, not a closed connection
+    assert response.status == 400
+    assert response.getheader("x-amzn-ErrorType") == "InvalidRequestContentException"
+    conn.close()

@@ -17,6 +17,8 @@ from infra.config import build_config
 from infra.function_env import function_environment
 from infra.local import stack
 from infra.local.stack import LocalState
+from infra.sandboxctl import ops
+from infra.sandboxctl.target import local_target
 
 
 @pytest.fixture(scope="module")
@@ -136,21 +138,59 @@ def test_function_workers_run_with_exactly_their_cdk_environment(state: LocalSta
     assert "SANDBOX_LOCAL_DIR" not in quota_env and "PYTEST_CURRENT_TEST" not in quota_env
 
 
-def test_up_replaces_a_half_dead_stack_and_down_leaves_no_process_behind(stack_dir: Path) -> None:
-    # (last test of the module: it replaces, then stops, the module's stack)
-    # Given the stack, whose emulator died
+def _kill(process: dict) -> None:
+    os.killpg(process["pgid"], 9)
+    while stack.process_alive(process["pid"], process["marker"]):
+        time.sleep(0.02)
+
+
+def test_up_restarts_dead_parts_keeping_state_and_down_leaves_no_process_behind(stack_dir: Path) -> None:
+    # (last test of the module: it restarts parts of, then stops, the module's stack)
+    # Given the stack holds emulated AWS state, and its interpreter and Lambda emulator died
     tmp_path = stack_dir
     first = stack.read_state(stack_dir)
     assert first is not None
-    emulator = first.data["processes"]["lambda"]
-    os.killpg(emulator["pgid"], 9)
-    while stack.process_alive(emulator["pid"], emulator["marker"]):
-        time.sleep(0.02)
+    first.client("ssm").put_parameter(Name="/issue10/kept", Type="String", Value="still here")
+    old = first.data["processes"]
+    _kill(old["interpreter"])
+    _kill(old["lambda"])
+    assert stack.status(tmp_path)["running"] is False
     # When `up` runs again
     current, started = stack.up(tmp_path)
-    # Then the leftovers were stopped and a complete new stack runs
+    # Then only the dead parts were restarted, on their old endpoints, and moto's state is intact
+    now = current.data["processes"]
     assert started is True and stack.status(tmp_path)["running"] is True
-    assert not stack.process_alive(first.data["processes"]["moto"]["pid"], "moto.server")
+    assert now["moto"]["pid"] == old["moto"]["pid"]
+    assert now["interpreter"]["pid"] != old["interpreter"]["pid"] and now["lambda"]["pid"] != old["lambda"]["pid"]
+    assert {k: p["endpoint"] for k, p in now.items()} == {k: p["endpoint"] for k, p in old.items()}
+    assert current.client("ssm").get_parameter(Name="/issue10/kept")["Parameter"]["Value"] == "still here"
+
+    # Given moto itself died (its in-memory state is gone with it), and a call arrives meanwhile
+    _kill(now["moto"])
+    event = {"action": "execute_code", "tenant_id": "acme", "agent_id": "spool-probe", "template_id": "analyst",
+             "turn_id": "t-spool", "call_id": "c-spool", "code": "print(1)"}  # fmt: skip
+    out = current.client("lambda").invoke(
+        FunctionName=current.resources.functions[n.DISPATCH], Payload=json.dumps(event).encode()
+    )
+    answer = json.loads(out["Payload"].read())
+    # Then the agent gets a structured refusal and the audit row waits in the local spool
+    assert answer["ok"] is False
+    spool = tmp_path / n.LOCAL_AUDIT_SPOOL_FILE
+    (spooled,) = [json.loads(line) for line in spool.read_text().splitlines()]
+    assert spooled["call_id"] == "c-spool" and spooled["tenant_id"] == "acme"
+    # When `up` runs again
+    current, started = stack.up(tmp_path)
+    # Then the stack is started clean: every part is new
+    fresh = current.data["processes"]
+    assert started is True and stack.status(tmp_path)["running"] is True
+    assert all(fresh[k]["pid"] != now[k]["pid"] for k in stack.COMPONENTS)
+    # and `audit replay` writes the spooled row into the new stack's table, exactly once
+    assert ops.audit_replay(local_target(current)) == {"replayed": 1, "duplicates": 0, "invalid": 0, "failed": 0}
+    row = current.client("dynamodb").get_item(
+        TableName=current.resources.tables[n.INVOCATIONS.logical],
+        Key={n.INVOCATIONS.pk: {"S": spooled["invocation_id"]}},
+    )["Item"]
+    assert row["call_id"] == {"S": "c-spool"} and spool.read_text() == ""
 
     # Given the new stack has a warm Lambda worker and an interpreter session
     current.client("lambda").invoke(

@@ -14,7 +14,6 @@ from sandbox_common.redaction.catalogue import (
     TOKEN_CLASSES,
     Redactor,
     fingerprint,
-    max_token_length,
     redact,
     scan,
 )
@@ -142,13 +141,42 @@ def test_fingerprint_is_first_12_hex_of_sha256():
     assert fingerprint("AKIAIOSFODNN7EXAMPLE") == hashlib.sha256(b"AKIAIOSFODNN7EXAMPLE").hexdigest()[:12]
 
 
-def test_max_token_length_bounds_every_match():
-    # Given the longest github token the pattern accepts, and a longer one
-    limit = max_token_length()
-    # When / Then the bound covers a maximal bearer match (header words included)
-    longest = "Authorization:   Bearer " + "a" * 4096
-    (hit,) = scan(longest)
-    assert hit.end <= limit
+@pytest.mark.parametrize(
+    "text, secret",
+    [
+        ("xghp_" + "a1B2" * 9, "ghp_" + "a1B2" * 9),
+        ("tokenAKIAIOSFODNN7EXAMPLE", "AKIAIOSFODNN7EXAMPLE"),
+        ("AKIAIOSFODNN7EXAMPLEwJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "AKIAIOSFODNN7EXAMPLEwJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
+        ("ghp_" + "a" * 5000 + " end", "ghp_" + "a" * 5000),
+        ("Authorization: Bearer " + "b" * 9000, "b" * 9000),
+        ("idxoxb-" + "1" * 300, "xoxb-" + "1" * 300),
+    ],
+    ids=["glued-before", "aws-glued-before", "aws-key-id-then-secret", "github-5k", "bearer-9k", "slack-300"],
+)
+def test_redact_whole_run_whatever_precedes_and_however_long(text, secret):
+    # Given a token glued to word characters, or far longer than its nominal length
+    # When
+    (hit,) = scan(text)
+    out = redact(text)
+    # Then the hit spans the whole run and none of it survives
+    assert text[hit.start : hit.end] == secret
+    assert secret[:8] not in out and REPLACEMENT in out
+
+
+def test_redact_open_reports_a_match_running_to_the_end():
+    # Given a text ending inside a token, and one ending after it
+    redactor = Redactor()
+    # When / Then
+    assert redactor.redact_open("x ghp_" + "a" * 40) == ("x " + REPLACEMENT, "github")
+    assert redactor.redact_open("x ghp_" + "a" * 40 + " y") == ("x " + REPLACEMENT + " y", None)
+
+
+def test_recognition_chars_cover_a_minimal_bearer_match():
+    # Given the widest header words and the shortest credential
+    text = 'authorization\\":\t\t\t\t\t\t\t\t\\"BEARER\t\t\t\t\t\t\t\t' + "c" * 16
+    # When / Then it is recognised, and within RECOGNITION_CHARS
+    (hit,) = scan(text)
+    assert hit.end <= catalogue.RECOGNITION_CHARS
 
 
 def test_probes_never_miss_a_class_match():

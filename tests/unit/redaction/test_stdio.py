@@ -263,3 +263,49 @@ def test_stdio_streamed_output_equals_redacting_the_whole_text(seed):
     assert len(outputs) == len(cases)
     for out, (text, _) in zip(outputs, cases, strict=True):
         assert out == redact(text)
+
+
+LONG_TOKEN_SCRIPT = r"""
+import sys
+rt = sys.modules["_sbx_stdio_runtime"]
+cat = sys.modules["_sbx_redaction_catalogue"]
+rt.set_chunk_chars({chunk})
+token = "ghp_" + "A1b2C3d4" * 5000  # 40 004 chars: longer than the hold-back
+held = 0
+sys.stdout.write("before ")
+for i in range(0, len(token), 1000):
+    sys.stdout.write(token[i : i + 1000])
+    held = max(held, len(sys.stdout._pending))
+sys.stdout.write(" after\n")
+sys.stdout.flush()
+sys.stderr.write("HELD=%d LIMIT=%d\n" % (held, cat.HOLD_CHARS))
+"""
+
+
+@pytest.mark.parametrize("chunk", [1, 32768], ids=["drain-every-write", "default-chunk"])
+def test_stdio_token_longer_than_hold_back_redacted_whole_with_bounded_memory(chunk):
+    # Given a 40 KiB token written in 1 000-char pieces (the redactor holds back ≤ HOLD_CHARS)
+    code = LONG_TOKEN_SCRIPT.format(chunk=chunk)
+    # When
+    proc = run_sandboxed(code)
+    # Then the whole run is one <redacted>: no fragment of it is written, before or after
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.decode().splitlines()[1:]
+    assert out == ["before <redacted> after"]
+    held, limit = (int(x.split("=")[1]) for x in proc.stderr.decode().split())
+    assert held <= limit
+
+
+def test_stdio_flush_inside_a_token_drops_its_continuation():
+    # Given a token flushed mid-run, then more of its run, then other text
+    token = TOKENS["github"]
+    code = (
+        "import sys\n"
+        f"sys.stdout.write({token!r}); sys.stdout.flush()\n"
+        "sys.stdout.write('MoreOfTheSameRun42 and then prose\\n')\n"
+    )
+    # When
+    proc = run_sandboxed(code)
+    # Then the continuation of the run is not written (as redacting the joined text would hide it)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.decode().splitlines()[1:] == ["<redacted> and then prose"]

@@ -205,8 +205,9 @@ def fake_agentcore(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAgentCore]:
 
     monkeypatch.setattr(runner_credentials, "new_client", new_client)
     _forget_credentials()
-    for number, role in enumerate((RUNNER_ROLE, OTHER_RUNNER_ROLE)):
-        runner_credentials._cache[role] = runner_credentials._Entry(
+    # Keyed (role ARN, tenant): credentials obtained with one tenant's session tag serve only it.
+    for number, (role, tenant) in enumerate(((RUNNER_ROLE, "acme"), (OTHER_RUNNER_ROLE, "globex"))):
+        runner_credentials._cache[(role, tenant)] = runner_credentials._Entry(
             expires_at=datetime.now(UTC) + timedelta(hours=1),
             creds={"AccessKeyId": f"ASIASEEDED{number:010d}", "SecretAccessKey": "x", "SessionToken": "y"},
         )

@@ -128,8 +128,39 @@ def test_redaction_with_registered_values(fake_agentcore, make_runner):
     assert value not in result.stdout and encoded not in result.stdout
 
 
-def test_redaction_margin_covers_the_longest_token():
-    # Given / When / Then: the kept head is always long enough to hold a token whole at the cut
+def test_redaction_margin_covers_recognising_a_token():
+    # Given / When / Then: the kept head beyond a cut always holds enough of a token that starts
+    # before the cut for it to be recognised (the match then runs to the end of the head)
     from dispatch.runner.output import REDACTION_MARGIN_BYTES
 
-    assert REDACTION_MARGIN_BYTES > catalogue.max_token_length()
+    assert REDACTION_MARGIN_BYTES > catalogue.RECOGNITION_CHARS
+
+
+@pytest.mark.parametrize("offset", [150, 180, 190, 196, 200, 230, 290])
+def test_redaction_stream_error_token_at_the_old_200_char_cut_leaves_no_fragment(
+    fake_agentcore, make_runner, offset
+):
+    # Given a stream exception message with a token crossing where the reason used to be cut
+    # (200 chars of message; a `ghp_` + 16 head survived unredacted)
+    token = "ghp_" + "Q7w9" * 9
+    message = "m" * offset + " " + token + " tail"
+    fake_agentcore.script_invoke(
+        fake_agentcore.Invoke(frames=[es.exception_frame("validationException", message)])
+    )
+    # When
+    result = make_runner().execute(fake_agentcore.INTERPRETER, SESSION, "x")
+    # Then the reason was redacted before it was cut: no fragment longer than prefix + 4
+    assert result.failure_reason.startswith("stream_exception:validationException:m")
+    assert token[:9] not in _everything(result)
+
+
+def test_redaction_long_token_in_start_error_redacted_before_the_reason_cut(fake_agentcore, make_runner):
+    # Given a Start error whose message holds a token longer than the failure reason's cap
+    token = "xoxb-" + "1234567890-" * 60
+    fake_agentcore.start_error = (400, "ValidationException", f"bad input {token}")
+    # When
+    with pytest.raises(SandboxError) as failed:
+        make_runner().start_session(fake_agentcore.INTERPRETER)
+    # Then
+    assert token[:10] not in failed.value.failure_reason + failed.value.message
+    assert catalogue.REPLACEMENT in failed.value.failure_reason

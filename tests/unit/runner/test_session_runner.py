@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 from dispatch.runner import CrossTenantInterpreter, SessionGone, credentials
-from sandbox_common import naming
+from sandbox_common import aws, naming
 from sandbox_common.errors import SandboxError, SandboxProvisioning
 
 from infra.local import eventstream as es
@@ -290,3 +290,29 @@ def test_start_sends_timeout_and_a_valid_session_name(fake_agentcore, make_runne
     (start,) = fake_agentcore.ops("StartCodeInterpreterSession")
     assert start.body["sessionTimeoutSeconds"] == 600
     assert start.body["name"] == "turn-1"
+
+
+def test_credentials_assume_role_carries_the_tenant_session_tag(fake_agentcore, sts, make_runner):
+    # Given a runner of tenant acme, and the AssumeRole requests made through moto's STS
+    sent: list[dict] = []
+    aws.client("sts").meta.events.register(
+        "provide-client-params.sts.AssumeRole", lambda params, **kw: sent.append(dict(params))
+    )
+    # When it runs code
+    make_runner().execute(fake_agentcore.INTERPRETER, SESSION, "print(1)")
+    # Then STS accepted an AssumeRole tagged with the tenant the runner serves, and nothing else
+    (params,) = sent
+    assert params["Tags"] == [{"Key": naming.RUNNER_SESSION_TAG_TENANT, "Value": "acme"}]
+    assert len(fake_agentcore.ops("InvokeCodeInterpreter")) == 1
+
+
+def test_credentials_not_shared_between_tenants_of_one_role_arn(fake_agentcore, make_runner, assume_role_calls):
+    # Given a routing mix-up: a runner of globex handed acme's runner role ARN
+    make_runner().execute(fake_agentcore.INTERPRETER, SESSION, "print(1)")
+    # When the globex runner asks for credentials for that role
+    make_runner(tenant_id="globex", allowed_interpreter_ids=[fake_agentcore.INTERPRETER]).execute(
+        fake_agentcore.INTERPRETER, SESSION, "print(1)"
+    )
+    # Then it does not reuse acme's tagged credentials: it makes its own AssumeRole (tagged
+    # globex), which the role's trust policy refuses in AWS
+    assert assume_role_calls() == 2

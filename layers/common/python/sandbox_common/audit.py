@@ -4,15 +4,21 @@
 Append-only: the writer only ever calls PutItem with `attribute_not_exists(invocation_id)`;
 there is no update or delete path in code (and IAM/resource policy deny them, see infra/).
 A write failure never changes the agent's result: bounded retries, then the row goes to the
-encrypted SQS dead-letter queue; if even that fails the row is logged (redacted fields only).
+encrypted SQS dead-letter queue; if even that fails the row is appended to a local spool file
+when one is configured (the local stack: its DLQ lives in the same emulated AWS as the table, so
+both fail together), else logged (redacted fields only). `drain_spool` replays the spool through
+the same writer (`sandboxctl audit replay`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -125,6 +131,7 @@ class AuditWriter:
     ddb: Any
     sqs: Any
     sleep: Callable[[float], None] = time.sleep
+    spool_path: str | None = None  # local stack only: the last resort when the DLQ is down too
 
     def put(self, row: dict[str, Any]) -> None:
         """One conditional PutItem; raises DuplicateAuditRow or the ClientError."""
@@ -161,10 +168,78 @@ class AuditWriter:
             emit_metric(METRIC_AUDIT_DEAD_LETTERED)
             logger.error("audit_row_dead_lettered", extra={"invocation_id": row["invocation_id"], "cause": last_error})
             return "dead_lettered"
-        except Exception as exc:  # noqa: BLE001 — nothing lost: the row goes to the log as a last resort
+        except Exception as exc:  # noqa: BLE001 — nothing lost: spool, or log as a last resort
             emit_metric(METRIC_AUDIT_DEAD_LETTERED)
+            if self.spool_path and _spool_append(self.spool_path, row):
+                logger.error(
+                    "audit_row_spooled",
+                    extra={"invocation_id": row["invocation_id"], "cause": last_error, "dlq_error": type(exc).__name__},
+                )
+                return "spooled"
             logger.error(
                 "audit_row_unwritable",
                 extra={"audit_row": row, "cause": last_error, "dlq_error": type(exc).__name__},
             )
             return "logged"
+
+
+# --- local spool (issue 10) ---------------------------------------------------------------------
+@contextlib.contextmanager
+def _spool_locked(path: str) -> Iterator[Any]:
+    """The spool file opened for read/append under an exclusive lock (writers and the drain of
+    several processes never interleave)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+    with os.fdopen(fd, "r+", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield handle
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _spool_append(path: str, row: dict[str, Any]) -> bool:
+    """Append one row as a JSON line, durably. False if the file cannot be written."""
+    try:
+        with _spool_locked(path) as handle:
+            handle.write(json.dumps(row, sort_keys=True) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        return True
+    except OSError:
+        return False
+
+
+def drain_spool(path: str, writer: AuditWriter) -> dict[str, int]:
+    """Replay every spooled row with `writer.put` (the conditional PutItem). Rows written or
+    already present leave the spool; rows that fail (AWS still down) or do not parse stay in it,
+    in order. Counts: replayed, duplicates, failed, invalid."""
+    counts = {"replayed": 0, "duplicates": 0, "failed": 0, "invalid": 0}
+    if not os.path.exists(path):
+        return counts
+    with _spool_locked(path) as handle:
+        handle.seek(0)
+        keep: list[str] = []
+        for line in handle.read().splitlines():
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                if not isinstance(row, dict) or not row.get("invocation_id"):
+                    raise ValueError("no invocation_id")
+            except ValueError:
+                counts["invalid"] += 1
+                keep.append(line)
+                continue
+            try:
+                writer.put(row)
+                counts["replayed"] += 1
+            except DuplicateAuditRow:
+                counts["duplicates"] += 1
+            except Exception:  # noqa: BLE001 — kept for the next replay
+                counts["failed"] += 1
+                keep.append(line)
+        handle.truncate(0)
+        handle.write("".join(k + "\n" for k in keep))
+        handle.flush()
+        os.fsync(handle.fileno())
+    return counts

@@ -5,6 +5,7 @@ are rejected; ids must match REQUEST_ID_RE; code is non-empty and at most 256 Ki
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -21,6 +22,7 @@ from pydantic import (
 
 from .errors import SandboxInvalidRequest
 from .naming import MAX_CODE_BYTES, REQUEST_ID_RE
+from .redaction.catalogue import redact
 
 Id = Annotated[str, StringConstraints(pattern=REQUEST_ID_RE.pattern)]
 InvocationSource = Literal["chat", "scheduled", "composition"]
@@ -55,6 +57,9 @@ class ExecuteCodeRequest(_Strict):
     def _code_is_runnable(cls, code: str) -> str:
         if not code.strip():
             raise ValueError("code is empty or whitespace only")
+        if "\x00" in code:
+            # Python refuses source with NUL bytes, and its traceback shows host paths.
+            raise ValueError("code contains a NUL character")
         try:
             size = len(code.encode("utf-8"))
         except UnicodeEncodeError:
@@ -83,12 +88,29 @@ class QuotaRequest(_Strict):
     agent_id: Id
 
 
+# A location part echoed as is: short lowercase identifiers (every field name we declare). No
+# catalogue token fits this shape (each needs an upper-case letter, a digit run, `-` or `.`, or
+# is longer than 32 chars), so an unknown field named after a secret is never echoed (issue 10).
+_ECHOABLE_LOC = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+
+
+def _loc_part(part: object) -> str:
+    if isinstance(part, int):
+        return str(part)
+    text = str(part)
+    return text if _ECHOABLE_LOC.match(text) else "<field>"
+
+
 def describe_validation_error(exc: ValidationError) -> str:
-    """A sentence an agent can relay: field locations and reasons, never the offending input."""
+    """A sentence an agent can relay: field locations and reasons, never the offending input.
+
+    Locations come from the input for unknown fields (their names): only identifier-shaped
+    names are echoed, any other is `<field>`; the whole sentence is redacted as well.
+    """
     parts = []
     for err in exc.errors(include_input=False, include_url=False)[:5]:
-        loc = ".".join(str(p) for p in err.get("loc", ())) or "request"
-        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
+        loc = ".".join(_loc_part(p) for p in err.get("loc", ())) or "request"
+        parts.append(f"{loc}: {redact(str(err.get('msg', 'invalid')))}")
     more = len(exc.errors()) - len(parts)
     suffix = f" (+{more} more)" if more > 0 else ""
     return "Invalid request: " + "; ".join(parts) + suffix

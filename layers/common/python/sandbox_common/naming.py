@@ -369,6 +369,29 @@ def ttl_request(spec: TableSpec, stage: str) -> dict | None:
 # Findings are security evidence: kept for the audit ceiling, expired by DynamoDB TTL.
 FINDINGS_RETENTION_DAYS = 180
 
+# --- local interpreter isolation (issue 10, SPEC §18) -------------------------------------------
+# Read by the local interpreter (infra/local/interpreter) and passed through by the local stack.
+# "1": sessions may run without isolation when bubblewrap cannot isolate them (warned on every start).
+ENV_LOCAL_UNISOLATED = "SANDBOX_LOCAL_UNISOLATED"
+# The Python that runs session code (a venv's python or a base interpreter); default: the local
+# interpreter's own base interpreter. Bound read-only into the sandbox with its base installation.
+ENV_SESSION_PYTHON = "SANDBOX_SESSION_PYTHON"
+# The local interpreter refuses Start with this marker at the front of its error message when it
+# cannot isolate a session; the runner maps it to SandboxProvisioning with this `reason`.
+REASON_ISOLATION_UNAVAILABLE = "isolation_unavailable"
+# The local interpreter's Invoke answer carries the exact byte counts the code wrote (SPEC §19) in
+# these response headers (it keeps only the first MiB of each stream); AgentCore sends none.
+LOCAL_STDOUT_BYTES_HEADER = "x-sandbox-local-stdout-bytes"
+LOCAL_STDERR_BYTES_HEADER = "x-sandbox-local-stderr-bytes"
+
+# --- redaction, validation and local-stack robustness (issue 10) ---
+# The session tag dispatch sets at AssumeRole of a tenant's session-runner role, from the tenant
+# record it routes on; each runner role's trust policy requires it to equal its own tenant.
+RUNNER_SESSION_TAG_TENANT = "tenant_id"
+# Local stack only: the file the audit writer appends a row to when both the table and the
+# dead-letter queue are unreachable (they live in the same emulated AWS); `audit replay` drains it.
+ENV_AUDIT_SPOOL = "SANDBOX_AUDIT_SPOOL"
+LOCAL_AUDIT_SPOOL_FILE = "audit-spool.jsonl"
 
 # --- programmatic tool calling (issue 12, SPEC §15) ---------------------------------------------
 # Bounds of one execute_code that calls tools. The wait bound is configurable per stage

@@ -41,6 +41,8 @@ class DispatchSettings(_Settings):
     stdout_cap_bytes: int = Field(alias=n.ENV_STDOUT_CAP, default=262_144, gt=0)
     stderr_cap_bytes: int = Field(alias=n.ENV_STDERR_CAP, default=32_768, gt=0)
     cache_ttl_seconds: int = Field(alias=n.ENV_CACHE_TTL, default=60, ge=0, le=60)
+    # Local stack only ("" = none): see AuditWriter.spool_path (issue 10).
+    audit_spool_path: str = Field(alias=n.ENV_AUDIT_SPOOL, default="")
     # programmatic tool calling (issue 12)
     continuations_table: str = Field(alias=n.ENV_CONTINUATIONS_TABLE)
     tool_wait_seconds: int = Field(alias=n.ENV_TOOL_WAIT_SECONDS, default=n.TOOLS_WAIT_SECONDS, ge=1,

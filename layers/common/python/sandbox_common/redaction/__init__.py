@@ -6,13 +6,13 @@
 
 from .catalogue import (
     CLASS_NAMES,
+    HOLD_CHARS,
     REPLACEMENT,
     TOKEN_CLASSES,
     Hit,
     Redactor,
     TokenClass,
     fingerprint,
-    max_token_length,
     redact,
     redact_bytes,
     scan,
@@ -26,7 +26,7 @@ __all__ = [
     "Redactor",
     "TokenClass",
     "fingerprint",
-    "max_token_length",
+    "HOLD_CHARS",
     "redact",
     "redact_bytes",
     "scan",

@@ -9,9 +9,11 @@ Design notes (why it looks like this):
 - One compiled alternation, one named group per class holding the *secret part* of a match.
   For `bearer` the header words stay visible (`Authorization: Bearer <redacted>`) so the output
   is still readable; for every other class the whole match is the secret.
-- Every quantifier has an upper bound, so a token has a finite maximum length
-  (`max_token_length()`); the rolling-buffer stdio redactor holds back at most that many
-  characters. A longer token is redacted over its first `max_token_length()` characters.
+- A class matches wherever its prefix starts, whatever precedes it (`xghp_…`, `tokenAKIA…`),
+  and its secret part runs over the WHOLE run of the class's alphabet (`TokenClass.run`), however
+  long: no upper bounds, no trailing word-boundary checks (issue 10). The stdio redactor holds
+  back at most `HOLD_CHARS` characters; a token still running past that is redacted from its
+  start and the rest of its run is dropped as it arrives (`Redactor.redact_open`).
 - `redact`/`scan` run a C-speed prefilter first (see `candidate_classes`) so that clean text,
   the overwhelmingly common case, never goes through the alternation; the results are exactly
   the bare alternation's (`_ALL`; property-tested).
@@ -48,16 +50,18 @@ class TokenClass:
 
     pattern:  Python regex; the named group `name` is the secret part of a match.
     cw_regex: the same shape in the regex dialect CloudWatch Logs data protection accepts
-              (≤ 200 chars; no parentheses, quotes or colons — see cloudwatch.py).
+              (≤ 200 chars; no parentheses, quotes or colons — see cloudwatch.py); it masks at
+              least what `pattern` matches (a corpus test runs both).
+    run:      the regex character class (without brackets) the secret part ends with: once a
+              match is recognised, every further character of this class belongs to it.
     examples: strings that must be flagged (each is, or contains, one token of this class).
-    max_length: upper bound of the secret part's length (from the pattern's quantifiers).
     """
 
     name: str
     pattern: str
     cw_regex: str
+    run: str
     examples: tuple[str, ...]
-    max_length: int
 
 
 @dataclass(frozen=True)
@@ -72,11 +76,13 @@ class Hit:
 TOKEN_CLASSES: tuple[TokenClass, ...] = (
     TokenClass(
         name="github",
-        # Classic tokens are 4-char prefix + 36 chars, fine-grained `github_pat_` + 82; GitHub
-        # documents 255 as the maximum. 30/22 leave room for older/shorter variants while the
-        # literal prefix keeps precision.
-        pattern=r"(?<![A-Za-z0-9])(?P<github>gh[pousr]_[A-Za-z0-9]{30,251}|github_pat_[A-Za-z0-9_]{22,244})(?![A-Za-z0-9])",
-        cw_regex=r"gh[pousr]_[A-Za-z0-9]{30,251}|github_pat_[A-Za-z0-9_]{22,244}",
+        # Classic tokens are 4-char prefix + 36 chars, fine-grained `github_pat_` + 82. 30/22
+        # leave room for older/shorter variants while the literal prefix keeps precision. No
+        # look-behind: `xghp_…` and `token=ghp_…` are tokens too. No upper bound: the whole run
+        # of the alphabet is the secret, however long.
+        pattern=r"(?P<github>gh[pousr]_[A-Za-z0-9_]{30,}|github_pat_[A-Za-z0-9_]{22,})",
+        cw_regex=r"gh[pousr]_[A-Za-z0-9_]{30}[A-Za-z0-9_]*|github_pat_[A-Za-z0-9_]{22}[A-Za-z0-9_]*",
+        run="A-Za-z0-9_",
         examples=(
             "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8",
             "token=gho_16C7e42F292c6912E7710c838347Ae178B4a",
@@ -85,14 +91,14 @@ TOKEN_CLASSES: tuple[TokenClass, ...] = (
             "ghr_ZYXWVUTSRQPONMLKJIHGFEDCBA9876543210",
             "github_pat_11ABCDEFG0123456789abcd_0123456789abcdefghijABCDEFGHIJ0123456789abcdefghijABCDEFGHI",
         ),
-        max_length=255,
     ),
     TokenClass(
         name="slack",
         # Real Slack tokens are ~50-80 chars; 15 after the prefix keeps `xoxb-123` style
         # placeholders out.
-        pattern=r"(?<![A-Za-z0-9])(?P<slack>(?:xox[abeprs]|xapp)-[0-9A-Za-z-]{15,251})(?![A-Za-z0-9])",
-        cw_regex=r"xox[abeprs]-[0-9A-Za-z-]{15,251}|xapp-[0-9A-Za-z-]{15,251}",
+        pattern=r"(?P<slack>(?:xox[abeprs]|xapp)-[0-9A-Za-z-]{15,})",
+        cw_regex=r"xox[abeprs]-[0-9A-Za-z-]{15}[0-9A-Za-z-]*|xapp-[0-9A-Za-z-]{15}[0-9A-Za-z-]*",
+        run="0-9A-Za-z-",
         examples=(
             "xoxb-1234567890123-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
             "SLACK=xoxp-1234567890-1234567890-1234567890-0123456789abcdef0123456789abcdef",
@@ -102,39 +108,41 @@ TOKEN_CLASSES: tuple[TokenClass, ...] = (
             "xoxs-1234567890-1234567890-ABCDEFabcdef",
             "xapp-1-A0123456789-1234567890123-abcdef0123456789abcdef",
         ),
-        max_length=256,
     ),
     TokenClass(
         name="google_oauth",
         # Google access tokens: `ya29.` then base64url-ish text, sometimes with dots (`ya29.c.`).
-        pattern=r"(?<![A-Za-z0-9])(?P<google_oauth>ya29\.[0-9A-Za-z_.\-]{20,2043})",
-        cw_regex=r"ya29\.[0-9A-Za-z_.-]{20,2043}",
+        pattern=r"(?P<google_oauth>ya29\.[0-9A-Za-z_.\-]{20,})",
+        cw_regex=r"ya29\.[0-9A-Za-z_.-]{20}[0-9A-Za-z_.-]*",
+        run="0-9A-Za-z_.\\-",
         examples=(
             "ya29.a0AfH6SMBexampleTokenValue1234567890_abc-DEF",
             "access_token=ya29.c.b0AXv0zTexampleServiceAccountToken0123456789",
         ),
-        max_length=2048,
     ),
     TokenClass(
         name="bearer",
         # `Authorization: Bearer x`, any case, also JSON-quoted `"Authorization": "Bearer x"`,
         # Python-repr quoted, and JSON-inside-JSON escaped (`\"Authorization\": \"Bearer x\"`).
         # Only the credential is the secret. 16 chars minimum keeps `Bearer <token>`,
-        # `Bearer REDACTED` and similar placeholders out.
-        # The credential ends at the first non-token68 character or where a glued second
-        # `Authorization:` header starts, so `…<cred>Authorization: Bearer <cred2>` redacts both.
+        # `Bearer REDACTED` and similar placeholders out. No upper bound (credentials of several
+        # KiB exist). The credential ends at the first non-token68 character or where a glued
+        # second `Authorization:` header starts, so `…<cred>Authorization: Bearer <cred2>`
+        # redacts both.
         pattern=(
             r"(?i:authorization)[\\\"']{0,3}[ \t]{0,8}[:=][ \t]{0,8}[\\\"']{0,3}(?i:bearer)[ \t]{1,8}"
-            r"(?P<bearer>[" + _TOKEN68 + r"]{16,4096}?={0,8})"
+            r"(?P<bearer>[" + _TOKEN68 + r"]{16,}?={0,8})"
             r"(?=[^" + _TOKEN68 + r"=]|\Z|(?i:authorization)[\\\"']{0,3}[ \t]{0,8}[:=])"
         ),
         # CloudWatch data identifiers cannot contain quotes, colons, tildes or parentheses:
-        # `.{1,23}` stands for the separator, and the credential is "everything up to a space"
-        # (a negated class), which masks a superset of the token68 alphabet.
+        # `.{1,23}` stands for the separator, `[^A-Za-z0-9]{1,8}` for the blanks after `bearer`
+        # (tabs included), and the credential is "everything up to a space" (a negated class),
+        # which masks a superset of the token68 alphabet.
         cw_regex=(
             r"[Aa][Uu][Tt][Hh][Oo][Rr][Ii][Zz][Aa][Tt][Ii][Oo][Nn].{1,23}"
-            r"[Bb][Ee][Aa][Rr][Ee][Rr] {1,8}[^ ]{16,4096}"
+            r"[Bb][Ee][Aa][Rr][Ee][Rr][^A-Za-z0-9]{1,8}[^ ]{16}[^ ]*"
         ),
+        run=_TOKEN68 + "=",
         examples=(
             "Authorization: Bearer abcdefghijklmnop1234567890",
             '{"Authorization": "Bearer abc.def-ghi_jkl~mno+pqr/stu="}',
@@ -143,41 +151,57 @@ TOKEN_CLASSES: tuple[TokenClass, ...] = (
             "{'Authorization': 'Bearer sk-live-0123456789abcdef'}",
             '"{\\"authorization\\": \\"Bearer 0123456789abcdef0123\\"}"',
         ),
-        max_length=4104,
     ),
     TokenClass(
         name="jwt",
-        # Three base64url segments, each ≥ 16 chars (SPEC §8). Version strings (`1.2.3`),
-        # hostnames and dotted identifiers have short segments.
+        # Three base64url segments, each ≥ 16 chars (SPEC §8), then the rest of the run (a JWE's
+        # further segments). Version strings (`1.2.3`), hostnames and dotted identifiers have
+        # short segments. The look-behind loses nothing: base64url characters glued in front of a
+        # JWT belong to its first segment, so the match starts where that run starts; it keeps
+        # the scan linear (no match attempt in the middle of a long run).
         pattern=(
-            r"(?<![A-Za-z0-9_-])(?P<jwt>[A-Za-z0-9_-]{16,4096}\.[A-Za-z0-9_-]{16,4096}"
-            r"\.[A-Za-z0-9_-]{16,4096})(?![A-Za-z0-9_-])"
+            r"(?<![A-Za-z0-9_-])(?P<jwt>[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}"
+            r"\.[A-Za-z0-9_-]{16}[A-Za-z0-9_.-]*)"
         ),
-        cw_regex=r"[A-Za-z0-9_-]{16,4096}\.[A-Za-z0-9_-]{16,4096}\.[A-Za-z0-9_-]{16,4096}",
+        cw_regex=(
+            r"[A-Za-z0-9_-]{16}[A-Za-z0-9_-]*\.[A-Za-z0-9_-]{16}[A-Za-z0-9_-]*"
+            r"\.[A-Za-z0-9_-]{16}[A-Za-z0-9_.-]*"
+        ),
+        run="A-Za-z0-9_.-",
         examples=(
             "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIn0"
             ".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
             "id_token=eyJraWQiOiJrZXktMSIsImFsZyI6IlJTMjU2In0.eyJpc3MiOiJodHRwczovL2lkcCJ9"
             ".c2lnbmF0dXJlLXNpZ25hdHVyZS1zaWc",
         ),
-        max_length=3 * 4096 + 2,
     ),
     TokenClass(
         name="aws_access_key",
-        pattern=r"(?<![A-Za-z0-9])(?P<aws_access_key>A[KS]IA[A-Z0-9]{16})(?![A-Za-z0-9])",
-        cw_regex=r"AKIA[A-Z0-9]{16}|ASIA[A-Z0-9]{16}",
+        # The key id, and whatever base64 run is glued to it: an access key id immediately
+        # followed by its secret access key (`AKIA…EXAMPLEwJalrXUtnFEMI/K7MDENG…`) is one run.
+        pattern=r"(?P<aws_access_key>A[KS]IA[A-Z0-9]{16}[A-Za-z0-9/+=]*)",
+        cw_regex=r"A[KS]IA[A-Z0-9]{16}[A-Za-z0-9/+=]*",
+        run="A-Za-z0-9/+=",
         examples=(
             "AKIAIOSFODNN7EXAMPLE",
             "aws_access_key_id = ASIAY34FZKBOKMUTVV7A",
+            "AKIAIOSFODNN7EXAMPLEwJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
         ),
-        max_length=20,
     ),
 )
 
 CLASS_NAMES: tuple[str, ...] = tuple(c.name for c in TOKEN_CLASSES)
 
-# The bearer header words in front of the credential (for max_token_length and the stdio hold-back).
+# The bearer header words in front of the credential (for the stdio hold-back).
 BEARER_PREFIX_MAX = len("authorization") + 3 + 8 + 1 + 8 + 3 + len("bearer") + 8
+
+# The most the stdio redactor holds back. A held run longer than this is either released (no
+# match in it) or, if a match runs to its end, redacted at once and its continuation dropped.
+HOLD_CHARS = 16 * 1024 + BEARER_PREFIX_MAX
+
+# The longest text a match needs before it is recognised (a token's minimum length, bearer
+# header words included): a prefix this long decides whether a match starts at a position.
+RECOGNITION_CHARS = BEARER_PREFIX_MAX + 3 * 16 + 2
 
 # The header words of a bearer match, possibly incomplete, ending the searched region: the stdio
 # redactor holds them back together with the credential that may follow.
@@ -259,14 +283,6 @@ _RUN_PROBES = tuple(
 )
 _BY_NAME = {c.name: c for c in TOKEN_CLASSES}
 _ALTERNATIONS: dict[frozenset, re.Pattern] = {}
-
-
-def max_token_length() -> int:
-    """Longest text a single match can span (bearer header words included).
-
-    The rolling-buffer stdio redactor never needs to hold back more than this many characters.
-    """
-    return max(c.max_length for c in TOKEN_CLASSES) + BEARER_PREFIX_MAX
 
 
 def candidate_classes(text: str) -> frozenset:
@@ -448,6 +464,30 @@ class Redactor:
             return text
         return _alternation(names).sub(_replace, text)
 
+    def redact_open(self, text: str) -> tuple[str, str | None]:
+        """`redact(text)`, and the class of a catalogue match that ends exactly at the end of
+        `text` (None if there is none): more text of that class's `run` would belong to it.
+
+        For a streaming redactor: the output of redacting a prefix of a stream equals the
+        redaction of the whole stream as long as the continuation is dropped while it stays in
+        the open class's run (see `continuation_pattern`).
+        """
+        if self._values is not None and any(h in text for h in self._value_heads):
+            text = self._values.sub(REPLACEMENT, text)
+        names = candidate_classes(text)
+        if not names:
+            return text, None
+        size = len(text)
+        open_class: list[str] = []
+
+        def replace(m: re.Match) -> str:
+            if m.end() == size and m.lastgroup is not None:
+                open_class.append(m.lastgroup)
+            return _replace(m)
+
+        redacted = _alternation(names).sub(replace, text)
+        return redacted, (open_class[0] if open_class else None)
+
     def finditer(self, text: str, pos: int = 0) -> list[re.Match]:
         """Registered-value and catalogue matches at or after `pos`, in order of start."""
         matches: list[re.Match] = []
@@ -496,6 +536,11 @@ class Redactor:
 
 
 _DEFAULT = Redactor()
+
+
+def continuation_pattern(class_name: str) -> str:
+    """Regex (str) matching, at the start of the next text, what still belongs to an open match."""
+    return "[" + _BY_NAME[class_name].run + "]*"
 
 
 def redact(text: str) -> str:

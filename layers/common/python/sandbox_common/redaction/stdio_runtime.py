@@ -20,8 +20,13 @@ How the rolling buffer works (and why it stays cheap):
   across writes at any offset — also when a fragment ends a line — is only ever written once
   complete, hence redacted; and the output equals the catalogue's redaction of the joined text
   (tests pin that).
-- The tail is capped at the catalogue's `max_token_length()`; text longer than that cannot be
-  one token.
+- The tail is capped at the catalogue's `HOLD_CHARS`. Tokens have no maximum length, so a
+  held run longer than that is either released (no match runs to its end) or, when a match
+  runs to its end (a token of several KiB still being written), redacted at once; the stream
+  then drops what follows for as long as it continues that match's run (the class's `run`
+  alphabet), exactly what redacting the joined text would hide. The same happens on `flush()`
+  when the flushed text ends inside a match. Memory stays bounded, output equals the joined
+  text's redaction.
 - ASCII batches (the common case) stay bytes: hold-back and the catalogue's C-speed prefilter
   (`candidate_classes_utf8`) run on them, and clean text goes straight to the real stream's
   binary buffer — no decode, no regex, no re-encode. Other batches, and every stream with
@@ -86,7 +91,13 @@ class RedactingStream:
         self._redactor = redactor
         self._pending = b""  # the held-back tail, UTF-8 (surrogatepass)
         self._lock = threading.RLock()
-        self._hold_max = catalogue.max_token_length()
+        self._hold_max = catalogue.HOLD_CHARS
+        # While a match is open (see `_skip_open`): the bytes regex of its continuation.
+        self._open = None
+        self._continuations = {
+            c.name: re.compile(catalogue.continuation_pattern(c.name).encode("ascii"))
+            for c in catalogue.TOKEN_CLASSES
+        }
         self._token_chars = catalogue.TOKEN_CHARS
         self._token_bytes = catalogue.TOKEN_CHARS.encode("ascii")
         self._bearer_window = catalogue.BEARER_PREFIX_MAX
@@ -141,6 +152,10 @@ class RedactingStream:
             # drain runs lands after index n and is kept for the next drain.
             data = b"".join(batches[:n])
             del batches[:n]
+            if self._open is not None:
+                data = self._skip_open(data, final)
+                if not data:
+                    return
             if (
                 self._raw is not None
                 and not self._redactor.has_values
@@ -169,7 +184,7 @@ class RedactingStream:
                 return False
         if cut:
             if self._cat.candidate_classes_utf8(text, cut):
-                self._write_text(self._redactor.redact(text[:cut].decode("ascii")))
+                self._write_head(text[:cut].decode("ascii"), final)
             else:
                 self._raw.write(memoryview(text)[:cut] if cut < size else text)
         self._pending = text[cut:] if cut < size else b""
@@ -199,7 +214,11 @@ class RedactingStream:
                 # Never split a UTF-8 sequence: back up over continuation bytes.
                 while (data[end] & 0xC0) == 0x80 and end > start + 1:
                     end -= 1
-            self._feed_text(data[start:end] if start or end < size else data, final and end == size)
+            piece = data[start:end] if start or end < size else data
+            if self._open is not None:
+                piece = self._skip_open(piece, final and end == size)
+            if piece or (final and end == size):
+                self._feed_text(piece, final and end == size)
             if end == size:
                 return
             start = end
@@ -216,10 +235,31 @@ class RedactingStream:
             head, tail = text, ""
         else:
             cut = self._hold_start(text)
-            head, tail = text[:cut], text[cut:]
+            if cut < 0:  # a match runs to the end of a tail longer than HOLD_CHARS
+                head, tail, final = text, "", True
+            else:
+                head, tail = text[:cut], text[cut:]
         self._pending = tail.encode("utf-8", "surrogatepass")
         if head:
+            self._write_head(head, final)
+
+    def _write_head(self, head, final):
+        """Redact and write `head`; when it ends the text seen so far (`final`) inside a match,
+        open that match so its continuation is dropped."""
+        if not final:
             self._write_text(self._redactor.redact(head))
+            return
+        redacted, open_class = self._redactor.redact_open(head)
+        self._write_text(redacted)
+        if open_class is not None:
+            self._open = self._continuations[open_class]
+
+    def _skip_open(self, data, final):
+        """Drop the start of `data` that continues the open match; close it where its run ends."""
+        end = self._open.match(data).end()
+        if end < len(data) or final:
+            self._open = None
+        return data[end:] if end else data
 
     def _hold_start(self, text):
         length = len(text)
@@ -229,13 +269,17 @@ class RedactingStream:
         if self._redactor.has_values:
             cut = self._redactor.value_hold_start(text, cut)
         if length - cut > self._hold_max:
-            # Longer than any token: release the oldest part, but never split a match.
+            # Longer than the hold limit: release the oldest part, but never split a match. A
+            # match running to the end of the text is still growing: -1 tells the caller to
+            # redact everything now and drop that match's continuation.
+            # (The whole text is searched: a drain adds up to CHUNK_CHARS, so a match straddling
+            # the cut may start anywhere in it. This path runs only for runs this long.)
             cut = length - self._hold_max
-            lo = cut - self._hold_max
-            window_start = lo if lo > 0 else 0
-            for m in self._redactor.finditer(text, window_start):
+            for m in self._redactor.finditer(text, 0):
                 if m.start() < cut < m.end():
-                    cut = m.start()
+                    if m.end() == length and m.lastgroup is not None:
+                        return -1
+                    cut = m.end()
                     break
                 if m.start() >= cut:
                     break

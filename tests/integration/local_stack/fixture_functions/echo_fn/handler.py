@@ -1,6 +1,7 @@
 """A test-only Lambda handler for the emulator tests: echoes what a real handler can observe."""
 
 import os
+import signal
 import time
 
 _COLD = {"pid": os.getpid(), "calls": 0}
@@ -15,6 +16,8 @@ def handler(event, context):
         time.sleep(float(event["sleep"]))
     if event.get("exit"):
         os._exit(3)
+    if event.get("sigkill"):  # what the kernel's OOM killer (or an operator's kill -9) does
+        os.kill(os.getpid(), signal.SIGKILL)
     return {
         "event": event,
         "env": dict(os.environ),

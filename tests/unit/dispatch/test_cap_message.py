@@ -1,0 +1,32 @@
+"""SPEC §19: the SandboxCapExceeded error_message names the dimension literally, besides the
+sentence and the reset time."""
+
+from __future__ import annotations
+
+import pytest
+from dispatch import messages
+from sandbox_common import naming as n
+
+RESETS_AT = "2026-11-24T00:00:00Z"
+
+
+@pytest.mark.parametrize(
+    ("dimension", "named"),
+    [(n.DIM_TENANT_DAILY, "tenant_daily"), (n.DIM_AGENT_HOURLY, "agent_hourly"), (n.DIM_UNKNOWN, "unknown")],
+)
+def test_cap_exceeded_names_the_dimension_sentence_and_reset(dimension, named):
+    # Given / When
+    text = messages.cap_exceeded(dimension, RESETS_AT)
+    # Then
+    assert f"(cap: {named})" in text
+    assert RESETS_AT in text and "00:00 UTC" in text
+
+
+def test_cap_exceeded_unexpected_dimension_named_unknown_not_echoed():
+    # Given a dimension string that is not one we declare
+    odd = "ghp_" + "x" * 36
+    # When
+    text = messages.cap_exceeded(odd, RESETS_AT)
+    # Then it is named `unknown` and never echoed
+    assert text.endswith("(cap: unknown)")
+    assert odd not in text

@@ -1,0 +1,211 @@
+"""One redaction corpus through every layer (SPEC §8, issue 10).
+
+Every class, with word characters glued before and after it and at lengths from nominal to
+longer than the stdio hold-back, through layer 1 (the in-sandbox stdio redactor, run as the
+sandbox runs it, with the text split across writes), layer 2 (the session runner's host-side
+redaction), layer 4 (the backstop's scan of a real subscription payload) and layer 3 (the
+CloudWatch data protection custom identifiers as the policy configures them, plus the
+subscription filter that feeds the backstop). Zero complete tokens survive, and no fragment
+longer than the token's prefix plus 4 characters.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import random
+import re
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+from backstop import scanner
+from dispatch.runner.session import _redact_function
+from sandbox_common.redaction import REPLACEMENT, TOKEN_CLASSES
+from sandbox_common.redaction.cloudwatch import (
+    data_protection_policy,
+    filter_pattern_matches,
+    subscription_filter_pattern,
+)
+from sandbox_common.redaction.stdio import preamble_source
+
+from tests.support.redaction_corpus import CONTEXTS, LENGTHS, corpus, leak
+
+CASES = corpus()
+
+
+def _leaks(outputs: dict[int, str]) -> list[tuple[str, str]]:
+    return [(case.name, found) for i, case in enumerate(CASES) if (found := leak(outputs[i], case))]
+
+
+def test_corpus_covers_every_class_length_and_boundary():
+    # Given / When the corpus / Then every class appears in every length and boundary case
+    seen = Counter((c.token_class, c.name.split("/")[2], c.name.split("/")[3]) for c in CASES)
+    expected = {(t.name, ln, ctx[0]) for t in TOKEN_CLASSES for ln in LENGTHS for ctx in CONTEXTS}
+    assert set(seen) == expected
+    assert max(len(c.secret) for c in CASES) > 20 * 1024
+
+
+def test_corpus_leak_check_flags_a_surviving_fragment():
+    # Given a case and outputs that keep the whole token, a prefix + 5 fragment, a prefix + 4 one
+    case = next(c for c in CASES if c.prefix == "ghp_")
+    # When / Then only the allowed fragment passes
+    assert leak(case.text, case) is not None
+    assert leak("x " + case.secret[:9] + " y", case) is not None
+    assert leak("x " + case.secret[:8] + REPLACEMENT, case) is None
+
+
+def test_layer2_host_redaction_leaves_no_token_of_the_corpus():
+    # Given the session runner's redaction (the catalogue, line-chunked)
+    redact = _redact_function(None)
+    # When every case is redacted
+    outputs = {i: redact(case.text) for i, case in enumerate(CASES)}
+    # Then nothing survives
+    assert len(outputs) == len(CASES)
+    assert _leaks(outputs) == []
+
+
+STDIO_SCRIPT = r"""
+import json, sys
+rt = sys.modules["_sbx_stdio_runtime"]
+rt.set_chunk_chars({chunk})
+for i, pieces in enumerate(json.load(open({path!r}))):
+    for piece in pieces:
+        sys.stdout.write(piece)
+    sys.stdout.write("\n@@CASE %d@@\n" % i)
+"""
+
+
+def _split(rng: random.Random, text: str) -> list[str]:
+    cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, rng.randrange(0, 5))))
+    return [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+
+
+@pytest.mark.parametrize("chunk", [1, 32768], ids=["drain-every-write", "default-chunk"])
+def test_layer1_stdio_redactor_leaves_no_token_of_the_corpus(chunk, tmp_path):
+    # Given every case split at random offsets into up to five writes, in a fresh interpreter
+    # behind the readiness preamble (exactly what runs in the sandbox)
+    rng = random.Random(chunk)
+    path = tmp_path / "corpus.json"
+    path.write_text(json.dumps([_split(rng, case.text) for case in CASES]))
+    script = preamble_source() + "\n" + STDIO_SCRIPT.format(chunk=chunk, path=str(path))
+    # When
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", script], capture_output=True, timeout=300, check=False
+    )
+    # Then every case's output is there and shows no token
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    parts = re.split(r"\n@@CASE (\d+)@@\n", proc.stdout.decode().split("\n", 1)[1])
+    outputs = {int(parts[k]): parts[k - 1] for k in range(1, len(parts), 2)}
+    assert sorted(outputs) == list(range(len(CASES)))
+    assert _leaks(outputs) == []
+    # and the stream wrote exactly what redacting each whole text gives (no over-redaction)
+    redact = _redact_function(None)
+    assert [c.name for i, c in enumerate(CASES) if outputs[i] != redact(c.text)] == []
+
+
+def _subscription_payload(messages: list[str]) -> dict:
+    document = {
+        "messageType": "DATA_MESSAGE",
+        "owner": "123456789012",
+        "logGroup": "/aws/lambda/sandbox-dispatch-dev",
+        "logStream": "2026/11/23/[$LATEST]corpus",
+        "subscriptionFilters": ["backstop"],
+        "logEvents": [
+            {"id": str(i), "timestamp": 1_795_000_000_000 + i, "message": m} for i, m in enumerate(messages)
+        ],
+    }
+    return {"awslogs": {"data": base64.b64encode(gzip.compress(json.dumps(document).encode())).decode()}}
+
+
+def _mask(text: str, spans: list[tuple[int, int]]) -> str:
+    out, pos = [], 0
+    for start, end in sorted(spans):
+        out.append(text[pos:start] + REPLACEMENT)
+        pos = max(pos, end)
+    return "".join(out) + text[pos:]
+
+
+def test_layer4_backstop_flags_every_token_of_the_corpus():
+    # Given the corpus as one real subscription payload, decoded as the backstop decodes it
+    decoded = scanner.decode(_subscription_payload([c.text for c in CASES]))
+    # When the backstop scans it
+    result = scanner.scan_events(decoded)
+    # Then every event has a finding of its class, and the spans it flags cover every token
+    classes = {(int(f["event_id"]), f["token_class"]) for f in result.findings}
+    missing = [c.name for i, c in enumerate(CASES) if (i, c.token_class) not in classes]
+    assert missing == []
+    outputs = {i: _mask(c.text, [(h.start, h.end) for h in scanner.scan(c.text)]) for i, c in enumerate(CASES)}
+    assert _leaks(outputs) == []
+
+
+_B64_RUN_CLASS = "[A-Za-z0-9_-]"
+
+
+def _cw_evaluator(regex: str) -> re.Pattern:
+    """The identifier's regex for Python's `re`. One identifier (jwt) starts with the character
+    class its run is made of; Python's backtracking search retries it at every position of a long
+    run (quadratic on the 20 KiB cases), so attempts are anchored at run starts. That finds the
+    same matches: a match starting inside a run implies one starting at the run's start (the
+    leading class absorbs the run), and leftmost search picks that one. The test below pins the
+    equivalence on the cases short enough to run both."""
+    if regex.startswith(_B64_RUN_CLASS):
+        return re.compile(f"(?<!{_B64_RUN_CLASS})(?:{regex})")
+    return re.compile(regex)
+
+
+def _cw_identifiers() -> list[str]:
+    policy = data_protection_policy("/thinkwork/dev/sandbox/data-protection-findings")
+    return [entry["Regex"] for entry in policy["Configuration"]["CustomDataIdentifier"]]
+
+
+def _cw_mask(regexes: list[re.Pattern], text: str) -> str:
+    return _mask(text, [(m.start(), m.end()) for rx in regexes for m in rx.finditer(text)])
+
+
+def test_layer3_run_start_anchoring_finds_the_same_matches():
+    # Given the identifiers as configured and as evaluated here
+    configured = [re.compile(r) for r in _cw_identifiers()]
+    evaluated = [_cw_evaluator(r) for r in _cw_identifiers()]
+    short = [c for c in CASES if len(c.text) < 1024]
+    assert len(short) > 200
+    # When / Then both mask exactly the same text on every short case
+    assert [c.name for c in short if _cw_mask(configured, c.text) != _cw_mask(evaluated, c.text)] == []
+
+
+def test_layer3_data_protection_identifiers_mask_every_token_of_the_corpus():
+    # Given the custom data identifiers exactly as the log groups' policy configures them
+    regexes = [_cw_evaluator(r) for r in _cw_identifiers()]
+    assert len(regexes) == len(TOKEN_CLASSES)
+    # When CloudWatch masks every match of every identifier
+    outputs = {i: _cw_mask(regexes, case.text) for i, case in enumerate(CASES)}
+    # Then nothing survives: the identifiers and the catalogue agree on the corpus
+    assert _leaks(outputs) == []
+
+
+def test_layer4_subscription_filter_forwards_every_case_of_the_corpus():
+    # Given the subscription filter that feeds the backstop
+    pattern = subscription_filter_pattern()
+    # When / Then every corpus event passes it (the prefilter never hides a token)
+    dropped = [c.name for c in CASES if not filter_pattern_matches(pattern, c.text)]
+    assert dropped == []
+    assert len(CASES) > 600
+
+
+def test_corpus_check_fails_on_the_pre_issue_10_patterns():
+    # Given the shapes before issue 10 (bounded, with word-boundary look-arounds), for github/aws
+    old = re.compile(
+        r"(?<![A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9]{30,251})(?![A-Za-z0-9])"
+        r"|(?<![A-Za-z0-9])(?:A[KS]IA[A-Z0-9]{16})(?![A-Za-z0-9])"
+    )
+    # (github tokens of 20 KiB; access key ids glued to their secret)
+    chosen = [c for c in CASES if (c.token_class == "github" and "/20k/" in c.name) or c.prefix == "ASIA"]
+    assert len(chosen) == 4 * len(CONTEXTS) + len(LENGTHS) * len(CONTEXTS)
+    # When they redact the corpus
+    outputs = {CASES.index(c): old.sub(REPLACEMENT, c.text) for c in chosen}
+    # Then the leak check catches them (the corpus tests above can fail)
+    leaked = [c.name for c in chosen if leak(outputs[CASES.index(c)], c)]
+    assert len(leaked) == len(chosen)
+

@@ -48,7 +48,7 @@ def tools_session(interpreter: LocalInterpreterServer, monkeypatch: pytest.Monke
     monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_AGENTCORE", interpreter.endpoint)
     with runner_credentials._lock:
         runner_credentials._cache.clear()
-        runner_credentials._cache[RUNNER_ROLE] = runner_credentials._Entry(
+        runner_credentials._cache[(RUNNER_ROLE, "acme")] = runner_credentials._Entry(
             expires_at=datetime.now(UTC) + timedelta(hours=1),
             creds={"AccessKeyId": "ASIASEEDED0000000000", "SecretAccessKey": "x", "SessionToken": "y"},
         )

@@ -45,7 +45,7 @@ from .classify import classify
 from .errors import SessionGone
 from .output import REDACTION_MARGIN_BYTES, shape
 from .session import READINESS_TIMEOUT_SECONDS, ExecutionResult, SessionRunner
-from .stream import BoundedText, StreamAccumulator
+from .stream import BoundedText, StreamAccumulator, StreamOutcome
 
 TOOL_WAIT_EXPIRED = (
     "No tool result arrived within {seconds} seconds, so the code was stopped. The sandbox session was "
@@ -182,6 +182,24 @@ class _MarkerAccumulator(StreamAccumulator):
     def __init__(self, limit_bytes: int) -> None:
         super().__init__(limit_bytes)
         self.marker: RuntimeState | None = None
+        self.exact_stdout: int | None = None
+
+    def count_exactly(self, stdout_bytes: int, stderr_bytes: int) -> None:
+        # The interpreter's exact count includes the marker line the runtime wrote: not the code's bytes.
+        self.exact_stdout = stdout_bytes
+        super().count_exactly(stdout_bytes, stderr_bytes)
+
+    def snapshot(self) -> StreamOutcome:
+        outcome = super().snapshot()
+        if self.exact_stdout is not None and self.marker is not None:
+            outcome.stdout.total_bytes = max(0, self.exact_stdout - self.marker.raw_bytes)
+        return outcome
+
+    def uncount(self, marker: RuntimeState, outcome: StreamOutcome) -> None:
+        """The marker was cut off with oversized output and came from a status call: it is still
+        in the interpreter's exact count, so take it out."""
+        if self.exact_stdout is not None:
+            outcome.stdout.total_bytes = max(0, self.exact_stdout - marker.raw_bytes)
 
     def feed(self, event: dict[str, Any]) -> None:
         result = event.get("result")
@@ -319,6 +337,8 @@ class ToolsRunner:
         healthy = not call.timed_out and call.api_error is None and outcome.stream_error is None
         if marker is None and healthy:
             marker = self._status(state)
+            if marker is not None:
+                accumulator.uncount(marker, outcome)
         stdout, stderr = state.stdout, state.stderr
         stdout.extend(outcome.stdout)
         stderr.extend(outcome.stderr)

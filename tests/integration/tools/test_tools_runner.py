@@ -295,6 +295,8 @@ def test_tools_runner_output_beyond_the_interpreters_limit_still_pauses(tools_se
     final = runner.resume(first.state, tool_result="fine")
     assert final.result.exit_status == "ok"
     assert final.result.stdout_truncated is True
+    # And the byte count is exactly the code's (no marker of ours counted, SPEC §19)
+    assert final.result.stdout_bytes == 1536 * 1024 + 1 + len("fine\n")
 
 
 def test_tools_runner_new_run_while_one_is_paused_is_refused(tools_session: ToolsSession) -> None:
@@ -374,4 +376,5 @@ def test_tools_runner_output_beyond_the_interpreters_limit_at_the_end_still_fini
     assert final.result.exit_status == "ok", final.result.failure_reason
     assert final.result.session_stopped is False
     assert final.result.stdout_truncated is True
+    assert final.result.stdout_bytes == 1536 * 1024 + 1
     assert final.tool_calls == 1

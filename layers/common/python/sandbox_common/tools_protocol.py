@@ -91,10 +91,15 @@ class RuntimeState:
     name: str | None = None
     input_json: str | None = None
     calls: int | None = None
+    raw_bytes: int = 0  # UTF-8 length of the whole marker line ("\n" + MARKER + hex + "\n")
 
     @property
     def paused(self) -> bool:
         return self.state == STATE_TOOL_CALL
+
+
+def _marker_bytes(hex_text: str) -> int:
+    return len(_TAIL) + len(hex_text) + 1  # all ASCII
 
 
 def _decode(hex_text: str) -> RuntimeState | None:
@@ -118,6 +123,7 @@ def _decode(hex_text: str) -> RuntimeState | None:
         name=name if isinstance(name, str) else None,
         input_json=raw_input if isinstance(raw_input, str) else None,
         calls=calls if isinstance(calls, int) and not isinstance(calls, bool) else None,
+        raw_bytes=_marker_bytes(hex_text),
     )
 
 

@@ -18,13 +18,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sandbox_common import naming as n
 from sandbox_common.errors import SandboxError
 from sandbox_common.models import ResumeRequest
 
 from .continuations import STORE_UNAVAILABLE, Continuation, ContinuationStore
 from .runner.tools import Finished, Paused, ToolCallState, ToolsRunner
 
-TOOL_CALL_STATUS = "tool_call"
+TOOL_CALL_STATUS = n.STATUS_TOOL_CALL
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,13 @@ class ToolStep:
     @property
     def paused(self) -> bool:
         return self.response is not None
+
+
+def finished_fields(finished: Finished) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(response fields, audit fields) a finished tool-calling call adds to the ordinary result."""
+    response = {n.AUDIT_TOOL_CALLS: finished.tool_calls}
+    audit = {n.AUDIT_TOOL_CALLS: finished.tool_calls, n.AUDIT_TOOL_CALL_RECORDS: finished.records_for_audit()}
+    return response, audit
 
 
 def paused_response(paused: Paused, *, continuation: str, invocation_id: str) -> dict[str, Any]:
@@ -114,6 +122,7 @@ __all__ = [
     "ToolStep",
     "claim",
     "expire_turn",
+    "finished_fields",
     "paused_response",
     "resume_call",
     "start_call",

@@ -24,9 +24,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .aws import SINGLE_ATTEMPT
+from .naming import STATUS_TOOL_CALL  # stdlib-only, like tool_spec
 from .tool_spec import TOOL_DESCRIPTION, TOOL_NAME
 
-TOOL_CALL_STATUS = "tool_call"
+TOOL_CALL_STATUS = STATUS_TOOL_CALL
 
 
 class DispatchUnavailable(RuntimeError):

@@ -416,3 +416,9 @@ ENV_CONTINUATIONS_TABLE = "CONTINUATIONS_TABLE"
 ENV_TOOL_WAIT_SECONDS = "TOOL_WAIT_SECONDS"
 # Item attributes of a template's tool allowlist in the TENANTS table (beside `environment`).
 TEMPLATE_TOOLS_ATTRIBUTE = "tools"
+# Audit row attributes of a tool-calling call (SPEC §15): the count, and one record per call
+# {name, input_sha256, duration_ms, ok} — hashes only, never a tool input or result.
+AUDIT_TOOL_CALLS = "tool_calls"
+AUDIT_TOOL_CALL_RECORDS = "tool_call_records"
+# The §15 response status of a paused call.
+STATUS_TOOL_CALL = "tool_call"

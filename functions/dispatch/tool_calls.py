@@ -16,11 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sandbox_common import naming as n
 from sandbox_common.errors import SandboxError
-from sandbox_common.models import ResumeRequest
+from sandbox_common.audit import code_hash
+from sandbox_common.models import ExecuteCodeRequest, ResumeRequest
+from sandbox_common.windows import iso_z_ms
 
 from .continuations import STORE_UNAVAILABLE, Continuation, ContinuationStore
 from .runner.tools import Finished, Paused, ToolCallState, ToolsRunner
@@ -44,6 +47,26 @@ class ToolStep:
     @property
     def paused(self) -> bool:
         return self.response is not None
+
+
+def call_context(req: ExecuteCodeRequest, *, invocation_id: str, started_at: datetime, session_id: str,
+                 environment: str | None) -> dict[str, Any]:  # fmt: skip
+    """What the final audit row of a paused call needs, stored with its continuation: the request
+    without its code (the continuation item has a size limit; the audit row needs only the hash)."""
+    return {
+        "request": req.model_dump(exclude={"code"}),
+        "executed_code_hash": code_hash(req.code),
+        "invocation_id": invocation_id,
+        "started_at": iso_z_ms(started_at),
+        "session_id": session_id,
+        "environment": environment,
+    }
+
+
+def restored_request(call: dict[str, Any]) -> ExecuteCodeRequest:
+    """The original request, for the Outcome that renders the final answer and audit row. Its
+    code is not kept: the row's `executed_code_hash` comes from `call["executed_code_hash"]`."""
+    return ExecuteCodeRequest.model_construct(**call["request"], code="")
 
 
 def finished_fields(finished: Finished) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -117,6 +140,8 @@ def _step(runner: ToolsRunner, store: ContinuationStore, owner: Owner, call: dic
 
 __all__ = [
     "TOOL_CALL_STATUS",
+    "call_context",
+    "restored_request",
     "Owner",
     "ToolCallState",
     "ToolStep",

@@ -91,3 +91,26 @@ def test_validate_tool_names_sorts_dedups_and_refuses_bad_names() -> None:
         validate_tool_names(["ok", "no spaces"])
     with pytest.raises(ValueError, match="at most"):
         validate_tool_names([f"t{i}" for i in range(33)])
+
+
+def test_call_context_keeps_the_request_without_its_code_and_the_code_hash() -> None:
+    # Given an execute_code request
+    import hashlib
+    from datetime import UTC, datetime
+
+    from dispatch.tool_calls import call_context, restored_request
+    from sandbox_common.models import parse_dispatch_event
+
+    req = parse_dispatch_event({"action": "execute_code", "tenant_id": "acme", "agent_id": "a", "template_id": "t",
+                                "turn_id": "turn-1", "call_id": "c-1", "code": "print('secret code')",
+                                "user_id": "u-1", "invocation_source": "chat"})  # fmt: skip
+
+    # When its context is stored (as JSON) and the request restored
+    ctx = json.loads(json.dumps(call_context(req, invocation_id="inv", started_at=datetime(2026, 1, 1, tzinfo=UTC),
+                                             session_id="s", environment="default-public")))  # fmt: skip
+    restored = restored_request(ctx)
+
+    # Then the code itself is not kept, its hash is, and every other field comes back
+    assert "secret code" not in json.dumps(ctx)
+    assert ctx["executed_code_hash"] == hashlib.sha256(b"print('secret code')").hexdigest()
+    assert restored.model_dump(exclude={"code"}) == req.model_dump(exclude={"code"})

@@ -20,8 +20,8 @@ from datetime import datetime
 from typing import Any
 
 from sandbox_common import naming as n
-from sandbox_common.errors import SandboxError
 from sandbox_common.audit import code_hash
+from sandbox_common.errors import SandboxError
 from sandbox_common.models import ExecuteCodeRequest, ResumeRequest
 from sandbox_common.windows import iso_z_ms
 

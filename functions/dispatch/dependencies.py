@@ -13,6 +13,7 @@ from sandbox_common.observability import logger
 from sandbox_common.settings import dispatch_settings
 
 from .cache import TtlCache
+from .idempotency import IdempotentCalls
 from .preflight import Preflight, PreflightReader
 from .runner import SessionRunner
 from .service import Dispatcher
@@ -67,12 +68,10 @@ def dispatcher() -> Dispatcher:
                                  ddb=ddb, sqs=aws.client("sqs"), spool_path=settings.audit_spool_path or None),
         runner_factory=runner_for,
         price_per_call=price_per_call,
+        calls=IdempotentCalls(table_name=settings.idempotency_table, ddb=ddb),
     )  # fmt: skip
 
 
 def reset() -> None:
     """Tests: forget the container's state (a new 'cold start')."""
-    from .idempotency import executor
-
     dispatcher.cache_clear()
-    executor.cache_clear()

@@ -5,10 +5,9 @@ Item in the TURNS table, keyed by turn_id alone so that another tenant's reuse i
   session_state: starting | active | stopped   session_id, interpreter_id, session_started_at
   lease_owner, lease_expires_at (epoch s)       — who is starting the session right now
 
-Exactly one live session per turn, also under concurrent first calls: a caller must win a
-conditional "starting" lease before it calls StartCodeInterpreterSession; the others wait for
-the winner's "active" write (or take over an expired lease). Every write is conditional, so a
-stale container can never overwrite a newer session.
+The store only stores: every write is one conditional request (so a stale container can never
+overwrite a newer session) and answers with a bool or a `Turn`. Who may use a turn and the
+session-lease protocol built from these writes live in `dispatch.turn_logic`.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import ClientError
-from sandbox_common.errors import SandboxError, SandboxInvalidRequest
 
 _TURN_TTL_SECONDS = 2 * 86_400
 
@@ -81,90 +79,28 @@ class TurnStore:
             raise TurnStoreUnavailable(type(exc).__name__) from None
         return Turn.from_item(out["Item"]) if "Item" in out else None
 
-    def claim(self, tenant_id: str, agent_id: str, turn_id: str) -> Turn:
-        """The turn of (tenant, agent), created on first use. Anyone else's turn -> invalid request."""
-        turn = self.get(turn_id)
-        if turn is None:
-            now = int(self.clock())
-            try:
-                self.ddb.put_item(
-                    TableName=self.table,
-                    Item={
-                        "turn_id": {"S": turn_id}, "tenant_id": {"S": tenant_id}, "agent_id": {"S": agent_id},
-                        "created_at": {"N": str(now)}, "expires_at": {"N": str(now + _TURN_TTL_SECONDS)},
-                    },  # fmt: skip
-                    ConditionExpression="attribute_not_exists(turn_id)",
-                )
-                return Turn(turn_id=turn_id, tenant_id=tenant_id, agent_id=agent_id)
-            except ClientError as exc:
-                if _code(exc) != "ConditionalCheckFailedException":
-                    raise TurnStoreUnavailable(_code(exc)) from None
-            except Exception as exc:  # noqa: BLE001
-                raise TurnStoreUnavailable(type(exc).__name__) from None
-            turn = self.get(turn_id)  # lost the race: someone created it a moment ago
-            if turn is None:
-                raise TurnStoreUnavailable("turn vanished after a conditional failure")
-        self.check_owner(turn, tenant_id, agent_id)
-        if turn.ended:
-            raise SandboxInvalidRequest("Invalid request: this turn has ended; start a new turn with a new turn_id.")
-        return turn
-
-    @staticmethod
-    def check_owner(turn: Turn, tenant_id: str, agent_id: str | None) -> None:
-        if turn.tenant_id != tenant_id or (agent_id is not None and turn.agent_id != agent_id):
-            # Same words whoever owns it: never confirm another tenant's turn exists in detail.
-            raise SandboxInvalidRequest(
-                "Invalid request: turn_id belongs to another tenant or agent; start a new turn with a new turn_id."
+    def create(self, tenant_id: str, agent_id: str, turn_id: str) -> Turn | None:
+        """Create the turn for (tenant, agent); None if it exists already (someone else's or ours)."""
+        now = int(self.clock())
+        try:
+            self.ddb.put_item(
+                TableName=self.table,
+                Item={
+                    "turn_id": {"S": turn_id}, "tenant_id": {"S": tenant_id}, "agent_id": {"S": agent_id},
+                    "created_at": {"N": str(now)}, "expires_at": {"N": str(now + _TURN_TTL_SECONDS)},
+                },  # fmt: skip
+                ConditionExpression="attribute_not_exists(turn_id)",
             )
+            return Turn(turn_id=turn_id, tenant_id=tenant_id, agent_id=agent_id)
+        except ClientError as exc:
+            if _code(exc) != "ConditionalCheckFailedException":
+                raise TurnStoreUnavailable(_code(exc)) from None
+        except Exception as exc:  # noqa: BLE001
+            raise TurnStoreUnavailable(type(exc).__name__) from None
+        return None
 
-    # --- the turn's one session ---------------------------------------------------------------
-    def acquire_session(
-        self,
-        turn: Turn,
-        *,
-        owner: str,
-        interpreter_id: str,
-        start: Callable[[], str],
-        stop_previous: Callable[[str, str], object],
-        max_session_age_seconds: int,
-        wait_seconds: float,
-    ) -> tuple[str, bool]:
-        """(session_id, started_here). Starts at most one session per turn across all callers."""
-        deadline = time.monotonic() + wait_seconds
-        while True:
-            if turn.live_session and turn.interpreter_id == interpreter_id and not self._too_old(
-                turn, max_session_age_seconds
-            ):
-                return str(turn.session_id), False
-            lease_seconds = int(wait_seconds) + 5
-            if self._take_lease(turn, owner, lease_seconds):
-                if turn.live_session:  # replacing a session judged unusable: never leave it running
-                    stop_previous(str(turn.interpreter_id), str(turn.session_id))
-                try:
-                    session_id = start()
-                except BaseException:
-                    self._release_lease(turn.turn_id, owner)
-                    raise
-                try:
-                    self._activate(turn.turn_id, owner, session_id, interpreter_id)
-                except TurnStoreUnavailable:
-                    stop_previous(interpreter_id, session_id)  # not the turn's session: never leak it
-                    raise
-                return session_id, True
-            if time.monotonic() > deadline:
-                raise SandboxError("The sandbox session for this turn is still starting; please retry the call.",
-                                   failure_reason="session_start_wait_timeout")  # fmt: skip
-            self.sleep(0.1)
-            refreshed = self.get(turn.turn_id)
-            if refreshed is None:
-                raise TurnStoreUnavailable("turn vanished")
-            turn = refreshed
-
-    def _too_old(self, turn: Turn, max_age: int) -> bool:
-        # AgentCore reaps a session at sessionTimeoutSeconds; start a fresh one shortly before that.
-        return turn.session_started_at is not None and self.clock() - turn.session_started_at > max_age
-
-    def _take_lease(self, turn: Turn, owner: str, lease_seconds: int) -> bool:
+    # --- the turn's one session (the protocol is in dispatch.turn_logic) ------------------------
+    def take_lease(self, turn: Turn, owner: str, lease_seconds: int) -> bool:
         now = int(self.clock())
         values: dict[str, Any] = {
             ":starting": {"S": "starting"}, ":owner": {"S": owner}, ":exp": {"N": str(now + lease_seconds)},
@@ -184,7 +120,7 @@ class TurnStore:
             turn.turn_id, "SET #st = :starting, lease_owner = :owner, lease_expires_at = :exp", condition, values
         )
 
-    def _activate(self, turn_id: str, owner: str, session_id: str, interpreter_id: str) -> None:
+    def activate(self, turn_id: str, owner: str, session_id: str, interpreter_id: str) -> None:
         activated = self._update(
             turn_id,
             "SET #st = :active, session_id = :sid, interpreter_id = :iid, session_started_at = :now "
@@ -196,7 +132,7 @@ class TurnStore:
         if not activated:  # our lease was taken over (it expired): the session is not the turn's
             raise TurnStoreUnavailable("session lease lost before activation")
 
-    def _release_lease(self, turn_id: str, owner: str) -> None:
+    def release_lease(self, turn_id: str, owner: str) -> None:
         try:
             self._update(turn_id, "SET #st = :stopped REMOVE lease_owner, lease_expires_at", "lease_owner = :owner",
                          {":stopped": {"S": "stopped"}, ":owner": {"S": owner}})  # fmt: skip

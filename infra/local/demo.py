@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from infra.local import stack
-    from infra.sandboxctl.main import CtlError
+    from infra.sandboxctl.errors import CtlError
     from infra.sandboxctl.target import local_target
 
     directory = Path(tempfile.mkdtemp(prefix="sandbox-demo-"))

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from infra.sandboxctl import render
-from infra.sandboxctl.main import EXIT_FAILURE, EXIT_OK, CtlError
+from infra.sandboxctl.errors import EXIT_FAILURE, EXIT_OK, CtlError
 
 
 def _out(args: argparse.Namespace, data: Any, human: Callable[[], str]) -> None:

@@ -15,12 +15,9 @@ from collections.abc import Sequence
 
 from sandbox_common import naming as n
 
+from infra.sandboxctl.errors import EXIT_FAILURE, CtlError
+
 DEFAULT_STAGE = "dev"
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
-
-
-class CtlError(Exception):
-    """A failure the operator can act on: printed as one line, exit code 1."""
 
 
 def _non_negative_int(text: str) -> int:

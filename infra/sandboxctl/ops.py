@@ -20,7 +20,7 @@ from sandbox_common.models import TenantSubstrate
 from sandbox_common.tool_spec import validate_tool_names
 from sandbox_common.windows import Windows, iso_z, iso_z_ms, utc_now
 
-from infra.sandboxctl.main import CtlError
+from infra.sandboxctl.errors import CtlError
 from infra.sandboxctl.target import Target
 
 

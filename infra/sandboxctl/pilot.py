@@ -27,7 +27,7 @@ from sandbox_common import naming as n
 from sandbox_common.windows import Windows, iso_z, utc_now
 
 from infra.sandboxctl import ops
-from infra.sandboxctl.main import CtlError
+from infra.sandboxctl.errors import CtlError
 from infra.sandboxctl.target import Target
 
 FIRST_CODE = "x = 20"

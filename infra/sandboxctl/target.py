@@ -11,7 +11,7 @@ from typing import Any
 
 from sandbox_common import naming as n
 
-from infra.sandboxctl.main import CtlError
+from infra.sandboxctl.errors import CtlError
 
 
 @dataclass

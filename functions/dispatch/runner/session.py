@@ -87,39 +87,6 @@ class ExecutionResult:
         cls = EXIT_STATUS_ERRORS.get(self.exit_status, SandboxError)
         return cls(self.error_message or "The code sandbox failed.", failure_reason=self.failure_reason)
 
-    def to_response_fields(self) -> dict[str, Any]:
-        """The §4.2 result fields the runner owns (dispatch adds session_id and invocation_id)."""
-        body: dict[str, Any] = {
-            "ok": self.ok,
-            "stdout": self.stdout,
-            "stderr": self.stderr,
-            "exit_status": self.exit_status,
-            "exit_code": self.exit_code,
-            "duration_ms": self.duration_ms,
-            "stdout_bytes": self.stdout_bytes,
-            "stderr_bytes": self.stderr_bytes,
-            "stdout_truncated": self.stdout_truncated,
-            "stderr_truncated": self.stderr_truncated,
-        }
-        if not self.ok:
-            body["error"] = self.error
-            body["error_message"] = self.error_message
-        return body
-
-    def to_audit_fields(self) -> dict[str, Any]:
-        """The §7.1 attributes the runner owns."""
-        return {
-            "exit_status": self.exit_status,
-            "exit_code": self.exit_code,
-            "error": self.error,
-            "failure_reason": self.failure_reason,
-            "duration_ms": self.duration_ms,
-            "stdout_bytes": self.stdout_bytes,
-            "stderr_bytes": self.stderr_bytes,
-            "stdout_truncated": self.stdout_truncated,
-            "stderr_truncated": self.stderr_truncated,
-        }
-
 
 @dataclass(frozen=True)
 class _Invocation:

@@ -9,21 +9,36 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from dispatch.runner import ExecutionResult
 from sandbox_common import audit, aws
 from sandbox_common import naming as n
+from sandbox_common.errors import SandboxCapExceeded, SandboxFailure
 from sandbox_common.models import ExecuteCodeRequest
+from sandbox_common.outcome import Outcome
 
 REQ = ExecuteCodeRequest(action="execute_code", tenant_id="acme", agent_id="agent-7", template_id="analyst",
                          turn_id="turn-1", call_id="call-1", code="print('héllo')")  # fmt: skip
 T0 = datetime(2026, 11, 21, 8, 0, 0, 123000, tzinfo=UTC)
 
 
-def _row(**over: Any) -> dict[str, Any]:
-    base = dict(invocation_id="inv-1", request=REQ, started_at=T0, finished_at=T0.replace(second=2),
-                retention_days=30, session_id="sess-1", environment="default-public", exit_status="ok",
-                exit_code=0, error=None, failure_reason=None, stdout_bytes=6, stdout_truncated=False)  # fmt: skip
-    base.update(over)
-    return audit.build_row(**base)
+def _result() -> ExecutionResult:
+    return ExecutionResult(exit_status="ok", exit_code=0, stdout="héllo\n", stderr="", stdout_bytes=6,
+                           stderr_bytes=0, stdout_truncated=False, stderr_truncated=False, duration_ms=5,
+                           error=None, error_message=None, failure_reason=None, full_stdout="héllo\n",
+                           full_stderr="", session_stopped=False)  # fmt: skip
+
+
+def _row(*, retention_days: int = 30, session_id: str | None = "sess-1", exit_status: str = "ok",
+         failure: SandboxFailure | None = None) -> dict[str, Any]:  # fmt: skip
+    """The row an Outcome renders: a call that ran (ok) unless a failure before running is given."""
+    outcome = Outcome(request=REQ, invocation_id="inv-1", started_at=T0, finished_at=T0.replace(second=2),
+                      session_id=session_id, environment="default-public")  # fmt: skip
+    if failure is None:
+        outcome.ran(_result(), None)
+    else:
+        outcome.fail(failure)
+    outcome.exit_status = exit_status
+    return outcome.audit_row(retention_days)
 
 
 @pytest.fixture
@@ -36,7 +51,7 @@ def _writer(tables: dict[str, str], dlq_url: str, table: str | None = None) -> a
                              ddb=aws.client("dynamodb"), sqs=aws.client("sqs"), sleep=lambda s: None)  # fmt: skip
 
 
-def test_build_row_has_exact_attributes_and_types() -> None:
+def test_outcome_audit_row_has_exact_attributes_and_types() -> None:
     row = _row()
     assert tuple(row) == audit.AUDIT_ATTRIBUTES
     assert row["executed_code_hash"] == hashlib.sha256("print('héllo')".encode()).hexdigest()
@@ -45,13 +60,15 @@ def test_build_row_has_exact_attributes_and_types() -> None:
     assert row["stdout_truncated"] is False and row["stderr_bytes"] == 0
 
 
-def test_build_row_without_session_omits_index_key() -> None:
-    row = _row(session_id=None, exit_status="cap_exceeded", exit_code=None, error="SandboxCapExceeded")
-    assert "session_id" not in row and row["exit_code"] is None
+def test_outcome_audit_row_without_session_omits_index_key() -> None:
+    row = _row(session_id=None, exit_status="cap_exceeded", failure=SandboxCapExceeded("cap", failure_reason="cap"))
+    assert "session_id" not in row
+    assert row["exit_code"] is None
+    assert row["error"] == "SandboxCapExceeded"
 
 
 @pytest.mark.parametrize("days", [0, 181])
-def test_build_row_rejects_retention_outside_1_to_180(days: int) -> None:
+def test_outcome_audit_row_rejects_retention_outside_1_to_180(days: int) -> None:
     with pytest.raises(ValueError, match="retention"):
         _row(retention_days=days)
 

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 import pytest
+from dispatch import turn_logic
 from dispatch.turns import TurnStore, TurnStoreUnavailable
 from sandbox_common import naming as n
 from sandbox_common.errors import SandboxInvalidRequest
@@ -18,17 +19,17 @@ def store(ddb: Any, tables: dict[str, str]) -> TurnStore:
 
 
 def test_claim_creates_then_returns_same_owner(store: TurnStore) -> None:
-    first = store.claim("acme", "agent-1", "turn-1")
-    again = store.claim("acme", "agent-1", "turn-1")
+    first = turn_logic.claim(store, "acme", "agent-1", "turn-1")
+    again = turn_logic.claim(store, "acme", "agent-1", "turn-1")
     assert (first.tenant_id, again.tenant_id, again.agent_id) == ("acme", "acme", "agent-1")
 
 
 def test_claim_by_other_tenant_or_agent_is_invalid(store: TurnStore) -> None:
-    store.claim("acme", "agent-1", "turn-1")
+    turn_logic.claim(store, "acme", "agent-1", "turn-1")
     with pytest.raises(SandboxInvalidRequest):
-        store.claim("globex", "agent-1", "turn-1")
+        turn_logic.claim(store, "globex", "agent-1", "turn-1")
     with pytest.raises(SandboxInvalidRequest):
-        store.claim("acme", "agent-2", "turn-1")
+        turn_logic.claim(store, "acme", "agent-2", "turn-1")
 
 
 def test_claim_race_between_tenants_has_one_winner(store: TurnStore) -> None:
@@ -39,7 +40,7 @@ def test_claim_race_between_tenants_has_one_winner(store: TurnStore) -> None:
     def claim(tenant: str) -> None:
         barrier.wait()
         try:
-            store.claim(tenant, "agent", "turn-race")
+            turn_logic.claim(store, tenant, "agent", "turn-race")
             results.append(tenant)
         except SandboxInvalidRequest:
             results.append("refused")
@@ -54,7 +55,7 @@ def test_claim_race_between_tenants_has_one_winner(store: TurnStore) -> None:
 
 def test_acquire_session_concurrent_first_calls_start_one_session(store: TurnStore) -> None:
     # Given 8 concurrent first calls of one turn and a slow Start
-    turn = store.claim("acme", "agent", "turn-c")
+    turn = turn_logic.claim(store, "acme", "agent", "turn-c")
     starts: list[str] = []
     lock = threading.Lock()
 
@@ -69,7 +70,7 @@ def test_acquire_session_concurrent_first_calls_start_one_session(store: TurnSto
 
     def call(i: int) -> None:
         barrier.wait()
-        sid, _ = store.acquire_session(turn, owner=f"inv-{i}", interpreter_id="ci", start=start,
+        sid, _ = turn_logic.acquire_session(store, turn, owner=f"inv-{i}", interpreter_id="ci", start=start,
                                        stop_previous=lambda *_: None, max_session_age_seconds=600,
                                        wait_seconds=10)  # fmt: skip
         got.append(sid)
@@ -84,35 +85,35 @@ def test_acquire_session_concurrent_first_calls_start_one_session(store: TurnSto
 
 
 def test_acquire_session_failed_start_releases_lease(store: TurnStore) -> None:
-    turn = store.claim("acme", "agent", "turn-f")
+    turn = turn_logic.claim(store, "acme", "agent", "turn-f")
 
     def boom() -> str:
         raise RuntimeError("start refused")
 
     with pytest.raises(RuntimeError):
-        store.acquire_session(turn, owner="a", interpreter_id="ci", start=boom, stop_previous=lambda *_: None,
+        turn_logic.acquire_session(store, turn, owner="a", interpreter_id="ci", start=boom, stop_previous=lambda *_: None,
                               max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
     # the next caller can start at once (no wait for a dead lease)
-    sid, started = store.acquire_session(store.get("turn-f"), owner="b", interpreter_id="ci", start=lambda: "s2",
+    sid, started = turn_logic.acquire_session(store, store.get("turn-f"), owner="b", interpreter_id="ci", start=lambda: "s2",
                                          stop_previous=lambda *_: None, max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
     assert (sid, started) == ("s2", True)
 
 
 def test_acquire_session_replaces_too_old_session_and_stops_it(store: TurnStore) -> None:
-    turn = store.claim("acme", "agent", "turn-o")
-    store.acquire_session(turn, owner="a", interpreter_id="ci", start=lambda: "old",
+    turn = turn_logic.claim(store, "acme", "agent", "turn-o")
+    turn_logic.acquire_session(store, turn, owner="a", interpreter_id="ci", start=lambda: "old",
                           stop_previous=lambda *_: None, max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
     stopped: list[tuple[str, str]] = []
     later = TurnStore(table_name=store.table, ddb=store.ddb, clock=lambda: time.time() + 10_000)
-    sid, started = later.acquire_session(later.get("turn-o"), owner="b", interpreter_id="ci", start=lambda: "new",
+    sid, started = turn_logic.acquire_session(later, later.get("turn-o"), owner="b", interpreter_id="ci", start=lambda: "new",
                                          stop_previous=lambda i, s: stopped.append((i, s)),
                                          max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
     assert (sid, started, stopped) == ("new", True, [("ci", "old")])
 
 
 def test_mark_stopped_only_for_current_session(store: TurnStore) -> None:
-    turn = store.claim("acme", "agent", "turn-s")
-    store.acquire_session(turn, owner="a", interpreter_id="ci", start=lambda: "s1",
+    turn = turn_logic.claim(store, "acme", "agent", "turn-s")
+    turn_logic.acquire_session(store, turn, owner="a", interpreter_id="ci", start=lambda: "s1",
                           stop_previous=lambda *_: None, max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
     assert store.mark_stopped("turn-s", "other") is False
     assert store.mark_stopped("turn-s", "s1") is True
@@ -122,7 +123,7 @@ def test_mark_stopped_only_for_current_session(store: TurnStore) -> None:
 
 def test_acquire_session_lost_lease_stops_the_started_session(store: TurnStore) -> None:
     # Given a Start so slow that another caller took over the expired lease meanwhile
-    turn = store.claim("acme", "agent", "turn-l")
+    turn = turn_logic.claim(store, "acme", "agent", "turn-l")
     stopped: list[tuple[str, str]] = []
 
     def slow_start() -> str:
@@ -133,7 +134,7 @@ def test_acquire_session_lost_lease_stops_the_started_session(store: TurnStore) 
 
     # When the slow caller tries to record its session / Then it stops it and reports the failure
     with pytest.raises(TurnStoreUnavailable):
-        store.acquire_session(turn, owner="me", interpreter_id="ci", start=slow_start,
+        turn_logic.acquire_session(store, turn, owner="me", interpreter_id="ci", start=slow_start,
                               stop_previous=lambda i, s: stopped.append((i, s)),
                               max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
     assert stopped == [("ci", "orphan-candidate")]
@@ -141,7 +142,7 @@ def test_acquire_session_lost_lease_stops_the_started_session(store: TurnStore) 
 
 def test_acquire_session_end_turn_during_start_stops_the_new_session(store: TurnStore) -> None:
     # Given end_turn arrives while the first call of the turn is starting its session
-    turn = store.claim("acme", "agent", "turn-e")
+    turn = turn_logic.claim(store, "acme", "agent", "turn-e")
     stopped: list[tuple[str, str]] = []
 
     def start_while_turn_ends() -> str:
@@ -150,10 +151,10 @@ def test_acquire_session_end_turn_during_start_stops_the_new_session(store: Turn
 
     # When the start completes / Then the session is stopped, not recorded, and the turn stays closed
     with pytest.raises(TurnStoreUnavailable):
-        store.acquire_session(turn, owner="me", interpreter_id="ci", start=start_while_turn_ends,
+        turn_logic.acquire_session(store, turn, owner="me", interpreter_id="ci", start=start_while_turn_ends,
                               stop_previous=lambda i, s: stopped.append((i, s)),
                               max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
     assert stopped == [("ci", "would-outlive-its-turn")]
     assert store.get("turn-e").ended is True and store.get("turn-e").live_session is False
     with pytest.raises(SandboxInvalidRequest, match="ended"):
-        store.claim("acme", "agent", "turn-e")
+        turn_logic.claim(store, "acme", "agent", "turn-e")

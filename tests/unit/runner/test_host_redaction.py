@@ -8,12 +8,24 @@ import json
 
 import pytest
 from sandbox_common.errors import SandboxError
+from sandbox_common.models import ExecuteCodeRequest
+from sandbox_common.outcome import Outcome
 from sandbox_common.redaction import catalogue
+from sandbox_common.windows import utc_now
 
 from infra.local import eventstream as es
 
 SESSION = "sess0001"
 EXAMPLES = [(c.name, c.examples[0]) for c in catalogue.TOKEN_CLASSES]
+REQUEST = ExecuteCodeRequest(action="execute_code", tenant_id="acme", agent_id="agent", template_id="tpl",
+                             turn_id="turn", call_id="call", code="x")  # fmt: skip
+
+
+def _outcome(result) -> Outcome:
+    """The outcome dispatch builds from a runner result (it renders the response and audit row)."""
+    outcome = Outcome(request=REQUEST, invocation_id="inv", started_at=utc_now())
+    outcome.ran(result, result.failure())
+    return outcome.finish()
 
 
 def _secrets(example: str) -> list[str]:
@@ -25,8 +37,8 @@ def _secrets(example: str) -> list[str]:
 def _everything(result) -> str:
     return (
         json.dumps(dataclasses.asdict(result))
-        + json.dumps(result.to_response_fields())
-        + json.dumps(result.to_audit_fields())
+        + json.dumps(_outcome(result).response())
+        + json.dumps(_outcome(result).audit_row(30))
     )
 
 

@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import pytest
+from sandbox_common.models import ExecuteCodeRequest
+from sandbox_common.outcome import Outcome
+from sandbox_common.windows import utc_now
 
 from infra.local import eventstream as es
 
 SESSION = "sess0001"
+REQUEST = ExecuteCodeRequest(action="execute_code", tenant_id="acme", agent_id="agent", template_id="tpl",
+                             turn_id="turn", call_id="call", code="x")  # fmt: skip
+
+
+def _response(result) -> dict:
+    """The agent response dispatch renders from a runner result."""
+    outcome = Outcome(request=REQUEST, invocation_id="inv", started_at=utc_now())
+    outcome.ran(result, result.failure())
+    return outcome.finish().response()
 
 
 def test_execute_structured_only_returns_output_and_ok(fake_agentcore, make_runner):
@@ -127,7 +139,7 @@ def test_execute_exit_137_is_oom(fake_agentcore, make_runner):
     result = make_runner().execute(fake_agentcore.INTERPRETER, SESSION, "x")
     # Then
     assert (result.exit_status, result.error) == ("oom", "SandboxOOM")
-    assert result.to_response_fields()["error"] == "SandboxOOM"
+    assert _response(result)["error"] == "SandboxOOM"
     failure = result.failure()
     assert (failure.error, failure.fields["failure_reason"]) == ("SandboxOOM", "exit_code:137")
 
@@ -171,7 +183,7 @@ def test_execute_stream_exception_is_a_failure_never_success(fake_agentcore, mak
     assert (result.exit_status, result.error) == ("error", "SandboxError")
     assert result.failure_reason == f"stream_exception:{exception_type}:stream broke"
     assert exception_type in result.error_message
-    assert result.to_response_fields()["ok"] is False
+    assert _response(result)["ok"] is False
 
 
 def test_execute_stream_exception_after_structured_success_is_still_a_failure(fake_agentcore, make_runner):
@@ -227,7 +239,7 @@ def test_execute_exactly_at_cap_is_not_truncated(fake_agentcore, make_runner):
     assert (result.stdout_truncated, result.stderr_truncated) == (False, True)
     assert (result.stdout_bytes, result.stderr_bytes) == (100, 51)
     assert result.stderr == "b" * 50
-    fields = result.to_response_fields()
+    fields = _response(result)
     assert fields["stdout_truncated"] is False and fields["stderr_truncated"] is True
 
 

@@ -1,4 +1,5 @@
-"""The audit row of §7: one builder, one writer. Shared by dispatch (write) and sandboxctl
+"""The audit row of §7: its schema and its one writer (the row itself is rendered by
+`sandbox_common.outcome.Outcome.audit_row`). Shared by dispatch (write) and sandboxctl
 (`audit replay` drains the DLQ through the same writer), so a row has one shape everywhere.
 
 Append-only: the writer only ever calls PutItem with `attribute_not_exists(invocation_id)`;
@@ -25,7 +26,6 @@ from decimal import Decimal
 from typing import Any
 
 from .naming import METRIC_AUDIT_DEAD_LETTERED
-from .windows import iso_z_ms
 
 AUDIT_RETENTION_CEILING_DAYS = 180
 WRITE_ATTEMPTS = 3
@@ -49,54 +49,6 @@ def expires_at(started_at: datetime, retention_days: int) -> int:
     if not 1 <= retention_days <= AUDIT_RETENTION_CEILING_DAYS:
         raise ValueError(f"audit retention must be 1..{AUDIT_RETENTION_CEILING_DAYS} days, got {retention_days}")
     return int(started_at.timestamp()) + retention_days * 86_400
-
-
-def build_row(
-    *,
-    invocation_id: str,
-    request: Any,  # ExecuteCodeRequest
-    started_at: datetime,
-    finished_at: datetime,
-    retention_days: int,
-    session_id: str | None,
-    environment: str | None,
-    exit_status: str,
-    exit_code: int | None,
-    error: str | None,
-    failure_reason: str | None,
-    stdout_bytes: int = 0,
-    stderr_bytes: int = 0,
-    stdout_truncated: bool = False,
-    stderr_truncated: bool = False,
-) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        "invocation_id": invocation_id,
-        "tenant_id": request.tenant_id,
-        "agent_id": request.agent_id,
-        "user_id": request.user_id,
-        "template_id": request.template_id,
-        "turn_id": request.turn_id,
-        "call_id": request.call_id,
-        "session_id": session_id,
-        "environment": environment,
-        "invocation_source": request.invocation_source,
-        "started_at": iso_z_ms(started_at),
-        "finished_at": iso_z_ms(finished_at),
-        "duration_ms": max(0, int((finished_at - started_at).total_seconds() * 1000)),
-        "exit_status": exit_status,
-        "exit_code": exit_code,
-        "error": error,
-        "failure_reason": failure_reason,
-        "stdout_bytes": int(stdout_bytes),
-        "stderr_bytes": int(stderr_bytes),
-        "stdout_truncated": bool(stdout_truncated),
-        "stderr_truncated": bool(stderr_truncated),
-        "executed_code_hash": code_hash(request.code),
-        "expires_at": expires_at(started_at, retention_days),
-    }
-    if session_id is None:
-        del row["session_id"]
-    return row
 
 
 def to_item(row: dict[str, Any]) -> dict[str, Any]:

@@ -1,10 +1,11 @@
-"""Sentences an agent can relay to its user, one place for all of them."""
+"""Sentences an agent can relay to its user, one place for all of them (dispatch, quota, the
+interrupted-call sweep)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from sandbox_common import naming as n
+from . import naming as n
 
 TENANT_DISABLED = (
     "Code execution is not enabled for this workspace, so I can't run code here. "
@@ -18,6 +19,14 @@ ISOLATION_UNAVAILABLE = (
 NOT_READY = "The code sandbox for this workspace is still being set up; please try again in a few minutes."
 PREFLIGHT_UNAVAILABLE = "I couldn't confirm that code execution is allowed right now; please try again shortly."
 INTERNAL = "The code sandbox had an internal problem running this call; please try again."
+CALL_ID_REUSED = (
+    "Invalid request: call_id was already used for a different request (other code, agent, "
+    "turn, template or user); use a new call_id."
+)
+STILL_RUNNING = "This call is still running from an earlier attempt; please retry shortly with the same call_id."
+SESSION_START_WAIT = "The sandbox session for this turn is still starting; please retry the call."
+TURN_ENDED = "Invalid request: this turn has ended; start a new turn with a new turn_id."
+TURN_NOT_YOURS = "Invalid request: turn_id belongs to another tenant or agent; start a new turn with a new turn_id."
 SESSION_RESTARTED = (
     "A new sandbox session was started for this call: variables, imports and files from earlier calls are gone."
 )

@@ -1,0 +1,88 @@
+"""Who may use a turn, and the session-lease protocol of §4.5, built on the TurnStore's
+conditional writes.
+
+Exactly one live session per turn, also under concurrent first calls: a caller must win a
+conditional "starting" lease before it calls StartCodeInterpreterSession; the others wait for
+the winner's "active" write (or take over an expired lease).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from sandbox_common import messages
+from sandbox_common.errors import SandboxError, SandboxInvalidRequest
+
+from .turns import Turn, TurnStore, TurnStoreUnavailable
+
+_LEASE_POLL_SECONDS = 0.1
+
+
+def check_owner(turn: Turn, tenant_id: str, agent_id: str | None) -> None:
+    if turn.tenant_id != tenant_id or (agent_id is not None and turn.agent_id != agent_id):
+        # Same words whoever owns it: never confirm another tenant's turn exists in detail.
+        raise SandboxInvalidRequest(messages.TURN_NOT_YOURS)
+
+
+def claim(store: TurnStore, tenant_id: str, agent_id: str, turn_id: str) -> Turn:
+    """The turn of (tenant, agent), created on first use. Anyone else's turn -> invalid request."""
+    turn = store.get(turn_id)
+    if turn is None:
+        created = store.create(tenant_id, agent_id, turn_id)
+        if created is not None:
+            return created
+        turn = store.get(turn_id)  # lost the race: someone created it a moment ago
+        if turn is None:
+            raise TurnStoreUnavailable("turn vanished after a conditional failure")
+    check_owner(turn, tenant_id, agent_id)
+    if turn.ended:
+        raise SandboxInvalidRequest(messages.TURN_ENDED)
+    return turn
+
+
+def acquire_session(
+    store: TurnStore,
+    turn: Turn,
+    *,
+    owner: str,
+    interpreter_id: str,
+    start: Callable[[], str],
+    stop_previous: Callable[[str, str], object],
+    max_session_age_seconds: int,
+    wait_seconds: float,
+) -> tuple[str, bool]:
+    """(session_id, started_here). Starts at most one session per turn across all callers."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        if turn.live_session and turn.interpreter_id == interpreter_id and not _too_old(
+            store, turn, max_session_age_seconds
+        ):
+            return str(turn.session_id), False
+        lease_seconds = int(wait_seconds) + 5
+        if store.take_lease(turn, owner, lease_seconds):
+            if turn.live_session:  # replacing a session judged unusable: never leave it running
+                stop_previous(str(turn.interpreter_id), str(turn.session_id))
+            try:
+                session_id = start()
+            except BaseException:
+                store.release_lease(turn.turn_id, owner)
+                raise
+            try:
+                store.activate(turn.turn_id, owner, session_id, interpreter_id)
+            except TurnStoreUnavailable:
+                stop_previous(interpreter_id, session_id)  # not the turn's session: never leak it
+                raise
+            return session_id, True
+        if time.monotonic() > deadline:
+            raise SandboxError(messages.SESSION_START_WAIT, failure_reason="session_start_wait_timeout")
+        store.sleep(_LEASE_POLL_SECONDS)
+        refreshed = store.get(turn.turn_id)
+        if refreshed is None:
+            raise TurnStoreUnavailable("turn vanished")
+        turn = refreshed
+
+
+def _too_old(store: TurnStore, turn: Turn, max_age: int) -> bool:
+    # AgentCore reaps a session at sessionTimeoutSeconds; start a fresh one shortly before that.
+    return turn.session_started_at is not None and store.clock() - turn.session_started_at > max_age

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
-from sandbox_common import aws
+from sandbox_common import aws, messages
 from sandbox_common import naming as n
 from sandbox_common.errors import SandboxError, SandboxInvalidRequest
 
@@ -42,11 +42,8 @@ STATUS_EXPIRED = "expired"
 # the call as a timeout (with its audit row) instead of answering "unknown".
 GRACE_SECONDS = 86_400
 
-INVALID_CONTINUATION = (
-    "Invalid request: the continuation is unknown, already used, expired or not for this turn; "
-    "nothing was run."
-)
-STORE_UNAVAILABLE = "The code sandbox could not load this paused call right now; please try again."
+INVALID_CONTINUATION = messages.CONTINUATION_INVALID
+STORE_UNAVAILABLE = messages.CONTINUATION_STORE_UNAVAILABLE
 
 
 def token_hash(token: str) -> str:

@@ -17,9 +17,9 @@ from typing import Any
 
 from sandbox_common import naming
 from sandbox_common.errors import EXIT_STATUS_ERRORS, SandboxError, SandboxFailure, SandboxProvisioning
+from sandbox_common.messages import ISOLATION_UNAVAILABLE
 from sandbox_common.observability import emit_metric, logger
 
-from ..messages import ISOLATION_UNAVAILABLE
 from .classify import classify
 from .credentials import TenantCredentials
 from .errors import CrossTenantInterpreter, SessionGone, failure

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sandbox_common import naming
+from sandbox_common import messages, naming
 from sandbox_common.errors import SandboxError, SandboxTimeout
 from sandbox_common.tools_protocol import (
     STATUS_SOURCE,
@@ -47,18 +47,11 @@ from .output import REDACTION_MARGIN_BYTES, shape
 from .session import READINESS_TIMEOUT_SECONDS, ExecutionResult, SessionRunner
 from .stream import BoundedText, StreamAccumulator, StreamOutcome
 
-TOOL_WAIT_EXPIRED = (
-    "No tool result arrived within {seconds} seconds, so the code was stopped. The sandbox session was "
-    "reset, so variables and files from earlier calls in this turn are gone."
-)
-TOOL_PROTOCOL_BROKEN = (
-    "The code interfered with the sandbox's tool-calling runtime, so the call was stopped and the sandbox "
-    "session was reset."
-)
-SESSION_LOST = "The sandbox session ended while the code was waiting for a tool result; please run the code again."
-PREVIOUS_CALL_PAUSED = (
-    "An earlier call in this turn is still waiting for a tool result; resume or end it before running more code."
-)
+TOOL_WAIT_EXPIRED = messages.TOOL_WAIT_EXPIRED
+TOOL_PROTOCOL_BROKEN = messages.TOOL_PROTOCOL_BROKEN
+SESSION_LOST = messages.TOOL_SESSION_LOST
+PREVIOUS_CALL_PAUSED = messages.TOOL_PREVIOUS_CALL_PAUSED
+# In-sandbox text (the code's ToolError message), not an agent-facing sentence:
 RESULT_TOO_LARGE = "tool result is {size} bytes serialized, over the {limit}-byte limit"
 
 

@@ -58,7 +58,9 @@ class Router:
         if step.response is not None:
             return 200, {}, json.dumps(step.response).encode()
         assert step.finished is not None
-        answer = {**step.finished.result.to_response_fields(), "tool_calls": step.finished.tool_calls}
+        result = step.finished.result
+        answer = {"ok": result.ok, "stdout": result.stdout, "stderr": result.stderr, "exit_status": result.exit_status,
+                  "stdout_bytes": result.stdout_bytes, "tool_calls": step.finished.tool_calls}  # fmt: skip
         return 200, {}, json.dumps(answer).encode()
 
 

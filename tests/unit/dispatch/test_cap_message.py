@@ -4,7 +4,7 @@ sentence and the reset time."""
 from __future__ import annotations
 
 import pytest
-from dispatch import messages
+from sandbox_common import messages
 from sandbox_common import naming as n
 
 RESETS_AT = "2026-11-24T00:00:00Z"

@@ -15,7 +15,9 @@ import pytest
 from botocore.config import Config
 from sandbox_common import audit, aws
 from sandbox_common import naming as n
+from sandbox_common.errors import SandboxError
 from sandbox_common.models import ExecuteCodeRequest
+from sandbox_common.outcome import Outcome
 
 REQ = ExecuteCodeRequest(action="execute_code", tenant_id="acme", agent_id="agent-7", template_id="analyst",
                          turn_id="turn-1", call_id="call-1", code="print(1)")  # fmt: skip
@@ -23,9 +25,11 @@ T0 = datetime(2026, 11, 23, 17, 0, 0, tzinfo=UTC)
 
 
 def _row(invocation_id: str) -> dict[str, Any]:
-    return audit.build_row(invocation_id=invocation_id, request=REQ, started_at=T0, finished_at=T0,
-                           retention_days=30, session_id="sess-1", environment="default-public",
-                           exit_status="ok", exit_code=0, error=None, failure_reason=None)  # fmt: skip
+    """A refused call's row, as the one Outcome renders it."""
+    outcome = Outcome(request=REQ, invocation_id=invocation_id, started_at=T0, finished_at=T0,
+                      session_id="sess-1", environment="default-public")  # fmt: skip
+    outcome.fail(SandboxError("refused", failure_reason="test"))
+    return outcome.audit_row(30)
 
 
 def _closed_port() -> str:

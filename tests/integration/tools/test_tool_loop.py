@@ -178,3 +178,33 @@ def test_tool_inputs_and_results_appear_in_no_log_line_nor_stored_item(router: t
         assert value not in logs.out
         assert value not in logs.err
         assert value not in stored
+
+
+def test_expire_turn_ends_paused_calls_as_timeouts_with_their_records(router: tuple[Router, Any],
+                                                                        tools_session: ToolsSession) -> None:  # fmt: skip
+    # Given a call of turn-1 paused on a tool
+    from dispatch.tool_calls import expire_turn, finished_fields
+
+    route, client = router
+    paused = _turn(client)._invoke({"action": "execute_code", "tenant_id": "acme", "agent_id": "agent-7",
+                                    "template_id": "analyst", "turn_id": "turn-1", "call_id": "call-9",
+                                    "code": "from sandbox_tools import tools\nprint('before')\ntools.query_sales(r=1)\n"})  # fmt: skip
+    assert paused["status"] == "tool_call"
+
+    # When the turn's paused calls are expired (end_turn / reaper)
+    steps = expire_turn(route.store, lambda claimed: route.runner, tenant_id="acme", turn_id="turn-1")
+
+    # Then the one call ended as a timeout, with its output and its (failed) tool record, the
+    # session is stopped, and its continuation can no longer be resumed
+    assert len(steps) == 1
+    finished = steps[0].finished
+    assert finished is not None
+    assert (finished.result.exit_status, finished.result.stdout) == ("timeout", "before\n")
+    response_fields, audit_fields = finished_fields(finished)
+    assert response_fields == {"tool_calls": 1}
+    assert audit_fields["tool_call_records"][0]["name"] == "query_sales"
+    assert audit_fields["tool_call_records"][0]["ok"] is False
+    assert tools_session.alive() is False
+    again = _turn(client)._invoke({"action": "resume", "tenant_id": "acme", "agent_id": "agent-7",
+                                   "turn_id": "turn-1", "continuation": paused["continuation"], "tool_result": 1})  # fmt: skip
+    assert again["error"] == "SandboxInvalidRequest"

@@ -53,6 +53,8 @@ def function_environment(
             jobs_table=tables[n.JOBS.logical],
             sessions_table=tables[n.SESSIONS.logical],
             require_turn_token=config.require_turn_token,
+            continuations_table=tables[n.CONTINUATIONS.logical],
+            tool_wait_seconds=config.tool_wait_seconds,
         )
     elif logical == n.QUOTA_CHECK:
         settings = QuotaSettings(

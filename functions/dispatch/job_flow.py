@@ -27,9 +27,9 @@ from typing import Any
 from sandbox_common import audit
 from sandbox_common import naming as n
 from sandbox_common.observability import emit_metric, logger
+from sandbox_common.output_log import log_output
 
 from .jobs import FINISHING, JobRecord, JobStore, JobStoreUnavailable
-from sandbox_common.output_log import log_output
 from .runner import SessionGone, SessionRunner
 from .runner.jobs import JobFailure, JobRunner, JobState, JobUnknownInSession
 from .runner.session import ExecutionResult

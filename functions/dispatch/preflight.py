@@ -17,6 +17,7 @@ from typing import Any, Literal
 from botocore.exceptions import ClientError
 from sandbox_common import naming as n
 from sandbox_common.models import TenantSubstrate
+from sandbox_common.tool_spec import validate_tool_names
 
 from .cache import TtlCache
 
@@ -38,6 +39,7 @@ class Preflight:
     allowed_interpreter_ids: tuple[str, ...] = field(default_factory=tuple)
     reason: str | None = None
     data_read: tuple[str, ...] = ()  # the tenant's data.read S3 prefixes (§14.4): s3_uri inputs
+    tools: tuple[str, ...] = field(default_factory=tuple)  # the template's tool allowlist (§15)
 
 
 def decide(
@@ -71,13 +73,25 @@ def decide(
     if not interpreter_id or not runner_role_arn:
         return Preflight(
             "provisioning", tenant_id, environment=environment, allowed_interpreter_ids=allowed,
-            reason="interpreter_not_ready",
+            reason="interpreter_not_ready", tools=template_tools(template_item),
         )  # fmt: skip
     return Preflight(
         "ready", tenant_id, environment=environment, interpreter_id=interpreter_id,
         runner_role_arn=runner_role_arn, allowed_interpreter_ids=allowed,
         data_read=tuple(substrate.data_read) if substrate else (),
+        tools=template_tools(template_item),
     )  # fmt: skip
+
+
+def template_tools(template_item: dict[str, Any] | None) -> tuple[str, ...]:
+    """The operator-set allowlist of a template (§15); anything unreadable allows nothing."""
+    raw = (template_item or {}).get(n.TEMPLATE_TOOLS_ATTRIBUTE)
+    if not isinstance(raw, (list, tuple, set)):
+        return ()
+    try:
+        return validate_tool_names(raw)
+    except ValueError:
+        return ()
 
 
 class PreflightReader:

@@ -250,6 +250,17 @@ class ComputeConstruct(Construct):
                      "dynamodb:ConditionCheckItem", "dynamodb:Query"],
             resources=[jobs.table_arn, *(f"{jobs.table_arn}/index/{i.name}" for i in n.JOBS.indexes)],
         ))  # fmt: skip
+        # Paused tool-calling calls (SPEC §15): put a pause, claim it with one conditional update,
+        # find a turn's paused calls through the by_turn index.
+        continuations = tables[n.CONTINUATIONS.logical]
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ToolCallContinuations",
+                actions=["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"],
+                resources=[continuations.table_arn,
+                           f"{continuations.table_arn}/index/{n.CONTINUATIONS.indexes[0].name}"],  # fmt: skip
+            )
+        )
         audit = tables[n.INVOCATIONS.logical]
         # Append-only audit (SPEC §7.3): PutItem only. IAM cannot require attribute_not_exists;
         # the writer always sends it, and the table's resource policy denies every other write.

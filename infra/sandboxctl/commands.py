@@ -203,8 +203,9 @@ def _tenant(args: argparse.Namespace, target: Any) -> int:
                 }
             )
             templates = render.table(
-                [{"template": k, **v} for k, v in sorted(data["templates"].items())],
-                ["template", "environment", "source"],
+                [{"template": k, **v, "tools": ",".join(v.get("tools") or [])}
+                 for k, v in sorted(data["templates"].items())],
+                ["template", "environment", "tools", "source"],
             )
             history = render.table(data["history"], ["changed_at", "changed_by", "action", "before", "after"])
             return f"{head}\n\ntemplates\n{templates}\n\nhistory\n{history}"
@@ -224,13 +225,14 @@ def _tenant(args: argparse.Namespace, target: Any) -> int:
 def _template(args: argparse.Namespace, target: Any) -> int:
     from infra.sandboxctl import ops
 
-    data = ops.template_put(target, args.tenant, args.template, args.environment)
+    data = ops.template_put(target, args.tenant, args.template, args.environment, tools=args.tools)
     _out(
         args,
         data,
         lambda: (
             f"{data['tenant_id']}/{data['template_id']}: sandbox environment "
-            f"{data['environment'] or 'none'} (was {data['previous'] or 'none'})"
+            f"{data['environment'] or 'none'} (was {data['previous'] or 'none'}); "
+            f"tools {','.join(data['tools']) or 'none'} (was {','.join(data['previous_tools']) or 'none'})"
         ),
     )
     return EXIT_OK

@@ -51,6 +51,15 @@ def _request_id(text: str) -> str:
     return text
 
 
+def _tool_names(text: str) -> tuple[str, ...]:
+    from sandbox_common.tool_spec import validate_tool_names
+
+    try:
+        return validate_tool_names(text.split(","))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _iso_time(text: str) -> str:
     from datetime import datetime
 
@@ -140,6 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
     put.add_argument("tenant", type=_tenant_id)
     put.add_argument("template", type=_request_id)
     put.add_argument("--environment", required=True, choices=(*n.ENVIRONMENTS, "none"))
+    put.add_argument(
+        "--tools", type=_tool_names, default=None, metavar="NAME[,NAME...]",
+        help="agent tools callable from code (allowlist; '' clears it; omitted keeps the current one)",
+    )  # fmt: skip
 
     audit = commands.add_parser("audit", help="the audit trail")
     audit_cmd = audit.add_subparsers(dest="audit_command", metavar="ACTION", required=True)

@@ -9,7 +9,7 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from itertools import chain, islice
@@ -19,6 +19,7 @@ from botocore.exceptions import ClientError
 from sandbox_common import naming as n
 from sandbox_common.audit import AuditWriter, drain_spool
 from sandbox_common.models import TenantSubstrate
+from sandbox_common.tool_spec import validate_tool_names
 from sandbox_common.windows import Windows, iso_z, iso_z_ms, utc_now
 
 from infra.sandboxctl.errors import CtlError
@@ -151,6 +152,7 @@ def tenant_show(target: Target, tenant_id: str, *, history: int = 10) -> dict[st
             name = item[n.TENANTS.sort_key][len(n.TEMPLATE_ITEM_PREFIX) :]
             templates[name] = {
                 "environment": item.get("environment"),
+                "tools": list(item.get(n.TEMPLATE_TOOLS_ATTRIBUTE) or []),
                 "source": "operator",
                 "updated_by": item.get("updated_by"),
                 "updated_at": item.get("updated_at"),
@@ -217,21 +219,34 @@ def tenant_set(
     return {"tenant_id": tenant_id, "action": action, "before": before, "after": after}
 
 
-def template_put(target: Target, tenant_id: str, template_id: str, environment: str) -> dict[str, Any]:
+def template_put(target: Target, tenant_id: str, template_id: str, environment: str,
+                 tools: Sequence[str] | None = None) -> dict[str, Any]:  # fmt: skip
+    """`tools` (SPEC §15): the agent tools the template's code may call; None keeps the current
+    allowlist, () clears it."""
     current = tenant_show(target, tenant_id, history=0)
     env = None if environment == "none" else environment
     if env is not None and env not in current["environments"]:
         have = ", ".join(current["environments"]) or "none"
         raise CtlError(f"refused: tenant {tenant_id!r} has no {env!r} environment (it has: {have})")
-    before = current["templates"].get(template_id, {}).get("environment")
-    item = {n.TENANTS.pk: tenant_id, n.TENANTS.sort_key: n.TEMPLATE_ITEM_PREFIX + template_id, "environment": env}
+    existing = current["templates"].get(template_id, {})
+    before = existing.get("environment")
+    tools_before = list(existing.get("tools") or [])
+    try:
+        tools_after = list(validate_tool_names(tools_before if tools is None else tools))
+    except ValueError as exc:
+        raise CtlError(f"refused: {exc}") from None
+    item: dict[str, Any] = {n.TENANTS.pk: tenant_id, n.TENANTS.sort_key: n.TEMPLATE_ITEM_PREFIX + template_id,
+                            "environment": env}  # fmt: skip
+    if tools_after:
+        item[n.TEMPLATE_TOOLS_ATTRIBUTE] = tools_after
     change = {
         "action": f"template put {template_id}",
-        "before": {"environment": before},
-        "after": {"environment": env},
+        "before": {"environment": before, "tools": tools_before},
+        "after": {"environment": env, "tools": tools_after},
     }
     _write_with_history(target, tenant_id, item, change)
-    return {"tenant_id": tenant_id, "template_id": template_id, "environment": env, "previous": before}
+    return {"tenant_id": tenant_id, "template_id": template_id, "environment": env, "previous": before,
+            "tools": tools_after, "previous_tools": tools_before}  # fmt: skip
 
 
 def require_known_tenant(target: Target, tenant_id: str) -> None:

@@ -242,6 +242,33 @@ def test_template_put_sets_and_refuses_missing_environment(cli_env: dict[str, st
     )
 
 
+def test_template_put_tools_sets_keeps_and_clears_the_allowlist(cli_env: dict[str, str]) -> None:
+    # Given acme's analyst template
+    # When an allowlist is set, the environment changed without --tools, then the list cleared
+    set_ = ctl_json(cli_env, "template", "put", "acme", "analyst", "--environment", "default-public",
+                    "--tools", "query_sales,lookup-customer,query_sales")  # fmt: skip
+    kept = ctl_json(cli_env, "template", "put", "acme", "analyst", "--environment", "default-public")
+    shown = ctl_json(cli_env, "tenant", "show", "acme")["templates"]["analyst"]
+    cleared = ctl_json(cli_env, "template", "put", "acme", "analyst", "--environment", "default-public", "--tools", "")
+
+    # Then the list is stored sorted and de-duplicated, kept when omitted, cleared by ''
+    assert set_["tools"] == ["lookup-customer", "query_sales"]
+    assert kept["tools"] == ["lookup-customer", "query_sales"]
+    assert shown["tools"] == ["lookup-customer", "query_sales"]
+    assert (cleared["previous_tools"], cleared["tools"]) == (["lookup-customer", "query_sales"], [])
+
+
+def test_template_put_tools_invalid_name_is_bad_usage(cli_env: dict[str, str]) -> None:
+    # Given / When a tool name that is not an identifier-like name
+    result = ctl(cli_env, "template", "put", "acme", "analyst", "--environment", "default-public",
+                 "--tools", "ok,rm -rf")  # fmt: skip
+
+    # Then exit 2 (bad usage) and nothing stored
+    assert result.returncode == 2
+    assert "invalid tool name" in result.stderr
+    assert ctl_json(cli_env, "tenant", "show", "acme")["templates"]["analyst"].get("tools", []) == []
+
+
 # --- audit -----------------------------------------------------------------------------------
 def _row(tenant: str, agent: str, session: str, started: str, **extra: Any) -> dict[str, Any]:
     return {

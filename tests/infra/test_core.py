@@ -311,3 +311,25 @@ def test_removal_policy_and_dlq_follow_stage_data(all_stages, stage: str) -> Non
     # And the backstop's failed batches go to its queue, not nowhere
     (invoke_config,) = resources(core, "AWS::Lambda::EventInvokeConfig").values()
     assert "OnFailure" in invoke_config["Properties"]["DestinationConfig"]
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_continuations_are_used_only_by_dispatch_with_exact_actions(all_stages, stage: str) -> None:
+    # Given the continuations table of programmatic tool calling (SPEC §15)
+    core = _core(all_stages, stage)
+    table_id = _table_ids(core)[n.CONTINUATIONS.physical(stage)]
+    dispatch_role = n.function_role_name(stage, n.DISPATCH)
+    roles = {r["Properties"]["RoleName"]: rid for rid, r in resources(core, "AWS::IAM::Role").items()
+             if "RoleName" in r["Properties"]}  # fmt: skip
+
+    # When the grants on it are collected
+    every = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:Query",
+             "dynamodb:Scan", "dynamodb:BatchGetItem", "dynamodb:BatchWriteItem", "dynamodb:PartiQLSelect")
+    grants = _grants_on(core, table_id, every)
+
+    # Then only dispatch holds them: put, conditional claim, and the by_turn query (on the index too)
+    assert grants
+    assert {owner for owner, _ in grants} == {roles[dispatch_role]}
+    assert sorted(action for _, action in grants) == ["dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"]
+    index_arn = f"<{table_id}.Arn>/index/{n.CONTINUATIONS.indexes[0].name}"
+    assert any(index_arn in statement_resources(st) for _, st in policy_statements(core))

@@ -319,11 +319,11 @@ class SessionRunner:
             raise CrossTenantInterpreter("The code sandbox is not available for this request.")
 
     def _check_readiness(self, interpreter_id: str, session_id: str) -> None:
-        from sandbox_common.redaction.stdio import check_readiness, preamble_source
+        from sandbox_common.redaction.stdio import check_readiness
 
         # The preamble is tiny: its own short deadline, so a hung readiness check cannot eat the
         # time the user's code (and the answer) need.
-        call = self._invoke(interpreter_id, session_id, preamble_source(),
+        call = self._invoke(interpreter_id, session_id, readiness_source(),
                             timeout_seconds=min(READINESS_TIMEOUT_SECONDS, self.call_timeout_seconds))  # fmt: skip
         outcome = call.outcome
         if call.timed_out:
@@ -353,7 +353,8 @@ class SessionRunner:
             SandboxProvisioning, _READINESS_MESSAGE, failure_reason=reason, reason="readiness_check_failed"
         )
 
-    def _invoke(self, interpreter_id: str, session_id: str, code: str, *, timeout_seconds: float) -> _Invocation:
+    def _invoke(self, interpreter_id: str, session_id: str, code: str, *, timeout_seconds: float,
+                accumulator: StreamAccumulator | None = None) -> _Invocation:  # fmt: skip
         """One executeCode call under the runner's deadline.
 
         The call runs on a daemon reader thread while this thread waits at most until the
@@ -363,7 +364,7 @@ class SessionRunner:
         """
         from botocore.exceptions import BotoCoreError, ClientError
 
-        accumulator = StreamAccumulator(self._head_limit)
+        accumulator = accumulator if accumulator is not None else StreamAccumulator(self._head_limit)
         cancelled = threading.Event()
         done = threading.Event()
         api_error: list[str] = []
@@ -412,6 +413,16 @@ class SessionRunner:
 
     def _reason(self, text: str) -> str:
         return cut_utf8(self._redact(text), FAILURE_REASON_MAX_CHARS)
+
+
+def readiness_source() -> str:
+    """The readiness call's code: the stdio redactor's preamble (§6.2), then the tools runtime's
+    installer (§15), which prints nothing on success and whose failure only disables tool calls,
+    never the redactor or its readiness marker."""
+    from sandbox_common.redaction.stdio import preamble_source
+    from sandbox_common.tools_protocol import installer_source
+
+    return preamble_source() + "\n" + installer_source()
 
 
 def _exact_byte_counts(answer: Any) -> tuple[int, int] | None:

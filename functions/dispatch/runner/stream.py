@@ -48,6 +48,29 @@ class BoundedText:
         bounded.append(text)
         return bounded
 
+    @classmethod
+    def restore(cls, head: bytes, tail: str, total_bytes: int, limit_bytes: int) -> BoundedText:
+        """A BoundedText from its parts (a paused tool-calling call keeps its output between slices)."""
+        bounded = cls(limit_bytes)
+        bounded._head = bytearray(head[:limit_bytes])
+        bounded._tail = tail[-TAIL_CHARS:]
+        bounded.total_bytes = int(total_bytes)
+        return bounded
+
+    def extend(self, other: BoundedText) -> None:
+        """Append another stream's text: head, tail and count as if it had been appended here."""
+        if other.total_bytes == 0:
+            return
+        room = self.limit_bytes - len(self._head)
+        if room > 0 and self.complete:
+            self._head += bytes(other._head[:room])
+        self._tail = (self._tail + other._tail)[-TAIL_CHARS:]
+        self.total_bytes += other.total_bytes
+
+    @property
+    def head_bytes(self) -> bytes:
+        return bytes(self._head)
+
     @property
     def head(self) -> str:
         """The kept prefix, decoded; a character cut by the byte limit is dropped, not mangled."""

@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 
 import pytest
+from dispatch import turn_logic
 from sandbox_common import aws
 from sandbox_common import naming as n
-from dispatch import turn_logic
 from sandbox_common.sessions.ledger import SessionCaps, SessionLedger
 
 from tests.support.emf import emf_records

@@ -12,6 +12,7 @@ from sandbox_common.models import (
     parse_dispatch_event,
     parse_job_event,
     parse_quota_event,
+    parse_resume_event,
 )
 
 GOOD = {
@@ -120,3 +121,26 @@ def test_models_job_actions_parse_and_reject_extra_fields(action: str) -> None:
         parse_job_event({**event, "code": "x"})
     with pytest.raises(SandboxInvalidRequest):
         parse_job_event({**event, "job_id": "../x"})
+# --- resume (SPEC §15) -------------------------------------------------------------------------
+_RESUME = {"action": "resume", "tenant_id": "acme", "agent_id": "agent-7", "turn_id": "turn-1",
+           "continuation": "A" * 43}  # fmt: skip
+
+
+@pytest.mark.parametrize("answer", [{"tool_result": None}, {"tool_result": {"rows": [1, 2]}}, {"tool_result": 0},
+                                    {"tool_error": "region not found"}])
+def test_parse_resume_event_accepts_exactly_one_answer(answer: dict) -> None:
+    # Given / When a resume with one answer (null is a valid tool result)
+    req = parse_resume_event({**_RESUME, **answer})
+
+    # Then it parses and says which kind of answer it carries
+    assert req.has_result is ("tool_result" in answer)
+
+
+@pytest.mark.parametrize("bad", [{}, {"tool_result": 1, "tool_error": "x"}, {"tool_error": None},
+                                 {"tool_result": 1, "continuation": "short"}, {"tool_result": 1, "extra": 1},
+                                 {"tool_result": 1, "turn_id": "bad id"}, {"tool_error": "x" * (64 * 1024 + 1)}])
+def test_parse_resume_event_refuses_bad_requests(bad: dict) -> None:
+    # Given / When / Then a resume without exactly one answer, a malformed continuation, an
+    # unknown field, a bad id or an oversized error is SandboxInvalidRequest
+    with pytest.raises(SandboxInvalidRequest):
+        parse_resume_event({**_RESUME, **bad})

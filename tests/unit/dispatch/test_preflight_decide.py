@@ -43,3 +43,22 @@ def test_decide_provisioning_when_interpreter_not_published() -> None:
     partial = SUB.model_copy(update={"interpreters": {"internal-only": "ci-int"}})
     pf = decide("acme", "analyst", partial, None, None)
     assert (pf.status, pf.reason, pf.interpreter_id) == ("provisioning", "interpreter_not_ready", None)
+
+
+def test_decide_exposes_the_templates_tool_allowlist() -> None:
+    # Given a template item with a tool allowlist (as sandboxctl stores it)
+    item = {"environment": "default-public", "tools": ["query_sales", "lookup"]}
+
+    # When pre-flight decides
+    pf = decide("acme", "analyst", SUB, None, item)
+
+    # Then the allowlist is exposed, sorted
+    assert pf.status == "ready"
+    assert pf.tools == ("lookup", "query_sales")
+
+
+def test_decide_unreadable_tool_allowlist_allows_nothing() -> None:
+    # Given template items whose tools attribute is malformed
+    for tools in ("query_sales", ["ok", "bad name"], [1, 2], None):
+        # When / Then no tool is callable (fail closed)
+        assert decide("acme", "analyst", SUB, None, {"environment": "default-public", "tools": tools}).tools == ()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from dispatch.runner.session import readiness_source
 from sandbox_common import naming
 from sandbox_common.errors import SandboxProvisioning
 from sandbox_common.redaction.stdio import READINESS_MARKER, check_readiness, preamble_source
@@ -24,7 +25,8 @@ def test_start_session_runs_real_preamble_as_its_own_call(fake_agentcore, make_r
     ops = [r.operation for r in fake_agentcore.requests]
     assert ops == ["StartCodeInterpreterSession", "InvokeCodeInterpreter", "InvokeCodeInterpreter"]
     preamble, user = fake_agentcore.ops("InvokeCodeInterpreter")
-    assert preamble.code == preamble_source()
+    assert preamble.code == readiness_source()
+    assert preamble.code.startswith(preamble_source())
     assert user.code == "print(6*7)"
     assert preamble.session_id == user.session_id == session_id
     start = fake_agentcore.ops("StartCodeInterpreterSession")[0]
@@ -78,7 +80,7 @@ def test_start_session_readiness_failure_stops_session_and_never_runs_user_code(
     (stop,) = fake_agentcore.ops("StopCodeInterpreterSession")
     assert stop.session_id == "sess0001"
     invokes = fake_agentcore.ops("InvokeCodeInterpreter")
-    assert [i.code for i in invokes] == [preamble_source()]
+    assert [i.code for i in invokes] == [readiness_source()]
     assert naming.METRIC_READINESS_FAILED in metric_names(capsys.readouterr().out)
 
 

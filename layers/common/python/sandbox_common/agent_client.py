@@ -9,17 +9,27 @@ Every action carries the turn's `turn_token` (§16.5), generated here once per t
 `execute_code` generates a fresh call_id per call unless given one (pass the same call_id to
 retry safely: dispatch answers a retry with the first result). With `strands-agents` installed,
 `turn.strands_tool()` returns a ready Strands tool bound to this turn.
+
+Programmatic tool calling (SPEC §15): `SandboxTurn(..., tools={"query_sales": fn})` makes the
+agent's own functions callable from sandboxed code (for names on the template's allowlist).
+`execute_code` then runs the loop itself — each `tool_call` answer runs `fn(**input)` here and
+resumes the code with its result (or, if `fn` raised, with `tool_error`, which the code sees as
+`sandbox_tools.ToolError`) — and returns only the final result, with `tool_calls`.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .agent_jobs import JobsMixin
 from .aws import SINGLE_ATTEMPT
+from .naming import STATUS_TOOL_CALL  # stdlib-only, like tool_spec
 from .turn_token import new_token
+
+TOOL_CALL_STATUS = STATUS_TOOL_CALL
 
 
 class DispatchUnavailable(RuntimeError):
@@ -47,6 +57,7 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
         invocation_source: str | None = None,
         lambda_client: Any = None,
         turn_token: str | None = None,
+        tools: Mapping[str, Callable[..., Any]] | None = None,
     ) -> None:
         self.function_name = function_name
         self.tenant_id = tenant_id
@@ -60,6 +71,7 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
         # (a retried call carries the same one), so the caller never handles it.
         self.turn_token = turn_token or new_token()
         self.sandbox: dict[str, Any] = {}
+        self.tools: dict[str, Callable[..., Any]] = dict(tools or {})
 
     # --- transport ------------------------------------------------------------------------------
     def _invoke(self, event: dict[str, Any]) -> dict[str, Any]:
@@ -101,7 +113,29 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
             event["invocation_source"] = self.invocation_source
         if files:
             event["files"] = files
-        return self._invoke(event)
+        response = self._invoke(event)
+        while response.get("ok") and response.get("status") == TOOL_CALL_STATUS:
+            response = self._invoke(self._resume_event(response))
+        return response
+
+    def _resume_event(self, paused: dict[str, Any]) -> dict[str, Any]:
+        """Run the requested tool here and build the `resume` that answers it."""
+        call = paused.get("tool_call") or {}
+        event: dict[str, Any] = {"action": "resume", "tenant_id": self.tenant_id, "agent_id": self.agent_id,
+                                 "turn_id": self.turn_id, "turn_token": self.turn_token,
+                                 "continuation": paused.get("continuation")}  # fmt: skip
+        fn = self.tools.get(str(call.get("name")))
+        if fn is None:
+            event["tool_error"] = f"tool {call.get('name')!r} is not available in this agent runtime"
+            return event
+        try:
+            result = fn(**(call.get("input") or {}))
+            json.dumps(result, allow_nan=False)
+        except Exception as exc:  # noqa: BLE001 - a failing tool is the code's ToolError, not ours
+            event["tool_error"] = f"{type(exc).__name__}: {exc}"
+            return event
+        event["tool_result"] = result
+        return event
 
     def get_file(self, file_id: str) -> dict[str, Any]:
         """§14.3: metadata and a presigned URL (≤ 15 min) of one of this tenant's artifacts."""
@@ -166,11 +200,14 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
         return following
 
     # --- Strands ----------------------------------------------------------------------------------
-    def strands_tool(self) -> Any:
-        """This turn's `execute_code` as a Strands tool (`sandbox_common.strands_tool`)."""
+    def strands_tool(self, tools: Iterable[Any] = ()) -> Any:
+        """This turn's `execute_code` as a Strands tool (`sandbox_common.strands_tool`); `tools` (the
+        agent's Strands tools) become callable from the sandboxed code under their names (SPEC §15)."""
         try:
             # Optional dependency, imported only when asked for: the client itself needs only boto3.
             from .strands_tool import SandboxStrandsTool
         except ImportError as exc:
             raise ImportError("strands_tool() needs the `strands-agents` package: pip install strands-agents") from exc
+        for agent_tool in tools:
+            self.tools[str(getattr(agent_tool, "tool_name", None) or agent_tool.__name__)] = agent_tool
         return SandboxStrandsTool(self)

@@ -72,3 +72,23 @@ def session_cap_exceeded(dimension: str, resets_at: str) -> str:
     else:
         what = "the code sandbox has no free session capacity right now"
     return f"I can't start a code sandbox session: {what} ({dimension}); please try again at {when} UTC ({resets_at})."
+# --- programmatic tool calling (issue 12, SPEC §15) ---------------------------------------------
+TOOL_WAIT_EXPIRED = (
+    "No tool result arrived within {seconds} seconds, so the code was stopped. The sandbox session was "
+    "reset, so variables and files from earlier calls in this turn are gone."
+)
+TOOL_PROTOCOL_BROKEN = (
+    "The code interfered with the sandbox's tool-calling runtime, so the call was stopped and the sandbox "
+    "session was reset."
+)
+TOOL_SESSION_LOST = (
+    "The sandbox session ended while the code was waiting for a tool result; please run the code again."
+)
+TOOL_PREVIOUS_CALL_PAUSED = (
+    "An earlier call in this turn is still waiting for a tool result; resume or end it before running more code."
+)
+CONTINUATION_INVALID = (
+    "Invalid request: the continuation is unknown, already used, expired or not for this turn; "
+    "nothing was run."
+)
+CONTINUATION_STORE_UNAVAILABLE = "The code sandbox could not store or load this paused call right now; please try again."

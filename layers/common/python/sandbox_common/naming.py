@@ -588,3 +588,32 @@ def tenant_daily_budget_parameter(stage: str, tenant_id: str) -> str:
 # `sandboxctl usage --by`: the audit attribute each grouping reads (day = started_at's UTC date).
 USAGE_GROUPINGS: dict[str, str] = {"day": "started_at", "agent": "agent_id", "template": "template_id"}
 MCP_SERVER_NAME = f"{PROJECT}-sandbox"
+# --- programmatic tool calling (issue 12, SPEC §15) ---------------------------------------------
+# Bounds of one execute_code that calls tools. The wait bound is configurable per stage
+# (StageConfig.tool_wait_seconds -> ENV_TOOL_WAIT_SECONDS) so tests can prove it quickly.
+TOOLS_MAX_CALLS = 50
+TOOLS_MAX_RESULT_BYTES = 1024 * 1024  # a tool result, serialized as compact JSON (UTF-8)
+TOOLS_MAX_INPUT_BYTES = 256 * 1024  # a tool call's input, serialized (ours: bounds the marker)
+TOOLS_WAIT_SECONDS = 300
+TOOLS_MAX_PER_TEMPLATE = 32
+# A tool name as agent frameworks spell them (Anthropic/Strands: letters, digits, _ and -).
+TOOL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+# Continuations: one item per pause, keyed by the SHA-256 of the secret token the agent holds.
+# `by_turn` finds a turn's paused calls (end_turn / reaper end them with their audit row).
+CONTINUATIONS = TableSpec(
+    "sandbox_continuations",
+    pk="continuation_hash",
+    ttl_attribute="expires_at",
+    indexes=(Index("by_turn", pk="turn_id", sk="paused_at"),),
+)
+ALL_TABLES = (*ALL_TABLES, CONTINUATIONS)
+ENV_CONTINUATIONS_TABLE = "CONTINUATIONS_TABLE"
+ENV_TOOL_WAIT_SECONDS = "TOOL_WAIT_SECONDS"
+# Item attributes of a template's tool allowlist in the TENANTS table (beside `environment`).
+TEMPLATE_TOOLS_ATTRIBUTE = "tools"
+# Audit row attributes of a tool-calling call (SPEC §15): the count, and one record per call
+# {name, input_sha256, duration_ms, ok} — hashes only, never a tool input or result.
+AUDIT_TOOL_CALLS = "tool_calls"
+AUDIT_TOOL_CALL_RECORDS = "tool_call_records"
+# The §15 response status of a paused call.
+STATUS_TOOL_CALL = "tool_call"

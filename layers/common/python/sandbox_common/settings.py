@@ -49,6 +49,11 @@ class DispatchSettings(_Settings):
     sessions_table: str = Field(alias=n.ENV_SESSIONS_TABLE, default="")
     require_turn_token: bool = Field(alias=n.ENV_REQUIRE_TURN_TOKEN, default=True)
 
+    # programmatic tool calling (issue 12)
+    continuations_table: str = Field(alias=n.ENV_CONTINUATIONS_TABLE)
+    tool_wait_seconds: int = Field(alias=n.ENV_TOOL_WAIT_SECONDS, default=n.TOOLS_WAIT_SECONDS, ge=1,
+                                   le=n.TOOLS_WAIT_SECONDS)
+
 
 class ReaperSettings(_Settings):
     """The reaper (§16.3) and warm-pool refill: what it reads and whom it may stop."""

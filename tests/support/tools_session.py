@@ -1,0 +1,67 @@
+"""Programmatic tool calling against the REAL local interpreter (shared by tests/integration/tools
+and the ptc_loop benchmark): a session process that really
+parks a thread on a tool call between two executeCode calls (no double of the runtime).
+
+The runner is the production SessionRunner (seeded credentials, as in a warm container; the
+client is the unmodified boto3 one pointed at the local interpreter), so what these tests pin
+is what dispatch gets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from dispatch.runner import SessionRunner
+from dispatch.runner import credentials as runner_credentials
+from dispatch.runner.tool_calling import ToolLimits, ToolsRunner
+
+from infra.local.interpreter import LocalInterpreterServer
+
+INTERPRETER = "sbx_test_acme_tools"
+RUNNER_ROLE = "arn:aws:iam::123456789012:role/thinkwork-test-sbx-runner-acme"
+
+
+@dataclass
+class ToolsSession:
+    runner: SessionRunner
+    interpreter_id: str
+    session_id: str
+    server: LocalInterpreterServer
+    make: Callable[..., ToolsRunner]
+
+    def tools(self, **limits: Any) -> ToolsRunner:
+        return self.make(**limits)
+
+    def alive(self) -> bool:
+        found = self.server.session(self.session_id)
+        return found is not None and found.status == "READY"
+
+
+@pytest.fixture
+def tools_session(interpreter: LocalInterpreterServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[ToolsSession]:
+    # Given the local interpreter, this tenant's interpreter registered, credentials cached
+    interpreter.register_interpreter(INTERPRETER, "PUBLIC")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_AGENTCORE", interpreter.endpoint)
+    with runner_credentials._lock:
+        runner_credentials._cache.clear()
+        runner_credentials._cache[(RUNNER_ROLE, "acme")] = runner_credentials._Entry(
+            expires_at=datetime.now(UTC) + timedelta(hours=1),
+            creds={"AccessKeyId": "ASIASEEDED0000000000", "SecretAccessKey": "x", "SessionToken": "y"},
+        )
+    runner = SessionRunner(tenant_id="acme", allowed_interpreter_ids=[INTERPRETER], runner_role_arn=RUNNER_ROLE,
+                           session_timeout_seconds=300, call_timeout_seconds=60, stdout_cap_bytes=262_144,
+                           stderr_cap_bytes=32_768)  # fmt: skip
+    # and a session that passed the real readiness preamble (redactor + tools runtime)
+    session_id = runner.start_session(INTERPRETER, name="tools-test")
+
+    def make(**limits: Any) -> ToolsRunner:
+        return ToolsRunner(runner, limits=ToolLimits(**limits))
+
+    yield ToolsSession(runner, INTERPRETER, session_id, interpreter, make)
+    runner.stop_session(INTERPRETER, session_id)
+    with runner_credentials._lock:
+        runner_credentials._cache.clear()

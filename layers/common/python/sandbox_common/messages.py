@@ -72,3 +72,10 @@ def session_cap_exceeded(dimension: str, resets_at: str) -> str:
     else:
         what = "the code sandbox has no free session capacity right now"
     return f"I can't start a code sandbox session: {what} ({dimension}); please try again at {when} UTC ({resets_at})."
+
+
+# --- background jobs (issue 13) -------------------------------------------------------------------
+JOB_FILES_UNSUPPORTED = (
+    "Invalid request: files cannot be sent with background: true; send them with a foreground "
+    "execute_code first, then start the job."
+)

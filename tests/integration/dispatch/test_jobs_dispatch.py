@@ -157,3 +157,27 @@ def test_jobs_timeout_s_without_background_refused(stack: Stack) -> None:
     answer = stack.dispatch(event(call_id="c1", timeout_s=10))
     assert answer["error"] == "SandboxInvalidRequest" and "timeout_s" in answer["error_message"]
     assert stack.audit_rows("acme") == [] and daily_count(stack) == 0
+
+
+def test_jobs_submit_refused_by_quota_releases_its_slot_and_is_audited(stack: Stack) -> None:
+    from dispatch import dependencies
+
+    # Given a tenant whose daily cap is used up
+    stack.set_cap(n.DIM_TENANT_DAILY, 0, tenant_id="acme")
+    # When a job is submitted
+    refused = stack.dispatch(job("c1", SLEEPER))
+    # Then it is refused by the cap, the call's one audit row says so, and no job slot stays taken
+    assert refused["ok"] is False and refused["error"] == "SandboxCapExceeded"
+    rows = stack.audit_rows("acme")
+    assert len(rows) == 1 and rows[0]["failure_reason"].startswith("cap_exceeded")
+    turn_jobs = dependencies.dispatcher().jobs.store.turn_jobs("acme", "turn-1")
+    assert (turn_jobs.running, turn_jobs.open_jobs) == (0, ())
+
+
+def test_jobs_with_input_files_refused_before_anything_counts(stack: Stack) -> None:
+    # Given a background request that also sends files, when submitted
+    files = [{"path": "a.csv", "content_base64": "YQ=="}]
+    answer = stack.dispatch(job("c1", "print(1)", files=files))
+    # Then it is an invalid request: no job, no row, nothing counted
+    assert answer["error"] == "SandboxInvalidRequest" and "background" in answer["error_message"]
+    assert stack.audit_rows("acme") == [] and daily_count(stack) == 0

@@ -212,9 +212,11 @@ def _complete(record: JobRecord, deps: JobDeps) -> JobRecord:
                           stdout_truncated=fields.get("stdout_truncated", False),
                           stderr_truncated=fields.get("stderr_truncated", False))  # fmt: skip
     # The row's shape is the Outcome's (one source of truth); error fields come from the stored end.
-    row = Outcome(request=request, invocation_id=record.invocation_id, started_at=started, finished_at=finished,
-                  exit_status=fields.get("exit_status", "error"), result=run, session_id=record.session_id or None,
-                  environment=base.get("environment")).audit_row(deps.retention_days)  # type: ignore[arg-type]  # fmt: skip
+    # (`request` / `run` carry exactly the attributes audit_row reads: duck-typed on purpose.)
+    ended = Outcome(request=request, invocation_id=record.invocation_id,  # type: ignore[arg-type]
+                    started_at=started, finished_at=finished, exit_status=fields.get("exit_status", "error"),
+                    result=run, session_id=record.session_id or None, environment=base.get("environment"))  # fmt: skip
+    row = ended.audit_row(deps.retention_days)
     row.update(error=fields.get("error"), failure_reason=fields.get("failure_reason"))
     row.update(executed_code_hash=base.get("executed_code_hash") or row["executed_code_hash"], background=True,
                job_id=record.job_id, job_status=record.final_state)  # fmt: skip

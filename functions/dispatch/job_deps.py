@@ -24,7 +24,7 @@ def job_deps_for(dispatcher: Any) -> JobDeps:
         return dispatcher.runner_factory(dispatcher.preflight.runner_target(tenant_id))  # type: ignore[no-any-return]
 
     def turn_closed(tenant_id: str, turn_id: str) -> bool:
-        turn = dispatcher.turns.get(turn_id)
+        turn = dispatcher.turns.get(tenant_id, turn_id)
         return bool(turn is not None and turn.tenant_id == tenant_id and turn.ended)
 
     return JobDeps(

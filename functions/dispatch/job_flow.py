@@ -27,6 +27,7 @@ from typing import Any
 from sandbox_common import audit
 from sandbox_common import naming as n
 from sandbox_common.observability import emit_metric, logger
+from sandbox_common.outcome import Outcome
 from sandbox_common.output_log import log_output
 
 from .jobs import FINISHING, JobRecord, JobStore, JobStoreUnavailable
@@ -158,18 +159,40 @@ def _view(record: JobRecord, deps: JobDeps) -> JobView:
 def _end(record: JobRecord, final_state: str, result: ExecutionResult, deps: JobDeps) -> JobRecord:
     now_ms = int(deps.clock() * 1000)
     duration_ms = max(0, now_ms - record.submitted_ms)  # the job's real duration: submit to end seen
-    response: dict[str, Any] = {"ok": result.ok, **result.to_response_fields()}
+    response: dict[str, Any] = _response_fields(result)
     response.update(status=final_state, job_id=record.job_id, invocation_id=record.invocation_id,
                     session_id=record.session_id, duration_ms=duration_ms, background=True)  # fmt: skip
     outcome = {
         "response": response,
-        "audit": {**result.to_audit_fields(), "duration_ms": duration_ms},
+        "audit": {**_audit_fields(result), "duration_ms": duration_ms},
         "session_stopped": result.session_stopped,
         "full_stdout": result.full_stdout,
         "full_stderr": result.full_stderr,
     }
     stored = deps.store.claim_end(record, final_state=final_state, outcome=outcome)
     return _complete(stored, deps)
+
+
+def _response_fields(result: ExecutionResult) -> dict[str, Any]:
+    """The §4.2 result fields of the job's run (the caller adds status, ids and duration)."""
+    body: dict[str, Any] = {
+        "ok": result.ok, "stdout": result.stdout, "stderr": result.stderr, "exit_status": result.exit_status,
+        "exit_code": result.exit_code, "stdout_bytes": result.stdout_bytes, "stderr_bytes": result.stderr_bytes,
+        "stdout_truncated": result.stdout_truncated, "stderr_truncated": result.stderr_truncated,
+    }  # fmt: skip
+    if not result.ok:
+        body.update(error=result.error, error_message=result.error_message)
+    return body
+
+
+def _audit_fields(result: ExecutionResult) -> dict[str, Any]:
+    """The §7.1 attributes of the job's run."""
+    return {
+        "exit_status": result.exit_status, "exit_code": result.exit_code, "error": result.error,
+        "failure_reason": result.failure_reason, "stdout_bytes": result.stdout_bytes,
+        "stderr_bytes": result.stderr_bytes, "stdout_truncated": result.stdout_truncated,
+        "stderr_truncated": result.stderr_truncated,
+    }  # fmt: skip
 
 
 def _complete(record: JobRecord, deps: JobDeps) -> JobRecord:
@@ -184,14 +207,17 @@ def _complete(record: JobRecord, deps: JobDeps) -> JobRecord:
                               invocation_source=base.get("invocation_source"), code="")  # fmt: skip
     started = datetime.fromtimestamp(record.submitted_ms / 1000, UTC)
     finished = datetime.fromtimestamp((record.ended_ms or record.submitted_ms) / 1000, UTC)
-    row = audit.build_row(
-        invocation_id=record.invocation_id, request=request, started_at=started, finished_at=finished,
-        retention_days=deps.retention_days, session_id=record.session_id, environment=base.get("environment"),
-        exit_status=fields.get("exit_status", "error"), exit_code=fields.get("exit_code"), error=fields.get("error"),
-        failure_reason=fields.get("failure_reason"), stdout_bytes=fields.get("stdout_bytes", 0),
-        stderr_bytes=fields.get("stderr_bytes", 0), stdout_truncated=fields.get("stdout_truncated", False),
-        stderr_truncated=fields.get("stderr_truncated", False),
-    )  # fmt: skip
+    run = SimpleNamespace(exit_code=fields.get("exit_code"), stdout_bytes=fields.get("stdout_bytes", 0),
+                          stderr_bytes=fields.get("stderr_bytes", 0),
+                          stdout_truncated=fields.get("stdout_truncated", False),
+                          stderr_truncated=fields.get("stderr_truncated", False))  # fmt: skip
+    # The row's shape is the Outcome's (one source of truth); error fields come from the stored end.
+    # (`request` / `run` carry exactly the attributes audit_row reads: duck-typed on purpose.)
+    ended = Outcome(request=request, invocation_id=record.invocation_id,  # type: ignore[arg-type]
+                    started_at=started, finished_at=finished, exit_status=fields.get("exit_status", "error"),
+                    result=run, session_id=record.session_id or None, environment=base.get("environment"))  # fmt: skip
+    row = ended.audit_row(deps.retention_days)
+    row.update(error=fields.get("error"), failure_reason=fields.get("failure_reason"))
     row.update(executed_code_hash=base.get("executed_code_hash") or row["executed_code_hash"], background=True,
                job_id=record.job_id, job_status=record.final_state)  # fmt: skip
     written = deps.audit_writer.write(row)

@@ -25,18 +25,27 @@ from sandbox_common.errors import (
     SandboxProvisioning,
 )
 from sandbox_common.files import GetFileRequest
-from sandbox_common.models import AnyDispatchRequest, BeginTurnRequest, EndTurnRequest, ExecuteCodeRequest
+from sandbox_common.models import (
+    AnyDispatchRequest,
+    BeginTurnRequest,
+    CancelJobRequest,
+    EndTurnRequest,
+    ExecuteCodeRequest,
+    GetJobRequest,
+)
 from sandbox_common.observability import logger
 from sandbox_common.outcome import Outcome, internal_failure, public
 from sandbox_common.settings import DispatchSettings
 from sandbox_common.tool_spec import tool_definition
 from sandbox_common.windows import Windows, utc_now
 
-from . import files_flow, turn_logic
+from . import files_flow, job_calls, turn_logic
 from .artifacts import ArtifactContext
 from .budget import UsageAccounting
 from .file_access import get_file
 from .idempotency import IdempotencyStoreUnavailable, IdempotentCalls, TimeLeft
+from .job_deps import job_deps_for
+from .job_flow import JobDeps
 from .preflight import Preflight, PreflightReader, PreflightUnavailable
 from .quota_client import check_quota
 from .runner import ExecutionResult, SessionGone, SessionRunner
@@ -72,6 +81,14 @@ class Dispatcher:
         self.calls = calls
         self.quota = quota
         self.accounting = accounting or UsageAccounting(price_per_call)
+        self._jobs: JobDeps | None = None
+
+    @property
+    def jobs(self) -> JobDeps:
+        """Background jobs' parts (§17), built once per container from this dispatcher's own."""
+        if self._jobs is None:
+            self._jobs = job_deps_for(self)
+        return self._jobs
 
     def handle(self, request: AnyDispatchRequest, context: Any) -> dict[str, Any]:
         if isinstance(request, BeginTurnRequest):
@@ -80,6 +97,8 @@ class Dispatcher:
             return self.end_turn(request)
         if isinstance(request, GetFileRequest):
             return self.get_file(request)
+        if isinstance(request, GetJobRequest | CancelJobRequest):  # §17: no idempotency, reads/ends only
+            return job_calls.observe(self, self.jobs, request)
         try:
             return self.calls.run_once(request, context, self._execute_code_response,
                                        max_wait_seconds=self.settings.call_timeout_seconds + _RETRY_WAIT_MARGIN_SECONDS)  # fmt: skip
@@ -118,6 +137,9 @@ class Dispatcher:
             self.turns.end(req.tenant_id, req.turn_id)  # first: a session racing this end_turn can no longer activate
         except TurnStoreUnavailable as exc:
             return _internal(f"turn_store_unavailable:{exc}")
+        pending = job_calls.pending(self.jobs, req.tenant_id, req.turn_id)
+        if pending:  # §17: the session outlives end_turn until its last job ends (job_flow stops it)
+            return {"ok": True, "stopped": False, "pending_jobs": pending}
         if not turn.live_session:
             return {"ok": True, "stopped": False}
         try:
@@ -142,6 +164,9 @@ class Dispatcher:
 
     # --- execute_code ---------------------------------------------------------------------------
     def _execute_code_response(self, req: ExecuteCodeRequest, time_left: TimeLeft) -> dict[str, Any]:
+        if req.background:  # §17: answers at once with a job_id
+            return job_calls.submit(self, self.jobs, req, lambda: _budget(time_left),
+                                    refuse_unless_ready=_refuse_unless_ready)  # fmt: skip
         return self.execute_code(req, time_left=time_left).response()
 
     def execute_code(self, req: ExecuteCodeRequest, *, time_left: TimeLeft = None) -> Outcome:
@@ -277,6 +302,10 @@ class Dispatcher:
         outcome.log(row)
         outcome.emit_metrics(lambda: outcome.estimated_cost_usd)
         self.audit_writer.write(row)
+
+
+def _budget(time_left: TimeLeft) -> float | None:
+    return None if time_left is None else time_left() - ANSWER_MARGIN_SECONDS
 
 
 def _refuse_unless_ready(pf: Preflight) -> None:

@@ -34,6 +34,7 @@ from dispatch.jobs import JobStore
 from dispatch.runner import SessionRunner, credentials
 from sandbox_common import audit, aws
 from sandbox_common import naming as n
+from sandbox_common.outcome import Outcome
 
 from tests.benchmarks._report import emit
 
@@ -118,9 +119,8 @@ def _plain(setup: dict[str, Any]) -> None:
     result = setup["runner"].execute(INTERPRETER, setup["session"], "pass")
     assert result.exit_status == "ok"
     invocation_id = str(uuid.uuid4())
-    row = audit.build_row(invocation_id=invocation_id, request=_req("pass"), started_at=_NOW, finished_at=_NOW,
-                          retention_days=30, session_id=setup["session"], environment=None, exit_status="ok",
-                          exit_code=0, error=None, failure_reason=None)  # fmt: skip
+    row = Outcome(request=_req("pass"), invocation_id=invocation_id, started_at=_NOW, finished_at=_NOW,
+                  exit_status="ok", result=result, session_id=setup["session"]).audit_row(30)  # fmt: skip
     setup["deps"].audit_writer.put(row)
 
 

@@ -170,7 +170,7 @@ def test_job_flow_crash_between_claim_and_audit_is_finished_by_the_reaper_once(e
     assert state.final and state.result is not None
     env["store"].claim_end(record, final_state=state.state, outcome={
         "response": {"ok": True, "status": "completed", "stdout": "quick\n", "job_id": record.job_id},
-        "audit": state.result.to_audit_fields()})  # fmt: skip
+        "audit": job_flow._audit_fields(state.result)})  # fmt: skip
     # When the reaper runs twice concurrently and a poll comes in
     results: list[Any] = []
     threads = [threading.Thread(target=lambda: results.append(job_flow.finish_due_jobs(env["deps"]))) for _ in range(2)]

@@ -95,11 +95,17 @@ def test_models_background_and_timeout_accepted_within_bounds() -> None:
     assert parse_job_event(_job_event()).background is False
 
 
-def test_models_background_refused_until_dispatch_routes_jobs() -> None:
-    # Given the main parser (dispatch does not route jobs yet), when background is sent,
-    # then it is refused: never silently run in the foreground
+def test_models_dispatch_parser_accepts_jobs_with_turn_token() -> None:
+    # Given the main parser, when a background execute_code, get_job and cancel_job arrive
+    # (each with the optional turn token), then each parses to its model with its fields
+    req = parse_dispatch_event(_job_event(background=True, timeout_s=60, turn_token="tok"))
+    assert (req.action, req.background, req.timeout_s, req.turn_token) == ("execute_code", True, 60, "tok")
+    ids = {"tenant_id": "acme", "agent_id": "a", "turn_id": "u", "job_id": "job-1", "turn_token": "tok"}
+    assert parse_dispatch_event({"action": "get_job", **ids}).job_id == "job-1"
+    assert parse_dispatch_event({"action": "cancel_job", **ids}).turn_token == "tok"
+    # And timeout_s without background is still refused by the main parser
     with pytest.raises(SandboxInvalidRequest):
-        parse_dispatch_event(_job_event(background=True))
+        parse_dispatch_event(_job_event(timeout_s=60))
 
 
 @pytest.mark.parametrize("over", [

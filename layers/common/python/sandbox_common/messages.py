@@ -92,3 +92,10 @@ CONTINUATION_INVALID = (
     "nothing was run."
 )
 CONTINUATION_STORE_UNAVAILABLE = "The code sandbox could not store or load this paused call right now; please try again."
+
+
+# --- background jobs (issue 13) -------------------------------------------------------------------
+JOB_FILES_UNSUPPORTED = (
+    "Invalid request: files cannot be sent with background: true; send them with a foreground "
+    "execute_code first, then start the job."
+)

@@ -58,6 +58,16 @@ class ExecuteCodeRequest(_Strict):
     invocation_source: InvocationSource | None = None
     files: InputFiles | None = None  # §14.1, rules in sandbox_common.files
     turn_token: TurnToken | None = None
+    # §17: `background: true` answers at once with a job_id; `timeout_s` (default
+    # naming.DEFAULT_JOB_TIMEOUT_SECONDS, at most 3600) only together with it.
+    background: bool = False
+    timeout_s: Annotated[int, Field(ge=1, le=MAX_JOB_TIMEOUT_SECONDS)] | None = None
+
+    @model_validator(mode="after")
+    def _timeout_only_for_jobs(self) -> ExecuteCodeRequest:
+        if self.timeout_s is not None and not self.background:
+            raise ValueError("timeout_s is only allowed with background: true")
+        return self
 
     @field_validator("code")
     @classmethod
@@ -83,10 +93,32 @@ class EndTurnRequest(_Strict):
     turn_token: TurnToken | None = None
 
 
-AnyDispatchRequest = BeginTurnRequest | ExecuteCodeRequest | EndTurnRequest | GetFileRequest
+class GetJobRequest(_Strict):
+    """A job's state (`running` + elapsed_ms) or its final result."""
+
+    action: Literal["get_job"]
+    tenant_id: Id
+    agent_id: Id
+    turn_id: Id
+    job_id: Id
+    turn_token: TurnToken | None = None
+
+
+class CancelJobRequest(_Strict):
+    action: Literal["cancel_job"]
+    tenant_id: Id
+    agent_id: Id
+    turn_id: Id
+    job_id: Id
+    turn_token: TurnToken | None = None
+
+
+AnyDispatchRequest = (
+    BeginTurnRequest | ExecuteCodeRequest | EndTurnRequest | GetFileRequest | GetJobRequest | CancelJobRequest
+)
 DispatchRequest = Annotated[AnyDispatchRequest, Field(discriminator="action")]
 _DISPATCH_ADAPTER: TypeAdapter[AnyDispatchRequest] = TypeAdapter(DispatchRequest)
-DISPATCH_ACTIONS: tuple[str, ...] = ("begin_turn", "execute_code", "end_turn", "get_file")
+DISPATCH_ACTIONS: tuple[str, ...] = ("begin_turn", "execute_code", "end_turn", "get_file", "get_job", "cancel_job")
 
 
 class QuotaRequest(_Strict):
@@ -203,41 +235,9 @@ def parse_quota_response(payload: bytes | str) -> QuotaAdmitted | QuotaRefused:
 
 
 # --- background jobs (issue 13, SPEC §17) --------------------------------------------------------
-# Defined and tested here; dispatch accepts them once it routes jobs (then: ExecuteCodeRequest is
-# replaced by BackgroundExecuteCodeRequest in the union, and GetJobRequest / CancelJobRequest join
-# it and the accepted actions). Until then `background` is an unknown field and is refused, never
-# silently run in the foreground.
-class BackgroundExecuteCodeRequest(ExecuteCodeRequest):
-    """execute_code with `background: true` answers at once with a job_id; `timeout_s`
-    (default naming.DEFAULT_JOB_TIMEOUT_SECONDS, at most 3600) only together with it."""
-
-    background: bool = False
-    timeout_s: Annotated[int, Field(ge=1, le=MAX_JOB_TIMEOUT_SECONDS)] | None = None
-
-    @model_validator(mode="after")
-    def _timeout_only_for_jobs(self) -> BackgroundExecuteCodeRequest:
-        if self.timeout_s is not None and not self.background:
-            raise ValueError("timeout_s is only allowed with background: true")
-        return self
-
-
-class GetJobRequest(_Strict):
-    """A job's state (`running` + elapsed_ms) or its final result."""
-
-    action: Literal["get_job"]
-    tenant_id: Id
-    agent_id: Id
-    turn_id: Id
-    job_id: Id
-
-
-class CancelJobRequest(_Strict):
-    action: Literal["cancel_job"]
-    tenant_id: Id
-    agent_id: Id
-    turn_id: Id
-    job_id: Id
-
+# One model: execute_code carries `background` / `timeout_s` itself (ExecuteCodeRequest above).
+BackgroundExecuteCodeRequest = ExecuteCodeRequest
+# GetJobRequest / CancelJobRequest are defined above, beside the other dispatch requests.
 
 JobRequest = Annotated[
     BackgroundExecuteCodeRequest | GetJobRequest | CancelJobRequest, Field(discriminator="action")

@@ -1,0 +1,109 @@
+"""Background jobs in dispatch's flow (SPEC §17, issue 13): the three call sites the Dispatcher
+delegates to — a `background: true` execute_code (`submit`), get_job / cancel_job (`observe`)
+and end_turn's pending jobs (`pending`). The job logic itself is job_actions / job_flow.
+
+submit, in dispatch's order: turn + pre-flight → ready? → reserve a slot (a 4th running job is
+SandboxInvalidRequest: nothing counted, no row) → quota (counted once, here) → session → launch.
+Any failure after the reservation releases the slot and is answered and audited like any failed
+call. A launched job answers at once and writes NO row now: its one row is written when it ends,
+under the same invocation_id.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from sandbox_common import messages
+from sandbox_common.errors import SandboxError, SandboxFailure, SandboxInvalidRequest
+from sandbox_common.models import CancelJobRequest, ExecuteCodeRequest, GetJobRequest
+from sandbox_common.observability import logger
+from sandbox_common.outcome import Outcome, internal_failure, public
+from sandbox_common.windows import utc_now
+
+from . import job_actions, turn_logic
+from .job_flow import JobDeps
+from .preflight import Preflight
+from .turns import TurnStoreUnavailable
+
+# Seconds a job's deadline keeps from its session's end (beyond the call timeout): room to observe
+# its end and write its row before AgentCore reaps the session.
+JOB_SESSION_RESERVE_MARGIN_SECONDS = 60
+
+
+def submit(dispatcher: Any, deps: JobDeps, req: ExecuteCodeRequest, budget: Callable[[], float | None], *,
+           refuse_unless_ready: Callable[[Preflight], None]) -> dict[str, Any]:  # fmt: skip
+    """The answer to a `background: true` execute_code (or raises SandboxInvalidRequest).
+    `dispatcher`: the Dispatcher (its turn/pre-flight, quota, session and record steps)."""
+    outcome = Outcome(request=req, invocation_id=str(uuid.uuid4()), started_at=utc_now())
+    try:
+        return _submit(dispatcher, deps, req, outcome, budget, refuse_unless_ready)
+    except SandboxInvalidRequest:
+        raise  # nothing counted, nothing run: no audit row
+    except SandboxFailure as failure:
+        outcome.fail(failure)
+    except Exception:  # noqa: BLE001 — never a stack trace to the agent; still audited
+        logger.exception("job_submit_internal_error", extra={"invocation_id": outcome.invocation_id})
+        outcome.fail(SandboxError(messages.INTERNAL, failure_reason="internal_error"))
+    dispatcher._record(outcome.finish())  # the failed submit's one row
+    return outcome.response()
+
+
+def _submit(dispatcher: Any, deps: JobDeps, req: ExecuteCodeRequest, outcome: Outcome,
+            budget: Callable[[], float | None], refuse_unless_ready: Callable[[Preflight], None]) -> dict[str, Any]:  # fmt: skip
+    turn, pf = dispatcher._turn_and_preflight(req)
+    outcome.environment = pf.environment
+    refuse_unless_ready(pf)
+    if req.files:
+        raise SandboxInvalidRequest(messages.JOB_FILES_UNSUPPORTED)
+    interpreter_id = str(pf.interpreter_id)
+    live = turn.live_session and turn.interpreter_id == interpreter_id
+    record = job_actions.reserve(req, deps, invocation_id=outcome.invocation_id, environment=pf.environment,
+                                 session_id=str(turn.session_id) if live else "",
+                                 interpreter_id=interpreter_id if live else "")  # fmt: skip
+    try:
+        dispatcher._quota(req, outcome)
+        runner = dispatcher.runner_factory(pf)
+        session_id, _ = dispatcher._session(turn, pf, runner, outcome.invocation_id, budget())
+    except BaseException:
+        job_actions.release(record, deps)
+        raise
+    outcome.session_id = session_id
+    settings = dispatcher.settings
+    return job_actions.launch(record, deps, code=req.code, session_id=session_id, interpreter_id=interpreter_id,
+                              session_left_s=settings.session_timeout_seconds - _session_age(dispatcher, req),
+                              reserve_s=settings.call_timeout_seconds + JOB_SESSION_RESERVE_MARGIN_SECONDS)  # fmt: skip
+
+
+def _session_age(dispatcher: Any, req: ExecuteCodeRequest) -> float:
+    turn = dispatcher.turns.get(req.tenant_id, req.turn_id)
+    started = turn.session_started_at if turn is not None else None
+    return 0.0 if started is None else max(0.0, dispatcher.turns.clock() - started)
+
+
+def observe(dispatcher: Any, deps: JobDeps, req: GetJobRequest | CancelJobRequest) -> dict[str, Any]:
+    """get_job / cancel_job: the turn must be the caller's (an ended turn still answers: its jobs
+    outlive end_turn); another tenant's, agent's or turn's job is refused like an unknown id."""
+    try:
+        turn = dispatcher.turns.get(req.tenant_id, req.turn_id)
+    except TurnStoreUnavailable as exc:
+        internal_failure(f"turn_store_unavailable:{exc}")
+        return public(SandboxError(messages.INTERNAL, failure_reason=f"turn_store_unavailable:{exc}"))
+    if turn is None:
+        raise SandboxInvalidRequest(job_actions.UNKNOWN_JOB)
+    turn_logic.check_owner(turn, req.tenant_id, req.agent_id)
+    try:
+        if isinstance(req, CancelJobRequest):
+            return job_actions.cancel(req, deps)
+        return job_actions.get_job(req, deps)
+    except SandboxInvalidRequest:
+        raise
+    except SandboxFailure as failure:
+        internal_failure(str(failure.fields.get("failure_reason")))
+        return public(failure)
+
+
+def pending(deps: JobDeps, tenant_id: str, turn_id: str) -> list[str]:
+    """end_turn: the turn's jobs still running (the session must outlive them)."""
+    return job_actions.pending_jobs(tenant_id, turn_id, deps)

@@ -1,0 +1,183 @@
+"""Background jobs through dispatch (SPEC §17) on the shared real-parts stack: submit answers at
+once, get_job / cancel_job / end_turn observe and end the job, one audit row per job, counted
+once at submit, at most 3 running jobs per turn, other turns' jobs look unknown."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from sandbox_common import naming as n
+
+from .conftest import Stack, event
+
+SLEEPER = "import time\ntime.sleep(30)\nprint('never')"
+
+
+@pytest.fixture
+def short_deadline(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Stack:
+    """A 2 s per-call deadline: a job must outlive it."""
+    from dispatch import dependencies
+    from sandbox_common import settings
+
+    monkeypatch.setenv(n.ENV_CALL_TIMEOUT, "2")
+    settings.clear_caches()
+    dependencies.reset()
+    return stack
+
+
+def job(call_id: str, code: str, **over: Any) -> dict[str, Any]:
+    return event(call_id=call_id, code=code, background=True, **over)
+
+
+def get_job(job_id: str, action: str = "get_job", **over: Any) -> dict[str, Any]:
+    base = {"tenant_id": "acme", "agent_id": "agent-7", "turn_id": "turn-1", "job_id": job_id}
+    return {"action": action, **base, **over}
+
+
+def wait_final(stack: Stack, job_id: str, limit: float = 30.0) -> tuple[dict[str, Any], int]:
+    """(final answer, how many `running` answers were seen before it)."""
+    deadline, running = time.monotonic() + limit, 0
+    while time.monotonic() < deadline:
+        answer = stack.dispatch(get_job(job_id))
+        if answer.get("status") != "running":
+            return answer, running
+        running += 1
+        time.sleep(0.3)
+    raise AssertionError(f"job {job_id} still running after {limit} s")
+
+
+def daily_count(stack: Stack) -> int:
+    items = stack.counter_items()[n.TENANT_DAILY_COUNTERS.logical]
+    return sum(int(i[n.COUNTER_ATTR_COUNT]["N"]) for i in items)
+
+
+def test_jobs_submit_answers_at_once_and_job_outlives_the_call_deadline(short_deadline: Stack) -> None:
+    stack = short_deadline
+    # Given a 2 s per-call deadline and a turn with a live session
+    assert stack.dispatch(event(call_id="c0", code="x = 1"))["ok"] is True
+    # When a job that sleeps 3 s is submitted
+    started = time.monotonic()
+    submitted = stack.dispatch(job("c1", "import time\ntime.sleep(3)\nprint('done late')"))
+    submit_s = time.monotonic() - started
+    # Then the submit answers before the job could end, with the job's ids, and writes no row
+    assert submitted["ok"] is True and submitted["status"] == "running"
+    assert submitted["job_id"].startswith("job-") and submitted["invocation_id"] and submitted["session_id"]
+    assert [r["call_id"] for r in stack.audit_rows("acme")] == ["c0"]
+    # When it is polled while running, then it says running with the elapsed time
+    early = stack.dispatch(get_job(submitted["job_id"]))
+    assert early["status"] == "running" and early["elapsed_ms"] >= 0
+    # When it is polled until it ends, then the final answer carries its stdout
+    final, running = wait_final(stack, submitted["job_id"])
+    assert running >= 1
+    assert (final["ok"], final["status"], final["stdout"]) == (True, "completed", "done late\n")
+    assert final["invocation_id"] == submitted["invocation_id"] and final["duration_ms"] >= 3000
+    assert submit_s * 1000 < final["duration_ms"]
+    # And exactly one audit row for the job, under the submit's invocation id; counted once
+    rows = [r for r in stack.audit_rows("acme") if r["call_id"] == "c1"]
+    assert len(rows) == 1
+    assert (rows[0]["invocation_id"], rows[0]["background"], rows[0]["job_status"]) == (
+        submitted["invocation_id"], True, "completed")  # fmt: skip
+    assert daily_count(stack) == 2  # c0 and the job, once each
+    # And polling again repeats the same answer without a second row
+    assert stack.dispatch(get_job(submitted["job_id"]))["stdout"] == "done late\n"
+    assert len(stack.audit_rows("acme")) == 2
+
+
+def test_jobs_cancel_ends_a_running_job_as_cancelled(stack: Stack) -> None:
+    # Given a running job
+    submitted = stack.dispatch(job("c1", SLEEPER))
+    assert submitted["status"] == "running"
+    # When it is cancelled
+    cancelled = stack.dispatch(get_job(submitted["job_id"], action="cancel_job"))
+    # Then it answers cancelled, get_job agrees, and one audit row says so
+    assert cancelled["status"] == "cancelled" and cancelled["ok"] is False
+    assert stack.dispatch(get_job(submitted["job_id"]))["status"] == "cancelled"
+    rows = [r for r in stack.audit_rows("acme") if r["invocation_id"] == submitted["invocation_id"]]
+    assert len(rows) == 1 and rows[0]["job_status"] == "cancelled"
+
+
+def test_jobs_fourth_running_job_refused_and_not_counted(stack: Stack) -> None:
+    # Given three running jobs in one turn
+    ids = [stack.dispatch(job(f"c{i}", SLEEPER))["job_id"] for i in range(3)]
+    assert len(set(ids)) == 3
+    before = daily_count(stack)
+    # When a 4th is submitted
+    fourth = stack.dispatch(job("c4", SLEEPER))
+    # Then it is an invalid request: nothing counted, no row
+    assert fourth["ok"] is False and fourth["error"] == "SandboxInvalidRequest"
+    assert "3 background jobs" in fourth["error_message"]
+    assert daily_count(stack) == before == 3
+    assert stack.audit_rows("acme") == []
+    # And after one is cancelled a new one may start
+    stack.dispatch(get_job(ids[0], action="cancel_job"))
+    assert stack.dispatch(job("c5", SLEEPER))["status"] == "running"
+    for job_id in stack.dispatch(event("end_turn"))["pending_jobs"]:
+        stack.dispatch(get_job(job_id, action="cancel_job"))
+
+
+def test_jobs_of_another_turn_or_tenant_refused_like_unknown(stack: Stack) -> None:
+    # Given a job in acme's turn-1 and a second turn of the same agent
+    submitted = stack.dispatch(job("c1", "print('mine')"))
+    assert stack.dispatch(event(turn_id="turn-2", call_id="c2", code="x = 1"))["ok"] is True
+    unknown = stack.dispatch(get_job("job-doesnotexist"))
+    # When another turn, or another tenant with the same turn id, asks for it
+    other_turn = stack.dispatch(get_job(submitted["job_id"], turn_id="turn-2"))
+    other_tenant = stack.dispatch(get_job(submitted["job_id"], tenant_id="globex"))
+    cancel_other = stack.dispatch(get_job(submitted["job_id"], action="cancel_job", turn_id="turn-2"))
+    # Then each is refused exactly like an unknown id, and the job is untouched
+    assert unknown["error"] == "SandboxInvalidRequest"
+    for answer in (other_turn, other_tenant, cancel_other):
+        assert (answer["ok"], answer["error"], answer["error_message"]) == (
+            False, "SandboxInvalidRequest", unknown["error_message"])  # fmt: skip
+    final, _ = wait_final(stack, submitted["job_id"])
+    assert final["status"] == "completed" and final["stdout"] == "mine\n"
+
+
+def test_jobs_end_turn_with_running_job_keeps_session_until_job_ends(stack: Stack) -> None:
+    # Given a running job that ends in 2 s
+    submitted = stack.dispatch(job("c1", "import time\ntime.sleep(2)\nprint('late')"))
+    session_id = submitted["session_id"]
+    # When the turn ends
+    ended = stack.dispatch(event("end_turn"))
+    # Then end_turn lists the job as pending and the session keeps running
+    assert ended == {"ok": True, "stopped": False, "pending_jobs": [submitted["job_id"]]}
+    assert session_id in stack.live_sessions()
+    # When the job ends (observed by get_job), then its result is there and the session stops
+    final, _ = wait_final(stack, submitted["job_id"])
+    assert final["status"] == "completed" and final["stdout"] == "late\n"
+    assert session_id not in stack.live_sessions()
+    # And a new execute_code in the ended turn is refused
+    assert stack.dispatch(event(call_id="c2"))["error"] == "SandboxInvalidRequest"
+
+
+def test_jobs_timeout_s_without_background_refused(stack: Stack) -> None:
+    # Given timeout_s without background, when sent, then it is invalid and nothing runs
+    answer = stack.dispatch(event(call_id="c1", timeout_s=10))
+    assert answer["error"] == "SandboxInvalidRequest" and "timeout_s" in answer["error_message"]
+    assert stack.audit_rows("acme") == [] and daily_count(stack) == 0
+
+
+def test_jobs_submit_refused_by_quota_releases_its_slot_and_is_audited(stack: Stack) -> None:
+    from dispatch import dependencies
+
+    # Given a tenant whose daily cap is used up
+    stack.set_cap(n.DIM_TENANT_DAILY, 0, tenant_id="acme")
+    # When a job is submitted
+    refused = stack.dispatch(job("c1", SLEEPER))
+    # Then it is refused by the cap, the call's one audit row says so, and no job slot stays taken
+    assert refused["ok"] is False and refused["error"] == "SandboxCapExceeded"
+    rows = stack.audit_rows("acme")
+    assert len(rows) == 1 and rows[0]["failure_reason"].startswith("cap_exceeded")
+    turn_jobs = dependencies.dispatcher().jobs.store.turn_jobs("acme", "turn-1")
+    assert (turn_jobs.running, turn_jobs.open_jobs) == (0, ())
+
+
+def test_jobs_with_input_files_refused_before_anything_counts(stack: Stack) -> None:
+    # Given a background request that also sends files, when submitted
+    files = [{"path": "a.csv", "content_base64": "YQ=="}]
+    answer = stack.dispatch(job("c1", "print(1)", files=files))
+    # Then it is an invalid request: no job, no row, nothing counted
+    assert answer["error"] == "SandboxInvalidRequest" and "background" in answer["error_message"]
+    assert stack.audit_rows("acme") == [] and daily_count(stack) == 0

@@ -69,13 +69,14 @@ def test_agent_jobs_wait_reports_progress_until_final(fake_dispatch: Any) -> Non
     assert (final["status"], final["stdout"]) == ("completed", "done\n")
     assert [e["action"] for e in seen] == ["get_job"] * 4
     assert seen[0] == {"action": "get_job", "tenant_id": "acme", "agent_id": "a1", "turn_id": "turn-1",
-                       "job_id": "job-1"}  # fmt: skip
+                       "turn_token": turn.turn_token, "job_id": "job-1"}  # fmt: skip
 
 
 def test_agent_jobs_cancel_sends_cancel_job(fake_dispatch: Any) -> None:
     # Given a turn, when a job is cancelled, then a cancel_job event names it
     client, seen = fake_dispatch
-    answer = turn_of(client).cancel_job("job-1")
+    turn = turn_of(client)
+    answer = turn.cancel_job("job-1")
     assert answer["status"] == "cancelled"
     assert seen == [{"action": "cancel_job", "tenant_id": "acme", "agent_id": "a1", "turn_id": "turn-1",
-                     "job_id": "job-1"}]  # fmt: skip
+                     "turn_token": turn.turn_token, "job_id": "job-1"}]  # fmt: skip

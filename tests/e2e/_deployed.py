@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any, TypeVar
 
 from sandbox_common import naming as n
@@ -64,7 +64,7 @@ def wait_for(probe: Callable[[], T | None], *, timeout: float, interval: float =
         time.sleep(interval)
 
 
-@lru_cache(maxsize=None)
+@cache
 def turn_token(tenant: str, turn: str) -> str:
     """One fresh secret per (tenant, turn), carried by every action of it (§16.5)."""
     return new_token()

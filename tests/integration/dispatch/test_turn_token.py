@@ -13,8 +13,9 @@ import pytest
 from sandbox_common import aws, messages
 from sandbox_common import naming as n
 
-from .conftest import Stack, event
 from tests.support.stack import turn_token_for
+
+from .conftest import Stack, event
 
 TOKEN = turn_token_for("acme", "turn-1")
 OTHER_TURNS_TOKEN = turn_token_for("acme", "turn-2")

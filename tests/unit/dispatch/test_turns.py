@@ -14,7 +14,6 @@ from sandbox_common import messages
 from sandbox_common import naming as n
 from sandbox_common.errors import SandboxInvalidRequest
 
-
 # These tests are about ownership and sessions: token-less turns (a stage with require_turn_token
 # false); the token itself is tested in tests/integration/dispatch/test_turn_token.py.
 _TOKENLESS: dict[str, Any] = {"token": None, "required": False}

@@ -12,6 +12,7 @@ from sandbox_common.audit import AuditWriter
 from sandbox_common.observability import logger
 from sandbox_common.settings import dispatch_settings
 
+from .budget import BudgetReader, UsageAccounting
 from .cache import TtlCache
 from .idempotency import IdempotentCalls
 from .preflight import Preflight, PreflightReader
@@ -69,6 +70,8 @@ def dispatcher() -> Dispatcher:
         runner_factory=runner_for,
         price_per_call=price_per_call,
         calls=IdempotentCalls(table_name=settings.idempotency_table, ddb=ddb),
+        accounting=UsageAccounting(price_per_call, BudgetReader(stage=settings.stage, ssm=aws.client("ssm"),
+                                                                ttl_seconds=settings.cache_ttl_seconds)),
     )  # fmt: skip
 
 

@@ -29,7 +29,7 @@ from sandbox_common import naming as n
 from sandbox_common.observability import emit_metric, logger
 
 from .jobs import FINISHING, JobRecord, JobStore, JobStoreUnavailable
-from .output_log import log_output
+from sandbox_common.output_log import log_output
 from .runner import SessionGone, SessionRunner
 from .runner.jobs import JobFailure, JobRunner, JobState, JobUnknownInSession
 from .runner.session import ExecutionResult

@@ -34,6 +34,7 @@ from sandbox_common.windows import Windows, utc_now
 
 from . import files_flow, turn_logic
 from .artifacts import ArtifactContext
+from .budget import UsageAccounting
 from .file_access import get_file
 from .idempotency import IdempotencyStoreUnavailable, IdempotentCalls, TimeLeft
 from .preflight import Preflight, PreflightReader, PreflightUnavailable
@@ -60,6 +61,7 @@ class Dispatcher:
         price_per_call: Callable[[], float],
         calls: IdempotentCalls,
         quota: Any = check_quota,
+        accounting: UsageAccounting | None = None,
     ) -> None:
         self.settings = settings
         self.preflight = preflight
@@ -69,6 +71,7 @@ class Dispatcher:
         self.price_per_call = price_per_call
         self.calls = calls
         self.quota = quota
+        self.accounting = accounting or UsageAccounting(price_per_call)
 
     def handle(self, request: AnyDispatchRequest, context: Any) -> dict[str, Any]:
         if isinstance(request, BeginTurnRequest):
@@ -220,6 +223,7 @@ class Dispatcher:
                 dimension=decision.dimension, resets_at=decision.resets_at,
                 failure_reason=f"cap_exceeded:{decision.dimension}",
             )  # fmt: skip
+        self.accounting.admitted(req.tenant_id, decision.tenant_daily_count)  # budget: reported, never refused
 
     def _run(self, req: ExecuteCodeRequest, outcome: Outcome, turn: Turn, pf: Preflight, runner: SessionRunner,
              budget: Callable[[], float | None]) -> ExecutionResult:  # fmt: skip
@@ -286,9 +290,12 @@ class Dispatcher:
 
     # --- record: audit row, logs, metrics -------------------------------------------------------
     def _record(self, outcome: Outcome) -> None:
+        # Every row carries its price (issue 15): the SSM price when the code ran, else 0; the cost
+        # metric reports the same value.
+        outcome.estimated_cost_usd = self.accounting.cost(outcome.ran_code)
         row = outcome.audit_row(self.settings.audit_retention_days)
         outcome.log(row)
-        outcome.emit_metrics(self.price_per_call)
+        outcome.emit_metrics(lambda: outcome.estimated_cost_usd)
         self.audit_writer.write(row)
 
 

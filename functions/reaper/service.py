@@ -68,7 +68,7 @@ class Reaper:
         summary: dict[str, Any] = {}
         if refill_only is None:
             summary["sweep"] = sweep.sweep(
-                self.ledger, turn_reader=lambda turn_id: sweep.read_turn(self.ddb, self.settings.turns_table, turn_id),
+                self.ledger, turn_reader=lambda tenant_id, turn_id: sweep.read_turn(self.ddb, self.settings.turns_table, tenant_id, turn_id),
                 stop=self.stop, now=now, session_timeout_seconds=self.settings.session_timeout_seconds,
             ).to_dict()  # fmt: skip
         sizes = refill.desired_sizes(self.ssm, self.settings.stage)

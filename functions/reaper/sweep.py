@@ -32,8 +32,10 @@ class TurnView:
     session_id: str | None
 
 
-def read_turn(ddb: Any, turns_table: str, turn_id: str) -> TurnView | None:
-    out = ddb.get_item(TableName=turns_table, Key={"turn_id": {"S": turn_id}}, ConsistentRead=True)
+def read_turn(ddb: Any, turns_table: str, tenant_id: str, turn_id: str) -> TurnView | None:
+    """Turns are keyed by (tenant, turn) (naming.TURNS)."""
+    key = {n.TURNS.pk: {"S": tenant_id}, n.TURNS.sort_key: {"S": turn_id}}
+    out = ddb.get_item(TableName=turns_table, Key=key, ConsistentRead=True)
     item = out.get("Item")
     if item is None:
         return None
@@ -73,7 +75,7 @@ class SweepReport:
 def sweep(
     ledger: SessionLedger,
     *,
-    turn_reader: Callable[[str], TurnView | None],
+    turn_reader: Callable[[str, str], TurnView | None],  # (tenant_id, turn_id)
     stop: Callable[[Slot], bool],
     now: float,
     session_timeout_seconds: int,
@@ -82,7 +84,7 @@ def sweep(
     report = SweepReport(by_reason={})
     for slot in ledger.slots():
         report.examined += 1
-        turn = turn_reader(slot.turn_id) if slot.turn_id and slot.state == "active" else None
+        turn = turn_reader(slot.tenant_id, slot.turn_id) if slot.turn_id and slot.state == "active" else None
         reason = verdict(slot, turn, now=now, session_timeout_seconds=session_timeout_seconds)
         if reason is None:
             continue

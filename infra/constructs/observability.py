@@ -366,6 +366,14 @@ class ObservabilityConstruct(Construct):
             sandbox_metric(n.METRIC_TURN_TOKEN_REJECTED),
             th.turn_token_rejected,
         )
+        # issue 15: a tenant's estimated spend crossed its daily budget (reported, never refused)
+        self._alarm(
+            "daily-budget-crossed",
+            "A tenant's estimated sandbox spend today crossed its daily budget (SSM daily_budget_usd); "
+            "calls are not refused. The metric by tenant_id and `sandboxctl usage` say which tenant.",
+            sandbox_metric(n.METRIC_DAILY_BUDGET_CROSSED),
+            1,
+        )
 
     # --- dashboard ---------------------------------------------------------------------------------
     def _build_dashboard(self) -> cw.Dashboard:

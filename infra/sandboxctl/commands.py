@@ -35,6 +35,8 @@ def run(args: argparse.Namespace) -> int:
         "jobs": _jobs,
         "warm": sessions_cli.run_warm,
         "sessions": sessions_cli.run_sessions,
+        "usage": _usage,
+        "mcp": _mcp,
     }[args.command]
     return handler(args, target)
 
@@ -356,4 +358,49 @@ def _jobs(args: argparse.Namespace, target: Any) -> int:
 
     rows = jobs_ops.jobs_list(target, tenant_id=args.tenant, limit=args.limit)
     _out(args, rows, lambda: render.table(rows, JOB_COLUMNS))
+    return EXIT_OK
+
+
+# --- usage, mcp (issue 15) ---------------------------------------------------------------------
+def _usage(args: argparse.Namespace, target: Any) -> int:
+    import sys
+
+    from sandbox_common import naming as n
+
+    from infra.sandboxctl import ops, usage
+
+    progress = usage.StderrProgress(sys.stderr)
+    try:
+        report = usage.usage_report(
+            target.client("dynamodb"), target.table(n.INVOCATIONS), args.tenant, by=args.by,
+            since=ops.parse_time(args.since) if args.since else None,
+            until=ops.parse_time(args.until) if args.until else None, progress=progress,
+        )  # fmt: skip
+    except ValueError as exc:
+        raise CtlError(str(exc)) from None
+    finally:
+        progress.done()
+    if args.csv:
+        with open(args.csv, "w", encoding="utf-8", newline="") as handle:
+            handle.write(usage.to_csv(report))
+
+    def human() -> str:
+        columns = ["group", "calls", "calls_by_exit_status", "sessions", "wall_time_ms", "estimated_cost_usd",
+                   "rows_without_cost"]  # fmt: skip
+        rows = [*report["groups"], {"group": "total", **report["totals"]}]
+        window = f"{report['since'] or 'first row'} .. {report['until'] or 'now'}"
+        notes = "\n".join(f"note: {line}" for line in report["notes"])
+        return f"usage of tenant {report['tenant_id']} ({window})\n{render.table(rows, columns)}\n{notes}"
+
+    _out(args, report, human)
+    return EXIT_OK
+
+
+def _mcp(args: argparse.Namespace, target: Any) -> int:
+    from infra.sandboxctl import mcp_server
+
+    mcp_server.serve(
+        lambda_client=target.client("lambda"), function_name=target.dispatch_function, tenant_id=args.tenant,
+        agent_id=args.agent, template_id=args.template, turn_id=args.turn, user_id=args.user,
+    )  # fmt: skip
     return EXIT_OK

@@ -202,7 +202,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     sessions_cli.add_commands(commands, late, tenant_id=_tenant_id, non_negative=_non_negative_int,
                               request_id=_request_id)  # fmt: skip
+    _add_usage_and_mcp(commands, late)
     return parser
+
+
+def _add_usage_and_mcp(commands: argparse._SubParsersAction, late: argparse.ArgumentParser) -> None:
+    """`usage` and `mcp` (issue 15)."""
+    usage = commands.add_parser(
+        "usage", help="a tenant's calls, sessions, time and estimated cost, from the audit table", parents=[late]
+    )
+    usage.add_argument("--tenant", type=_tenant_id, required=True)
+    usage.add_argument("--since", type=_iso_time, help="inclusive, ISO-8601 UTC (default: every row kept)")
+    usage.add_argument("--until", type=_iso_time, help="exclusive, ISO-8601 UTC (default: now)")
+    usage.add_argument("--by", choices=tuple(n.USAGE_GROUPINGS), help="one line per UTC day, agent or template")
+    usage.add_argument("--csv", metavar="PATH", help="also write the report as CSV to PATH")
+    mcp = commands.add_parser(
+        "mcp", help="serve the sandbox as an MCP server over stdio (one turn per MCP session)", parents=[late]
+    )
+    mcp.add_argument("--tenant", type=_tenant_id, required=True)
+    mcp.add_argument("--agent", type=_request_id, required=True)
+    mcp.add_argument("--template", type=_request_id, required=True)
+    mcp.add_argument("--turn", type=_request_id, help="turn id (default: a fresh one per MCP session)")
+    mcp.add_argument("--user", type=_request_id, help="user_id recorded in the audit rows")
 
 
 def _resolve_mode(args: argparse.Namespace) -> None:

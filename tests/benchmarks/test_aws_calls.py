@@ -62,7 +62,8 @@ LATER_CALL_ALLOWED: dict[str, tuple[int, str]] = {
     f"{DISPATCH}:dynamodb:UpdateItem[{n.IDEMPOTENCY.logical}]": (1, "Powertools idempotency: completed record"),
     f"{DISPATCH}:dynamodb:GetItem[{n.TURNS.logical}]": (1, "turn ownership + the turn's live session (§4.5)"),
     f"{DISPATCH}:lambda:Invoke": (1, "the quota check (§5)"),
-    f"{DISPATCH}:bedrock-agentcore:InvokeCodeInterpreter": (1, "the user code"),
+    f"{DISPATCH}:bedrock-agentcore:InvokeCodeInterpreter": (
+        3, "the user code, then artifact collection (§14.2): the helper (executeCode) and its answer (readFiles)"),
     f"{DISPATCH}:dynamodb:PutItem[{n.INVOCATIONS.logical}]": (1, "the audit row (§7)"),
     f"{QUOTA}:dynamodb:TransactWriteItems[{n.AGENT_HOURLY_COUNTERS.logical}+{n.TENANT_DAILY_COUNTERS.logical}]": (
         1, "the counter transaction (§5.1)"),
@@ -393,13 +394,14 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
             assert any(c.service == "lambda" and c.operation == "Invoke" for c in client_phases[phase]), phase
 
     # And a later call is exactly the justified set: no SSM, no pre-flight read, no STS,
-    # one user invoke, one counter transaction, one audit PutItem (in both turns)
+    # one user invoke plus the two of artifact collection, one counter transaction, one audit
+    # PutItem (in both turns)
     assert phases["later_call"] == phases["later_call_2"], (phases["later_call"], phases["later_call_2"])
     for phase in ("later_call", "later_call_2"):
         calls = Counter(phases[phase])
         assert not [k for k in calls if ":ssm:" in k or ":sts:" in k], calls
         assert not [k for k in calls if f"[{n.TENANTS.logical}]" in k], calls  # pre-flight reads
-        assert calls[f"{DISPATCH}:bedrock-agentcore:InvokeCodeInterpreter"] == 1
+        assert calls[f"{DISPATCH}:bedrock-agentcore:InvokeCodeInterpreter"] == 3
         assert calls[f"{DISPATCH}:bedrock-agentcore:StartCodeInterpreterSession"] == 0
         assert sum(v for k, v in calls.items() if ":TransactWriteItems[" in k) == 1
         assert calls[f"{DISPATCH}:dynamodb:PutItem[{n.INVOCATIONS.logical}]"] == 1

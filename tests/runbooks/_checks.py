@@ -432,6 +432,7 @@ def known_parameters(stage: str, tenant: str = "acme") -> set[str]:
     paths |= {n.session_cap_parameter(stage, d) for d in n.SESSION_CAP_DIMENSIONS}
     paths |= {n.session_cap_parameter(stage, n.DIM_TENANT_SESSIONS, tenant)}
     paths |= {n.warm_sessions_parameter(stage, tenant, e) for e in n.ENVIRONMENTS}
+    paths |= {n.tenant_daily_budget_parameter(stage, tenant)}  # issue 15
     return paths
 
 
@@ -647,6 +648,7 @@ DOMAIN_FIELDS = {
     "event_id", "findings", "classes", "error_type", "skipped",
     # issue 11 (§16): the reaper's lines and turn-token refusals
     "slot_id", "state", "source", "environment", "sweep", "refill", "hooks",
+    "budget_usd", "estimated_spend_usd", "calls_today",  # daily budget crossed (issue 15)
 }  # fmt: skip
 INSIGHTS_COMMANDS = {"fields", "filter", "stats", "sort", "limit", "display", "parse", "dedup"}
 INSIGHTS_FUNCTIONS = {

@@ -44,6 +44,7 @@ MAX_FRAME = 64 * 1024 * 1024
 # readFiles: one file per answer up to this size (base64 + JSON stays under MAX_FRAME); larger
 # artifacts are read in parts (functions/dispatch/artifacts.py splits them in the session).
 MAX_READ_BYTES = 32 * 1024 * 1024
+_CELL_PREFIX = "<cell-"  # user code cells are compiled as "<cell-N>"
 _HEADER = struct.Struct(">I")
 
 
@@ -232,7 +233,11 @@ class Kernel:
         self.namespace = {"__name__": "__main__", "__builtins__": builtins}
 
     def _user_tb(self, tb: Any) -> Any:
-        while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        # Drop every frame before the first one of user code (`<cell-N>`): this worker's own frames
+        # and the stdlib's (a SyntaxError is raised inside ast.parse, whose frame names a host
+        # path such as /usr/lib/python3.11/ast.py). A SyntaxError keeps no frame at all: Python
+        # prints its `File "<cell-N>", line L` from the exception itself.
+        while tb is not None and not tb.tb_frame.f_code.co_filename.startswith(_CELL_PREFIX):
             tb = tb.tb_next
         return tb
 
@@ -245,7 +250,7 @@ class Kernel:
 
     def _run_source(self, code: str, cap: Capture) -> None:
         self.cell += 1
-        filename = f"<cell-{self.cell}>"
+        filename = f"{_CELL_PREFIX}{self.cell}>"
         linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
         tree = ast.parse(code, filename=filename, mode="exec")
         last: ast.Expression | None = None

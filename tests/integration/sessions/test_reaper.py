@@ -8,6 +8,7 @@ import time
 import pytest
 from sandbox_common import aws
 from sandbox_common import naming as n
+from dispatch import turn_logic
 from sandbox_common.sessions.ledger import SessionCaps, SessionLedger
 
 from tests.support.emf import emf_records
@@ -33,12 +34,12 @@ def _live_turn_session(stack: Stack, turn_id: str) -> tuple[str, str]:
 
     ledger = _ledger(stack)
     turns = _turns(stack)
-    turn = turns.claim("acme", "agent-7", turn_id)
+    turn = turn_logic.claim(turns, "acme", "agent-7", turn_id)
     slot = ledger.reserve(tenant_id="acme", environment="default-public", source="cold", caps=CAPS,
                           lease_seconds=60, turn_id=turn_id, agent_id="agent-7").slot_id  # fmt: skip
     iid = interpreter_id(stack)
-    session_id, _ = turns.acquire_session(
-        turn, owner=f"inv-{turn_id}", interpreter_id=iid,
+    session_id, _ = turn_logic.acquire_session(
+        turns, turn, owner=f"inv-{turn_id}", interpreter_id=iid,
         start=lambda: reaper().runner("acme").start_session(iid, name=f"sbx-{turn_id}"),
         stop_previous=lambda i, s: True, max_session_age_seconds=600, wait_seconds=30,
     )  # fmt: skip
@@ -61,7 +62,7 @@ def test_reaper_stops_session_of_ended_turn_and_frees_slot(reaper_stack: Stack, 
     # between "turn ended" and the stop)
     ended_slot, ended_session = _live_turn_session(stack, "turn-ended")
     live_slot, live_session = _live_turn_session(stack, "turn-live")
-    _turns(stack).end("turn-ended")
+    _turns(stack).end("acme", "turn-ended")
     assert _ledger(stack).live_counts("acme") == (2, 2)
     capsys.readouterr()
     # When the scheduled reaper runs (an EventBridge scheduled event)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from typing import Any
 
@@ -78,11 +77,57 @@ def test_sandbox_turn_function_error_raises_dispatch_unavailable(fake_dispatch: 
         turn._invoke({"action": "unknown"})
 
 
-@pytest.mark.skipif(importlib.util.find_spec("strands") is not None, reason="strands-agents installed")
 def test_strands_tool_without_strands_says_how_to_install() -> None:
-    turn = SandboxTurn("fn", tenant_id="acme", agent_id="a", template_id="t")
-    with pytest.raises(ImportError, match="strands-agents"):
-        turn.strands_tool()
+    # Given an agent runtime without strands-agents (blocked in a fresh interpreter)
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "sys.modules['strands'] = None\n"
+        "from sandbox_common.agent_client import SandboxTurn\n"
+        "try:\n"
+        "    SandboxTurn('fn', tenant_id='acme', agent_id='a', template_id='t').strands_tool()\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    # When it asks for the Strands tool / Then the ImportError says what to install
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert "pip install strands-agents" in out.stdout
+
+
+def test_execute_tool_input_passes_the_input_and_keeps_the_turns_own_ids(fake_dispatch: Any) -> None:
+    # Given a turn of acme/a1
+    client, seen = fake_dispatch
+    turn = SandboxTurn("fn", tenant_id="acme", agent_id="a1", template_id="analyst", turn_id="turn-1",
+                       lambda_client=client)  # fmt: skip
+    # When a tool input names another tenant, agent and turn besides its code
+    turn.execute_tool_input({"code": "print(1)", "tenant_id": "globex", "agent_id": "x", "turn_id": "t-9",
+                             "action": "end_turn"})  # fmt: skip
+    # Then the event carries the input's code and the turn's own action and ids, with a fresh call_id
+    event = seen[-1]["event"]
+    assert event["code"] == "print(1)"
+    assert (event["action"], event["tenant_id"], event["agent_id"], event["turn_id"]) == (
+        "execute_code", "acme", "a1", "turn-1")  # fmt: skip
+    assert event["call_id"].startswith("call-")
+
+
+def test_next_turn_ends_this_turn_and_begins_the_next_in_one_call(fake_dispatch: Any) -> None:
+    # Given a begun turn
+    client, seen = fake_dispatch
+    turn = SandboxTurn("fn", tenant_id="acme", agent_id="a1", template_id="analyst", turn_id="turn-1",
+                       user_id="u-1", lambda_client=client)  # fmt: skip
+    turn.begin()
+    # When the next turn is asked for
+    following = turn.next_turn()
+    # Then end_turn of the old turn, then begin_turn of a new one with the same identity
+    assert [s["event"]["action"] for s in seen] == ["begin_turn", "end_turn", "begin_turn"]
+    assert seen[1]["event"]["turn_id"] == "turn-1"
+    assert seen[2]["event"]["turn_id"] == following.turn_id != "turn-1"
+    assert (following.tenant_id, following.agent_id, following.template_id, following.user_id) == (
+        "acme", "a1", "analyst", "u-1")  # fmt: skip
+    assert following.tool == {"name": "execute_code"}
 
 
 def test_agent_client_imports_without_pydantic_or_powertools() -> None:

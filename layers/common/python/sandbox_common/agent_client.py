@@ -19,7 +19,6 @@ from typing import Any
 
 from .agent_jobs import JobsMixin
 from .aws import SINGLE_ATTEMPT
-from .tool_spec import TOOL_DESCRIPTION, TOOL_NAME
 from .turn_token import new_token
 
 
@@ -143,21 +142,35 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
     def __exit__(self, *exc: Any) -> None:
         self.end()
 
+    # --- tool adapters: MCP server, Strands tool (issue 15) ----------------------------------------
+    def execute_tool_input(self, tool_input: dict[str, Any]) -> dict[str, Any]:
+        """One call of the `execute_code` tool with the input a model sent (validated against the
+        one tool definition first: `sandbox_common.tool_input.input_problem`). Every field of the
+        input goes into the event, so a field the tool definition gains reaches dispatch as is; the
+        turn's own ids are set last, so no input can speak for another tenant, agent or turn."""
+        event = {**tool_input, "action": "execute_code", **self._ids(), "call_id": f"call-{uuid.uuid4().hex}"}
+        if self.invocation_source:
+            event["invocation_source"] = self.invocation_source
+        return self._invoke(event)
+
+    def next_turn(self, turn_id: str | None = None) -> SandboxTurn:
+        """End this turn (stopping its session) and begin the next one for the same tenant, agent,
+        template and user: one call. Returns the new, begun turn."""
+        self.end()
+        following = SandboxTurn(
+            self.function_name, tenant_id=self.tenant_id, agent_id=self.agent_id, template_id=self.template_id,
+            turn_id=turn_id, user_id=self.user_id, invocation_source=self.invocation_source,
+            lambda_client=self._client,
+        )  # fmt: skip
+        following.begin()
+        return following
+
     # --- Strands ----------------------------------------------------------------------------------
     def strands_tool(self) -> Any:
+        """This turn's `execute_code` as a Strands tool (`sandbox_common.strands_tool`)."""
         try:
-            from strands import tool
+            # Optional dependency, imported only when asked for: the client itself needs only boto3.
+            from .strands_tool import SandboxStrandsTool
         except ImportError as exc:
             raise ImportError("strands_tool() needs the `strands-agents` package: pip install strands-agents") from exc
-        turn = self
-
-        @tool(name=TOOL_NAME, description=TOOL_DESCRIPTION)
-        def execute_code(code: str) -> dict[str, Any]:
-            """Run Python in the sandbox of this turn.
-
-            Args:
-                code: Python source to execute.
-            """
-            return turn.execute_code(code)
-
-        return execute_code
+        return SandboxStrandsTool(self)

@@ -37,6 +37,7 @@ AUDIT_ATTRIBUTES: tuple[str, ...] = (
     "session_id", "environment", "invocation_source", "started_at", "finished_at", "duration_ms",
     "exit_status", "exit_code", "error", "failure_reason", "stdout_bytes", "stderr_bytes",
     "stdout_truncated", "stderr_truncated", "executed_code_hash", "expires_at",
+    "estimated_cost_usd",  # issue 15: the SSM price in force for this call; 0 when refused
 )  # fmt: skip
 
 
@@ -56,7 +57,8 @@ def to_item(row: dict[str, Any]) -> dict[str, Any]:
     from boto3.dynamodb.types import TypeSerializer
 
     serializer = TypeSerializer()
-    return {k: serializer.serialize(v) for k, v in row.items()}
+    # floats (estimated_cost_usd) as Decimal of their shortest repr: TypeSerializer rejects float
+    return {k: serializer.serialize(Decimal(repr(v)) if isinstance(v, float) else v) for k, v in row.items()}
 
 
 def from_item(item: dict[str, Any]) -> dict[str, Any]:

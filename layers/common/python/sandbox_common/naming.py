@@ -115,7 +115,9 @@ INVOCATIONS = TableSpec(
     ),
 )
 # Turn -> owner agent, session (§4.5). Turn ids are per tenant: keyed by (tenant_id, turn_id).
-TURNS = TableSpec("sandbox_turns", pk="tenant_id", sk="turn_id", ttl_attribute="expires_at")
+# "_v2": the key schema changed from (turn_id) and CloudFormation cannot replace a table with a
+# fixed name in place; turn items are 2-day state, so a deployed stage simply gets a new table.
+TURNS = TableSpec("sandbox_turns_v2", pk="tenant_id", sk="turn_id", ttl_attribute="expires_at")
 # Tenant policy, template sandbox blocks and the policy change history, one item collection per tenant.
 TENANTS = TableSpec("sandbox_tenants", pk="tenant_id", sk="item", pitr=True)
 # Powertools idempotency persistence layer defaults: key `id`, TTL `expiration`.
@@ -565,3 +567,24 @@ RETRY_SESSION_REAPED = "session_reaped"
 RETRY_START_THROTTLED = "start_throttled"
 RETRY_QUOTA_CONFLICT = "quota_transaction_conflict"
 RETRY_LEDGER_CONFLICT = "session_ledger_conflict"
+# --- usage accounting, MCP server, Strands tool (issue 15) -------------------------------------
+# The audit row's per-call price (SPEC §9 price in force when the call was admitted; 0 when refused).
+AUDIT_ATTR_COST = "estimated_cost_usd"
+# Optional per-tenant daily budget in USD (a non-negative decimal). Absent = no budget. Crossing it
+# is reported (metric + alarm), never refused: the caps are the refusal mechanism.
+METRIC_DAILY_BUDGET_CROSSED = "SandboxDailyBudgetCrossed"
+METRIC_DIMENSIONS[METRIC_DAILY_BUDGET_CROSSED] = ((), ("tenant_id",))
+ALARM_RUNBOOKS["daily-budget-crossed"] = "alarm-daily-budget-crossed.md"
+METRIC_BUDGET_PARAMETER_INVALID = "SandboxBudgetParameterInvalid"
+METRIC_DIMENSIONS[METRIC_BUDGET_PARAMETER_INVALID] = ((),)
+
+
+def tenant_daily_budget_parameter(stage: str, tenant_id: str) -> str:
+    if not REQUEST_ID_RE.match(tenant_id):
+        raise ValueError("tenant id not valid for an SSM path")
+    return f"{ssm_prefix(stage)}/tenants/{tenant_id}/daily_budget_usd"
+
+
+# `sandboxctl usage --by`: the audit attribute each grouping reads (day = started_at's UTC date).
+USAGE_GROUPINGS: dict[str, str] = {"day": "started_at", "agent": "agent_id", "template": "template_id"}
+MCP_SERVER_NAME = f"{PROJECT}-sandbox"

@@ -118,6 +118,7 @@ class Outcome:
     session_id: str | None = None
     environment: str | None = None
     ran_code: bool = False  # the user code reached a session (the call is billed)
+    estimated_cost_usd: float = 0  # the call's price (issue 15): set by dispatch, 0 unless billed
     response_extra: dict[str, Any] = field(default_factory=dict)  # agent response only
     audit_extra: dict[str, Any] = field(default_factory=dict)  # audit row and log event
 
@@ -208,6 +209,7 @@ class Outcome:
             "stderr_truncated": bool(r.stderr_truncated) if r else False,
             "executed_code_hash": code_hash(req.code),
             "expires_at": expires_at(self.started_at, retention_days),
+            n.AUDIT_ATTR_COST: self.estimated_cost_usd,
         }
         if self.session_id is None:
             del row["session_id"]

@@ -1,0 +1,189 @@
+"""`sandboxctl mcp`: the sandbox as an MCP server over stdio (official `mcp` SDK, issue 15).
+
+One MCP session = one turn: `begin_turn` when the session starts (the server's lifespan, before
+the client's `initialize` is answered) and `end_turn` when it ends (stdin closed by the client,
+or SIGTERM, which the SDK's client sends when a server outlives its 2 s grace), so the turn's
+session is stopped with the MCP session and never left to the interpreter's timeout.
+
+Tools: `execute_code` exactly as `begin_turn` declared it (the one tool definition:
+`sandbox_common.tool_spec`), or none when the tenant/template has no sandbox (as §4.1 says).
+Every argument the schema allows is passed to dispatch as is (so `files` reaches dispatch once
+the tool definition declares it). Results:
+- success: the dispatch answer as JSON text and as `structuredContent`, plus one MCP
+  `resource_link` per artifact in the answer's `files` list (uri `sandbox-file://TENANT/FILE_ID`,
+  name, MIME type, size), as the MCP spec allows for tool results;
+- any `ok: false` answer, an input the schema refuses, or dispatch itself failing: a tool error
+  (`isError: true`) whose text starts with the named class (`SandboxCapExceeded: ...`).
+Built on the agent client (`sandbox_common.agent_client.SandboxTurn`): the same transport,
+ids and call_id rules as every other caller.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+from sandbox_common import naming as n
+from sandbox_common.agent_client import DispatchUnavailable, SandboxTurn
+from sandbox_common.tool_input import INVALID_REQUEST, failure_text, input_problem
+
+FILE_URI_SCHEME = "sandbox-file"
+
+
+def file_links(tenant_id: str, files: list[dict[str, Any]]) -> list[types.ResourceLink]:
+    """The `files` list of an execute_code answer (§14.2) as MCP resource links."""
+    return [
+        types.ResourceLink(
+            uri=f"{FILE_URI_SCHEME}://{tenant_id}/{f['file_id']}", name=str(f.get("filename") or f["file_id"]),
+            mime_type=f.get("content_type"), size=f.get("bytes"),
+        )  # fmt: skip
+        for f in files
+        if f.get("file_id") and not f.get("skipped")
+    ]
+
+
+def _error(text: str, structured: dict[str, Any] | None = None) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=structured, is_error=True)
+
+
+class McpSandbox:
+    """The turn behind one MCP session: begin once, end once (thread-safe), map each tool call."""
+
+    def __init__(self, turn: SandboxTurn) -> None:
+        self.turn = turn
+        self.began: dict[str, Any] | None = None
+        self.begin_error: str | None = None
+        self.ended = False
+        self._end_lock = threading.Lock()
+        self._ending_thread: int | None = None
+
+    def begin(self) -> None:
+        try:
+            self.began = self.turn.begin()
+        except DispatchUnavailable as exc:
+            self.begin_error = f"DispatchUnavailable: {exc}"
+            print(f"sandboxctl mcp: begin_turn failed: {exc}", file=sys.stderr)
+
+    def end(self) -> None:
+        """end_turn once, whoever asks first (lifespan exit, the SIGTERM handler, serve's
+        finally); a later caller waits for the first to finish, so the process never exits
+        half-way through it."""
+        with self._end_lock:
+            if self.ended or self.began is None:
+                return
+            self.ended = True
+            self._ending_thread = threading.get_ident()
+            try:
+                self.turn.end()
+            except DispatchUnavailable as exc:
+                print(f"sandboxctl mcp: end_turn failed: {exc}", file=sys.stderr)
+            finally:
+                self._ending_thread = None
+
+    def ending_here(self) -> bool:
+        """True while this very thread is inside end() (a signal handler interrupted it)."""
+        return self._ending_thread == threading.get_ident()
+
+    def tools(self) -> list[types.Tool]:
+        tool = self.turn.tool
+        if not tool:
+            return []
+        return [types.Tool(name=tool["name"], description=tool["description"], input_schema=tool["input_schema"])]
+
+    def unavailable(self) -> str:
+        """Why there is no tool: begin_turn's own named error when it gave one."""
+        if self.begin_error:
+            return self.begin_error
+        began = self.began or {}
+        sandbox = began.get("sandbox") or {}
+        error = sandbox.get("error") or began.get("error") or "SandboxProvisioning"
+        message = sandbox.get("error_message") or began.get("error_message") or (
+            f"no sandbox for this template (status {sandbox.get('status', 'unknown')})")
+        return f"{error}: {message}"
+
+    def call(self, name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
+        tool = self.turn.tool
+        if not tool:
+            return _error(self.unavailable())
+        if name != tool["name"]:
+            return _error(f"{INVALID_REQUEST}: unknown tool {name!r}; this server has {tool['name']!r}")
+        tool_input = arguments or {}
+        problem = input_problem(tool_input)
+        if problem is not None:
+            return _error(f"{INVALID_REQUEST}: {problem}")
+        try:
+            response = self.turn.execute_tool_input(tool_input)
+        except DispatchUnavailable as exc:
+            return _error(f"DispatchUnavailable: {exc}")
+        text = failure_text(response)
+        if text is not None:
+            return _error(text, response)
+        content: list[types.ContentBlock] = [types.TextContent(text=json.dumps(response, sort_keys=True))]
+        content.extend(file_links(self.turn.tenant_id, response.get("files") or []))
+        return types.CallToolResult(content=content, structured_content=response)
+
+
+def build_server(sandbox: McpSandbox) -> Server[Any]:
+    @asynccontextmanager
+    async def lifespan(_: Server[Any]) -> AsyncIterator[dict[str, Any]]:
+        await anyio.to_thread.run_sync(sandbox.begin)
+        try:
+            yield {}
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(sandbox.end)
+
+    async def list_tools(_ctx: Any, _params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=sandbox.tools())
+
+    async def call_tool(_ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        # Blocking boto3 call: off the event loop, so pings and other calls are still answered.
+        return await anyio.to_thread.run_sync(sandbox.call, params.name, params.arguments)
+
+    return Server(n.MCP_SERVER_NAME, lifespan=lifespan, on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+def sigterm_handler(sandbox: McpSandbox) -> Any:
+    """SIGTERM (the SDK's client sends it when a server outlives its grace after stdin closed,
+    and process managers send it): end the turn here, in the main thread, then exit at once.
+    Leaving the event loop instead would hang: the stdio reader thread blocks on an open stdin."""
+
+    def handle(_signum: int, _frame: Any) -> None:
+        if sandbox.ending_here():
+            return  # this thread is inside end() already: let it finish, the process then exits
+        sandbox.end()
+        os._exit(128 + signal.SIGTERM)
+
+    return handle
+
+
+def serve(*, lambda_client: Any, function_name: str, tenant_id: str, agent_id: str, template_id: str,
+          turn_id: str | None = None, user_id: str | None = None) -> None:  # fmt: skip
+    """Serve one MCP session on stdin/stdout until the client closes it (or SIGTERM)."""
+    turn = SandboxTurn(function_name, tenant_id=tenant_id, agent_id=agent_id, template_id=template_id,
+                       turn_id=turn_id, user_id=user_id, lambda_client=lambda_client)  # fmt: skip
+    sandbox = McpSandbox(turn)
+    server = build_server(sandbox)
+
+    async def main() -> None:
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+
+    previous = signal.signal(signal.SIGTERM, sigterm_handler(sandbox))
+    try:
+        anyio.run(main)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sandbox.end()  # no-op when the lifespan already ended the turn
+        signal.signal(signal.SIGTERM, previous)

@@ -25,20 +25,21 @@ from sandbox_common.windows import utc_now
 from . import job_actions, turn_logic
 from .job_flow import JobDeps
 from .preflight import Preflight
-from .turns import TurnStoreUnavailable
+from .turns import Turn, TurnStoreUnavailable
 
 # Seconds a job's deadline keeps from its session's end (beyond the call timeout): room to observe
 # its end and write its row before AgentCore reaps the session.
 JOB_SESSION_RESERVE_MARGIN_SECONDS = 60
 
 
-def submit(dispatcher: Any, deps: JobDeps, req: ExecuteCodeRequest, budget: Callable[[], float | None], *,
-           refuse_unless_ready: Callable[[Preflight], None]) -> dict[str, Any]:  # fmt: skip
+def submit(dispatcher: Any, deps: JobDeps, req: ExecuteCodeRequest, turn: Turn, budget: Callable[[], float | None],
+           *, refuse_unless_ready: Callable[[Preflight], None]) -> dict[str, Any]:  # fmt: skip
     """The answer to a `background: true` execute_code (or raises SandboxInvalidRequest).
-    `dispatcher`: the Dispatcher (its turn/pre-flight, quota, session and record steps)."""
+    `dispatcher`: the Dispatcher (its pre-flight, quota, session and record steps); `turn`: the
+    caller's turn, already claimed with its token (§16.5)."""
     outcome = Outcome(request=req, invocation_id=str(uuid.uuid4()), started_at=utc_now())
     try:
-        return _submit(dispatcher, deps, req, outcome, budget, refuse_unless_ready)
+        return _submit(dispatcher, deps, req, turn, outcome, budget, refuse_unless_ready)
     except SandboxInvalidRequest:
         raise  # nothing counted, nothing run: no audit row
     except SandboxFailure as failure:
@@ -50,9 +51,10 @@ def submit(dispatcher: Any, deps: JobDeps, req: ExecuteCodeRequest, budget: Call
     return outcome.response()
 
 
-def _submit(dispatcher: Any, deps: JobDeps, req: ExecuteCodeRequest, outcome: Outcome,
+def _submit(dispatcher: Any, deps: JobDeps, req: ExecuteCodeRequest, turn: Turn, outcome: Outcome,
             budget: Callable[[], float | None], refuse_unless_ready: Callable[[Preflight], None]) -> dict[str, Any]:  # fmt: skip
-    turn, pf = dispatcher._turn_and_preflight(req)
+    turn_logic.refuse_if_ended(turn)
+    pf = dispatcher._preflight(req)
     outcome.environment = pf.environment
     refuse_unless_ready(pf)
     if req.files:
@@ -92,6 +94,8 @@ def observe(dispatcher: Any, deps: JobDeps, req: GetJobRequest | CancelJobReques
         return public(SandboxError(messages.INTERNAL, failure_reason=f"turn_store_unavailable:{exc}"))
     if turn is None:
         raise SandboxInvalidRequest(job_actions.UNKNOWN_JOB)
+    turn_logic.check_token(turn, req.turn_token, required=dispatcher.settings.require_turn_token,
+                           tenant_id=req.tenant_id, agent_id=req.agent_id, turn_id=req.turn_id)  # §16.5
     turn_logic.check_owner(turn, req.tenant_id, req.agent_id)
     try:
         if isinstance(req, CancelJobRequest):

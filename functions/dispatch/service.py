@@ -99,16 +99,31 @@ class Dispatcher:
             return self.get_file(request)
         if isinstance(request, GetJobRequest | CancelJobRequest):  # §17: no idempotency, reads/ends only
             return job_calls.observe(self, self.jobs, request)
+        # §16.5: the turn token is checked (and a new turn bound to it) before the idempotency
+        # record, so a wrong-token retry of a finished call_id is refused, not answered from it.
         try:
-            return self.calls.run_once(request, context, self._execute_code_response,
+            turn = self._claim(request)
+        except TurnStoreUnavailable as exc:
+            return self.refuse(request, SandboxProvisioning(
+                messages.PREFLIGHT_UNAVAILABLE, reason="preflight_unavailable",
+                failure_reason=f"preflight_unavailable:{exc}"))  # fmt: skip
+        try:
+            return self.calls.run_once(request, context,
+                                       lambda req, time_left: self._execute_code_response(req, time_left, turn),
                                        max_wait_seconds=self.settings.call_timeout_seconds + _RETRY_WAIT_MARGIN_SECONDS)  # fmt: skip
         except IdempotencyStoreUnavailable:
             return self.refuse_unavailable(request, "idempotency_store_unavailable")
 
+    def _claim(self, req: BeginTurnRequest | ExecuteCodeRequest) -> Turn:
+        """The caller's turn, created and bound to its token on first use (§16.5); raises
+        SandboxInvalidRequest for a wrong token or another agent's turn."""
+        return turn_logic.claim(self.turns, req.tenant_id, req.agent_id, req.turn_id, token=req.turn_token,
+                                required=self.settings.require_turn_token)  # fmt: skip
+
     # --- begin_turn -----------------------------------------------------------------------------
     def begin_turn(self, req: BeginTurnRequest) -> dict[str, Any]:
         try:
-            turn_logic.claim(self.turns, req.tenant_id, req.agent_id, req.turn_id)
+            turn_logic.refuse_if_ended(self._claim(req))
             pf = self.preflight.check(req.tenant_id, req.template_id)
         except (TurnStoreUnavailable, PreflightUnavailable) as exc:
             logger.error("begin_turn_unavailable", extra={"cause": str(exc)})
@@ -132,6 +147,8 @@ class Dispatcher:
             return _internal(f"turn_store_unavailable:{exc}")
         if turn is None:
             return {"ok": True, "stopped": False}
+        turn_logic.check_token(turn, req.turn_token, required=self.settings.require_turn_token,
+                               tenant_id=req.tenant_id, agent_id=None, turn_id=req.turn_id)  # fmt: skip
         turn_logic.check_owner(turn, req.tenant_id, None)
         try:
             self.turns.end(req.tenant_id, req.turn_id)  # first: a session racing this end_turn can no longer activate
@@ -163,18 +180,19 @@ class Dispatcher:
             return public(failure)
 
     # --- execute_code ---------------------------------------------------------------------------
-    def _execute_code_response(self, req: ExecuteCodeRequest, time_left: TimeLeft) -> dict[str, Any]:
+    def _execute_code_response(self, req: ExecuteCodeRequest, time_left: TimeLeft, turn: Turn) -> dict[str, Any]:
         if req.background:  # §17: answers at once with a job_id
-            return job_calls.submit(self, self.jobs, req, lambda: _budget(time_left),
+            return job_calls.submit(self, self.jobs, req, turn, lambda: _budget(time_left),
                                     refuse_unless_ready=_refuse_unless_ready)  # fmt: skip
-        return self.execute_code(req, time_left=time_left).response()
+        return self.execute_code(req, turn, time_left=time_left).response()
 
-    def execute_code(self, req: ExecuteCodeRequest, *, time_left: TimeLeft = None) -> Outcome:
-        """`time_left()` = seconds the Lambda has left (None outside Lambda): every wait below is
-        bounded by it, so the call always answers and audits before the runtime would kill it."""
+    def execute_code(self, req: ExecuteCodeRequest, turn: Turn, *, time_left: TimeLeft = None) -> Outcome:
+        """`turn` = the caller's turn, already claimed with its token (`_claim`). `time_left()` =
+        seconds the Lambda has left (None outside Lambda): every wait below is bounded by it, so
+        the call always answers and audits before the runtime would kill it."""
         outcome = Outcome(request=req, invocation_id=str(uuid.uuid4()), started_at=utc_now())
         try:
-            self._steps(req, outcome, time_left)
+            self._steps(req, turn, outcome, time_left)
         except SandboxInvalidRequest:
             raise  # nothing counted, nothing run: no audit row
         except SandboxFailure as failure:
@@ -188,16 +206,20 @@ class Dispatcher:
     def refuse_unavailable(self, req: ExecuteCodeRequest, reason: str) -> dict[str, Any]:
         """A dependency needed before anything may run is down (e.g. the idempotency store):
         refuse — nothing counted or run — and still leave the call's one audit row."""
+        return self.refuse(req, SandboxError(messages.INTERNAL, failure_reason=reason))
+
+    def refuse(self, req: ExecuteCodeRequest, failure: SandboxError) -> dict[str, Any]:
         outcome = Outcome(request=req, invocation_id=str(uuid.uuid4()), started_at=utc_now())
-        outcome.fail(SandboxError(messages.INTERNAL, failure_reason=reason))
+        outcome.fail(failure)
         self._record(outcome.finish())
         return outcome.response()
 
-    def _steps(self, req: ExecuteCodeRequest, outcome: Outcome, time_left: TimeLeft) -> None:
+    def _steps(self, req: ExecuteCodeRequest, turn: Turn, outcome: Outcome, time_left: TimeLeft) -> None:
         def budget() -> float | None:
             return None if time_left is None else time_left() - ANSWER_MARGIN_SECONDS
 
-        turn, pf = self._turn_and_preflight(req)
+        turn_logic.refuse_if_ended(turn)
+        pf = self._preflight(req)
         outcome.environment = pf.environment
         _refuse_unless_ready(pf)
         files_flow.check_inputs(req, pf.data_read)  # bad s3_uri: invalid, before anything counts
@@ -210,14 +232,12 @@ class Dispatcher:
         if result.session_stopped:  # timeout: the runner stopped it; the next call starts fresh
             self.turns.mark_stopped(turn.tenant_id, turn.turn_id, str(outcome.session_id))
 
-    def _turn_and_preflight(self, req: ExecuteCodeRequest) -> tuple[Turn, Preflight]:
+    def _preflight(self, req: ExecuteCodeRequest) -> Preflight:
         try:
-            turn = turn_logic.claim(self.turns, req.tenant_id, req.agent_id, req.turn_id)
-            pf = self.preflight.check(req.tenant_id, req.template_id)
-        except (TurnStoreUnavailable, PreflightUnavailable) as exc:
+            return self.preflight.check(req.tenant_id, req.template_id)
+        except PreflightUnavailable as exc:
             raise SandboxProvisioning(messages.PREFLIGHT_UNAVAILABLE, reason="preflight_unavailable",
                                       failure_reason=f"preflight_unavailable:{exc}") from None  # fmt: skip
-        return turn, pf
 
     def _quota(self, req: ExecuteCodeRequest, outcome: Outcome) -> None:
         decision = self.quota(self.settings.quota_function_name, req.tenant_id, req.agent_id,

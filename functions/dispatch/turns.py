@@ -5,6 +5,8 @@ turn never blocks, nor is visible to, another tenant using the same id (naming.T
   agent_id, created_at, expires_at (TTL)
   session_state: starting | active | stopped   session_id, interpreter_id, session_started_at
   lease_owner, lease_expires_at (epoch s)       — who is starting the session right now
+  turn_token_sha256 (naming.TURN_ATTR_TOKEN_HASH) — SHA-256 of the turn token (§16.5), written by
+                                                  the create; "" (or absent) = a token-less turn
 
 The store only stores: every write is one conditional request (so a stale container can never
 overwrite a newer session) and answers with a bool or a `Turn`. Who may use a turn and the
@@ -40,6 +42,7 @@ class Turn:
     lease_owner: str | None = None
     lease_expires_at: int | None = None
     ended: bool = False  # end_turn closed it: no new session may start (§4.5)
+    token_hash: str = ""  # §16.5: the bound token's SHA-256; "" = token-less (also items from before §16.5)
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> Turn:
@@ -54,6 +57,7 @@ class Turn:
             session_state=s("session_state"), session_id=s("session_id"), interpreter_id=s("interpreter_id"),
             session_started_at=i("session_started_at"), lease_owner=s("lease_owner"),
             lease_expires_at=i("lease_expires_at"), ended=item.get("ended", {}).get("BOOL", False),
+            token_hash=s(n.TURN_ATTR_TOKEN_HASH) or "",
         )  # fmt: skip
 
     @property
@@ -85,8 +89,9 @@ class TurnStore:
             raise TurnStoreUnavailable(type(exc).__name__) from None
         return Turn.from_item(out["Item"]) if "Item" in out else None
 
-    def create(self, tenant_id: str, agent_id: str, turn_id: str) -> Turn | None:
-        """Create the turn for (tenant, agent); None if it exists already (someone else's or ours)."""
+    def create(self, tenant_id: str, agent_id: str, turn_id: str, token_hash: str = "") -> Turn | None:
+        """Create the turn for (tenant, agent), bound to `token_hash` (§16.5, "" = token-less) in the
+        same conditional write; None if it exists already (someone else's or ours)."""
         now = int(self.clock())
         try:
             self.ddb.put_item(
@@ -94,10 +99,11 @@ class TurnStore:
                 Item={
                     "turn_id": {"S": turn_id}, "tenant_id": {"S": tenant_id}, "agent_id": {"S": agent_id},
                     "created_at": {"N": str(now)}, "expires_at": {"N": str(now + _TURN_TTL_SECONDS)},
+                    n.TURN_ATTR_TOKEN_HASH: {"S": token_hash},
                 },  # fmt: skip
                 ConditionExpression="attribute_not_exists(turn_id)",
             )
-            return Turn(turn_id=turn_id, tenant_id=tenant_id, agent_id=agent_id)
+            return Turn(turn_id=turn_id, tenant_id=tenant_id, agent_id=agent_id, token_hash=token_hash)
         except ClientError as exc:
             if _code(exc) != "ConditionalCheckFailedException":
                 raise TurnStoreUnavailable(_code(exc)) from None

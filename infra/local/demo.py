@@ -19,6 +19,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from sandbox_common.turn_token import new_token
+
 TENANT, AGENT, TEMPLATE = "acme", "demo-agent", "analyst"
 
 
@@ -34,7 +36,8 @@ def run_turn(target: Any) -> tuple[list[str], dict[str, Any]]:
     from infra.sandboxctl import ops
 
     turn = f"demo-turn-{uuid.uuid4().hex[:8]}"
-    base = {"tenant_id": TENANT, "agent_id": AGENT, "template_id": TEMPLATE, "turn_id": turn}
+    token = new_token()  # §16.5: one secret per turn, carried by every action of it
+    base = {"tenant_id": TENANT, "agent_id": AGENT, "template_id": TEMPLATE, "turn_id": turn, "turn_token": token}
     steps = [
         ("1. begin_turn: pre-flight; the agent learns whether it has the execute_code tool",
          {"action": "begin_turn", **base, "user_id": "u-1"}),
@@ -44,7 +47,8 @@ def run_turn(target: Any) -> tuple[list[str], dict[str, Any]]:
         ("3. execute_code: the same session still has x",
          {"action": "execute_code", **base, "call_id": f"{turn}-c2", "code": "print(x * 2 + 2)", "user_id": "u-1",
           "invocation_source": "chat"}),
-        ("4. end_turn: the turn's session is stopped", {"action": "end_turn", "tenant_id": TENANT, "turn_id": turn}),
+        ("4. end_turn: the turn's session is stopped",
+         {"action": "end_turn", "tenant_id": TENANT, "turn_id": turn, "turn_token": token}),
     ]  # fmt: skip
     responses = []
     for title, event in steps:
@@ -122,8 +126,9 @@ def files_step(target: Any, turn: str) -> list[str]:
     from infra.sandboxctl import ops
 
     print("\n7. a second turn: execute_code with a file: a CSV in, a summary CSV (outputs/) and a chart (an open figure) out")
+    token = new_token()
     event = {"action": "execute_code", "tenant_id": TENANT, "agent_id": AGENT, "template_id": TEMPLATE,
-             "turn_id": turn, "call_id": f"{turn}-files", "code": DEMO_CODE,
+             "turn_id": turn, "turn_token": token, "call_id": f"{turn}-files", "code": DEMO_CODE,
              "files": [{"path": "data/sales.csv", "content_base64": base64.b64encode(DEMO_CSV.encode()).decode()}]}
     shown = {**event, "files": [{"path": "data/sales.csv", "content_base64": f"<{len(DEMO_CSV)} bytes, base64>"}]}
     _show("request", shown)
@@ -148,7 +153,7 @@ def files_step(target: Any, turn: str) -> list[str]:
         print(f"  {entry['filename']:<14} {len(data):>7} bytes  sha256 {digest}  {'matches' if ok else 'MISMATCH'}")
         if not ok:
             problems.append(f"{entry['filename']}: downloaded bytes do not match the artifact's size/sha256")
-    ops.invoke(target, {"action": "end_turn", "tenant_id": TENANT, "turn_id": turn})
+    ops.invoke(target, {"action": "end_turn", "tenant_id": TENANT, "turn_id": turn, "turn_token": token})
     return problems
 
 

@@ -24,6 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 from sandbox_common import naming as n
+from sandbox_common.turn_token import new_token
 from sandbox_common.windows import Windows, iso_z, utc_now
 
 from infra.sandboxctl import ops
@@ -47,6 +48,7 @@ class _Pilot:
         self.run_id = uuid.uuid4().hex[:10]
         self.agent_id = f"pilot-{self.run_id}"
         self.turn_id = f"pilot-turn-{self.run_id}"
+        self.turn_token = new_token()  # §16.5: every action of the pilot's turn carries it
         self.echo = echo or (lambda _line: None)
         self.checks: list[dict[str, Any]] = []
         self.calls: list[tuple[dict[str, Any], dict[str, Any]]] = []  # (request, response)
@@ -65,6 +67,7 @@ class _Pilot:
             "action": action,
             "tenant_id": self.tenant_id,
             "turn_id": self.turn_id,
+            "turn_token": self.turn_token,
             **fields,
         }
         if action != "end_turn":

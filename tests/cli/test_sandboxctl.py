@@ -18,6 +18,7 @@ import pytest
 from sandbox_common import naming as n
 
 from infra.local import stack
+from tests.support.stack import turn_token_for
 
 SANDBOXCTL = str(Path(sys.executable).with_name("sandboxctl"))
 
@@ -420,7 +421,8 @@ def test_findings_list_honours_since(cli_env: dict[str, str]) -> None:
 def test_invoke_runs_a_turn_through_dispatch(cli_env: dict[str, str]) -> None:
     # Given a fresh turn of acme's analyst template
     turn = f"turn-{uuid.uuid4().hex[:8]}"
-    base = {"tenant_id": "acme", "agent_id": "agent-cli", "template_id": "analyst", "turn_id": turn}
+    base = {"tenant_id": "acme", "agent_id": "agent-cli", "template_id": "analyst", "turn_id": turn,
+            "turn_token": turn_token_for("acme", turn)}  # fmt: skip
     # When begin_turn and two execute_code calls go through `sandboxctl invoke`
     begin = ctl_json(cli_env, "invoke", json.dumps({"action": "begin_turn", **base}))
     first = ctl_json(
@@ -429,7 +431,8 @@ def test_invoke_runs_a_turn_through_dispatch(cli_env: dict[str, str]) -> None:
     second = ctl_json(cli_env, "invoke", json.dumps({"action": "execute_code", **base, "call_id": "c2",
                                                      "code": "print(x * 2 + 2)"}))  # fmt: skip
     end = ctl_json(
-        cli_env, "invoke", json.dumps({"action": "end_turn", "tenant_id": "acme", "turn_id": turn})
+        cli_env, "invoke", json.dumps({"action": "end_turn", "tenant_id": "acme", "turn_id": turn,
+                                                   "turn_token": turn_token_for("acme", turn)})
     )
     # Then the sandbox is ready, state is shared in one session, and the audit trail has both calls
     assert begin["ok"] is True and begin["sandbox"]["status"] == "ready"
@@ -452,7 +455,8 @@ def _big_event(turn: str) -> str:
     # ~250 KiB of code: over the 128 KiB one argument may hold, under the 256 KiB code limit.
     code = "x = 41\n" + ("# padding padding padding padding padding padding padding\n" * 4450) + "print(x + 1)\n"
     assert 250 * 1024 <= len(code.encode()) <= 256 * 1024
-    base = {"tenant_id": "acme", "agent_id": "agent-big", "template_id": "analyst", "turn_id": turn}
+    base = {"tenant_id": "acme", "agent_id": "agent-big", "template_id": "analyst", "turn_id": turn,
+            "turn_token": turn_token_for("acme", turn)}  # fmt: skip
     return json.dumps({"action": "execute_code", **base, "call_id": f"c-{turn}", "code": code})
 
 
@@ -460,7 +464,7 @@ def test_invoke_dash_reads_a_250_kib_event_from_stdin(cli_env: dict[str, str]) -
     # Given a ~250 KiB execute_code event (too big for one argument)
     turn = f"turn-{uuid.uuid4().hex[:8]}"
     begin = {"action": "begin_turn", "tenant_id": "acme", "agent_id": "agent-big", "template_id": "analyst",
-             "turn_id": turn}  # fmt: skip
+             "turn_id": turn, "turn_token": turn_token_for("acme", turn)}  # fmt: skip
     ctl_json(cli_env, "invoke", json.dumps(begin))
     event = _big_event(turn)
     assert len(event) > 128 * 1024
@@ -470,14 +474,15 @@ def test_invoke_dash_reads_a_250_kib_event_from_stdin(cli_env: dict[str, str]) -
     # Then dispatch ran it
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["stdout"] == "42\n"
-    ctl_json(cli_env, "invoke", json.dumps({"action": "end_turn", "tenant_id": "acme", "turn_id": turn}))
+    ctl_json(cli_env, "invoke", json.dumps({"action": "end_turn", "tenant_id": "acme", "turn_id": turn,
+                                                   "turn_token": turn_token_for("acme", turn)}))
 
 
 def test_invoke_at_path_reads_the_event_from_a_file(cli_env: dict[str, str], tmp_path: Path) -> None:
     # Given the same ~250 KiB event in a file
     turn = f"turn-{uuid.uuid4().hex[:8]}"
     begin = {"action": "begin_turn", "tenant_id": "acme", "agent_id": "agent-big", "template_id": "analyst",
-             "turn_id": turn}  # fmt: skip
+             "turn_id": turn, "turn_token": turn_token_for("acme", turn)}  # fmt: skip
     ctl_json(cli_env, "invoke", json.dumps(begin))
     path = tmp_path / "event.json"
     path.write_text(_big_event(turn))
@@ -485,7 +490,8 @@ def test_invoke_at_path_reads_the_event_from_a_file(cli_env: dict[str, str], tmp
     response = ctl_json(cli_env, "invoke", f"@{path}")
     # Then dispatch ran it
     assert response["stdout"] == "42\n"
-    ctl_json(cli_env, "invoke", json.dumps({"action": "end_turn", "tenant_id": "acme", "turn_id": turn}))
+    ctl_json(cli_env, "invoke", json.dumps({"action": "end_turn", "tenant_id": "acme", "turn_id": turn,
+                                                   "turn_token": turn_token_for("acme", turn)}))
 
 
 def test_invoke_at_missing_path_is_a_one_line_failure(cli_env: dict[str, str], tmp_path: Path) -> None:

@@ -16,10 +16,11 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any, TypeVar
 
 from sandbox_common import naming as n
+from sandbox_common.turn_token import new_token
 
 T = TypeVar("T")
 
@@ -61,6 +62,12 @@ def wait_for(probe: Callable[[], T | None], *, timeout: float, interval: float =
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(interval)
+
+
+@cache
+def turn_token(tenant: str, turn: str) -> str:
+    """One fresh secret per (tenant, turn), carried by every action of it (§16.5)."""
+    return new_token()
 
 
 @dataclass(frozen=True)
@@ -117,7 +124,7 @@ class Deployed:
     def begin_turn(self, tenant: str, agent: str, turn: str) -> dict[str, Any]:
         return self.dispatch(
             {"action": "begin_turn", "tenant_id": tenant, "agent_id": agent, "template_id": self.template,
-             "turn_id": turn}
+             "turn_id": turn, "turn_token": turn_token(tenant, turn)}
         )  # fmt: skip
 
     def execute(
@@ -125,11 +132,13 @@ class Deployed:
     ) -> dict[str, Any]:
         return self.dispatch(
             {"action": "execute_code", "tenant_id": tenant, "agent_id": agent, "template_id": self.template,
-             "turn_id": turn, "call_id": call or new_id("call"), "code": code, "invocation_source": "scheduled"}
+             "turn_id": turn, "call_id": call or new_id("call"), "code": code, "invocation_source": "scheduled",
+             "turn_token": turn_token(tenant, turn)}
         )  # fmt: skip
 
     def end_turn(self, tenant: str, turn: str) -> dict[str, Any]:
-        return self.dispatch({"action": "end_turn", "tenant_id": tenant, "turn_id": turn})
+        return self.dispatch({"action": "end_turn", "tenant_id": tenant, "turn_id": turn,
+                              "turn_token": turn_token(tenant, turn)})  # fmt: skip
 
     # --- reads -----------------------------------------------------------------------------
     def audit_rows_for_session(self, session_id: str) -> list[dict[str, Any]]:

@@ -43,13 +43,14 @@ json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats
                            lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=8), c, max_size=3),
                            max_leaves=8)  # fmt: skip
 
+TOKEN = "t" * 43  # a well-formed turn token (§16.5)
 BASES = {
     "begin_turn": {"action": "begin_turn", "tenant_id": "acme", "agent_id": "agent-7", "template_id": "analyst",
-                   "turn_id": "turn-1", "user_id": "u-1"},
+                   "turn_id": "turn-1", "user_id": "u-1", "turn_token": TOKEN},
     "execute_code": {"action": "execute_code", "tenant_id": "acme", "agent_id": "agent-7", "template_id": "analyst",
                      "turn_id": "turn-1", "call_id": "call-1", "code": "print(1)", "user_id": "u-1",
-                     "invocation_source": "chat"},
-    "end_turn": {"action": "end_turn", "tenant_id": "acme", "turn_id": "turn-1"},
+                     "invocation_source": "chat", "turn_token": TOKEN},
+    "end_turn": {"action": "end_turn", "tenant_id": "acme", "turn_id": "turn-1", "turn_token": TOKEN},
 }  # fmt: skip
 
 

@@ -220,9 +220,11 @@ def check_sandboxctl(args: list[str]) -> Any:
         from sandbox_common.models import parse_dispatch_event
 
         try:
-            parse_dispatch_event(ns.event)
+            request = parse_dispatch_event(ns.event)
         except SandboxInvalidRequest as exc:
             raise RunbookError(f"sandboxctl invoke: dispatch would refuse the event: {exc.message}") from None
+        if getattr(request, "turn_id", None) and getattr(request, "turn_token", None) is None:
+            raise RunbookError("sandboxctl invoke: a turn action without its turn_token (§16.5) is refused")
     return ns
 
 

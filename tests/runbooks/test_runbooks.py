@@ -159,6 +159,7 @@ def test_operator_runbook_covers_every_required_topic():
         "sandboxctl --stage prod tenant show <tenant>",
         "sandboxctl caps get",  # no stage
         'sandboxctl --stage prod invoke \'{"action": "execute_code", "tenant_id": "acme"}\'',
+        'sandboxctl --stage prod invoke \'{"action": "end_turn", "tenant_id": "acme", "turn_id": "t1"}\'',  # no token
         "curl https://example.com",
         "date -d 'not a date at all' +%s",
     ],

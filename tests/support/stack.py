@@ -8,6 +8,8 @@ Shared by tests/integration/dispatch and tests/reliability (import the fixtures 
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -146,13 +148,30 @@ def stack(moto_endpoint: str, interpreter: LocalInterpreterServer, monkeypatch: 
     close_stack(stack)
 
 
+# Every action of a turn carries its token (SPEC §16.5).
+TURN_ACTIONS = ("begin_turn", "execute_code", "end_turn", "resume", "get_job", "cancel_job")
+
+
+def turn_token_for(tenant_id: str, turn_id: str) -> str:
+    """A deterministic valid turn token (§16.5) per (tenant, turn): 43 URL-safe base64 characters."""
+    digest = hashlib.sha256(f"{tenant_id}/{turn_id}".encode()).digest()
+    return base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
+
+
 def event(action: str = "execute_code", **over: Any) -> dict[str, Any]:
-    base = {"tenant_id": "acme", "agent_id": "agent-7", "template_id": "analyst", "turn_id": "turn-1"}
+    """A dispatch event; turn actions carry the (tenant, turn)'s deterministic token unless the
+    caller passes turn_token=... (None = send none)."""
+    base: dict[str, Any] = {"tenant_id": "acme", "agent_id": "agent-7", "template_id": "analyst", "turn_id": "turn-1"}
     if action == "execute_code":
         base.update(call_id="call-1", code="print(1+1)")
     if action == "end_turn":
         base = {"tenant_id": base["tenant_id"], "turn_id": base["turn_id"]}
-    return {"action": action, **base, **over}
+    out = {"action": action, **base, **over}
+    if action in TURN_ACTIONS and "turn_token" not in over:
+        out["turn_token"] = turn_token_for(str(out["tenant_id"]), str(out["turn_id"]))
+    if out.get("turn_token", "") is None:
+        del out["turn_token"]
+    return out
 
 
 def jsonable(obj: Any) -> Any:

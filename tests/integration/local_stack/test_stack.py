@@ -169,7 +169,7 @@ def test_up_restarts_dead_parts_keeping_state_and_down_leaves_no_process_behind(
     # Given moto itself died (its in-memory state is gone with it), and a call arrives meanwhile
     _kill(now["moto"])
     event = {"action": "execute_code", "tenant_id": "acme", "agent_id": "spool-probe", "template_id": "analyst",
-             "turn_id": "t-spool", "call_id": "c-spool", "code": "print(1)"}  # fmt: skip
+             "turn_id": "t-spool", "call_id": "c-spool", "code": "print(1)", "turn_token": "s" * 43}  # fmt: skip
     out = current.client("lambda").invoke(
         FunctionName=current.resources.functions[n.DISPATCH], Payload=json.dumps(event).encode()
     )

@@ -34,7 +34,7 @@ def _live_turn_session(stack: Stack, turn_id: str) -> tuple[str, str]:
 
     ledger = _ledger(stack)
     turns = _turns(stack)
-    turn = turn_logic.claim(turns, "acme", "agent-7", turn_id)
+    turn = turn_logic.claim(turns, "acme", "agent-7", turn_id, token=None, required=False)  # token-less turn
     slot = ledger.reserve(tenant_id="acme", environment="default-public", source="cold", caps=CAPS,
                           lease_seconds=60, turn_id=turn_id, agent_id="agent-7").slot_id  # fmt: skip
     iid = interpreter_id(stack)

@@ -14,6 +14,10 @@ from sandbox_common import messages
 from sandbox_common import naming as n
 from sandbox_common.errors import SandboxInvalidRequest
 
+# These tests are about ownership and sessions: token-less turns (a stage with require_turn_token
+# false); the token itself is tested in tests/integration/dispatch/test_turn_token.py.
+_TOKENLESS: dict[str, Any] = {"token": None, "required": False}
+
 
 @pytest.fixture
 def store(ddb: Any, tables: dict[str, str]) -> TurnStore:
@@ -21,24 +25,24 @@ def store(ddb: Any, tables: dict[str, str]) -> TurnStore:
 
 
 def test_claim_creates_then_returns_same_owner(store: TurnStore) -> None:
-    first = turn_logic.claim(store, "acme", "agent-1", "turn-1")
-    again = turn_logic.claim(store, "acme", "agent-1", "turn-1")
+    first = turn_logic.claim(store, "acme", "agent-1", "turn-1", **_TOKENLESS)
+    again = turn_logic.claim(store, "acme", "agent-1", "turn-1", **_TOKENLESS)
     assert (first.tenant_id, again.tenant_id, again.agent_id) == ("acme", "acme", "agent-1")
 
 
 def test_claim_by_other_agent_of_the_tenant_is_invalid(store: TurnStore) -> None:
-    turn_logic.claim(store, "acme", "agent-1", "turn-1")
+    turn_logic.claim(store, "acme", "agent-1", "turn-1", **_TOKENLESS)
     with pytest.raises(SandboxInvalidRequest):
-        turn_logic.claim(store, "acme", "agent-2", "turn-1")
+        turn_logic.claim(store, "acme", "agent-2", "turn-1", **_TOKENLESS)
 
 
 def test_claim_same_turn_id_in_two_tenants_is_two_turns(store: TurnStore) -> None:
     # Given tenant A holds turn-123 with a live session
-    held = turn_logic.claim(store, "acme", "agent-1", "turn-123")
+    held = turn_logic.claim(store, "acme", "agent-1", "turn-123", **_TOKENLESS)
     turn_logic.acquire_session(store, held, owner="a", interpreter_id="ci-acme", start=lambda: "s-acme",
                                stop_previous=lambda *_: None, max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
     # When tenant B uses the same turn id
-    other = turn_logic.claim(store, "globex", "agent-1", "turn-123")
+    other = turn_logic.claim(store, "globex", "agent-1", "turn-123", **_TOKENLESS)
     # Then B gets its own fresh turn, and A's turn and session are untouched
     assert (other.tenant_id, other.session_id, other.live_session) == ("globex", None, False)
     assert store.get("acme", "turn-123").session_id == "s-acme"
@@ -52,7 +56,7 @@ def test_claim_race_between_tenants_both_win(store: TurnStore) -> None:
 
     def claim(tenant: str) -> None:
         barrier.wait()
-        results.append(turn_logic.claim(store, tenant, "agent", "turn-race").tenant_id)
+        results.append(turn_logic.claim(store, tenant, "agent", "turn-race", **_TOKENLESS).tenant_id)
 
     threads = [threading.Thread(target=claim, args=(t,)) for t in ["acme", "globex"] * 4]
     [t.start() for t in threads]
@@ -63,10 +67,10 @@ def test_claim_race_between_tenants_both_win(store: TurnStore) -> None:
 
 def test_claim_by_other_agent_of_tenant_reveals_nothing(store: TurnStore) -> None:
     # Given agent-1 holds a turn of acme
-    turn_logic.claim(store, "acme", "agent-1", "turn-1")
+    turn_logic.claim(store, "acme", "agent-1", "turn-1", **_TOKENLESS)
     # When agent-2 of acme uses that turn id
     with pytest.raises(SandboxInvalidRequest) as refused:
-        turn_logic.claim(store, "acme", "agent-2", "turn-1")
+        turn_logic.claim(store, "acme", "agent-2", "turn-1", **_TOKENLESS)
     # Then the refusal names neither the owner agent nor any state of the turn
     assert refused.value.message == messages.TURN_NOT_YOURS
     assert "agent-1" not in json.dumps(refused.value.to_response())
@@ -74,7 +78,7 @@ def test_claim_by_other_agent_of_tenant_reveals_nothing(store: TurnStore) -> Non
 
 def test_acquire_session_concurrent_first_calls_start_one_session(store: TurnStore) -> None:
     # Given 8 concurrent first calls of one turn and a slow Start
-    turn = turn_logic.claim(store, "acme", "agent", "turn-c")
+    turn = turn_logic.claim(store, "acme", "agent", "turn-c", **_TOKENLESS)
     starts: list[str] = []
     lock = threading.Lock()
 
@@ -104,7 +108,7 @@ def test_acquire_session_concurrent_first_calls_start_one_session(store: TurnSto
 
 
 def test_acquire_session_failed_start_releases_lease(store: TurnStore) -> None:
-    turn = turn_logic.claim(store, "acme", "agent", "turn-f")
+    turn = turn_logic.claim(store, "acme", "agent", "turn-f", **_TOKENLESS)
 
     def boom() -> str:
         raise RuntimeError("start refused")
@@ -119,7 +123,7 @@ def test_acquire_session_failed_start_releases_lease(store: TurnStore) -> None:
 
 
 def test_acquire_session_replaces_too_old_session_and_stops_it(store: TurnStore) -> None:
-    turn = turn_logic.claim(store, "acme", "agent", "turn-o")
+    turn = turn_logic.claim(store, "acme", "agent", "turn-o", **_TOKENLESS)
     turn_logic.acquire_session(store, turn, owner="a", interpreter_id="ci", start=lambda: "old",
                           stop_previous=lambda *_: None, max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
     stopped: list[tuple[str, str]] = []
@@ -131,7 +135,7 @@ def test_acquire_session_replaces_too_old_session_and_stops_it(store: TurnStore)
 
 
 def test_mark_stopped_only_for_current_session(store: TurnStore) -> None:
-    turn = turn_logic.claim(store, "acme", "agent", "turn-s")
+    turn = turn_logic.claim(store, "acme", "agent", "turn-s", **_TOKENLESS)
     turn_logic.acquire_session(store, turn, owner="a", interpreter_id="ci", start=lambda: "s1",
                           stop_previous=lambda *_: None, max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
     assert store.mark_stopped("acme", "turn-s", "other") is False
@@ -142,7 +146,7 @@ def test_mark_stopped_only_for_current_session(store: TurnStore) -> None:
 
 def test_acquire_session_lost_lease_stops_the_started_session(store: TurnStore) -> None:
     # Given a Start so slow that another caller took over the expired lease meanwhile
-    turn = turn_logic.claim(store, "acme", "agent", "turn-l")
+    turn = turn_logic.claim(store, "acme", "agent", "turn-l", **_TOKENLESS)
     stopped: list[tuple[str, str]] = []
 
     def slow_start() -> str:
@@ -161,7 +165,7 @@ def test_acquire_session_lost_lease_stops_the_started_session(store: TurnStore) 
 
 def test_acquire_session_end_turn_during_start_stops_the_new_session(store: TurnStore) -> None:
     # Given end_turn arrives while the first call of the turn is starting its session
-    turn = turn_logic.claim(store, "acme", "agent", "turn-e")
+    turn = turn_logic.claim(store, "acme", "agent", "turn-e", **_TOKENLESS)
     stopped: list[tuple[str, str]] = []
 
     def start_while_turn_ends() -> str:
@@ -176,4 +180,4 @@ def test_acquire_session_end_turn_during_start_stops_the_new_session(store: Turn
     assert stopped == [("ci", "would-outlive-its-turn")]
     assert store.get("acme", "turn-e").ended is True and store.get("acme", "turn-e").live_session is False
     with pytest.raises(SandboxInvalidRequest, match="ended"):
-        turn_logic.claim(store, "acme", "agent", "turn-e")
+        turn_logic.refuse_if_ended(turn_logic.claim(store, "acme", "agent", "turn-e", **_TOKENLESS))

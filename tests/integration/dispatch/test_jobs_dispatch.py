@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 from sandbox_common import naming as n
 
+from tests.support.stack import turn_token_for
+
 from .conftest import Stack, event
 
 SLEEPER = "import time\ntime.sleep(30)\nprint('never')"
@@ -32,8 +34,10 @@ def job(call_id: str, code: str, **over: Any) -> dict[str, Any]:
 
 
 def get_job(job_id: str, action: str = "get_job", **over: Any) -> dict[str, Any]:
-    base = {"tenant_id": "acme", "agent_id": "agent-7", "turn_id": "turn-1", "job_id": job_id}
-    return {"action": action, **base, **over}
+    base: dict[str, Any] = {"tenant_id": "acme", "agent_id": "agent-7", "turn_id": "turn-1", "job_id": job_id, **over}
+    # §16.5: every turn action carries its turn's token (the caller's own, for another turn too)
+    base.setdefault("turn_token", turn_token_for(str(base["tenant_id"]), str(base["turn_id"])))
+    return {"action": action, **base}
 
 
 def wait_final(stack: Stack, job_id: str, limit: float = 30.0) -> tuple[dict[str, Any], int]:
@@ -181,3 +185,21 @@ def test_jobs_with_input_files_refused_before_anything_counts(stack: Stack) -> N
     # Then it is an invalid request: no job, no row, nothing counted
     assert answer["error"] == "SandboxInvalidRequest" and "background" in answer["error_message"]
     assert stack.audit_rows("acme") == [] and daily_count(stack) == 0
+
+
+def test_jobs_get_and_cancel_without_the_turn_token_are_refused(stack: Stack) -> None:
+    from sandbox_common import messages
+
+    # Given a running job of turn-1
+    assert stack.dispatch(event(call_id="t0", code="x = 1"))["ok"] is True
+    submitted = stack.dispatch(job("t1", "import time\ntime.sleep(2)"))
+    assert submitted["ok"] is True
+    # When get_job / cancel_job come without the turn's token, or with another turn's (§16.5)
+    missing = stack.dispatch(get_job(submitted["job_id"], turn_token=None))
+    foreign = stack.dispatch(get_job(submitted["job_id"], action="cancel_job",
+                                     turn_token=turn_token_for("acme", "turn-other")))  # fmt: skip
+    # Then both are refused with the token sentence, and the job still runs to its end
+    assert (missing["error"], missing["error_message"]) == ("SandboxInvalidRequest", messages.TURN_TOKEN_REJECTED)
+    assert (foreign["error"], foreign["error_message"]) == ("SandboxInvalidRequest", messages.TURN_TOKEN_REJECTED)
+    final, _ = wait_final(stack, submitted["job_id"])
+    assert final["status"] == "completed"

@@ -149,10 +149,11 @@ def test_data_safety_no_update_or_delete_path_in_code(live: Stack, record: Any,
     dependencies.reset()
     # When calls end every way (ok, user error, invalid), a row is dead-lettered and replayed,
     # and the operator lists the trail
-    assert stack.dispatch(event(turn_id="ds-turn", call_id="ds-1", code="print(1)"))["ok"] is True
-    second = stack.dispatch(event(turn_id="ds-turn", call_id="ds-2", code="1/0"))
+    # (a turn and call ids of its own: the module's stack is shared with the test above)
+    assert stack.dispatch(event(turn_id="ds-paths", call_id="dsp-1", code="print(1)"))["ok"] is True
+    second = stack.dispatch(event(turn_id="ds-paths", call_id="dsp-2", code="1/0"))
     assert second.get("exit_status") == "error", second
-    assert stack.dispatch(event(turn_id="ds-turn", call_id="ds-3", code=" "))["error"] == "SandboxInvalidRequest"
+    assert stack.dispatch(event(turn_id="ds-paths", call_id="dsp-3", code=" "))["error"] == "SandboxInvalidRequest"
     aws.client("sqs").send_message(QueueUrl=stack.resources.audit_dlq_url, MessageBody=json.dumps(
         {**audit_list(replay_target(stack), tenant_id="acme")[0], "invocation_id": "ds-replayed"}))  # fmt: skip
     audit_replay(replay_target(stack))

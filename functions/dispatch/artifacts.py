@@ -29,12 +29,23 @@ from typing import Any
 
 from sandbox_common import naming as n
 from sandbox_common.files import check_relative_path
+from sandbox_common.redaction import catalogue
 
 from .runner.tools import SessionFiles, ToolFailed
 
 STATE_DIR = ".sandbox"
 ANSWER_PATH = f"{STATE_DIR}/collect.json"
-CHUNK_BYTES = 8 * 1024 * 1024  # raw bytes per readFiles part: far below one event-stream message
+# Raw bytes per part file, and per readFiles call. Parts are small because botocore's event-stream
+# buffer copies the whole pending message on every 64 KiB it reads (cost ∝ message size²: an
+# 8 MiB part cost ~0.15 s in copies alone); a call reads several parts so the number of round
+# trips stays that of 8 MiB reads, and its answer stays far below one event-stream message
+# (24 MiB) even if a service packs every block into one event.
+CHUNK_BYTES = 1024 * 1024
+READ_BATCH_BYTES = 8 * 1024 * 1024
+# Text artifacts are redacted in line-aligned chunks of about this size: no catalogue token
+# contains a newline, and the catalogue's byte prefilter passes a chunk without any token
+# shape through untouched, never decoded.
+REDACT_CHUNK_BYTES = 64 * 1024
 
 _COLLECT_SOURCE = r'''
 def __sandbox_collect(outputs, state_dir, answer, max_bytes, chunk, figure_name):
@@ -146,10 +157,11 @@ class ArtifactStore:
     def __init__(self, s3: Any) -> None:
         self.s3 = s3
 
-    def put(self, ctx: ArtifactContext, filename: str, data: bytes, *, redacted: bool,
+    def put(self, ctx: ArtifactContext, filename: str, data: bytes, *, redacted: bool, sha256: str | None = None,
             now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> dict[str, Any]:  # fmt: skip
+        """`sha256`: the bytes' digest when the caller has just verified it (saves a pass)."""
         file_id = new_file_id()
-        sha = hashlib.sha256(data).hexdigest()
+        sha = sha256 or hashlib.sha256(data).hexdigest()
         created_at = _iso(now())
         key = n.artifact_key(ctx.tenant_id, ctx.turn_id, ctx.invocation_id, filename)
         ctype = content_type(filename)
@@ -170,14 +182,30 @@ class ArtifactStore:
         return entry
 
 
-def redact_artifact(data: bytes, redact: Callable[[str], str]) -> tuple[bytes, bool]:
-    """Text (UTF-8 decodable) through the host-side redactor; anything else byte-exact."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return data, False
-    cleaned = redact(text)
-    return cleaned.encode("utf-8"), cleaned != text
+def redact_artifact(data: bytes) -> tuple[bytes, bool]:
+    """Text (UTF-8 decodable) through the host-side catalogue redactor (§8 layer 2), anything
+    else byte-exact. Returns (bytes to store, whether redaction changed anything); equal to
+    `catalogue.redact(data.decode())` for text, computed chunk by chunk on the bytes."""
+    if not data.isascii():
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            return data, False
+    pieces: list[bytes] = []
+    changed = False
+    start, size = 0, len(data)
+    while start < size:
+        newline = data.find(b"\n", start + REDACT_CHUNK_BYTES)
+        end = size if newline < 0 else newline + 1
+        chunk = data[start:end] if start or end < size else data
+        if catalogue.candidate_classes_utf8(chunk):
+            text = chunk.decode("utf-8")
+            cleaned = catalogue.redact(text)
+            if cleaned != text:
+                chunk, changed = cleaned.encode("utf-8"), True
+        pieces.append(chunk)
+        start = end
+    return (b"".join(pieces), True) if changed else (data, False)
 
 
 def collect_and_store(
@@ -186,7 +214,6 @@ def collect_and_store(
     session_id: str,
     ctx: ArtifactContext,
     store: ArtifactStore,
-    redact: Callable[[str], str],
 ) -> CollectResult:
     """Collect this call's artifacts from the session and store them. Never raises for a
     collection problem: the call's own result stands and `failure_reason` says what failed."""
@@ -223,8 +250,8 @@ def collect_and_store(
         if len(data) != size or hashlib.sha256(data).hexdigest() != item["sha256"]:
             failure = failure or "artifacts:sha256_mismatch"
             continue
-        clean, redacted = redact_artifact(data, redact)
-        entry = store.put(ctx, filename, clean, redacted=redacted)
+        clean, redacted = redact_artifact(data)
+        entry = store.put(ctx, filename, clean, redacted=redacted, sha256=None if redacted else item["sha256"])
         stored += 1
         listed.append(entry)
         artifacts.append({k: entry[k] for k in ("file_id", "filename", "bytes", "sha256")})
@@ -259,4 +286,8 @@ def _read_artifact(files: SessionFiles, interpreter_id: str, session_id: str, it
     if not parts:
         path = str(item["path"])
         return files.read(interpreter_id, session_id, [path])[path]
-    return b"".join(files.read(interpreter_id, session_id, [p])[p] for p in parts)
+    per_call = max(1, READ_BATCH_BYTES // CHUNK_BYTES)
+    found: dict[str, bytes] = {}
+    for first in range(0, len(parts), per_call):
+        found.update(files.read(interpreter_id, session_id, parts[first:first + per_call]))
+    return b"".join(found[p] for p in parts)

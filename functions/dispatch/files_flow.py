@@ -19,11 +19,9 @@ from sandbox_common import aws
 from sandbox_common.errors import SandboxError
 from sandbox_common.files import check_s3_inputs
 from sandbox_common.models import ExecuteCodeRequest
-from sandbox_common.redaction.catalogue import redact
 
 from .artifacts import ArtifactContext, ArtifactStore, CollectResult, collect_and_store
 from .inputs import InputsFailed, write_inputs
-from .runner.output import redact_by_lines
 from .runner.tools import SessionFiles
 
 INPUTS_FAILED_MESSAGE = "The input files could not be placed in the sandbox, so no code was run; please check them and try again."
@@ -62,5 +60,4 @@ def collect(runner: Any, interpreter_id: str, session_id: str, ctx: ArtifactCont
     """None after a timeout (nothing is collected); else the collection's result."""
     if exit_status == "timeout" or not ctx.bucket:
         return None
-    return collect_and_store(session_files(runner), interpreter_id, session_id, ctx,
-                             ArtifactStore(s3 or s3_client()), functools.partial(redact_by_lines, redact=redact))  # fmt: skip
+    return collect_and_store(session_files(runner), interpreter_id, session_id, ctx, ArtifactStore(s3 or s3_client()))

@@ -35,9 +35,13 @@ def encode_message(headers: dict[str, str], payload: bytes) -> bytes:
 
 def event_frame(event_type: str, body: dict[str, Any]) -> bytes:
     """An event member of the stream, e.g. event_frame("result", {"content": [...], ...})."""
+    return event_payload_frame(event_type, json.dumps(body).encode("utf-8"))
+
+
+def event_payload_frame(event_type: str, payload: bytes) -> bytes:
+    """An event member whose JSON payload is already encoded."""
     return encode_message(
-        {":message-type": "event", ":event-type": event_type, ":content-type": "application/json"},
-        json.dumps(body).encode("utf-8"),
+        {":message-type": "event", ":event-type": event_type, ":content-type": "application/json"}, payload
     )
 
 

@@ -20,7 +20,8 @@ ToolResultStructuredContent): text content blocks with the output and a terminal
 `structuredContent` carries stdout, stderr, exitCode, taskStatus, executionTime (seconds), with
 `isError` true iff exitCode != 0. Output over one chunk is streamed as several content-only
 events before the terminal one, so a client that counts text blocks *and* structured content
-counts twice — exactly the bug the runner must not have.
+counts twice — exactly the bug the runner must not have. File tools' answers over one chunk are
+streamed the same way, one content-only event per file (readFiles of large files).
 
 Local additions, not part of AgentCore: `GET /ping` (health, 200),
 `POST /_local/interpreters` (`{"interpreterId": ..., "networkMode": "PUBLIC"|"SANDBOX"}`),
@@ -58,7 +59,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from sandbox_common import naming
 
-from infra.local.eventstream import event_frame
+from infra.local.eventstream import event_frame, event_payload_frame
 from infra.local.interpreter.isolation import IsolationUnavailable, Limits
 from infra.local.interpreter.sessions import (
     MAX_SESSION_TIMEOUT,
@@ -112,13 +113,27 @@ def _json_default(value: Any) -> Any:
 
 
 def result_events(stdout: str, stderr: str, exit_code: int, execution_time: float,
-                  content: list[dict[str, Any]] | None = None, is_error: bool | None = None) -> list[bytes]:
-    """The `result` events for one tool call, terminal (structured) event last."""
+                  content: list[dict[str, Any]] | None = None, is_error: bool | None = None,
+                  content_blocks: list[bytes] | None = None) -> list[bytes]:
+    """The `result` events for one tool call, terminal (structured) event last. `content_blocks`:
+    a file tool's content blocks as the worker encoded them (JSON objects), sent unparsed."""
     failed = exit_code != 0 if is_error is None else is_error
     structured = {
         "stdout": stdout, "stderr": stderr, "exitCode": exit_code,
         "taskStatus": "failed" if failed else "completed", "executionTime": round(execution_time, 6),
     }
+    if content_blocks is not None:
+        flag = b"true" if failed else b"false"
+        tail = json.dumps({"structuredContent": structured, "isError": failed}).encode("utf-8")
+        if sum(len(b) for b in content_blocks) <= CHUNK_CHARS:  # short: one event, like short output
+            return [event_payload_frame("result", b'{"content": [' + b", ".join(content_blocks) + b"], " + tail[1:])]
+        # Long: one content-only event per block (a file each), then the terminal event, as long
+        # executeCode output is streamed: each event stays the size of one file, and botocore's
+        # event-stream buffer copies its whole pending message on every 64 KiB read (quadratic).
+        events = [event_payload_frame("result", b'{"content": [' + block + b'], "isError": ' + flag + b"}")
+                  for block in content_blocks]  # fmt: skip
+        events.append(event_payload_frame("result", b'{"content": [], ' + tail[1:]))
+        return events
     if content is not None:  # file tools: their own blocks, one event
         return [event_frame("result", {"content": content, "structuredContent": structured, "isError": failed})]
     texts = [t for t in (stdout, stderr) if t]
@@ -186,7 +201,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header(SESSION_HEADER, session_id)
         self.end_headers()
         for frame in frames:  # one HTTP chunk per event, as a streaming service would send them
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
+            if len(frame) <= CHUNK_CHARS:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
+            else:  # megabytes (file tools): no copy of the frame to frame it
+                self.wfile.write(b"%x\r\n" % len(frame))
+                self.wfile.write(frame)
+                self.wfile.write(b"\r\n")
         self.wfile.write(b"0\r\n\r\n")
 
     def _dispatch(self, method: str) -> None:
@@ -310,7 +330,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._validate_arguments(name, arguments)
         outcome = self._manager.invoke(session, name, arguments)
         frames = result_events(outcome.stdout, outcome.stderr, outcome.exit_code, outcome.execution_time,
-                               outcome.content, outcome.is_error)
+                               outcome.content, outcome.is_error, outcome.content_blocks)
         # Local addition (SPEC §19): the exact byte counts the code wrote. The worker keeps only the
         # first Limits.max_output_bytes of each stream, so the text alone would undercount; the
         # model's structuredContent has no member for a count (botocore drops unknown members),

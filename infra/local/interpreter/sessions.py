@@ -16,6 +16,7 @@ Lifecycle, as AgentCore documents it:
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -115,10 +116,22 @@ class InvokeOutcome:
     exit_code: int
     execution_time: float
     content: list[dict[str, Any]] | None = None
+    content_blocks: list[bytes] | None = None  # file tools: each content block as the worker encoded it
     is_error: bool | None = None
     died: bool = False
     stdout_bytes: int | None = None  # exact bytes the code wrote, also beyond what was kept
     stderr_bytes: int | None = None
+
+
+PIPE_BYTES = 1 << 20  # file tools move megabytes: 16x fewer wake-ups than the 64 KiB default
+
+
+def _widen_pipe(fd: int) -> None:
+    """Best effort (Linux, within /proc/sys/fs/pipe-max-size): a larger pipe buffer."""
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except (AttributeError, OSError):
+        pass
 
 
 class SessionManager:
@@ -267,6 +280,8 @@ class SessionManager:
             self._prepare_bwrap(session, workdir)
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
+        for fd in (req_w, resp_w):
+            _widen_pipe(fd)
         info_r, info_w = os.pipe() if self.plan.strategy == "bwrap" else (-1, -1)
         ours = [fd for fd in (req_r, req_w, resp_r, resp_w, info_r, info_w) if fd >= 0]
         try:
@@ -408,6 +423,7 @@ class SessionManager:
         outcome = InvokeOutcome(
             stdout=result.get("stdout", ""), stderr=result.get("stderr", ""), exit_code=int(result.get("exit_code", 1)),
             execution_time=float(result.get("execution_time", 0.0)), content=result.get("content"),
+            content_blocks=result.get(worker.RAW_KEY),
             is_error=result.get("is_error"), died=bool(result.get("fatal")),
             stdout_bytes=result.get("stdout_bytes"), stderr_bytes=result.get("stderr_bytes"),
         )

@@ -36,7 +36,7 @@ def run(files_interpreter: Any, session: str, code: str) -> dict[str, Any]:
 
 def collect(tools: SessionFiles, session: str, s3: Any, invocation: str = "inv-1") -> Any:
     ctx = ArtifactContext(tenant_id="acme", turn_id="turn-1", invocation_id=invocation, bucket=BUCKET)
-    return collect_and_store(tools, ACME_CI, session, ctx, ArtifactStore(s3), redact)
+    return collect_and_store(tools, ACME_CI, session, ctx, ArtifactStore(s3))
 
 
 def stored(s3: Any, entry: dict[str, Any], invocation: str = "inv-1") -> bytes:

@@ -145,11 +145,19 @@ def test_large_artifact_is_read_in_parts_byte_exact(files_interpreter, acme_sess
         "open('outputs/big.bin','wb').write(os.urandom(20 * 1024 * 1024))\n"
         "import hashlib\nprint(hashlib.sha256(open('outputs/big.bin','rb').read()).hexdigest())\n")  # fmt: skip
     expected = run(files_interpreter, acme_session, "print(__import__('hashlib').sha256(open('outputs/big.bin','rb').read()).hexdigest())")
-    # When collected
+    # When collected (counting the file tools it calls)
+    calls: list[str] = []
+    real_call = tools.call
+    def counting_call(interpreter_id: str, session_id: str, name: str, arguments: dict[str, Any]) -> Any:
+        calls.append(name)
+        return real_call(interpreter_id, session_id, name, arguments)
+    tools.call = counting_call  # type: ignore[method-assign]
     collected = collect(tools, acme_session, s3)
     # Then the stored object is the same 20 MiB
     entry = collected.files[0]
     assert entry["bytes"] == 20 * 1024 * 1024
+    # And it took one helper run, one answer read and 3 part reads (20 x 1 MiB parts, 8 per call)
+    assert calls == ["executeCode", "readFiles", "readFiles", "readFiles", "readFiles"]
     assert entry["sha256"] == expected["stdout"].strip()
     assert hashlib.sha256(stored(s3, entry)).hexdigest() == entry["sha256"]
 

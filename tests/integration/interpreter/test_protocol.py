@@ -172,6 +172,22 @@ def test_file_tools_and_execute_command_round_trip(client: Any, session: str) ->
     assert escaped_events[-1]["isError"] is True and escaped["exitCode"] != 0
 
 
+def test_read_files_of_large_files_streams_one_event_per_file(client: Any, session: str) -> None:
+    # Given two files of 300 KB each (text and binary), larger than one event's chunk together
+    invoke(client, PUBLIC_CI, session, "open('t.txt','w').write('é' * 150_000)\nopen('b.bin','wb').write(bytes(range(256)) * 1200)")
+
+    # When both are read in one readFiles call
+    result, events, _ = invoke(client, PUBLIC_CI, session, "", name="readFiles", arguments={"paths": ["t.txt", "b.bin"]})
+
+    # Then each file comes in a content-only event of its own, the terminal event last and empty
+    assert result["exitCode"] == 0
+    assert len(events) == 3
+    assert [len(e["content"]) for e in events[:2]] == [1, 1] and events[2]["content"] == []
+    assert all("structuredContent" not in e for e in events[:2])
+    assert events[0]["content"][0]["resource"]["text"] == "é" * 150_000
+    assert events[1]["content"][0]["resource"]["blob"] == bytes(range(256)) * 1200
+
+
 def test_stop_then_invoke_and_stop_raise_resource_not_found(client: Any) -> None:
     # Given a started session
     session_id = client.start_code_interpreter_session(codeInterpreterIdentifier=PUBLIC_CI)["sessionId"]

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from sandbox_common import messages
 from sandbox_common import naming as n
 from sandbox_common.errors import SandboxError, SandboxInvalidRequest
 from sandbox_common.files import GetFileRequest, read_pointer
 
-NOT_FOUND_MESSAGE = "Invalid request: no file with this file_id exists for this workspace."
+NOT_FOUND_MESSAGE = messages.FILE_NOT_FOUND
 LOOKUP_FAILED_MESSAGE = "The file could not be looked up right now; please try again."
 
 

@@ -14,14 +14,23 @@ the tool definition declares it). Results:
   name, MIME type, size), as the MCP spec allows for tool results;
 - any `ok: false` answer, an input the schema refuses, or dispatch itself failing: a tool error
   (`isError: true`) whose text starts with the named class (`SandboxCapExceeded: ...`).
+Resources (SPEC §14.3 through MCP): `resources/list` lists the artifacts of this session's calls
+(the same `sandbox-file://TENANT/FILE_ID` uris as the links); `resources/read` of such a uri goes
+through dispatch's `get_file` for this server's tenant — the same tenant-scoped check, so an
+unknown file_id and one of another tenant get the same error — then fetches the presigned URL
+and checks the sha256: text (a `text/*`, JSON, CSV... type that decodes as UTF-8) comes back as
+`text`, anything else as base64 `blob`. A uri naming another tenant is refused here with that same
+answer, before dispatch is asked.
 Built on the agent client (`sandbox_common.agent_client.SandboxTurn`): the same transport,
 ids and call_id rules as every other caller.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -33,18 +42,42 @@ import anyio
 import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
+from sandbox_common import messages
 from sandbox_common import naming as n
-from sandbox_common.agent_client import DispatchUnavailable, SandboxTurn
+from sandbox_common.agent_client import ArtifactMismatch, ArtifactUnavailable, DispatchUnavailable, SandboxTurn
+from sandbox_common.files import FILE_ID_RE
 from sandbox_common.tool_input import INVALID_REQUEST, failure_text, input_problem
 
 FILE_URI_SCHEME = "sandbox-file"
+_FILE_URI_RE = re.compile(rf"^{FILE_URI_SCHEME}://([^/]+)/([^/]+)$")
+_TEXT_TYPES = ("application/json", "application/xml", "application/csv", "application/javascript")
+
+
+def file_uri(tenant_id: str, file_id: str) -> str:
+    return f"{FILE_URI_SCHEME}://{tenant_id}/{file_id}"
+
+
+def _is_texty(content_type: str | None) -> bool:
+    kind = (content_type or "").split(";")[0].strip().lower()
+    return kind.startswith("text/") or kind in _TEXT_TYPES or kind.endswith("+json") or kind.endswith("+xml")
+
+
+def resource_contents(uri: str, content_type: str | None, data: bytes) -> types.TextResourceContents | types.BlobResourceContents:
+    """One artifact's bytes as MCP resource contents: text when its type is textual and it is UTF-8."""
+    if _is_texty(content_type):
+        try:
+            return types.TextResourceContents(uri=uri, mime_type=content_type, text=data.decode("utf-8"))
+        except UnicodeDecodeError:
+            pass
+    return types.BlobResourceContents(uri=uri, mime_type=content_type, blob=base64.b64encode(data).decode("ascii"))
 
 
 def file_links(tenant_id: str, files: list[dict[str, Any]]) -> list[types.ResourceLink]:
     """The `files` list of an execute_code answer (§14.2) as MCP resource links."""
     return [
         types.ResourceLink(
-            uri=f"{FILE_URI_SCHEME}://{tenant_id}/{f['file_id']}", name=str(f.get("filename") or f["file_id"]),
+            uri=file_uri(tenant_id, f["file_id"]), name=str(f.get("filename") or f["file_id"]),
             mime_type=f.get("content_type"), size=f.get("bytes"),
         )  # fmt: skip
         for f in files
@@ -66,6 +99,8 @@ class McpSandbox:
         self.ended = False
         self._end_lock = threading.Lock()
         self._ending_thread: int | None = None
+        self.artifacts: dict[str, types.ResourceLink] = {}  # uri -> link, this session's artifacts
+        self._artifacts_lock = threading.Lock()
 
     def begin(self) -> None:
         try:
@@ -129,8 +164,35 @@ class McpSandbox:
         if text is not None:
             return _error(text, response)
         content: list[types.ContentBlock] = [types.TextContent(text=json.dumps(response, sort_keys=True))]
-        content.extend(file_links(self.turn.tenant_id, response.get("files") or []))
+        links = file_links(self.turn.tenant_id, response.get("files") or [])
+        content.extend(links)
+        with self._artifacts_lock:
+            self.artifacts.update((str(link.uri), link) for link in links)
         return types.CallToolResult(content=content, structured_content=response)
+
+    def resources(self) -> list[types.Resource]:
+        """This session's artifacts, in the order they came back."""
+        with self._artifacts_lock:
+            links = list(self.artifacts.values())
+        return [types.Resource(uri=link.uri, name=link.name, mime_type=link.mime_type, size=link.size) for link in links]
+
+    def read(self, uri: str) -> types.ReadResourceResult:
+        """One artifact by its uri, through dispatch's tenant-scoped get_file. Raises MCPError."""
+        match = _FILE_URI_RE.match(uri)
+        if not match or not FILE_ID_RE.match(match.group(2)) or match.group(1) != self.turn.tenant_id:
+            # Malformed, or another tenant's: the same answer as an unknown file_id (nothing leaks).
+            raise MCPError(types.INVALID_PARAMS, f"{INVALID_REQUEST}: {messages.FILE_NOT_FOUND}")
+        try:
+            answer, data = self.turn.fetch(match.group(2))
+        except ArtifactUnavailable as exc:
+            raise MCPError(types.INVALID_PARAMS, f"{exc.error}: {exc}") from None
+        except ArtifactMismatch as exc:
+            raise MCPError(types.INTERNAL_ERROR, f"SandboxError: {exc}") from None
+        except DispatchUnavailable as exc:
+            raise MCPError(types.INTERNAL_ERROR, f"DispatchUnavailable: {exc}") from None
+        except OSError as exc:  # the presigned URL could not be fetched
+            raise MCPError(types.INTERNAL_ERROR, f"SandboxError: the file could not be downloaded ({type(exc).__name__})") from None
+        return types.ReadResourceResult(contents=[resource_contents(uri, answer.get("content_type"), data)])
 
 
 def build_server(sandbox: McpSandbox) -> Server[Any]:
@@ -150,7 +212,14 @@ def build_server(sandbox: McpSandbox) -> Server[Any]:
         # Blocking boto3 call: off the event loop, so pings and other calls are still answered.
         return await anyio.to_thread.run_sync(sandbox.call, params.name, params.arguments)
 
-    return Server(n.MCP_SERVER_NAME, lifespan=lifespan, on_list_tools=list_tools, on_call_tool=call_tool)
+    async def list_resources(_ctx: Any, _params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+        return types.ListResourcesResult(resources=sandbox.resources())
+
+    async def read_resource(_ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        return await anyio.to_thread.run_sync(sandbox.read, str(params.uri))
+
+    return Server(n.MCP_SERVER_NAME, lifespan=lifespan, on_list_tools=list_tools, on_call_tool=call_tool,
+                  on_list_resources=list_resources, on_read_resource=read_resource)  # fmt: skip
 
 
 def sigterm_handler(sandbox: McpSandbox) -> Any:

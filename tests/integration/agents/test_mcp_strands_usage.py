@@ -5,6 +5,7 @@ stdio (`sandboxctl --local mcp` as a subprocess), the Strands tool through a rea
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -215,6 +216,54 @@ def test_mcp_file_links_map_artifacts_to_resource_links() -> None:
     # Then one resource link for the stored artifact, none for the skipped one
     assert [(link.type, link.uri, link.name, link.mime_type, link.size) for link in links] == [
         ("resource_link", "sandbox-file://acme/f-1", "figure-1.png", "image/png", 2048)]  # fmt: skip
+
+
+def test_mcp_resources_list_and_read_this_sessions_artifacts_tenant_scoped(
+    env: dict[str, str], state: stack.LocalState
+) -> None:
+    from dispatch.artifacts import ArtifactContext, ArtifactStore
+    from mcp.shared.exceptions import MCPError
+    from sandbox_common.messages import FILE_NOT_FOUND
+
+    # Given another tenant's real artifact in the same bucket
+    foreign = ArtifactStore(state.client("s3")).put(
+        ArtifactContext(tenant_id=CAP_TENANT, turn_id="t-foreign", invocation_id="i-1",
+                        bucket=state.resources.artifacts_bucket), "secret.csv", b"a,b\n", redacted=False)  # fmt: skip
+    code = ("import os\nos.makedirs('outputs', exist_ok=True)\n"
+            "open('outputs/summary.csv', 'w').write('region,total\\neu,8\\n')\n"
+            "open('outputs/raw.bin', 'wb').write(bytes(range(256)))\n")  # fmt: skip
+
+    async def script(session: ClientSession) -> Any:
+        before = await session.list_resources()
+        called = await session.call_tool("execute_code", {"code": code})
+        listed = await session.list_resources()
+        reads = [await session.read_resource(r.uri) for r in listed.resources]
+        refused = []
+        for uri in (f"sandbox-file://{TENANT}/{foreign['file_id']}",  # another tenant's id under ours
+                    f"sandbox-file://{CAP_TENANT}/{foreign['file_id']}",  # another tenant's uri
+                    f"sandbox-file://{TENANT}/file-{'x' * 24}"):  # unknown
+            try:
+                await session.read_resource(uri)
+                refused.append(None)
+            except MCPError as exc:
+                refused.append(exc.error.message)
+        return before, called, listed, reads, refused
+
+    # When a call writes a text and a binary artifact, and the client lists and reads resources
+    before, called, listed, reads, refused = _mcp(env, TENANT, f"mcp-res-{uuid.uuid4().hex[:8]}", script)
+    # Then nothing was listed before the call, and both artifacts after it, as their links name them
+    assert before.resources == []
+    assert called.is_error is False
+    links = {str(b.uri): b for b in called.content if b.type == "resource_link"}
+    assert sorted(r.name for r in listed.resources) == ["raw.bin", "summary.csv"]
+    assert {str(r.uri) for r in listed.resources} == set(links)
+    # And reading gives the text as text and the binary as a base64 blob, byte-exact
+    by_name = {r.name: contents.contents[0] for r, contents in zip(listed.resources, reads, strict=True)}
+    assert by_name["summary.csv"].text == "region,total\neu,8\n"
+    assert by_name["summary.csv"].mime_type == "text/csv"
+    assert base64.b64decode(by_name["raw.bin"].blob) == bytes(range(256))
+    # And another tenant's file, under either uri, answers exactly like an unknown one
+    assert refused == [f"SandboxInvalidRequest: {FILE_NOT_FOUND}"] * 3
 
 
 # --- Strands ---------------------------------------------------------------------------------------

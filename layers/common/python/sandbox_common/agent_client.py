@@ -37,7 +37,11 @@ class DispatchUnavailable(RuntimeError):
 
 
 class ArtifactUnavailable(RuntimeError):
-    """get_file refused (unknown file_id, or another tenant's)."""
+    """get_file refused (unknown file_id, or another tenant's); `error` names the class."""
+
+    def __init__(self, message: str, error: str = "SandboxInvalidRequest") -> None:
+        super().__init__(message)
+        self.error = error
 
 
 class ArtifactMismatch(RuntimeError):
@@ -141,20 +145,28 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
         """§14.3: metadata and a presigned URL (≤ 15 min) of one of this tenant's artifacts."""
         return self._invoke({"action": "get_file", "tenant_id": self.tenant_id, "file_id": file_id})
 
-    def download(self, file_id: str, path: str, *, opener: Any = None) -> dict[str, Any]:
-        """Fetch an artifact to `path` through its presigned URL; the bytes must match its sha256
-        (else ArtifactMismatch and nothing is left at `path`). Returns the get_file answer."""
+    def fetch(self, file_id: str, *, opener: Any = None) -> tuple[dict[str, Any], bytes]:
+        """(get_file answer, the artifact's bytes) through its presigned URL; the bytes must match
+        its sha256, else ArtifactMismatch. ArtifactUnavailable when get_file says no."""
         import hashlib
-        import os
         import urllib.request
 
         answer = self.get_file(file_id)
         if not answer.get("ok"):
-            raise ArtifactUnavailable(answer.get("error_message", "the file is not available"))
+            raise ArtifactUnavailable(answer.get("error_message", "the file is not available"),
+                                      str(answer.get("error") or "SandboxError"))  # fmt: skip
         with (opener or urllib.request.urlopen)(answer["url"]) as response:
             data = response.read()
         if hashlib.sha256(data).hexdigest() != answer["sha256"]:
             raise ArtifactMismatch(f"{file_id}: downloaded bytes do not match the artifact's sha256")
+        return answer, data
+
+    def download(self, file_id: str, path: str, *, opener: Any = None) -> dict[str, Any]:
+        """Fetch an artifact to `path` through its presigned URL; the bytes must match its sha256
+        (else ArtifactMismatch and nothing is left at `path`). Returns the get_file answer."""
+        import os
+
+        answer, data = self.fetch(file_id, opener=opener)
         tmp = f"{path}.partial"
         with open(tmp, "wb") as fh:
             fh.write(data)

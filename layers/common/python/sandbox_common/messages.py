@@ -99,3 +99,9 @@ JOB_FILES_UNSUPPORTED = (
     "Invalid request: files cannot be sent with background: true; send them with a foreground "
     "execute_code first, then start the job."
 )
+
+
+# --- files: get_file and MCP resources (issue 14) -------------------------------------------------
+# One answer for an unknown file_id and another tenant's (existence never leaks): dispatch's
+# get_file, and `sandboxctl mcp`'s resources/read for a uri naming another tenant.
+FILE_NOT_FOUND = "Invalid request: no file with this file_id exists for this workspace."

@@ -121,3 +121,19 @@ def test_timeout_collects_no_artifacts(stack: Stack, monkeypatch) -> None:
     assert result["files"] == []
     keys = aws.client("s3").list_objects_v2(Bucket=stack.resources.artifacts_bucket).get("Contents", [])
     assert keys == []
+
+
+def test_s3_input_under_the_tenants_prefix_passes_the_check_and_fails_placement_locally(stack: Stack) -> None:
+    # Given an s3 input under acme's data.read prefix (the README: locally the in-session copy has
+    # neither the execution role's credentials nor a route to the emulated S3)
+    uri = f"s3://{n.demo_data_bucket_name('local')}/acme/sales.csv"
+    before = counted(stack)
+    # When it is sent with code that would leave a mark
+    result = stack.dispatch(event(code="print('ran')", files=[{"path": "data/sales.csv", "s3_uri": uri}]))
+    # Then it was not refused as a bad request (the prefix is the tenant's): it was counted, then
+    # placing it failed, so no code ran, and the audit row says why
+    assert result["ok"] is False and result["error"] == "SandboxError", result
+    assert result.get("stdout", "") == ""
+    assert counted(stack) == before + 1
+    (row,) = stack.audit_rows("acme")
+    assert str(row["failure_reason"]).startswith("inputs:")

@@ -379,7 +379,7 @@ class Kernel:
 
     def read_files(self, args: dict[str, Any]) -> dict[str, Any]:
         try:
-            blocks = []
+            blocks: list[bytes] = []  # each block encoded once, here (see RAW_KEY)
             for path in args.get("paths") or []:
                 full = self._resolve(path)
                 with open(full, "rb") as fh:
@@ -388,13 +388,17 @@ class Kernel:
                     raise ValueError(f"{path} is over the {MAX_READ_BYTES}-byte read limit")
                 uri = self._uri(full)
                 try:
-                    resource = {"type": "text", "uri": uri, "mimeType": "text/plain", "text": data.decode("utf-8")}
+                    text = data.decode("utf-8")
                 except UnicodeDecodeError:
-                    resource = {"type": "blob", "uri": uri, "mimeType": "application/octet-stream",
-                                "blob": base64.b64encode(data).decode("ascii")}
-                blocks.append({"type": "resource", "resource": resource})
-            # The blocks go to the server as raw JSON, each encoded once (see RAW_KEY).
-            return {**self._file_result([]), "content": None, RAW_KEY: [json.dumps(b).encode("ascii") for b in blocks]}
+                    # Base64 needs no JSON escaping: the block is assembled around it, not dumped.
+                    head = json.dumps({"type": "resource", "resource": {
+                        "type": "blob", "uri": uri, "mimeType": "application/octet-stream", "blob": ""}})
+                    cut = head.rindex('""') + 1  # inside the empty blob string
+                    blocks.append(head[:cut].encode("ascii") + base64.b64encode(data) + head[cut:].encode("ascii"))
+                    continue
+                resource = {"type": "text", "uri": uri, "mimeType": "text/plain", "text": text}
+                blocks.append(json.dumps({"type": "resource", "resource": resource}).encode("ascii"))
+            return {**self._file_result([]), "content": None, RAW_KEY: blocks}
         except (OSError, ValueError) as exc:
             return self._file_result([], f"{type(exc).__name__}: {exc}")
 

@@ -45,7 +45,12 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from sandbox_common import messages
 from sandbox_common import naming as n
-from sandbox_common.agent_client import ArtifactMismatch, ArtifactUnavailable, DispatchUnavailable, SandboxTurn
+from sandbox_common.agent_client import (
+    ArtifactMismatch,
+    ArtifactUnavailable,
+    DispatchUnavailable,
+    SandboxTurn,
+)
 from sandbox_common.files import FILE_ID_RE
 from sandbox_common.tool_input import INVALID_REQUEST, failure_text, input_problem
 

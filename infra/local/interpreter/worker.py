@@ -35,6 +35,7 @@ import argparse
 import ast
 import base64
 import builtins
+import itertools
 import json
 import linecache
 import os
@@ -113,7 +114,7 @@ def recv_frame(fd: int) -> Any:
         view, offsets = memoryview(raw), [0]
         for size in sizes:
             offsets.append(offsets[-1] + size)
-        obj[RAW_KEY] = [bytes(view[a:b]) for a, b in zip(offsets, offsets[1:])]
+        obj[RAW_KEY] = [bytes(view[a:b]) for a, b in itertools.pairwise(offsets)]
     return obj
 
 

@@ -15,7 +15,6 @@ from dispatch.runner.errors import CrossTenantInterpreter
 from dispatch.runner.tools import SessionFiles
 from sandbox_common import naming as n
 from sandbox_common.files import input_record
-from sandbox_common.redaction.catalogue import redact
 
 from tests.integration.files.conftest import ACME_CI, BUCKET, GLOBEX_CI, LocalCredentials
 from tests.integration.interpreter._helpers import invoke, make_client

@@ -12,6 +12,11 @@ from dataclasses import dataclass
 
 import pytest
 
+from tests.support import botocore_models
+
+# Fresh clients per test, one parsed copy of botocore's model files per process (see the module).
+botocore_models.install()
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--bench-full", action="store_true", help="benchmarks at full size (make bench)")

@@ -98,8 +98,10 @@ test: os-deps install session-runtime
 bench: os-deps install session-runtime
 	$(PY) -m pytest -q tests/benchmarks --bench-full -s
 
+# --reliability-full also runs the property tests sized by tests/support/sizes.py at full size.
+RELIABILITY_FULL_SIZED := tests/unit/redaction/test_prefilter.py
 reliability: os-deps install session-runtime
-	$(PY) -m pytest -q tests/reliability --reliability-full
+	$(PY) -m pytest -q tests/reliability $(RELIABILITY_FULL_SIZED) --reliability-full
 
 lint: install
 	.venv/bin/ruff check .

@@ -12,10 +12,20 @@ from dataclasses import dataclass
 
 import pytest
 
+from tests.support import botocore_models, sizes
+from tests.support.synth import SharedSynth
+
+# Fresh clients per test, one parsed copy of botocore's model files per process (see the module).
+botocore_models.install()
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--bench-full", action="store_true", help="benchmarks at full size (make bench)")
     parser.addoption("--reliability-full", action="store_true", help="full reliability suite (make reliability)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    sizes.FULL = bool(config.getoption("--reliability-full"))
 
 
 @pytest.fixture(scope="session")
@@ -26,6 +36,18 @@ def bench_full(request: pytest.FixtureRequest) -> bool:
 @pytest.fixture(scope="session")
 def reliability_full(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--reliability-full"))
+
+
+@pytest.fixture(scope="session")
+def synth(tmp_path_factory: pytest.TempPathFactory) -> SharedSynth:
+    """synth(stage) -> {stack name: template}: each stage synthesized once per run, shared by
+    every xdist worker (tests/support/synth.py)."""
+    # Imported here: aws_cdk starts jsii (Node), which only the processes that synthesize need.
+    from infra.app_factory import synth_stage
+
+    under_xdist = bool(os.environ.get("PYTEST_XDIST_WORKER"))  # set in each xdist worker
+    shared = tmp_path_factory.getbasetemp().parent / "synth" if under_xdist else None
+    return SharedSynth(shared, synth_stage)
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""One synthesized template set per stage for the whole session (synth is the slow part)."""
+"""One synthesized template set per stage for the whole run (synth is the slow part): the
+`synth` fixture lives in tests/conftest.py (tests/support/synth.py shares it across workers)."""
 
 from __future__ import annotations
 
@@ -13,21 +14,6 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 STAGES = ("local", "dev", "staging", "prod")
 Templates = dict[str, dict[str, Any]]
-
-
-@pytest.fixture(scope="session")
-def synth() -> Callable[[str], Templates]:
-    """synth(stage) -> {stack name: template}, synthesized once per stage per session."""
-    from infra.app_factory import synth_stage
-
-    cache: dict[str, Templates] = {}
-
-    def _get(stage: str) -> Templates:
-        if stage not in cache:
-            cache[stage] = synth_stage(stage)
-        return cache[stage]
-
-    return _get
 
 
 @pytest.fixture(scope="session")

@@ -169,10 +169,8 @@ def test_data_safety_no_update_or_delete_path_in_code(live: Stack, record: Any,
     assert {_condition(p) for _, p in writes} == {"attribute_not_exists(invocation_id)"}
 
 
-def test_data_safety_no_update_or_delete_path_in_iam(record: Any) -> None:
-    from infra.app_factory import synth_stage
-
-    templates = synth_stage("local")
+def test_data_safety_no_update_or_delete_path_in_iam(record: Any, synth: Any) -> None:
+    templates = synth("local")
     resources = {k: v for t in templates.values() for k, v in t.get("Resources", {}).items()}
     table_ids = [k for k, v in resources.items() if v["Type"] == "AWS::DynamoDB::Table"
                  and v["Properties"].get("TableName") == n.INVOCATIONS.physical("local")]  # fmt: skip

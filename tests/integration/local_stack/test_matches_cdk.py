@@ -4,6 +4,7 @@ environment variable names and every non-token value."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import boto3
@@ -21,10 +22,8 @@ LOCAL_ONLY_ENV = {
 
 
 @pytest.fixture(scope="module")
-def templates() -> dict[str, dict[str, Any]]:
-    from infra.app_factory import synth_stage
-
-    return synth_stage("local")
+def templates(synth: Callable[[str], dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    return synth("local")
 
 
 @pytest.fixture

@@ -1,10 +1,9 @@
 """Requests that do not depend on each other go out together (issue 9: the critical path).
 
-One small pool per container, shared by every call site, so no module starts ad-hoc threads:
+One small pool per container, shared by every call site, so no module starts ad-hoc threads.
+Each pair that goes out together has one side running inside Powertools idempotency (its claim
+`PutItem`, its completion `UpdateItem`), so the other side is sent ahead and joined after:
 - `start(fn, *args)` sends one request ahead and returns its Future (join it with `.result()`);
-- `concurrently(*thunks)` runs a few thunks side by side and returns their results in order,
-  after ALL of them finished (a failure of one never leaves another one running behind the
-  caller's back); the first failure, in argument order, is raised;
 - `Pending` collects writes that must land before the call answers but need not hold up the
   steps in between (the audit row beside the idempotency completion): `join()` waits for all.
 
@@ -33,30 +32,6 @@ def _pool() -> ThreadPoolExecutor:
 def start(fn: Callable[..., T], *args: Any) -> Future[T]:
     """`fn(*args)` on the pool; its result (or exception) waits in the Future."""
     return _pool().submit(fn, *args)
-
-
-def concurrently(*thunks: Callable[[], Any]) -> list[Any]:
-    """Run every thunk, the first one in this thread and the rest on the pool; return their
-    results in order once all have finished, or raise the first failure in argument order."""
-    if not thunks:
-        return []
-    futures = [start(thunk) for thunk in thunks[1:]]
-    results: list[Any] = []
-    first_error: BaseException | None = None
-    try:
-        results.append(thunks[0]())
-    except BaseException as exc:  # noqa: BLE001 — re-raised below, after the others finished
-        first_error = exc
-        results.append(None)
-    for future in futures:
-        try:
-            results.append(future.result())
-        except BaseException as exc:  # noqa: BLE001 — re-raised below (the first one wins)
-            first_error = first_error or exc
-            results.append(None)
-    if first_error is not None:
-        raise first_error
-    return results
 
 
 class Pending:

@@ -2,47 +2,10 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
 from dispatch import parallel
-
-
-def test_concurrently_runs_thunks_side_by_side_and_keeps_their_order() -> None:
-    # Given three thunks that each wait until all three have started (a barrier)
-    barrier = threading.Barrier(3, timeout=5)
-
-    def thunk(value: int) -> int:
-        barrier.wait()  # raises BrokenBarrierError unless all three run at the same time
-        return value
-
-    # When they run concurrently
-    results = parallel.concurrently(lambda: thunk(1), lambda: thunk(2), lambda: thunk(3))
-    # Then all three overlapped and the results come back in argument order
-    assert results == [1, 2, 3]
-
-
-def test_concurrently_waits_for_all_then_raises_the_first_failure_in_order() -> None:
-    # Given a failing first thunk and a slower second one that records it finished
-    finished: list[str] = []
-
-    def slow() -> str:
-        time.sleep(0.2)
-        finished.append("slow")
-        return "slow"
-
-    def first() -> str:
-        raise KeyError("first")
-
-    def third() -> str:
-        raise ValueError("third")
-
-    # When they run / Then the first failure in argument order is raised, after the others ended
-    with pytest.raises(KeyError):
-        parallel.concurrently(first, slow, third)
-    assert finished == ["slow"]
-    assert parallel.concurrently() == []
 
 
 def test_start_returns_a_future_holding_the_result_or_the_exception() -> None:

@@ -225,7 +225,7 @@ class Dispatcher:
         refuse — nothing counted or run — and still leave the call's one audit row."""
         return self.refuse(req, SandboxError(messages.INTERNAL, failure_reason=reason))
 
-    def refuse(self, req: ExecuteCodeRequest, failure: SandboxError) -> dict[str, Any]:
+    def refuse(self, req: ExecuteCodeRequest, failure: SandboxFailure) -> dict[str, Any]:
         outcome = Outcome(request=req, invocation_id=str(uuid.uuid4()), started_at=utc_now())
         outcome.fail(failure)
         self._record(outcome.finish())

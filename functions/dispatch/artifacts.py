@@ -31,7 +31,7 @@ from sandbox_common import naming as n
 from sandbox_common.files import check_relative_path
 from sandbox_common.redaction import catalogue
 
-from .runner.tools import SessionFiles, ToolFailed
+from .runner.tools import EXECUTE_CODE, SessionFiles, ToolFailed
 
 STATE_DIR = ".sandbox"
 ANSWER_PATH = f"{STATE_DIR}/collect.json"
@@ -112,15 +112,40 @@ def __sandbox_collect(outputs, state_dir, answer, max_bytes, chunk, figure_name)
         json.dump(now, fh)
     with open(answer, "w") as fh:
         json.dump({"items": items, "figures": figures}, fh)
+    if not items:
+        print(__NOTHING__)
 
 __sandbox_collect(__ARGS__)
 del __sandbox_collect
 '''
 
 
+# Printed by the helper when it found nothing, so the host skips reading the answer file (one
+# readFiles less per call without artifacts: issue 9's critical path). Plain words no redaction
+# pattern matches. Code in the session that forges or hides it can only hide or re-read its own
+# artifacts; a missing marker (stdout redirected) just means the answer file is read as before.
+NOTHING_MARKER = "sandbox-collect: nothing new"
+
+
 def collect_source(max_bytes: int = n.MAX_ARTIFACT_BYTES, chunk: int = CHUNK_BYTES) -> str:
     args = ", ".join(json.dumps(v) for v in (n.OUTPUTS_DIR, STATE_DIR, ANSWER_PATH, max_bytes, chunk, n.FIGURE_NAME))
-    return _COLLECT_SOURCE.replace("__ARGS__", args)
+    return _COLLECT_SOURCE.replace("__ARGS__", args).replace("__NOTHING__", json.dumps(NOTHING_MARKER))
+
+
+def _collect_answer(files: SessionFiles, interpreter_id: str, session_id: str) -> Any:
+    """The helper's answer: no items when it said so on stdout, else the answer file (readFiles)."""
+    result = files.call(interpreter_id, session_id, EXECUTE_CODE, {"language": "python", "code": collect_source()})
+    exit_code = result.structured.get("exitCode")
+    if exit_code not in (None, 0):
+        raise ToolFailed(f"helper_failed:exit_code:{exit_code}")
+    stdout = result.structured.get("stdout")
+    if NOTHING_MARKER in (stdout if isinstance(stdout, str) else result.text()).splitlines():
+        return {"items": []}
+    raw = files.read(interpreter_id, session_id, [ANSWER_PATH])[ANSWER_PATH]
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise ToolFailed("helper_failed:unreadable_answer") from None
 
 
 @dataclass(frozen=True)
@@ -218,7 +243,7 @@ def collect_and_store(
     """Collect this call's artifacts from the session and store them. Never raises for a
     collection problem: the call's own result stands and `failure_reason` says what failed."""
     try:
-        answer = files.run_helper(interpreter_id, session_id, collect_source(), ANSWER_PATH)
+        answer = _collect_answer(files, interpreter_id, session_id)
         items = answer["items"]
     except ToolFailed as exc:
         return CollectResult([], [], f"artifacts:{exc.reason}")

@@ -103,6 +103,13 @@ class UsageAccounting:
     def cost(self, ran_code: bool) -> float:
         return call_cost(ran_code, self.price_per_call()) if ran_code else 0
 
+    def needs_count(self, tenant_id: str) -> bool:
+        """Whether `admitted()` will use today's count: a budget is configured for the tenant and
+        calls are priced. Otherwise the quota Lambda is spared its read-back (issue 9)."""
+        if self.budgets is None or self.price_per_call() <= 0:
+            return False
+        return self.budgets.budget(tenant_id) is not None
+
     def admitted(self, tenant_id: str, count_today: int | None) -> bool:
         if self.budgets is None:
             return False

@@ -12,9 +12,10 @@ Three things Powertools does not do for us:
   is refused instead of being handed someone else's output.
 - The stored result must fit a DynamoDB item (400 KB): it is stored compressed, and if even that
   is too big, trimmed (flagged `replay_output_trimmed`) — only replays see the trimmed copy.
-- A failure to *save* the result happens after the code ran and was audited: the persistence
-  layer below logs and counts it instead of raising, so the caller still gets the real result and
-  no second audit row is written (a retry finds the record in progress until it expires).
+- A failure to *save* the result happens after the code ran (its audit row is on its way beside
+  the save, see `parallel.Pending`): the persistence layer below logs and counts it instead of
+  raising, so the caller still gets the real result and no second audit row is written (a retry
+  finds the record in progress until it expires).
 """
 
 from __future__ import annotations
@@ -83,8 +84,9 @@ def _powertools() -> Any:
     from aws_lambda_powertools.utilities.idempotency.serialization.custom_dict import CustomDictSerializer
 
     class ResultKeepingStore(pt.DynamoDBPersistenceLayer):
-        """Saving the result is the last step of a call that ran and was audited: a failure there
-        is logged and alarmed, never raised (raising would lose the real result)."""
+        """Saving the result is the last step of a call that ran (its audit row goes out beside
+        it): a failure there is logged and alarmed, never raised (raising would lose the real
+        result)."""
 
         def save_success(self, data: dict[str, Any], result: dict) -> None:
             try:

@@ -53,12 +53,15 @@ def _fail_closed(windows: Windows, tenant_id: str, cause: str) -> QuotaDecision:
     return QuotaDecision(False, n.DIM_UNKNOWN, iso_z(windows.fail_closed_resets_at()))
 
 
-def check_quota(function_name: str, tenant_id: str, agent_id: str, windows: Windows, client: Any = None) -> QuotaDecision:
+def check_quota(function_name: str, tenant_id: str, agent_id: str, windows: Windows, client: Any = None, *,
+                counts: bool = True) -> QuotaDecision:  # fmt: skip
+    """`counts=False`: the admission need not report the counts (the quota Lambda then skips its
+    read-back, one sequential request less); they come back as None."""
     try:
         out = (client or lambda_client()).invoke(
             FunctionName=function_name,
             InvocationType="RequestResponse",
-            Payload=QuotaRequest(tenant_id=tenant_id, agent_id=agent_id).model_dump_json().encode(),
+            Payload=QuotaRequest(tenant_id=tenant_id, agent_id=agent_id, counts=counts).model_dump_json().encode(),
         )
         if out.get("FunctionError"):
             return _fail_closed(windows, tenant_id, f"function_error:{out['FunctionError']}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 from sandbox_common import audit, messages
@@ -39,11 +40,11 @@ from sandbox_common.settings import DispatchSettings
 from sandbox_common.tool_spec import tool_definition
 from sandbox_common.windows import Windows, utc_now
 
-from . import files_flow, job_calls, turn_logic
+from . import files_flow, job_calls, parallel, turn_logic
 from .artifacts import ArtifactContext
 from .budget import UsageAccounting
 from .file_access import get_file
-from .idempotency import IdempotencyStoreUnavailable, IdempotentCalls, TimeLeft
+from .idempotency import IdempotencyStoreUnavailable, IdempotentCalls, StillRunning, TimeLeft
 from .job_deps import job_deps_for
 from .job_flow import JobDeps
 from .preflight import Preflight, PreflightReader, PreflightUnavailable
@@ -99,20 +100,33 @@ class Dispatcher:
             return self.get_file(request)
         if isinstance(request, GetJobRequest | CancelJobRequest):  # §17: no idempotency, reads/ends only
             return job_calls.observe(self, self.jobs, request)
-        # §16.5: the turn token is checked (and a new turn bound to it) before the idempotency
-        # record, so a wrong-token retry of a finished call_id is refused, not answered from it.
+        # §16.5 + issue 9: the turn claim, the pre-flight read and the idempotency claim go out
+        # together. The token's verdict still comes before anything is counted (the quota runs
+        # inside the idempotent function, after `claim.result()`), and before any stored answer
+        # is handed out: a wrong-token retry of a finished call_id is refused, not answered.
+        claim = parallel.start(self._claim, request)
+        warm = parallel.start(self.preflight.check, request.tenant_id, request.template_id)
+        after = parallel.Pending()  # the audit row, in flight beside the idempotency completion
         try:
-            turn = self._claim(request)
+            try:
+                response = self.calls.run_once(
+                    request, context,
+                    lambda req, time_left: self._execute_code_response(req, time_left, _joined(claim, warm), after),
+                    max_wait_seconds=self.settings.call_timeout_seconds + _RETRY_WAIT_MARGIN_SECONDS)  # fmt: skip
+            except IdempotencyStoreUnavailable:
+                claim.result()  # a wrong token is refused as such, whatever the store did
+                return self.refuse_unavailable(request, "idempotency_store_unavailable")
+            except (StillRunning, SandboxInvalidRequest):
+                claim.result()
+                raise
+            claim.result()  # a replayed answer goes only to the turn's token holder
+            return response
         except TurnStoreUnavailable as exc:
             return self.refuse(request, SandboxProvisioning(
                 messages.PREFLIGHT_UNAVAILABLE, reason="preflight_unavailable",
                 failure_reason=f"preflight_unavailable:{exc}"))  # fmt: skip
-        try:
-            return self.calls.run_once(request, context,
-                                       lambda req, time_left: self._execute_code_response(req, time_left, turn),
-                                       max_wait_seconds=self.settings.call_timeout_seconds + _RETRY_WAIT_MARGIN_SECONDS)  # fmt: skip
-        except IdempotencyStoreUnavailable:
-            return self.refuse_unavailable(request, "idempotency_store_unavailable")
+        finally:
+            after.join()
 
     def _claim(self, req: BeginTurnRequest | ExecuteCodeRequest) -> Turn:
         """The caller's turn, created and bound to its token on first use (§16.5); raises
@@ -180,16 +194,19 @@ class Dispatcher:
             return public(failure)
 
     # --- execute_code ---------------------------------------------------------------------------
-    def _execute_code_response(self, req: ExecuteCodeRequest, time_left: TimeLeft, turn: Turn) -> dict[str, Any]:
+    def _execute_code_response(self, req: ExecuteCodeRequest, time_left: TimeLeft, turn: Turn,
+                               after: parallel.Pending | None = None) -> dict[str, Any]:  # fmt: skip
         if req.background:  # §17: answers at once with a job_id
             return job_calls.submit(self, self.jobs, req, turn, lambda: _budget(time_left),
                                     refuse_unless_ready=_refuse_unless_ready)  # fmt: skip
-        return self.execute_code(req, turn, time_left=time_left).response()
+        return self.execute_code(req, turn, time_left=time_left, after=after).response()
 
-    def execute_code(self, req: ExecuteCodeRequest, turn: Turn, *, time_left: TimeLeft = None) -> Outcome:
+    def execute_code(self, req: ExecuteCodeRequest, turn: Turn, *, time_left: TimeLeft = None,
+                     after: parallel.Pending | None = None) -> Outcome:  # fmt: skip
         """`turn` = the caller's turn, already claimed with its token (`_claim`). `time_left()` =
         seconds the Lambda has left (None outside Lambda): every wait below is bounded by it, so
-        the call always answers and audits before the runtime would kill it."""
+        the call always answers and audits before the runtime would kill it. With `after`, the
+        audit row is only sent here and lands before the caller answers (`after.join()`)."""
         outcome = Outcome(request=req, invocation_id=str(uuid.uuid4()), started_at=utc_now())
         try:
             self._steps(req, turn, outcome, time_left)
@@ -200,7 +217,7 @@ class Dispatcher:
         except Exception:  # noqa: BLE001 — never a stack trace to the agent; still audited
             logger.exception("execute_code_internal_error", extra={"invocation_id": outcome.invocation_id})
             outcome.fail(SandboxError(messages.INTERNAL, failure_reason="internal_error"))
-        self._record(outcome.finish())
+        self._record(outcome.finish(), after)
         return outcome
 
     def refuse_unavailable(self, req: ExecuteCodeRequest, reason: str) -> dict[str, Any]:
@@ -208,7 +225,7 @@ class Dispatcher:
         refuse — nothing counted or run — and still leave the call's one audit row."""
         return self.refuse(req, SandboxError(messages.INTERNAL, failure_reason=reason))
 
-    def refuse(self, req: ExecuteCodeRequest, failure: SandboxError) -> dict[str, Any]:
+    def refuse(self, req: ExecuteCodeRequest, failure: SandboxFailure) -> dict[str, Any]:
         outcome = Outcome(request=req, invocation_id=str(uuid.uuid4()), started_at=utc_now())
         outcome.fail(failure)
         self._record(outcome.finish())
@@ -241,7 +258,7 @@ class Dispatcher:
 
     def _quota(self, req: ExecuteCodeRequest, outcome: Outcome) -> None:
         decision = self.quota(self.settings.quota_function_name, req.tenant_id, req.agent_id,
-                              Windows.at(outcome.started_at))  # fmt: skip
+                              Windows.at(outcome.started_at), counts=self.accounting.needs_count(req.tenant_id))  # fmt: skip
         if not decision.allowed:
             raise SandboxCapExceeded(
                 messages.cap_exceeded(str(decision.dimension), str(decision.resets_at)),
@@ -314,14 +331,27 @@ class Dispatcher:
         return session_id, started_here and had_session
 
     # --- record: audit row, logs, metrics -------------------------------------------------------
-    def _record(self, outcome: Outcome) -> None:
+    def _record(self, outcome: Outcome, after: parallel.Pending | None = None) -> None:
+        """The call's one audit row. With `after` the PutItem is sent and not waited for here:
+        it travels beside the idempotency completion, and the caller joins it before answering."""
         # Every row carries its price (issue 15): the SSM price when the code ran, else 0; the cost
         # metric reports the same value.
         outcome.estimated_cost_usd = self.accounting.cost(outcome.ran_code)
         row = outcome.audit_row(self.settings.audit_retention_days)
         outcome.log(row)
         outcome.emit_metrics(lambda: outcome.estimated_cost_usd)
-        self.audit_writer.write(row)
+        if after is None:
+            self.audit_writer.write(row)
+        else:
+            after.add(self.audit_writer.write, row)
+
+
+def _joined(claim: Future[Turn], warm: Future[Any]) -> Turn:
+    """The claimed turn, once the pre-flight read sent beside it has landed too (its own failure
+    is not this step's: `_steps` reads again, from the cache it warmed or from the tables)."""
+    turn = claim.result()
+    warm.exception()
+    return turn
 
 
 def _budget(time_left: TimeLeft) -> float | None:

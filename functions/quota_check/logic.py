@@ -75,6 +75,8 @@ def check_and_increment(request: QuotaRequest, windows: Windows) -> QuotaDecisio
     except counters.CounterStoreError as exc:
         return fail_closed(request, windows, reason=f"counter store: {exc.code}", caps=caps)
 
+    if not request.counts:  # the caller does not need them: no read-back (issue 9)
+        return Admitted(tenant_daily_count=None, agent_hourly_count=None)
     counts = counters.read_counts(keys)
     if None in counts.values():
         logger.warning("admitted; counter read-back incomplete", extra={"tenant_id": request.tenant_id})

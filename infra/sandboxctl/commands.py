@@ -8,6 +8,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from sandbox_common import naming as n
+
 from infra.sandboxctl import render, sessions_cli
 from infra.sandboxctl.errors import EXIT_FAILURE, EXIT_OK, CtlError
 
@@ -161,7 +163,8 @@ def _caps(args: argparse.Namespace, target: Any) -> int:
         def human() -> str:
             rows = [{"scope": "global", **data["global"]}]
             rows += [{"scope": f"tenant {t}", **v} for t, v in sorted(data["overrides"].items())]
-            text = render.table(rows, ["scope", "tenant_daily", "agent_hourly", "tenant_sessions", "global_sessions"])
+            text = render.table(rows, ["scope", n.DIM_TENANT_DAILY, n.DIM_AGENT_HOURLY, n.DIM_TENANT_SESSIONS,
+                                       n.DIM_GLOBAL_SESSIONS])  # fmt: skip
             if "effective" in data:
                 text += f"\n\neffective for {data['tenant_id']}: " + ", ".join(
                     f"{k}={v}" for k, v in data["effective"].items()
@@ -296,16 +299,16 @@ def _counters(args: argparse.Namespace, target: Any) -> int:
     data = ops.counters_show(target, args.tenant, args.agent)
 
     def human() -> str:
-        daily = data["tenant_daily"]
-        rows = [{"dimension": "tenant_daily", "key": args.tenant, **daily}]
+        daily = data[n.DIM_TENANT_DAILY]
+        rows = [{"dimension": n.DIM_TENANT_DAILY, "key": args.tenant, **daily}]
         rows += [
             {
-                "dimension": "agent_hourly",
+                "dimension": n.DIM_AGENT_HOURLY,
                 "key": a["agent_id"],
                 **a,
                 "resets_at": data["agent_hourly_resets_at"],
             }
-            for a in data["agent_hourly"]
+            for a in data[n.DIM_AGENT_HOURLY]
         ]
         return f"now {data['now']}\n" + render.table(
             rows, ["dimension", "key", "window", "count", "cap", "resets_at"]

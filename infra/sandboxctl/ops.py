@@ -344,13 +344,13 @@ def counters_show(target: Target, tenant_id: str, agent_id: str | None = None) -
     result: dict[str, Any] = {
         "tenant_id": tenant_id,
         "now": iso_z(windows.now),
-        "tenant_daily": {
+        n.DIM_TENANT_DAILY: {
             "window": windows.day,
             "count": count(n.TENANT_DAILY_COUNTERS, windows.tenant_daily_key(tenant_id)),
             "cap": caps[n.DIM_TENANT_DAILY],
             "resets_at": iso_z(windows.day_resets_at),
         },
-        "agent_hourly": [],
+        n.DIM_AGENT_HOURLY: [],
         "agent_hourly_cap": caps[n.DIM_AGENT_HOURLY],
         "agent_hourly_resets_at": iso_z(windows.hour_resets_at),
     }
@@ -370,7 +370,7 @@ def counters_show(target: Target, tenant_id: str, agent_id: str | None = None) -
                 ConsistentRead=True,
             )
         }
-    result["agent_hourly"] = [
+    result[n.DIM_AGENT_HOURLY] = [
         {"agent_id": a, "window": windows.hour, "count": c, "cap": caps[n.DIM_AGENT_HOURLY]}
         for a, c in sorted(agents.items())
     ]
@@ -387,13 +387,13 @@ def audit_list(
     since: str | None = None,
     limit: int = 20,
 ) -> list[dict[str, Any]]:
-    index = "by_session" if session_id else "by_tenant_time"
-    pk_attr, pk_value = ("session_id", session_id) if session_id else ("tenant_id", tenant_id)
-    names = {"#pk": pk_attr}
+    index = n.INVOCATIONS_BY_SESSION if session_id else n.INVOCATIONS_BY_TENANT_TIME
+    names = {"#pk": index.pk}
+    pk_value = session_id if session_id else tenant_id
     values: dict[str, Any] = {":pk": {"S": pk_value}}
     key = "#pk = :pk"
     if since:
-        names["#st"] = "started_at"
+        names["#st"] = str(index.sk)
         values[":since"] = {"S": iso_z_ms(parse_time(since))}
         key += " AND #st >= :since"
     filters = []
@@ -407,7 +407,7 @@ def audit_list(
         filters.append("#a = :a")
     kwargs: dict[str, Any] = {
         "TableName": target.table(n.INVOCATIONS),
-        "IndexName": index,
+        "IndexName": index.name,
         "KeyConditionExpression": key,
         "ExpressionAttributeNames": names,
         "ExpressionAttributeValues": values,

@@ -94,7 +94,7 @@ class _Pilot:
 
     def agent_count(self) -> int:
         counters = ops.counters_show(self.target, self.tenant_id, self.agent_id)
-        return int(counters["agent_hourly"][0]["count"])
+        return int(counters[n.DIM_AGENT_HOURLY][0]["count"])
 
 
 def _defaults(target: Target, tenant_id: str | None, template_id: str | None) -> tuple[str, str]:
@@ -131,7 +131,7 @@ def run_pilot(
         f"pilot {p.run_id}: tenant {tenant_id}, template {template_id}, agent {p.agent_id}, stage {target.stage}"
     )
     windows_before = Windows.at(utc_now())
-    daily_before = ops.counters_show(target, tenant_id, p.agent_id)["tenant_daily"]["count"]
+    daily_before = ops.counters_show(target, tenant_id, p.agent_id)[n.DIM_TENANT_DAILY]["count"]
     override = n.cap_parameter(target.stage, n.DIM_AGENT_HOURLY, tenant_id)
     previous = ops.caps_get(target, tenant_id)["overrides"].get(tenant_id, {}).get(n.DIM_AGENT_HOURLY)
     admitted: list[dict[str, Any]] = []
@@ -263,10 +263,10 @@ def _check_counters(p: _Pilot, before: Windows, daily_before: int, admitted: lis
     after = Windows.at(utc_now())
     counters = ops.counters_show(p.target, p.tenant_id, p.agent_id)
     if after.hour == before.hour:  # the pilot agent is new: its count is exactly its admitted calls
-        agent = counters["agent_hourly"][0]["count"]
+        agent = counters[n.DIM_AGENT_HOURLY][0]["count"]
         p.check(f"agent_hourly counter = admitted calls ({len(admitted)})", agent == len(admitted), agent)
     if after.day == before.day:  # other agents may add to the tenant's day, never subtract
-        daily = counters["tenant_daily"]["count"]
+        daily = counters[n.DIM_TENANT_DAILY]["count"]
         p.check(
             "tenant_daily counter grew by at least the admitted calls",
             daily >= daily_before + len(admitted),

@@ -87,8 +87,9 @@ def _calls(target: Target, session_id: str | None) -> tuple[int, str | None]:
         return 0, None
     ddb = target.client("dynamodb")
     request: dict[str, Any] = {
-        "TableName": target.table(n.INVOCATIONS), "IndexName": "by_session",
-        "KeyConditionExpression": "#s = :s", "ExpressionAttributeNames": {"#s": "session_id", "#t": "started_at"},
+        "TableName": target.table(n.INVOCATIONS), "IndexName": n.INVOCATIONS_BY_SESSION.name,
+        "KeyConditionExpression": "#s = :s",
+        "ExpressionAttributeNames": {"#s": n.INVOCATIONS_BY_SESSION.pk, "#t": str(n.INVOCATIONS_BY_SESSION.sk)},
         "ExpressionAttributeValues": {":s": {"S": session_id}}, "ProjectionExpression": "#t",
     }  # fmt: skip
     count, last = 0, None

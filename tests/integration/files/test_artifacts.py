@@ -238,3 +238,47 @@ def test_forged_collection_answer_stores_nothing_outside_the_rules(files_interpr
     assert collected.artifacts == []
     assert collected.failure_reason in ("artifacts:forged_entry", "artifacts:sha256_mismatch")
     assert s3.list_objects_v2(Bucket=BUCKET).get("Contents", []) == []
+
+
+class _CountingFiles(SessionFiles):
+    """The real file tools, recording each tool call's name (what reaches the interpreter)."""
+
+    def __init__(self, inner: SessionFiles) -> None:
+        super().__init__(tenant_id=inner.tenant_id, allowed_interpreter_ids=inner.allowed_interpreter_ids,
+                         credentials=inner.credentials)  # fmt: skip
+        self.names: list[str] = []
+
+    def call(self, interpreter_id: str, session_id: str, name: str, arguments: dict[str, Any]) -> Any:
+        self.names.append(name)
+        return super().call(interpreter_id, session_id, name, arguments)
+
+
+def test_collection_that_finds_nothing_skips_reading_the_answer(files_interpreter, acme_session, tools, s3) -> None:
+    # Given a session whose outputs were collected once, then code that writes no outputs
+    run(files_interpreter, acme_session, "import os\nos.makedirs('outputs', exist_ok=True)\n"
+        "open('outputs/a.txt','w').write('a')\n")  # fmt: skip
+    counting = _CountingFiles(tools)
+    first = collect(counting, acme_session, s3, "inv-1")
+    first_calls = list(counting.names)
+    run(files_interpreter, acme_session, "x = 1")
+    # When collected again
+    counting.names.clear()
+    second = collect(counting, acme_session, s3, "inv-2")
+    # Then the helper alone answered "nothing" (issue 9: no readFiles on the critical path),
+    # while the first collection read its answer and its file
+    assert second.files == [] and second.artifacts == [] and second.failure_reason is None
+    assert counting.names == ["executeCode"]
+    assert [f["filename"] for f in first.files] == ["a.txt"]
+    assert first_calls == ["executeCode", "readFiles", "readFiles"]
+
+
+def test_collection_with_stdout_swallowed_falls_back_to_reading_the_answer(files_interpreter, acme_session, tools,
+                                                                          s3) -> None:  # fmt: skip
+    # Given session code that swallows stdout, so the helper's "nothing new" line never arrives
+    run(files_interpreter, acme_session, "import io, sys\nsys.stdout = io.StringIO()\n")
+    counting = _CountingFiles(tools)
+    # When collected (nothing new under outputs/)
+    collected = collect(counting, acme_session, s3)
+    # Then the answer file was read as before (no marker is never taken as "nothing"), and it is empty
+    assert counting.names == ["executeCode", "readFiles"]
+    assert collected.files == [] and collected.failure_reason is None

@@ -26,6 +26,23 @@ def test_handler_admits_and_reports_counts(quota, freeze):
     assert quota.count(AH, w.agent_hourly_key("acme", "agent-7")) == 2
 
 
+def test_handler_without_counts_admits_counts_and_skips_the_read_back(quota, freeze, count_requests):
+    # Given default caps, a frozen clock and one call already admitted
+    now = freeze("2026-11-21T08:15:00Z")
+    w = Windows.at(now)
+    assert quota.call()["ok"]
+    read_backs = count_requests("dynamodb", "BatchGetItem")
+
+    # When a caller that needs no counts (dispatch without a daily budget, issue 9) asks
+    answer = quota.invoke({"tenant_id": "acme", "agent_id": "agent-7", "counts": False})
+
+    # Then it is admitted and counted like any call, with both counts null and no read-back sent
+    assert answer == {"ok": True, "tenant_daily_count": None, "agent_hourly_count": None}
+    assert quota.count(TD, w.tenant_daily_key("acme")) == 2
+    assert quota.count(AH, w.agent_hourly_key("acme", "agent-7")) == 2
+    assert read_backs.sent == 0
+
+
 def test_handler_counter_items_carry_ttl_window_and_owner(quota, freeze):
     # Given a frozen clock
     now = freeze("2026-11-21T08:15:00Z")

@@ -103,3 +103,16 @@ def test_report_if_crossed_is_silent_for_a_call_below_the_budget(
     assert budget.report_if_crossed("acme", 66, Decimal("0.0015"), Decimal("0.10")) is False
     assert capsys.readouterr().out == ""
     assert [r for r in caplog.records if r.getMessage() == "daily_budget_crossed"] == []
+
+
+def test_usage_accounting_needs_count_only_for_a_priced_tenant_with_a_budget(ssm: Any) -> None:
+    # Given one tenant with a daily budget and one without, read through a real (moto) SSM
+    _put(ssm, "acme-budget", "10")
+    reader = budget.BudgetReader(stage="local", ssm=ssm)
+    priced, free = budget.UsageAccounting(lambda: 0.5, reader), budget.UsageAccounting(lambda: 0.0, reader)
+    # When dispatch asks whether the quota Lambda must read the counts back (issue 9)
+    # Then only a priced call of a tenant with a budget needs them; no reader needs none at all
+    assert priced.needs_count("acme-budget") is True
+    assert priced.needs_count("globex") is False
+    assert free.needs_count("acme-budget") is False
+    assert budget.UsageAccounting(lambda: 0.5).needs_count("acme-budget") is False

@@ -124,6 +124,10 @@ DISPATCH_ACTIONS: tuple[str, ...] = ("begin_turn", "execute_code", "end_turn", "
 class QuotaRequest(_Strict):
     tenant_id: Id
     agent_id: Id
+    # §5.3's counts cost one more read after the counter transaction. Dispatch asks for them only
+    # when a daily budget needs the count (issue 9: nothing the agent does not need waits on its
+    # critical path); an admission without them answers both counts as null.
+    counts: bool = True
 
 
 # A location part echoed as is: short lowercase identifiers (every field name we declare). No

@@ -617,3 +617,16 @@ AUDIT_TOOL_CALLS = "tool_calls"
 AUDIT_TOOL_CALL_RECORDS = "tool_call_records"
 # The §15 response status of a paused call.
 STATUS_TOOL_CALL = "tool_call"
+
+
+# --- dispatch: names the CLI, pilot and demo repeated as literals (issue 9) ---
+def _declared_index(spec: TableSpec, name: str) -> Index:
+    """The index `name` of `spec` as declared above (a typo fails at import, not at query time)."""
+    for index in spec.indexes:
+        if index.name == name:
+            return index
+    raise ValueError(f"table {spec.logical} declares no index {name!r}")
+
+
+INVOCATIONS_BY_TENANT_TIME = _declared_index(INVOCATIONS, "by_tenant_time")
+INVOCATIONS_BY_SESSION = _declared_index(INVOCATIONS, "by_session")

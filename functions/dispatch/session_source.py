@@ -50,6 +50,7 @@ class Acquired:
     session_id: str
     source: str  # warm | cold
     slot_id: str
+    started_at: int | None = None  # epoch s; a warm session started before the turn claimed it
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class Prepared:
     turn_id: str
     session_id: str | None = None  # warm only
     interpreter_id: str | None = None
+    started_at: int | None = None  # warm only: when the refill reserved and started it (epoch s)
 
 
 class SessionSource:
@@ -93,7 +95,8 @@ class SessionSource:
         except LedgerUnavailable as exc:
             raise self._fail_closed(tenant_id, f"session_ledger_unavailable:{exc.code}") from None
         if warm is not None and warm.session_id:
-            return Prepared("warm", warm.slot_id, tenant_id, turn_id, warm.session_id, warm.interpreter_id)
+            return Prepared("warm", warm.slot_id, tenant_id, turn_id, warm.session_id, warm.interpreter_id,
+                            started_at=warm.started_at or None)  # fmt: skip
         try:
             caps = self.caps_for(tenant_id)
             reservation = self.ledger.reserve(tenant_id=tenant_id, environment=environment, source="cold", caps=caps,
@@ -125,7 +128,7 @@ class SessionSource:
         """Warm: nothing to do (no Start, no preamble). Cold: Start + preamble, throttling retried."""
         if prepared.source == "warm":
             emit_metric(n.METRIC_WARM_CLAIMED, dimensions={"source": "warm"})
-            return Acquired(str(prepared.session_id), "warm", prepared.slot_id)
+            return Acquired(str(prepared.session_id), "warm", prepared.slot_id, prepared.started_at)
         try:
             session_id = self._start(runner, interpreter_id, invocation_id, retries)
         except BaseException as exc:

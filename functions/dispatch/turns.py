@@ -4,6 +4,8 @@ Item in the TURNS table, keyed by (tenant_id, turn_id): turn ids are per tenant,
 turn never blocks, nor is visible to, another tenant using the same id (naming.TURNS):
   agent_id, created_at, expires_at (TTL)
   session_state: starting | active | stopped   session_id, interpreter_id, session_started_at
+  slot_id                                       — the session's slot in the session ledger (§16.2),
+                                                  released when the session stops
   lease_owner, lease_expires_at (epoch s)       — who is starting the session right now
   turn_token_sha256 (naming.TURN_ATTR_TOKEN_HASH) — SHA-256 of the turn token (§16.5), written by
                                                   the create; "" (or absent) = a token-less turn
@@ -43,6 +45,7 @@ class Turn:
     lease_expires_at: int | None = None
     ended: bool = False  # end_turn closed it: no new session may start (§4.5)
     token_hash: str = ""  # §16.5: the bound token's SHA-256; "" = token-less (also items from before §16.5)
+    slot_id: str | None = None  # §16.2: the live session's ledger slot (freed when the session stops)
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> Turn:
@@ -57,7 +60,7 @@ class Turn:
             session_state=s("session_state"), session_id=s("session_id"), interpreter_id=s("interpreter_id"),
             session_started_at=i("session_started_at"), lease_owner=s("lease_owner"),
             lease_expires_at=i("lease_expires_at"), ended=item.get("ended", {}).get("BOOL", False),
-            token_hash=s(n.TURN_ATTR_TOKEN_HASH) or "",
+            token_hash=s(n.TURN_ATTR_TOKEN_HASH) or "", slot_id=s(n.TURN_ATTR_SLOT_ID),
         )  # fmt: skip
 
     @property
@@ -132,15 +135,22 @@ class TurnStore:
             turn.tenant_id, turn.turn_id, "SET #st = :starting, lease_owner = :owner, lease_expires_at = :exp", condition, values
         )
 
-    def activate(self, tenant_id: str, turn_id: str, owner: str, session_id: str, interpreter_id: str) -> None:
-        activated = self._update(
-            tenant_id, turn_id,
-            "SET #st = :active, session_id = :sid, interpreter_id = :iid, session_started_at = :now "
-            "REMOVE lease_owner, lease_expires_at",
-            "lease_owner = :owner AND attribute_not_exists(ended)",  # end_turn won the race: stop it
-            {":active": {"S": "active"}, ":sid": {"S": session_id}, ":iid": {"S": interpreter_id},
-             ":now": {"N": str(int(self.clock()))}, ":owner": {"S": owner}},
-        )  # fmt: skip
+    def activate(self, tenant_id: str, turn_id: str, owner: str, session_id: str, interpreter_id: str, *,
+                 slot_id: str | None = None, started_at: int | None = None) -> None:  # fmt: skip
+        """The lease winner's session becomes the turn's. `slot_id`: its session-ledger slot (§16.2);
+        `started_at`: when the session really started (a warm one started before this turn)."""
+        values: dict[str, Any] = {
+            ":active": {"S": "active"}, ":sid": {"S": session_id}, ":iid": {"S": interpreter_id},
+            ":now": {"N": str(int(self.clock()) if started_at is None else int(started_at))}, ":owner": {"S": owner},
+        }  # fmt: skip
+        update = "SET #st = :active, session_id = :sid, interpreter_id = :iid, session_started_at = :now"
+        if slot_id:
+            update += f", {n.TURN_ATTR_SLOT_ID} = :slot"
+            values[":slot"] = {"S": slot_id}
+        update += " REMOVE lease_owner, lease_expires_at" + ("" if slot_id else f", {n.TURN_ATTR_SLOT_ID}")
+        # end_turn won the race: stop it
+        activated = self._update(tenant_id, turn_id, update, "lease_owner = :owner AND attribute_not_exists(ended)",
+                                 values)  # fmt: skip
         if not activated:  # our lease was taken over (it expired): the session is not the turn's
             raise TurnStoreUnavailable("session lease lost before activation")
 

@@ -79,6 +79,11 @@ class TurnSessions:
         """(session_id, started_here): the turn's one session, started (or claimed) by at most one
         caller. Raises what the lease protocol and the session source raise."""
         interpreter_id = str(pf.interpreter_id)
+        if call.prepared is not None and call.prepared.source == "warm":
+            bound = self._bind_warm(call, turn, runner=runner, interpreter_id=interpreter_id,
+                                    invocation_id=invocation_id)  # fmt: skip
+            if bound is not None:
+                return bound, True
         slots: dict[str, str] = {}  # session_id -> its slot, for every session this call knows
         if turn.session_id and turn.slot_id:
             slots[turn.session_id] = turn.slot_id
@@ -112,6 +117,25 @@ class TurnSessions:
             self.abandon(call)  # another caller's session serves the turn: ours is not needed
             call.slot_id = slots.get(session_id)
         return session_id, started_here
+
+    def _bind_warm(self, call: SessionCall, turn: Turn, *, runner: Any, interpreter_id: str,
+                   invocation_id: str) -> str | None:  # fmt: skip
+        """A claimed warm session needs no start, so no "starting" lease either: it becomes the
+        turn's in one conditional write. None when another caller's session (or lease) got there
+        first: the lease protocol then decides, and the warm session goes back to its pool."""
+        prepared = call.prepared
+        assert prepared is not None and prepared.session_id is not None
+        if not self.turns.bind(turn, prepared.session_id, interpreter_id, slot_id=prepared.slot_id,
+                               started_at=prepared.started_at):  # fmt: skip
+            return None
+        call.prepared = None
+        acquired = self.source.start(prepared, runner=runner, interpreter_id=interpreter_id,
+                                     invocation_id=invocation_id, retries=call.retries)  # fmt: skip
+        call.source, call.slot_id = acquired.source, acquired.slot_id
+        if turn.live_session:  # it replaced a session judged unusable: never leave that running
+            if runner.stop_session(str(turn.interpreter_id), str(turn.session_id)):
+                self._release(turn.slot_id)
+        return acquired.session_id
 
     def stopped(self, call: SessionCall | None, tenant_id: str, turn_id: str, session_id: str) -> bool:
         """The turn's session `session_id` is gone: the turn stops pointing at it (False if it had

@@ -117,23 +117,37 @@ class TurnStore:
     # --- the turn's one session (the protocol is in dispatch.turn_logic) ------------------------
     def take_lease(self, turn: Turn, owner: str, lease_seconds: int) -> bool:
         now = int(self.clock())
-        values: dict[str, Any] = {
-            ":starting": {"S": "starting"}, ":owner": {"S": owner}, ":exp": {"N": str(now + lease_seconds)},
-        }  # fmt: skip
-        # Take over only the state we saw: a live session we judged unusable (stale/too old/other
-        # interpreter), a stopped one, none, or a lease that expired.
-        if turn.session_state == "active" and turn.session_id:
-            condition = "#st = :active AND session_id = :seen AND attribute_not_exists(ended)"
-            values[":active"] = {"S": "active"}
-            values[":seen"] = {"S": turn.session_id}
-        else:
-            condition = ("attribute_not_exists(ended) AND (attribute_not_exists(#st) OR #st = :stopped OR "
-                         "(#st = :starting AND lease_expires_at < :now))")
-            values[":stopped"] = {"S": "stopped"}
-            values[":now"] = {"N": str(now)}
+        condition, values = self._seen_state(turn, now)
+        values.update({":starting": {"S": "starting"}, ":owner": {"S": owner}, ":exp": {"N": str(now + lease_seconds)}})
         return self._update(
             turn.tenant_id, turn.turn_id, "SET #st = :starting, lease_owner = :owner, lease_expires_at = :exp", condition, values
         )
+
+    def bind(self, turn: Turn, session_id: str, interpreter_id: str, *, slot_id: str, started_at: int | None) -> bool:
+        """A session that needs no start (a claimed warm one, §16.1) becomes the turn's in ONE
+        conditional write, on the state we saw (as `take_lease`); False if another caller holds
+        or won the turn's session meanwhile (then the lease protocol decides)."""
+        now = int(self.clock())
+        condition, values = self._seen_state(turn, now)
+        values.update({":active": {"S": "active"}, ":sid": {"S": session_id}, ":iid": {"S": interpreter_id},
+                       ":at": {"N": str(now if started_at is None else int(started_at))}, ":slot": {"S": slot_id}})  # fmt: skip
+        return self._update(
+            turn.tenant_id, turn.turn_id,
+            f"SET #st = :active, session_id = :sid, interpreter_id = :iid, session_started_at = :at, "
+            f"{n.TURN_ATTR_SLOT_ID} = :slot REMOVE lease_owner, lease_expires_at",
+            condition, values,
+        )  # fmt: skip
+
+    @staticmethod
+    def _seen_state(turn: Turn, now: int) -> tuple[str, dict[str, Any]]:
+        """The condition "the turn's session is still as we saw it": a live session we judged
+        unusable (stale/too old/other interpreter), a stopped one, none, or a lease that expired."""
+        if turn.session_state == "active" and turn.session_id:
+            return ("#st = :active AND session_id = :seen AND attribute_not_exists(ended)",
+                    {":active": {"S": "active"}, ":seen": {"S": turn.session_id}})  # fmt: skip
+        return ("attribute_not_exists(ended) AND (attribute_not_exists(#st) OR #st = :stopped OR "
+                "(#st = :starting AND lease_expires_at < :now))",
+                {":stopped": {"S": "stopped"}, ":starting": {"S": "starting"}, ":now": {"N": str(now)}})  # fmt: skip
 
     def activate(self, tenant_id: str, turn_id: str, owner: str, session_id: str, interpreter_id: str, *,
                  slot_id: str | None = None, started_at: int | None = None) -> None:  # fmt: skip

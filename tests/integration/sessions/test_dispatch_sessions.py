@@ -288,7 +288,8 @@ def test_dispatch_throttled_start_is_a_visible_retry(stack: Stack) -> None:
     stack.dispatch(event("end_turn", turn_id="turn-t"))
 
 
-def test_reaper_stops_ended_turn_session_spares_live_and_job_busy(reaper_stack: Stack) -> None:
+def test_reaper_stops_ended_turn_session_spares_live_and_job_busy(reaper_stack: Stack,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     from dispatch import dependencies
     from reaper.service import reaper
 
@@ -320,4 +321,63 @@ def test_reaper_stops_ended_turn_session_spares_live_and_job_busy(reaper_stack: 
         time.sleep(0.2)
     assert reaper().run()["sweep"]["by_reason"] == {"turn_ended": 1}
     assert [s.turn_id for s in slots_of(stack)] == ["turn-live"]
-    stack.dispatch(event("end_turn", turn_id="turn-live"))
+    # And a session past the interpreter's session timeout (AgentCore reaps it) is freed as expired
+    from reaper import service
+
+    later = time.time() + service.reaper().settings.session_timeout_seconds + 5
+    monkeypatch.setattr(service.time, "time", lambda: later)
+    assert reaper().run()["sweep"]["by_reason"] == {"lease_expired": 1}
+    assert slots_of(stack) == []
+    assert live not in stack.live_sessions()
+
+
+def test_dispatch_quota_refusal_gives_the_warm_session_back(reaper_stack: Stack) -> None:
+    from reaper.service import reaper
+
+    stack = reaper_stack
+    # Given one warm session and a tenant at its daily call cap (0 = kill switch)
+    set_warm("acme", "default-public", 1)
+    reaper().run()
+    set_warm("acme", "default-public", 0)
+    (warm,) = slots_of(stack)
+    stack.set_cap(n.DIM_TENANT_DAILY, 0)
+    # When a turn's first call is refused by the quota
+    refused = stack.dispatch(event(turn_id="turn-q", call_id="q1"))
+    assert (refused["error"], refused["dimension"]) == ("SandboxCapExceeded", n.DIM_TENANT_DAILY)
+    # Then the warm session is back in its pool, unclaimed, and still running
+    (slot,) = slots_of(stack)
+    assert (slot.slot_id, slot.state, slot.turn_id) == (warm.slot_id, "warm", None)
+    assert warm.session_id in stack.live_sessions()
+    # And once calls are allowed again, the turn's next call gets that very session
+    stack.set_cap(n.DIM_TENANT_DAILY, 1000)
+    again = stack.dispatch(event(turn_id="turn-q", call_id="q2"))
+    assert (again["ok"], again["session_id"], again[n.FIELD_SESSION_SOURCE]) == (True, warm.session_id, "warm")
+    stack.dispatch(event("end_turn", turn_id="turn-q"))
+
+
+def test_dispatch_concurrent_first_calls_of_one_turn_share_one_session(reaper_stack: Stack) -> None:
+    from reaper.service import reaper
+
+    stack = reaper_stack
+    # Given two warm sessions and two first calls of the SAME turn arriving together
+    set_warm("acme", "default-public", 2)
+    reaper().run()
+    set_warm("acme", "default-public", 0)
+    barrier = threading.Barrier(2)
+
+    def call(call_id: str) -> dict[str, Any]:
+        barrier.wait()
+        return stack.dispatch(event(turn_id="turn-s", call_id=call_id, code="print('x')"))
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        a, b = pool.map(call, ["s1", "s2"])
+    # Then both ran in one session (the turn's only one); the other warm session went back
+    assert a["ok"] is True and b["ok"] is True
+    assert a["session_id"] == b["session_id"]
+    states = sorted((s.state, s.turn_id or "") for s in slots_of(stack))
+    assert states == [("active", "turn-s"), ("warm", "")]
+    assert _daily_count(stack) == 2
+    stack.dispatch(event("end_turn", turn_id="turn-s"))
+    set_warm("acme", "default-public", 0)
+    reaper().run()  # trims the returned warm session
+    assert slots_of(stack) == []

@@ -125,8 +125,18 @@ class TurnSessions:
         first: the lease protocol then decides, and the warm session goes back to its pool."""
         prepared = call.prepared
         assert prepared is not None and prepared.session_id is not None
-        if not self.turns.bind(turn, prepared.session_id, interpreter_id, slot_id=prepared.slot_id,
-                               started_at=prepared.started_at):  # fmt: skip
+        try:
+            bound = self.turns.bind(turn, prepared.session_id, interpreter_id, slot_id=prepared.slot_id,
+                                    started_at=prepared.started_at)  # fmt: skip
+        except BaseException:
+            # The write may have applied: the turn may point at this session, so it must never go
+            # back to the pool (another turn would share it). Stopped and freed instead; the
+            # turn's next call finds it gone and starts a fresh one.
+            call.prepared = None
+            if runner.stop_session(interpreter_id, prepared.session_id):
+                self._release(prepared.slot_id)
+            raise
+        if not bound:
             return None
         call.prepared = None
         acquired = self.source.start(prepared, runner=runner, interpreter_id=interpreter_id,

@@ -381,3 +381,35 @@ def test_dispatch_concurrent_first_calls_of_one_turn_share_one_session(reaper_st
     set_warm("acme", "default-public", 0)
     reaper().run()  # trims the returned warm session
     assert slots_of(stack) == []
+
+
+def test_dispatch_failed_warm_binding_never_returns_the_session_to_the_pool(reaper_stack: Stack) -> None:
+    from reaper.service import reaper
+
+    stack = reaper_stack
+    # Given one warm session, and the turn-state write that binds it failing once (the write may
+    # have applied or not: the caller cannot know)
+    set_warm("acme", "default-public", 1)
+    reaper().run()
+    set_warm("acme", "default-public", 0)
+    (warm,) = slots_of(stack)
+    failed = [0]
+
+    def fail_bind(request: Any, **_: Any) -> Any:
+        if n.TURN_ATTR_SLOT_ID.encode() in (request.body or b"") and failed[0] == 0:
+            failed[0] += 1
+            return aws_response(request.url, *error_body("json", "access_denied"))
+        return None
+
+    aws.client("dynamodb").meta.events.register("before-send.dynamodb.UpdateItem", fail_bind)
+    # When a turn's first call claims it
+    answer = stack.dispatch(event(turn_id="turn-b", call_id="b1"))
+    # Then the call fails (audited), and the session is stopped and freed, never offered again
+    assert failed == [1]
+    assert answer["ok"] is False and answer["error"] == "SandboxError"
+    assert slots_of(stack) == []
+    assert warm.session_id not in stack.live_sessions()
+    # And the turn's next call gets a fresh session
+    again = stack.dispatch(event(turn_id="turn-b", call_id="b2", code="print(5)"))
+    assert again["ok"] is True and again["session_id"] != warm.session_id
+    stack.dispatch(event("end_turn", turn_id="turn-b"))

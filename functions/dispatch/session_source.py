@@ -5,8 +5,9 @@ Two steps, so that a refusal counts nothing (§16.2):
   or reserves a cold slot, or raises SandboxCapExceeded; `abandon(prepared)` undoes it when the
   quota then refuses (or another concurrent first call's session won the turn);
 - `start(prepared, ...)` as the `start` step of the turn's session lease
-  (`TurnStore.acquire_session(start=...)`, which runs it only for the lease winner, so a turn
-  gets at most one session): returns `Acquired(session_id, source, slot_id)`.
+  (`turn_logic.acquire_session(start=...)`, which runs it only for the lease winner, so a turn
+  gets at most one session), or for a warm session right after `session_flow` bound it to the
+  turn in one conditional write: returns `Acquired(session_id, source, slot_id, started_at)`.
 
 1. warm: claim one warm session of the tenant × environment pool with ONE conditional write —
    no Start, no readiness preamble (the refill already ran it; a session whose preamble failed

@@ -72,6 +72,7 @@ def function_environment(
             tenants_table=tables[n.TENANTS.logical],
             call_timeout_seconds=config.call_timeout_seconds,
             session_timeout_seconds=config.session_timeout_seconds,
+            jobs_table=tables[n.JOBS.logical],
         )
     else:
         raise ValueError(f"unknown function {logical!r}")

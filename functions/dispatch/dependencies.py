@@ -10,7 +10,9 @@ from sandbox_common import aws
 from sandbox_common import naming as n
 from sandbox_common.audit import AuditWriter
 from sandbox_common.observability import logger
-from sandbox_common.settings import dispatch_settings
+from sandbox_common.sessions.caps import SessionCapReader
+from sandbox_common.sessions.ledger import SessionLedger, claim_min_life_seconds
+from sandbox_common.settings import DispatchSettings, dispatch_settings
 
 from .budget import BudgetReader, UsageAccounting
 from .cache import TtlCache
@@ -18,9 +20,12 @@ from .idempotency import IdempotentCalls
 from .preflight import Preflight, PreflightReader
 from .runner import SessionRunner
 from .service import Dispatcher
+from .session_flow import TurnSessions
+from .session_source import SessionSource
 from .turns import TurnStore
 
 _runners_lock = threading.Lock()
+COLD_SLOT_LEASE_MARGIN_SECONDS = 120
 
 
 @lru_cache(maxsize=1)
@@ -60,19 +65,35 @@ def dispatcher() -> Dispatcher:
 
         return prices.get_or_load("price", load)
 
+    turns = TurnStore(table_name=settings.turns_table, ddb=ddb)
     return Dispatcher(
         settings,
         preflight=PreflightReader(stage=settings.stage, tenants_table=settings.tenants_table,
                                   ttl_seconds=settings.cache_ttl_seconds, ssm=aws.client("ssm"), ddb=ddb),
-        turns=TurnStore(table_name=settings.turns_table, ddb=ddb),
+        turns=turns,
         audit_writer=AuditWriter(table_name=settings.invocations_table, dlq_url=settings.audit_dlq_url,
                                  ddb=ddb, sqs=aws.client("sqs"), spool_path=settings.audit_spool_path or None),
         runner_factory=runner_for,
         price_per_call=price_per_call,
         calls=IdempotentCalls(table_name=settings.idempotency_table, ddb=ddb),
+        sessions=turn_sessions(settings, turns, ddb),
         accounting=UsageAccounting(price_per_call, BudgetReader(stage=settings.stage, ssm=aws.client("ssm"),
                                                                 ttl_seconds=settings.cache_ttl_seconds)),
     )  # fmt: skip
+
+
+def turn_sessions(settings: DispatchSettings, turns: TurnStore, ddb: object) -> TurnSessions:
+    """The turn's session from the stage's managed sessions (§16): warm pool + session caps."""
+    source = SessionSource(
+        ledger=SessionLedger(table_name=settings.sessions_table, ddb=ddb),
+        caps_for=SessionCapReader(stage=settings.stage, ssm=aws.client("ssm"),
+                                  ttl_seconds=settings.cache_ttl_seconds).caps_for,
+        claim_min_life_seconds=claim_min_life_seconds(settings.call_timeout_seconds),
+        # A cold slot is held through the quota hop, the turn-lease wait and Start + preamble.
+        lease_seconds=settings.call_timeout_seconds + COLD_SLOT_LEASE_MARGIN_SECONDS,
+    )  # fmt: skip
+    return TurnSessions(turns=turns, source=source, session_timeout_seconds=settings.session_timeout_seconds,
+                        call_timeout_seconds=settings.call_timeout_seconds)  # fmt: skip
 
 
 def reset() -> None:

@@ -3,8 +3,9 @@ calls; it answers every action with the response dict, or raises SandboxInvalidR
 counted, nothing written) or StillRunning (a retry whose original is still running).
 
 One execute_code (§6.1) is a sequence of small steps that fill one `Outcome`:
-    _turn (ownership) → _preflight (cached) → _quota → _session (Start + readiness, first call
-    only) → _run (user code) → _record (audit row, logs, metrics)
+    _turn (ownership) → _preflight (cached) → sessions.prepare (first call only: warm claim or
+    capped cold slot, §16) → _quota → _session (claimed warm session, or Start + readiness, first
+    call only) → _run (user code) → _record (audit row, logs, metrics)
 Every call that passed validation leaves exactly one audit row, whatever the outcome. A Part II
 feature adds a step in its own module and calls it from `_steps` (or sets fields on the outcome,
 see `sandbox_common.outcome`).
@@ -18,6 +19,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from sandbox_common import audit, messages
+from sandbox_common import naming as n
 from sandbox_common.errors import (
     SandboxCapExceeded,
     SandboxError,
@@ -50,6 +52,7 @@ from .job_flow import JobDeps
 from .preflight import Preflight, PreflightReader, PreflightUnavailable
 from .quota_client import check_quota
 from .runner import ExecutionResult, SessionGone, SessionRunner
+from .session_flow import SessionCall, TurnSessions
 from .turns import Turn, TurnStore, TurnStoreUnavailable
 
 _SESSION_START_WAIT_SECONDS = 90
@@ -70,6 +73,7 @@ class Dispatcher:
         runner_factory: Callable[[Preflight], SessionRunner],
         price_per_call: Callable[[], float],
         calls: IdempotentCalls,
+        sessions: TurnSessions,
         quota: Any = check_quota,
         accounting: UsageAccounting | None = None,
     ) -> None:
@@ -80,6 +84,7 @@ class Dispatcher:
         self.runner_factory = runner_factory
         self.price_per_call = price_per_call
         self.calls = calls
+        self.sessions = sessions
         self.quota = quota
         self.accounting = accounting or UsageAccounting(price_per_call)
         self._jobs: JobDeps | None = None
@@ -183,6 +188,7 @@ class Dispatcher:
             # can stop it; the interpreter's sessionTimeoutSeconds reaps it otherwise.
             return {"ok": True, "stopped": False}
         stopped = self.turns.mark_stopped(req.tenant_id, req.turn_id, str(turn.session_id))
+        self.sessions.release_turn_slot(turn)  # §16.2: a stopped session frees its slot
         return {"ok": True, "stopped": stopped}
 
     # --- get_file (§14.3) ------------------------------------------------------------------------
@@ -208,8 +214,9 @@ class Dispatcher:
         the call always answers and audits before the runtime would kill it. With `after`, the
         audit row is only sent here and lands before the caller answers (`after.join()`)."""
         outcome = Outcome(request=req, invocation_id=str(uuid.uuid4()), started_at=utc_now())
+        call = SessionCall()
         try:
-            self._steps(req, turn, outcome, time_left)
+            self._steps(req, turn, outcome, time_left, call)
         except SandboxInvalidRequest:
             raise  # nothing counted, nothing run: no audit row
         except SandboxFailure as failure:
@@ -217,6 +224,7 @@ class Dispatcher:
         except Exception:  # noqa: BLE001 — never a stack trace to the agent; still audited
             logger.exception("execute_code_internal_error", extra={"invocation_id": outcome.invocation_id})
             outcome.fail(SandboxError(messages.INTERNAL, failure_reason="internal_error"))
+        call.render(outcome)  # session_source, events / retries (§16.1, §16.6)
         self._record(outcome.finish(), after)
         return outcome
 
@@ -231,7 +239,8 @@ class Dispatcher:
         self._record(outcome.finish())
         return outcome.response()
 
-    def _steps(self, req: ExecuteCodeRequest, turn: Turn, outcome: Outcome, time_left: TimeLeft) -> None:
+    def _steps(self, req: ExecuteCodeRequest, turn: Turn, outcome: Outcome, time_left: TimeLeft,
+               call: SessionCall) -> None:  # fmt: skip
         def budget() -> float | None:
             return None if time_left is None else time_left() - ANSWER_MARGIN_SECONDS
 
@@ -241,13 +250,17 @@ class Dispatcher:
         _refuse_unless_ready(pf)
         files_flow.check_inputs(req, pf.data_read)  # bad s3_uri: invalid, before anything counts
         outcome.response_extra["files"] = []
-        self._quota(req, outcome)
-        runner = self.runner_factory(pf)
-        result = self._run(req, outcome, turn, pf, runner, budget)
+        self.sessions.prepare(call, turn, pf)  # §16.2: a session-cap refusal counts nothing
+        try:
+            self._quota(req, outcome)
+            runner = self.runner_factory(pf)
+            result = self._run(req, outcome, turn, pf, runner, budget, call)
+        finally:
+            self.sessions.abandon(call)  # capacity no session used (quota refused, lost the turn's race)
         outcome.ran(result, result.failure() if result.error else None)
         self._collect_artifacts(req, outcome, pf, runner, result.exit_status)
         if result.session_stopped:  # timeout: the runner stopped it; the next call starts fresh
-            self.turns.mark_stopped(turn.tenant_id, turn.turn_id, str(outcome.session_id))
+            self.sessions.stopped(call, turn.tenant_id, turn.turn_id, str(outcome.session_id))
 
     def _preflight(self, req: ExecuteCodeRequest) -> Preflight:
         try:
@@ -268,18 +281,19 @@ class Dispatcher:
         self.accounting.admitted(req.tenant_id, decision.tenant_daily_count)  # budget: reported, never refused
 
     def _run(self, req: ExecuteCodeRequest, outcome: Outcome, turn: Turn, pf: Preflight, runner: SessionRunner,
-             budget: Callable[[], float | None]) -> ExecutionResult:  # fmt: skip
-        session_id, restarted = self._session(turn, pf, runner, outcome.invocation_id, budget())
+             budget: Callable[[], float | None], call: SessionCall) -> ExecutionResult:  # fmt: skip
+        session_id, restarted = self._session(turn, pf, runner, outcome.invocation_id, budget(), call=call)
         outcome.session_id = session_id
         try:
             self._place_inputs(req, outcome, pf, runner, session_id)
             result = runner.execute(str(pf.interpreter_id), session_id, req.code, deadline_seconds=budget())
         except SessionGone:
             # Reaped by AgentCore (or stopped elsewhere) before the code reached it: the code did
-            # not run, so start a fresh session and run it once.
-            self.turns.mark_stopped(turn.tenant_id, turn.turn_id, session_id)
+            # not run, so start a fresh session and run it once — a retry the agent sees (§16.6).
+            self.sessions.stopped(call, turn.tenant_id, turn.turn_id, session_id)
+            call.retries.record(n.RETRY_SESSION_REAPED, 1)
             fresh = self.turns.get(turn.tenant_id, turn.turn_id) or turn
-            session_id, _ = self._session(fresh, pf, runner, outcome.invocation_id, budget())
+            session_id, _ = self._session(fresh, pf, runner, outcome.invocation_id, budget(), call=call)
             outcome.session_id = session_id
             restarted = True
             self._place_inputs(req, outcome, pf, runner, session_id)
@@ -307,25 +321,15 @@ class Dispatcher:
                                                                 "failure_reason": collected.failure_reason})  # fmt: skip
 
     def _session(self, turn: Turn, pf: Preflight, runner: SessionRunner, invocation_id: str,
-                 budget: float | None = None) -> tuple[str, bool]:  # fmt: skip
-        """(session_id, restarted): restarted when this turn had a session before that is gone."""
+                 budget: float | None = None, *, call: SessionCall | None = None) -> tuple[str, bool]:  # fmt: skip
+        """(session_id, restarted): restarted when this turn had a session before that is gone.
+        The session comes from `self.sessions` (warm claim or capped cold start, §16); a caller
+        that did not `prepare` (background jobs) holds its capacity at the start."""
         had_session = turn.session_id is not None  # a session was recorded before (not a failed start)
-        max_age = max(60, self.settings.session_timeout_seconds - self.settings.call_timeout_seconds - 30)
+        wait = _SESSION_START_WAIT_SECONDS if budget is None else max(1.0, min(_SESSION_START_WAIT_SECONDS, budget))
         try:
-            session_id, started_here = turn_logic.acquire_session(
-                self.turns,
-                turn,
-                owner=invocation_id,
-                interpreter_id=str(pf.interpreter_id),
-                # One name + client token per start attempt: retries are idempotent and a lost
-                # answer can be found and stopped by name (no orphaned session).
-                start=lambda: runner.start_session(str(pf.interpreter_id), name=f"sbx-{invocation_id}",
-                                                   client_token=invocation_id),
-                stop_previous=runner.stop_session,
-                max_session_age_seconds=max_age,
-                wait_seconds=_SESSION_START_WAIT_SECONDS if budget is None else max(1.0, min(
-                    _SESSION_START_WAIT_SECONDS, budget)),
-            )
+            session_id, started_here = self.sessions.acquire(call or SessionCall(), turn, pf=pf, runner=runner,
+                                                             invocation_id=invocation_id, wait_seconds=wait)  # fmt: skip
         except TurnStoreUnavailable as exc:
             raise SandboxError(messages.INTERNAL, failure_reason=f"turn_store_unavailable:{exc}") from None
         return session_id, started_here and had_session

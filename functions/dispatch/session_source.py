@@ -5,8 +5,9 @@ Two steps, so that a refusal counts nothing (§16.2):
   or reserves a cold slot, or raises SandboxCapExceeded; `abandon(prepared)` undoes it when the
   quota then refuses (or another concurrent first call's session won the turn);
 - `start(prepared, ...)` as the `start` step of the turn's session lease
-  (`TurnStore.acquire_session(start=...)`, which runs it only for the lease winner, so a turn
-  gets at most one session): returns `Acquired(session_id, source, slot_id)`.
+  (`turn_logic.acquire_session(start=...)`, which runs it only for the lease winner, so a turn
+  gets at most one session), or for a warm session right after `session_flow` bound it to the
+  turn in one conditional write: returns `Acquired(session_id, source, slot_id, started_at)`.
 
 1. warm: claim one warm session of the tenant × environment pool with ONE conditional write —
    no Start, no readiness preamble (the refill already ran it; a session whose preamble failed
@@ -50,6 +51,7 @@ class Acquired:
     session_id: str
     source: str  # warm | cold
     slot_id: str
+    started_at: int | None = None  # epoch s; a warm session started before the turn claimed it
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class Prepared:
     turn_id: str
     session_id: str | None = None  # warm only
     interpreter_id: str | None = None
+    started_at: int | None = None  # warm only: when the refill reserved and started it (epoch s)
 
 
 class SessionSource:
@@ -93,7 +96,8 @@ class SessionSource:
         except LedgerUnavailable as exc:
             raise self._fail_closed(tenant_id, f"session_ledger_unavailable:{exc.code}") from None
         if warm is not None and warm.session_id:
-            return Prepared("warm", warm.slot_id, tenant_id, turn_id, warm.session_id, warm.interpreter_id)
+            return Prepared("warm", warm.slot_id, tenant_id, turn_id, warm.session_id, warm.interpreter_id,
+                            started_at=warm.started_at or None)  # fmt: skip
         try:
             caps = self.caps_for(tenant_id)
             reservation = self.ledger.reserve(tenant_id=tenant_id, environment=environment, source="cold", caps=caps,
@@ -125,7 +129,7 @@ class SessionSource:
         """Warm: nothing to do (no Start, no preamble). Cold: Start + preamble, throttling retried."""
         if prepared.source == "warm":
             emit_metric(n.METRIC_WARM_CLAIMED, dimensions={"source": "warm"})
-            return Acquired(str(prepared.session_id), "warm", prepared.slot_id)
+            return Acquired(str(prepared.session_id), "warm", prepared.slot_id, prepared.started_at)
         try:
             session_id = self._start(runner, interpreter_id, invocation_id, retries)
         except BaseException as exc:

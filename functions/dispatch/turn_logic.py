@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from sandbox_common import messages
 from sandbox_common.errors import SandboxError, SandboxInvalidRequest
@@ -18,6 +19,16 @@ from . import turn_guard
 from .turns import Turn, TurnStore, TurnStoreUnavailable
 
 _LEASE_POLL_SECONDS = 0.1
+
+
+@dataclass(frozen=True)
+class Started:
+    """What a lease winner's `start` got: the session, its session-ledger slot (§16.2) and, for a
+    session started before this turn (a warm one, §16.1), when it really started."""
+
+    session_id: str
+    slot_id: str | None = None
+    started_at: int | None = None
 
 
 def check_owner(turn: Turn, tenant_id: str, agent_id: str | None) -> None:
@@ -66,7 +77,7 @@ def acquire_session(
     *,
     owner: str,
     interpreter_id: str,
-    start: Callable[[], str],
+    start: Callable[[], str | Started],
     stop_previous: Callable[[str, str], object],
     max_session_age_seconds: int,
     wait_seconds: float,
@@ -74,21 +85,22 @@ def acquire_session(
     """(session_id, started_here). Starts at most one session per turn across all callers."""
     deadline = time.monotonic() + wait_seconds
     while True:
-        if turn.live_session and turn.interpreter_id == interpreter_id and not _too_old(
-            store, turn, max_session_age_seconds
-        ):
+        if usable_session(store, turn, interpreter_id, max_session_age_seconds):
             return str(turn.session_id), False
         lease_seconds = int(wait_seconds) + 5
         if store.take_lease(turn, owner, lease_seconds):
             if turn.live_session:  # replacing a session judged unusable: never leave it running
                 stop_previous(str(turn.interpreter_id), str(turn.session_id))
             try:
-                session_id = start()
+                got = start()
             except BaseException:
                 store.release_lease(turn.tenant_id, turn.turn_id, owner)
                 raise
+            started = got if isinstance(got, Started) else Started(str(got))
+            session_id = started.session_id
             try:
-                store.activate(turn.tenant_id, turn.turn_id, owner, session_id, interpreter_id)
+                store.activate(turn.tenant_id, turn.turn_id, owner, session_id, interpreter_id,
+                               slot_id=started.slot_id, started_at=started.started_at)  # fmt: skip
             except TurnStoreUnavailable:
                 stop_previous(interpreter_id, session_id)  # not the turn's session: never leak it
                 raise
@@ -100,6 +112,12 @@ def acquire_session(
         if refreshed is None:
             raise TurnStoreUnavailable("turn vanished")
         turn = refreshed
+
+
+def usable_session(store: TurnStore, turn: Turn, interpreter_id: str, max_session_age_seconds: int) -> bool:
+    """The turn's live session serves this call as it is (a later call): no session to acquire."""
+    return (turn.live_session and turn.interpreter_id == interpreter_id
+            and not _too_old(store, turn, max_session_age_seconds))  # fmt: skip
 
 
 def _too_old(store: TurnStore, turn: Turn, max_age: int) -> bool:

@@ -4,6 +4,8 @@ Item in the TURNS table, keyed by (tenant_id, turn_id): turn ids are per tenant,
 turn never blocks, nor is visible to, another tenant using the same id (naming.TURNS):
   agent_id, created_at, expires_at (TTL)
   session_state: starting | active | stopped   session_id, interpreter_id, session_started_at
+  slot_id                                       — the session's slot in the session ledger (§16.2),
+                                                  released when the session stops
   lease_owner, lease_expires_at (epoch s)       — who is starting the session right now
   turn_token_sha256 (naming.TURN_ATTR_TOKEN_HASH) — SHA-256 of the turn token (§16.5), written by
                                                   the create; "" (or absent) = a token-less turn
@@ -43,6 +45,7 @@ class Turn:
     lease_expires_at: int | None = None
     ended: bool = False  # end_turn closed it: no new session may start (§4.5)
     token_hash: str = ""  # §16.5: the bound token's SHA-256; "" = token-less (also items from before §16.5)
+    slot_id: str | None = None  # §16.2: the live session's ledger slot (freed when the session stops)
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> Turn:
@@ -57,7 +60,7 @@ class Turn:
             session_state=s("session_state"), session_id=s("session_id"), interpreter_id=s("interpreter_id"),
             session_started_at=i("session_started_at"), lease_owner=s("lease_owner"),
             lease_expires_at=i("lease_expires_at"), ended=item.get("ended", {}).get("BOOL", False),
-            token_hash=s(n.TURN_ATTR_TOKEN_HASH) or "",
+            token_hash=s(n.TURN_ATTR_TOKEN_HASH) or "", slot_id=s(n.TURN_ATTR_SLOT_ID),
         )  # fmt: skip
 
     @property
@@ -114,33 +117,54 @@ class TurnStore:
     # --- the turn's one session (the protocol is in dispatch.turn_logic) ------------------------
     def take_lease(self, turn: Turn, owner: str, lease_seconds: int) -> bool:
         now = int(self.clock())
-        values: dict[str, Any] = {
-            ":starting": {"S": "starting"}, ":owner": {"S": owner}, ":exp": {"N": str(now + lease_seconds)},
-        }  # fmt: skip
-        # Take over only the state we saw: a live session we judged unusable (stale/too old/other
-        # interpreter), a stopped one, none, or a lease that expired.
-        if turn.session_state == "active" and turn.session_id:
-            condition = "#st = :active AND session_id = :seen AND attribute_not_exists(ended)"
-            values[":active"] = {"S": "active"}
-            values[":seen"] = {"S": turn.session_id}
-        else:
-            condition = ("attribute_not_exists(ended) AND (attribute_not_exists(#st) OR #st = :stopped OR "
-                         "(#st = :starting AND lease_expires_at < :now))")
-            values[":stopped"] = {"S": "stopped"}
-            values[":now"] = {"N": str(now)}
+        condition, values = self._seen_state(turn, now)
+        values.update({":starting": {"S": "starting"}, ":owner": {"S": owner}, ":exp": {"N": str(now + lease_seconds)}})
         return self._update(
             turn.tenant_id, turn.turn_id, "SET #st = :starting, lease_owner = :owner, lease_expires_at = :exp", condition, values
         )
 
-    def activate(self, tenant_id: str, turn_id: str, owner: str, session_id: str, interpreter_id: str) -> None:
-        activated = self._update(
-            tenant_id, turn_id,
-            "SET #st = :active, session_id = :sid, interpreter_id = :iid, session_started_at = :now "
-            "REMOVE lease_owner, lease_expires_at",
-            "lease_owner = :owner AND attribute_not_exists(ended)",  # end_turn won the race: stop it
-            {":active": {"S": "active"}, ":sid": {"S": session_id}, ":iid": {"S": interpreter_id},
-             ":now": {"N": str(int(self.clock()))}, ":owner": {"S": owner}},
+    def bind(self, turn: Turn, session_id: str, interpreter_id: str, *, slot_id: str, started_at: int | None) -> bool:
+        """A session that needs no start (a claimed warm one, §16.1) becomes the turn's in ONE
+        conditional write, on the state we saw (as `take_lease`); False if another caller holds
+        or won the turn's session meanwhile (then the lease protocol decides)."""
+        now = int(self.clock())
+        condition, values = self._seen_state(turn, now)
+        values.update({":active": {"S": "active"}, ":sid": {"S": session_id}, ":iid": {"S": interpreter_id},
+                       ":at": {"N": str(now if started_at is None else int(started_at))}, ":slot": {"S": slot_id}})  # fmt: skip
+        return self._update(
+            turn.tenant_id, turn.turn_id,
+            f"SET #st = :active, session_id = :sid, interpreter_id = :iid, session_started_at = :at, "
+            f"{n.TURN_ATTR_SLOT_ID} = :slot REMOVE lease_owner, lease_expires_at",
+            condition, values,
         )  # fmt: skip
+
+    @staticmethod
+    def _seen_state(turn: Turn, now: int) -> tuple[str, dict[str, Any]]:
+        """The condition "the turn's session is still as we saw it": a live session we judged
+        unusable (stale/too old/other interpreter), a stopped one, none, or a lease that expired."""
+        if turn.session_state == "active" and turn.session_id:
+            return ("#st = :active AND session_id = :seen AND attribute_not_exists(ended)",
+                    {":active": {"S": "active"}, ":seen": {"S": turn.session_id}})  # fmt: skip
+        return ("attribute_not_exists(ended) AND (attribute_not_exists(#st) OR #st = :stopped OR "
+                "(#st = :starting AND lease_expires_at < :now))",
+                {":stopped": {"S": "stopped"}, ":starting": {"S": "starting"}, ":now": {"N": str(now)}})  # fmt: skip
+
+    def activate(self, tenant_id: str, turn_id: str, owner: str, session_id: str, interpreter_id: str, *,
+                 slot_id: str | None = None, started_at: int | None = None) -> None:  # fmt: skip
+        """The lease winner's session becomes the turn's. `slot_id`: its session-ledger slot (§16.2);
+        `started_at`: when the session really started (a warm one started before this turn)."""
+        values: dict[str, Any] = {
+            ":active": {"S": "active"}, ":sid": {"S": session_id}, ":iid": {"S": interpreter_id},
+            ":now": {"N": str(int(self.clock()) if started_at is None else int(started_at))}, ":owner": {"S": owner},
+        }  # fmt: skip
+        update = "SET #st = :active, session_id = :sid, interpreter_id = :iid, session_started_at = :now"
+        if slot_id:
+            update += f", {n.TURN_ATTR_SLOT_ID} = :slot"
+            values[":slot"] = {"S": slot_id}
+        update += " REMOVE lease_owner, lease_expires_at" + ("" if slot_id else f", {n.TURN_ATTR_SLOT_ID}")
+        # end_turn won the race: stop it
+        activated = self._update(tenant_id, turn_id, update, "lease_owner = :owner AND attribute_not_exists(ended)",
+                                 values)  # fmt: skip
         if not activated:  # our lease was taken over (it expired): the session is not the turn's
             raise TurnStoreUnavailable("session lease lost before activation")
 

@@ -27,18 +27,13 @@ from sandbox_common.sessions.ledger import (
     Slot,
 )
 
-RECYCLE_MARGIN_SECONDS = 60
+RECYCLE_MARGIN_SECONDS = n.WARM_RECYCLE_MARGIN_SECONDS
 # Never start more than this many warm sessions in one run (a mistyped pool size must not burst).
 MAX_STARTS_PER_RUN = 20
 
 
 def recycle_at(started: float, *, session_timeout_seconds: int, call_timeout_seconds: int) -> int:
     return int(started + session_timeout_seconds - call_timeout_seconds - RECYCLE_MARGIN_SECONDS)
-
-
-def claim_min_life_seconds(call_timeout_seconds: int) -> int:
-    """A warm session is handed to a turn only with at least a call's life (+ margin) left."""
-    return call_timeout_seconds + RECYCLE_MARGIN_SECONDS
 
 
 def desired_sizes(ssm: Any, stage: str) -> dict[tuple[str, str], int]:

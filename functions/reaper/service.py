@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from dispatch.jobs import JobStore
 from dispatch.preflight import PreflightReader
 from dispatch.runner import SessionRunner
 from sandbox_common import aws
@@ -70,6 +71,7 @@ class Reaper:
             summary["sweep"] = sweep.sweep(
                 self.ledger, turn_reader=lambda tenant_id, turn_id: sweep.read_turn(self.ddb, self.settings.turns_table, tenant_id, turn_id),
                 stop=self.stop, now=now, session_timeout_seconds=self.settings.session_timeout_seconds,
+                busy_sessions=JobStore(table_name=self.settings.jobs_table, ddb=self.ddb).busy_sessions,
             ).to_dict()  # fmt: skip
         sizes = refill.desired_sizes(self.ssm, self.settings.stage)
         if refill_only is not None:

@@ -7,7 +7,9 @@ A slot is reaped (session stopped, then its capacity released) when
 - `unowned`:      no turn owns it — the slot names no turn, the turn is gone, or the turn moved
                   on to another session — and it is older than the grace a start needs;
 - `recycled`:     a warm session nobody claimed, at its recycle time (before the session timeout).
-A live session of a live turn is never touched. A stop that fails keeps the slot (capacity stays
+A live session of a live turn is never touched, nor a session with a background job not yet ended
+(§17: it outlives end_turn until its last job ends; if the jobs cannot be read, no session is
+judged `turn_ended` or `unowned` in that run). A stop that fails keeps the slot (capacity stays
 held by a session that may still run); the next sweep retries it.
 """
 
@@ -21,6 +23,8 @@ from sandbox_common import naming as n
 from sandbox_common.observability import emit_metric, logger
 from sandbox_common.sessions.ledger import SessionLedger, Slot
 
+# Reasons a running background job overrides: its session still works for the job.
+_SPARED_BY_JOBS = frozenset({"turn_ended", "unowned"})
 # A slot may briefly disagree with its turn while a first call is between "slot active" and
 # "turn active": never judge a slot younger than this as unowned.
 UNOWNED_GRACE_SECONDS = 300
@@ -65,11 +69,12 @@ class SweepReport:
     examined: int = 0
     reaped: int = 0
     stop_failed: int = 0
+    spared_for_jobs: int = 0
     by_reason: dict[str, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"examined": self.examined, "reaped": self.reaped, "stop_failed": self.stop_failed,
-                "by_reason": dict(self.by_reason or {})}  # fmt: skip
+                "spared_for_jobs": self.spared_for_jobs, "by_reason": dict(self.by_reason or {})}  # fmt: skip
 
 
 def sweep(
@@ -79,14 +84,25 @@ def sweep(
     stop: Callable[[Slot], bool],
     now: float,
     session_timeout_seconds: int,
+    busy_sessions: Callable[[], set[str]],
 ) -> SweepReport:
-    """`stop(slot)` stops the slot's session with its tenant's runner (True = no longer running)."""
+    """`stop(slot)` stops the slot's session with its tenant's runner (True = no longer running);
+    `busy_sessions()` = ids of sessions with a background job not yet ended."""
     report = SweepReport(by_reason={})
+    busy: set[str] | None
+    try:
+        busy = busy_sessions()
+    except Exception as exc:  # noqa: BLE001 — unknown jobs: spare every session a job might use
+        logger.warning("reaper_jobs_unreadable", extra={"cause": type(exc).__name__})
+        busy = None
     for slot in ledger.slots():
         report.examined += 1
         turn = turn_reader(slot.tenant_id, slot.turn_id) if slot.turn_id and slot.state == "active" else None
         reason = verdict(slot, turn, now=now, session_timeout_seconds=session_timeout_seconds)
         if reason is None:
+            continue
+        if reason in _SPARED_BY_JOBS and (busy is None or (slot.session_id or "") in busy):
+            report.spared_for_jobs += 1
             continue
         if slot.session_id and not stop(slot):
             report.stop_failed += 1

@@ -261,6 +261,17 @@ class ComputeConstruct(Construct):
                            f"{continuations.table_arn}/index/{n.CONTINUATIONS.indexes[0].name}"],  # fmt: skip
             )
         )
+        # The session ledger (SPEC §16.1/§16.2, issue 11): a first call claims a warm session (query
+        # of the by_warm_pool index + one conditional UpdateItem) or reserves a cold slot (one
+        # transaction: Put slot + Update both counters); a stopped session's slot is freed (one
+        # transaction: Delete slot + Update both counters); a slot is read back by key.
+        ledger = tables[n.SESSIONS.logical]
+        role.add_to_policy(iam.PolicyStatement(
+            sid="SessionLedger",
+            actions=["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem",
+                     "dynamodb:Query"],
+            resources=[ledger.table_arn, f"{ledger.table_arn}/index/{n.SESSIONS.indexes[0].name}"],
+        ))  # fmt: skip
         audit = tables[n.INVOCATIONS.logical]
         # Append-only audit (SPEC §7.3): PutItem only. IAM cannot require attribute_not_exists;
         # the writer always sends it, and the table's resource policy denies every other write.
@@ -339,6 +350,12 @@ class ComputeConstruct(Construct):
         ))  # fmt: skip
         role.add_to_policy(iam.PolicyStatement(
             sid="ReadTurns", actions=["dynamodb:GetItem"], resources=[tables[n.TURNS.logical].table_arn],
+        ))  # fmt: skip
+        # Sessions with a running background job are spared (§17): the sparse by_open index lists them.
+        jobs = tables[n.JOBS.logical]
+        role.add_to_policy(iam.PolicyStatement(
+            sid="ReadOpenJobs", actions=["dynamodb:Query"],
+            resources=[f"{jobs.table_arn}/index/{next(i.name for i in n.JOBS.indexes if i.pk == n.JOB_ATTR_OPEN)}"],
         ))  # fmt: skip
         sandbox_path = n.ssm_prefix(self._config.name)
         sandbox_params = self._ssm_arn(f"{sandbox_path}/*")

@@ -76,6 +76,15 @@ FIRST_CALL_EXTRA: dict[str, tuple[int, str]] = {
     f"{DISPATCH}:bedrock-agentcore:InvokeCodeInterpreter": (1, "the readiness preamble (§6.2)"),
     f"{DISPATCH}:dynamodb:UpdateItem[{n.TURNS.logical}]": (
         2, "turn state: conditional 'starting' lease before Start + 'active' with the session id after"),
+    f"{DISPATCH}:dynamodb:Query[{n.SESSIONS.logical}]": (1, "§16.1: the warm pool, empty here (by_warm_pool)"),
+    f"{DISPATCH}:dynamodb:TransactWriteItems[{n.SESSIONS.logical}]": (1, "§16.2: the session's slot, capped"),
+    f"{DISPATCH}:dynamodb:UpdateItem[{n.SESSIONS.logical}]": (1, "§16.2: the slot now holds the started session"),
+}  # fmt: skip
+# What a first call that claims a warm session (§16.1) adds to a later call, exactly (issue 11).
+WARM_FIRST_CALL_EXTRA: dict[str, tuple[int, str]] = {
+    f"{DISPATCH}:dynamodb:Query[{n.SESSIONS.logical}]": (1, "the pool's claimable sessions (by_warm_pool)"),
+    f"{DISPATCH}:dynamodb:UpdateItem[{n.SESSIONS.logical}]": (1, "the claim: one conditional write"),
+    f"{DISPATCH}:dynamodb:UpdateItem[{n.TURNS.logical}]": (1, "the turn bound to the claimed session"),
 }  # fmt: skip
 
 
@@ -358,6 +367,10 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
     assert measured("first_call_without_begin_turn", event(turn_id="turn-c", call_id="c1", code="z = 1"))[
         "ok"
     ]
+    # And a turn whose first call claims a warm session the reaper started (issue 11, §16.1)
+    _fill_warm_pool(stack)
+    assert measured("begin_turn_warm", event("begin_turn", turn_id="turn-w"))["ok"] is True
+    assert measured("warm_first_call", event(turn_id="turn-w", call_id="w1", code="w = 1"))["session_source"] == "warm"
     elapsed = time.perf_counter() - started
 
     later, first = Counter(phases["later_call"]), Counter(phases["first_call_of_turn"])
@@ -410,6 +423,13 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
     # And the first call of a turn adds exactly Start, the readiness invoke and the turn state
     assert later <= first, "a first call must make every call a later one makes"
     assert dict(extra) == {k: v[0] for k, v in FIRST_CALL_EXTRA.items()}, dict(extra)
+    # And a warm first call adds exactly the claim (query + conditional write) and the turn binding
+    warm_extra = Counter(phases["warm_first_call"]) - later
+    assert later <= Counter(phases["warm_first_call"])
+    assert dict(warm_extra) == {k: v[0] for k, v in WARM_FIRST_CALL_EXTRA.items()}, dict(warm_extra)
+    emit("aws_calls_warm_first_call", target="warm first call adds only the claim to a later call",
+         ratio=sum(Counter(phases["warm_first_call"]).values()) / sum(later.values()),
+         warm_first_call_extra=dict(sorted(warm_extra.items())), depth=depths["warm_first_call"])  # fmt: skip
     # And the depth measure saw every phase's requests: a later call waits on at least the
     # idempotency claim, the quota hop and its transaction, the user code and the audit row
     assert 5 <= depths["later_call"] <= sum(later.values()) + 2
@@ -418,3 +438,19 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
     # idempotency claim, the audit row beside the idempotency completion, no quota read-back. A
     # later call is claim, quota hop + transaction, user code, artifact helper, record: 6.
     assert depths["later_call"] <= 6, depths
+
+
+def _fill_warm_pool(stack: Stack) -> None:
+    """One warm session for acme's default-public environment, started by the reaper in-process
+    (its calls fall between the measured phases; the pool size is reset to 0 so nothing refills)."""
+    from reaper import service
+    from sandbox_common import aws
+
+    name = n.warm_sessions_parameter("local", "acme", "default-public")
+    aws.client("ssm").put_parameter(Name=name, Value="1", Type="String", Overwrite=True)
+    service.reset()
+    try:
+        assert service.reaper().run()["refill"]["started"] == 1
+    finally:
+        aws.client("ssm").put_parameter(Name=name, Value="0", Type="String", Overwrite=True)
+        service.reset()

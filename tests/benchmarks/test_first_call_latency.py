@@ -1,32 +1,26 @@
-"""Benchmark `first_call_latency` (issue 11): a turn's first call with a warm session ÷ a later
-call of a turn, measured side by side on the local interpreter; the cold first call's ratio is
-printed too. Target: warm ratio ≤ 1.5 (a cold first call pays Start + the readiness preamble).
+"""Benchmark `first_call_latency` (issue 11): the first execute_code of a turn with a warm session
+÷ a later execute_code of a turn, measured side by side THROUGH DISPATCH on the local stack (the
+shared harness: dispatch in-process, quota Lambda in the emulator, moto, the local interpreter).
+The cold first call's ratio is printed too. Target: warm ratio ≤ 1.5 (a cold first call pays
+Start + the readiness preamble; a warm one claims a session with one conditional write).
 
-Scope, stated in the output: dispatch is not wired to the session source yet (it waits for the
-reshaped dispatch), so the three samples are taken one level below dispatch, with the real parts
-dispatch uses: the session source (ledger in moto, caps in SSM) + the tenant's session runner
-against the local interpreter. first call = prepare + start + execute; later call = execute on an
-existing session. Dispatch adds the same per-call work to all three.
+Each round: the reaper refills the pool (off the critical path: not timed), begin_turn (not
+timed), then the turn's first call (warm), its second call (later), and a first call of another
+turn with the pool empty (cold). Medians over the rounds.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-import uuid
-from typing import Any
 
 import pytest
-from sandbox_common import aws
 from sandbox_common import naming as n
-from sandbox_common.retries import RetryLog
-from sandbox_common.sessions.caps import SessionCapReader
-from sandbox_common.sessions.ledger import SessionLedger
 
 from tests.benchmarks._report import emit
-from tests.integration.sessions.conftest import interpreter_id, reaper_stack, set_warm
+from tests.integration.sessions.conftest import reaper_stack, set_warm
 from tests.support import stack as harness
-from tests.support.stack import Stack
+from tests.support.stack import Stack, event
 
 pytestmark = pytest.mark.bench
 interpreter = harness.interpreter
@@ -37,14 +31,10 @@ TARGET = 1.5
 CODE = "x = 1"
 
 
-def _source(stack: Stack) -> Any:
-    from dispatch.session_source import SessionSource
-
-    return SessionSource(
-        ledger=SessionLedger(table_name=stack.resources.tables[n.SESSIONS.logical], ddb=aws.client("dynamodb")),
-        caps_for=SessionCapReader(stage="local", ssm=aws.client("ssm")).caps_for,
-        claim_min_life_seconds=180, lease_seconds=300,
-    )  # fmt: skip
+def _timed(stack: Stack, request: dict) -> tuple[float, dict]:
+    started = time.perf_counter()
+    answer = stack.dispatch(request)
+    return time.perf_counter() - started, answer
 
 
 def test_first_call_latency_warm_vs_later_call(reaper_stack: Stack, bench_full: bool) -> None:
@@ -52,43 +42,34 @@ def test_first_call_latency_warm_vs_later_call(reaper_stack: Stack, bench_full: 
 
     stack = reaper_stack
     rounds = 8 if bench_full else 1
-    source = _source(stack)
-    runner = reaper().runner("acme")
-    iid = interpreter_id(stack)
-    set_warm("acme", "default-public", 1)
-
-    def first_call(turn: str) -> float:
-        log = RetryLog()
-        started = time.perf_counter()
-        prepared = source.prepare(tenant_id="acme", agent_id="bench", turn_id=turn, environment="default-public",
-                                  interpreter_id=iid, retries=log)  # fmt: skip
-        got = source.start(prepared, runner=runner, interpreter_id=iid, invocation_id=str(uuid.uuid4()), retries=log)
-        first_call.acquire = time.perf_counter() - started  # type: ignore[attr-defined]
-        assert runner.execute(iid, got.session_id, CODE).ok
-        elapsed = time.perf_counter() - started
-        first_call.source = got.source  # type: ignore[attr-defined]
-        first_call.session = got.session_id  # type: ignore[attr-defined]
-        return elapsed
-
-    warm, later, cold, claim = [], [], [], []
+    warm, later, cold = [], [], []
+    # A warm dispatch container: its first-ever call builds clients and reads the caps
+    assert stack.dispatch(event(turn_id="bench-warmup", call_id="wu", code=CODE))["ok"] is True
+    stack.dispatch(event("end_turn", turn_id="bench-warmup"))
     for i in range(rounds):
-        reaper().run()  # refill: one warm session (not timed: it is off the critical path)
-        warm.append(first_call(f"bench-w{i}"))
-        claim.append(first_call.acquire)  # type: ignore[attr-defined]
-        assert first_call.source == "warm"  # type: ignore[attr-defined]
-        session = first_call.session  # type: ignore[attr-defined]
-        started = time.perf_counter()
-        assert runner.execute(iid, session, CODE).ok
-        later.append(time.perf_counter() - started)
-        cold.append(first_call(f"bench-c{i}"))
-        assert first_call.source == "cold"  # type: ignore[attr-defined]
+        set_warm("acme", "default-public", 1)
+        assert reaper().run()["refill"]["started"] == 1  # not timed: off the critical path
+        set_warm("acme", "default-public", 0)
+        for turn in (f"bench-w{i}", f"bench-c{i}"):
+            assert stack.dispatch(event("begin_turn", turn_id=turn))["ok"] is True
+        seconds, answer = _timed(stack, event(turn_id=f"bench-w{i}", call_id=f"w{i}-1", code=CODE))
+        assert answer["ok"] is True and answer[n.FIELD_SESSION_SOURCE] == "warm"
+        warm.append(seconds)
+        seconds, answer = _timed(stack, event(turn_id=f"bench-w{i}", call_id=f"w{i}-2", code=CODE))
+        assert answer["ok"] is True and n.FIELD_SESSION_SOURCE not in answer
+        later.append(seconds)
+        seconds, answer = _timed(stack, event(turn_id=f"bench-c{i}", call_id=f"c{i}-1", code=CODE))
+        assert answer["ok"] is True and answer[n.FIELD_SESSION_SOURCE] == "cold"
+        cold.append(seconds)
+        for turn in (f"bench-w{i}", f"bench-c{i}"):
+            assert stack.dispatch(event("end_turn", turn_id=turn))["stopped"] is True
+    assert len(warm) == len(later) == len(cold) == rounds
     warm_s, later_s, cold_s = (statistics.median(x) for x in (warm, later, cold))
     record = emit(
-        "first_call_latency", target=f"warm first call / later call <= {TARGET}", ratio=warm_s / later_s,
-        cold_ratio=round(cold_s / later_s, 2), warm_first_ms=round(warm_s * 1000, 1),
+        "first_call_latency", target=f"warm first call / later call <= {TARGET} (through dispatch)",
+        ratio=warm_s / later_s, cold_ratio=round(cold_s / later_s, 2), warm_first_ms=round(warm_s * 1000, 1),
         later_call_ms=round(later_s * 1000, 1), cold_first_ms=round(cold_s * 1000, 1), rounds=rounds,
-        warm_claim_ms=round(statistics.median(claim) * 1000, 1),
-        scope="session source + runner on the local interpreter (dispatch not wired yet)",
+        scope="dispatch handler in-process on the local stack (quota Lambda, moto, local interpreter)",
     )  # fmt: skip
     assert record["ratio"] is not None
     if bench_full:

@@ -648,6 +648,7 @@ DOMAIN_FIELDS = {
     "event_id", "findings", "classes", "error_type", "skipped",
     # issue 11 (§16): the reaper's lines and turn-token refusals
     "slot_id", "state", "source", "environment", "sweep", "refill", "hooks",
+    "session_source", "retries",  # issue 11: execute_code events of calls that got a new session
     "budget_usd", "estimated_spend_usd", "calls_today",  # daily budget crossed (issue 15)
 }  # fmt: skip
 INSIGHTS_COMMANDS = {"fields", "filter", "stats", "sort", "limit", "display", "parse", "dedup"}

@@ -630,3 +630,13 @@ def _declared_index(spec: TableSpec, name: str) -> Index:
 
 INVOCATIONS_BY_TENANT_TIME = _declared_index(INVOCATIONS, "by_tenant_time")
 INVOCATIONS_BY_SESSION = _declared_index(INVOCATIONS, "by_session")
+
+
+# --- sessions wired into dispatch's first call (issue 11, SPEC §16.1/§16.2/§16.6) -------------
+# The turn item keeps its live session's ledger slot, so whoever stops the session frees it.
+TURN_ATTR_SLOT_ID = "session_slot_id"
+# Response and audit field of a call that got a new session for its turn: "warm" | "cold".
+FIELD_SESSION_SOURCE = "session_source"
+# A warm session is recycled this long before (session timeout − call timeout), and a first call
+# claims one only with at least (call timeout + this) of life left.
+WARM_RECYCLE_MARGIN_SECONDS = 60

@@ -65,6 +65,7 @@ class ReaperSettings(_Settings):
     call_timeout_seconds: int = Field(alias=n.ENV_CALL_TIMEOUT, default=120, gt=0)
     session_timeout_seconds: int = Field(alias=n.ENV_SESSION_TIMEOUT, default=900, gt=0)
     cache_ttl_seconds: int = Field(alias=n.ENV_CACHE_TTL, default=60, ge=0, le=60)
+    jobs_table: str = Field(alias=n.ENV_JOBS_TABLE)  # sessions with running jobs are spared (§17)
 
 
 class BackstopSettings(_Settings):

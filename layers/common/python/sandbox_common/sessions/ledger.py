@@ -113,6 +113,11 @@ def pool_key(tenant_id: str, environment: str) -> str:
     return f"{tenant_id}#{environment}"
 
 
+def claim_min_life_seconds(call_timeout_seconds: int) -> int:
+    """A warm session is handed to a turn only with at least a call's life (+ margin) left (§16.1)."""
+    return call_timeout_seconds + n.WARM_RECYCLE_MARGIN_SECONDS
+
+
 class SessionLedger:
     def __init__(
         self,

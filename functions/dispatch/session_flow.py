@@ -1,0 +1,174 @@
+"""A turn's one session, taken from the stage's managed sessions (SPEC §4.5 with §16.1, §16.2,
+§16.6): dispatch's side of `SessionSource`.
+
+Per execute_code, in dispatch's order (`Dispatcher._steps`):
+- `prepare(call, ...)` BEFORE the call quota, only when the turn has no usable session: claims a
+  warm session or reserves a cold slot in the session ledger, or refuses with
+  SandboxCapExceeded (tenant_sessions / global_sessions) — nothing counted, nothing started;
+- `abandon(call)` afterwards, whatever happened: gives back capacity that no session used (the
+  quota refused, another concurrent first call's session won the turn); a no-op once used;
+- `acquire(call, ...)` the turn's session through the lease protocol
+  (`turn_logic.acquire_session`): only the lease winner runs `SessionSource.start` (warm: no
+  Start, no readiness preamble; cold: Start + preamble, a throttled Start retried visibly), and
+  the turn item keeps the session's slot id;
+- `stopped(call, ...)` whenever a turn's session is known to be gone (per-call timeout stopped it,
+  AgentCore reaped it, end_turn stopped it): the turn no longer points at it and its slot is
+  freed. The reaper frees what a crash left behind.
+`call` (a `SessionCall`) carries the call's RetryLog and what it learned; `render(outcome)` puts
+`session_source` and the visible retries (`events` / `retries`) on the call's outcome.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandbox_common import naming as n
+from sandbox_common.outcome import Outcome
+from sandbox_common.retries import RetryLog
+
+from . import turn_logic
+from .preflight import Preflight
+from .session_source import Acquired, Prepared, SessionSource
+from .turns import Turn, TurnStore
+
+
+@dataclass
+class SessionCall:
+    """One execute_code's dealings with its session."""
+
+    retries: RetryLog = field(default_factory=RetryLog)
+    prepared: Prepared | None = None  # capacity held and not yet used by a session
+    slot_id: str | None = None  # the slot of the session the call runs on, when known
+    source: str | None = None  # "warm" | "cold" when this call got a new session for its turn
+
+    def render(self, outcome: Outcome) -> None:
+        """§16.1 `session_source` (response and audit row) and §16.6 `events` / `retries`."""
+        if self.source is not None:
+            outcome.add(**{n.FIELD_SESSION_SOURCE: self.source})
+        outcome.response_extra.update(self.retries.response_fields())
+        outcome.audit_extra.update(self.retries.audit_fields())
+
+
+class TurnSessions:
+    def __init__(self, *, turns: TurnStore, source: SessionSource, session_timeout_seconds: int,
+                 call_timeout_seconds: int) -> None:  # fmt: skip
+        self.turns = turns
+        self.source = source
+        # AgentCore reaps a session at sessionTimeoutSeconds: a turn moves on shortly before that.
+        self.max_session_age_seconds = max(60, session_timeout_seconds - call_timeout_seconds - 30)
+
+    def prepare(self, call: SessionCall, turn: Turn, pf: Preflight) -> None:
+        """Hold a session's capacity for a turn without a usable session (raises SandboxCapExceeded)."""
+        if turn_logic.usable_session(self.turns, turn, str(pf.interpreter_id), self.max_session_age_seconds):
+            return
+        call.prepared = self._prepare(call, turn, pf)
+
+    def _prepare(self, call: SessionCall, turn: Turn, pf: Preflight) -> Prepared:
+        return self.source.prepare(tenant_id=turn.tenant_id, agent_id=turn.agent_id, turn_id=turn.turn_id,
+                                   environment=str(pf.environment), interpreter_id=str(pf.interpreter_id),
+                                   retries=call.retries)  # fmt: skip
+
+    def abandon(self, call: SessionCall) -> None:
+        prepared, call.prepared = call.prepared, None
+        if prepared is not None:
+            self.source.abandon(prepared)
+
+    def acquire(self, call: SessionCall, turn: Turn, *, pf: Preflight, runner: Any, invocation_id: str,
+                wait_seconds: float) -> tuple[str, bool]:  # fmt: skip
+        """(session_id, started_here): the turn's one session, started (or claimed) by at most one
+        caller. Raises what the lease protocol and the session source raise."""
+        interpreter_id = str(pf.interpreter_id)
+        if call.prepared is not None and call.prepared.source == "warm":
+            bound = self._bind_warm(call, turn, runner=runner, interpreter_id=interpreter_id,
+                                    invocation_id=invocation_id)  # fmt: skip
+            if bound is not None:
+                return bound, True
+        slots: dict[str, str] = {}  # session_id -> its slot, for every session this call knows
+        if turn.session_id and turn.slot_id:
+            slots[turn.session_id] = turn.slot_id
+        got: list[Acquired] = []
+
+        def start() -> turn_logic.Started:
+            # Normally prepared before the quota; prepared here when the turn's session went away
+            # between that check and the lease (or for a caller that did not prepare: jobs).
+            prepared = call.prepared or self._prepare(call, turn, pf)
+            call.prepared = None  # the source owns it now: it releases it if the start fails
+            acquired = self.source.start(prepared, runner=runner, interpreter_id=interpreter_id,
+                                         invocation_id=invocation_id, retries=call.retries)  # fmt: skip
+            got.append(acquired)
+            slots[acquired.session_id] = acquired.slot_id
+            return turn_logic.Started(acquired.session_id, acquired.slot_id, acquired.started_at)
+
+        def stop(stop_interpreter: str, session_id: str) -> bool:
+            # A session replaced as unusable, or ours when its activation failed: stopped, freed.
+            stopped = bool(runner.stop_session(stop_interpreter, session_id))
+            if stopped:
+                self._release(slots.get(session_id) or self._slot_of(turn, session_id))
+            return stopped
+
+        session_id, started_here = turn_logic.acquire_session(
+            self.turns, turn, owner=invocation_id, interpreter_id=interpreter_id, start=start, stop_previous=stop,
+            max_session_age_seconds=self.max_session_age_seconds, wait_seconds=wait_seconds,
+        )  # fmt: skip
+        if started_here and got:
+            call.source, call.slot_id = got[-1].source, got[-1].slot_id
+        else:
+            self.abandon(call)  # another caller's session serves the turn: ours is not needed
+            call.slot_id = slots.get(session_id)
+        return session_id, started_here
+
+    def _bind_warm(self, call: SessionCall, turn: Turn, *, runner: Any, interpreter_id: str,
+                   invocation_id: str) -> str | None:  # fmt: skip
+        """A claimed warm session needs no start, so no "starting" lease either: it becomes the
+        turn's in one conditional write. None when another caller's session (or lease) got there
+        first: the lease protocol then decides, and the warm session goes back to its pool."""
+        prepared = call.prepared
+        assert prepared is not None and prepared.session_id is not None
+        try:
+            bound = self.turns.bind(turn, prepared.session_id, interpreter_id, slot_id=prepared.slot_id,
+                                    started_at=prepared.started_at)  # fmt: skip
+        except BaseException:
+            # The write may have applied: the turn may point at this session, so it must never go
+            # back to the pool (another turn would share it). Stopped and freed instead; the
+            # turn's next call finds it gone and starts a fresh one.
+            call.prepared = None
+            if runner.stop_session(interpreter_id, prepared.session_id):
+                self._release(prepared.slot_id)
+            raise
+        if not bound:
+            return None
+        call.prepared = None
+        acquired = self.source.start(prepared, runner=runner, interpreter_id=interpreter_id,
+                                     invocation_id=invocation_id, retries=call.retries)  # fmt: skip
+        call.source, call.slot_id = acquired.source, acquired.slot_id
+        if turn.live_session:  # it replaced a session judged unusable: never leave that running
+            if runner.stop_session(str(turn.interpreter_id), str(turn.session_id)):
+                self._release(turn.slot_id)
+        return acquired.session_id
+
+    def stopped(self, call: SessionCall | None, tenant_id: str, turn_id: str, session_id: str) -> bool:
+        """The turn's session `session_id` is gone: the turn stops pointing at it (False if it had
+        moved on already) and its slot is freed."""
+        moved = self.turns.mark_stopped(tenant_id, turn_id, session_id)
+        slot = call.slot_id if call is not None and call.slot_id else None
+        self._release(slot or self._slot_of_stored(tenant_id, turn_id, session_id))
+        if call is not None:
+            call.slot_id = None
+        return moved
+
+    def release_turn_slot(self, turn: Turn) -> None:
+        """end_turn stopped the turn's session: free its slot."""
+        self._release(turn.slot_id)
+
+    def _slot_of(self, turn: Turn, session_id: str) -> str | None:
+        return turn.slot_id if turn.session_id == session_id and turn.slot_id else \
+            self._slot_of_stored(turn.tenant_id, turn.turn_id, session_id)  # fmt: skip
+
+    def _slot_of_stored(self, tenant_id: str, turn_id: str, session_id: str) -> str | None:
+        stored = self.turns.get(tenant_id, turn_id)
+        return stored.slot_id if stored is not None and stored.session_id == session_id else None
+
+    def _release(self, slot_id: str | None) -> None:
+        if slot_id:
+            self.source.release(slot_id)  # never raises: a failed release is the reaper's to redo

@@ -49,6 +49,7 @@ from .session import READINESS_TIMEOUT_SECONDS, SessionRunner
 from .stream import BoundedText, StreamAccumulator, StreamOutcome
 
 TOOL_WAIT_EXPIRED = messages.TOOL_WAIT_EXPIRED
+TOOL_TURN_ENDED = messages.TOOL_TURN_ENDED
 TOOL_PROTOCOL_BROKEN = messages.TOOL_PROTOCOL_BROKEN
 SESSION_LOST = messages.TOOL_SESSION_LOST
 PREVIOUS_CALL_PAUSED = messages.TOOL_PREVIOUS_CALL_PAUSED
@@ -287,20 +288,25 @@ class ToolsRunner:
             source = resume_source(pending.seq, error=str(tool_error))
         return self._slice(state, source, deadline_seconds, first=False)
 
-    def expire(self, state: ToolCallState, *, now_ms: int | None = None) -> Finished:
-        """End a call whose tool result never came within the bound: stop the session; the call's
-        result is a SandboxTimeout with the output the code produced before it paused."""
+    def expire(self, state: ToolCallState, *, now_ms: int | None = None, turn_ended: bool = False,
+               stop_session: bool = True) -> Finished:  # fmt: skip
+        """End a call whose tool result never came within the bound (or whose turn ended: `turn_ended`):
+        stop the session unless told not to (`stop_session=False`: its turn's background jobs keep
+        it, SPEC §17); the call's result is a SandboxTimeout with the output the code produced before
+        it paused."""
         now = self._now_ms() if now_ms is None else now_ms
         records = state.records
         if state.pending is not None:
             waited = max(0, now - state.pending.paused_at_ms)
             records = (*records, ToolRecord(state.pending.name, state.pending.input_sha256, waited, ok=False))
-        self.runner.stop_session(state.interpreter_id, state.session_id)
+        if stop_session:
+            self.runner.stop_session(state.interpreter_id, state.session_id)
         seconds = int(self.limits.wait_seconds)
+        message = TOOL_TURN_ENDED if turn_ended else TOOL_WAIT_EXPIRED.format(seconds=seconds)
+        reason = naming.REASON_TOOL_TURN_ENDED if turn_ended else f"tool_wait_expired:{seconds}s"
         return self._finish(
             replace(state, records=records, pending=None), exit_status="timeout", exit_code=None,
-            error=SandboxTimeout.__name__, message=TOOL_WAIT_EXPIRED.format(seconds=seconds),
-            reason=f"tool_wait_expired:{seconds}s", session_stopped=True,
+            error=SandboxTimeout.__name__, message=message, reason=reason, session_stopped=stop_session,
         )  # fmt: skip
 
     def abort(self, state: ToolCallState, *, reason: str, message: str) -> Finished:

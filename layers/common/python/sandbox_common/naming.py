@@ -617,3 +617,8 @@ AUDIT_TOOL_CALLS = "tool_calls"
 AUDIT_TOOL_CALL_RECORDS = "tool_call_records"
 # The §15 response status of a paused call.
 STATUS_TOOL_CALL = "tool_call"
+# The code text that routes an execute_code of a template with tools through the tools driver
+# (dispatch.tool_flow): code without it runs as ordinary code, where every tool is ToolNotAllowed.
+TOOLS_MODULE = "sandbox_tools"
+# failure_reason of a paused call ended by end_turn (or a resume after it): SandboxTimeout.
+REASON_TOOL_TURN_ENDED = "tool_wait_ended:turn_ended"

@@ -206,9 +206,8 @@ def expire_paused(dispatcher: Any, tenant_id: str, turn_id: str, *, keep_session
     `keep_session`: the turn's background jobs still need the session (§17). Never raises: a
     store failure is logged and counted (the calls stay paused; a later resume ends them)."""
     try:  # before anything is claimed: a failure here leaves the calls paused, not row-less
-        turn = dispatcher.turns.get(tenant_id, turn_id)
         target = dispatcher.preflight.runner_target(tenant_id)
-    except (TurnStoreUnavailable, PreflightUnavailable) as exc:
+    except PreflightUnavailable as exc:
         internal_failure(f"expire_paused_failed:{exc}")
         return 0
     runners: dict[str, tuple[Preflight, SessionRunner, Outcome]] = {}
@@ -228,5 +227,5 @@ def expire_paused(dispatcher: Any, tenant_id: str, turn_id: str, *, keep_session
     for step in steps:
         assert step.finished is not None
         pf, runner, outcome = runners[str(step.call["invocation_id"])]
-        end_call(dispatcher, outcome, step.finished, pf, runner, turn)
+        end_call(dispatcher, outcome, step.finished, pf, runner, None)  # end_turn itself marks the session stopped
     return len(steps)

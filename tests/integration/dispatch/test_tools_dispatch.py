@@ -276,28 +276,32 @@ GITHUB_TOKEN = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
 
 
 def test_tools_inputs_and_results_never_reach_logs_or_audit_and_tokens_are_redacted(
-    tools_stack: Stack, capsys: pytest.CaptureFixture[str]
+    tools_stack: Stack, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
 ) -> None:
     stack = tools_stack
-    capsys.readouterr()
-    # Given a call that sends a private input and prints the tool's result, which holds a token
+    # Given a call that sends a private input, and prints only the size of the tool's private
+    # figures and the token the result also holds (what the code prints is its output: logged,
+    # redacted, like any output)
     code = (f"from sandbox_tools import tools\nr = tools.lookup(key={SECRET_INPUT!r})\n"
-            "print('got', r['figures'], r['token'])\n")  # fmt: skip
+            "print('got', len(r['figures']), r['token'])\n")  # fmt: skip
     paused = stack.dispatch(call(code, call_id="c-private"))
     assert paused["tool_call"]["input"] == {"key": SECRET_INPUT}  # only the agent sees it
     final = stack.dispatch(resume(paused, tool_result={"figures": SECRET_RESULT, "token": GITHUB_TOKEN}))
     # Then the token printed by the code is redacted in stdout like any other
     assert final["ok"] is True, final
-    assert GITHUB_TOKEN not in final["stdout"] and SECRET_RESULT in final["stdout"]
-    assert "redacted" in final["stdout"].lower()
+    assert final["stdout"].startswith(f"got {len(SECRET_RESULT)} ")
+    assert GITHUB_TOKEN not in final["stdout"] and "redacted" in final["stdout"].lower()
     # and the tool's input and result appear in no log line and no audit attribute
-    logs = capsys.readouterr()
+    records = json.dumps([{**vars(r), "msg": r.getMessage()} for r in caplog.records], default=str)
+    streams = capfd.readouterr()
     row = next(r for r in stack.audit_rows("acme") if r["call_id"] == "c-private")
     for secret in (SECRET_INPUT, SECRET_RESULT, GITHUB_TOKEN):
-        assert secret not in logs.out and secret not in logs.err
+        assert secret not in records
+        assert secret not in streams.out and secret not in streams.err
         assert secret not in json.dumps(row, default=str)
-    # (the log stream did carry this call: the check looked at the right place)
-    assert final["invocation_id"] in logs.out
+    # (the logs did carry this call, its output and its hashed record: the check looked at the right place)
+    assert final["invocation_id"] in records and "sandbox_output" in records
+    assert row[n.AUDIT_TOOL_CALL_RECORDS][0]["input_sha256"] in records
 
 
 def test_tools_end_turn_ends_a_paused_call_as_timeout_with_its_row(tools_stack: Stack) -> None:

@@ -336,3 +336,41 @@ def test_tools_retried_execute_code_of_a_paused_call_is_not_counted_again(tools_
     assert daily_count(stack) == counted
     final = stack.dispatch(resume(retried, tool_result="v"))
     assert final["stdout"] == "v\n" and final["tool_calls"] == 1
+
+
+def test_tools_agent_client_and_strands_tool_run_the_loop_through_dispatch(tools_stack: Stack) -> None:
+    import boto3
+    from sandbox_common.agent_client import SandboxTurn
+
+    from tests.support.http import http_endpoint
+
+    stack = tools_stack
+    seen: list[str] = []
+
+    def lambda_api(path: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        event_ = json.loads(body)
+        seen.append(event_["action"])
+        return 200, {}, json.dumps(stack.dispatch(event_)).encode()
+
+    def query_sales(region: str) -> dict[str, Any]:  # the agent's own tool, run by the client
+        return {"amount": {"EU": 120, "US": 200}[region]}
+
+    code = ("from sandbox_tools import tools\n"
+            "print(sum(tools.query_sales(region=r)['amount'] for r in ('EU', 'US')))\n")  # fmt: skip
+    with http_endpoint(lambda_api) as endpoint:
+        client = boto3.client("lambda", endpoint_url=endpoint)
+        # Given an agent client turn of the tools template, with the agent's tool
+        with SandboxTurn("dispatch", tenant_id="acme", agent_id="agent-7", template_id=TOOLS_TEMPLATE,
+                         lambda_client=client, tools={"query_sales": query_sales}) as turn:  # fmt: skip
+            # Then begin_turn's tool lists the tools, and so does the Strands tool's spec
+            assert turn.tool is not None and "query_sales" in turn.tool["description"]
+            strands = turn.strands_tool()
+            assert "query_sales" in strands.tool_spec["description"]
+            # When the code calls the tool twice, through execute_code and through the Strands tool
+            direct = turn.execute_code(code)
+            via_strands = strands._call({"toolUseId": "t1", "input": {"code": code}})
+    # Then each returns only the final result, after two resumes answered by the client
+    assert (direct["stdout"], direct["tool_calls"]) == ("320\n", 2)
+    assert via_strands["status"] == "success"
+    assert json.loads(via_strands["content"][0]["text"])["stdout"] == "320\n"
+    assert seen == ["begin_turn", "execute_code", "resume", "resume", "execute_code", "resume", "resume", "end_turn"]

@@ -374,3 +374,43 @@ def test_tools_agent_client_and_strands_tool_run_the_loop_through_dispatch(tools
     assert via_strands["status"] == "success"
     assert json.loads(via_strands["content"][0]["text"])["stdout"] == "320\n"
     assert seen == ["begin_turn", "execute_code", "resume", "resume", "execute_code", "resume", "resume", "end_turn"]
+
+
+def test_tools_continuation_store_down_at_resume_fails_closed_without_a_row(
+    tools_stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stack = tools_stack
+    # Given a paused call, then the continuations table is gone
+    paused = stack.dispatch(call("from sandbox_tools import tools\nprint(tools.lookup(key='k'))\n", call_id="c-down"))
+    assert paused["status"] == n.STATUS_TOOL_CALL
+    aws.client("dynamodb").delete_table(TableName=stack.resources.tables[n.CONTINUATIONS.logical])
+    capsys.readouterr()
+    # When the agent resumes
+    answer = stack.dispatch(resume(paused, tool_result=1))
+    # Then it is refused as a sandbox error, alarmed as a dispatch internal error, and nothing is
+    # audited (the call did not end)
+    assert (answer["ok"], answer["error"]) == (False, "SandboxError"), answer
+    assert answer["error_message"] == messages.CONTINUATION_STORE_UNAVAILABLE
+    assert "failure_reason" not in answer
+    assert n.METRIC_DISPATCH_INTERNAL_ERRORS in capsys.readouterr().out
+    assert not [r for r in stack.audit_rows("acme") if r["call_id"] == "c-down"]
+
+
+def test_tools_failure_after_the_claim_still_ends_the_call_with_its_row(tools_stack: Stack) -> None:
+    from dispatch import dependencies
+
+    stack = tools_stack
+    # Given a paused call, then the tenant's substrate parameter is unreadable (a fresh container)
+    paused = stack.dispatch(call("from sandbox_tools import tools\nprint(tools.lookup(key='k'))\n", call_id="c-lost"))
+    assert paused["status"] == n.STATUS_TOOL_CALL
+    aws.client("ssm").delete_parameter(Name=n.tenant_substrate_parameter("local", "acme"))
+    dependencies.reset()
+    # When the agent resumes
+    answer = stack.dispatch(resume(paused, tool_result=1))
+    # Then the claimed call ends SandboxError with its one row (never row-less), and is spent
+    assert (answer["ok"], answer["error"]) == (False, "SandboxError"), answer
+    rows = [r for r in stack.audit_rows("acme") if r["call_id"] == "c-lost"]
+    assert len(rows) == 1
+    assert rows[0]["failure_reason"].startswith("preflight_unavailable:")
+    assert rows[0]["invocation_id"] == paused["invocation_id"]
+    assert stack.dispatch(resume(paused, tool_result=1))["error"] == "SandboxInvalidRequest"

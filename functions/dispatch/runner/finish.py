@@ -52,8 +52,6 @@ class ExecutionResult:
         return cls(self.error_message or "The code sandbox failed.", failure_reason=self.failure_reason)
 
 
-
-
 def finish_run(runner: SessionRunner, *, stdout: BoundedText, stderr: BoundedText, exit_status: str,
                exit_code: int | None, error: str | None, message: str | None, reason: str | None,
                duration_ms: int, session_stopped: bool, stdout_cut: bool = False,

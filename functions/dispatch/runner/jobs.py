@@ -23,8 +23,8 @@ from sandbox_common.errors import SandboxError, SandboxTimeout
 
 from .classify import classify
 from .errors import SessionGone
-from .job_snippets import parse_marker, status_source, submit_source
 from .finish import ExecutionResult, finish_run
+from .job_snippets import parse_marker, status_source, submit_source
 from .output import REDACTION_MARGIN_BYTES
 from .session import _SESSION_GONE_CODES, SessionRunner
 from .stream import BoundedText

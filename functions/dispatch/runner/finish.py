@@ -9,8 +9,9 @@ classification's error class, a redacted error message and a redacted, cut failu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from sandbox_common.errors import EXIT_STATUS_ERRORS, SandboxError, SandboxFailure
 
@@ -18,8 +19,16 @@ from .classify import Classification
 from .output import shape
 from .stream import BoundedText
 
-if TYPE_CHECKING:  # typing only: session.py imports this module (SessionRunner ends its runs here)
-    from .session import SessionRunner
+
+class Runner(Protocol):
+    """What finishing needs of a SessionRunner (a protocol: session.py imports this module)."""
+
+    stdout_cap_bytes: int
+    stderr_cap_bytes: int
+    log_cap_bytes: int
+    _redact: Callable[[str], str]
+
+    def _reason(self, text: str) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -52,7 +61,7 @@ class ExecutionResult:
         return cls(self.error_message or "The code sandbox failed.", failure_reason=self.failure_reason)
 
 
-def finish_run(runner: SessionRunner, *, stdout: BoundedText, stderr: BoundedText, exit_status: str,
+def finish_run(runner: Runner, *, stdout: BoundedText, stderr: BoundedText, exit_status: str,
                exit_code: int | None, error: str | None, message: str | None, reason: str | None,
                duration_ms: int, session_stopped: bool, stdout_cut: bool = False,
                stderr_cut: bool = False) -> ExecutionResult:  # fmt: skip
@@ -81,7 +90,7 @@ def finish_run(runner: SessionRunner, *, stdout: BoundedText, stderr: BoundedTex
     )
 
 
-def finish_classified(runner: SessionRunner, verdict: Classification, *, stdout: BoundedText, stderr: BoundedText,
+def finish_classified(runner: Runner, verdict: Classification, *, stdout: BoundedText, stderr: BoundedText,
                       exit_code: int | None, duration_ms: int, session_stopped: bool, stdout_cut: bool = False,
                       stderr_cut: bool = False) -> ExecutionResult:  # fmt: skip
     """`finish_run` with the outcome a `classify()` verdict decided."""

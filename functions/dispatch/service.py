@@ -35,6 +35,7 @@ from sandbox_common.models import (
     EndTurnRequest,
     ExecuteCodeRequest,
     GetJobRequest,
+    ResumeRequest,
 )
 from sandbox_common.observability import logger
 from sandbox_common.outcome import Outcome, internal_failure, public
@@ -42,9 +43,10 @@ from sandbox_common.settings import DispatchSettings
 from sandbox_common.tool_spec import tool_definition
 from sandbox_common.windows import Windows, utc_now
 
-from . import files_flow, job_calls, parallel, turn_logic
+from . import files_flow, job_calls, parallel, tool_flow, turn_logic
 from .artifacts import ArtifactContext
 from .budget import UsageAccounting
+from .continuations import ContinuationStore
 from .file_access import get_file
 from .idempotency import IdempotencyStoreUnavailable, IdempotentCalls, StillRunning, TimeLeft
 from .job_deps import job_deps_for
@@ -76,6 +78,7 @@ class Dispatcher:
         sessions: TurnSessions,
         quota: Any = check_quota,
         accounting: UsageAccounting | None = None,
+        continuations: ContinuationStore | None = None,
     ) -> None:
         self.settings = settings
         self.preflight = preflight
@@ -88,6 +91,7 @@ class Dispatcher:
         self.quota = quota
         self.accounting = accounting or UsageAccounting(price_per_call)
         self._jobs: JobDeps | None = None
+        self._continuations = continuations
 
     @property
     def jobs(self) -> JobDeps:
@@ -95,6 +99,13 @@ class Dispatcher:
         if self._jobs is None:
             self._jobs = job_deps_for(self)
         return self._jobs
+
+    @property
+    def continuations(self) -> ContinuationStore:
+        """Paused tool-calling calls (§15), created on first use (no client at import)."""
+        if self._continuations is None:
+            self._continuations = ContinuationStore(self.settings.continuations_table)
+        return self._continuations
 
     def handle(self, request: AnyDispatchRequest, context: Any) -> dict[str, Any]:
         if isinstance(request, BeginTurnRequest):
@@ -105,6 +116,8 @@ class Dispatcher:
             return self.get_file(request)
         if isinstance(request, GetJobRequest | CancelJobRequest):  # §17: no idempotency, reads/ends only
             return job_calls.observe(self, self.jobs, request)
+        if isinstance(request, ResumeRequest):  # §15: token + continuation checks, never counted
+            return tool_flow.resume(self, request, _budget_of(context))
         # §16.5 + issue 9: the turn claim, the pre-flight read and the idempotency claim go out
         # together. The token's verdict still comes before anything is counted (the quota runs
         # inside the idempotent function, after `claim.result()`), and before any stored answer
@@ -151,7 +164,7 @@ class Dispatcher:
                     "reason": "preflight_unavailable"}  # fmt: skip
         sandbox: dict[str, Any] = {"status": pf.status}
         if pf.status in ("ready", "provisioning"):
-            sandbox["tool"] = tool_definition()
+            sandbox["tool"] = tool_definition(pf.tools)  # §15: lists the template's tools
             sandbox["environment"] = pf.environment
         elif pf.status == "disabled":
             sandbox.update(error="SandboxProvisioning", reason="tenant_disabled",
@@ -174,6 +187,8 @@ class Dispatcher:
         except TurnStoreUnavailable as exc:
             return _internal(f"turn_store_unavailable:{exc}")
         pending = job_calls.pending(self.jobs, req.tenant_id, req.turn_id)
+        # §15: paused tool calls end as timeouts, each with its audit row
+        tool_flow.expire_paused(self, req.tenant_id, req.turn_id, keep_session=bool(pending))
         if pending:  # §17: the session outlives end_turn until its last job ends (job_flow stops it)
             return {"ok": True, "stopped": False, "pending_jobs": pending}
         if not turn.live_session:
@@ -205,7 +220,10 @@ class Dispatcher:
         if req.background:  # §17: answers at once with a job_id
             return job_calls.submit(self, self.jobs, req, turn, lambda: _budget(time_left),
                                     refuse_unless_ready=_refuse_unless_ready)  # fmt: skip
-        return self.execute_code(req, turn, time_left=time_left, after=after).response()
+        try:
+            return self.execute_code(req, turn, time_left=time_left, after=after).response()
+        except tool_flow.ToolCallPaused as paused:  # §15: counted, no audit row until it ends
+            return paused.response
 
     def execute_code(self, req: ExecuteCodeRequest, turn: Turn, *, time_left: TimeLeft = None,
                      after: parallel.Pending | None = None) -> Outcome:  # fmt: skip
@@ -217,8 +235,8 @@ class Dispatcher:
         call = SessionCall()
         try:
             self._steps(req, turn, outcome, time_left, call)
-        except SandboxInvalidRequest:
-            raise  # nothing counted, nothing run: no audit row
+        except (SandboxInvalidRequest, tool_flow.ToolCallPaused):
+            raise  # nothing counted, nothing run / paused at a tool call: no audit row (yet)
         except SandboxFailure as failure:
             outcome.fail(failure)
         except Exception:  # noqa: BLE001 — never a stack trace to the agent; still audited
@@ -286,7 +304,7 @@ class Dispatcher:
         outcome.session_id = session_id
         try:
             self._place_inputs(req, outcome, pf, runner, session_id)
-            result = runner.execute(str(pf.interpreter_id), session_id, req.code, deadline_seconds=budget())
+            result = tool_flow.run_code(self, req, outcome, pf, runner, session_id, budget())  # §15 hook
         except SessionGone:
             # Reaped by AgentCore (or stopped elsewhere) before the code reached it: the code did
             # not run, so start a fresh session and run it once — a retry the agent sees (§16.6).
@@ -297,7 +315,7 @@ class Dispatcher:
             outcome.session_id = session_id
             restarted = True
             self._place_inputs(req, outcome, pf, runner, session_id)
-            result = runner.execute(str(pf.interpreter_id), session_id, req.code, deadline_seconds=budget())
+            result = tool_flow.run_code(self, req, outcome, pf, runner, session_id, budget())  # §15 hook
         if restarted:
             outcome.response_extra.update(session_restarted=True, notice=messages.SESSION_RESTARTED)
         return result
@@ -360,6 +378,12 @@ def _joined(claim: Future[Turn], warm: Future[Any]) -> Turn:
 
 def _budget(time_left: TimeLeft) -> float | None:
     return None if time_left is None else time_left() - ANSWER_MARGIN_SECONDS
+
+
+def _budget_of(context: Any) -> Callable[[], float | None]:
+    """`_budget` for an action outside idempotency (resume): from the Lambda context."""
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    return lambda: _budget((lambda: remaining() / 1000) if callable(remaining) else None)
 
 
 def _refuse_unless_ready(pf: Preflight) -> None:

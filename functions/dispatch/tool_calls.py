@@ -54,7 +54,9 @@ def call_context(req: ExecuteCodeRequest, *, invocation_id: str, started_at: dat
     """What the final audit row of a paused call needs, stored with its continuation: the request
     without its code (the continuation item has a size limit; the audit row needs only the hash)."""
     return {
-        "request": req.model_dump(exclude={"code"}),
+        # Never the code (hashed below), the inline files (up to 3 MiB: listed in the audit extras
+        # instead) or the turn token (dispatch keeps only its hash, §16.5).
+        "request": req.model_dump(exclude={"code", "files", "turn_token"}),
         "executed_code_hash": code_hash(req.code),
         "invocation_id": invocation_id,
         "started_at": iso_z_ms(started_at),
@@ -117,11 +119,13 @@ def resume_call(runner: ToolsRunner, store: ContinuationStore, claimed: Continua
 
 
 def expire_turn(store: ContinuationStore, runner_for: Callable[[Continuation], ToolsRunner], *,
-                tenant_id: str, turn_id: str) -> list[ToolStep]:  # fmt: skip
-    """End every paused call of a turn as a timeout (end_turn, reaper): each gets its audit row."""
+                tenant_id: str, turn_id: str, stop_session: bool = True) -> list[ToolStep]:  # fmt: skip
+    """End every paused call of a turn as a timeout (end_turn): each gets its audit row.
+    `stop_session=False` when the turn's session must outlive end_turn (its background jobs)."""
     steps = []
     for claimed in store.expire_for_turn(tenant_id=tenant_id, turn_id=turn_id):
-        steps.append(ToolStep(call=claimed.call, finished=runner_for(claimed).expire(claimed.state)))
+        finished = runner_for(claimed).expire(claimed.state, turn_ended=True, stop_session=stop_session)
+        steps.append(ToolStep(call=claimed.call, finished=finished))
     return steps
 
 

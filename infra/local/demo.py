@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="leave the stack running (prints its state dir)")
     args = parser.parse_args(argv)
 
-    from infra.local import stack
+    from infra.local import demo_tools, stack
     from infra.sandboxctl.errors import CtlError
     from infra.sandboxctl.target import local_target
 
@@ -180,9 +180,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name:<12} pid {proc['pid']:<7} {proc['endpoint']}")
         print(f"  (ready in {time.monotonic() - started:.1f}s; state in {directory})")
         target = local_target(state)
+        demo_tools.prepare(target)  # §15: the template's tool allowlist, before any pre-flight is cached
         problems, facts = run_turn(target)
         problems += show_audit_and_counters(target, facts)
         problems += files_step(target, f"{facts['turn_id']}-files")
+        print("\n9. a third turn: programmatic tool calling — the code calls the agent's query_sales tool in a loop;"
+              " each call pauses the code, the agent runtime runs the tool and resumes it")
+        problems += demo_tools.run_tools_step(target, f"{facts['turn_id']}-tools", _show)
     except (CtlError, stack.LocalStackError) as exc:
         problems.append(str(exc))
     except Exception as exc:  # noqa: BLE001 - the demo reports, it never dumps a traceback on a newcomer
@@ -200,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  - {problem}", file=sys.stderr)
         return 1
     print("\nDEMO OK: one turn, two calls sharing state in one session, two audit rows, two counted calls;"
-          " a CSV in, a summary CSV and a chart out, both downloaded with matching sha256.")
+          " a CSV in, a summary CSV and a chart out, both downloaded with matching sha256;"
+          " one program calling the agent's tool 3 times, answered by 3 resumes, one audit row.")
     return 0
 
 

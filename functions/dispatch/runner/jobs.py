@@ -23,9 +23,10 @@ from sandbox_common.errors import SandboxError, SandboxTimeout
 
 from .classify import classify
 from .errors import SessionGone
+from .finish import ExecutionResult, finish_run
 from .job_snippets import parse_marker, status_source, submit_source
-from .output import REDACTION_MARGIN_BYTES, shape
-from .session import _SESSION_GONE_CODES, ExecutionResult, SessionRunner
+from .output import REDACTION_MARGIN_BYTES
+from .session import _SESSION_GONE_CODES, SessionRunner
 from .stream import BoundedText
 
 # Snippet calls are small and bounded; cancel waits up to CANCEL_WAIT_SECONDS in the session.
@@ -144,8 +145,6 @@ class JobRunner:
         exit_code = payload.get("exit_code")
         exit_code = int(exit_code) if isinstance(exit_code, int) else None
         timeout_s = int(payload.get("timeout_s") or 0)
-        out = shape(stdout, cap_bytes=runner.stdout_cap_bytes, log_cap_bytes=runner.log_cap_bytes, redact=runner._redact)
-        err = shape(stderr, cap_bytes=runner.stderr_cap_bytes, log_cap_bytes=runner.log_cap_bytes, redact=runner._redact)
         error: str | None
         message: str | None
         reason: str | None
@@ -162,23 +161,16 @@ class JobRunner:
             exit_status = verdict.exit_status
             error = verdict.error.__name__ if verdict.error else None
             message, reason = verdict.error_message, verdict.failure_reason
-        return ExecutionResult(
-            exit_status=exit_status, exit_code=exit_code, stdout=out.visible, stderr=err.visible,
-            stdout_bytes=out.raw_bytes, stderr_bytes=err.raw_bytes, stdout_truncated=out.truncated,
-            stderr_truncated=err.truncated, duration_ms=duration_ms, error=error,
-            error_message=runner._redact(message) if message else None,
-            failure_reason=runner._reason(reason) if reason else None,
-            full_stdout=out.full, full_stderr=err.full, session_stopped=False,
-        )
+        return finish_run(runner, stdout=stdout, stderr=stderr, exit_status=exit_status, exit_code=exit_code,
+                          error=error, message=message, reason=reason, duration_ms=duration_ms,
+                          session_stopped=False)  # fmt: skip
 
     def _failure_result(self, error: str, exit_status: str, message: str, reason: str, duration_ms: int,
                         *, session_stopped: bool = False) -> ExecutionResult:  # fmt: skip
-        return ExecutionResult(
-            exit_status=exit_status, exit_code=None, stdout="", stderr="", stdout_bytes=0, stderr_bytes=0,
-            stdout_truncated=False, stderr_truncated=False, duration_ms=max(0, duration_ms), error=error,
-            error_message=message, failure_reason=reason, full_stdout="", full_stderr="",
-            session_stopped=session_stopped,
-        )
+        # Messages and reasons here are our own constants: finish_run's redaction leaves them as they are.
+        return finish_run(self.runner, stdout=BoundedText(0), stderr=BoundedText(0), exit_status=exit_status,
+                          exit_code=None, error=error, message=message, reason=reason, duration_ms=duration_ms,
+                          session_stopped=session_stopped)  # fmt: skip
 
     def _call(self, interpreter_id: str, session_id: str, source: str, timeout_seconds: float) -> tuple[dict, int]:
         runner = self.runner

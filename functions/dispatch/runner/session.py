@@ -16,14 +16,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbox_common import naming
-from sandbox_common.errors import EXIT_STATUS_ERRORS, SandboxError, SandboxFailure, SandboxProvisioning
+from sandbox_common.errors import SandboxError, SandboxProvisioning
 from sandbox_common.messages import ISOLATION_UNAVAILABLE
 from sandbox_common.observability import emit_metric, logger
 
 from .classify import classify
 from .credentials import TenantCredentials
 from .errors import CrossTenantInterpreter, SessionGone, failure
-from .output import DEFAULT_LOG_CAP_BYTES, cut_utf8, head_limit_bytes, redact_by_lines, shape, source_was_cut
+from .finish import ExecutionResult, finish_classified
+from .output import DEFAULT_LOG_CAP_BYTES, cut_utf8, head_limit_bytes, redact_by_lines, source_was_cut
 from .stream import StreamAccumulator, StreamOutcome, consume
 
 EXECUTE_CODE = "executeCode"
@@ -56,36 +57,6 @@ def session_name(raw: str) -> str:
     """A session name AgentCore accepts: letters, digits and single hyphens, ≤ 100 chars."""
     name = _SESSION_NAME_BAD.sub("-", raw).strip("-")[:100].rstrip("-")
     return name or "sandbox-session"
-
-
-@dataclass(frozen=True)
-class ExecutionResult:
-    exit_status: str  # ok | error | timeout | oom
-    exit_code: int | None
-    stdout: str  # agent-visible: redacted, cut at the cap
-    stderr: str
-    stdout_bytes: int  # raw byte counts, before redaction and truncation
-    stderr_bytes: int
-    stdout_truncated: bool
-    stderr_truncated: bool
-    duration_ms: int
-    error: str | None  # agent-facing error class name
-    error_message: str | None  # redacted, relayable
-    failure_reason: str | None  # redacted, short technical reason (audit row)
-    full_stdout: str  # redacted, untruncated up to the log cap: dispatch logs it chunked
-    full_stderr: str
-    session_stopped: bool  # the session is gone: the next call of the turn needs a fresh one
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_status == "ok"
-
-    def failure(self) -> SandboxFailure | None:
-        """The agent-facing failure of a non-ok result (failure_reason in its fields), else None."""
-        if self.ok:
-            return None
-        cls = EXIT_STATUS_ERRORS.get(self.exit_status, SandboxError)
-        return cls(self.error_message or "The code sandbox failed.", failure_reason=self.failure_reason)
 
 
 @dataclass(frozen=True)
@@ -281,37 +252,10 @@ class SessionRunner:
             # the next call of the turn start (and announce) a fresh session.
             self.stop_session(interpreter_id, session_id)
             session_stopped = True
-        stdout = shape(
-            outcome.stdout,
-            cap_bytes=self.stdout_cap_bytes,
-            log_cap_bytes=self.log_cap_bytes,
-            redact=self._redact,
-            source_cut=source_was_cut(outcome.stdout),
-        )
-        stderr = shape(
-            outcome.stderr,
-            cap_bytes=self.stderr_cap_bytes,
-            log_cap_bytes=self.log_cap_bytes,
-            redact=self._redact,
-            source_cut=source_was_cut(outcome.stderr),
-        )
-        return ExecutionResult(
-            exit_status=verdict.exit_status,
-            exit_code=outcome.exit_code,
-            stdout=stdout.visible,
-            stderr=stderr.visible,
-            stdout_bytes=stdout.raw_bytes,
-            stderr_bytes=stderr.raw_bytes,
-            stdout_truncated=stdout.truncated,
-            stderr_truncated=stderr.truncated,
-            duration_ms=call.duration_ms,
-            error=verdict.error.__name__ if verdict.error else None,
-            error_message=self._redact(verdict.error_message) if verdict.error_message else None,
-            failure_reason=self._reason(verdict.failure_reason) if verdict.failure_reason else None,
-            full_stdout=stdout.full,
-            full_stderr=stderr.full,
-            session_stopped=session_stopped,
-        )
+        return finish_classified(self, verdict, stdout=outcome.stdout, stderr=outcome.stderr,
+                                 exit_code=outcome.exit_code, duration_ms=call.duration_ms,
+                                 session_stopped=session_stopped, stdout_cut=source_was_cut(outcome.stdout),
+                                 stderr_cut=source_was_cut(outcome.stderr))  # fmt: skip
 
     # --- internals ----------------------------------------------------------------------------
     def _check_owned(self, interpreter_id: str) -> None:

@@ -41,13 +41,15 @@ from sandbox_common.tools_protocol import (
 )
 from sandbox_common.tools_runtime import STATE_BUSY, STATE_DONE
 
-from .classify import classify
+from .classify import Classification, classify
 from .errors import SessionGone
-from .output import REDACTION_MARGIN_BYTES, shape
-from .session import READINESS_TIMEOUT_SECONDS, ExecutionResult, SessionRunner
+from .finish import ExecutionResult, finish_classified, finish_run
+from .output import REDACTION_MARGIN_BYTES
+from .session import READINESS_TIMEOUT_SECONDS, SessionRunner
 from .stream import BoundedText, StreamAccumulator, StreamOutcome
 
 TOOL_WAIT_EXPIRED = messages.TOOL_WAIT_EXPIRED
+TOOL_TURN_ENDED = messages.TOOL_TURN_ENDED
 TOOL_PROTOCOL_BROKEN = messages.TOOL_PROTOCOL_BROKEN
 SESSION_LOST = messages.TOOL_SESSION_LOST
 PREVIOUS_CALL_PAUSED = messages.TOOL_PREVIOUS_CALL_PAUSED
@@ -286,20 +288,25 @@ class ToolsRunner:
             source = resume_source(pending.seq, error=str(tool_error))
         return self._slice(state, source, deadline_seconds, first=False)
 
-    def expire(self, state: ToolCallState, *, now_ms: int | None = None) -> Finished:
-        """End a call whose tool result never came within the bound: stop the session; the call's
-        result is a SandboxTimeout with the output the code produced before it paused."""
+    def expire(self, state: ToolCallState, *, now_ms: int | None = None, turn_ended: bool = False,
+               stop_session: bool = True) -> Finished:  # fmt: skip
+        """End a call whose tool result never came within the bound (or whose turn ended: `turn_ended`):
+        stop the session unless told not to (`stop_session=False`: its turn's background jobs keep
+        it, SPEC §17); the call's result is a SandboxTimeout with the output the code produced before
+        it paused."""
         now = self._now_ms() if now_ms is None else now_ms
         records = state.records
         if state.pending is not None:
             waited = max(0, now - state.pending.paused_at_ms)
             records = (*records, ToolRecord(state.pending.name, state.pending.input_sha256, waited, ok=False))
-        self.runner.stop_session(state.interpreter_id, state.session_id)
+        if stop_session:
+            self.runner.stop_session(state.interpreter_id, state.session_id)
         seconds = int(self.limits.wait_seconds)
+        message = TOOL_TURN_ENDED if turn_ended else TOOL_WAIT_EXPIRED.format(seconds=seconds)
+        reason = naming.REASON_TOOL_TURN_ENDED if turn_ended else f"tool_wait_expired:{seconds}s"
         return self._finish(
             replace(state, records=records, pending=None), exit_status="timeout", exit_code=None,
-            error=SandboxTimeout.__name__, message=TOOL_WAIT_EXPIRED.format(seconds=seconds),
-            reason=f"tool_wait_expired:{seconds}s", session_stopped=True,
+            error=SandboxTimeout.__name__, message=message, reason=reason, session_stopped=stop_session,
         )  # fmt: skip
 
     def abort(self, state: ToolCallState, *, reason: str, message: str) -> Finished:
@@ -393,9 +400,7 @@ class ToolsRunner:
         )
         if call.timed_out:
             runner.stop_session(state.interpreter_id, state.session_id)
-            return self._finish(state, exit_status=verdict.exit_status, exit_code=outcome.exit_code,
-                                error=verdict.error.__name__ if verdict.error else None,
-                                message=verdict.error_message, reason=verdict.failure_reason, session_stopped=True)  # fmt: skip
+            return self._finish_classified(state, verdict, exit_code=outcome.exit_code, session_stopped=True)
         if verdict.exit_status == "ok" and (marker is None or marker.state != STATE_DONE):
             # The driver ran without error but the runtime never said the code ended: it is
             # missing, busy with an earlier paused call, or was tampered with.
@@ -406,31 +411,18 @@ class ToolsRunner:
             return self._finish(state, exit_status="error", exit_code=None, error=SandboxError.__name__,
                                 message=PREVIOUS_CALL_PAUSED if busy else TOOL_PROTOCOL_BROKEN,
                                 reason=f"tool_protocol:{what}", session_stopped=not busy)  # fmt: skip
-        return self._finish(state, exit_status=verdict.exit_status, exit_code=outcome.exit_code,
-                            error=verdict.error.__name__ if verdict.error else None, message=verdict.error_message,
-                            reason=verdict.failure_reason, session_stopped=False)  # fmt: skip
+        return self._finish_classified(state, verdict, exit_code=outcome.exit_code, session_stopped=False)
 
     def _finish(self, state: ToolCallState, *, exit_status: str, exit_code: int | None, error: str | None,
                 message: str | None, reason: str | None, session_stopped: bool) -> Finished:  # fmt: skip
-        runner = self.runner
-        redact = runner._redact
-        stdout = shape(state.stdout, cap_bytes=runner.stdout_cap_bytes, log_cap_bytes=runner.log_cap_bytes, redact=redact)
-        stderr = shape(state.stderr, cap_bytes=runner.stderr_cap_bytes, log_cap_bytes=runner.log_cap_bytes, redact=redact)
-        result = ExecutionResult(
-            exit_status=exit_status,
-            exit_code=exit_code,
-            stdout=stdout.visible,
-            stderr=stderr.visible,
-            stdout_bytes=stdout.raw_bytes,
-            stderr_bytes=stderr.raw_bytes,
-            stdout_truncated=stdout.truncated,
-            stderr_truncated=stderr.truncated,
-            duration_ms=state.running_ms,
-            error=error,
-            error_message=redact(message) if message else None,
-            failure_reason=runner._reason(reason) if reason else None,
-            full_stdout=stdout.full,
-            full_stderr=stderr.full,
-            session_stopped=session_stopped,
-        )
+        """The call's end: the output of every slice, redacted as one text (finish_run)."""
+        result = finish_run(self.runner, stdout=state.stdout, stderr=state.stderr, exit_status=exit_status,
+                            exit_code=exit_code, error=error, message=message, reason=reason,
+                            duration_ms=state.running_ms, session_stopped=session_stopped)  # fmt: skip
+        return Finished(result=result, tool_calls=len(state.records), records=state.records)
+
+    def _finish_classified(self, state: ToolCallState, verdict: Classification, *, exit_code: int | None,
+                           session_stopped: bool) -> Finished:  # fmt: skip
+        result = finish_classified(self.runner, verdict, stdout=state.stdout, stderr=state.stderr, exit_code=exit_code,
+                                   duration_ms=state.running_ms, session_stopped=session_stopped)  # fmt: skip
         return Finished(result=result, tool_calls=len(state.records), records=state.records)

@@ -117,7 +117,10 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
             event["invocation_source"] = self.invocation_source
         if files:
             event["files"] = files
-        response = self._invoke(event)
+        return self._run_to_end(self._invoke(event))
+
+    def _run_to_end(self, response: dict[str, Any]) -> dict[str, Any]:
+        """Answer every `tool_call` pause (SPEC §15) until the call's final result."""
         while response.get("ok") and response.get("status") == TOOL_CALL_STATUS:
             response = self._invoke(self._resume_event(response))
         return response
@@ -197,7 +200,7 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
         event = {**tool_input, "action": "execute_code", **self._ids(), "call_id": f"call-{uuid.uuid4().hex}"}
         if self.invocation_source:
             event["invocation_source"] = self.invocation_source
-        return self._invoke(event)
+        return self._run_to_end(self._invoke(event))  # the model sees only the final result (§15)
 
     def next_turn(self, turn_id: str | None = None) -> SandboxTurn:
         """End this turn (stopping its session) and begin the next one for the same tenant, agent,
@@ -206,7 +209,7 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
         following = SandboxTurn(
             self.function_name, tenant_id=self.tenant_id, agent_id=self.agent_id, template_id=self.template_id,
             turn_id=turn_id, user_id=self.user_id, invocation_source=self.invocation_source,
-            lambda_client=self._client,
+            lambda_client=self._client, tools=self.tools,
         )  # fmt: skip
         following.begin()
         return following

@@ -92,6 +92,9 @@ CONTINUATION_INVALID = (
     "nothing was run."
 )
 CONTINUATION_STORE_UNAVAILABLE = "The code sandbox could not store or load this paused call right now; please try again."
+TOOL_TURN_ENDED = (
+    "The turn ended while the code was waiting for a tool result, so the code was stopped."
+)
 
 
 # --- background jobs (issue 13) -------------------------------------------------------------------

@@ -113,12 +113,45 @@ class CancelJobRequest(_Strict):
     turn_token: TurnToken | None = None
 
 
+# --- programmatic tool calling (issue 12, SPEC §15) ---------------------------------------------
+CONTINUATION_PATTERN = r"^[A-Za-z0-9_-]{43}$"  # 32 random bytes, URL-safe base64 without padding
+MAX_TOOL_ERROR_CHARS = 64 * 1024
+
+
+class ResumeRequest(_Strict):
+    """`resume`: answer a paused call's tool_call with `tool_result` (any JSON value, null
+    included) or `tool_error` (the tool's message) — exactly one of them."""
+
+    action: Literal["resume"]
+    tenant_id: Id
+    agent_id: Id
+    turn_id: Id
+    continuation: Annotated[str, StringConstraints(pattern=CONTINUATION_PATTERN)]
+    tool_result: JsonValue = None
+    tool_error: Annotated[str, StringConstraints(max_length=MAX_TOOL_ERROR_CHARS)] | None = None
+    turn_token: TurnToken | None = None  # §16.5, validated with the turn like every other action
+
+    @model_validator(mode="after")
+    def _exactly_one_answer(self) -> ResumeRequest:
+        has_result = "tool_result" in self.model_fields_set
+        has_error = "tool_error" in self.model_fields_set and self.tool_error is not None
+        if has_result == has_error:
+            raise ValueError("exactly one of tool_result and tool_error is required")
+        return self
+
+    @property
+    def has_result(self) -> bool:
+        return "tool_result" in self.model_fields_set
+
+
 AnyDispatchRequest = (
     BeginTurnRequest | ExecuteCodeRequest | EndTurnRequest | GetFileRequest | GetJobRequest | CancelJobRequest
+    | ResumeRequest
 )
 DispatchRequest = Annotated[AnyDispatchRequest, Field(discriminator="action")]
 _DISPATCH_ADAPTER: TypeAdapter[AnyDispatchRequest] = TypeAdapter(DispatchRequest)
-DISPATCH_ACTIONS: tuple[str, ...] = ("begin_turn", "execute_code", "end_turn", "get_file", "get_job", "cancel_job")
+DISPATCH_ACTIONS: tuple[str, ...] = ("begin_turn", "execute_code", "end_turn", "get_file", "get_job", "cancel_job",
+                                     "resume")
 
 
 class QuotaRequest(_Strict):
@@ -260,37 +293,7 @@ def parse_job_event(event: Any) -> BackgroundExecuteCodeRequest | GetJobRequest 
         raise SandboxInvalidRequest(describe_validation_error(exc)) from None
 
 
-# --- programmatic tool calling (issue 12, SPEC §15) ---------------------------------------------
-CONTINUATION_PATTERN = r"^[A-Za-z0-9_-]{43}$"  # 32 random bytes, URL-safe base64 without padding
-MAX_TOOL_ERROR_CHARS = 64 * 1024
-
-
-class ResumeRequest(_Strict):
-    """`resume`: answer a paused call's tool_call with `tool_result` (any JSON value, null
-    included) or `tool_error` (the tool's message) — exactly one of them."""
-
-    action: Literal["resume"]
-    tenant_id: Id
-    agent_id: Id
-    turn_id: Id
-    continuation: Annotated[str, StringConstraints(pattern=CONTINUATION_PATTERN)]
-    tool_result: JsonValue = None
-    tool_error: Annotated[str, StringConstraints(max_length=MAX_TOOL_ERROR_CHARS)] | None = None
-    turn_token: str | None = None  # §16.5, validated with the turn like every other action
-
-    @model_validator(mode="after")
-    def _exactly_one_answer(self) -> ResumeRequest:
-        has_result = "tool_result" in self.model_fields_set
-        has_error = "tool_error" in self.model_fields_set and self.tool_error is not None
-        if has_result == has_error:
-            raise ValueError("exactly one of tool_result and tool_error is required")
-        return self
-
-    @property
-    def has_result(self) -> bool:
-        return "tool_result" in self.model_fields_set
-
-
+# --- programmatic tool calling (issue 12, SPEC §15): ResumeRequest is defined above, in the union --
 def parse_resume_event(event: Any) -> ResumeRequest:
     event = _load(event)
     if not isinstance(event, dict):

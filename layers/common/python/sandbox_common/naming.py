@@ -640,3 +640,11 @@ FIELD_SESSION_SOURCE = "session_source"
 # A warm session is recycled this long before (session timeout − call timeout), and a first call
 # claims one only with at least (call timeout + this) of life left.
 WARM_RECYCLE_MARGIN_SECONDS = 60
+
+
+# --- programmatic tool calling through dispatch (issue 12) ---
+# The code text that routes an execute_code of a template with tools through the tools driver
+# (dispatch.tool_flow): code without it runs as ordinary code, where every tool is ToolNotAllowed.
+TOOLS_MODULE = "sandbox_tools"
+# failure_reason of a paused call ended by end_turn (or a resume after it): SandboxTimeout.
+REASON_TOOL_TURN_ENDED = "tool_wait_ended:turn_ended"

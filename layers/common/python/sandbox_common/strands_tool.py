@@ -28,8 +28,10 @@ from .tool_input import INVALID_REQUEST, failure_text, input_problem
 from .tool_spec import tool_definition
 
 
-def tool_spec() -> ToolSpec:
-    definition = tool_definition()
+def tool_spec(definition: dict[str, Any] | None = None) -> ToolSpec:
+    """`definition`: what the turn's begin_turn answered (it lists the template's tools callable
+    from code, §15); the plain definition before begin_turn."""
+    definition = definition or tool_definition()
     return {"name": definition["name"], "description": definition["description"],
             "inputSchema": {"json": definition["input_schema"]}}  # fmt: skip
 
@@ -38,7 +40,7 @@ class SandboxStrandsTool(PythonAgentTool):
     """A Strands tool for one turn; `next_turn()` gives the next turn's tool."""
 
     def __init__(self, turn: Any) -> None:  # agent_client.SandboxTurn (not imported: no import cycle)
-        spec = tool_spec()
+        spec = tool_spec(turn.tool)
         super().__init__(spec["name"], spec, self._call)
         self.turn = turn
 

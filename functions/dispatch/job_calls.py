@@ -18,7 +18,6 @@ from typing import Any
 from sandbox_common import messages
 from sandbox_common.errors import SandboxError, SandboxFailure, SandboxInvalidRequest
 from sandbox_common.models import CancelJobRequest, ExecuteCodeRequest, GetJobRequest
-from sandbox_common.observability import logger
 from sandbox_common.outcome import Outcome, internal_failure, public
 from sandbox_common.windows import utc_now
 
@@ -38,15 +37,8 @@ def submit(dispatcher: Any, deps: JobDeps, req: ExecuteCodeRequest, turn: Turn, 
     `dispatcher`: the Dispatcher (its pre-flight, quota, session and record steps); `turn`: the
     caller's turn, already claimed with its token (§16.5)."""
     outcome = Outcome(request=req, invocation_id=str(uuid.uuid4()), started_at=utc_now())
-    try:
+    with outcome.failures_answered("job_submit_internal_error"):  # execute_code's own wrapper
         return _submit(dispatcher, deps, req, turn, outcome, budget, refuse_unless_ready)
-    except SandboxInvalidRequest:
-        raise  # nothing counted, nothing run: no audit row
-    except SandboxFailure as failure:
-        outcome.fail(failure)
-    except Exception:  # noqa: BLE001 — never a stack trace to the agent; still audited
-        logger.exception("job_submit_internal_error", extra={"invocation_id": outcome.invocation_id})
-        outcome.fail(SandboxError(messages.INTERNAL, failure_reason="internal_error"))
     dispatcher._record(outcome.finish())  # the failed submit's one row
     return outcome.response()
 

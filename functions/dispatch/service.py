@@ -20,8 +20,6 @@ from sandbox_common import audit, messages
 from sandbox_common.errors import (
     SandboxCapExceeded,
     SandboxError,
-    SandboxFailure,
-    SandboxInvalidRequest,
     SandboxProvisioning,
 )
 from sandbox_common.files import GetFileRequest
@@ -191,15 +189,8 @@ class Dispatcher:
         seconds the Lambda has left (None outside Lambda): every wait below is bounded by it, so
         the call always answers and audits before the runtime would kill it."""
         outcome = Outcome(request=req, invocation_id=str(uuid.uuid4()), started_at=utc_now())
-        try:
+        with outcome.failures_answered("execute_code_internal_error"):  # invalid -> raised, no row
             self._steps(req, turn, outcome, time_left)
-        except SandboxInvalidRequest:
-            raise  # nothing counted, nothing run: no audit row
-        except SandboxFailure as failure:
-            outcome.fail(failure)
-        except Exception:  # noqa: BLE001 — never a stack trace to the agent; still audited
-            logger.exception("execute_code_internal_error", extra={"invocation_id": outcome.invocation_id})
-            outcome.fail(SandboxError(messages.INTERNAL, failure_reason="internal_error"))
         self._record(outcome.finish())
         return outcome
 

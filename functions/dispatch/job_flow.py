@@ -113,6 +113,10 @@ def finish_due_jobs(deps: JobDeps, *, limit: int = 200) -> list[tuple[str, str]]
             logger.warning("job_reap_failed", extra={"job_id": record.job_id, "tenant_id": record.tenant_id,
                                                       "failure_reason": str(exc)})  # fmt: skip
             continue
+        except Exception as exc:  # noqa: BLE001 — e.g. a tenant whose runner cannot be built: the others go on
+            logger.exception("job_reap_failed", extra={"job_id": record.job_id, "tenant_id": record.tenant_id,
+                                                        "failure_reason": type(exc).__name__})  # fmt: skip
+            continue
         if view.status != "running":
             ended.append((record.job_id, view.status))
     return ended

@@ -295,7 +295,7 @@ class JobStore:
         """Jobs not yet final (running or finishing), earliest deadline first (sparse by_open index)."""
         try:
             pages = self.ddb.get_paginator("query").paginate(
-                TableName=self.table, IndexName="by_open",
+                TableName=self.table, IndexName=n.JOB_OPEN_INDEX,
                 KeyConditionExpression="#o = :o", ExpressionAttributeNames={"#o": n.JOB_ATTR_OPEN},
                 ExpressionAttributeValues={":o": {"S": n.JOB_OPEN_SHARD}},
             )  # fmt: skip

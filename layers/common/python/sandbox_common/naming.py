@@ -617,3 +617,14 @@ AUDIT_TOOL_CALLS = "tool_calls"
 AUDIT_TOOL_CALL_RECORDS = "tool_call_records"
 # The §15 response status of a paused call.
 STATUS_TOOL_CALL = "tool_call"
+
+# --- background jobs: reaper sweep and poll cost (issue 13) ------------------------------------
+# The sparse index of jobs not yet final, queried by the reaper's job sweep and busy_sessions.
+JOB_OPEN_INDEX = next(ix.name for ix in JOBS.indexes if ix.pk == JOB_ATTR_OPEN)
+# The reaper hook (reaper.hooks) that ends unpolled jobs, and the module that registers it.
+REAPER_HOOK_JOBS = "background_jobs"
+REAPER_JOBS_SWEEP_MODULE = "reaper.job_sweep"
+# On a job item: the SHA-256 of its turn's token (§16.5), copied from the turn the submit claimed
+# (a turn's token hash never changes once bound), so get_job/cancel_job check the token with the
+# job read alone. "" = a token-less turn; absent = a job from before: its turn is read instead.
+JOB_ATTR_TURN_TOKEN_HASH = "turn_token_sha256"

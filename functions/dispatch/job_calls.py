@@ -21,8 +21,9 @@ from sandbox_common.models import CancelJobRequest, ExecuteCodeRequest, GetJobRe
 from sandbox_common.outcome import Outcome, internal_failure, public
 from sandbox_common.windows import utc_now
 
-from . import job_actions, turn_logic
+from . import job_actions, turn_guard, turn_logic
 from .job_flow import JobDeps
+from .jobs import JobRecord
 from .preflight import Preflight
 from .turns import Turn, TurnStoreUnavailable
 
@@ -55,7 +56,8 @@ def _submit(dispatcher: Any, deps: JobDeps, req: ExecuteCodeRequest, turn: Turn,
     live = turn.live_session and turn.interpreter_id == interpreter_id
     record = job_actions.reserve(req, deps, invocation_id=outcome.invocation_id, environment=pf.environment,
                                  session_id=str(turn.session_id) if live else "",
-                                 interpreter_id=interpreter_id if live else "")  # fmt: skip
+                                 interpreter_id=interpreter_id if live else "",
+                                 turn_token_hash=turn.token_hash)  # the turn was claimed with its token (§16.5)  # fmt: skip
     try:
         dispatcher._quota(req, outcome)
         runner = dispatcher.runner_factory(pf)
@@ -77,27 +79,34 @@ def _session_age(dispatcher: Any, req: ExecuteCodeRequest) -> float:
 
 
 def observe(dispatcher: Any, deps: JobDeps, req: GetJobRequest | CancelJobRequest) -> dict[str, Any]:
-    """get_job / cancel_job: the turn must be the caller's (an ended turn still answers: its jobs
-    outlive end_turn); another tenant's, agent's or turn's job is refused like an unknown id."""
+    """get_job / cancel_job: the job must be the caller's (another tenant's, agent's or turn's job
+    is refused like an unknown id; an ended turn's jobs still answer: they outlive end_turn) and
+    the turn token must be its turn's (§16.5), checked against the hash kept on the job item — a
+    turn's hash never changes once bound, so this is the turn's own check without reading the
+    turn: a running job's poll costs the job read plus one status call to its session."""
     try:
-        turn = dispatcher.turns.get(req.tenant_id, req.turn_id)
-    except TurnStoreUnavailable as exc:
-        internal_failure(f"turn_store_unavailable:{exc}")
-        return public(SandboxError(messages.INTERNAL, failure_reason=f"turn_store_unavailable:{exc}"))
-    if turn is None:
-        raise SandboxInvalidRequest(job_actions.UNKNOWN_JOB)
-    turn_logic.check_token(turn, req.turn_token, required=dispatcher.settings.require_turn_token,
-                           tenant_id=req.tenant_id, agent_id=req.agent_id, turn_id=req.turn_id)  # §16.5
-    turn_logic.check_owner(turn, req.tenant_id, req.agent_id)
-    try:
-        if isinstance(req, CancelJobRequest):
-            return job_actions.cancel(req, deps)
-        return job_actions.get_job(req, deps)
+        record = job_actions.owned(req, deps)
+        _check_token(dispatcher, req, record)
+        return job_actions.answer(record, deps, cancel=isinstance(req, CancelJobRequest))
     except SandboxInvalidRequest:
         raise
     except SandboxFailure as failure:
         internal_failure(str(failure.fields.get("failure_reason")))
         return public(failure)
+
+
+def _check_token(dispatcher: Any, req: GetJobRequest | CancelJobRequest, record: JobRecord) -> None:
+    stored = record.turn_token_hash
+    if stored is None:  # a job item from before the hash was kept on it: its turn says
+        try:
+            turn = dispatcher.turns.get(req.tenant_id, req.turn_id)
+        except TurnStoreUnavailable as exc:
+            raise SandboxError(messages.INTERNAL, failure_reason=f"turn_store_unavailable:{exc}") from None
+        if turn is None:
+            raise SandboxInvalidRequest(job_actions.UNKNOWN_JOB)
+        stored = turn.token_hash
+    turn_guard.check(token=req.turn_token, stored_hash=stored, required=dispatcher.settings.require_turn_token,
+                     tenant_id=req.tenant_id, agent_id=req.agent_id, turn_id=req.turn_id)  # fmt: skip
 
 
 def pending(deps: JobDeps, tenant_id: str, turn_id: str) -> list[str]:

@@ -203,3 +203,31 @@ def test_jobs_get_and_cancel_without_the_turn_token_are_refused(stack: Stack) ->
     assert (foreign["error"], foreign["error_message"]) == ("SandboxInvalidRequest", messages.TURN_TOKEN_REJECTED)
     final, _ = wait_final(stack, submitted["job_id"])
     assert final["status"] == "completed"
+
+
+def test_jobs_token_checked_against_the_hash_kept_on_the_job_and_older_items_read_the_turn(stack: Stack) -> None:
+    import hashlib
+
+    from dispatch import dependencies
+    from sandbox_common import aws, messages
+
+    # Given a running job of turn-1 (bound to its token)
+    submitted = stack.dispatch(job("h1", "import time\ntime.sleep(2)\nprint('hashed')"))
+    store = dependencies.dispatcher().jobs.store
+    token = turn_token_for("acme", "turn-1")
+    # Then the job item keeps the turn's token hash, the very one the turn item holds
+    turn = dependencies.dispatcher().turns.get("acme", "turn-1")
+    record = store.get(submitted["job_id"])
+    assert record is not None and turn is not None
+    assert record.turn_token_hash == turn.token_hash == hashlib.sha256(token.encode()).hexdigest()
+    # When the item is one from before the hash was kept (attribute absent)
+    aws.client("dynamodb").update_item(TableName=store.table, Key={"job_key": {"S": f"job#{submitted['job_id']}"}},
+                                       UpdateExpression=f"REMOVE {n.JOB_ATTR_TURN_TOKEN_HASH}")  # fmt: skip
+    assert store.get(submitted["job_id"]).turn_token_hash is None  # type: ignore[union-attr]
+    wrong = stack.dispatch(get_job(submitted["job_id"], turn_token=turn_token_for("acme", "turn-x")))
+    right = stack.dispatch(get_job(submitted["job_id"]))
+    # Then its turn is read instead: a wrong token is still refused, the right one answers
+    assert (wrong["error"], wrong["error_message"]) == ("SandboxInvalidRequest", messages.TURN_TOKEN_REJECTED)
+    assert right["ok"] is True and right["status"] in ("running", "completed")
+    final, _ = wait_final(stack, submitted["job_id"])
+    assert (final["status"], final["stdout"]) == ("completed", "hashed\n")

@@ -119,11 +119,11 @@ def test_reaper_and_get_job_racing_end_a_job_exactly_once(reaper_stack: Stack) -
     for job in jobs:
         barrier = threading.Barrier(2)
 
-        def sweep() -> None:
+        def sweep(barrier: threading.Barrier = barrier) -> None:
             barrier.wait()
             swept.append(end_due_jobs(time.time()))
 
-        def poll(job_id: str = job["job_id"]) -> None:
+        def poll(job_id: str = job["job_id"], barrier: threading.Barrier = barrier) -> None:
             barrier.wait()
             answers[job_id] = _get_job(stack, "turn-race", job_id)
 

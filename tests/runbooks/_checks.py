@@ -649,6 +649,7 @@ DOMAIN_FIELDS = {
     # issue 11 (§16): the reaper's lines and turn-token refusals
     "slot_id", "state", "source", "environment", "sweep", "refill", "hooks",
     "budget_usd", "estimated_spend_usd", "calls_today",  # daily budget crossed (issue 15)
+    "job_id",  # background jobs (issue 13): job_ended lines of dispatch and the reaper
 }  # fmt: skip
 INSIGHTS_COMMANDS = {"fields", "filter", "stats", "sort", "limit", "display", "parse", "dedup"}
 INSIGHTS_FUNCTIONS = {

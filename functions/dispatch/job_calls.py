@@ -68,13 +68,14 @@ def _submit(dispatcher: Any, deps: JobDeps, req: ExecuteCodeRequest, turn: Turn,
     outcome.session_id = session_id
     settings = dispatcher.settings
     return job_actions.launch(record, deps, code=req.code, session_id=session_id, interpreter_id=interpreter_id,
-                              session_left_s=settings.session_timeout_seconds - _session_age(dispatcher, req),
+                              session_left_s=settings.session_timeout_seconds - _session_age(dispatcher, turn, session_id),
                               reserve_s=settings.call_timeout_seconds + JOB_SESSION_RESERVE_MARGIN_SECONDS)  # fmt: skip
 
 
-def _session_age(dispatcher: Any, req: ExecuteCodeRequest) -> float:
-    turn = dispatcher.turns.get(req.tenant_id, req.turn_id)
-    started = turn.session_started_at if turn is not None else None
+def _session_age(dispatcher: Any, turn: Turn, session_id: str) -> float:
+    """Seconds the job's session has lived: the claimed turn's live session keeps its start time;
+    any other session (started, or activated by a racing call, during this submit) is brand new."""
+    started = turn.session_started_at if turn.live_session and turn.session_id == session_id else None
     return 0.0 if started is None else max(0.0, dispatcher.turns.clock() - started)
 
 

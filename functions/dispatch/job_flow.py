@@ -101,12 +101,17 @@ def cancel_job(record: JobRecord, deps: JobDeps) -> JobView:
     return _observe(record, deps, cancel=True)
 
 
-def finish_due_jobs(deps: JobDeps, *, limit: int = 200) -> list[tuple[str, str]]:
+def finish_due_jobs(deps: JobDeps, *, limit: int = 200, until: float | None = None) -> list[tuple[str, str]]:
     """For the scheduled reaper: observe every job that is not final yet and end those that ended
     (or are overdue, or whose session is gone). Returns [(job_id, status)] of the jobs it ended.
-    Never raises for one job: a failure is logged and the job is left for the next run."""
+    Never raises for one job: a failure is logged and the job is left for the next run. `until`
+    (epoch seconds, deps.clock): no job is started on after it — the rest wait for the next run,
+    earliest deadline first, so the reaper's other work always gets its turn."""
     ended: list[tuple[str, str]] = []
     for record in deps.store.open_jobs(limit=limit):
+        if until is not None and deps.clock() >= until:
+            logger.info("job_reap_budget_spent", extra={"ended": len(ended)})
+            break
         try:
             view = _observe(record, deps, cancel=False)
         except (JobCheckFailed, JobStoreUnavailable) as exc:

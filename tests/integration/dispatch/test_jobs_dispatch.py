@@ -231,3 +231,23 @@ def test_jobs_token_checked_against_the_hash_kept_on_the_job_and_older_items_rea
     assert right["ok"] is True and right["status"] in ("running", "completed")
     final, _ = wait_final(stack, submitted["job_id"])
     assert (final["status"], final["stdout"]) == ("completed", "hashed\n")
+
+
+def test_jobs_timeout_fits_the_remaining_life_of_the_turns_session(stack: Stack) -> None:
+    from sandbox_common import aws
+
+    # Given a turn whose live session started 500 s ago (session timeout 900 s, call timeout 120 s)
+    assert stack.dispatch(event(call_id="s0", code="x = 1"))["ok"] is True
+    aws.client("dynamodb").update_item(
+        TableName=stack.resources.tables[n.TURNS.logical],
+        Key={n.TURNS.pk: {"S": "acme"}, n.TURNS.sort_key: {"S": "turn-1"}},
+        UpdateExpression="SET session_started_at = session_started_at - :age", ExpressionAttributeValues={":age": {"N": "500"}},
+    )  # fmt: skip
+    # When a job asks for 600 s in it
+    submitted = stack.dispatch(job("s1", "print('short')", timeout_s=600))
+    # Then it runs in that session with what the session has left minus the reserve (900-500-180), and says so
+    assert submitted["status"] == "running"
+    assert 215 <= submitted["timeout_s"] <= 220
+    assert "600 s to" in submitted["notice"]
+    final, _ = wait_final(stack, submitted["job_id"])
+    assert final["stdout"] == "short\n"

@@ -382,3 +382,14 @@ def test_job_flow_reaper_goes_on_past_a_tenant_whose_runner_cannot_be_built(env)
     assert (ok.job_id, "completed") in ended
     assert ghost.job_id not in [job_id for job_id, _ in ended]
     assert len(audit_rows(env, ok.invocation_id)) == 1
+
+
+def test_job_flow_reaper_takes_no_job_after_its_time_budget(env):
+    # Given a finished job nobody observed
+    done = submit(env, "print('later')")
+    time.sleep(1.0)
+    # When the sweep runs with its budget already spent, then it leaves the job for the next run
+    assert job_flow.finish_due_jobs(env["deps"], until=time.time() - 1) == []
+    assert audit_rows(env, done.invocation_id) == []
+    # And a run with time left ends it
+    assert job_flow.finish_due_jobs(env["deps"], until=time.time() + 60) == [(done.job_id, "completed")]

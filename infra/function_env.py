@@ -73,6 +73,11 @@ def function_environment(
             call_timeout_seconds=config.call_timeout_seconds,
             session_timeout_seconds=config.session_timeout_seconds,
             jobs_table=tables[n.JOBS.logical],
+            invocations_table=tables[n.INVOCATIONS.logical],
+            audit_dlq_url=audit_dlq_url,
+            audit_retention_days=config.audit_retention_days,
+            stdout_cap_bytes=config.stdout_cap_bytes,
+            stderr_cap_bytes=config.stderr_cap_bytes,
         )
     else:
         raise ValueError(f"unknown function {logical!r}")

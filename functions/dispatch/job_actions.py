@@ -51,15 +51,16 @@ def timeout_of(req: Any) -> int:
 
 
 def reserve(req: Any, deps: JobDeps, *, invocation_id: str, environment: str | None,
-            session_id: str = "", interpreter_id: str = "") -> JobRecord:  # fmt: skip
+            session_id: str = "", interpreter_id: str = "", turn_token_hash: str | None = None) -> JobRecord:  # fmt: skip
     """Take a slot and create the job record — with the turn's live session if it has one (then
-    `launch` needs no second write when the job runs there). Raises SandboxInvalidRequest (4th
-    running job: nothing written) or SandboxError (store down)."""
+    `launch` needs no second write when the job runs there) and the hash its turn is bound to
+    (`turn_token_hash`, §16.5: get_job checks the token against it). Raises SandboxInvalidRequest
+    (4th running job: nothing written) or SandboxError (store down)."""
     record = JobRecord(
         job_id=f"job-{uuid.uuid4().hex}", tenant_id=req.tenant_id, agent_id=req.agent_id, turn_id=req.turn_id,
         session_id=session_id, interpreter_id=interpreter_id, invocation_id=invocation_id, call_id=req.call_id,
         timeout_s=timeout_of(req), submitted_ms=int(deps.clock() * 1000),
-        audit_base=audit_base(req, environment=environment),
+        audit_base=audit_base(req, environment=environment), turn_token_hash=turn_token_hash,
     )  # fmt: skip
     try:
         deps.store.create(record)
@@ -112,7 +113,9 @@ def launch(record: JobRecord, deps: JobDeps, *, code: str, session_id: str, inte
     return answer
 
 
-def _owned(req: Any, deps: JobDeps) -> JobRecord:
+def owned(req: Any, deps: JobDeps) -> JobRecord:
+    """The caller's job (one consistent GetItem). Another tenant's, agent's or turn's job is
+    refused exactly like an unknown id (SandboxInvalidRequest); a store failure is SandboxError."""
     try:
         return deps.store.get_owned(req.job_id, tenant_id=req.tenant_id, agent_id=req.agent_id, turn_id=req.turn_id)
     except JobNotFound:
@@ -124,16 +127,17 @@ def _owned(req: Any, deps: JobDeps) -> JobRecord:
 def get_job(req: Any, deps: JobDeps) -> dict[str, Any]:
     """`{"ok": true, "status": "running", "elapsed_ms"}` or the job's final answer. A job of another
     tenant, agent or turn is refused exactly like an unknown id."""
-    return _answer(_owned(req, deps), deps, cancel=False)
+    return answer(owned(req, deps), deps, cancel=False)
 
 
 def cancel(req: Any, deps: JobDeps) -> dict[str, Any]:
     """Ends the job (its processes are gone within seconds) and answers its final result —
     `cancelled`, or how it had already ended."""
-    return _answer(_owned(req, deps), deps, cancel=True)
+    return answer(owned(req, deps), deps, cancel=True)
 
 
-def _answer(record: JobRecord, deps: JobDeps, *, cancel: bool) -> dict[str, Any]:
+def answer(record: JobRecord, deps: JobDeps, *, cancel: bool) -> dict[str, Any]:
+    """Observe (or cancel) an owned job: one status call to its session while it runs."""
     try:
         view = (cancel_job if cancel else poll_job)(record, deps)
     except JobCheckFailed as exc:

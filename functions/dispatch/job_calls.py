@@ -3,7 +3,8 @@ delegates to — a `background: true` execute_code (`submit`), get_job / cancel_
 and end_turn's pending jobs (`pending`). The job logic itself is job_actions / job_flow.
 
 submit, in dispatch's order: turn + pre-flight → ready? → reserve a slot (a 4th running job is
-SandboxInvalidRequest: nothing counted, no row) → quota (counted once, here) → session → launch.
+SandboxInvalidRequest: nothing counted, no row) → session capacity (§16.2: a cap refusal counts
+nothing) → quota (counted once, here) → session → launch.
 Any failure after the reservation releases the slot and is answered and audited like any failed
 call. A launched job answers at once and writes NO row now: its one row is written when it ends,
 under the same invocation_id.
@@ -18,13 +19,14 @@ from typing import Any
 from sandbox_common import messages
 from sandbox_common.errors import SandboxError, SandboxFailure, SandboxInvalidRequest
 from sandbox_common.models import CancelJobRequest, ExecuteCodeRequest, GetJobRequest
-from sandbox_common.observability import logger
 from sandbox_common.outcome import Outcome, internal_failure, public
 from sandbox_common.windows import utc_now
 
-from . import job_actions, turn_logic
+from . import job_actions, turn_guard, turn_logic
 from .job_flow import JobDeps
+from .jobs import JobRecord
 from .preflight import Preflight
+from .session_flow import SessionCall
 from .turns import Turn, TurnStoreUnavailable
 
 # Seconds a job's deadline keeps from its session's end (beyond the call timeout): room to observe
@@ -38,15 +40,8 @@ def submit(dispatcher: Any, deps: JobDeps, req: ExecuteCodeRequest, turn: Turn, 
     `dispatcher`: the Dispatcher (its pre-flight, quota, session and record steps); `turn`: the
     caller's turn, already claimed with its token (§16.5)."""
     outcome = Outcome(request=req, invocation_id=str(uuid.uuid4()), started_at=utc_now())
-    try:
+    with outcome.failures_answered("job_submit_internal_error"):  # execute_code's own wrapper
         return _submit(dispatcher, deps, req, turn, outcome, budget, refuse_unless_ready)
-    except SandboxInvalidRequest:
-        raise  # nothing counted, nothing run: no audit row
-    except SandboxFailure as failure:
-        outcome.fail(failure)
-    except Exception:  # noqa: BLE001 — never a stack trace to the agent; still audited
-        logger.exception("job_submit_internal_error", extra={"invocation_id": outcome.invocation_id})
-        outcome.fail(SandboxError(messages.INTERNAL, failure_reason="internal_error"))
     dispatcher._record(outcome.finish())  # the failed submit's one row
     return outcome.response()
 
@@ -63,49 +58,63 @@ def _submit(dispatcher: Any, deps: JobDeps, req: ExecuteCodeRequest, turn: Turn,
     live = turn.live_session and turn.interpreter_id == interpreter_id
     record = job_actions.reserve(req, deps, invocation_id=outcome.invocation_id, environment=pf.environment,
                                  session_id=str(turn.session_id) if live else "",
-                                 interpreter_id=interpreter_id if live else "")  # fmt: skip
+                                 interpreter_id=interpreter_id if live else "",
+                                 turn_token_hash=turn.token_hash)  # the turn was claimed with its token (§16.5)  # fmt: skip
+    call = SessionCall()
     try:
-        dispatcher._quota(req, outcome)
-        runner = dispatcher.runner_factory(pf)
-        session_id, _ = dispatcher._session(turn, pf, runner, outcome.invocation_id, budget())
+        dispatcher.sessions.prepare(call, turn, pf)  # §16.2: a session-cap refusal counts nothing
+        try:
+            dispatcher._quota(req, outcome)
+            runner = dispatcher.runner_factory(pf)
+            session_id, _ = dispatcher._session(turn, pf, runner, outcome.invocation_id, budget(), call=call)
+        finally:
+            dispatcher.sessions.abandon(call)  # capacity no session used (quota refused, lost the race)
     except BaseException:
         job_actions.release(record, deps)
         raise
     outcome.session_id = session_id
     settings = dispatcher.settings
     return job_actions.launch(record, deps, code=req.code, session_id=session_id, interpreter_id=interpreter_id,
-                              session_left_s=settings.session_timeout_seconds - _session_age(dispatcher, req),
+                              session_left_s=settings.session_timeout_seconds - _session_age(dispatcher, turn, session_id),
                               reserve_s=settings.call_timeout_seconds + JOB_SESSION_RESERVE_MARGIN_SECONDS)  # fmt: skip
 
 
-def _session_age(dispatcher: Any, req: ExecuteCodeRequest) -> float:
-    turn = dispatcher.turns.get(req.tenant_id, req.turn_id)
-    started = turn.session_started_at if turn is not None else None
+def _session_age(dispatcher: Any, turn: Turn, session_id: str) -> float:
+    """Seconds the job's session has lived: the claimed turn's live session keeps its start time;
+    any other session (started, or activated by a racing call, during this submit) is brand new."""
+    started = turn.session_started_at if turn.live_session and turn.session_id == session_id else None
     return 0.0 if started is None else max(0.0, dispatcher.turns.clock() - started)
 
 
 def observe(dispatcher: Any, deps: JobDeps, req: GetJobRequest | CancelJobRequest) -> dict[str, Any]:
-    """get_job / cancel_job: the turn must be the caller's (an ended turn still answers: its jobs
-    outlive end_turn); another tenant's, agent's or turn's job is refused like an unknown id."""
+    """get_job / cancel_job: the job must be the caller's (another tenant's, agent's or turn's job
+    is refused like an unknown id; an ended turn's jobs still answer: they outlive end_turn) and
+    the turn token must be its turn's (§16.5), checked against the hash kept on the job item — a
+    turn's hash never changes once bound, so this is the turn's own check without reading the
+    turn: a running job's poll costs the job read plus one status call to its session."""
     try:
-        turn = dispatcher.turns.get(req.tenant_id, req.turn_id)
-    except TurnStoreUnavailable as exc:
-        internal_failure(f"turn_store_unavailable:{exc}")
-        return public(SandboxError(messages.INTERNAL, failure_reason=f"turn_store_unavailable:{exc}"))
-    if turn is None:
-        raise SandboxInvalidRequest(job_actions.UNKNOWN_JOB)
-    turn_logic.check_token(turn, req.turn_token, required=dispatcher.settings.require_turn_token,
-                           tenant_id=req.tenant_id, agent_id=req.agent_id, turn_id=req.turn_id)  # §16.5
-    turn_logic.check_owner(turn, req.tenant_id, req.agent_id)
-    try:
-        if isinstance(req, CancelJobRequest):
-            return job_actions.cancel(req, deps)
-        return job_actions.get_job(req, deps)
+        record = job_actions.owned(req, deps)
+        _check_token(dispatcher, req, record)
+        return job_actions.answer(record, deps, cancel=isinstance(req, CancelJobRequest))
     except SandboxInvalidRequest:
         raise
     except SandboxFailure as failure:
         internal_failure(str(failure.fields.get("failure_reason")))
         return public(failure)
+
+
+def _check_token(dispatcher: Any, req: GetJobRequest | CancelJobRequest, record: JobRecord) -> None:
+    stored = record.turn_token_hash
+    if stored is None:  # a job item from before the hash was kept on it: its turn says
+        try:
+            turn = dispatcher.turns.get(req.tenant_id, req.turn_id)
+        except TurnStoreUnavailable as exc:
+            raise SandboxError(messages.INTERNAL, failure_reason=f"turn_store_unavailable:{exc}") from None
+        if turn is None:
+            raise SandboxInvalidRequest(job_actions.UNKNOWN_JOB)
+        stored = turn.token_hash
+    turn_guard.check(token=req.turn_token, stored_hash=stored, required=dispatcher.settings.require_turn_token,
+                     tenant_id=req.tenant_id, agent_id=req.agent_id, turn_id=req.turn_id)  # fmt: skip
 
 
 def pending(deps: JobDeps, tenant_id: str, turn_id: str) -> list[str]:

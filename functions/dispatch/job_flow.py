@@ -101,17 +101,26 @@ def cancel_job(record: JobRecord, deps: JobDeps) -> JobView:
     return _observe(record, deps, cancel=True)
 
 
-def finish_due_jobs(deps: JobDeps, *, limit: int = 200) -> list[tuple[str, str]]:
+def finish_due_jobs(deps: JobDeps, *, limit: int = 200, until: float | None = None) -> list[tuple[str, str]]:
     """For the scheduled reaper: observe every job that is not final yet and end those that ended
     (or are overdue, or whose session is gone). Returns [(job_id, status)] of the jobs it ended.
-    Never raises for one job: a failure is logged and the job is left for the next run."""
+    Never raises for one job: a failure is logged and the job is left for the next run. `until`
+    (epoch seconds, deps.clock): no job is started on after it — the rest wait for the next run,
+    earliest deadline first, so the reaper's other work always gets its turn."""
     ended: list[tuple[str, str]] = []
     for record in deps.store.open_jobs(limit=limit):
+        if until is not None and deps.clock() >= until:
+            logger.info("job_reap_budget_spent", extra={"ended": len(ended)})
+            break
         try:
             view = _observe(record, deps, cancel=False)
         except (JobCheckFailed, JobStoreUnavailable) as exc:
             logger.warning("job_reap_failed", extra={"job_id": record.job_id, "tenant_id": record.tenant_id,
                                                       "failure_reason": str(exc)})  # fmt: skip
+            continue
+        except Exception as exc:  # noqa: BLE001 — e.g. a tenant whose runner cannot be built: the others go on
+            logger.exception("job_reap_failed", extra={"job_id": record.job_id, "tenant_id": record.tenant_id,
+                                                        "failure_reason": type(exc).__name__})  # fmt: skip
             continue
         if view.status != "running":
             ended.append((record.job_id, view.status))

@@ -1,8 +1,8 @@
 """Dispatch-side state of background jobs (SPEC §17): the data-access layer over the JOBS table.
 
 Items (naming.JOBS, key `job_key`):
-- `job#{job_id}`: tenant_id, agent_id, turn_id, session_id, interpreter_id, invocation_id,
-  call_id, timeout_s, submitted_at / deadline_at (ISO, index keys), submitted_ms, audit_base
+- `job#{job_id}`: tenant_id, agent_id, turn_id, turn_token_sha256 (the turn's, §16.5), session_id,
+  interpreter_id, invocation_id, call_id, timeout_s, submitted_at / deadline_at (ISO, index keys), submitted_ms, audit_base
   (JSON: the audit fields known at submit), state, and once it ended: final_state, outcome
   (zlib-compressed JSON: the agent's final answer and the runner's audit fields), ended_ms.
 - `turn#{tenant_id}#{turn_id}`: `running` (slots in use) and `open_jobs` (string set).
@@ -85,6 +85,9 @@ class JobRecord:
     outcome: dict[str, Any] | None = None
     ended_ms: int | None = None
     audit_base: dict[str, Any] = field(default_factory=dict)
+    # §16.5: the SHA-256 of the job's turn token, copied from the turn at submit ("" = token-less
+    # turn; None = a job item from before it was kept: get_job reads the turn instead).
+    turn_token_hash: str | None = None
 
     @property
     def deadline_ms(self) -> int:
@@ -115,6 +118,8 @@ class JobRecord:
         }
         if self.open:
             item[n.JOB_ATTR_OPEN] = {"S": n.JOB_OPEN_SHARD}
+        if self.turn_token_hash is not None:
+            item[n.JOB_ATTR_TURN_TOKEN_HASH] = {"S": self.turn_token_hash}
         return item
 
     @classmethod
@@ -134,6 +139,7 @@ class JobRecord:
             invocation_id=s("invocation_id") or "", call_id=s("call_id") or "", timeout_s=i("timeout_s") or 0,
             submitted_ms=i("submitted_ms") or 0, state=s("state") or RUNNING, final_state=s("final_state"),
             outcome=outcome, ended_ms=i("ended_ms"), audit_base=json.loads(s("audit_base") or "{}"),
+            turn_token_hash=s(n.JOB_ATTR_TURN_TOKEN_HASH),
         )  # fmt: skip
 
 
@@ -295,7 +301,7 @@ class JobStore:
         """Jobs not yet final (running or finishing), earliest deadline first (sparse by_open index)."""
         try:
             pages = self.ddb.get_paginator("query").paginate(
-                TableName=self.table, IndexName="by_open",
+                TableName=self.table, IndexName=n.JOB_OPEN_INDEX,
                 KeyConditionExpression="#o = :o", ExpressionAttributeNames={"#o": n.JOB_ATTR_OPEN},
                 ExpressionAttributeValues={":o": {"S": n.JOB_OPEN_SHARD}},
             )  # fmt: skip

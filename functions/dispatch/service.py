@@ -23,8 +23,6 @@ from sandbox_common import naming as n
 from sandbox_common.errors import (
     SandboxCapExceeded,
     SandboxError,
-    SandboxFailure,
-    SandboxInvalidRequest,
     SandboxProvisioning,
 )
 from sandbox_common.files import GetFileRequest
@@ -233,15 +231,9 @@ class Dispatcher:
         audit row is only sent here and lands before the caller answers (`after.join()`)."""
         outcome = Outcome(request=req, invocation_id=str(uuid.uuid4()), started_at=utc_now())
         call = SessionCall()
-        try:
+        # invalid -> raised, no row; paused at a tool call (§15) -> raised, its row comes when it ends
+        with outcome.failures_answered("execute_code_internal_error", passes=(tool_flow.ToolCallPaused,)):
             self._steps(req, turn, outcome, time_left, call)
-        except (SandboxInvalidRequest, tool_flow.ToolCallPaused):
-            raise  # nothing counted, nothing run / paused at a tool call: no audit row (yet)
-        except SandboxFailure as failure:
-            outcome.fail(failure)
-        except Exception:  # noqa: BLE001 — never a stack trace to the agent; still audited
-            logger.exception("execute_code_internal_error", extra={"invocation_id": outcome.invocation_id})
-            outcome.fail(SandboxError(messages.INTERNAL, failure_reason="internal_error"))
         call.render(outcome)  # session_source, events / retries (§16.1, §16.6)
         self._record(outcome.finish(), after)
         return outcome

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from sandbox_common import naming as n
+
 Hook = Callable[[float], dict]
 
 # Modules whose import registers a sweep (append yours; the reaper imports them at cold start).
-SWEEP_MODULES: tuple[str, ...] = ()
+SWEEP_MODULES: tuple[str, ...] = (n.REAPER_JOBS_SWEEP_MODULE,)  # background jobs (issue 13)
 
 _HOOKS: dict[str, Hook] = {}
 

@@ -68,10 +68,13 @@ class Reaper:
         now = time.time()
         summary: dict[str, Any] = {}
         if refill_only is None:
+            # The hooks first: a sweep that ends work (the job sweep stops the session of a turn's
+            # last job) frees it before the session sweep looks, so its slot is released this run.
+            summary["hooks"] = hooks.run_all(now)
             summary["sweep"] = sweep.sweep(
                 self.ledger, turn_reader=lambda tenant_id, turn_id: sweep.read_turn(self.ddb, self.settings.turns_table, tenant_id, turn_id),
                 stop=self.stop, now=now, session_timeout_seconds=self.settings.session_timeout_seconds,
-                busy_sessions=JobStore(table_name=self.settings.jobs_table, ddb=self.ddb).busy_sessions,
+                busy_sessions=self.jobs().busy_sessions if self.settings.jobs_table else None,
             ).to_dict()  # fmt: skip
         sizes = refill.desired_sizes(self.ssm, self.settings.stage)
         if refill_only is not None:
@@ -81,19 +84,22 @@ class Reaper:
             now=time.time, session_timeout_seconds=self.settings.session_timeout_seconds,
             call_timeout_seconds=self.settings.call_timeout_seconds,
         ).to_dict()  # fmt: skip
-        if refill_only is None:
-            summary["hooks"] = hooks.run_all(now)
         return summary
+
+    def jobs(self) -> JobStore:
+        """Background jobs' store (§17): the job sweep ends jobs, the session sweep spares busy sessions."""
+        return JobStore(table_name=self.settings.jobs_table, ddb=self.ddb)
 
 
 @lru_cache(maxsize=64)
 def _runner(tenant_id: str, role_arn: str, allowed: tuple[str, ...], session_timeout: int,
             call_timeout: int) -> SessionRunner:  # fmt: skip
+    # The stage's output caps, as dispatch's runner has them: a job the reaper ends is answered
+    # (a later get_job) and audited from this runner's shaping of its output (issue 13).
     settings = reaper_settings()
-    del settings  # the runner's caps only shape agent-visible output, which the reaper never reads
     return SessionRunner(tenant_id=tenant_id, allowed_interpreter_ids=allowed, runner_role_arn=role_arn,
                          session_timeout_seconds=session_timeout, call_timeout_seconds=call_timeout,
-                         stdout_cap_bytes=4096, stderr_cap_bytes=4096)  # fmt: skip
+                         stdout_cap_bytes=settings.stdout_cap_bytes, stderr_cap_bytes=settings.stderr_cap_bytes)  # fmt: skip
 
 
 @lru_cache(maxsize=1)

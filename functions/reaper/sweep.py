@@ -7,10 +7,14 @@ A slot is reaped (session stopped, then its capacity released) when
 - `unowned`:      no turn owns it — the slot names no turn, the turn is gone, or the turn moved
                   on to another session — and it is older than the grace a start needs;
 - `recycled`:     a warm session nobody claimed, at its recycle time (before the session timeout).
-A live session of a live turn is never touched, nor a session with a background job not yet ended
-(§17: it outlives end_turn until its last job ends; if the jobs cannot be read, no session is
-judged `turn_ended` or `unowned` in that run). A stop that fails keeps the slot (capacity stays
+A live session of a live turn is never touched. A stop that fails keeps the slot (capacity stays
 held by a session that may still run); the next sweep retries it.
+
+A session that still runs a background job (§17: it outlives end_turn until its last job ends) is
+spared from `turn_ended` / `unowned`: `busy_sessions()` (JobStore.busy_sessions) names them, read
+once per sweep. If it cannot be read, every such slot is spared this run (a job is never killed on
+a guess; the capacity waits one more period). The job sweep stops the session when its last job
+ends; `lease_expired` (past the session timeout: AgentCore already ended it) is never spared.
 """
 
 from __future__ import annotations
@@ -23,8 +27,8 @@ from sandbox_common import naming as n
 from sandbox_common.observability import emit_metric, logger
 from sandbox_common.sessions.ledger import SessionLedger, Slot
 
-# Reasons a running background job overrides: its session still works for the job.
-_SPARED_BY_JOBS = frozenset({"turn_ended", "unowned"})
+# Reasons a running background job overrides (its session must outlive the turn).
+SPARED_FOR_JOBS = ("turn_ended", "unowned")
 # A slot may briefly disagree with its turn while a first call is between "slot active" and
 # "turn active": never judge a slot younger than this as unowned.
 UNOWNED_GRACE_SECONDS = 300
@@ -69,12 +73,12 @@ class SweepReport:
     examined: int = 0
     reaped: int = 0
     stop_failed: int = 0
-    spared_for_jobs: int = 0
     by_reason: dict[str, int] | None = None
+    spared_for_jobs: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"examined": self.examined, "reaped": self.reaped, "stop_failed": self.stop_failed,
-                "spared_for_jobs": self.spared_for_jobs, "by_reason": dict(self.by_reason or {})}  # fmt: skip
+                "by_reason": dict(self.by_reason or {}), "spared_for_jobs": self.spared_for_jobs}  # fmt: skip
 
 
 def sweep(
@@ -84,26 +88,25 @@ def sweep(
     stop: Callable[[Slot], bool],
     now: float,
     session_timeout_seconds: int,
-    busy_sessions: Callable[[], set[str]],
+    busy_sessions: Callable[[], set[str]] | None = None,
 ) -> SweepReport:
     """`stop(slot)` stops the slot's session with its tenant's runner (True = no longer running);
-    `busy_sessions()` = ids of sessions with a background job not yet ended."""
+    `busy_sessions()` the session ids with a background job not yet final (None: no jobs)."""
     report = SweepReport(by_reason={})
-    busy: set[str] | None
-    try:
-        busy = busy_sessions()
-    except Exception as exc:  # noqa: BLE001 — unknown jobs: spare every session a job might use
-        logger.warning("reaper_jobs_unreadable", extra={"cause": type(exc).__name__})
-        busy = None
+    busy: set[str] | None = set()
+    busy_read = busy_sessions is None
     for slot in ledger.slots():
         report.examined += 1
         turn = turn_reader(slot.tenant_id, slot.turn_id) if slot.turn_id and slot.state == "active" else None
         reason = verdict(slot, turn, now=now, session_timeout_seconds=session_timeout_seconds)
         if reason is None:
             continue
-        if reason in _SPARED_BY_JOBS and (busy is None or (slot.session_id or "") in busy):
-            report.spared_for_jobs += 1
-            continue
+        if reason in SPARED_FOR_JOBS and slot.session_id:
+            if not busy_read:  # read once, and only when some slot is due
+                busy, busy_read = _read_busy(busy_sessions), True
+            if busy is None or slot.session_id in busy:
+                report.spared_for_jobs += 1
+                continue
         if slot.session_id and not stop(slot):
             report.stop_failed += 1
             continue
@@ -120,3 +123,14 @@ def sweep(
             if reason != "recycled":
                 emit_metric(n.METRIC_SESSIONS_REAPED, properties={"reason": reason, "tenant_id": slot.tenant_id})
     return report
+
+
+def _read_busy(busy_sessions: Callable[[], set[str]] | None) -> set[str] | None:
+    """The busy session ids, or None when they cannot be read (then nothing is judged idle)."""
+    if busy_sessions is None:
+        return set()
+    try:
+        return set(busy_sessions())
+    except Exception as exc:  # noqa: BLE001 — the jobs table is down: spare, never kill a job on a guess
+        logger.warning("busy_sessions_unavailable", extra={"failure_reason": type(exc).__name__})
+        return None

@@ -96,7 +96,8 @@ class ComputeConstruct(Construct):
             audit_dlq_url=state.audit_dlq.queue_url,
         )
         self._grant_dispatch(dispatch)
-        reaper = self._build_function(n.REAPER, timeout=function_timeout_seconds(config, n.REAPER))
+        reaper = self._build_function(n.REAPER, timeout=function_timeout_seconds(config, n.REAPER),
+                                      audit_dlq_url=state.audit_dlq.queue_url)  # a reaped job's row (issue 13)
         self._grant_reaper(reaper)
         self.reaper_schedule = self._build_reaper_schedule(reaper)
 
@@ -370,8 +371,10 @@ class ComputeConstruct(Construct):
             arn_format=cdk.ArnFormat.SLASH_RESOURCE_NAME,
         )  # fmt: skip
         role.add_to_policy(iam.PolicyStatement(
-            sid="AssumeTenantRunnerRoles", actions=["sts:AssumeRole"], resources=[runner_roles],
+            # TagSession: the runner's AssumeRole carries the tenant session tag the runner roles require.
+            sid="AssumeTenantRunnerRoles", actions=["sts:AssumeRole", "sts:TagSession"], resources=[runner_roles],
         ))  # fmt: skip
+        self._grant_reaper_jobs(role)
         _acknowledge_wildcard(
             role, f"Resource::{_nag_arn(self, sandbox_params)}",
             "Warm-pool sizes (tenants/<id>/warm/<env>), session caps and tenant substrates are added per "
@@ -382,6 +385,25 @@ class ComputeConstruct(Construct):
             "One session-runner role per tenant, added with the tenant's shard; the reaper stops leaked "
             "sessions and starts warm ones only through a tenant's own runner role (SPEC §6.4).",
         )  # fmt: skip
+
+
+    def _grant_reaper_jobs(self, role: iam.Role) -> None:
+        """Background jobs (issue 13): the reaper's job sweep finds jobs not yet final (by_open
+        index), ends each one exactly once (JobStore.claim_end / mark_final: conditional Update
+        transactions, then GetItem), writes its one audit row (append-only PutItem, the DLQ on
+        failure) and spares the sessions of running jobs (JobStore.busy_sessions: the same query)."""
+        tables = self._state.tables
+        jobs = tables[n.JOBS.logical]
+        role.add_to_policy(iam.PolicyStatement(
+            sid="EndBackgroundJobs", actions=["dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query"],
+            resources=[jobs.table_arn, f"{jobs.table_arn}/index/{n.JOB_OPEN_INDEX}"],
+        ))  # fmt: skip
+        role.add_to_policy(iam.PolicyStatement(
+            sid="AppendAuditRows", actions=["dynamodb:PutItem"], resources=[tables[n.INVOCATIONS.logical].table_arn],
+        ))  # fmt: skip
+        role.add_to_policy(iam.PolicyStatement(
+            sid="DeadLetterAuditRows", actions=["sqs:SendMessage"], resources=[self._state.audit_dlq.queue_arn],
+        ))  # fmt: skip
 
 
 def _cid(logical: str) -> str:

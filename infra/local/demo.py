@@ -158,6 +158,55 @@ def files_step(target: Any, turn: str) -> list[str]:
     return problems
 
 
+JOB_CODE = """import time
+for step in range(1, 4):
+    print(f'step {step}/3 done', flush=True)
+    time.sleep(1)
+print('result: 42')
+"""
+
+
+def jobs_step(target: Any) -> list[str]:
+    """A background job (§17) through the agent client: submitted (answers at once), polled with a
+    progress callback while it runs, its result; end_turn then has nothing pending; one audit row."""
+    from sandbox_common.agent_client import SandboxTurn
+
+    from infra.sandboxctl import ops
+
+    print("\n10. a fourth turn: a background job (execute_code with background: true), polled until it ends")
+    turn = SandboxTurn(target.dispatch_function, tenant_id=TENANT, agent_id=AGENT, template_id=TEMPLATE,
+                       lambda_client=target.client("lambda"), invocation_source="chat")  # fmt: skip
+    turn.begin()
+    _show("request", {"action": "execute_code", "background": True, "timeout_s": 60, "code": JOB_CODE, "...": "ids"})
+    submitted = turn.submit(JOB_CODE, timeout_s=60)
+    _show("response", submitted)
+    if submitted.get("status") != "running":
+        return [f"the job was not started: {submitted.get('error')}: {submitted.get('error_message')}"]
+    seen: list[int] = []
+
+    def progress(answer: dict[str, Any]) -> None:  # the agent client's progress callback
+        seen.append(int(answer["elapsed_ms"]))
+        print(f"  get_job -> running, elapsed {answer['elapsed_ms'] / 1000:.1f} s")
+
+    final = turn.wait(submitted["job_id"], progress=progress, poll_seconds=0.7, timeout_s=60)
+    _show("response", final)
+    ended = turn.end()
+    problems = []
+    if final.get("status") != "completed" or "result: 42" not in str(final.get("stdout")):
+        problems.append(f"the job answered {final.get('status')!r} / {final.get('stdout')!r}, expected its result")
+    if not seen:
+        problems.append("get_job never answered `running` while the job ran")
+    if ended.get("pending_jobs"):
+        problems.append(f"end_turn still lists pending jobs after the job ended: {ended['pending_jobs']}")
+    rows = [r for r in ops.audit_list(target, TENANT, session_id=submitted["session_id"])
+            if r["invocation_id"] == submitted["invocation_id"]]  # fmt: skip
+    print(f"\n  the job's audit row: {len(rows)} (background: {rows[0].get('background') if rows else None}, "
+          f"job_status: {rows[0].get('job_status') if rows else None})")
+    if len(rows) != 1 or rows[0].get("background") is not True:
+        problems.append(f"expected one background audit row for the job, found {len(rows)}")
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infra.local.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--keep", action="store_true", help="leave the stack running (prints its state dir)")
@@ -187,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n9. a third turn: programmatic tool calling — the code calls the agent's query_sales tool in a loop;"
               " each call pauses the code, the agent runtime runs the tool and resumes it")
         problems += demo_tools.run_tools_step(target, f"{facts['turn_id']}-tools", _show)
+        problems += jobs_step(target)
     except (CtlError, stack.LocalStackError) as exc:
         problems.append(str(exc))
     except Exception as exc:  # noqa: BLE001 - the demo reports, it never dumps a traceback on a newcomer
@@ -205,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print("\nDEMO OK: one turn, two calls sharing state in one session, two audit rows, two counted calls;"
           " a CSV in, a summary CSV and a chart out, both downloaded with matching sha256;"
-          " one program calling the agent's tool 3 times, answered by 3 resumes, one audit row.")
+          " one program calling the agent's tool 3 times, answered by 3 resumes, one audit row;"
+          " a background job polled while running, its result and its one audit row.")
     return 0
 
 

@@ -125,7 +125,7 @@ class JobRunner:
         source = status_source(job_id, out_limit=runner.stdout_cap_bytes + REDACTION_MARGIN_BYTES,
                                err_limit=runner.stderr_cap_bytes + REDACTION_MARGIN_BYTES, cancel=cancel)  # fmt: skip
         payload, _ = self._call(interpreter_id, session_id, source, STATUS_TIMEOUT_SECONDS)
-        state = payload.get("state")
+        state = str(payload.get("state"))
         now = float(payload.get("now") or time.time())
         started = float(payload.get("started_at") or now)
         elapsed_ms = max(0, int(round((now - started) * 1000)))

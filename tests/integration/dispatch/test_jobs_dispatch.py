@@ -203,3 +203,51 @@ def test_jobs_get_and_cancel_without_the_turn_token_are_refused(stack: Stack) ->
     assert (foreign["error"], foreign["error_message"]) == ("SandboxInvalidRequest", messages.TURN_TOKEN_REJECTED)
     final, _ = wait_final(stack, submitted["job_id"])
     assert final["status"] == "completed"
+
+
+def test_jobs_token_checked_against_the_hash_kept_on_the_job_and_older_items_read_the_turn(stack: Stack) -> None:
+    import hashlib
+
+    from dispatch import dependencies
+    from sandbox_common import aws, messages
+
+    # Given a running job of turn-1 (bound to its token)
+    submitted = stack.dispatch(job("h1", "import time\ntime.sleep(2)\nprint('hashed')"))
+    store = dependencies.dispatcher().jobs.store
+    token = turn_token_for("acme", "turn-1")
+    # Then the job item keeps the turn's token hash, the very one the turn item holds
+    turn = dependencies.dispatcher().turns.get("acme", "turn-1")
+    record = store.get(submitted["job_id"])
+    assert record is not None and turn is not None
+    assert record.turn_token_hash == turn.token_hash == hashlib.sha256(token.encode()).hexdigest()
+    # When the item is one from before the hash was kept (attribute absent)
+    aws.client("dynamodb").update_item(TableName=store.table, Key={"job_key": {"S": f"job#{submitted['job_id']}"}},
+                                       UpdateExpression=f"REMOVE {n.JOB_ATTR_TURN_TOKEN_HASH}")  # fmt: skip
+    assert store.get(submitted["job_id"]).turn_token_hash is None  # type: ignore[union-attr]
+    wrong = stack.dispatch(get_job(submitted["job_id"], turn_token=turn_token_for("acme", "turn-x")))
+    right = stack.dispatch(get_job(submitted["job_id"]))
+    # Then its turn is read instead: a wrong token is still refused, the right one answers
+    assert (wrong["error"], wrong["error_message"]) == ("SandboxInvalidRequest", messages.TURN_TOKEN_REJECTED)
+    assert right["ok"] is True and right["status"] in ("running", "completed")
+    final, _ = wait_final(stack, submitted["job_id"])
+    assert (final["status"], final["stdout"]) == ("completed", "hashed\n")
+
+
+def test_jobs_timeout_fits_the_remaining_life_of_the_turns_session(stack: Stack) -> None:
+    from sandbox_common import aws
+
+    # Given a turn whose live session started 500 s ago (session timeout 900 s, call timeout 120 s)
+    assert stack.dispatch(event(call_id="s0", code="x = 1"))["ok"] is True
+    aws.client("dynamodb").update_item(
+        TableName=stack.resources.tables[n.TURNS.logical],
+        Key={n.TURNS.pk: {"S": "acme"}, n.TURNS.sort_key: {"S": "turn-1"}},
+        UpdateExpression="SET session_started_at = session_started_at - :age", ExpressionAttributeValues={":age": {"N": "500"}},
+    )  # fmt: skip
+    # When a job asks for 600 s in it
+    submitted = stack.dispatch(job("s1", "print('short')", timeout_s=600))
+    # Then it runs in that session with what the session has left minus the reserve (900-500-180), and says so
+    assert submitted["status"] == "running"
+    assert 215 <= submitted["timeout_s"] <= 220
+    assert "600 s to" in submitted["notice"]
+    final, _ = wait_final(stack, submitted["job_id"])
+    assert final["stdout"] == "short\n"

@@ -29,6 +29,9 @@ def test_demo_runs_one_turn_end_to_end_and_stops_its_stack() -> None:
     # and the tools step: one program, three tool calls answered by resumes, one final summary
     assert out.stdout.count('"action": "resume"') == 3
     assert '"stdout": "total sales 400\\n"' in out.stdout and '"tool_calls": 3' in out.stdout
+    # and the jobs step: submitted, polled while running, its result, one background audit row
+    assert "get_job -> running, elapsed" in out.stdout and "result: 42" in out.stdout
+    assert "the job's audit row: 1 (background: True, job_status: completed)" in out.stdout
     # and none of the processes it printed is still running
     pids = [int(line.split("pid")[1].split()[0]) for line in out.stdout.splitlines() if " pid " in line]
     assert len(pids) == 3

@@ -209,6 +209,26 @@ def test_dispatch_session_cap_zero_refuses_every_first_call_and_counts_nothing(s
     stack.dispatch(event("end_turn", turn_id="turn-old"))
 
 
+def test_dispatch_background_submit_at_session_cap_zero_counts_nothing_and_holds_no_job(stack: Stack) -> None:
+    # Given global_sessions = 0 (the kill switch) in a fresh container
+    _set_session_cap(n.DIM_GLOBAL_SESSIONS, 0)
+    from dispatch import dependencies
+
+    dependencies.reset()
+    live_before, counted_before = stack.live_sessions(), _daily_count(stack)
+    # When a new turn's first call is a background job
+    refused = stack.dispatch(event(turn_id="turn-job", call_id="j1", code="print(1)", background=True, timeout_s=60))
+    # Then it is refused on global_sessions BEFORE the quota: nothing counted, no session, no job
+    assert (refused["error"], refused["dimension"]) == ("SandboxCapExceeded", n.DIM_GLOBAL_SESSIONS)
+    assert "job_id" not in refused
+    assert _daily_count(stack) == counted_before
+    assert stack.live_sessions() == live_before
+    assert slots_of(stack) == []
+    jobs = aws.client("dynamodb").scan(TableName=n.JOBS.physical("local"))["Items"]
+    assert [j for j in jobs if n.JOB_ATTR_OPEN in j] == []  # the reserved job slot was given back
+    assert _rows(stack)["j1"]["exit_status"] == "cap_exceeded"
+
+
 def test_dispatch_stopped_session_frees_its_slot_on_end_turn(stack: Stack) -> None:
     # Given tenant_sessions = 1, held by turn-1's session
     _set_session_cap(n.DIM_TENANT_SESSIONS, 1, "acme")

@@ -355,3 +355,41 @@ def test_job_actions_timeout_shortened_to_fit_the_session(env):
     assert answer["timeout_s"] == 70
     assert "900 s to 70 s" in answer["notice"]
     assert (stored.timeout_s, stored.deadline_ms) == (70, record.submitted_ms + 70_000)
+
+
+def test_job_flow_reaper_goes_on_past_a_tenant_whose_runner_cannot_be_built(env):
+    store: JobStore = env["store"]
+    # Given an open job of a tenant whose runner cannot be built (no substrate), and a finished job
+    ghost = JobRecord(job_id=f"job-{uuid.uuid4().hex[:12]}", tenant_id="ghost", agent_id="agent-1", turn_id="t-g",
+                      session_id="sess-ghost", interpreter_id="sbx_ghost", invocation_id=str(uuid.uuid4()),
+                      call_id="call-g", timeout_s=30, submitted_ms=int(time.time() * 1000) - 1000)  # fmt: skip
+    store.create(ghost)
+    ok = submit(env, "print('y')")
+    time.sleep(1.0)
+    runner = env["runner"]
+
+    def runner_for(tenant: str) -> SessionRunner:
+        if tenant == "ghost":
+            raise LookupError("no substrate published for this tenant")
+        return runner
+
+    deps = job_flow.JobDeps(store=store, runner_for=runner_for, audit_writer=env["deps"].audit_writer,
+                            retention_days=30, turn_closed=lambda t, u: False)  # fmt: skip
+    # When the reaper's sweep runs (the ghost's job comes first: earlier deadline)
+    ended = job_flow.finish_due_jobs(deps)
+    # Then the ghost's job is left open for a later run and the other one still ends, once
+    assert [job.job_id for job in store.open_jobs()][:1] == [ghost.job_id]
+    assert (ok.job_id, "completed") in ended
+    assert ghost.job_id not in [job_id for job_id, _ in ended]
+    assert len(audit_rows(env, ok.invocation_id)) == 1
+
+
+def test_job_flow_reaper_takes_no_job_after_its_time_budget(env):
+    # Given a finished job nobody observed
+    done = submit(env, "print('later')")
+    time.sleep(1.0)
+    # When the sweep runs with its budget already spent, then it leaves the job for the next run
+    assert job_flow.finish_due_jobs(env["deps"], until=time.time() - 1) == []
+    assert audit_rows(env, done.invocation_id) == []
+    # And a run with time left ends it
+    assert job_flow.finish_due_jobs(env["deps"], until=time.time() + 60) == [(done.job_id, "completed")]

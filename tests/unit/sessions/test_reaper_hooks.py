@@ -9,6 +9,13 @@ import pytest
 from reaper import hooks
 
 
+@pytest.fixture(autouse=True)
+def _only_this_tests_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A registry of this test's hooks only: real sweep modules (e.g. reaper.job_sweep) may have
+    registered theirs earlier in the same process."""
+    monkeypatch.setattr(hooks, "_HOOKS", {})
+
+
 def test_load_imports_sweep_modules_which_register_their_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a sweep module that registers itself on import
     module = types.ModuleType("sweep_fixture_mod")
@@ -63,3 +70,16 @@ def test_run_all_survives_a_failing_hook_and_reports_it() -> None:
         hooks.unregister("bad")
     assert seen == [5.0]
     assert results == {"good": {"ok": True, "ended": 2}, "bad": {"ok": False, "error": "RuntimeError"}}
+
+
+def test_sweep_modules_register_the_background_jobs_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sandbox_common import naming as n
+
+    # Given a cold container (the sweep module not imported yet)
+    monkeypatch.delitem(sys.modules, n.REAPER_JOBS_SWEEP_MODULE, raising=False)
+    # When the reaper loads its sweep list as at cold start
+    hooks.load()
+    # Then the background-jobs sweep (issue 13) registered itself under its name
+    hook = hooks.registered()[n.REAPER_HOOK_JOBS]
+    assert hook.__module__ == n.REAPER_JOBS_SWEEP_MODULE
+    assert hook.__name__ == "end_due_jobs"

@@ -648,3 +648,15 @@ WARM_RECYCLE_MARGIN_SECONDS = 60
 TOOLS_MODULE = "sandbox_tools"
 # failure_reason of a paused call ended by end_turn (or a resume after it): SandboxTimeout.
 REASON_TOOL_TURN_ENDED = "tool_wait_ended:turn_ended"
+
+
+# --- background jobs: reaper sweep and poll cost (issue 13) ------------------------------------
+# The sparse index of jobs not yet final, queried by the reaper's job sweep and busy_sessions.
+JOB_OPEN_INDEX = next(ix.name for ix in JOBS.indexes if ix.pk == JOB_ATTR_OPEN)
+# The reaper hook (reaper.hooks) that ends unpolled jobs, and the module that registers it.
+REAPER_HOOK_JOBS = "background_jobs"
+REAPER_JOBS_SWEEP_MODULE = "reaper.job_sweep"
+# On a job item: the SHA-256 of its turn's token (§16.5), copied from the turn the submit claimed
+# (a turn's token hash never changes once bound), so get_job/cancel_job check the token with the
+# job read alone. "" = a token-less turn; absent = a job from before: its turn is read instead.
+JOB_ATTR_TURN_TOKEN_HASH = "turn_token_sha256"

@@ -21,7 +21,8 @@ failure_reason is built from codes and type names.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -31,7 +32,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from . import messages
 from . import naming as n
 from .audit import code_hash, expires_at
-from .errors import SandboxError, SandboxFailure
+from .errors import SandboxError, SandboxFailure, SandboxInvalidRequest
 from .models import ExecuteCodeRequest
 from .observability import emit_metric, logger
 from .output_log import log_output
@@ -133,6 +134,23 @@ class Outcome:
         self.exit_status = result.exit_status
         if failure is not None:
             self.failure = failure
+
+    @contextmanager
+    def failures_answered(self, log_event: str, *, passes: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
+        """The one error wrapper of a call that leaves an audit row (execute_code, a job's submit):
+        SandboxInvalidRequest propagates (nothing counted or run: no row), and so does any of
+        `passes` (e.g. a tool-calling pause: the row comes when the call ends); a SandboxFailure fails
+        the outcome; anything else is logged as `log_event` and fails it as an internal error —
+        never a stack trace to the agent. The caller then records the outcome's one row."""
+        try:
+            yield
+        except (SandboxInvalidRequest, *passes):
+            raise
+        except SandboxFailure as failure:
+            self.fail(failure)
+        except Exception:  # noqa: BLE001 — still answered and audited
+            logger.exception(log_event, extra={"invocation_id": self.invocation_id})
+            self.fail(SandboxError(messages.INTERNAL, failure_reason="internal_error"))
 
     def add(self, **fields: Any) -> None:
         """A field for both the agent response and the audit row / log event."""

@@ -65,7 +65,15 @@ class ReaperSettings(_Settings):
     call_timeout_seconds: int = Field(alias=n.ENV_CALL_TIMEOUT, default=120, gt=0)
     session_timeout_seconds: int = Field(alias=n.ENV_SESSION_TIMEOUT, default=900, gt=0)
     cache_ttl_seconds: int = Field(alias=n.ENV_CACHE_TTL, default=60, ge=0, le=60)
-    jobs_table: str = Field(alias=n.ENV_JOBS_TABLE)  # sessions with running jobs are spared (§17)
+    # Background jobs (issue 13): the reaper ends jobs nobody polls (job_sweep) — their one audit
+    # row, shaped with the stage's output caps exactly as dispatch would answer them.
+    jobs_table: str = Field(alias=n.ENV_JOBS_TABLE, default="")
+    invocations_table: str = Field(alias=n.ENV_INVOCATIONS_TABLE, default="")
+    audit_dlq_url: str = Field(alias=n.ENV_AUDIT_DLQ_URL, default="")
+    audit_retention_days: int = Field(alias=n.ENV_AUDIT_RETENTION_DAYS, default=30, ge=1, le=180)
+    audit_spool_path: str = Field(alias=n.ENV_AUDIT_SPOOL, default="")  # local stack only
+    stdout_cap_bytes: int = Field(alias=n.ENV_STDOUT_CAP, default=262_144, gt=0)
+    stderr_cap_bytes: int = Field(alias=n.ENV_STDERR_CAP, default=32_768, gt=0)
 
 
 class BackstopSettings(_Settings):

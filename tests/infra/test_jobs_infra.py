@@ -1,0 +1,63 @@
+"""Background jobs in the synthesized stages (issue 13): the reaper's job sweep holds exactly what
+it calls — the jobs table and its by_open index, append-only audit rows, the audit DLQ, the
+tenant runner roles with the session tag — and gets the environment that names them."""
+
+from __future__ import annotations
+
+import pytest
+from sandbox_common import naming as n
+
+from infra.config import STAGES
+from tests.infra._cfn import allowed_actions, policy_statements, resources, statement_resources
+
+
+def _reaper(all_stages, stage: str) -> tuple[dict, str, dict]:
+    core = all_stages[stage][n.stack_name(stage, "Core")]
+    (role_id,) = [rid for rid, r in resources(core, "AWS::IAM::Role").items()
+                  if r["Properties"].get("RoleName") == n.function_role_name(stage, n.REAPER)]  # fmt: skip
+    (fn,) = [r for r in resources(core, "AWS::Lambda::Function").values()
+             if r["Properties"]["FunctionName"] == n.function_name(stage, n.REAPER)]  # fmt: skip
+    return core, role_id, fn
+
+
+def _table_id(core: dict, spec: n.TableSpec, stage: str) -> str:
+    return next(rid for rid, r in resources(core, "AWS::DynamoDB::Table").items()
+                if r["Properties"]["TableName"] == spec.physical(stage))  # fmt: skip
+
+
+@pytest.mark.parametrize("stage", sorted(STAGES))
+def test_reaper_role_holds_exactly_the_job_sweeps_calls(all_stages, stage: str) -> None:
+    # Given the reaper's role
+    core, role_id, _ = _reaper(all_stages, stage)
+    statements = [st for owner, st in policy_statements(core) if owner == role_id]
+    jobs_arn = f"<{_table_id(core, n.JOBS, stage)}.Arn>"
+    audit_arn = f"<{_table_id(core, n.INVOCATIONS, stage)}.Arn>"
+
+    def actions_on(arn: str) -> set[str]:
+        return {a for st in statements if arn in statement_resources(st) for a in allowed_actions(st)}
+
+    # Then on the jobs table: read, conditional end (Update transactions) and the by_open query
+    assert actions_on(jobs_arn) == {"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query"}
+    assert actions_on(f"{jobs_arn}/index/{n.JOB_OPEN_INDEX}") == {"dynamodb:GetItem", "dynamodb:UpdateItem",
+                                                                  "dynamodb:Query"}  # fmt: skip
+    # And on the audit table only the append-only PutItem (the writer sends attribute_not_exists)
+    assert actions_on(audit_arn) == {"dynamodb:PutItem"}
+    # And a row that cannot be written goes to the audit DLQ
+    dlq_id = next(rid for rid, r in resources(core, "AWS::SQS::Queue").items()
+                  if r["Properties"]["QueueName"] == n.audit_dlq_name(stage))  # fmt: skip
+    assert actions_on(f"<{dlq_id}.Arn>") == {"sqs:SendMessage"}
+    # And it may tag its runner-role sessions with the tenant, as the runner's AssumeRole does
+    assume = [st for st in statements if "sts:AssumeRole" in allowed_actions(st)]
+    assert len(assume) == 1
+    assert set(allowed_actions(assume[0])) == {"sts:AssumeRole", "sts:TagSession"}
+
+
+@pytest.mark.parametrize("stage", sorted(STAGES))
+def test_reaper_environment_names_jobs_and_audit(all_stages, stage: str) -> None:
+    # Given the reaper function
+    core, _, fn = _reaper(all_stages, stage)
+    env = fn["Properties"]["Environment"]["Variables"]
+    # Then its environment names the jobs and audit tables and the audit DLQ
+    assert env[n.ENV_JOBS_TABLE] == {"Ref": _table_id(core, n.JOBS, stage)}
+    assert env[n.ENV_INVOCATIONS_TABLE] == {"Ref": _table_id(core, n.INVOCATIONS, stage)}
+    assert env[n.ENV_AUDIT_DLQ_URL] != ""

@@ -1,0 +1,238 @@
+"""Dispatch dies while a background job runs (SPEC §17, issue 13): the Lambda worker is a real
+process of the local Lambda emulator, killed with SIGKILL. The job keeps running in its session
+(nothing on the host holds it); the reaper's sweep or the next get_job ends it, and its audit row
+is written exactly once — also when the worker died in the middle of ending the job (its end
+claimed, its row not yet written), and when that dead worker's PutItem still lands afterwards.
+
+Dispatch's AWS calls from the worker go through a small proxy in front of moto that can hold one
+request (the audit PutItem) while the worker is killed, then drop it or let it land late.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import boto3
+import pytest
+from sandbox_common import naming as n
+
+from infra.config import build_config
+from infra.local.lambda_emulator import FunctionSpec, LambdaEmulator
+from infra.local.stack import lambda_function_specs
+from tests.conftest import free_port
+from tests.support.stack import turn_token_for
+
+from .conftest import Stack, event
+
+JOB = "import time\ntime.sleep(2)\nprint('survived')"
+
+
+class HoldingProxy:
+    """Forwards every request to moto, except the first one `hold_if(target, body)` matches: that
+    one is held until `release(deliver=...)`, then forwarded late (deliver=True) or dropped."""
+
+    def __init__(self, upstream: str, hold_if: Callable[[str, bytes], bool]) -> None:
+        self.upstream = urlsplit(upstream)
+        self.hold_if = hold_if
+        self.held = threading.Event()
+        self._release = threading.Event()
+        self._deliver = False
+        self._taken = False
+        self.delivered = threading.Event()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - stdlib name
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                headers = dict(self.headers.items())
+                if not proxy._taken and proxy.hold_if(headers.get("X-Amz-Target", ""), body):
+                    proxy._taken = True
+                    proxy.held.set()
+                    proxy._release.wait(120)
+                    if proxy._deliver:  # the dead worker's request lands after all
+                        proxy.forward(self.path, headers, body)
+                        proxy.delivered.set()
+                    self.close_connection = True
+                    return
+                status, keep, payload = proxy.forward(self.path, headers, body)
+                self.send_response(status)
+                for key, value in keep.items():
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST  # noqa: N815
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True, name="holding-proxy").start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def forward(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, str], bytes]:
+        conn = http.client.HTTPConnection(self.upstream.hostname, self.upstream.port, timeout=30)
+        sent = {k: v for k, v in headers.items() if k.lower() not in ("host", "connection")}
+        conn.request("POST", path, body=body, headers=sent)
+        answer = conn.getresponse()
+        payload = answer.read()
+        keep = {k: v for k, v in answer.getheaders()
+                if k.lower() not in ("transfer-encoding", "connection", "content-length")}  # fmt: skip
+        conn.close()
+        return answer.status, keep, payload
+
+    def release(self, *, deliver: bool) -> None:
+        self._deliver = deliver
+        self._release.set()
+
+    def close(self) -> None:
+        self._release.set()
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@pytest.fixture
+def worker_dispatch(reaper_stack: Stack) -> Iterator[dict[str, Any]]:
+    """Dispatch as a Lambda worker process (its CDK environment), its AWS calls through a
+    HoldingProxy that holds the first audit PutItem."""
+    stack = reaper_stack
+    audit_table = stack.resources.tables[n.INVOCATIONS.logical]
+    proxy = HoldingProxy(stack.moto, lambda target, body: target.endswith(".PutItem")
+                         and json.loads(body or b"{}").get("TableName") == audit_table)  # fmt: skip
+    port = free_port()
+    endpoints = {
+        "AWS_ENDPOINT_URL": proxy.endpoint, "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE": stack.interpreter.endpoint,
+        "AWS_ENDPOINT_URL_LAMBDA": stack.emulator.endpoint, "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1",
+    }  # fmt: skip
+    name = stack.resources.functions[n.DISPATCH]
+    (spec,) = [FunctionSpec.from_dict({**s, "max_concurrency": 1})
+               for s in lambda_function_specs(build_config("local"), stack.resources, endpoints)
+               if s["name"] == name]  # fmt: skip
+    emulator = LambdaEmulator([spec], port=port).start()
+    client = boto3.client("lambda", endpoint_url=emulator.endpoint, region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")  # fmt: skip
+    try:
+        yield {"stack": stack, "proxy": proxy, "client": client, "name": name}
+    finally:
+        emulator.stop()
+        proxy.close()
+
+
+def _invoke(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+    out = ctx["client"].invoke(FunctionName=ctx["name"], Payload=json.dumps(payload).encode())
+    body = json.loads(out["Payload"].read())
+    return {"function_error": out.get("FunctionError"), **(body if isinstance(body, dict) else {})}
+
+
+def _dispatch_workers(handler: str) -> list[int]:
+    """Pids of this process's emulator workers running `handler` (the Lambda containers)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_bytes()
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        ppid = int(stat[stat.rfind(b")") + 2 :].split()[1])
+        if ppid == os.getpid() and handler.encode() in cmdline and any(b"lambda_worker" in c for c in cmdline):
+            found.append(int(entry.name))
+    return found
+
+
+def _get_job(turn_id: str, job_id: str) -> dict[str, Any]:
+    return {"action": "get_job", "tenant_id": "acme", "agent_id": "agent-7", "turn_id": turn_id, "job_id": job_id,
+            "turn_token": turn_token_for("acme", turn_id)}  # fmt: skip
+
+
+def _rows(stack: Stack, invocation_id: str) -> list[dict[str, Any]]:
+    return [r for r in stack.audit_rows("acme") if r["invocation_id"] == invocation_id]
+
+
+def _kill_worker() -> int:
+    (pid,) = _dispatch_workers(n.handler_string(n.DISPATCH))
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+def test_jobs_crash_worker_killed_while_job_runs_job_ends_with_one_row(worker_dispatch: dict[str, Any]) -> None:
+    from reaper.job_sweep import end_due_jobs
+
+    ctx, stack = worker_dispatch, worker_dispatch["stack"]
+    # Given a job submitted through the dispatch Lambda worker, still running
+    submitted = _invoke(ctx, event(turn_id="turn-kill", call_id="c-job", code=JOB, background=True))
+    assert submitted["status"] == "running", submitted
+    # When that worker is killed (SIGKILL) while the job runs
+    pid = _kill_worker()
+    # Then the job keeps running in its session and ends there; nothing was written meanwhile
+    assert _rows(stack, submitted["invocation_id"]) == []
+    time.sleep(2.5)
+    # When the reaper's sweep runs, and later a get_job reaches a fresh dispatch container
+    swept = end_due_jobs(time.time())
+    final = stack.dispatch(_get_job("turn-kill", submitted["job_id"]))
+    # Then the job ended completed with its output, and its audit row exists exactly once
+    assert swept["ended"] == 1
+    assert (final["status"], final["stdout"]) == ("completed", "survived\n")
+    (row,) = _rows(stack, submitted["invocation_id"])
+    assert (row["background"], row["job_status"], row["session_id"]) == (True, "completed", submitted["session_id"])
+    assert pid not in _dispatch_workers(n.handler_string(n.DISPATCH))
+
+
+@pytest.mark.parametrize("dead_put", ["dropped", "lands_late"])
+def test_jobs_crash_worker_killed_while_ending_the_job_row_written_once(worker_dispatch: dict[str, Any],
+                                                                        dead_put: str) -> None:  # fmt: skip
+    from dispatch.jobs import FINISHING, JobStore
+    from reaper.job_sweep import end_due_jobs
+    from sandbox_common import aws
+
+    ctx, stack, proxy = worker_dispatch, worker_dispatch["stack"], worker_dispatch["proxy"]
+    turn_id = f"turn-end-{dead_put}"
+    # Given a finished job whose end a get_job in the dispatch worker observes ...
+    submitted = _invoke(ctx, event(turn_id=turn_id, call_id="c-job", code=JOB, background=True))
+    assert submitted["status"] == "running", submitted
+    time.sleep(2.5)
+    answers: list[dict[str, Any]] = []
+    poll = threading.Thread(target=lambda: answers.append(_invoke(ctx, _get_job(turn_id, submitted["job_id"]))))
+    poll.start()
+    # ... and that worker is killed after it claimed the end, while its audit PutItem is in flight
+    assert proxy.held.wait(60), "the worker never reached the audit write"
+    _kill_worker()
+    poll.join(60)
+    proxy.release(deliver=dead_put == "lands_late")
+    if dead_put == "lands_late":
+        assert proxy.delivered.wait(30)
+    # Then the Lambda invocation failed (the agent saw no answer) and the end is claimed, outcome stored
+    assert answers and answers[0]["function_error"] == "Unhandled"
+    store = JobStore(table_name=stack.resources.tables[n.JOBS.logical], ddb=aws.client("dynamodb"))
+    claimed = store.get(submitted["job_id"])
+    assert claimed is not None and claimed.state == FINISHING and claimed.final_state == "completed"
+    assert len(_rows(stack, submitted["invocation_id"])) == (1 if dead_put == "lands_late" else 0)
+    # When the reaper's sweep runs, then a get_job and a second sweep come
+    swept = end_due_jobs(time.time())
+    final = stack.dispatch(_get_job(turn_id, submitted["job_id"]))
+    again = end_due_jobs(time.time())
+    # Then the job is final, answered from the first observed outcome, and its row exists exactly once
+    assert swept["ended"] == 1 and again["ended"] == 0
+    assert (final["status"], final["stdout"]) == ("completed", "survived\n")
+    (row,) = _rows(stack, submitted["invocation_id"])
+    assert (row["background"], row["job_status"], row["stdout_bytes"]) == (True, "completed", 9)
+    assert store.get(submitted["job_id"]).state == "completed"  # type: ignore[union-attr]

@@ -23,6 +23,8 @@ from sandbox_common import naming as n
 from sandbox_common.errors import (
     SandboxCapExceeded,
     SandboxError,
+    SandboxFailure,
+    SandboxInvalidRequest,
     SandboxProvisioning,
 )
 from sandbox_common.files import GetFileRequest

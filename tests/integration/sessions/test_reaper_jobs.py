@@ -12,29 +12,19 @@ from typing import Any
 import pytest
 from sandbox_common import aws
 from sandbox_common import naming as n
-from sandbox_common.sessions.ledger import SessionCaps, SessionLedger
 
 from tests.conftest import LambdaContext
 from tests.support.stack import turn_token_for
 
-from .conftest import Stack, event, interpreter_id, slots_of
-
-CAPS = SessionCaps(20, 200)
-
-
-def _ledger() -> SessionLedger:
-    return SessionLedger(table_name=n.SESSIONS.physical("local"), ddb=aws.client("dynamodb"))
+from .conftest import Stack, event, slots_of
 
 
 def _turn_with_slot(stack: Stack, turn_id: str) -> str:
-    """A turn whose first call started a session through dispatch, recorded in the ledger as
-    dispatch's session source records it (slot reserved for the turn, then activated)."""
+    """A turn whose first call started a session through dispatch, which recorded it in the ledger
+    (a slot reserved for the turn, then activated: §16.2)."""
     first = stack.dispatch(event(turn_id=turn_id, call_id=f"{turn_id}-c0", code="x = 1"))
     assert first["ok"] is True
-    ledger = _ledger()
-    slot = ledger.reserve(tenant_id="acme", environment="default-public", source="cold", caps=CAPS, lease_seconds=60,
-                          turn_id=turn_id, agent_id="agent-7").slot_id  # fmt: skip
-    assert ledger.activate(slot, session_id=first["session_id"], interpreter_id=interpreter_id(stack))
+    assert [s.turn_id for s in slots_of(stack) if s.session_id == first["session_id"]] == [turn_id]
     return str(first["session_id"])
 
 

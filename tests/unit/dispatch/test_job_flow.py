@@ -221,8 +221,13 @@ def test_job_flow_dispatch_killed_while_job_runs_job_still_ends_and_is_audited_o
     assert proc.stdout.readline().strip() == b"submitted"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
-    # When the job has ended and the reaper and a poll observe it concurrently
-    time.sleep(3.0)
+    # When the job has ended in its session (observed read-only: nothing ends it or writes a row)
+    observer = JobRunner(env["deps"].runner_for("acme"))
+    deadline = time.monotonic() + 60
+    while not observer.job_status(INTERPRETER, env["session"], "job-orphan").final:
+        assert time.monotonic() < deadline, "the job did not end within 60 s"
+        time.sleep(0.25)
+    # and the reaper and a poll observe it concurrently
     ended: list[Any] = []
     reapers = [threading.Thread(target=lambda: ended.append(job_flow.finish_due_jobs(env["deps"]))) for _ in range(2)]
     for t in reapers:

@@ -6,6 +6,7 @@ without paying for jsii; tests/infra compares them with the synthesized template
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from sandbox_common import naming as n
@@ -29,7 +30,7 @@ RUNNER_ACTIONS: tuple[str, ...] = (
 )
 
 
-def runner_trust(principal: dict[str, object], tenant_id: str) -> dict[str, object]:
+def runner_trust(principal: Mapping[str, object], tenant_id: str) -> dict[str, object]:
     """Trust policy of a tenant's session-runner role: the dispatch role may assume it only
     while tagging the session `tenant_id` = this tenant (issue 10). `sts:TagSession` must be
     allowed for a tagged AssumeRole; the condition on `aws:RequestTag` makes the tag required

@@ -144,7 +144,9 @@ class Outcome:
         never a stack trace to the agent. The caller then records the outcome's one row."""
         try:
             yield
-        except (SandboxInvalidRequest, *passes):
+        except SandboxInvalidRequest:
+            raise
+        except passes:
             raise
         except SandboxFailure as failure:
             self.fail(failure)

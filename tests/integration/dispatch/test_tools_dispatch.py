@@ -183,6 +183,14 @@ def test_tools_tool_error_from_the_agent_reaches_the_code(tools_stack: Stack) ->
     assert final["tool_calls"] == 1
 
 
+def _slot_sessions(stack: Stack) -> list[str | None]:
+    """Sessions holding a slot in the session ledger (§16.2)."""
+    from sandbox_common.sessions.ledger import SessionLedger
+
+    ledger = SessionLedger(table_name=stack.resources.tables[n.SESSIONS.logical], ddb=aws.client("dynamodb"))
+    return [slot.session_id for slot in ledger.slots()]
+
+
 @pytest.fixture
 def short_wait(tools_stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Stack:
     """A 1-second tool wait bound (the stage's tool_wait_seconds)."""
@@ -202,6 +210,7 @@ def test_tools_result_after_the_wait_bound_ends_the_call_as_timeout_with_session
                                  "print('after')\n", call_id="c-wait"))  # fmt: skip
     assert paused["status"] == n.STATUS_TOOL_CALL
     assert paused["session_id"] in stack.live_sessions()
+    assert paused["session_id"] in _slot_sessions(stack)
     # When the result arrives after the wait bound
     time.sleep(1.5)
     final = stack.dispatch(resume(paused, tool_result=1))
@@ -210,6 +219,7 @@ def test_tools_result_after_the_wait_bound_ends_the_call_as_timeout_with_session
     assert (final["ok"], final["error"], final["exit_status"]) == (False, "SandboxTimeout", "timeout"), final
     assert final["stdout"] == "before\n"
     assert paused["session_id"] not in stack.live_sessions()
+    assert paused["session_id"] not in _slot_sessions(stack)  # and its slot freed (§16.2)
     rows = [r for r in stack.audit_rows("acme") if r["call_id"] == "c-wait"]
     assert [(r["exit_status"], r["failure_reason"]) for r in rows] == [("timeout", "tool_wait_expired:1s")]
     # and the turn's next call starts a fresh session and runs

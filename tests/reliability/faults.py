@@ -279,15 +279,7 @@ class FaultProxy:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def _forward(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, str], bytes]:
-        conn = http.client.HTTPConnection(self.upstream.hostname, self.upstream.port, timeout=30)
-        sent = {k: v for k, v in headers.items() if k.lower() not in ("host", "connection")}
-        conn.request("POST", path, body=body, headers=sent)
-        answer = conn.getresponse()
-        payload = answer.read()
-        keep = {k: v for k, v in answer.getheaders()
-                if k.lower() not in ("transfer-encoding", "connection", "content-length")}  # fmt: skip
-        conn.close()
-        return answer.status, keep, payload
+        return forward(self.upstream, path, headers, body)
 
     def set(self, fault: str | None, operations: set[str] | None = None) -> None:
         self.fault = fault
@@ -298,3 +290,16 @@ class FaultProxy:
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def forward(upstream: Any, path: str, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, str], bytes]:
+    """One request passed through to `upstream` (a urlsplit result): (status, headers to keep, body)."""
+    conn = http.client.HTTPConnection(upstream.hostname, upstream.port, timeout=30)
+    sent = {k: v for k, v in headers.items() if k.lower() not in ("host", "connection")}
+    conn.request("POST", path, body=body, headers=sent)
+    answer = conn.getresponse()
+    payload = answer.read()
+    keep = {k: v for k, v in answer.getheaders()
+            if k.lower() not in ("transfer-encoding", "connection", "content-length")}  # fmt: skip
+    conn.close()
+    return answer.status, keep, payload

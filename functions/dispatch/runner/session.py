@@ -20,7 +20,7 @@ from sandbox_common.errors import SandboxError, SandboxProvisioning
 from sandbox_common.messages import ISOLATION_UNAVAILABLE
 from sandbox_common.observability import emit_metric, logger
 
-from .classify import classify
+from .classify import Classification, classify
 from .credentials import TenantCredentials
 from .errors import CrossTenantInterpreter, SessionGone, failure
 from .finish import ExecutionResult, finish_classified
@@ -65,6 +65,21 @@ class _Invocation:
     timed_out: bool
     api_error: str | None  # ClientError code / BotoCoreError class before the stream began
     duration_ms: int
+
+    def classify(self, call_timeout_seconds: int) -> Classification:
+        """The verdict on this executeCode (the one mapping of an invocation onto §6.4's classes)."""
+        outcome = self.outcome
+        return classify(
+            timed_out=self.timed_out,
+            call_timeout_seconds=call_timeout_seconds,
+            exit_code=outcome.exit_code,
+            stderr_tail=outcome.stderr.tail,
+            is_error=outcome.is_error,
+            stream_error=outcome.stream_error,
+            stream_error_message=outcome.stream_error_message or "",
+            result_events=outcome.result_events,
+            api_error=self.api_error,
+        )
 
 
 class SessionRunner:
@@ -235,17 +250,7 @@ class SessionRunner:
         if call.api_error is not None and call.api_error.split(":", 1)[0] in _SESSION_GONE_CODES:
             raise SessionGone(session_id, self._reason(f"invoke_failed:{call.api_error}"))
         outcome = call.outcome
-        verdict = classify(
-            timed_out=call.timed_out,
-            call_timeout_seconds=int(limit),
-            exit_code=outcome.exit_code,
-            stderr_tail=outcome.stderr.tail,
-            is_error=outcome.is_error,
-            stream_error=outcome.stream_error,
-            stream_error_message=outcome.stream_error_message or "",
-            result_events=outcome.result_events,
-            api_error=call.api_error,
-        )
+        verdict = call.classify(int(limit))
         session_stopped = False
         if call.timed_out:
             # The code may still be running: stop it so it cannot outlive the call, and make

@@ -41,7 +41,7 @@ from sandbox_common.tools_protocol import (
 )
 from sandbox_common.tools_runtime import STATE_BUSY, STATE_DONE
 
-from .classify import Classification, classify
+from .classify import Classification
 from .errors import SessionGone
 from .finish import ExecutionResult, finish_classified, finish_run
 from .output import REDACTION_MARGIN_BYTES
@@ -387,17 +387,7 @@ class ToolsRunner:
     def _final(self, state: ToolCallState, call: Any, limit: float, marker: RuntimeState | None) -> Finished:
         runner = self.runner
         outcome = call.outcome
-        verdict = classify(
-            timed_out=call.timed_out,
-            call_timeout_seconds=int(runner.call_timeout_seconds if limit >= runner.call_timeout_seconds else limit),
-            exit_code=outcome.exit_code,
-            stderr_tail=outcome.stderr.tail,
-            is_error=outcome.is_error,
-            stream_error=outcome.stream_error,
-            stream_error_message=outcome.stream_error_message or "",
-            result_events=outcome.result_events,
-            api_error=call.api_error,
-        )
+        verdict = call.classify(int(runner.call_timeout_seconds if limit >= runner.call_timeout_seconds else limit))
         if call.timed_out:
             runner.stop_session(state.interpreter_id, state.session_id)
             return self._finish_classified(state, verdict, exit_code=outcome.exit_code, session_stopped=True)

@@ -10,7 +10,6 @@ request (the audit PutItem) while the worker is killed, then drop it or let it l
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import signal
@@ -30,6 +29,7 @@ from infra.config import build_config
 from infra.local.lambda_emulator import FunctionSpec, LambdaEmulator
 from infra.local.stack import lambda_function_specs
 from tests.conftest import free_port
+from tests.reliability import faults
 from tests.support.stack import turn_token_for
 
 from .conftest import Stack, event
@@ -88,15 +88,7 @@ class HoldingProxy:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def forward(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, str], bytes]:
-        conn = http.client.HTTPConnection(self.upstream.hostname, self.upstream.port, timeout=30)
-        sent = {k: v for k, v in headers.items() if k.lower() not in ("host", "connection")}
-        conn.request("POST", path, body=body, headers=sent)
-        answer = conn.getresponse()
-        payload = answer.read()
-        keep = {k: v for k, v in answer.getheaders()
-                if k.lower() not in ("transfer-encoding", "connection", "content-length")}  # fmt: skip
-        conn.close()
-        return answer.status, keep, payload
+        return faults.forward(self.upstream, path, headers, body)
 
     def release(self, *, deliver: bool) -> None:
         self._deliver = deliver

@@ -107,7 +107,7 @@ def _execute(request: dict[str, Any], run: Run, time_left: TimeLeft) -> dict[str
     return run(ExecuteCodeRequest.model_validate(request), time_left)
 
 
-def _time_left_of(context: Any) -> TimeLeft:
+def time_left_of(context: Any) -> TimeLeft:
     remaining = getattr(context, "get_remaining_time_in_millis", None)
     return (lambda: remaining() / 1000) if callable(remaining) else None
 
@@ -131,7 +131,7 @@ class IdempotentCalls:
         """The call's response: run here, or replayed. Raises SandboxInvalidRequest (call_id reused
         for another request), StillRunning, or IdempotencyStoreUnavailable (nothing ran)."""
         self.config.register_lambda_context(context)
-        time_left = _time_left_of(context)
+        time_left = time_left_of(context)
         # Wait for a racing original at most as long as it can run, and never past our own Lambda
         # deadline (answering beats being killed by the runtime with no answer at all).
         wait = max_wait_seconds

@@ -62,13 +62,10 @@ def _submit(dispatcher: Any, deps: JobDeps, req: ExecuteCodeRequest, turn: Turn,
                                  turn_token_hash=turn.token_hash)  # the turn was claimed with its token (§16.5)  # fmt: skip
     call = SessionCall()
     try:
-        dispatcher.sessions.prepare(call, turn, pf)  # §16.2: a session-cap refusal counts nothing
-        try:
+        with dispatcher.sessions.held(call, turn, pf):  # §16.2: a session-cap refusal counts nothing
             dispatcher._quota(req, outcome)
             runner = dispatcher.runner_factory(pf)
             session_id, _ = dispatcher._session(turn, pf, runner, outcome.invocation_id, budget(), call=call)
-        finally:
-            dispatcher.sessions.abandon(call)  # capacity no session used (quota refused, lost the race)
     except BaseException:
         job_actions.release(record, deps)
         raise

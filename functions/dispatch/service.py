@@ -48,7 +48,7 @@ from .artifacts import ArtifactContext
 from .budget import UsageAccounting
 from .continuations import ContinuationStore
 from .file_access import get_file
-from .idempotency import IdempotencyStoreUnavailable, IdempotentCalls, StillRunning, TimeLeft
+from .idempotency import IdempotencyStoreUnavailable, IdempotentCalls, StillRunning, TimeLeft, time_left_of
 from .job_deps import job_deps_for
 from .job_flow import JobDeps
 from .preflight import Preflight, PreflightReader, PreflightUnavailable
@@ -262,13 +262,10 @@ class Dispatcher:
         _refuse_unless_ready(pf)
         files_flow.check_inputs(req, pf.data_read)  # bad s3_uri: invalid, before anything counts
         outcome.response_extra["files"] = []
-        self.sessions.prepare(call, turn, pf)  # §16.2: a session-cap refusal counts nothing
-        try:
+        with self.sessions.held(call, turn, pf):  # §16.2: a session-cap refusal counts nothing
             self._quota(req, outcome)
             runner = self.runner_factory(pf)
             result = self._run(req, outcome, turn, pf, runner, budget, call)
-        finally:
-            self.sessions.abandon(call)  # capacity no session used (quota refused, lost the turn's race)
         outcome.ran(result, result.failure() if result.error else None)
         self._collect_artifacts(req, outcome, pf, runner, result.exit_status)
         if result.session_stopped:  # timeout: the runner stopped it; the next call starts fresh
@@ -376,8 +373,8 @@ def _budget(time_left: TimeLeft) -> float | None:
 
 def _budget_of(context: Any) -> Callable[[], float | None]:
     """`_budget` for an action outside idempotency (resume): from the Lambda context."""
-    remaining = getattr(context, "get_remaining_time_in_millis", None)
-    return lambda: _budget((lambda: remaining() / 1000) if callable(remaining) else None)
+    time_left = time_left_of(context)
+    return lambda: _budget(time_left)
 
 
 def _refuse_unless_ready(pf: Preflight) -> None:

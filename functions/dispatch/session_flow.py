@@ -20,6 +20,8 @@ Per execute_code, in dispatch's order (`Dispatcher._steps`):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +70,16 @@ class TurnSessions:
         return self.source.prepare(tenant_id=turn.tenant_id, agent_id=turn.agent_id, turn_id=turn.turn_id,
                                    environment=str(pf.environment), interpreter_id=str(pf.interpreter_id),
                                    retries=call.retries)  # fmt: skip
+
+    @contextmanager
+    def held(self, call: SessionCall, turn: Turn, pf: Preflight) -> Iterator[None]:
+        """`prepare` before the block (a session-cap refusal counts nothing, §16.2), `abandon`
+        after it whatever happened: capacity no session used (quota refused, lost the race)."""
+        self.prepare(call, turn, pf)
+        try:
+            yield
+        finally:
+            self.abandon(call)
 
     def abandon(self, call: SessionCall) -> None:
         prepared, call.prepared = call.prepared, None

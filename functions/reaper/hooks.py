@@ -1,11 +1,13 @@
 """Other scheduled sweeps plug in here and run on the reaper's 5-minute schedule.
 
 A hook is `fn(now_epoch: float) -> dict` (a small JSON summary for the run's log line). The
-module that owns a sweep registers it at import time (`hooks.register("interrupted_calls", fn)`)
-and is listed in SWEEP_MODULES, which the reaper imports once per container (`load()`), e.g.
-"dispatch.interrupted_sweep" (the reaper ships the dispatch package) or a module of its own
-package. One failing hook is logged and reported in the run's summary; it never stops the others
-or the reaping.
+module that owns a sweep names its hooks in a module attribute `SWEEP_HOOKS = {name: fn}` and is
+listed in SWEEP_MODULES; the reaper's `load()` (once per container) imports each module and
+registers its SWEEP_HOOKS, e.g. "dispatch.interrupted_sweep" (the reaper ships the dispatch
+package) or a module of its own package. Registration is done by `load()`, not as a side effect of
+the import: a module already in `sys.modules` (imported earlier by something else) still gets its
+hooks registered. One failing hook is logged and reported in the run's summary; it never stops the
+others or the reaping.
 """
 
 from __future__ import annotations
@@ -16,19 +18,24 @@ from sandbox_common import naming as n
 
 Hook = Callable[[float], dict]
 
-# Modules whose import registers a sweep (append yours; the reaper imports them at cold start).
+# Modules that declare sweeps in SWEEP_HOOKS (append yours; the reaper loads them at cold start).
 SWEEP_MODULES: tuple[str, ...] = (n.REAPER_JOBS_SWEEP_MODULE,)  # background jobs (issue 13)
 
 _HOOKS: dict[str, Hook] = {}
 
 
 def load(modules: tuple[str, ...] | None = None) -> None:
-    """Import every sweep module (each registers its hook). A module that fails to import fails
-    the reaper's cold start loudly: a sweep that silently never runs is worse."""
+    """Import every sweep module and register the hooks it declares (SWEEP_HOOKS). A module that
+    fails to import, or declares none, fails the reaper's cold start loudly: a sweep that silently
+    never runs is worse."""
     import importlib
 
     for name in SWEEP_MODULES if modules is None else modules:
-        importlib.import_module(name)
+        declared = getattr(importlib.import_module(name), "SWEEP_HOOKS", None)
+        if not declared:
+            raise LookupError(f"sweep module {name!r} declares no SWEEP_HOOKS")
+        for hook_name, hook in declared.items():
+            register(hook_name, hook)
 
 
 def register(name: str, hook: Hook) -> None:

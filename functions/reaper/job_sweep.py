@@ -21,7 +21,7 @@ from dispatch.job_flow import JobDeps, finish_due_jobs
 from sandbox_common import audit, aws
 from sandbox_common import naming as n
 
-from . import hooks, sweep
+from . import sweep
 from .service import Reaper, reaper
 
 
@@ -55,4 +55,5 @@ def end_due_jobs(now: float) -> dict[str, Any]:
     return {"ended": len(ended), "by_status": dict(Counter(status for _, status in ended))}
 
 
-hooks.register(n.REAPER_HOOK_JOBS, end_due_jobs)
+# Registered by the reaper's hooks.load() (SWEEP_MODULES names this module).
+SWEEP_HOOKS = {n.REAPER_HOOK_JOBS: end_due_jobs}

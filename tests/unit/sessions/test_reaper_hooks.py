@@ -16,21 +16,40 @@ def _only_this_tests_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(hooks, "_HOOKS", {})
 
 
-def test_load_imports_sweep_modules_which_register_their_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Given a sweep module that registers itself on import
+def test_load_imports_sweep_modules_and_registers_what_they_declare(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a sweep module that declares one hook
     module = types.ModuleType("sweep_fixture_mod")
-    monkeypatch.setitem(sys.modules, "sweep_fixture_mod", module)
     calls: list[float] = []
-    hooks.register("fixture", lambda now: calls.append(now) or {"done": 1})
-    try:
-        hooks.load(("sweep_fixture_mod",))
-        # When all hooks run
-        results = hooks.run_all(123.0)
-    finally:
-        hooks.unregister("fixture")
+    module.SWEEP_HOOKS = {"fixture": lambda now: calls.append(now) or {"done": 1}}  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "sweep_fixture_mod", module)
+    # When the reaper loads it and all hooks run
+    hooks.load(("sweep_fixture_mod",))
+    results = hooks.run_all(123.0)
     # Then it ran once with the run's clock and its summary is reported
     assert calls == [123.0]
     assert results == {"fixture": {"ok": True, "done": 1}}
+
+
+def test_load_registers_a_module_already_imported_before_the_registry_was_reset() -> None:
+    """The CI failure of session 3: a module imported earlier (its import side effect spent on
+    another registry) must still get its hooks registered when the reaper loads it."""
+    import importlib
+
+    from sandbox_common import naming as n
+
+    # Given the jobs sweep module is already imported (and the registry is empty)
+    importlib.import_module(n.REAPER_JOBS_SWEEP_MODULE)
+    assert hooks.registered() == {}
+    # When the reaper loads its sweep list
+    hooks.load()
+    # Then the jobs sweep is registered all the same
+    assert list(hooks.registered()) == [n.REAPER_HOOK_JOBS]
+
+
+def test_load_refuses_a_module_that_declares_no_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "sweep_empty_mod", types.ModuleType("sweep_empty_mod"))
+    with pytest.raises(LookupError, match="sweep_empty_mod"):
+        hooks.load(("sweep_empty_mod",))
 
 
 def test_load_unknown_module_fails_loudly() -> None:

@@ -33,7 +33,8 @@ class Admitted:
     def to_response(self) -> dict[str, object]:
         return QuotaAdmitted(tenant_daily_count=self.tenant_daily_count,
                              agent_hourly_count=self.agent_hourly_count, already_counted=self.already_counted,
-                             retries=self.retries, released=self.released).model_dump()  # fmt: skip
+                             retries=self.retries, released=self.released).model_dump(
+            exclude={k for k in ("already_counted", "retries", "released") if not getattr(self, k)})  # only when set
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,6 @@ from sandbox_common.tool_spec import tool_definition
 from sandbox_common.windows import utc_now
 
 from . import files_flow, job_calls, parallel, tool_flow, turn_logic
-from .quota_flow import QuotaCheck
 from .artifacts import ArtifactContext
 from .budget import UsageAccounting
 from .continuations import ContinuationStore
@@ -55,6 +54,7 @@ from .job_deps import job_deps_for
 from .job_flow import JobDeps
 from .preflight import Preflight, PreflightReader, PreflightUnavailable
 from .quota_client import check_quota
+from .quota_flow import QuotaCheck
 from .runner import ExecutionResult, SessionGone, SessionRunner
 from .session_flow import SessionCall, TurnSessions
 from .turns import Turn, TurnStore, TurnStoreUnavailable

@@ -14,8 +14,8 @@ from datetime import datetime
 
 from sandbox_common import naming
 from sandbox_common.models import QuotaAdmitted, QuotaRefused, QuotaRequest, QuotaTurnRefused
-from sandbox_common.settings import quota_settings
 from sandbox_common.observability import emit_metric, logger
+from sandbox_common.settings import quota_settings
 from sandbox_common.windows import Windows, iso_z
 
 from . import caps as caps_module

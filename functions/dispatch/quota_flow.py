@@ -29,20 +29,29 @@ the one the count belongs to (logged as `quota_speculative_kept`).
 from __future__ import annotations
 
 from concurrent.futures import Future
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from sandbox_common import naming as n
 from sandbox_common.models import ExecuteCodeRequest, QuotaTurnGuard
 from sandbox_common.observability import logger
 from sandbox_common.retries import RetryLog
+from sandbox_common.settings import DispatchSettings
 from sandbox_common.turn_token import TurnTokenRejected, token_hash
 from sandbox_common.windows import Windows, utc_now
 
 from . import parallel
+from .budget import UsageAccounting
+from .preflight import PreflightReader
 from .quota_client import QuotaDecision
 
-if TYPE_CHECKING:  # the Dispatcher imports this module; typing only, no cycle at run time
-    from .service import Dispatcher
+
+class Dispatcher(Protocol):
+    """What this module uses of dispatch.service.Dispatcher (which imports this module)."""
+
+    settings: DispatchSettings
+    preflight: PreflightReader
+    accounting: UsageAccounting
+    quota: Any  # quota_client.check_quota's signature
 
 
 class QuotaCheck:

@@ -59,7 +59,10 @@ def lambda_client() -> Any:
     )  # fmt: skip
 
 
-def _fail_closed(windows: Windows, tenant_id: str, cause: str) -> QuotaDecision:
+def _fail_closed(windows: Windows, tenant_id: str, cause: str, *, release: bool = False) -> QuotaDecision:
+    if release:  # not a refusal of any call: the count stays (an over-count by one), logged only
+        logger.error("quota_release_failed", extra={"cause": cause})
+        return QuotaDecision(False, n.DIM_UNKNOWN, iso_z(windows.fail_closed_resets_at()))
     # A refusal like any other: counted under SandboxCapExceeded (dimension unknown, and by
     # tenant) so the dashboard and the cap-breach alarms see it, plus the fail-closed metric.
     emit_metric(n.METRIC_QUOTA_FAIL_CLOSED)
@@ -85,12 +88,12 @@ def check_quota(function_name: str, tenant_id: str, agent_id: str, windows: Wind
             Payload=request.model_dump_json(exclude_defaults=True).encode(),
         )
         if out.get("FunctionError"):
-            return _fail_closed(windows, tenant_id, f"function_error:{out['FunctionError']}")
+            return _fail_closed(windows, tenant_id, f"function_error:{out['FunctionError']}", release=release)
         answer = parse_quota_response(out["Payload"].read())
     except ValidationError:
-        return _fail_closed(windows, tenant_id, "malformed_response")
+        return _fail_closed(windows, tenant_id, "malformed_response", release=release)
     except Exception as exc:  # noqa: BLE001 — unreachable, timeout, throttled: all "no"
-        return _fail_closed(windows, tenant_id, type(exc).__name__)
+        return _fail_closed(windows, tenant_id, type(exc).__name__, release=release)
     if isinstance(answer, QuotaTurnRefused):
         return QuotaDecision(False, turn_refused=True, turn_exists=answer.turn_exists)
     if isinstance(answer, QuotaAdmitted):

@@ -61,7 +61,6 @@ class QuotaCheck:
     def __init__(self, dispatcher: Dispatcher, req: ExecuteCodeRequest, guard: QuotaTurnGuard | None) -> None:
         self._dispatcher = dispatcher
         self._req = req
-        self._counts = dispatcher.accounting.needs_count(req.tenant_id)
         self._future: Future[QuotaDecision] | None = None
         self._entered = False  # the idempotent function ran in this invocation
         self._replayed = False  # the answer was a stored one (the function did not run here)
@@ -123,7 +122,7 @@ class QuotaCheck:
         req = self._req
         return self._dispatcher.quota(
             self._dispatcher.settings.quota_function_name, req.tenant_id, req.agent_id, Windows.at(utc_now()),
-            counts=self._counts, call_id=req.call_id, turn=guard)  # fmt: skip
+            counts=self._dispatcher.accounting.needs_count(req.tenant_id), call_id=req.call_id, turn=guard)  # fmt: skip
 
 
 def _guard_for(dispatcher: Dispatcher, req: ExecuteCodeRequest) -> QuotaTurnGuard | None:

@@ -34,6 +34,12 @@ class TtlCache(Generic[V]):
                 self._items.popitem(last=False)
         return value
 
+    def peek(self, key: Hashable) -> V | None:
+        """The cached, unexpired value, or None: never loads (no request)."""
+        with self._lock:
+            hit = self._items.get(key)
+        return hit[1] if hit is not None and hit[0] > self.clock() else None
+
     def clear(self) -> None:
         with self._lock:
             self._items.clear()

@@ -106,6 +106,10 @@ class PreflightReader:
     def check(self, tenant_id: str, template_id: str) -> Preflight:
         return self._cache.get_or_load((tenant_id, template_id), lambda: self._load(tenant_id, template_id))
 
+    def cached(self, tenant_id: str, template_id: str) -> Preflight | None:
+        """The cached decision, or None when it would take a read (issue 9: the speculative quota)."""
+        return self._cache.peek((tenant_id, template_id))
+
     def runner_target(self, tenant_id: str) -> Preflight:
         """Just what a runner needs for an existing session (end_turn): no policy or template
         check, because stopping a session must work even after the tenant was disabled."""

@@ -15,7 +15,13 @@ from typing import Any
 from pydantic import ValidationError
 from sandbox_common import naming as n
 from sandbox_common.aws import SINGLE_ATTEMPT
-from sandbox_common.models import QuotaAdmitted, QuotaRequest, parse_quota_response
+from sandbox_common.models import (
+    QuotaAdmitted,
+    QuotaRequest,
+    QuotaTurnGuard,
+    QuotaTurnRefused,
+    parse_quota_response,
+)
 from sandbox_common.observability import emit_metric, logger
 from sandbox_common.windows import Windows, iso_z
 
@@ -29,6 +35,16 @@ class QuotaDecision:
     resets_at: str | None = None
     tenant_daily_count: int | None = None
     agent_hourly_count: int | None = None
+    already_counted: bool = False  # this call_id was counted before (a retry / duplicate): proceed
+    retries: int = 0  # transaction conflicts the quota Lambda retried (§16.6)
+    turn_refused: bool = False  # the turn guard failed: nothing counted
+    turn_exists: bool = True  # with turn_refused: False = no such turn (a first call)
+    released: bool = False  # answer to a release: a count was undone
+
+    @property
+    def counted_here(self) -> bool:
+        """This request added one to the counters (to undo if the call never reaches its run)."""
+        return self.allowed and not self.already_counted and not self.released
 
 
 @lru_cache(maxsize=1)
@@ -43,7 +59,10 @@ def lambda_client() -> Any:
     )  # fmt: skip
 
 
-def _fail_closed(windows: Windows, tenant_id: str, cause: str) -> QuotaDecision:
+def _fail_closed(windows: Windows, tenant_id: str, cause: str, *, release: bool = False) -> QuotaDecision:
+    if release:  # not a refusal of any call: the count stays (an over-count by one), logged only
+        logger.error("quota_release_failed", extra={"cause": cause})
+        return QuotaDecision(False, n.DIM_UNKNOWN, iso_z(windows.fail_closed_resets_at()))
     # A refusal like any other: counted under SandboxCapExceeded (dimension unknown, and by
     # tenant) so the dashboard and the cap-breach alarms see it, plus the fail-closed metric.
     emit_metric(n.METRIC_QUOTA_FAIL_CLOSED)
@@ -54,23 +73,31 @@ def _fail_closed(windows: Windows, tenant_id: str, cause: str) -> QuotaDecision:
 
 
 def check_quota(function_name: str, tenant_id: str, agent_id: str, windows: Windows, client: Any = None, *,
-                counts: bool = True) -> QuotaDecision:  # fmt: skip
+                counts: bool = True, call_id: str | None = None, turn: QuotaTurnGuard | None = None,
+                release: bool = False) -> QuotaDecision:  # fmt: skip
     """`counts=False`: the admission need not report the counts (the quota Lambda then skips its
-    read-back, one sequential request less); they come back as None."""
+    read-back, one sequential request less); they come back as None. `call_id`: counted at most
+    once per call_id; `turn`: counted only if the turn guard holds (else `turn_refused`);
+    `release`: undo `call_id`'s count. See sandbox_common.models.QuotaRequest."""
+    request = QuotaRequest(tenant_id=tenant_id, agent_id=agent_id, counts=counts, call_id=call_id, turn=turn,
+                           release=release)  # fmt: skip
     try:
         out = (client or lambda_client()).invoke(
             FunctionName=function_name,
             InvocationType="RequestResponse",
-            Payload=QuotaRequest(tenant_id=tenant_id, agent_id=agent_id, counts=counts).model_dump_json().encode(),
+            Payload=request.model_dump_json(exclude_defaults=True).encode(),
         )
         if out.get("FunctionError"):
-            return _fail_closed(windows, tenant_id, f"function_error:{out['FunctionError']}")
+            return _fail_closed(windows, tenant_id, f"function_error:{out['FunctionError']}", release=release)
         answer = parse_quota_response(out["Payload"].read())
     except ValidationError:
-        return _fail_closed(windows, tenant_id, "malformed_response")
+        return _fail_closed(windows, tenant_id, "malformed_response", release=release)
     except Exception as exc:  # noqa: BLE001 — unreachable, timeout, throttled: all "no"
-        return _fail_closed(windows, tenant_id, type(exc).__name__)
+        return _fail_closed(windows, tenant_id, type(exc).__name__, release=release)
+    if isinstance(answer, QuotaTurnRefused):
+        return QuotaDecision(False, turn_refused=True, turn_exists=answer.turn_exists)
     if isinstance(answer, QuotaAdmitted):
         return QuotaDecision(True, tenant_daily_count=answer.tenant_daily_count,
-                             agent_hourly_count=answer.agent_hourly_count)  # fmt: skip
+                             agent_hourly_count=answer.agent_hourly_count, already_counted=answer.already_counted,
+                             retries=answer.retries, released=answer.released)  # fmt: skip
     return QuotaDecision(False, answer.dimension, answer.resets_at)

@@ -39,9 +39,10 @@ from sandbox_common.models import (
 )
 from sandbox_common.observability import logger
 from sandbox_common.outcome import Outcome, internal_failure, public
+from sandbox_common.retries import RetryLog
 from sandbox_common.settings import DispatchSettings
 from sandbox_common.tool_spec import tool_definition
-from sandbox_common.windows import Windows, utc_now
+from sandbox_common.windows import utc_now
 
 from . import files_flow, job_calls, parallel, tool_flow, turn_logic
 from .artifacts import ArtifactContext
@@ -53,6 +54,7 @@ from .job_deps import job_deps_for
 from .job_flow import JobDeps
 from .preflight import Preflight, PreflightReader, PreflightUnavailable
 from .quota_client import check_quota
+from .quota_flow import QuotaCheck
 from .runner import ExecutionResult, SessionGone, SessionRunner
 from .session_flow import SessionCall, TurnSessions
 from .turns import Turn, TurnStore, TurnStoreUnavailable
@@ -124,14 +126,19 @@ class Dispatcher:
         # is handed out: a wrong-token retry of a finished call_id is refused, not answered.
         claim = parallel.start(self._claim, request)
         warm = parallel.start(self.preflight.check, request.tenant_id, request.template_id)
+        # issues 9 + 11: the turn-guarded, once-per-call_id quota check goes out with them (quota_flow)
+        quota = QuotaCheck.start(self, request)
         after = parallel.Pending()  # the audit row, in flight beside the idempotency completion
         try:
             try:
                 response = self.calls.run_once(
                     request, context,
-                    lambda req, time_left: self._execute_code_response(req, time_left, _joined(claim, warm), after),
+                    lambda req, time_left: self._execute_code_response(req, time_left, _joined(claim, warm), after,
+                                                                       quota=quota.entered()),
                     max_wait_seconds=self.settings.call_timeout_seconds + _RETRY_WAIT_MARGIN_SECONDS)  # fmt: skip
+                quota.answered()
             except IdempotencyStoreUnavailable:
+                quota.unclaimed()  # refused with nothing counted: a speculative count is undone
                 claim.result()  # a wrong token is refused as such, whatever the store did
                 return self.refuse_unavailable(request, "idempotency_store_unavailable")
             except (StillRunning, SandboxInvalidRequest):
@@ -144,6 +151,7 @@ class Dispatcher:
                 messages.PREFLIGHT_UNAVAILABLE, reason="preflight_unavailable",
                 failure_reason=f"preflight_unavailable:{exc}"))  # fmt: skip
         finally:
+            quota.settle()  # a speculative count the call did not reach is undone (quota_flow)
             after.join()
 
     def _claim(self, req: BeginTurnRequest | ExecuteCodeRequest) -> Turn:
@@ -216,17 +224,18 @@ class Dispatcher:
 
     # --- execute_code ---------------------------------------------------------------------------
     def _execute_code_response(self, req: ExecuteCodeRequest, time_left: TimeLeft, turn: Turn,
-                               after: parallel.Pending | None = None) -> dict[str, Any]:  # fmt: skip
+                               after: parallel.Pending | None = None, *,
+                               quota: QuotaCheck | None = None) -> dict[str, Any]:  # fmt: skip
         if req.background:  # §17: answers at once with a job_id
             return job_calls.submit(self, self.jobs, req, turn, lambda: _budget(time_left),
                                     refuse_unless_ready=_refuse_unless_ready)  # fmt: skip
         try:
-            return self.execute_code(req, turn, time_left=time_left, after=after).response()
+            return self.execute_code(req, turn, time_left=time_left, after=after, quota=quota).response()
         except tool_flow.ToolCallPaused as paused:  # §15: counted, no audit row until it ends
             return paused.response
 
     def execute_code(self, req: ExecuteCodeRequest, turn: Turn, *, time_left: TimeLeft = None,
-                     after: parallel.Pending | None = None) -> Outcome:  # fmt: skip
+                     after: parallel.Pending | None = None, quota: QuotaCheck | None = None) -> Outcome:  # fmt: skip
         """`turn` = the caller's turn, already claimed with its token (`_claim`). `time_left()` =
         seconds the Lambda has left (None outside Lambda): every wait below is bounded by it, so
         the call always answers and audits before the runtime would kill it. With `after`, the
@@ -235,7 +244,7 @@ class Dispatcher:
         call = SessionCall()
         # invalid -> raised, no row; paused at a tool call (§15) -> raised, its row comes when it ends
         with outcome.failures_answered("execute_code_internal_error", passes=(tool_flow.ToolCallPaused,)):
-            self._steps(req, turn, outcome, time_left, call)
+            self._steps(req, turn, outcome, time_left, call, quota)
         call.render(outcome)  # session_source, events / retries (§16.1, §16.6)
         self._record(outcome.finish(), after)
         return outcome
@@ -252,7 +261,7 @@ class Dispatcher:
         return outcome.response()
 
     def _steps(self, req: ExecuteCodeRequest, turn: Turn, outcome: Outcome, time_left: TimeLeft,
-               call: SessionCall) -> None:  # fmt: skip
+               call: SessionCall, quota: QuotaCheck | None = None) -> None:  # fmt: skip
         def budget() -> float | None:
             return None if time_left is None else time_left() - ANSWER_MARGIN_SECONDS
 
@@ -263,7 +272,7 @@ class Dispatcher:
         files_flow.check_inputs(req, pf.data_read)  # bad s3_uri: invalid, before anything counts
         outcome.response_extra["files"] = []
         with self.sessions.held(call, turn, pf):  # §16.2: a session-cap refusal counts nothing
-            self._quota(req, outcome)
+            self._quota(req, outcome, quota, call.retries)
             runner = self.runner_factory(pf)
             result = self._run(req, outcome, turn, pf, runner, budget, call)
         outcome.ran(result, result.failure() if result.error else None)
@@ -278,9 +287,10 @@ class Dispatcher:
             raise SandboxProvisioning(messages.PREFLIGHT_UNAVAILABLE, reason="preflight_unavailable",
                                       failure_reason=f"preflight_unavailable:{exc}") from None  # fmt: skip
 
-    def _quota(self, req: ExecuteCodeRequest, outcome: Outcome) -> None:
-        decision = self.quota(self.settings.quota_function_name, req.tenant_id, req.agent_id,
-                              Windows.at(outcome.started_at), counts=self.accounting.needs_count(req.tenant_id))  # fmt: skip
+    def _quota(self, req: ExecuteCodeRequest, outcome: Outcome, quota: QuotaCheck | None = None,
+               retries: RetryLog | None = None) -> None:
+        """The call's count: the speculative check sent at t=0 joined, else checked now (quota_flow)."""
+        decision = (quota or QuotaCheck(self, req, None)).decide(retries)
         if not decision.allowed:
             raise SandboxCapExceeded(
                 messages.cap_exceeded(str(decision.dimension), str(decision.resets_at)),

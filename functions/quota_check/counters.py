@@ -144,15 +144,103 @@ CONFLICT_ATTEMPTS = 4
 _CONFLICT = "TransactionConflict"
 
 
-def increment_both(keys: CounterKeys, caps: Caps, *, sleep: Any = time.sleep) -> None:
-    """Add one to both windows atomically, or raise CapReached / CounterStoreError."""
+@dataclass(frozen=True)
+class TurnGuard:
+    """The ConditionCheck on the caller's turn (issues 9 + 11): the count happens only if the
+    turn exists, belongs to this agent, is not ended and is bound to this token hash ("" = a
+    token-less turn, also one whose item has no hash attribute) — turn_token.verify's rules."""
+
+    table: str
+    tenant_id: str
+    agent_id: str
+    turn_id: str
+    token_sha256: str
+
+
+@dataclass(frozen=True)
+class Marker:
+    """The "counted" marker of one call_id, Put in the same transaction: a second count of the
+    same call (retry, racing duplicate) is cancelled on it. Lives in the tenant-daily table."""
+
+    table: str
+    key: str
+    expires_at: int
+
+
+class TurnRefused(Exception):
+    """The turn guard failed: nothing counted. `exists` False = no such turn item."""
+
+    def __init__(self, exists: bool) -> None:
+        super().__init__("turn_refused")
+        self.exists = exists
+
+
+class AlreadyCounted(Exception):
+    """This call_id's marker exists (and has not expired): it was counted before."""
+
+
+def marker_key(tenant_id: str, call_id: str) -> str:
+    return f"{naming.QUOTA_MARKER_PREFIX}{tenant_id}#{call_id}"
+
+
+def _condition_check(guard: TurnGuard) -> dict[str, Any]:
+    names = {"#t": naming.TURNS.sort_key, "#a": naming.TURN_ATTR_AGENT, "#e": naming.TURN_ATTR_ENDED,
+             "#h": naming.TURN_ATTR_TOKEN_HASH}  # fmt: skip
+    values: dict[str, Any] = {":agent": {"S": guard.agent_id}, ":false": {"BOOL": False},
+                              ":hash": {"S": guard.token_sha256}}  # fmt: skip
+    token = "#h = :hash" if guard.token_sha256 else "(attribute_not_exists(#h) OR #h = :hash)"
+    return {
+        "ConditionCheck": {
+            "TableName": guard.table,
+            "Key": {naming.TURNS.pk: {"S": guard.tenant_id}, naming.TURNS.sort_key: {"S": guard.turn_id}},
+            "ConditionExpression": f"attribute_exists(#t) AND #a = :agent AND "
+                                   f"(attribute_not_exists(#e) OR #e = :false) AND {token}",
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+            # ALL_OLD tells a missing turn (no Item) from a refused one (dispatch falls back only
+            # for the first; the token hash comes back to this Lambda only, never further).
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+    }
+
+
+def _marker_put(marker: Marker, keys: CounterKeys, now: int) -> dict[str, Any]:
+    ttl = _ttl_attr(keys.tenant_daily)
+    return {
+        "Put": {
+            "TableName": marker.table,
+            "Item": {
+                naming.TENANT_DAILY_COUNTERS.pk: {"S": marker.key},
+                ttl: {"N": str(marker.expires_at)},
+                naming.QUOTA_MARKER_ATTR_DAILY_KEY: {"S": keys.tenant_daily.key},
+                naming.QUOTA_MARKER_ATTR_HOURLY_KEY: {"S": keys.agent_hourly.key},
+            },
+            # An expired marker (TTL deletion is lazy) is as good as none.
+            "ConditionExpression": "attribute_not_exists(#pk) OR #exp < :now",
+            "ExpressionAttributeNames": {"#pk": naming.TENANT_DAILY_COUNTERS.pk, "#exp": ttl},
+            "ExpressionAttributeValues": {":now": {"N": str(now)}},
+        }
+    }
+
+
+def increment_both(keys: CounterKeys, caps: Caps, *, sleep: Any = time.sleep, guard: TurnGuard | None = None,
+                   marker: Marker | None = None, now: int | None = None) -> int:  # fmt: skip
+    """Add one to both windows atomically; answers how many transaction conflicts were retried
+    (§16.6). Raises TurnRefused > AlreadyCounted > CapReached (that precedence when several
+    conditions fail at once), or CounterStoreError. Transaction order: [turn check], [marker],
+    tenant daily, agent hourly — CancellationReasons come back in the same order."""
     items = keys.in_order()
+    head: list[dict[str, Any]] = []
+    if guard is not None:
+        head.append(_condition_check(guard))
+    if marker is not None:
+        head.append(_marker_put(marker, keys, int(time.time()) if now is None else now))
     for attempt in range(CONFLICT_ATTEMPTS):
         try:
             aws.client("dynamodb").transact_write_items(
-                TransactItems=[_update(item, caps.for_dimension(item.dimension)) for item in items]
+                TransactItems=head + [_update(item, caps.for_dimension(item.dimension)) for item in items]
             )
-            return
+            return attempt
         except ClientError as exc:
             error = exc.response.get("Error", {})
             if error.get("Code") != "TransactionCanceledException":
@@ -161,9 +249,49 @@ def increment_both(keys: CounterKeys, caps: Caps, *, sleep: Any = time.sleep) ->
             if _only_conflicts(reasons) and attempt + 1 < CONFLICT_ATTEMPTS:
                 sleep(random.uniform(0, 0.025 * 2**attempt))
                 continue
+            if len(reasons) == len(head) + len(items):
+                if guard is not None and reasons[0].get("Code") == _CONDITION_FAILED:
+                    raise TurnRefused(exists=bool(reasons[0].get("Item"))) from exc
+                if marker is not None and reasons[len(head) - 1].get("Code") == _CONDITION_FAILED:
+                    raise AlreadyCounted() from exc
+                reasons = reasons[len(head):]
             raise _classify_cancellation(items, reasons) from exc
         except BotoCoreError as exc:  # endpoint down, read timeout, ...
             raise CounterStoreError(type(exc).__name__) from exc
+    raise CounterStoreError(_CONFLICT)  # unreachable: the last attempt raises above
+
+
+def release(marker_table: str, marker: str, *, tenant_daily_table: str, agent_hourly_table: str) -> bool:
+    """Undo the count of one call_id: delete its marker and take one off the two counter items
+    the marker names, in one transaction (each -1 guarded by count > 0). False when there is no
+    marker (nothing counted under it). Raises CounterStoreError."""
+    ddb = aws.client("dynamodb")
+    try:
+        got = ddb.get_item(TableName=marker_table, Key={naming.TENANT_DAILY_COUNTERS.pk: {"S": marker}},
+                           ConsistentRead=True).get("Item")  # fmt: skip
+        if not got:
+            return False
+        daily = got[naming.QUOTA_MARKER_ATTR_DAILY_KEY]["S"]
+        hourly = got[naming.QUOTA_MARKER_ATTR_HOURLY_KEY]["S"]
+
+        def minus_one(table: str, pk: str, key: str) -> dict[str, Any]:
+            return {"Update": {"TableName": table, "Key": {pk: {"S": key}},
+                               "UpdateExpression": "SET #c = #c - :one", "ConditionExpression": "#c > :zero",
+                               "ExpressionAttributeNames": {"#c": naming.COUNTER_ATTR_COUNT},
+                               "ExpressionAttributeValues": {":one": {"N": "1"}, ":zero": {"N": "0"}}}}  # fmt: skip
+
+        ddb.transact_write_items(TransactItems=[
+            {"Delete": {"TableName": marker_table, "Key": {naming.TENANT_DAILY_COUNTERS.pk: {"S": marker}},
+                        "ConditionExpression": "attribute_exists(#pk)",
+                        "ExpressionAttributeNames": {"#pk": naming.TENANT_DAILY_COUNTERS.pk}}},
+            minus_one(tenant_daily_table, naming.TENANT_DAILY_COUNTERS.pk, daily),
+            minus_one(agent_hourly_table, naming.AGENT_HOURLY_COUNTERS.pk, hourly),
+        ])  # fmt: skip
+        return True
+    except ClientError as exc:
+        raise CounterStoreError(str(exc.response.get("Error", {}).get("Code") or "ClientError")) from exc
+    except BotoCoreError as exc:
+        raise CounterStoreError(type(exc).__name__) from exc
 
 
 def _only_conflicts(reasons: list[dict[str, Any]]) -> bool:

@@ -25,6 +25,8 @@ def handler(event: Any, context: LambdaContext) -> dict[str, Any]:
     request = None
     try:
         request = parse_quota_event(event)
+        if request.release:
+            return logic.release(request, windows).to_response()
         return logic.check_and_increment(request, windows).to_response()
     except SandboxInvalidRequest as exc:
         emit_metric(naming.METRIC_INVALID_REQUEST)

@@ -8,12 +8,14 @@ the `SandboxCapExceeded` metric per dimension set of `naming.METRIC_DIMENSIONS`.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime
 
 from sandbox_common import naming
-from sandbox_common.models import QuotaAdmitted, QuotaRefused, QuotaRequest
+from sandbox_common.models import QuotaAdmitted, QuotaRefused, QuotaRequest, QuotaTurnRefused
 from sandbox_common.observability import emit_metric, logger
+from sandbox_common.settings import quota_settings
 from sandbox_common.windows import Windows, iso_z
 
 from . import caps as caps_module
@@ -24,10 +26,23 @@ from . import counters
 class Admitted:
     tenant_daily_count: int | None
     agent_hourly_count: int | None
+    already_counted: bool = False
+    retries: int = 0
+    released: bool = False
 
     def to_response(self) -> dict[str, object]:
         return QuotaAdmitted(tenant_daily_count=self.tenant_daily_count,
-                             agent_hourly_count=self.agent_hourly_count).model_dump()  # fmt: skip
+                             agent_hourly_count=self.agent_hourly_count, already_counted=self.already_counted,
+                             retries=self.retries, released=self.released).model_dump(
+            exclude={k for k in ("already_counted", "retries", "released") if not getattr(self, k)})  # only when set
+
+
+@dataclass(frozen=True)
+class TurnRefusal:
+    turn_exists: bool
+
+    def to_response(self) -> dict[str, object]:
+        return QuotaTurnRefused(turn_exists=self.turn_exists).model_dump()
 
 
 @dataclass(frozen=True)
@@ -43,7 +58,38 @@ class Refused:
                             agent_hourly_cap=self.agent_hourly_cap).model_dump()  # fmt: skip
 
 
-QuotaDecision = Admitted | Refused
+QuotaDecision = Admitted | Refused | TurnRefusal
+
+
+def _guard_and_marker(request: QuotaRequest) -> tuple[counters.TurnGuard | None, counters.Marker | None]:
+    settings = quota_settings()
+    guard = marker = None
+    if request.turn is not None:
+        if not settings.turns_table:  # a guard this Lambda cannot check: never count unguarded
+            raise counters.CounterStoreError("turns_table_not_configured")
+        guard = counters.TurnGuard(settings.turns_table, request.tenant_id, request.agent_id, request.turn.turn_id,
+                                   request.turn.token_sha256)  # fmt: skip
+    if request.call_id is not None:
+        marker = counters.Marker(settings.tenant_daily_table, counters.marker_key(request.tenant_id, request.call_id),
+                                 int(time.time()) + naming.QUOTA_MARKER_TTL_SECONDS)  # fmt: skip
+    return guard, marker
+
+
+def release(request: QuotaRequest, windows: Windows) -> QuotaDecision:
+    """Undo the count of `request.call_id` (dispatch counted it speculatively, then refused the
+    call before it ran). Any doubt answers a fail-closed refusal: dispatch logs it (an over-count
+    by one, the safe direction for a circuit breaker)."""
+    settings = quota_settings()
+    if request.call_id is None:
+        return fail_closed(request, windows, reason="release without call_id", caps=None)
+    try:
+        done = counters.release(settings.tenant_daily_table, counters.marker_key(request.tenant_id, request.call_id),
+                                tenant_daily_table=settings.tenant_daily_table,
+                                agent_hourly_table=settings.agent_hourly_table)  # fmt: skip
+    except counters.CounterStoreError as exc:
+        return fail_closed(request, windows, reason=f"release: {exc.code}", caps=None)
+    logger.info("quota count released", extra={"tenant_id": request.tenant_id, "released": done})
+    return Admitted(tenant_daily_count=None, agent_hourly_count=None, released=done)
 
 
 def check_and_increment(request: QuotaRequest, windows: Windows) -> QuotaDecision:
@@ -69,20 +115,27 @@ def check_and_increment(request: QuotaRequest, windows: Windows) -> QuotaDecisio
         return _refuse(request, windows, dimension, caps, counts=counts, kill_switch=True)
 
     try:
-        counters.increment_both(keys, caps)
+        guard, marker = _guard_and_marker(request)
+        retries = counters.increment_both(keys, caps, guard=guard, marker=marker)
+    except counters.TurnRefused as exc:  # nothing counted; dispatch decides what the agent hears
+        logger.info("quota turn guard refused", extra={"tenant_id": request.tenant_id, "turn_exists": exc.exists})
+        return TurnRefusal(turn_exists=exc.exists)
+    except counters.AlreadyCounted:  # a retry / duplicate of a counted call_id: proceed, count nothing
+        return Admitted(tenant_daily_count=None, agent_hourly_count=None, already_counted=True)
     except counters.CapReached as exc:
         return _refuse(request, windows, exc.dimension, caps, counts=exc.counts)
     except counters.CounterStoreError as exc:
         return fail_closed(request, windows, reason=f"counter store: {exc.code}", caps=caps)
 
     if not request.counts:  # the caller does not need them: no read-back (issue 9)
-        return Admitted(tenant_daily_count=None, agent_hourly_count=None)
+        return Admitted(tenant_daily_count=None, agent_hourly_count=None, retries=retries)
     counts = counters.read_counts(keys)
     if None in counts.values():
         logger.warning("admitted; counter read-back incomplete", extra={"tenant_id": request.tenant_id})
     return Admitted(
         tenant_daily_count=counts[naming.DIM_TENANT_DAILY],
         agent_hourly_count=counts[naming.DIM_AGENT_HOURLY],
+        retries=retries,
     )
 
 

@@ -192,6 +192,24 @@ class ComputeConstruct(Construct):
                 resources=[t.table_arn for t in counters],
             )
         )
+        # --- issues 9 + 11: the turn-guarded, once-per-call_id count -----------------------------
+        # The turn guard is a ConditionCheck on the turns table: that action only (it reads no
+        # item back to the caller and writes nothing). The "counted" markers live in the
+        # tenant-daily table (Put in the transaction; Get + Delete to release a count).
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="TurnGuardConditionCheck",
+                actions=["dynamodb:ConditionCheckItem"],
+                resources=[self._state.tables[n.TURNS.logical].table_arn],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="CountedMarkers",
+                actions=["dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:DeleteItem"],
+                resources=[self._state.tables[n.TENANT_DAILY_COUNTERS.logical].table_arn],
+            )
+        )
         caps_path = f"{n.ssm_prefix(self._config.name)}/caps"
         caps_wildcard = self._ssm_arn(f"{caps_path}/*")
         role.add_to_policy(

@@ -62,13 +62,14 @@ LATER_CALL_ALLOWED: dict[str, tuple[int, str]] = {
     f"{DISPATCH}:dynamodb:PutItem[{n.IDEMPOTENCY.logical}]": (1, "Powertools idempotency: in-progress record (§4.4)"),
     f"{DISPATCH}:dynamodb:UpdateItem[{n.IDEMPOTENCY.logical}]": (1, "Powertools idempotency: completed record"),
     f"{DISPATCH}:dynamodb:GetItem[{n.TURNS.logical}]": (1, "turn ownership + the turn's live session (§4.5)"),
-    f"{DISPATCH}:lambda:Invoke": (1, "the quota check (§5)"),
+    f"{DISPATCH}:lambda:Invoke": (1, "the quota check (§5), sent at t=0 beside the idempotency claim (issue 9)"),
     f"{DISPATCH}:bedrock-agentcore:InvokeCodeInterpreter": (
         2, "the user code, then artifact collection (§14.2): the helper (executeCode); its answer file "
            "is read (readFiles) only when it found something"),
     f"{DISPATCH}:dynamodb:PutItem[{n.INVOCATIONS.logical}]": (1, "the audit row (§7)"),
-    f"{QUOTA}:dynamodb:TransactWriteItems[{n.AGENT_HOURLY_COUNTERS.logical}+{n.TENANT_DAILY_COUNTERS.logical}]": (
-        1, "the counter transaction (§5.1)"),
+    f"{QUOTA}:dynamodb:TransactWriteItems[{n.AGENT_HOURLY_COUNTERS.logical}+{n.TENANT_DAILY_COUNTERS.logical}"
+    f"+{n.TURNS.logical}]": (
+        1, "the counter transaction (§5.1) with the turn guard's ConditionCheck and the call's counted marker"),
 }  # fmt: skip
 # What the first call of a turn (after begin_turn, warm container) adds, exactly.
 FIRST_CALL_EXTRA: dict[str, tuple[int, str]] = {
@@ -430,14 +431,18 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
     emit("aws_calls_warm_first_call", target="warm first call adds only the claim to a later call",
          ratio=sum(Counter(phases["warm_first_call"]).values()) / sum(later.values()),
          warm_first_call_extra=dict(sorted(warm_extra.items())), depth=depths["warm_first_call"])  # fmt: skip
-    # And the depth measure saw every phase's requests: a later call waits on at least the
-    # idempotency claim, the quota hop and its transaction, the user code and the audit row
+    # And the depth measure saw every phase's requests: a later call waits on at least the quota
+    # hop and its transaction (beside the idempotency claim), the user code, the artifact helper
+    # and the record
     assert 5 <= depths["later_call"] <= sum(later.values()) + 2
     assert depths["first_call_of_turn"] > depths["later_call"]
-    # And the independent requests went out together (issue 9): the turn read beside the
-    # idempotency claim, the audit row beside the idempotency completion, no quota read-back. A
-    # later call is claim, quota hop + transaction, user code, artifact helper, record: 6.
-    assert depths["later_call"] <= 6, depths
+    # And the independent requests went out together (issue 9): the turn read and the
+    # turn-guarded quota check beside the idempotency claim, the audit row beside the idempotency
+    # completion, no quota read-back. A later call is [claim ‖ quota hop + transaction], user
+    # code, artifact helper, record: 5.
+    assert depths["later_call"] <= 5, depths
+    assert depths["later_call_2"] <= 5, depths
+    assert depths["first_call_of_turn"] <= depths["later_call"] + 3 + 3, depths  # + the session ledger's 3 (issue 11)
 
 
 def _fill_warm_pool(stack: Stack) -> None:

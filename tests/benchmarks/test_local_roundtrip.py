@@ -231,12 +231,12 @@ def test_local_roundtrip_dispatch_vs_direct(
     runner_median = statistics.median(runner)
     own = [total - aws - run for total, aws, run in zip(via_dispatch, emulated_aws, runner, strict=True)]
     moto_rt = bare_moto_getitem_seconds(stack, repeat=rounds)
-    # The floor this emulation puts under a warm call (issue 9): its critical path is 6 requests
+    # The floor this emulation puts under a warm call (issue 9): its critical path is 5 requests
     # deep — 2 interpreter calls (user code, artifact helper), each at least the direct call, and
-    # 4 sequential emulated-AWS steps (claims, quota invoke + its transaction, record), each at
+    # 3 sequential emulated-AWS steps ({claims ‖ quota invoke + its transaction}, record), each at
     # least one bare moto GetItem. Parallel requests overlap, so emulated_aws_ms_per_call (a sum of
     # request durations) can exceed their share of the wall time.
-    floor = 2 * direct_median + 4 * moto_rt
+    floor = 2 * direct_median + 3 * moto_rt
     emit(
         "local_roundtrip",
         target=f"warm execute_code('pass') via dispatch / direct invoke_code_interpreter <= {TARGET_RATIO}",

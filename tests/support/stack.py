@@ -55,11 +55,20 @@ class Stack:
         return [r for r in rows if tenant_id is None or r["tenant_id"] == tenant_id]
 
     def counter_items(self) -> dict[str, list[dict[str, Any]]]:
+        """The counter items of both windows (the quota's "counted" markers are in `markers()`)."""
         ddb = aws.client("dynamodb")
         return {
-            spec.logical: ddb.scan(TableName=self.resources.tables[spec.logical])["Items"]
+            spec.logical: [i for i in ddb.scan(TableName=self.resources.tables[spec.logical])["Items"]
+                           if not i[spec.pk]["S"].startswith(n.QUOTA_MARKER_PREFIX)]
             for spec in (n.TENANT_DAILY_COUNTERS, n.AGENT_HOURLY_COUNTERS)
-        }
+        }  # fmt: skip
+
+    def markers(self) -> list[str]:
+        """Keys of the quota's "counted" markers (tenant#call_id), issues 9 + 11."""
+        spec = n.TENANT_DAILY_COUNTERS
+        items = aws.client("dynamodb").scan(TableName=self.resources.tables[spec.logical])["Items"]
+        return sorted(i[spec.pk]["S"].removeprefix(n.QUOTA_MARKER_PREFIX) for i in items
+                      if i[spec.pk]["S"].startswith(n.QUOTA_MARKER_PREFIX))  # fmt: skip
 
     def live_sessions(self) -> list[str]:
         """Ids of sessions the local interpreter still runs (READY), over every interpreter."""

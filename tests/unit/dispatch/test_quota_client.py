@@ -72,3 +72,14 @@ def test_check_quota_fail_closed_counts_as_a_cap_refusal(monkeypatch: pytest.Mon
     cap = [(e.get("dimension"), e.get("tenant_id")) for e in emf if "SandboxCapExceeded" in e]
     assert sorted(cap, key=str) == sorted([("unknown", None), (None, "acme")], key=str)
     assert any("SandboxQuotaFailClosed" in e for e in emf)
+
+
+def test_check_quota_failed_release_is_no_cap_refusal(monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    # Given an unreachable quota Lambda / When dispatch releases a speculative count
+    monkeypatch.setenv("AWS_ENDPOINT_URL_LAMBDA", "http://127.0.0.1:1")
+    undone = quota_client.check_quota("quota-fn", "acme", "agent-7", Windows.at(NOW), call_id="c1", release=True)
+    # Then nothing was released, and no cap metric claims a call was refused (an error log only)
+    assert undone.released is False and undone.counted_here is False
+    assert not [e for e in emf_records(capsys.readouterr().out)
+                if "SandboxCapExceeded" in e or "SandboxQuotaFailClosed" in e]  # fmt: skip

@@ -11,9 +11,11 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     JsonValue,
     StringConstraints,
+    Tag,
     TypeAdapter,
     ValidationError,
     field_validator,
@@ -161,6 +163,26 @@ class QuotaRequest(_Strict):
     # when a daily budget needs the count (issue 9: nothing the agent does not need waits on its
     # critical path); an admission without them answers both counts as null.
     counts: bool = True
+    # Issues 9 + 11: the call's idempotency identity. With it the count is written once per
+    # call_id (a "counted" marker in the same transaction): a retry or a racing duplicate of the
+    # same call is answered `already_counted` and counts nothing.
+    call_id: Id | None = None
+    # With it the count is turn-guarded: a ConditionCheck on the turn in the same transaction,
+    # so a missing/ended/foreign turn or a wrong token counts nothing (`QuotaTurnRefused`).
+    turn: QuotaTurnGuard | None = None
+    # Undo this call_id's count (dispatch counted speculatively, then refused before running).
+    release: bool = False
+
+
+class QuotaTurnGuard(_Strict):
+    turn_id: Id
+    # SHA-256 hex of the request's turn token (sandbox_common.turn_token.token_hash), or "" for
+    # a token-less call on a stage that does not require one: the turn's stored hash must equal it
+    # ("" also matches a turn item without the attribute, as turn_token.verify does).
+    token_sha256: Annotated[str, StringConstraints(pattern=r"^([0-9a-f]{64})?$")]
+
+
+QuotaRequest.model_rebuild()
 
 
 # A location part echoed as is: short lowercase identifiers (every field name we declare). No
@@ -252,6 +274,18 @@ class QuotaAdmitted(_Strict):
     ok: Literal[True] = True
     tenant_daily_count: int | None = None
     agent_hourly_count: int | None = None
+    already_counted: bool = False  # this call_id was counted before: proceed, nothing counted now
+    retries: int = Field(default=0, ge=0)  # transaction conflicts retried (§16.6, shown to the agent)
+    released: bool = False  # answer to `release`: True when a count was undone
+
+
+class QuotaTurnRefused(_Strict):
+    """The turn guard failed: nothing counted. `turn_exists` False = no such turn yet (a first
+    call: dispatch falls back to the sequential check after creating it)."""
+
+    ok: Literal[False] = False
+    turn_refused: Literal[True] = True
+    turn_exists: bool
 
 
 class QuotaRefused(_Strict):
@@ -262,11 +296,23 @@ class QuotaRefused(_Strict):
     agent_hourly_cap: int | None = None
 
 
-QuotaResponse = Annotated[QuotaAdmitted | QuotaRefused, Field(discriminator="ok")]
-_QUOTA_RESPONSE: TypeAdapter[QuotaAdmitted | QuotaRefused] = TypeAdapter(QuotaResponse)
+def _quota_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        if value.get("ok") is True:
+            return "admitted"
+        return "turn" if "turn_refused" in value else "refused"
+    return "turn" if isinstance(value, QuotaTurnRefused) else "admitted" if isinstance(value, QuotaAdmitted) else "refused"
 
 
-def parse_quota_response(payload: bytes | str) -> QuotaAdmitted | QuotaRefused:
+QuotaResponse = Annotated[
+    Annotated[QuotaAdmitted, Tag("admitted")] | Annotated[QuotaRefused, Tag("refused")]
+    | Annotated[QuotaTurnRefused, Tag("turn")],
+    Discriminator(_quota_kind),
+]
+_QUOTA_RESPONSE: TypeAdapter[QuotaAdmitted | QuotaRefused | QuotaTurnRefused] = TypeAdapter(QuotaResponse)
+
+
+def parse_quota_response(payload: bytes | str) -> QuotaAdmitted | QuotaRefused | QuotaTurnRefused:
     """The quota Lambda's answer; raises pydantic.ValidationError for anything off-contract."""
     return _QUOTA_RESPONSE.validate_json(payload)
 

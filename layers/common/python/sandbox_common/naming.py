@@ -660,3 +660,19 @@ REAPER_JOBS_SWEEP_MODULE = "reaper.job_sweep"
 # (a turn's token hash never changes once bound), so get_job/cancel_job check the token with the
 # job read alone. "" = a token-less turn; absent = a job from before: its turn is read instead.
 JOB_ATTR_TURN_TOKEN_HASH = "turn_token_sha256"
+
+
+# --- quota: turn-guarded speculative check (issues 9 + 11) -------------------------------------
+# Dispatch sends the quota check at t=0, beside the idempotency claim and the turn read. Its
+# transaction carries a ConditionCheck on the turn (exists, this agent's, not ended, token hash)
+# and a "counted" marker keyed by the call's idempotency identity (tenant + call_id), written in
+# the tenant-daily counters table so only the quota Lambda writes it (§5.3).
+QUOTA_MARKER_PREFIX = "counted#"
+QUOTA_MARKER_ATTR_DAILY_KEY = "daily_key"  # the two counter items this call's count went to,
+QUOTA_MARKER_ATTR_HOURLY_KEY = "hourly_key"  # so a release undoes exactly that count
+# A marker lives as long as the call's idempotency record (dispatch.idempotency.RECORD_TTL_SECONDS;
+# a test keeps the two equal): a retry inside it is never counted twice.
+QUOTA_MARKER_TTL_SECONDS = 24 * 3600
+# Turn item attributes the quota's ConditionCheck reads (written by dispatch.turns).
+TURN_ATTR_AGENT = "agent_id"
+TURN_ATTR_ENDED = "ended"

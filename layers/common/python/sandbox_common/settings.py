@@ -25,6 +25,8 @@ class QuotaSettings(_Settings):
     tenant_daily_table: str = Field(alias=n.ENV_TENANT_DAILY_TABLE)
     agent_hourly_table: str = Field(alias=n.ENV_AGENT_HOURLY_TABLE)
     cache_ttl_seconds: int = Field(alias=n.ENV_CACHE_TTL, default=60, ge=0, le=60)
+    # issues 9 + 11: the turn guard's ConditionCheck (read only: ConditionCheckItem)
+    turns_table: str = Field(alias=n.ENV_TURNS_TABLE, default="")
 
 
 class DispatchSettings(_Settings):

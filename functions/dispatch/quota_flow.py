@@ -1,0 +1,146 @@
+"""One execute_code's quota check (SPEC §5, issues 9 + 11): sent at t=0 when it can be, joined
+where the quota step runs, undone when the call never reaches that step.
+
+Speculative check. Dispatch cannot know whether a call is the first of its turn before reading
+the turn, so every eligible execute_code (not background, turn token well formed or absent where
+the stage allows it, pre-flight cached and ready) sends its quota check at t=0, beside the
+idempotency claim and the turn read. The check is turn-guarded and once-per-call_id (see
+sandbox_common.models.QuotaRequest): the quota Lambda's one transaction counts only if the turn
+exists, is this agent's, is not ended and is bound to the request's token hash, and only if this
+call_id was not counted before. So a wrong token, an ended or foreign turn counts nothing, and a
+retry or a racing duplicate of a call_id never counts twice.
+
+Joining (`decide`, from Dispatcher._quota, after the turn, pre-flight, input and session-cap
+checks passed):
+- admitted / already counted / cap refused / failed closed: that is the answer;
+- turn guard refused (a first call: the turn did not exist yet): the sequential check of before,
+  still once-per-call_id, now that the turn exists and every refusal before counting is passed.
+
+Refusals decided after the speculative count. The rule: a speculative count stands iff the call
+reaches the quota step (`decide`). `settle()` (the handler's `finally`) undoes it otherwise
+(release: the marker and both counters, one transaction) when the call will not run under it:
+the idempotent function ran here and stopped before the quota step (invalid request, ended turn,
+disabled tenant, unready template, session cap, a store failure), the answer was a replay, or
+the idempotency store was unreachable (refused, "nothing counted"). It keeps the count when
+another attempt of the same call_id is still running it (StillRunning): that attempt's call is
+the one the count belongs to (logged as `quota_speculative_kept`).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from typing import Any, Protocol
+
+from sandbox_common import naming as n
+from sandbox_common.models import ExecuteCodeRequest, QuotaTurnGuard
+from sandbox_common.observability import logger
+from sandbox_common.retries import RetryLog
+from sandbox_common.settings import DispatchSettings
+from sandbox_common.turn_token import TurnTokenRejected, token_hash
+from sandbox_common.windows import Windows, utc_now
+
+from . import parallel
+from .budget import UsageAccounting
+from .preflight import PreflightReader
+from .quota_client import QuotaDecision
+
+
+class Dispatcher(Protocol):
+    """What this module uses of dispatch.service.Dispatcher (which imports this module)."""
+
+    settings: DispatchSettings
+    preflight: PreflightReader
+    accounting: UsageAccounting
+    quota: Any  # quota_client.check_quota's signature
+
+
+class QuotaCheck:
+    """The quota of one execute_code. `start` sends it ahead when eligible; `decide` joins it
+    (or checks sequentially); `settle` undoes a speculative count the call did not use."""
+
+    def __init__(self, dispatcher: Dispatcher, req: ExecuteCodeRequest, guard: QuotaTurnGuard | None) -> None:
+        self._dispatcher = dispatcher
+        self._req = req
+        self._future: Future[QuotaDecision] | None = None
+        self._entered = False  # the idempotent function ran in this invocation
+        self._replayed = False  # the answer was a stored one (the function did not run here)
+        self._unclaimed = False  # the idempotency store was down: refused, nothing may stay counted
+        self._decided = False  # the call reached the quota step: a count stands
+        if guard is not None:
+            self._future = parallel.start(self._check, guard)
+
+    @classmethod
+    def start(cls, dispatcher: Dispatcher, req: ExecuteCodeRequest) -> QuotaCheck:
+        return cls(dispatcher, req, _guard_for(dispatcher, req))
+
+    @property
+    def speculative(self) -> bool:
+        return self._future is not None
+
+    def entered(self) -> QuotaCheck:
+        self._entered = True
+        return self
+
+    def unclaimed(self) -> None:
+        """The idempotency store was unreachable: the call is refused (nothing counted or run)."""
+        self._unclaimed = True
+
+    def answered(self) -> None:
+        """run_once returned: a replay when the function did not run here."""
+        self._replayed = not self._entered
+
+    def decide(self, retries: RetryLog | None = None) -> QuotaDecision:
+        self._decided = True
+        decision = self._future.result() if self._future is not None else None
+        if decision is None or decision.turn_refused:
+            decision = self._check(None)
+        if retries is not None and decision.retries:
+            retries.record_count(n.RETRY_QUOTA_CONFLICT, decision.retries)
+        return decision
+
+    def settle(self) -> None:
+        """Undo a speculative count the call did not reach (see the module docstring). Never raises."""
+        if self._future is None or self._decided:
+            return
+        try:
+            decision = self._future.result()
+        except Exception:  # noqa: BLE001 — check_quota never raises; nothing was counted if it did
+            return
+        if not decision.counted_here:
+            return
+        if not (self._entered or self._replayed or self._unclaimed):
+            logger.warning("quota_speculative_kept", extra={"tenant_id": self._req.tenant_id,
+                                                            "call_id": self._req.call_id})  # fmt: skip
+            return
+        undone = self._dispatcher.quota(
+            self._dispatcher.settings.quota_function_name, self._req.tenant_id, self._req.agent_id,
+            Windows.at(utc_now()), counts=False, call_id=self._req.call_id, release=True)  # fmt: skip
+        logger.info("quota_speculative_released", extra={"tenant_id": self._req.tenant_id,
+                                                         "call_id": self._req.call_id, "released": undone.released})  # fmt: skip
+
+    def _check(self, guard: QuotaTurnGuard | None) -> QuotaDecision:
+        req = self._req
+        return self._dispatcher.quota(
+            self._dispatcher.settings.quota_function_name, req.tenant_id, req.agent_id, Windows.at(utc_now()),
+            counts=self._dispatcher.accounting.needs_count(req.tenant_id), call_id=req.call_id, turn=guard)  # fmt: skip
+
+
+def _guard_for(dispatcher: Dispatcher, req: ExecuteCodeRequest) -> QuotaTurnGuard | None:
+    """The turn guard of a speculative check, or None when the call is not eligible: background
+    jobs, a token the turn check will refuse anyway, a pre-flight that would take a read or is
+    not ready (those calls are refused, or their refusal is decided before any count)."""
+    if req.background:
+        return None
+    if req.turn_token is None:
+        if dispatcher.settings.require_turn_token:
+            return None
+        token = ""
+    else:
+        try:
+            token = token_hash(req.turn_token)
+        except TurnTokenRejected:
+            return None
+    pf = dispatcher.preflight.cached(req.tenant_id, req.template_id)
+    if pf is None or pf.status != "ready":
+        return None
+    return QuotaTurnGuard(turn_id=req.turn_id, token_sha256=token)

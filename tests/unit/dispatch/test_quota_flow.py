@@ -1,0 +1,112 @@
+"""dispatch.quota_flow against a real HTTP Lambda Invoke endpoint answering as the quota Lambda
+does (the answers' shapes are pinned against moto in tests/integration/quota/test_quota_turn_guard.py)."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from dispatch import quota_client
+from dispatch.quota_flow import QuotaCheck
+from sandbox_common import naming as n
+from sandbox_common.models import ExecuteCodeRequest
+from sandbox_common.retries import RetryLog
+
+from tests.support.http import http_endpoint
+
+REQ = ExecuteCodeRequest(action="execute_code", tenant_id="acme", agent_id="agent-7", template_id="analyst",
+                         turn_id="turn-1", call_id="c1", code="print(1)", turn_token="A" * 43)  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _fresh_client() -> Any:
+    quota_client.lambda_client.cache_clear()
+    yield
+    quota_client.lambda_client.cache_clear()
+
+
+def _scripted(answers: list[dict[str, Any]], seen: list[dict[str, Any]]) -> Any:
+    def answer(_path: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        seen.append(json.loads(body))
+        return 200, {}, json.dumps(answers[len(seen) - 1]).encode()
+
+    return answer
+
+
+def _dispatcher(ready: bool = True) -> Any:
+    pf = SimpleNamespace(status="ready" if ready else "disabled")
+    return SimpleNamespace(
+        quota=quota_client.check_quota,
+        settings=SimpleNamespace(quota_function_name="quota-fn", require_turn_token=True),
+        accounting=SimpleNamespace(needs_count=lambda tenant: False),
+        preflight=SimpleNamespace(cached=lambda tenant, template: pf),
+    )  # fmt: skip
+
+
+def test_quota_flow_conflict_retries_become_visible_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given the quota Lambda admitted after retrying 2 transaction conflicts
+    seen: list[dict[str, Any]] = []
+    with http_endpoint(_scripted([{"ok": True, "retries": 2}], seen)) as endpoint:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_LAMBDA", endpoint)
+        check = QuotaCheck.start(_dispatcher(), REQ)
+        log = RetryLog()
+        # When the call reaches its quota step
+        decision = check.decide(log)
+    # Then the check was sent turn-guarded with the call_id, and the 2 retries are events (§16.6)
+    assert decision.allowed and seen[0]["call_id"] == "c1" and seen[0]["turn"]["turn_id"] == "turn-1"
+    assert [(e["reason"], e["attempt"]) for e in log.response_fields()["events"]] == [
+        (n.RETRY_QUOTA_CONFLICT, 1), (n.RETRY_QUOTA_CONFLICT, 2)]  # fmt: skip
+    assert len(log.audit_fields()["retries"]) == 2
+
+
+def test_quota_flow_turn_refused_falls_back_to_the_sequential_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given no turn item when the speculative check ran (a first call)
+    seen: list[dict[str, Any]] = []
+    answers = [{"ok": False, "turn_refused": True, "turn_exists": False}, {"ok": True}]
+    with http_endpoint(_scripted(answers, seen)) as endpoint:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_LAMBDA", endpoint)
+        check = QuotaCheck.start(_dispatcher(), REQ)
+        # When the call reaches its quota step (the turn now exists)
+        decision = check.decide()
+        check.settle()
+    # Then a second, unguarded check with the same call_id decided, and nothing was released
+    assert decision.allowed
+    assert [("turn" in s, s["call_id"]) for s in seen] == [(True, "c1"), (False, "c1")]
+
+
+@pytest.mark.parametrize(("entered", "replayed", "released"), [(True, False, True), (False, True, True),
+                                                                (False, False, False)],
+                         ids=["refused-before-quota", "replayed-answer", "still-running"])  # fmt: skip
+def test_quota_flow_settle_releases_only_a_count_the_call_will_not_use(
+    monkeypatch: pytest.MonkeyPatch, entered: bool, replayed: bool, released: bool
+) -> None:
+    # Given a speculative check that counted, and a call that never reached its quota step
+    seen: list[dict[str, Any]] = []
+    with http_endpoint(_scripted([{"ok": True}, {"ok": True, "released": True}], seen)) as endpoint:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_LAMBDA", endpoint)
+        check = QuotaCheck.start(_dispatcher(), REQ)
+        if entered:
+            check.entered()
+        if replayed:
+            check.answered()
+        # When the invocation ends
+        check.settle()
+    # Then the count is released unless another attempt of the call may still be running it
+    assert [s.get("release", False) for s in seen] == [False, True][: 1 + released]
+
+
+@pytest.mark.parametrize("case", ["background", "no-token", "malformed-token", "not-ready"])
+def test_quota_flow_sends_nothing_ahead_when_not_eligible(monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+    # Given a call whose refusal (or count) must be decided after the turn read
+    over = {"background": {"background": True}, "no-token": {"turn_token": None},
+            "malformed-token": {"turn_token": "!" * 43}, "not-ready": {}}[case]  # fmt: skip
+    req = REQ.model_copy(update=over)
+    seen: list[dict[str, Any]] = []
+    with http_endpoint(_scripted([], seen)) as endpoint:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_LAMBDA", endpoint)
+        # When its quota check is started / Then nothing is sent ahead
+        check = QuotaCheck.start(_dispatcher(ready=case != "not-ready"), req)
+        check.settle()
+    assert check.speculative is False and seen == []

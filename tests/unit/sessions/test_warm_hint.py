@@ -181,3 +181,33 @@ def test_turn_ignores_a_hint_it_did_not_write(turns: TurnStore, ddb: Any) -> Non
                     UpdateExpression="SET warm_hint = :h", ExpressionAttributeValues={":h": {"M": {"slot_id": {"S": "s"}}}})  # fmt: skip
     stored = turns.get("acme", "t1")
     assert stored is not None and stored.warm_hint is None
+
+
+def test_session_source_never_claims_another_tenants_session_through_a_hint(ledger: SessionLedger,
+                                                                            turns: TurnStore) -> None:  # fmt: skip
+    from dispatch.session_source import SessionSource
+    from sandbox_common.retries import RetryLog
+
+    # Given a warm session of globex, and an acme turn whose hint names it (forged or mixed up)
+    slot_id = ledger.reserve(tenant_id="globex", environment="default-public", source="warm",
+                             caps=SessionCaps(20, 200), lease_seconds=60).slot_id  # fmt: skip
+    assert ledger.make_warm(slot_id, session_id="globex-1", interpreter_id="i-1", recycle_at=NOW + 600)
+    turn = _turn(turns, "t1")
+    hint = {"slot_id": slot_id, "session_id": "globex-1", "interpreter_id": "i-1", "environment": "default-public",
+            "started_at": str(NOW)}  # fmt: skip
+    source = SessionSource(ledger=ledger, caps_for=lambda _t: SessionCaps(20, 200), claim_min_life_seconds=MIN_LIFE,
+                           lease_seconds=60)  # fmt: skip
+
+    def bind(slot: Slot) -> dict[str, Any]:
+        return turns.bind_item(turn, str(slot.session_id), "i-1", slot_id=slot.slot_id, started_at=None)
+
+    # When acme's first call prepares its session with that hint
+    prepared = source.prepare(tenant_id="acme", agent_id="a", turn_id="t1", environment="default-public",
+                              interpreter_id="i-1", retries=RetryLog(), hint=hint, bind=bind)  # fmt: skip
+    # Then it got a cold slot of its own; globex's session is untouched and the turn holds nothing
+    assert (prepared.source, prepared.bound, prepared.tenant_id) == ("cold", False, "acme")
+    slot = ledger.get(slot_id)
+    assert slot is not None and (slot.state, slot.turn_id) == ("warm", None)
+    stored = turns.get("acme", "t1")
+    assert stored is not None and stored.session_id is None
+    source.abandon(prepared)

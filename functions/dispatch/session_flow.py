@@ -2,8 +2,10 @@
 §16.6): dispatch's side of `SessionSource`.
 
 Per execute_code, in dispatch's order (`Dispatcher._steps`):
+- `offer_warm(turn, pf)` in begin_turn: notes one pool session on the turn (a hint, not a claim);
 - `prepare(call, ...)` BEFORE the call quota, only when the turn has no usable session: claims a
-  warm session or reserves a cold slot in the session ledger, or refuses with
+  warm session (the hinted one and the turn binding in one write) or reserves a cold slot in the
+  session ledger, or refuses with
   SandboxCapExceeded (tenant_sessions / global_sessions) — nothing counted, nothing started;
 - `abandon(call)` afterwards, whatever happened: gives back capacity that no session used (the
   quota refused, another concurrent first call's session won the turn); a no-op once used;

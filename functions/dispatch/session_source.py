@@ -9,9 +9,11 @@ Two steps, so that a refusal counts nothing (§16.2):
   gets at most one session), or for a warm session right after `session_flow` bound it to the
   turn in one conditional write: returns `Acquired(session_id, source, slot_id, started_at)`.
 
-1. warm: claim one warm session of the tenant × environment pool with ONE conditional write —
-   no Start, no readiness preamble (the refill already ran it; a session whose preamble failed
-   was never offered);
+1. warm: claim one warm session of the tenant × environment pool — no Start, no readiness
+   preamble (the refill already ran it; a session whose preamble failed was never offered). With
+   the turn's warm hint (noted by begin_turn, `pick_warm`) the claim and the turn binding are ONE
+   TransactWriteItems (`Prepared.bound`); without one, or when it is stale, a pool query and one
+   conditional write per candidate (session_flow then binds the turn);
 2. cold: reserve capacity in the ledger (tenant_sessions / global_sessions, exact under
    concurrency, 0 = kill switch, fail closed), then Start + readiness preamble through the runner.
    A throttled Start is retried (bounded, jittered) and reported as a visible retry; AgentCore's

@@ -442,8 +442,10 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
          warm_first_call_extra=dict(sorted(warm_extra.items())), depth=depths["warm_first_call"],
          later_call_depth=depths["later_call"], begin_turn_warm=phases["begin_turn_warm"],
          begin_turn_warm_depth=depths["begin_turn_warm"])  # fmt: skip
-    # And its claim adds one step to a later call's critical path (first call <= later + 3)
-    assert depths["warm_first_call"] <= depths["later_call"] + 1, depths
+    # And its critical path stays within the bound, first call <= later + 3 (the claim is one
+    # sequential step: later + 1 when the parallel requests overlap as sent; the depth is measured
+    # from timings, so a loaded machine can split a parallel pair — the call count above is exact)
+    assert depths["warm_first_call"] <= depths["later_call"] + 3, depths
     # And the depth measure saw every phase's requests: a later call waits on at least the
     # idempotency claim, the quota hop and its transaction, the user code and the audit row
     assert 5 <= depths["later_call"] <= sum(later.values()) + 2

@@ -163,13 +163,15 @@ class Dispatcher:
     # --- begin_turn -----------------------------------------------------------------------------
     def begin_turn(self, req: BeginTurnRequest) -> dict[str, Any]:
         try:
-            turn_logic.refuse_if_ended(self._claim(req))
+            turn = turn_logic.refuse_if_ended(self._claim(req))
             pf = self.preflight.check(req.tenant_id, req.template_id)
         except (TurnStoreUnavailable, PreflightUnavailable) as exc:
             logger.error("begin_turn_unavailable", extra={"cause": str(exc)})
             internal_failure(f"preflight_unavailable:{exc}")
             return {"ok": False, "error": "SandboxProvisioning", "error_message": messages.PREFLIGHT_UNAVAILABLE,
                     "reason": "preflight_unavailable"}  # fmt: skip
+        if pf.status == "ready":
+            self.sessions.offer_warm(turn, pf)  # §16.1: the first call's warm claim becomes one write
         sandbox: dict[str, Any] = {"status": pf.status}
         if pf.status in ("ready", "provisioning"):
             sandbox["tool"] = tool_definition(pf.tools)  # §15: lists the template's tools

@@ -2,8 +2,10 @@
 §16.6): dispatch's side of `SessionSource`.
 
 Per execute_code, in dispatch's order (`Dispatcher._steps`):
+- `offer_warm(turn, pf)` in begin_turn: notes one pool session on the turn (a hint, not a claim);
 - `prepare(call, ...)` BEFORE the call quota, only when the turn has no usable session: claims a
-  warm session or reserves a cold slot in the session ledger, or refuses with
+  warm session (the hinted one and the turn binding in one write) or reserves a cold slot in the
+  session ledger, or refuses with
   SandboxCapExceeded (tenant_sessions / global_sessions) — nothing counted, nothing started;
 - `abandon(call)` afterwards, whatever happened: gives back capacity that no session used (the
   quota refused, another concurrent first call's session won the turn); a no-op once used;
@@ -26,13 +28,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox_common import naming as n
+from sandbox_common.observability import logger
 from sandbox_common.outcome import Outcome
 from sandbox_common.retries import RetryLog
+from sandbox_common.sessions.ledger import LedgerUnavailable, Slot
 
 from . import turn_logic
 from .preflight import Preflight
 from .session_source import Acquired, Prepared, SessionSource
-from .turns import Turn, TurnStore
+from .turns import Turn, TurnStore, TurnStoreUnavailable
 
 
 @dataclass
@@ -64,12 +68,36 @@ class TurnSessions:
         """Hold a session's capacity for a turn without a usable session (raises SandboxCapExceeded)."""
         if turn_logic.usable_session(self.turns, turn, str(pf.interpreter_id), self.max_session_age_seconds):
             return
-        call.prepared = self._prepare(call, turn, pf)
+        call.prepared = self._prepare(call, turn, pf, hinted=True)
 
-    def _prepare(self, call: SessionCall, turn: Turn, pf: Preflight) -> Prepared:
+    def _prepare(self, call: SessionCall, turn: Turn, pf: Preflight, *, hinted: bool = False) -> Prepared:
+        """`hinted`: claim the turn's warm hint and bind the turn in the same write (only before the
+        lease protocol: inside it, a "starting" lease of our own would fail the bind's condition)."""
+        interpreter_id = str(pf.interpreter_id)
+
+        def bind(slot: Slot) -> dict[str, Any]:
+            return self.turns.bind_item(turn, str(slot.session_id), interpreter_id, slot_id=slot.slot_id,
+                                        started_at=slot.started_at or None)  # fmt: skip
+
         return self.source.prepare(tenant_id=turn.tenant_id, agent_id=turn.agent_id, turn_id=turn.turn_id,
-                                   environment=str(pf.environment), interpreter_id=str(pf.interpreter_id),
-                                   retries=call.retries)  # fmt: skip
+                                   environment=str(pf.environment), interpreter_id=interpreter_id,
+                                   retries=call.retries, hint=turn.warm_hint if hinted else None,
+                                   bind=bind)  # fmt: skip
+
+    def offer_warm(self, turn: Turn, pf: Preflight) -> bool:
+        """begin_turn (§16.1): pick a warm session of the turn's pool and note it on the turn, so
+        the first call claims and binds it with ONE write instead of query + claim + bind. A hint
+        only: nothing is claimed, a stale one costs the first call its fallback query. True if a
+        hint was written. Never raises: it is an optimisation, begin_turn answers without it."""
+        if turn.live_session or turn.ended or not pf.interpreter_id or not pf.environment:
+            return False
+        try:
+            hint = self.source.pick_warm(tenant_id=turn.tenant_id, environment=str(pf.environment),
+                                         interpreter_id=str(pf.interpreter_id))  # fmt: skip
+            return hint is not None and self.turns.set_hint(turn, hint)
+        except (LedgerUnavailable, TurnStoreUnavailable) as exc:
+            logger.warning("warm_hint_failed", extra={"turn_id": turn.turn_id, "cause": str(exc)})
+            return False
 
     @contextmanager
     def held(self, call: SessionCall, turn: Turn, pf: Preflight) -> Iterator[None]:
@@ -91,6 +119,9 @@ class TurnSessions:
         """(session_id, started_here): the turn's one session, started (or claimed) by at most one
         caller. Raises what the lease protocol and the session source raise."""
         interpreter_id = str(pf.interpreter_id)
+        if call.prepared is not None and call.prepared.bound:
+            return self._use_bound(call, turn, runner=runner, interpreter_id=interpreter_id,
+                                   invocation_id=invocation_id), True  # fmt: skip
         if call.prepared is not None and call.prepared.source == "warm":
             bound = self._bind_warm(call, turn, runner=runner, interpreter_id=interpreter_id,
                                     invocation_id=invocation_id)  # fmt: skip
@@ -130,6 +161,22 @@ class TurnSessions:
             call.slot_id = slots.get(session_id)
         return session_id, started_here
 
+    def _use_bound(self, call: SessionCall, turn: Turn, *, runner: Any, interpreter_id: str,
+                   invocation_id: str) -> str:  # fmt: skip
+        """The warm session the claim already bound to the turn (one write, `prepare`)."""
+        prepared, call.prepared = call.prepared, None
+        assert prepared is not None
+        acquired = self.source.start(prepared, runner=runner, interpreter_id=interpreter_id,
+                                     invocation_id=invocation_id, retries=call.retries)  # fmt: skip
+        call.source, call.slot_id = acquired.source, acquired.slot_id
+        self._stop_replaced(turn, runner)
+        return acquired.session_id
+
+    def _stop_replaced(self, turn: Turn, runner: Any) -> None:
+        if turn.live_session:  # it replaced a session judged unusable: never leave that running
+            if runner.stop_session(str(turn.interpreter_id), str(turn.session_id)):
+                self._release(turn.slot_id)
+
     def _bind_warm(self, call: SessionCall, turn: Turn, *, runner: Any, interpreter_id: str,
                    invocation_id: str) -> str | None:  # fmt: skip
         """A claimed warm session needs no start, so no "starting" lease either: it becomes the
@@ -154,9 +201,7 @@ class TurnSessions:
         acquired = self.source.start(prepared, runner=runner, interpreter_id=interpreter_id,
                                      invocation_id=invocation_id, retries=call.retries)  # fmt: skip
         call.source, call.slot_id = acquired.source, acquired.slot_id
-        if turn.live_session:  # it replaced a session judged unusable: never leave that running
-            if runner.stop_session(str(turn.interpreter_id), str(turn.session_id)):
-                self._release(turn.slot_id)
+        self._stop_replaced(turn, runner)
         return acquired.session_id
 
     def stopped(self, call: SessionCall | None, tenant_id: str, turn_id: str, session_id: str) -> bool:

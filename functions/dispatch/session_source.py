@@ -9,9 +9,11 @@ Two steps, so that a refusal counts nothing (§16.2):
   gets at most one session), or for a warm session right after `session_flow` bound it to the
   turn in one conditional write: returns `Acquired(session_id, source, slot_id, started_at)`.
 
-1. warm: claim one warm session of the tenant × environment pool with ONE conditional write —
-   no Start, no readiness preamble (the refill already ran it; a session whose preamble failed
-   was never offered);
+1. warm: claim one warm session of the tenant × environment pool — no Start, no readiness
+   preamble (the refill already ran it; a session whose preamble failed was never offered). With
+   the turn's warm hint (noted by begin_turn, `pick_warm`) the claim and the turn binding are ONE
+   TransactWriteItems (`Prepared.bound`); without one, or when it is stale, a pool query and one
+   conditional write per candidate (session_flow then binds the turn);
 2. cold: reserve capacity in the ledger (tenant_sessions / global_sessions, exact under
    concurrency, 0 = kill switch, fail closed), then Start + readiness preamble through the runner.
    A throttled Start is retried (bounded, jittered) and reported as a visible retry; AgentCore's
@@ -38,7 +40,7 @@ from sandbox_common.errors import SandboxCapExceeded, SandboxError
 from sandbox_common.observability import emit_metric, logger
 from sandbox_common.retries import RetryLog
 from sandbox_common.sessions.caps import SessionCapsUnavailable
-from sandbox_common.sessions.ledger import LedgerUnavailable, SessionCapReached, SessionLedger
+from sandbox_common.sessions.ledger import LedgerUnavailable, SessionCapReached, SessionLedger, Slot
 from sandbox_common.windows import FAIL_CLOSED_RETRY_SECONDS, iso_z, utc_now
 
 START_ATTEMPTS = 3  # a throttled Start is tried this many times in all
@@ -66,6 +68,7 @@ class Prepared:
     session_id: str | None = None  # warm only
     interpreter_id: str | None = None
     started_at: int | None = None  # warm only: when the refill reserved and started it (epoch s)
+    bound: bool = False  # warm only: the claim already bound the turn to it (claim_warm_bound)
 
 
 class SessionSource:
@@ -88,7 +91,15 @@ class SessionSource:
 
     # --- step 1, before the call quota: hold capacity or refuse with nothing counted -------------
     def prepare(self, *, tenant_id: str, agent_id: str, turn_id: str, environment: str, interpreter_id: str,
-                retries: RetryLog) -> Prepared:  # fmt: skip
+                retries: RetryLog, hint: dict[str, str] | None = None,
+                bind: Callable[[Slot], dict[str, Any]] | None = None) -> Prepared:  # fmt: skip
+        """`hint` + `bind`: the turn's warm hint (begin_turn) and its bind item builder — then the
+        claim and the turn binding are ONE write; a stale hint falls back to querying the pool."""
+        if hint is not None and bind is not None:
+            bound = self._claim_hinted(hint, tenant_id=tenant_id, agent_id=agent_id, turn_id=turn_id,
+                                       environment=environment, interpreter_id=interpreter_id, bind=bind)  # fmt: skip
+            if bound is not None:
+                return bound
         try:
             warm = self.ledger.claim_warm(tenant_id=tenant_id, environment=environment, turn_id=turn_id,
                                           agent_id=agent_id, min_life_seconds=self.claim_min_life_seconds,
@@ -111,9 +122,43 @@ class SessionSource:
         retries.record_count(n.RETRY_LEDGER_CONFLICT, reservation.retries)
         return Prepared("cold", reservation.slot_id, tenant_id, turn_id, interpreter_id=interpreter_id)
 
+    def _claim_hinted(self, hint: dict[str, str], *, tenant_id: str, agent_id: str, turn_id: str,
+                      environment: str, interpreter_id: str, bind: Callable[[Slot], dict[str, Any]]) -> Prepared | None:  # fmt: skip
+        if hint["environment"] != environment or hint["interpreter_id"] != interpreter_id:
+            return None  # the tenant's environment/interpreter changed since begin_turn: not this pool's
+        slot = Slot(slot_id=hint["slot_id"], tenant_id=tenant_id, environment=environment, state="warm",
+                    source="warm", started_at=int(hint["started_at"] or 0), session_id=hint["session_id"],
+                    interpreter_id=hint["interpreter_id"])  # fmt: skip
+        try:
+            claimed = self.ledger.claim_warm_bound(slot, turn_id=turn_id, agent_id=agent_id,
+                                                   min_life_seconds=self.claim_min_life_seconds, bind=bind(slot))  # fmt: skip
+        except LedgerUnavailable as exc:
+            # Both writes or neither (one transaction): if it applied after all, the turn points
+            # at the session and its next call uses it; refused now, nothing counted.
+            raise self._fail_closed(tenant_id, f"session_ledger_unavailable:{exc.code}") from None
+        if not claimed:
+            return None
+        return Prepared("warm", slot.slot_id, tenant_id, turn_id, slot.session_id, slot.interpreter_id,
+                        started_at=slot.started_at or None, bound=True)  # fmt: skip
+
+    def pick_warm(self, *, tenant_id: str, environment: str, interpreter_id: str) -> dict[str, str] | None:
+        """A warm session for a turn's hint (begin_turn): one of the pool's claimable sessions at
+        random (turns begun together rarely pick the same one), or None. Raises LedgerUnavailable."""
+        found = self.ledger.warm_candidates(tenant_id=tenant_id, environment=environment,
+                                            min_life_seconds=self.claim_min_life_seconds, interpreter_id=interpreter_id)  # fmt: skip
+        if not found:
+            return None
+        slot = random.choice(found)  # noqa: S311 — spreading picks, not a secret
+        return {"slot_id": slot.slot_id, "session_id": str(slot.session_id), "interpreter_id": interpreter_id,
+                "environment": environment, "started_at": str(slot.started_at or "")}  # fmt: skip
+
     def abandon(self, prepared: Prepared) -> None:
         """The call was refused after prepare (quota) or another caller's session won the turn:
-        a warm session goes back to its pool, a cold reservation is released."""
+        a warm session goes back to its pool, a cold reservation is released. A warm session the
+        claim already bound to the turn stays the turn's: a concurrent call of the same turn may
+        already run code in it, so it must never go back to a pool another turn claims from."""
+        if prepared.bound:
+            return
         if prepared.source == "warm":
             try:
                 if self.ledger.unclaim(prepared.slot_id, turn_id=prepared.turn_id):

@@ -46,6 +46,9 @@ class Turn:
     ended: bool = False  # end_turn closed it: no new session may start (§4.5)
     token_hash: str = ""  # §16.5: the bound token's SHA-256; "" = token-less (also items from before §16.5)
     slot_id: str | None = None  # §16.2: the live session's ledger slot (freed when the session stops)
+    # §16.1: a warm session of the turn's pool begin_turn picked (not claimed): slot_id, session_id,
+    # interpreter_id, environment, started_at — all strings. The first call claims it in one write.
+    warm_hint: dict[str, str] | None = None
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> Turn:
@@ -61,11 +64,22 @@ class Turn:
             session_started_at=i("session_started_at"), lease_owner=s("lease_owner"),
             lease_expires_at=i("lease_expires_at"), ended=item.get("ended", {}).get("BOOL", False),
             token_hash=s(n.TURN_ATTR_TOKEN_HASH) or "", slot_id=s(n.TURN_ATTR_SLOT_ID),
+            warm_hint=_hint(item.get(n.TURN_ATTR_WARM_HINT)),
         )  # fmt: skip
 
     @property
     def live_session(self) -> bool:
         return self.session_state == "active" and bool(self.session_id)
+
+
+_HINT_FIELDS = ("slot_id", "session_id", "interpreter_id", "environment", "started_at")
+
+
+def _hint(value: dict[str, Any] | None) -> dict[str, str] | None:
+    fields = (value or {}).get("M") or {}
+    if not all(isinstance(fields.get(f), dict) and "S" in fields[f] for f in _HINT_FIELDS):
+        return None  # absent, or not a hint this code wrote: ignored (the first call queries the pool)
+    return {f: fields[f]["S"] for f in _HINT_FIELDS}
 
 
 def _key(tenant_id: str, turn_id: str) -> dict[str, Any]:
@@ -127,15 +141,36 @@ class TurnStore:
         """A session that needs no start (a claimed warm one, §16.1) becomes the turn's in ONE
         conditional write, on the state we saw (as `take_lease`); False if another caller holds
         or won the turn's session meanwhile (then the lease protocol decides)."""
+        update = self.bind_item(turn, session_id, interpreter_id, slot_id=slot_id, started_at=started_at)["Update"]
+        return self._update(turn.tenant_id, turn.turn_id, update["UpdateExpression"], update["ConditionExpression"],
+                            update["ExpressionAttributeValues"])  # fmt: skip
+
+    def bind_item(self, turn: Turn, session_id: str, interpreter_id: str, *, slot_id: str,
+                  started_at: int | None) -> dict[str, Any]:  # fmt: skip
+        """`bind` as a TransactWriteItems element, for the warm claim that binds in the same write
+        (SessionLedger.claim_warm_bound). The hint is consumed with it."""
         now = int(self.clock())
         condition, values = self._seen_state(turn, now)
         values.update({":active": {"S": "active"}, ":sid": {"S": session_id}, ":iid": {"S": interpreter_id},
                        ":at": {"N": str(now if started_at is None else int(started_at))}, ":slot": {"S": slot_id}})  # fmt: skip
+        update = (f"SET #st = :active, session_id = :sid, interpreter_id = :iid, session_started_at = :at, "
+                  f"{n.TURN_ATTR_SLOT_ID} = :slot REMOVE lease_owner, lease_expires_at, {n.TURN_ATTR_WARM_HINT}")  # fmt: skip
+        return {"Update": {"TableName": self.table, "Key": _key(turn.tenant_id, turn.turn_id),
+                           "UpdateExpression": update, "ConditionExpression": condition,
+                           "ExpressionAttributeNames": {"#st": "session_state"},
+                           "ExpressionAttributeValues": values}}  # fmt: skip
+
+    def set_hint(self, turn: Turn, hint: dict[str, str]) -> bool:
+        """Remember a warm session for the turn's first call (begin_turn, §16.1): a hint, never a
+        claim — the session stays in its pool until a first call's conditional write takes it.
+        Only on a turn still open without a live session; False otherwise."""
+        if set(hint) != set(_HINT_FIELDS):
+            raise ValueError(f"a warm hint has exactly the fields {_HINT_FIELDS}")
         return self._update(
-            turn.tenant_id, turn.turn_id,
-            f"SET #st = :active, session_id = :sid, interpreter_id = :iid, session_started_at = :at, "
-            f"{n.TURN_ATTR_SLOT_ID} = :slot REMOVE lease_owner, lease_expires_at",
-            condition, values,
+            turn.tenant_id, turn.turn_id, f"SET {n.TURN_ATTR_WARM_HINT} = :hint",
+            "attribute_exists(turn_id) AND attribute_not_exists(ended) AND "
+            "(attribute_not_exists(#st) OR #st <> :active)",
+            {":hint": {"M": {k: {"S": str(v)} for k, v in hint.items()}}, ":active": {"S": "active"}},
         )  # fmt: skip
 
     @staticmethod

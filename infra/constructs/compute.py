@@ -280,8 +280,10 @@ class ComputeConstruct(Construct):
                            f"{continuations.table_arn}/index/{n.CONTINUATIONS.indexes[0].name}"],  # fmt: skip
             )
         )
-        # The session ledger (SPEC §16.1/§16.2, issue 11): a first call claims a warm session (query
-        # of the by_warm_pool index + one conditional UpdateItem) or reserves a cold slot (one
+        # The session ledger (SPEC §16.1/§16.2, issue 11): begin_turn queries the by_warm_pool index
+        # for a hint; a first call claims a warm session (the hinted slot + the turn binding in one
+        # transaction — UpdateItem on both tables, TurnState grants the turn's — or, without a
+        # usable hint, query + one conditional UpdateItem) or reserves a cold slot (one
         # transaction: Put slot + Update both counters); a stopped session's slot is freed (one
         # transaction: Delete slot + Update both counters); a slot is read back by key.
         ledger = tables[n.SESSIONS.logical]

@@ -81,11 +81,16 @@ FIRST_CALL_EXTRA: dict[str, tuple[int, str]] = {
     f"{DISPATCH}:dynamodb:TransactWriteItems[{n.SESSIONS.logical}]": (1, "§16.2: the session's slot, capped"),
     f"{DISPATCH}:dynamodb:UpdateItem[{n.SESSIONS.logical}]": (1, "§16.2: the slot now holds the started session"),
 }  # fmt: skip
-# What a first call that claims a warm session (§16.1) adds to a later call, exactly (issue 11).
+# What a first call that claims a warm session (§16.1) adds to a later call, exactly (issue 11):
+# the claim of the session begin_turn noted on the turn and the turn's binding, in ONE write.
 WARM_FIRST_CALL_EXTRA: dict[str, tuple[int, str]] = {
-    f"{DISPATCH}:dynamodb:Query[{n.SESSIONS.logical}]": (1, "the pool's claimable sessions (by_warm_pool)"),
-    f"{DISPATCH}:dynamodb:UpdateItem[{n.SESSIONS.logical}]": (1, "the claim: one conditional write"),
-    f"{DISPATCH}:dynamodb:UpdateItem[{n.TURNS.logical}]": (1, "the turn bound to the claimed session"),
+    f"{DISPATCH}:dynamodb:TransactWriteItems[{'+'.join(sorted((n.SESSIONS.logical, n.TURNS.logical)))}]": (
+        1, "the claim: the pool slot and the turn binding, one conditional transaction"),
+}  # fmt: skip
+# What begin_turn pays for it (before the agent has any code): it always reads the pool (one
+# Query, `begin_turn` below reads an empty one) and, when a session is there, notes it on the turn.
+BEGIN_TURN_WARM_EXTRA: dict[str, tuple[int, str]] = {
+    f"{DISPATCH}:dynamodb:UpdateItem[{n.TURNS.logical}]": (1, "the warm hint on the turn (not a claim)"),
 }  # fmt: skip
 
 
@@ -424,13 +429,24 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
     # And the first call of a turn adds exactly Start, the readiness invoke and the turn state
     assert later <= first, "a first call must make every call a later one makes"
     assert dict(extra) == {k: v[0] for k, v in FIRST_CALL_EXTRA.items()}, dict(extra)
-    # And a warm first call adds exactly the claim (query + conditional write) and the turn binding
+    # And a warm first call adds exactly ONE write to a later call: the claim, which binds the turn
     warm_extra = Counter(phases["warm_first_call"]) - later
     assert later <= Counter(phases["warm_first_call"])
     assert dict(warm_extra) == {k: v[0] for k, v in WARM_FIRST_CALL_EXTRA.items()}, dict(warm_extra)
-    emit("aws_calls_warm_first_call", target="warm first call adds only the claim to a later call",
+    assert sum(warm_extra.values()) == 1
+    # paid for by begin_turn, off the call: its pool read (also made with an empty pool) + the hint
+    begin_extra = Counter(phases["begin_turn_warm"]) - Counter(phases["begin_turn"])
+    assert Counter(phases["begin_turn"]) <= Counter(phases["begin_turn_warm"])
+    assert dict(begin_extra) == {k: v[0] for k, v in BEGIN_TURN_WARM_EXTRA.items()}, dict(begin_extra)
+    emit("aws_calls_warm_first_call", target="warm first call adds only the claim write to a later call",
          ratio=sum(Counter(phases["warm_first_call"]).values()) / sum(later.values()),
-         warm_first_call_extra=dict(sorted(warm_extra.items())), depth=depths["warm_first_call"])  # fmt: skip
+         warm_first_call_extra=dict(sorted(warm_extra.items())), depth=depths["warm_first_call"],
+         later_call_depth=depths["later_call"], begin_turn_warm=phases["begin_turn_warm"],
+         begin_turn_warm_depth=depths["begin_turn_warm"])  # fmt: skip
+    # And its critical path stays within the issue's bound, first call <= later + 3 (the claim is one
+    # sequential step: later + 1 when the parallel requests overlap as sent; the depth is measured
+    # from timings, so a loaded machine can split a parallel pair — the call count above is exact)
+    assert depths["warm_first_call"] <= depths["later_call"] + 3, depths
     # And the depth measure saw every phase's requests: a later call waits on at least the quota
     # hop and its transaction (beside the idempotency claim), the user code, the artifact helper
     # and the record

@@ -433,3 +433,76 @@ def test_dispatch_failed_warm_binding_never_returns_the_session_to_the_pool(reap
     again = stack.dispatch(event(turn_id="turn-b", call_id="b2", code="print(5)"))
     assert again["ok"] is True and again["session_id"] != warm.session_id
     stack.dispatch(event("end_turn", turn_id="turn-b"))
+
+
+def _turn_item(turn_id: str) -> Any:
+    from dispatch import dependencies
+
+    return dependencies.dispatcher().turns.get("acme", turn_id)
+
+
+def test_dispatch_begun_turns_first_calls_against_a_smaller_pool_get_distinct_sessions(reaper_stack: Stack) -> None:
+    from reaper.service import reaper
+
+    stack = reaper_stack
+    # Given a pool of 2 warm sessions and 4 turns begun before any call (each noted a hint)
+    set_warm("acme", "default-public", 2)
+    assert reaper().run()["refill"]["started"] == 2
+    set_warm("acme", "default-public", 0)  # no refill in between
+    pool = {s.session_id for s in slots_of(stack)}
+    turns = [f"turn-h{i}" for i in range(4)]
+    for turn in turns:
+        assert stack.dispatch(event("begin_turn", turn_id=turn))["ok"] is True
+    hints = [_turn_item(t).warm_hint for t in turns]
+    assert len(hints) == 4 and all(h is not None and h["session_id"] in pool for h in hints), hints
+    log = AgentCoreLog()
+    barrier = threading.Barrier(len(turns))
+
+    def first(turn: str) -> dict[str, Any]:
+        barrier.wait()
+        return stack.dispatch(event(turn_id=turn, call_id=f"{turn}-1", code="print('hi')"))
+
+    # When their first calls arrive together
+    with ThreadPoolExecutor(max_workers=len(turns)) as threads:
+        answers = list(threads.map(first, turns))
+    # Then all ran, each on its own session: the 2 warm ones went to 2 turns, 2 turns started cold
+    assert [a["ok"] for a in answers] == [True] * 4, answers
+    assert len({a["session_id"] for a in answers}) == 4
+    warm = [a for a in answers if a[n.FIELD_SESSION_SOURCE] == "warm"]
+    assert {a["session_id"] for a in warm} == pool
+    assert log.starts == 2
+    # And every session's slot names exactly the turn that runs in it
+    by_session = {s.session_id: s.turn_id for s in slots_of(stack)}
+    assert {by_session[a["session_id"]] for a in answers} == set(turns)
+    for turn in turns:
+        assert stack.dispatch(event("end_turn", turn_id=turn))["stopped"] is True
+    assert slots_of(stack) == []
+
+
+def test_dispatch_hinted_warm_claim_refused_by_quota_stays_the_turns_session(reaper_stack: Stack) -> None:
+    from reaper.service import reaper
+
+    stack = reaper_stack
+    # Given one warm session, a turn begun (hinted at it) and a tenant at its daily call cap
+    set_warm("acme", "default-public", 1)
+    reaper().run()
+    set_warm("acme", "default-public", 0)
+    (warm,) = slots_of(stack)
+    assert stack.dispatch(event("begin_turn", turn_id="turn-q"))["ok"] is True
+    stack.set_cap(n.DIM_TENANT_DAILY, 0)
+    before = _daily_count(stack)
+    # When its first call is refused by the quota
+    refused = stack.dispatch(event(turn_id="turn-q", call_id="q1"))
+    assert (refused["error"], refused["dimension"]) == ("SandboxCapExceeded", n.DIM_TENANT_DAILY)
+    # Then nothing was counted, and the session the claim bound stays the turn's (a concurrent call
+    # of the turn may run in it, so it never goes back to a pool another turn claims from)
+    assert _daily_count(stack) == before
+    (slot,) = slots_of(stack)
+    assert (slot.slot_id, slot.state, slot.turn_id) == (warm.slot_id, "active", "turn-q")
+    assert _turn_item("turn-q").session_id == warm.session_id
+    # And once calls are allowed again, the turn's next call runs in that very session
+    stack.set_cap(n.DIM_TENANT_DAILY, 1000)
+    again = stack.dispatch(event(turn_id="turn-q", call_id="q2"))
+    assert (again["ok"], again["session_id"]) == (True, warm.session_id)
+    assert stack.dispatch(event("end_turn", turn_id="turn-q"))["stopped"] is True
+    assert slots_of(stack) == []

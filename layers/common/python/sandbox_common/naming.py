@@ -676,3 +676,15 @@ QUOTA_MARKER_TTL_SECONDS = 24 * 3600
 # Turn item attributes the quota's ConditionCheck reads (written by dispatch.turns).
 TURN_ATTR_AGENT = "agent_id"
 TURN_ATTR_ENDED = "ended"
+
+# --- warm first call: one write (issue 11) -------------------------------------------------------
+# On a turn item: a warm session of the turn's pool that begin_turn picked (a hint, not a claim):
+# a map {slot_id, session_id, interpreter_id, environment, started_at}. The turn's first call
+# claims it AND binds the turn to it in one TransactWriteItems; a stale hint (another turn got it,
+# recycled) fails that write's condition and the call falls back to querying the pool.
+TURN_ATTR_WARM_HINT = "warm_hint"
+# The pool's index (by warm_pool), read by begin_turn (and by a first call without a usable hint).
+SESSION_WARM_POOL_INDEX = next(ix.name for ix in SESSIONS.indexes if ix.pk == SESSION_ATTR_WARM_POOL)
+# How many of the pool's sessions begin_turn reads to pick one at random (so turns begun together
+# rarely pick the same one; a collision costs the loser the fallback query, never a shared session).
+WARM_HINT_CANDIDATES = 10

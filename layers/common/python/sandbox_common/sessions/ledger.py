@@ -266,6 +266,29 @@ class SessionLedger:
             names={"#pool": n.SESSION_ATTR_WARM_POOL},
         )  # fmt: skip
 
+    def warm_candidates(self, *, tenant_id: str, environment: str, min_life_seconds: int,
+                        interpreter_id: str | None = None, limit: int = n.WARM_HINT_CANDIDATES) -> list[Slot]:  # fmt: skip
+        """The pool's sessions a turn could claim now (one Query of the sparse by_warm_pool index,
+        eventually consistent: every claim re-checks them in its condition). Raises LedgerUnavailable."""
+        now = int(self.clock())
+        try:
+            listed = self.ddb.query(
+                TableName=self.table, IndexName=n.SESSION_WARM_POOL_INDEX,
+                KeyConditionExpression="#pool = :pool", ExpressionAttributeNames={"#pool": n.SESSION_ATTR_WARM_POOL},
+                ExpressionAttributeValues={":pool": {"S": pool_key(tenant_id, environment)}}, Limit=limit,
+            )  # fmt: skip
+        except (ClientError, BotoCoreError) as exc:
+            raise LedgerUnavailable(type(exc).__name__) from None
+        found = []
+        for item in listed.get("Items", []):
+            candidate = Slot.from_item(item)
+            if candidate.recycle_at is not None and candidate.recycle_at - now < min_life_seconds:
+                continue  # about to be recycled: the reaper's, not a turn's
+            if interpreter_id is not None and candidate.interpreter_id != interpreter_id:
+                continue  # started on an interpreter the tenant no longer publishes: recycled
+            found.append(candidate)
+        return found
+
     def claim_warm(self, *, tenant_id: str, environment: str, turn_id: str, agent_id: str,
                    min_life_seconds: int, interpreter_id: str | None = None) -> Slot | None:  # fmt: skip
         """Hand one warm session of the pool to a turn: ONE conditional write per candidate.
@@ -276,33 +299,12 @@ class SessionLedger:
         """
         pool = pool_key(tenant_id, environment)
         now = int(self.clock())
-        try:
-            listed = self.ddb.query(
-                TableName=self.table, IndexName="by_warm_pool",
-                KeyConditionExpression="#pool = :pool", ExpressionAttributeNames={"#pool": n.SESSION_ATTR_WARM_POOL},
-                ExpressionAttributeValues={":pool": {"S": pool}}, Limit=10,
-            )  # fmt: skip
-        except (ClientError, BotoCoreError) as exc:
-            raise LedgerUnavailable(type(exc).__name__) from None
-        for item in listed.get("Items", []):
-            candidate = Slot.from_item(item)
-            if candidate.recycle_at is not None and candidate.recycle_at - now < min_life_seconds:
-                continue  # about to be recycled: the reaper's, not a turn's
-            if interpreter_id is not None and candidate.interpreter_id != interpreter_id:
-                continue  # started on an interpreter the tenant no longer publishes: recycled
+        for candidate in self.warm_candidates(tenant_id=tenant_id, environment=environment,
+                                              min_life_seconds=min_life_seconds, interpreter_id=interpreter_id):  # fmt: skip
             try:
                 out = self.ddb.update_item(
-                    TableName=self.table, Key=_slot_key(candidate.slot_id),
-                    UpdateExpression="SET #st = :active, turn_id = :turn, agent_id = :agent, claimed_at = :now "
-                                     "REMOVE #pool",
-                    ConditionExpression="#st = :warm AND #pool = :pool AND recycle_at > :min",
-                    ExpressionAttributeNames={"#st": "state", "#pool": n.SESSION_ATTR_WARM_POOL},
-                    ExpressionAttributeValues={
-                        ":active": {"S": "active"}, ":warm": {"S": "warm"}, ":pool": {"S": pool},
-                        ":turn": {"S": turn_id}, ":agent": {"S": agent_id}, ":now": {"N": str(now)},
-                        ":min": {"N": str(now + min_life_seconds)},
-                    },
-                    ReturnValues="ALL_NEW",
+                    TableName=self.table, Key=_slot_key(candidate.slot_id), ReturnValues="ALL_NEW",
+                    **_claim_expressions(pool, turn_id, agent_id, now, min_life_seconds),
                 )  # fmt: skip
             except ClientError as exc:
                 if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
@@ -312,6 +314,28 @@ class SessionLedger:
                 raise LedgerUnavailable(type(exc).__name__) from None
             return Slot.from_item(out["Attributes"])
         return None
+
+    def claim_warm_bound(self, hint: Slot, *, turn_id: str, agent_id: str, min_life_seconds: int,
+                         bind: dict[str, Any]) -> bool:  # fmt: skip
+        """Claim the warm session `hint` (picked by begin_turn, §16.1) AND bind the turn to it in
+        ONE TransactWriteItems: [the slot, conditioned like `claim_warm` plus "still this session";
+        `bind`, the turn's own conditional Update (TurnStore.bind_item)]. Both apply or neither:
+        a session is never claimed without its turn pointing at it, nor bound without its claim.
+
+        False when either condition failed (the hint is stale: another turn claimed it, it was
+        recycled; or the turn's session moved on): the caller falls back to the pool query.
+        Raises LedgerUnavailable (conflicts retried, then fail closed)."""
+        pool = pool_key(hint.tenant_id, hint.environment)
+        claim = _claim_expressions(pool, turn_id, agent_id, int(self.clock()), min_life_seconds)
+        claim["ConditionExpression"] += " AND session_id = :sid AND interpreter_id = :iid"
+        claim["ExpressionAttributeValues"].update({":sid": {"S": str(hint.session_id)},
+                                                   ":iid": {"S": str(hint.interpreter_id)}})  # fmt: skip
+        items = [{"Update": {"TableName": self.table, "Key": _slot_key(hint.slot_id), **claim}}, bind]
+        try:
+            self._transact(items, on_condition=lambda _codes: None)
+        except _AlreadyGone:
+            return False
+        return True
 
     def unclaim(self, slot_id: str, *, turn_id: str) -> bool:
         """Give a claimed warm session back to its pool (the claiming call was refused before
@@ -387,6 +411,19 @@ class SessionLedger:
 
 class _AlreadyGone(Exception):
     pass
+
+
+def _claim_expressions(pool: str, turn_id: str, agent_id: str, now: int, min_life_seconds: int) -> dict[str, Any]:
+    """The warm claim of one slot: still warm, still in this pool, not about to be recycled."""
+    return {
+        "UpdateExpression": "SET #st = :active, turn_id = :turn, agent_id = :agent, claimed_at = :now REMOVE #pool",
+        "ConditionExpression": "#st = :warm AND #pool = :pool AND recycle_at > :min",
+        "ExpressionAttributeNames": {"#st": "state", "#pool": n.SESSION_ATTR_WARM_POOL},
+        "ExpressionAttributeValues": {
+            ":active": {"S": "active"}, ":warm": {"S": "warm"}, ":pool": {"S": pool}, ":turn": {"S": turn_id},
+            ":agent": {"S": agent_id}, ":now": {"N": str(now)}, ":min": {"N": str(now + min_life_seconds)},
+        },
+    }  # fmt: skip
 
 
 def _cap_dimension(codes: list[str]) -> str | None:

@@ -20,10 +20,14 @@ Refusals decided after the speculative count. The rule: a speculative count stan
 reaches the quota step (`decide`). `settle()` (the handler's `finally`) undoes it otherwise
 (release: the marker and both counters, one transaction) when the call will not run under it:
 the idempotent function ran here and stopped before the quota step (invalid request, ended turn,
-disabled tenant, unready template, session cap, a store failure), the answer was a replay, or
-the idempotency store was unreachable (refused, "nothing counted"). It keeps the count when
-another attempt of the same call_id is still running it (StillRunning): that attempt's call is
-the one the count belongs to (logged as `quota_speculative_kept`).
+disabled tenant, unready template, session cap, a store failure), or the idempotency store was
+unreachable (refused, "nothing counted"). It keeps the count when another attempt of the same
+call_id ran or runs the call — a replayed answer or StillRunning (logged as
+`quota_speculative_kept`): the attempt that ran found this count's marker at its quota step
+("already counted") and ran under it, so releasing it would leave a call that ran uncounted. (Four
+racing copies of one call_id showed exactly that under load.) The price is the safe direction: a
+retry of a call that was refused before counting, replayed from its stored refusal after the
+refusal's cause went away, stays counted once.
 """
 
 from __future__ import annotations
@@ -108,7 +112,7 @@ class QuotaCheck:
             return
         if not decision.counted_here:
             return
-        if not (self._entered or self._replayed or self._unclaimed):
+        if not (self._entered or self._unclaimed):  # replayed / still running: another attempt's count
             logger.warning("quota_speculative_kept", extra={"tenant_id": self._req.tenant_id,
                                                             "call_id": self._req.call_id})  # fmt: skip
             return

@@ -1,0 +1,143 @@
+"""Dispatch dies mid-call (issue 9): the call ends with exactly one `dispatch_interrupted` audit
+row, written by the first retry after the in-progress deadline or by the reaper's sweep, whoever
+comes first. The dispatch Lambda runs as a real worker process of the local Lambda emulator (a
+short Lambda timeout, so the in-progress deadline comes soon) and is killed with SIGKILL while
+the user code runs; the retries reach a fresh dispatch container (in-process)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from sandbox_common import aws, messages
+from sandbox_common import naming as n
+
+from infra.config import build_config
+from infra.local.lambda_emulator import FunctionSpec, LambdaEmulator
+from infra.local.stack import lambda_function_specs
+from tests.conftest import free_port
+
+from .conftest import Stack, event
+from .test_jobs_crash import _dispatch_workers
+
+# The dispatch worker's Lambda timeout: the in-progress deadline of its calls (≈ claim + this).
+# Above dispatch's answer margin (15 s), so the call really runs its code before the kill.
+WORKER_TIMEOUT_SECONDS = 20
+SLOW = "import time\ntime.sleep(60)"
+
+
+@pytest.fixture
+def short_dispatch(reaper_stack: Stack) -> Iterator[dict[str, Any]]:
+    """Dispatch as Lambda worker processes (its CDK environment) with a short Lambda timeout."""
+    stack = reaper_stack
+    port = free_port()
+    endpoints = {
+        "AWS_ENDPOINT_URL": stack.moto, "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE": stack.interpreter.endpoint,
+        "AWS_ENDPOINT_URL_LAMBDA": stack.emulator.endpoint, "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1",
+    }  # fmt: skip
+    name = stack.resources.functions[n.DISPATCH]
+    (spec,) = [FunctionSpec.from_dict({**s, "max_concurrency": 3, "timeout_seconds": WORKER_TIMEOUT_SECONDS})
+               for s in lambda_function_specs(build_config("local"), stack.resources, endpoints)
+               if s["name"] == name]  # fmt: skip
+    emulator = LambdaEmulator([spec], port=port).start()
+    client = boto3.client("lambda", endpoint_url=emulator.endpoint, region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")  # fmt: skip
+    try:
+        yield {"stack": stack, "client": client, "name": name}
+    finally:
+        emulator.stop()
+
+
+def _idempotency_items(stack: Stack) -> list[dict[str, Any]]:
+    return aws.client("dynamodb").scan(TableName=stack.resources.tables[n.IDEMPOTENCY.logical],
+                                       ConsistentRead=True)["Items"]  # fmt: skip
+
+
+def _rows(stack: Stack, call_id: str) -> list[dict[str, Any]]:
+    return [r for r in stack.audit_rows("acme") if r["call_id"] == call_id]
+
+
+def _dead_calls(ctx: dict[str, Any], call_ids: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """Each call sent to the dispatch worker, its workers SIGKILLed while the code runs; returns
+    {call_id: attempt} once every call's in-progress deadline has passed."""
+    answers: list[Any] = []
+
+    def send(call_id: str) -> None:
+        out = ctx["client"].invoke(FunctionName=ctx["name"], Payload=json.dumps(
+            event(turn_id=f"turn-{call_id}", call_id=call_id, code=SLOW)).encode())  # fmt: skip
+        answers.append(out.get("FunctionError"))
+
+    threads = [threading.Thread(target=send, args=(c,)) for c in call_ids]
+    for t in threads:
+        t.start()
+    stack: Stack = ctx["stack"]
+    attempts: dict[str, dict[str, Any]] = {}
+    until = time.monotonic() + 60
+    while len(attempts) < len(call_ids) and time.monotonic() < until:
+        for item in _idempotency_items(stack):
+            if n.IDEMPOTENCY_ATTR_ATTEMPT in item and item["status"]["S"] == "INPROGRESS":
+                attempt = json.loads(item[n.IDEMPOTENCY_ATTR_ATTEMPT]["S"])
+                attempts[attempt["call_id"]] = {**attempt, "deadline_ms": int(item["in_progress_expiration"]["N"])}
+        time.sleep(0.2)
+    assert sorted(attempts) == sorted(call_ids), attempts
+    time.sleep(2)  # the code is running in its session (quota counted)
+    workers = _dispatch_workers(n.handler_string(n.DISPATCH))
+    assert workers
+    for pid in workers:
+        os.kill(pid, signal.SIGKILL)
+    for t in threads:
+        t.join(60)
+    assert answers == ["Unhandled"] * len(call_ids)  # the agent saw no answer from the dead attempts
+    assert all(_rows(stack, c) == [] for c in call_ids)  # and nothing audited them
+    time.sleep(max(0.0, max(a["deadline_ms"] for a in attempts.values()) / 1000 - time.time()) + 0.5)
+    return attempts
+
+
+def test_dispatch_interrupted_killed_worker_each_call_ends_with_one_row(short_dispatch: dict[str, Any]) -> None:
+    from reaper.interrupted_sweep import finish_interrupted
+
+    stack = short_dispatch["stack"]
+    # Given three calls whose dispatch worker was SIGKILLed mid-call, now past their deadlines
+    attempts = _dead_calls(short_dispatch, ("c-retry", "c-swept", "c-race"))
+
+    # When the first retry of c-retry arrives (same tenant + call_id), and then once more
+    first = stack.dispatch(event(turn_id="turn-c-retry", call_id="c-retry", code=SLOW))
+    again = stack.dispatch(event(turn_id="turn-c-retry", call_id="c-retry", code=SLOW))
+    # Then it answers the interrupted error under the dead attempt's invocation id, at once
+    assert (first["ok"], first["error"], first["exit_status"]) == (False, "SandboxError", "error")
+    assert first["error_message"] == messages.DISPATCH_INTERRUPTED
+    assert first["invocation_id"] == attempts["c-retry"]["invocation_id"]
+    assert again == first  # replayed, not finished twice
+    # And exactly one row carries the same error
+    (row,) = _rows(stack, "c-retry")
+    assert (row["invocation_id"], row["exit_status"], row["error"], row["failure_reason"]) == (
+        first["invocation_id"], "error", "SandboxError", n.REASON_DISPATCH_INTERRUPTED)
+
+    # When a retry of c-race and two reaper sweeps race each other
+    results: dict[str, Any] = {}
+    racers = [threading.Thread(target=lambda: results.update(retry=stack.dispatch(
+                  event(turn_id="turn-c-race", call_id="c-race", code=SLOW)))),
+              threading.Thread(target=lambda: results.update(sweep1=finish_interrupted(time.time()))),
+              threading.Thread(target=lambda: results.update(sweep2=finish_interrupted(time.time())))]  # fmt: skip
+    for t in racers:
+        t.start()
+    for t in racers:
+        t.join(60)
+    # Then the retry got the interrupted answer, c-swept (no retry) was finished by a sweep, and
+    # every dead call has exactly one row
+    assert results["retry"]["error_message"] == messages.DISPATCH_INTERRUPTED
+    finished = results["sweep1"]["finished"] + results["sweep2"]["finished"]
+    assert finished in (1, 2)  # c-swept once, and c-race unless the retry won it
+    for call_id, attempt in attempts.items():
+        (row,) = _rows(stack, call_id)
+        assert (row["invocation_id"], row["failure_reason"]) == (attempt["invocation_id"], n.REASON_DISPATCH_INTERRUPTED)
+    # And a later sweep finds nothing left to finish (all out of the open index)
+    assert finish_interrupted(time.time()) == {"finished": 0, "recovered": 0, "lost": 0}

@@ -141,3 +141,61 @@ def test_dispatch_interrupted_killed_worker_each_call_ends_with_one_row(short_di
         assert (row["invocation_id"], row["failure_reason"]) == (attempt["invocation_id"], n.REASON_DISPATCH_INTERRUPTED)
     # And a later sweep finds nothing left to finish (all out of the open index)
     assert finish_interrupted(time.time()) == {"finished": 0, "recovered": 0, "lost": 0}
+
+
+def _open_attempts(stack: Stack, call_id: str) -> list[dict[str, Any]]:
+    return [i for i in _idempotency_items(stack) if n.IDEMPOTENCY_ATTR_OPEN in i
+            and json.loads(i[n.IDEMPOTENCY_ATTR_ATTEMPT]["S"])["call_id"] == call_id]  # fmt: skip
+
+
+def _while_running(stack: Stack, call_id: str, during: Any) -> tuple[dict[str, Any], Any]:
+    """A normal in-process call of 2 s; `during()` runs once its claim is in the open index."""
+    answer: dict[str, Any] = {}
+    call = threading.Thread(target=lambda: answer.update(stack.dispatch(
+        event(turn_id=f"turn-{call_id}", call_id=call_id, code="import time\ntime.sleep(2)\nprint('done')"))))  # fmt: skip
+    call.start()
+    until = time.monotonic() + 30
+    while not _open_attempts(stack, call_id) and time.monotonic() < until:
+        time.sleep(0.05)
+    assert _open_attempts(stack, call_id), "the call's claim never appeared in the open index"
+    seen = during()
+    call.join(60)
+    return answer, seen
+
+
+def test_dispatch_interrupted_sweep_during_a_normal_call_writes_no_row(reaper_stack: Stack) -> None:
+    from reaper.interrupted_sweep import finish_interrupted
+
+    stack = reaper_stack
+    # Given a normal call running, listed in the open index until its deadline
+    # When the reaper's sweep runs during it
+    answer, swept = _while_running(stack, "c-normal", lambda: finish_interrupted(time.time()))
+    # Then the sweep left it alone, the call answered its real result with its own one row
+    assert swept == {"finished": 0, "recovered": 0, "lost": 0}
+    assert (answer["ok"], answer["stdout"]) == (True, "done\n")
+    (row,) = _rows(stack, "c-normal")
+    assert (row["invocation_id"], row["exit_status"], row["failure_reason"]) == (answer["invocation_id"], "ok", None)
+    # And its completion took it out of the open index: a later sweep has nothing to do
+    assert _open_attempts(stack, "c-normal") == []
+    assert finish_interrupted(time.time() + 3600) == {"finished": 0, "recovered": 0, "lost": 0}
+
+
+def test_dispatch_interrupted_finisher_winning_over_a_live_original_leaves_one_row(reaper_stack: Stack) -> None:
+    from reaper.interrupted_sweep import interrupted_calls
+    from reaper.service import reaper
+
+    stack = reaper_stack
+    # Given a finisher whose clock is past the call's deadline while the original still runs
+    # (clock skew: in AWS the runtime has killed the original by then)
+    skewed = interrupted_calls(reaper())
+    skewed.clock = lambda: time.time() + 3600
+    # When it sweeps during the call, and the original then finishes
+    answer, swept = _while_running(stack, "c-skewed", skewed.sweep)
+    retry = stack.dispatch(event(turn_id="turn-c-skewed", call_id="c-skewed", code="import time\ntime.sleep(2)\nprint('done')"))
+    # Then the finisher won the record: the original's completion lost cleanly (no second row,
+    # the stored answer stays the interrupted one), and exactly one row exists under one id
+    assert swept == {"finished": 1, "recovered": 0, "lost": 0}
+    assert answer["ok"] is True  # the original's caller still got its real result
+    assert (retry["error_message"], retry["invocation_id"]) == (messages.DISPATCH_INTERRUPTED, answer["invocation_id"])
+    (row,) = _rows(stack, "c-skewed")
+    assert (row["invocation_id"], row["failure_reason"]) == (answer["invocation_id"], n.REASON_DISPATCH_INTERRUPTED)

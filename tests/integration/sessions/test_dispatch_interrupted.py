@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -25,11 +27,11 @@ from infra.local.stack import lambda_function_specs
 from tests.conftest import free_port
 
 from .conftest import Stack, event
-from .test_jobs_crash import _dispatch_workers
+from .test_jobs_crash import HoldingProxy, _dispatch_workers
 
 # The dispatch worker's Lambda timeout: the in-progress deadline of its calls (≈ claim + this).
 # Above dispatch's answer margin (15 s), so the call really runs its code before the kill.
-WORKER_TIMEOUT_SECONDS = 20
+WORKER_TIMEOUT_SECONDS = 26
 SLOW = "import time\ntime.sleep(60)"
 
 
@@ -44,7 +46,7 @@ def short_dispatch(reaper_stack: Stack) -> Iterator[dict[str, Any]]:
         "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1",
     }  # fmt: skip
     name = stack.resources.functions[n.DISPATCH]
-    (spec,) = [FunctionSpec.from_dict({**s, "max_concurrency": 3, "timeout_seconds": WORKER_TIMEOUT_SECONDS})
+    (spec,) = [FunctionSpec.from_dict({**s, "max_concurrency": 4, "timeout_seconds": WORKER_TIMEOUT_SECONDS})
                for s in lambda_function_specs(build_config("local"), stack.resources, endpoints)
                if s["name"] == name]  # fmt: skip
     emulator = LambdaEmulator([spec], port=port).start()
@@ -88,7 +90,7 @@ def _dead_calls(ctx: dict[str, Any], call_ids: tuple[str, ...]) -> dict[str, dic
                 attempts[attempt["call_id"]] = {**attempt, "deadline_ms": int(item["in_progress_expiration"]["N"])}
         time.sleep(0.2)
     assert sorted(attempts) == sorted(call_ids), attempts
-    time.sleep(2)  # the code is running in its session (quota counted)
+    time.sleep(1)  # mid-call: claimed, its session starting or its code under way
     workers = _dispatch_workers(n.handler_string(n.DISPATCH))
     assert workers
     for pid in workers:
@@ -101,12 +103,41 @@ def _dead_calls(ctx: dict[str, Any], call_ids: tuple[str, ...]) -> dict[str, dic
     return attempts
 
 
+def _record_of(stack: Stack, call_id: str) -> dict[str, Any]:
+    (item,) = [i for i in _idempotency_items(stack) if n.IDEMPOTENCY_ATTR_ATTEMPT in i
+               and json.loads(i[n.IDEMPOTENCY_ATTR_ATTEMPT]["S"])["call_id"] == call_id]  # fmt: skip
+    return item
+
+
+def _finisher_killed_before_its_row(stack: Stack, call_id: str) -> None:
+    """A reaper process finishing `call_id`, SIGKILLed while its audit PutItem is held (dropped)."""
+    audit_table = stack.resources.tables[n.INVOCATIONS.logical]
+    proxy = HoldingProxy(stack.moto, lambda target, body: target.endswith(".PutItem")
+                         and json.loads(body or b"{}").get("TableName") == audit_table)  # fmt: skip
+    script = ("import sys\nfrom reaper.interrupted_sweep import interrupted_calls\nfrom reaper.service import reaper\n"
+              "interrupted_calls(reaper()).finish(sys.argv[1])\n")  # fmt: skip
+    env = dict(os.environ)
+    env.update(AWS_ENDPOINT_URL=proxy.endpoint, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    finisher = subprocess.Popen([sys.executable, "-c", script, _record_of(stack, call_id)["id"]["S"]], env=env)
+    try:
+        assert proxy.held.wait(60), "the finisher never reached its audit write"
+        finisher.send_signal(signal.SIGKILL)
+        finisher.wait(30)
+        proxy.release(deliver=False)
+    finally:
+        proxy.close()
+
+
 def test_dispatch_interrupted_killed_worker_each_call_ends_with_one_row(short_dispatch: dict[str, Any]) -> None:
     from reaper.interrupted_sweep import finish_interrupted
 
     stack = short_dispatch["stack"]
-    # Given three calls whose dispatch worker was SIGKILLed mid-call, now past their deadlines
-    attempts = _dead_calls(short_dispatch, ("c-retry", "c-swept", "c-race"))
+    # Given four calls whose dispatch worker was SIGKILLed mid-call, now past their deadlines
+    attempts = _dead_calls(short_dispatch, ("c-retry", "c-swept", "c-race", "c-recover"))
+    # And c-recover's finisher killed after it won the record, before its row was written
+    _finisher_killed_before_its_row(stack, "c-recover")
+    left = _record_of(stack, "c-recover")
+    assert (left["status"]["S"], n.IDEMPOTENCY_ATTR_OPEN in left, _rows(stack, "c-recover")) == ("COMPLETED", True, [])
 
     # When the first retry of c-retry arrives (same tenant + call_id), and then once more
     first = stack.dispatch(event(turn_id="turn-c-retry", call_id="c-retry", code=SLOW))
@@ -131,11 +162,13 @@ def test_dispatch_interrupted_killed_worker_each_call_ends_with_one_row(short_di
         t.start()
     for t in racers:
         t.join(60)
-    # Then the retry got the interrupted answer, c-swept (no retry) was finished by a sweep, and
-    # every dead call has exactly one row
+    # Then the retry got the interrupted answer, c-swept (no retry) was finished by a sweep,
+    # c-recover's row was written from the record its killed finisher left, and every dead call
+    # has exactly one row
     assert results["retry"]["error_message"] == messages.DISPATCH_INTERRUPTED
     finished = results["sweep1"]["finished"] + results["sweep2"]["finished"]
     assert finished in (1, 2)  # c-swept once, and c-race unless the retry won it
+    assert results["sweep1"]["recovered"] + results["sweep2"]["recovered"] in (1, 2)  # a repeat is a no-op
     for call_id, attempt in attempts.items():
         (row,) = _rows(stack, call_id)
         assert (row["invocation_id"], row["failure_reason"]) == (attempt["invocation_id"], n.REASON_DISPATCH_INTERRUPTED)

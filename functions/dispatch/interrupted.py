@@ -1,6 +1,6 @@
 """Exactly one audit row when dispatch dies mid-call (issue 9): `dispatch_interrupted`.
 
-The idempotency claim of an execute_code (one PutItem, see `idempotency.AttemptStore`) carries the
+The idempotency claim of an execute_code (one PutItem, see `idempotency.ResultKeepingStore`) carries the
 call's audit identity (`attempt_fields`) and the keys of the sparse `by_open_attempt` index: a
 call claimed and not yet finished is listed there, ordered by its in-progress deadline (the
 moment the Lambda runtime kills the attempt). The normal completion (`save_success`) takes the

@@ -90,9 +90,8 @@ def _powertools() -> Any:
     start must not pay before the first call (tests/benchmarks/test_cold_import.py)."""
     from aws_lambda_powertools.utilities import idempotency as pt
     from aws_lambda_powertools.utilities.idempotency import exceptions
-    from aws_lambda_powertools.utilities.idempotency.serialization.custom_dict import CustomDictSerializer
-
     from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import DataRecord
+    from aws_lambda_powertools.utilities.idempotency.serialization.custom_dict import CustomDictSerializer
     from botocore.exceptions import ClientError
 
     class ResultKeepingStore(pt.DynamoDBPersistenceLayer):
@@ -107,7 +106,10 @@ def _powertools() -> Any:
           lose the real result)."""
 
         def save_inprogress(self, data: dict[str, Any], remaining_time_in_millis: int | None = None) -> None:
-            record = DataRecord(idempotency_key=self._get_hashed_idempotency_key(data=data), status=STATUS_INPROGRESS,
+            key = self._get_hashed_idempotency_key(data=data)
+            if key is None:  # no key: Powertools saves nothing (raise_on_no_idempotency_key raised before)
+                return
+            record = DataRecord(idempotency_key=key, status=STATUS_INPROGRESS,
                                 expiry_timestamp=self._get_expiry_timestamp(),
                                 payload_hash=self._get_hashed_payload(data=data))  # fmt: skip
             if remaining_time_in_millis is not None:

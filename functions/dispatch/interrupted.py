@@ -49,7 +49,15 @@ STATUS_INPROGRESS, STATUS_COMPLETED = "INPROGRESS", "COMPLETED"
 # The stand-in code of a rebuilt request (the row's executed_code_hash is the stored one).
 _PLACEHOLDER_CODE = "pass"
 # Request fields kept in the attempt (never the turn token, never the code itself).
-_IDENTITY_FIELDS = ("tenant_id", "agent_id", "user_id", "template_id", "turn_id", "call_id", "invocation_source")
+_IDENTITY_FIELDS = (
+    "tenant_id",
+    "agent_id",
+    "user_id",
+    "template_id",
+    "turn_id",
+    "call_id",
+    "invocation_source",
+)
 
 
 def attempt_fields(request: ExecuteCodeRequest, invocation_id: str, started_at: datetime) -> dict[str, Any]:
@@ -97,7 +105,8 @@ class InterruptedCalls:
         """The interrupted answer if this caller won the record's transition, else None (the call
         finished some other way, or another finisher won: the caller replays the stored answer).
         Raises nothing for a lost race; a DynamoDB failure propagates (nothing was written)."""
-        from botocore.exceptions import ClientError  # on first use: cold starts skip botocore (test_cold_import)
+        # botocore on first use: a cold start must not pay for it (tests/benchmarks/test_cold_import.py)
+        from botocore.exceptions import ClientError
 
         now = datetime.fromtimestamp(self.clock(), tz=UTC)
         key = {ATTR_ID: {"S": record_id}}

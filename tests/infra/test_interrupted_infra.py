@@ -19,9 +19,13 @@ def test_interrupted_idempotency_table_has_the_open_attempt_index(all_stages, st
     core = all_stages[stage][n.stack_name(stage, "Core")]
     table = resources(core, "AWS::DynamoDB::Table")[_table_id(core, n.IDEMPOTENCY, stage)]["Properties"]
     # Then it declares the sparse index keyed by the open marker and the in-progress deadline
-    (index,) = [i for i in table.get("GlobalSecondaryIndexes", []) if i["IndexName"] == n.IDEMPOTENCY_OPEN_INDEX]
+    (index,) = [
+        i for i in table.get("GlobalSecondaryIndexes", []) if i["IndexName"] == n.IDEMPOTENCY_OPEN_INDEX
+    ]
     assert [(k["AttributeName"], k["KeyType"]) for k in index["KeySchema"]] == [
-        (n.IDEMPOTENCY_ATTR_OPEN, "HASH"), (n.IDEMPOTENCY_ATTR_DEADLINE, "RANGE")]
+        (n.IDEMPOTENCY_ATTR_OPEN, "HASH"),
+        (n.IDEMPOTENCY_ATTR_DEADLINE, "RANGE"),
+    ]
 
 
 @pytest.mark.parametrize("stage", sorted(STAGES))

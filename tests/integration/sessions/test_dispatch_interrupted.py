@@ -87,7 +87,10 @@ def _dead_calls(ctx: dict[str, Any], call_ids: tuple[str, ...]) -> dict[str, dic
         for item in _idempotency_items(stack):
             if n.IDEMPOTENCY_ATTR_ATTEMPT in item and item["status"]["S"] == "INPROGRESS":
                 attempt = json.loads(item[n.IDEMPOTENCY_ATTR_ATTEMPT]["S"])
-                attempts[attempt["call_id"]] = {**attempt, "deadline_ms": int(item["in_progress_expiration"]["N"])}
+                attempts[attempt["call_id"]] = {
+                    **attempt,
+                    "deadline_ms": int(item["in_progress_expiration"]["N"]),
+                }
         time.sleep(0.2)
     assert sorted(attempts) == sorted(call_ids), attempts
     time.sleep(1)  # mid-call: claimed, its session starting or its code under way
@@ -118,7 +121,9 @@ def _finisher_killed_before_its_row(stack: Stack, call_id: str) -> None:
               "interrupted_calls(reaper()).finish(sys.argv[1])\n")  # fmt: skip
     env = dict(os.environ)
     env.update(AWS_ENDPOINT_URL=proxy.endpoint, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    finisher = subprocess.Popen([sys.executable, "-c", script, _record_of(stack, call_id)["id"]["S"]], env=env)
+    finisher = subprocess.Popen(
+        [sys.executable, "-c", script, _record_of(stack, call_id)["id"]["S"]], env=env
+    )
     try:
         assert proxy.held.wait(60), "the finisher never reached its audit write"
         finisher.send_signal(signal.SIGKILL)
@@ -128,7 +133,9 @@ def _finisher_killed_before_its_row(stack: Stack, call_id: str) -> None:
         proxy.close()
 
 
-def test_dispatch_interrupted_killed_worker_each_call_ends_with_one_row(short_dispatch: dict[str, Any]) -> None:
+def test_dispatch_interrupted_killed_worker_each_call_ends_with_one_row(
+    short_dispatch: dict[str, Any],
+) -> None:
     from reaper.interrupted_sweep import finish_interrupted
 
     stack = short_dispatch["stack"]
@@ -137,7 +144,11 @@ def test_dispatch_interrupted_killed_worker_each_call_ends_with_one_row(short_di
     # And c-recover's finisher killed after it won the record, before its row was written
     _finisher_killed_before_its_row(stack, "c-recover")
     left = _record_of(stack, "c-recover")
-    assert (left["status"]["S"], n.IDEMPOTENCY_ATTR_OPEN in left, _rows(stack, "c-recover")) == ("COMPLETED", True, [])
+    assert (left["status"]["S"], n.IDEMPOTENCY_ATTR_OPEN in left, _rows(stack, "c-recover")) == (
+        "COMPLETED",
+        True,
+        [],
+    )
 
     # When the first retry of c-retry arrives (same tenant + call_id), and then once more
     first = stack.dispatch(event(turn_id="turn-c-retry", call_id="c-retry", code=SLOW))
@@ -150,7 +161,11 @@ def test_dispatch_interrupted_killed_worker_each_call_ends_with_one_row(short_di
     # And exactly one row carries the same error
     (row,) = _rows(stack, "c-retry")
     assert (row["invocation_id"], row["exit_status"], row["error"], row["failure_reason"]) == (
-        first["invocation_id"], "error", "SandboxError", n.REASON_DISPATCH_INTERRUPTED)
+        first["invocation_id"],
+        "error",
+        "SandboxError",
+        n.REASON_DISPATCH_INTERRUPTED,
+    )
 
     # When a retry of c-race and two reaper sweeps race each other
     results: dict[str, Any] = {}
@@ -171,7 +186,10 @@ def test_dispatch_interrupted_killed_worker_each_call_ends_with_one_row(short_di
     assert results["sweep1"]["recovered"] + results["sweep2"]["recovered"] in (1, 2)  # a repeat is a no-op
     for call_id, attempt in attempts.items():
         (row,) = _rows(stack, call_id)
-        assert (row["invocation_id"], row["failure_reason"]) == (attempt["invocation_id"], n.REASON_DISPATCH_INTERRUPTED)
+        assert (row["invocation_id"], row["failure_reason"]) == (
+            attempt["invocation_id"],
+            n.REASON_DISPATCH_INTERRUPTED,
+        )
     # And a later sweep finds nothing left to finish (all out of the open index)
     assert finish_interrupted(time.time()) == {"finished": 0, "recovered": 0, "lost": 0}
 
@@ -207,13 +225,19 @@ def test_dispatch_interrupted_sweep_during_a_normal_call_writes_no_row(reaper_st
     assert swept == {"finished": 0, "recovered": 0, "lost": 0}
     assert (answer["ok"], answer["stdout"]) == (True, "done\n")
     (row,) = _rows(stack, "c-normal")
-    assert (row["invocation_id"], row["exit_status"], row["failure_reason"]) == (answer["invocation_id"], "ok", None)
+    assert (row["invocation_id"], row["exit_status"], row["failure_reason"]) == (
+        answer["invocation_id"],
+        "ok",
+        None,
+    )
     # And its completion took it out of the open index: a later sweep has nothing to do
     assert _open_attempts(stack, "c-normal") == []
     assert finish_interrupted(time.time() + 3600) == {"finished": 0, "recovered": 0, "lost": 0}
 
 
-def test_dispatch_interrupted_finisher_winning_over_a_live_original_leaves_one_row(reaper_stack: Stack) -> None:
+def test_dispatch_interrupted_finisher_winning_over_a_live_original_leaves_one_row(
+    reaper_stack: Stack,
+) -> None:
     from reaper.interrupted_sweep import interrupted_calls
     from reaper.service import reaper
 
@@ -224,11 +248,19 @@ def test_dispatch_interrupted_finisher_winning_over_a_live_original_leaves_one_r
     skewed.clock = lambda: time.time() + 3600
     # When it sweeps during the call, and the original then finishes
     answer, swept = _while_running(stack, "c-skewed", skewed.sweep)
-    retry = stack.dispatch(event(turn_id="turn-c-skewed", call_id="c-skewed", code="import time\ntime.sleep(2)\nprint('done')"))
+    retry = stack.dispatch(
+        event(turn_id="turn-c-skewed", call_id="c-skewed", code="import time\ntime.sleep(2)\nprint('done')")
+    )
     # Then the finisher won the record: the original's completion lost cleanly (no second row,
     # the stored answer stays the interrupted one), and exactly one row exists under one id
     assert swept == {"finished": 1, "recovered": 0, "lost": 0}
     assert answer["ok"] is True  # the original's caller still got its real result
-    assert (retry["error_message"], retry["invocation_id"]) == (messages.DISPATCH_INTERRUPTED, answer["invocation_id"])
+    assert (retry["error_message"], retry["invocation_id"]) == (
+        messages.DISPATCH_INTERRUPTED,
+        answer["invocation_id"],
+    )
     (row,) = _rows(stack, "c-skewed")
-    assert (row["invocation_id"], row["failure_reason"]) == (answer["invocation_id"], n.REASON_DISPATCH_INTERRUPTED)
+    assert (row["invocation_id"], row["failure_reason"]) == (
+        answer["invocation_id"],
+        n.REASON_DISPATCH_INTERRUPTED,
+    )

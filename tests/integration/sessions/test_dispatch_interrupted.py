@@ -184,7 +184,9 @@ def test_dispatch_interrupted_killed_worker_each_call_ends_with_one_row(
     assert results["retry"]["error_message"] == messages.DISPATCH_INTERRUPTED
     finished = results["sweep1"]["finished"] + results["sweep2"]["finished"]
     assert finished in (1, 2)  # c-swept once, and c-race unless the retry won it
-    assert results["sweep1"]["recovered"] + results["sweep2"]["recovered"] in (1, 2)  # a repeat is a no-op
+    # c-recover's row by at least one sweep; a sweep listing a record another has just finished
+    # (completed, not yet out of the index) writes its row again too: a no-op (one row below)
+    assert results["sweep1"]["recovered"] + results["sweep2"]["recovered"] >= 1
     for call_id, attempt in attempts.items():
         (row,) = _rows(stack, call_id)
         assert (row["invocation_id"], row["failure_reason"]) == (

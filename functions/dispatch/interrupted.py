@@ -139,11 +139,13 @@ class InterruptedCalls:
         return response
 
     def _write_row(self, record_id: str, outcome: Outcome) -> str:
-        """The row (conditional on its invocation id: a repeat is a no-op), then out of the index."""
+        """The row (conditional on its invocation id: a repeat is a no-op), then out of the index.
+        The call's log event and metrics go out with the write that landed, not with a repeat."""
         row = outcome.audit_row(self.retention_days)
-        outcome.log(row)
-        outcome.emit_metrics(lambda: 0.0)
         written = self.audit_writer.write(row)
+        if written != "duplicate":
+            outcome.log(row)
+            outcome.emit_metrics(lambda: 0.0)
         self.ddb.update_item(TableName=self.table, Key={ATTR_ID: {"S": record_id}},
                              UpdateExpression="REMOVE #o, #dl",
                              ExpressionAttributeNames={"#o": n.IDEMPOTENCY_ATTR_OPEN,

@@ -79,6 +79,7 @@ def function_environment(
             audit_retention_days=config.audit_retention_days,
             stdout_cap_bytes=config.stdout_cap_bytes,
             stderr_cap_bytes=config.stderr_cap_bytes,
+            idempotency_table=tables[n.IDEMPOTENCY.logical],  # issue 9: interrupted_sweep
         )
     else:
         raise ValueError(f"unknown function {logical!r}")

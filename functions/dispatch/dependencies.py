@@ -16,7 +16,8 @@ from sandbox_common.settings import DispatchSettings, dispatch_settings
 
 from .budget import BudgetReader, UsageAccounting
 from .cache import TtlCache
-from .idempotency import IdempotentCalls
+from .idempotency import IdempotentCalls, stored_form
+from .interrupted import InterruptedCalls
 from .preflight import Preflight, PreflightReader
 from .runner import SessionRunner
 from .service import Dispatcher
@@ -66,16 +67,21 @@ def dispatcher() -> Dispatcher:
         return prices.get_or_load("price", load)
 
     turns = TurnStore(table_name=settings.turns_table, ddb=ddb)
+    audit_writer = AuditWriter(table_name=settings.invocations_table, dlq_url=settings.audit_dlq_url,
+                               ddb=ddb, sqs=aws.client("sqs"), spool_path=settings.audit_spool_path or None)
     return Dispatcher(
         settings,
         preflight=PreflightReader(stage=settings.stage, tenants_table=settings.tenants_table,
                                   ttl_seconds=settings.cache_ttl_seconds, ssm=aws.client("ssm"), ddb=ddb),
         turns=turns,
-        audit_writer=AuditWriter(table_name=settings.invocations_table, dlq_url=settings.audit_dlq_url,
-                                 ddb=ddb, sqs=aws.client("sqs"), spool_path=settings.audit_spool_path or None),
+        audit_writer=audit_writer,
         runner_factory=runner_for,
         price_per_call=price_per_call,
-        calls=IdempotentCalls(table_name=settings.idempotency_table, ddb=ddb),
+        calls=IdempotentCalls(table_name=settings.idempotency_table, ddb=ddb,
+                              interrupted=InterruptedCalls(table_name=settings.idempotency_table, ddb=ddb,
+                                                           audit_writer=audit_writer,
+                                                           retention_days=settings.audit_retention_days,
+                                                           stored_form=stored_form)),
         sessions=turn_sessions(settings, turns, ddb),
         accounting=UsageAccounting(price_per_call, BudgetReader(stage=settings.stage, ssm=aws.client("ssm"),
                                                                 ttl_seconds=settings.cache_ttl_seconds)),

@@ -12,6 +12,10 @@ Three things Powertools does not do for us:
   is refused instead of being handed someone else's output.
 - The stored result must fit a DynamoDB item (400 KB): it is stored compressed, and if even that
   is too big, trimmed (flagged `replay_output_trimmed`) — only replays see the trimmed copy.
+- A dead dispatch must end with exactly one audit row (issue 9, `interrupted`): the claim
+  carries the call's audit identity and the keys of a sparse index of open calls; an in-progress
+  record past its deadline is never claimed again (Powertools would run the code a second time),
+  it is finished as `dispatch_interrupted` by the first retry or the reaper's sweep.
 - A failure to *save* the result happens after the code ran (its audit row is on its way beside
   the save, see `parallel.Pending`): the persistence layer below logs and counts it instead of
   raising, so the caller still gets the real result and no second audit row is written (a retry
@@ -30,17 +34,22 @@ from types import SimpleNamespace
 from typing import Any
 
 from sandbox_common import messages
+from sandbox_common import naming as n
 from sandbox_common.errors import SandboxInvalidRequest
 from sandbox_common.models import ExecuteCodeRequest
 from sandbox_common.observability import logger
 from sandbox_common.outcome import internal_failure
 from sandbox_common.redaction.catalogue import redact_head
 
+from .interrupted import STATUS_INPROGRESS, InterruptedCalls, deadline_key
+
 STORED_LIMIT_BYTES = 300_000  # well under DynamoDB's 400 KB item limit, with room for attributes
 _TRIM_STDOUT_CHARS, _TRIM_STDERR_CHARS = 64 * 1024, 16 * 1024
 VALIDATION_JMESPATH = "[code, agent_id, turn_id, template_id, user_id, invocation_source]"
 KEY_JMESPATH = "[tenant_id, call_id]"
 KEY_PREFIX = "execute_code"
+# The payload key carrying the attempt's audit identity into the claim (outside both JMESPaths).
+ATTEMPT_KEY = "_attempt"
 RECORD_TTL_SECONDS = 24 * 3600
 _IN_PROGRESS_POLL_SECONDS = 0.25
 _ANSWER_MARGIN_SECONDS = 5
@@ -81,12 +90,78 @@ def _powertools() -> Any:
     start must not pay before the first call (tests/benchmarks/test_cold_import.py)."""
     from aws_lambda_powertools.utilities import idempotency as pt
     from aws_lambda_powertools.utilities.idempotency import exceptions
+    from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import DataRecord
     from aws_lambda_powertools.utilities.idempotency.serialization.custom_dict import CustomDictSerializer
+    from botocore.exceptions import ClientError
 
     class ResultKeepingStore(pt.DynamoDBPersistenceLayer):
-        """Saving the result is the last step of a call that ran (its audit row goes out beside
-        it): a failure there is logged and alarmed, never raised (raising would lose the real
-        result)."""
+        """Powertools' DynamoDB layer with two changes (issue 9, see `interrupted`):
+        - the claim carries the attempt (audit identity + open-index keys) in the same PutItem,
+          and never takes over an in-progress record past its deadline (a dead attempt is
+          finished as interrupted instead of being run again);
+        - saving the result is the last step of a call that ran (its audit row goes out beside
+          it): it is conditional on the record still being in progress (a finisher of an
+          interrupted call may have won), takes the record out of the open index in the same
+          UpdateItem, and a failure there is logged and alarmed, never raised (raising would
+          lose the real result)."""
+
+        def save_inprogress(self, data: dict[str, Any], remaining_time_in_millis: int | None = None) -> None:
+            key = self._get_hashed_idempotency_key(data=data)
+            if key is None:  # no key: Powertools saves nothing (raise_on_no_idempotency_key raised before)
+                return
+            record = DataRecord(idempotency_key=key, status=STATUS_INPROGRESS,
+                                expiry_timestamp=self._get_expiry_timestamp(),
+                                payload_hash=self._get_hashed_payload(data=data))  # fmt: skip
+            if remaining_time_in_millis is not None:
+                record.in_progress_expiry_timestamp = int(time.time() * 1000) + remaining_time_in_millis
+            self._put_attempt(record, data.get(ATTEMPT_KEY))
+
+        def _put_attempt(self, record: Any, attempt: dict[str, Any] | None) -> None:
+            item = {**self._get_key(record.idempotency_key), self.expiry_attr: {"N": str(record.expiry_timestamp)},
+                    self.status_attr: {"S": record.status}}  # fmt: skip
+            if record.in_progress_expiry_timestamp is not None:
+                item[self.in_progress_expiry_attr] = {"N": str(record.in_progress_expiry_timestamp)}
+                if attempt is not None:  # listed for the sweep only when it has a deadline
+                    item[n.IDEMPOTENCY_ATTR_OPEN] = {"S": n.IDEMPOTENCY_OPEN_VALUE}
+                    item[n.IDEMPOTENCY_ATTR_DEADLINE] = {"S": deadline_key(record.in_progress_expiry_timestamp)}
+            if attempt is not None:
+                item[n.IDEMPOTENCY_ATTR_ATTEMPT] = {"S": json.dumps(attempt, sort_keys=True)}
+            if self.payload_validation_enabled and record.payload_hash:
+                item[self.validation_key_attr] = {"S": record.payload_hash}
+            try:
+                self.client.put_item(
+                    TableName=self.table_name, Item=item,
+                    # new, or a finished record past its TTL — never an in-progress one past its deadline
+                    ConditionExpression="attribute_not_exists(#id) OR #expiry < :now",
+                    ExpressionAttributeNames={"#id": self.key_attr, "#expiry": self.expiry_attr},
+                    ExpressionAttributeValues={":now": {"N": str(int(time.time()))}},
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )  # fmt: skip
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                    raise
+                old = exc.response.get("Item")  # type: ignore[typeddict-item]
+                if old is None:
+                    raise exceptions.IdempotencyItemAlreadyExistsError() from exc
+                old_record = self._item_to_data_record(old)
+                self._validate_payload(data_payload=record, stored_data_record=old_record)
+                raise exceptions.IdempotencyItemAlreadyExistsError(old_data_record=old_record) from exc
+
+        def _update_record(self, data_record: Any) -> None:
+            names = {"#response_data": self.data_attr, "#expiry": self.expiry_attr, "#status": self.status_attr,
+                     "#open": n.IDEMPOTENCY_ATTR_OPEN, "#deadline": n.IDEMPOTENCY_ATTR_DEADLINE}  # fmt: skip
+            values = {":response_data": {"S": data_record.response_data}, ":status": {"S": data_record.status},
+                      ":expiry": {"N": str(data_record.expiry_timestamp)}, ":inprogress": {"S": STATUS_INPROGRESS}}  # fmt: skip
+            update = "SET #response_data = :response_data, #expiry = :expiry, #status = :status"
+            if self.payload_validation_enabled:
+                update += ", #validation_key = :validation_key"
+                names["#validation_key"] = self.validation_key_attr
+                values[":validation_key"] = {"S": data_record.payload_hash}
+            self.client.update_item(
+                TableName=self.table_name, Key=self._get_key(data_record.idempotency_key),
+                UpdateExpression=update + " REMOVE #open, #deadline", ConditionExpression="#status = :inprogress",
+                ExpressionAttributeNames=names, ExpressionAttributeValues=values,
+            )  # fmt: skip
 
         def save_success(self, data: dict[str, Any], result: dict) -> None:
             try:
@@ -100,11 +175,12 @@ def _powertools() -> Any:
         Serializer=CustomDictSerializer, InProgress=exceptions.IdempotencyAlreadyInProgressError,
         PersistenceError=exceptions.IdempotencyPersistenceLayerError,
         ValidationError=exceptions.IdempotencyValidationError,
+        PastDeadline=exceptions.IdempotencyInconsistentStateError,
     )  # fmt: skip
 
 
 def _execute(request: dict[str, Any], run: Run, time_left: TimeLeft) -> dict[str, Any]:
-    return run(ExecuteCodeRequest.model_validate(request), time_left)
+    return run(ExecuteCodeRequest.model_validate({k: v for k, v in request.items() if k != ATTEMPT_KEY}), time_left)
 
 
 def time_left_of(context: Any) -> TimeLeft:
@@ -113,8 +189,9 @@ def time_left_of(context: Any) -> TimeLeft:
 
 
 class IdempotentCalls:
-    def __init__(self, *, table_name: str, ddb: Any) -> None:
+    def __init__(self, *, table_name: str, ddb: Any, interrupted: InterruptedCalls | None = None) -> None:
         self.pt = pt = _powertools()
+        self.interrupted = interrupted
         self.config = pt.Config(
             event_key_jmespath=KEY_JMESPATH,
             payload_validation_jmespath=VALIDATION_JMESPATH,
@@ -127,9 +204,13 @@ class IdempotentCalls:
             key_prefix=KEY_PREFIX, output_serializer=pt.Serializer(to_dict=stored_form, from_dict=unpack),
         )  # fmt: skip
 
-    def run_once(self, request: ExecuteCodeRequest, context: Any, run: Run, *, max_wait_seconds: float) -> dict[str, Any]:
-        """The call's response: run here, or replayed. Raises SandboxInvalidRequest (call_id reused
-        for another request), StillRunning, or IdempotencyStoreUnavailable (nothing ran)."""
+    def run_once(self, request: ExecuteCodeRequest, context: Any, run: Run, *, max_wait_seconds: float,
+                 attempt: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+        """The call's response: run here, or replayed, or — a retry after the in-progress deadline
+        of an attempt that died — the interrupted answer (`interrupted.finish`). `attempt` (see
+        `interrupted.attempt_fields`) is stored with the claim. Raises SandboxInvalidRequest
+        (call_id reused for another request), StillRunning, or IdempotencyStoreUnavailable
+        (nothing ran)."""
         self.config.register_lambda_context(context)
         time_left = time_left_of(context)
         # Wait for a racing original at most as long as it can run, and never past our own Lambda
@@ -138,7 +219,7 @@ class IdempotentCalls:
         if time_left is not None:
             wait = min(wait, max(0.0, time_left() - _ANSWER_MARGIN_SECONDS))
         deadline = time.monotonic() + wait
-        payload = request.model_dump()
+        payload = request.model_dump() | ({ATTEMPT_KEY: attempt} if attempt is not None else {})
         while True:
             try:
                 return dict(self._execute(request=payload, run=run, time_left=time_left))
@@ -149,7 +230,25 @@ class IdempotentCalls:
                 if time.monotonic() > deadline:
                     raise StillRunning from None
                 time.sleep(_IN_PROGRESS_POLL_SECONDS)
+            except self.pt.PastDeadline:
+                # The attempt holding the record died (its deadline passed, still in progress):
+                # finish it as interrupted; a lost race replays whatever the winner stored.
+                finished = self._finish_interrupted(payload)
+                if finished is not None:
+                    return finished
+                if time.monotonic() > deadline:
+                    raise StillRunning from None
+                time.sleep(_IN_PROGRESS_POLL_SECONDS)
             except self.pt.PersistenceError as exc:
                 # Without the idempotency store a retry could run twice: fail closed.
                 logger.error("idempotency_store_unavailable", extra={"cause": redact_head(str(exc), 200)})
                 raise IdempotencyStoreUnavailable(redact_head(str(exc), 200)) from None
+
+    def _finish_interrupted(self, payload: dict[str, Any]) -> dict[str, Any] | None:
+        if self.interrupted is None:
+            return None
+        try:
+            return self.interrupted.finish(self.store._get_hashed_idempotency_key(data=payload))
+        except Exception as exc:  # noqa: BLE001 — the store is down: nothing may run (fail closed)
+            logger.error("idempotency_store_unavailable", extra={"cause": redact_head(str(exc), 200)})
+            raise IdempotencyStoreUnavailable(redact_head(str(exc), 200)) from None

@@ -44,7 +44,7 @@ from sandbox_common.settings import DispatchSettings
 from sandbox_common.tool_spec import tool_definition
 from sandbox_common.windows import utc_now
 
-from . import files_flow, job_calls, parallel, tool_flow, turn_logic
+from . import files_flow, interrupted, job_calls, parallel, tool_flow, turn_logic
 from .artifacts import ArtifactContext
 from .budget import UsageAccounting
 from .continuations import ContinuationStore
@@ -129,13 +129,17 @@ class Dispatcher:
         # issues 9 + 11: the turn-guarded, once-per-call_id quota check goes out with them (quota_flow)
         quota = QuotaCheck.start(self, request)
         after = parallel.Pending()  # the audit row, in flight beside the idempotency completion
+        # Issue 9: the attempt's invocation id travels in the idempotency claim, so a dead attempt
+        # is finished (by a retry or the reaper) under the very id its own row would have had.
+        invocation_id = str(uuid.uuid4())
         try:
             try:
                 response = self.calls.run_once(
                     request, context,
                     lambda req, time_left: self._execute_code_response(req, time_left, _joined(claim, warm), after,
-                                                                       quota=quota.entered()),
-                    max_wait_seconds=self.settings.call_timeout_seconds + _RETRY_WAIT_MARGIN_SECONDS)  # fmt: skip
+                                                                       invocation_id=invocation_id, quota=quota.entered()),
+                    max_wait_seconds=self.settings.call_timeout_seconds + _RETRY_WAIT_MARGIN_SECONDS,
+                    attempt=interrupted.attempt_fields(request, invocation_id, utc_now()))  # fmt: skip
                 quota.answered()
             except IdempotencyStoreUnavailable:
                 quota.unclaimed()  # refused with nothing counted: a speculative count is undone
@@ -227,22 +231,25 @@ class Dispatcher:
     # --- execute_code ---------------------------------------------------------------------------
     def _execute_code_response(self, req: ExecuteCodeRequest, time_left: TimeLeft, turn: Turn,
                                after: parallel.Pending | None = None, *,
-                               quota: QuotaCheck | None = None) -> dict[str, Any]:  # fmt: skip
+                               quota: QuotaCheck | None = None, invocation_id: str | None = None) -> dict[str, Any]:  # fmt: skip
         if req.background:  # §17: answers at once with a job_id
             return job_calls.submit(self, self.jobs, req, turn, lambda: _budget(time_left),
                                     refuse_unless_ready=_refuse_unless_ready)  # fmt: skip
         try:
-            return self.execute_code(req, turn, time_left=time_left, after=after, quota=quota).response()
+            return self.execute_code(req, turn, time_left=time_left, after=after, quota=quota,
+                                     invocation_id=invocation_id).response()
         except tool_flow.ToolCallPaused as paused:  # §15: counted, no audit row until it ends
             return paused.response
 
     def execute_code(self, req: ExecuteCodeRequest, turn: Turn, *, time_left: TimeLeft = None,
-                     after: parallel.Pending | None = None, quota: QuotaCheck | None = None) -> Outcome:  # fmt: skip
+                     after: parallel.Pending | None = None, quota: QuotaCheck | None = None,
+                     invocation_id: str | None = None) -> Outcome:  # fmt: skip
         """`turn` = the caller's turn, already claimed with its token (`_claim`). `time_left()` =
         seconds the Lambda has left (None outside Lambda): every wait below is bounded by it, so
         the call always answers and audits before the runtime would kill it. With `after`, the
-        audit row is only sent here and lands before the caller answers (`after.join()`)."""
-        outcome = Outcome(request=req, invocation_id=str(uuid.uuid4()), started_at=utc_now())
+        audit row is only sent here and lands before the caller answers (`after.join()`).
+        `invocation_id`: the one recorded in the idempotency claim (issue 9), else a new one."""
+        outcome = Outcome(request=req, invocation_id=invocation_id or str(uuid.uuid4()), started_at=utc_now())
         call = SessionCall()
         # invalid -> raised, no row; paused at a tool call (§15) -> raised, its row comes when it ends
         with outcome.failures_answered("execute_code_internal_error", passes=(tool_flow.ToolCallPaused,)):

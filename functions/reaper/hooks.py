@@ -19,7 +19,10 @@ from sandbox_common import naming as n
 Hook = Callable[[float], dict]
 
 # Modules that declare sweeps in SWEEP_HOOKS (append yours; the reaper loads them at cold start).
-SWEEP_MODULES: tuple[str, ...] = (n.REAPER_JOBS_SWEEP_MODULE,)  # background jobs (issue 13)
+SWEEP_MODULES: tuple[str, ...] = (
+    n.REAPER_JOBS_SWEEP_MODULE,  # background jobs (issue 13)
+    n.REAPER_INTERRUPTED_SWEEP_MODULE,  # calls whose dispatch died (issue 9)
+)
 
 _HOOKS: dict[str, Hook] = {}
 

@@ -395,6 +395,7 @@ class ComputeConstruct(Construct):
             sid="AssumeTenantRunnerRoles", actions=["sts:AssumeRole", "sts:TagSession"], resources=[runner_roles],
         ))  # fmt: skip
         self._grant_reaper_jobs(role)
+        self._grant_reaper_interrupted(role)
         _acknowledge_wildcard(
             role, f"Resource::{_nag_arn(self, sandbox_params)}",
             "Warm-pool sizes (tenants/<id>/warm/<env>), session caps and tenant substrates are added per "
@@ -423,6 +424,16 @@ class ComputeConstruct(Construct):
         ))  # fmt: skip
         role.add_to_policy(iam.PolicyStatement(
             sid="DeadLetterAuditRows", actions=["sqs:SendMessage"], resources=[self._state.audit_dlq.queue_arn],
+        ))  # fmt: skip
+
+    def _grant_reaper_interrupted(self, role: iam.Role) -> None:
+        """Interrupted calls (issue 9): the reaper's interrupted_sweep lists calls claimed and never
+        finished (the idempotency table's sparse by_open_attempt index), reads one record and
+        finishes it with conditional UpdateItems; its row goes through the audit grants above."""
+        idem = self._state.tables[n.IDEMPOTENCY.logical]
+        role.add_to_policy(iam.PolicyStatement(
+            sid="FinishInterruptedCalls", actions=["dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query"],
+            resources=[idem.table_arn, f"{idem.table_arn}/index/{n.IDEMPOTENCY_OPEN_INDEX}"],
         ))  # fmt: skip
 
 

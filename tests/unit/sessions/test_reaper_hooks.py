@@ -42,8 +42,8 @@ def test_load_registers_a_module_already_imported_before_the_registry_was_reset(
     assert hooks.registered() == {}
     # When the reaper loads its sweep list
     hooks.load()
-    # Then the jobs sweep is registered all the same
-    assert list(hooks.registered()) == [n.REAPER_HOOK_JOBS]
+    # Then the jobs sweep is registered all the same (beside the interrupted-calls sweep, issue 9)
+    assert list(hooks.registered()) == [n.REAPER_HOOK_JOBS, n.REAPER_HOOK_INTERRUPTED]
 
 
 def test_load_refuses_a_module_that_declares_no_hooks(monkeypatch: pytest.MonkeyPatch) -> None:

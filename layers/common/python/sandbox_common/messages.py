@@ -24,6 +24,10 @@ CALL_ID_REUSED = (
     "turn, template or user); use a new call_id."
 )
 STILL_RUNNING = "This call is still running from an earlier attempt; please retry shortly with the same call_id."
+DISPATCH_INTERRUPTED = (
+    "An earlier attempt of this call was interrupted before it finished, so its result is unknown "
+    "(the code may or may not have run); check any side effects, then retry with a new call_id."
+)
 SESSION_START_WAIT = "The sandbox session for this turn is still starting; please retry the call."
 TURN_ENDED = "Invalid request: this turn has ended; start a new turn with a new turn_id."
 TURN_NOT_YOURS = "Invalid request: turn_id belongs to another tenant or agent; start a new turn with a new turn_id."

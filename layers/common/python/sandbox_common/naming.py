@@ -121,7 +121,10 @@ TURNS = TableSpec("sandbox_turns_v2", pk="tenant_id", sk="turn_id", ttl_attribut
 # Tenant policy, template sandbox blocks and the policy change history, one item collection per tenant.
 TENANTS = TableSpec("sandbox_tenants", pk="tenant_id", sk="item", pitr=True)
 # Powertools idempotency persistence layer defaults: key `id`, TTL `expiration`.
-IDEMPOTENCY = TableSpec("sandbox_idempotency", pk="id", ttl_attribute="expiration")
+# `by_open_attempt` (issue 9): sparse, only calls claimed and not yet finished carry its keys
+# (IDEMPOTENCY_ATTR_OPEN / IDEMPOTENCY_ATTR_DEADLINE, see the section "dispatch interrupted").
+IDEMPOTENCY = TableSpec("sandbox_idempotency", pk="id", ttl_attribute="expiration",
+                        indexes=(Index("by_open_attempt", pk="attempt_open", sk="attempt_deadline"),))  # fmt: skip
 # Backstop findings, partitioned by UTC day for `findings list --since`.
 FINDINGS = TableSpec("sandbox_findings", pk="finding_date", sk="finding_key", ttl_attribute="expires_at")
 
@@ -688,3 +691,18 @@ SESSION_WARM_POOL_INDEX = next(ix.name for ix in SESSIONS.indexes if ix.pk == SE
 # How many of the pool's sessions begin_turn reads to pick one at random (so turns begun together
 # rarely pick the same one; a collision costs the loser the fallback query, never a shared session).
 WARM_HINT_CANDIDATES = 10
+
+# --- dispatch interrupted: exactly one audit row when dispatch dies (issue 9) -------------------
+# On the idempotency record of an execute_code, written with the claim itself (one PutItem):
+# the call's audit identity (JSON: invocation id, tenant/agent/turn/user/template/call ids, code
+# hash, started_at) and the sparse index keys of a call claimed and not yet finished.
+IDEMPOTENCY_ATTR_ATTEMPT = "attempt"
+IDEMPOTENCY_ATTR_OPEN = "attempt_open"
+IDEMPOTENCY_ATTR_DEADLINE = "attempt_deadline"  # the in-progress deadline, epoch ms zero-padded (S)
+IDEMPOTENCY_OPEN_VALUE = "open"
+IDEMPOTENCY_OPEN_INDEX = next(ix.name for ix in IDEMPOTENCY.indexes if ix.pk == IDEMPOTENCY_ATTR_OPEN)
+# failure_reason of the one row a call gets when its dispatch died mid-call.
+REASON_DISPATCH_INTERRUPTED = "dispatch_interrupted"
+# The reaper hook that finishes interrupted calls nobody retries, and the module declaring it.
+REAPER_HOOK_INTERRUPTED = "dispatch_interrupted"
+REAPER_INTERRUPTED_SWEEP_MODULE = "reaper.interrupted_sweep"

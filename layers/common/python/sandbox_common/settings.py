@@ -76,6 +76,9 @@ class ReaperSettings(_Settings):
     audit_spool_path: str = Field(alias=n.ENV_AUDIT_SPOOL, default="")  # local stack only
     stdout_cap_bytes: int = Field(alias=n.ENV_STDOUT_CAP, default=262_144, gt=0)
     stderr_cap_bytes: int = Field(alias=n.ENV_STDERR_CAP, default=32_768, gt=0)
+    # Interrupted calls (issue 9): the reaper finishes calls whose dispatch died (interrupted_sweep)
+    # on the idempotency table; their row goes through the audit table/DLQ settings above.
+    idempotency_table: str = Field(alias=n.ENV_IDEMPOTENCY_TABLE, default="")
 
 
 class BackstopSettings(_Settings):

@@ -88,6 +88,9 @@ class ContinuationStore:
             "status": {"S": STATUS_PAUSED},
             "paused_at": {"S": datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")},
             n.CONTINUATIONS.ttl: {"N": str(int(now + wait_seconds + GRACE_SECONDS))},
+            # the sweep's sparse index (issue 12): listed while paused, from the wait bound on
+            n.CONTINUATION_ATTR_WAIT_OPEN: {"S": n.CONTINUATION_WAIT_OPEN_VALUE},
+            n.CONTINUATION_ATTR_WAIT_DUE: {"S": _due_key(now + wait_seconds)},
             "call": {"S": json.dumps(call, separators=(",", ":"), sort_keys=True)},
             "state": {"B": zlib.compress(json.dumps(data, separators=(",", ":")).encode("utf-8"))},
             "stdout_head": {"B": zlib.compress(stdout_head)},
@@ -125,6 +128,31 @@ class ContinuationStore:
                 continue
         return claimed
 
+    def expire_due(self, *, now: float | None = None, limit: int = 100) -> list[Continuation]:
+        """Claim (as expired) up to `limit` paused continuations, of any turn, whose tool wait bound
+        has passed — the reaper's paused-calls sweep (issue 12). Each claim is the same conditional
+        UpdateItem a resume takes, so a late resume, an end_turn or a second sweep racing this one
+        end the call once. Raises SandboxError when the store cannot be read."""
+        due = _due_key(self._clock() if now is None else now)
+        try:
+            answer = self.client.query(
+                TableName=self.table_name, IndexName=n.CONTINUATIONS_WAIT_DUE_INDEX, Limit=limit,
+                KeyConditionExpression="#open = :open AND #due <= :due",
+                ExpressionAttributeNames={"#open": n.CONTINUATION_ATTR_WAIT_OPEN, "#due": n.CONTINUATION_ATTR_WAIT_DUE},
+                ExpressionAttributeValues={":open": {"S": n.CONTINUATION_WAIT_OPEN_VALUE}, ":due": {"S": due}},
+            )  # fmt: skip
+        except (ClientError, BotoCoreError) as exc:
+            raise SandboxError(STORE_UNAVAILABLE, failure_reason=f"continuation_store:{_code(exc)}") from None
+        claimed = []
+        for item in answer.get("Items", []):
+            try:
+                claimed.append(self._transition(item[n.CONTINUATIONS.pk]["S"], STATUS_EXPIRED,
+                                                tenant_id=item["tenant_id"]["S"], agent_id=item["agent_id"]["S"],
+                                                turn_id=item["turn_id"]["S"]))  # fmt: skip
+            except SandboxInvalidRequest:  # resumed or ended meanwhile: that caller owns it now
+                continue
+        return claimed
+
     # --- internals ----------------------------------------------------------------------------
     def _scan_turn(self, tenant_id: str, turn_id: str) -> list[tuple[str, str]]:
         found: list[tuple[str, str]] = []
@@ -145,11 +173,13 @@ class ContinuationStore:
             answer = self.client.update_item(
                 TableName=self.table_name,
                 Key={n.CONTINUATIONS.pk: {"S": key}},
-                UpdateExpression="SET #s = :new, claimed_at = :now",
+                UpdateExpression="SET #s = :new, claimed_at = :now REMOVE #open, #due",
                 ConditionExpression=(
                     "attribute_exists(#pk) AND #s = :paused AND tenant_id = :t AND agent_id = :a AND turn_id = :turn"
                 ),
-                ExpressionAttributeNames={"#s": "status", "#pk": n.CONTINUATIONS.pk},
+                ExpressionAttributeNames={"#s": "status", "#pk": n.CONTINUATIONS.pk,
+                                          "#open": n.CONTINUATION_ATTR_WAIT_OPEN,
+                                          "#due": n.CONTINUATION_ATTR_WAIT_DUE},  # fmt: skip
                 ExpressionAttributeValues={
                     ":new": {"S": status}, ":paused": {"S": STATUS_PAUSED}, ":now": {"N": str(int(self._clock()))},
                     ":t": {"S": tenant_id}, ":a": {"S": agent_id}, ":turn": {"S": turn_id},
@@ -173,6 +203,11 @@ class ContinuationStore:
             call=json.loads(item["call"]["S"]),
             state=ToolCallState.from_dict(data),
         )
+
+
+def _due_key(epoch_seconds: float) -> str:
+    """The by_wait_due sort key: epoch seconds, zero-padded so strings sort as numbers."""
+    return f"{int(epoch_seconds):012d}"
 
 
 def _code(exc: Exception) -> str:

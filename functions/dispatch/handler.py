@@ -22,7 +22,8 @@ def handler(event: Any, context: Any) -> dict[str, Any]:
     started = time.monotonic()
     try:
         request = parse_dispatch_event(event)
-        logger.append_keys(action=request.action, tenant_id=request.tenant_id, turn_id=getattr(request, "turn_id", None))
+        logger.append_keys(action=request.action, tenant_id=getattr(request, "tenant_id", None),
+                           turn_id=getattr(request, "turn_id", None))  # fmt: skip
         return dispatcher().handle(request, context)
     except SandboxInvalidRequest as exc:
         emit_metric(n.METRIC_INVALID_REQUEST)

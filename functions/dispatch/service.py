@@ -36,6 +36,7 @@ from sandbox_common.models import (
     ExecuteCodeRequest,
     GetJobRequest,
     ResumeRequest,
+    SweepPausedCallsRequest,
 )
 from sandbox_common.observability import logger
 from sandbox_common.outcome import Outcome, internal_failure, public
@@ -120,6 +121,9 @@ class Dispatcher:
             return job_calls.observe(self, self.jobs, request)
         if isinstance(request, ResumeRequest):  # §15: token + continuation checks, never counted
             return tool_flow.resume(self, request, _budget_of(context))
+        if isinstance(request, SweepPausedCallsRequest):  # issue 12: the reaper's paused-calls hook
+            ended = tool_flow.expire_due(self, pending_jobs=lambda t, turn: job_calls.pending(self.jobs, t, turn))
+            return {"ok": True, **ended}
         # §16.5 + issue 9: the turn claim, the pre-flight read and the idempotency claim go out
         # together. The token's verdict still comes before anything is counted (the quota runs
         # inside the idempotent function, after `claim.result()`), and before any stored answer

@@ -230,3 +230,36 @@ def expire_paused(dispatcher: Any, tenant_id: str, turn_id: str, *, keep_session
         pf, runner, outcome = runners[str(step.call["invocation_id"])]
         end_call(dispatcher, outcome, step.finished, pf, runner, None)  # end_turn itself marks the session stopped
     return len(steps)
+
+
+# --- 4. the reaper's sweep (issue 12) -----------------------------------------------------------
+def expire_due(dispatcher: Any, *, pending_jobs: Callable[[str, str], list[str]], limit: int = 100) -> dict[str, int]:
+    """End the paused calls, of any turn, whose tool wait bound passed and that nobody resumed or
+    ended: each as the late resume would (§15: SandboxTimeout, its session stopped and the slot
+    freed — kept when the turn's background jobs still run in it, §17), each with its one audit row.
+    Claimed with the resume's own conditional write, so a racing resume / end_turn / second sweep
+    ends the call once. Returns {"ended": n, "failed": n}; never raises (a store failure is
+    counted as an internal failure and the calls stay listed for the next run)."""
+    try:
+        claimed = dispatcher.continuations.expire_due(limit=limit)
+    except SandboxError as exc:
+        internal_failure(f"sweep_paused_failed:{exc.fields.get('failure_reason')}")
+        return {"ended": 0, "failed": 1}
+    ended = failed = 0
+    for one in claimed:
+        outcome = restore_outcome(one.call)
+        runner: SessionRunner | None = None
+        pf: Preflight | None = None
+        turn: Turn | None = None
+        try:
+            turn = dispatcher.turns.get(one.tenant_id, one.turn_id)
+            keep = bool(pending_jobs(one.tenant_id, one.turn_id))
+            pf, runner = _runner(dispatcher, one.tenant_id, one, outcome)
+            finished = tools_runner(dispatcher, runner).expire(one.state, stop_session=not keep)
+        except Exception as exc:  # noqa: BLE001 — the claimed call must still end with its row
+            logger.exception("sweep_paused_call_failed", extra={"invocation_id": outcome.invocation_id})
+            finished = _abort(dispatcher, runner, one, exc)
+            failed += 1
+        end_call(dispatcher, outcome, finished, pf, runner, turn)
+        ended += 1
+    return {"ended": ended, "failed": failed}

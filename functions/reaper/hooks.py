@@ -22,6 +22,7 @@ Hook = Callable[[float], dict]
 SWEEP_MODULES: tuple[str, ...] = (
     n.REAPER_JOBS_SWEEP_MODULE,  # background jobs (issue 13)
     n.REAPER_INTERRUPTED_SWEEP_MODULE,  # calls whose dispatch died (issue 9)
+    n.REAPER_PAUSED_SWEEP_MODULE,  # paused tool calls nobody resumes (issue 12)
 )
 
 _HOOKS: dict[str, Hook] = {}

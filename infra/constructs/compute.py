@@ -276,8 +276,8 @@ class ComputeConstruct(Construct):
             iam.PolicyStatement(
                 sid="ToolCallContinuations",
                 actions=["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"],
-                resources=[continuations.table_arn,
-                           f"{continuations.table_arn}/index/{n.CONTINUATIONS.indexes[0].name}"],  # fmt: skip
+                resources=[continuations.table_arn,  # by_turn (end_turn) and by_wait_due (the sweep, issue 12)
+                           *(f"{continuations.table_arn}/index/{i.name}" for i in n.CONTINUATIONS.indexes)],  # fmt: skip
             )
         )
         # The session ledger (SPEC §16.1/§16.2, issue 11): begin_turn queries the by_warm_pool index
@@ -396,6 +396,7 @@ class ComputeConstruct(Construct):
         ))  # fmt: skip
         self._grant_reaper_jobs(role)
         self._grant_reaper_interrupted(role)
+        self._grant_reaper_paused(role)
         _acknowledge_wildcard(
             role, f"Resource::{_nag_arn(self, sandbox_params)}",
             "Warm-pool sizes (tenants/<id>/warm/<env>), session caps and tenant substrates are added per "
@@ -434,6 +435,13 @@ class ComputeConstruct(Construct):
         role.add_to_policy(iam.PolicyStatement(
             sid="FinishInterruptedCalls", actions=["dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query"],
             resources=[idem.table_arn, f"{idem.table_arn}/index/{n.IDEMPOTENCY_OPEN_INDEX}"],
+        ))  # fmt: skip
+
+    def _grant_reaper_paused(self, role: iam.Role) -> None:
+        """Paused tool calls (issue 12): the reaper's paused_sweep asks dispatch (which holds the
+        continuations, runners, artifacts and audit grants) to end the calls past their wait bound."""
+        role.add_to_policy(iam.PolicyStatement(
+            sid="SweepPausedToolCalls", actions=["lambda:InvokeFunction"], resources=[self.dispatch.function_arn],
         ))  # fmt: skip
 
 

@@ -100,14 +100,17 @@ def _emulator(resources: LocalResources, moto: str, interpreter: LocalInterprete
         "AWS_ENDPOINT_URL_LAMBDA": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1",
     }  # fmt: skip
+    # The quota Lambda (dispatch in-process calls it) and dispatch itself (the reaper's paused-calls
+    # hook invokes it, issue 12); a function's workers start only when it is first invoked.
+    emulated = (resources.functions[n.QUOTA_CHECK], resources.functions[n.DISPATCH])
     specs = [FunctionSpec.from_dict(s) for s in lambda_function_specs(build_config("local"), resources, endpoints)
-             if s["name"] == resources.functions[n.QUOTA_CHECK]]  # fmt: skip
+             if s["name"] in emulated]  # fmt: skip
     return LambdaEmulator(specs, port=port).start()
 
 
 def open_stack(moto_endpoint: str, interpreter: LocalInterpreterServer,
                setenv: Callable[[str, str], None]) -> Stack:  # fmt: skip
-    """Create the stage's resources in moto, start the quota Lambda's emulator and point this
+    """Create the stage's resources in moto, start the emulator (quota Lambda, dispatch) and point this
     process (dispatch in-process) at all of it through `setenv`."""
     config = build_config("local")
     resources = create_resources(config, aws.client)

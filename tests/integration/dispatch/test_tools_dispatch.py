@@ -424,3 +424,91 @@ def test_tools_failure_after_the_claim_still_ends_the_call_with_its_row(tools_st
     assert rows[0]["failure_reason"].startswith("preflight_unavailable:")
     assert rows[0]["invocation_id"] == paused["invocation_id"]
     assert stack.dispatch(resume(paused, tool_result=1))["error"] == "SandboxInvalidRequest"
+
+
+# --- the paused-calls sweep (issue 12): a call nobody resumes or ends ends on its own ----------
+PAUSE = "from sandbox_tools import tools\nprint('before')\ntools.lookup(key='k')\nprint('after')\n"
+
+
+def _sweep(stack: Stack) -> dict[str, Any]:
+    return stack.dispatch({"action": n.ACTION_SWEEP_PAUSED})
+
+
+def test_tools_sweep_ends_a_paused_call_past_its_wait_bound_once_with_session_stopped(short_wait: Stack) -> None:
+    stack = short_wait
+    # Given a call paused on a tool, inside its 1 s wait bound
+    paused = stack.dispatch(call(PAUSE, call_id="c-swept"))
+    assert paused["status"] == n.STATUS_TOOL_CALL
+    # When the sweep runs before the bound passed
+    early = _sweep(stack)
+    # Then the call is untouched: still paused, its session live, no row
+    assert early == {"ok": True, "ended": 0, "failed": 0}
+    assert paused["session_id"] in stack.live_sessions()
+    assert not [r for r in stack.audit_rows("acme") if r["call_id"] == "c-swept"]
+    # When nobody resumes it and the sweep runs after the bound
+    time.sleep(1.5)
+    swept = _sweep(stack)
+    # Then it ended as SandboxTimeout with one row, its session stopped and its slot freed
+    assert swept == {"ok": True, "ended": 1, "failed": 0}
+    rows = [r for r in stack.audit_rows("acme") if r["call_id"] == "c-swept"]
+    assert [(r["exit_status"], r["failure_reason"], r["tool_calls"]) for r in rows] == [
+        ("timeout", "tool_wait_expired:1s", 1)]  # fmt: skip
+    assert rows[0]["invocation_id"] == paused["invocation_id"]
+    assert paused["session_id"] not in stack.live_sessions()
+    assert paused["session_id"] not in _slot_sessions(stack)
+    # And a late resume, and a second sweep, change nothing (the continuation is spent)
+    late = stack.dispatch(resume(paused, tool_result=1))
+    assert late["error"] == "SandboxInvalidRequest"
+    assert _sweep(stack) == {"ok": True, "ended": 0, "failed": 0}
+    assert len([r for r in stack.audit_rows("acme") if r["call_id"] == "c-swept"]) == 1
+
+
+def test_tools_sweep_racing_a_late_resume_ends_the_call_once(short_wait: Stack) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    stack = short_wait
+    # Given a call paused past its wait bound
+    paused = stack.dispatch(call(PAUSE, call_id="c-race"))
+    assert paused["status"] == n.STATUS_TOOL_CALL
+    time.sleep(1.5)
+    # When a late resume and the sweep arrive together
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        late = pool.submit(stack.dispatch, resume(paused, tool_result=1))
+        swept = pool.submit(_sweep, stack)
+        answers = (late.result(), swept.result())
+    # Then exactly one of them ended the call, and it has exactly one row (a timeout)
+    ended_by_resume = answers[0].get("exit_status") == "timeout"
+    assert ended_by_resume != (answers[1]["ended"] == 1), answers
+    rows = [r for r in stack.audit_rows("acme") if r["call_id"] == "c-race"]
+    assert [r["exit_status"] for r in rows] == ["timeout"]
+
+
+def test_tools_reaper_hook_asks_dispatch_to_sweep_paused_calls(short_wait: Stack,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The reaper's paused_sweep hook invokes the (emulated) dispatch Lambda with the internal action."""
+    from reaper import service
+    from reaper.handler import handler as reaper_handler
+    from sandbox_common import settings
+
+    from infra.config import build_config
+    from infra.function_env import function_environment
+    from tests.conftest import LambdaContext
+
+    stack = short_wait
+    # Given a paused call past its bound, and this process holding the reaper's environment
+    paused = stack.dispatch(call(PAUSE, call_id="c-reaped"))
+    assert paused["status"] == n.STATUS_TOOL_CALL
+    time.sleep(1.5)
+    for key, value in function_environment(build_config("local"), n.REAPER, tables=stack.resources.tables).items():
+        monkeypatch.setenv(key, value)
+    settings.clear_caches()
+    service.reset()
+    try:
+        # When the scheduled reaper runs
+        out = reaper_handler({"source": "aws.events", "detail-type": "Scheduled Event"}, LambdaContext())
+    finally:
+        service.reset()
+    # Then its paused-calls hook reports the call ended by dispatch, which wrote its one row
+    assert out["hooks"][n.REAPER_HOOK_PAUSED] == {"ok": True, "ended": 1, "failed": 0}, out["hooks"]
+    rows = [r for r in stack.audit_rows("acme") if r["call_id"] == "c-reaped"]
+    assert [r["exit_status"] for r in rows] == ["timeout"]

@@ -43,7 +43,7 @@ def test_load_registers_a_module_already_imported_before_the_registry_was_reset(
     # When the reaper loads its sweep list
     hooks.load()
     # Then the jobs sweep is registered all the same (beside the interrupted-calls sweep, issue 9)
-    assert list(hooks.registered()) == [n.REAPER_HOOK_JOBS, n.REAPER_HOOK_INTERRUPTED]
+    assert list(hooks.registered()) == [n.REAPER_HOOK_JOBS, n.REAPER_HOOK_INTERRUPTED, n.REAPER_HOOK_PAUSED]
 
 
 def test_load_refuses_a_module_that_declares_no_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -102,3 +102,19 @@ def test_sweep_modules_register_the_background_jobs_sweep(monkeypatch: pytest.Mo
     hook = hooks.registered()[n.REAPER_HOOK_JOBS]
     assert hook.__module__ == n.REAPER_JOBS_SWEEP_MODULE
     assert hook.__name__ == "end_due_jobs"
+
+
+def test_sweep_paused_action_is_parsed_and_named_once() -> None:
+    """The reaper's paused-calls hook sends naming.ACTION_SWEEP_PAUSED; dispatch parses exactly that
+    (its model's Literal), and the agent-facing action list does not advertise it."""
+    import typing
+
+    from sandbox_common import naming as n
+    from sandbox_common.errors import SandboxInvalidRequest
+    from sandbox_common.models import DISPATCH_ACTIONS, SweepPausedCallsRequest, parse_dispatch_event
+
+    assert typing.get_args(SweepPausedCallsRequest.model_fields["action"].annotation) == (n.ACTION_SWEEP_PAUSED,)
+    assert isinstance(parse_dispatch_event({"action": n.ACTION_SWEEP_PAUSED}), SweepPausedCallsRequest)
+    assert n.ACTION_SWEEP_PAUSED not in DISPATCH_ACTIONS
+    with pytest.raises(SandboxInvalidRequest):  # nothing else rides along
+        parse_dispatch_event({"action": n.ACTION_SWEEP_PAUSED, "tenant_id": "acme"})

@@ -24,7 +24,13 @@ from pydantic import (
 
 from .errors import SandboxInvalidRequest
 from .files import GetFileRequest, InputFiles
-from .naming import MAX_CODE_BYTES, MAX_JOB_TIMEOUT_SECONDS, REQUEST_ID_RE, QuotaDimension
+from .naming import (
+    ACTION_SWEEP_PAUSED,
+    MAX_CODE_BYTES,
+    MAX_JOB_TIMEOUT_SECONDS,
+    REQUEST_ID_RE,
+    QuotaDimension,
+)
 from .redaction.catalogue import redact
 
 Id = Annotated[str, StringConstraints(pattern=REQUEST_ID_RE.pattern)]
@@ -146,9 +152,21 @@ class ResumeRequest(_Strict):
         return "tool_result" in self.model_fields_set
 
 
+class SweepPausedCallsRequest(_Strict):
+    """Internal (issue 12), sent by the reaper's paused-calls hook: end the paused tool calls past
+    their wait bound. Any caller may send it: it ends only what §15 has already ended (the bound
+    passed), and answers a count."""
+
+    action: Literal["sweep_paused_calls"]  # naming.ACTION_SWEEP_PAUSED (a test keeps them equal)
+
+    @property
+    def tenant_id(self) -> None:
+        return None
+
+
 AnyDispatchRequest = (
     BeginTurnRequest | ExecuteCodeRequest | EndTurnRequest | GetFileRequest | GetJobRequest | CancelJobRequest
-    | ResumeRequest
+    | ResumeRequest | SweepPausedCallsRequest
 )
 DispatchRequest = Annotated[AnyDispatchRequest, Field(discriminator="action")]
 _DISPATCH_ADAPTER: TypeAdapter[AnyDispatchRequest] = TypeAdapter(DispatchRequest)
@@ -227,7 +245,7 @@ def parse_dispatch_event(event: Any) -> AnyDispatchRequest:
     if not isinstance(event, dict):
         raise SandboxInvalidRequest("Invalid request: the event must be a JSON object.")
     action = event.get("action")
-    if action not in DISPATCH_ACTIONS:
+    if action not in DISPATCH_ACTIONS and action != ACTION_SWEEP_PAUSED:
         raise SandboxInvalidRequest(
             "Invalid request: unknown or missing action; expected one of " + ", ".join(DISPATCH_ACTIONS) + "."
         )

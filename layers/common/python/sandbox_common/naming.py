@@ -607,7 +607,8 @@ CONTINUATIONS = TableSpec(
     "sandbox_continuations",
     pk="continuation_hash",
     ttl_attribute="expires_at",
-    indexes=(Index("by_turn", pk="turn_id", sk="paused_at"),),
+    indexes=(Index("by_turn", pk="turn_id", sk="paused_at"),
+             Index("by_wait_due", pk="wait_open", sk="wait_due")),  # issue 12: the paused-calls sweep
 )
 ALL_TABLES = (*ALL_TABLES, CONTINUATIONS)
 ENV_CONTINUATIONS_TABLE = "CONTINUATIONS_TABLE"
@@ -706,3 +707,18 @@ REASON_DISPATCH_INTERRUPTED = "dispatch_interrupted"
 # The reaper hook that finishes interrupted calls nobody retries, and the module declaring it.
 REAPER_HOOK_INTERRUPTED = "dispatch_interrupted"
 REAPER_INTERRUPTED_SWEEP_MODULE = "reaper.interrupted_sweep"
+
+# --- paused tool calls nobody resumes (issue 12) --------------------------------------------------
+# A paused continuation carries two sparse attributes while it is paused (removed when it is
+# resumed, expired or ended): `wait_open` = "open" and `wait_due` = the moment its tool wait bound
+# passes (epoch s, zero-padded S). The `by_wait_due` index lists the paused calls past their bound.
+CONTINUATION_ATTR_WAIT_OPEN = "wait_open"
+CONTINUATION_ATTR_WAIT_DUE = "wait_due"
+CONTINUATION_WAIT_OPEN_VALUE = "open"
+CONTINUATIONS_WAIT_DUE_INDEX = next(ix.name for ix in CONTINUATIONS.indexes if ix.pk == CONTINUATION_ATTR_WAIT_OPEN)
+# The internal dispatch action the reaper invokes: end the paused calls past their wait bound (§15).
+# Its answer is a count only; it ends nothing the bound has not already ended.
+ACTION_SWEEP_PAUSED = "sweep_paused_calls"
+REAPER_HOOK_PAUSED = "paused_tool_calls"
+REAPER_PAUSED_SWEEP_MODULE = "reaper.paused_sweep"
+ENV_DISPATCH_FUNCTION = "DISPATCH_FUNCTION_NAME"

@@ -79,6 +79,8 @@ class ReaperSettings(_Settings):
     # Interrupted calls (issue 9): the reaper finishes calls whose dispatch died (interrupted_sweep)
     # on the idempotency table; their row goes through the audit table/DLQ settings above.
     idempotency_table: str = Field(alias=n.ENV_IDEMPOTENCY_TABLE, default="")
+    # Paused tool calls (issue 12): the reaper asks dispatch to end those past their wait bound.
+    dispatch_function_name: str = Field(alias=n.ENV_DISPATCH_FUNCTION, default="")
 
 
 class BackstopSettings(_Settings):

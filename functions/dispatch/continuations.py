@@ -206,8 +206,9 @@ class ContinuationStore:
 
 
 def _due_key(epoch_seconds: float) -> str:
-    """The by_wait_due sort key: epoch seconds, zero-padded so strings sort as numbers."""
-    return f"{int(epoch_seconds):012d}"
+    """The by_wait_due sort key: epoch milliseconds, zero-padded so strings sort as numbers (a
+    call is listed once `now >= paused + wait` to the millisecond: never early, never a second late)."""
+    return f"{int(epoch_seconds * 1000):015d}"
 
 
 def _code(exc: Exception) -> str:

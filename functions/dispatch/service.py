@@ -122,8 +122,10 @@ class Dispatcher:
         if isinstance(request, ResumeRequest):  # §15: token + continuation checks, never counted
             return tool_flow.resume(self, request, _budget_of(context))
         if isinstance(request, SweepPausedCallsRequest):  # issue 12: the reaper's paused-calls hook
+            # Any caller may send it; the counts (all tenants') go to dispatch's log, not the answer.
             ended = tool_flow.expire_due(self, pending_jobs=lambda t, turn: job_calls.pending(self.jobs, t, turn))
-            return {"ok": True, **ended}
+            logger.info("sweep_paused_calls", extra=ended)
+            return {"ok": True}
         # §16.5 + issue 9: the turn claim, the pre-flight read and the idempotency claim go out
         # together. The token's verdict still comes before anything is counted (the quota runs
         # inside the idempotent function, after `claim.result()`), and before any stored answer

@@ -5,7 +5,8 @@ and its slot freed, one audit row — instead of waiting for a late resume or en
 The ending itself is dispatch's (`tool_flow.expire_due`, the same code a late resume and end_turn
 run: dispatch holds the continuations, the tenants' runner roles, the artifacts bucket and the
 audit grants). This hook invokes dispatch with the internal `sweep_paused_calls` action; the
-reaper's role may invoke dispatch and nothing more for this. A resume racing the sweep ends the
+reaper's role may invoke dispatch and nothing more for this. Any caller may send that action: it
+ends only calls whose bound already passed and answers `{"ok": true}` (no counts of other tenants). A resume racing the sweep ends the
 call once (both claim the continuation with one conditional write).
 """
 
@@ -21,8 +22,9 @@ from .service import reaper
 
 
 def end_paused_calls(now: float) -> dict[str, Any]:
-    """The hook: dispatch's {"ended": n, "failed": n} for the run's log line. Raises when dispatch
-    cannot be invoked or answers an error (the run's summary reports the hook failed)."""
+    """The hook: {} when dispatch swept (its counts are in dispatch's `sweep_paused_calls` log
+    line: the action's answer carries none, any caller may send it). Raises when dispatch cannot be
+    invoked or answers an error (the run's summary reports the hook failed)."""
     answer = aws.client("lambda").invoke(
         FunctionName=reaper().settings.dispatch_function_name,
         Payload=json.dumps({"action": n.ACTION_SWEEP_PAUSED}).encode("utf-8"),
@@ -30,7 +32,7 @@ def end_paused_calls(now: float) -> dict[str, Any]:
     body = json.loads(answer["Payload"].read() or b"null")
     if answer.get("FunctionError") or not isinstance(body, dict) or body.get("ok") is not True:
         raise RuntimeError(f"sweep_paused_calls failed: {answer.get('FunctionError') or body}")
-    return {"ended": int(body.get("ended", 0)), "failed": int(body.get("failed", 0))}
+    return {}
 
 
 # Registered by the reaper's hooks.load() (SWEEP_MODULES names this module).

@@ -355,9 +355,11 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
         phases[phase] = breakdown(client_calls + [c for c in wire_calls if c.origin == QUOTA], logical_of)
         return result
 
-    # Given a cold dispatch container and a cold quota Lambda, the only function in the emulator
-    # (so every wire call carrying the Lambda exec-env is the quota function's)
-    assert set(stack.emulator.pools) == {stack.resources.functions[n.QUOTA_CHECK]}
+    # Given a cold dispatch container and a cold quota Lambda, the only function this benchmark
+    # invokes in the emulator (so every wire call carrying the Lambda exec-env is the quota
+    # function's): the emulator's copy of dispatch is invoked only by the reaper's paused-calls hook
+    # (issue 12), which never runs here — dispatch is measured in-process
+    assert set(stack.emulator.pools) == {stack.resources.functions[n.QUOTA_CHECK], stack.resources.functions[n.DISPATCH]}
     # When an agent runs a turn (begin, two calls), a second turn likewise, and a turn without begin
     started = time.perf_counter()
     assert measured("begin_turn_cold_container", event("begin_turn", turn_id="turn-a"))["ok"] is True

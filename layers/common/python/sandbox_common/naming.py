@@ -711,7 +711,7 @@ REAPER_INTERRUPTED_SWEEP_MODULE = "reaper.interrupted_sweep"
 # --- paused tool calls nobody resumes (issue 12) --------------------------------------------------
 # A paused continuation carries two sparse attributes while it is paused (removed when it is
 # resumed, expired or ended): `wait_open` = "open" and `wait_due` = the moment its tool wait bound
-# passes (epoch s, zero-padded S). The `by_wait_due` index lists the paused calls past their bound.
+# passes (epoch ms, zero-padded S). The `by_wait_due` index lists the paused calls past their bound.
 CONTINUATION_ATTR_WAIT_OPEN = "wait_open"
 CONTINUATION_ATTR_WAIT_DUE = "wait_due"
 CONTINUATION_WAIT_OPEN_VALUE = "open"

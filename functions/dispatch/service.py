@@ -123,8 +123,8 @@ class Dispatcher:
             return tool_flow.resume(self, request, _budget_of(context))
         if isinstance(request, SweepPausedCallsRequest):  # issue 12: the reaper's paused-calls hook
             # Any caller may send it; the counts (all tenants') go to dispatch's log, not the answer.
-            ended = tool_flow.expire_due(self, pending_jobs=lambda t, turn: job_calls.pending(self.jobs, t, turn))
-            logger.info("sweep_paused_calls", extra=ended)
+            swept = tool_flow.expire_due(self, pending_jobs=lambda t, turn: job_calls.pending(self.jobs, t, turn))
+            logger.info("sweep_paused_calls", extra={"ended": swept["ended"], "failed": swept["failed"]})
             return {"ok": True}
         # §16.5 + issue 9: the turn claim, the pre-flight read and the idempotency claim go out
         # together. The token's verdict still comes before anything is counted (the quota runs

@@ -651,6 +651,7 @@ DOMAIN_FIELDS = {
     "session_source", "retries",  # issue 11: execute_code events of calls that got a new session
     "budget_usd", "estimated_spend_usd", "calls_today",  # daily budget crossed (issue 15)
     "job_id",  # background jobs (issue 13): job_ended lines of dispatch and the reaper
+    "ended", "failed",  # dispatch's sweep_paused_calls line (issue 12)
 }  # fmt: skip
 INSIGHTS_COMMANDS = {"fields", "filter", "stats", "sort", "limit", "display", "parse", "dedup"}
 INSIGHTS_FUNCTIONS = {

@@ -57,10 +57,16 @@ def test_quota_speculative_later_call_is_one_guarded_check(stack: Stack, spy: Qu
     assert spy.kinds() == ["sequential"]
     # When turn-1's first call arrives (no turn item yet)
     assert stack.dispatch(event(call_id="c1", code="x = 1"))["ok"] is True
-    # Then its guarded check found no turn and the sequential check counted it, after the turn
-    # was created
-    assert spy.kinds()[1:] == ["guarded", "sequential"]
-    assert spy.answers[1].turn_refused and spy.answers[1].turn_exists is False
+    # Then its guarded check went out at t=0 and the call was counted once: either the guard found
+    # no turn yet and the sequential check counted it once the turn existed, or (the two raced)
+    # the turn this call created with its token was already there when the guarded transaction ran
+    first = spy.kinds()[1:]
+    assert first in (["guarded", "sequential"], ["guarded"]), first
+    if first == ["guarded", "sequential"]:
+        assert spy.answers[1].turn_refused and spy.answers[1].turn_exists is False
+        assert spy.answers[2].counted_here
+    else:
+        assert spy.answers[1].counted_here
     del spy.sent[:], spy.answers[:]
     # When a later call arrives
     later = stack.dispatch(event(call_id="c2", code="x += 1; print(x)"))

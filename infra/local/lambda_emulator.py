@@ -310,6 +310,7 @@ class LambdaEmulator:
 def _make_handler(emulator: LambdaEmulator) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # headers and body are two writes (see the interpreter's server)
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
             sys.stderr.write("lambda-emulator: " + (format % args) + "\n")

@@ -18,10 +18,16 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoReque
 from werkzeug.serving import make_server
 
 
+class _NoDelayHandler(MotoRequestHandler):
+    # TCP_NODELAY: a response is written in several small writes; with Nagle's algorithm the
+    # later ones wait for the client's delayed ACK (measured: a GetItem 5.7 ms -> 3.8 ms).
+    disable_nagle_algorithm = True
+
+
 class SerialMotoServer(ThreadedMotoServer):
     def _server_entry(self) -> None:
         app = DomainDispatcherApplication(create_backend_app)
-        self._server = make_server(self._ip_address, self._port, app, False, request_handler=MotoRequestHandler)
+        self._server = make_server(self._ip_address, self._port, app, False, request_handler=_NoDelayHandler)
         self._server_ready_event.set()
         self._server.serve_forever()
 

@@ -150,6 +150,10 @@ def result_events(stdout: str, stderr: str, exit_code: int, execution_time: floa
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as botocore's connection pool expects
+    # TCP_NODELAY: a response is several small writes (headers, then one chunk per event); with
+    # Nagle's algorithm each write after the first waits for the client's delayed ACK. Measured
+    # here: an executeCode of `pass` took 44-48 ms with it, 4-9 ms without.
+    disable_nagle_algorithm = True
     server_version = "LocalAgentCoreCodeInterpreter/1.0"
     server: _HTTPServer
 

@@ -17,12 +17,14 @@ tenant's (every byte is stored under the caller's tenant prefix by the host).
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import mimetypes
 import re
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -42,10 +44,6 @@ ANSWER_PATH = f"{STATE_DIR}/collect.json"
 # (24 MiB) even if a service packs every block into one event.
 CHUNK_BYTES = 1024 * 1024
 READ_BATCH_BYTES = 8 * 1024 * 1024
-# Text artifacts are redacted in line-aligned chunks of about this size: no catalogue token
-# contains a newline, and the catalogue's byte prefilter passes a chunk without any token
-# shape through untouched, never decoded.
-REDACT_CHUNK_BYTES = 64 * 1024
 
 _COLLECT_SOURCE = r'''
 def __sandbox_collect(outputs, state_dir, answer, max_bytes, chunk, figure_name):
@@ -207,30 +205,88 @@ class ArtifactStore:
         return entry
 
 
+class _Assembly:
+    """One artifact's bytes, taken part by part as they arrive (SPEC §14.2): their sha256, whether
+    they are UTF-8 text, and the text's host-side redaction (§8 layer 2) of every complete line,
+    so all of it runs while the next part is still on its way out of the session.
+
+    The redaction equals `catalogue.redact` of the whole decoded text: no catalogue token
+    contains a newline, so whole lines redact independently, and only the lines
+    `catalogue.token_lines` names (those holding a token's anchor) are decoded and redacted.
+    Anything that is not UTF-8 is stored byte-exact."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self._raw: list[bytes] = []
+        self._sha = hashlib.sha256()
+        self._decoder: Any = codecs.getincrementaldecoder("utf-8")("strict")
+        self._text = True
+        self._pending: list[bytes] = []  # the current line's bytes so far (no newline in them)
+        self._clean: list[bytes | memoryview] = []
+        self._changed = False
+
+    def feed(self, block: bytes) -> None:
+        self.size += len(block)
+        self._raw.append(block)
+        self._sha.update(block)
+        if not self._text:
+            return
+        if not block.isascii() or self._pending_non_ascii():
+            try:
+                self._decoder.decode(block)
+            except UnicodeDecodeError:
+                self._text = False
+                return
+        newline = block.rfind(b"\n")
+        if newline < 0:
+            self._pending.append(block)
+            return
+        head = block if newline == len(block) - 1 else block[: newline + 1]
+        lines = b"".join([*self._pending, head]) if self._pending else head
+        self._pending = [block[newline + 1 :]] if newline < len(block) - 1 else []
+        self._redact_lines(lines)
+
+    def _pending_non_ascii(self) -> bool:
+        # the decoder holds the start of a multi-byte character cut at the previous block's end
+        return bool(self._decoder.getstate()[0])
+
+    def _redact_lines(self, data: bytes) -> None:
+        done, view = 0, memoryview(data)  # views: the pieces are copied once, by the final join
+        for start, end in catalogue.token_lines(data):
+            text = data[start:end].decode("utf-8")
+            cleaned = catalogue.redact(text)
+            if cleaned != text:
+                self._clean.extend((view[done:start], cleaned.encode("utf-8")))
+                self._changed, done = True, end
+        self._clean.append(view[done:] if done else data)
+
+    @property
+    def sha256(self) -> str:
+        return self._sha.hexdigest()
+
+    def finish(self) -> tuple[bytes, bool]:
+        """(bytes to store, whether redaction changed anything)."""
+        raw = self._raw[0] if len(self._raw) == 1 else b"".join(self._raw)
+        if self._text:
+            try:
+                self._decoder.decode(b"", final=True)
+            except UnicodeDecodeError:
+                self._text = False
+        if self._text and self._pending:  # the last line, without a newline
+            self._redact_lines(b"".join(self._pending))
+            self._pending = []
+        if not self._text or not self._changed:
+            return raw, False
+        return b"".join(self._clean), True
+
+
 def redact_artifact(data: bytes) -> tuple[bytes, bool]:
     """Text (UTF-8 decodable) through the host-side catalogue redactor (§8 layer 2), anything
     else byte-exact. Returns (bytes to store, whether redaction changed anything); equal to
     `catalogue.redact(data.decode())` for text, computed chunk by chunk on the bytes."""
-    if not data.isascii():
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError:
-            return data, False
-    pieces: list[bytes] = []
-    changed = False
-    start, size = 0, len(data)
-    while start < size:
-        newline = data.find(b"\n", start + REDACT_CHUNK_BYTES)
-        end = size if newline < 0 else newline + 1
-        chunk = data[start:end] if start or end < size else data
-        if catalogue.candidate_classes_utf8(chunk):
-            text = chunk.decode("utf-8")
-            cleaned = catalogue.redact(text)
-            if cleaned != text:
-                chunk, changed = cleaned.encode("utf-8"), True
-        pieces.append(chunk)
-        start = end
-    return (b"".join(pieces), True) if changed else (data, False)
+    assembly = _Assembly()
+    assembly.feed(data)
+    return assembly.finish()
 
 
 def collect_and_store(
@@ -264,18 +320,20 @@ def collect_and_store(
         if stored >= n.MAX_ARTIFACTS:
             listed.append({"filename": filename, "bytes": size, "skipped": n.SKIPPED_TOO_MANY})
             continue
+        assembly = _Assembly()
         try:
-            data = _read_artifact(files, interpreter_id, session_id, item)
+            for block in _read_artifact(files, interpreter_id, session_id, item):
+                assembly.feed(block)
         except ToolFailed as exc:
             failure = failure or f"artifacts:{exc.reason}"
             continue
-        if len(data) > n.MAX_ARTIFACT_BYTES:
-            listed.append({"filename": filename, "bytes": len(data), "skipped": n.SKIPPED_TOO_LARGE})
+        if assembly.size > n.MAX_ARTIFACT_BYTES:
+            listed.append({"filename": filename, "bytes": assembly.size, "skipped": n.SKIPPED_TOO_LARGE})
             continue
-        if len(data) != size or hashlib.sha256(data).hexdigest() != item["sha256"]:
+        if assembly.size != size or assembly.sha256 != item["sha256"]:
             failure = failure or "artifacts:sha256_mismatch"
             continue
-        clean, redacted = redact_artifact(data)
+        clean, redacted = assembly.finish()
         entry = store.put(ctx, filename, clean, redacted=redacted, sha256=None if redacted else item["sha256"])
         stored += 1
         listed.append(entry)
@@ -306,13 +364,23 @@ def _well_formed(item: Any) -> bool:
     return all(isinstance(p, str) and re.fullmatch(rf"{re.escape(STATE_DIR)}/parts/\d+\.\d+", p) for p in parts)
 
 
-def _read_artifact(files: SessionFiles, interpreter_id: str, session_id: str, item: dict[str, Any]) -> bytes:
+def _read_artifact(files: SessionFiles, interpreter_id: str, session_id: str, item: dict[str, Any]) -> Iterator[bytes]:
+    """The artifact's bytes in order, part by part. Parts are read in batches, each batch asked
+    for while the caller still works on the one before (one reader thread, one batch ahead):
+    the session encodes and sends while the host checks and redacts. A failed read raises
+    ToolFailed where its batch is due."""
     parts = [str(p) for p in item.get("parts") or []]
     if not parts:
         path = str(item["path"])
-        return files.read(interpreter_id, session_id, [path])[path]
+        yield files.read(interpreter_id, session_id, [path])[path]
+        return
     per_call = max(1, READ_BATCH_BYTES // CHUNK_BYTES)
-    found: dict[str, bytes] = {}
-    for first in range(0, len(parts), per_call):
-        found.update(files.read(interpreter_id, session_id, parts[first:first + per_call]))
-    return b"".join(found[p] for p in parts)
+    batches = [parts[first : first + per_call] for first in range(0, len(parts), per_call)]
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="artifact-read") as reader:
+        ahead = reader.submit(files.read, interpreter_id, session_id, batches[0])
+        for index, batch in enumerate(batches):
+            found = ahead.result()
+            if index + 1 < len(batches):
+                ahead = reader.submit(files.read, interpreter_id, session_id, batches[index + 1])
+            for path in batch:
+                yield found[path]

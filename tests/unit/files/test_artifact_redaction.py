@@ -1,29 +1,43 @@
 """§14.2 host-side redaction of artifacts (§8 layer 2): text artifacts are redacted exactly as the
-catalogue redacts the whole decoded text, computed chunk by chunk on the bytes; anything that is
-not UTF-8 is stored byte-exact."""
+catalogue redacts the whole decoded text, computed on the bytes part by part as they arrive
+(`_Assembly`); anything that is not UTF-8 is stored byte-exact."""
 
 from __future__ import annotations
 
+import hashlib
+import time
+
 import pytest
-from dispatch import artifacts
-from dispatch.artifacts import redact_artifact
+from dispatch.artifacts import CHUNK_BYTES, READ_BATCH_BYTES, _Assembly, _read_artifact, redact_artifact
+from dispatch.runner.tools import ToolFailed
 from sandbox_common.redaction.catalogue import REPLACEMENT, redact
 
 from tests.benchmarks.test_host_redaction import TOKENS, realistic_stdout
 
 
-@pytest.fixture(params=[4096, 65536], ids=["small-chunks", "default-chunks"])
-def chunk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
-    monkeypatch.setattr(artifacts, "REDACT_CHUNK_BYTES", request.param)
-    return int(request.param)
+@pytest.fixture(params=[None, 65536, 4093], ids=["one-block", "64KiB-blocks", "odd-blocks"])
+def chunk(request: pytest.FixtureRequest) -> int | None:
+    """How the bytes arrive: at once, or in parts (4093: cuts inside characters and lines)."""
+    return request.param
+
+
+def assemble(data: bytes, block: int | None) -> tuple[bytes, bool]:
+    if block is None:
+        return redact_artifact(data)
+    assembly = _Assembly()
+    for start in range(0, len(data), block):
+        assembly.feed(data[start : start + block])
+    assert assembly.size == len(data) and assembly.sha256 == hashlib.sha256(data).hexdigest()
+    return assembly.finish()
 
 
 def test_redact_artifact_equals_whole_text_redaction(chunk: int) -> None:
     # Given 1 MiB of realistic non-ASCII text with every token shape, one at each chunk edge too
     text = realistic_stdout(1024 * 1024)
-    text = TOKENS[0] + "\n" + text[: chunk - 5] + TOKENS[1] + text[chunk - 5 :] + " ".join(TOKENS)
+    edge = (chunk or 65536) - 5
+    text = TOKENS[0] + "\n" + text[:edge] + TOKENS[1] + text[edge:] + " ".join(TOKENS)
     # When redacted as an artifact
-    stored, changed = redact_artifact(text.encode())
+    stored, changed = assemble(text.encode(), chunk)
     # Then it is byte for byte the catalogue's redaction of the whole text, and no token is left
     assert changed is True
     assert stored == redact(text).encode()
@@ -35,8 +49,10 @@ def test_redact_artifact_clean_text_is_the_same_object(chunk: int) -> None:
     # Given clean text
     data = ("région,total\neu,8\n" * 20_000).encode()
     # When redacted / Then nothing changed and no copy was made
-    stored, changed = redact_artifact(data)
-    assert changed is False and stored is data
+    stored, changed = assemble(data, chunk)
+    assert changed is False and stored == data
+    if chunk is None:
+        assert stored is data
 
 
 def test_redact_artifact_binary_is_byte_exact() -> None:
@@ -52,3 +68,89 @@ def test_redact_artifact_utf8_cut_inside_a_character_is_binary() -> None:
     data = ("é" * 10 + TOKENS[0]).encode() + "é".encode()[:1]
     # When redacted / Then it is treated as binary: byte-exact
     assert redact_artifact(data) == (data, False)
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 5])
+def test_assembly_non_ascii_cut_anywhere_stays_text(block: int) -> None:
+    # Given non-ASCII text with a token, fed in blocks that cut its characters
+    text = "é✓\U0001f600 x " + TOKENS[0] + " ü\nnext line é\n"
+    # When / Then it is redacted as text, wherever the cuts fall
+    assert assemble(text.encode(), block) == (redact(text).encode(), True)
+
+
+def test_assembly_invalid_utf8_in_a_late_part_stores_every_byte_unchanged() -> None:
+    # Given text with a token in its first part and a byte that is never UTF-8 in its last
+    data = (TOKENS[0] + "\n" + "row\n" * 40_000).encode() + b"\xff tail"
+    # When fed in parts / Then the artifact is binary: stored byte-exact, token included
+    assert assemble(data, 65536) == (data, False)
+
+
+def test_assembly_last_line_without_newline_is_redacted() -> None:
+    # Given clean lines, then a last line holding a token and no newline
+    text = "clean\n" * 1000 + "key " + TOKENS[0]
+    # When / Then
+    assert assemble(text.encode(), 4093) == (redact(text).encode(), True)
+
+
+def test_assembly_cut_character_followed_by_an_ascii_part_is_binary() -> None:
+    # Given a character's lead byte ending one part, an ASCII part, then a continuation byte:
+    # skipping the ASCII part's check would join the lead and the continuation into a valid "é"
+    parts = [TOKENS[0].encode() + b" x\xc3", b"abc\n", b"\xa9 y\n"]
+    assembly = _Assembly()
+    for part in parts:
+        assembly.feed(part)
+    # When finished / Then it is not UTF-8: stored byte-exact, token included
+    assert assembly.finish() == (b"".join(parts), False)
+
+
+class _RecordingFiles:
+    """Answers readFiles from a dict and records when each batch was asked for."""
+
+    def __init__(self, parts: dict[str, bytes], fail_on: int | None = None) -> None:
+        self.parts, self.fail_on, self.events = parts, fail_on, []
+        self.calls = 0
+
+    def read(self, interpreter_id: str, session_id: str, paths: list[str]) -> dict[str, bytes]:
+        self.calls += 1
+        self.events.append(("read", paths[0]))
+        if self.calls == self.fail_on:
+            raise ToolFailed("readFiles_failed:missing:1")
+        return {p: self.parts[p] for p in paths}
+
+
+def _item(count: int) -> tuple[dict, dict[str, bytes]]:
+    parts = {f".sandbox/parts/0.{i}": bytes([65 + i]) * CHUNK_BYTES for i in range(count)}
+    return {"path": "outputs/a.bin", "parts": list(parts)}, parts
+
+
+def test_read_artifact_asks_for_the_next_batch_while_the_caller_works() -> None:
+    # Given an artifact of three batches of parts
+    per_call = READ_BATCH_BYTES // CHUNK_BYTES
+    item, parts = _item(3 * per_call)
+    files = _RecordingFiles(parts)
+    # When the caller takes its parts, and on each batch's first part waits (bounded) for the
+    # next batch's read to start
+    taken, overlapped = [], []
+    for index, block in enumerate(_read_artifact(files, "ci", "s", item)):  # type: ignore[arg-type]
+        taken.append(block)
+        batch = index // per_call
+        if index % per_call == 0 and batch < 2:
+            deadline = time.monotonic() + 10
+            while files.calls < batch + 2 and time.monotonic() < deadline:
+                time.sleep(0.005)
+            overlapped.append(files.calls >= batch + 2)
+    # Then every part came in order, and batch k+1 was being read while the caller held batch k
+    assert b"".join(taken) == b"".join(parts.values())
+    assert files.calls == 3 and overlapped == [True, True]
+
+
+def test_read_artifact_failure_of_a_later_batch_is_the_collection_failure() -> None:
+    # Given an artifact whose second batch cannot be read
+    item, parts = _item(2 * READ_BATCH_BYTES // CHUNK_BYTES)
+    files = _RecordingFiles(parts, fail_on=2)
+    # When read / Then the failure surfaces where that batch is due, after the first batch's parts
+    got = []
+    with pytest.raises(ToolFailed, match="readFiles_failed"):
+        for block in _read_artifact(files, "ci", "s", item):  # type: ignore[arg-type]
+            got.append(block)
+    assert len(got) == READ_BATCH_BYTES // CHUNK_BYTES

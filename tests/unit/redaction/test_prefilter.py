@@ -167,3 +167,41 @@ def test_redactor_with_values_still_equals_bare_alternation_after_values():
     text = "x correct horse battery staple y ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8 z"
     # When / Then
     assert redactor.redact(text) == "x <redacted> y <redacted> z"
+
+
+def _redact_spans(data: bytes, spans: list[tuple[int, int]]) -> str:
+    pieces, done = [], 0
+    for start, end in spans:
+        pieces += [data[done:start].decode(), catalogue.redact(data[start:end].decode())]
+        done = end
+    return "".join(pieces) + data[done:].decode()
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines=st.lists(TEXTS, max_size=8))
+def test_token_lines_hold_every_match(lines):
+    # Given any text of several lines (tokens, fragments, separators, noise on each)
+    text = "\n".join(lines)
+    data = text.encode("utf-8", "surrogatepass")
+    # When only the spans `token_lines` names are redacted
+    spans = catalogue.token_lines(data)
+    # Then the result is exactly the whole text's redaction, and the spans are whole lines, in order
+    assert _redact_spans(data, spans) == catalogue.redact(text)
+    assert all(s == 0 or data[s - 1 : s] == b"\n" for s, _ in spans)
+    assert all(e == len(data) or data[e - 1 : e] == b"\n" for _, e in spans)
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+
+
+def test_token_lines_take_only_lines_with_an_anchor():
+    # Given 10 000 clean lines with one token of each class on six of them
+    tokens = [c.examples[0] for c in TOKEN_CLASSES]
+    lines = [f"row {i} value={i * 3.5:.2f} id=9f2c1e0a" for i in range(10_000)]
+    for k, token in enumerate(tokens):
+        lines[1000 + 1500 * k] += " " + token
+    data = "\n".join(lines).encode()
+    # When
+    spans = catalogue.token_lines(data)
+    # Then each span is one line (they are far apart) and holds its token; clean text has none
+    assert len(spans) == len(tokens)
+    assert all(data[s:e].decode().endswith(" " + t + "\n") for (s, e), t in zip(spans, tokens, strict=True))
+    assert catalogue.token_lines("\n".join(lines[:900]).encode()) == []

@@ -79,22 +79,30 @@ class TurnSessions:
             return self.turns.bind_item(turn, str(slot.session_id), interpreter_id, slot_id=slot.slot_id,
                                         started_at=slot.started_at or None)  # fmt: skip
 
+        # begin_turn found the pool empty moments ago: reserve a cold slot without reading it again
+        pool_empty = hinted and turn.pool_known_empty(str(pf.environment), interpreter_id, self.turns.clock())
         return self.source.prepare(tenant_id=turn.tenant_id, agent_id=turn.agent_id, turn_id=turn.turn_id,
                                    environment=str(pf.environment), interpreter_id=interpreter_id,
                                    retries=call.retries, hint=turn.warm_hint if hinted else None,
-                                   bind=bind)  # fmt: skip
+                                   bind=bind, pool_empty=pool_empty)  # fmt: skip
 
     def offer_warm(self, turn: Turn, pf: Preflight) -> bool:
         """begin_turn (§16.1): pick a warm session of the turn's pool and note it on the turn, so
         the first call claims and binds it with ONE write instead of query + claim + bind. A hint
-        only: nothing is claimed, a stale one costs the first call its fallback query. True if a
-        hint was written. Never raises: it is an optimisation, begin_turn answers without it."""
+        only: nothing is claimed, a stale one costs the first call its fallback query. An empty
+        pool is noted too (issue 9): the first call then reserves a cold slot without reading the
+        pool again (a stale "empty" costs a cold start). True if a hint was written. Never raises:
+        it is an optimisation, begin_turn answers without it."""
         if turn.live_session or turn.ended or not pf.interpreter_id or not pf.environment:
             return False
         try:
             hint = self.source.pick_warm(tenant_id=turn.tenant_id, environment=str(pf.environment),
                                          interpreter_id=str(pf.interpreter_id))  # fmt: skip
-            return hint is not None and self.turns.set_hint(turn, hint)
+            if hint is None:
+                self.turns.set_pool_empty(turn, environment=str(pf.environment),
+                                          interpreter_id=str(pf.interpreter_id))  # fmt: skip
+                return False
+            return self.turns.set_hint(turn, hint)
         except (LedgerUnavailable, TurnStoreUnavailable) as exc:
             logger.warning("warm_hint_failed", extra={"turn_id": turn.turn_id, "cause": str(exc)})
             return False

@@ -13,7 +13,8 @@ Two steps, so that a refusal counts nothing (§16.2):
    preamble (the refill already ran it; a session whose preamble failed was never offered). With
    the turn's warm hint (noted by begin_turn, `pick_warm`) the claim and the turn binding are ONE
    TransactWriteItems (`Prepared.bound`); without one, or when it is stale, a pool query and one
-   conditional write per candidate (session_flow then binds the turn);
+   conditional write per candidate (session_flow then binds the turn) — no query when begin_turn
+   found the pool empty moments ago (`pool_empty`, issue 9): straight to the cold reservation;
 2. cold: reserve capacity in the ledger (tenant_sessions / global_sessions, exact under
    concurrency, 0 = kill switch, fail closed), then Start + readiness preamble through the runner.
    A throttled Start is retried (bounded, jittered) and reported as a visible retry; AgentCore's
@@ -92,18 +93,22 @@ class SessionSource:
     # --- step 1, before the call quota: hold capacity or refuse with nothing counted -------------
     def prepare(self, *, tenant_id: str, agent_id: str, turn_id: str, environment: str, interpreter_id: str,
                 retries: RetryLog, hint: dict[str, str] | None = None,
-                bind: Callable[[Slot], dict[str, Any]] | None = None) -> Prepared:  # fmt: skip
+                bind: Callable[[Slot], dict[str, Any]] | None = None,
+                pool_empty: bool = False) -> Prepared:  # fmt: skip
         """`hint` + `bind`: the turn's warm hint (begin_turn) and its bind item builder — then the
-        claim and the turn binding are ONE write; a stale hint falls back to querying the pool."""
+        claim and the turn binding are ONE write; a stale hint falls back to querying the pool.
+        `pool_empty`: begin_turn just found the pool empty — reserve a cold slot without reading it."""
         if hint is not None and bind is not None:
             bound = self._claim_hinted(hint, tenant_id=tenant_id, agent_id=agent_id, turn_id=turn_id,
                                        environment=environment, interpreter_id=interpreter_id, bind=bind)  # fmt: skip
             if bound is not None:
                 return bound
+        warm = None
         try:
-            warm = self.ledger.claim_warm(tenant_id=tenant_id, environment=environment, turn_id=turn_id,
-                                          agent_id=agent_id, min_life_seconds=self.claim_min_life_seconds,
-                                          interpreter_id=interpreter_id)  # fmt: skip
+            if not pool_empty:
+                warm = self.ledger.claim_warm(tenant_id=tenant_id, environment=environment, turn_id=turn_id,
+                                              agent_id=agent_id, min_life_seconds=self.claim_min_life_seconds,
+                                              interpreter_id=interpreter_id)  # fmt: skip
         except LedgerUnavailable as exc:
             raise self._fail_closed(tenant_id, f"session_ledger_unavailable:{exc.code}") from None
         if warm is not None and warm.session_id:

@@ -506,3 +506,42 @@ def test_dispatch_hinted_warm_claim_refused_by_quota_stays_the_turns_session(rea
     assert (again["ok"], again["session_id"]) == (True, warm.session_id)
     assert stack.dispatch(event("end_turn", turn_id="turn-q"))["stopped"] is True
     assert slots_of(stack) == []
+
+
+def test_dispatch_first_call_after_begin_turn_found_the_pool_empty_does_not_read_it_again(
+    reaper_stack: Stack,
+) -> None:
+    from reaper.service import reaper
+
+    stack = reaper_stack
+    # Given two turns begun while the pool was empty (each noted "empty", no hint)
+    for turn in ("turn-e", "turn-g"):
+        assert stack.dispatch(event("begin_turn", turn_id=turn))["ok"] is True
+        noted = _turn_item(turn)
+        assert noted.warm_hint is None and noted.pool_empty is not None
+    # And a warm session started since, and one turn's note aged past its window
+    set_warm("acme", "default-public", 1)
+    assert reaper().run()["refill"]["started"] == 1
+    set_warm("acme", "default-public", 0)
+    (warm,) = slots_of(stack)
+    from dispatch import dependencies
+
+    table = dependencies.dispatcher().turns.table
+    aged = str(int(time.time()) - n.WARM_POOL_EMPTY_MARK_SECONDS - 5)
+    aws.client("dynamodb").update_item(
+        TableName=table, Key={n.TURNS.pk: {"S": "acme"}, n.TURNS.sort_key: {"S": "turn-g"}},
+        UpdateExpression=f"SET {n.TURN_ATTR_POOL_EMPTY}.checked_at = :old",
+        ExpressionAttributeValues={":old": {"S": aged}},
+    )  # fmt: skip
+    # When the fresh-noted turn's first call arrives
+    fresh = stack.dispatch(event(turn_id="turn-e", call_id="e1", code="print(1)"))
+    # Then it trusted the note: a cold start, the warm session left in its pool
+    assert (fresh["ok"], fresh[n.FIELD_SESSION_SOURCE]) == (True, "cold")
+    assert {s.slot_id: s.state for s in slots_of(stack)}[warm.slot_id] == "warm"
+    # And the aged note is not trusted: that turn's first call reads the pool and claims the session
+    aged_call = stack.dispatch(event(turn_id="turn-g", call_id="g1", code="print(2)"))
+    assert (aged_call["ok"], aged_call[n.FIELD_SESSION_SOURCE], aged_call["session_id"]) == (
+        True, "warm", warm.session_id)  # fmt: skip
+    for turn in ("turn-e", "turn-g"):
+        assert stack.dispatch(event("end_turn", turn_id=turn))["stopped"] is True
+    assert slots_of(stack) == []

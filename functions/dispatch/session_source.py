@@ -44,6 +44,8 @@ from sandbox_common.sessions.caps import SessionCapsUnavailable
 from sandbox_common.sessions.ledger import LedgerUnavailable, SessionCapReached, SessionLedger, Slot
 from sandbox_common.windows import FAIL_CLOSED_RETRY_SECONDS, iso_z, utc_now
 
+from .activation import Activation
+
 START_ATTEMPTS = 3  # a throttled Start is tried this many times in all
 _THROTTLED = "start_failed:ThrottlingException"
 _QUOTA = "start_failed:ServiceQuotaExceededException"
@@ -175,8 +177,10 @@ class SessionSource:
 
     # --- step 2, inside the turn's session lease: the session itself ------------------------------
     def start(self, prepared: Prepared, *, runner: Any, interpreter_id: str, invocation_id: str,
-              retries: RetryLog) -> Acquired:  # fmt: skip
-        """Warm: nothing to do (no Start, no preamble). Cold: Start + preamble, throttling retried."""
+              retries: RetryLog, activation: Activation | None = None) -> Acquired:  # fmt: skip
+        """Warm: nothing to do (no Start, no preamble). Cold: Start + preamble, throttling retried,
+        then the slot's activation — sent with `activation` (beside the user code, joined by the
+        caller: `dispatch.activation`), else written here before returning."""
         if prepared.source == "warm":
             emit_metric(n.METRIC_WARM_CLAIMED, dimensions={"source": "warm"})
             return Acquired(str(prepared.session_id), "warm", prepared.slot_id, prepared.started_at)
@@ -188,12 +192,24 @@ class SessionSource:
                 # AgentCore's own account quota: the stage has no session to give (§16.2)
                 raise self._refuse(prepared.tenant_id, n.DIM_GLOBAL_SESSIONS) from None
             raise
-        if not self.ledger.activate(prepared.slot_id, session_id=session_id, interpreter_id=interpreter_id):
+        if activation is not None:
+            activation.send(lambda: self._activate(prepared, session_id, interpreter_id))
+        elif not self.ledger.activate(prepared.slot_id, session_id=session_id, interpreter_id=interpreter_id):
             # the reaper released our slot while Start ran (lease expired): never run unaccounted
             runner.stop_session(interpreter_id, session_id)
             raise SandboxError(messages.INTERNAL, failure_reason="session_slot_lost")
         emit_metric(n.METRIC_WARM_CLAIMED, dimensions={"source": "cold"})
         return Acquired(session_id, "cold", prepared.slot_id)
+
+    def _activate(self, prepared: Prepared, session_id: str, interpreter_id: str) -> None:
+        """The slot now holds the started session; raises SandboxError when it did not apply (the
+        reaper released the slot: its lease expired) or the ledger gave no answer."""
+        try:
+            activated = self.ledger.activate(prepared.slot_id, session_id=session_id, interpreter_id=interpreter_id)
+        except LedgerUnavailable as exc:
+            raise SandboxError(messages.INTERNAL, failure_reason=f"session_ledger_unavailable:{exc.code}") from None
+        if not activated:
+            raise SandboxError(messages.INTERNAL, failure_reason="session_slot_lost")
 
     def _start(self, runner: Any, interpreter_id: str, invocation_id: str, retries: RetryLog) -> str:
         for attempt in range(START_ATTEMPTS):

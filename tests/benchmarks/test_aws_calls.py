@@ -469,12 +469,13 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
     # The depth is measured from request timings: on a loaded machine one pair sent together can
     # finish apart (one request done before its partner left the thread pool) and read as two
     # steps. So: at least one of the two later calls shows the target, neither is more than one
-    # split pair off it, and the cold first call's guard (+ the session ledger's 3, issue 11)
-    # allows the same one split (a full suite under load measured 12 once; idle runs: 11).
+    # split pair off it, and the cold first call after begin_turn meets the issue's "first <= later
+    # + 3" with the same one split allowed (idle runs: 8; 9 once, when the quota hop happened to
+    # end before the slot reservation left: issue 9's cold cuts, README "critical_path_depth").
     best_later = min(depths["later_call"], depths["later_call_2"])
     assert best_later <= 5, depths
     assert max(depths["later_call"], depths["later_call_2"]) <= 5 + 1, depths
-    assert depths["first_call_of_turn"] <= best_later + 3 + 3 + 1, depths
+    assert depths["first_call_of_turn"] <= best_later + 3 + 1, depths
 
 
 def _fill_warm_pool(stack: Stack) -> None:

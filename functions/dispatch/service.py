@@ -16,6 +16,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
+from contextlib import suppress
 from typing import Any
 
 from sandbox_common import audit, messages
@@ -46,6 +47,7 @@ from sandbox_common.tool_spec import tool_definition
 from sandbox_common.windows import utc_now
 
 from . import files_flow, interrupted, job_calls, parallel, tool_flow, turn_logic
+from .activation import Activation
 from .artifacts import ArtifactContext
 from .budget import UsageAccounting
 from .continuations import ContinuationStore
@@ -316,24 +318,46 @@ class Dispatcher:
 
     def _run(self, req: ExecuteCodeRequest, outcome: Outcome, turn: Turn, pf: Preflight, runner: SessionRunner,
              budget: Callable[[], float | None], call: SessionCall) -> ExecutionResult:  # fmt: skip
+        beside = not tool_flow.uses_tools(req, pf)  # a paused call (§15) keeps a session already confirmed
+        call.activation = Activation() if beside else None
         session_id, restarted = self._session(turn, pf, runner, outcome.invocation_id, budget(), call=call)
         outcome.session_id = session_id
         try:
-            self._place_inputs(req, outcome, pf, runner, session_id)
-            result = tool_flow.run_code(self, req, outcome, pf, runner, session_id, budget())  # §15 hook
+            result = self._run_code(req, outcome, turn, pf, runner, session_id, budget, call)
         except SessionGone:
             # Reaped by AgentCore (or stopped elsewhere) before the code reached it: the code did
             # not run, so start a fresh session and run it once — a retry the agent sees (§16.6).
             self.sessions.stopped(call, turn.tenant_id, turn.turn_id, session_id)
             call.retries.record(n.RETRY_SESSION_REAPED, 1)
             fresh = self.turns.get(turn.tenant_id, turn.turn_id) or turn
+            call.activation = Activation() if beside else None
             session_id, _ = self._session(fresh, pf, runner, outcome.invocation_id, budget(), call=call)
             outcome.session_id = session_id
             restarted = True
-            self._place_inputs(req, outcome, pf, runner, session_id)
-            result = tool_flow.run_code(self, req, outcome, pf, runner, session_id, budget())  # §15 hook
+            result = self._run_code(req, outcome, turn, pf, runner, session_id, budget, call)
         if restarted:
             outcome.response_extra.update(session_restarted=True, notice=messages.SESSION_RESTARTED)
+        return result
+
+    def _run_code(self, req: ExecuteCodeRequest, outcome: Outcome, turn: Turn, pf: Preflight, runner: SessionRunner,
+                  session_id: str, budget: Callable[[], float | None], call: SessionCall) -> ExecutionResult:  # fmt: skip
+        """Inputs (§14.1), then the code. A new cold session's activation writes travel beside them
+        (issue 9, `dispatch.activation`) and are joined as soon as the code answered, before the
+        artifact helper; if one failed, the session was stopped and freed and the call fails closed."""
+        if call.activation is not None:
+            call.activation.go()
+        try:
+            self._place_inputs(req, outcome, pf, runner, session_id)
+            result = tool_flow.run_code(self, req, outcome, pf, runner, session_id, budget())  # §15 hook
+        except BaseException:
+            with suppress(SandboxError):  # the code's own failure is the one reported
+                self.sessions.confirm(call, turn, runner)
+            raise
+        try:
+            self.sessions.confirm(call, turn, runner)
+        except SandboxError:
+            outcome.ran_code = True  # it reached a session: billed, its output withheld
+            raise
         return result
 
     @staticmethod

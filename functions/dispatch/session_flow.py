@@ -12,7 +12,9 @@ Per execute_code, in dispatch's order (`Dispatcher._steps`):
 - `acquire(call, ...)` the turn's session through the lease protocol
   (`turn_logic.acquire_session`): only the lease winner runs `SessionSource.start` (warm: no
   Start, no readiness preamble; cold: Start + preamble, a throttled Start retried visibly), and
-  the turn item keeps the session's slot id;
+  the turn item keeps the session's slot id; with `call.activation` a new cold session's two
+  activation writes (slot, turn) travel beside the user code and `confirm(call, ...)` joins them
+  after it, undoing a failed one (dispatch.activation, issue 9);
 - `stopped(call, ...)` whenever a turn's session is known to be gone (per-call timeout stopped it,
   AgentCore reaped it, end_turn stopped it): the turn no longer points at it and its slot is
   freed. The reaper frees what a crash left behind.
@@ -27,13 +29,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandbox_common import messages
 from sandbox_common import naming as n
+from sandbox_common.errors import SandboxError
 from sandbox_common.observability import logger
 from sandbox_common.outcome import Outcome
 from sandbox_common.retries import RetryLog
 from sandbox_common.sessions.ledger import LedgerUnavailable, Slot
 
 from . import turn_logic
+from .activation import Activation
 from .preflight import Preflight
 from .session_source import Acquired, Prepared, SessionSource
 from .turns import Turn, TurnStore, TurnStoreUnavailable
@@ -47,6 +52,9 @@ class SessionCall:
     prepared: Prepared | None = None  # capacity held and not yet used by a session
     slot_id: str | None = None  # the slot of the session the call runs on, when known
     source: str | None = None  # "warm" | "cold" when this call got a new session for its turn
+    # set by a caller that runs the code right after `acquire`: a new cold session's activation
+    # writes travel beside the code and are joined by `confirm` (dispatch.activation, issue 9)
+    activation: Activation | None = None
 
     def render(self, outcome: Outcome) -> None:
         """§16.1 `session_source` (response and audit row) and §16.6 `events` / `retries`."""
@@ -79,22 +87,30 @@ class TurnSessions:
             return self.turns.bind_item(turn, str(slot.session_id), interpreter_id, slot_id=slot.slot_id,
                                         started_at=slot.started_at or None)  # fmt: skip
 
+        # begin_turn found the pool empty moments ago: reserve a cold slot without reading it again
+        pool_empty = hinted and turn.pool_known_empty(str(pf.environment), interpreter_id, self.turns.clock())
         return self.source.prepare(tenant_id=turn.tenant_id, agent_id=turn.agent_id, turn_id=turn.turn_id,
                                    environment=str(pf.environment), interpreter_id=interpreter_id,
                                    retries=call.retries, hint=turn.warm_hint if hinted else None,
-                                   bind=bind)  # fmt: skip
+                                   bind=bind, pool_empty=pool_empty)  # fmt: skip
 
     def offer_warm(self, turn: Turn, pf: Preflight) -> bool:
         """begin_turn (§16.1): pick a warm session of the turn's pool and note it on the turn, so
         the first call claims and binds it with ONE write instead of query + claim + bind. A hint
-        only: nothing is claimed, a stale one costs the first call its fallback query. True if a
-        hint was written. Never raises: it is an optimisation, begin_turn answers without it."""
+        only: nothing is claimed, a stale one costs the first call its fallback query. An empty
+        pool is noted too (issue 9): the first call then reserves a cold slot without reading the
+        pool again (a stale "empty" costs a cold start). True if a hint was written. Never raises:
+        it is an optimisation, begin_turn answers without it."""
         if turn.live_session or turn.ended or not pf.interpreter_id or not pf.environment:
             return False
         try:
             hint = self.source.pick_warm(tenant_id=turn.tenant_id, environment=str(pf.environment),
                                          interpreter_id=str(pf.interpreter_id))  # fmt: skip
-            return hint is not None and self.turns.set_hint(turn, hint)
+            if hint is None:
+                self.turns.set_pool_empty(turn, environment=str(pf.environment),
+                                          interpreter_id=str(pf.interpreter_id))  # fmt: skip
+                return False
+            return self.turns.set_hint(turn, hint)
         except (LedgerUnavailable, TurnStoreUnavailable) as exc:
             logger.warning("warm_hint_failed", extra={"turn_id": turn.turn_id, "cause": str(exc)})
             return False
@@ -138,7 +154,11 @@ class TurnSessions:
             prepared = call.prepared or self._prepare(call, turn, pf)
             call.prepared = None  # the source owns it now: it releases it if the start fails
             acquired = self.source.start(prepared, runner=runner, interpreter_id=interpreter_id,
-                                         invocation_id=invocation_id, retries=call.retries)  # fmt: skip
+                                         invocation_id=invocation_id, retries=call.retries,
+                                         activation=call.activation)  # fmt: skip
+            if call.activation is not None:
+                call.activation.session_id, call.activation.slot_id = acquired.session_id, acquired.slot_id
+                call.activation.interpreter_id, call.activation.owner = interpreter_id, invocation_id
             got.append(acquired)
             slots[acquired.session_id] = acquired.slot_id
             return turn_logic.Started(acquired.session_id, acquired.slot_id, acquired.started_at)
@@ -153,6 +173,7 @@ class TurnSessions:
         session_id, started_here = turn_logic.acquire_session(
             self.turns, turn, owner=invocation_id, interpreter_id=interpreter_id, start=start, stop_previous=stop,
             max_session_age_seconds=self.max_session_age_seconds, wait_seconds=wait_seconds,
+            activation=call.activation,
         )  # fmt: skip
         if started_here and got:
             call.source, call.slot_id = got[-1].source, got[-1].slot_id
@@ -160,6 +181,35 @@ class TurnSessions:
             self.abandon(call)  # another caller's session serves the turn: ours is not needed
             call.slot_id = slots.get(session_id)
         return session_id, started_here
+
+    def confirm(self, call: SessionCall, turn: Turn, runner: Any) -> None:
+        """Join a new session's activation writes sent beside the code (`dispatch.activation`).
+        If one failed, the session is not the turn's: the turn is pointed away from it (or our
+        lease released), the session stopped and its slot freed — never leaked — and the call
+        fails closed (raises SandboxError). A no-op when nothing was sent."""
+        activation, call.activation = call.activation, None
+        if activation is None or not activation.pending:
+            return
+        failure = activation.failure()
+        if failure is None:
+            return
+        session_id, interpreter_id = activation.session_id, activation.interpreter_id
+        logger.warning("session_activation_failed", extra={"turn_id": turn.turn_id, "session_id": session_id,
+                                                           "cause": repr(failure)})  # fmt: skip
+        if session_id and interpreter_id:
+            try:
+                if not self.turns.mark_stopped(turn.tenant_id, turn.turn_id, session_id) and activation.owner:
+                    self.turns.release_lease(turn.tenant_id, turn.turn_id, activation.owner)
+            except TurnStoreUnavailable:
+                pass  # the lease expires on its own; a call finding the session gone starts a fresh one
+            runner.stop_session(interpreter_id, session_id)
+        self._release(activation.slot_id)
+        call.slot_id = None
+        if isinstance(failure, SandboxError):
+            raise failure
+        reason = (f"turn_store_unavailable:{failure}" if isinstance(failure, TurnStoreUnavailable)
+                  else f"session_activation_failed:{type(failure).__name__}")  # fmt: skip
+        raise SandboxError(messages.INTERNAL, failure_reason=reason)
 
     def _use_bound(self, call: SessionCall, turn: Turn, *, runner: Any, interpreter_id: str,
                    invocation_id: str) -> str:  # fmt: skip

@@ -13,7 +13,8 @@ Two steps, so that a refusal counts nothing (§16.2):
    preamble (the refill already ran it; a session whose preamble failed was never offered). With
    the turn's warm hint (noted by begin_turn, `pick_warm`) the claim and the turn binding are ONE
    TransactWriteItems (`Prepared.bound`); without one, or when it is stale, a pool query and one
-   conditional write per candidate (session_flow then binds the turn);
+   conditional write per candidate (session_flow then binds the turn) — no query when begin_turn
+   found the pool empty moments ago (`pool_empty`, issue 9): straight to the cold reservation;
 2. cold: reserve capacity in the ledger (tenant_sessions / global_sessions, exact under
    concurrency, 0 = kill switch, fail closed), then Start + readiness preamble through the runner.
    A throttled Start is retried (bounded, jittered) and reported as a visible retry; AgentCore's
@@ -42,6 +43,8 @@ from sandbox_common.retries import RetryLog
 from sandbox_common.sessions.caps import SessionCapsUnavailable
 from sandbox_common.sessions.ledger import LedgerUnavailable, SessionCapReached, SessionLedger, Slot
 from sandbox_common.windows import FAIL_CLOSED_RETRY_SECONDS, iso_z, utc_now
+
+from .activation import Activation
 
 START_ATTEMPTS = 3  # a throttled Start is tried this many times in all
 _THROTTLED = "start_failed:ThrottlingException"
@@ -92,18 +95,22 @@ class SessionSource:
     # --- step 1, before the call quota: hold capacity or refuse with nothing counted -------------
     def prepare(self, *, tenant_id: str, agent_id: str, turn_id: str, environment: str, interpreter_id: str,
                 retries: RetryLog, hint: dict[str, str] | None = None,
-                bind: Callable[[Slot], dict[str, Any]] | None = None) -> Prepared:  # fmt: skip
+                bind: Callable[[Slot], dict[str, Any]] | None = None,
+                pool_empty: bool = False) -> Prepared:  # fmt: skip
         """`hint` + `bind`: the turn's warm hint (begin_turn) and its bind item builder — then the
-        claim and the turn binding are ONE write; a stale hint falls back to querying the pool."""
+        claim and the turn binding are ONE write; a stale hint falls back to querying the pool.
+        `pool_empty`: begin_turn just found the pool empty — reserve a cold slot without reading it."""
         if hint is not None and bind is not None:
             bound = self._claim_hinted(hint, tenant_id=tenant_id, agent_id=agent_id, turn_id=turn_id,
                                        environment=environment, interpreter_id=interpreter_id, bind=bind)  # fmt: skip
             if bound is not None:
                 return bound
+        warm = None
         try:
-            warm = self.ledger.claim_warm(tenant_id=tenant_id, environment=environment, turn_id=turn_id,
-                                          agent_id=agent_id, min_life_seconds=self.claim_min_life_seconds,
-                                          interpreter_id=interpreter_id)  # fmt: skip
+            if not pool_empty:
+                warm = self.ledger.claim_warm(tenant_id=tenant_id, environment=environment, turn_id=turn_id,
+                                              agent_id=agent_id, min_life_seconds=self.claim_min_life_seconds,
+                                              interpreter_id=interpreter_id)  # fmt: skip
         except LedgerUnavailable as exc:
             raise self._fail_closed(tenant_id, f"session_ledger_unavailable:{exc.code}") from None
         if warm is not None and warm.session_id:
@@ -170,8 +177,10 @@ class SessionSource:
 
     # --- step 2, inside the turn's session lease: the session itself ------------------------------
     def start(self, prepared: Prepared, *, runner: Any, interpreter_id: str, invocation_id: str,
-              retries: RetryLog) -> Acquired:  # fmt: skip
-        """Warm: nothing to do (no Start, no preamble). Cold: Start + preamble, throttling retried."""
+              retries: RetryLog, activation: Activation | None = None) -> Acquired:  # fmt: skip
+        """Warm: nothing to do (no Start, no preamble). Cold: Start + preamble, throttling retried,
+        then the slot's activation — sent with `activation` (beside the user code, joined by the
+        caller: `dispatch.activation`), else written here before returning."""
         if prepared.source == "warm":
             emit_metric(n.METRIC_WARM_CLAIMED, dimensions={"source": "warm"})
             return Acquired(str(prepared.session_id), "warm", prepared.slot_id, prepared.started_at)
@@ -183,12 +192,24 @@ class SessionSource:
                 # AgentCore's own account quota: the stage has no session to give (§16.2)
                 raise self._refuse(prepared.tenant_id, n.DIM_GLOBAL_SESSIONS) from None
             raise
-        if not self.ledger.activate(prepared.slot_id, session_id=session_id, interpreter_id=interpreter_id):
+        if activation is not None:
+            activation.send(lambda: self._activate(prepared, session_id, interpreter_id))
+        elif not self.ledger.activate(prepared.slot_id, session_id=session_id, interpreter_id=interpreter_id):
             # the reaper released our slot while Start ran (lease expired): never run unaccounted
             runner.stop_session(interpreter_id, session_id)
             raise SandboxError(messages.INTERNAL, failure_reason="session_slot_lost")
         emit_metric(n.METRIC_WARM_CLAIMED, dimensions={"source": "cold"})
         return Acquired(session_id, "cold", prepared.slot_id)
+
+    def _activate(self, prepared: Prepared, session_id: str, interpreter_id: str) -> None:
+        """The slot now holds the started session; raises SandboxError when it did not apply (the
+        reaper released the slot: its lease expired) or the ledger gave no answer."""
+        try:
+            activated = self.ledger.activate(prepared.slot_id, session_id=session_id, interpreter_id=interpreter_id)
+        except LedgerUnavailable as exc:
+            raise SandboxError(messages.INTERNAL, failure_reason=f"session_ledger_unavailable:{exc.code}") from None
+        if not activated:
+            raise SandboxError(messages.INTERNAL, failure_reason="session_slot_lost")
 
     def _start(self, runner: Any, interpreter_id: str, invocation_id: str, retries: RetryLog) -> str:
         for attempt in range(START_ATTEMPTS):

@@ -11,11 +11,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from sandbox_common import messages
 from sandbox_common.errors import SandboxError, SandboxInvalidRequest
 
 from . import turn_guard
+from .activation import Activation
 from .turns import Turn, TurnStore, TurnStoreUnavailable
 
 _LEASE_POLL_SECONDS = 0.1
@@ -81,8 +83,11 @@ def acquire_session(
     stop_previous: Callable[[str, str], object],
     max_session_age_seconds: int,
     wait_seconds: float,
+    activation: Activation | None = None,
 ) -> tuple[str, bool]:
-    """(session_id, started_here). Starts at most one session per turn across all callers."""
+    """(session_id, started_here). Starts at most one session per turn across all callers. With
+    `activation`, the winner's "active" write is sent with it (beside the user code) and joined by
+    the caller (`TurnSessions.confirm`), which undoes a failed one; without it, written here."""
     deadline = time.monotonic() + wait_seconds
     while True:
         if usable_session(store, turn, interpreter_id, max_session_age_seconds):
@@ -98,6 +103,10 @@ def acquire_session(
                 raise
             started = got if isinstance(got, Started) else Started(str(got))
             session_id = started.session_id
+            if activation is not None:
+                activation.send(partial(store.activate, turn.tenant_id, turn.turn_id, owner, session_id, interpreter_id,
+                                        slot_id=started.slot_id, started_at=started.started_at))  # fmt: skip
+                return session_id, True
             try:
                 store.activate(turn.tenant_id, turn.turn_id, owner, session_id, interpreter_id,
                                slot_id=started.slot_id, started_at=started.started_at)  # fmt: skip

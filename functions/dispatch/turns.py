@@ -9,6 +9,8 @@ turn never blocks, nor is visible to, another tenant using the same id (naming.T
   lease_owner, lease_expires_at (epoch s)       — who is starting the session right now
   turn_token_sha256 (naming.TURN_ATTR_TOKEN_HASH) — SHA-256 of the turn token (§16.5), written by
                                                   the create; "" (or absent) = a token-less turn
+  warm_hint | warm_pool_empty                   — begin_turn's note about the turn's warm pool
+                                                  (§16.1, issue 9): a session to claim, or "empty"
 
 The store only stores: every write is one conditional request (so a stale container can never
 overwrite a newer session) and answers with a bool or a `Turn`. Who may use a turn and the
@@ -49,6 +51,9 @@ class Turn:
     # §16.1: a warm session of the turn's pool begin_turn picked (not claimed): slot_id, session_id,
     # interpreter_id, environment, started_at — all strings. The first call claims it in one write.
     warm_hint: dict[str, str] | None = None
+    # issue 9: begin_turn found the pool empty — environment, interpreter_id, checked_at (strings).
+    # The first call then reserves a cold slot without reading the pool again.
+    pool_empty: dict[str, str] | None = None
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> Turn:
@@ -65,6 +70,7 @@ class Turn:
             lease_expires_at=i("lease_expires_at"), ended=item.get("ended", {}).get("BOOL", False),
             token_hash=s(n.TURN_ATTR_TOKEN_HASH) or "", slot_id=s(n.TURN_ATTR_SLOT_ID),
             warm_hint=_hint(item.get(n.TURN_ATTR_WARM_HINT)),
+            pool_empty=_strings(item.get(n.TURN_ATTR_POOL_EMPTY), _POOL_EMPTY_FIELDS),
         )  # fmt: skip
 
     @property
@@ -72,14 +78,32 @@ class Turn:
         return self.session_state == "active" and bool(self.session_id)
 
 
+    def pool_known_empty(self, environment: str, interpreter_id: str, now: float) -> bool:
+        """begin_turn found this environment's pool (for this interpreter) empty, at most
+        WARM_POOL_EMPTY_MARK_SECONDS ago: the first call need not read it again."""
+        mark = self.pool_empty
+        if mark is None or mark["environment"] != environment or mark["interpreter_id"] != interpreter_id:
+            return False
+        try:
+            return 0 <= now - int(mark["checked_at"]) <= n.WARM_POOL_EMPTY_MARK_SECONDS
+        except ValueError:
+            return False
+
+
 _HINT_FIELDS = ("slot_id", "session_id", "interpreter_id", "environment", "started_at")
+_POOL_EMPTY_FIELDS = ("environment", "interpreter_id", "checked_at")
 
 
 def _hint(value: dict[str, Any] | None) -> dict[str, str] | None:
+    # absent, or not a hint this code wrote: ignored (the first call queries the pool)
+    return _strings(value, _HINT_FIELDS)
+
+
+def _strings(value: dict[str, Any] | None, names: tuple[str, ...]) -> dict[str, str] | None:
     fields = (value or {}).get("M") or {}
-    if not all(isinstance(fields.get(f), dict) and "S" in fields[f] for f in _HINT_FIELDS):
-        return None  # absent, or not a hint this code wrote: ignored (the first call queries the pool)
-    return {f: fields[f]["S"] for f in _HINT_FIELDS}
+    if not all(isinstance(fields.get(f), dict) and "S" in fields[f] for f in names):
+        return None
+    return {f: fields[f]["S"] for f in names}
 
 
 def _key(tenant_id: str, turn_id: str) -> dict[str, Any]:
@@ -166,11 +190,23 @@ class TurnStore:
         Only on a turn still open without a live session; False otherwise."""
         if set(hint) != set(_HINT_FIELDS):
             raise ValueError(f"a warm hint has exactly the fields {_HINT_FIELDS}")
+        return self._note(turn, n.TURN_ATTR_WARM_HINT, hint, n.TURN_ATTR_POOL_EMPTY)
+
+    def set_pool_empty(self, turn: Turn, *, environment: str, interpreter_id: str) -> bool:
+        """begin_turn found the turn's pool empty (issue 9): the first call reserves a cold slot
+        without reading the pool again (`Turn.pool_known_empty`). Like `set_hint`, only on a turn
+        still open without a live session; False otherwise."""
+        checked_at = str(int(self.clock()))
+        mark = {"environment": environment, "interpreter_id": interpreter_id, "checked_at": checked_at}
+        return self._note(turn, n.TURN_ATTR_POOL_EMPTY, mark, n.TURN_ATTR_WARM_HINT)
+
+    def _note(self, turn: Turn, attribute: str, fields: dict[str, str], replaces: str) -> bool:
+        """begin_turn's one note about the pool (a hint or "empty"), replacing the other kind."""
         return self._update(
-            turn.tenant_id, turn.turn_id, f"SET {n.TURN_ATTR_WARM_HINT} = :hint",
+            turn.tenant_id, turn.turn_id, f"SET {attribute} = :note REMOVE {replaces}",
             "attribute_exists(turn_id) AND attribute_not_exists(ended) AND "
             "(attribute_not_exists(#st) OR #st <> :active)",
-            {":hint": {"M": {k: {"S": str(v)} for k, v in hint.items()}}, ":active": {"S": "active"}},
+            {":note": {"M": {k: {"S": str(v)} for k, v in fields.items()}}, ":active": {"S": "active"}},
         )  # fmt: skip
 
     @staticmethod

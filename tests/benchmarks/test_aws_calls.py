@@ -77,7 +77,6 @@ FIRST_CALL_EXTRA: dict[str, tuple[int, str]] = {
     f"{DISPATCH}:bedrock-agentcore:InvokeCodeInterpreter": (1, "the readiness preamble (§6.2)"),
     f"{DISPATCH}:dynamodb:UpdateItem[{n.TURNS.logical}]": (
         2, "turn state: conditional 'starting' lease before Start + 'active' with the session id after"),
-    f"{DISPATCH}:dynamodb:Query[{n.SESSIONS.logical}]": (1, "§16.1: the warm pool, empty here (by_warm_pool)"),
     f"{DISPATCH}:dynamodb:TransactWriteItems[{n.SESSIONS.logical}]": (1, "§16.2: the session's slot, capped"),
     f"{DISPATCH}:dynamodb:UpdateItem[{n.SESSIONS.logical}]": (1, "§16.2: the slot now holds the started session"),
 }  # fmt: skip
@@ -88,9 +87,11 @@ WARM_FIRST_CALL_EXTRA: dict[str, tuple[int, str]] = {
         1, "the claim: the pool slot and the turn binding, one conditional transaction"),
 }  # fmt: skip
 # What begin_turn pays for it (before the agent has any code): it always reads the pool (one
-# Query, `begin_turn` below reads an empty one) and, when a session is there, notes it on the turn.
-BEGIN_TURN_WARM_EXTRA: dict[str, tuple[int, str]] = {
-    f"{DISPATCH}:dynamodb:UpdateItem[{n.TURNS.logical}]": (1, "the warm hint on the turn (not a claim)"),
+# Query, `begin_turn` below reads an empty one) and notes what it found on the turn: a warm session
+# (the hint, not a claim) or "empty" (issue 9: the first call then does not read the pool again).
+BEGIN_TURN_POOL_NOTE: dict[str, tuple[int, str]] = {
+    f"{DISPATCH}:dynamodb:Query[{n.SESSIONS.logical}]": (1, "§16.1: the warm pool (by_warm_pool)"),
+    f"{DISPATCH}:dynamodb:UpdateItem[{n.TURNS.logical}]": (1, "the warm hint, or the pool found empty"),
 }  # fmt: skip
 
 
@@ -436,10 +437,17 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
     assert later <= Counter(phases["warm_first_call"])
     assert dict(warm_extra) == {k: v[0] for k, v in WARM_FIRST_CALL_EXTRA.items()}, dict(warm_extra)
     assert sum(warm_extra.values()) == 1
-    # paid for by begin_turn, off the call: its pool read (also made with an empty pool) + the hint
-    begin_extra = Counter(phases["begin_turn_warm"]) - Counter(phases["begin_turn"])
-    assert Counter(phases["begin_turn"]) <= Counter(phases["begin_turn_warm"])
-    assert dict(begin_extra) == {k: v[0] for k, v in BEGIN_TURN_WARM_EXTRA.items()}, dict(begin_extra)
+    # paid for by begin_turn, off the call: its pool read + its note on the turn, with an empty pool
+    # (`begin_turn`) as with a warm session (`begin_turn_warm`) — the same requests either way
+    begun, begun_warm = phases["begin_turn"], phases["begin_turn_warm"]
+    assert begun == begun_warm, (begun, begun_warm)
+    for key, (count, _) in BEGIN_TURN_POOL_NOTE.items():
+        assert phases["begin_turn"].get(key) == count, (key, phases["begin_turn"])
+    # And a cold first call reads the pool only when no begin_turn just found it empty (issue 9)
+    pool_read = f"{DISPATCH}:dynamodb:Query[{n.SESSIONS.logical}]"
+    assert pool_read not in phases["first_call_of_turn"], phases["first_call_of_turn"]
+    unbegun = phases["first_call_without_begin_turn"]
+    assert unbegun.get(pool_read) == 1, unbegun
     emit("aws_calls_warm_first_call", target="warm first call adds only the claim write to a later call",
          ratio=sum(Counter(phases["warm_first_call"]).values()) / sum(later.values()),
          warm_first_call_extra=dict(sorted(warm_extra.items())), depth=depths["warm_first_call"],
@@ -461,12 +469,13 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
     # The depth is measured from request timings: on a loaded machine one pair sent together can
     # finish apart (one request done before its partner left the thread pool) and read as two
     # steps. So: at least one of the two later calls shows the target, neither is more than one
-    # split pair off it, and the cold first call's guard (+ the session ledger's 3, issue 11)
-    # allows the same one split (a full suite under load measured 12 once; idle runs: 11).
+    # split pair off it, and the cold first call after begin_turn meets the issue's "first <= later
+    # + 3" with the same one split allowed (idle runs: 8; 9 once, when the quota hop happened to
+    # end before the slot reservation left: issue 9's cold cuts, README "critical_path_depth").
     best_later = min(depths["later_call"], depths["later_call_2"])
     assert best_later <= 5, depths
     assert max(depths["later_call"], depths["later_call_2"]) <= 5 + 1, depths
-    assert depths["first_call_of_turn"] <= best_later + 3 + 3 + 1, depths
+    assert depths["first_call_of_turn"] <= best_later + 3 + 1, depths
 
 
 def _fill_warm_pool(stack: Stack) -> None:

@@ -506,3 +506,137 @@ def test_dispatch_hinted_warm_claim_refused_by_quota_stays_the_turns_session(rea
     assert (again["ok"], again["session_id"]) == (True, warm.session_id)
     assert stack.dispatch(event("end_turn", turn_id="turn-q"))["stopped"] is True
     assert slots_of(stack) == []
+
+
+def test_dispatch_first_call_after_begin_turn_found_the_pool_empty_does_not_read_it_again(
+    reaper_stack: Stack,
+) -> None:
+    from reaper.service import reaper
+
+    stack = reaper_stack
+    # Given two turns begun while the pool was empty (each noted "empty", no hint)
+    for turn in ("turn-e", "turn-g"):
+        assert stack.dispatch(event("begin_turn", turn_id=turn))["ok"] is True
+        noted = _turn_item(turn)
+        assert noted.warm_hint is None and noted.pool_empty is not None
+    # And a warm session started since, and one turn's note aged past its window
+    set_warm("acme", "default-public", 1)
+    assert reaper().run()["refill"]["started"] == 1
+    set_warm("acme", "default-public", 0)
+    (warm,) = slots_of(stack)
+    from dispatch import dependencies
+
+    table = dependencies.dispatcher().turns.table
+    aged = str(int(time.time()) - n.WARM_POOL_EMPTY_MARK_SECONDS - 5)
+    aws.client("dynamodb").update_item(
+        TableName=table, Key={n.TURNS.pk: {"S": "acme"}, n.TURNS.sort_key: {"S": "turn-g"}},
+        UpdateExpression=f"SET {n.TURN_ATTR_POOL_EMPTY}.checked_at = :old",
+        ExpressionAttributeValues={":old": {"S": aged}},
+    )  # fmt: skip
+    # When the fresh-noted turn's first call arrives
+    fresh = stack.dispatch(event(turn_id="turn-e", call_id="e1", code="print(1)"))
+    # Then it trusted the note: a cold start, the warm session left in its pool
+    assert (fresh["ok"], fresh[n.FIELD_SESSION_SOURCE]) == (True, "cold")
+    assert {s.slot_id: s.state for s in slots_of(stack)}[warm.slot_id] == "warm"
+    # And the aged note is not trusted: that turn's first call reads the pool and claims the session
+    aged_call = stack.dispatch(event(turn_id="turn-g", call_id="g1", code="print(2)"))
+    assert (aged_call["ok"], aged_call[n.FIELD_SESSION_SOURCE], aged_call["session_id"]) == (
+        True, "warm", warm.session_id)  # fmt: skip
+    for turn in ("turn-e", "turn-g"):
+        assert stack.dispatch(event("end_turn", turn_id=turn))["stopped"] is True
+    assert slots_of(stack) == []
+
+
+def _on_start(action: Any) -> list[int]:
+    """Run `action()` once, when dispatch's runner sends its next StartCodeInterpreterSession."""
+    ran: list[int] = []
+
+    def hook(**_: Any) -> None:
+        if not ran:
+            ran.append(1)
+            action()
+
+    _dispatch_runner().credentials.control_client().meta.events.register(
+        "before-parameter-build.bedrock-agentcore.StartCodeInterpreterSession", hook)  # fmt: skip
+    return ran
+
+
+def test_dispatch_cold_first_call_whose_turn_ended_during_start_fails_closed_and_leaks_nothing(stack: Stack) -> None:
+    from dispatch import dependencies
+
+    # Given a turn begun with an empty pool, and end_turn landing while its first call starts a session
+    assert stack.dispatch(event("begin_turn", turn_id="turn-x"))["ok"] is True
+    log = AgentCoreLog()
+    ended = _on_start(lambda: dependencies.dispatcher().turns.end("acme", "turn-x"))
+    # When the first call runs (its "active" write travels beside the user code, issue 9)
+    answer = stack.dispatch(event(turn_id="turn-x", call_id="x1", code="print('ran')"))
+    # Then the code was sent beside the activation (not after it), and the call failed closed:
+    # the turn's "active" write was refused (ended), so the session is not the turn's
+    assert ended == [1]
+    assert "print('ran')" in log.codes
+    assert (answer["ok"], answer["error"]) == (False, "SandboxError")
+    assert "stdout" not in answer or answer["stdout"] in ("", None)
+    row = _rows(stack)["x1"]
+    assert row["failure_reason"] == "turn_store_unavailable:session lease lost before activation"
+    # And nothing leaked: the session is stopped, its slot freed, the turn points at no live session
+    assert answer["session_id"] not in stack.live_sessions()
+    assert slots_of(stack) == []
+    turn = _turn_item("turn-x")
+    assert turn.ended and not turn.live_session and turn.lease_owner is None
+
+
+def test_dispatch_cold_first_call_whose_slot_was_released_during_start_fails_closed_and_recovers(
+    stack: Stack,
+) -> None:
+    from dispatch import dependencies
+
+    # Given the reaper releasing a first call's slot while its Start runs (as for an expired lease)
+    def reaper_releases() -> None:
+        (slot,) = slots_of(stack)
+        assert dependencies.dispatcher().sessions.source.ledger.release(slot.slot_id)
+
+    log = AgentCoreLog()
+    released = _on_start(reaper_releases)
+    # When the first call runs (its slot activation travels beside the user code, issue 9)
+    answer = stack.dispatch(event(turn_id="turn-l", call_id="l1", code="print('ran')"))
+    # Then the code was sent, and the call failed closed: the session ran unaccounted for a moment only
+    assert released == [1]
+    assert "print('ran')" in log.codes
+    assert (answer["ok"], answer["error"]) == (False, "SandboxError")
+    assert _rows(stack)["l1"]["failure_reason"] == "session_slot_lost"
+    # And nothing leaked: the session is stopped, no slot is held, the turn points away from it
+    assert answer["session_id"] not in stack.live_sessions()
+    assert slots_of(stack) == []
+    assert not _turn_item("turn-l").live_session
+    # And the turn's next call gets a fresh session, accounted in the ledger
+    again = stack.dispatch(event(turn_id="turn-l", call_id="l2", code="print(3)"))
+    assert (again["ok"], again["stdout"]) == (True, "3\n")
+    assert again["session_id"] != answer["session_id"]
+    (slot,) = slots_of(stack)
+    assert (slot.state, slot.session_id, slot.turn_id) == ("active", again["session_id"], "turn-l")
+    assert stack.dispatch(event("end_turn", turn_id="turn-l"))["stopped"] is True
+    assert slots_of(stack) == []
+
+
+def test_dispatch_concurrent_cold_first_calls_of_one_begun_turn_share_one_session(stack: Stack) -> None:
+    # Given a turn begun with an empty pool and two first calls of it arriving together
+    assert stack.dispatch(event("begin_turn", turn_id="turn-2c"))["ok"] is True
+    log = AgentCoreLog()
+    barrier = threading.Barrier(2)
+
+    def call(call_id: str) -> dict[str, Any]:
+        barrier.wait()
+        return stack.dispatch(event(turn_id="turn-2c", call_id=call_id, code="print('x')"))
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        a, b = pool.map(call, ["c1", "c2"])
+    # Then both ran in one cold session (the waiter ran once the winner's "active" write, sent
+    # beside its code, landed); one Start, one slot, the loser's reservation given back
+    assert (a["ok"], b["ok"]) == (True, True), (a, b)
+    assert a["session_id"] == b["session_id"]
+    assert log.starts == 1 and log.preambles() == 1
+    (slot,) = slots_of(stack)
+    assert (slot.state, slot.session_id, slot.turn_id) == ("active", a["session_id"], "turn-2c")
+    assert _daily_count(stack) == 2
+    assert stack.dispatch(event("end_turn", turn_id="turn-2c"))["stopped"] is True
+    assert slots_of(stack) == []

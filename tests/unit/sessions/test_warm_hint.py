@@ -211,3 +211,47 @@ def test_session_source_never_claims_another_tenants_session_through_a_hint(ledg
     stored = turns.get("acme", "t1")
     assert stored is not None and stored.session_id is None
     source.abandon(prepared)
+
+
+def test_begin_turn_pool_empty_note_is_honoured_for_its_pool_and_window_only(turns: TurnStore) -> None:
+    # Given a turn whose begin_turn found the default-public pool (interpreter i-1) empty
+    turn = _turn(turns, "t1")
+    assert turns.set_pool_empty(turn, environment="default-public", interpreter_id="i-1") is True
+    seen = turns.get("acme", "t1")
+    assert seen is not None and seen.pool_empty == {"environment": "default-public", "interpreter_id": "i-1",
+                                                    "checked_at": str(NOW)}  # fmt: skip
+    # When the first call asks whether it may skip the pool read
+    # Then only for that pool and interpreter, and only inside the window
+    assert seen.pool_known_empty("default-public", "i-1", NOW + n.WARM_POOL_EMPTY_MARK_SECONDS) is True
+    assert seen.pool_known_empty("default-public", "i-1", NOW + n.WARM_POOL_EMPTY_MARK_SECONDS + 1) is False
+    assert seen.pool_known_empty("strict-egress", "i-1", NOW) is False
+    assert seen.pool_known_empty("default-public", "i-2", NOW) is False
+    assert seen.pool_known_empty("default-public", "i-1", NOW - 1) is False  # a clock behind the note
+
+
+def test_begin_turn_pool_notes_replace_each_other_and_need_an_open_turn_without_session(
+    ledger: SessionLedger, turns: TurnStore
+) -> None:
+    # Given a turn noted "empty", then begun again when the pool has a session
+    warm = _warm(ledger, "warm-1")
+    turn = _turn(turns, "t1")
+    assert turns.set_pool_empty(turn, environment="default-public", interpreter_id="i-1") is True
+    hint = {"slot_id": warm.slot_id, "session_id": "warm-1", "interpreter_id": "i-1",
+            "environment": "default-public", "started_at": str(warm.started_at)}  # fmt: skip
+    # When the hint is noted / Then it replaces the "empty" note, and the reverse
+    assert turns.set_hint(turn, hint) is True
+    seen = turns.get("acme", "t1")
+    assert seen is not None and (seen.warm_hint, seen.pool_empty) == (hint, None)
+    assert turns.set_pool_empty(turn, environment="default-public", interpreter_id="i-1") is True
+    seen = turns.get("acme", "t1")
+    assert seen is not None and seen.warm_hint is None and seen.pool_empty is not None
+    # And a turn with a live session, or an ended one, takes no note
+    assert _claim(ledger, turns, seen, warm) is True
+    bound = turns.get("acme", "t1")
+    assert bound is not None and bound.live_session
+    assert turns.set_pool_empty(bound, environment="default-public", interpreter_id="i-1") is False
+    ended = _turn(turns, "t2")
+    turns.end("acme", "t2")
+    assert turns.set_pool_empty(ended, environment="default-public", interpreter_id="i-1") is False
+    stored = turns.get("acme", "t2")
+    assert stored is not None and stored.pool_empty is None

@@ -692,6 +692,12 @@ SESSION_WARM_POOL_INDEX = next(ix.name for ix in SESSIONS.indexes if ix.pk == SE
 # How many of the pool's sessions begin_turn reads to pick one at random (so turns begun together
 # rarely pick the same one; a collision costs the loser the fallback query, never a shared session).
 WARM_HINT_CANDIDATES = 10
+# On a turn item: begin_turn found the turn's pool empty — a map {environment, interpreter_id,
+# checked_at (epoch s)}. The turn's first call then reserves a cold slot without reading the pool
+# again (issue 9: one request off a cold first call's critical path). Honoured for this long after
+# begin_turn; a stale "empty" (the pool was refilled since) costs a cold start, never correctness.
+TURN_ATTR_POOL_EMPTY = "warm_pool_empty"
+WARM_POOL_EMPTY_MARK_SECONDS = 120
 
 # --- dispatch interrupted: exactly one audit row when dispatch dies (issue 9) -------------------
 # On the idempotency record of an execute_code, written with the claim itself (one PutItem):

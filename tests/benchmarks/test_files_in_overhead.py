@@ -11,10 +11,7 @@ row, one `writeFiles` call before the code, and the audit row's `input_files`.
 from __future__ import annotations
 
 import base64
-import json
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +19,7 @@ from pathlib import Path
 import pytest
 from sandbox_common import naming as n
 
+from tests.benchmarks._moto import moto_in_own_process
 from tests.benchmarks._report import emit
 from tests.support import stack as harness
 from tests.support.stack import Stack, event
@@ -39,14 +37,8 @@ CODE = "import os\nprint(os.path.getsize('data/in.bin') if os.path.exists('data/
 @pytest.fixture(scope="module")
 def moto_server() -> Iterator[str]:
     """This module's moto: the local stack's serial moto server, in its own process."""
-    proc = subprocess.Popen([sys.executable, "-m", "infra.local.moto_serial"], cwd=str(REPO),
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)  # fmt: skip
-    try:
-        assert proc.stdout is not None
-        yield json.loads(proc.stdout.readline())["endpoint"]
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with moto_in_own_process() as endpoint:
+        yield endpoint
 
 
 def test_files_in_overhead_through_dispatch(stack: Stack, bench_full: bool) -> None:

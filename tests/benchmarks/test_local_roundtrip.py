@@ -21,10 +21,7 @@ moto GetItem, so a missed target says whether dispatch or the emulation is the c
 from __future__ import annotations
 
 import functools
-import json
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -34,6 +31,7 @@ from typing import Any
 import pytest
 from sandbox_common import naming as n
 
+from tests.benchmarks._moto import moto_in_own_process
 from tests.benchmarks._report import emit
 from tests.support import stack as harness
 from tests.support.stack import Stack, event
@@ -53,19 +51,8 @@ SUBSTRATE = "bedrock-agentcore"
 @pytest.fixture(scope="module")
 def moto_server() -> Iterator[str]:
     """This module's moto: the local stack's serial moto server, in its own process."""
-    proc = subprocess.Popen([sys.executable, "-m", "infra.local.moto_serial"], cwd=str(REPO),
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)  # fmt: skip
-    try:
-        assert proc.stdout is not None
-        endpoint = json.loads(proc.stdout.readline())["endpoint"]
+    with moto_in_own_process() as endpoint:
         yield endpoint
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # pragma: no cover
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 class CallTimer:

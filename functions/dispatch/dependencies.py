@@ -77,7 +77,7 @@ def dispatcher() -> Dispatcher:
         audit_writer=audit_writer,
         runner_factory=runner_for,
         price_per_call=price_per_call,
-        calls=IdempotentCalls(table_name=settings.idempotency_table, ddb=ddb,
+        calls=IdempotentCalls(table_name=settings.idempotency_table, ddb=ddb, audit_writer=audit_writer,
                               interrupted=InterruptedCalls(table_name=settings.idempotency_table, ddb=ddb,
                                                            audit_writer=audit_writer,
                                                            retention_days=settings.audit_retention_days,

@@ -16,16 +16,23 @@ Three things Powertools does not do for us:
   carries the call's audit identity and the keys of a sparse index of open calls; an in-progress
   record past its deadline is never claimed again (Powertools would run the code a second time),
   it is finished as `dispatch_interrupted` by the first retry or the reaper's sweep.
-- A failure to *save* the result happens after the code ran (its audit row is on its way beside
-  the save, see `parallel.Pending`): the persistence layer below logs and counts it instead of
-  raising, so the caller still gets the real result and no second audit row is written (a retry
-  finds the record in progress until it expires).
+- The completion and the call's audit row are ONE write (`CompletionRows`): the row is handed to
+  the store, which sends the completed record and the row in one TransactWriteItems. A dispatch
+  killed between two separate writes could leave a completed record with no row (nothing would
+  ever write it: a completed record is not interrupted); now both land or neither (then the
+  record stays in progress and the call is finished as interrupted, with its one row). If a
+  finisher of an interrupted call already took the record, neither lands and the finisher's row
+  is the call's one row.
+- A failure to *save* the result happens after the code ran: the persistence layer below logs and
+  counts it instead of raising, so the caller still gets the real result, and the row the
+  transaction did not carry is written on its own (retries, dead-letter queue) — still one row.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import threading
 import time
 import zlib
 from collections.abc import Callable
@@ -56,6 +63,34 @@ _ANSWER_MARGIN_SECONDS = 5
 
 TimeLeft = Callable[[], float] | None  # seconds the Lambda has left (None outside Lambda)
 Run = Callable[[ExecuteCodeRequest, TimeLeft], dict[str, Any]]
+
+
+class CompletionRows:
+    """Audit rows waiting for their call's idempotency completion, by invocation id. `hand` is
+    called when the row is rendered; the store `take`s it into the completion's transaction.
+    `flush` writes, on its own, a row no completion took (e.g. the call ended in an exception
+    before Powertools saved anything), so a handed row is never lost."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def hand(self, invocation_id: str, row: dict[str, Any]) -> None:
+        with self._lock:
+            self._rows[invocation_id] = row
+
+    def take(self, invocation_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            return self._rows.pop(invocation_id, None)
+
+    def flush(self, invocation_id: str, writer: Any) -> None:
+        row = self.take(invocation_id)
+        if row is not None:
+            writer.write(row)
+
+
+class CompletionLost(Exception):
+    """The completion's condition failed: a finisher of an interrupted call took the record."""
 
 
 class StillRunning(Exception):
@@ -99,11 +134,17 @@ def _powertools() -> Any:
         - the claim carries the attempt (audit identity + open-index keys) in the same PutItem,
           and never takes over an in-progress record past its deadline (a dead attempt is
           finished as interrupted instead of being run again);
-        - saving the result is the last step of a call that ran (its audit row goes out beside
-          it): it is conditional on the record still being in progress (a finisher of an
-          interrupted call may have won), takes the record out of the open index in the same
-          UpdateItem, and a failure there is logged and alarmed, never raised (raising would
-          lose the real result)."""
+        - saving the result is the last step of a call that ran: it is conditional on the record
+          still being in progress (a finisher of an interrupted call may have won), takes the
+          record out of the open index in the same UpdateItem, carries the call's audit row in
+          the same TransactWriteItems when one was handed over (`CompletionRows`), and a failure
+          there is logged and alarmed, never raised (raising would lose the real result)."""
+
+        def __init__(self, *args: Any, rows: CompletionRows | None = None, audit_writer: Any = None,
+                     **kwargs: Any) -> None:  # fmt: skip
+            super().__init__(*args, **kwargs)
+            self.rows, self.audit_writer = rows, audit_writer
+            self._rows_by_key: dict[str, dict[str, Any]] = {}  # the row a completion in progress carries
 
         def save_inprogress(self, data: dict[str, Any], remaining_time_in_millis: int | None = None) -> None:
             key = self._get_hashed_idempotency_key(data=data)
@@ -157,18 +198,49 @@ def _powertools() -> Any:
                 update += ", #validation_key = :validation_key"
                 names["#validation_key"] = self.validation_key_attr
                 values[":validation_key"] = {"S": data_record.payload_hash}
-            self.client.update_item(
-                TableName=self.table_name, Key=self._get_key(data_record.idempotency_key),
-                UpdateExpression=update + " REMOVE #open, #deadline", ConditionExpression="#status = :inprogress",
-                ExpressionAttributeNames=names, ExpressionAttributeValues=values,
-            )  # fmt: skip
+            completion = {
+                "TableName": self.table_name, "Key": self._get_key(data_record.idempotency_key),
+                "UpdateExpression": update + " REMOVE #open, #deadline", "ConditionExpression": "#status = :inprogress",
+                "ExpressionAttributeNames": names, "ExpressionAttributeValues": values,
+            }  # fmt: skip
+            row = self._rows_by_key.pop(data_record.idempotency_key, None)
+            if row is None:
+                self.client.update_item(**completion)
+                return
+            try:  # the completed record and the call's audit row: both land or neither
+                self.client.transact_write_items(TransactItems=[{"Update": completion}, self.audit_writer.transact_put(row)])
+            except ClientError as exc:
+                reasons = exc.response.get("CancellationReasons") or []  # type: ignore[typeddict-item]
+                if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
+                    raise CompletionLost from None  # a finisher took the record: its row is the call's one row
+                # anything else: the completion alone, and the row on its own (save_success)
+                self._rows_by_key[data_record.idempotency_key] = row
+                try:
+                    self.client.update_item(**completion)
+                except ClientError as retry_exc:
+                    if retry_exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                        raise
+                    # no longer in progress: the transaction did apply (its answer was lost) or a
+                    # finisher took the record; either way the row below is a no-op or the only one
+                    raise CompletionLost from None
 
         def save_success(self, data: dict[str, Any], result: dict) -> None:
+            invocation_id = str((data.get(ATTEMPT_KEY) or {}).get("invocation_id") or "")
+            row = self.rows.take(invocation_id) if self.rows is not None and invocation_id else None
+            key = self._get_hashed_idempotency_key(data=data) if row is not None else None
+            if key is not None and row is not None:
+                self._rows_by_key[key] = row
             try:
                 super().save_success(data, result)
+            except CompletionLost:
+                logger.warning("idempotency_completion_lost", extra={"invocation_id": invocation_id})
             except Exception as exc:  # noqa: BLE001 — any store failure: the caller keeps its result
                 logger.error("idempotency_save_failed", extra={"cause": redact_head(str(exc), 200)})
                 internal_failure("idempotency_store_unavailable:save")
+            finally:
+                unsent = self._rows_by_key.pop(key, None) if key is not None else None
+                if unsent is not None:  # the completion did not carry it: written on its own, still once
+                    self.audit_writer.write(unsent)
 
     return SimpleNamespace(
         Config=pt.IdempotencyConfig, Store=ResultKeepingStore, idempotent_function=pt.idempotent_function,
@@ -189,16 +261,21 @@ def time_left_of(context: Any) -> TimeLeft:
 
 
 class IdempotentCalls:
-    def __init__(self, *, table_name: str, ddb: Any, interrupted: InterruptedCalls | None = None) -> None:
+    def __init__(self, *, table_name: str, ddb: Any, interrupted: InterruptedCalls | None = None,
+                 audit_writer: Any = None) -> None:  # fmt: skip
+        """`audit_writer`: rows handed to `rows` travel in the completion's transaction (see
+        `CompletionRows`); without one, nothing may be handed."""
         self.pt = pt = _powertools()
         self.interrupted = interrupted
+        self.rows = CompletionRows()
         self.config = pt.Config(
             event_key_jmespath=KEY_JMESPATH,
             payload_validation_jmespath=VALIDATION_JMESPATH,
             raise_on_no_idempotency_key=True,
             expires_after_seconds=RECORD_TTL_SECONDS,
         )
-        self.store = pt.Store(table_name=table_name, boto3_client=ddb)
+        self.store = pt.Store(table_name=table_name, boto3_client=ddb, rows=self.rows if audit_writer else None,
+                              audit_writer=audit_writer)  # fmt: skip
         self._execute = pt.idempotent_function(
             _execute, data_keyword_argument="request", persistence_store=self.store, config=self.config,
             key_prefix=KEY_PREFIX, output_serializer=pt.Serializer(to_dict=stored_form, from_dict=unpack),

@@ -13,6 +13,7 @@ see `sandbox_common.outcome`).
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -67,6 +68,8 @@ _SESSION_START_WAIT_SECONDS = 90
 ANSWER_MARGIN_SECONDS = 15
 # How long a retry waits for its racing original beyond the call timeout.
 _RETRY_WAIT_MARGIN_SECONDS = 90
+# Hands the call's audit row to its idempotency completion (idempotency.CompletionRows.hand).
+RowHandOff = Callable[[dict[str, Any]], None]
 
 
 class Dispatcher:
@@ -136,15 +139,16 @@ class Dispatcher:
         warm = parallel.start(self.preflight.check, request.tenant_id, request.template_id)
         # issues 9 + 11: the turn-guarded, once-per-call_id quota check goes out with them (quota_flow)
         quota = QuotaCheck.start(self, request)
-        after = parallel.Pending()  # the audit row, in flight beside the idempotency completion
         # Issue 9: the attempt's invocation id travels in the idempotency claim, so a dead attempt
-        # is finished (by a retry or the reaper) under the very id its own row would have had.
+        # is finished (by a retry or the reaper) under the very id its own row would have had; the
+        # row itself is handed to the idempotency completion and lands in the same transaction.
         invocation_id = str(uuid.uuid4())
+        beside = functools.partial(self.calls.rows.hand, invocation_id)
         try:
             try:
                 response = self.calls.run_once(
                     request, context,
-                    lambda req, time_left: self._execute_code_response(req, time_left, _joined(claim, warm), after,
+                    lambda req, time_left: self._execute_code_response(req, time_left, _joined(claim, warm), beside,
                                                                        invocation_id=invocation_id, quota=quota.entered()),
                     max_wait_seconds=self.settings.call_timeout_seconds + _RETRY_WAIT_MARGIN_SECONDS,
                     attempt=interrupted.attempt_fields(request, invocation_id, utc_now()))  # fmt: skip
@@ -164,7 +168,7 @@ class Dispatcher:
                 failure_reason=f"preflight_unavailable:{exc}"))  # fmt: skip
         finally:
             quota.settle()  # a speculative count the call did not reach is undone (quota_flow)
-            after.join()
+            self.calls.rows.flush(invocation_id, self.audit_writer)  # a row no completion took: on its own
 
     def _claim(self, req: BeginTurnRequest | ExecuteCodeRequest) -> Turn:
         """The caller's turn, created and bound to its token on first use (§16.5); raises
@@ -238,24 +242,25 @@ class Dispatcher:
 
     # --- execute_code ---------------------------------------------------------------------------
     def _execute_code_response(self, req: ExecuteCodeRequest, time_left: TimeLeft, turn: Turn,
-                               after: parallel.Pending | None = None, *,
+                               beside: RowHandOff | None = None, *,
                                quota: QuotaCheck | None = None, invocation_id: str | None = None) -> dict[str, Any]:  # fmt: skip
         if req.background:  # §17: answers at once with a job_id
             return job_calls.submit(self, self.jobs, req, turn, lambda: _budget(time_left),
                                     refuse_unless_ready=_refuse_unless_ready)  # fmt: skip
         try:
-            return self.execute_code(req, turn, time_left=time_left, after=after, quota=quota,
+            return self.execute_code(req, turn, time_left=time_left, beside=beside, quota=quota,
                                      invocation_id=invocation_id).response()
         except tool_flow.ToolCallPaused as paused:  # §15: counted, no audit row until it ends
             return paused.response
 
     def execute_code(self, req: ExecuteCodeRequest, turn: Turn, *, time_left: TimeLeft = None,
-                     after: parallel.Pending | None = None, quota: QuotaCheck | None = None,
+                     beside: RowHandOff | None = None, quota: QuotaCheck | None = None,
                      invocation_id: str | None = None) -> Outcome:  # fmt: skip
         """`turn` = the caller's turn, already claimed with its token (`_claim`). `time_left()` =
         seconds the Lambda has left (None outside Lambda): every wait below is bounded by it, so
-        the call always answers and audits before the runtime would kill it. With `after`, the
-        audit row is only sent here and lands before the caller answers (`after.join()`).
+        the call always answers and audits before the runtime would kill it. With `beside`, the
+        audit row is handed to the idempotency completion and lands with it, in one transaction,
+        before the caller answers (`idempotency.CompletionRows`).
         `invocation_id`: the one recorded in the idempotency claim (issue 9), else a new one."""
         outcome = Outcome(request=req, invocation_id=invocation_id or str(uuid.uuid4()), started_at=utc_now())
         call = SessionCall()
@@ -263,7 +268,7 @@ class Dispatcher:
         with outcome.failures_answered("execute_code_internal_error", passes=(tool_flow.ToolCallPaused,)):
             self._steps(req, turn, outcome, time_left, call, quota)
         call.render(outcome)  # session_source, events / retries (§16.1, §16.6)
-        self._record(outcome.finish(), after)
+        self._record(outcome.finish(), beside)
         return outcome
 
     def refuse_unavailable(self, req: ExecuteCodeRequest, reason: str) -> dict[str, Any]:
@@ -393,19 +398,19 @@ class Dispatcher:
         return session_id, started_here and had_session
 
     # --- record: audit row, logs, metrics -------------------------------------------------------
-    def _record(self, outcome: Outcome, after: parallel.Pending | None = None) -> None:
-        """The call's one audit row. With `after` the PutItem is sent and not waited for here:
-        it travels beside the idempotency completion, and the caller joins it before answering."""
+    def _record(self, outcome: Outcome, beside: RowHandOff | None = None) -> None:
+        """The call's one audit row. With `beside` it is not written here: it is handed to the
+        idempotency completion, which writes it in the same transaction (issue 9)."""
         # Every row carries its price (issue 15): the SSM price when the code ran, else 0; the cost
         # metric reports the same value.
         outcome.estimated_cost_usd = self.accounting.cost(outcome.ran_code)
         row = outcome.audit_row(self.settings.audit_retention_days)
         outcome.log(row)
         outcome.emit_metrics(lambda: outcome.estimated_cost_usd)
-        if after is None:
+        if beside is None:
             self.audit_writer.write(row)
         else:
-            after.add(self.audit_writer.write, row)
+            beside(row)
 
 
 def _joined(claim: Future[Turn], warm: Future[Any]) -> Turn:

@@ -2,8 +2,8 @@
 costs, by service and operation, for the first call of a turn and for a later call.
 
 Target: a later call makes no SSM call and no pre-flight read beyond cache, one user-code
-InvokeCodeInterpreter (+ the artifact helper), one counter transaction and one audit PutItem; a
-first call adds only StartCodeInterpreterSession, one readiness invoke and the turn-state write.
+InvokeCodeInterpreter (+ the artifact helper), one counter transaction and one audit row (inside
+the idempotency completion's transaction); a first call adds only StartCodeInterpreterSession, one readiness invoke and the turn-state write.
 `critical_path_depth` (issue 9): the longest chain of requests that waited on each other.
 
 Everything runs for real (the dispatch integration harness): moto in server mode, the local
@@ -57,16 +57,18 @@ NOT_ON_MOTO = frozenset({"lambda", "bedrock-agentcore"})
 # moto's signing-name view of a service -> botocore's service name (what the client hook records)
 _SIGNING_TO_SERVICE = {"monitoring": "cloudwatch"}
 
+# The completed idempotency record and the call's audit row: both land or neither (issue 9).
+COMPLETION = (f"{DISPATCH}:dynamodb:TransactWriteItems"
+              f"[{'+'.join(sorted((n.IDEMPOTENCY.logical, n.INVOCATIONS.logical)))}]")  # fmt: skip
 # A later call of a turn, every call justified. Keys: origin:service:Operation[logical table].
 LATER_CALL_ALLOWED: dict[str, tuple[int, str]] = {
     f"{DISPATCH}:dynamodb:PutItem[{n.IDEMPOTENCY.logical}]": (1, "Powertools idempotency: in-progress record (§4.4)"),
-    f"{DISPATCH}:dynamodb:UpdateItem[{n.IDEMPOTENCY.logical}]": (1, "Powertools idempotency: completed record"),
     f"{DISPATCH}:dynamodb:GetItem[{n.TURNS.logical}]": (1, "turn ownership + the turn's live session (§4.5)"),
     f"{DISPATCH}:lambda:Invoke": (1, "the quota check (§5), sent at t=0 beside the idempotency claim (issue 9)"),
     f"{DISPATCH}:bedrock-agentcore:InvokeCodeInterpreter": (
         2, "the user code, then artifact collection (§14.2): the helper (executeCode); its answer file "
            "is read (readFiles) only when it found something"),
-    f"{DISPATCH}:dynamodb:PutItem[{n.INVOCATIONS.logical}]": (1, "the audit row (§7)"),
+    COMPLETION: (1, "the completed idempotency record and the audit row (§7), one transaction (issue 9)"),
     f"{QUOTA}:dynamodb:TransactWriteItems[{n.AGENT_HOURLY_COUNTERS.logical}+{n.TENANT_DAILY_COUNTERS.logical}"
     f"+{n.TURNS.logical}]": (
         1, "the counter transaction (§5.1) with the turn guard's ConditionCheck and the call's counted marker"),
@@ -387,7 +389,8 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
     emit(
         "aws_calls_per_execute_code",
         target="later call: 0 SSM, 0 pre-flight reads, 1 InvokeCodeInterpreter, 1 TransactWriteItems, "
-               "1 audit PutItem; first call adds only Start, 1 readiness invoke, the turn-state write",
+               "1 audit row (in the completion's transaction); first call adds only Start, 1 readiness invoke, "
+               "the turn-state write",
         ratio=sum(first.values()) / sum(later.values()),
         later_call_total=sum(later.values()),
         first_call_total=sum(first.values()),
@@ -417,7 +420,8 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
 
     # And a later call is exactly the justified set: no SSM, no pre-flight read, no STS,
     # one user invoke plus the artifact helper (nothing to read back), one counter transaction and
-    # no counter read-back (no daily budget), one audit PutItem (in both turns)
+    # no counter read-back (no daily budget), one audit row inside the idempotency completion (in
+    # both turns)
     assert phases["later_call"] == phases["later_call_2"], (phases["later_call"], phases["later_call_2"])
     for phase in ("later_call", "later_call_2"):
         calls = Counter(phases[phase])
@@ -425,8 +429,9 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
         assert not [k for k in calls if f"[{n.TENANTS.logical}]" in k], calls  # pre-flight reads
         assert calls[f"{DISPATCH}:bedrock-agentcore:InvokeCodeInterpreter"] == 2
         assert calls[f"{DISPATCH}:bedrock-agentcore:StartCodeInterpreterSession"] == 0
-        assert sum(v for k, v in calls.items() if ":TransactWriteItems[" in k) == 1
-        assert calls[f"{DISPATCH}:dynamodb:PutItem[{n.INVOCATIONS.logical}]"] == 1
+        assert sum(v for k, v in calls.items() if ":TransactWriteItems[" in k) == 2  # counters, completion
+        assert calls[COMPLETION] == 1
+        assert f"{DISPATCH}:dynamodb:PutItem[{n.INVOCATIONS.logical}]" not in calls  # the row is in the completion
         unexpected = {k: v for k, v in calls.items() if v > LATER_CALL_ALLOWED.get(k, (0, ""))[0]}
         assert unexpected == {}, f"calls beyond the justified set: {unexpected}"
     # And the first call of a turn adds exactly Start, the readiness invoke and the turn state
@@ -463,7 +468,7 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
     assert 5 <= depths["later_call"] <= sum(later.values()) + 2
     assert depths["first_call_of_turn"] > depths["later_call"]
     # And the independent requests went out together (issue 9): the turn read and the
-    # turn-guarded quota check beside the idempotency claim, the audit row beside the idempotency
+    # turn-guarded quota check beside the idempotency claim, the audit row inside the idempotency
     # completion, no quota read-back. A later call is [claim ‖ quota hop + transaction], user
     # code, artifact helper, record: 5.
     # The depth is measured from request timings: on a loaded machine one pair sent together can

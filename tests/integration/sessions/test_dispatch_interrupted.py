@@ -39,15 +39,18 @@ SLOW = "import time\ntime.sleep(60)"
 @pytest.fixture
 def short_dispatch(reaper_stack: Stack) -> Iterator[dict[str, Any]]:
     """Dispatch as Lambda worker processes (its CDK environment) with a short Lambda timeout."""
-    stack = reaper_stack
+    yield from _dispatch_workers_on(reaper_stack, reaper_stack.moto, WORKER_TIMEOUT_SECONDS)
+
+
+def _dispatch_workers_on(stack: Stack, aws_endpoint: str, timeout_seconds: int) -> Iterator[dict[str, Any]]:
     port = free_port()
     endpoints = {
-        "AWS_ENDPOINT_URL": stack.moto, "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE": stack.interpreter.endpoint,
+        "AWS_ENDPOINT_URL": aws_endpoint, "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE": stack.interpreter.endpoint,
         "AWS_ENDPOINT_URL_LAMBDA": stack.emulator.endpoint, "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1",
     }  # fmt: skip
     name = stack.resources.functions[n.DISPATCH]
-    (spec,) = [FunctionSpec.from_dict({**s, "max_concurrency": 4, "timeout_seconds": WORKER_TIMEOUT_SECONDS})
+    (spec,) = [FunctionSpec.from_dict({**s, "max_concurrency": 4, "timeout_seconds": timeout_seconds})
                for s in lambda_function_specs(build_config("local"), stack.resources, endpoints)
                if s["name"] == name]  # fmt: skip
     emulator = LambdaEmulator([spec], port=port).start()
@@ -267,3 +270,50 @@ def test_dispatch_interrupted_finisher_winning_over_a_live_original_leaves_one_r
         answer["invocation_id"],
         n.REASON_DISPATCH_INTERRUPTED,
     )
+
+
+# A dispatch Lambda whose code (`print`) finishes well inside its budget (timeout - the 15 s answer
+# margin), so its completion is sent while the worker still lives.
+COMPLETION_WORKER_TIMEOUT_SECONDS = 22
+
+
+def test_dispatch_interrupted_killed_while_its_completion_is_in_flight_ends_with_one_row(
+    reaper_stack: Stack,
+) -> None:
+    """The completed idempotency record and the audit row are one write (issue 9): a dispatch
+    killed with that write in flight leaves neither, so the call is finished as interrupted with
+    its one row. (Sent as two writes, the record could land completed without its row, and then
+    nothing would ever write one: a completed record is not interrupted.)"""
+    from reaper.interrupted_sweep import finish_interrupted
+
+    stack = reaper_stack
+    audit_table = stack.resources.tables[n.INVOCATIONS.logical]
+    # Given dispatch workers whose request carrying the call's audit row is held, then dropped
+    proxy = HoldingProxy(stack.moto, lambda target, body: target.rsplit(".", 1)[-1] in ("PutItem", "TransactWriteItems")
+                         and audit_table.encode() in body)  # fmt: skip
+    workers = _dispatch_workers_on(stack, proxy.endpoint, COMPLETION_WORKER_TIMEOUT_SECONDS)
+    ctx = next(workers)
+    answers: list[Any] = []
+    try:
+        call = threading.Thread(target=lambda: answers.append(ctx["client"].invoke(
+            FunctionName=ctx["name"], Payload=json.dumps(
+                event(turn_id="turn-c-done", call_id="c-done", code="print('done')")).encode())))  # fmt: skip
+        call.start()
+        # When the call has run and its completion is in flight, the worker is SIGKILLed
+        assert proxy.held.wait(60), "the call never sent its audit row"
+        for pid in _dispatch_workers(n.handler_string(n.DISPATCH)):
+            os.kill(pid, signal.SIGKILL)
+        call.join(60)
+        proxy.release(deliver=False)
+    finally:
+        proxy.close()
+        next(workers, None)
+    assert [a.get("FunctionError") for a in answers] == ["Unhandled"]  # the agent got no answer
+    # Then nothing of the completion landed: no row, the record still in progress
+    record = _record_of(stack, "c-done")
+    assert (record["status"]["S"], _rows(stack, "c-done")) == ("INPROGRESS", [])
+    # And once its deadline passed, the sweep finishes it with exactly one row
+    time.sleep(max(0.0, int(record["in_progress_expiration"]["N"]) / 1000 - time.time()) + 0.5)
+    assert finish_interrupted(time.time())["finished"] == 1
+    (row,) = _rows(stack, "c-done")
+    assert row["failure_reason"] == n.REASON_DISPATCH_INTERRUPTED

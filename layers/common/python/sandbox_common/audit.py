@@ -2,7 +2,8 @@
 `sandbox_common.outcome.Outcome.audit_row`). Shared by dispatch (write) and sandboxctl
 (`audit replay` drains the DLQ through the same writer), so a row has one shape everywhere.
 
-Append-only: the writer only ever calls PutItem with `attribute_not_exists(invocation_id)`;
+Append-only: the writer only ever calls PutItem with `attribute_not_exists(invocation_id)` (or
+sends that same Put inside a TransactWriteItems, `transact_put`);
 there is no update or delete path in code (and IAM/resource policy deny them, see infra/).
 A write failure never changes the agent's result: bounded retries, then the row goes to the
 encrypted SQS dead-letter queue; if even that fails the row is appended to a local spool file
@@ -87,16 +88,21 @@ class AuditWriter:
     sleep: Callable[[float], None] = time.sleep
     spool_path: str | None = None  # local stack only: the last resort when the DLQ is down too
 
+    def _put_args(self, row: dict[str, Any]) -> dict[str, Any]:
+        return {"TableName": self.table_name, "Item": to_item(row),
+                "ConditionExpression": "attribute_not_exists(invocation_id)"}  # fmt: skip
+
+    def transact_put(self, row: dict[str, Any]) -> dict[str, Any]:
+        """The same conditional Put as one item of a TransactWriteItems (dispatch sends the row
+        with the call's idempotency completion, functions/dispatch/idempotency.py)."""
+        return {"Put": self._put_args(row)}
+
     def put(self, row: dict[str, Any]) -> None:
         """One conditional PutItem; raises DuplicateAuditRow or the ClientError."""
         from botocore.exceptions import ClientError
 
         try:
-            self.ddb.put_item(
-                TableName=self.table_name,
-                Item=to_item(row),
-                ConditionExpression="attribute_not_exists(invocation_id)",
-            )
+            self.ddb.put_item(**self._put_args(row))
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
                 raise DuplicateAuditRow(row["invocation_id"]) from None

@@ -204,7 +204,15 @@ def test_jobs_crash_worker_killed_while_ending_the_job_row_written_once(worker_d
     assert submitted["status"] == "running", submitted
     time.sleep(2.5)
     answers: list[dict[str, Any]] = []
-    poll = threading.Thread(target=lambda: answers.append(_invoke(ctx, _get_job(turn_id, submitted["job_id"]))))
+
+    def poll_until_the_job_ended() -> None:
+        # On a loaded machine the job's 2 s may not be over yet: a get_job that finds it still
+        # running writes nothing (no audit row), so ask again until one observes the end.
+        while (answer := _invoke(ctx, _get_job(turn_id, submitted["job_id"]))).get("status") == "running":
+            time.sleep(0.5)
+        answers.append(answer)
+
+    poll = threading.Thread(target=poll_until_the_job_ended)
     poll.start()
     # ... and that worker is killed after it claimed the end, while its audit PutItem is in flight
     assert proxy.held.wait(60), "the worker never reached the audit write"

@@ -93,8 +93,8 @@ demo: os-deps install session-runtime synth-all
 	$(PY) -m infra.local.demo
 
 # Four workers on a 2-core machine: most of a test's time is spent waiting (interpreter sessions,
-# Lambda workers, deadlines), so two workers left the cores half idle (measured: 2 workers used
-# 0.9 cores; 4 workers 1.6 cores and 4 min 32 s instead of 7-8 min).
+# Lambda workers, deadlines), so two workers left the cores half idle (measured here: 2 workers
+# kept 0.9 of the 2 cores busy, 4 workers about 1.5).
 test: os-deps install session-runtime
 	$(PY) -m pytest -q -n 4 --dist loadfile
 

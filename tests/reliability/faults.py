@@ -272,7 +272,8 @@ class FaultProxy:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True, name="fault-proxy").start()
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True,
+                         name="fault-proxy").start()  # a stop() costs one poll interval (stdlib: 0.5 s)
 
     @property
     def endpoint(self) -> str:

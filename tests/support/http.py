@@ -33,7 +33,8 @@ def http_endpoint(answer: Answer) -> Iterator[str]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
-    Thread(target=server.serve_forever, daemon=True).start()
+    # shutdown() waits one poll interval (the stdlib default is 0.5 s)
+    Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_port}"
     finally:

@@ -421,7 +421,9 @@ class LocalInterpreterServer:
 
     def start(self) -> LocalInterpreterServer:
         self._httpd = _HTTPServer(("127.0.0.1", self._port), self.manager)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="lci-http", daemon=True)
+        # A short shutdown poll: stop() waits up to one interval (the stdlib default is 0.5 s).
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02},
+                                        name="lci-http", daemon=True)  # fmt: skip
         self._thread.start()
         return self
 

@@ -114,7 +114,7 @@ class JobRecord:
             "deadline_at": {"S": iso_ms(self.deadline_ms)},
             "state": {"S": self.state},
             "audit_base": {"S": json.dumps(self.audit_base, sort_keys=True)},
-            "expires_at": {"N": str(self.submitted_ms // 1000 + _JOB_TTL_SECONDS)},
+            n.TTL_ATTRIBUTE: {"N": str(self.submitted_ms // 1000 + _JOB_TTL_SECONDS)},
         }
         if self.open:
             item[n.JOB_ATTR_OPEN] = {"S": n.JOB_OPEN_SHARD}

@@ -65,9 +65,10 @@ class Turn:
 
         return cls(
             turn_id=item["turn_id"]["S"], tenant_id=item["tenant_id"]["S"], agent_id=item["agent_id"]["S"],
-            session_state=s("session_state"), session_id=s("session_id"), interpreter_id=s("interpreter_id"),
+            session_state=s(n.TURN_ATTR_SESSION_STATE), session_id=s(n.TURN_ATTR_SESSION_ID),
+            interpreter_id=s("interpreter_id"),
             session_started_at=i("session_started_at"), lease_owner=s("lease_owner"),
-            lease_expires_at=i("lease_expires_at"), ended=item.get("ended", {}).get("BOOL", False),
+            lease_expires_at=i("lease_expires_at"), ended=item.get(n.TURN_ATTR_ENDED, {}).get("BOOL", False),
             token_hash=s(n.TURN_ATTR_TOKEN_HASH) or "", slot_id=s(n.TURN_ATTR_SLOT_ID),
             warm_hint=_hint(item.get(n.TURN_ATTR_WARM_HINT)),
             pool_empty=_strings(item.get(n.TURN_ATTR_POOL_EMPTY), _POOL_EMPTY_FIELDS),
@@ -75,7 +76,7 @@ class Turn:
 
     @property
     def live_session(self) -> bool:
-        return self.session_state == "active" and bool(self.session_id)
+        return self.session_state == n.TURN_SESSION_ACTIVE and bool(self.session_id)
 
 
     def pool_known_empty(self, environment: str, interpreter_id: str, now: float) -> bool:
@@ -139,7 +140,7 @@ class TurnStore:
                 TableName=self.table,
                 Item={
                     "turn_id": {"S": turn_id}, "tenant_id": {"S": tenant_id}, "agent_id": {"S": agent_id},
-                    "created_at": {"N": str(now)}, "expires_at": {"N": str(now + _TURN_TTL_SECONDS)},
+                    "created_at": {"N": str(now)}, n.TTL_ATTRIBUTE: {"N": str(now + _TURN_TTL_SECONDS)},
                     n.TURN_ATTR_TOKEN_HASH: {"S": token_hash},
                 },  # fmt: skip
                 ConditionExpression="attribute_not_exists(turn_id)",
@@ -156,7 +157,7 @@ class TurnStore:
     def take_lease(self, turn: Turn, owner: str, lease_seconds: int) -> bool:
         now = int(self.clock())
         condition, values = self._seen_state(turn, now)
-        values.update({":starting": {"S": "starting"}, ":owner": {"S": owner}, ":exp": {"N": str(now + lease_seconds)}})
+        values.update({":starting": {"S": n.TURN_SESSION_STARTING}, ":owner": {"S": owner}, ":exp": {"N": str(now + lease_seconds)}})
         return self._update(
             turn.tenant_id, turn.turn_id, "SET #st = :starting, lease_owner = :owner, lease_expires_at = :exp", condition, values
         )
@@ -175,13 +176,13 @@ class TurnStore:
         (SessionLedger.claim_warm_bound). The hint is consumed with it."""
         now = int(self.clock())
         condition, values = self._seen_state(turn, now)
-        values.update({":active": {"S": "active"}, ":sid": {"S": session_id}, ":iid": {"S": interpreter_id},
+        values.update({":active": {"S": n.TURN_SESSION_ACTIVE}, ":sid": {"S": session_id}, ":iid": {"S": interpreter_id},
                        ":at": {"N": str(now if started_at is None else int(started_at))}, ":slot": {"S": slot_id}})  # fmt: skip
         update = (f"SET #st = :active, session_id = :sid, interpreter_id = :iid, session_started_at = :at, "
                   f"{n.TURN_ATTR_SLOT_ID} = :slot REMOVE lease_owner, lease_expires_at, {n.TURN_ATTR_WARM_HINT}")  # fmt: skip
         return {"Update": {"TableName": self.table, "Key": _key(turn.tenant_id, turn.turn_id),
                            "UpdateExpression": update, "ConditionExpression": condition,
-                           "ExpressionAttributeNames": {"#st": "session_state"},
+                           "ExpressionAttributeNames": {"#st": n.TURN_ATTR_SESSION_STATE},
                            "ExpressionAttributeValues": values}}  # fmt: skip
 
     def set_hint(self, turn: Turn, hint: dict[str, str]) -> bool:
@@ -206,26 +207,26 @@ class TurnStore:
             turn.tenant_id, turn.turn_id, f"SET {attribute} = :note REMOVE {replaces}",
             "attribute_exists(turn_id) AND attribute_not_exists(ended) AND "
             "(attribute_not_exists(#st) OR #st <> :active)",
-            {":note": {"M": {k: {"S": str(v)} for k, v in fields.items()}}, ":active": {"S": "active"}},
+            {":note": {"M": {k: {"S": str(v)} for k, v in fields.items()}}, ":active": {"S": n.TURN_SESSION_ACTIVE}},
         )  # fmt: skip
 
     @staticmethod
     def _seen_state(turn: Turn, now: int) -> tuple[str, dict[str, Any]]:
         """The condition "the turn's session is still as we saw it": a live session we judged
         unusable (stale/too old/other interpreter), a stopped one, none, or a lease that expired."""
-        if turn.session_state == "active" and turn.session_id:
+        if turn.session_state == n.TURN_SESSION_ACTIVE and turn.session_id:
             return ("#st = :active AND session_id = :seen AND attribute_not_exists(ended)",
-                    {":active": {"S": "active"}, ":seen": {"S": turn.session_id}})  # fmt: skip
+                    {":active": {"S": n.TURN_SESSION_ACTIVE}, ":seen": {"S": turn.session_id}})  # fmt: skip
         return ("attribute_not_exists(ended) AND (attribute_not_exists(#st) OR #st = :stopped OR "
                 "(#st = :starting AND lease_expires_at < :now))",
-                {":stopped": {"S": "stopped"}, ":starting": {"S": "starting"}, ":now": {"N": str(now)}})  # fmt: skip
+                {":stopped": {"S": n.TURN_SESSION_STOPPED}, ":starting": {"S": n.TURN_SESSION_STARTING}, ":now": {"N": str(now)}})  # fmt: skip
 
     def activate(self, tenant_id: str, turn_id: str, owner: str, session_id: str, interpreter_id: str, *,
                  slot_id: str | None = None, started_at: int | None = None) -> None:  # fmt: skip
         """The lease winner's session becomes the turn's. `slot_id`: its session-ledger slot (§16.2);
         `started_at`: when the session really started (a warm one started before this turn)."""
         values: dict[str, Any] = {
-            ":active": {"S": "active"}, ":sid": {"S": session_id}, ":iid": {"S": interpreter_id},
+            ":active": {"S": n.TURN_SESSION_ACTIVE}, ":sid": {"S": session_id}, ":iid": {"S": interpreter_id},
             ":now": {"N": str(int(self.clock()) if started_at is None else int(started_at))}, ":owner": {"S": owner},
         }  # fmt: skip
         update = "SET #st = :active, session_id = :sid, interpreter_id = :iid, session_started_at = :now"
@@ -242,7 +243,7 @@ class TurnStore:
     def release_lease(self, tenant_id: str, turn_id: str, owner: str) -> None:
         try:
             self._update(tenant_id, turn_id, "SET #st = :stopped REMOVE lease_owner, lease_expires_at", "lease_owner = :owner",
-                         {":stopped": {"S": "stopped"}, ":owner": {"S": owner}})  # fmt: skip
+                         {":stopped": {"S": n.TURN_SESSION_STOPPED}, ":owner": {"S": owner}})  # fmt: skip
         except TurnStoreUnavailable:  # the lease expires on its own
             pass
 
@@ -253,13 +254,13 @@ class TurnStore:
     def mark_stopped(self, tenant_id: str, turn_id: str, session_id: str) -> bool:
         """Record that `session_id` is gone; False if the turn already moved on to another session."""
         return self._update(tenant_id, turn_id, "SET #st = :stopped", "#st = :active AND session_id = :sid",
-                            {":stopped": {"S": "stopped"}, ":active": {"S": "active"}, ":sid": {"S": session_id}})  # fmt: skip
+                            {":stopped": {"S": n.TURN_SESSION_STOPPED}, ":active": {"S": n.TURN_SESSION_ACTIVE}, ":sid": {"S": session_id}})  # fmt: skip
 
     def _update(self, tenant_id: str, turn_id: str, update: str, condition: str, values: dict[str, Any]) -> bool:
         """One conditional write to the turn: True if applied, False if its condition did not hold."""
         try:
             # DynamoDB rejects an alias the expressions do not use
-            names = {"#st": "session_state"} if "#st" in update + condition else None
+            names = {"#st": n.TURN_ATTR_SESSION_STATE} if "#st" in update + condition else None
             self.ddb.update_item(
                 TableName=self.table, Key=_key(tenant_id, turn_id), UpdateExpression=update,
                 ConditionExpression=condition, ExpressionAttributeValues=values,

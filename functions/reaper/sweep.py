@@ -47,9 +47,9 @@ def read_turn(ddb: Any, turns_table: str, tenant_id: str, turn_id: str) -> TurnV
     item = out.get("Item")
     if item is None:
         return None
-    state = item.get("session_state", {}).get("S")
-    session = item.get("session_id", {}).get("S") if state == "active" else None
-    return TurnView(ended=item.get("ended", {}).get("BOOL", False), session_id=session)
+    state = item.get(n.TURN_ATTR_SESSION_STATE, {}).get("S")
+    session = item.get(n.TURN_ATTR_SESSION_ID, {}).get("S") if state == n.TURN_SESSION_ACTIVE else None
+    return TurnView(ended=item.get(n.TURN_ATTR_ENDED, {}).get("BOOL", False), session_id=session)
 
 
 def verdict(slot: Slot, turn: TurnView | None, *, now: float, session_timeout_seconds: int) -> str | None:

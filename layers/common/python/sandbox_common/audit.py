@@ -26,7 +26,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from .naming import METRIC_AUDIT_DEAD_LETTERED
+from .naming import METRIC_AUDIT_DEAD_LETTERED, TTL_ATTRIBUTE
 
 AUDIT_RETENTION_CEILING_DAYS = 180
 WRITE_ATTEMPTS = 3
@@ -37,7 +37,7 @@ AUDIT_ATTRIBUTES: tuple[str, ...] = (
     "invocation_id", "tenant_id", "agent_id", "user_id", "template_id", "turn_id", "call_id",
     "session_id", "environment", "invocation_source", "started_at", "finished_at", "duration_ms",
     "exit_status", "exit_code", "error", "failure_reason", "stdout_bytes", "stderr_bytes",
-    "stdout_truncated", "stderr_truncated", "executed_code_hash", "expires_at",
+    "stdout_truncated", "stderr_truncated", "executed_code_hash", TTL_ATTRIBUTE,
     "estimated_cost_usd",  # issue 15: the SSM price in force for this call; 0 when refused
 )  # fmt: skip
 

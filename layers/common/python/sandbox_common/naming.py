@@ -75,6 +75,10 @@ class Index:
     sk: str | None = None
 
 
+# The expiry attribute (epoch seconds) of every table with a DynamoDB TTL.
+TTL_ATTRIBUTE = "expires_at"
+
+
 @dataclass(frozen=True)
 class TableSpec:
     """Everything about a table that the CDK stack and the local stack must agree on."""
@@ -103,12 +107,12 @@ class TableSpec:
         return self.ttl_attribute
 
 
-TENANT_DAILY_COUNTERS = TableSpec("sandbox_tenant_daily_counters", pk="counter_key", ttl_attribute="expires_at")
-AGENT_HOURLY_COUNTERS = TableSpec("sandbox_agent_hourly_counters", pk="counter_key", ttl_attribute="expires_at")
+TENANT_DAILY_COUNTERS = TableSpec("sandbox_tenant_daily_counters", pk="counter_key", ttl_attribute=TTL_ATTRIBUTE)
+AGENT_HOURLY_COUNTERS = TableSpec("sandbox_agent_hourly_counters", pk="counter_key", ttl_attribute=TTL_ATTRIBUTE)
 INVOCATIONS = TableSpec(
     "sandbox_invocations",
     pk="invocation_id",
-    ttl_attribute="expires_at",
+    ttl_attribute=TTL_ATTRIBUTE,
     indexes=(
         Index("by_tenant_time", pk="tenant_id", sk="started_at"),
         Index("by_session", pk="session_id", sk="started_at"),
@@ -117,7 +121,7 @@ INVOCATIONS = TableSpec(
 # Turn -> owner agent, session (§4.5). Turn ids are per tenant: keyed by (tenant_id, turn_id).
 # "_v2": the key schema changed from (turn_id) and CloudFormation cannot replace a table with a
 # fixed name in place; turn items are 2-day state, so a deployed stage simply gets a new table.
-TURNS = TableSpec("sandbox_turns_v2", pk="tenant_id", sk="turn_id", ttl_attribute="expires_at")
+TURNS = TableSpec("sandbox_turns_v2", pk="tenant_id", sk="turn_id", ttl_attribute=TTL_ATTRIBUTE)
 # Tenant policy, template sandbox blocks and the policy change history, one item collection per tenant.
 TENANTS = TableSpec("sandbox_tenants", pk="tenant_id", sk="item", pitr=True)
 # Powertools idempotency persistence layer defaults: key `id`, TTL `expiration`.
@@ -126,7 +130,7 @@ TENANTS = TableSpec("sandbox_tenants", pk="tenant_id", sk="item", pitr=True)
 IDEMPOTENCY = TableSpec("sandbox_idempotency", pk="id", ttl_attribute="expiration",
                         indexes=(Index("by_open_attempt", pk="attempt_open", sk="attempt_deadline"),))  # fmt: skip
 # Backstop findings, partitioned by UTC day for `findings list --since`.
-FINDINGS = TableSpec("sandbox_findings", pk="finding_date", sk="finding_key", ttl_attribute="expires_at")
+FINDINGS = TableSpec("sandbox_findings", pk="finding_date", sk="finding_key", ttl_attribute=TTL_ATTRIBUTE)
 
 ALL_TABLES: tuple[TableSpec, ...] = (
     TENANT_DAILY_COUNTERS,
@@ -459,7 +463,7 @@ JOB_OPEN_SHARD = "open"
 JOBS = TableSpec(
     "sandbox_jobs",
     pk="job_key",
-    ttl_attribute="expires_at",
+    ttl_attribute=TTL_ATTRIBUTE,
     indexes=(
         Index("by_tenant", pk="tenant_id", sk="submitted_at"),
         Index("by_open", pk=JOB_ATTR_OPEN, sk="deadline_at"),
@@ -524,7 +528,7 @@ def warm_sessions_parameter(stage: str, tenant_id: str, environment: str) -> str
 SESSIONS = TableSpec(
     "sandbox_sessions",
     pk="ledger_key",
-    ttl_attribute="expires_at",
+    ttl_attribute=TTL_ATTRIBUTE,
     indexes=(Index("by_warm_pool", pk="warm_pool", sk="started_at"),),
 )
 ALL_TABLES = (*ALL_TABLES, SESSIONS)
@@ -606,7 +610,7 @@ TOOL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
 CONTINUATIONS = TableSpec(
     "sandbox_continuations",
     pk="continuation_hash",
-    ttl_attribute="expires_at",
+    ttl_attribute=TTL_ATTRIBUTE,
     indexes=(Index("by_turn", pk="turn_id", sk="paused_at"),
              Index("by_wait_due", pk="wait_open", sk="wait_due")),  # issue 12: the paused-calls sweep
 )
@@ -677,9 +681,15 @@ QUOTA_MARKER_ATTR_HOURLY_KEY = "hourly_key"  # so a release undoes exactly that 
 # A marker lives as long as the call's idempotency record (dispatch.idempotency.RECORD_TTL_SECONDS;
 # a test keeps the two equal): a retry inside it is never counted twice.
 QUOTA_MARKER_TTL_SECONDS = 24 * 3600
-# Turn item attributes the quota's ConditionCheck reads (written by dispatch.turns).
+# Turn item attributes read outside dispatch.turns (which writes them): the quota's
+# ConditionCheck (agent, ended), the session reaper (ended, session state and id).
 TURN_ATTR_AGENT = "agent_id"
 TURN_ATTR_ENDED = "ended"
+TURN_ATTR_SESSION_STATE = "session_state"
+TURN_ATTR_SESSION_ID = "session_id"
+# The turn's session lease (§4.5): starting (a caller holds the lease and starts the session) ->
+# active (the turn points at its live session) -> stopped.
+TURN_SESSION_STARTING, TURN_SESSION_ACTIVE, TURN_SESSION_STOPPED = "starting", "active", "stopped"
 
 # --- warm first call: one write (issue 11) -------------------------------------------------------
 # On a turn item: a warm session of the turn's pool that begin_turn picked (a hint, not a claim):

@@ -228,7 +228,7 @@ class Outcome:
             "stdout_truncated": bool(r.stdout_truncated) if r else False,
             "stderr_truncated": bool(r.stderr_truncated) if r else False,
             "executed_code_hash": code_hash(req.code),
-            "expires_at": expires_at(self.started_at, retention_days),
+            n.TTL_ATTRIBUTE: expires_at(self.started_at, retention_days),
             n.AUDIT_ATTR_COST: self.estimated_cost_usd,
         }
         if self.session_id is None:

@@ -203,7 +203,8 @@ def _powertools() -> Any:
                 "UpdateExpression": update + " REMOVE #open, #deadline", "ConditionExpression": "#status = :inprogress",
                 "ExpressionAttributeNames": names, "ExpressionAttributeValues": values,
             }  # fmt: skip
-            row = self._rows_by_key.pop(data_record.idempotency_key, None)
+            key = data_record.idempotency_key
+            row = self._rows_by_key.get(key)  # taken out only once it is written or must not be
             if row is None:
                 self.client.update_item(**completion)
                 return
@@ -212,17 +213,23 @@ def _powertools() -> Any:
             except ClientError as exc:
                 reasons = exc.response.get("CancellationReasons") or []  # type: ignore[typeddict-item]
                 if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
-                    raise CompletionLost from None  # a finisher took the record: its row is the call's one row
-                # anything else: the completion alone, and the row on its own (save_success)
-                self._rows_by_key[data_record.idempotency_key] = row
-                try:
-                    self.client.update_item(**completion)
-                except ClientError as retry_exc:
-                    if retry_exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
-                        raise
-                    # no longer in progress: the transaction did apply (its answer was lost) or a
-                    # finisher took the record; either way the row below is a no-op or the only one
+                    self._rows_by_key.pop(key, None)  # a finisher took the record: its row is the call's one row
                     raise CompletionLost from None
+            except Exception:  # noqa: BLE001, S110 — transport (dropped, timed out): handled below
+                pass
+            else:
+                self._rows_by_key.pop(key, None)
+                return
+            # The transaction failed (or its answer was lost): the completion alone, and the row,
+            # still in `_rows_by_key`, written on its own by save_success.
+            try:
+                self.client.update_item(**completion)
+            except ClientError as retry_exc:
+                if retry_exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                    raise
+                # no longer in progress: the transaction did apply (its answer was lost) or a
+                # finisher took the record; either way the row written next is a no-op or the only one
+                raise CompletionLost from None
 
         def save_success(self, data: dict[str, Any], result: dict) -> None:
             invocation_id = str((data.get(ATTEMPT_KEY) or {}).get("invocation_id") or "")

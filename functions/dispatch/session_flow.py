@@ -24,6 +24,7 @@ Per execute_code, in dispatch's order (`Dispatcher._steps`):
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from typing import Any
 
 from sandbox_common import messages
 from sandbox_common import naming as n
-from sandbox_common.errors import SandboxError
+from sandbox_common.errors import SandboxCapExceeded, SandboxError
 from sandbox_common.observability import logger
 from sandbox_common.outcome import Outcome
 from sandbox_common.retries import RetryLog
@@ -42,6 +43,11 @@ from .activation import Activation
 from .preflight import Preflight
 from .session_source import Acquired, Prepared, SessionSource
 from .turns import Turn, TurnStore, TurnStoreUnavailable
+
+# How long a first call refused at a session cap looks for another call of its turn starting the
+# turn's session (see TurnSessions.prepare); a refusal with none in sight comes this much later.
+CONCURRENT_START_WAIT_SECONDS = 2.0
+_CONCURRENT_START_POLL_SECONDS = 0.1
 
 
 @dataclass
@@ -73,10 +79,37 @@ class TurnSessions:
         self.max_session_age_seconds = max(60, session_timeout_seconds - call_timeout_seconds - 30)
 
     def prepare(self, call: SessionCall, turn: Turn, pf: Preflight) -> None:
-        """Hold a session's capacity for a turn without a usable session (raises SandboxCapExceeded)."""
+        """Hold a session's capacity for a turn without a usable session (raises SandboxCapExceeded).
+
+        Concurrent first calls of ONE turn each hold a reservation until one of them has started
+        the turn's one session (the others then give theirs back): at a session cap, the late ones
+        would be refused although the turn needs a single session. So a session-cap refusal is
+        final only if no other call of the turn is starting (or has started) its session within
+        `CONCURRENT_START_WAIT_SECONDS`; if one is, this call goes on without a reservation and
+        the lease protocol hands it that session (nothing was counted while it waited)."""
         if turn_logic.usable_session(self.turns, turn, str(pf.interpreter_id), self.max_session_age_seconds):
             return
-        call.prepared = self._prepare(call, turn, pf, hinted=True)
+        try:
+            call.prepared = self._prepare(call, turn, pf, hinted=True)
+        except SandboxCapExceeded as refused:
+            if refused.fields.get("dimension") not in n.SESSION_CAP_DIMENSIONS or not self._session_coming(turn):
+                raise
+
+    def _session_coming(self, turn: Turn) -> bool:
+        """Another call of this turn holds its session lease (starting) or bound its session."""
+        deadline = time.monotonic() + CONCURRENT_START_WAIT_SECONDS
+        while True:
+            try:
+                fresh = self.turns.get(turn.tenant_id, turn.turn_id)
+            except TurnStoreUnavailable:
+                return False  # the refusal stands
+            if fresh is not None and not fresh.ended and (fresh.live_session or (
+                    fresh.session_state == n.TURN_SESSION_STARTING
+                    and (fresh.lease_expires_at or 0) > self.turns.clock())):  # fmt: skip
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(_CONCURRENT_START_POLL_SECONDS)
 
     def _prepare(self, call: SessionCall, turn: Turn, pf: Preflight, *, hinted: bool = False) -> Prepared:
         """`hinted`: claim the turn's warm hint and bind the turn in the same write (only before the

@@ -157,6 +157,28 @@ def test_dispatch_never_hands_out_a_warm_session_that_failed_its_preamble(reaper
     stack.dispatch(event("end_turn", turn_id="turn-p"))
 
 
+def test_dispatch_concurrent_first_calls_of_one_turn_share_its_session_at_a_session_cap(stack: Stack) -> None:
+    # Given tenant_sessions = 1 for acme and 6 first calls of ONE turn arriving together (an
+    # agent's parallel tool calls): each would hold a reservation until the turn's session started
+    _set_session_cap(n.DIM_TENANT_SESSIONS, 1, "acme")
+    live_before = set(stack.live_sessions())
+    barrier = threading.Barrier(6)
+
+    def call(i: int) -> dict[str, Any]:
+        barrier.wait()
+        return stack.dispatch(event(turn_id="turn-par", call_id=f"par-{i}", code=f"print({i})"))
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        answers = list(pool.map(call, range(6)))
+    # Then none is refused on the session cap: all ran, in the turn's one session, on one slot
+    assert [a.get("error") for a in answers] == [None] * 6, answers
+    assert len({a["session_id"] for a in answers}) == 1
+    assert len(set(stack.live_sessions()) - live_before) == 1
+    assert len(slots_of(stack)) == 1
+    assert _daily_count(stack) == 6
+    stack.dispatch(event("end_turn", turn_id="turn-par"))
+
+
 def test_dispatch_tenant_sessions_cap_admits_exactly_c_of_n_concurrent_turns(stack: Stack) -> None:
     # Given tenant_sessions = 2 for acme and 5 turns whose first calls arrive together
     _set_session_cap(n.DIM_TENANT_SESSIONS, 2, "acme")

@@ -103,9 +103,7 @@ class TurnSessions:
                 fresh = self.turns.get(turn.tenant_id, turn.turn_id)
             except TurnStoreUnavailable:
                 return False  # the refusal stands
-            if fresh is not None and not fresh.ended and (fresh.live_session or (
-                    fresh.session_state == n.TURN_SESSION_STARTING
-                    and (fresh.lease_expires_at or 0) > self.turns.clock())):  # fmt: skip
+            if fresh is not None and fresh.session_underway(self.turns.clock()):
                 return True
             if time.monotonic() >= deadline:
                 return False

@@ -79,6 +79,12 @@ class Turn:
         return self.session_state == n.TURN_SESSION_ACTIVE and bool(self.session_id)
 
 
+    def session_underway(self, now: float) -> bool:
+        """The turn has its session, or a caller holds an unexpired lease starting it (§4.5)."""
+        if self.ended:
+            return False
+        return self.live_session or (self.session_state == n.TURN_SESSION_STARTING and (self.lease_expires_at or 0) > now)
+
     def pool_known_empty(self, environment: str, interpreter_id: str, now: float) -> bool:
         """begin_turn found this environment's pool (for this interpreter) empty, at most
         WARM_POOL_EMPTY_MARK_SECONDS ago: the first call need not read it again."""

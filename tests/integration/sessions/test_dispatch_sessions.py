@@ -23,6 +23,18 @@ def _set_session_cap(dimension: str, value: int, tenant: str | None = None) -> N
                                     Type="String", Overwrite=True)  # fmt: skip
 
 
+def _together(stack: Stack, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every event dispatched at the same moment (threads released by one barrier); answers in order."""
+    barrier = threading.Barrier(len(events))
+
+    def send(request: dict[str, Any]) -> dict[str, Any]:
+        barrier.wait()
+        return stack.dispatch(request)
+
+    with ThreadPoolExecutor(max_workers=len(events)) as pool:
+        return list(pool.map(send, events))
+
+
 def _dispatch_runner() -> Any:
     """The tenant runner dispatch itself uses (its cached clients are the ones dispatch calls)."""
     from dispatch import dependencies
@@ -119,15 +131,8 @@ def test_dispatch_two_concurrent_first_calls_of_two_turns_never_share_a_session(
     set_warm("acme", "default-public", 1)
     reaper().run()
     set_warm("acme", "default-public", 0)  # no refill in between
-    barrier = threading.Barrier(2)
-
-    def first(turn: str) -> dict[str, Any]:
-        barrier.wait()
-        return stack.dispatch(event(turn_id=turn, call_id=f"{turn}-1", code="print('hi')"))
-
     # When both run
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        a, b = pool.map(first, ["turn-a", "turn-b"])
+    a, b = _together(stack, [event(turn_id=t, call_id=f"{t}-1", code="print('hi')") for t in ("turn-a", "turn-b")])
     # Then both ran, on two different sessions: one the warm one, one started cold
     assert a["ok"] is True and b["ok"] is True
     assert a["session_id"] != b["session_id"]
@@ -162,14 +167,7 @@ def test_dispatch_concurrent_first_calls_of_one_turn_share_its_session_at_a_sess
     # agent's parallel tool calls): each would hold a reservation until the turn's session started
     _set_session_cap(n.DIM_TENANT_SESSIONS, 1, "acme")
     live_before = set(stack.live_sessions())
-    barrier = threading.Barrier(6)
-
-    def call(i: int) -> dict[str, Any]:
-        barrier.wait()
-        return stack.dispatch(event(turn_id="turn-par", call_id=f"par-{i}", code=f"print({i})"))
-
-    with ThreadPoolExecutor(max_workers=6) as pool:
-        answers = list(pool.map(call, range(6)))
+    answers = _together(stack, [event(turn_id="turn-par", call_id=f"par-{i}", code=f"print({i})") for i in range(6)])
     # Then none is refused on the session cap: all ran, in the turn's one session, on one slot
     assert [a.get("error") for a in answers] == [None] * 6, answers
     assert len({a["session_id"] for a in answers}) == 1
@@ -184,14 +182,8 @@ def test_dispatch_tenant_sessions_cap_admits_exactly_c_of_n_concurrent_turns(sta
     _set_session_cap(n.DIM_TENANT_SESSIONS, 2, "acme")
     live_before = set(stack.live_sessions())
     turns = [f"turn-{i}" for i in range(5)]
-    barrier = threading.Barrier(len(turns))
-
-    def first(turn: str) -> dict[str, Any]:
-        barrier.wait()
-        return stack.dispatch(event(turn_id=turn, call_id=f"{turn}-1", code="print(1)"))
-
-    with ThreadPoolExecutor(max_workers=len(turns)) as pool:
-        answers = dict(zip(turns, pool.map(first, turns), strict=True))
+    answers = dict(zip(turns, _together(stack, [event(turn_id=t, call_id=f"{t}-1", code="print(1)") for t in turns]),
+                       strict=True))  # fmt: skip
     # Then exactly 2 ran; the 3 others were refused on tenant_sessions with nothing counted
     admitted = [t for t, a in answers.items() if a["ok"]]
     refused = [a for a in answers.values() if not a["ok"]]
@@ -405,14 +397,7 @@ def test_dispatch_concurrent_first_calls_of_one_turn_share_one_session(reaper_st
     set_warm("acme", "default-public", 2)
     reaper().run()
     set_warm("acme", "default-public", 0)
-    barrier = threading.Barrier(2)
-
-    def call(call_id: str) -> dict[str, Any]:
-        barrier.wait()
-        return stack.dispatch(event(turn_id="turn-s", call_id=call_id, code="print('x')"))
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        a, b = pool.map(call, ["s1", "s2"])
+    a, b = _together(stack, [event(turn_id="turn-s", call_id=c, code="print('x')") for c in ("s1", "s2")])
     # Then both ran in one session (the turn's only one); the other warm session went back
     assert a["ok"] is True and b["ok"] is True
     assert a["session_id"] == b["session_id"]
@@ -478,15 +463,8 @@ def test_dispatch_begun_turns_first_calls_against_a_smaller_pool_get_distinct_se
     hints = [_turn_item(t).warm_hint for t in turns]
     assert len(hints) == 4 and all(h is not None and h["session_id"] in pool for h in hints), hints
     log = AgentCoreLog()
-    barrier = threading.Barrier(len(turns))
-
-    def first(turn: str) -> dict[str, Any]:
-        barrier.wait()
-        return stack.dispatch(event(turn_id=turn, call_id=f"{turn}-1", code="print('hi')"))
-
     # When their first calls arrive together
-    with ThreadPoolExecutor(max_workers=len(turns)) as threads:
-        answers = list(threads.map(first, turns))
+    answers = _together(stack, [event(turn_id=t, call_id=f"{t}-1", code="print('hi')") for t in turns])
     # Then all ran, each on its own session: the 2 warm ones went to 2 turns, 2 turns started cold
     assert [a["ok"] for a in answers] == [True] * 4, answers
     assert len({a["session_id"] for a in answers}) == 4
@@ -644,14 +622,7 @@ def test_dispatch_concurrent_cold_first_calls_of_one_begun_turn_share_one_sessio
     # Given a turn begun with an empty pool and two first calls of it arriving together
     assert stack.dispatch(event("begin_turn", turn_id="turn-2c"))["ok"] is True
     log = AgentCoreLog()
-    barrier = threading.Barrier(2)
-
-    def call(call_id: str) -> dict[str, Any]:
-        barrier.wait()
-        return stack.dispatch(event(turn_id="turn-2c", call_id=call_id, code="print('x')"))
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        a, b = pool.map(call, ["c1", "c2"])
+    a, b = _together(stack, [event(turn_id="turn-2c", call_id=c, code="print('x')") for c in ("c1", "c2")])
     # Then both ran in one cold session (the waiter ran once the winner's "active" write, sent
     # beside its code, landed); one Start, one slot, the loser's reservation given back
     assert (a["ok"], b["ok"]) == (True, True), (a, b)

@@ -50,9 +50,14 @@ def compose(app: cdk.App, config: StageConfig) -> dict[str, cdk.Stack]:
     for index, tenants in enumerate(config.shards()):
         name = n.shard_stack_name(config.name, index)
         shard = TenantShardStack(
-            app, name, config=config, tenants=tenants, env=env, tags=tags,
+            app,
+            name,
+            config=config,
+            tenants=tenants,
+            env=env,
+            tags=tags,
             description=f"Thinkwork sandbox tenants shard {index} ({config.name})",
-        )  # fmt: skip
+        )
         # Runner roles trust the dispatch role by ARN and alarms publish to the core topic: IAM
         # and SNS need both to exist first. Order only; no export couples the stacks.
         shard.add_stack_dependency(core)

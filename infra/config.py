@@ -49,7 +49,9 @@ class TenantData(_Model):
     def _keys(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for arn in value:
             if not KMS_KEY_ARN_RE.match(arn):
-                raise ValueError(f"kms key {arn!r} must be a KMS key ARN (arn:<partition>:kms:<region>:<account>:key/<id>)")
+                raise ValueError(
+                    f"kms key {arn!r} must be a KMS key ARN (arn:<partition>:kms:<region>:<account>:key/<id>)"
+                )
         return value
 
     @property
@@ -88,7 +90,9 @@ class TenantConfig(_Model):
             if not n.REQUEST_ID_RE.match(template):
                 raise ValueError(f"template id {template!r} must match {n.REQUEST_ID_RE.pattern}")
             if env is not None and env not in self.environments:
-                raise ValueError(f"template {template!r} uses environment {env!r} not declared for the tenant")
+                raise ValueError(
+                    f"template {template!r} uses environment {env!r} not declared for the tenant"
+                )
         return self
 
 
@@ -138,7 +142,9 @@ class StageConfig(_Model):
     @classmethod
     def _retention_ceiling(cls, value: int) -> int:
         if value > AUDIT_RETENTION_CEILING_DAYS:
-            raise ValueError(f"audit retention {value} days is over the {AUDIT_RETENTION_CEILING_DAYS}-day ceiling")
+            raise ValueError(
+                f"audit retention {value} days is over the {AUDIT_RETENTION_CEILING_DAYS}-day ceiling"
+            )
         return value
 
     @field_validator("tenants")
@@ -155,7 +161,7 @@ class StageConfig(_Model):
         """Two tenants on one prefix (or one inside the other) would read each other's data."""
         owners = [(p, t.id) for t in self.tenants for p in t.data.prefixes]
         for i, (a, ta) in enumerate(owners):
-            for b, tb in owners[i + 1:]:
+            for b, tb in owners[i + 1 :]:
                 if ta != tb and (a.startswith(b) or b.startswith(a)):
                     raise ValueError(f"data prefixes overlap between tenants {ta!r} ({a}) and {tb!r} ({b})")
         return self
@@ -175,7 +181,9 @@ class StageConfig(_Model):
 
 
 _DEMO_TENANTS = (
-    TenantConfig(id="acme", environments=("default-public", "internal-only"), templates={"analyst": "default-public"}),
+    TenantConfig(
+        id="acme", environments=("default-public", "internal-only"), templates={"analyst": "default-public"}
+    ),
     TenantConfig(id="globex", environments=("default-public",), templates={"analyst": "default-public"}),
     # `sandboxctl pilot --tenant canary` (the post-deploy canary) temporarily lowers this tenant's
     # agent_hourly cap to prove the breaker; a dedicated tenant keeps that off real tenants.
@@ -185,7 +193,8 @@ _DEMO_TENANTS = (
 # The local stage's acme may read its folder of the demo data bucket the local stack creates (§14.4).
 _LOCAL_TENANTS = tuple(
     t.model_copy(update={"data": TenantData(read=(f"s3://{n.demo_data_bucket_name('local')}/{t.id}/",))})
-    if t.id == "acme" else t
+    if t.id == "acme"
+    else t
     for t in _DEMO_TENANTS
 )
 
@@ -218,6 +227,7 @@ def build_config(name: str, overrides: dict | None = None) -> StageConfig:
         return StageConfig.model_validate(data)
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in exc.errors(include_url=False)
+            f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}"
+            for e in exc.errors(include_url=False)
         )
         raise ConfigError(f"stage {name!r} configuration is invalid: {problems}") from None

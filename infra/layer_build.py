@@ -43,19 +43,28 @@ def pip_command(
     requirements: Path, target: Path, architecture: str, extra_args: Sequence[str] = ()
 ) -> list[str]:
     return [
-        sys.executable, "-m", "pip", "install",
-        "--disable-pip-version-check", "--quiet",
-        "--requirement", str(requirements),
-        "--target", str(target),
-        "--platform", PIP_PLATFORMS[architecture],
-        "--implementation", "cp",
-        "--python-version", LAMBDA_PYTHON_VERSION,
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "--quiet",
+        "--requirement",
+        str(requirements),
+        "--target",
+        str(target),
+        "--platform",
+        PIP_PLATFORMS[architecture],
+        "--implementation",
+        "cp",
+        "--python-version",
+        LAMBDA_PYTHON_VERSION,
         "--only-binary=:all:",
         # The build host's pip would write .pyc for ITS Python (3.11), useless to 3.13 and a
         # source of non-reproducible bytes.
         "--no-compile",
         *extra_args,
-    ]  # fmt: skip
+    ]
 
 
 def build_layer(

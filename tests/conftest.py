@@ -21,7 +21,9 @@ botocore_models.install()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--bench-full", action="store_true", help="benchmarks at full size (make bench)")
-    parser.addoption("--reliability-full", action="store_true", help="full reliability suite (make reliability)")
+    parser.addoption(
+        "--reliability-full", action="store_true", help="full reliability suite (make reliability)"
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:

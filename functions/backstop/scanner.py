@@ -51,7 +51,9 @@ def decode(event: dict[str, Any]) -> Any:
     try:
         decoded = CloudWatchLogsEvent(event).parse_logs_data()
         # Touch every field scan_events relies on, so a malformed document fails here, whole.
-        if not isinstance(decoded.message_type, str) or not isinstance(decoded.raw_event.get("logEvents"), list):
+        if not isinstance(decoded.message_type, str) or not isinstance(
+            decoded.raw_event.get("logEvents"), list
+        ):
             raise ValueError("not a subscription payload")
         decoded.log_group  # noqa: B018
         decoded.log_stream  # noqa: B018

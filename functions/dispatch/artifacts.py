@@ -45,7 +45,7 @@ ANSWER_PATH = f"{STATE_DIR}/collect.json"
 CHUNK_BYTES = 1024 * 1024
 READ_BATCH_BYTES = 8 * 1024 * 1024
 
-_COLLECT_SOURCE = r'''
+_COLLECT_SOURCE = r"""
 def __sandbox_collect(outputs, state_dir, answer, max_bytes, chunk, figure_name):
     import hashlib, json, os, shutil, sys
     os.makedirs(outputs, exist_ok=True)
@@ -115,7 +115,7 @@ def __sandbox_collect(outputs, state_dir, answer, max_bytes, chunk, figure_name)
 
 __sandbox_collect(__ARGS__)
 del __sandbox_collect
-'''
+"""
 
 
 # Printed by the helper when it found nothing, so the host skips reading the answer file (one
@@ -126,13 +126,17 @@ NOTHING_MARKER = "sandbox-collect: nothing new"
 
 
 def collect_source(max_bytes: int = n.MAX_ARTIFACT_BYTES, chunk: int = CHUNK_BYTES) -> str:
-    args = ", ".join(json.dumps(v) for v in (n.OUTPUTS_DIR, STATE_DIR, ANSWER_PATH, max_bytes, chunk, n.FIGURE_NAME))
+    args = ", ".join(
+        json.dumps(v) for v in (n.OUTPUTS_DIR, STATE_DIR, ANSWER_PATH, max_bytes, chunk, n.FIGURE_NAME)
+    )
     return _COLLECT_SOURCE.replace("__ARGS__", args).replace("__NOTHING__", json.dumps(NOTHING_MARKER))
 
 
 def _collect_answer(files: SessionFiles, interpreter_id: str, session_id: str) -> Any:
     """The helper's answer: no items when it said so on stdout, else the answer file (readFiles)."""
-    result = files.call(interpreter_id, session_id, EXECUTE_CODE, {"language": "python", "code": collect_source()})
+    result = files.call(
+        interpreter_id, session_id, EXECUTE_CODE, {"language": "python", "code": collect_source()}
+    )
     exit_code = result.structured.get("exitCode")
     if exit_code not in (None, 0):
         raise ToolFailed(f"helper_failed:exit_code:{exit_code}")
@@ -180,8 +184,16 @@ class ArtifactStore:
     def __init__(self, s3: Any) -> None:
         self.s3 = s3
 
-    def put(self, ctx: ArtifactContext, filename: str, data: bytes, *, redacted: bool, sha256: str | None = None,
-            now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> dict[str, Any]:  # fmt: skip
+    def put(
+        self,
+        ctx: ArtifactContext,
+        filename: str,
+        data: bytes,
+        *,
+        redacted: bool,
+        sha256: str | None = None,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> dict[str, Any]:
         """`sha256`: the bytes' digest when the caller has just verified it (saves a pass)."""
         file_id = new_file_id()
         sha = sha256 or hashlib.sha256(data).hexdigest()
@@ -191,17 +203,32 @@ class ArtifactStore:
         # Object first, pointer second: a crash between them leaves an object no file_id names,
         # which the bucket's lifecycle expires; never a file_id that names nothing.
         self.s3.put_object(
-            Bucket=ctx.bucket, Key=key, Body=data, ContentType=ctype,
-            Metadata={n.META_FILE_ID: file_id, n.META_SHA256: sha, n.META_CREATED_AT: created_at,
-                      n.META_REDACTED: "true" if redacted else "false"},
-        )  # fmt: skip
-        entry = {"file_id": file_id, "filename": filename, "bytes": len(data), "content_type": ctype,
-                 "sha256": sha, "created_at": created_at}  # fmt: skip
+            Bucket=ctx.bucket,
+            Key=key,
+            Body=data,
+            ContentType=ctype,
+            Metadata={
+                n.META_FILE_ID: file_id,
+                n.META_SHA256: sha,
+                n.META_CREATED_AT: created_at,
+                n.META_REDACTED: "true" if redacted else "false",
+            },
+        )
+        entry = {
+            "file_id": file_id,
+            "filename": filename,
+            "bytes": len(data),
+            "content_type": ctype,
+            "sha256": sha,
+            "created_at": created_at,
+        }
         pointer = {**entry, "key": key, "turn_id": ctx.turn_id, "invocation_id": ctx.invocation_id}
         self.s3.put_object(
-            Bucket=ctx.bucket, Key=n.file_pointer_key(ctx.tenant_id, file_id),
-            Body=json.dumps(pointer).encode(), ContentType="application/json",
-        )  # fmt: skip
+            Bucket=ctx.bucket,
+            Key=n.file_pointer_key(ctx.tenant_id, file_id),
+            Body=json.dumps(pointer).encode(),
+            ContentType="application/json",
+        )
         return entry
 
 
@@ -334,7 +361,9 @@ def collect_and_store(
             failure = failure or "artifacts:sha256_mismatch"
             continue
         clean, redacted = assembly.finish()
-        entry = store.put(ctx, filename, clean, redacted=redacted, sha256=None if redacted else item["sha256"])
+        entry = store.put(
+            ctx, filename, clean, redacted=redacted, sha256=None if redacted else item["sha256"]
+        )
         stored += 1
         listed.append(entry)
         artifacts.append({k: entry[k] for k in ("file_id", "filename", "bytes", "sha256")})
@@ -361,10 +390,14 @@ def _well_formed(item: Any) -> bool:
     parts = item.get("parts", [])
     if not isinstance(parts, list) or len(parts) > _MAX_PARTS:
         return False
-    return all(isinstance(p, str) and re.fullmatch(rf"{re.escape(STATE_DIR)}/parts/\d+\.\d+", p) for p in parts)
+    return all(
+        isinstance(p, str) and re.fullmatch(rf"{re.escape(STATE_DIR)}/parts/\d+\.\d+", p) for p in parts
+    )
 
 
-def _read_artifact(files: SessionFiles, interpreter_id: str, session_id: str, item: dict[str, Any]) -> Iterator[bytes]:
+def _read_artifact(
+    files: SessionFiles, interpreter_id: str, session_id: str, item: dict[str, Any]
+) -> Iterator[bytes]:
     """The artifact's bytes in order, part by part. Parts are read in batches, each batch asked
     for while the caller still works on the one before (one reader thread, one batch ahead):
     the session encodes and sends while the host checks and redacts. A failed read raises

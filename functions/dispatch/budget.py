@@ -79,15 +79,23 @@ class BudgetReader:
         return value
 
 
-def report_if_crossed(tenant_id: str, count_today: int | None, price: Decimal, budget: Decimal | None) -> bool:
+def report_if_crossed(
+    tenant_id: str, count_today: int | None, price: Decimal, budget: Decimal | None
+) -> bool:
     """Emit the metric (both dimension sets) and the log line when this call crossed the budget."""
     if not crossed(count_today, price, budget):
         return False
     for dimension_set in n.METRIC_DIMENSIONS[n.METRIC_DAILY_BUDGET_CROSSED]:
         emit_metric(n.METRIC_DAILY_BUDGET_CROSSED, dimensions={k: tenant_id for k in dimension_set})
-    logger.warning("daily_budget_crossed", extra={"tenant_id": tenant_id, "budget_usd": str(budget),
-                                                  "estimated_spend_usd": str((count_today or 0) * price),
-                                                  "calls_today": count_today})  # fmt: skip
+    logger.warning(
+        "daily_budget_crossed",
+        extra={
+            "tenant_id": tenant_id,
+            "budget_usd": str(budget),
+            "estimated_spend_usd": str((count_today or 0) * price),
+            "calls_today": count_today,
+        },
+    )
     return True
 
 

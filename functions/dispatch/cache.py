@@ -13,7 +13,9 @@ V = TypeVar("V")
 
 
 class TtlCache(Generic[V]):
-    def __init__(self, ttl_seconds: float, *, max_items: int = 1024, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, ttl_seconds: float, *, max_items: int = 1024, clock: Callable[[], float] = time.monotonic
+    ):
         self.ttl = ttl_seconds
         self.max_items = max_items
         self.clock = clock

@@ -62,7 +62,9 @@ class Continuation:
 
 
 class ContinuationStore:
-    def __init__(self, table_name: str, *, client: Any = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, table_name: str, *, client: Any = None, clock: Callable[[], float] = time.time
+    ) -> None:
         self.table_name = table_name
         self._client = client
         self._clock = clock
@@ -73,8 +75,16 @@ class ContinuationStore:
             self._client = aws.client("dynamodb")
         return self._client
 
-    def issue(self, *, tenant_id: str, agent_id: str, turn_id: str, call: dict[str, Any], state: ToolCallState,
-              wait_seconds: float) -> str:  # fmt: skip
+    def issue(
+        self,
+        *,
+        tenant_id: str,
+        agent_id: str,
+        turn_id: str,
+        call: dict[str, Any],
+        state: ToolCallState,
+        wait_seconds: float,
+    ) -> str:
         """Store a pause; returns the token the agent must send back (only here, only once)."""
         token = secrets.token_urlsafe(TOKEN_BYTES)
         now = self._clock()
@@ -97,9 +107,12 @@ class ContinuationStore:
             "stderr_head": {"B": zlib.compress(stderr_head)},
         }
         try:
-            self.client.put_item(TableName=self.table_name, Item=item,
-                                 ConditionExpression="attribute_not_exists(#pk)",
-                                 ExpressionAttributeNames={"#pk": n.CONTINUATIONS.pk})  # fmt: skip
+            self.client.put_item(
+                TableName=self.table_name,
+                Item=item,
+                ConditionExpression="attribute_not_exists(#pk)",
+                ExpressionAttributeNames={"#pk": n.CONTINUATIONS.pk},
+            )
         except (ClientError, BotoCoreError) as exc:
             raise SandboxError(STORE_UNAVAILABLE, failure_reason=f"continuation_store:{_code(exc)}") from None
         return token
@@ -109,8 +122,9 @@ class ContinuationStore:
         this tenant, agent and turn -> SandboxInvalidRequest (one answer for every case)."""
         if not isinstance(token, str) or not TOKEN_RE.match(token):
             raise SandboxInvalidRequest(INVALID_CONTINUATION)
-        return self._transition(token_hash(token), STATUS_CLAIMED, tenant_id=tenant_id, agent_id=agent_id,
-                                turn_id=turn_id)  # fmt: skip
+        return self._transition(
+            token_hash(token), STATUS_CLAIMED, tenant_id=tenant_id, agent_id=agent_id, turn_id=turn_id
+        )
 
     def expire_for_turn(self, *, tenant_id: str, turn_id: str) -> list[Continuation]:
         """Claim (as expired) every paused continuation of a turn — for end_turn or a reaper, so
@@ -122,8 +136,11 @@ class ContinuationStore:
         claimed = []
         for key, agent_id in pages:
             try:
-                claimed.append(self._transition(key, STATUS_EXPIRED, tenant_id=tenant_id, agent_id=agent_id,
-                                                turn_id=turn_id))  # fmt: skip
+                claimed.append(
+                    self._transition(
+                        key, STATUS_EXPIRED, tenant_id=tenant_id, agent_id=agent_id, turn_id=turn_id
+                    )
+                )
             except SandboxInvalidRequest:  # resumed concurrently: that resume owns it now
                 continue
         return claimed
@@ -136,19 +153,33 @@ class ContinuationStore:
         due = _due_key(self._clock() if now is None else now)
         try:
             answer = self.client.query(
-                TableName=self.table_name, IndexName=n.CONTINUATIONS_WAIT_DUE_INDEX, Limit=limit,
+                TableName=self.table_name,
+                IndexName=n.CONTINUATIONS_WAIT_DUE_INDEX,
+                Limit=limit,
                 KeyConditionExpression="#open = :open AND #due <= :due",
-                ExpressionAttributeNames={"#open": n.CONTINUATION_ATTR_WAIT_OPEN, "#due": n.CONTINUATION_ATTR_WAIT_DUE},
-                ExpressionAttributeValues={":open": {"S": n.CONTINUATION_WAIT_OPEN_VALUE}, ":due": {"S": due}},
-            )  # fmt: skip
+                ExpressionAttributeNames={
+                    "#open": n.CONTINUATION_ATTR_WAIT_OPEN,
+                    "#due": n.CONTINUATION_ATTR_WAIT_DUE,
+                },
+                ExpressionAttributeValues={
+                    ":open": {"S": n.CONTINUATION_WAIT_OPEN_VALUE},
+                    ":due": {"S": due},
+                },
+            )
         except (ClientError, BotoCoreError) as exc:
             raise SandboxError(STORE_UNAVAILABLE, failure_reason=f"continuation_store:{_code(exc)}") from None
         claimed = []
         for item in answer.get("Items", []):
             try:
-                claimed.append(self._transition(item[n.CONTINUATIONS.pk]["S"], STATUS_EXPIRED,
-                                                tenant_id=item["tenant_id"]["S"], agent_id=item["agent_id"]["S"],
-                                                turn_id=item["turn_id"]["S"]))  # fmt: skip
+                claimed.append(
+                    self._transition(
+                        item[n.CONTINUATIONS.pk]["S"],
+                        STATUS_EXPIRED,
+                        tenant_id=item["tenant_id"]["S"],
+                        agent_id=item["agent_id"]["S"],
+                        turn_id=item["turn_id"]["S"],
+                    )
+                )
             except SandboxInvalidRequest:  # resumed or ended meanwhile: that caller owns it now
                 continue
         return claimed
@@ -163,12 +194,18 @@ class ContinuationStore:
             KeyConditionExpression="turn_id = :turn",
             FilterExpression="tenant_id = :t AND #s = :paused",
             ExpressionAttributeNames={"#s": "status"},
-            ExpressionAttributeValues={":turn": {"S": turn_id}, ":t": {"S": tenant_id}, ":paused": {"S": STATUS_PAUSED}},
+            ExpressionAttributeValues={
+                ":turn": {"S": turn_id},
+                ":t": {"S": tenant_id},
+                ":paused": {"S": STATUS_PAUSED},
+            },
         ):
             found.extend((i[n.CONTINUATIONS.pk]["S"], i["agent_id"]["S"]) for i in page.get("Items", []))
         return found
 
-    def _transition(self, key: str, status: str, *, tenant_id: str, agent_id: str, turn_id: str) -> Continuation:
+    def _transition(
+        self, key: str, status: str, *, tenant_id: str, agent_id: str, turn_id: str
+    ) -> Continuation:
         try:
             answer = self.client.update_item(
                 TableName=self.table_name,
@@ -177,13 +214,20 @@ class ContinuationStore:
                 ConditionExpression=(
                     "attribute_exists(#pk) AND #s = :paused AND tenant_id = :t AND agent_id = :a AND turn_id = :turn"
                 ),
-                ExpressionAttributeNames={"#s": "status", "#pk": n.CONTINUATIONS.pk,
-                                          "#open": n.CONTINUATION_ATTR_WAIT_OPEN,
-                                          "#due": n.CONTINUATION_ATTR_WAIT_DUE},  # fmt: skip
+                ExpressionAttributeNames={
+                    "#s": "status",
+                    "#pk": n.CONTINUATIONS.pk,
+                    "#open": n.CONTINUATION_ATTR_WAIT_OPEN,
+                    "#due": n.CONTINUATION_ATTR_WAIT_DUE,
+                },
                 ExpressionAttributeValues={
-                    ":new": {"S": status}, ":paused": {"S": STATUS_PAUSED}, ":now": {"N": str(int(self._clock()))},
-                    ":t": {"S": tenant_id}, ":a": {"S": agent_id}, ":turn": {"S": turn_id},
-                },  # fmt: skip
+                    ":new": {"S": status},
+                    ":paused": {"S": STATUS_PAUSED},
+                    ":now": {"N": str(int(self._clock()))},
+                    ":t": {"S": tenant_id},
+                    ":a": {"S": agent_id},
+                    ":turn": {"S": turn_id},
+                },
                 ReturnValues="ALL_NEW",
             )
         except ClientError as exc:

@@ -67,39 +67,63 @@ def dispatcher() -> Dispatcher:
         return prices.get_or_load("price", load)
 
     turns = TurnStore(table_name=settings.turns_table, ddb=ddb)
-    audit_writer = AuditWriter(table_name=settings.invocations_table, dlq_url=settings.audit_dlq_url,
-                               ddb=ddb, sqs=aws.client("sqs"), spool_path=settings.audit_spool_path or None)
+    audit_writer = AuditWriter(
+        table_name=settings.invocations_table,
+        dlq_url=settings.audit_dlq_url,
+        ddb=ddb,
+        sqs=aws.client("sqs"),
+        spool_path=settings.audit_spool_path or None,
+    )
     return Dispatcher(
         settings,
-        preflight=PreflightReader(stage=settings.stage, tenants_table=settings.tenants_table,
-                                  ttl_seconds=settings.cache_ttl_seconds, ssm=aws.client("ssm"), ddb=ddb),
+        preflight=PreflightReader(
+            stage=settings.stage,
+            tenants_table=settings.tenants_table,
+            ttl_seconds=settings.cache_ttl_seconds,
+            ssm=aws.client("ssm"),
+            ddb=ddb,
+        ),
         turns=turns,
         audit_writer=audit_writer,
         runner_factory=runner_for,
         price_per_call=price_per_call,
-        calls=IdempotentCalls(table_name=settings.idempotency_table, ddb=ddb, audit_writer=audit_writer,
-                              interrupted=InterruptedCalls(table_name=settings.idempotency_table, ddb=ddb,
-                                                           audit_writer=audit_writer,
-                                                           retention_days=settings.audit_retention_days,
-                                                           stored_form=stored_form)),
+        calls=IdempotentCalls(
+            table_name=settings.idempotency_table,
+            ddb=ddb,
+            audit_writer=audit_writer,
+            interrupted=InterruptedCalls(
+                table_name=settings.idempotency_table,
+                ddb=ddb,
+                audit_writer=audit_writer,
+                retention_days=settings.audit_retention_days,
+                stored_form=stored_form,
+            ),
+        ),
         sessions=turn_sessions(settings, turns, ddb),
-        accounting=UsageAccounting(price_per_call, BudgetReader(stage=settings.stage, ssm=aws.client("ssm"),
-                                                                ttl_seconds=settings.cache_ttl_seconds)),
-    )  # fmt: skip
+        accounting=UsageAccounting(
+            price_per_call,
+            BudgetReader(stage=settings.stage, ssm=aws.client("ssm"), ttl_seconds=settings.cache_ttl_seconds),
+        ),
+    )
 
 
 def turn_sessions(settings: DispatchSettings, turns: TurnStore, ddb: object) -> TurnSessions:
     """The turn's session from the stage's managed sessions (§16): warm pool + session caps."""
     source = SessionSource(
         ledger=SessionLedger(table_name=settings.sessions_table, ddb=ddb),
-        caps_for=SessionCapReader(stage=settings.stage, ssm=aws.client("ssm"),
-                                  ttl_seconds=settings.cache_ttl_seconds).caps_for,
+        caps_for=SessionCapReader(
+            stage=settings.stage, ssm=aws.client("ssm"), ttl_seconds=settings.cache_ttl_seconds
+        ).caps_for,
         claim_min_life_seconds=claim_min_life_seconds(settings.call_timeout_seconds),
         # A cold slot is held through the quota hop, the turn-lease wait and Start + preamble.
         lease_seconds=settings.call_timeout_seconds + COLD_SLOT_LEASE_MARGIN_SECONDS,
-    )  # fmt: skip
-    return TurnSessions(turns=turns, source=source, session_timeout_seconds=settings.session_timeout_seconds,
-                        call_timeout_seconds=settings.call_timeout_seconds)  # fmt: skip
+    )
+    return TurnSessions(
+        turns=turns,
+        source=source,
+        session_timeout_seconds=settings.session_timeout_seconds,
+        call_timeout_seconds=settings.call_timeout_seconds,
+    )
 
 
 def reset() -> None:

@@ -19,8 +19,9 @@ NOT_FOUND_MESSAGE = messages.FILE_NOT_FOUND
 LOOKUP_FAILED_MESSAGE = "The file could not be looked up right now; please try again."
 
 
-def get_file(request: GetFileRequest, *, s3: Any, bucket: str,
-             expires_seconds: int = n.PRESIGNED_URL_SECONDS) -> dict[str, Any]:  # fmt: skip
+def get_file(
+    request: GetFileRequest, *, s3: Any, bucket: str, expires_seconds: int = n.PRESIGNED_URL_SECONDS
+) -> dict[str, Any]:
     from botocore.exceptions import BotoCoreError, ClientError  # lazy: cold start, as runner/session.py
 
     if not 1 <= expires_seconds <= n.PRESIGNED_URL_SECONDS:
@@ -31,7 +32,9 @@ def get_file(request: GetFileRequest, *, s3: Any, bucket: str,
         code = exc.response.get("Error", {}).get("Code")
         raise SandboxError(LOOKUP_FAILED_MESSAGE, failure_reason=f"get_file_failed:{code}") from None
     except (BotoCoreError, ValueError) as exc:
-        raise SandboxError(LOOKUP_FAILED_MESSAGE, failure_reason=f"get_file_failed:{type(exc).__name__}") from None
+        raise SandboxError(
+            LOOKUP_FAILED_MESSAGE, failure_reason=f"get_file_failed:{type(exc).__name__}"
+        ) from None
     if pointer is None:
         raise SandboxInvalidRequest(NOT_FOUND_MESSAGE)
     url = s3.generate_presigned_url(

@@ -24,7 +24,9 @@ from .artifacts import ArtifactContext, ArtifactStore, CollectResult, collect_an
 from .inputs import InputsFailed, write_inputs
 from .runner.tools import SessionFiles
 
-INPUTS_FAILED_MESSAGE = "The input files could not be placed in the sandbox, so no code was run; please check them and try again."
+INPUTS_FAILED_MESSAGE = (
+    "The input files could not be placed in the sandbox, so no code was run; please check them and try again."
+)
 
 
 @functools.cache
@@ -34,30 +36,42 @@ def s3_client() -> Any:
     import boto3
     from botocore.config import Config
 
-    return boto3.session.Session().client("s3", config=Config(
-        signature_version="s3v4", retries=dict(aws.RETRY_CONFIG), connect_timeout=3, read_timeout=60))  # fmt: skip
+    return boto3.session.Session().client(
+        "s3",
+        config=Config(
+            signature_version="s3v4", retries=dict(aws.RETRY_CONFIG), connect_timeout=3, read_timeout=60
+        ),
+    )
 
 
 def session_files(runner: Any) -> SessionFiles:
     """File tools bound to a SessionRunner's tenant, interpreters and credentials."""
-    return SessionFiles(tenant_id=runner.tenant_id, allowed_interpreter_ids=runner.allowed_interpreter_ids,
-                        credentials=runner.credentials)  # fmt: skip
+    return SessionFiles(
+        tenant_id=runner.tenant_id,
+        allowed_interpreter_ids=runner.allowed_interpreter_ids,
+        credentials=runner.credentials,
+    )
 
 
 def check_inputs(request: ExecuteCodeRequest, data_read: tuple[str, ...]) -> None:
     check_s3_inputs(request.files, data_read)
 
 
-def place_inputs(runner: Any, interpreter_id: str, session_id: str, request: ExecuteCodeRequest) -> list[dict[str, Any]]:
+def place_inputs(
+    runner: Any, interpreter_id: str, session_id: str, request: ExecuteCodeRequest
+) -> list[dict[str, Any]]:
     try:
         return write_inputs(session_files(runner), interpreter_id, session_id, request.files)
     except InputsFailed as exc:
         raise SandboxError(INPUTS_FAILED_MESSAGE, failure_reason=exc.reason) from None
 
 
-def collect(runner: Any, interpreter_id: str, session_id: str, ctx: ArtifactContext,
-            exit_status: str, s3: Any = None) -> CollectResult | None:  # fmt: skip
+def collect(
+    runner: Any, interpreter_id: str, session_id: str, ctx: ArtifactContext, exit_status: str, s3: Any = None
+) -> CollectResult | None:
     """None after a timeout (nothing is collected); else the collection's result."""
     if exit_status == "timeout" or not ctx.bucket:
         return None
-    return collect_and_store(session_files(runner), interpreter_id, session_id, ctx, ArtifactStore(s3 or s3_client()))
+    return collect_and_store(
+        session_files(runner), interpreter_id, session_id, ctx, ArtifactStore(s3 or s3_client())
+    )

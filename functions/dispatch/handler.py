@@ -22,8 +22,11 @@ def handler(event: Any, context: Any) -> dict[str, Any]:
     started = time.monotonic()
     try:
         request = parse_dispatch_event(event)
-        logger.append_keys(action=request.action, tenant_id=getattr(request, "tenant_id", None),
-                           turn_id=getattr(request, "turn_id", None))  # fmt: skip
+        logger.append_keys(
+            action=request.action,
+            tenant_id=getattr(request, "tenant_id", None),
+            turn_id=getattr(request, "turn_id", None),
+        )
         return dispatcher().handle(request, context)
     except SandboxInvalidRequest as exc:
         emit_metric(n.METRIC_INVALID_REQUEST)
@@ -43,6 +46,8 @@ def _failure(failure: SandboxError, started: float) -> dict[str, Any]:
     Its invocation_id has no audit row of its own (the call's row is written, or the request
     never became a call)."""
     return failure.to_response() | {
-        "exit_status": failure.exit_status, "exit_code": None, "invocation_id": str(uuid.uuid4()),
+        "exit_status": failure.exit_status,
+        "exit_code": None,
+        "invocation_id": str(uuid.uuid4()),
         "duration_ms": int((time.monotonic() - started) * 1000),
-    }  # fmt: skip
+    }

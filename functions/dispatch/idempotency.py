@@ -110,8 +110,12 @@ def stored_form(response: dict[str, Any]) -> dict[str, Any]:
     packed = _pack(response)
     if len(packed["z"]) <= STORED_LIMIT_BYTES:
         return packed
-    trimmed = {**response, "stdout": str(response.get("stdout", ""))[:_TRIM_STDOUT_CHARS],
-               "stderr": str(response.get("stderr", ""))[:_TRIM_STDERR_CHARS], "replay_output_trimmed": True}  # fmt: skip
+    trimmed = {
+        **response,
+        "stdout": str(response.get("stdout", ""))[:_TRIM_STDOUT_CHARS],
+        "stderr": str(response.get("stderr", ""))[:_TRIM_STDERR_CHARS],
+        "replay_output_trimmed": True,
+    }
     return _pack(trimmed)
 
 
@@ -140,8 +144,9 @@ def _powertools() -> Any:
           the same TransactWriteItems when one was handed over (`CompletionRows`), and a failure
           there is logged and alarmed, never raised (raising would lose the real result)."""
 
-        def __init__(self, *args: Any, rows: CompletionRows | None = None, audit_writer: Any = None,
-                     **kwargs: Any) -> None:  # fmt: skip
+        def __init__(
+            self, *args: Any, rows: CompletionRows | None = None, audit_writer: Any = None, **kwargs: Any
+        ) -> None:
             super().__init__(*args, **kwargs)
             self.rows, self.audit_writer = rows, audit_writer
             self._rows_by_key: dict[str, dict[str, Any]] = {}  # the row a completion in progress carries
@@ -150,34 +155,43 @@ def _powertools() -> Any:
             key = self._get_hashed_idempotency_key(data=data)
             if key is None:  # no key: Powertools saves nothing (raise_on_no_idempotency_key raised before)
                 return
-            record = DataRecord(idempotency_key=key, status=STATUS_INPROGRESS,
-                                expiry_timestamp=self._get_expiry_timestamp(),
-                                payload_hash=self._get_hashed_payload(data=data))  # fmt: skip
+            record = DataRecord(
+                idempotency_key=key,
+                status=STATUS_INPROGRESS,
+                expiry_timestamp=self._get_expiry_timestamp(),
+                payload_hash=self._get_hashed_payload(data=data),
+            )
             if remaining_time_in_millis is not None:
                 record.in_progress_expiry_timestamp = int(time.time() * 1000) + remaining_time_in_millis
             self._put_attempt(record, data.get(ATTEMPT_KEY))
 
         def _put_attempt(self, record: Any, attempt: dict[str, Any] | None) -> None:
-            item = {**self._get_key(record.idempotency_key), self.expiry_attr: {"N": str(record.expiry_timestamp)},
-                    self.status_attr: {"S": record.status}}  # fmt: skip
+            item = {
+                **self._get_key(record.idempotency_key),
+                self.expiry_attr: {"N": str(record.expiry_timestamp)},
+                self.status_attr: {"S": record.status},
+            }
             if record.in_progress_expiry_timestamp is not None:
                 item[self.in_progress_expiry_attr] = {"N": str(record.in_progress_expiry_timestamp)}
                 if attempt is not None:  # listed for the sweep only when it has a deadline
                     item[n.IDEMPOTENCY_ATTR_OPEN] = {"S": n.IDEMPOTENCY_OPEN_VALUE}
-                    item[n.IDEMPOTENCY_ATTR_DEADLINE] = {"S": deadline_key(record.in_progress_expiry_timestamp)}
+                    item[n.IDEMPOTENCY_ATTR_DEADLINE] = {
+                        "S": deadline_key(record.in_progress_expiry_timestamp)
+                    }
             if attempt is not None:
                 item[n.IDEMPOTENCY_ATTR_ATTEMPT] = {"S": json.dumps(attempt, sort_keys=True)}
             if self.payload_validation_enabled and record.payload_hash:
                 item[self.validation_key_attr] = {"S": record.payload_hash}
             try:
                 self.client.put_item(
-                    TableName=self.table_name, Item=item,
+                    TableName=self.table_name,
+                    Item=item,
                     # new, or a finished record past its TTL — never an in-progress one past its deadline
                     ConditionExpression="attribute_not_exists(#id) OR #expiry < :now",
                     ExpressionAttributeNames={"#id": self.key_attr, "#expiry": self.expiry_attr},
                     ExpressionAttributeValues={":now": {"N": str(int(time.time()))}},
                     ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                )  # fmt: skip
+                )
             except ClientError as exc:
                 if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                     raise
@@ -189,31 +203,47 @@ def _powertools() -> Any:
                 raise exceptions.IdempotencyItemAlreadyExistsError(old_data_record=old_record) from exc
 
         def _update_record(self, data_record: Any) -> None:
-            names = {"#response_data": self.data_attr, "#expiry": self.expiry_attr, "#status": self.status_attr,
-                     "#open": n.IDEMPOTENCY_ATTR_OPEN, "#deadline": n.IDEMPOTENCY_ATTR_DEADLINE}  # fmt: skip
-            values = {":response_data": {"S": data_record.response_data}, ":status": {"S": data_record.status},
-                      ":expiry": {"N": str(data_record.expiry_timestamp)}, ":inprogress": {"S": STATUS_INPROGRESS}}  # fmt: skip
+            names = {
+                "#response_data": self.data_attr,
+                "#expiry": self.expiry_attr,
+                "#status": self.status_attr,
+                "#open": n.IDEMPOTENCY_ATTR_OPEN,
+                "#deadline": n.IDEMPOTENCY_ATTR_DEADLINE,
+            }
+            values = {
+                ":response_data": {"S": data_record.response_data},
+                ":status": {"S": data_record.status},
+                ":expiry": {"N": str(data_record.expiry_timestamp)},
+                ":inprogress": {"S": STATUS_INPROGRESS},
+            }
             update = "SET #response_data = :response_data, #expiry = :expiry, #status = :status"
             if self.payload_validation_enabled:
                 update += ", #validation_key = :validation_key"
                 names["#validation_key"] = self.validation_key_attr
                 values[":validation_key"] = {"S": data_record.payload_hash}
             completion = {
-                "TableName": self.table_name, "Key": self._get_key(data_record.idempotency_key),
-                "UpdateExpression": update + " REMOVE #open, #deadline", "ConditionExpression": "#status = :inprogress",
-                "ExpressionAttributeNames": names, "ExpressionAttributeValues": values,
-            }  # fmt: skip
+                "TableName": self.table_name,
+                "Key": self._get_key(data_record.idempotency_key),
+                "UpdateExpression": update + " REMOVE #open, #deadline",
+                "ConditionExpression": "#status = :inprogress",
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": values,
+            }
             key = data_record.idempotency_key
             row = self._rows_by_key.get(key)  # taken out only once it is written or must not be
             if row is None:
                 self.client.update_item(**completion)
                 return
             try:  # the completed record and the call's audit row: both land or neither
-                self.client.transact_write_items(TransactItems=[{"Update": completion}, self.audit_writer.transact_put(row)])
+                self.client.transact_write_items(
+                    TransactItems=[{"Update": completion}, self.audit_writer.transact_put(row)]
+                )
             except ClientError as exc:
                 reasons = exc.response.get("CancellationReasons") or []  # type: ignore[typeddict-item]
                 if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
-                    self._rows_by_key.pop(key, None)  # a finisher took the record: its row is the call's one row
+                    self._rows_by_key.pop(
+                        key, None
+                    )  # a finisher took the record: its row is the call's one row
                     raise CompletionLost from None
             except Exception:  # noqa: BLE001, S110 — transport (dropped, timed out): handled below
                 pass
@@ -250,16 +280,21 @@ def _powertools() -> Any:
                     self.audit_writer.write(unsent)
 
     return SimpleNamespace(
-        Config=pt.IdempotencyConfig, Store=ResultKeepingStore, idempotent_function=pt.idempotent_function,
-        Serializer=CustomDictSerializer, InProgress=exceptions.IdempotencyAlreadyInProgressError,
+        Config=pt.IdempotencyConfig,
+        Store=ResultKeepingStore,
+        idempotent_function=pt.idempotent_function,
+        Serializer=CustomDictSerializer,
+        InProgress=exceptions.IdempotencyAlreadyInProgressError,
         PersistenceError=exceptions.IdempotencyPersistenceLayerError,
         ValidationError=exceptions.IdempotencyValidationError,
         PastDeadline=exceptions.IdempotencyInconsistentStateError,
-    )  # fmt: skip
+    )
 
 
 def _execute(request: dict[str, Any], run: Run, time_left: TimeLeft) -> dict[str, Any]:
-    return run(ExecuteCodeRequest.model_validate({k: v for k, v in request.items() if k != ATTEMPT_KEY}), time_left)
+    return run(
+        ExecuteCodeRequest.model_validate({k: v for k, v in request.items() if k != ATTEMPT_KEY}), time_left
+    )
 
 
 def time_left_of(context: Any) -> TimeLeft:
@@ -268,8 +303,14 @@ def time_left_of(context: Any) -> TimeLeft:
 
 
 class IdempotentCalls:
-    def __init__(self, *, table_name: str, ddb: Any, interrupted: InterruptedCalls | None = None,
-                 audit_writer: Any = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        table_name: str,
+        ddb: Any,
+        interrupted: InterruptedCalls | None = None,
+        audit_writer: Any = None,
+    ) -> None:
         """`audit_writer`: rows handed to `rows` travel in the completion's transaction (see
         `CompletionRows`); without one, nothing may be handed."""
         self.pt = pt = _powertools()
@@ -281,15 +322,30 @@ class IdempotentCalls:
             raise_on_no_idempotency_key=True,
             expires_after_seconds=RECORD_TTL_SECONDS,
         )
-        self.store = pt.Store(table_name=table_name, boto3_client=ddb, rows=self.rows if audit_writer else None,
-                              audit_writer=audit_writer)  # fmt: skip
+        self.store = pt.Store(
+            table_name=table_name,
+            boto3_client=ddb,
+            rows=self.rows if audit_writer else None,
+            audit_writer=audit_writer,
+        )
         self._execute = pt.idempotent_function(
-            _execute, data_keyword_argument="request", persistence_store=self.store, config=self.config,
-            key_prefix=KEY_PREFIX, output_serializer=pt.Serializer(to_dict=stored_form, from_dict=unpack),
-        )  # fmt: skip
+            _execute,
+            data_keyword_argument="request",
+            persistence_store=self.store,
+            config=self.config,
+            key_prefix=KEY_PREFIX,
+            output_serializer=pt.Serializer(to_dict=stored_form, from_dict=unpack),
+        )
 
-    def run_once(self, request: ExecuteCodeRequest, context: Any, run: Run, *, max_wait_seconds: float,
-                 attempt: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    def run_once(
+        self,
+        request: ExecuteCodeRequest,
+        context: Any,
+        run: Run,
+        *,
+        max_wait_seconds: float,
+        attempt: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """The call's response: run here, or replayed, or — a retry after the in-progress deadline
         of an attempt that died — the interrupted answer (`interrupted.finish`). `attempt` (see
         `interrupted.attempt_fields`) is stored with the claim. Raises SandboxInvalidRequest

@@ -23,7 +23,7 @@ from .runner.tools import SessionFiles, ToolFailed
 
 ANSWER_PATH = ".sandbox/inputs.json"
 
-_COPY_SOURCE = r'''
+_COPY_SOURCE = r"""
 def __sandbox_copy_inputs(items, answer, max_bytes):
     import hashlib, json, os
     import boto3
@@ -48,7 +48,7 @@ def __sandbox_copy_inputs(items, answer, max_bytes):
 
 __sandbox_copy_inputs(__ARGS__)
 del __sandbox_copy_inputs
-'''
+"""
 
 
 class InputsFailed(Exception):
@@ -64,8 +64,9 @@ def copy_source(items: list[tuple[str, str, str]], max_bytes: int = n.MAX_S3_INP
     return _COPY_SOURCE.replace("__ARGS__", args)
 
 
-def write_inputs(files: SessionFiles, interpreter_id: str, session_id: str,
-                 inputs: list[InputFile] | None) -> list[dict[str, Any]]:  # fmt: skip
+def write_inputs(
+    files: SessionFiles, interpreter_id: str, session_id: str, inputs: list[InputFile] | None
+) -> list[dict[str, Any]]:
     """Place every input; return their records in request order. Raises InputsFailed."""
     if not inputs:
         return []
@@ -76,8 +77,12 @@ def write_inputs(files: SessionFiles, interpreter_id: str, session_id: str,
         files.write(interpreter_id, session_id, inline)
         if remote:
             copied = files.run_helper(interpreter_id, session_id, copy_source(remote), ANSWER_PATH)
-            records.update({str(r["path"]): {"path": r["path"], "bytes": int(r["bytes"]), "sha256": r["sha256"]}
-                            for r in copied})  # fmt: skip
+            records.update(
+                {
+                    str(r["path"]): {"path": r["path"], "bytes": int(r["bytes"]), "sha256": r["sha256"]}
+                    for r in copied
+                }
+            )
     except ToolFailed as exc:
         raise InputsFailed(f"inputs:{exc.reason}") from None
     except (KeyError, TypeError, ValueError):

@@ -77,12 +77,20 @@ def deadline_key(deadline_ms: int) -> str:
 
 def interrupted_outcome(attempt: dict[str, Any], finished_at: datetime) -> Outcome:
     """The one outcome of an interrupted call: the agent's answer and the row come from it."""
-    request = ExecuteCodeRequest.model_validate({
-        "action": "execute_code", "code": _PLACEHOLDER_CODE, **{k: attempt[k] for k in _IDENTITY_FIELDS},
-    })  # fmt: skip
+    request = ExecuteCodeRequest.model_validate(
+        {
+            "action": "execute_code",
+            "code": _PLACEHOLDER_CODE,
+            **{k: attempt[k] for k in _IDENTITY_FIELDS},
+        }
+    )
     started = _parse_iso(str(attempt["started_at"]))
-    outcome = Outcome(request=request, invocation_id=str(attempt["invocation_id"]), started_at=started,
-                      finished_at=max(finished_at, started))  # fmt: skip
+    outcome = Outcome(
+        request=request,
+        invocation_id=str(attempt["invocation_id"]),
+        started_at=started,
+        finished_at=max(finished_at, started),
+    )
     outcome.fail(SandboxError(messages.DISPATCH_INTERRUPTED, failure_reason=n.REASON_DISPATCH_INTERRUPTED))
     outcome.audit_extra["executed_code_hash"] = attempt["executed_code_hash"]
     return outcome
@@ -91,9 +99,16 @@ def interrupted_outcome(attempt: dict[str, Any], finished_at: datetime) -> Outco
 class InterruptedCalls:
     """Finishes calls whose dispatch died, on the idempotency table (dispatch and the reaper)."""
 
-    def __init__(self, *, table_name: str, ddb: Any, audit_writer: audit.AuditWriter, retention_days: int,
-                 stored_form: Callable[[dict[str, Any]], dict[str, Any]],
-                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        table_name: str,
+        ddb: Any,
+        audit_writer: audit.AuditWriter,
+        retention_days: int,
+        stored_form: Callable[[dict[str, Any]], dict[str, Any]],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.table = table_name
         self.ddb = ddb
         self.audit_writer = audit_writer
@@ -118,19 +133,26 @@ class InterruptedCalls:
         response = outcome.response()
         try:
             self.ddb.update_item(
-                TableName=self.table, Key=key,
+                TableName=self.table,
+                Key=key,
                 UpdateExpression="SET #s = :done, #d = :data, #fin = :fin",
                 ConditionExpression="#s = :inprogress AND #ipe < :now_ms AND #att = :attempt",
-                ExpressionAttributeNames={"#s": ATTR_STATUS, "#d": ATTR_DATA, "#ipe": ATTR_IN_PROGRESS_EXPIRY,
-                                          "#att": n.IDEMPOTENCY_ATTR_ATTEMPT, "#fin": ATTR_FINISHED_AT},
+                ExpressionAttributeNames={
+                    "#s": ATTR_STATUS,
+                    "#d": ATTR_DATA,
+                    "#ipe": ATTR_IN_PROGRESS_EXPIRY,
+                    "#att": n.IDEMPOTENCY_ATTR_ATTEMPT,
+                    "#fin": ATTR_FINISHED_AT,
+                },
                 ExpressionAttributeValues={
-                    ":done": {"S": STATUS_COMPLETED}, ":inprogress": {"S": STATUS_INPROGRESS},
+                    ":done": {"S": STATUS_COMPLETED},
+                    ":inprogress": {"S": STATUS_INPROGRESS},
                     ":data": {"S": json.dumps(self.stored_form(response), sort_keys=True)},
                     ":now_ms": {"N": str(int(self.clock() * 1000))},
                     ":fin": {"S": iso_z_ms(now)},
                     ":attempt": current[n.IDEMPOTENCY_ATTR_ATTEMPT],
                 },
-            )  # fmt: skip
+            )
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
                 return None  # completed, not yet due, or another finisher won
@@ -146,13 +168,20 @@ class InterruptedCalls:
         if written != "duplicate":
             outcome.log(row)
             outcome.emit_metrics(lambda: 0.0)
-        self.ddb.update_item(TableName=self.table, Key={ATTR_ID: {"S": record_id}},
-                             UpdateExpression="REMOVE #o, #dl",
-                             ExpressionAttributeNames={"#o": n.IDEMPOTENCY_ATTR_OPEN,
-                                                       "#dl": n.IDEMPOTENCY_ATTR_DEADLINE})  # fmt: skip
-        logger.warning("dispatch_interrupted_finished", extra={"invocation_id": outcome.invocation_id,
-                                                               "tenant_id": outcome.request.tenant_id,
-                                                               "audit": written})  # fmt: skip
+        self.ddb.update_item(
+            TableName=self.table,
+            Key={ATTR_ID: {"S": record_id}},
+            UpdateExpression="REMOVE #o, #dl",
+            ExpressionAttributeNames={"#o": n.IDEMPOTENCY_ATTR_OPEN, "#dl": n.IDEMPOTENCY_ATTR_DEADLINE},
+        )
+        logger.warning(
+            "dispatch_interrupted_finished",
+            extra={
+                "invocation_id": outcome.invocation_id,
+                "tenant_id": outcome.request.tenant_id,
+                "audit": written,
+            },
+        )
         return written
 
     def due(self, *, limit: int = 200) -> list[dict[str, Any]]:
@@ -160,11 +189,12 @@ class InterruptedCalls:
         now_key = deadline_key(int(self.clock() * 1000))
         out: list[dict[str, Any]] = []
         pages = self.ddb.get_paginator("query").paginate(
-            TableName=self.table, IndexName=n.IDEMPOTENCY_OPEN_INDEX,
+            TableName=self.table,
+            IndexName=n.IDEMPOTENCY_OPEN_INDEX,
             KeyConditionExpression="#o = :o AND #dl < :now",
             ExpressionAttributeNames={"#o": n.IDEMPOTENCY_ATTR_OPEN, "#dl": n.IDEMPOTENCY_ATTR_DEADLINE},
             ExpressionAttributeValues={":o": {"S": n.IDEMPOTENCY_OPEN_VALUE}, ":now": {"S": now_key}},
-        )  # fmt: skip
+        )
         for page in pages:
             out.extend(page.get("Items", []))
             if len(out) >= limit:

@@ -34,10 +34,10 @@ TOO_MANY_JOBS = (
 )
 UNKNOWN_JOB = "Invalid request: there is no such background job in this turn."
 JOBS_UNAVAILABLE = "The background job service is unavailable right now; please try again shortly."
-JOB_CHECK_FAILED = "The background job could not be checked right now; it is still tracked, please ask again shortly."
-TIMEOUT_SHORTENED = (
-    "The job's timeout was shortened from {asked} s to {got} s: the sandbox session it runs in ends before that."
+JOB_CHECK_FAILED = (
+    "The background job could not be checked right now; it is still tracked, please ask again shortly."
 )
+TIMEOUT_SHORTENED = "The job's timeout was shortened from {asked} s to {got} s: the sandbox session it runs in ends before that."
 JOB_LAUNCH_FAILED = "The background job could not be started in the sandbox; please try again."
 
 
@@ -50,18 +50,34 @@ def timeout_of(req: Any) -> int:
     return n.DEFAULT_JOB_TIMEOUT_SECONDS if value is None else int(value)
 
 
-def reserve(req: Any, deps: JobDeps, *, invocation_id: str, environment: str | None,
-            session_id: str = "", interpreter_id: str = "", turn_token_hash: str | None = None) -> JobRecord:  # fmt: skip
+def reserve(
+    req: Any,
+    deps: JobDeps,
+    *,
+    invocation_id: str,
+    environment: str | None,
+    session_id: str = "",
+    interpreter_id: str = "",
+    turn_token_hash: str | None = None,
+) -> JobRecord:
     """Take a slot and create the job record — with the turn's live session if it has one (then
     `launch` needs no second write when the job runs there) and the hash its turn is bound to
     (`turn_token_hash`, §16.5: get_job checks the token against it). Raises SandboxInvalidRequest
     (4th running job: nothing written) or SandboxError (store down)."""
     record = JobRecord(
-        job_id=f"job-{uuid.uuid4().hex}", tenant_id=req.tenant_id, agent_id=req.agent_id, turn_id=req.turn_id,
-        session_id=session_id, interpreter_id=interpreter_id, invocation_id=invocation_id, call_id=req.call_id,
-        timeout_s=timeout_of(req), submitted_ms=int(deps.clock() * 1000),
-        audit_base=audit_base(req, environment=environment), turn_token_hash=turn_token_hash,
-    )  # fmt: skip
+        job_id=f"job-{uuid.uuid4().hex}",
+        tenant_id=req.tenant_id,
+        agent_id=req.agent_id,
+        turn_id=req.turn_id,
+        session_id=session_id,
+        interpreter_id=interpreter_id,
+        invocation_id=invocation_id,
+        call_id=req.call_id,
+        timeout_s=timeout_of(req),
+        submitted_ms=int(deps.clock() * 1000),
+        audit_base=audit_base(req, environment=environment),
+        turn_token_hash=turn_token_hash,
+    )
     try:
         deps.store.create(record)
     except TooManyJobs:
@@ -89,19 +105,33 @@ def effective_timeout(requested_s: int, *, session_left_s: float | None, reserve
     return max(1, min(requested_s, int(session_left_s) - reserve_s))
 
 
-def launch(record: JobRecord, deps: JobDeps, *, code: str, session_id: str, interpreter_id: str,
-           session_left_s: float | None = None, reserve_s: int = 0) -> dict[str, Any]:  # fmt: skip
+def launch(
+    record: JobRecord,
+    deps: JobDeps,
+    *,
+    code: str,
+    session_id: str,
+    interpreter_id: str,
+    session_left_s: float | None = None,
+    reserve_s: int = 0,
+) -> dict[str, Any]:
     """Start the reserved job in the session; answers at once. `session_left_s`: the session's
     remaining lifetime (the job's timeout is shortened to fit it, and the answer says so)."""
     runner = deps.runner_for(record.tenant_id)
     timeout_s = effective_timeout(record.timeout_s, session_left_s=session_left_s, reserve_s=reserve_s)
     try:
         bound = record
-        if (record.session_id, record.interpreter_id, record.timeout_s) != (session_id, interpreter_id, timeout_s):
-            bound = deps.store.bind_session(record, session_id=session_id, interpreter_id=interpreter_id,
-                                            timeout_s=timeout_s)  # fmt: skip
-        JobRunner(runner).submit_job(interpreter_id, session_id, job_id=record.job_id, code=code,
-                                     timeout_s=timeout_s)  # fmt: skip
+        if (record.session_id, record.interpreter_id, record.timeout_s) != (
+            session_id,
+            interpreter_id,
+            timeout_s,
+        ):
+            bound = deps.store.bind_session(
+                record, session_id=session_id, interpreter_id=interpreter_id, timeout_s=timeout_s
+            )
+        JobRunner(runner).submit_job(
+            interpreter_id, session_id, job_id=record.job_id, code=code, timeout_s=timeout_s
+        )
     except (JobStoreUnavailable, JobFailure, SessionGone) as exc:
         release(record, deps)
         reason = getattr(exc, "failure_reason", None) or f"job_store_unavailable:{exc}"
@@ -117,7 +147,9 @@ def owned(req: Any, deps: JobDeps) -> JobRecord:
     """The caller's job (one consistent GetItem). Another tenant's, agent's or turn's job is
     refused exactly like an unknown id (SandboxInvalidRequest); a store failure is SandboxError."""
     try:
-        return deps.store.get_owned(req.job_id, tenant_id=req.tenant_id, agent_id=req.agent_id, turn_id=req.turn_id)
+        return deps.store.get_owned(
+            req.job_id, tenant_id=req.tenant_id, agent_id=req.agent_id, turn_id=req.turn_id
+        )
     except JobNotFound:
         raise SandboxInvalidRequest(UNKNOWN_JOB) from None
     except JobStoreUnavailable as exc:

@@ -34,8 +34,15 @@ from .turns import Turn, TurnStoreUnavailable
 JOB_SESSION_RESERVE_MARGIN_SECONDS = 60
 
 
-def submit(dispatcher: Any, deps: JobDeps, req: ExecuteCodeRequest, turn: Turn, budget: Callable[[], float | None],
-           *, refuse_unless_ready: Callable[[Preflight], None]) -> dict[str, Any]:  # fmt: skip
+def submit(
+    dispatcher: Any,
+    deps: JobDeps,
+    req: ExecuteCodeRequest,
+    turn: Turn,
+    budget: Callable[[], float | None],
+    *,
+    refuse_unless_ready: Callable[[Preflight], None],
+) -> dict[str, Any]:
     """The answer to a `background: true` execute_code (or raises SandboxInvalidRequest).
     `dispatcher`: the Dispatcher (its pre-flight, quota, session and record steps); `turn`: the
     caller's turn, already claimed with its token (§16.5)."""
@@ -46,8 +53,15 @@ def submit(dispatcher: Any, deps: JobDeps, req: ExecuteCodeRequest, turn: Turn, 
     return outcome.response()
 
 
-def _submit(dispatcher: Any, deps: JobDeps, req: ExecuteCodeRequest, turn: Turn, outcome: Outcome,
-            budget: Callable[[], float | None], refuse_unless_ready: Callable[[Preflight], None]) -> dict[str, Any]:  # fmt: skip
+def _submit(
+    dispatcher: Any,
+    deps: JobDeps,
+    req: ExecuteCodeRequest,
+    turn: Turn,
+    outcome: Outcome,
+    budget: Callable[[], float | None],
+    refuse_unless_ready: Callable[[Preflight], None],
+) -> dict[str, Any]:
     turn_logic.refuse_if_ended(turn)
     pf = dispatcher._preflight(req)
     outcome.environment = pf.environment
@@ -56,10 +70,15 @@ def _submit(dispatcher: Any, deps: JobDeps, req: ExecuteCodeRequest, turn: Turn,
         raise SandboxInvalidRequest(messages.JOB_FILES_UNSUPPORTED)
     interpreter_id = str(pf.interpreter_id)
     live = turn.live_session and turn.interpreter_id == interpreter_id
-    record = job_actions.reserve(req, deps, invocation_id=outcome.invocation_id, environment=pf.environment,
-                                 session_id=str(turn.session_id) if live else "",
-                                 interpreter_id=interpreter_id if live else "",
-                                 turn_token_hash=turn.token_hash)  # the turn was claimed with its token (§16.5)  # fmt: skip
+    record = job_actions.reserve(
+        req,
+        deps,
+        invocation_id=outcome.invocation_id,
+        environment=pf.environment,
+        session_id=str(turn.session_id) if live else "",
+        interpreter_id=interpreter_id if live else "",
+        turn_token_hash=turn.token_hash,
+    )  # the turn was claimed with its token (§16.5)
     call = SessionCall()
     try:
         with dispatcher.sessions.held(call, turn, pf):  # §16.2: a session-cap refusal counts nothing
@@ -71,9 +90,15 @@ def _submit(dispatcher: Any, deps: JobDeps, req: ExecuteCodeRequest, turn: Turn,
         raise
     outcome.session_id = session_id
     settings = dispatcher.settings
-    return job_actions.launch(record, deps, code=req.code, session_id=session_id, interpreter_id=interpreter_id,
-                              session_left_s=settings.session_timeout_seconds - _session_age(dispatcher, turn, session_id),
-                              reserve_s=settings.call_timeout_seconds + JOB_SESSION_RESERVE_MARGIN_SECONDS)  # fmt: skip
+    return job_actions.launch(
+        record,
+        deps,
+        code=req.code,
+        session_id=session_id,
+        interpreter_id=interpreter_id,
+        session_left_s=settings.session_timeout_seconds - _session_age(dispatcher, turn, session_id),
+        reserve_s=settings.call_timeout_seconds + JOB_SESSION_RESERVE_MARGIN_SECONDS,
+    )
 
 
 def _session_age(dispatcher: Any, turn: Turn, session_id: str) -> float:
@@ -110,8 +135,14 @@ def _check_token(dispatcher: Any, req: GetJobRequest | CancelJobRequest, record:
         if turn is None:
             raise SandboxInvalidRequest(job_actions.UNKNOWN_JOB)
         stored = turn.token_hash
-    turn_guard.check(token=req.turn_token, stored_hash=stored, required=dispatcher.settings.require_turn_token,
-                     tenant_id=req.tenant_id, agent_id=req.agent_id, turn_id=req.turn_id)  # fmt: skip
+    turn_guard.check(
+        token=req.turn_token,
+        stored_hash=stored,
+        required=dispatcher.settings.require_turn_token,
+        tenant_id=req.tenant_id,
+        agent_id=req.agent_id,
+        turn_id=req.turn_id,
+    )
 
 
 def pending(deps: JobDeps, tenant_id: str, turn_id: str) -> list[str]:

@@ -79,15 +79,23 @@ class JobDeps:
 def audit_base(req: Any, *, environment: str | None) -> dict[str, Any]:
     """The audit fields known at submit (the code itself is not stored, only its hash)."""
     return {
-        "user_id": req.user_id, "template_id": req.template_id, "invocation_source": req.invocation_source,
-        "environment": environment, "executed_code_hash": audit.code_hash(req.code),
-    }  # fmt: skip
+        "user_id": req.user_id,
+        "template_id": req.template_id,
+        "invocation_source": req.invocation_source,
+        "environment": environment,
+        "executed_code_hash": audit.code_hash(req.code),
+    }
 
 
 def running_response(record: JobRecord) -> dict[str, Any]:
     """execute_code's immediate answer for a submitted job (§17)."""
-    return {"ok": True, "status": "running", "job_id": record.job_id, "invocation_id": record.invocation_id,
-            "session_id": record.session_id}  # fmt: skip
+    return {
+        "ok": True,
+        "status": "running",
+        "job_id": record.job_id,
+        "invocation_id": record.invocation_id,
+        "session_id": record.session_id,
+    }
 
 
 # --- observing ------------------------------------------------------------------------------------
@@ -115,12 +123,20 @@ def finish_due_jobs(deps: JobDeps, *, limit: int = 200, until: float | None = No
         try:
             view = _observe(record, deps, cancel=False)
         except (JobCheckFailed, JobStoreUnavailable) as exc:
-            logger.warning("job_reap_failed", extra={"job_id": record.job_id, "tenant_id": record.tenant_id,
-                                                      "failure_reason": str(exc)})  # fmt: skip
+            logger.warning(
+                "job_reap_failed",
+                extra={"job_id": record.job_id, "tenant_id": record.tenant_id, "failure_reason": str(exc)},
+            )
             continue
         except Exception as exc:  # noqa: BLE001 — e.g. a tenant whose runner cannot be built: the others go on
-            logger.exception("job_reap_failed", extra={"job_id": record.job_id, "tenant_id": record.tenant_id,
-                                                        "failure_reason": type(exc).__name__})  # fmt: skip
+            logger.exception(
+                "job_reap_failed",
+                extra={
+                    "job_id": record.job_id,
+                    "tenant_id": record.tenant_id,
+                    "failure_reason": type(exc).__name__,
+                },
+            )
             continue
         if view.status != "running":
             ended.append((record.job_id, view.status))
@@ -135,7 +151,9 @@ def _observe(record: JobRecord, deps: JobDeps, *, cancel: bool) -> JobView:
     now_ms = int(deps.clock() * 1000)
     if not record.session_id:  # reserved, but its submit never reached a session (dispatch died)
         if now_ms - record.submitted_ms < UNBOUND_JOB_GRACE_SECONDS * 1000:
-            return JobView(job_id=record.job_id, status="running", elapsed_ms=max(0, now_ms - record.submitted_ms))
+            return JobView(
+                job_id=record.job_id, status="running", elapsed_ms=max(0, now_ms - record.submitted_ms)
+            )
         return _view(_end(record, "failed", jobs.session_ended_result(0), deps), deps)
     try:
         state: JobState = (jobs.cancel_job if cancel else jobs.job_status)(
@@ -143,25 +161,47 @@ def _observe(record: JobRecord, deps: JobDeps, *, cancel: bool) -> JobView:
         )
     except (SessionGone, JobUnknownInSession):
         if now_ms > record.deadline_ms:
-            return _view(_end(record, "timed_out", jobs.overdue_result(record.timeout_s, now_ms - record.submitted_ms),
-                              deps), deps)  # fmt: skip
-        return _view(_end(record, "failed", jobs.session_ended_result(now_ms - record.submitted_ms), deps), deps)
+            return _view(
+                _end(
+                    record,
+                    "timed_out",
+                    jobs.overdue_result(record.timeout_s, now_ms - record.submitted_ms),
+                    deps,
+                ),
+                deps,
+            )
+        return _view(
+            _end(record, "failed", jobs.session_ended_result(now_ms - record.submitted_ms), deps), deps
+        )
     except JobFailure as exc:
         if now_ms > record.deadline_ms + HOST_DEADLINE_GRACE_SECONDS * 1000:
             runner.stop_session(record.interpreter_id, record.session_id)
-            return _view(_end(record, "timed_out", jobs.overdue_result(record.timeout_s, now_ms - record.submitted_ms),
-                              deps), deps)  # fmt: skip
+            return _view(
+                _end(
+                    record,
+                    "timed_out",
+                    jobs.overdue_result(record.timeout_s, now_ms - record.submitted_ms),
+                    deps,
+                ),
+                deps,
+            )
         raise JobCheckFailed(exc.failure_reason) from None
     if not state.final or state.result is None:
-        return JobView(job_id=record.job_id, status="running", elapsed_ms=max(0, now_ms - record.submitted_ms))
+        return JobView(
+            job_id=record.job_id, status="running", elapsed_ms=max(0, now_ms - record.submitted_ms)
+        )
     return _view(_end(record, state.state, state.result, deps), deps)
 
 
 def _view(record: JobRecord, deps: JobDeps) -> JobView:
     outcome = record.outcome or {}
     response = outcome.get("response") or {}
-    return JobView(job_id=record.job_id, status=record.final_state or "failed",
-                   elapsed_ms=int(response.get("duration_ms") or 0), response=response)  # fmt: skip
+    return JobView(
+        job_id=record.job_id,
+        status=record.final_state or "failed",
+        elapsed_ms=int(response.get("duration_ms") or 0),
+        response=response,
+    )
 
 
 # --- ending, exactly once -----------------------------------------------------------------------
@@ -169,8 +209,14 @@ def _end(record: JobRecord, final_state: str, result: ExecutionResult, deps: Job
     now_ms = int(deps.clock() * 1000)
     duration_ms = max(0, now_ms - record.submitted_ms)  # the job's real duration: submit to end seen
     response: dict[str, Any] = _response_fields(result)
-    response.update(status=final_state, job_id=record.job_id, invocation_id=record.invocation_id,
-                    session_id=record.session_id, duration_ms=duration_ms, background=True)  # fmt: skip
+    response.update(
+        status=final_state,
+        job_id=record.job_id,
+        invocation_id=record.invocation_id,
+        session_id=record.session_id,
+        duration_ms=duration_ms,
+        background=True,
+    )
     outcome = {
         "response": response,
         "audit": {**_audit_fields(result), "duration_ms": duration_ms},
@@ -185,10 +231,16 @@ def _end(record: JobRecord, final_state: str, result: ExecutionResult, deps: Job
 def _response_fields(result: ExecutionResult) -> dict[str, Any]:
     """The §4.2 result fields of the job's run (the caller adds status, ids and duration)."""
     body: dict[str, Any] = {
-        "ok": result.ok, "stdout": result.stdout, "stderr": result.stderr, "exit_status": result.exit_status,
-        "exit_code": result.exit_code, "stdout_bytes": result.stdout_bytes, "stderr_bytes": result.stderr_bytes,
-        "stdout_truncated": result.stdout_truncated, "stderr_truncated": result.stderr_truncated,
-    }  # fmt: skip
+        "ok": result.ok,
+        "stdout": result.stdout,
+        "stderr": result.stderr,
+        "exit_status": result.exit_status,
+        "exit_code": result.exit_code,
+        "stdout_bytes": result.stdout_bytes,
+        "stderr_bytes": result.stderr_bytes,
+        "stdout_truncated": result.stdout_truncated,
+        "stderr_truncated": result.stderr_truncated,
+    }
     if not result.ok:
         body.update(error=result.error, error_message=result.error_message)
     return body
@@ -197,11 +249,15 @@ def _response_fields(result: ExecutionResult) -> dict[str, Any]:
 def _audit_fields(result: ExecutionResult) -> dict[str, Any]:
     """The §7.1 attributes of the job's run."""
     return {
-        "exit_status": result.exit_status, "exit_code": result.exit_code, "error": result.error,
-        "failure_reason": result.failure_reason, "stdout_bytes": result.stdout_bytes,
-        "stderr_bytes": result.stderr_bytes, "stdout_truncated": result.stdout_truncated,
+        "exit_status": result.exit_status,
+        "exit_code": result.exit_code,
+        "error": result.error,
+        "failure_reason": result.failure_reason,
+        "stdout_bytes": result.stdout_bytes,
+        "stderr_bytes": result.stderr_bytes,
+        "stdout_truncated": result.stdout_truncated,
         "stderr_truncated": result.stderr_truncated,
-    }  # fmt: skip
+    }
 
 
 def _complete(record: JobRecord, deps: JobDeps) -> JobRecord:
@@ -211,33 +267,67 @@ def _complete(record: JobRecord, deps: JobDeps) -> JobRecord:
     outcome = record.outcome or {}
     fields = outcome.get("audit") or {}
     base = record.audit_base
-    request = SimpleNamespace(tenant_id=record.tenant_id, agent_id=record.agent_id, user_id=base.get("user_id"),
-                              template_id=base.get("template_id"), turn_id=record.turn_id, call_id=record.call_id,
-                              invocation_source=base.get("invocation_source"), code="")  # fmt: skip
+    request = SimpleNamespace(
+        tenant_id=record.tenant_id,
+        agent_id=record.agent_id,
+        user_id=base.get("user_id"),
+        template_id=base.get("template_id"),
+        turn_id=record.turn_id,
+        call_id=record.call_id,
+        invocation_source=base.get("invocation_source"),
+        code="",
+    )
     started = datetime.fromtimestamp(record.submitted_ms / 1000, UTC)
     finished = datetime.fromtimestamp((record.ended_ms or record.submitted_ms) / 1000, UTC)
-    run = SimpleNamespace(exit_code=fields.get("exit_code"), stdout_bytes=fields.get("stdout_bytes", 0),
-                          stderr_bytes=fields.get("stderr_bytes", 0),
-                          stdout_truncated=fields.get("stdout_truncated", False),
-                          stderr_truncated=fields.get("stderr_truncated", False))  # fmt: skip
+    run = SimpleNamespace(
+        exit_code=fields.get("exit_code"),
+        stdout_bytes=fields.get("stdout_bytes", 0),
+        stderr_bytes=fields.get("stderr_bytes", 0),
+        stdout_truncated=fields.get("stdout_truncated", False),
+        stderr_truncated=fields.get("stderr_truncated", False),
+    )
     # The row's shape is the Outcome's (one source of truth); error fields come from the stored end.
     # (`request` / `run` carry exactly the attributes audit_row reads: duck-typed on purpose.)
-    ended = Outcome(request=request, invocation_id=record.invocation_id,  # type: ignore[arg-type]
-                    started_at=started, finished_at=finished, exit_status=fields.get("exit_status", "error"),
-                    result=run, session_id=record.session_id or None, environment=base.get("environment"))  # fmt: skip
+    ended = Outcome(
+        request=request,
+        invocation_id=record.invocation_id,  # type: ignore[arg-type]
+        started_at=started,
+        finished_at=finished,
+        exit_status=fields.get("exit_status", "error"),
+        result=run,
+        session_id=record.session_id or None,
+        environment=base.get("environment"),
+    )
     row = ended.audit_row(deps.retention_days)
     row.update(error=fields.get("error"), failure_reason=fields.get("failure_reason"))
-    row.update(executed_code_hash=base.get("executed_code_hash") or row["executed_code_hash"], background=True,
-               job_id=record.job_id, job_status=record.final_state)  # fmt: skip
+    row.update(
+        executed_code_hash=base.get("executed_code_hash") or row["executed_code_hash"],
+        background=True,
+        job_id=record.job_id,
+        job_status=record.final_state,
+    )
     written = deps.audit_writer.write(row)
     if written == "written":  # the first completer logs the output; a re-completion does not repeat it
         for stream in ("stdout", "stderr"):
-            log_output(invocation_id=record.invocation_id, session_id=record.session_id, tenant_id=record.tenant_id,
-                       stream=stream, text=str(outcome.get(f"full_{stream}") or ""))  # fmt: skip
+            log_output(
+                invocation_id=record.invocation_id,
+                session_id=record.session_id,
+                tenant_id=record.tenant_id,
+                stream=stream,
+                text=str(outcome.get(f"full_{stream}") or ""),
+            )
         emit_metric(n.METRIC_JOBS_FINISHED, dimensions={"job_status": record.final_state or "failed"})
-        logger.info("job_ended", extra={"job_id": record.job_id, "invocation_id": record.invocation_id,
-                                        "tenant_id": record.tenant_id, "session_id": record.session_id,
-                                        "job_status": record.final_state, "duration_ms": row["duration_ms"]})  # fmt: skip
+        logger.info(
+            "job_ended",
+            extra={
+                "job_id": record.job_id,
+                "invocation_id": record.invocation_id,
+                "tenant_id": record.tenant_id,
+                "session_id": record.session_id,
+                "job_status": record.final_state,
+                "duration_ms": row["duration_ms"],
+            },
+        )
     _settle_session(record, deps, stopped_already=bool(outcome.get("session_stopped")))
     deps.store.mark_final(record)
     return JobRecord(**{**record.__dict__, "state": record.final_state or record.state})

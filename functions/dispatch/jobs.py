@@ -57,7 +57,9 @@ class JobExists(Exception):
 
 
 def iso_ms(epoch_ms: int) -> str:
-    return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return (
+        datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    )
 
 
 def job_key(job_id: str) -> str:
@@ -134,13 +136,23 @@ class JobRecord:
         if "outcome" in item and "B" in item["outcome"]:
             outcome = json.loads(zlib.decompress(item["outcome"]["B"]).decode("utf-8"))
         return cls(
-            job_id=s("job_id") or "", tenant_id=s("tenant_id") or "", agent_id=s("agent_id") or "",
-            turn_id=s("turn_id") or "", session_id=s("session_id") or "", interpreter_id=s("interpreter_id") or "",
-            invocation_id=s("invocation_id") or "", call_id=s("call_id") or "", timeout_s=i("timeout_s") or 0,
-            submitted_ms=i("submitted_ms") or 0, state=s("state") or RUNNING, final_state=s("final_state"),
-            outcome=outcome, ended_ms=i("ended_ms"), audit_base=json.loads(s("audit_base") or "{}"),
+            job_id=s("job_id") or "",
+            tenant_id=s("tenant_id") or "",
+            agent_id=s("agent_id") or "",
+            turn_id=s("turn_id") or "",
+            session_id=s("session_id") or "",
+            interpreter_id=s("interpreter_id") or "",
+            invocation_id=s("invocation_id") or "",
+            call_id=s("call_id") or "",
+            timeout_s=i("timeout_s") or 0,
+            submitted_ms=i("submitted_ms") or 0,
+            state=s("state") or RUNNING,
+            final_state=s("final_state"),
+            outcome=outcome,
+            ended_ms=i("ended_ms"),
+            audit_base=json.loads(s("audit_base") or "{}"),
             turn_token_hash=s(n.JOB_ATTR_TURN_TOKEN_HASH),
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True)
@@ -171,8 +183,14 @@ def _compress(outcome: dict[str, Any]) -> bytes:
 
 
 class JobStore:
-    def __init__(self, *, table_name: str, ddb: Any, clock: Callable[[], float] = time.time,
-                 max_running: int = n.MAX_RUNNING_JOBS_PER_TURN) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        table_name: str,
+        ddb: Any,
+        clock: Callable[[], float] = time.time,
+        max_running: int = n.MAX_RUNNING_JOBS_PER_TURN,
+    ) -> None:
         self.table = table_name
         self.ddb = ddb
         self.clock = clock
@@ -184,27 +202,36 @@ class JobStore:
 
         Raises TooManyJobs (all slots taken: nothing written), JobExists, JobStoreUnavailable."""
         try:
-            self.ddb.transact_write_items(TransactItems=[
-                {"Update": {
-                    "TableName": self.table,
-                    "Key": {"job_key": {"S": turn_key(record.tenant_id, record.turn_id)}},
-                    "UpdateExpression": "SET #r = if_not_exists(#r, :zero) + :one, tenant_id = :t, turn_id = :u, "
-                                        "expires_at = :exp ADD open_jobs :ids",
-                    "ConditionExpression": "attribute_not_exists(#r) OR #r < :max",
-                    "ExpressionAttributeNames": {"#r": "running"},
-                    "ExpressionAttributeValues": {
-                        ":zero": {"N": "0"}, ":one": {"N": "1"}, ":max": {"N": str(self.max_running)},
-                        ":ids": {"SS": [record.job_id]}, ":t": {"S": record.tenant_id},
-                        ":u": {"S": record.turn_id},
-                        ":exp": {"N": str(record.submitted_ms // 1000 + _JOB_TTL_SECONDS)},
+            self.ddb.transact_write_items(
+                TransactItems=[
+                    {
+                        "Update": {
+                            "TableName": self.table,
+                            "Key": {"job_key": {"S": turn_key(record.tenant_id, record.turn_id)}},
+                            "UpdateExpression": "SET #r = if_not_exists(#r, :zero) + :one, tenant_id = :t, turn_id = :u, "
+                            "expires_at = :exp ADD open_jobs :ids",
+                            "ConditionExpression": "attribute_not_exists(#r) OR #r < :max",
+                            "ExpressionAttributeNames": {"#r": "running"},
+                            "ExpressionAttributeValues": {
+                                ":zero": {"N": "0"},
+                                ":one": {"N": "1"},
+                                ":max": {"N": str(self.max_running)},
+                                ":ids": {"SS": [record.job_id]},
+                                ":t": {"S": record.tenant_id},
+                                ":u": {"S": record.turn_id},
+                                ":exp": {"N": str(record.submitted_ms // 1000 + _JOB_TTL_SECONDS)},
+                            },
+                        }
                     },
-                }},
-                {"Put": {
-                    "TableName": self.table,
-                    "Item": record.to_item(),
-                    "ConditionExpression": "attribute_not_exists(job_key)",
-                }},
-            ])  # fmt: skip
+                    {
+                        "Put": {
+                            "TableName": self.table,
+                            "Item": record.to_item(),
+                            "ConditionExpression": "attribute_not_exists(job_key)",
+                        }
+                    },
+                ]
+            )
         except ClientError as exc:
             if _code(exc) == "TransactionCanceledException":
                 reasons = _reasons(exc)
@@ -220,34 +247,51 @@ class JobStore:
         """Undo `create` for a job whose launch failed before it could run: delete the job item
         and free its slot, in one transaction (the job never ran, so nothing is audited twice)."""
         try:
-            self.ddb.transact_write_items(TransactItems=[
-                {"Delete": {
-                    "TableName": self.table, "Key": {"job_key": {"S": job_key(record.job_id)}},
-                    "ConditionExpression": "#s = :running",
-                    "ExpressionAttributeNames": {"#s": "state"},
-                    "ExpressionAttributeValues": {":running": {"S": RUNNING}},
-                }},
-                self._free_slot(record),
-            ])  # fmt: skip
+            self.ddb.transact_write_items(
+                TransactItems=[
+                    {
+                        "Delete": {
+                            "TableName": self.table,
+                            "Key": {"job_key": {"S": job_key(record.job_id)}},
+                            "ConditionExpression": "#s = :running",
+                            "ExpressionAttributeNames": {"#s": "state"},
+                            "ExpressionAttributeValues": {":running": {"S": RUNNING}},
+                        }
+                    },
+                    self._free_slot(record),
+                ]
+            )
         except Exception as exc:  # noqa: BLE001
             raise JobStoreUnavailable(type(exc).__name__) from None
 
-    def bind_session(self, record: JobRecord, *, session_id: str, interpreter_id: str,
-                     timeout_s: int | None = None) -> JobRecord:  # fmt: skip
+    def bind_session(
+        self, record: JobRecord, *, session_id: str, interpreter_id: str, timeout_s: int | None = None
+    ) -> JobRecord:
         """Record the session a reserved job runs in (before it is launched there), and its
         effective timeout (which also moves its deadline in the by_open index)."""
-        bound = JobRecord(**{**record.__dict__, "session_id": session_id, "interpreter_id": interpreter_id,
-                             "timeout_s": record.timeout_s if timeout_s is None else timeout_s})  # fmt: skip
+        bound = JobRecord(
+            **{
+                **record.__dict__,
+                "session_id": session_id,
+                "interpreter_id": interpreter_id,
+                "timeout_s": record.timeout_s if timeout_s is None else timeout_s,
+            }
+        )
         try:
             self.ddb.update_item(
-                TableName=self.table, Key={"job_key": {"S": job_key(record.job_id)}},
+                TableName=self.table,
+                Key={"job_key": {"S": job_key(record.job_id)}},
                 UpdateExpression="SET session_id = :s, interpreter_id = :i, timeout_s = :t, deadline_at = :d",
                 ConditionExpression="#s = :running",
                 ExpressionAttributeNames={"#s": "state"},
-                ExpressionAttributeValues={":s": {"S": session_id}, ":i": {"S": interpreter_id},
-                                           ":t": {"N": str(bound.timeout_s)}, ":d": {"S": iso_ms(bound.deadline_ms)},
-                                           ":running": {"S": RUNNING}},
-            )  # fmt: skip
+                ExpressionAttributeValues={
+                    ":s": {"S": session_id},
+                    ":i": {"S": interpreter_id},
+                    ":t": {"N": str(bound.timeout_s)},
+                    ":d": {"S": iso_ms(bound.deadline_ms)},
+                    ":running": {"S": RUNNING},
+                },
+            )
         except Exception as exc:  # noqa: BLE001
             raise JobStoreUnavailable(type(exc).__name__) from None
         return bound
@@ -255,7 +299,9 @@ class JobStore:
     # --- read ---------------------------------------------------------------------------------
     def get(self, job_id: str) -> JobRecord | None:
         try:
-            out = self.ddb.get_item(TableName=self.table, Key={"job_key": {"S": job_key(job_id)}}, ConsistentRead=True)
+            out = self.ddb.get_item(
+                TableName=self.table, Key={"job_key": {"S": job_key(job_id)}}, ConsistentRead=True
+            )
         except Exception as exc:  # noqa: BLE001
             raise JobStoreUnavailable(type(exc).__name__) from None
         item = out.get("Item")
@@ -264,33 +310,46 @@ class JobStore:
     def get_owned(self, job_id: str, *, tenant_id: str, agent_id: str, turn_id: str) -> JobRecord:
         """The job, only for its own tenant, agent and turn; JobNotFound otherwise (same answer)."""
         record = self.get(job_id)
-        if record is None or (record.tenant_id, record.agent_id, record.turn_id) != (tenant_id, agent_id, turn_id):
+        if record is None or (record.tenant_id, record.agent_id, record.turn_id) != (
+            tenant_id,
+            agent_id,
+            turn_id,
+        ):
             raise JobNotFound(job_id)
         return record
 
     def turn_jobs(self, tenant_id: str, turn_id: str) -> TurnJobs:
         try:
-            out = self.ddb.get_item(TableName=self.table, Key={"job_key": {"S": turn_key(tenant_id, turn_id)}},
-                                    ConsistentRead=True)  # fmt: skip
+            out = self.ddb.get_item(
+                TableName=self.table,
+                Key={"job_key": {"S": turn_key(tenant_id, turn_id)}},
+                ConsistentRead=True,
+            )
         except Exception as exc:  # noqa: BLE001
             raise JobStoreUnavailable(type(exc).__name__) from None
         item = out.get("Item") or {}
-        return TurnJobs(running=int(item.get("running", {}).get("N", "0")),
-                        open_jobs=tuple(sorted(item.get("open_jobs", {}).get("SS", []))))  # fmt: skip
+        return TurnJobs(
+            running=int(item.get("running", {}).get("N", "0")),
+            open_jobs=tuple(sorted(item.get("open_jobs", {}).get("SS", []))),
+        )
 
     def list_jobs(self, *, tenant_id: str | None = None, limit: int = 50) -> list[JobRecord]:
         """Newest first: one tenant's jobs (by_tenant index), or every job (a scan, operators only)."""
         try:
             if tenant_id is not None:
                 pages = self.ddb.get_paginator("query").paginate(
-                    TableName=self.table, IndexName="by_tenant", ScanIndexForward=False,
-                    KeyConditionExpression="tenant_id = :t", ExpressionAttributeValues={":t": {"S": tenant_id}},
-                )  # fmt: skip
+                    TableName=self.table,
+                    IndexName="by_tenant",
+                    ScanIndexForward=False,
+                    KeyConditionExpression="tenant_id = :t",
+                    ExpressionAttributeValues={":t": {"S": tenant_id}},
+                )
             else:
                 pages = self.ddb.get_paginator("scan").paginate(
-                    TableName=self.table, FilterExpression="begins_with(job_key, :p)",
+                    TableName=self.table,
+                    FilterExpression="begins_with(job_key, :p)",
                     ExpressionAttributeValues={":p": {"S": n.JOB_KEY_PREFIX}},
-                )  # fmt: skip
+                )
             records = [JobRecord.from_item(item) for page in pages for item in page.get("Items", [])]
         except Exception as exc:  # noqa: BLE001
             raise JobStoreUnavailable(type(exc).__name__) from None
@@ -301,10 +360,12 @@ class JobStore:
         """Jobs not yet final (running or finishing), earliest deadline first (sparse by_open index)."""
         try:
             pages = self.ddb.get_paginator("query").paginate(
-                TableName=self.table, IndexName=n.JOB_OPEN_INDEX,
-                KeyConditionExpression="#o = :o", ExpressionAttributeNames={"#o": n.JOB_ATTR_OPEN},
+                TableName=self.table,
+                IndexName=n.JOB_OPEN_INDEX,
+                KeyConditionExpression="#o = :o",
+                ExpressionAttributeNames={"#o": n.JOB_ATTR_OPEN},
                 ExpressionAttributeValues={":o": {"S": n.JOB_OPEN_SHARD}},
-            )  # fmt: skip
+            )
             found: list[JobRecord] = []
             for page in pages:
                 found += [JobRecord.from_item(item) for item in page.get("Items", [])]
@@ -329,21 +390,32 @@ class JobStore:
             raise ValueError(f"not a final job state: {final_state!r}")
         ended_ms = int(self.clock() * 1000)
         try:
-            self.ddb.transact_write_items(TransactItems=[
-                {"Update": {
-                    "TableName": self.table, "Key": {"job_key": {"S": job_key(record.job_id)}},
-                    "UpdateExpression": "SET #s = :finishing, final_state = :f, outcome = :o, ended_ms = :e",
-                    "ConditionExpression": "#s = :running",
-                    "ExpressionAttributeNames": {"#s": "state"},
-                    "ExpressionAttributeValues": {
-                        ":finishing": {"S": FINISHING}, ":running": {"S": RUNNING}, ":f": {"S": final_state},
-                        ":o": {"B": _compress(outcome)}, ":e": {"N": str(ended_ms)},
+            self.ddb.transact_write_items(
+                TransactItems=[
+                    {
+                        "Update": {
+                            "TableName": self.table,
+                            "Key": {"job_key": {"S": job_key(record.job_id)}},
+                            "UpdateExpression": "SET #s = :finishing, final_state = :f, outcome = :o, ended_ms = :e",
+                            "ConditionExpression": "#s = :running",
+                            "ExpressionAttributeNames": {"#s": "state"},
+                            "ExpressionAttributeValues": {
+                                ":finishing": {"S": FINISHING},
+                                ":running": {"S": RUNNING},
+                                ":f": {"S": final_state},
+                                ":o": {"B": _compress(outcome)},
+                                ":e": {"N": str(ended_ms)},
+                            },
+                        }
                     },
-                }},
-                self._free_slot(record),
-            ])  # fmt: skip
+                    self._free_slot(record),
+                ]
+            )
         except ClientError as exc:
-            if _code(exc) != "TransactionCanceledException" or "ConditionalCheckFailed" not in _reasons(exc)[:1]:
+            if (
+                _code(exc) != "TransactionCanceledException"
+                or "ConditionalCheckFailed" not in _reasons(exc)[:1]
+            ):
                 raise JobStoreUnavailable(_code(exc)) from None
         except Exception as exc:  # noqa: BLE001
             raise JobStoreUnavailable(type(exc).__name__) from None
@@ -358,12 +430,13 @@ class JobStore:
             raise ValueError("job has no final state yet")
         try:
             self.ddb.update_item(
-                TableName=self.table, Key={"job_key": {"S": job_key(record.job_id)}},
+                TableName=self.table,
+                Key={"job_key": {"S": job_key(record.job_id)}},
                 UpdateExpression="SET #s = :f REMOVE #o",
                 ConditionExpression="#s = :finishing",
                 ExpressionAttributeNames={"#s": "state", "#o": n.JOB_ATTR_OPEN},
                 ExpressionAttributeValues={":f": {"S": record.final_state}, ":finishing": {"S": FINISHING}},
-            )  # fmt: skip
+            )
         except ClientError as exc:
             if _code(exc) != "ConditionalCheckFailedException":
                 raise JobStoreUnavailable(_code(exc)) from None
@@ -371,10 +444,17 @@ class JobStore:
             raise JobStoreUnavailable(type(exc).__name__) from None
 
     def _free_slot(self, record: JobRecord) -> dict[str, Any]:
-        return {"Update": {
-            "TableName": self.table, "Key": {"job_key": {"S": turn_key(record.tenant_id, record.turn_id)}},
-            "UpdateExpression": "SET #r = #r - :one DELETE open_jobs :ids",
-            "ConditionExpression": "#r > :zero",
-            "ExpressionAttributeNames": {"#r": "running"},
-            "ExpressionAttributeValues": {":one": {"N": "1"}, ":zero": {"N": "0"}, ":ids": {"SS": [record.job_id]}},
-        }}  # fmt: skip
+        return {
+            "Update": {
+                "TableName": self.table,
+                "Key": {"job_key": {"S": turn_key(record.tenant_id, record.turn_id)}},
+                "UpdateExpression": "SET #r = #r - :one DELETE open_jobs :ids",
+                "ConditionExpression": "#r > :zero",
+                "ExpressionAttributeNames": {"#r": "running"},
+                "ExpressionAttributeValues": {
+                    ":one": {"N": "1"},
+                    ":zero": {"N": "0"},
+                    ":ids": {"SS": [record.job_id]},
+                },
+            }
+        }

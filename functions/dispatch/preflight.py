@@ -72,15 +72,23 @@ def decide(
     allowed = tuple(sorted(set(interpreters.values())))
     if not interpreter_id or not runner_role_arn:
         return Preflight(
-            "provisioning", tenant_id, environment=environment, allowed_interpreter_ids=allowed,
-            reason="interpreter_not_ready", tools=template_tools(template_item),
-        )  # fmt: skip
+            "provisioning",
+            tenant_id,
+            environment=environment,
+            allowed_interpreter_ids=allowed,
+            reason="interpreter_not_ready",
+            tools=template_tools(template_item),
+        )
     return Preflight(
-        "ready", tenant_id, environment=environment, interpreter_id=interpreter_id,
-        runner_role_arn=runner_role_arn, allowed_interpreter_ids=allowed,
+        "ready",
+        tenant_id,
+        environment=environment,
+        interpreter_id=interpreter_id,
+        runner_role_arn=runner_role_arn,
+        allowed_interpreter_ids=allowed,
         data_read=tuple(substrate.data_read) if substrate else (),
         tools=template_tools(template_item),
-    )  # fmt: skip
+    )
 
 
 def template_tools(template_item: dict[str, Any] | None) -> tuple[str, ...]:
@@ -117,9 +125,11 @@ class PreflightReader:
         if substrate is None or not substrate.runner_role_arn:
             raise PreflightUnavailable("tenant substrate not published")
         return Preflight(
-            "ready", tenant_id, runner_role_arn=substrate.runner_role_arn,
+            "ready",
+            tenant_id,
+            runner_role_arn=substrate.runner_role_arn,
             allowed_interpreter_ids=tuple(sorted(set(substrate.interpreters.values()))),
-        )  # fmt: skip
+        )
 
     def _load(self, tenant_id: str, template_id: str) -> Preflight:
         substrate = self._substrates.get_or_load(tenant_id, lambda: self._substrate(tenant_id))
@@ -148,7 +158,9 @@ class PreflightReader:
             {n.TENANTS.pk: {"S": tenant_id}, n.TENANTS.sk: {"S": n.TEMPLATE_ITEM_PREFIX + template_id}},
         ]
         try:
-            out = self.ddb.batch_get_item(RequestItems={self.tenants_table: {"Keys": keys, "ConsistentRead": True}})
+            out = self.ddb.batch_get_item(
+                RequestItems={self.tenants_table: {"Keys": keys, "ConsistentRead": True}}
+            )
         except Exception as exc:  # noqa: BLE001
             raise PreflightUnavailable(f"tenants:{type(exc).__name__}") from None
         if out.get("UnprocessedKeys"):

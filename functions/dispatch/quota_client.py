@@ -54,9 +54,10 @@ def lambda_client() -> Any:
 
     return boto3.session.Session().client(
         "lambda",
-        config=Config(retries=dict(SINGLE_ATTEMPT), connect_timeout=3,
-                      read_timeout=QUOTA_READ_TIMEOUT_SECONDS),
-    )  # fmt: skip
+        config=Config(
+            retries=dict(SINGLE_ATTEMPT), connect_timeout=3, read_timeout=QUOTA_READ_TIMEOUT_SECONDS
+        ),
+    )
 
 
 def _fail_closed(windows: Windows, tenant_id: str, cause: str, *, release: bool = False) -> QuotaDecision:
@@ -72,15 +73,25 @@ def _fail_closed(windows: Windows, tenant_id: str, cause: str, *, release: bool 
     return QuotaDecision(False, n.DIM_UNKNOWN, iso_z(windows.fail_closed_resets_at()))
 
 
-def check_quota(function_name: str, tenant_id: str, agent_id: str, windows: Windows, client: Any = None, *,
-                counts: bool = True, call_id: str | None = None, turn: QuotaTurnGuard | None = None,
-                release: bool = False) -> QuotaDecision:  # fmt: skip
+def check_quota(
+    function_name: str,
+    tenant_id: str,
+    agent_id: str,
+    windows: Windows,
+    client: Any = None,
+    *,
+    counts: bool = True,
+    call_id: str | None = None,
+    turn: QuotaTurnGuard | None = None,
+    release: bool = False,
+) -> QuotaDecision:
     """`counts=False`: the admission need not report the counts (the quota Lambda then skips its
     read-back, one sequential request less); they come back as None. `call_id`: counted at most
     once per call_id; `turn`: counted only if the turn guard holds (else `turn_refused`);
     `release`: undo `call_id`'s count. See sandbox_common.models.QuotaRequest."""
-    request = QuotaRequest(tenant_id=tenant_id, agent_id=agent_id, counts=counts, call_id=call_id, turn=turn,
-                           release=release)  # fmt: skip
+    request = QuotaRequest(
+        tenant_id=tenant_id, agent_id=agent_id, counts=counts, call_id=call_id, turn=turn, release=release
+    )
     try:
         out = (client or lambda_client()).invoke(
             FunctionName=function_name,
@@ -97,7 +108,12 @@ def check_quota(function_name: str, tenant_id: str, agent_id: str, windows: Wind
     if isinstance(answer, QuotaTurnRefused):
         return QuotaDecision(False, turn_refused=True, turn_exists=answer.turn_exists)
     if isinstance(answer, QuotaAdmitted):
-        return QuotaDecision(True, tenant_daily_count=answer.tenant_daily_count,
-                             agent_hourly_count=answer.agent_hourly_count, already_counted=answer.already_counted,
-                             retries=answer.retries, released=answer.released)  # fmt: skip
+        return QuotaDecision(
+            True,
+            tenant_daily_count=answer.tenant_daily_count,
+            agent_hourly_count=answer.agent_hourly_count,
+            already_counted=answer.already_counted,
+            retries=answer.retries,
+            released=answer.released,
+        )
     return QuotaDecision(False, answer.dimension, answer.resets_at)

@@ -113,20 +113,40 @@ class QuotaCheck:
         if not decision.counted_here:
             return
         if not (self._entered or self._unclaimed):  # replayed / still running: another attempt's count
-            logger.warning("quota_speculative_kept", extra={"tenant_id": self._req.tenant_id,
-                                                            "call_id": self._req.call_id})  # fmt: skip
+            logger.warning(
+                "quota_speculative_kept",
+                extra={"tenant_id": self._req.tenant_id, "call_id": self._req.call_id},
+            )
             return
         undone = self._dispatcher.quota(
-            self._dispatcher.settings.quota_function_name, self._req.tenant_id, self._req.agent_id,
-            Windows.at(utc_now()), counts=False, call_id=self._req.call_id, release=True)  # fmt: skip
-        logger.info("quota_speculative_released", extra={"tenant_id": self._req.tenant_id,
-                                                         "call_id": self._req.call_id, "released": undone.released})  # fmt: skip
+            self._dispatcher.settings.quota_function_name,
+            self._req.tenant_id,
+            self._req.agent_id,
+            Windows.at(utc_now()),
+            counts=False,
+            call_id=self._req.call_id,
+            release=True,
+        )
+        logger.info(
+            "quota_speculative_released",
+            extra={
+                "tenant_id": self._req.tenant_id,
+                "call_id": self._req.call_id,
+                "released": undone.released,
+            },
+        )
 
     def _check(self, guard: QuotaTurnGuard | None) -> QuotaDecision:
         req = self._req
         return self._dispatcher.quota(
-            self._dispatcher.settings.quota_function_name, req.tenant_id, req.agent_id, Windows.at(utc_now()),
-            counts=self._dispatcher.accounting.needs_count(req.tenant_id), call_id=req.call_id, turn=guard)  # fmt: skip
+            self._dispatcher.settings.quota_function_name,
+            req.tenant_id,
+            req.agent_id,
+            Windows.at(utc_now()),
+            counts=self._dispatcher.accounting.needs_count(req.tenant_id),
+            call_id=req.call_id,
+            turn=guard,
+        )
 
 
 def _guard_for(dispatcher: Dispatcher, req: ExecuteCodeRequest) -> QuotaTurnGuard | None:

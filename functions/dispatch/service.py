@@ -128,7 +128,9 @@ class Dispatcher:
             return tool_flow.resume(self, request, _budget_of(context))
         if isinstance(request, SweepPausedCallsRequest):  # issue 12: the reaper's paused-calls hook
             # Any caller may send it; the counts (all tenants') go to dispatch's log, not the answer.
-            swept = tool_flow.expire_due(self, pending_jobs=lambda t, turn: job_calls.pending(self.jobs, t, turn))
+            swept = tool_flow.expire_due(
+                self, pending_jobs=lambda t, turn: job_calls.pending(self.jobs, t, turn)
+            )
             logger.info("sweep_paused_calls", extra={"ended": swept["ended"], "failed": swept["failed"]})
             return {"ok": True}
         # §16.5 + issue 9: the turn claim, the pre-flight read and the idempotency claim go out
@@ -147,11 +149,19 @@ class Dispatcher:
         try:
             try:
                 response = self.calls.run_once(
-                    request, context,
-                    lambda req, time_left: self._execute_code_response(req, time_left, _joined(claim, warm), beside,
-                                                                       invocation_id=invocation_id, quota=quota.entered()),
+                    request,
+                    context,
+                    lambda req, time_left: self._execute_code_response(
+                        req,
+                        time_left,
+                        _joined(claim, warm),
+                        beside,
+                        invocation_id=invocation_id,
+                        quota=quota.entered(),
+                    ),
                     max_wait_seconds=self.settings.call_timeout_seconds + _RETRY_WAIT_MARGIN_SECONDS,
-                    attempt=interrupted.attempt_fields(request, invocation_id, utc_now()))  # fmt: skip
+                    attempt=interrupted.attempt_fields(request, invocation_id, utc_now()),
+                )
                 quota.answered()
             except IdempotencyStoreUnavailable:
                 quota.unclaimed()  # refused with nothing counted: a speculative count is undone
@@ -163,9 +173,14 @@ class Dispatcher:
             claim.result()  # a replayed answer goes only to the turn's token holder
             return response
         except TurnStoreUnavailable as exc:
-            return self.refuse(request, SandboxProvisioning(
-                messages.PREFLIGHT_UNAVAILABLE, reason="preflight_unavailable",
-                failure_reason=f"preflight_unavailable:{exc}"))  # fmt: skip
+            return self.refuse(
+                request,
+                SandboxProvisioning(
+                    messages.PREFLIGHT_UNAVAILABLE,
+                    reason="preflight_unavailable",
+                    failure_reason=f"preflight_unavailable:{exc}",
+                ),
+            )
         finally:
             quota.settle()  # a speculative count the call did not reach is undone (quota_flow)
             self.calls.rows.flush(invocation_id, self.audit_writer)  # a row no completion took: on its own
@@ -173,8 +188,14 @@ class Dispatcher:
     def _claim(self, req: BeginTurnRequest | ExecuteCodeRequest) -> Turn:
         """The caller's turn, created and bound to its token on first use (§16.5); raises
         SandboxInvalidRequest for a wrong token or another agent's turn."""
-        return turn_logic.claim(self.turns, req.tenant_id, req.agent_id, req.turn_id, token=req.turn_token,
-                                required=self.settings.require_turn_token)  # fmt: skip
+        return turn_logic.claim(
+            self.turns,
+            req.tenant_id,
+            req.agent_id,
+            req.turn_id,
+            token=req.turn_token,
+            required=self.settings.require_turn_token,
+        )
 
     # --- begin_turn -----------------------------------------------------------------------------
     def begin_turn(self, req: BeginTurnRequest) -> dict[str, Any]:
@@ -184,8 +205,12 @@ class Dispatcher:
         except (TurnStoreUnavailable, PreflightUnavailable) as exc:
             logger.error("begin_turn_unavailable", extra={"cause": str(exc)})
             internal_failure(f"preflight_unavailable:{exc}")
-            return {"ok": False, "error": "SandboxProvisioning", "error_message": messages.PREFLIGHT_UNAVAILABLE,
-                    "reason": "preflight_unavailable"}  # fmt: skip
+            return {
+                "ok": False,
+                "error": "SandboxProvisioning",
+                "error_message": messages.PREFLIGHT_UNAVAILABLE,
+                "reason": "preflight_unavailable",
+            }
         if pf.status == "ready":
             self.sessions.offer_warm(turn, pf)  # §16.1: the first call's warm claim becomes one write
         sandbox: dict[str, Any] = {"status": pf.status}
@@ -193,8 +218,9 @@ class Dispatcher:
             sandbox["tool"] = tool_definition(pf.tools)  # §15: lists the template's tools
             sandbox["environment"] = pf.environment
         elif pf.status == "disabled":
-            sandbox.update(error="SandboxProvisioning", reason="tenant_disabled",
-                           error_message=messages.TENANT_DISABLED)  # fmt: skip
+            sandbox.update(
+                error="SandboxProvisioning", reason="tenant_disabled", error_message=messages.TENANT_DISABLED
+            )
         return {"ok": True, "sandbox": sandbox}
 
     # --- end_turn -------------------------------------------------------------------------------
@@ -205,11 +231,19 @@ class Dispatcher:
             return _internal(f"turn_store_unavailable:{exc}")
         if turn is None:
             return {"ok": True, "stopped": False}
-        turn_logic.check_token(turn, req.turn_token, required=self.settings.require_turn_token,
-                               tenant_id=req.tenant_id, agent_id=None, turn_id=req.turn_id)  # fmt: skip
+        turn_logic.check_token(
+            turn,
+            req.turn_token,
+            required=self.settings.require_turn_token,
+            tenant_id=req.tenant_id,
+            agent_id=None,
+            turn_id=req.turn_id,
+        )
         turn_logic.check_owner(turn, req.tenant_id, None)
         try:
-            self.turns.end(req.tenant_id, req.turn_id)  # first: a session racing this end_turn can no longer activate
+            self.turns.end(
+                req.tenant_id, req.turn_id
+            )  # first: a session racing this end_turn can no longer activate
         except TurnStoreUnavailable as exc:
             return _internal(f"turn_store_unavailable:{exc}")
         pending = job_calls.pending(self.jobs, req.tenant_id, req.turn_id)
@@ -241,21 +275,42 @@ class Dispatcher:
             return public(failure)
 
     # --- execute_code ---------------------------------------------------------------------------
-    def _execute_code_response(self, req: ExecuteCodeRequest, time_left: TimeLeft, turn: Turn,
-                               beside: RowHandOff | None = None, *,
-                               quota: QuotaCheck | None = None, invocation_id: str | None = None) -> dict[str, Any]:  # fmt: skip
+    def _execute_code_response(
+        self,
+        req: ExecuteCodeRequest,
+        time_left: TimeLeft,
+        turn: Turn,
+        beside: RowHandOff | None = None,
+        *,
+        quota: QuotaCheck | None = None,
+        invocation_id: str | None = None,
+    ) -> dict[str, Any]:
         if req.background:  # §17: answers at once with a job_id
-            return job_calls.submit(self, self.jobs, req, turn, lambda: _budget(time_left),
-                                    refuse_unless_ready=_refuse_unless_ready)  # fmt: skip
+            return job_calls.submit(
+                self,
+                self.jobs,
+                req,
+                turn,
+                lambda: _budget(time_left),
+                refuse_unless_ready=_refuse_unless_ready,
+            )
         try:
-            return self.execute_code(req, turn, time_left=time_left, beside=beside, quota=quota,
-                                     invocation_id=invocation_id).response()
+            return self.execute_code(
+                req, turn, time_left=time_left, beside=beside, quota=quota, invocation_id=invocation_id
+            ).response()
         except tool_flow.ToolCallPaused as paused:  # §15: counted, no audit row until it ends
             return paused.response
 
-    def execute_code(self, req: ExecuteCodeRequest, turn: Turn, *, time_left: TimeLeft = None,
-                     beside: RowHandOff | None = None, quota: QuotaCheck | None = None,
-                     invocation_id: str | None = None) -> Outcome:  # fmt: skip
+    def execute_code(
+        self,
+        req: ExecuteCodeRequest,
+        turn: Turn,
+        *,
+        time_left: TimeLeft = None,
+        beside: RowHandOff | None = None,
+        quota: QuotaCheck | None = None,
+        invocation_id: str | None = None,
+    ) -> Outcome:
         """`turn` = the caller's turn, already claimed with its token (`_claim`). `time_left()` =
         seconds the Lambda has left (None outside Lambda): every wait below is bounded by it, so
         the call always answers and audits before the runtime would kill it. With `beside`, the
@@ -282,8 +337,15 @@ class Dispatcher:
         self._record(outcome.finish())
         return outcome.response()
 
-    def _steps(self, req: ExecuteCodeRequest, turn: Turn, outcome: Outcome, time_left: TimeLeft,
-               call: SessionCall, quota: QuotaCheck | None = None) -> None:  # fmt: skip
+    def _steps(
+        self,
+        req: ExecuteCodeRequest,
+        turn: Turn,
+        outcome: Outcome,
+        time_left: TimeLeft,
+        call: SessionCall,
+        quota: QuotaCheck | None = None,
+    ) -> None:
         def budget() -> float | None:
             return None if time_left is None else time_left() - ANSWER_MARGIN_SECONDS
 
@@ -306,23 +368,42 @@ class Dispatcher:
         try:
             return self.preflight.check(req.tenant_id, req.template_id)
         except PreflightUnavailable as exc:
-            raise SandboxProvisioning(messages.PREFLIGHT_UNAVAILABLE, reason="preflight_unavailable",
-                                      failure_reason=f"preflight_unavailable:{exc}") from None  # fmt: skip
+            raise SandboxProvisioning(
+                messages.PREFLIGHT_UNAVAILABLE,
+                reason="preflight_unavailable",
+                failure_reason=f"preflight_unavailable:{exc}",
+            ) from None
 
-    def _quota(self, req: ExecuteCodeRequest, outcome: Outcome, quota: QuotaCheck | None = None,
-               retries: RetryLog | None = None) -> None:
+    def _quota(
+        self,
+        req: ExecuteCodeRequest,
+        outcome: Outcome,
+        quota: QuotaCheck | None = None,
+        retries: RetryLog | None = None,
+    ) -> None:
         """The call's count: the speculative check sent at t=0 joined, else checked now (quota_flow)."""
         decision = (quota or QuotaCheck(self, req, None)).decide(retries)
         if not decision.allowed:
             raise SandboxCapExceeded(
                 messages.cap_exceeded(str(decision.dimension), str(decision.resets_at)),
-                dimension=decision.dimension, resets_at=decision.resets_at,
+                dimension=decision.dimension,
+                resets_at=decision.resets_at,
                 failure_reason=f"cap_exceeded:{decision.dimension}",
-            )  # fmt: skip
-        self.accounting.admitted(req.tenant_id, decision.tenant_daily_count)  # budget: reported, never refused
+            )
+        self.accounting.admitted(
+            req.tenant_id, decision.tenant_daily_count
+        )  # budget: reported, never refused
 
-    def _run(self, req: ExecuteCodeRequest, outcome: Outcome, turn: Turn, pf: Preflight, runner: SessionRunner,
-             budget: Callable[[], float | None], call: SessionCall) -> ExecutionResult:  # fmt: skip
+    def _run(
+        self,
+        req: ExecuteCodeRequest,
+        outcome: Outcome,
+        turn: Turn,
+        pf: Preflight,
+        runner: SessionRunner,
+        budget: Callable[[], float | None],
+        call: SessionCall,
+    ) -> ExecutionResult:
         beside = not tool_flow.uses_tools(req, pf)  # a paused call (§15) keeps a session already confirmed
         call.activation = Activation() if beside else None
         session_id, restarted = self._session(turn, pf, runner, outcome.invocation_id, budget(), call=call)
@@ -344,8 +425,17 @@ class Dispatcher:
             outcome.response_extra.update(session_restarted=True, notice=messages.SESSION_RESTARTED)
         return result
 
-    def _run_code(self, req: ExecuteCodeRequest, outcome: Outcome, turn: Turn, pf: Preflight, runner: SessionRunner,
-                  session_id: str, budget: Callable[[], float | None], call: SessionCall) -> ExecutionResult:  # fmt: skip
+    def _run_code(
+        self,
+        req: ExecuteCodeRequest,
+        outcome: Outcome,
+        turn: Turn,
+        pf: Preflight,
+        runner: SessionRunner,
+        session_id: str,
+        budget: Callable[[], float | None],
+        call: SessionCall,
+    ) -> ExecutionResult:
         """Inputs (§14.1), then the code. A new cold session's activation writes travel beside them
         (issue 9, `dispatch.activation`) and are joined as soon as the code answered, before the
         artifact helper; if one failed, the session was stopped and freed and the call fails closed."""
@@ -366,33 +456,66 @@ class Dispatcher:
         return result
 
     @staticmethod
-    def _place_inputs(req: ExecuteCodeRequest, outcome: Outcome, pf: Preflight, runner: SessionRunner,
-                      session_id: str) -> None:  # fmt: skip
+    def _place_inputs(
+        req: ExecuteCodeRequest, outcome: Outcome, pf: Preflight, runner: SessionRunner, session_id: str
+    ) -> None:
         """§14.1: input files into the session before the code; a failure means the code never runs."""
         if req.files:
-            outcome.audit_extra["input_files"] = files_flow.place_inputs(runner, str(pf.interpreter_id), session_id, req)
+            outcome.audit_extra["input_files"] = files_flow.place_inputs(
+                runner, str(pf.interpreter_id), session_id, req
+            )
 
-    def _collect_artifacts(self, req: ExecuteCodeRequest, outcome: Outcome, pf: Preflight, runner: SessionRunner,
-                           exit_status: str) -> None:  # fmt: skip
+    def _collect_artifacts(
+        self,
+        req: ExecuteCodeRequest,
+        outcome: Outcome,
+        pf: Preflight,
+        runner: SessionRunner,
+        exit_status: str,
+    ) -> None:
         """§14.2: new/changed outputs/ files and open figures, after any outcome but timeout."""
-        ctx = ArtifactContext(req.tenant_id, req.turn_id, outcome.invocation_id, self.settings.artifacts_bucket)
-        collected = files_flow.collect(runner, str(pf.interpreter_id), str(outcome.session_id), ctx, exit_status)
+        ctx = ArtifactContext(
+            req.tenant_id, req.turn_id, outcome.invocation_id, self.settings.artifacts_bucket
+        )
+        collected = files_flow.collect(
+            runner, str(pf.interpreter_id), str(outcome.session_id), ctx, exit_status
+        )
         outcome.response_extra["files"] = collected.files if collected else []
         outcome.audit_extra["artifacts"] = collected.artifacts if collected else []
         if collected and collected.failure_reason:
-            logger.warning("artifact_collection_failed", extra={"invocation_id": outcome.invocation_id,
-                                                                "failure_reason": collected.failure_reason})  # fmt: skip
+            logger.warning(
+                "artifact_collection_failed",
+                extra={"invocation_id": outcome.invocation_id, "failure_reason": collected.failure_reason},
+            )
 
-    def _session(self, turn: Turn, pf: Preflight, runner: SessionRunner, invocation_id: str,
-                 budget: float | None = None, *, call: SessionCall | None = None) -> tuple[str, bool]:  # fmt: skip
+    def _session(
+        self,
+        turn: Turn,
+        pf: Preflight,
+        runner: SessionRunner,
+        invocation_id: str,
+        budget: float | None = None,
+        *,
+        call: SessionCall | None = None,
+    ) -> tuple[str, bool]:
         """(session_id, restarted): restarted when this turn had a session before that is gone.
         The session comes from `self.sessions` (warm claim or capped cold start, §16); a caller
         that did not `prepare` (background jobs) holds its capacity at the start."""
         had_session = turn.session_id is not None  # a session was recorded before (not a failed start)
-        wait = _SESSION_START_WAIT_SECONDS if budget is None else max(1.0, min(_SESSION_START_WAIT_SECONDS, budget))
+        wait = (
+            _SESSION_START_WAIT_SECONDS
+            if budget is None
+            else max(1.0, min(_SESSION_START_WAIT_SECONDS, budget))
+        )
         try:
-            session_id, started_here = self.sessions.acquire(call or SessionCall(), turn, pf=pf, runner=runner,
-                                                             invocation_id=invocation_id, wait_seconds=wait)  # fmt: skip
+            session_id, started_here = self.sessions.acquire(
+                call or SessionCall(),
+                turn,
+                pf=pf,
+                runner=runner,
+                invocation_id=invocation_id,
+                wait_seconds=wait,
+            )
         except TurnStoreUnavailable as exc:
             raise SandboxError(messages.INTERNAL, failure_reason=f"turn_store_unavailable:{exc}") from None
         return session_id, started_here and had_session
@@ -435,11 +558,16 @@ def _refuse_unless_ready(pf: Preflight) -> None:
     if pf.status == "ready":
         return
     if pf.status == "disabled":
-        raise SandboxProvisioning(messages.TENANT_DISABLED, reason="tenant_disabled", failure_reason="tenant_disabled")
+        raise SandboxProvisioning(
+            messages.TENANT_DISABLED, reason="tenant_disabled", failure_reason="tenant_disabled"
+        )
     if pf.status == "not_requested":
-        raise SandboxProvisioning(messages.NOT_REQUESTED, reason="sandbox_not_requested",
-                                  failure_reason="sandbox_not_requested")  # fmt: skip
-    raise SandboxProvisioning(messages.NOT_READY, reason="interpreter_not_ready", failure_reason="interpreter_not_ready")
+        raise SandboxProvisioning(
+            messages.NOT_REQUESTED, reason="sandbox_not_requested", failure_reason="sandbox_not_requested"
+        )
+    raise SandboxProvisioning(
+        messages.NOT_READY, reason="interpreter_not_ready", failure_reason="interpreter_not_ready"
+    )
 
 
 def _internal(reason: str) -> dict[str, Any]:

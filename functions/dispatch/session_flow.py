@@ -71,8 +71,14 @@ class SessionCall:
 
 
 class TurnSessions:
-    def __init__(self, *, turns: TurnStore, source: SessionSource, session_timeout_seconds: int,
-                 call_timeout_seconds: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        turns: TurnStore,
+        source: SessionSource,
+        session_timeout_seconds: int,
+        call_timeout_seconds: int,
+    ) -> None:
         self.turns = turns
         self.source = source
         # AgentCore reaps a session at sessionTimeoutSeconds: a turn moves on shortly before that.
@@ -92,7 +98,9 @@ class TurnSessions:
         try:
             call.prepared = self._prepare(call, turn, pf, hinted=True)
         except SandboxCapExceeded as refused:
-            if refused.fields.get("dimension") not in n.SESSION_CAP_DIMENSIONS or not self._session_coming(turn):
+            if refused.fields.get("dimension") not in n.SESSION_CAP_DIMENSIONS or not self._session_coming(
+                turn
+            ):
                 raise
 
     def _session_coming(self, turn: Turn) -> bool:
@@ -115,15 +123,27 @@ class TurnSessions:
         interpreter_id = str(pf.interpreter_id)
 
         def bind(slot: Slot) -> dict[str, Any]:
-            return self.turns.bind_item(turn, str(slot.session_id), interpreter_id, slot_id=slot.slot_id,
-                                        started_at=slot.started_at or None)  # fmt: skip
+            return self.turns.bind_item(
+                turn,
+                str(slot.session_id),
+                interpreter_id,
+                slot_id=slot.slot_id,
+                started_at=slot.started_at or None,
+            )
 
         # begin_turn found the pool empty moments ago: reserve a cold slot without reading it again
         pool_empty = hinted and turn.pool_known_empty(str(pf.environment), interpreter_id, self.turns.clock())
-        return self.source.prepare(tenant_id=turn.tenant_id, agent_id=turn.agent_id, turn_id=turn.turn_id,
-                                   environment=str(pf.environment), interpreter_id=interpreter_id,
-                                   retries=call.retries, hint=turn.warm_hint if hinted else None,
-                                   bind=bind, pool_empty=pool_empty)  # fmt: skip
+        return self.source.prepare(
+            tenant_id=turn.tenant_id,
+            agent_id=turn.agent_id,
+            turn_id=turn.turn_id,
+            environment=str(pf.environment),
+            interpreter_id=interpreter_id,
+            retries=call.retries,
+            hint=turn.warm_hint if hinted else None,
+            bind=bind,
+            pool_empty=pool_empty,
+        )
 
     def offer_warm(self, turn: Turn, pf: Preflight) -> bool:
         """begin_turn (§16.1): pick a warm session of the turn's pool and note it on the turn, so
@@ -135,11 +155,15 @@ class TurnSessions:
         if turn.live_session or turn.ended or not pf.interpreter_id or not pf.environment:
             return False
         try:
-            hint = self.source.pick_warm(tenant_id=turn.tenant_id, environment=str(pf.environment),
-                                         interpreter_id=str(pf.interpreter_id))  # fmt: skip
+            hint = self.source.pick_warm(
+                tenant_id=turn.tenant_id,
+                environment=str(pf.environment),
+                interpreter_id=str(pf.interpreter_id),
+            )
             if hint is None:
-                self.turns.set_pool_empty(turn, environment=str(pf.environment),
-                                          interpreter_id=str(pf.interpreter_id))  # fmt: skip
+                self.turns.set_pool_empty(
+                    turn, environment=str(pf.environment), interpreter_id=str(pf.interpreter_id)
+                )
                 return False
             return self.turns.set_hint(turn, hint)
         except (LedgerUnavailable, TurnStoreUnavailable) as exc:
@@ -161,17 +185,27 @@ class TurnSessions:
         if prepared is not None:
             self.source.abandon(prepared)
 
-    def acquire(self, call: SessionCall, turn: Turn, *, pf: Preflight, runner: Any, invocation_id: str,
-                wait_seconds: float) -> tuple[str, bool]:  # fmt: skip
+    def acquire(
+        self,
+        call: SessionCall,
+        turn: Turn,
+        *,
+        pf: Preflight,
+        runner: Any,
+        invocation_id: str,
+        wait_seconds: float,
+    ) -> tuple[str, bool]:
         """(session_id, started_here): the turn's one session, started (or claimed) by at most one
         caller. Raises what the lease protocol and the session source raise."""
         interpreter_id = str(pf.interpreter_id)
         if call.prepared is not None and call.prepared.bound:
-            return self._use_bound(call, turn, runner=runner, interpreter_id=interpreter_id,
-                                   invocation_id=invocation_id), True  # fmt: skip
+            return self._use_bound(
+                call, turn, runner=runner, interpreter_id=interpreter_id, invocation_id=invocation_id
+            ), True
         if call.prepared is not None and call.prepared.source == "warm":
-            bound = self._bind_warm(call, turn, runner=runner, interpreter_id=interpreter_id,
-                                    invocation_id=invocation_id)  # fmt: skip
+            bound = self._bind_warm(
+                call, turn, runner=runner, interpreter_id=interpreter_id, invocation_id=invocation_id
+            )
             if bound is not None:
                 return bound, True
         slots: dict[str, str] = {}  # session_id -> its slot, for every session this call knows
@@ -184,9 +218,14 @@ class TurnSessions:
             # between that check and the lease (or for a caller that did not prepare: jobs).
             prepared = call.prepared or self._prepare(call, turn, pf)
             call.prepared = None  # the source owns it now: it releases it if the start fails
-            acquired = self.source.start(prepared, runner=runner, interpreter_id=interpreter_id,
-                                         invocation_id=invocation_id, retries=call.retries,
-                                         activation=call.activation)  # fmt: skip
+            acquired = self.source.start(
+                prepared,
+                runner=runner,
+                interpreter_id=interpreter_id,
+                invocation_id=invocation_id,
+                retries=call.retries,
+                activation=call.activation,
+            )
             if call.activation is not None:
                 call.activation.session_id, call.activation.slot_id = acquired.session_id, acquired.slot_id
                 call.activation.interpreter_id, call.activation.owner = interpreter_id, invocation_id
@@ -202,10 +241,16 @@ class TurnSessions:
             return stopped
 
         session_id, started_here = turn_logic.acquire_session(
-            self.turns, turn, owner=invocation_id, interpreter_id=interpreter_id, start=start, stop_previous=stop,
-            max_session_age_seconds=self.max_session_age_seconds, wait_seconds=wait_seconds,
+            self.turns,
+            turn,
+            owner=invocation_id,
+            interpreter_id=interpreter_id,
+            start=start,
+            stop_previous=stop,
+            max_session_age_seconds=self.max_session_age_seconds,
+            wait_seconds=wait_seconds,
             activation=call.activation,
-        )  # fmt: skip
+        )
         if started_here and got:
             call.source, call.slot_id = got[-1].source, got[-1].slot_id
         else:
@@ -225,8 +270,10 @@ class TurnSessions:
         if failure is None:
             return
         session_id, interpreter_id = activation.session_id, activation.interpreter_id
-        logger.warning("session_activation_failed", extra={"turn_id": turn.turn_id, "session_id": session_id,
-                                                           "cause": repr(failure)})  # fmt: skip
+        logger.warning(
+            "session_activation_failed",
+            extra={"turn_id": turn.turn_id, "session_id": session_id, "cause": repr(failure)},
+        )
         if session_id and interpreter_id:
             try:
                 if not self.turns.mark_stopped(turn.tenant_id, turn.turn_id, session_id) and activation.owner:
@@ -238,17 +285,26 @@ class TurnSessions:
         call.slot_id = None
         if isinstance(failure, SandboxError):
             raise failure
-        reason = (f"turn_store_unavailable:{failure}" if isinstance(failure, TurnStoreUnavailable)
-                  else f"session_activation_failed:{type(failure).__name__}")  # fmt: skip
+        reason = (
+            f"turn_store_unavailable:{failure}"
+            if isinstance(failure, TurnStoreUnavailable)
+            else f"session_activation_failed:{type(failure).__name__}"
+        )
         raise SandboxError(messages.INTERNAL, failure_reason=reason)
 
-    def _use_bound(self, call: SessionCall, turn: Turn, *, runner: Any, interpreter_id: str,
-                   invocation_id: str) -> str:  # fmt: skip
+    def _use_bound(
+        self, call: SessionCall, turn: Turn, *, runner: Any, interpreter_id: str, invocation_id: str
+    ) -> str:
         """The warm session the claim already bound to the turn (one write, `prepare`)."""
         prepared, call.prepared = call.prepared, None
         assert prepared is not None
-        acquired = self.source.start(prepared, runner=runner, interpreter_id=interpreter_id,
-                                     invocation_id=invocation_id, retries=call.retries)  # fmt: skip
+        acquired = self.source.start(
+            prepared,
+            runner=runner,
+            interpreter_id=interpreter_id,
+            invocation_id=invocation_id,
+            retries=call.retries,
+        )
         call.source, call.slot_id = acquired.source, acquired.slot_id
         self._stop_replaced(turn, runner)
         return acquired.session_id
@@ -258,16 +314,22 @@ class TurnSessions:
             if runner.stop_session(str(turn.interpreter_id), str(turn.session_id)):
                 self._release(turn.slot_id)
 
-    def _bind_warm(self, call: SessionCall, turn: Turn, *, runner: Any, interpreter_id: str,
-                   invocation_id: str) -> str | None:  # fmt: skip
+    def _bind_warm(
+        self, call: SessionCall, turn: Turn, *, runner: Any, interpreter_id: str, invocation_id: str
+    ) -> str | None:
         """A claimed warm session needs no start, so no "starting" lease either: it becomes the
         turn's in one conditional write. None when another caller's session (or lease) got there
         first: the lease protocol then decides, and the warm session goes back to its pool."""
         prepared = call.prepared
         assert prepared is not None and prepared.session_id is not None
         try:
-            bound = self.turns.bind(turn, prepared.session_id, interpreter_id, slot_id=prepared.slot_id,
-                                    started_at=prepared.started_at)  # fmt: skip
+            bound = self.turns.bind(
+                turn,
+                prepared.session_id,
+                interpreter_id,
+                slot_id=prepared.slot_id,
+                started_at=prepared.started_at,
+            )
         except BaseException:
             # The write may have applied: the turn may point at this session, so it must never go
             # back to the pool (another turn would share it). Stopped and freed instead; the
@@ -279,8 +341,13 @@ class TurnSessions:
         if not bound:
             return None
         call.prepared = None
-        acquired = self.source.start(prepared, runner=runner, interpreter_id=interpreter_id,
-                                     invocation_id=invocation_id, retries=call.retries)  # fmt: skip
+        acquired = self.source.start(
+            prepared,
+            runner=runner,
+            interpreter_id=interpreter_id,
+            invocation_id=invocation_id,
+            retries=call.retries,
+        )
         call.source, call.slot_id = acquired.source, acquired.slot_id
         self._stop_replaced(turn, runner)
         return acquired.session_id
@@ -300,8 +367,11 @@ class TurnSessions:
         self._release(turn.slot_id)
 
     def _slot_of(self, turn: Turn, session_id: str) -> str | None:
-        return turn.slot_id if turn.session_id == session_id and turn.slot_id else \
-            self._slot_of_stored(turn.tenant_id, turn.turn_id, session_id)  # fmt: skip
+        return (
+            turn.slot_id
+            if turn.session_id == session_id and turn.slot_id
+            else self._slot_of_stored(turn.tenant_id, turn.turn_id, session_id)
+        )
 
     def _slot_of_stored(self, tenant_id: str, turn_id: str, session_id: str) -> str | None:
         stored = self.turns.get(tenant_id, turn_id)

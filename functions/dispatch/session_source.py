@@ -93,33 +93,68 @@ class SessionSource:
         self.sleep = sleep
 
     # --- step 1, before the call quota: hold capacity or refuse with nothing counted -------------
-    def prepare(self, *, tenant_id: str, agent_id: str, turn_id: str, environment: str, interpreter_id: str,
-                retries: RetryLog, hint: dict[str, str] | None = None,
-                bind: Callable[[Slot], dict[str, Any]] | None = None,
-                pool_empty: bool = False) -> Prepared:  # fmt: skip
+    def prepare(
+        self,
+        *,
+        tenant_id: str,
+        agent_id: str,
+        turn_id: str,
+        environment: str,
+        interpreter_id: str,
+        retries: RetryLog,
+        hint: dict[str, str] | None = None,
+        bind: Callable[[Slot], dict[str, Any]] | None = None,
+        pool_empty: bool = False,
+    ) -> Prepared:
         """`hint` + `bind`: the turn's warm hint (begin_turn) and its bind item builder — then the
         claim and the turn binding are ONE write; a stale hint falls back to querying the pool.
         `pool_empty`: begin_turn just found the pool empty — reserve a cold slot without reading it."""
         if hint is not None and bind is not None:
-            bound = self._claim_hinted(hint, tenant_id=tenant_id, agent_id=agent_id, turn_id=turn_id,
-                                       environment=environment, interpreter_id=interpreter_id, bind=bind)  # fmt: skip
+            bound = self._claim_hinted(
+                hint,
+                tenant_id=tenant_id,
+                agent_id=agent_id,
+                turn_id=turn_id,
+                environment=environment,
+                interpreter_id=interpreter_id,
+                bind=bind,
+            )
             if bound is not None:
                 return bound
         warm = None
         try:
             if not pool_empty:
-                warm = self.ledger.claim_warm(tenant_id=tenant_id, environment=environment, turn_id=turn_id,
-                                              agent_id=agent_id, min_life_seconds=self.claim_min_life_seconds,
-                                              interpreter_id=interpreter_id)  # fmt: skip
+                warm = self.ledger.claim_warm(
+                    tenant_id=tenant_id,
+                    environment=environment,
+                    turn_id=turn_id,
+                    agent_id=agent_id,
+                    min_life_seconds=self.claim_min_life_seconds,
+                    interpreter_id=interpreter_id,
+                )
         except LedgerUnavailable as exc:
             raise self._fail_closed(tenant_id, f"session_ledger_unavailable:{exc.code}") from None
         if warm is not None and warm.session_id:
-            return Prepared("warm", warm.slot_id, tenant_id, turn_id, warm.session_id, warm.interpreter_id,
-                            started_at=warm.started_at or None)  # fmt: skip
+            return Prepared(
+                "warm",
+                warm.slot_id,
+                tenant_id,
+                turn_id,
+                warm.session_id,
+                warm.interpreter_id,
+                started_at=warm.started_at or None,
+            )
         try:
             caps = self.caps_for(tenant_id)
-            reservation = self.ledger.reserve(tenant_id=tenant_id, environment=environment, source="cold", caps=caps,
-                                              lease_seconds=self.lease_seconds, turn_id=turn_id, agent_id=agent_id)  # fmt: skip
+            reservation = self.ledger.reserve(
+                tenant_id=tenant_id,
+                environment=environment,
+                source="cold",
+                caps=caps,
+                lease_seconds=self.lease_seconds,
+                turn_id=turn_id,
+                agent_id=agent_id,
+            )
         except SessionCapReached as exc:
             raise self._refuse(tenant_id, exc.dimension, kill_switch=exc.kill_switch) from None
         except SessionCapsUnavailable as exc:
@@ -129,35 +164,73 @@ class SessionSource:
         retries.record_count(n.RETRY_LEDGER_CONFLICT, reservation.retries)
         return Prepared("cold", reservation.slot_id, tenant_id, turn_id, interpreter_id=interpreter_id)
 
-    def _claim_hinted(self, hint: dict[str, str], *, tenant_id: str, agent_id: str, turn_id: str,
-                      environment: str, interpreter_id: str, bind: Callable[[Slot], dict[str, Any]]) -> Prepared | None:  # fmt: skip
+    def _claim_hinted(
+        self,
+        hint: dict[str, str],
+        *,
+        tenant_id: str,
+        agent_id: str,
+        turn_id: str,
+        environment: str,
+        interpreter_id: str,
+        bind: Callable[[Slot], dict[str, Any]],
+    ) -> Prepared | None:
         if hint["environment"] != environment or hint["interpreter_id"] != interpreter_id:
             return None  # the tenant's environment/interpreter changed since begin_turn: not this pool's
-        slot = Slot(slot_id=hint["slot_id"], tenant_id=tenant_id, environment=environment, state="warm",
-                    source="warm", started_at=int(hint["started_at"] or 0), session_id=hint["session_id"],
-                    interpreter_id=hint["interpreter_id"])  # fmt: skip
+        slot = Slot(
+            slot_id=hint["slot_id"],
+            tenant_id=tenant_id,
+            environment=environment,
+            state="warm",
+            source="warm",
+            started_at=int(hint["started_at"] or 0),
+            session_id=hint["session_id"],
+            interpreter_id=hint["interpreter_id"],
+        )
         try:
-            claimed = self.ledger.claim_warm_bound(slot, turn_id=turn_id, agent_id=agent_id,
-                                                   min_life_seconds=self.claim_min_life_seconds, bind=bind(slot))  # fmt: skip
+            claimed = self.ledger.claim_warm_bound(
+                slot,
+                turn_id=turn_id,
+                agent_id=agent_id,
+                min_life_seconds=self.claim_min_life_seconds,
+                bind=bind(slot),
+            )
         except LedgerUnavailable as exc:
             # Both writes or neither (one transaction): if it applied after all, the turn points
             # at the session and its next call uses it; refused now, nothing counted.
             raise self._fail_closed(tenant_id, f"session_ledger_unavailable:{exc.code}") from None
         if not claimed:
             return None
-        return Prepared("warm", slot.slot_id, tenant_id, turn_id, slot.session_id, slot.interpreter_id,
-                        started_at=slot.started_at or None, bound=True)  # fmt: skip
+        return Prepared(
+            "warm",
+            slot.slot_id,
+            tenant_id,
+            turn_id,
+            slot.session_id,
+            slot.interpreter_id,
+            started_at=slot.started_at or None,
+            bound=True,
+        )
 
     def pick_warm(self, *, tenant_id: str, environment: str, interpreter_id: str) -> dict[str, str] | None:
         """A warm session for a turn's hint (begin_turn): one of the pool's claimable sessions at
         random (turns begun together rarely pick the same one), or None. Raises LedgerUnavailable."""
-        found = self.ledger.warm_candidates(tenant_id=tenant_id, environment=environment,
-                                            min_life_seconds=self.claim_min_life_seconds, interpreter_id=interpreter_id)  # fmt: skip
+        found = self.ledger.warm_candidates(
+            tenant_id=tenant_id,
+            environment=environment,
+            min_life_seconds=self.claim_min_life_seconds,
+            interpreter_id=interpreter_id,
+        )
         if not found:
             return None
         slot = random.choice(found)  # noqa: S311 — spreading picks, not a secret
-        return {"slot_id": slot.slot_id, "session_id": str(slot.session_id), "interpreter_id": interpreter_id,
-                "environment": environment, "started_at": str(slot.started_at or "")}  # fmt: skip
+        return {
+            "slot_id": slot.slot_id,
+            "session_id": str(slot.session_id),
+            "interpreter_id": interpreter_id,
+            "environment": environment,
+            "started_at": str(slot.started_at or ""),
+        }
 
     def abandon(self, prepared: Prepared) -> None:
         """The call was refused after prepare (quota) or another caller's session won the turn:
@@ -176,8 +249,16 @@ class SessionSource:
         self._release(prepared.slot_id)
 
     # --- step 2, inside the turn's session lease: the session itself ------------------------------
-    def start(self, prepared: Prepared, *, runner: Any, interpreter_id: str, invocation_id: str,
-              retries: RetryLog, activation: Activation | None = None) -> Acquired:  # fmt: skip
+    def start(
+        self,
+        prepared: Prepared,
+        *,
+        runner: Any,
+        interpreter_id: str,
+        invocation_id: str,
+        retries: RetryLog,
+        activation: Activation | None = None,
+    ) -> Acquired:
         """Warm: nothing to do (no Start, no preamble). Cold: Start + preamble, throttling retried,
         then the slot's activation — sent with `activation` (beside the user code, joined by the
         caller: `dispatch.activation`), else written here before returning."""
@@ -205,9 +286,13 @@ class SessionSource:
         """The slot now holds the started session; raises SandboxError when it did not apply (the
         reaper released the slot: its lease expired) or the ledger gave no answer."""
         try:
-            activated = self.ledger.activate(prepared.slot_id, session_id=session_id, interpreter_id=interpreter_id)
+            activated = self.ledger.activate(
+                prepared.slot_id, session_id=session_id, interpreter_id=interpreter_id
+            )
         except LedgerUnavailable as exc:
-            raise SandboxError(messages.INTERNAL, failure_reason=f"session_ledger_unavailable:{exc.code}") from None
+            raise SandboxError(
+                messages.INTERNAL, failure_reason=f"session_ledger_unavailable:{exc.code}"
+            ) from None
         if not activated:
             raise SandboxError(messages.INTERNAL, failure_reason="session_slot_lost")
 
@@ -218,7 +303,10 @@ class SessionSource:
             try:
                 return str(runner.start_session(interpreter_id, name=f"sbx-{token}", client_token=token))
             except SandboxError as exc:
-                if not str(exc.fields.get("failure_reason", "")).startswith(_THROTTLED) or attempt + 1 >= START_ATTEMPTS:
+                if (
+                    not str(exc.fields.get("failure_reason", "")).startswith(_THROTTLED)
+                    or attempt + 1 >= START_ATTEMPTS
+                ):
                     raise
                 retries.record(n.RETRY_START_THROTTLED, attempt + 1)
                 self.sleep(random.uniform(0.1, 0.4) * 2**attempt)
@@ -236,20 +324,42 @@ class SessionSource:
 
     def _refuse(self, tenant_id: str, dimension: str, *, kill_switch: bool = False) -> SandboxCapExceeded:
         resets_at = iso_z(self.clock() + timedelta(seconds=n.SESSION_CAP_RETRY_SECONDS))
-        logger.warning("sandbox cap exceeded", extra={"event": "sandbox_cap_exceeded", "tenant_id": tenant_id,
-                                                      "dimension": dimension, "resets_at": resets_at,
-                                                      "kill_switch": kill_switch})  # fmt: skip
+        logger.warning(
+            "sandbox cap exceeded",
+            extra={
+                "event": "sandbox_cap_exceeded",
+                "tenant_id": tenant_id,
+                "dimension": dimension,
+                "resets_at": resets_at,
+                "kill_switch": kill_switch,
+            },
+        )
         emit_metric(n.METRIC_CAP_EXCEEDED, dimensions={"dimension": dimension})
         emit_metric(n.METRIC_CAP_EXCEEDED, dimensions={"tenant_id": tenant_id})
-        return SandboxCapExceeded(messages.session_cap_exceeded(dimension, resets_at), dimension=dimension,
-                                  resets_at=resets_at, failure_reason=f"cap_exceeded:{dimension}")  # fmt: skip
+        return SandboxCapExceeded(
+            messages.session_cap_exceeded(dimension, resets_at),
+            dimension=dimension,
+            resets_at=resets_at,
+            failure_reason=f"cap_exceeded:{dimension}",
+        )
 
     def _fail_closed(self, tenant_id: str, reason: str) -> SandboxCapExceeded:
         resets_at = iso_z(self.clock() + timedelta(seconds=FAIL_CLOSED_RETRY_SECONDS))
-        logger.error("sandbox cap exceeded", extra={"event": "sandbox_cap_exceeded", "tenant_id": tenant_id,
-                                                    "dimension": n.DIM_UNKNOWN, "fail_closed_reason": reason})  # fmt: skip
+        logger.error(
+            "sandbox cap exceeded",
+            extra={
+                "event": "sandbox_cap_exceeded",
+                "tenant_id": tenant_id,
+                "dimension": n.DIM_UNKNOWN,
+                "fail_closed_reason": reason,
+            },
+        )
         emit_metric(n.METRIC_QUOTA_FAIL_CLOSED)
         emit_metric(n.METRIC_CAP_EXCEEDED, dimensions={"dimension": n.DIM_UNKNOWN})
         emit_metric(n.METRIC_CAP_EXCEEDED, dimensions={"tenant_id": tenant_id})
-        return SandboxCapExceeded(messages.cap_exceeded(n.DIM_UNKNOWN, resets_at), dimension=n.DIM_UNKNOWN,
-                                  resets_at=resets_at, failure_reason=reason)  # fmt: skip
+        return SandboxCapExceeded(
+            messages.cap_exceeded(n.DIM_UNKNOWN, resets_at),
+            dimension=n.DIM_UNKNOWN,
+            resets_at=resets_at,
+            failure_reason=reason,
+        )

@@ -49,8 +49,14 @@ class ToolStep:
         return self.response is not None
 
 
-def call_context(req: ExecuteCodeRequest, *, invocation_id: str, started_at: datetime, session_id: str,
-                 environment: str | None) -> dict[str, Any]:  # fmt: skip
+def call_context(
+    req: ExecuteCodeRequest,
+    *,
+    invocation_id: str,
+    started_at: datetime,
+    session_id: str,
+    environment: str | None,
+) -> dict[str, Any]:
     """What the final audit row of a paused call needs, stored with its continuation: the request
     without its code (the continuation item has a size limit; the audit row needs only the hash)."""
     return {
@@ -90,13 +96,29 @@ def paused_response(paused: Paused, *, continuation: str, invocation_id: str) ->
     }
 
 
-def start_call(runner: ToolsRunner, store: ContinuationStore, *, owner: Owner, call: dict[str, Any],
-               interpreter_id: str, session_id: str, code: str, allow: Sequence[str], invocation_id: str,
-               deadline_seconds: float | None = None) -> ToolStep:  # fmt: skip
+def start_call(
+    runner: ToolsRunner,
+    store: ContinuationStore,
+    *,
+    owner: Owner,
+    call: dict[str, Any],
+    interpreter_id: str,
+    session_id: str,
+    code: str,
+    allow: Sequence[str],
+    invocation_id: str,
+    deadline_seconds: float | None = None,
+) -> ToolStep:
     """Run the code; raises what ToolsRunner.execute raises before code runs (SessionGone,
     CrossTenantInterpreter), so dispatch's usual restart-on-gone path applies."""
-    outcome = runner.execute(interpreter_id, session_id, code, allow=allow, call_ref=invocation_id,
-                             deadline_seconds=deadline_seconds)  # fmt: skip
+    outcome = runner.execute(
+        interpreter_id,
+        session_id,
+        code,
+        allow=allow,
+        call_ref=invocation_id,
+        deadline_seconds=deadline_seconds,
+    )
     return _step(runner, store, owner, call, outcome, invocation_id)
 
 
@@ -107,19 +129,32 @@ def claim(store: ContinuationStore, req: ResumeRequest) -> Continuation:
     return store.claim(req.continuation, tenant_id=req.tenant_id, agent_id=req.agent_id, turn_id=req.turn_id)
 
 
-def resume_call(runner: ToolsRunner, store: ContinuationStore, claimed: Continuation, req: ResumeRequest, *,
-                deadline_seconds: float | None = None) -> ToolStep:  # fmt: skip
+def resume_call(
+    runner: ToolsRunner,
+    store: ContinuationStore,
+    claimed: Continuation,
+    req: ResumeRequest,
+    *,
+    deadline_seconds: float | None = None,
+) -> ToolStep:
     owner = Owner(claimed.tenant_id, claimed.agent_id, claimed.turn_id)
     if req.has_result:
         outcome = runner.resume(claimed.state, tool_result=req.tool_result, deadline_seconds=deadline_seconds)
     else:
-        outcome = runner.resume(claimed.state, tool_error=req.tool_error, has_result=False,
-                                deadline_seconds=deadline_seconds)  # fmt: skip
+        outcome = runner.resume(
+            claimed.state, tool_error=req.tool_error, has_result=False, deadline_seconds=deadline_seconds
+        )
     return _step(runner, store, owner, claimed.call, outcome, str(claimed.call.get("invocation_id", "")))
 
 
-def expire_turn(store: ContinuationStore, runner_for: Callable[[Continuation], ToolsRunner], *,
-                tenant_id: str, turn_id: str, stop_session: bool = True) -> list[ToolStep]:  # fmt: skip
+def expire_turn(
+    store: ContinuationStore,
+    runner_for: Callable[[Continuation], ToolsRunner],
+    *,
+    tenant_id: str,
+    turn_id: str,
+    stop_session: bool = True,
+) -> list[ToolStep]:
     """End every paused call of a turn as a timeout (end_turn): each gets its audit row.
     `stop_session=False` when the turn's session must outlive end_turn (its background jobs)."""
     steps = []
@@ -129,17 +164,33 @@ def expire_turn(store: ContinuationStore, runner_for: Callable[[Continuation], T
     return steps
 
 
-def _step(runner: ToolsRunner, store: ContinuationStore, owner: Owner, call: dict[str, Any],
-          outcome: Paused | Finished, invocation_id: str) -> ToolStep:  # fmt: skip
+def _step(
+    runner: ToolsRunner,
+    store: ContinuationStore,
+    owner: Owner,
+    call: dict[str, Any],
+    outcome: Paused | Finished,
+    invocation_id: str,
+) -> ToolStep:
     if isinstance(outcome, Finished):
         return ToolStep(call=call, finished=outcome)
     try:
-        token = store.issue(tenant_id=owner.tenant_id, agent_id=owner.agent_id, turn_id=owner.turn_id, call=call,
-                            state=outcome.state, wait_seconds=runner.limits.wait_seconds)  # fmt: skip
+        token = store.issue(
+            tenant_id=owner.tenant_id,
+            agent_id=owner.agent_id,
+            turn_id=owner.turn_id,
+            call=call,
+            state=outcome.state,
+            wait_seconds=runner.limits.wait_seconds,
+        )
     except SandboxError as exc:
         reason = str(exc.fields.get("failure_reason") or "continuation_store")
-        return ToolStep(call=call, finished=runner.abort(outcome.state, reason=reason, message=STORE_UNAVAILABLE))
-    return ToolStep(call=call, response=paused_response(outcome, continuation=token, invocation_id=invocation_id))
+        return ToolStep(
+            call=call, finished=runner.abort(outcome.state, reason=reason, message=STORE_UNAVAILABLE)
+        )
+    return ToolStep(
+        call=call, response=paused_response(outcome, continuation=token, invocation_id=invocation_id)
+    )
 
 
 __all__ = [

@@ -67,21 +67,40 @@ def tools_runner(dispatcher: Any, runner: SessionRunner) -> ToolsRunner:
 
 
 # --- 1. execute_code ----------------------------------------------------------------------------
-def run_code(dispatcher: Any, req: ExecuteCodeRequest, outcome: Outcome, pf: Preflight, runner: SessionRunner,
-             session_id: str, deadline_seconds: float | None) -> ExecutionResult:  # fmt: skip
+def run_code(
+    dispatcher: Any,
+    req: ExecuteCodeRequest,
+    outcome: Outcome,
+    pf: Preflight,
+    runner: SessionRunner,
+    session_id: str,
+    deadline_seconds: float | None,
+) -> ExecutionResult:
     """The code's result (raises what SessionRunner.execute raises before code runs, e.g.
     SessionGone, and ToolCallPaused when it paused at a tool call)."""
     if not uses_tools(req, pf):
         return runner.execute(str(pf.interpreter_id), session_id, req.code, deadline_seconds=deadline_seconds)
-    call = tool_calls.call_context(req, invocation_id=outcome.invocation_id, started_at=outcome.started_at,
-                                   session_id=session_id, environment=outcome.environment)  # fmt: skip
+    call = tool_calls.call_context(
+        req,
+        invocation_id=outcome.invocation_id,
+        started_at=outcome.started_at,
+        session_id=session_id,
+        environment=outcome.environment,
+    )
     # What earlier steps added for the final answer/row (input_files, session facts): kept with the pause.
     call[_EXTRA] = {"response": dict(outcome.response_extra), "audit": dict(outcome.audit_extra)}
-    step = tool_calls.start_call(tools_runner(dispatcher, runner), dispatcher.continuations,
-                                 owner=tool_calls.Owner(req.tenant_id, req.agent_id, req.turn_id), call=call,
-                                 interpreter_id=str(pf.interpreter_id), session_id=session_id, code=req.code,
-                                 allow=pf.tools, invocation_id=outcome.invocation_id,
-                                 deadline_seconds=deadline_seconds)  # fmt: skip
+    step = tool_calls.start_call(
+        tools_runner(dispatcher, runner),
+        dispatcher.continuations,
+        owner=tool_calls.Owner(req.tenant_id, req.agent_id, req.turn_id),
+        call=call,
+        interpreter_id=str(pf.interpreter_id),
+        session_id=session_id,
+        code=req.code,
+        allow=pf.tools,
+        invocation_id=outcome.invocation_id,
+        deadline_seconds=deadline_seconds,
+    )
     if step.paused:
         assert step.response is not None
         raise ToolCallPaused(step.response)
@@ -104,8 +123,14 @@ def resume(dispatcher: Any, req: ResumeRequest, budget: Callable[[], float | Non
         return _unavailable(f"turn_store_unavailable:{exc}")
     if turn is None:  # no such turn: the same answer as any other unusable continuation
         raise SandboxInvalidRequest(messages.CONTINUATION_INVALID)
-    turn_logic.check_token(turn, req.turn_token, required=dispatcher.settings.require_turn_token,
-                           tenant_id=req.tenant_id, agent_id=req.agent_id, turn_id=req.turn_id)  # fmt: skip
+    turn_logic.check_token(
+        turn,
+        req.turn_token,
+        required=dispatcher.settings.require_turn_token,
+        tenant_id=req.tenant_id,
+        agent_id=req.agent_id,
+        turn_id=req.turn_id,
+    )
     turn_logic.check_owner(turn, req.tenant_id, req.agent_id)
     try:
         claimed = tool_calls.claim(dispatcher.continuations, req)  # SandboxInvalidRequest: nothing ran
@@ -121,7 +146,9 @@ def resume(dispatcher: Any, req: ResumeRequest, budget: Callable[[], float | Non
         if turn.ended:  # end_turn ran meanwhile: end the call; its session is end_turn's (or its jobs')
             finished = tools.expire(claimed.state, turn_ended=True, stop_session=False)
         else:
-            step = tool_calls.resume_call(tools, dispatcher.continuations, claimed, req, deadline_seconds=budget())
+            step = tool_calls.resume_call(
+                tools, dispatcher.continuations, claimed, req, deadline_seconds=budget()
+            )
             if step.paused:
                 assert step.response is not None
                 return step.response
@@ -138,8 +165,11 @@ def restore_outcome(call: dict[str, Any]) -> Outcome:
     """The paused execute_code's Outcome, as it was when it paused (ids, start time, session,
     extras); the row's code hash is the original code's (the code itself is not kept)."""
     started_at = datetime.strptime(str(call["started_at"]), "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
-    outcome = Outcome(request=tool_calls.restored_request(call), invocation_id=str(call["invocation_id"]),
-                      started_at=started_at)  # fmt: skip
+    outcome = Outcome(
+        request=tool_calls.restored_request(call),
+        invocation_id=str(call["invocation_id"]),
+        started_at=started_at,
+    )
     outcome.session_id = call.get("session_id")
     outcome.environment = call.get("environment")
     extra = call.get(_EXTRA) or {}
@@ -149,8 +179,14 @@ def restore_outcome(call: dict[str, Any]) -> Outcome:
     return outcome
 
 
-def end_call(dispatcher: Any, outcome: Outcome, finished: Finished, pf: Preflight | None,
-             runner: SessionRunner | None, turn: Turn | None) -> None:  # fmt: skip
+def end_call(
+    dispatcher: Any,
+    outcome: Outcome,
+    finished: Finished,
+    pf: Preflight | None,
+    runner: SessionRunner | None,
+    turn: Turn | None,
+) -> None:
     """A tool-calling call that ended after a pause: the ordinary after-the-code steps (artifacts,
     the turn's session bookkeeping) and its one audit row."""
     result = _finished(outcome, finished)
@@ -162,12 +198,15 @@ def end_call(dispatcher: Any, outcome: Outcome, finished: Finished, pf: Prefligh
             # the turn stops pointing at it and its session slot is freed (§16.2)
             dispatcher.sessions.stopped(None, turn.tenant_id, turn.turn_id, str(outcome.session_id))
         except TurnStoreUnavailable as exc:  # the next call finds the session gone and starts a fresh one
-            logger.warning("mark_stopped_failed", extra={"invocation_id": outcome.invocation_id, "cause": str(exc)})
+            logger.warning(
+                "mark_stopped_failed", extra={"invocation_id": outcome.invocation_id, "cause": str(exc)}
+            )
     dispatcher._record(outcome.finish())
 
 
-def _runner(dispatcher: Any, tenant_id: str, claimed: Continuation, outcome: Outcome,
-            target: Preflight | None = None) -> tuple[Preflight, SessionRunner]:  # fmt: skip
+def _runner(
+    dispatcher: Any, tenant_id: str, claimed: Continuation, outcome: Outcome, target: Preflight | None = None
+) -> tuple[Preflight, SessionRunner]:
     """The tenant's runner for the paused session (no policy or template check: the call was
     admitted and counted when it started; ending it must work whatever changed since)."""
     target = target or dispatcher.preflight.runner_target(tenant_id)
@@ -176,21 +215,38 @@ def _runner(dispatcher: Any, tenant_id: str, claimed: Continuation, outcome: Out
 
 
 def _abort(dispatcher: Any, runner: SessionRunner | None, claimed: Continuation, exc: Exception) -> Finished:
-    reason = (f"preflight_unavailable:{exc}" if isinstance(exc, PreflightUnavailable)
-              else f"internal_error:resume:{type(exc).__name__}")  # fmt: skip
+    reason = (
+        f"preflight_unavailable:{exc}"
+        if isinstance(exc, PreflightUnavailable)
+        else f"internal_error:resume:{type(exc).__name__}"
+    )
     if runner is None:  # no runner: the session cannot be stopped from here; its timeout reaps it
-        return Finished(result=_failed_result(reason), tool_calls=len(claimed.state.records),
-                        records=claimed.state.records)  # fmt: skip
+        return Finished(
+            result=_failed_result(reason),
+            tool_calls=len(claimed.state.records),
+            records=claimed.state.records,
+        )
     return tools_runner(dispatcher, runner).abort(claimed.state, reason=reason, message=messages.INTERNAL)
 
 
 def _failed_result(reason: str) -> ExecutionResult:
     return ExecutionResult(
-        exit_status="error", exit_code=None, stdout="", stderr="", stdout_bytes=0, stderr_bytes=0,
-        stdout_truncated=False, stderr_truncated=False, duration_ms=0, error=SandboxError.__name__,
-        error_message=messages.INTERNAL, failure_reason=reason, full_stdout="", full_stderr="",
+        exit_status="error",
+        exit_code=None,
+        stdout="",
+        stderr="",
+        stdout_bytes=0,
+        stderr_bytes=0,
+        stdout_truncated=False,
+        stderr_truncated=False,
+        duration_ms=0,
+        error=SandboxError.__name__,
+        error_message=messages.INTERNAL,
+        failure_reason=reason,
+        full_stdout="",
+        full_stderr="",
         session_stopped=False,
-    )  # fmt: skip
+    )
 
 
 def _unavailable(reason: str, failure: SandboxError | None = None) -> dict[str, Any]:
@@ -220,20 +276,29 @@ def expire_paused(dispatcher: Any, tenant_id: str, turn_id: str, *, keep_session
         return tools_runner(dispatcher, runner)
 
     try:
-        steps = tool_calls.expire_turn(dispatcher.continuations, runner_for, tenant_id=tenant_id, turn_id=turn_id,
-                                       stop_session=not keep_session)  # fmt: skip
+        steps = tool_calls.expire_turn(
+            dispatcher.continuations,
+            runner_for,
+            tenant_id=tenant_id,
+            turn_id=turn_id,
+            stop_session=not keep_session,
+        )
     except SandboxError as exc:
         internal_failure(f"expire_paused_failed:{exc.fields.get('failure_reason')}")
         return 0
     for step in steps:
         assert step.finished is not None
         pf, runner, outcome = runners[str(step.call["invocation_id"])]
-        end_call(dispatcher, outcome, step.finished, pf, runner, None)  # end_turn itself marks the session stopped
+        end_call(
+            dispatcher, outcome, step.finished, pf, runner, None
+        )  # end_turn itself marks the session stopped
     return len(steps)
 
 
 # --- 4. the reaper's sweep (issue 12) -----------------------------------------------------------
-def expire_due(dispatcher: Any, *, pending_jobs: Callable[[str, str], list[str]], limit: int = 100) -> dict[str, int]:
+def expire_due(
+    dispatcher: Any, *, pending_jobs: Callable[[str, str], list[str]], limit: int = 100
+) -> dict[str, int]:
     """End the paused calls, of any turn, whose tool wait bound passed and that nobody resumed or
     ended: each as the late resume would (§15: SandboxTimeout, its session stopped and the slot
     freed — kept when the turn's background jobs still run in it, §17), each with its one audit row.

@@ -14,14 +14,27 @@ from sandbox_common.observability import emit_metric, logger
 from sandbox_common.turn_token import TurnTokenRejected, verify
 
 
-def check(*, token: str | None, stored_hash: str | None, required: bool, tenant_id: str, agent_id: str | None,
-          turn_id: str) -> str:  # fmt: skip
+def check(
+    *,
+    token: str | None,
+    stored_hash: str | None,
+    required: bool,
+    tenant_id: str,
+    agent_id: str | None,
+    turn_id: str,
+) -> str:
     try:
         return verify(token, stored_hash, required=required)
     except TurnTokenRejected as exc:
-        logger.warning("turn token rejected", extra={
-            "event": "turn_token_rejected", "reason": exc.reason, "tenant_id": tenant_id, "agent_id": agent_id,
-            "turn_id": turn_id,
-        })  # fmt: skip
+        logger.warning(
+            "turn token rejected",
+            extra={
+                "event": "turn_token_rejected",
+                "reason": exc.reason,
+                "tenant_id": tenant_id,
+                "agent_id": agent_id,
+                "turn_id": turn_id,
+            },
+        )
         emit_metric(n.METRIC_TURN_TOKEN_REJECTED)
         raise SandboxInvalidRequest(messages.TURN_TOKEN_REJECTED) from None

@@ -40,22 +40,38 @@ def check_owner(turn: Turn, tenant_id: str, agent_id: str | None) -> None:
         raise SandboxInvalidRequest(messages.TURN_NOT_YOURS)
 
 
-def check_token(turn: Turn | None, token: str | None, *, required: bool, tenant_id: str, agent_id: str | None,
-                turn_id: str) -> str:  # fmt: skip
+def check_token(
+    turn: Turn | None,
+    token: str | None,
+    *,
+    required: bool,
+    tenant_id: str,
+    agent_id: str | None,
+    turn_id: str,
+) -> str:
     """§16.5, before anything is counted, run or touched: the hash the turn is (or, for an unknown
     turn, must be) bound to; SandboxInvalidRequest + metric when the token is missing/malformed/wrong."""
-    return turn_guard.check(token=token, stored_hash=None if turn is None else turn.token_hash, required=required,
-                            tenant_id=tenant_id, agent_id=agent_id, turn_id=turn_id)  # fmt: skip
+    return turn_guard.check(
+        token=token,
+        stored_hash=None if turn is None else turn.token_hash,
+        required=required,
+        tenant_id=tenant_id,
+        agent_id=agent_id,
+        turn_id=turn_id,
+    )
 
 
-def claim(store: TurnStore, tenant_id: str, agent_id: str, turn_id: str, *, token: str | None,
-          required: bool) -> Turn:  # fmt: skip
+def claim(
+    store: TurnStore, tenant_id: str, agent_id: str, turn_id: str, *, token: str | None, required: bool
+) -> Turn:
     """The turn of (tenant, agent), created on first use and bound to the token's hash in the same
     conditional write. Wrong token or anyone else's turn -> invalid request. Does not refuse an
     ended turn (see `refuse_if_ended`): a retry of a finished call is still answered."""
     turn = store.get(tenant_id, turn_id)
     if turn is None:
-        bound = check_token(None, token, required=required, tenant_id=tenant_id, agent_id=agent_id, turn_id=turn_id)
+        bound = check_token(
+            None, token, required=required, tenant_id=tenant_id, agent_id=agent_id, turn_id=turn_id
+        )
         created = store.create(tenant_id, agent_id, turn_id, bound)
         if created is not None:
             return created
@@ -104,12 +120,29 @@ def acquire_session(
             started = got if isinstance(got, Started) else Started(str(got))
             session_id = started.session_id
             if activation is not None:
-                activation.send(partial(store.activate, turn.tenant_id, turn.turn_id, owner, session_id, interpreter_id,
-                                        slot_id=started.slot_id, started_at=started.started_at))  # fmt: skip
+                activation.send(
+                    partial(
+                        store.activate,
+                        turn.tenant_id,
+                        turn.turn_id,
+                        owner,
+                        session_id,
+                        interpreter_id,
+                        slot_id=started.slot_id,
+                        started_at=started.started_at,
+                    )
+                )
                 return session_id, True
             try:
-                store.activate(turn.tenant_id, turn.turn_id, owner, session_id, interpreter_id,
-                               slot_id=started.slot_id, started_at=started.started_at)  # fmt: skip
+                store.activate(
+                    turn.tenant_id,
+                    turn.turn_id,
+                    owner,
+                    session_id,
+                    interpreter_id,
+                    slot_id=started.slot_id,
+                    started_at=started.started_at,
+                )
             except TurnStoreUnavailable:
                 stop_previous(interpreter_id, session_id)  # not the turn's session: never leak it
                 raise
@@ -125,8 +158,11 @@ def acquire_session(
 
 def usable_session(store: TurnStore, turn: Turn, interpreter_id: str, max_session_age_seconds: int) -> bool:
     """The turn's live session serves this call as it is (a later call): no session to acquire."""
-    return (turn.live_session and turn.interpreter_id == interpreter_id
-            and not _too_old(store, turn, max_session_age_seconds))  # fmt: skip
+    return (
+        turn.live_session
+        and turn.interpreter_id == interpreter_id
+        and not _too_old(store, turn, max_session_age_seconds)
+    )
 
 
 def _too_old(store: TurnStore, turn: Turn, max_age: int) -> bool:

@@ -64,26 +64,33 @@ class Turn:
             return int(item[key]["N"]) if key in item and "N" in item[key] else None
 
         return cls(
-            turn_id=item["turn_id"]["S"], tenant_id=item["tenant_id"]["S"], agent_id=item["agent_id"]["S"],
-            session_state=s(n.TURN_ATTR_SESSION_STATE), session_id=s(n.TURN_ATTR_SESSION_ID),
+            turn_id=item["turn_id"]["S"],
+            tenant_id=item["tenant_id"]["S"],
+            agent_id=item["agent_id"]["S"],
+            session_state=s(n.TURN_ATTR_SESSION_STATE),
+            session_id=s(n.TURN_ATTR_SESSION_ID),
             interpreter_id=s("interpreter_id"),
-            session_started_at=i("session_started_at"), lease_owner=s("lease_owner"),
-            lease_expires_at=i("lease_expires_at"), ended=item.get(n.TURN_ATTR_ENDED, {}).get("BOOL", False),
-            token_hash=s(n.TURN_ATTR_TOKEN_HASH) or "", slot_id=s(n.TURN_ATTR_SLOT_ID),
+            session_started_at=i("session_started_at"),
+            lease_owner=s("lease_owner"),
+            lease_expires_at=i("lease_expires_at"),
+            ended=item.get(n.TURN_ATTR_ENDED, {}).get("BOOL", False),
+            token_hash=s(n.TURN_ATTR_TOKEN_HASH) or "",
+            slot_id=s(n.TURN_ATTR_SLOT_ID),
             warm_hint=_hint(item.get(n.TURN_ATTR_WARM_HINT)),
             pool_empty=_strings(item.get(n.TURN_ATTR_POOL_EMPTY), _POOL_EMPTY_FIELDS),
-        )  # fmt: skip
+        )
 
     @property
     def live_session(self) -> bool:
         return self.session_state == n.TURN_SESSION_ACTIVE and bool(self.session_id)
 
-
     def session_underway(self, now: float) -> bool:
         """The turn has its session, or a caller holds an unexpired lease starting it (§4.5)."""
         if self.ended:
             return False
-        return self.live_session or (self.session_state == n.TURN_SESSION_STARTING and (self.lease_expires_at or 0) > now)
+        return self.live_session or (
+            self.session_state == n.TURN_SESSION_STARTING and (self.lease_expires_at or 0) > now
+        )
 
     def pool_known_empty(self, environment: str, interpreter_id: str, now: float) -> bool:
         """begin_turn found this environment's pool (for this interpreter) empty, at most
@@ -122,8 +129,14 @@ def _code(exc: ClientError) -> str:
 
 
 class TurnStore:
-    def __init__(self, *, table_name: str, ddb: Any, clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], None] = time.sleep) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        table_name: str,
+        ddb: Any,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.table = table_name
         self.ddb = ddb
         self.clock = clock
@@ -145,10 +158,13 @@ class TurnStore:
             self.ddb.put_item(
                 TableName=self.table,
                 Item={
-                    "turn_id": {"S": turn_id}, "tenant_id": {"S": tenant_id}, "agent_id": {"S": agent_id},
-                    "created_at": {"N": str(now)}, n.TTL_ATTRIBUTE: {"N": str(now + _TURN_TTL_SECONDS)},
+                    "turn_id": {"S": turn_id},
+                    "tenant_id": {"S": tenant_id},
+                    "agent_id": {"S": agent_id},
+                    "created_at": {"N": str(now)},
+                    n.TTL_ATTRIBUTE: {"N": str(now + _TURN_TTL_SECONDS)},
                     n.TURN_ATTR_TOKEN_HASH: {"S": token_hash},
-                },  # fmt: skip
+                },
                 ConditionExpression="attribute_not_exists(turn_id)",
             )
             return Turn(turn_id=turn_id, tenant_id=tenant_id, agent_id=agent_id, token_hash=token_hash)
@@ -163,33 +179,68 @@ class TurnStore:
     def take_lease(self, turn: Turn, owner: str, lease_seconds: int) -> bool:
         now = int(self.clock())
         condition, values = self._seen_state(turn, now)
-        values.update({":starting": {"S": n.TURN_SESSION_STARTING}, ":owner": {"S": owner}, ":exp": {"N": str(now + lease_seconds)}})
+        values.update(
+            {
+                ":starting": {"S": n.TURN_SESSION_STARTING},
+                ":owner": {"S": owner},
+                ":exp": {"N": str(now + lease_seconds)},
+            }
+        )
         return self._update(
-            turn.tenant_id, turn.turn_id, "SET #st = :starting, lease_owner = :owner, lease_expires_at = :exp", condition, values
+            turn.tenant_id,
+            turn.turn_id,
+            "SET #st = :starting, lease_owner = :owner, lease_expires_at = :exp",
+            condition,
+            values,
         )
 
-    def bind(self, turn: Turn, session_id: str, interpreter_id: str, *, slot_id: str, started_at: int | None) -> bool:
+    def bind(
+        self, turn: Turn, session_id: str, interpreter_id: str, *, slot_id: str, started_at: int | None
+    ) -> bool:
         """A session that needs no start (a claimed warm one, §16.1) becomes the turn's in ONE
         conditional write, on the state we saw (as `take_lease`); False if another caller holds
         or won the turn's session meanwhile (then the lease protocol decides)."""
-        update = self.bind_item(turn, session_id, interpreter_id, slot_id=slot_id, started_at=started_at)["Update"]
-        return self._update(turn.tenant_id, turn.turn_id, update["UpdateExpression"], update["ConditionExpression"],
-                            update["ExpressionAttributeValues"])  # fmt: skip
+        update = self.bind_item(turn, session_id, interpreter_id, slot_id=slot_id, started_at=started_at)[
+            "Update"
+        ]
+        return self._update(
+            turn.tenant_id,
+            turn.turn_id,
+            update["UpdateExpression"],
+            update["ConditionExpression"],
+            update["ExpressionAttributeValues"],
+        )
 
-    def bind_item(self, turn: Turn, session_id: str, interpreter_id: str, *, slot_id: str,
-                  started_at: int | None) -> dict[str, Any]:  # fmt: skip
+    def bind_item(
+        self, turn: Turn, session_id: str, interpreter_id: str, *, slot_id: str, started_at: int | None
+    ) -> dict[str, Any]:
         """`bind` as a TransactWriteItems element, for the warm claim that binds in the same write
         (SessionLedger.claim_warm_bound). The hint is consumed with it."""
         now = int(self.clock())
         condition, values = self._seen_state(turn, now)
-        values.update({":active": {"S": n.TURN_SESSION_ACTIVE}, ":sid": {"S": session_id}, ":iid": {"S": interpreter_id},
-                       ":at": {"N": str(now if started_at is None else int(started_at))}, ":slot": {"S": slot_id}})  # fmt: skip
-        update = (f"SET #st = :active, session_id = :sid, interpreter_id = :iid, session_started_at = :at, "
-                  f"{n.TURN_ATTR_SLOT_ID} = :slot REMOVE lease_owner, lease_expires_at, {n.TURN_ATTR_WARM_HINT}")  # fmt: skip
-        return {"Update": {"TableName": self.table, "Key": _key(turn.tenant_id, turn.turn_id),
-                           "UpdateExpression": update, "ConditionExpression": condition,
-                           "ExpressionAttributeNames": {"#st": n.TURN_ATTR_SESSION_STATE},
-                           "ExpressionAttributeValues": values}}  # fmt: skip
+        values.update(
+            {
+                ":active": {"S": n.TURN_SESSION_ACTIVE},
+                ":sid": {"S": session_id},
+                ":iid": {"S": interpreter_id},
+                ":at": {"N": str(now if started_at is None else int(started_at))},
+                ":slot": {"S": slot_id},
+            }
+        )
+        update = (
+            f"SET #st = :active, session_id = :sid, interpreter_id = :iid, session_started_at = :at, "
+            f"{n.TURN_ATTR_SLOT_ID} = :slot REMOVE lease_owner, lease_expires_at, {n.TURN_ATTR_WARM_HINT}"
+        )
+        return {
+            "Update": {
+                "TableName": self.table,
+                "Key": _key(turn.tenant_id, turn.turn_id),
+                "UpdateExpression": update,
+                "ConditionExpression": condition,
+                "ExpressionAttributeNames": {"#st": n.TURN_ATTR_SESSION_STATE},
+                "ExpressionAttributeValues": values,
+            }
+        }
 
     def set_hint(self, turn: Turn, hint: dict[str, str]) -> bool:
         """Remember a warm session for the turn's first call (begin_turn, §16.1): a hint, never a
@@ -210,68 +261,115 @@ class TurnStore:
     def _note(self, turn: Turn, attribute: str, fields: dict[str, str], replaces: str) -> bool:
         """begin_turn's one note about the pool (a hint or "empty"), replacing the other kind."""
         return self._update(
-            turn.tenant_id, turn.turn_id, f"SET {attribute} = :note REMOVE {replaces}",
+            turn.tenant_id,
+            turn.turn_id,
+            f"SET {attribute} = :note REMOVE {replaces}",
             "attribute_exists(turn_id) AND attribute_not_exists(ended) AND "
             "(attribute_not_exists(#st) OR #st <> :active)",
-            {":note": {"M": {k: {"S": str(v)} for k, v in fields.items()}}, ":active": {"S": n.TURN_SESSION_ACTIVE}},
-        )  # fmt: skip
+            {
+                ":note": {"M": {k: {"S": str(v)} for k, v in fields.items()}},
+                ":active": {"S": n.TURN_SESSION_ACTIVE},
+            },
+        )
 
     @staticmethod
     def _seen_state(turn: Turn, now: int) -> tuple[str, dict[str, Any]]:
         """The condition "the turn's session is still as we saw it": a live session we judged
         unusable (stale/too old/other interpreter), a stopped one, none, or a lease that expired."""
         if turn.session_state == n.TURN_SESSION_ACTIVE and turn.session_id:
-            return ("#st = :active AND session_id = :seen AND attribute_not_exists(ended)",
-                    {":active": {"S": n.TURN_SESSION_ACTIVE}, ":seen": {"S": turn.session_id}})  # fmt: skip
-        return ("attribute_not_exists(ended) AND (attribute_not_exists(#st) OR #st = :stopped OR "
-                "(#st = :starting AND lease_expires_at < :now))",
-                {":stopped": {"S": n.TURN_SESSION_STOPPED}, ":starting": {"S": n.TURN_SESSION_STARTING}, ":now": {"N": str(now)}})  # fmt: skip
+            return (
+                "#st = :active AND session_id = :seen AND attribute_not_exists(ended)",
+                {":active": {"S": n.TURN_SESSION_ACTIVE}, ":seen": {"S": turn.session_id}},
+            )
+        return (
+            "attribute_not_exists(ended) AND (attribute_not_exists(#st) OR #st = :stopped OR "
+            "(#st = :starting AND lease_expires_at < :now))",
+            {
+                ":stopped": {"S": n.TURN_SESSION_STOPPED},
+                ":starting": {"S": n.TURN_SESSION_STARTING},
+                ":now": {"N": str(now)},
+            },
+        )
 
-    def activate(self, tenant_id: str, turn_id: str, owner: str, session_id: str, interpreter_id: str, *,
-                 slot_id: str | None = None, started_at: int | None = None) -> None:  # fmt: skip
+    def activate(
+        self,
+        tenant_id: str,
+        turn_id: str,
+        owner: str,
+        session_id: str,
+        interpreter_id: str,
+        *,
+        slot_id: str | None = None,
+        started_at: int | None = None,
+    ) -> None:
         """The lease winner's session becomes the turn's. `slot_id`: its session-ledger slot (§16.2);
         `started_at`: when the session really started (a warm one started before this turn)."""
         values: dict[str, Any] = {
-            ":active": {"S": n.TURN_SESSION_ACTIVE}, ":sid": {"S": session_id}, ":iid": {"S": interpreter_id},
-            ":now": {"N": str(int(self.clock()) if started_at is None else int(started_at))}, ":owner": {"S": owner},
-        }  # fmt: skip
+            ":active": {"S": n.TURN_SESSION_ACTIVE},
+            ":sid": {"S": session_id},
+            ":iid": {"S": interpreter_id},
+            ":now": {"N": str(int(self.clock()) if started_at is None else int(started_at))},
+            ":owner": {"S": owner},
+        }
         update = "SET #st = :active, session_id = :sid, interpreter_id = :iid, session_started_at = :now"
         if slot_id:
             update += f", {n.TURN_ATTR_SLOT_ID} = :slot"
             values[":slot"] = {"S": slot_id}
         update += " REMOVE lease_owner, lease_expires_at" + ("" if slot_id else f", {n.TURN_ATTR_SLOT_ID}")
         # end_turn won the race: stop it
-        activated = self._update(tenant_id, turn_id, update, "lease_owner = :owner AND attribute_not_exists(ended)",
-                                 values)  # fmt: skip
+        activated = self._update(
+            tenant_id, turn_id, update, "lease_owner = :owner AND attribute_not_exists(ended)", values
+        )
         if not activated:  # our lease was taken over (it expired): the session is not the turn's
             raise TurnStoreUnavailable("session lease lost before activation")
 
     def release_lease(self, tenant_id: str, turn_id: str, owner: str) -> None:
         try:
-            self._update(tenant_id, turn_id, "SET #st = :stopped REMOVE lease_owner, lease_expires_at", "lease_owner = :owner",
-                         {":stopped": {"S": n.TURN_SESSION_STOPPED}, ":owner": {"S": owner}})  # fmt: skip
+            self._update(
+                tenant_id,
+                turn_id,
+                "SET #st = :stopped REMOVE lease_owner, lease_expires_at",
+                "lease_owner = :owner",
+                {":stopped": {"S": n.TURN_SESSION_STOPPED}, ":owner": {"S": owner}},
+            )
         except TurnStoreUnavailable:  # the lease expires on its own
             pass
 
     def end(self, tenant_id: str, turn_id: str) -> None:
         """Close the turn: no session may start for it afterwards (idempotent)."""
-        self._update(tenant_id, turn_id, "SET ended = :true", "attribute_exists(turn_id)", {":true": {"BOOL": True}})
+        self._update(
+            tenant_id, turn_id, "SET ended = :true", "attribute_exists(turn_id)", {":true": {"BOOL": True}}
+        )
 
     def mark_stopped(self, tenant_id: str, turn_id: str, session_id: str) -> bool:
         """Record that `session_id` is gone; False if the turn already moved on to another session."""
-        return self._update(tenant_id, turn_id, "SET #st = :stopped", "#st = :active AND session_id = :sid",
-                            {":stopped": {"S": n.TURN_SESSION_STOPPED}, ":active": {"S": n.TURN_SESSION_ACTIVE}, ":sid": {"S": session_id}})  # fmt: skip
+        return self._update(
+            tenant_id,
+            turn_id,
+            "SET #st = :stopped",
+            "#st = :active AND session_id = :sid",
+            {
+                ":stopped": {"S": n.TURN_SESSION_STOPPED},
+                ":active": {"S": n.TURN_SESSION_ACTIVE},
+                ":sid": {"S": session_id},
+            },
+        )
 
-    def _update(self, tenant_id: str, turn_id: str, update: str, condition: str, values: dict[str, Any]) -> bool:
+    def _update(
+        self, tenant_id: str, turn_id: str, update: str, condition: str, values: dict[str, Any]
+    ) -> bool:
         """One conditional write to the turn: True if applied, False if its condition did not hold."""
         try:
             # DynamoDB rejects an alias the expressions do not use
             names = {"#st": n.TURN_ATTR_SESSION_STATE} if "#st" in update + condition else None
             self.ddb.update_item(
-                TableName=self.table, Key=_key(tenant_id, turn_id), UpdateExpression=update,
-                ConditionExpression=condition, ExpressionAttributeValues=values,
+                TableName=self.table,
+                Key=_key(tenant_id, turn_id),
+                UpdateExpression=update,
+                ConditionExpression=condition,
+                ExpressionAttributeValues=values,
                 **({"ExpressionAttributeNames": names} if names else {}),
-            )  # fmt: skip
+            )
             return True
         except ClientError as exc:
             if _code(exc) == "ConditionalCheckFailedException":

@@ -184,17 +184,24 @@ def marker_key(tenant_id: str, call_id: str) -> str:
 
 
 def _condition_check(guard: TurnGuard) -> dict[str, Any]:
-    names = {"#t": naming.TURNS.sort_key, "#a": naming.TURN_ATTR_AGENT, "#e": naming.TURN_ATTR_ENDED,
-             "#h": naming.TURN_ATTR_TOKEN_HASH}  # fmt: skip
-    values: dict[str, Any] = {":agent": {"S": guard.agent_id}, ":false": {"BOOL": False},
-                              ":hash": {"S": guard.token_sha256}}  # fmt: skip
+    names = {
+        "#t": naming.TURNS.sort_key,
+        "#a": naming.TURN_ATTR_AGENT,
+        "#e": naming.TURN_ATTR_ENDED,
+        "#h": naming.TURN_ATTR_TOKEN_HASH,
+    }
+    values: dict[str, Any] = {
+        ":agent": {"S": guard.agent_id},
+        ":false": {"BOOL": False},
+        ":hash": {"S": guard.token_sha256},
+    }
     token = "#h = :hash" if guard.token_sha256 else "(attribute_not_exists(#h) OR #h = :hash)"
     return {
         "ConditionCheck": {
             "TableName": guard.table,
             "Key": {naming.TURNS.pk: {"S": guard.tenant_id}, naming.TURNS.sort_key: {"S": guard.turn_id}},
             "ConditionExpression": f"attribute_exists(#t) AND #a = :agent AND "
-                                   f"(attribute_not_exists(#e) OR #e = :false) AND {token}",
+            f"(attribute_not_exists(#e) OR #e = :false) AND {token}",
             "ExpressionAttributeNames": names,
             "ExpressionAttributeValues": values,
             # ALL_OLD tells a missing turn (no Item) from a refused one (dispatch falls back only
@@ -223,8 +230,15 @@ def _marker_put(marker: Marker, keys: CounterKeys, now: int) -> dict[str, Any]:
     }
 
 
-def increment_both(keys: CounterKeys, caps: Caps, *, sleep: Any = time.sleep, guard: TurnGuard | None = None,
-                   marker: Marker | None = None, now: int | None = None) -> int:  # fmt: skip
+def increment_both(
+    keys: CounterKeys,
+    caps: Caps,
+    *,
+    sleep: Any = time.sleep,
+    guard: TurnGuard | None = None,
+    marker: Marker | None = None,
+    now: int | None = None,
+) -> int:
     """Add one to both windows atomically; answers how many transaction conflicts were retried
     (§16.6). Raises TurnRefused > AlreadyCounted > CapReached (that precedence when several
     conditions fail at once), or CounterStoreError. Transaction order: [turn check], [marker],
@@ -254,7 +268,7 @@ def increment_both(keys: CounterKeys, caps: Caps, *, sleep: Any = time.sleep, gu
                     raise TurnRefused(exists=bool(reasons[0].get("Item"))) from exc
                 if marker is not None and reasons[len(head) - 1].get("Code") == _CONDITION_FAILED:
                     raise AlreadyCounted() from exc
-                reasons = reasons[len(head):]
+                reasons = reasons[len(head) :]
             raise _classify_cancellation(items, reasons) from exc
         except BotoCoreError as exc:  # endpoint down, read timeout, ...
             raise CounterStoreError(type(exc).__name__) from exc
@@ -267,26 +281,40 @@ def release(marker_table: str, marker: str, *, tenant_daily_table: str, agent_ho
     marker (nothing counted under it). Raises CounterStoreError."""
     ddb = aws.client("dynamodb")
     try:
-        got = ddb.get_item(TableName=marker_table, Key={naming.TENANT_DAILY_COUNTERS.pk: {"S": marker}},
-                           ConsistentRead=True).get("Item")  # fmt: skip
+        got = ddb.get_item(
+            TableName=marker_table, Key={naming.TENANT_DAILY_COUNTERS.pk: {"S": marker}}, ConsistentRead=True
+        ).get("Item")
         if not got:
             return False
         daily = got[naming.QUOTA_MARKER_ATTR_DAILY_KEY]["S"]
         hourly = got[naming.QUOTA_MARKER_ATTR_HOURLY_KEY]["S"]
 
         def minus_one(table: str, pk: str, key: str) -> dict[str, Any]:
-            return {"Update": {"TableName": table, "Key": {pk: {"S": key}},
-                               "UpdateExpression": "SET #c = #c - :one", "ConditionExpression": "#c > :zero",
-                               "ExpressionAttributeNames": {"#c": naming.COUNTER_ATTR_COUNT},
-                               "ExpressionAttributeValues": {":one": {"N": "1"}, ":zero": {"N": "0"}}}}  # fmt: skip
+            return {
+                "Update": {
+                    "TableName": table,
+                    "Key": {pk: {"S": key}},
+                    "UpdateExpression": "SET #c = #c - :one",
+                    "ConditionExpression": "#c > :zero",
+                    "ExpressionAttributeNames": {"#c": naming.COUNTER_ATTR_COUNT},
+                    "ExpressionAttributeValues": {":one": {"N": "1"}, ":zero": {"N": "0"}},
+                }
+            }
 
-        ddb.transact_write_items(TransactItems=[
-            {"Delete": {"TableName": marker_table, "Key": {naming.TENANT_DAILY_COUNTERS.pk: {"S": marker}},
+        ddb.transact_write_items(
+            TransactItems=[
+                {
+                    "Delete": {
+                        "TableName": marker_table,
+                        "Key": {naming.TENANT_DAILY_COUNTERS.pk: {"S": marker}},
                         "ConditionExpression": "attribute_exists(#pk)",
-                        "ExpressionAttributeNames": {"#pk": naming.TENANT_DAILY_COUNTERS.pk}}},
-            minus_one(tenant_daily_table, naming.TENANT_DAILY_COUNTERS.pk, daily),
-            minus_one(agent_hourly_table, naming.AGENT_HOURLY_COUNTERS.pk, hourly),
-        ])  # fmt: skip
+                        "ExpressionAttributeNames": {"#pk": naming.TENANT_DAILY_COUNTERS.pk},
+                    }
+                },
+                minus_one(tenant_daily_table, naming.TENANT_DAILY_COUNTERS.pk, daily),
+                minus_one(agent_hourly_table, naming.AGENT_HOURLY_COUNTERS.pk, hourly),
+            ]
+        )
         return True
     except ClientError as exc:
         raise CounterStoreError(str(exc.response.get("Error", {}).get("Code") or "ClientError")) from exc

@@ -31,10 +31,15 @@ class Admitted:
     released: bool = False
 
     def to_response(self) -> dict[str, object]:
-        return QuotaAdmitted(tenant_daily_count=self.tenant_daily_count,
-                             agent_hourly_count=self.agent_hourly_count, already_counted=self.already_counted,
-                             retries=self.retries, released=self.released).model_dump(
-            exclude={k for k in ("already_counted", "retries", "released") if not getattr(self, k)})  # only when set
+        return QuotaAdmitted(
+            tenant_daily_count=self.tenant_daily_count,
+            agent_hourly_count=self.agent_hourly_count,
+            already_counted=self.already_counted,
+            retries=self.retries,
+            released=self.released,
+        ).model_dump(
+            exclude={k for k in ("already_counted", "retries", "released") if not getattr(self, k)}
+        )  # only when set
 
 
 @dataclass(frozen=True)
@@ -53,9 +58,12 @@ class Refused:
     agent_hourly_cap: int | None
 
     def to_response(self) -> dict[str, object]:
-        return QuotaRefused(dimension=self.dimension, resets_at=iso_z(self.resets_at),  # type: ignore[arg-type]
-                            tenant_daily_cap=self.tenant_daily_cap,
-                            agent_hourly_cap=self.agent_hourly_cap).model_dump()  # fmt: skip
+        return QuotaRefused(
+            dimension=self.dimension,
+            resets_at=iso_z(self.resets_at),  # type: ignore[arg-type]
+            tenant_daily_cap=self.tenant_daily_cap,
+            agent_hourly_cap=self.agent_hourly_cap,
+        ).model_dump()
 
 
 QuotaDecision = Admitted | Refused | TurnRefusal
@@ -67,11 +75,19 @@ def _guard_and_marker(request: QuotaRequest) -> tuple[counters.TurnGuard | None,
     if request.turn is not None:
         if not settings.turns_table:  # a guard this Lambda cannot check: never count unguarded
             raise counters.CounterStoreError("turns_table_not_configured")
-        guard = counters.TurnGuard(settings.turns_table, request.tenant_id, request.agent_id, request.turn.turn_id,
-                                   request.turn.token_sha256)  # fmt: skip
+        guard = counters.TurnGuard(
+            settings.turns_table,
+            request.tenant_id,
+            request.agent_id,
+            request.turn.turn_id,
+            request.turn.token_sha256,
+        )
     if request.call_id is not None:
-        marker = counters.Marker(settings.tenant_daily_table, counters.marker_key(request.tenant_id, request.call_id),
-                                 int(time.time()) + naming.QUOTA_MARKER_TTL_SECONDS)  # fmt: skip
+        marker = counters.Marker(
+            settings.tenant_daily_table,
+            counters.marker_key(request.tenant_id, request.call_id),
+            int(time.time()) + naming.QUOTA_MARKER_TTL_SECONDS,
+        )
     return guard, marker
 
 
@@ -83,9 +99,12 @@ def release(request: QuotaRequest, windows: Windows) -> QuotaDecision:
     if request.call_id is None:
         return fail_closed(request, windows, reason="release without call_id", caps=None)
     try:
-        done = counters.release(settings.tenant_daily_table, counters.marker_key(request.tenant_id, request.call_id),
-                                tenant_daily_table=settings.tenant_daily_table,
-                                agent_hourly_table=settings.agent_hourly_table)  # fmt: skip
+        done = counters.release(
+            settings.tenant_daily_table,
+            counters.marker_key(request.tenant_id, request.call_id),
+            tenant_daily_table=settings.tenant_daily_table,
+            agent_hourly_table=settings.agent_hourly_table,
+        )
     except counters.CounterStoreError as exc:
         return fail_closed(request, windows, reason=f"release: {exc.code}", caps=None)
     logger.info("quota count released", extra={"tenant_id": request.tenant_id, "released": done})
@@ -110,15 +129,20 @@ def check_and_increment(request: QuotaRequest, windows: Windows) -> QuotaDecisio
         # the later resets_at. One read, which creates nothing; if it fails, the hourly answer stands.
         counts = counters.read_counts(keys)
         daily = counts.get(naming.DIM_TENANT_DAILY)
-        dimension = naming.DIM_TENANT_DAILY if daily is not None and daily >= caps.tenant_daily else (
-            naming.DIM_AGENT_HOURLY)  # fmt: skip
+        dimension = (
+            naming.DIM_TENANT_DAILY
+            if daily is not None and daily >= caps.tenant_daily
+            else (naming.DIM_AGENT_HOURLY)
+        )
         return _refuse(request, windows, dimension, caps, counts=counts, kill_switch=True)
 
     try:
         guard, marker = _guard_and_marker(request)
         retries = counters.increment_both(keys, caps, guard=guard, marker=marker)
     except counters.TurnRefused as exc:  # nothing counted; dispatch decides what the agent hears
-        logger.info("quota turn guard refused", extra={"tenant_id": request.tenant_id, "turn_exists": exc.exists})
+        logger.info(
+            "quota turn guard refused", extra={"tenant_id": request.tenant_id, "turn_exists": exc.exists}
+        )
         return TurnRefusal(turn_exists=exc.exists)
     except counters.AlreadyCounted:  # a retry / duplicate of a counted call_id: proceed, count nothing
         return Admitted(tenant_daily_count=None, agent_hourly_count=None, already_counted=True)

@@ -26,10 +26,20 @@ INTERRUPTED_SWEEP_BUDGET_SECONDS = 60
 
 def interrupted_calls(r: Reaper) -> InterruptedCalls:
     settings = r.settings
-    writer = audit.AuditWriter(table_name=settings.invocations_table, dlq_url=settings.audit_dlq_url, ddb=r.ddb,
-                               sqs=aws.client("sqs"), spool_path=settings.audit_spool_path or None)  # fmt: skip
-    return InterruptedCalls(table_name=settings.idempotency_table, ddb=r.ddb, audit_writer=writer,
-                            retention_days=settings.audit_retention_days, stored_form=stored_form)  # fmt: skip
+    writer = audit.AuditWriter(
+        table_name=settings.invocations_table,
+        dlq_url=settings.audit_dlq_url,
+        ddb=r.ddb,
+        sqs=aws.client("sqs"),
+        spool_path=settings.audit_spool_path or None,
+    )
+    return InterruptedCalls(
+        table_name=settings.idempotency_table,
+        ddb=r.ddb,
+        audit_writer=writer,
+        retention_days=settings.audit_retention_days,
+        stored_form=stored_form,
+    )
 
 
 def finish_interrupted(now: float) -> dict[str, Any]:

@@ -35,9 +35,13 @@ def job_deps(r: Reaper) -> JobDeps:
     return JobDeps(
         store=r.jobs(),
         runner_for=r.runner,
-        audit_writer=audit.AuditWriter(table_name=settings.invocations_table, dlq_url=settings.audit_dlq_url,
-                                       ddb=r.ddb, sqs=aws.client("sqs"),
-                                       spool_path=settings.audit_spool_path or None),  # fmt: skip
+        audit_writer=audit.AuditWriter(
+            table_name=settings.invocations_table,
+            dlq_url=settings.audit_dlq_url,
+            ddb=r.ddb,
+            sqs=aws.client("sqs"),
+            spool_path=settings.audit_spool_path or None,
+        ),
         retention_days=settings.audit_retention_days,
         turn_closed=turn_closed,
     )

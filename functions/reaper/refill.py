@@ -49,8 +49,10 @@ def desired_sizes(ssm: Any, stage: str) -> dict[tuple[str, str], int]:
                 continue
             raw = parameter.get("Value", "")
             if not re.fullmatch(r"[0-9]{1,4}", raw):
-                logger.error("ignoring warm_sessions parameter: not a small non-negative integer",
-                             extra={"parameter": parameter["Name"]})  # fmt: skip
+                logger.error(
+                    "ignoring warm_sessions parameter: not a small non-negative integer",
+                    extra={"parameter": parameter["Name"]},
+                )
                 continue
             sizes[(match.group(1), match.group(2))] = int(raw)
     return sizes
@@ -64,7 +66,12 @@ class RefillReport:
     refused: dict[str, str] = field(default_factory=dict)  # "tenant#env" -> why none could start
 
     def to_dict(self) -> dict[str, Any]:
-        return {"started": self.started, "failed": self.failed, "trimmed": self.trimmed, "refused": self.refused}
+        return {
+            "started": self.started,
+            "failed": self.failed,
+            "trimmed": self.trimmed,
+            "refused": self.refused,
+        }
 
 
 def refill(
@@ -98,30 +105,56 @@ def refill(
                 return report
             budget -= 1
             try:
-                reservation = ledger.reserve(tenant_id=tenant, environment=environment, source="warm",
-                                             caps=caps_for(tenant), lease_seconds=call_timeout_seconds + 120)  # fmt: skip
+                reservation = ledger.reserve(
+                    tenant_id=tenant,
+                    environment=environment,
+                    source="warm",
+                    caps=caps_for(tenant),
+                    lease_seconds=call_timeout_seconds + 120,
+                )
             except (SessionCapReached, SessionCapsUnavailable, LedgerUnavailable) as exc:
                 # Warm sessions never exceed the caps: a full tenant simply has a smaller pool.
-                report.refused[f"{tenant}#{environment}"] = getattr(exc, "dimension", None) or type(exc).__name__
+                report.refused[f"{tenant}#{environment}"] = (
+                    getattr(exc, "dimension", None) or type(exc).__name__
+                )
                 break
             try:
                 interpreter_id, session_id = start(tenant, environment)
             except Exception as exc:  # noqa: BLE001 — a failed start/preamble is released, never offered
-                logger.warning("warm_start_failed", extra={"tenant_id": tenant, "environment": environment,
-                                                           "failure_reason": getattr(exc, "failure_reason",
-                                                                                     type(exc).__name__)})  # fmt: skip
+                logger.warning(
+                    "warm_start_failed",
+                    extra={
+                        "tenant_id": tenant,
+                        "environment": environment,
+                        "failure_reason": getattr(exc, "failure_reason", type(exc).__name__),
+                    },
+                )
                 ledger.release(reservation.slot_id)
                 report.failed += 1
                 continue
             offered = ledger.make_warm(
-                reservation.slot_id, session_id=session_id, interpreter_id=interpreter_id,
-                recycle_at=recycle_at(now(), session_timeout_seconds=session_timeout_seconds,
-                                      call_timeout_seconds=call_timeout_seconds),
-            )  # fmt: skip
+                reservation.slot_id,
+                session_id=session_id,
+                interpreter_id=interpreter_id,
+                recycle_at=recycle_at(
+                    now(),
+                    session_timeout_seconds=session_timeout_seconds,
+                    call_timeout_seconds=call_timeout_seconds,
+                ),
+            )
             if not offered:  # the slot was reaped while we started: never leave the session running
-                stop(Slot(slot_id=reservation.slot_id, tenant_id=tenant, environment=environment, state="starting",
-                          source="warm", started_at=int(now()), session_id=session_id,
-                          interpreter_id=interpreter_id))  # fmt: skip
+                stop(
+                    Slot(
+                        slot_id=reservation.slot_id,
+                        tenant_id=tenant,
+                        environment=environment,
+                        state="starting",
+                        source="warm",
+                        started_at=int(now()),
+                        session_id=session_id,
+                        interpreter_id=interpreter_id,
+                    )
+                )
                 report.failed += 1
                 continue
             report.started += 1

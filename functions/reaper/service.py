@@ -37,8 +37,13 @@ class Reaper:
 
     def runner(self, tenant_id: str) -> SessionRunner:
         target = self.preflight.runner_target(tenant_id)
-        return _runner(tenant_id, str(target.runner_role_arn), target.allowed_interpreter_ids,
-                       self.settings.session_timeout_seconds, self.settings.call_timeout_seconds)  # fmt: skip
+        return _runner(
+            tenant_id,
+            str(target.runner_role_arn),
+            target.allowed_interpreter_ids,
+            self.settings.session_timeout_seconds,
+            self.settings.call_timeout_seconds,
+        )
 
     def stop(self, slot: Slot) -> bool:
         if not slot.session_id or not slot.interpreter_id:
@@ -72,18 +77,28 @@ class Reaper:
             # last job) frees it before the session sweep looks, so its slot is released this run.
             summary["hooks"] = hooks.run_all(now)
             summary["sweep"] = sweep.sweep(
-                self.ledger, turn_reader=lambda tenant_id, turn_id: sweep.read_turn(self.ddb, self.settings.turns_table, tenant_id, turn_id),
-                stop=self.stop, now=now, session_timeout_seconds=self.settings.session_timeout_seconds,
+                self.ledger,
+                turn_reader=lambda tenant_id, turn_id: sweep.read_turn(
+                    self.ddb, self.settings.turns_table, tenant_id, turn_id
+                ),
+                stop=self.stop,
+                now=now,
+                session_timeout_seconds=self.settings.session_timeout_seconds,
                 busy_sessions=self.jobs().busy_sessions if self.settings.jobs_table else None,
-            ).to_dict()  # fmt: skip
+            ).to_dict()
         sizes = refill.desired_sizes(self.ssm, self.settings.stage)
         if refill_only is not None:
             sizes = {k: v for k, v in sizes.items() if k == refill_only}
         summary["refill"] = refill.refill(
-            self.ledger, sizes=sizes, caps_for=self.caps.caps_for, start=self.start, stop=self.stop,
-            now=time.time, session_timeout_seconds=self.settings.session_timeout_seconds,
+            self.ledger,
+            sizes=sizes,
+            caps_for=self.caps.caps_for,
+            start=self.start,
+            stop=self.stop,
+            now=time.time,
+            session_timeout_seconds=self.settings.session_timeout_seconds,
             call_timeout_seconds=self.settings.call_timeout_seconds,
-        ).to_dict()  # fmt: skip
+        ).to_dict()
         return summary
 
     def jobs(self) -> JobStore:
@@ -92,14 +107,21 @@ class Reaper:
 
 
 @lru_cache(maxsize=64)
-def _runner(tenant_id: str, role_arn: str, allowed: tuple[str, ...], session_timeout: int,
-            call_timeout: int) -> SessionRunner:  # fmt: skip
+def _runner(
+    tenant_id: str, role_arn: str, allowed: tuple[str, ...], session_timeout: int, call_timeout: int
+) -> SessionRunner:
     # The stage's output caps, as dispatch's runner has them: a job the reaper ends is answered
     # (a later get_job) and audited from this runner's shaping of its output (issue 13).
     settings = reaper_settings()
-    return SessionRunner(tenant_id=tenant_id, allowed_interpreter_ids=allowed, runner_role_arn=role_arn,
-                         session_timeout_seconds=session_timeout, call_timeout_seconds=call_timeout,
-                         stdout_cap_bytes=settings.stdout_cap_bytes, stderr_cap_bytes=settings.stderr_cap_bytes)  # fmt: skip
+    return SessionRunner(
+        tenant_id=tenant_id,
+        allowed_interpreter_ids=allowed,
+        runner_role_arn=role_arn,
+        session_timeout_seconds=session_timeout,
+        call_timeout_seconds=call_timeout,
+        stdout_cap_bytes=settings.stdout_cap_bytes,
+        stderr_cap_bytes=settings.stderr_cap_bytes,
+    )
 
 
 @lru_cache(maxsize=1)
@@ -111,11 +133,17 @@ def reaper() -> Reaper:
     return Reaper(
         settings=settings,
         ledger=SessionLedger(table_name=settings.sessions_table, ddb=ddb),
-        ddb=ddb, ssm=ssm,
-        preflight=PreflightReader(stage=settings.stage, tenants_table=settings.tenants_table,
-                                  ttl_seconds=settings.cache_ttl_seconds, ssm=ssm, ddb=ddb),
+        ddb=ddb,
+        ssm=ssm,
+        preflight=PreflightReader(
+            stage=settings.stage,
+            tenants_table=settings.tenants_table,
+            ttl_seconds=settings.cache_ttl_seconds,
+            ssm=ssm,
+            ddb=ddb,
+        ),
         caps=SessionCapReader(stage=settings.stage, ssm=ssm, ttl_seconds=settings.cache_ttl_seconds),
-    )  # fmt: skip
+    )
 
 
 def reset() -> None:

@@ -77,8 +77,13 @@ class SweepReport:
     spared_for_jobs: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"examined": self.examined, "reaped": self.reaped, "stop_failed": self.stop_failed,
-                "by_reason": dict(self.by_reason or {}), "spared_for_jobs": self.spared_for_jobs}  # fmt: skip
+        return {
+            "examined": self.examined,
+            "reaped": self.reaped,
+            "stop_failed": self.stop_failed,
+            "by_reason": dict(self.by_reason or {}),
+            "spared_for_jobs": self.spared_for_jobs,
+        }
 
 
 def sweep(
@@ -116,12 +121,23 @@ def sweep(
             report.by_reason[reason] = report.by_reason.get(reason, 0) + 1
             # One pure-JSON line per session stopped; the metric (alarmed) counts leaks only:
             # recycling an unclaimed warm session is the pool's routine, not a leak.
-            logger.warning("session_reaped", extra={
-                "event": "session_reaped", "reason": reason, "slot_id": slot.slot_id, "session_id": slot.session_id,
-                "tenant_id": slot.tenant_id, "turn_id": slot.turn_id, "state": slot.state, "source": slot.source,
-            })  # fmt: skip
+            logger.warning(
+                "session_reaped",
+                extra={
+                    "event": "session_reaped",
+                    "reason": reason,
+                    "slot_id": slot.slot_id,
+                    "session_id": slot.session_id,
+                    "tenant_id": slot.tenant_id,
+                    "turn_id": slot.turn_id,
+                    "state": slot.state,
+                    "source": slot.source,
+                },
+            )
             if reason != "recycled":
-                emit_metric(n.METRIC_SESSIONS_REAPED, properties={"reason": reason, "tenant_id": slot.tenant_id})
+                emit_metric(
+                    n.METRIC_SESSIONS_REAPED, properties={"reason": reason, "tenant_id": slot.tenant_id}
+                )
     return report
 
 

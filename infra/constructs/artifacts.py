@@ -71,8 +71,11 @@ class ArtifactsConstruct(Construct):
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             enforce_ssl=True,
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
-            lifecycle_rules=[s3.LifecycleRule(id="ExpireAccessLogs",
-                                              expiration=cdk.Duration.days(n.FINDINGS_RETENTION_DAYS))],  # fmt: skip
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    id="ExpireAccessLogs", expiration=cdk.Duration.days(n.FINDINGS_RETENTION_DAYS)
+                )
+            ],
             removal_policy=removal_policy(self._config),
         )
         acknowledge(
@@ -92,7 +95,9 @@ class ArtifactsConstruct(Construct):
             )
         )
         role.add_to_principal_policy(
-            iam.PolicyStatement(sid="ArtifactsKey", actions=list(DISPATCH_KEY_ACTIONS), resources=[self.key.key_arn])
+            iam.PolicyStatement(
+                sid="ArtifactsKey", actions=list(DISPATCH_KEY_ACTIONS), resources=[self.key.key_arn]
+            )
         )
         stack = cdk.Stack.of(self)
         bucket_id = stack.get_logical_id(self.bucket.node.default_child)  # type: ignore[arg-type]

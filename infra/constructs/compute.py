@@ -35,13 +35,24 @@ MEMORY_MB: dict[str, int] = {n.DISPATCH: 512, n.QUOTA_CHECK: 256, n.BACKSTOP: 25
 SHARED_PACKAGES: dict[str, tuple[str, ...]] = {n.REAPER: (n.FUNCTION_PACKAGES[n.DISPATCH],)}
 
 _RETENTION: dict[int, logs.RetentionDays] = {
-    1: logs.RetentionDays.ONE_DAY, 3: logs.RetentionDays.THREE_DAYS, 5: logs.RetentionDays.FIVE_DAYS,
-    7: logs.RetentionDays.ONE_WEEK, 14: logs.RetentionDays.TWO_WEEKS, 30: logs.RetentionDays.ONE_MONTH,
-    60: logs.RetentionDays.TWO_MONTHS, 90: logs.RetentionDays.THREE_MONTHS, 120: logs.RetentionDays.FOUR_MONTHS,
-    150: logs.RetentionDays.FIVE_MONTHS, 180: logs.RetentionDays.SIX_MONTHS, 365: logs.RetentionDays.ONE_YEAR,
-    400: logs.RetentionDays.THIRTEEN_MONTHS, 545: logs.RetentionDays.EIGHTEEN_MONTHS,
-    731: logs.RetentionDays.TWO_YEARS, 1827: logs.RetentionDays.FIVE_YEARS, 3653: logs.RetentionDays.TEN_YEARS,
-}  # fmt: skip
+    1: logs.RetentionDays.ONE_DAY,
+    3: logs.RetentionDays.THREE_DAYS,
+    5: logs.RetentionDays.FIVE_DAYS,
+    7: logs.RetentionDays.ONE_WEEK,
+    14: logs.RetentionDays.TWO_WEEKS,
+    30: logs.RetentionDays.ONE_MONTH,
+    60: logs.RetentionDays.TWO_MONTHS,
+    90: logs.RetentionDays.THREE_MONTHS,
+    120: logs.RetentionDays.FOUR_MONTHS,
+    150: logs.RetentionDays.FIVE_MONTHS,
+    180: logs.RetentionDays.SIX_MONTHS,
+    365: logs.RetentionDays.ONE_YEAR,
+    400: logs.RetentionDays.THIRTEEN_MONTHS,
+    545: logs.RetentionDays.EIGHTEEN_MONTHS,
+    731: logs.RetentionDays.TWO_YEARS,
+    1827: logs.RetentionDays.FIVE_YEARS,
+    3653: logs.RetentionDays.TEN_YEARS,
+}
 
 
 def log_retention(days: int) -> logs.RetentionDays:
@@ -96,8 +107,11 @@ class ComputeConstruct(Construct):
             audit_dlq_url=state.audit_dlq.queue_url,
         )
         self._grant_dispatch(dispatch)
-        reaper = self._build_function(n.REAPER, timeout=function_timeout_seconds(config, n.REAPER),
-                                      audit_dlq_url=state.audit_dlq.queue_url)  # a reaped job's row (issue 13)
+        reaper = self._build_function(
+            n.REAPER,
+            timeout=function_timeout_seconds(config, n.REAPER),
+            audit_dlq_url=state.audit_dlq.queue_url,
+        )  # a reaped job's row (issue 13)
         self._grant_reaper(reaper)
         self.reaper_schedule = self._build_reaper_schedule(reaper)
 
@@ -230,10 +244,13 @@ class ComputeConstruct(Construct):
         """The subscription filter invokes the backstop asynchronously: a batch that still fails
         after Lambda's retries lands here instead of vanishing (alarmed with backstop-errors)."""
         queue = failure_queue(
-            self, "BackstopFailures", name=n.backstop_failures_queue_name(self._config.name), config=self._config,
+            self,
+            "BackstopFailures",
+            name=n.backstop_failures_queue_name(self._config.name),
+            config=self._config,
             why_no_dlq="This queue IS the backstop's on-failure destination (failed log batches, kept 14 days "
             "and alarmed); a dead-letter queue of its own would only move the same messages again.",
-        )  # fmt: skip
+        )
         fn.configure_async_invoke(on_failure=destinations.SqsDestination(queue), retry_attempts=2)
         return queue
 
@@ -256,19 +273,32 @@ class ComputeConstruct(Construct):
         for sid, spec, actions in (
             ("ReadTenantPolicy", n.TENANTS, ["dynamodb:BatchGetItem", "dynamodb:GetItem"]),
             ("TurnState", n.TURNS, ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]),
-            ("Idempotency", n.IDEMPOTENCY,
-             ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"]),
-        ):  # fmt: skip
-            role.add_to_policy(iam.PolicyStatement(sid=sid, actions=actions, resources=[tables[spec.logical].table_arn]))
+            (
+                "Idempotency",
+                n.IDEMPOTENCY,
+                ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"],
+            ),
+        ):
+            role.add_to_policy(
+                iam.PolicyStatement(sid=sid, actions=actions, resources=[tables[spec.logical].table_arn])
+            )
         # Background jobs (issue 13): slots and job state are written in conditional transactions
         # (functions/dispatch/jobs.py); the by_open index feeds the reaper's finish_due_jobs.
         jobs = tables[n.JOBS.logical]
-        role.add_to_policy(iam.PolicyStatement(
-            sid="BackgroundJobs",
-            actions=["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem",
-                     "dynamodb:ConditionCheckItem", "dynamodb:Query"],
-            resources=[jobs.table_arn, *(f"{jobs.table_arn}/index/{i.name}" for i in n.JOBS.indexes)],
-        ))  # fmt: skip
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="BackgroundJobs",
+                actions=[
+                    "dynamodb:GetItem",
+                    "dynamodb:PutItem",
+                    "dynamodb:UpdateItem",
+                    "dynamodb:DeleteItem",
+                    "dynamodb:ConditionCheckItem",
+                    "dynamodb:Query",
+                ],
+                resources=[jobs.table_arn, *(f"{jobs.table_arn}/index/{i.name}" for i in n.JOBS.indexes)],
+            )
+        )
         # Paused tool-calling calls (SPEC §15): put a pause, claim it with one conditional update,
         # find a turn's paused calls through the by_turn index.
         continuations = tables[n.CONTINUATIONS.logical]
@@ -276,8 +306,10 @@ class ComputeConstruct(Construct):
             iam.PolicyStatement(
                 sid="ToolCallContinuations",
                 actions=["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"],
-                resources=[continuations.table_arn,  # by_turn (end_turn) and by_wait_due (the sweep, issue 12)
-                           *(f"{continuations.table_arn}/index/{i.name}" for i in n.CONTINUATIONS.indexes)],  # fmt: skip
+                resources=[
+                    continuations.table_arn,  # by_turn (end_turn) and by_wait_due (the sweep, issue 12)
+                    *(f"{continuations.table_arn}/index/{i.name}" for i in n.CONTINUATIONS.indexes),
+                ],
             )
         )
         # The session ledger (SPEC §16.1/§16.2, issue 11): begin_turn queries the by_warm_pool index
@@ -287,12 +319,19 @@ class ComputeConstruct(Construct):
         # transaction: Put slot + Update both counters); a stopped session's slot is freed (one
         # transaction: Delete slot + Update both counters); a slot is read back by key.
         ledger = tables[n.SESSIONS.logical]
-        role.add_to_policy(iam.PolicyStatement(
-            sid="SessionLedger",
-            actions=["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem",
-                     "dynamodb:Query"],
-            resources=[ledger.table_arn, f"{ledger.table_arn}/index/{n.SESSIONS.indexes[0].name}"],
-        ))  # fmt: skip
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="SessionLedger",
+                actions=[
+                    "dynamodb:GetItem",
+                    "dynamodb:PutItem",
+                    "dynamodb:UpdateItem",
+                    "dynamodb:DeleteItem",
+                    "dynamodb:Query",
+                ],
+                resources=[ledger.table_arn, f"{ledger.table_arn}/index/{n.SESSIONS.indexes[0].name}"],
+            )
+        )
         audit = tables[n.INVOCATIONS.logical]
         # Append-only audit (SPEC §7.3): PutItem only. IAM cannot require attribute_not_exists;
         # the writer always sends it, and the table's resource policy denies every other write.
@@ -333,7 +372,9 @@ class ComputeConstruct(Construct):
         role.add_to_policy(
             iam.PolicyStatement(
                 # TagSession: AssumeRole carries the tenant session tag the runner roles require.
-                sid="AssumeTenantRunnerRoles", actions=["sts:AssumeRole", "sts:TagSession"], resources=[runner_roles]
+                sid="AssumeTenantRunnerRoles",
+                actions=["sts:AssumeRole", "sts:TagSession"],
+                resources=[runner_roles],
             )
         )
         _acknowledge_wildcard(
@@ -352,10 +393,11 @@ class ComputeConstruct(Construct):
     def _build_reaper_schedule(self, fn: lambda_.Function) -> events.Rule:
         """Every 5 minutes (§16.3): sweep leaked sessions, refill warm pools, run sweep hooks."""
         rule = events.Rule(
-            self, "ReaperSchedule",
+            self,
+            "ReaperSchedule",
             schedule=events.Schedule.rate(cdk.Duration.minutes(n.REAPER_SCHEDULE_MINUTES)),
             description="Session reaper: stop leaked sessions, free capacity, refill warm pools",
-        )  # fmt: skip
+        )
         rule.add_target(targets.LambdaFunction(fn, retry_attempts=0))  # the next run is 5 minutes away
         return rule
 
@@ -363,51 +405,79 @@ class ComputeConstruct(Construct):
         role = self.roles[n.REAPER]
         tables = self._state.tables
         # The ledger: scan/read slots, claim-free transactions (per item Put/Update/Delete/Condition).
-        role.add_to_policy(iam.PolicyStatement(
-            sid="SessionLedger",
-            actions=["dynamodb:GetItem", "dynamodb:Scan", "dynamodb:Query", "dynamodb:BatchGetItem",
-                     "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem"],
-            resources=[tables[n.SESSIONS.logical].table_arn],
-        ))  # fmt: skip
-        role.add_to_policy(iam.PolicyStatement(
-            sid="ReadTurns", actions=["dynamodb:GetItem"], resources=[tables[n.TURNS.logical].table_arn],
-        ))  # fmt: skip
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="SessionLedger",
+                actions=[
+                    "dynamodb:GetItem",
+                    "dynamodb:Scan",
+                    "dynamodb:Query",
+                    "dynamodb:BatchGetItem",
+                    "dynamodb:PutItem",
+                    "dynamodb:UpdateItem",
+                    "dynamodb:DeleteItem",
+                    "dynamodb:ConditionCheckItem",
+                ],
+                resources=[tables[n.SESSIONS.logical].table_arn],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ReadTurns",
+                actions=["dynamodb:GetItem"],
+                resources=[tables[n.TURNS.logical].table_arn],
+            )
+        )
         # Sessions with a running background job are spared (§17): the sparse by_open index lists them.
         jobs = tables[n.JOBS.logical]
-        role.add_to_policy(iam.PolicyStatement(
-            sid="ReadOpenJobs", actions=["dynamodb:Query"],
-            resources=[f"{jobs.table_arn}/index/{next(i.name for i in n.JOBS.indexes if i.pk == n.JOB_ATTR_OPEN)}"],
-        ))  # fmt: skip
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ReadOpenJobs",
+                actions=["dynamodb:Query"],
+                resources=[
+                    f"{jobs.table_arn}/index/{next(i.name for i in n.JOBS.indexes if i.pk == n.JOB_ATTR_OPEN)}"
+                ],
+            )
+        )
         sandbox_path = n.ssm_prefix(self._config.name)
         sandbox_params = self._ssm_arn(f"{sandbox_path}/*")
-        role.add_to_policy(iam.PolicyStatement(
-            sid="ReadSandboxParameters",
-            actions=["ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath"],
-            resources=[self._ssm_arn(sandbox_path), sandbox_params],
-        ))  # fmt: skip
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ReadSandboxParameters",
+                actions=["ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath"],
+                resources=[self._ssm_arn(sandbox_path), sandbox_params],
+            )
+        )
         runner_roles = cdk.Stack.of(self).format_arn(
-            service="iam", region="", resource="role",
+            service="iam",
+            region="",
+            resource="role",
             resource_name=f"{n.runner_role_name_prefix(self._config.name)}*",
             arn_format=cdk.ArnFormat.SLASH_RESOURCE_NAME,
-        )  # fmt: skip
-        role.add_to_policy(iam.PolicyStatement(
-            # TagSession: the runner's AssumeRole carries the tenant session tag the runner roles require.
-            sid="AssumeTenantRunnerRoles", actions=["sts:AssumeRole", "sts:TagSession"], resources=[runner_roles],
-        ))  # fmt: skip
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                # TagSession: the runner's AssumeRole carries the tenant session tag the runner roles require.
+                sid="AssumeTenantRunnerRoles",
+                actions=["sts:AssumeRole", "sts:TagSession"],
+                resources=[runner_roles],
+            )
+        )
         self._grant_reaper_jobs(role)
         self._grant_reaper_interrupted(role)
         self._grant_reaper_paused(role)
         _acknowledge_wildcard(
-            role, f"Resource::{_nag_arn(self, sandbox_params)}",
+            role,
+            f"Resource::{_nag_arn(self, sandbox_params)}",
             "Warm-pool sizes (tenants/<id>/warm/<env>), session caps and tenant substrates are added per "
             "tenant at run time under this stage's sandbox prefix; the reaper only reads them.",
-        )  # fmt: skip
+        )
         _acknowledge_wildcard(
-            role, f"Resource::{_nag_arn(self, runner_roles)}",
+            role,
+            f"Resource::{_nag_arn(self, runner_roles)}",
             "One session-runner role per tenant, added with the tenant's shard; the reaper stops leaked "
             "sessions and starts warm ones only through a tenant's own runner role (SPEC §6.4).",
-        )  # fmt: skip
-
+        )
 
     def _grant_reaper_jobs(self, role: iam.Role) -> None:
         """Background jobs (issue 13): the reaper's job sweep finds jobs not yet final (by_open
@@ -416,33 +486,51 @@ class ComputeConstruct(Construct):
         failure) and spares the sessions of running jobs (JobStore.busy_sessions: the same query)."""
         tables = self._state.tables
         jobs = tables[n.JOBS.logical]
-        role.add_to_policy(iam.PolicyStatement(
-            sid="EndBackgroundJobs", actions=["dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query"],
-            resources=[jobs.table_arn, f"{jobs.table_arn}/index/{n.JOB_OPEN_INDEX}"],
-        ))  # fmt: skip
-        role.add_to_policy(iam.PolicyStatement(
-            sid="AppendAuditRows", actions=["dynamodb:PutItem"], resources=[tables[n.INVOCATIONS.logical].table_arn],
-        ))  # fmt: skip
-        role.add_to_policy(iam.PolicyStatement(
-            sid="DeadLetterAuditRows", actions=["sqs:SendMessage"], resources=[self._state.audit_dlq.queue_arn],
-        ))  # fmt: skip
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="EndBackgroundJobs",
+                actions=["dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query"],
+                resources=[jobs.table_arn, f"{jobs.table_arn}/index/{n.JOB_OPEN_INDEX}"],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="AppendAuditRows",
+                actions=["dynamodb:PutItem"],
+                resources=[tables[n.INVOCATIONS.logical].table_arn],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="DeadLetterAuditRows",
+                actions=["sqs:SendMessage"],
+                resources=[self._state.audit_dlq.queue_arn],
+            )
+        )
 
     def _grant_reaper_interrupted(self, role: iam.Role) -> None:
         """Interrupted calls (issue 9): the reaper's interrupted_sweep lists calls claimed and never
         finished (the idempotency table's sparse by_open_attempt index), reads one record and
         finishes it with conditional UpdateItems; its row goes through the audit grants above."""
         idem = self._state.tables[n.IDEMPOTENCY.logical]
-        role.add_to_policy(iam.PolicyStatement(
-            sid="FinishInterruptedCalls", actions=["dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query"],
-            resources=[idem.table_arn, f"{idem.table_arn}/index/{n.IDEMPOTENCY_OPEN_INDEX}"],
-        ))  # fmt: skip
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="FinishInterruptedCalls",
+                actions=["dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query"],
+                resources=[idem.table_arn, f"{idem.table_arn}/index/{n.IDEMPOTENCY_OPEN_INDEX}"],
+            )
+        )
 
     def _grant_reaper_paused(self, role: iam.Role) -> None:
         """Paused tool calls (issue 12): the reaper's paused_sweep asks dispatch (which holds the
         continuations, runners, artifacts and audit grants) to end the calls past their wait bound."""
-        role.add_to_policy(iam.PolicyStatement(
-            sid="SweepPausedToolCalls", actions=["lambda:InvokeFunction"], resources=[self.dispatch.function_arn],
-        ))  # fmt: skip
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="SweepPausedToolCalls",
+                actions=["lambda:InvokeFunction"],
+                resources=[self.dispatch.function_arn],
+            )
+        )
 
 
 def _cid(logical: str) -> str:

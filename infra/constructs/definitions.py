@@ -55,7 +55,9 @@ def runner_trust(principal: Mapping[str, object], tenant_id: str) -> dict[str, o
 def function_timeout_seconds(config: StageConfig, logical: str) -> int:
     """Lambda timeouts: dispatch outlives one call's deadline plus session start and audit."""
     return {
-        n.DISPATCH: min(config.call_timeout_seconds + CALL_TIMEOUT_MARGIN_SECONDS, LAMBDA_MAX_TIMEOUT_SECONDS),
+        n.DISPATCH: min(
+            config.call_timeout_seconds + CALL_TIMEOUT_MARGIN_SECONDS, LAMBDA_MAX_TIMEOUT_SECONDS
+        ),
         n.QUOTA_CHECK: 10,
         n.BACKSTOP: 60,
         # a sweep stops sessions and refills warm pools (each start ≤ ~60 s with its preamble)
@@ -103,7 +105,7 @@ def interpreter_names(config: StageConfig, tenant: TenantConfig) -> dict[str, st
 
 # --- tenant data grants (issue 14, SPEC §14.4) -------------------------------------------------
 def _s3_parts(prefix: str) -> tuple[str, str]:
-    bucket, _, path = prefix[len("s3://"):].partition("/")
+    bucket, _, path = prefix[len("s3://") :].partition("/")
     return bucket, path
 
 
@@ -121,23 +123,49 @@ def tenant_data_statements(tenant: TenantConfig, partition: str = "aws") -> list
         return [f"arn:{partition}:s3:::{b}/{p}*" for b, p in map(_s3_parts, prefixes)]
 
     if data.read:
-        statements.append({"Sid": "ReadTenantData", "Effect": "Allow", "Action": ["s3:GetObject"],
-                           "Resource": objects(data.read)})  # fmt: skip
+        statements.append(
+            {
+                "Sid": "ReadTenantData",
+                "Effect": "Allow",
+                "Action": ["s3:GetObject"],
+                "Resource": objects(data.read),
+            }
+        )
         buckets: dict[str, list[str]] = {}
         for bucket, path in map(_s3_parts, data.read):
             buckets.setdefault(bucket, []).append(f"{path}*")
         for index, (bucket, paths) in enumerate(sorted(buckets.items())):
-            statements.append({"Sid": f"ListTenantData{index}", "Effect": "Allow", "Action": ["s3:ListBucket"],
-                               "Resource": [f"arn:{partition}:s3:::{bucket}"],
-                               "Condition": {"StringLike": {"s3:prefix": paths}}})  # fmt: skip
+            statements.append(
+                {
+                    "Sid": f"ListTenantData{index}",
+                    "Effect": "Allow",
+                    "Action": ["s3:ListBucket"],
+                    "Resource": [f"arn:{partition}:s3:::{bucket}"],
+                    "Condition": {"StringLike": {"s3:prefix": paths}},
+                }
+            )
     if data.write:
-        statements.append({"Sid": "WriteTenantData", "Effect": "Allow", "Action": ["s3:PutObject"],
-                           "Resource": objects(data.write)})  # fmt: skip
+        statements.append(
+            {
+                "Sid": "WriteTenantData",
+                "Effect": "Allow",
+                "Action": ["s3:PutObject"],
+                "Resource": objects(data.write),
+            }
+        )
     if data.kms_keys and (data.read or data.write):
-        actions = (["kms:Decrypt"] if data.read else []) + (["kms:Encrypt", "kms:GenerateDataKey"] if data.write else [])
-        statements.append({"Sid": "TenantDataKeys", "Effect": "Allow", "Action": actions,
-                           "Resource": list(data.kms_keys),
-                           "Condition": {"StringLike": {"kms:ViaService": "s3.*.amazonaws.com"}}})  # fmt: skip
+        actions = (["kms:Decrypt"] if data.read else []) + (
+            ["kms:Encrypt", "kms:GenerateDataKey"] if data.write else []
+        )
+        statements.append(
+            {
+                "Sid": "TenantDataKeys",
+                "Effect": "Allow",
+                "Action": actions,
+                "Resource": list(data.kms_keys),
+                "Condition": {"StringLike": {"kms:ViaService": "s3.*.amazonaws.com"}},
+            }
+        )
     return statements
 
 
@@ -146,7 +174,11 @@ def artifacts_bucket_settings(config: StageConfig) -> dict[str, Any]:
     """Encryption, public access block and lifecycle of the stage's artifacts bucket."""
     return {
         "sse_algorithm": "aws:kms",
-        "block_public_access": {"BlockPublicAcls": True, "IgnorePublicAcls": True,
-                                "BlockPublicPolicy": True, "RestrictPublicBuckets": True},  # fmt: skip
+        "block_public_access": {
+            "BlockPublicAcls": True,
+            "IgnorePublicAcls": True,
+            "BlockPublicPolicy": True,
+            "RestrictPublicBuckets": True,
+        },
         "expiration_days": config.audit_retention_days,
     }

@@ -38,13 +38,16 @@ from infra.constructs.compute import ComputeConstruct, log_retention
 from infra.constructs.state import StateConstruct, removal_policy
 
 PERIOD = cdk.Duration.minutes(5)
-CAP_DIMENSION_VALUES: tuple[str, ...] = (n.DIM_TENANT_DAILY, n.DIM_AGENT_HOURLY, n.DIM_UNKNOWN,
-                                         *n.SESSION_CAP_DIMENSIONS)  # fmt: skip
+CAP_DIMENSION_VALUES: tuple[str, ...] = (
+    n.DIM_TENANT_DAILY,
+    n.DIM_AGENT_HOURLY,
+    n.DIM_UNKNOWN,
+    *n.SESSION_CAP_DIMENSIONS,
+)
 MAX_ALARM_METRICS = 10  # CloudWatch limit on metrics inside one alarm's math expression
 # Log groups that can carry sandbox output (stdout/stderr, failure reasons). The backstop's own
 # group is deliberately not fed back to itself (it never logs a token, only fingerprints).
 SANDBOX_OUTPUT_FUNCTIONS: tuple[str, ...] = (n.DISPATCH,)
-
 
 
 def security_topic_arn(scope: Construct, stage: str) -> str:
@@ -56,7 +59,9 @@ def security_topic_arn(scope: Construct, stage: str) -> str:
 
 def check_dimensions(name: str, dims: Mapping[str, str]) -> None:
     if tuple(sorted(dims)) not in {tuple(sorted(s)) for s in n.METRIC_DIMENSIONS[name]}:
-        raise ValueError(f"{name} is never emitted with dimensions {sorted(dims)}; see naming.METRIC_DIMENSIONS")
+        raise ValueError(
+            f"{name} is never emitted with dimensions {sorted(dims)}; see naming.METRIC_DIMENSIONS"
+        )
 
 
 def sandbox_metric(
@@ -90,7 +95,9 @@ def extra_alarm_topics(config: StageConfig) -> list[str]:
     return [arn for arn in config.alarm_sns_subscribers if ":sns:" in arn]
 
 
-def cap_breach_spike_alarm_props(config: StageConfig, tenant_id: str, action_arns: list[str]) -> dict[str, Any]:
+def cap_breach_spike_alarm_props(
+    config: StageConfig, tenant_id: str, action_arns: list[str]
+) -> dict[str, Any]:
     """Per-tenant refusal spike (L1 properties); lives in the tenant's shard stack, so adding a
     tenant changes one shard. Same metric and dimension set as `sandbox_metric` would build."""
     key = "cap-breach-spike"
@@ -284,7 +291,7 @@ class ObservabilityConstruct(Construct):
                     ),
                 },
                 "backstop errors",
-            ),  # fmt: skip
+            ),
             1,
         )
         self._alarm(
@@ -310,7 +317,7 @@ class ObservabilityConstruct(Construct):
                     "failclosed": sandbox_metric(n.METRIC_QUOTA_FAIL_CLOSED),
                 },
                 "quota-check errors",
-            ),  # fmt: skip
+            ),
             th.quota_fail_closed,
         )
         self._alarm(
@@ -323,7 +330,7 @@ class ObservabilityConstruct(Construct):
                     "internal": sandbox_metric(n.METRIC_DISPATCH_INTERNAL_ERRORS),
                 },
                 "dispatch errors",
-            ),  # fmt: skip
+            ),
             th.dispatch_errors,
         )
         self._alarm(
@@ -353,10 +360,13 @@ class ObservabilityConstruct(Construct):
             cw.MathExpression(
                 # any reaper error alone reaches the threshold: a reaper that does not run leaks silently
                 expression=f"FILL(reaped, 0) + FILL(errors, 0) * {th.sessions_reaped}",
-                using_metrics={"reaped": sandbox_metric(n.METRIC_SESSIONS_REAPED),
-                               "errors": c.reaper.metric_errors(period=PERIOD, statistic="Sum")},
-                label="leaked sessions reaped (+ reaper errors)", period=PERIOD,
-            ),  # fmt: skip
+                using_metrics={
+                    "reaped": sandbox_metric(n.METRIC_SESSIONS_REAPED),
+                    "errors": c.reaper.metric_errors(period=PERIOD, statistic="Sum"),
+                },
+                label="leaked sessions reaped (+ reaper errors)",
+                period=PERIOD,
+            ),
             th.sessions_reaped,
         )
         self._alarm(

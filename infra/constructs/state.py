@@ -101,13 +101,18 @@ class StateConstruct(Construct):
 
     def _build_audit_dlq(self) -> sqs.Queue:
         return failure_queue(
-            self, "AuditDlq", name=n.audit_dlq_name(self._config.name), config=self._config,
+            self,
+            "AuditDlq",
+            name=n.audit_dlq_name(self._config.name),
+            config=self._config,
             why_no_dlq="This queue IS the audit dead-letter destination: dispatch sends a row here after its "
             "retries fail and `sandboxctl audit replay` drains it; a DLQ of a DLQ would add nothing.",
-        )  # fmt: skip
+        )
 
 
-def failure_queue(scope: Construct, cid: str, *, name: str, config: StageConfig, why_no_dlq: str) -> sqs.Queue:
+def failure_queue(
+    scope: Construct, cid: str, *, name: str, config: StageConfig, why_no_dlq: str
+) -> sqs.Queue:
     """A queue where failed work waits (encrypted, SSL-only, 14 days, stage removal policy).
     It is itself the last stop, so cdk-nag's "queue without a DLQ" finding is acknowledged."""
     queue = sqs.Queue(

@@ -63,8 +63,9 @@ class ShardShared:
         # Session-runner roles: trusted by the dispatch role and the session reaper only (the
         # reaper stops leaked sessions and starts warm ones with the tenant's own role, §16), and
         # only with the session tag naming the role's own tenant (see `runner_trust`).
-        self.dispatch_principal = {"AWS": [dispatch_role_arn(stack, config.name),
-                                           dispatch_role_arn(stack, config.name, n.REAPER)]}  # fmt: skip
+        self.dispatch_principal = {
+            "AWS": [dispatch_role_arn(stack, config.name), dispatch_role_arn(stack, config.name, n.REAPER)]
+        }
         self.alarm_action_arns = alarm_action_arns
 
 
@@ -112,16 +113,27 @@ class TenantConstruct(Construct):
             assume_role_policy_document=self._shared.agentcore_trust,
             description=f"Execution role of Code Interpreter {name} (tenant {self._tenant.id}, {env}); "
             + ("its data prefixes only" if data else "no permissions"),
-            policies=[{"policyName": "TenantData", "policyDocument": {"Version": "2012-10-17", "Statement": data}}]
+            policies=[
+                {"policyName": "TenantData", "policyDocument": {"Version": "2012-10-17", "Statement": data}}
+            ]
             if data
             else None,
         )
-        for resource in sorted({r for st in data if "s3:GetObject" in st["Action"] or "s3:PutObject" in st["Action"]
-                                for r in st["Resource"]}):  # fmt: skip
+        for resource in sorted(
+            {
+                r
+                for st in data
+                if "s3:GetObject" in st["Action"] or "s3:PutObject" in st["Action"]
+                for r in st["Resource"]
+            }
+        ):
             finding = resource.replace(cdk.Aws.PARTITION, "<AWS::Partition>")
-            acknowledge(role, f"AwsSolutions-IAM5[Resource::{finding}]",
-                        f"Objects under a prefix tenant {self._tenant.id} declared in its `data` config "
-                        "(s3://bucket/path/ grants bucket/path/*): SPEC §14.4, exactly those, nobody else.")  # fmt: skip
+            acknowledge(
+                role,
+                f"AwsSolutions-IAM5[Resource::{finding}]",
+                f"Objects under a prefix tenant {self._tenant.id} declared in its `data` config "
+                "(s3://bucket/path/ grants bucket/path/*): SPEC §14.4, exactly those, nobody else.",
+            )
         interpreter = agentcore.CfnCodeInterpreterCustom(
             self,
             f"{cid}Interpreter",
@@ -154,13 +166,17 @@ class TenantConstruct(Construct):
                     "policyDocument": {
                         "Version": "2012-10-17",
                         "Statement": [
-                            {"Sid": "OwnInterpretersOnly", "Effect": "Allow", "Action": list(RUNNER_ACTIONS),
-                             "Resource": arns}
+                            {
+                                "Sid": "OwnInterpretersOnly",
+                                "Effect": "Allow",
+                                "Action": list(RUNNER_ACTIONS),
+                                "Resource": arns,
+                            }
                         ],
                     },
                 }
             ],
-        )  # fmt: skip
+        )
 
     def _build_substrate(self) -> ssm.CfnParameter:
         # Every value is a plain string or a string token, so json.dumps embeds the tokens and
@@ -182,5 +198,8 @@ class TenantConstruct(Construct):
         )
 
     def _build_cap_alarm(self) -> cw.CfnAlarm:
-        return cw.CfnAlarm(self, "CapBreachSpike", **cap_breach_spike_alarm_props(
-            self._config, self._tenant.id, self._shared.alarm_action_arns))  # fmt: skip
+        return cw.CfnAlarm(
+            self,
+            "CapBreachSpike",
+            **cap_breach_spike_alarm_props(self._config, self._tenant.id, self._shared.alarm_action_arns),
+        )

@@ -38,19 +38,45 @@ def run_turn(target: Any) -> tuple[list[str], dict[str, Any]]:
 
     turn = f"demo-turn-{uuid.uuid4().hex[:8]}"
     token = new_token()  # §16.5: one secret per turn, carried by every action of it
-    base = {"tenant_id": TENANT, "agent_id": AGENT, "template_id": TEMPLATE, "turn_id": turn, "turn_token": token}
+    base = {
+        "tenant_id": TENANT,
+        "agent_id": AGENT,
+        "template_id": TEMPLATE,
+        "turn_id": turn,
+        "turn_token": token,
+    }
     steps = [
-        ("1. begin_turn: pre-flight; the agent learns whether it has the execute_code tool",
-         {"action": "begin_turn", **base, "user_id": "u-1"}),
-        ("2. execute_code: define a variable in the sandbox",
-         {"action": "execute_code", **base, "call_id": f"{turn}-c1", "code": "x = 20", "user_id": "u-1",
-          "invocation_source": "chat"}),
-        ("3. execute_code: the same session still has x",
-         {"action": "execute_code", **base, "call_id": f"{turn}-c2", "code": "print(x * 2 + 2)", "user_id": "u-1",
-          "invocation_source": "chat"}),
-        ("4. end_turn: the turn's session is stopped",
-         {"action": "end_turn", "tenant_id": TENANT, "turn_id": turn, "turn_token": token}),
-    ]  # fmt: skip
+        (
+            "1. begin_turn: pre-flight; the agent learns whether it has the execute_code tool",
+            {"action": "begin_turn", **base, "user_id": "u-1"},
+        ),
+        (
+            "2. execute_code: define a variable in the sandbox",
+            {
+                "action": "execute_code",
+                **base,
+                "call_id": f"{turn}-c1",
+                "code": "x = 20",
+                "user_id": "u-1",
+                "invocation_source": "chat",
+            },
+        ),
+        (
+            "3. execute_code: the same session still has x",
+            {
+                "action": "execute_code",
+                **base,
+                "call_id": f"{turn}-c2",
+                "code": "print(x * 2 + 2)",
+                "user_id": "u-1",
+                "invocation_source": "chat",
+            },
+        ),
+        (
+            "4. end_turn: the turn's session is stopped",
+            {"action": "end_turn", "tenant_id": TENANT, "turn_id": turn, "turn_token": token},
+        ),
+    ]
     responses = []
     for title, event in steps:
         print(f"\n{title}")
@@ -70,8 +96,11 @@ def run_turn(target: Any) -> tuple[list[str], dict[str, Any]]:
         problems.append("the two calls did not share one session")
     if end != {"ok": True, "stopped": True}:
         problems.append(f"end_turn answered {end}, expected {{'ok': True, 'stopped': True}}")
-    return problems, {"turn_id": turn, "session_id": second.get("session_id"),
-                      "invocation_ids": [first.get("invocation_id"), second.get("invocation_id")]}  # fmt: skip
+    return problems, {
+        "turn_id": turn,
+        "session_id": second.get("session_id"),
+        "invocation_ids": [first.get("invocation_id"), second.get("invocation_id")],
+    }
 
 
 def show_audit_and_counters(target: Any, facts: dict[str, Any]) -> list[str]:
@@ -91,8 +120,15 @@ def show_audit_and_counters(target: Any, facts: dict[str, Any]) -> list[str]:
     print(f"\n6. the circuit-breaker counters (sandboxctl counters show --tenant {TENANT} --agent {AGENT})\n")
     daily = counters[n.DIM_TENANT_DAILY]
     table = [{"dimension": n.DIM_TENANT_DAILY, "key": TENANT, **daily}]
-    table += [{"dimension": n.DIM_AGENT_HOURLY, "key": a["agent_id"], **a, "resets_at": counters["agent_hourly_resets_at"]}
-              for a in counters[n.DIM_AGENT_HOURLY]]  # fmt: skip
+    table += [
+        {
+            "dimension": n.DIM_AGENT_HOURLY,
+            "key": a["agent_id"],
+            **a,
+            "resets_at": counters["agent_hourly_resets_at"],
+        }
+        for a in counters[n.DIM_AGENT_HOURLY]
+    ]
     print(render.table(table, ["dimension", "key", "window", "count", "cap", "resets_at"]))
     if counters[n.DIM_AGENT_HOURLY][0]["count"] != 2:
         problems.append(
@@ -126,12 +162,25 @@ def files_step(target: Any, turn: str) -> list[str]:
 
     from infra.sandboxctl import ops
 
-    print("\n7. a second turn: execute_code with a file: a CSV in, a summary CSV (outputs/) and a chart (an open figure) out")
+    print(
+        "\n7. a second turn: execute_code with a file: a CSV in, a summary CSV (outputs/) and a chart (an open figure) out"
+    )
     token = new_token()
-    event = {"action": "execute_code", "tenant_id": TENANT, "agent_id": AGENT, "template_id": TEMPLATE,
-             "turn_id": turn, "turn_token": token, "call_id": f"{turn}-files", "code": DEMO_CODE,
-             "files": [{"path": "data/sales.csv", "content_base64": base64.b64encode(DEMO_CSV.encode()).decode()}]}
-    shown = {**event, "files": [{"path": "data/sales.csv", "content_base64": f"<{len(DEMO_CSV)} bytes, base64>"}]}
+    event = {
+        "action": "execute_code",
+        "tenant_id": TENANT,
+        "agent_id": AGENT,
+        "template_id": TEMPLATE,
+        "turn_id": turn,
+        "turn_token": token,
+        "call_id": f"{turn}-files",
+        "code": DEMO_CODE,
+        "files": [{"path": "data/sales.csv", "content_base64": base64.b64encode(DEMO_CSV.encode()).decode()}],
+    }
+    shown = {
+        **event,
+        "files": [{"path": "data/sales.csv", "content_base64": f"<{len(DEMO_CSV)} bytes, base64>"}],
+    }
     _show("request", shown)
     response = ops.invoke(target, event)
     _show("response", response)
@@ -151,7 +200,9 @@ def files_step(target: Any, turn: str) -> list[str]:
             data = answer.read()
         digest = hashlib.sha256(data).hexdigest()
         ok = digest == entry["sha256"] and len(data) == entry["bytes"]
-        print(f"  {entry['filename']:<14} {len(data):>7} bytes  sha256 {digest}  {'matches' if ok else 'MISMATCH'}")
+        print(
+            f"  {entry['filename']:<14} {len(data):>7} bytes  sha256 {digest}  {'matches' if ok else 'MISMATCH'}"
+        )
         if not ok:
             problems.append(f"{entry['filename']}: downloaded bytes do not match the artifact's size/sha256")
     ops.invoke(target, {"action": "end_turn", "tenant_id": TENANT, "turn_id": turn, "turn_token": token})
@@ -174,10 +225,19 @@ def jobs_step(target: Any) -> list[str]:
     from infra.sandboxctl import ops
 
     print("\n10. a fourth turn: a background job (execute_code with background: true), polled until it ends")
-    turn = SandboxTurn(target.dispatch_function, tenant_id=TENANT, agent_id=AGENT, template_id=TEMPLATE,
-                       lambda_client=target.client("lambda"), invocation_source="chat")  # fmt: skip
+    turn = SandboxTurn(
+        target.dispatch_function,
+        tenant_id=TENANT,
+        agent_id=AGENT,
+        template_id=TEMPLATE,
+        lambda_client=target.client("lambda"),
+        invocation_source="chat",
+    )
     turn.begin()
-    _show("request", {"action": "execute_code", "background": True, "timeout_s": 60, "code": JOB_CODE, "...": "ids"})
+    _show(
+        "request",
+        {"action": "execute_code", "background": True, "timeout_s": 60, "code": JOB_CODE, "...": "ids"},
+    )
     submitted = turn.submit(JOB_CODE, timeout_s=60)
     _show("response", submitted)
     if submitted.get("status") != "running":
@@ -193,15 +253,22 @@ def jobs_step(target: Any) -> list[str]:
     ended = turn.end()
     problems = []
     if final.get("status") != "completed" or "result: 42" not in str(final.get("stdout")):
-        problems.append(f"the job answered {final.get('status')!r} / {final.get('stdout')!r}, expected its result")
+        problems.append(
+            f"the job answered {final.get('status')!r} / {final.get('stdout')!r}, expected its result"
+        )
     if not seen:
         problems.append("get_job never answered `running` while the job ran")
     if ended.get("pending_jobs"):
         problems.append(f"end_turn still lists pending jobs after the job ended: {ended['pending_jobs']}")
-    rows = [r for r in ops.audit_list(target, TENANT, session_id=submitted["session_id"])
-            if r["invocation_id"] == submitted["invocation_id"]]  # fmt: skip
-    print(f"\n  the job's audit row: {len(rows)} (background: {rows[0].get('background') if rows else None}, "
-          f"job_status: {rows[0].get('job_status') if rows else None})")
+    rows = [
+        r
+        for r in ops.audit_list(target, TENANT, session_id=submitted["session_id"])
+        if r["invocation_id"] == submitted["invocation_id"]
+    ]
+    print(
+        f"\n  the job's audit row: {len(rows)} (background: {rows[0].get('background') if rows else None}, "
+        f"job_status: {rows[0].get('job_status') if rows else None})"
+    )
     if len(rows) != 1 or rows[0].get("background") is not True:
         problems.append(f"expected one background audit row for the job, found {len(rows)}")
     return problems
@@ -233,8 +300,10 @@ def main(argv: list[str] | None = None) -> int:
         problems, facts = run_turn(target)
         problems += show_audit_and_counters(target, facts)
         problems += files_step(target, f"{facts['turn_id']}-files")
-        print("\n9. a third turn: programmatic tool calling — the code calls the agent's query_sales tool in a loop;"
-              " each call pauses the code, the agent runtime runs the tool and resumes it")
+        print(
+            "\n9. a third turn: programmatic tool calling — the code calls the agent's query_sales tool in a loop;"
+            " each call pauses the code, the agent runtime runs the tool and resumes it"
+        )
         problems += demo_tools.run_tools_step(target, f"{facts['turn_id']}-tools", _show)
         problems += jobs_step(target)
     except (CtlError, stack.LocalStackError) as exc:
@@ -253,10 +322,12 @@ def main(argv: list[str] | None = None) -> int:
         for problem in problems:
             print(f"  - {problem}", file=sys.stderr)
         return 1
-    print("\nDEMO OK: one turn, two calls sharing state in one session, two audit rows, two counted calls;"
-          " a CSV in, a summary CSV and a chart out, both downloaded with matching sha256;"
-          " one program calling the agent's tool 3 times, answered by 3 resumes, one audit row;"
-          " a background job polled while running, its result and its one audit row.")
+    print(
+        "\nDEMO OK: one turn, two calls sharing state in one session, two audit rows, two counted calls;"
+        " a CSV in, a summary CSV and a chart out, both downloaded with matching sha256;"
+        " one program calling the agent's tool 3 times, answered by 3 resumes, one audit row;"
+        " a background job polled while running, its result and its one audit row."
+    )
     return 0
 
 

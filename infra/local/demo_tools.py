@@ -47,8 +47,16 @@ def run_tools_step(target: Any, turn_id: str, show: Callable[[str, dict[str, Any
     from infra.sandboxctl.commands import AUDIT_COLUMNS
 
     token = new_token()
-    event = {"action": "execute_code", "tenant_id": TENANT, "agent_id": AGENT, "template_id": TEMPLATE,
-             "turn_id": turn_id, "turn_token": token, "call_id": f"{turn_id}-tools", "code": CODE}  # fmt: skip
+    event = {
+        "action": "execute_code",
+        "tenant_id": TENANT,
+        "agent_id": AGENT,
+        "template_id": TEMPLATE,
+        "turn_id": turn_id,
+        "turn_token": token,
+        "call_id": f"{turn_id}-tools",
+        "code": CODE,
+    }
     show("request", event)
     response = ops.invoke(target, event)
     show("response", response)
@@ -56,9 +64,15 @@ def run_tools_step(target: Any, turn_id: str, show: Callable[[str, dict[str, Any
     while response.get("status") == n.STATUS_TOOL_CALL and resumes <= len(REGIONS):
         call = response["tool_call"]
         print(f"\n  the agent runtime runs {call['name']}({json.dumps(call['input'])}) and resumes the code")
-        resume = {"action": "resume", "tenant_id": TENANT, "agent_id": AGENT, "turn_id": turn_id,
-                  "turn_token": token, "continuation": response["continuation"],
-                  "tool_result": query_sales(**call["input"])}  # fmt: skip
+        resume = {
+            "action": "resume",
+            "tenant_id": TENANT,
+            "agent_id": AGENT,
+            "turn_id": turn_id,
+            "turn_token": token,
+            "continuation": response["continuation"],
+            "tool_result": query_sales(**call["input"]),
+        }
         show("request", {**resume, "continuation": "<single-use token>", "turn_token": "<turn token>"})
         response = ops.invoke(target, resume)
         show("response", response)
@@ -66,11 +80,21 @@ def run_tools_step(target: Any, turn_id: str, show: Callable[[str, dict[str, Any
     ops.invoke(target, {"action": "end_turn", "tenant_id": TENANT, "turn_id": turn_id, "turn_token": token})
     problems = []
     if response.get("stdout") != EXPECTED_STDOUT:
-        problems.append(f"tool-calling execute_code printed {response.get('stdout')!r}, expected {EXPECTED_STDOUT!r}")
+        problems.append(
+            f"tool-calling execute_code printed {response.get('stdout')!r}, expected {EXPECTED_STDOUT!r}"
+        )
     if response.get("tool_calls") != len(REGIONS) or resumes != len(REGIONS):
-        problems.append(f"tool_calls is {response.get('tool_calls')!r} after {resumes} resumes, expected {len(REGIONS)}")
-    rows = ops.audit_list(target, TENANT, session_id=response["session_id"]) if response.get("session_id") else []
-    print(f"\n  its audit trail: one row for the whole call, with {n.AUDIT_TOOL_CALLS} and hashed per-call records")
+        problems.append(
+            f"tool_calls is {response.get('tool_calls')!r} after {resumes} resumes, expected {len(REGIONS)}"
+        )
+    rows = (
+        ops.audit_list(target, TENANT, session_id=response["session_id"])
+        if response.get("session_id")
+        else []
+    )
+    print(
+        f"\n  its audit trail: one row for the whole call, with {n.AUDIT_TOOL_CALLS} and hashed per-call records"
+    )
     print("\n" + render.table(rows, [*AUDIT_COLUMNS, n.AUDIT_TOOL_CALLS]))
     mine = [r for r in rows if r.get("invocation_id") == response.get("invocation_id")]
     if len(mine) != 1 or mine[0].get(n.AUDIT_TOOL_CALLS) != len(REGIONS):

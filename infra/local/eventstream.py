@@ -21,7 +21,9 @@ _STRING = 7
 
 def _header(name: str, value: str) -> bytes:
     raw_name, raw_value = name.encode("utf-8"), value.encode("utf-8")
-    return struct.pack(">B", len(raw_name)) + raw_name + struct.pack(">BH", _STRING, len(raw_value)) + raw_value
+    return (
+        struct.pack(">B", len(raw_name)) + raw_name + struct.pack(">BH", _STRING, len(raw_value)) + raw_value
+    )
 
 
 def encode_message(headers: dict[str, str], payload: bytes) -> bytes:
@@ -51,7 +53,11 @@ def exception_frame(exception_type: str, message: str) -> bytes:
     botocore raises these as EventStreamError while the caller iterates the stream.
     """
     return encode_message(
-        {":message-type": "exception", ":exception-type": exception_type, ":content-type": "application/json"},
+        {
+            ":message-type": "exception",
+            ":exception-type": exception_type,
+            ":content-type": "application/json",
+        },
         json.dumps({"message": message}).encode("utf-8"),
     )
 
@@ -68,7 +74,10 @@ def result_frame(
     execution_time_ms: float = 1.0,
 ) -> bytes:
     """One `result` event as AgentCore sends it: text content blocks and/or structuredContent."""
-    body: dict[str, Any] = {"content": [{"type": "text", "text": t} for t in (text or [])], "isError": is_error}
+    body: dict[str, Any] = {
+        "content": [{"type": "text", "text": t} for t in (text or [])],
+        "isError": is_error,
+    }
     if structured:
         sc: dict[str, Any] = {"taskStatus": task_status, "executionTime": execution_time_ms}
         if stdout is not None:

@@ -245,10 +245,16 @@ class Schedule:
 def scheduled_event(region: str, account: str, rule: str) -> dict[str, Any]:
     """The payload EventBridge sends a Lambda target of a scheduled rule."""
     return {
-        "version": "0", "id": str(uuid.uuid4()), "detail-type": "Scheduled Event", "source": "aws.events",
-        "account": account, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "region": region,
-        "resources": [f"arn:aws:events:{region}:{account}:rule/{rule}"], "detail": {},
-    }  # fmt: skip
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": account,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "region": region,
+        "resources": [f"arn:aws:events:{region}:{account}:rule/{rule}"],
+        "detail": {},
+    }
 
 
 class LambdaEmulator:
@@ -274,8 +280,9 @@ class LambdaEmulator:
         for schedule in self.schedules:
             if schedule.function not in self.pools:
                 raise ValueError(f"schedule targets unknown function {schedule.function!r}")
-            threading.Thread(target=self._run_schedule, args=(schedule,), daemon=True,
-                             name=f"schedule-{schedule.function}").start()  # fmt: skip
+            threading.Thread(
+                target=self._run_schedule, args=(schedule,), daemon=True, name=f"schedule-{schedule.function}"
+            ).start()
 
     def _run_schedule(self, schedule: Schedule) -> None:
         pool = self.pools[schedule.function]

@@ -91,13 +91,14 @@ def create_resources(config: StageConfig, clients: Any, *, region: str = LOCAL_R
     for tenant in config.tenants:
         ids = interpreter_names(config, tenant)
         arns = [
-            f"arn:aws:bedrock-agentcore:{region}:{LOCAL_ACCOUNT}:code-interpreter/{i}"
-            for i in ids.values()
+            f"arn:aws:bedrock-agentcore:{region}:{LOCAL_ACCOUNT}:code-interpreter/{i}" for i in ids.values()
         ]
         role = iam.create_role(
             RoleName=n.runner_role_name(stage, tenant.id),
             # The same trust policy the CDK stack gives it (one definition).
-            AssumeRolePolicyDocument=json.dumps(runner_trust({"AWS": [dispatch_role_arn, reaper_role_arn]}, tenant.id)),
+            AssumeRolePolicyDocument=json.dumps(
+                runner_trust({"AWS": [dispatch_role_arn, reaper_role_arn]}, tenant.id)
+            ),
         )["Role"]
         iam.put_role_policy(
             RoleName=role["RoleName"],
@@ -164,13 +165,33 @@ def create_buckets(config: StageConfig, s3: Any) -> tuple[str, str]:
     settings = artifacts_bucket_settings(config)
     artifacts = n.artifacts_bucket_name(config.name, LOCAL_ACCOUNT)
     s3.create_bucket(Bucket=artifacts)
-    s3.put_bucket_encryption(Bucket=artifacts, ServerSideEncryptionConfiguration={
-        "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": settings["sse_algorithm"]},
-                   "BucketKeyEnabled": True}]})  # fmt: skip
-    s3.put_public_access_block(Bucket=artifacts, PublicAccessBlockConfiguration=settings["block_public_access"])
-    s3.put_bucket_lifecycle_configuration(Bucket=artifacts, LifecycleConfiguration={"Rules": [{
-        "ID": "ExpireWithAuditRetention", "Status": "Enabled", "Filter": {"Prefix": ""},
-        "Expiration": {"Days": settings["expiration_days"]}}]})  # fmt: skip
+    s3.put_bucket_encryption(
+        Bucket=artifacts,
+        ServerSideEncryptionConfiguration={
+            "Rules": [
+                {
+                    "ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": settings["sse_algorithm"]},
+                    "BucketKeyEnabled": True,
+                }
+            ]
+        },
+    )
+    s3.put_public_access_block(
+        Bucket=artifacts, PublicAccessBlockConfiguration=settings["block_public_access"]
+    )
+    s3.put_bucket_lifecycle_configuration(
+        Bucket=artifacts,
+        LifecycleConfiguration={
+            "Rules": [
+                {
+                    "ID": "ExpireWithAuditRetention",
+                    "Status": "Enabled",
+                    "Filter": {"Prefix": ""},
+                    "Expiration": {"Days": settings["expiration_days"]},
+                }
+            ]
+        },
+    )
     data = n.demo_data_bucket_name(config.name)
     s3.create_bucket(Bucket=data)
     s3.put_public_access_block(Bucket=data, PublicAccessBlockConfiguration=settings["block_public_access"])

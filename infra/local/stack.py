@@ -82,7 +82,9 @@ class LocalState:
             aws_access_key_id=FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
             aws_secret_access_key=FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
             region_name=self.data["region"],
-        ).client(service, endpoint_url=endpoint, config=Config(read_timeout=900, retries=dict(SINGLE_ATTEMPT)))
+        ).client(
+            service, endpoint_url=endpoint, config=Config(read_timeout=900, retries=dict(SINGLE_ATTEMPT))
+        )
 
 
 def read_state(directory: Path | None = None) -> LocalState | None:
@@ -221,8 +223,16 @@ def session_runtime_env() -> dict[str, str]:
 
 def _base_env() -> dict[str, str]:
     # + the local interpreter's isolation settings (SPEC §18: escape hatch, session Python)
-    keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONDONTWRITEBYTECODE",
-            ENV_LOCAL_UNISOLATED, ENV_SESSION_PYTHON)
+    keep = (
+        "PATH",
+        "HOME",
+        "LANG",
+        "LC_ALL",
+        "TMPDIR",
+        "PYTHONDONTWRITEBYTECODE",
+        ENV_LOCAL_UNISOLATED,
+        ENV_SESSION_PYTHON,
+    )
     env = {k: os.environ[k] for k in keep if k in os.environ}
     return {**env, **FAKE_CREDENTIALS, "AWS_REGION": LOCAL_REGION, "AWS_DEFAULT_REGION": LOCAL_REGION}
 
@@ -266,7 +276,9 @@ def status(directory: Path | None = None) -> dict[str, Any]:
         "state_dir": str(state.directory),
         "stage": state.data["stage"],
         "processes": processes,
-        "isolation": interpreter_isolation(interpreter["endpoint"]) if interpreter and interpreter["alive"] else None,
+        "isolation": interpreter_isolation(interpreter["endpoint"])
+        if interpreter and interpreter["alive"]
+        else None,
         # The interpreter ids the local AgentCore serves (issue 14: only the state file had them).
         "interpreters": [i["id"] for i in state.data.get("resources", {}).get("interpreters", [])],
     }
@@ -392,7 +404,9 @@ def _start(directory: Path, stage: str, max_concurrency: int) -> LocalState:
     port = _free_port()
     # moto serving one request at a time: DynamoDB's per-item atomicity under concurrent calls
     # (moto's threaded server lets conditional writes interleave; see infra/local/moto_serial.py)
-    moto = _spawn(directory, "moto", [sys.executable, "-m", "infra.local.moto_serial", "--port", str(port)], env)
+    moto = _spawn(
+        directory, "moto", [sys.executable, "-m", "infra.local.moto_serial", "--port", str(port)], env
+    )
     moto["endpoint"] = f"http://127.0.0.1:{port}"
     data["processes"]["moto"] = moto
     _write_state(directory, data)
@@ -438,8 +452,15 @@ def _start(directory: Path, stage: str, max_concurrency: int) -> LocalState:
     functions = lambda_function_specs(config, resources, endpoints, max_concurrency=max_concurrency)
     emulator_config = directory / "lambda-functions.json"
     emulator_config.write_text(
-        json.dumps({"region": LOCAL_REGION, "account": resources.account, "functions": functions,
-                    "schedules": lambda_schedules(resources)}, indent=2)  # fmt: skip
+        json.dumps(
+            {
+                "region": LOCAL_REGION,
+                "account": resources.account,
+                "functions": functions,
+                "schedules": lambda_schedules(resources),
+            },
+            indent=2,
+        )
     )
     emu = _spawn(
         directory,

@@ -98,7 +98,11 @@ def _local(args: argparse.Namespace) -> int:
                     + f" (state {data['state_dir']})\n"
                     + render.table(rows, ["component", "pid", "alive", "endpoint", "log"])
                     + _isolation_line(data.get("isolation"))
-                    + ("\ninterpreters: " + ", ".join(data["interpreters"]) if data.get("interpreters") else "")
+                    + (
+                        "\ninterpreters: " + ", ".join(data["interpreters"])
+                        if data.get("interpreters")
+                        else ""
+                    )
                 ),
             )
     except stack.LocalStackError as exc:
@@ -149,7 +153,9 @@ def _event_text(arg: str) -> str:
             with open(path, encoding="utf-8") as f:
                 return f.read()
         except (OSError, UnicodeDecodeError) as exc:
-            raise CtlError(f"cannot read the event from {path!r}: {type(exc).__name__}: {exc.args[-1]}") from None
+            raise CtlError(
+                f"cannot read the event from {path!r}: {type(exc).__name__}: {exc.args[-1]}"
+            ) from None
     return arg
 
 
@@ -163,8 +169,16 @@ def _caps(args: argparse.Namespace, target: Any) -> int:
         def human() -> str:
             rows = [{"scope": "global", **data["global"]}]
             rows += [{"scope": f"tenant {t}", **v} for t, v in sorted(data["overrides"].items())]
-            text = render.table(rows, ["scope", n.DIM_TENANT_DAILY, n.DIM_AGENT_HOURLY, n.DIM_TENANT_SESSIONS,
-                                       n.DIM_GLOBAL_SESSIONS])  # fmt: skip
+            text = render.table(
+                rows,
+                [
+                    "scope",
+                    n.DIM_TENANT_DAILY,
+                    n.DIM_AGENT_HOURLY,
+                    n.DIM_TENANT_SESSIONS,
+                    n.DIM_GLOBAL_SESSIONS,
+                ],
+            )
             if "effective" in data:
                 text += f"\n\neffective for {data['tenant_id']}: " + ", ".join(
                     f"{k}={v}" for k, v in data["effective"].items()
@@ -206,8 +220,10 @@ def _tenant(args: argparse.Namespace, target: Any) -> int:
                 }
             )
             templates = render.table(
-                [{"template": k, **v, "tools": ",".join(v.get("tools") or [])}
-                 for k, v in sorted(data["templates"].items())],
+                [
+                    {"template": k, **v, "tools": ",".join(v.get("tools") or [])}
+                    for k, v in sorted(data["templates"].items())
+                ],
                 ["template", "environment", "tools", "source"],
             )
             history = render.table(data["history"], ["changed_at", "changed_by", "action", "before", "after"])
@@ -355,7 +371,16 @@ def _pilot(args: argparse.Namespace, target: Any) -> int:
 
 
 # --- background jobs (issue 13) ----------------------------------------------------------------
-JOB_COLUMNS = ["submitted_at", "job_id", "tenant_id", "agent_id", "turn_id", "status", "elapsed_ms", "session_id"]
+JOB_COLUMNS = [
+    "submitted_at",
+    "job_id",
+    "tenant_id",
+    "agent_id",
+    "turn_id",
+    "status",
+    "elapsed_ms",
+    "session_id",
+]
 
 
 def _jobs(args: argparse.Namespace, target: Any) -> int:
@@ -377,10 +402,14 @@ def _usage(args: argparse.Namespace, target: Any) -> int:
     progress = usage.StderrProgress(sys.stderr)
     try:
         report = usage.usage_report(
-            target.client("dynamodb"), target.table(n.INVOCATIONS), args.tenant, by=args.by,
+            target.client("dynamodb"),
+            target.table(n.INVOCATIONS),
+            args.tenant,
+            by=args.by,
             since=ops.parse_time(args.since) if args.since else None,
-            until=ops.parse_time(args.until) if args.until else None, progress=progress,
-        )  # fmt: skip
+            until=ops.parse_time(args.until) if args.until else None,
+            progress=progress,
+        )
     except ValueError as exc:
         raise CtlError(str(exc)) from None
     finally:
@@ -390,8 +419,15 @@ def _usage(args: argparse.Namespace, target: Any) -> int:
             handle.write(usage.to_csv(report))
 
     def human() -> str:
-        columns = ["group", "calls", "calls_by_exit_status", "sessions", "wall_time_ms", "estimated_cost_usd",
-                   "rows_without_cost"]  # fmt: skip
+        columns = [
+            "group",
+            "calls",
+            "calls_by_exit_status",
+            "sessions",
+            "wall_time_ms",
+            "estimated_cost_usd",
+            "rows_without_cost",
+        ]
         rows = [*report["groups"], {"group": "total", **report["totals"]}]
         window = f"{report['since'] or 'first row'} .. {report['until'] or 'now'}"
         notes = "\n".join(f"note: {line}" for line in report["notes"])
@@ -405,7 +441,12 @@ def _mcp(args: argparse.Namespace, target: Any) -> int:
     from infra.sandboxctl import mcp_server
 
     mcp_server.serve(
-        lambda_client=target.client("lambda"), function_name=target.dispatch_function, tenant_id=args.tenant,
-        agent_id=args.agent, template_id=args.template, turn_id=args.turn, user_id=args.user,
-    )  # fmt: skip
+        lambda_client=target.client("lambda"),
+        function_name=target.dispatch_function,
+        tenant_id=args.tenant,
+        agent_id=args.agent,
+        template_id=args.template,
+        turn_id=args.turn,
+        user_id=args.user,
+    )
     return EXIT_OK

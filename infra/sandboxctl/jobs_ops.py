@@ -15,8 +15,16 @@ from sandbox_common import naming as n
 
 from infra.sandboxctl.target import Target
 
-_FIELDS = ("job_id", "tenant_id", "agent_id", "turn_id", "session_id", "invocation_id", "submitted_at",
-           "deadline_at")  # fmt: skip
+_FIELDS = (
+    "job_id",
+    "tenant_id",
+    "agent_id",
+    "turn_id",
+    "session_id",
+    "invocation_id",
+    "submitted_at",
+    "deadline_at",
+)
 
 
 def _row(item: dict[str, Any], now_ms: int) -> dict[str, Any]:
@@ -36,17 +44,25 @@ def jobs_list(target: Target, *, tenant_id: str | None = None, limit: int = 50) 
     table = target.table(n.JOBS)
     if tenant_id is not None:
         pages = ddb.get_paginator("query").paginate(
-            TableName=table, IndexName="by_tenant", ScanIndexForward=False,
-            KeyConditionExpression="tenant_id = :t", ExpressionAttributeValues={":t": {"S": tenant_id}},
-        )  # fmt: skip
+            TableName=table,
+            IndexName="by_tenant",
+            ScanIndexForward=False,
+            KeyConditionExpression="tenant_id = :t",
+            ExpressionAttributeValues={":t": {"S": tenant_id}},
+        )
     else:
         pages = ddb.get_paginator("scan").paginate(
-            TableName=table, FilterExpression="begins_with(job_key, :p)",
+            TableName=table,
+            FilterExpression="begins_with(job_key, :p)",
             ExpressionAttributeValues={":p": {"S": n.JOB_KEY_PREFIX}},
-        )  # fmt: skip
+        )
     now_ms = int(time.time() * 1000)
-    rows = [_row(item, now_ms) for page in pages for item in page.get("Items", [])
-            if item.get("job_key", {}).get("S", "").startswith(n.JOB_KEY_PREFIX)]  # fmt: skip
+    rows = [
+        _row(item, now_ms)
+        for page in pages
+        for item in page.get("Items", [])
+        if item.get("job_key", {}).get("S", "").startswith(n.JOB_KEY_PREFIX)
+    ]
     rows.sort(key=lambda r: r["_submitted_ms"], reverse=True)
     for row in rows:
         del row["_submitted_ms"]

@@ -150,9 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
     put.add_argument("template", type=_request_id)
     put.add_argument("--environment", required=True, choices=(*n.ENVIRONMENTS, "none"))
     put.add_argument(
-        "--tools", type=_tool_names, default=None, metavar="NAME[,NAME...]",
+        "--tools",
+        type=_tool_names,
+        default=None,
+        metavar="NAME[,NAME...]",
         help="agent tools callable from code (allowlist; '' clears it; omitted keeps the current one)",
-    )  # fmt: skip
+    )
 
     audit = commands.add_parser("audit", help="the audit trail")
     audit_cmd = audit.add_subparsers(dest="audit_command", metavar="ACTION", required=True)
@@ -189,13 +192,17 @@ def build_parser() -> argparse.ArgumentParser:
     files_list = files_cmd.add_parser("list", help="a tenant's artifacts, newest first", parents=[late])
     files_list.add_argument("--tenant", type=_tenant_id, required=True)
     files_list.add_argument("--turn", type=_request_id)
-    files_get = files_cmd.add_parser("get", help="download one artifact (its sha256 is verified)", parents=[late])
+    files_get = files_cmd.add_parser(
+        "get", help="download one artifact (its sha256 is verified)", parents=[late]
+    )
     files_get.add_argument("file_id")
     files_get.add_argument("--tenant", type=_tenant_id, required=True)
     files_get.add_argument("-o", "--output", required=True, help="path to write the bytes to")
     jobs = commands.add_parser("jobs", help="background jobs (execute_code with background: true)")
     jobs_cmd = jobs.add_subparsers(dest="jobs_command", metavar="ACTION", required=True)
-    jobs_list = jobs_cmd.add_parser("list", help="jobs, newest first (all tenants unless --tenant)", parents=[late])
+    jobs_list = jobs_cmd.add_parser(
+        "list", help="jobs, newest first (all tenants unless --tenant)", parents=[late]
+    )
     jobs_list.add_argument("--tenant", type=_tenant_id)
     jobs_list.add_argument("--limit", type=_positive_int, default=50)
 
@@ -213,8 +220,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     from infra.sandboxctl import sessions_cli  # argparse only: as cheap as this module
 
-    sessions_cli.add_commands(commands, late, tenant_id=_tenant_id, non_negative=_non_negative_int,
-                              request_id=_request_id)  # fmt: skip
+    sessions_cli.add_commands(
+        commands, late, tenant_id=_tenant_id, non_negative=_non_negative_int, request_id=_request_id
+    )
     _add_usage_and_mcp(commands, late)
     return parser
 
@@ -222,12 +230,16 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_usage_and_mcp(commands: argparse._SubParsersAction, late: argparse.ArgumentParser) -> None:
     """`usage` and `mcp` (issue 15)."""
     usage = commands.add_parser(
-        "usage", help="a tenant's calls, sessions, time and estimated cost, from the audit table", parents=[late]
+        "usage",
+        help="a tenant's calls, sessions, time and estimated cost, from the audit table",
+        parents=[late],
     )
     usage.add_argument("--tenant", type=_tenant_id, required=True)
     usage.add_argument("--since", type=_iso_time, help="inclusive, ISO-8601 UTC (default: every row kept)")
     usage.add_argument("--until", type=_iso_time, help="exclusive, ISO-8601 UTC (default: now)")
-    usage.add_argument("--by", choices=tuple(n.USAGE_GROUPINGS), help="one line per UTC day, agent or template")
+    usage.add_argument(
+        "--by", choices=tuple(n.USAGE_GROUPINGS), help="one line per UTC day, agent or template"
+    )
     usage.add_argument("--csv", metavar="PATH", help="also write the report as CSV to PATH")
     mcp = commands.add_parser(
         "mcp", help="serve the sandbox as an MCP server over stdio (one turn per MCP session)", parents=[late]

@@ -68,30 +68,38 @@ def _is_texty(content_type: str | None) -> bool:
     return kind.startswith("text/") or kind in _TEXT_TYPES or kind.endswith("+json") or kind.endswith("+xml")
 
 
-def resource_contents(uri: str, content_type: str | None, data: bytes) -> types.TextResourceContents | types.BlobResourceContents:
+def resource_contents(
+    uri: str, content_type: str | None, data: bytes
+) -> types.TextResourceContents | types.BlobResourceContents:
     """One artifact's bytes as MCP resource contents: text when its type is textual and it is UTF-8."""
     if _is_texty(content_type):
         try:
             return types.TextResourceContents(uri=uri, mime_type=content_type, text=data.decode("utf-8"))
         except UnicodeDecodeError:
             pass
-    return types.BlobResourceContents(uri=uri, mime_type=content_type, blob=base64.b64encode(data).decode("ascii"))
+    return types.BlobResourceContents(
+        uri=uri, mime_type=content_type, blob=base64.b64encode(data).decode("ascii")
+    )
 
 
 def file_links(tenant_id: str, files: list[dict[str, Any]]) -> list[types.ResourceLink]:
     """The `files` list of an execute_code answer (§14.2) as MCP resource links."""
     return [
         types.ResourceLink(
-            uri=file_uri(tenant_id, f["file_id"]), name=str(f.get("filename") or f["file_id"]),
-            mime_type=f.get("content_type"), size=f.get("bytes"),
-        )  # fmt: skip
+            uri=file_uri(tenant_id, f["file_id"]),
+            name=str(f.get("filename") or f["file_id"]),
+            mime_type=f.get("content_type"),
+            size=f.get("bytes"),
+        )
         for f in files
         if f.get("file_id") and not f.get("skipped")
     ]
 
 
 def _error(text: str, structured: dict[str, Any] | None = None) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=structured, is_error=True)
+    return types.CallToolResult(
+        content=[types.TextContent(text=text)], structured_content=structured, is_error=True
+    )
 
 
 class McpSandbox:
@@ -138,7 +146,9 @@ class McpSandbox:
         tool = self.turn.tool
         if not tool:
             return []
-        return [types.Tool(name=tool["name"], description=tool["description"], input_schema=tool["input_schema"])]
+        return [
+            types.Tool(name=tool["name"], description=tool["description"], input_schema=tool["input_schema"])
+        ]
 
     def unavailable(self) -> str:
         """Why there is no tool: begin_turn's own named error when it gave one."""
@@ -147,8 +157,11 @@ class McpSandbox:
         began = self.began or {}
         sandbox = began.get("sandbox") or {}
         error = sandbox.get("error") or began.get("error") or "SandboxProvisioning"
-        message = sandbox.get("error_message") or began.get("error_message") or (
-            f"no sandbox for this template (status {sandbox.get('status', 'unknown')})")
+        message = (
+            sandbox.get("error_message")
+            or began.get("error_message")
+            or (f"no sandbox for this template (status {sandbox.get('status', 'unknown')})")
+        )
         return f"{error}: {message}"
 
     def call(self, name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
@@ -179,7 +192,10 @@ class McpSandbox:
         """This session's artifacts, in the order they came back."""
         with self._artifacts_lock:
             links = list(self.artifacts.values())
-        return [types.Resource(uri=link.uri, name=link.name, mime_type=link.mime_type, size=link.size) for link in links]
+        return [
+            types.Resource(uri=link.uri, name=link.name, mime_type=link.mime_type, size=link.size)
+            for link in links
+        ]
 
     def read(self, uri: str) -> types.ReadResourceResult:
         """One artifact by its uri, through dispatch's tenant-scoped get_file. Raises MCPError."""
@@ -196,7 +212,9 @@ class McpSandbox:
         except DispatchUnavailable as exc:
             raise MCPError(types.INTERNAL_ERROR, f"DispatchUnavailable: {exc}") from None
         except OSError as exc:  # the presigned URL could not be fetched
-            raise MCPError(types.INTERNAL_ERROR, f"SandboxError: the file could not be downloaded ({type(exc).__name__})") from None
+            raise MCPError(
+                types.INTERNAL_ERROR, f"SandboxError: the file could not be downloaded ({type(exc).__name__})"
+            ) from None
         return types.ReadResourceResult(contents=[resource_contents(uri, answer.get("content_type"), data)])
 
 
@@ -217,14 +235,22 @@ def build_server(sandbox: McpSandbox) -> Server[Any]:
         # Blocking boto3 call: off the event loop, so pings and other calls are still answered.
         return await anyio.to_thread.run_sync(sandbox.call, params.name, params.arguments)
 
-    async def list_resources(_ctx: Any, _params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+    async def list_resources(
+        _ctx: Any, _params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
         return types.ListResourcesResult(resources=sandbox.resources())
 
     async def read_resource(_ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         return await anyio.to_thread.run_sync(sandbox.read, str(params.uri))
 
-    return Server(n.MCP_SERVER_NAME, lifespan=lifespan, on_list_tools=list_tools, on_call_tool=call_tool,
-                  on_list_resources=list_resources, on_read_resource=read_resource)  # fmt: skip
+    return Server(
+        n.MCP_SERVER_NAME,
+        lifespan=lifespan,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_list_resources=list_resources,
+        on_read_resource=read_resource,
+    )
 
 
 def sigterm_handler(sandbox: McpSandbox) -> Any:
@@ -241,11 +267,26 @@ def sigterm_handler(sandbox: McpSandbox) -> Any:
     return handle
 
 
-def serve(*, lambda_client: Any, function_name: str, tenant_id: str, agent_id: str, template_id: str,
-          turn_id: str | None = None, user_id: str | None = None) -> None:  # fmt: skip
+def serve(
+    *,
+    lambda_client: Any,
+    function_name: str,
+    tenant_id: str,
+    agent_id: str,
+    template_id: str,
+    turn_id: str | None = None,
+    user_id: str | None = None,
+) -> None:
     """Serve one MCP session on stdin/stdout until the client closes it (or SIGTERM)."""
-    turn = SandboxTurn(function_name, tenant_id=tenant_id, agent_id=agent_id, template_id=template_id,
-                       turn_id=turn_id, user_id=user_id, lambda_client=lambda_client)  # fmt: skip
+    turn = SandboxTurn(
+        function_name,
+        tenant_id=tenant_id,
+        agent_id=agent_id,
+        template_id=template_id,
+        turn_id=turn_id,
+        user_id=user_id,
+        lambda_client=lambda_client,
+    )
     sandbox = McpSandbox(turn)
     server = build_server(sandbox)
 

@@ -158,7 +158,8 @@ def tenant_show(target: Target, tenant_id: str, *, history: int = 10) -> dict[st
                 "updated_at": item.get("updated_at"),
             }
     changes = sorted(
-        (i for i in items if i[n.TENANTS.sort_key].startswith(n.HISTORY_ITEM_PREFIX)), key=lambda i: i[n.TENANTS.sort_key]
+        (i for i in items if i[n.TENANTS.sort_key].startswith(n.HISTORY_ITEM_PREFIX)),
+        key=lambda i: i[n.TENANTS.sort_key],
     )
     return {
         "tenant_id": tenant_id,
@@ -219,8 +220,9 @@ def tenant_set(
     return {"tenant_id": tenant_id, "action": action, "before": before, "after": after}
 
 
-def template_put(target: Target, tenant_id: str, template_id: str, environment: str,
-                 tools: Sequence[str] | None = None) -> dict[str, Any]:  # fmt: skip
+def template_put(
+    target: Target, tenant_id: str, template_id: str, environment: str, tools: Sequence[str] | None = None
+) -> dict[str, Any]:
     """`tools` (SPEC §15): the agent tools the template's code may call; None keeps the current
     allowlist, () clears it."""
     current = tenant_show(target, tenant_id, history=0)
@@ -235,8 +237,11 @@ def template_put(target: Target, tenant_id: str, template_id: str, environment: 
         tools_after = list(validate_tool_names(tools_before if tools is None else tools))
     except ValueError as exc:
         raise CtlError(f"refused: {exc}") from None
-    item: dict[str, Any] = {n.TENANTS.pk: tenant_id, n.TENANTS.sort_key: n.TEMPLATE_ITEM_PREFIX + template_id,
-                            "environment": env}  # fmt: skip
+    item: dict[str, Any] = {
+        n.TENANTS.pk: tenant_id,
+        n.TENANTS.sort_key: n.TEMPLATE_ITEM_PREFIX + template_id,
+        "environment": env,
+    }
     if tools_after:
         item[n.TEMPLATE_TOOLS_ATTRIBUTE] = tools_after
     change = {
@@ -245,8 +250,14 @@ def template_put(target: Target, tenant_id: str, template_id: str, environment: 
         "after": {"environment": env, "tools": tools_after},
     }
     _write_with_history(target, tenant_id, item, change)
-    return {"tenant_id": tenant_id, "template_id": template_id, "environment": env, "previous": before,
-            "tools": tools_after, "previous_tools": tools_before}  # fmt: skip
+    return {
+        "tenant_id": tenant_id,
+        "template_id": template_id,
+        "environment": env,
+        "previous": before,
+        "tools": tools_after,
+        "previous_tools": tools_before,
+    }
 
 
 def require_known_tenant(target: Target, tenant_id: str) -> None:
@@ -296,7 +307,9 @@ def _cap_path(stage: str, dimension: str, tenant_id: str | None) -> str:
     """Call caps (§5.2) or session caps (§16.2); global_sessions has no per-tenant override."""
     if dimension in n.SESSION_CAP_DIMENSIONS:
         if dimension == n.DIM_GLOBAL_SESSIONS and tenant_id is not None:
-            raise CtlError("refused: global_sessions is stage-wide; it has no per-tenant override (drop --tenant)")
+            raise CtlError(
+                "refused: global_sessions is stage-wide; it has no per-tenant override (drop --tenant)"
+            )
         return n.session_cap_parameter(stage, dimension, tenant_id)
     return n.cap_parameter(stage, dimension, tenant_id)
 
@@ -469,7 +482,9 @@ def audit_replay(target: Target, *, max_messages: int = 10_000) -> dict[str, Any
             sqs.delete_message(QueueUrl=target.audit_dlq_url, ReceiptHandle=message["ReceiptHandle"])
     if target.audit_spool:
         # Local stack: rows spooled while its emulated AWS was down, through the same writer.
-        writer = AuditWriter(table_name=target.table(n.INVOCATIONS), dlq_url=target.audit_dlq_url, ddb=ddb, sqs=sqs)
+        writer = AuditWriter(
+            table_name=target.table(n.INVOCATIONS), dlq_url=target.audit_dlq_url, ddb=ddb, sqs=sqs
+        )
         for key, value in drain_spool(target.audit_spool, writer).items():
             counts[key] += value
     return counts
@@ -517,7 +532,16 @@ def files_list(target: Target, tenant_id: str, turn_id: str | None = None) -> li
     from sandbox_common.files import list_pointers
 
     pointers = list_pointers(target.client("s3"), _artifacts_bucket(target), tenant_id, turn_id)
-    keep = ("file_id", "filename", "bytes", "content_type", "sha256", "created_at", "turn_id", "invocation_id")
+    keep = (
+        "file_id",
+        "filename",
+        "bytes",
+        "content_type",
+        "sha256",
+        "created_at",
+        "turn_id",
+        "invocation_id",
+    )
     return [{k: p.get(k) for k in keep} for p in pointers]
 
 
@@ -533,9 +557,17 @@ def files_get(target: Target, tenant_id: str, file_id: str, path: str) -> dict[s
     data = s3.get_object(Bucket=bucket, Key=pointer["key"])["Body"].read()
     digest = hashlib.sha256(data).hexdigest()
     if digest != pointer["sha256"]:
-        raise CtlError(f"file {file_id}: sha256 {digest} does not match the recorded {pointer['sha256']}; nothing written")
+        raise CtlError(
+            f"file {file_id}: sha256 {digest} does not match the recorded {pointer['sha256']}; nothing written"
+        )
     partial = f"{path}.partial"
     with open(partial, "wb") as fh:
         fh.write(data)
     os.replace(partial, path)
-    return {"file_id": file_id, "filename": pointer["filename"], "bytes": len(data), "sha256": digest, "path": path}
+    return {
+        "file_id": file_id,
+        "filename": pointer["filename"],
+        "bytes": len(data),
+        "sha256": digest,
+        "path": path,
+    }

@@ -12,11 +12,14 @@ from infra.sandboxctl import render
 from infra.sandboxctl.errors import EXIT_OK
 
 
-def add_commands(commands: Any, late: argparse.ArgumentParser, *, tenant_id: Any, non_negative: Any,
-                 request_id: Any) -> None:  # fmt: skip
+def add_commands(
+    commands: Any, late: argparse.ArgumentParser, *, tenant_id: Any, non_negative: Any, request_id: Any
+) -> None:
     warm = commands.add_parser("warm", help="warm session pools (started, readiness-checked sessions)")
     warm_cmd = warm.add_subparsers(dest="warm_command", metavar="ACTION", required=True)
-    warm_set = warm_cmd.add_parser("set", help="pool size of a tenant × environment (0 = none)", parents=[late])
+    warm_set = warm_cmd.add_parser(
+        "set", help="pool size of a tenant × environment (0 = none)", parents=[late]
+    )
     warm_set.add_argument("tenant", type=tenant_id)
     warm_set.add_argument("size", type=non_negative, help="non-negative integer")
     warm_set.add_argument("--environment", choices=n.ENVIRONMENTS, default=n.ENVIRONMENTS[0])
@@ -27,7 +30,9 @@ def add_commands(commands: Any, late: argparse.ArgumentParser, *, tenant_id: Any
     sessions_cmd = sessions.add_subparsers(dest="sessions_command", metavar="ACTION", required=True)
     listing = sessions_cmd.add_parser("list", help="sessions serving turns, oldest first", parents=[late])
     listing.add_argument("--tenant", type=tenant_id)
-    listing.add_argument("--all", action="store_true", help="also unclaimed warm sessions and starts in flight")
+    listing.add_argument(
+        "--all", action="store_true", help="also unclaimed warm sessions and starts in flight"
+    )
     stop = sessions_cmd.add_parser("stop", help="stop a session and free its capacity", parents=[late])
     stop.add_argument("session_id", type=request_id)
 
@@ -53,6 +58,8 @@ def run_sessions(args: argparse.Namespace, target: Any) -> int:
         text = render.table(data, list(sessions_ops.SESSION_COLUMNS))
     else:
         data = sessions_ops.sessions_stop(target, args.session_id)
-        text = f"session {data['session_id']} stopped; capacity " + ("freed" if data["freed"] else "already free")
+        text = f"session {data['session_id']} stopped; capacity " + (
+            "freed" if data["freed"] else "already free"
+        )
     print(render.to_json(data) if args.json else text)
     return EXIT_OK

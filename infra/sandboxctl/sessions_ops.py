@@ -17,8 +17,18 @@ from infra.sandboxctl.errors import CtlError
 from infra.sandboxctl.ops import require_known_tenant, substrate
 from infra.sandboxctl.target import Target
 
-SESSION_COLUMNS = ("session_id", "tenant", "agent", "turn", "environment", "state", "source", "started_at",
-                   "calls", "last_call_at")  # fmt: skip
+SESSION_COLUMNS = (
+    "session_id",
+    "tenant",
+    "agent",
+    "turn",
+    "environment",
+    "state",
+    "source",
+    "started_at",
+    "calls",
+    "last_call_at",
+)
 
 
 def ledger(target: Target) -> SessionLedger:
@@ -32,8 +42,10 @@ def warm_set(target: Target, tenant_id: str, size: int, environment: str) -> dic
     require_known_tenant(target, tenant_id)
     published = substrate(target, tenant_id)
     if published is not None and published.environments and environment not in published.environments:
-        raise CtlError(f"tenant {tenant_id} has no {environment} environment "
-                       f"(it has: {', '.join(published.environments)})")  # fmt: skip
+        raise CtlError(
+            f"tenant {tenant_id} has no {environment} environment "
+            f"(it has: {', '.join(published.environments)})"
+        )
     name = n.warm_sessions_parameter(target.stage, tenant_id, environment)
     ssm = target.client("ssm")
     try:
@@ -49,9 +61,11 @@ def warm_set(target: Target, tenant_id: str, size: int, environment: str) -> dic
 def _desired(target: Target) -> dict[tuple[str, str], int | str]:
     prefix = f"{n.ssm_prefix(target.stage)}/tenants/"
     sizes: dict[tuple[str, str], int | str] = {}
-    for page in target.client("ssm").get_paginator("get_parameters_by_path").paginate(Path=prefix, Recursive=True):
+    for page in (
+        target.client("ssm").get_paginator("get_parameters_by_path").paginate(Path=prefix, Recursive=True)
+    ):
         for parameter in page.get("Parameters", []):
-            tenant, _, rest = parameter["Name"][len(prefix):].partition("/")
+            tenant, _, rest = parameter["Name"][len(prefix) :].partition("/")
             kind, _, environment = rest.partition("/")
             if kind == "warm" and environment in n.ENVIRONMENTS:
                 raw = parameter.get("Value", "")
@@ -71,8 +85,15 @@ def warm_rows(target: Target, tenant_id: str | None = None) -> list[dict[str, An
         if tenant_id is not None and key[0] != tenant_id:
             continue
         counts = held.get(key, {"warm": 0, "starting": 0})
-        rows.append({"tenant": key[0], "environment": key[1], "warm_sessions": desired.get(key, 0),
-                     "warm": counts["warm"], "starting": counts["starting"]})  # fmt: skip
+        rows.append(
+            {
+                "tenant": key[0],
+                "environment": key[1],
+                "warm_sessions": desired.get(key, 0),
+                "warm": counts["warm"],
+                "starting": counts["starting"],
+            }
+        )
     return rows
 
 
@@ -87,11 +108,16 @@ def _calls(target: Target, session_id: str | None) -> tuple[int, str | None]:
         return 0, None
     ddb = target.client("dynamodb")
     request: dict[str, Any] = {
-        "TableName": target.table(n.INVOCATIONS), "IndexName": n.INVOCATIONS_BY_SESSION.name,
+        "TableName": target.table(n.INVOCATIONS),
+        "IndexName": n.INVOCATIONS_BY_SESSION.name,
         "KeyConditionExpression": "#s = :s",
-        "ExpressionAttributeNames": {"#s": n.INVOCATIONS_BY_SESSION.pk, "#t": str(n.INVOCATIONS_BY_SESSION.sk)},
-        "ExpressionAttributeValues": {":s": {"S": session_id}}, "ProjectionExpression": "#t",
-    }  # fmt: skip
+        "ExpressionAttributeNames": {
+            "#s": n.INVOCATIONS_BY_SESSION.pk,
+            "#t": str(n.INVOCATIONS_BY_SESSION.sk),
+        },
+        "ExpressionAttributeValues": {":s": {"S": session_id}},
+        "ProjectionExpression": "#t",
+    }
     count, last = 0, None
     for page in ddb.get_paginator("query").paginate(**request):
         for item in page.get("Items", []):
@@ -105,13 +131,23 @@ def _calls(target: Target, session_id: str | None) -> tuple[int, str | None]:
 def session_row(target: Target, slot: Slot) -> dict[str, Any]:
     calls, last = _calls(target, slot.session_id)
     return {
-        "session_id": slot.session_id, "tenant": slot.tenant_id, "agent": slot.agent_id, "turn": slot.turn_id,
-        "environment": slot.environment, "state": slot.state, "source": slot.source,
-        "started_at": _iso(slot.started_at), "calls": calls, "last_call_at": last, "slot_id": slot.slot_id,
-    }  # fmt: skip
+        "session_id": slot.session_id,
+        "tenant": slot.tenant_id,
+        "agent": slot.agent_id,
+        "turn": slot.turn_id,
+        "environment": slot.environment,
+        "state": slot.state,
+        "source": slot.source,
+        "started_at": _iso(slot.started_at),
+        "calls": calls,
+        "last_call_at": last,
+        "slot_id": slot.slot_id,
+    }
 
 
-def sessions_list(target: Target, *, tenant_id: str | None = None, include_all: bool = False) -> list[dict[str, Any]]:
+def sessions_list(
+    target: Target, *, tenant_id: str | None = None, include_all: bool = False
+) -> list[dict[str, Any]]:
     """Sessions serving turns; `include_all` adds the unclaimed warm pool and starts in flight."""
     slots = [s for s in ledger(target).slots() if tenant_id is None or s.tenant_id == tenant_id]
     if not include_all:
@@ -128,10 +164,15 @@ def sessions_stop(target: Target, session_id: str) -> dict[str, Any]:
     if slot.interpreter_id:
         try:
             target.client("bedrock-agentcore").stop_code_interpreter_session(
-                codeInterpreterIdentifier=slot.interpreter_id, sessionId=session_id)  # fmt: skip
+                codeInterpreterIdentifier=slot.interpreter_id, sessionId=session_id
+            )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ResourceNotFoundException":  # already gone is fine
-                raise CtlError(f"stop failed ({exc.response.get('Error', {}).get('Code')}); "
-                               "the session keeps its slot until it stops") from None  # fmt: skip
+            if (
+                exc.response.get("Error", {}).get("Code") != "ResourceNotFoundException"
+            ):  # already gone is fine
+                raise CtlError(
+                    f"stop failed ({exc.response.get('Error', {}).get('Code')}); "
+                    "the session keeps its slot until it stops"
+                ) from None
     freed = book.release(slot.slot_id)
     return {"session_id": session_id, "tenant": slot.tenant_id, "stopped": True, "freed": freed}

@@ -33,19 +33,43 @@ from typing import Any
 from sandbox_common import naming as n
 from sandbox_common.windows import iso_z_ms
 
-CPU_TIME_NOTE = "CPU time is not recorded (AgentCore reports wall-clock executionTime only); wall_time_ms is wall-clock"
+CPU_TIME_NOTE = (
+    "CPU time is not recorded (AgentCore reports wall-clock executionTime only); wall_time_ms is wall-clock"
+)
 COST_NOTE = f"rows written before {n.AUDIT_ATTR_COST} existed count as 0 (rows_without_cost)"
 # Attributes the report reads: the projection keeps each page small.
-_PROJECTED = ("exit_status", "session_id", "duration_ms", n.AUDIT_ATTR_COST, "started_at", "agent_id", "template_id")
+_PROJECTED = (
+    "exit_status",
+    "session_id",
+    "duration_ms",
+    n.AUDIT_ATTR_COST,
+    "started_at",
+    "agent_id",
+    "template_id",
+)
 TENANT_TIME_INDEX = "by_tenant_time"
 # Progress on stderr once the report has read this many rows (a small report stays quiet).
 PROGRESS_AFTER_ROWS = 5000
-CSV_COLUMNS = ("group", "calls", "ok", "error", "timeout", "oom", "cap_exceeded", "provisioning", "sessions",
-               "wall_time_ms", "estimated_cost_usd", "rows_without_cost")  # fmt: skip
+CSV_COLUMNS = (
+    "group",
+    "calls",
+    "ok",
+    "error",
+    "timeout",
+    "oom",
+    "cap_exceeded",
+    "provisioning",
+    "sessions",
+    "wall_time_ms",
+    "estimated_cost_usd",
+    "rows_without_cost",
+)
 EXIT_STATUSES = ("ok", "error", "timeout", "oom", "cap_exceeded", "provisioning")
 
 
-def query_request(table: str, tenant_id: str, since: datetime | None, until: datetime | None) -> dict[str, Any]:
+def query_request(
+    table: str, tenant_id: str, since: datetime | None, until: datetime | None
+) -> dict[str, Any]:
     """The one Query (its kwargs) that reads a tenant's audit rows in [since, until)."""
     index = _index()
     # Every attribute through a placeholder (no reserved-word trap), each placeholder used.
@@ -124,8 +148,12 @@ def _group_key(item: dict[str, Any], by: str) -> str:
     return value[:10] if by == "day" else value  # started_at "2026-11-21T08:00:00.000Z" -> UTC date
 
 
-def aggregate(pages: Iterable[dict[str, Any]], *, by: str | None = None,
-              progress: Callable[[int, int], None] | None = None) -> tuple[Tally, dict[str, Tally], int]:  # fmt: skip
+def aggregate(
+    pages: Iterable[dict[str, Any]],
+    *,
+    by: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[Tally, dict[str, Tally], int]:
     """(totals, groups, pages read) over Query pages of raw DynamoDB items; `progress(rows, pages)`
     is called after each page."""
     totals, rows, page_count = Tally(), 0, 0
@@ -146,9 +174,17 @@ def aggregate(pages: Iterable[dict[str, Any]], *, by: str | None = None,
     return totals, groups, page_count
 
 
-def usage_report(ddb: Any, table: str, tenant_id: str, *, since: datetime | None = None, until: datetime | None = None,
-                 by: str | None = None, progress: Callable[[int, int], None] | None = None,
-                 page_size: int | None = None) -> dict[str, Any]:  # fmt: skip
+def usage_report(
+    ddb: Any,
+    table: str,
+    tenant_id: str,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    by: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    page_size: int | None = None,
+) -> dict[str, Any]:
     """The report as plain data (rendered as a table, JSON or CSV by the CLI). `page_size` caps
     the rows per Query page (default: DynamoDB's 1 MB pages)."""
     if by is not None and by not in n.USAGE_GROUPINGS:
@@ -178,9 +214,17 @@ def to_csv(report: dict[str, Any]) -> str:
     writer.writerow(CSV_COLUMNS)
     for group in [*report["groups"], {"group": "total", **report["totals"]}]:
         statuses = group["calls_by_exit_status"]
-        writer.writerow([group["group"], group["calls"], *(statuses.get(s, 0) for s in EXIT_STATUSES),
-                         group["sessions"], group["wall_time_ms"], group["estimated_cost_usd"],
-                         group["rows_without_cost"]])  # fmt: skip
+        writer.writerow(
+            [
+                group["group"],
+                group["calls"],
+                *(statuses.get(s, 0) for s in EXIT_STATUSES),
+                group["sessions"],
+                group["wall_time_ms"],
+                group["estimated_cost_usd"],
+                group["rows_without_cost"],
+            ]
+        )
     return out.getvalue()
 
 

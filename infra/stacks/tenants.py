@@ -29,5 +29,6 @@ class TenantShardStack(cdk.Stack):
         super().__init__(scope, id_, **kwargs)
         shared = ShardShared(self, config, alarm_action_arns(self, config))
         self.tenants: dict[str, TenantConstruct] = {
-            t.id: TenantConstruct(self, f"Tenant-{t.id}", config=config, tenant=t, shared=shared) for t in tenants
+            t.id: TenantConstruct(self, f"Tenant-{t.id}", config=config, tenant=t, shared=shared)
+            for t in tenants
         }

@@ -16,8 +16,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 @contextmanager
 def moto_in_own_process() -> Iterator[str]:
-    proc = subprocess.Popen([sys.executable, "-m", "infra.local.moto_serial"], cwd=str(REPO),
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "infra.local.moto_serial"],
+        cwd=str(REPO),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         yield json.loads(proc.stdout.readline())["endpoint"]

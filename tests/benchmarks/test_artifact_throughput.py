@@ -54,9 +54,18 @@ def moto_server() -> Iterator[str]:
 @pytest.fixture
 def interpreter_endpoint() -> Iterator[str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "infra.local.interpreter", f"--interpreter={ACME_CI}=PUBLIC", f"--python={SESSION_PYTHON}"],
-        cwd=str(REPO), stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "infra.local.interpreter",
+            f"--interpreter={ACME_CI}=PUBLIC",
+            f"--python={SESSION_PYTHON}",
+        ],
+        cwd=str(REPO),
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     try:
         assert proc.stdout is not None
         yield json.loads(proc.stdout.readline())["endpoint"]
@@ -69,18 +78,30 @@ def measure(endpoint: str, data: bytes, repeat: int, name: str) -> tuple[float, 
     """Best-of-N seconds of (the artifact path, a bare put, a bare readFiles of the path's parts),
     interleaved; and the results."""
     s3 = boto3.client("s3", region_name="us-east-1")
-    tools = SessionFiles(tenant_id="acme", allowed_interpreter_ids=frozenset({ACME_CI}),
-                         credentials=LocalCredentials(endpoint))  # fmt: skip
+    tools = SessionFiles(
+        tenant_id="acme", allowed_interpreter_ids=frozenset({ACME_CI}), credentials=LocalCredentials(endpoint)
+    )
     client = make_client(endpoint)
     session = client.start_code_interpreter_session(codeInterpreterIdentifier=ACME_CI)["sessionId"]
     tools.write(ACME_CI, session, [("seed", data)])
     results, path_s, bare_s, read_s = [], float("inf"), float("inf"), float("inf")
-    parts = [f".sandbox/parts/0.{i}" for i in range(-(-len(data) // CHUNK_BYTES))] if len(data) > CHUNK_BYTES else []
+    parts = (
+        [f".sandbox/parts/0.{i}" for i in range(-(-len(data) // CHUNK_BYTES))]
+        if len(data) > CHUNK_BYTES
+        else []
+    )
     per_call = READ_BATCH_BYTES // CHUNK_BYTES
     for run in range(repeat):  # the in-session write of fresh output is not timed
-        invoke(client, ACME_CI, session, "import os, shutil, time\nos.makedirs('outputs', exist_ok=True)\n"
-               f"shutil.copy('seed', 'outputs/{name}')\nos.utime('outputs/{name}', ns=(1, time.time_ns()))\n")  # fmt: skip
-        ctx = ArtifactContext(tenant_id="acme", turn_id="turn-b", invocation_id=f"inv-{name}-{run}", bucket=BUCKET)
+        invoke(
+            client,
+            ACME_CI,
+            session,
+            "import os, shutil, time\nos.makedirs('outputs', exist_ok=True)\n"
+            f"shutil.copy('seed', 'outputs/{name}')\nos.utime('outputs/{name}', ns=(1, time.time_ns()))\n",
+        )
+        ctx = ArtifactContext(
+            tenant_id="acme", turn_id="turn-b", invocation_id=f"inv-{name}-{run}", bucket=BUCKET
+        )
         started = time.perf_counter()
         results.append(collect_and_store(tools, ACME_CI, session, ctx, ArtifactStore(s3)))
         path_s = min(path_s, time.perf_counter() - started)
@@ -114,11 +135,19 @@ def test_artifact_throughput(bench_full, interpreter_endpoint, moto_endpoint) ->
     assert [[a["bytes"] for a in r.artifacts] for r in text_results] == [[redacted_size]] * repeat
     assert [[a["bytes"] for a in r.artifacts] for r in bin_results] == [[len(binary)]] * repeat
     mib = len(text) / 2**20
-    emit("artifact_throughput", target="ratio >= 0.5", ratio=ratio, bytes=len(text),
-         artifact_path_mib_s=round(mib / text_path, 1), bare_put_mib_s=round(mib / text_bare, 1),
-         ratio_binary=round(bin_bare / bin_path, 4), binary_path_mib_s=round(mib / bin_path, 1),
-         binary_bare_put_mib_s=round(mib / bin_bare, 1), bare_readfiles_mib_s=round(mib / text_read, 1),
-         ratio_to_floor=round((text_read + text_bare) / text_path, 4),
-         ratio_to_floor_binary=round((bin_read + bin_bare) / bin_path, 4))  # fmt: skip
+    emit(
+        "artifact_throughput",
+        target="ratio >= 0.5",
+        ratio=ratio,
+        bytes=len(text),
+        artifact_path_mib_s=round(mib / text_path, 1),
+        bare_put_mib_s=round(mib / text_bare, 1),
+        ratio_binary=round(bin_bare / bin_path, 4),
+        binary_path_mib_s=round(mib / bin_path, 1),
+        binary_bare_put_mib_s=round(mib / bin_bare, 1),
+        bare_readfiles_mib_s=round(mib / text_read, 1),
+        ratio_to_floor=round((text_read + text_bare) / text_path, 4),
+        ratio_to_floor_binary=round((bin_read + bin_bare) / bin_path, 4),
+    )
     if bench_full:
         assert ratio >= 0.5

@@ -58,43 +58,62 @@ NOT_ON_MOTO = frozenset({"lambda", "bedrock-agentcore"})
 _SIGNING_TO_SERVICE = {"monitoring": "cloudwatch"}
 
 # The completed idempotency record and the call's audit row: both land or neither (issue 9).
-COMPLETION = (f"{DISPATCH}:dynamodb:TransactWriteItems"
-              f"[{'+'.join(sorted((n.IDEMPOTENCY.logical, n.INVOCATIONS.logical)))}]")  # fmt: skip
+COMPLETION = (
+    f"{DISPATCH}:dynamodb:TransactWriteItems"
+    f"[{'+'.join(sorted((n.IDEMPOTENCY.logical, n.INVOCATIONS.logical)))}]"
+)
 # A later call of a turn, every call justified. Keys: origin:service:Operation[logical table].
 LATER_CALL_ALLOWED: dict[str, tuple[int, str]] = {
-    f"{DISPATCH}:dynamodb:PutItem[{n.IDEMPOTENCY.logical}]": (1, "Powertools idempotency: in-progress record (§4.4)"),
+    f"{DISPATCH}:dynamodb:PutItem[{n.IDEMPOTENCY.logical}]": (
+        1,
+        "Powertools idempotency: in-progress record (§4.4)",
+    ),
     f"{DISPATCH}:dynamodb:GetItem[{n.TURNS.logical}]": (1, "turn ownership + the turn's live session (§4.5)"),
-    f"{DISPATCH}:lambda:Invoke": (1, "the quota check (§5), sent at t=0 beside the idempotency claim (issue 9)"),
+    f"{DISPATCH}:lambda:Invoke": (
+        1,
+        "the quota check (§5), sent at t=0 beside the idempotency claim (issue 9)",
+    ),
     f"{DISPATCH}:bedrock-agentcore:InvokeCodeInterpreter": (
-        2, "the user code, then artifact collection (§14.2): the helper (executeCode); its answer file "
-           "is read (readFiles) only when it found something"),
+        2,
+        "the user code, then artifact collection (§14.2): the helper (executeCode); its answer file "
+        "is read (readFiles) only when it found something",
+    ),
     COMPLETION: (1, "the completed idempotency record and the audit row (§7), one transaction (issue 9)"),
     f"{QUOTA}:dynamodb:TransactWriteItems[{n.AGENT_HOURLY_COUNTERS.logical}+{n.TENANT_DAILY_COUNTERS.logical}"
     f"+{n.TURNS.logical}]": (
-        1, "the counter transaction (§5.1) with the turn guard's ConditionCheck and the call's counted marker"),
-}  # fmt: skip
+        1,
+        "the counter transaction (§5.1) with the turn guard's ConditionCheck and the call's counted marker",
+    ),
+}
 # What the first call of a turn (after begin_turn, warm container) adds, exactly.
 FIRST_CALL_EXTRA: dict[str, tuple[int, str]] = {
     f"{DISPATCH}:bedrock-agentcore:StartCodeInterpreterSession": (1, "the turn's one session"),
     f"{DISPATCH}:bedrock-agentcore:InvokeCodeInterpreter": (1, "the readiness preamble (§6.2)"),
     f"{DISPATCH}:dynamodb:UpdateItem[{n.TURNS.logical}]": (
-        2, "turn state: conditional 'starting' lease before Start + 'active' with the session id after"),
+        2,
+        "turn state: conditional 'starting' lease before Start + 'active' with the session id after",
+    ),
     f"{DISPATCH}:dynamodb:TransactWriteItems[{n.SESSIONS.logical}]": (1, "§16.2: the session's slot, capped"),
-    f"{DISPATCH}:dynamodb:UpdateItem[{n.SESSIONS.logical}]": (1, "§16.2: the slot now holds the started session"),
-}  # fmt: skip
+    f"{DISPATCH}:dynamodb:UpdateItem[{n.SESSIONS.logical}]": (
+        1,
+        "§16.2: the slot now holds the started session",
+    ),
+}
 # What a first call that claims a warm session (§16.1) adds to a later call, exactly (issue 11):
 # the claim of the session begin_turn noted on the turn and the turn's binding, in ONE write.
 WARM_FIRST_CALL_EXTRA: dict[str, tuple[int, str]] = {
     f"{DISPATCH}:dynamodb:TransactWriteItems[{'+'.join(sorted((n.SESSIONS.logical, n.TURNS.logical)))}]": (
-        1, "the claim: the pool slot and the turn binding, one conditional transaction"),
-}  # fmt: skip
+        1,
+        "the claim: the pool slot and the turn binding, one conditional transaction",
+    ),
+}
 # What begin_turn pays for it (before the agent has any code): it always reads the pool (one
 # Query, `begin_turn` below reads an empty one) and notes what it found on the turn: a warm session
 # (the hint, not a claim) or "empty" (issue 9: the first call then does not read the pool again).
 BEGIN_TURN_POOL_NOTE: dict[str, tuple[int, str]] = {
     f"{DISPATCH}:dynamodb:Query[{n.SESSIONS.logical}]": (1, "§16.1: the warm pool (by_warm_pool)"),
     f"{DISPATCH}:dynamodb:UpdateItem[{n.TURNS.logical}]": (1, "the warm hint, or the pool found empty"),
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True)
@@ -187,7 +206,9 @@ class ClientLog:
         self.spans: list[Span] = []
         self._lock = threading.Lock()
 
-    def record(self, service: str, model: Any = None, params: Any = None, context: Any = None, **_: Any) -> None:
+    def record(
+        self, service: str, model: Any = None, params: Any = None, context: Any = None, **_: Any
+    ) -> None:
         tables = tables_in(params or {}) if service == "dynamodb" else ()
         call = Call(DISPATCH, service, model.name, tables)
         if isinstance(context, dict):  # the same dict reaches after-call: the span of this API call
@@ -289,8 +310,11 @@ def critical_path_depth(dispatch_spans: list[Span], quota_spans: list[Span]) -> 
 
 def test_critical_path_depth_counts_parallel_requests_once() -> None:
     # Given a put, then two requests in parallel, then an invoke with two sequential quota calls
-    put, get, txn = Call(DISPATCH, "dynamodb", "PutItem"), Call(DISPATCH, "dynamodb", "GetItem"), Call(
-        QUOTA, "dynamodb", "TransactWriteItems")  # fmt: skip
+    put, get, txn = (
+        Call(DISPATCH, "dynamodb", "PutItem"),
+        Call(DISPATCH, "dynamodb", "GetItem"),
+        Call(QUOTA, "dynamodb", "TransactWriteItems"),
+    )
     invoke = Call(DISPATCH, "lambda", "Invoke")
     dispatch_spans = [(0.0, 1.0, put), (1.5, 3.0, get), (1.6, 2.5, put), (3.5, 9.0, invoke)]
     quota_spans = [(4.0, 5.0, txn), (6.0, 7.0, txn), (10.0, 11.0, txn)]
@@ -317,17 +341,21 @@ def test_describe_wire_request_json_query_and_origin() -> None:
     # Given a DynamoDB JSON request from a Lambda worker and an STS query request from dispatch
     ddb_body = json.dumps({"TableName": "t1"}).encode()
     ddb = {
-        "PATH_INFO": "/", "CONTENT_LENGTH": str(len(ddb_body)), "wsgi.input": io.BytesIO(ddb_body),
+        "PATH_INFO": "/",
+        "CONTENT_LENGTH": str(len(ddb_body)),
+        "wsgi.input": io.BytesIO(ddb_body),
         "HTTP_X_AMZ_TARGET": "DynamoDB_20120810.GetItem",
         "HTTP_AUTHORIZATION": "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/dynamodb/aws4_request, x",
         "HTTP_USER_AGENT": "Boto3/1.44.5 md/Botocore#1.44.5 exec-env/AWS_Lambda_python3.13 cfg/retry-mode#standard",
-    }  # fmt: skip
+    }
     sts_body = b"Action=AssumeRole&Version=2011-06-15&RoleArn=x"
     sts = {
-        "PATH_INFO": "/", "CONTENT_LENGTH": str(len(sts_body)), "wsgi.input": io.BytesIO(sts_body),
+        "PATH_INFO": "/",
+        "CONTENT_LENGTH": str(len(sts_body)),
+        "wsgi.input": io.BytesIO(sts_body),
         "HTTP_AUTHORIZATION": "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/sts/aws4_request, x",
         "HTTP_USER_AGENT": "Boto3/1.44.5 md/Botocore#1.44.5",
-    }  # fmt: skip
+    }
     # When they are described
     ddb_call, sts_call = describe_wire_request(ddb), describe_wire_request(sts)
     # Then service, operation, table and origin are right, and the body is still readable by moto
@@ -351,7 +379,9 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
         c0, w0 = len(clients.calls), len(wire.calls)
         s0, ws0 = len(clients.spans), len(wire.spans)
         result = stack.dispatch(request)
-        depths[phase] = critical_path_depth(clients.spans[s0:], [s for s in wire.spans[ws0:] if s[2].origin == QUOTA])
+        depths[phase] = critical_path_depth(
+            clients.spans[s0:], [s for s in wire.spans[ws0:] if s[2].origin == QUOTA]
+        )
         client_calls, wire_calls = clients.calls[c0:], wire.calls[w0:]
         client_phases[phase], wire_phases[phase] = client_calls, wire_calls
         # dispatch's own calls from the hook; the quota Lambda's from the wire
@@ -362,7 +392,10 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
     # invokes in the emulator (so every wire call carrying the Lambda exec-env is the quota
     # function's): the emulator's copy of dispatch is invoked only by the reaper's paused-calls hook
     # (issue 12), which never runs here — dispatch is measured in-process
-    assert set(stack.emulator.pools) == {stack.resources.functions[n.QUOTA_CHECK], stack.resources.functions[n.DISPATCH]}
+    assert set(stack.emulator.pools) == {
+        stack.resources.functions[n.QUOTA_CHECK],
+        stack.resources.functions[n.DISPATCH],
+    }
     # When an agent runs a turn (begin, two calls), a second turn likewise, and a turn without begin
     started = time.perf_counter()
     assert measured("begin_turn_cold_container", event("begin_turn", turn_id="turn-a"))["ok"] is True
@@ -381,7 +414,10 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
     # And a turn whose first call claims a warm session the reaper started (issue 11, §16.1)
     _fill_warm_pool(stack)
     assert measured("begin_turn_warm", event("begin_turn", turn_id="turn-w"))["ok"] is True
-    assert measured("warm_first_call", event(turn_id="turn-w", call_id="w1", code="w = 1"))["session_source"] == "warm"
+    assert (
+        measured("warm_first_call", event(turn_id="turn-w", call_id="w1", code="w = 1"))["session_source"]
+        == "warm"
+    )
     elapsed = time.perf_counter() - started
 
     later, first = Counter(phases["later_call"]), Counter(phases["first_call_of_turn"])
@@ -389,8 +425,8 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
     emit(
         "aws_calls_per_execute_code",
         target="later call: 0 SSM, 0 pre-flight reads, 1 InvokeCodeInterpreter, 1 TransactWriteItems, "
-               "1 audit row (in the completion's transaction); first call adds only Start, 1 readiness invoke, "
-               "the turn-state write",
+        "1 audit row (in the completion's transaction); first call adds only Start, 1 readiness invoke, "
+        "the turn-state write",
         ratio=sum(first.values()) / sum(later.values()),
         later_call_total=sum(later.values()),
         first_call_total=sum(first.values()),
@@ -398,7 +434,7 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
         later_call_reasons={k: v[1] for k, v in LATER_CALL_ALLOWED.items() if k in later},
         phases=phases,
         elapsed_s=round(elapsed, 2),
-    )  # fmt: skip
+    )
     emit(
         "critical_path_depth",
         target="later call <= 5 sequential AWS requests (moonshot 4); first call <= later + 3",
@@ -407,7 +443,7 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
         later_call_2=depths["later_call_2"],
         first_call_of_turn=depths["first_call_of_turn"],
         first_call_cold_container=depths["first_call_cold_container"],
-    )  # fmt: skip
+    )
 
     # Then the cross-check holds: what dispatch's hook saw for moto == what moto saw from dispatch
     for phase in phases:
@@ -431,7 +467,9 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
         assert calls[f"{DISPATCH}:bedrock-agentcore:StartCodeInterpreterSession"] == 0
         assert sum(v for k, v in calls.items() if ":TransactWriteItems[" in k) == 2  # counters, completion
         assert calls[COMPLETION] == 1
-        assert f"{DISPATCH}:dynamodb:PutItem[{n.INVOCATIONS.logical}]" not in calls  # the row is in the completion
+        assert (
+            f"{DISPATCH}:dynamodb:PutItem[{n.INVOCATIONS.logical}]" not in calls
+        )  # the row is in the completion
         unexpected = {k: v for k, v in calls.items() if v > LATER_CALL_ALLOWED.get(k, (0, ""))[0]}
         assert unexpected == {}, f"calls beyond the justified set: {unexpected}"
     # And the first call of a turn adds exactly Start, the readiness invoke and the turn state
@@ -453,11 +491,16 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
     assert pool_read not in phases["first_call_of_turn"], phases["first_call_of_turn"]
     unbegun = phases["first_call_without_begin_turn"]
     assert unbegun.get(pool_read) == 1, unbegun
-    emit("aws_calls_warm_first_call", target="warm first call adds only the claim write to a later call",
-         ratio=sum(Counter(phases["warm_first_call"]).values()) / sum(later.values()),
-         warm_first_call_extra=dict(sorted(warm_extra.items())), depth=depths["warm_first_call"],
-         later_call_depth=depths["later_call"], begin_turn_warm=phases["begin_turn_warm"],
-         begin_turn_warm_depth=depths["begin_turn_warm"])  # fmt: skip
+    emit(
+        "aws_calls_warm_first_call",
+        target="warm first call adds only the claim write to a later call",
+        ratio=sum(Counter(phases["warm_first_call"]).values()) / sum(later.values()),
+        warm_first_call_extra=dict(sorted(warm_extra.items())),
+        depth=depths["warm_first_call"],
+        later_call_depth=depths["later_call"],
+        begin_turn_warm=phases["begin_turn_warm"],
+        begin_turn_warm_depth=depths["begin_turn_warm"],
+    )
     # And its critical path stays within the issue's bound, first call <= later + 3 (the claim is one
     # sequential step: later + 1 when the parallel requests overlap as sent; the depth is measured
     # from timings, so a loaded machine can split a parallel pair — the call count above is exact)

@@ -30,8 +30,14 @@ def build_batch(n_events: int) -> dict:
         if i % 100 == 0:  # 1 % of events carry a token
             message += " " + examples[i // 100 % len(examples)]
         events.append({"id": str(i), "timestamp": 1_795_000_000_000 + i, "message": message})
-    document = {"messageType": "DATA_MESSAGE", "owner": "1", "logGroup": "/aws/lambda/x", "logStream": "s",
-                "subscriptionFilters": ["f"], "logEvents": events}
+    document = {
+        "messageType": "DATA_MESSAGE",
+        "owner": "1",
+        "logGroup": "/aws/lambda/x",
+        "logStream": "s",
+        "subscriptionFilters": ["f"],
+        "logEvents": events,
+    }
     return {"awslogs": {"data": base64.b64encode(gzip.compress(json.dumps(document).encode())).decode()}}
 
 
@@ -54,10 +60,16 @@ def test_backstop_throughput(bench_full):
     result = full()
     ratio = measured / baseline
     # Then
-    emit("backstop_throughput", target="ratio <= 4 (scan time / bare decode time)", ratio=ratio,
-         events=n_events, decompressed_bytes=size, bare_decode_ms=round(baseline * 1e3, 2),
-         decode_scan_ms=round(measured * 1e3, 2), findings=len(result.findings))
+    emit(
+        "backstop_throughput",
+        target="ratio <= 4 (scan time / bare decode time)",
+        ratio=ratio,
+        events=n_events,
+        decompressed_bytes=size,
+        bare_decode_ms=round(baseline * 1e3, 2),
+        decode_scan_ms=round(measured * 1e3, 2),
+        findings=len(result.findings),
+    )
     assert len(result.findings) == (n_events + 99) // 100
     if bench_full:
         assert ratio <= 4
-

@@ -103,4 +103,3 @@ def test_catalogue_precision(bench_full):
     if bench_full:
         assert fp_rate <= 0.001
         assert ratio >= 0.5
-

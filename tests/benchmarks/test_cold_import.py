@@ -71,16 +71,28 @@ def lambda_env(logical: str | None) -> dict[str, str]:
     }
     if logical is not None:
         tables = {spec.logical: spec.logical for spec in n.ALL_TABLES}
-        env.update(function_environment(build_config("local"), logical, tables=tables,
-                                        quota_function_name="quota", audit_dlq_url="http://127.0.0.1:1/q"))  # fmt: skip
+        env.update(
+            function_environment(
+                build_config("local"),
+                logical,
+                tables=tables,
+                quota_function_name="quota",
+                audit_dlq_url="http://127.0.0.1:1/q",
+            )
+        )
     return env
 
 
 def run_child(snippet: str, env: dict[str, str], *extra_args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, *extra_args, "-c", _TIMER, snippet],
-        env=env, cwd=str(TASK_ROOT), capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        env=env,
+        cwd=str(TASK_ROOT),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def timed_import(snippet: str, env: dict[str, str]) -> float:
@@ -102,8 +114,15 @@ def self_time_by_package(importtime_stderr: str, top: int = 6) -> dict[str, floa
 
 def lazy_violations(module: str, env: dict[str, str]) -> list[str]:
     probe = f"import {module}, sys\nprint(','.join(m for m in {_MUST_STAY_LAZY!r} if m in sys.modules))"
-    done = subprocess.run([sys.executable, "-c", probe], env=env, cwd=str(TASK_ROOT), capture_output=True,
-                          text=True, timeout=120, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=env,
+        cwd=str(TASK_ROOT),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return [m for m in done.stdout.strip().split(",") if m]
 
@@ -126,7 +145,12 @@ def test_self_time_by_package_sums_per_top_level_package() -> None:
 def test_cold_import_handlers_vs_boto3_client(bench_full: bool) -> None:
     # Given each handler module in a fresh interpreter with its Lambda environment
     modules = handler_modules()
-    assert set(modules.values()) == {"dispatch.handler", "quota_check.handler", "backstop.handler", "reaper.handler"}
+    assert set(modules.values()) == {
+        "dispatch.handler",
+        "quota_check.handler",
+        "backstop.handler",
+        "reaper.handler",
+    }
     repeat = 11 if bench_full else 3
     baseline_env = lambda_env(None)
     samples: dict[str, list[float]] = {"baseline": [], **{logical: [] for logical in modules}}

@@ -71,8 +71,14 @@ def test_files_in_overhead_through_dispatch(stack: Stack, bench_full: bool) -> N
     # Then the code saw the whole file in every call with it, and none without it
     assert len(with_file) == len(without_file) == rounds
     assert outputs == {"with": {f"{len(PAYLOAD)}\n"}, "without": {"0\n"}}
-    emit("files_in_overhead", target="ratio <= 2", ratio=ratio, input_bytes=len(PAYLOAD), rounds=rounds,
-         with_file_ms=round(statistics.median(with_file) * 1000, 1),
-         without_file_ms=round(statistics.median(without_file) * 1000, 1))  # fmt: skip
+    emit(
+        "files_in_overhead",
+        target="ratio <= 2",
+        ratio=ratio,
+        input_bytes=len(PAYLOAD),
+        rounds=rounds,
+        with_file_ms=round(statistics.median(with_file) * 1000, 1),
+        without_file_ms=round(statistics.median(without_file) * 1000, 1),
+    )
     if bench_full:
         assert ratio <= 2

@@ -66,11 +66,16 @@ def test_first_call_latency_warm_vs_later_call(reaper_stack: Stack, bench_full: 
     assert len(warm) == len(later) == len(cold) == rounds
     warm_s, later_s, cold_s = (statistics.median(x) for x in (warm, later, cold))
     record = emit(
-        "first_call_latency", target=f"warm first call / later call <= {TARGET} (through dispatch)",
-        ratio=warm_s / later_s, cold_ratio=round(cold_s / later_s, 2), warm_first_ms=round(warm_s * 1000, 1),
-        later_call_ms=round(later_s * 1000, 1), cold_first_ms=round(cold_s * 1000, 1), rounds=rounds,
+        "first_call_latency",
+        target=f"warm first call / later call <= {TARGET} (through dispatch)",
+        ratio=warm_s / later_s,
+        cold_ratio=round(cold_s / later_s, 2),
+        warm_first_ms=round(warm_s * 1000, 1),
+        later_call_ms=round(later_s * 1000, 1),
+        cold_first_ms=round(cold_s * 1000, 1),
+        rounds=rounds,
         scope="dispatch handler in-process on the local stack (quota Lambda, moto, local interpreter)",
-    )  # fmt: skip
+    )
     assert record["ratio"] is not None
     if bench_full:
         assert warm_s / later_s <= TARGET

@@ -58,8 +58,10 @@ class Calls:
 
         def create_client(session: Any, *args: Any, **kwargs: Any) -> Any:
             client = original(session, *args, **kwargs)
-            client.meta.events.register("before-parameter-build",
-                                        functools.partial(log.record, client.meta.service_model.service_name))  # fmt: skip
+            client.meta.events.register(
+                "before-parameter-build",
+                functools.partial(log.record, client.meta.service_model.service_name),
+            )
             return client
 
         monkeypatch.setattr(botocore.session.Session, "create_client", create_client)
@@ -82,8 +84,14 @@ def counted(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Sta
 
 
 def _job_action(action: str, job_id: str) -> dict[str, Any]:
-    return {"action": action, "tenant_id": "acme", "agent_id": "agent-7", "turn_id": "turn-1", "job_id": job_id,
-            "turn_token": turn_token_for("acme", "turn-1")}  # fmt: skip
+    return {
+        "action": action,
+        "tenant_id": "acme",
+        "agent_id": "agent-7",
+        "turn_id": "turn-1",
+        "job_id": job_id,
+        "turn_token": turn_token_for("acme", "turn-1"),
+    }
 
 
 def _timed(stack: Stack, request: dict[str, Any]) -> tuple[dict[str, Any], float]:
@@ -111,10 +119,15 @@ def test_job_submit_latency(stack: Stack, bench_full: bool) -> None:
         plain_s.append(took)
     # Then a submit costs about what a plain call costs
     ratio = statistics.median(submit_s) / statistics.median(plain_s)
-    emit("job_submit_latency", target=f"<= {TARGET_SUBMIT_RATIO}", ratio=ratio, rounds=rounds,
-         scope="through Dispatcher.handle (turn, idempotency, pre-flight, quota, reserve, launch)",
-         submit_ms=round(statistics.median(submit_s) * 1000, 1),
-         pass_ms=round(statistics.median(plain_s) * 1000, 1))  # fmt: skip
+    emit(
+        "job_submit_latency",
+        target=f"<= {TARGET_SUBMIT_RATIO}",
+        ratio=ratio,
+        rounds=rounds,
+        scope="through Dispatcher.handle (turn, idempotency, pre-flight, quota, reserve, launch)",
+        submit_ms=round(statistics.median(submit_s) * 1000, 1),
+        pass_ms=round(statistics.median(plain_s) * 1000, 1),
+    )
     assert len(submit_s) == len(plain_s) == rounds
     if bench_full:
         assert ratio <= TARGET_SUBMIT_RATIO
@@ -133,8 +146,14 @@ def test_job_poll_cost(counted: tuple[Stack, Calls]) -> None:
     made = log.calls[before:]
     # Then each poll costs at most two AWS calls: the job item and one status call to the session
     per_poll = len(made) / polls
-    emit("job_poll_cost", target=f"<= {TARGET_POLL_CALLS}", ratio=per_poll, calls_per_get_job=per_poll,
-         by_operation=dict(Counter(made)), scope="through Dispatcher.handle")  # fmt: skip
+    emit(
+        "job_poll_cost",
+        target=f"<= {TARGET_POLL_CALLS}",
+        ratio=per_poll,
+        calls_per_get_job=per_poll,
+        by_operation=dict(Counter(made)),
+        scope="through Dispatcher.handle",
+    )
     stack.dispatch(_job_action("cancel_job", submitted["job_id"]))
     assert len(made) >= polls  # the hook saw the calls
     assert Counter(made) == {"dynamodb:GetItem": polls, "bedrock-agentcore:InvokeCodeInterpreter": polls}

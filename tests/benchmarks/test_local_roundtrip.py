@@ -93,17 +93,21 @@ def direct_client(endpoint: str) -> Any:
     from botocore.config import Config
 
     return boto3.session.Session().client(
-        "bedrock-agentcore", endpoint_url=endpoint, region_name="us-east-1",
+        "bedrock-agentcore",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
         config=Config(retries={"mode": "standard", "total_max_attempts": 1}),
-    )  # fmt: skip
+    )
 
 
 def direct_invoke(client: Any, interpreter_id: str, session_id: str, code: str) -> dict[str, Any]:
     """One executeCode call, stream read to the end; returns the last structuredContent."""
     answer = client.invoke_code_interpreter(
-        codeInterpreterIdentifier=interpreter_id, sessionId=session_id, name="executeCode",
+        codeInterpreterIdentifier=interpreter_id,
+        sessionId=session_id,
+        name="executeCode",
         arguments={"language": "python", "code": code},
-    )  # fmt: skip
+    )
     structured: dict[str, Any] = {}
     for frame in answer["stream"]:
         result = frame.get("result") or {}
@@ -116,8 +120,11 @@ def turn_session(stack: Stack, turn_id: str) -> tuple[str, str]:
     """(interpreter_id, session_id) of the turn's live session, as dispatch recorded it."""
     from sandbox_common import aws
 
-    item = aws.client("dynamodb").get_item(TableName=stack.resources.tables[n.TURNS.logical],
-                                           Key={"tenant_id": {"S": "acme"}, "turn_id": {"S": turn_id}}, ConsistentRead=True)["Item"]  # fmt: skip
+    item = aws.client("dynamodb").get_item(
+        TableName=stack.resources.tables[n.TURNS.logical],
+        Key={"tenant_id": {"S": "acme"}, "turn_id": {"S": turn_id}},
+        ConsistentRead=True,
+    )["Item"]
     assert item["session_state"]["S"] == "active"
     return item["interpreter_id"]["S"], item["session_id"]["S"]
 

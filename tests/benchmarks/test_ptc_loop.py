@@ -50,17 +50,27 @@ PER_RECORD = "row = {row}\ntotal_{i} = row['amount']\nprint('region', {i}, 'amou
 
 
 def _row(i: int) -> dict[str, Any]:
-    return {"region_id": i, "region": f"region-{i:03d}", "amount": 1000 + i, "currency": "EUR",
-            "rows": [{"sku": f"sku-{i}-{k}", "qty": k, "price": 9.5 + k} for k in range(8)]}  # fmt: skip
+    return {
+        "region_id": i,
+        "region": f"region-{i:03d}",
+        "amount": 1000 + i,
+        "currency": "EUR",
+        "rows": [{"sku": f"sku-{i}-{k}", "qty": k, "price": 9.5 + k} for k in range(8)],
+    }
 
 
 def test_ptc_loop(stack: Stack, bench_full: bool) -> None:
     n_calls = 50 if bench_full else 5
     # Given a template whose code may call query_sales, and a turn with a live session
-    aws.client("dynamodb").put_item(TableName=stack.resources.tables[n.TENANTS.logical], Item={
-        n.TENANTS.pk: {"S": "acme"}, n.TENANTS.sort_key: {"S": n.TEMPLATE_ITEM_PREFIX + TEMPLATE},
-        "environment": {"S": "default-public"}, n.TEMPLATE_TOOLS_ATTRIBUTE: {"L": [{"S": "query_sales"}]},
-    })  # fmt: skip
+    aws.client("dynamodb").put_item(
+        TableName=stack.resources.tables[n.TENANTS.logical],
+        Item={
+            n.TENANTS.pk: {"S": "acme"},
+            n.TENANTS.sort_key: {"S": n.TEMPLATE_ITEM_PREFIX + TEMPLATE},
+            "environment": {"S": "default-public"},
+            n.TEMPLATE_TOOLS_ATTRIBUTE: {"L": [{"S": "query_sales"}]},
+        },
+    )
     assert stack.dispatch(event(template_id=TEMPLATE, call_id="warm", code="pass"))["ok"] is True
 
     # --- programmatic tool calling: one program, n tool calls, answered by n resumes -------------
@@ -85,7 +95,9 @@ def test_ptc_loop(stack: Stack, bench_full: bool) -> None:
         plain = stack.dispatch(event(template_id=TEMPLATE, call_id=f"classic-{i}", code=classic_code))
         classic_seconds.append(time.perf_counter() - t0)
         assert plain["exit_status"] == "ok", plain
-        classic_context += len(json.dumps(result).encode()) + len(classic_code.encode()) + plain["stdout_bytes"]
+        classic_context += (
+            len(json.dumps(result).encode()) + len(classic_code.encode()) + plain["stdout_bytes"]
+        )
         i += 1
     assert answer["exit_status"] == "ok", answer
     assert answer["tool_calls"] == n_calls

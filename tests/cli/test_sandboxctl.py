@@ -106,9 +106,16 @@ def test_local_up_twice_is_idempotent(cli_env: dict[str, str]) -> None:
 # --- usage -----------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "args",
-    [(), ("caps", "frob"), ("caps", "set", "weekly", "5"), ("tenant", "set-tier", "acme", "platinum"),
-     ("template", "put", "acme", "analyst"), ("audit", "list"), ("tenant", "show", "Not_A_Tenant")],
-)  # fmt: skip
+    [
+        (),
+        ("caps", "frob"),
+        ("caps", "set", "weekly", "5"),
+        ("tenant", "set-tier", "acme", "platinum"),
+        ("template", "put", "acme", "analyst"),
+        ("audit", "list"),
+        ("tenant", "show", "Not_A_Tenant"),
+    ],
+)
 def test_sandboxctl_bad_usage_exits_2(cli_env: dict[str, str], args: tuple[str, ...]) -> None:
     # Given a malformed command line
     # When it runs
@@ -133,8 +140,12 @@ def test_caps_get_shows_configured_defaults(cli_env: dict[str, str]) -> None:
     # When caps are read
     caps = ctl_json(cli_env, "caps", "get")
     # Then the SPEC defaults are in SSM
-    assert caps["global"] == {"tenant_daily": 1000, "agent_hourly": 100, "tenant_sessions": 20,
-                              "global_sessions": 200}  # fmt: skip
+    assert caps["global"] == {
+        "tenant_daily": 1000,
+        "agent_hourly": 100,
+        "tenant_sessions": 20,
+        "global_sessions": 200,
+    }
 
 
 def test_caps_set_tenant_override_is_read_back_and_unset(cli_env: dict[str, str]) -> None:
@@ -146,8 +157,12 @@ def test_caps_set_tenant_override_is_read_back_and_unset(cli_env: dict[str, str]
     assert out["parameter"] == n.cap_parameter("local", n.DIM_AGENT_HOURLY, "acme")
     assert ssm.get_parameter(Name=out["parameter"])["Parameter"]["Value"] == "7"
     caps = ctl_json(cli_env, "caps", "get", "--tenant", "acme")
-    assert caps["effective"] == {"tenant_daily": 1000, "agent_hourly": 7, "tenant_sessions": 20,
-                                 "global_sessions": 200}  # fmt: skip
+    assert caps["effective"] == {
+        "tenant_daily": 1000,
+        "agent_hourly": 7,
+        "tenant_sessions": 20,
+        "global_sessions": 200,
+    }
     assert caps["global"]["agent_hourly"] == 100
     # and unset restores the global value
     ctl_json(cli_env, "caps", "unset", "agent_hourly", "--tenant", "acme")
@@ -246,11 +261,22 @@ def test_template_put_sets_and_refuses_missing_environment(cli_env: dict[str, st
 def test_template_put_tools_sets_keeps_and_clears_the_allowlist(cli_env: dict[str, str]) -> None:
     # Given acme's analyst template
     # When an allowlist is set, the environment changed without --tools, then the list cleared
-    set_ = ctl_json(cli_env, "template", "put", "acme", "analyst", "--environment", "default-public",
-                    "--tools", "query_sales,lookup-customer,query_sales")  # fmt: skip
+    set_ = ctl_json(
+        cli_env,
+        "template",
+        "put",
+        "acme",
+        "analyst",
+        "--environment",
+        "default-public",
+        "--tools",
+        "query_sales,lookup-customer,query_sales",
+    )
     kept = ctl_json(cli_env, "template", "put", "acme", "analyst", "--environment", "default-public")
     shown = ctl_json(cli_env, "tenant", "show", "acme")["templates"]["analyst"]
-    cleared = ctl_json(cli_env, "template", "put", "acme", "analyst", "--environment", "default-public", "--tools", "")
+    cleared = ctl_json(
+        cli_env, "template", "put", "acme", "analyst", "--environment", "default-public", "--tools", ""
+    )
 
     # Then the list is stored sorted and de-duplicated, kept when omitted, cleared by ''
     assert set_["tools"] == ["lookup-customer", "query_sales"]
@@ -261,8 +287,17 @@ def test_template_put_tools_sets_keeps_and_clears_the_allowlist(cli_env: dict[st
 
 def test_template_put_tools_invalid_name_is_bad_usage(cli_env: dict[str, str]) -> None:
     # Given / When a tool name that is not an identifier-like name
-    result = ctl(cli_env, "template", "put", "acme", "analyst", "--environment", "default-public",
-                 "--tools", "ok,rm -rf")  # fmt: skip
+    result = ctl(
+        cli_env,
+        "template",
+        "put",
+        "acme",
+        "analyst",
+        "--environment",
+        "default-public",
+        "--tools",
+        "ok,rm -rf",
+    )
 
     # Then exit 2 (bad usage) and nothing stored
     assert result.returncode == 2
@@ -273,13 +308,31 @@ def test_template_put_tools_invalid_name_is_bad_usage(cli_env: dict[str, str]) -
 # --- audit -----------------------------------------------------------------------------------
 def _row(tenant: str, agent: str, session: str, started: str, **extra: Any) -> dict[str, Any]:
     return {
-        "invocation_id": str(uuid.uuid4()), "tenant_id": tenant, "agent_id": agent, "user_id": "u-1",
-        "template_id": "analyst", "turn_id": "t-1", "call_id": f"c-{uuid.uuid4().hex[:6]}", "session_id": session,
-        "environment": "default-public", "invocation_source": "chat", "started_at": started, "finished_at": started,
-        "duration_ms": 12, "exit_status": "ok", "exit_code": 0, "error": None, "failure_reason": None,
-        "stdout_bytes": 2, "stderr_bytes": 0, "stdout_truncated": False, "stderr_truncated": False,
-        "executed_code_hash": hashlib.sha256(b"print(1)").hexdigest(), "expires_at": 1_900_000_000, **extra,
-    }  # fmt: skip
+        "invocation_id": str(uuid.uuid4()),
+        "tenant_id": tenant,
+        "agent_id": agent,
+        "user_id": "u-1",
+        "template_id": "analyst",
+        "turn_id": "t-1",
+        "call_id": f"c-{uuid.uuid4().hex[:6]}",
+        "session_id": session,
+        "environment": "default-public",
+        "invocation_source": "chat",
+        "started_at": started,
+        "finished_at": started,
+        "duration_ms": 12,
+        "exit_status": "ok",
+        "exit_code": 0,
+        "error": None,
+        "failure_reason": None,
+        "stdout_bytes": 2,
+        "stderr_bytes": 0,
+        "stdout_truncated": False,
+        "stderr_truncated": False,
+        "executed_code_hash": hashlib.sha256(b"print(1)").hexdigest(),
+        "expires_at": 1_900_000_000,
+        **extra,
+    }
 
 
 def test_audit_replay_is_exactly_once_and_list_filters(cli_env: dict[str, str]) -> None:
@@ -377,8 +430,10 @@ def test_counters_show_reads_the_quota_functions_counters(cli_env: dict[str, str
     lam = _state(cli_env).client("lambda")
     agent = f"ctr-{uuid.uuid4().hex[:6]}"
     for _ in range(3):
-        out = lam.invoke(FunctionName=n.function_name("local", n.QUOTA_CHECK),
-                         Payload=json.dumps({"tenant_id": "acme", "agent_id": agent}).encode())  # fmt: skip
+        out = lam.invoke(
+            FunctionName=n.function_name("local", n.QUOTA_CHECK),
+            Payload=json.dumps({"tenant_id": "acme", "agent_id": agent}).encode(),
+        )
         assert json.loads(out["Payload"].read())["ok"] is True
     # When the counters are shown
     one = ctl_json(cli_env, "counters", "show", "--tenant", "acme", "--agent", agent)
@@ -400,11 +455,18 @@ def test_findings_list_honours_since(cli_env: dict[str, str]) -> None:
     now = datetime.now(UTC)
     for moment, event in ((now, "ev-now"), (now - timedelta(days=3), "ev-old")):
         iso = moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
-        ddb.put_item(TableName=n.FINDINGS.physical("local"), Item={
-            "finding_date": {"S": moment.strftime("%Y-%m-%d")}, "finding_key": {"S": f"{iso}#{event}#0"},
-            "timestamp": {"S": iso}, "token_class": {"S": "github_pat"}, "event_id": {"S": event},
-            "log_group": {"S": n.log_group_name("local", n.DISPATCH)}, "fingerprint": {"S": "ab12cd34"},
-        })  # fmt: skip
+        ddb.put_item(
+            TableName=n.FINDINGS.physical("local"),
+            Item={
+                "finding_date": {"S": moment.strftime("%Y-%m-%d")},
+                "finding_key": {"S": f"{iso}#{event}#0"},
+                "timestamp": {"S": iso},
+                "token_class": {"S": "github_pat"},
+                "event_id": {"S": event},
+                "log_group": {"S": n.log_group_name("local", n.DISPATCH)},
+                "fingerprint": {"S": "ab12cd34"},
+            },
+        )
     # When findings are listed by default and since four days ago
     recent = ctl_json(cli_env, "findings", "list")
     week = ctl_json(
@@ -421,18 +483,34 @@ def test_findings_list_honours_since(cli_env: dict[str, str]) -> None:
 def test_invoke_runs_a_turn_through_dispatch(cli_env: dict[str, str]) -> None:
     # Given a fresh turn of acme's analyst template
     turn = f"turn-{uuid.uuid4().hex[:8]}"
-    base = {"tenant_id": "acme", "agent_id": "agent-cli", "template_id": "analyst", "turn_id": turn,
-            "turn_token": turn_token_for("acme", turn)}  # fmt: skip
+    base = {
+        "tenant_id": "acme",
+        "agent_id": "agent-cli",
+        "template_id": "analyst",
+        "turn_id": turn,
+        "turn_token": turn_token_for("acme", turn),
+    }
     # When begin_turn and two execute_code calls go through `sandboxctl invoke`
     begin = ctl_json(cli_env, "invoke", json.dumps({"action": "begin_turn", **base}))
     first = ctl_json(
         cli_env, "invoke", json.dumps({"action": "execute_code", **base, "call_id": "c1", "code": "x = 20"})
     )
-    second = ctl_json(cli_env, "invoke", json.dumps({"action": "execute_code", **base, "call_id": "c2",
-                                                     "code": "print(x * 2 + 2)"}))  # fmt: skip
+    second = ctl_json(
+        cli_env,
+        "invoke",
+        json.dumps({"action": "execute_code", **base, "call_id": "c2", "code": "print(x * 2 + 2)"}),
+    )
     end = ctl_json(
-        cli_env, "invoke", json.dumps({"action": "end_turn", "tenant_id": "acme", "turn_id": turn,
-                                                   "turn_token": turn_token_for("acme", turn)})
+        cli_env,
+        "invoke",
+        json.dumps(
+            {
+                "action": "end_turn",
+                "tenant_id": "acme",
+                "turn_id": turn,
+                "turn_token": turn_token_for("acme", turn),
+            }
+        ),
     )
     # Then the sandbox is ready, state is shared in one session, and the audit trail has both calls
     assert begin["ok"] is True and begin["sandbox"]["status"] == "ready"
@@ -453,36 +531,71 @@ def test_invoke_rejects_non_json_event(cli_env: dict[str, str]) -> None:
 
 def _big_event(turn: str) -> str:
     # ~250 KiB of code: over the 128 KiB one argument may hold, under the 256 KiB code limit.
-    code = "x = 41\n" + ("# padding padding padding padding padding padding padding\n" * 4450) + "print(x + 1)\n"
+    code = (
+        "x = 41\n" + ("# padding padding padding padding padding padding padding\n" * 4450) + "print(x + 1)\n"
+    )
     assert 250 * 1024 <= len(code.encode()) <= 256 * 1024
-    base = {"tenant_id": "acme", "agent_id": "agent-big", "template_id": "analyst", "turn_id": turn,
-            "turn_token": turn_token_for("acme", turn)}  # fmt: skip
+    base = {
+        "tenant_id": "acme",
+        "agent_id": "agent-big",
+        "template_id": "analyst",
+        "turn_id": turn,
+        "turn_token": turn_token_for("acme", turn),
+    }
     return json.dumps({"action": "execute_code", **base, "call_id": f"c-{turn}", "code": code})
 
 
 def test_invoke_dash_reads_a_250_kib_event_from_stdin(cli_env: dict[str, str]) -> None:
     # Given a ~250 KiB execute_code event (too big for one argument)
     turn = f"turn-{uuid.uuid4().hex[:8]}"
-    begin = {"action": "begin_turn", "tenant_id": "acme", "agent_id": "agent-big", "template_id": "analyst",
-             "turn_id": turn, "turn_token": turn_token_for("acme", turn)}  # fmt: skip
+    begin = {
+        "action": "begin_turn",
+        "tenant_id": "acme",
+        "agent_id": "agent-big",
+        "template_id": "analyst",
+        "turn_id": turn,
+        "turn_token": turn_token_for("acme", turn),
+    }
     ctl_json(cli_env, "invoke", json.dumps(begin))
     event = _big_event(turn)
     assert len(event) > 128 * 1024
     # When it is piped to `sandboxctl invoke -`
-    out = subprocess.run([SANDBOXCTL, "--json", "invoke", "-"], env=cli_env, input=event, capture_output=True,
-                         text=True, timeout=180)  # fmt: skip
+    out = subprocess.run(
+        [SANDBOXCTL, "--json", "invoke", "-"],
+        env=cli_env,
+        input=event,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     # Then dispatch ran it
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["stdout"] == "42\n"
-    ctl_json(cli_env, "invoke", json.dumps({"action": "end_turn", "tenant_id": "acme", "turn_id": turn,
-                                                   "turn_token": turn_token_for("acme", turn)}))
+    ctl_json(
+        cli_env,
+        "invoke",
+        json.dumps(
+            {
+                "action": "end_turn",
+                "tenant_id": "acme",
+                "turn_id": turn,
+                "turn_token": turn_token_for("acme", turn),
+            }
+        ),
+    )
 
 
 def test_invoke_at_path_reads_the_event_from_a_file(cli_env: dict[str, str], tmp_path: Path) -> None:
     # Given the same ~250 KiB event in a file
     turn = f"turn-{uuid.uuid4().hex[:8]}"
-    begin = {"action": "begin_turn", "tenant_id": "acme", "agent_id": "agent-big", "template_id": "analyst",
-             "turn_id": turn, "turn_token": turn_token_for("acme", turn)}  # fmt: skip
+    begin = {
+        "action": "begin_turn",
+        "tenant_id": "acme",
+        "agent_id": "agent-big",
+        "template_id": "analyst",
+        "turn_id": turn,
+        "turn_token": turn_token_for("acme", turn),
+    }
     ctl_json(cli_env, "invoke", json.dumps(begin))
     path = tmp_path / "event.json"
     path.write_text(_big_event(turn))
@@ -490,8 +603,18 @@ def test_invoke_at_path_reads_the_event_from_a_file(cli_env: dict[str, str], tmp
     response = ctl_json(cli_env, "invoke", f"@{path}")
     # Then dispatch ran it
     assert response["stdout"] == "42\n"
-    ctl_json(cli_env, "invoke", json.dumps({"action": "end_turn", "tenant_id": "acme", "turn_id": turn,
-                                                   "turn_token": turn_token_for("acme", turn)}))
+    ctl_json(
+        cli_env,
+        "invoke",
+        json.dumps(
+            {
+                "action": "end_turn",
+                "tenant_id": "acme",
+                "turn_id": turn,
+                "turn_token": turn_token_for("acme", turn),
+            }
+        ),
+    )
 
 
 def test_invoke_at_missing_path_is_a_one_line_failure(cli_env: dict[str, str], tmp_path: Path) -> None:
@@ -530,8 +653,12 @@ def _put_artifact(env: dict[str, str], tenant: str, turn: str, data: bytes) -> d
     from dispatch.artifacts import ArtifactContext, ArtifactStore
 
     state = _state(env)
-    ctx = ArtifactContext(tenant_id=tenant, turn_id=turn, invocation_id=f"inv-{uuid.uuid4().hex[:8]}",
-                          bucket=state.resources.artifacts_bucket)  # fmt: skip
+    ctx = ArtifactContext(
+        tenant_id=tenant,
+        turn_id=turn,
+        invocation_id=f"inv-{uuid.uuid4().hex[:8]}",
+        bucket=state.resources.artifacts_bucket,
+    )
     return ArtifactStore(state.client("s3")).put(ctx, "summary.csv", data, redacted=False)
 
 
@@ -569,14 +696,23 @@ def test_files_get_refuses_bytes_that_do_not_match(cli_env: dict[str, str], tmp_
     # Given an artifact whose stored object was changed after its sha256 was recorded
     entry = _put_artifact(cli_env, "acme", f"turn-{uuid.uuid4().hex[:8]}", b"original")
     state = _state(cli_env)
-    pointer = json.loads(state.client("s3").get_object(
-        Bucket=state.resources.artifacts_bucket, Key=n.file_pointer_key("acme", entry["file_id"]))["Body"].read())  # fmt: skip
-    state.client("s3").put_object(Bucket=state.resources.artifacts_bucket, Key=pointer["key"], Body=b"tampered")
+    pointer = json.loads(
+        state.client("s3")
+        .get_object(
+            Bucket=state.resources.artifacts_bucket, Key=n.file_pointer_key("acme", entry["file_id"])
+        )["Body"]
+        .read()
+    )
+    state.client("s3").put_object(
+        Bucket=state.resources.artifacts_bucket, Key=pointer["key"], Body=b"tampered"
+    )
     # When fetched / Then refused with one line, and nothing at the path
     target = tmp_path / "x.csv"
     out = ctl(cli_env, "files", "get", entry["file_id"], "--tenant", "acme", "-o", str(target))
     _assert_one_line_failure(out, 1, "sha256")
     assert not target.exists() and not Path(f"{target}.partial").exists()
+
+
 # --- background jobs (issue 13) ----------------------------------------------------------------
 def test_jobs_list_filters_by_tenant_newest_first(cli_env: dict[str, str]) -> None:
     from dispatch.jobs import JobRecord, JobStore
@@ -586,12 +722,24 @@ def test_jobs_list_filters_by_tenant_newest_first(cli_env: dict[str, str]) -> No
     store = JobStore(table_name=n.JOBS.physical("local"), ddb=state.client("dynamodb"))
 
     def job(job_id: str, tenant: str, submitted_ms: int) -> JobRecord:
-        return JobRecord(job_id=job_id, tenant_id=tenant, agent_id="agent-1", turn_id=f"turn-{job_id}",
-                         session_id="S1", interpreter_id="sbx", invocation_id=f"inv-{job_id}", call_id="c",
-                         timeout_s=900, submitted_ms=submitted_ms)  # fmt: skip
+        return JobRecord(
+            job_id=job_id,
+            tenant_id=tenant,
+            agent_id="agent-1",
+            turn_id=f"turn-{job_id}",
+            session_id="S1",
+            interpreter_id="sbx",
+            invocation_id=f"inv-{job_id}",
+            call_id="c",
+            timeout_s=900,
+            submitted_ms=submitted_ms,
+        )
 
-    old, new, other = job("cli-old", "acme", 1_700_000_000_000), job("cli-new", "acme", 1_700_000_060_000), \
-        job("cli-other", "globex", 1_700_000_030_000)  # fmt: skip
+    old, new, other = (
+        job("cli-old", "acme", 1_700_000_000_000),
+        job("cli-new", "acme", 1_700_000_060_000),
+        job("cli-other", "globex", 1_700_000_030_000),
+    )
     for record in (old, new, other):
         store.create(record)
     store.mark_final(store.claim_end(old, final_state="completed", outcome={"response": {"ok": True}}))

@@ -20,13 +20,19 @@ from tests.cli.test_sandboxctl import SANDBOXCTL, ctl, ctl_json
 @pytest.fixture(scope="module")
 def cli_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SANDBOX_"))}
-    env.update(SANDBOX_LOCAL_DIR=str(tmp_path_factory.mktemp("sandboxctl-sessions")), SANDBOX_LOCAL="1",
-               USER="op-alice")  # fmt: skip
-    up = subprocess.run([SANDBOXCTL, "--json", "local", "up"], env=env, capture_output=True, text=True, timeout=120)
+    env.update(
+        SANDBOX_LOCAL_DIR=str(tmp_path_factory.mktemp("sandboxctl-sessions")),
+        SANDBOX_LOCAL="1",
+        USER="op-alice",
+    )
+    up = subprocess.run(
+        [SANDBOXCTL, "--json", "local", "up"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert up.returncode == 0, up.stderr
     yield env
-    down = subprocess.run([SANDBOXCTL, "--json", "local", "down"], env=env, capture_output=True, text=True,
-                          timeout=60)  # fmt: skip
+    down = subprocess.run(
+        [SANDBOXCTL, "--json", "local", "down"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert down.returncode == 0, down.stderr
 
 
@@ -39,8 +45,10 @@ def _state(env: dict[str, str]) -> stack.LocalState:
 def _run_reaper(env: dict[str, str]) -> dict[str, Any]:
     """Invoke the local stack's reaper as its schedule would (through the Lambda emulator)."""
     state = _state(env)
-    out = state.client("lambda").invoke(FunctionName=state.resources.functions[n.REAPER],
-                                        Payload=json.dumps({"source": "aws.events"}).encode())  # fmt: skip
+    out = state.client("lambda").invoke(
+        FunctionName=state.resources.functions[n.REAPER],
+        Payload=json.dumps({"source": "aws.events"}).encode(),
+    )
     assert "FunctionError" not in out, out["Payload"].read()
     return json.loads(out["Payload"].read())
 
@@ -72,12 +80,23 @@ def test_warm_set_show_and_sessions_list_stop(cli_env: dict[str, str]) -> None:
     listed = ctl_json(cli_env, "sessions", "list", "--all", "--tenant", "acme")
     serving = ctl_json(cli_env, "sessions", "list", "--tenant", "acme")
     # Then the pool and its session are visible (not among sessions serving turns)
-    assert pools == [{"tenant": "acme", "environment": "default-public", "warm_sessions": 1, "warm": 1,
-                      "starting": 0}]  # fmt: skip
+    assert pools == [
+        {"tenant": "acme", "environment": "default-public", "warm_sessions": 1, "warm": 1, "starting": 0}
+    ]
     assert len(listed) == 1
     assert (listed[0]["state"], listed[0]["source"], listed[0]["calls"]) == ("warm", "warm", 0)
-    assert set(n for n in listed[0]) >= {"session_id", "tenant", "agent", "turn", "environment", "state", "source",
-                                         "started_at", "calls", "last_call_at"}  # fmt: skip
+    assert set(n for n in listed[0]) >= {
+        "session_id",
+        "tenant",
+        "agent",
+        "turn",
+        "environment",
+        "state",
+        "source",
+        "started_at",
+        "calls",
+        "last_call_at",
+    }
     assert serving == []
     # When it is stopped by id
     ctl_json(cli_env, "warm", "set", "acme", "0")
@@ -86,7 +105,9 @@ def test_warm_set_show_and_sessions_list_stop(cli_env: dict[str, str]) -> None:
     assert stopped["freed"] is True
     interp = _state(cli_env).client("bedrock-agentcore")
     iid = n.interpreter_name("local", "acme", "default-public")
-    got = interp.get_code_interpreter_session(codeInterpreterIdentifier=iid, sessionId=listed[0]["session_id"])
+    got = interp.get_code_interpreter_session(
+        codeInterpreterIdentifier=iid, sessionId=listed[0]["session_id"]
+    )
     assert got["status"] == "TERMINATED"
     assert ctl_json(cli_env, "sessions", "list", "--all") == []
 

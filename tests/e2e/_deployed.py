@@ -123,22 +123,42 @@ class Deployed:
 
     def begin_turn(self, tenant: str, agent: str, turn: str) -> dict[str, Any]:
         return self.dispatch(
-            {"action": "begin_turn", "tenant_id": tenant, "agent_id": agent, "template_id": self.template,
-             "turn_id": turn, "turn_token": turn_token(tenant, turn)}
-        )  # fmt: skip
+            {
+                "action": "begin_turn",
+                "tenant_id": tenant,
+                "agent_id": agent,
+                "template_id": self.template,
+                "turn_id": turn,
+                "turn_token": turn_token(tenant, turn),
+            }
+        )
 
     def execute(
         self, tenant: str, agent: str, turn: str, code: str, call: str | None = None
     ) -> dict[str, Any]:
         return self.dispatch(
-            {"action": "execute_code", "tenant_id": tenant, "agent_id": agent, "template_id": self.template,
-             "turn_id": turn, "call_id": call or new_id("call"), "code": code, "invocation_source": "scheduled",
-             "turn_token": turn_token(tenant, turn)}
-        )  # fmt: skip
+            {
+                "action": "execute_code",
+                "tenant_id": tenant,
+                "agent_id": agent,
+                "template_id": self.template,
+                "turn_id": turn,
+                "call_id": call or new_id("call"),
+                "code": code,
+                "invocation_source": "scheduled",
+                "turn_token": turn_token(tenant, turn),
+            }
+        )
 
     def end_turn(self, tenant: str, turn: str) -> dict[str, Any]:
-        return self.dispatch({"action": "end_turn", "tenant_id": tenant, "turn_id": turn,
-                              "turn_token": turn_token(tenant, turn)})  # fmt: skip
+        return self.dispatch(
+            {
+                "action": "end_turn",
+                "tenant_id": tenant,
+                "turn_id": turn,
+                "turn_token": turn_token(tenant, turn),
+            }
+        )
 
     # --- reads -----------------------------------------------------------------------------
     def audit_rows_for_session(self, session_id: str) -> list[dict[str, Any]]:

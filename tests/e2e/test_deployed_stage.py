@@ -49,8 +49,9 @@ def test_pilot_turn_shares_one_session_and_leaves_one_audit_row_per_call(stage):
     # And each call left exactly one audit row with the hash of its code only
     rows = wait_for(
         lambda: (r := stage.audit_rows_for_session(second["session_id"])) and len(r) >= 2 and r or None,
-        timeout=60, what="two audit rows on the session index",
-    )  # fmt: skip
+        timeout=60,
+        what="two audit rows on the session index",
+    )
     by_invocation = {row["invocation_id"]: row for row in rows}
     assert set(by_invocation) == {first["invocation_id"], second["invocation_id"]}
     row = by_invocation[second["invocation_id"]]
@@ -134,17 +135,24 @@ def test_backstop_records_a_token_in_a_subscribed_log_without_storing_it(stage):
     # with that delivery directly.
     log_stream = new_id("stream")
     session_id = new_id("session")
-    line = json.dumps({"message": "sandbox_output", "session_id": session_id, "tenant_id": stage.tenant,
-                       "data": f"token={FAKE_TOKEN}"})  # fmt: skip
+    line = json.dumps(
+        {
+            "message": "sandbox_output",
+            "session_id": session_id,
+            "tenant_id": stage.tenant,
+            "data": f"token={FAKE_TOKEN}",
+        }
+    )
     event = subscription_event(n.log_group_name(stage.stage, n.DISPATCH), log_stream, [line])
     # When the backstop processes it
     stage.invoke(n.BACKSTOP, event)
     # Then within a few minutes a github finding names the stream and session, never the token
     day = datetime.now(UTC).strftime("%Y-%m-%d")
     findings = wait_for(
-        lambda: stage.findings_for_stream(day, log_stream) or None, timeout=FINDING_WAIT_SECONDS,
+        lambda: stage.findings_for_stream(day, log_stream) or None,
+        timeout=FINDING_WAIT_SECONDS,
         what="a backstop finding for the test stream",
-    )  # fmt: skip
+    )
     assert [f["token_class"] for f in findings] == ["github"]
     finding = findings[0]
     assert finding["session_id"] == session_id and finding["tenant_id"] == stage.tenant

@@ -169,8 +169,11 @@ def test_log_groups_have_retention_and_dispatch_output_is_protected(all_stages, 
     assert "DataProtectionPolicy" not in groups[n.log_group_name(stage, n.BACKSTOP)][1]
     # And a subscription filter feeds it to the backstop with the catalogue's prefilter
     (flt,) = resources(core, "AWS::Logs::SubscriptionFilter").values()
-    backstop_id = next(rid for rid, r in resources(core, "AWS::Lambda::Function").items()
-                       if r["Properties"]["FunctionName"] == n.function_name(stage, n.BACKSTOP))  # fmt: skip
+    backstop_id = next(
+        rid
+        for rid, r in resources(core, "AWS::Lambda::Function").items()
+        if r["Properties"]["FunctionName"] == n.function_name(stage, n.BACKSTOP)
+    )
     assert flt["Properties"]["LogGroupName"] == {"Ref": dispatch_id}
     assert flt["Properties"]["DestinationArn"] == {"Fn::GetAtt": [backstop_id, "Arn"]}
     assert flt["Properties"]["FilterPattern"] == subscription_filter_pattern()
@@ -222,13 +225,22 @@ def test_alarm_and_dashboard_metrics_use_emitted_dimension_sets(all_stages, stag
                 # Given a sandbox metric an alarm watches / Then the code emits it with those dimensions
                 assert (metric["MetricName"], dims) in emitted
                 seen.add(metric["MetricName"])
-    token_alarm = next(r for r in resources(core, "AWS::CloudWatch::Alarm").values()
-                       if r["Properties"]["AlarmName"] == n.alarm_name(stage, "token-shaped-string-detected"))  # fmt: skip
+    token_alarm = next(
+        r
+        for r in resources(core, "AWS::CloudWatch::Alarm").values()
+        if r["Properties"]["AlarmName"] == n.alarm_name(stage, "token-shaped-string-detected")
+    )
     classes = {d["Value"] for m in _alarm_metrics(token_alarm) for d in m["Dimensions"]}
     assert classes == {tc.name for tc in TOKEN_CLASSES}  # any class, summed
-    assert {n.METRIC_TOKEN_DETECTED, n.METRIC_READINESS_FAILED, n.METRIC_SESSION_STOP_FAILED,
-            n.METRIC_QUOTA_FAIL_CLOSED, n.METRIC_BACKSTOP_DECODE_ERRORS, n.METRIC_CAP_EXCEEDED,
-            n.METRIC_DISPATCH_INTERNAL_ERRORS} <= seen  # fmt: skip
+    assert {
+        n.METRIC_TOKEN_DETECTED,
+        n.METRIC_READINESS_FAILED,
+        n.METRIC_SESSION_STOP_FAILED,
+        n.METRIC_QUOTA_FAIL_CLOSED,
+        n.METRIC_BACKSTOP_DECODE_ERRORS,
+        n.METRIC_CAP_EXCEEDED,
+        n.METRIC_DISPATCH_INTERNAL_ERRORS,
+    } <= seen
     # And the one dashboard draws the §9 panels
     (dashboard,) = resources(core, "AWS::CloudWatch::Dashboard").values()
     body = render(dashboard["Properties"]["DashboardBody"])
@@ -304,10 +316,12 @@ def test_removal_policy_and_dlq_follow_stage_data(all_stages, stage: str) -> Non
         assert queue["Properties"]["SqsManagedSseEnabled"] is True
     policies = resources(core, "AWS::SQS::QueuePolicy").values()
     assert len(policies) == 2 and all(
-        any(s["Effect"] == "Deny" and "aws:SecureTransport" in str(s["Condition"])
-            for s in as_list(qp["Properties"]["PolicyDocument"]["Statement"]))
+        any(
+            s["Effect"] == "Deny" and "aws:SecureTransport" in str(s["Condition"])
+            for s in as_list(qp["Properties"]["PolicyDocument"]["Statement"])
+        )
         for qp in policies
-    )  # fmt: skip
+    )
     # And the backstop's failed batches go to its queue, not nowhere
     (invoke_config,) = resources(core, "AWS::Lambda::EventInvokeConfig").values()
     assert "OnFailure" in invoke_config["Properties"]["DestinationConfig"]
@@ -319,17 +333,33 @@ def test_continuations_are_used_only_by_dispatch_with_exact_actions(all_stages, 
     core = _core(all_stages, stage)
     table_id = _table_ids(core)[n.CONTINUATIONS.physical(stage)]
     dispatch_role = n.function_role_name(stage, n.DISPATCH)
-    roles = {r["Properties"]["RoleName"]: rid for rid, r in resources(core, "AWS::IAM::Role").items()
-             if "RoleName" in r["Properties"]}  # fmt: skip
+    roles = {
+        r["Properties"]["RoleName"]: rid
+        for rid, r in resources(core, "AWS::IAM::Role").items()
+        if "RoleName" in r["Properties"]
+    }
 
     # When the grants on it are collected
-    every = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:Query",
-             "dynamodb:Scan", "dynamodb:BatchGetItem", "dynamodb:BatchWriteItem", "dynamodb:PartiQLSelect")
+    every = (
+        "dynamodb:GetItem",
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:DeleteItem",
+        "dynamodb:Query",
+        "dynamodb:Scan",
+        "dynamodb:BatchGetItem",
+        "dynamodb:BatchWriteItem",
+        "dynamodb:PartiQLSelect",
+    )
     grants = _grants_on(core, table_id, every)
 
     # Then only dispatch holds them: put, conditional claim, and the by_turn query (on the index too)
     assert grants
     assert {owner for owner, _ in grants} == {roles[dispatch_role]}
-    assert sorted(action for _, action in grants) == ["dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"]
+    assert sorted(action for _, action in grants) == [
+        "dynamodb:PutItem",
+        "dynamodb:Query",
+        "dynamodb:UpdateItem",
+    ]
     index_arn = f"<{table_id}.Arn>/index/{n.CONTINUATIONS.indexes[0].name}"
     assert any(index_arn in statement_resources(st) for _, st in policy_statements(core))

@@ -19,12 +19,17 @@ from tests.infra.conftest import STAGES
 
 KEY_ARN = "arn:aws:kms:us-east-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 DATA_TENANTS = (
-    TenantConfig(id="acme", templates={"analyst": "default-public"}, environments=("default-public", "internal-only"),
-                 data=TenantData(read=("s3://acme-data/in",), write=("s3://acme-data/out/",), kms_keys=(KEY_ARN,))),
-    TenantConfig(id="globex", templates={"analyst": "default-public"},
-                 data=TenantData(read=("s3://globex-data/",))),
+    TenantConfig(
+        id="acme",
+        templates={"analyst": "default-public"},
+        environments=("default-public", "internal-only"),
+        data=TenantData(read=("s3://acme-data/in",), write=("s3://acme-data/out/",), kms_keys=(KEY_ARN,)),
+    ),
+    TenantConfig(
+        id="globex", templates={"analyst": "default-public"}, data=TenantData(read=("s3://globex-data/",))
+    ),
     TenantConfig(id="initech", templates={"analyst": "default-public"}),
-)  # fmt: skip
+)
 
 
 def _core(templates):
@@ -32,8 +37,11 @@ def _core(templates):
 
 
 def _bucket(template):
-    found = [r for r in resources(template, "AWS::S3::Bucket").values()
-             if "artifacts" in render(r["Properties"].get("BucketName", ""))]  # fmt: skip
+    found = [
+        r
+        for r in resources(template, "AWS::S3::Bucket").values()
+        if "artifacts" in render(r["Properties"].get("BucketName", ""))
+    ]
     assert len(found) == 1
     return found[0]["Properties"]
 
@@ -49,11 +57,16 @@ def test_artifacts_bucket_is_kms_private_tls_only_and_expires_with_audit(all_sta
     assert rule["SSEAlgorithm"] == "aws:kms"
     assert "KMSMasterKeyID" in rule
     assert props["PublicAccessBlockConfiguration"] == {
-        "BlockPublicAcls": True, "BlockPublicPolicy": True, "IgnorePublicAcls": True, "RestrictPublicBuckets": True,
-    }  # fmt: skip
+        "BlockPublicAcls": True,
+        "BlockPublicPolicy": True,
+        "IgnorePublicAcls": True,
+        "RestrictPublicBuckets": True,
+    }
     assert "DestinationBucketName" in props["LoggingConfiguration"]
     # And the lifecycle expires objects after exactly the audit retention
-    days = [r["ExpirationInDays"] for r in props["LifecycleConfiguration"]["Rules"] if "ExpirationInDays" in r]
+    days = [
+        r["ExpirationInDays"] for r in props["LifecycleConfiguration"]["Rules"] if "ExpirationInDays" in r
+    ]
     assert days == [config.audit_retention_days]
     # And all three are the plain-data definition the local stack creates its bucket from
     settings = artifacts_bucket_settings(config)
@@ -62,8 +75,13 @@ def test_artifacts_bucket_is_kms_private_tls_only_and_expires_with_audit(all_sta
     assert days == [settings["expiration_days"]]
     # And the bucket policy denies every non-TLS request
     policies = resources(template, "AWS::S3::BucketPolicy").values()
-    denies = [st for p in policies for st in as_list(p["Properties"]["PolicyDocument"]["Statement"])
-              if st["Effect"] == "Deny" and st.get("Condition", {}).get("Bool", {}).get("aws:SecureTransport") == "false"]  # fmt: skip
+    denies = [
+        st
+        for p in policies
+        for st in as_list(p["Properties"]["PolicyDocument"]["Statement"])
+        if st["Effect"] == "Deny"
+        and st.get("Condition", {}).get("Bool", {}).get("aws:SecureTransport") == "false"
+    ]
     assert len(denies) >= 1
 
 
@@ -71,8 +89,13 @@ def test_dispatch_role_gets_exactly_put_and_get_on_artifacts(all_stages) -> None
     # Given the dev core template
     template = _core(all_stages["dev"])
     # When the dispatch role's S3 statements are collected
-    s3_actions = sorted(a for owner, st in policy_statements(template) if "Dispatch" in owner
-                        for a in allowed_actions(st) if a.startswith("s3:"))  # fmt: skip
+    s3_actions = sorted(
+        a
+        for owner, st in policy_statements(template)
+        if "Dispatch" in owner
+        for a in allowed_actions(st)
+        if a.startswith("s3:")
+    )
     # Then exactly PutObject and GetObject (no List, no Delete)
     assert s3_actions == ["s3:GetObject", "s3:PutObject"]
 
@@ -96,7 +119,13 @@ def _tenant_statements(templates, tenant_id: str, role_kind: str):
 
 
 def _s3_grants(statements) -> set[tuple[str, str]]:
-    return {(a, r) for st in statements for a in allowed_actions(st) if a.startswith("s3:") for r in statement_resources(st)}
+    return {
+        (a, r)
+        for st in statements
+        for a in allowed_actions(st)
+        if a.startswith("s3:")
+        for r in statement_resources(st)
+    }
 
 
 def test_tenant_execution_roles_reach_exactly_their_prefixes(data_templates) -> None:
@@ -106,15 +135,26 @@ def test_tenant_execution_roles_reach_exactly_their_prefixes(data_templates) -> 
     initech = _s3_grants(_tenant_statements(data_templates, "initech", "ExecutionRole"))
     # Then each role reaches exactly its own prefixes (both acme environments get the same)
     part = "arn:<AWS::Partition>:s3:::"
-    assert acme == {("s3:GetObject", f"{part}acme-data/in/*"), ("s3:PutObject", f"{part}acme-data/out/*"),
-                    ("s3:ListBucket", f"{part}acme-data")}  # fmt: skip
+    assert acme == {
+        ("s3:GetObject", f"{part}acme-data/in/*"),
+        ("s3:PutObject", f"{part}acme-data/out/*"),
+        ("s3:ListBucket", f"{part}acme-data"),
+    }
     assert globex == {("s3:GetObject", f"{part}globex-data/*"), ("s3:ListBucket", f"{part}globex-data")}
     assert initech == set()
     # And listing is limited to the read prefixes
-    lists = [st for st in _tenant_statements(data_templates, "acme", "ExecutionRole") if "s3:ListBucket" in allowed_actions(st)]
+    lists = [
+        st
+        for st in _tenant_statements(data_templates, "acme", "ExecutionRole")
+        if "s3:ListBucket" in allowed_actions(st)
+    ]
     assert lists and all(st["Condition"]["StringLike"]["s3:prefix"] == ["in/*"] for st in lists)
     # And KMS only for the named key, only via S3
-    kms = [st for st in _tenant_statements(data_templates, "acme", "ExecutionRole") if any(a.startswith("kms:") for a in allowed_actions(st))]
+    kms = [
+        st
+        for st in _tenant_statements(data_templates, "acme", "ExecutionRole")
+        if any(a.startswith("kms:") for a in allowed_actions(st))
+    ]
     assert kms and all(statement_resources(st) == [KEY_ARN] for st in kms)
     assert all("kms:ViaService" in str(st["Condition"]) for st in kms)
 
@@ -128,29 +168,44 @@ def test_dispatch_and_runner_roles_cannot_read_tenant_data(data_templates) -> No
                 continue
             for action in allowed_actions(st):
                 for res in statement_resources(st):
-                    if action.startswith("s3:") and ("acme-data" in res or "globex-data" in res or res == "*"):
+                    if action.startswith("s3:") and (
+                        "acme-data" in res or "globex-data" in res or res == "*"
+                    ):
                         readers.append((owner, action, res))
     # Then no role but the tenants' execution roles names tenant data (or S3 on *)
     assert readers == []
-    runner_s3 = [a for st in _tenant_statements(data_templates, "acme", "SessionRunnerRole") for a in allowed_actions(st)
-                 if a.startswith("s3:")]  # fmt: skip
+    runner_s3 = [
+        a
+        for st in _tenant_statements(data_templates, "acme", "SessionRunnerRole")
+        for a in allowed_actions(st)
+        if a.startswith("s3:")
+    ]
     assert runner_s3 == []
 
 
 @pytest.mark.parametrize(
     ("a", "b"),
-    [("s3://shared/", "s3://shared/globex/"), ("s3://shared/acme", "s3://shared/acme/x/"), ("s3://same/p/", "s3://same/p")],
+    [
+        ("s3://shared/", "s3://shared/globex/"),
+        ("s3://shared/acme", "s3://shared/acme/x/"),
+        ("s3://same/p/", "s3://same/p"),
+    ],
 )
 def test_overlapping_prefixes_between_tenants_fail_synth(a: str, b: str) -> None:
     # Given two tenants whose data prefixes overlap / When the stage is built / Then a ConfigError
-    tenants = (TenantConfig(id="acme", data=TenantData(read=(a,))), TenantConfig(id="globex", data=TenantData(write=(b,))))
+    tenants = (
+        TenantConfig(id="acme", data=TenantData(read=(a,))),
+        TenantConfig(id="globex", data=TenantData(write=(b,))),
+    )
     with pytest.raises(ConfigError, match="overlap"):
         build_config("dev", {"tenants": tenants})
 
 
 def test_sibling_prefixes_do_not_overlap() -> None:
-    tenants = (TenantConfig(id="acme", data=TenantData(read=("s3://shared/acme/",))),
-               TenantConfig(id="globex", data=TenantData(read=("s3://shared/acme-2/",))))  # fmt: skip
+    tenants = (
+        TenantConfig(id="acme", data=TenantData(read=("s3://shared/acme/",))),
+        TenantConfig(id="globex", data=TenantData(read=("s3://shared/acme-2/",))),
+    )
     assert len(build_config("dev", {"tenants": tenants}).tenants) == 2
 
 

@@ -13,16 +13,25 @@ from tests.infra._cfn import allowed_actions, policy_statements, resources, stat
 
 def _reaper(all_stages, stage: str) -> tuple[dict, str, dict]:
     core = all_stages[stage][n.stack_name(stage, "Core")]
-    (role_id,) = [rid for rid, r in resources(core, "AWS::IAM::Role").items()
-                  if r["Properties"].get("RoleName") == n.function_role_name(stage, n.REAPER)]  # fmt: skip
-    (fn,) = [r for r in resources(core, "AWS::Lambda::Function").values()
-             if r["Properties"]["FunctionName"] == n.function_name(stage, n.REAPER)]  # fmt: skip
+    (role_id,) = [
+        rid
+        for rid, r in resources(core, "AWS::IAM::Role").items()
+        if r["Properties"].get("RoleName") == n.function_role_name(stage, n.REAPER)
+    ]
+    (fn,) = [
+        r
+        for r in resources(core, "AWS::Lambda::Function").values()
+        if r["Properties"]["FunctionName"] == n.function_name(stage, n.REAPER)
+    ]
     return core, role_id, fn
 
 
 def _table_id(core: dict, spec: n.TableSpec, stage: str) -> str:
-    return next(rid for rid, r in resources(core, "AWS::DynamoDB::Table").items()
-                if r["Properties"]["TableName"] == spec.physical(stage))  # fmt: skip
+    return next(
+        rid
+        for rid, r in resources(core, "AWS::DynamoDB::Table").items()
+        if r["Properties"]["TableName"] == spec.physical(stage)
+    )
 
 
 @pytest.mark.parametrize("stage", sorted(STAGES))
@@ -38,13 +47,19 @@ def test_reaper_role_holds_exactly_the_job_sweeps_calls(all_stages, stage: str) 
 
     # Then on the jobs table: read, conditional end (Update transactions) and the by_open query
     assert actions_on(jobs_arn) == {"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query"}
-    assert actions_on(f"{jobs_arn}/index/{n.JOB_OPEN_INDEX}") == {"dynamodb:GetItem", "dynamodb:UpdateItem",
-                                                                  "dynamodb:Query"}  # fmt: skip
+    assert actions_on(f"{jobs_arn}/index/{n.JOB_OPEN_INDEX}") == {
+        "dynamodb:GetItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:Query",
+    }
     # And on the audit table only the append-only PutItem (the writer sends attribute_not_exists)
     assert actions_on(audit_arn) == {"dynamodb:PutItem"}
     # And a row that cannot be written goes to the audit DLQ
-    dlq_id = next(rid for rid, r in resources(core, "AWS::SQS::Queue").items()
-                  if r["Properties"]["QueueName"] == n.audit_dlq_name(stage))  # fmt: skip
+    dlq_id = next(
+        rid
+        for rid, r in resources(core, "AWS::SQS::Queue").items()
+        if r["Properties"]["QueueName"] == n.audit_dlq_name(stage)
+    )
     assert actions_on(f"<{dlq_id}.Arn>") == {"sqs:SendMessage"}
     # And it may tag its runner-role sessions with the tenant, as the runner's AssumeRole does
     assume = [st for st in statements if "sts:AssumeRole" in allowed_actions(st)]

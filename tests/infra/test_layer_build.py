@@ -142,8 +142,13 @@ def test_function_code_ships_only_its_package_without_caches(tmp_path: Path) -> 
     # When the dispatch code asset is staged by a real synth
     app = cdk.App(outdir=str(tmp_path / "out"))
     stack = cdk.Stack(app, "S")
-    lambda_.Function(stack, "F", runtime=lambda_.Runtime.PYTHON_3_13, handler="dispatch.handler.handler",
-                     code=function_code("dispatch", root))  # fmt: skip
+    lambda_.Function(
+        stack,
+        "F",
+        runtime=lambda_.Runtime.PYTHON_3_13,
+        handler="dispatch.handler.handler",
+        code=function_code("dispatch", root),
+    )
     app.synth()
     (staged,) = [p for p in (tmp_path / "out").glob("asset.*") if p.is_dir()]
     shipped = sorted(str(p.relative_to(staged)) for p in staged.rglob("*") if p.is_file())

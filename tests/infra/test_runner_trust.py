@@ -55,7 +55,9 @@ def test_runner_role_trust_requires_its_own_tenant_session_tag(all_stages, stage
         # Then AssumeRole and TagSession are allowed only with tenant_id = this tenant, no other tag
         assert set(allowed_actions(statement)) == {"sts:AssumeRole", "sts:TagSession"}
         assert statement["Condition"]["StringEquals"] == {TAG: tenant.id}
-        assert statement["Condition"]["ForAllValues:StringEquals"] == {"aws:TagKeys": [n.RUNNER_SESSION_TAG_TENANT]}
+        assert statement["Condition"]["ForAllValues:StringEquals"] == {
+            "aws:TagKeys": [n.RUNNER_SESSION_TAG_TENANT]
+        }
 
 
 def test_runner_trust_refuses_untagged_other_tenant_and_extra_tags() -> None:
@@ -74,9 +76,10 @@ def test_dispatch_role_may_tag_the_runner_sessions_it_assumes(all_stages, stage:
     # Given the core stack's dispatch role
     core = all_stages[stage][n.stack_name(stage, "Core")]
     (role_id,) = [
-        rid for rid, r in resources(core, "AWS::IAM::Role").items()
+        rid
+        for rid, r in resources(core, "AWS::IAM::Role").items()
         if r["Properties"].get("RoleName") == n.function_role_name(stage, n.DISPATCH)
-    ]  # fmt: skip
+    ]
     policies = [st for owner, st in policy_statements(core) if owner == role_id]
     # When / Then the statement that assumes runner roles also allows tagging those sessions
     (assume,) = [st for st in policies if "sts:AssumeRole" in allowed_actions(st)]

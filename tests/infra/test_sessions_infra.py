@@ -19,8 +19,11 @@ def _core(all_stages, stage: str) -> dict:
 def test_reaper_runs_every_five_minutes(all_stages, stage: str) -> None:
     core = _core(all_stages, stage)
     rules = list(resources(core, "AWS::Events::Rule").values())
-    reaper_id = next(rid for rid, r in resources(core, "AWS::Lambda::Function").items()
-                     if r["Properties"]["FunctionName"] == n.function_name(stage, n.REAPER))  # fmt: skip
+    reaper_id = next(
+        rid
+        for rid, r in resources(core, "AWS::Lambda::Function").items()
+        if r["Properties"]["FunctionName"] == n.function_name(stage, n.REAPER)
+    )
     assert len(rules) == 1
     assert rules[0]["Properties"]["ScheduleExpression"] == f"rate({n.REAPER_SCHEDULE_MINUTES} minutes)"
     assert rules[0]["Properties"]["Targets"][0]["Arn"] == {"Fn::GetAtt": [reaper_id, "Arn"]}

@@ -75,10 +75,20 @@ def test_interpreter_execution_roles_are_distinct_and_trust_only_agentcore(all_s
             # The sandbox is pure compute: no permission but the tenant's own declared data (§14.4,
             # exact prefixes checked in test_files_infra), never a managed policy.
             assert "ManagedPolicyArns" not in role
-            actions = {a for p in role.get("Policies", []) for st in p["PolicyDocument"]["Statement"]
-                       for a in st["Action"]}  # fmt: skip
-            assert actions <= {"s3:GetObject", "s3:ListBucket", "s3:PutObject", "kms:Decrypt", "kms:Encrypt",
-                               "kms:GenerateDataKey"}  # fmt: skip
+            actions = {
+                a
+                for p in role.get("Policies", [])
+                for st in p["PolicyDocument"]["Statement"]
+                for a in st["Action"]
+            }
+            assert actions <= {
+                "s3:GetObject",
+                "s3:ListBucket",
+                "s3:PutObject",
+                "kms:Decrypt",
+                "kms:Encrypt",
+                "kms:GenerateDataKey",
+            }
             assert [p["PolicyName"] for p in role.get("Policies", [])] in ([], ["TenantData"])
 
 
@@ -116,9 +126,10 @@ def test_runner_role_names_only_its_own_tenants_interpreters(all_stages, stage: 
             for rid, r in resources(template, INTERPRETER).items()
         }
         runner_roles = {
-            rid: r for rid, r in resources(template, "AWS::IAM::Role").items()
+            rid: r
+            for rid, r in resources(template, "AWS::IAM::Role").items()
             if r["Properties"].get("RoleName", "").startswith(n.runner_role_name_prefix(stage))
-        }  # fmt: skip
+        }
         assert runner_roles
         for rid, role in runner_roles.items():
             # Given a tenant's session-runner role
@@ -148,9 +159,10 @@ def test_dispatch_role_holds_no_agentcore_permission_and_assumes_only_runner_rol
     # Given the core stack's dispatch role
     core = all_stages[stage][n.stack_name(stage, "Core")]
     (dispatch_id,) = [
-        rid for rid, r in resources(core, "AWS::IAM::Role").items()
+        rid
+        for rid, r in resources(core, "AWS::IAM::Role").items()
         if r["Properties"].get("RoleName") == n.function_role_name(stage, n.DISPATCH)
-    ]  # fmt: skip
+    ]
     statements = [st for owner, st in policy_statements(core) if owner == dispatch_id]
     actions = [a for st in statements for a in allowed_actions(st)]
     # Then it reaches interpreters only through a tenant's runner role

@@ -15,8 +15,11 @@ def test_daily_budget_alarm_is_in_the_core_stack_on_the_crossing_metric(all_stag
     # Given the stage's core template
     core = all_stages[stage][n.stack_name(stage, "Core")]
     # When looking for the daily-budget alarm
-    alarms = [r["Properties"] for r in resources(core, "AWS::CloudWatch::Alarm").values()
-              if r["Properties"]["AlarmName"] == n.alarm_name(stage, "daily-budget-crossed")]  # fmt: skip
+    alarms = [
+        r["Properties"]
+        for r in resources(core, "AWS::CloudWatch::Alarm").values()
+        if r["Properties"]["AlarmName"] == n.alarm_name(stage, "daily-budget-crossed")
+    ]
     # Then there is one, on SandboxDailyBudgetCrossed without dimensions (the set dispatch emits
     # besides tenant_id), firing at the first crossing, naming its runbook
     assert len(alarms) == 1

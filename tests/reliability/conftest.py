@@ -45,8 +45,12 @@ def shared_stack(moto_server: str, interpreter: Any) -> Iterator[Stack]:  # noqa
     urllib.request.urlopen(urllib.request.Request(f"{moto_server}/moto-api/reset", method="POST")).read()
     mp = pytest.MonkeyPatch()
     mp.setenv("AWS_ENDPOINT_URL", moto_server)
-    for key, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
-                       ("AWS_DEFAULT_REGION", "us-east-1"), ("AWS_REGION", "us-east-1")):  # fmt: skip
+    for key, value in (
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+        ("AWS_REGION", "us-east-1"),
+    ):
         mp.setenv(key, value)
     aws.clear_clients()
     stack = open_stack(moto_server, interpreter, mp.setenv)
@@ -95,10 +99,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not _OUTCOMES:
         return
     full = bool(session.config.getoption("--reliability-full"))
-    path = REPO / "tests" / "reliability" / "REPORT.md" if full else REPO / ".local" / "reliability-REPORT.quick.md"
+    path = (
+        REPO / "tests" / "reliability" / "REPORT.md"
+        if full
+        else REPO / ".local" / "reliability-REPORT.quick.md"
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     text = report.render(
-        records=_RECORDS, outcomes=_OUTCOMES, reasons=_REASONS, mode="full" if full else "quick",
+        records=_RECORDS,
+        outcomes=_OUTCOMES,
+        reasons=_REASONS,
+        mode="full" if full else "quick",
         generated_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    )  # fmt: skip
+    )
     path.write_text(text, encoding="utf-8")

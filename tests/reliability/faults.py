@@ -35,17 +35,35 @@ FORWARDED = frozenset({"5xx", "malformed"})  # the server acted before the answe
 
 # (status, error code) per protocol family and fault.
 _ERRORS: dict[str, dict[str, tuple[int, str]]] = {
-    "json": {"throttling": (400, "ThrottlingException"), "5xx": (500, "InternalServerError"),
-             "access_denied": (400, "AccessDeniedException")},
-    "query": {"throttling": (400, "Throttling"), "5xx": (500, "InternalFailure"),
-              "access_denied": (403, "AccessDenied")},
-    "rest-json": {"throttling": (429, "ThrottlingException"), "5xx": (500, "InternalServerException"),
-                  "access_denied": (403, "AccessDeniedException")},
-    "lambda": {"throttling": (429, "TooManyRequestsException"), "5xx": (500, "ServiceException"),
-               "access_denied": (403, "AccessDeniedException")},
-}  # fmt: skip
-PROTOCOL = {"dynamodb": "json", "ssm": "json", "sqs": "json", "sts": "query", "lambda": "lambda",
-            "bedrock-agentcore": "rest-json"}  # fmt: skip
+    "json": {
+        "throttling": (400, "ThrottlingException"),
+        "5xx": (500, "InternalServerError"),
+        "access_denied": (400, "AccessDeniedException"),
+    },
+    "query": {
+        "throttling": (400, "Throttling"),
+        "5xx": (500, "InternalFailure"),
+        "access_denied": (403, "AccessDenied"),
+    },
+    "rest-json": {
+        "throttling": (429, "ThrottlingException"),
+        "5xx": (500, "InternalServerException"),
+        "access_denied": (403, "AccessDeniedException"),
+    },
+    "lambda": {
+        "throttling": (429, "TooManyRequestsException"),
+        "5xx": (500, "ServiceException"),
+        "access_denied": (403, "AccessDeniedException"),
+    },
+}
+PROTOCOL = {
+    "dynamodb": "json",
+    "ssm": "json",
+    "sqs": "json",
+    "sts": "query",
+    "lambda": "lambda",
+    "bedrock-agentcore": "rest-json",
+}
 
 
 def error_body(protocol: str, fault: str) -> tuple[int, dict[str, str], bytes]:
@@ -54,7 +72,7 @@ def error_body(protocol: str, fault: str) -> tuple[int, dict[str, str], bytes]:
     if fault == "malformed":
         if protocol == "query":
             return 200, {"Content-Type": "text/xml"}, b"<AssumeRoleResponse><AssumeRoleResult><Cred"
-        if protocol == "rest-json" :
+        if protocol == "rest-json":
             return 200, {"Content-Type": "application/vnd.amazon.eventstream"}, b"\x00\x00\x00\x10garbage!"
         return 200, {"Content-Type": "application/x-amz-json-1.0"}, b'{"Item": {"truncated'
     status, code = _ERRORS[protocol][fault]
@@ -63,8 +81,10 @@ def error_body(protocol: str, fault: str) -> tuple[int, dict[str, str], bytes]:
         body = json.dumps({"__type": f"com.amazonaws.injected#{code}", "message": message}).encode()
         return status, {"Content-Type": "application/x-amz-json-1.0", "x-amzn-RequestId": request_id}, body
     if protocol == "query":
-        body = (f"<ErrorResponse><Error><Type>Sender</Type><Code>{code}</Code><Message>{message}</Message>"
-                f"</Error><RequestId>{request_id}</RequestId></ErrorResponse>").encode()  # fmt: skip
+        body = (
+            f"<ErrorResponse><Error><Type>Sender</Type><Code>{code}</Code><Message>{message}</Message>"
+            f"</Error><RequestId>{request_id}</RequestId></ErrorResponse>"
+        ).encode()
         return status, {"Content-Type": "text/xml"}, body
     headers = {"Content-Type": "application/json", "x-amzn-ErrorType": code, "x-amzn-RequestId": request_id}
     return status, headers, json.dumps({"message": message, "Message": message}).encode()
@@ -176,8 +196,16 @@ class HookFaults:
     _armed: list[tuple[Any, str, Any, list[bool]]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def arm(self, emitter: Any, service: str, fault: str, *, operations: set[str] | None = None,
-            match: Callable[[Any], bool] | None = None, hang: bool = False) -> None:  # fmt: skip
+    def arm(
+        self,
+        emitter: Any,
+        service: str,
+        fault: str,
+        *,
+        operations: set[str] | None = None,
+        match: Callable[[Any], bool] | None = None,
+        hang: bool = False,
+    ) -> None:
         """Fault every request of `service` (optionally only `operations`, and only requests for
         which `match(request)` holds) sent through clients built from `emitter`."""
         from botocore.httpsession import URLLib3Session
@@ -272,8 +300,9 @@ class FaultProxy:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True,
-                         name="fault-proxy").start()  # a stop() costs one poll interval (stdlib: 0.5 s)
+        threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True, name="fault-proxy"
+        ).start()  # a stop() costs one poll interval (stdlib: 0.5 s)
 
     @property
     def endpoint(self) -> str:
@@ -293,14 +322,19 @@ class FaultProxy:
         self._server.server_close()
 
 
-def forward(upstream: Any, path: str, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, str], bytes]:
+def forward(
+    upstream: Any, path: str, headers: dict[str, str], body: bytes
+) -> tuple[int, dict[str, str], bytes]:
     """One request passed through to `upstream` (a urlsplit result): (status, headers to keep, body)."""
     conn = http.client.HTTPConnection(upstream.hostname, upstream.port, timeout=30)
     sent = {k: v for k, v in headers.items() if k.lower() not in ("host", "connection")}
     conn.request("POST", path, body=body, headers=sent)
     answer = conn.getresponse()
     payload = answer.read()
-    keep = {k: v for k, v in answer.getheaders()
-            if k.lower() not in ("transfer-encoding", "connection", "content-length")}  # fmt: skip
+    keep = {
+        k: v
+        for k, v in answer.getheaders()
+        if k.lower() not in ("transfer-encoding", "connection", "content-length")
+    }
     conn.close()
     return answer.status, keep, payload

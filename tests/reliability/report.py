@@ -6,8 +6,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-_SYMBOL = {"passed": "held", "failed": "**BROKEN**", "xfailed": "**known bug** (xfail)",
-           "xpassed": "fixed? (xpass)", "skipped": "skipped"}  # fmt: skip
+_SYMBOL = {
+    "passed": "held",
+    "failed": "**BROKEN**",
+    "xfailed": "**known bug** (xfail)",
+    "xpassed": "fixed? (xpass)",
+    "skipped": "skipped",
+}
 
 
 def _held(outcomes: dict[str, str], nodeid: str) -> str:
@@ -24,8 +29,14 @@ def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
     return lines
 
 
-def render(*, records: dict[str, list[dict[str, Any]]], outcomes: dict[str, str], reasons: dict[str, str], mode: str,
-           generated_at: str) -> str:  # fmt: skip
+def render(
+    *,
+    records: dict[str, list[dict[str, Any]]],
+    outcomes: dict[str, str],
+    reasons: dict[str, str],
+    mode: str,
+    generated_at: str,
+) -> str:
     counts = Counter(outcomes.values())
     out = [
         "# Reliability and security evidence",
@@ -34,10 +45,13 @@ def render(*, records: dict[str, list[dict[str, Any]]], outcomes: dict[str, str]
         f"({'`make reliability`' if mode == 'full' else 'quick: `make test`'}). "
         "Every figure comes from this run; regenerate with `make reliability`.",
         "",
-        "Tests: " + ", ".join(f"{counts[k]} {k}" for k in ("passed", "failed", "xfailed", "xpassed", "skipped")
-                               if counts.get(k)) + f" (of {len(outcomes)}).",
+        "Tests: "
+        + ", ".join(
+            f"{counts[k]} {k}" for k in ("passed", "failed", "xfailed", "xpassed", "skipped") if counts.get(k)
+        )
+        + f" (of {len(outcomes)}).",
         "",
-    ]  # fmt: skip
+    ]
 
     faults = records.get("faults", [])
     if faults:
@@ -51,27 +65,73 @@ def render(*, records: dict[str, list[dict[str, Any]]], outcomes: dict[str, str]
             "",
         ]
         rows = [
-            [r["dependency"], r["fault"], r["injected"], r["outcome"], r["audit_rows"], r["dlq_rows"],
-             r["leaked_sessions"], r["counted"], r["expected"], _held(outcomes, r["nodeid"])]
+            [
+                r["dependency"],
+                r["fault"],
+                r["injected"],
+                r["outcome"],
+                r["audit_rows"],
+                r["dlq_rows"],
+                r["leaked_sessions"],
+                r["counted"],
+                r["expected"],
+                _held(outcomes, r["nodeid"]),
+            ]
             for r in faults
-        ]  # fmt: skip
-        out += _table(["dependency", "fault", "injected", "agent saw", "audit rows", "DLQ rows",
-                       "leaked sessions", "counted", "expected (SPEC)", "result"], rows)  # fmt: skip
+        ]
+        out += _table(
+            [
+                "dependency",
+                "fault",
+                "injected",
+                "agent saw",
+                "audit rows",
+                "DLQ rows",
+                "leaked sessions",
+                "counted",
+                "expected (SPEC)",
+                "result",
+            ],
+            rows,
+        )
         out.append("")
 
     fuzz = records.get("fuzz", [])
     if fuzz:
         out += ["## Property-based fuzzing (hypothesis)", ""]
-        rows = [[r["entry_point"], r["examples"], r["invalid"], r["valid"], r["unhandled"], r["side_effects"],
-                 _held(outcomes, r["nodeid"])] for r in fuzz]  # fmt: skip
-        out += _table(["entry point", "inputs", "rejected as invalid", "accepted", "unhandled exceptions",
-                       "side effects of invalid input", "result"], rows)  # fmt: skip
+        rows = [
+            [
+                r["entry_point"],
+                r["examples"],
+                r["invalid"],
+                r["valid"],
+                r["unhandled"],
+                r["side_effects"],
+                _held(outcomes, r["nodeid"]),
+            ]
+            for r in fuzz
+        ]
+        out += _table(
+            [
+                "entry point",
+                "inputs",
+                "rejected as invalid",
+                "accepted",
+                "unhandled exceptions",
+                "side effects of invalid input",
+                "result",
+            ],
+            rows,
+        )
         out.append("")
 
     conc = records.get("concurrency", [])
     if conc:
         out += ["## Concurrency (real moto server, local interpreter, quota Lambda workers)", ""]
-        rows = [[r["scenario"], r["threads"], r["calls"], r["figures"], _held(outcomes, r["nodeid"])] for r in conc]
+        rows = [
+            [r["scenario"], r["threads"], r["calls"], r["figures"], _held(outcomes, r["nodeid"])]
+            for r in conc
+        ]
         out += _table(["scenario", "threads", "calls", "what was measured", "result"], rows)
         out.append("")
 
@@ -89,7 +149,11 @@ def render(*, records: dict[str, list[dict[str, Any]]], outcomes: dict[str, str]
         out += _table(["attack", "network mode", "observed", "result"], rows)
         out.append("")
 
-    for section, title in (("isolation", "Isolation"), ("data_safety", "Data safety"), ("redaction", "Redaction")):
+    for section, title in (
+        ("isolation", "Isolation"),
+        ("data_safety", "Data safety"),
+        ("redaction", "Redaction"),
+    ):
         items = records.get(section, [])
         if items:
             out += [f"## {title}", ""]
@@ -99,6 +163,11 @@ def render(*, records: dict[str, list[dict[str, Any]]], outcomes: dict[str, str]
 
     broken = sorted(k for k, v in outcomes.items() if v in ("failed", "xfailed"))
     if broken:
-        out += ["## Not holding in this run (product bugs found; each test is a strict xfail until fixed)", ""]
-        out += [f"- `{k}`: {outcomes[k]}" + (f" — {reasons[k]}" if k in reasons else "") for k in broken] + [""]
+        out += [
+            "## Not holding in this run (product bugs found; each test is a strict xfail until fixed)",
+            "",
+        ]
+        out += [f"- `{k}`: {outcomes[k]}" + (f" — {reasons[k]}" if k in reasons else "") for k in broken] + [
+            ""
+        ]
     return "\n".join(out)

@@ -26,8 +26,9 @@ def _parallel(stack: Stack, events: list[dict[str, Any]]) -> list[dict[str, Any]
         return list(pool.map(stack.dispatch, events))
 
 
-def test_concurrency_cap_admits_exactly_cap_and_one_session_per_turn(live: Stack, sizes: tuple[int, int],
-                                                                     record: Any) -> None:  # fmt: skip
+def test_concurrency_cap_admits_exactly_cap_and_one_session_per_turn(
+    live: Stack, sizes: tuple[int, int], record: Any
+) -> None:
     stack = live
     threads, cap = sizes
     # Given a tenant daily cap C and one fresh turn
@@ -35,20 +36,30 @@ def test_concurrency_cap_admits_exactly_cap_and_one_session_per_turn(live: Stack
     before = set(stack.live_sessions())
     turn = {"agent_id": "agent-race", "turn_id": "turn-race"}
     # When N > C first calls of that turn arrive at once
-    results = _parallel(stack, [event(call_id=f"race-{i}", code=f"print({i})", **turn) for i in range(threads)])
+    results = _parallel(
+        stack, [event(call_id=f"race-{i}", code=f"print({i})", **turn) for i in range(threads)]
+    )
     # Then exactly C are admitted and the rest refused on the daily dimension
     admitted = [r for r in results if r["ok"]]
     refused = [r for r in results if r.get("error") == "SandboxCapExceeded"]
     sessions = {r["session_id"] for r in admitted}
     started = set(stack.live_sessions()) - before
     rows = [r for r in stack.audit_rows("acme") if r["turn_id"] == "turn-race"]
-    daily = [int(i[n.COUNTER_ATTR_COUNT]["N"]) for i in stack.counter_items()[n.TENANT_DAILY_COUNTERS.logical]
-             if i.get(n.COUNTER_ATTR_TENANT, {}).get("S") == "acme"]  # fmt: skip
+    daily = [
+        int(i[n.COUNTER_ATTR_COUNT]["N"])
+        for i in stack.counter_items()[n.TENANT_DAILY_COUNTERS.logical]
+        if i.get(n.COUNTER_ATTR_TENANT, {}).get("S") == "acme"
+    ]
     stack.dispatch(event("end_turn", turn_id="turn-race"))
     stack.set_cap(n.DIM_TENANT_DAILY, 1000, tenant_id="acme")
-    record("concurrency", scenario="cap C, N > C concurrent first calls of one turn", threads=threads,
-           calls=threads, figures=f"cap {cap}: admitted {len(admitted)}, refused {len(refused)}, counter {daily}, "
-           f"sessions started {len(started)}, audit rows {len(rows)}")  # fmt: skip
+    record(
+        "concurrency",
+        scenario="cap C, N > C concurrent first calls of one turn",
+        threads=threads,
+        calls=threads,
+        figures=f"cap {cap}: admitted {len(admitted)}, refused {len(refused)}, counter {daily}, "
+        f"sessions started {len(started)}, audit rows {len(rows)}",
+    )
     assert len(admitted) == cap, [r.get("error_message") for r in results if not r["ok"]]
     assert len(refused) == threads - cap and {r["dimension"] for r in refused} == {n.DIM_TENANT_DAILY}
     assert daily == [cap]
@@ -58,8 +69,9 @@ def test_concurrency_cap_admits_exactly_cap_and_one_session_per_turn(live: Stack
     assert len(rows) == threads and len({r["call_id"] for r in rows}) == threads
 
 
-def test_concurrency_idempotent_retries_race_their_original(live: Stack, sizes: tuple[int, int],
-                                                            record: Any) -> None:  # fmt: skip
+def test_concurrency_idempotent_retries_race_their_original(
+    live: Stack, sizes: tuple[int, int], record: Any
+) -> None:
     stack = live
     threads, _ = sizes
     turn = {"tenant_id": "globex", "agent_id": "agent-retry", "turn_id": "turn-retry"}
@@ -69,13 +81,21 @@ def test_concurrency_idempotent_retries_race_their_original(live: Stack, sizes: 
     # Then every copy gets the first result, the code ran once, one row, one count
     after = stack.dispatch(event(call_id="retry-2", code="print(runs)", **turn))
     rows = [r for r in stack.audit_rows("globex") if r["call_id"] == "retry-1"]
-    counts = [int(i[n.COUNTER_ATTR_COUNT]["N"]) for i in stack.counter_items()[n.AGENT_HOURLY_COUNTERS.logical]
-              if i.get(n.COUNTER_ATTR_AGENT, {}).get("S") == "agent-retry"]  # fmt: skip
+    counts = [
+        int(i[n.COUNTER_ATTR_COUNT]["N"])
+        for i in stack.counter_items()[n.AGENT_HOURLY_COUNTERS.logical]
+        if i.get(n.COUNTER_ATTR_AGENT, {}).get("S") == "agent-retry"
+    ]
     stack.dispatch(event("end_turn", tenant_id="globex", turn_id="turn-retry"))
     distinct = {repr(sorted(r.items())) for r in results}
-    record("concurrency", scenario="same call_id sent N times at once (retries racing the original)",
-           threads=threads, calls=threads + 1, figures=f"distinct responses {len(distinct)}, runs seen by the "
-           f"session {after.get('stdout', '').strip()!r}, audit rows {len(rows)}, agent counter {counts}")  # fmt: skip
+    record(
+        "concurrency",
+        scenario="same call_id sent N times at once (retries racing the original)",
+        threads=threads,
+        calls=threads + 1,
+        figures=f"distinct responses {len(distinct)}, runs seen by the "
+        f"session {after.get('stdout', '').strip()!r}, audit rows {len(rows)}, agent counter {counts}",
+    )
     assert results[0]["ok"] is True and results[0]["stdout"] == "ran 1\n", results[0]
     assert len(distinct) == 1
     assert after["stdout"] == "1\n"

@@ -25,8 +25,22 @@ from tests.support.stack import Stack, event
 
 from .faults import FAULTS, FaultProxy, HookFaults, black_hole, hanging_socket, tables_in
 
-DEPENDENCIES = ("ssm_caps", "ssm_substrate", "ssm_price", "counters", "turns", "tenants", "audit",
-                "idempotency", "quota_invoke", "sts", "start", "readiness", "invoke", "stop")  # fmt: skip
+DEPENDENCIES = (
+    "ssm_caps",
+    "ssm_substrate",
+    "ssm_price",
+    "counters",
+    "turns",
+    "tenants",
+    "audit",
+    "idempotency",
+    "quota_invoke",
+    "sts",
+    "start",
+    "readiness",
+    "invoke",
+    "stop",
+)
 INVOKE_TIMEOUT_SECONDS = 3  # the runner's per-call deadline in the invoke/timeout cell
 
 
@@ -109,13 +123,19 @@ def fault_tools(shared_stack: Stack) -> Iterator[tuple[FaultProxy, Any, Any]]:
 
 def _counted(stack: Stack, agent_id: str) -> int:
     items = stack.counter_items()[n.AGENT_HOURLY_COUNTERS.logical]
-    return sum(int(i[n.COUNTER_ATTR_COUNT]["N"]) for i in items
-               if i.get(n.COUNTER_ATTR_AGENT, {}).get("S") == agent_id)  # fmt: skip
+    return sum(
+        int(i[n.COUNTER_ATTR_COUNT]["N"])
+        for i in items
+        if i.get(n.COUNTER_ATTR_AGENT, {}).get("S") == agent_id
+    )
 
 
 def _dlq_rows(stack: Stack, call_id: str) -> int:
-    messages = aws.client("sqs").receive_message(QueueUrl=stack.resources.audit_dlq_url, MaxNumberOfMessages=10,
-                                                 VisibilityTimeout=0).get("Messages", [])  # fmt: skip
+    messages = (
+        aws.client("sqs")
+        .receive_message(QueueUrl=stack.resources.audit_dlq_url, MaxNumberOfMessages=10, VisibilityTimeout=0)
+        .get("Messages", [])
+    )
     return sum(1 for m in messages if json.loads(m["Body"]).get("call_id") == call_id)
 
 
@@ -123,13 +143,20 @@ def replay_target(stack: Stack) -> Any:
     """What `sandboxctl audit replay` drains the DLQ with, bound to this stack."""
     from infra.sandboxctl.target import Target
 
-    return Target(stage="local", local=True, tables=dict(stack.resources.tables),
-                  dispatch_function=stack.resources.functions[n.DISPATCH],
-                  quota_function=stack.resources.functions[n.QUOTA_CHECK],
-                  audit_dlq_url=stack.resources.audit_dlq_url, _make_client=aws.client)  # fmt: skip
+    return Target(
+        stage="local",
+        local=True,
+        tables=dict(stack.resources.tables),
+        dispatch_function=stack.resources.functions[n.DISPATCH],
+        quota_function=stack.resources.functions[n.QUOTA_CHECK],
+        audit_dlq_url=stack.resources.audit_dlq_url,
+        _make_client=aws.client,
+    )
 
 
-def _arm(dependency: str, fault: str, stack: Stack, hooks: HookFaults, proxy: FaultProxy, marker: str) -> None:
+def _arm(
+    dependency: str, fault: str, stack: Stack, hooks: HookFaults, proxy: FaultProxy, marker: str
+) -> None:
     from dispatch import quota_client
     from dispatch.runner import credentials
 
@@ -166,11 +193,22 @@ def _arm(dependency: str, fault: str, stack: Stack, hooks: HookFaults, proxy: Fa
     elif dependency == "start":
         hooks.arm(agentcore, "bedrock-agentcore", fault, operations={"StartCodeInterpreterSession"})
     elif dependency == "readiness":  # the preamble invoke: everything but the user's code
-        hooks.arm(agentcore, "bedrock-agentcore", fault, operations={"InvokeCodeInterpreter"},
-                  match=lambda r: marker.encode() not in (r.body or b""))  # fmt: skip
+        hooks.arm(
+            agentcore,
+            "bedrock-agentcore",
+            fault,
+            operations={"InvokeCodeInterpreter"},
+            match=lambda r: marker.encode() not in (r.body or b""),
+        )
     elif dependency == "invoke":
-        hooks.arm(agentcore, "bedrock-agentcore", fault, operations={"InvokeCodeInterpreter"},
-                  match=lambda r: marker.encode() in (r.body or b""), hang=True)  # fmt: skip
+        hooks.arm(
+            agentcore,
+            "bedrock-agentcore",
+            fault,
+            operations={"InvokeCodeInterpreter"},
+            match=lambda r: marker.encode() in (r.body or b""),
+            hang=True,
+        )
     elif dependency == "stop":
         hooks.arm(agentcore, "bedrock-agentcore", fault, operations={"StopCodeInterpreterSession"})
     else:  # pragma: no cover
@@ -185,8 +223,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize(("dependency", "fault"), cells, ids=[f"{d}-{f}" for d, f in cells])
 
 
-def test_fault(dependency: str, fault: str, live: Stack, fault_tools: tuple[FaultProxy, Any, Any],
-               monkeypatch: pytest.MonkeyPatch, record: Any, request: pytest.FixtureRequest) -> None:  # fmt: skip
+def test_fault(
+    dependency: str,
+    fault: str,
+    live: Stack,
+    fault_tools: tuple[FaultProxy, Any, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    record: Any,
+    request: pytest.FixtureRequest,
+) -> None:
     if (dependency, fault) in KNOWN_BUGS:
         request.applymarker(pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[(dependency, fault)]))
     stack = live
@@ -203,9 +248,14 @@ def test_fault(dependency: str, fault: str, live: Stack, fault_tools: tuple[Faul
     ids = {"agent_id": f"ag-{cell}", "turn_id": f"tu-{cell}", "call_id": f"ca-{cell}"}
     tenant = {"tenant_id": DISABLED_TENANT} if dependency == "tenants" else {}
     if tenant:
-        aws.client("dynamodb").put_item(TableName=stack.resources.tables[n.TENANTS.logical], Item={
-            n.TENANTS.pk: {"S": DISABLED_TENANT}, n.TENANTS.sk: {"S": n.TENANT_POLICY_ITEM},
-            "sandbox_enabled": {"BOOL": False}})  # fmt: skip
+        aws.client("dynamodb").put_item(
+            TableName=stack.resources.tables[n.TENANTS.logical],
+            Item={
+                n.TENANTS.pk: {"S": DISABLED_TENANT},
+                n.TENANTS.sk: {"S": n.TENANT_POLICY_ITEM},
+                "sandbox_enabled": {"BOOL": False},
+            },
+        )
     marker = f"cell {cell}"
     code = f"print({marker!r})"
     sessions_before = set(stack.live_sessions())
@@ -232,8 +282,10 @@ def test_fault(dependency: str, fault: str, live: Stack, fault_tools: tuple[Faul
         if session is not None:
             stack.interpreter.manager.terminate(session, "stopped")
     if tenant:
-        aws.client("dynamodb").delete_item(TableName=stack.resources.tables[n.TENANTS.logical], Key={
-            n.TENANTS.pk: {"S": DISABLED_TENANT}, n.TENANTS.sk: {"S": n.TENANT_POLICY_ITEM}})  # fmt: skip
+        aws.client("dynamodb").delete_item(
+            TableName=stack.resources.tables[n.TENANTS.logical],
+            Key={n.TENANTS.pk: {"S": DISABLED_TENANT}, n.TENANTS.sk: {"S": n.TENANT_POLICY_ITEM}},
+        )
     dlq = _dlq_rows(stack, ids["call_id"])
     if dlq:  # what the operator does when the DLQ alarm fires: `sandboxctl audit replay`
         from infra.sandboxctl.ops import audit_replay
@@ -247,9 +299,18 @@ def test_fault(dependency: str, fault: str, live: Stack, fault_tools: tuple[Faul
         outcome += f" ({response.get('reason') or response.get('dimension')})"
     if end is not None:
         outcome += f"; end_turn {json.dumps(end, sort_keys=True)}"
-    record("faults", dependency=dependency, fault=fault, injected=injected, outcome=outcome,
-           audit_rows=len(rows), dlq_rows=dlq, leaked_sessions=len(leaked_at_end), counted=counted,
-           expected=expect.describe())  # fmt: skip
+    record(
+        "faults",
+        dependency=dependency,
+        fault=fault,
+        injected=injected,
+        outcome=outcome,
+        audit_rows=len(rows),
+        dlq_rows=dlq,
+        leaked_sessions=len(leaked_at_end),
+        counted=counted,
+        expected=expect.describe(),
+    )
 
     # Then the fault really happened
     assert injected >= 1, "the fault was never triggered: the cell proves nothing"

@@ -27,37 +27,88 @@ from tests.conftest import LambdaContext
 from .faults import aws_response, error_body
 
 # --- hostile strings ----------------------------------------------------------------------------
-HOSTILE_FRAGMENTS = ["../", "/", "\\", "*", "?", "%", "'", '"', "`", "${x}", "{0}", "%s", "#c", ":v",
-                     "\x00", "\n", "\r\n", "\u202e", "é", "😀", "ＡＢＣ", " ", "\t", "acme/../globex",
-                     "/thinkwork/local/sandbox/caps", "attribute_not_exists(x) OR 1=1", "<redacted>"]  # fmt: skip
+HOSTILE_FRAGMENTS = [
+    "../",
+    "/",
+    "\\",
+    "*",
+    "?",
+    "%",
+    "'",
+    '"',
+    "`",
+    "${x}",
+    "{0}",
+    "%s",
+    "#c",
+    ":v",
+    "\x00",
+    "\n",
+    "\r\n",
+    "\u202e",
+    "é",
+    "😀",
+    "ＡＢＣ",
+    " ",
+    "\t",
+    "acme/../globex",
+    "/thinkwork/local/sandbox/caps",
+    "attribute_not_exists(x) OR 1=1",
+    "<redacted>",
+]
 hostile_ids = st.one_of(
     st.sampled_from(HOSTILE_FRAGMENTS),
-    st.builds(lambda a, b: a + b, st.sampled_from(["acme", "agent-7", "t"]), st.sampled_from(HOSTILE_FRAGMENTS)),
+    st.builds(
+        lambda a, b: a + b, st.sampled_from(["acme", "agent-7", "t"]), st.sampled_from(HOSTILE_FRAGMENTS)
+    ),
     st.text(min_size=0, max_size=40),
     st.just("a" * 10_240),  # 10 KB
     st.just("a" * 129),  # one past the id limit
-    st.integers(), st.none(), st.booleans(), st.lists(st.text(max_size=3), max_size=2),
+    st.integers(),
+    st.none(),
+    st.booleans(),
+    st.lists(st.text(max_size=3), max_size=2),
     st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2),
-)  # fmt: skip
-json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-                           lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=8), c, max_size=3),
-                           max_leaves=8)  # fmt: skip
+)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=8), c, max_size=3),
+    max_leaves=8,
+)
 
 TOKEN = "t" * 43  # a well-formed turn token (§16.5)
 BASES = {
-    "begin_turn": {"action": "begin_turn", "tenant_id": "acme", "agent_id": "agent-7", "template_id": "analyst",
-                   "turn_id": "turn-1", "user_id": "u-1", "turn_token": TOKEN},
-    "execute_code": {"action": "execute_code", "tenant_id": "acme", "agent_id": "agent-7", "template_id": "analyst",
-                     "turn_id": "turn-1", "call_id": "call-1", "code": "print(1)", "user_id": "u-1",
-                     "invocation_source": "chat", "turn_token": TOKEN},
+    "begin_turn": {
+        "action": "begin_turn",
+        "tenant_id": "acme",
+        "agent_id": "agent-7",
+        "template_id": "analyst",
+        "turn_id": "turn-1",
+        "user_id": "u-1",
+        "turn_token": TOKEN,
+    },
+    "execute_code": {
+        "action": "execute_code",
+        "tenant_id": "acme",
+        "agent_id": "agent-7",
+        "template_id": "analyst",
+        "turn_id": "turn-1",
+        "call_id": "call-1",
+        "code": "print(1)",
+        "user_id": "u-1",
+        "invocation_source": "chat",
+        "turn_token": TOKEN,
+    },
     "end_turn": {"action": "end_turn", "tenant_id": "acme", "turn_id": "turn-1", "turn_token": TOKEN},
-}  # fmt: skip
+}
 
 
 @st.composite
 def dispatch_events(draw: Any) -> Any:
     """Mostly a valid event with one thing broken; sometimes garbage of any shape."""
-    kind = draw(st.sampled_from(["mutate", "mutate", "mutate", "extra", "missing", "code", "garbage", "string"]))
+    kind = draw(
+        st.sampled_from(["mutate", "mutate", "mutate", "extra", "missing", "code", "garbage", "string"])
+    )
     if kind == "garbage":
         return draw(json_values)
     if kind == "string":
@@ -69,10 +120,16 @@ def dispatch_events(draw: Any) -> Any:
     elif kind == "extra":
         event[draw(st.sampled_from(["is_admin", "environment", "interpreter_id", "x"]))] = draw(json_values)
     elif kind == "missing":
-        event.pop(draw(st.sampled_from(sorted(k for k in event if k not in ("user_id", "invocation_source")))))
+        event.pop(
+            draw(st.sampled_from(sorted(k for k in event if k not in ("user_id", "invocation_source"))))
+        )
     else:
-        event.update(action="execute_code", **{k: v for k, v in BASES["execute_code"].items() if k not in event})
-        event["code"] = draw(st.sampled_from(["", "   ", "\n\t", "x" * (256 * 1024 + 1), "é" * (128 * 1024 + 1)]))
+        event.update(
+            action="execute_code", **{k: v for k, v in BASES["execute_code"].items() if k not in event}
+        )
+        event["code"] = draw(
+            st.sampled_from(["", "   ", "\n\t", "x" * (256 * 1024 + 1), "é" * (128 * 1024 + 1)])
+        )
     return event
 
 
@@ -107,8 +164,13 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> Iterator[RequestCounter]:
     config = build_config("local")
     tables = {spec.logical: spec.physical("local") for spec in n.ALL_TABLES}
     for logical in (n.DISPATCH, n.QUOTA_CHECK, n.BACKSTOP):
-        env = function_environment(config, logical, tables=tables, quota_function_name="quota",
-                                   audit_dlq_url="http://127.0.0.1:9/queue/dlq")  # fmt: skip
+        env = function_environment(
+            config,
+            logical,
+            tables=tables,
+            quota_function_name="quota",
+            audit_dlq_url="http://127.0.0.1:9/queue/dlq",
+        )
         for key, value in env.items():
             monkeypatch.setenv(key, value)
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # a dead port: nothing can leak out
@@ -117,8 +179,11 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> Iterator[RequestCounter]:
     clear_cache()
     quota_client.lambda_client.cache_clear()
     counter = RequestCounter()
-    counter.arm(*(aws.client(s).meta.events for s in ("dynamodb", "ssm", "sqs", "sts", "logs", "cloudwatch")),
-                quota_client.lambda_client().meta.events, credentials._shared_session().events)  # fmt: skip
+    counter.arm(
+        *(aws.client(s).meta.events for s in ("dynamodb", "ssm", "sqs", "sts", "logs", "cloudwatch")),
+        quota_client.lambda_client().meta.events,
+        credentials._shared_session().events,
+    )
     logging.getLogger().setLevel(logging.CRITICAL)
     yield counter
     dependencies.reset()
@@ -126,11 +191,25 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> Iterator[RequestCounter]:
     quota_client.lambda_client.cache_clear()
 
 
-NAMED = {"SandboxInvalidRequest", "SandboxProvisioning", "SandboxCapExceeded", "SandboxTimeout", "SandboxOOM",
-         "SandboxError"}  # fmt: skip
-_SETTINGS = {"deadline": None, "derandomize": True, "database": None,
-             "suppress_health_check": [HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                       HealthCheck.data_too_large, HealthCheck.filter_too_much]}  # fmt: skip
+NAMED = {
+    "SandboxInvalidRequest",
+    "SandboxProvisioning",
+    "SandboxCapExceeded",
+    "SandboxTimeout",
+    "SandboxOOM",
+    "SandboxError",
+}
+_SETTINGS = {
+    "deadline": None,
+    "derandomize": True,
+    "database": None,
+    "suppress_health_check": [
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.filter_too_much,
+    ],
+}
 
 
 def _is_valid_dispatch(event: Any) -> bool:
@@ -189,10 +268,12 @@ def test_fuzz_quota_handler(offline: RequestCounter, examples: int, record: Any,
     seen = {"examples": 0, "invalid": 0, "valid": 0, "unhandled": 0, "side_effects": 0}
     events = st.one_of(
         st.builds(lambda t, a: {"tenant_id": t, "agent_id": a}, hostile_ids, hostile_ids),
-        st.builds(lambda x: {"tenant_id": "acme", "agent_id": "agent-7", **x},
-                  st.dictionaries(st.sampled_from(["extra", "cap", "count"]), json_values, min_size=1)),
+        st.builds(
+            lambda x: {"tenant_id": "acme", "agent_id": "agent-7", **x},
+            st.dictionaries(st.sampled_from(["extra", "cap", "count"]), json_values, min_size=1),
+        ),
         json_values,
-    )  # fmt: skip
+    )
 
     @settings(max_examples=examples, **_SETTINGS)
     @given(events)
@@ -204,7 +285,9 @@ def test_fuzz_quota_handler(offline: RequestCounter, examples: int, record: Any,
         try:
             parse_quota_event(event)
             seen["valid"] += 1
-            assert response["ok"] is False and response["dimension"] == n.DIM_UNKNOWN  # store refused: fail closed
+            assert (
+                response["ok"] is False and response["dimension"] == n.DIM_UNKNOWN
+            )  # store refused: fail closed
             return
         except SandboxInvalidRequest:
             pass
@@ -225,14 +308,28 @@ def test_fuzz_backstop_handler(offline: RequestCounter, examples: int, record: A
     from backstop.handler import handler
 
     seen = {"examples": 0, "invalid": 0, "valid": 0, "unhandled": 0, "side_effects": 0}
-    documents = st.fixed_dictionaries({"messageType": st.sampled_from(["DATA_MESSAGE", "CONTROL_MESSAGE"]),
-                                       "logGroup": st.text(max_size=20), "logStream": st.text(max_size=20),
-                                       "logEvents": st.lists(st.fixed_dictionaries(
-                                           {"id": st.text(max_size=5), "timestamp": st.integers(0, 2**41),
-                                            "message": st.text(max_size=200)}), max_size=3)})  # fmt: skip
+    documents = st.fixed_dictionaries(
+        {
+            "messageType": st.sampled_from(["DATA_MESSAGE", "CONTROL_MESSAGE"]),
+            "logGroup": st.text(max_size=20),
+            "logStream": st.text(max_size=20),
+            "logEvents": st.lists(
+                st.fixed_dictionaries(
+                    {
+                        "id": st.text(max_size=5),
+                        "timestamp": st.integers(0, 2**41),
+                        "message": st.text(max_size=200),
+                    }
+                ),
+                max_size=3,
+            ),
+        }
+    )
     events = st.one_of(
         json_values,  # not a subscription event at all
-        st.builds(lambda b: {"awslogs": {"data": b}}, st.one_of(st.text(max_size=60), st.integers(), st.none())),
+        st.builds(
+            lambda b: {"awslogs": {"data": b}}, st.one_of(st.text(max_size=60), st.integers(), st.none())
+        ),
         st.builds(_subscription, st.binary(max_size=200)),  # gzip of garbage
         st.builds(lambda v: _subscription(json.dumps(v).encode()), json_values),  # gzip of the wrong JSON
         st.builds(lambda d: _subscription(json.dumps(d).encode()), documents),  # well formed
@@ -260,13 +357,47 @@ def test_fuzz_sandboxctl_arguments(examples: int, record: Any, capsys: Any) -> N
     from infra.sandboxctl.main import build_parser
 
     seen = {"examples": 0, "invalid": 0, "valid": 0, "unhandled": 0, "side_effects": 0}
-    words = st.sampled_from(["caps", "get", "set", "tenant", "show", "enable", "disable", "set-tier", "template",
-                             "put", "audit", "list", "replay", "counters", "findings", "invoke", "--tenant",
-                             "--agent", "--session", "--since", "--limit", "--environment", "--stage", "--json",
-                             "--local", "tenant_daily", "agent_hourly", "standard", "hipaa", "acme", "0", "-1",
-                             "default-public", "2026-11-21T00:00:00Z"])  # fmt: skip
-    argvs = st.lists(st.one_of(words, hostile_ids.filter(lambda v: isinstance(v, str) and "\x00" not in v)),
-                     max_size=7)  # fmt: skip
+    words = st.sampled_from(
+        [
+            "caps",
+            "get",
+            "set",
+            "tenant",
+            "show",
+            "enable",
+            "disable",
+            "set-tier",
+            "template",
+            "put",
+            "audit",
+            "list",
+            "replay",
+            "counters",
+            "findings",
+            "invoke",
+            "--tenant",
+            "--agent",
+            "--session",
+            "--since",
+            "--limit",
+            "--environment",
+            "--stage",
+            "--json",
+            "--local",
+            "tenant_daily",
+            "agent_hourly",
+            "standard",
+            "hipaa",
+            "acme",
+            "0",
+            "-1",
+            "default-public",
+            "2026-11-21T00:00:00Z",
+        ]
+    )
+    argvs = st.lists(
+        st.one_of(words, hostile_ids.filter(lambda v: isinstance(v, str) and "\x00" not in v)), max_size=7
+    )
     parser = build_parser()
 
     @settings(max_examples=examples, **_SETTINGS)

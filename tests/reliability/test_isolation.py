@@ -18,20 +18,31 @@ def _interpreters(stack: Stack, tenant: str) -> list[str]:
     return [i["id"] for i in stack.resources.interpreters if i["tenant_id"] == tenant]
 
 
-def test_isolation_runner_refuses_other_tenants_interpreter_before_any_aws_call(live: Stack, record: Any) -> None:
+def test_isolation_runner_refuses_other_tenants_interpreter_before_any_aws_call(
+    live: Stack, record: Any
+) -> None:
     from dispatch.runner import CrossTenantInterpreter, SessionRunner, credentials
 
     stack = live
     # Given acme's runner (acme's role and interpreter list), with every AWS request counted
     counter = RequestCounter()
     counter.arm(aws.client("sts").meta.events, credentials._shared_session().events)
-    runner = SessionRunner(tenant_id="acme", allowed_interpreter_ids=_interpreters(stack, "acme"),
-                           runner_role_arn=stack.resources.runner_roles["acme"], session_timeout_seconds=900,
-                           call_timeout_seconds=10, stdout_cap_bytes=1024, stderr_cap_bytes=1024)  # fmt: skip
+    runner = SessionRunner(
+        tenant_id="acme",
+        allowed_interpreter_ids=_interpreters(stack, "acme"),
+        runner_role_arn=stack.resources.runner_roles["acme"],
+        session_timeout_seconds=900,
+        call_timeout_seconds=10,
+        stdout_cap_bytes=1024,
+        stderr_cap_bytes=1024,
+    )
     attempts = 0
     # When it is asked to start/run/stop on each of globex's interpreters
     for target in _interpreters(stack, "globex"):
-        for call in (lambda t=target: runner.start_session(t), lambda t=target: runner.execute(t, "s-1", "print(1)")):
+        for call in (
+            lambda t=target: runner.start_session(t),
+            lambda t=target: runner.execute(t, "s-1", "print(1)"),
+        ):
             attempts += 1
             try:
                 call()
@@ -40,8 +51,11 @@ def test_isolation_runner_refuses_other_tenants_interpreter_before_any_aws_call(
                 pass
         attempts += 1
         assert runner.stop_session(target, "s-1") is False
-    record("isolation", check="acme's runner on globex's interpreters (Start/Invoke/Stop)",
-           figures=f"{attempts} attempts refused, {counter.count} AWS requests sent")  # fmt: skip
+    record(
+        "isolation",
+        check="acme's runner on globex's interpreters (Start/Invoke/Stop)",
+        figures=f"{attempts} attempts refused, {counter.count} AWS requests sent",
+    )
     # Then every attempt was refused before any request (not even AssumeRole) left the process
     assert counter.count == 0
 
@@ -57,19 +71,30 @@ def test_isolation_runner_role_policies_name_only_own_interpreters(live: Stack, 
             doc = iam.get_role_policy(RoleName=role, PolicyName=name)["PolicyDocument"]
             doc = json.loads(doc) if isinstance(doc, str) else doc
             statements += doc["Statement"]
-        resources = {r for s in statements for r in ([s["Resource"]] if isinstance(s["Resource"], str) else s["Resource"])}
+        resources = {
+            r
+            for s in statements
+            for r in ([s["Resource"]] if isinstance(s["Resource"], str) else s["Resource"])
+        }
         own = {r for r in resources if r.rsplit("/", 1)[-1] in _interpreters(stack, tenant)}
         checked.append(f"{tenant}: {len(resources)} resources, {len(own)} own")
         assert resources and resources == own, (tenant, resources)
         assert not any("*" in r for r in resources)
-    record("isolation", check="runner role policies (local stack IAM) name only the tenant's interpreters",
-           figures="; ".join(checked))
+    record(
+        "isolation",
+        check="runner role policies (local stack IAM) name only the tenant's interpreters",
+        figures="; ".join(checked),
+    )
     assert len(checked) == len(stack.resources.runner_roles) >= 2  # every tenant's role was checked
 
 
 def _counters_of(stack: Stack, tenant: str) -> list[dict[str, Any]]:
-    return [i for items in stack.counter_items().values() for i in items
-            if i[n.COUNTER_ATTR_TENANT]["S"] == tenant]  # fmt: skip
+    return [
+        i
+        for items in stack.counter_items().values()
+        for i in items
+        if i[n.COUNTER_ATTR_TENANT]["S"] == tenant
+    ]
 
 
 def test_isolation_turn_audit_and_counters_stay_per_tenant(live: Stack, record: Any) -> None:
@@ -83,15 +108,20 @@ def test_isolation_turn_audit_and_counters_stay_per_tenant(live: Stack, record: 
     assert mine["ok"] is True
     acme_counters_before = _counters_of(stack, "acme")
     # When globex uses the same turn id (execute_code and end_turn)
-    other = stack.dispatch(event(tenant_id="globex", turn_id="iso-turn", call_id="iso-2", agent_id="iso-agent"))
+    other = stack.dispatch(
+        event(tenant_id="globex", turn_id="iso-turn", call_id="iso-2", agent_id="iso-agent")
+    )
     ended = stack.dispatch(event("end_turn", tenant_id="globex", turn_id="iso-turn"))
     # Then globex works on a turn of its own: its own session (now stopped), its own rows and counts;
     # acme's session lives on, acme's counters and rows are untouched
     acme_rows = audit_list(replay_target(stack), tenant_id="acme")
     globex_rows = audit_list(replay_target(stack), tenant_id="globex")
-    record("isolation", check="globex using acme's turn id; audit queries by tenant; counters",
-           figures=f"execute_code -> ok={other.get('ok')} own session={other.get('session_id') != mine['session_id']}, "
-           f"end_turn -> {ended}; audit rows acme {len(acme_rows)}, globex {len(globex_rows)}")  # fmt: skip
+    record(
+        "isolation",
+        check="globex using acme's turn id; audit queries by tenant; counters",
+        figures=f"execute_code -> ok={other.get('ok')} own session={other.get('session_id') != mine['session_id']}, "
+        f"end_turn -> {ended}; audit rows acme {len(acme_rows)}, globex {len(globex_rows)}",
+    )
     assert other["ok"] is True
     assert other["session_id"] != mine["session_id"]
     assert ended == {"ok": True, "stopped": True}
@@ -104,14 +134,38 @@ def test_isolation_turn_audit_and_counters_stay_per_tenant(live: Stack, record: 
 
 
 # Valid ids made of every character REQUEST_ID_RE allows besides letters and digits.
-EDGE_IDS = {"tenant_id": "acme", "agent_id": "a..:-_.b", "template_id": "analyst", "turn_id": "t:..:_-x",
-            "call_id": "c.-:_..", "user_id": "u:..-_"}  # fmt: skip
-HOSTILE = ["../globex", "acme/*", "a'b", 'a"b', "%s%n{0}", "acme\x00", "acme\n", "é", "a" * 10_240, "${jndi:x}"]
-_EXPRESSION_KEYS = ("KeyConditionExpression", "ConditionExpression", "UpdateExpression", "ProjectionExpression",
-                    "FilterExpression")  # fmt: skip
+EDGE_IDS = {
+    "tenant_id": "acme",
+    "agent_id": "a..:-_.b",
+    "template_id": "analyst",
+    "turn_id": "t:..:_-x",
+    "call_id": "c.-:_..",
+    "user_id": "u:..-_",
+}
+HOSTILE = [
+    "../globex",
+    "acme/*",
+    "a'b",
+    'a"b',
+    "%s%n{0}",
+    "acme\x00",
+    "acme\n",
+    "é",
+    "a" * 10_240,
+    "${jndi:x}",
+]
+_EXPRESSION_KEYS = (
+    "KeyConditionExpression",
+    "ConditionExpression",
+    "UpdateExpression",
+    "ProjectionExpression",
+    "FilterExpression",
+)
 
 
-def test_isolation_ids_never_reach_paths_expressions_or_log_format(live: Stack, record: Any, capsys: Any) -> None:
+def test_isolation_ids_never_reach_paths_expressions_or_log_format(
+    live: Stack, record: Any, capsys: Any
+) -> None:
     from dispatch import quota_client
     from dispatch.runner import credentials
 
@@ -122,7 +176,9 @@ def test_isolation_ids_never_reach_paths_expressions_or_log_format(live: Stack, 
         captured.append((event_name, request.body if isinstance(request.body, bytes) else b""))
 
     for emitter in [aws.client(s).meta.events for s in ("dynamodb", "ssm", "sqs", "sts")] + [
-        quota_client.lambda_client().meta.events, credentials._shared_session().events]:  # fmt: skip
+        quota_client.lambda_client().meta.events,
+        credentials._shared_session().events,
+    ]:
         emitter.register("before-send", capture)
     capsys.readouterr()
     # When valid-but-unusual ids run a whole turn, and hostile ids are sent in every id field
@@ -139,7 +195,9 @@ def test_isolation_ids_never_reach_paths_expressions_or_log_format(live: Stack, 
         doc = json.loads(body) if body.startswith(b"{") else {}
         if ".ssm." in name and "Name" in doc:
             names += 1
-            assert re.fullmatch(r"/thinkwork/local/sandbox/[a-z_]+(/[A-Za-z0-9_.:-]+)*", doc["Name"]), doc["Name"]
+            assert re.fullmatch(r"/thinkwork/local/sandbox/[a-z_]+(/[A-Za-z0-9_.:-]+)*", doc["Name"]), doc[
+                "Name"
+            ]
             assert ".." not in doc["Name"].split("/tenants/")[0]
         for key in _EXPRESSION_KEYS:
             for expr in _expressions(doc, key):
@@ -149,10 +207,13 @@ def test_isolation_ids_never_reach_paths_expressions_or_log_format(live: Stack, 
     # And hostile ids sent no request at all, and every log line is still one JSON document
     hostile_requests = [b for _, b in captured if any(h.encode() in b for h in HOSTILE if len(h) > 3)]
     bad_lines = [line for line in logs if line.strip() and not _is_json(line)]
-    record("isolation", check="hostile ids vs SSM paths, DynamoDB expressions, log format",
-           figures=f"{len(HOSTILE) * 6} hostile-id requests refused {refused}; {len(captured)} AWS requests "
-           f"captured ({names} SSM names, {expressions} expressions checked); {len(logs)} log lines, "
-           f"{len(bad_lines)} not JSON")  # fmt: skip
+    record(
+        "isolation",
+        check="hostile ids vs SSM paths, DynamoDB expressions, log format",
+        figures=f"{len(HOSTILE) * 6} hostile-id requests refused {refused}; {len(captured)} AWS requests "
+        f"captured ({names} SSM names, {expressions} expressions checked); {len(logs)} log lines, "
+        f"{len(bad_lines)} not JSON",
+    )
     assert ok["ok"] is True, ok
     assert refused == len(HOSTILE) * 6
     assert hostile_requests == []

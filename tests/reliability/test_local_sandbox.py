@@ -55,18 +55,33 @@ def _port(url: str) -> int:
 
 
 def _interpreter_id(local: Stack, tenant: str, mode: str) -> str:
-    return next(i["id"] for i in local.resources.interpreters
-                if i["tenant_id"] == tenant and i["network_mode"] == mode)  # fmt: skip
+    return next(
+        i["id"]
+        for i in local.resources.interpreters
+        if i["tenant_id"] == tenant and i["network_mode"] == mode
+    )
 
 
 @pytest.mark.parametrize("mode", ["PUBLIC", "SANDBOX"])
-def test_local_sandbox_session_cannot_reach_the_stacks_own_services(stack: Stack, mode: str, record: Any) -> None:  # noqa: F811
+def test_local_sandbox_session_cannot_reach_the_stacks_own_services(
+    stack: Stack,  # noqa: F811
+    mode: str,
+    record: Any,
+) -> None:
     # Given the stack's endpoints: emulated AWS (moto), the interpreter API, the Lambda emulator,
     # each on the host's loopback, through slirp's host alias and through every host address
-    services = {"moto": _port(stack.moto), "interpreter": stack.interpreter.port, "lambda": _port(stack.emulator.endpoint)}
+    services = {
+        "moto": _port(stack.moto),
+        "interpreter": stack.interpreter.port,
+        "lambda": _port(stack.emulator.endpoint),
+    }
     hosts = {"loopback": "127.0.0.1", "slirp-host-alias": "10.0.2.2"}
     hosts.update({f"host-address {a}": a for a in network.host_ipv4_addresses()})
-    targets = [(f"{service} via {label}", host, port) for service, port in services.items() for label, host in hosts.items()]
+    targets = [
+        (f"{service} via {label}", host, port)
+        for service, port in services.items()
+        for label, host in hosts.items()
+    ]
     interpreter = _interpreter_id(stack, "acme", mode)
     other = next(i["id"] for i in stack.resources.interpreters if i["tenant_id"] == "globex")
     client = make_client(stack.interpreter.endpoint)
@@ -79,10 +94,15 @@ def test_local_sandbox_session_cannot_reach_the_stacks_own_services(stack: Stack
         client.stop_code_interpreter_session(codeInterpreterIdentifier=interpreter, sessionId=session_id)
 
     reached = sorted(k for k, v in seen.items() if v in ("CONNECTED", "ANSWERED"))
-    record("local_isolation", attack="reach the stack's services (moto, interpreter API, Lambda emulator) and "
-           "list another tenant's sessions", mode=mode,
-           observed=f"{len(seen)} attempts, {len(reached)} reached: " + (", ".join(reached) or "none") +
-           f"; errors {sorted(set(seen.values()))}")  # fmt: skip
+    record(
+        "local_isolation",
+        attack="reach the stack's services (moto, interpreter API, Lambda emulator) and "
+        "list another tenant's sessions",
+        mode=mode,
+        observed=f"{len(seen)} attempts, {len(reached)} reached: "
+        + (", ".join(reached) or "none")
+        + f"; errors {sorted(set(seen.values()))}",
+    )
     # Then nothing answered
     assert len(seen) == len(targets) + 1 and len(hosts) >= 3
     assert reached == [], seen
@@ -101,17 +121,24 @@ def refusing_stack(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Itera
     refusing.stop()
 
 
-def test_local_sandbox_without_bwrap_dispatch_refuses_as_provisioning_and_audits(refusing_stack: Stack,
-                                                                              record: Any) -> None:
+def test_local_sandbox_without_bwrap_dispatch_refuses_as_provisioning_and_audits(
+    refusing_stack: Stack, record: Any
+) -> None:
     # Given a machine whose local interpreter cannot isolate sessions
     # When an agent runs code
     result = refusing_stack.dispatch(event(code="print('never runs')"))
     rows = refusing_stack.audit_rows()
-    record("local_isolation", attack="run code on a machine without bubblewrap (no escape hatch)", mode="PUBLIC",
-           observed=f"{result.get('error')} reason={result.get('reason')} exit_status={result.get('exit_status')}; "
-           f"audit rows {[r['exit_status'] for r in rows]}; live sessions {len(refusing_stack.live_sessions())}")
+    record(
+        "local_isolation",
+        attack="run code on a machine without bubblewrap (no escape hatch)",
+        mode="PUBLIC",
+        observed=f"{result.get('error')} reason={result.get('reason')} exit_status={result.get('exit_status')}; "
+        f"audit rows {[r['exit_status'] for r in rows]}; live sessions {len(refusing_stack.live_sessions())}",
+    )
     # Then SandboxProvisioning / isolation_unavailable, a sentence for the agent, one audit row
-    assert result["error"] == "SandboxProvisioning" and result["reason"] == n.REASON_ISOLATION_UNAVAILABLE, result
+    assert result["error"] == "SandboxProvisioning" and result["reason"] == n.REASON_ISOLATION_UNAVAILABLE, (
+        result
+    )
     assert result["exit_status"] == "provisioning"
     assert "isolate" in result["error_message"]
     assert [r["exit_status"] for r in rows] == ["provisioning"]
@@ -119,18 +146,25 @@ def test_local_sandbox_without_bwrap_dispatch_refuses_as_provisioning_and_audits
     assert refusing_stack.live_sessions() == []
 
 
-@pytest.mark.xfail(strict=True, reason="dispatch consumes the quota before Start: an isolation_unavailable refusal "
-                   "is counted (proposed fix to the lead: check the isolation/provisioning refusal before quota, or "
-                   "refund it); dispatch is being reshaped (issue 9)")  # fmt: skip
+@pytest.mark.xfail(
+    strict=True,
+    reason="dispatch consumes the quota before Start: an isolation_unavailable refusal "
+    "is counted (proposed fix to the lead: check the isolation/provisioning refusal before quota, or "
+    "refund it); dispatch is being reshaped (issue 9)",
+)
 def test_local_sandbox_without_bwrap_refusal_is_not_counted(refusing_stack: Stack, record: Any) -> None:
     # Given a machine whose local interpreter cannot isolate sessions
     before = refusing_stack.counter_items()
     # When an agent runs code
     result = refusing_stack.dispatch(event(code="print('never runs')"))
     after = refusing_stack.counter_items()
-    record("local_isolation", attack="refused call counted against the caps?", mode="PUBLIC",
-           observed=f"{result.get('reason')}; counter items before {sum(map(len, before.values()))}, "
-           f"after {sum(map(len, after.values()))}")  # fmt: skip
+    record(
+        "local_isolation",
+        attack="refused call counted against the caps?",
+        mode="PUBLIC",
+        observed=f"{result.get('reason')}; counter items before {sum(map(len, before.values()))}, "
+        f"after {sum(map(len, after.values()))}",
+    )
     # Then no counter moved
     assert after == before
 
@@ -171,8 +205,10 @@ print(json.dumps({
 
 
 def _probe(other_root: str, home_marker: Path) -> str:
-    return (f"REPO, HOME_MARKER, OTHER, SERVER_PID, WORKER = {str(REPO)!r}, {str(home_marker)!r}, "
-            f"{other_root!r}, {os.getpid()}, {str(WORKER_PATH)!r}\n" + _PROBE)
+    return (
+        f"REPO, HOME_MARKER, OTHER, SERVER_PID, WORKER = {str(REPO)!r}, {str(home_marker)!r}, "
+        f"{other_root!r}, {os.getpid()}, {str(WORKER_PATH)!r}\n" + _PROBE
+    )
 
 
 @pytest.fixture
@@ -187,7 +223,8 @@ def home_marker() -> Iterator[Path]:
 
 @pytest.mark.parametrize("mode", ["PUBLIC", "SANDBOX"])
 def test_local_sandbox_session_cannot_read_host_secrets_other_sessions_or_write_the_worker(
-        mode: str, home_marker: Path, record: Any) -> None:
+    mode: str, home_marker: Path, record: Any
+) -> None:
     interpreter = PUBLIC_CI if mode == "PUBLIC" else SANDBOX_CI
     with LocalInterpreterServer(interpreters={interpreter: mode}) as srv:
         client = make_client(srv.endpoint)
@@ -200,18 +237,47 @@ def test_local_sandbox_session_cannot_read_host_secrets_other_sessions_or_write_
         attacker_uid = srv.session(attacker).uid  # type: ignore[union-attr]
 
         # When the attacker tries every path of the security pass
-        seen = json.loads(invoke(client, interpreter, attacker, _probe(victim_session.root + "/workspace", home_marker))[0]["stdout"])
+        seen = json.loads(
+            invoke(client, interpreter, attacker, _probe(victim_session.root + "/workspace", home_marker))[0][
+                "stdout"
+            ]
+        )
         # and reads the victim's workspace on the host as the attacker's uid would
-        host_view = subprocess.run(["setpriv", f"--reuid={attacker_uid}", f"--regid={attacker_uid}", "--clear-groups",
-                                    "cat", victim_session.root + "/workspace/secret"], capture_output=True)
+        host_view = subprocess.run(
+            [
+                "setpriv",
+                f"--reuid={attacker_uid}",
+                f"--regid={attacker_uid}",
+                "--clear-groups",
+                "cat",
+                victim_session.root + "/workspace/secret",
+            ],
+            capture_output=True,
+        )
 
-    record("local_isolation", attack="read /etc/shadow, the repository, the host home, the stack state dir, "
-           "another session's workspace, /proc/<server>/environ; write worker.py (in the sandbox and its host "
-           "path) and /usr; list host processes; read the victim's files with the attacker's uid on the host",
-           mode=mode, observed=f"uid {seen['uid']} (victim {victim_session.uid}), caps {seen['caps'][0]}; "
-           + ", ".join(f"{k} {seen[k]}" for k in ("shadow", "repo", "home", "state", "other_workspace",
-                                                   "server_environ", "worker_in_sandbox", "worker_on_host", "usr"))
-           + f"; {seen['pids']} pids visible; host read as attacker uid exit {host_view.returncode}")  # fmt: skip
+    record(
+        "local_isolation",
+        attack="read /etc/shadow, the repository, the host home, the stack state dir, "
+        "another session's workspace, /proc/<server>/environ; write worker.py (in the sandbox and its host "
+        "path) and /usr; list host processes; read the victim's files with the attacker's uid on the host",
+        mode=mode,
+        observed=f"uid {seen['uid']} (victim {victim_session.uid}), caps {seen['caps'][0]}; "
+        + ", ".join(
+            f"{k} {seen[k]}"
+            for k in (
+                "shadow",
+                "repo",
+                "home",
+                "state",
+                "other_workspace",
+                "server_environ",
+                "worker_in_sandbox",
+                "worker_on_host",
+                "usr",
+            )
+        )
+        + f"; {seen['pids']} pids visible; host read as attacker uid exit {host_view.returncode}",
+    )
     # Then it is an unprivileged uid of its own, with no capability, and every attempt fails
     assert seen["uid"] == seen["euid"] == attacker_uid != victim_session.uid
     assert attacker_uid >= 1000
@@ -231,7 +297,9 @@ def test_local_sandbox_memory_is_bounded_over_all_children_of_a_session(record: 
     # Given a session limited to 256 MiB (each process alone may use that much)
     with LocalInterpreterServer(interpreters={PUBLIC_CI: "PUBLIC"}, limits=Limits(memory_mb=256)) as srv:
         if srv.manager.plan.cgroups is None:
-            pytest.skip("no writable cgroup v1 memory+pids here: whole-session memory is not enforced (README)")
+            pytest.skip(
+                "no writable cgroup v1 memory+pids here: whole-session memory is not enforced (README)"
+            )
         client = make_client(srv.endpoint)
         session_id = _start(client, PUBLIC_CI)
         # When four children each hold 100 MiB at the same time (400 MiB in total)
@@ -245,8 +313,12 @@ def test_local_sandbox_memory_is_bounded_over_all_children_of_a_session(record: 
         cgroup = srv.session(session_id).cgroup  # type: ignore[union-attr]
         peak, kills = cgroup.memory_peak_bytes(), cgroup.oom_kills()
 
-    record("local_isolation", attack="4 children x 100 MiB in a session limited to 256 MiB", mode="PUBLIC",
-           observed=f"child exit codes {result['stdout'].strip()}; OOM kills {kills}; peak {peak >> 20} MiB")
+    record(
+        "local_isolation",
+        attack="4 children x 100 MiB in a session limited to 256 MiB",
+        mode="PUBLIC",
+        observed=f"child exit codes {result['stdout'].strip()}; OOM kills {kills}; peak {peak >> 20} MiB",
+    )
     # Then the kernel killed children (SIGKILL) so that the session never held more than 256 MiB
     codes = json.loads(result["stdout"])
     assert len(codes) == 4
@@ -271,8 +343,12 @@ def test_local_sandbox_process_count_is_bounded_per_session(record: Any) -> None
         )
         started, failed, errnos = invoke(client, SANDBOX_CI, session_id, code)[0]["stdout"].split(" ", 2)
 
-    record("local_isolation", attack="start 100 processes in a session limited to 32 tasks", mode="SANDBOX",
-           observed=f"{started} started, {failed} refused (errno {errnos.strip()})")
+    record(
+        "local_isolation",
+        attack="start 100 processes in a session limited to 32 tasks",
+        mode="SANDBOX",
+        observed=f"{started} started, {failed} refused (errno {errnos.strip()})",
+    )
     # Then fewer than 32 started, the rest failed with EAGAIN
     assert int(started) < 32 and int(started) + int(failed) == 100
     assert errnos.strip() == "[11]"

@@ -58,8 +58,12 @@ def test_redaction_corpus_through_every_layer(record: Any, tmp_path: Path) -> No
         f"for i, t in enumerate(json.load(open({str(path)!r}))):\n"
         "    sys.stdout.write(t); sys.stdout.write('\\n@@CASE %d@@\\n' % i)\n"
     )
-    proc = subprocess.run([sys.executable, "-I", "-S", "-c", preamble_source() + "\n" + code],
-                          capture_output=True, timeout=300, check=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", preamble_source() + "\n" + code],
+        capture_output=True,
+        timeout=300,
+        check=True,
+    )
     parts = re.split(r"\n@@CASE (\d+)@@\n", proc.stdout.decode().split("\n", 1)[1])
     layer1 = {int(parts[k]): parts[k - 1] for k in range(1, len(parts), 2)}
     redact = _redact_function(None)
@@ -73,21 +77,38 @@ def test_redaction_corpus_through_every_layer(record: Any, tmp_path: Path) -> No
         i: _mask(c.text, [(m.start(), m.end()) for rx in regexes for m in rx.finditer(c.text)])
         for i, c in enumerate(CASES)
     }
-    results = {name: _summary(out) for name, out in
-               (("layer 1", layer1), ("layer 2", layer2), ("layer 3 (CW identifiers)", layer3), ("layer 4", layer4))}  # fmt: skip
+    results = {
+        name: _summary(out)
+        for name, out in (
+            ("layer 1", layer1),
+            ("layer 2", layer2),
+            ("layer 3 (CW identifiers)", layer3),
+            ("layer 4", layer4),
+        )
+    }
     # Then no complete token and no fragment longer than prefix + 4 survives anywhere
     figures = "; ".join(f"{k}: {a} complete, {b} partial" for k, (a, b) in results.items())
-    record("redaction", check=f"corpus of {len(CASES)} cases ({dict(classes)}; lengths {', '.join(LENGTHS)}; "
-           "word characters glued before/after, JSON, quotes) through every layer",
-           figures=figures + ". " + RESIDUAL)  # fmt: skip
+    record(
+        "redaction",
+        check=f"corpus of {len(CASES)} cases ({dict(classes)}; lengths {', '.join(LENGTHS)}; "
+        "word characters glued before/after, JSON, quotes) through every layer",
+        figures=figures + ". " + RESIDUAL,
+    )
     assert sorted(layer1) == list(range(len(CASES)))
     assert all(v == (0, 0) for v in results.values()), results
 
 
 def test_redaction_validation_never_echoes_input(record: Any) -> None:
     # Given invalid events whose unknown field names are secrets, and code with NUL
-    base = {"action": "execute_code", "tenant_id": "acme", "agent_id": "a", "template_id": "t",
-            "turn_id": "t1", "call_id": "c1", "code": "print(1)"}  # fmt: skip
+    base = {
+        "action": "execute_code",
+        "tenant_id": "acme",
+        "agent_id": "a",
+        "template_id": "t",
+        "turn_id": "t1",
+        "call_id": "c1",
+        "code": "print(1)",
+    }
     names = [c.secret for c in CASES if len(c.secret) < 200][:50]
     echoed = 0
     for name in names:
@@ -100,6 +121,9 @@ def test_redaction_validation_never_echoes_input(record: Any) -> None:
         nul = "accepted"
     except SandboxInvalidRequest as exc:
         nul = exc.error
-    record("redaction", check="validation answers: unknown field named like a token; code with NUL",
-           figures=f"{len(names)} token-named fields, echoed {echoed}; NUL code -> {nul}")  # fmt: skip
+    record(
+        "redaction",
+        check="validation answers: unknown field named like a token; code with NUL",
+        figures=f"{len(names)} token-named fields, echoed {echoed}; NUL code -> {nul}",
+    )
     assert len(names) == 50 and echoed == 0 and nul == "SandboxInvalidRequest"

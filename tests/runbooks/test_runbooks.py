@@ -113,15 +113,37 @@ def test_operator_runbook_covers_every_required_topic():
     commands = [" ".join(argv) for argv in state.commands]
     # When looking for each topic SPEC §9 lists
     # Then each is there, with the commands that do it
-    for topic in ("tenant disable", "tenant enable", "tenant set-tier", "caps set", "caps get", "caps unset",
-                  "pilot", "audit list", "audit replay", "findings list", "counters show", "template put"):  # fmt: skip
+    for topic in (
+        "tenant disable",
+        "tenant enable",
+        "tenant set-tier",
+        "caps set",
+        "caps get",
+        "caps unset",
+        "pilot",
+        "audit list",
+        "audit replay",
+        "findings list",
+        "counters show",
+        "template put",
+    ):
         assert any(f"sandboxctl --stage prod {topic}" in cmd for cmd in commands), topic
     assert any("caps set tenant_daily 0 --tenant acme" in cmd for cmd in commands)  # kill switch, per tenant
     assert any(cmd.endswith("caps set tenant_daily 0") for cmd in commands)  # kill switch, global
     for index in n.INVOCATIONS.indexes:
         assert any(f"--index-name {index.name}" in cmd for cmd in commands), index.name
-    for phrase in ("T2", "T3", "stdout-bypass", "os.write", "page platform security", "tenant_disabled",
-                   "interpreter_not_ready", "readiness_check_failed", "unknown", "within 60 s"):  # fmt: skip
+    for phrase in (
+        "T2",
+        "T3",
+        "stdout-bypass",
+        "os.write",
+        "page platform security",
+        "tenant_disabled",
+        "interpreter_not_ready",
+        "readiness_check_failed",
+        "unknown",
+        "within 60 s",
+    ):
         assert phrase in text, phrase
     for link in n.ALARM_RUNBOOKS.values():
         assert f"({link})" in text, link
@@ -185,8 +207,11 @@ def test_checks_accept_substitution_and_variables():
     c.check_line('aws logs get-query-results --query-id "$QUERY_ID"', state)
     # Then both commands were checked and the variable was defined by the first
     assert [argv[:3] for argv in state.commands] == [
-        ["date", "-u", "-d"], ["date", "-u", "+%s"], ["aws", "logs", "start-query"], ["aws", "logs", "get-query-results"]
-    ]  # fmt: skip
+        ["date", "-u", "-d"],
+        ["date", "-u", "+%s"],
+        ["aws", "logs", "start-query"],
+        ["aws", "logs", "get-query-results"],
+    ]
     assert "QUERY_ID" in state.variables
 
 
@@ -230,6 +255,11 @@ def test_names_check_flags_unknown_resource_names():
     problems = c.check_names_in_text(text)
     # Then each one is reported
     assert len(problems) >= 5
-    for bad in ("sandbox_audit", "/thinkwork/prod/sandbox/caps/daily", "/aws/lambda/thinkwork-prod-api",
-                "SandboxCallsTotal", "--stage dev"):  # fmt: skip
+    for bad in (
+        "sandbox_audit",
+        "/thinkwork/prod/sandbox/caps/daily",
+        "/aws/lambda/thinkwork-prod-api",
+        "SandboxCallsTotal",
+        "--stage dev",
+    ):
         assert any(bad in problem for problem in problems), (bad, problems)

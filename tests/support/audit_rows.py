@@ -23,8 +23,14 @@ def create_invocations_table(ddb: Any, stage: str = "local") -> str:
     return n.INVOCATIONS.physical(stage)
 
 
-def make_rows(count: int, *, tenant_id: str = "acme", start: datetime | None = None, seed: int = 7,
-              legacy_every: int = 0) -> list[dict[str, Any]]:  # fmt: skip
+def make_rows(
+    count: int,
+    *,
+    tenant_id: str = "acme",
+    start: datetime | None = None,
+    seed: int = 7,
+    legacy_every: int = 0,
+) -> list[dict[str, Any]]:
     """`count` rows over ~3 days, 3 agents, 2 templates, mixed statuses; refused calls have no
     session and cost 0; every `legacy_every`-th row lacks estimated_cost_usd (written before it existed)."""
     rng = random.Random(seed)
@@ -33,16 +39,31 @@ def make_rows(count: int, *, tenant_id: str = "acme", start: datetime | None = N
     for i in range(count):
         status = STATUSES[rng.randrange(len(STATUSES))]
         refused = status in ("cap_exceeded", "provisioning")
-        started = start + timedelta(seconds=i * (3 * 86_400 / max(count, 1)), milliseconds=rng.randrange(1000))
-        request = ExecuteCodeRequest(action="execute_code", tenant_id=tenant_id, agent_id=f"agent-{i % 3}",
-                                     template_id=("analyst", "reporter")[i % 2], turn_id=f"turn-{i // 4}",
-                                     call_id=f"call-{i}", code=f"print({i})")  # fmt: skip
-        outcome = Outcome(request=request, invocation_id=f"{tenant_id}-inv-{i:07d}", started_at=started,
-                          finished_at=started + timedelta(milliseconds=rng.randrange(1, 5000)),
-                          session_id=None if refused else f"sess-{tenant_id}-{i // 4}", environment="default-public",
-                          estimated_cost_usd=0 if refused else 0.0015)  # fmt: skip
+        started = start + timedelta(
+            seconds=i * (3 * 86_400 / max(count, 1)), milliseconds=rng.randrange(1000)
+        )
+        request = ExecuteCodeRequest(
+            action="execute_code",
+            tenant_id=tenant_id,
+            agent_id=f"agent-{i % 3}",
+            template_id=("analyst", "reporter")[i % 2],
+            turn_id=f"turn-{i // 4}",
+            call_id=f"call-{i}",
+            code=f"print({i})",
+        )
+        outcome = Outcome(
+            request=request,
+            invocation_id=f"{tenant_id}-inv-{i:07d}",
+            started_at=started,
+            finished_at=started + timedelta(milliseconds=rng.randrange(1, 5000)),
+            session_id=None if refused else f"sess-{tenant_id}-{i // 4}",
+            environment="default-public",
+            estimated_cost_usd=0 if refused else 0.0015,
+        )
         if refused:
-            outcome.fail(SandboxCapExceeded("refused", dimension="tenant_daily", resets_at="2026-11-21T00:00:00Z"))
+            outcome.fail(
+                SandboxCapExceeded("refused", dimension="tenant_daily", resets_at="2026-11-21T00:00:00Z")
+            )
         outcome.exit_status = status
         row = outcome.audit_row(30)
         if legacy_every and i % legacy_every == 0:

@@ -59,28 +59,40 @@ class Stack:
         """The counter items of both windows (the quota's "counted" markers are in `markers()`)."""
         ddb = aws.client("dynamodb")
         return {
-            spec.logical: [i for i in ddb.scan(TableName=self.resources.tables[spec.logical])["Items"]
-                           if not i[spec.pk]["S"].startswith(n.QUOTA_MARKER_PREFIX)]
+            spec.logical: [
+                i
+                for i in ddb.scan(TableName=self.resources.tables[spec.logical])["Items"]
+                if not i[spec.pk]["S"].startswith(n.QUOTA_MARKER_PREFIX)
+            ]
             for spec in (n.TENANT_DAILY_COUNTERS, n.AGENT_HOURLY_COUNTERS)
-        }  # fmt: skip
+        }
 
     def markers(self) -> list[str]:
         """Keys of the quota's "counted" markers (tenant#call_id), issues 9 + 11."""
         spec = n.TENANT_DAILY_COUNTERS
         items = aws.client("dynamodb").scan(TableName=self.resources.tables[spec.logical])["Items"]
-        return sorted(i[spec.pk]["S"].removeprefix(n.QUOTA_MARKER_PREFIX) for i in items
-                      if i[spec.pk]["S"].startswith(n.QUOTA_MARKER_PREFIX))  # fmt: skip
+        return sorted(
+            i[spec.pk]["S"].removeprefix(n.QUOTA_MARKER_PREFIX)
+            for i in items
+            if i[spec.pk]["S"].startswith(n.QUOTA_MARKER_PREFIX)
+        )
 
     def live_sessions(self) -> list[str]:
         """Ids of sessions the local interpreter still runs (READY), over every interpreter."""
         manager = self.interpreter.manager
         return sorted(
-            s.session_id for spec in self.resources.interpreters for s in manager.list(spec["id"], status="READY")
+            s.session_id
+            for spec in self.resources.interpreters
+            for s in manager.list(spec["id"], status="READY")
         )
 
     def set_cap(self, dimension: str, value: int | str, tenant_id: str | None = None) -> None:
-        aws.client("ssm").put_parameter(Name=n.cap_parameter("local", dimension, tenant_id), Value=str(value),
-                                        Type="String", Overwrite=True)  # fmt: skip
+        aws.client("ssm").put_parameter(
+            Name=n.cap_parameter("local", dimension, tenant_id),
+            Value=str(value),
+            Type="String",
+            Overwrite=True,
+        )
         # Fresh quota containers (same endpoint): no cap cached from earlier calls.
         self.restart_quota()
 
@@ -92,20 +104,27 @@ class Stack:
         self.emulator = _emulator(self.resources, aws_endpoint or self.moto, self.interpreter, port=port)
 
 
-
-def _emulator(resources: LocalResources, moto: str, interpreter: LocalInterpreterServer,
-              port: int | None = None) -> LambdaEmulator:  # fmt: skip
+def _emulator(
+    resources: LocalResources, moto: str, interpreter: LocalInterpreterServer, port: int | None = None
+) -> LambdaEmulator:
     port = port or free_port()
     endpoints = {
-        "AWS_ENDPOINT_URL": moto, "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE": interpreter.endpoint,
-        "AWS_ENDPOINT_URL_LAMBDA": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1",
-    }  # fmt: skip
+        "AWS_ENDPOINT_URL": moto,
+        "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE": interpreter.endpoint,
+        "AWS_ENDPOINT_URL_LAMBDA": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
     # The quota Lambda (dispatch in-process calls it) and dispatch itself (the reaper's paused-calls
     # hook invokes it, issue 12); a function's workers start only when it is first invoked.
     emulated = (resources.functions[n.QUOTA_CHECK], resources.functions[n.DISPATCH])
-    specs = [FunctionSpec.from_dict(s) for s in lambda_function_specs(build_config("local"), resources, endpoints)
-             if s["name"] in emulated]  # fmt: skip
+    specs = [
+        FunctionSpec.from_dict(s)
+        for s in lambda_function_specs(build_config("local"), resources, endpoints)
+        if s["name"] in emulated
+    ]
     return LambdaEmulator(specs, port=port).start()
 
 
@@ -126,8 +145,9 @@ def stage_resources(moto_endpoint: str) -> LocalResources:
     return resources
 
 
-def open_stack(moto_endpoint: str, interpreter: LocalInterpreterServer,
-               setenv: Callable[[str, str], None]) -> Stack:  # fmt: skip
+def open_stack(
+    moto_endpoint: str, interpreter: LocalInterpreterServer, setenv: Callable[[str, str], None]
+) -> Stack:
     """Create the stage's resources in moto, start the emulator (quota Lambda, dispatch) and point this
     process (dispatch in-process) at all of it through `setenv`."""
     resources = stage_resources(moto_endpoint)
@@ -145,10 +165,14 @@ def apply_dispatch_env(stack: Stack, setenv: Callable[[str, str], None]) -> None
     from dispatch.runner import clear_cache
     from sandbox_common import settings
 
-    env = function_environment(build_config("local"), n.DISPATCH, tables=stack.resources.tables,
-                               quota_function_name=stack.resources.functions[n.QUOTA_CHECK],
-                               audit_dlq_url=stack.resources.audit_dlq_url,
-                               artifacts_bucket=stack.resources.artifacts_bucket)  # fmt: skip
+    env = function_environment(
+        build_config("local"),
+        n.DISPATCH,
+        tables=stack.resources.tables,
+        quota_function_name=stack.resources.functions[n.QUOTA_CHECK],
+        audit_dlq_url=stack.resources.audit_dlq_url,
+        artifacts_bucket=stack.resources.artifacts_bucket,
+    )
     for key, value in env.items():
         setenv(key, value)
     setenv("AWS_ENDPOINT_URL", stack.moto)
@@ -171,7 +195,9 @@ def close_stack(stack: Stack) -> None:
 
 
 @pytest.fixture
-def stack(moto_endpoint: str, interpreter: LocalInterpreterServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
+def stack(
+    moto_endpoint: str, interpreter: LocalInterpreterServer, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Stack]:
     stack = open_stack(moto_endpoint, interpreter, monkeypatch.setenv)
     yield stack
     close_stack(stack)
@@ -190,7 +216,12 @@ def turn_token_for(tenant_id: str, turn_id: str) -> str:
 def event(action: str = "execute_code", **over: Any) -> dict[str, Any]:
     """A dispatch event; turn actions carry the (tenant, turn)'s deterministic token unless the
     caller passes turn_token=... (None = send none)."""
-    base: dict[str, Any] = {"tenant_id": "acme", "agent_id": "agent-7", "template_id": "analyst", "turn_id": "turn-1"}
+    base: dict[str, Any] = {
+        "tenant_id": "acme",
+        "agent_id": "agent-7",
+        "template_id": "analyst",
+        "turn_id": "turn-1",
+    }
     if action == "execute_code":
         base.update(call_id="call-1", code="print(1+1)")
     if action == "end_turn":

@@ -42,7 +42,9 @@ class ToolsSession:
 
 
 @pytest.fixture
-def tools_session(interpreter: LocalInterpreterServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[ToolsSession]:
+def tools_session(
+    interpreter: LocalInterpreterServer, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[ToolsSession]:
     # Given the local interpreter, this tenant's interpreter registered, credentials cached
     interpreter.register_interpreter(INTERPRETER, "PUBLIC")
     monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_AGENTCORE", interpreter.endpoint)
@@ -52,9 +54,15 @@ def tools_session(interpreter: LocalInterpreterServer, monkeypatch: pytest.Monke
             expires_at=datetime.now(UTC) + timedelta(hours=1),
             creds={"AccessKeyId": "ASIASEEDED0000000000", "SecretAccessKey": "x", "SessionToken": "y"},
         )
-    runner = SessionRunner(tenant_id="acme", allowed_interpreter_ids=[INTERPRETER], runner_role_arn=RUNNER_ROLE,
-                           session_timeout_seconds=300, call_timeout_seconds=60, stdout_cap_bytes=262_144,
-                           stderr_cap_bytes=32_768)  # fmt: skip
+    runner = SessionRunner(
+        tenant_id="acme",
+        allowed_interpreter_ids=[INTERPRETER],
+        runner_role_arn=RUNNER_ROLE,
+        session_timeout_seconds=300,
+        call_timeout_seconds=60,
+        stdout_cap_bytes=262_144,
+        stderr_cap_bytes=32_768,
+    )
     # and a session that passed the real readiness preamble (redactor + tools runtime)
     session_id = runner.start_session(INTERPRETER, name="tools-test")
 

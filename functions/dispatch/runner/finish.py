@@ -61,16 +61,37 @@ class ExecutionResult:
         return cls(self.error_message or "The code sandbox failed.", failure_reason=self.failure_reason)
 
 
-def finish_run(runner: Runner, *, stdout: BoundedText, stderr: BoundedText, exit_status: str,
-               exit_code: int | None, error: str | None, message: str | None, reason: str | None,
-               duration_ms: int, session_stopped: bool, stdout_cut: bool = False,
-               stderr_cut: bool = False) -> ExecutionResult:  # fmt: skip
+def finish_run(
+    runner: Runner,
+    *,
+    stdout: BoundedText,
+    stderr: BoundedText,
+    exit_status: str,
+    exit_code: int | None,
+    error: str | None,
+    message: str | None,
+    reason: str | None,
+    duration_ms: int,
+    session_stopped: bool,
+    stdout_cut: bool = False,
+    stderr_cut: bool = False,
+) -> ExecutionResult:
     """The result of a run whose outcome is decided. `*_cut`: the producer cut that stream before
     we got it (its end may be half a token, dropped after redaction)."""
-    out = shape(stdout, cap_bytes=runner.stdout_cap_bytes, log_cap_bytes=runner.log_cap_bytes, redact=runner._redact,
-                source_cut=stdout_cut)  # fmt: skip
-    err = shape(stderr, cap_bytes=runner.stderr_cap_bytes, log_cap_bytes=runner.log_cap_bytes, redact=runner._redact,
-                source_cut=stderr_cut)  # fmt: skip
+    out = shape(
+        stdout,
+        cap_bytes=runner.stdout_cap_bytes,
+        log_cap_bytes=runner.log_cap_bytes,
+        redact=runner._redact,
+        source_cut=stdout_cut,
+    )
+    err = shape(
+        stderr,
+        cap_bytes=runner.stderr_cap_bytes,
+        log_cap_bytes=runner.log_cap_bytes,
+        redact=runner._redact,
+        source_cut=stderr_cut,
+    )
     return ExecutionResult(
         exit_status=exit_status,
         exit_code=exit_code,
@@ -90,11 +111,30 @@ def finish_run(runner: Runner, *, stdout: BoundedText, stderr: BoundedText, exit
     )
 
 
-def finish_classified(runner: Runner, verdict: Classification, *, stdout: BoundedText, stderr: BoundedText,
-                      exit_code: int | None, duration_ms: int, session_stopped: bool, stdout_cut: bool = False,
-                      stderr_cut: bool = False) -> ExecutionResult:  # fmt: skip
+def finish_classified(
+    runner: Runner,
+    verdict: Classification,
+    *,
+    stdout: BoundedText,
+    stderr: BoundedText,
+    exit_code: int | None,
+    duration_ms: int,
+    session_stopped: bool,
+    stdout_cut: bool = False,
+    stderr_cut: bool = False,
+) -> ExecutionResult:
     """`finish_run` with the outcome a `classify()` verdict decided."""
-    return finish_run(runner, stdout=stdout, stderr=stderr, exit_status=verdict.exit_status, exit_code=exit_code,
-                      error=verdict.error.__name__ if verdict.error else None, message=verdict.error_message,
-                      reason=verdict.failure_reason, duration_ms=duration_ms, session_stopped=session_stopped,
-                      stdout_cut=stdout_cut, stderr_cut=stderr_cut)  # fmt: skip
+    return finish_run(
+        runner,
+        stdout=stdout,
+        stderr=stderr,
+        exit_status=verdict.exit_status,
+        exit_code=exit_code,
+        error=verdict.error.__name__ if verdict.error else None,
+        message=verdict.error_message,
+        reason=verdict.failure_reason,
+        duration_ms=duration_ms,
+        session_stopped=session_stopped,
+        stdout_cut=stdout_cut,
+        stderr_cut=stderr_cut,
+    )

@@ -245,27 +245,42 @@ def runtime_version() -> str:
     return digest.hexdigest()[:16]
 
 
-def submit_source(job_id: str, code: str, timeout_s: int, values: Iterable[str] = (), *,
-                  with_runtime: bool = True) -> str:  # fmt: skip
+def submit_source(
+    job_id: str, code: str, timeout_s: int, values: Iterable[str] = (), *, with_runtime: bool = True
+) -> str:
     """The launcher. Without the runtime (`with_runtime=False`, ~5 KB instead of ~55 KB) it
     answers `runtime_missing` unless this runtime version is already installed in the session."""
     _checked(job_id)
     return _SUBMIT.format(
-        dir_name=JOBS_DIR_NAME, code_file=jobs_runtime.CODE_FILE, spec_file=jobs_runtime.SPEC_FILE,
-        runtime_file=jobs_runtime.RUNTIME_FILE, job_id=job_id,
-        code_b64=base64.b64encode(code.encode("utf-8")).decode("ascii"), timeout_s=int(timeout_s),
-        sources=runtime_sources() if with_runtime else None, version=runtime_version(),
-        values=tuple(v for v in values if v), marker=JOB_MARKER,
+        dir_name=JOBS_DIR_NAME,
+        code_file=jobs_runtime.CODE_FILE,
+        spec_file=jobs_runtime.SPEC_FILE,
+        runtime_file=jobs_runtime.RUNTIME_FILE,
+        job_id=job_id,
+        code_b64=base64.b64encode(code.encode("utf-8")).decode("ascii"),
+        timeout_s=int(timeout_s),
+        sources=runtime_sources() if with_runtime else None,
+        version=runtime_version(),
+        values=tuple(v for v in values if v),
+        marker=JOB_MARKER,
     )
 
 
 def status_source(job_id: str, *, out_limit: int, err_limit: int, cancel: bool = False) -> str:
     _checked(job_id)
     return _STATUS.format(
-        dir_name=JOBS_DIR_NAME, spec_file=jobs_runtime.SPEC_FILE, stdout_file=jobs_runtime.STDOUT_FILE,
-        stderr_file=jobs_runtime.STDERR_FILE, job_id=job_id, cancel=bool(cancel), out_limit=int(out_limit),
-        err_limit=int(err_limit), tail_bytes=TAIL_BYTES, cancel_wait=CANCEL_WAIT_SECONDS,
-        grace=DEADLINE_GRACE_SECONDS, marker=JOB_MARKER,
+        dir_name=JOBS_DIR_NAME,
+        spec_file=jobs_runtime.SPEC_FILE,
+        stdout_file=jobs_runtime.STDOUT_FILE,
+        stderr_file=jobs_runtime.STDERR_FILE,
+        job_id=job_id,
+        cancel=bool(cancel),
+        out_limit=int(out_limit),
+        err_limit=int(err_limit),
+        tail_bytes=TAIL_BYTES,
+        cancel_wait=CANCEL_WAIT_SECONDS,
+        grace=DEADLINE_GRACE_SECONDS,
+        marker=JOB_MARKER,
     )
 
 
@@ -275,7 +290,7 @@ def parse_marker(stdout: str) -> dict[str, Any] | None:
     for line in stdout.splitlines():
         if line.startswith(JOB_MARKER):
             try:
-                value = json.loads(line[len(JOB_MARKER):])
+                value = json.loads(line[len(JOB_MARKER) :])
             except ValueError:
                 return None
             found = value if isinstance(value, dict) else None

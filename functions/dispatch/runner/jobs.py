@@ -88,19 +88,26 @@ class JobRunner:
     def __init__(self, runner: SessionRunner) -> None:
         self.runner = runner
 
-    def submit_job(self, interpreter_id: str, session_id: str, *, job_id: str, code: str,
-                   timeout_s: int) -> JobSubmitted:  # fmt: skip
+    def submit_job(
+        self, interpreter_id: str, session_id: str, *, job_id: str, code: str, timeout_s: int
+    ) -> JobSubmitted:
         # The runtime (~50 KB) travels only when the session does not have this version yet.
-        payload, duration_ms = self._call(interpreter_id, session_id,
-                                          submit_source(job_id, code, timeout_s, with_runtime=False),
-                                          SUBMIT_TIMEOUT_SECONDS)  # fmt: skip
+        payload, duration_ms = self._call(
+            interpreter_id,
+            session_id,
+            submit_source(job_id, code, timeout_s, with_runtime=False),
+            SUBMIT_TIMEOUT_SECONDS,
+        )
         if payload.get("state") == "runtime_missing":
-            payload, more_ms = self._call(interpreter_id, session_id, submit_source(job_id, code, timeout_s),
-                                          SUBMIT_TIMEOUT_SECONDS)  # fmt: skip
+            payload, more_ms = self._call(
+                interpreter_id, session_id, submit_source(job_id, code, timeout_s), SUBMIT_TIMEOUT_SECONDS
+            )
             duration_ms += more_ms
         if payload.get("state") not in ("running", "exists"):
             raise JobFailure(self.runner._reason(f"job_submit_unexpected:{payload.get('state')}"))
-        return JobSubmitted(job_id=job_id, duration_ms=duration_ms, already_existed=payload["state"] == "exists")
+        return JobSubmitted(
+            job_id=job_id, duration_ms=duration_ms, already_existed=payload["state"] == "exists"
+        )
 
     def job_status(self, interpreter_id: str, session_id: str, job_id: str) -> JobState:
         return self._observe(interpreter_id, session_id, job_id, cancel=False)
@@ -111,19 +118,30 @@ class JobRunner:
 
     def session_ended_result(self, duration_ms: int) -> ExecutionResult:
         """The final result of a job whose session vanished before its end was observed."""
-        return self._failure_result(SandboxError.__name__, "error", JOB_SESSION_ENDED_MESSAGE,
-                                    "job_session_ended", duration_ms)  # fmt: skip
+        return self._failure_result(
+            SandboxError.__name__, "error", JOB_SESSION_ENDED_MESSAGE, "job_session_ended", duration_ms
+        )
 
     def overdue_result(self, timeout_s: int, duration_ms: int) -> ExecutionResult:
         """The final result of a job whose deadline passed and whose session dispatch stopped."""
-        return self._failure_result(SandboxTimeout.__name__, "timeout", job_timeout_message(timeout_s),
-                                    f"job_deadline_exceeded:{timeout_s}s", duration_ms, session_stopped=True)  # fmt: skip
+        return self._failure_result(
+            SandboxTimeout.__name__,
+            "timeout",
+            job_timeout_message(timeout_s),
+            f"job_deadline_exceeded:{timeout_s}s",
+            duration_ms,
+            session_stopped=True,
+        )
 
     # --- internals ----------------------------------------------------------------------------
     def _observe(self, interpreter_id: str, session_id: str, job_id: str, *, cancel: bool) -> JobState:
         runner = self.runner
-        source = status_source(job_id, out_limit=runner.stdout_cap_bytes + REDACTION_MARGIN_BYTES,
-                               err_limit=runner.stderr_cap_bytes + REDACTION_MARGIN_BYTES, cancel=cancel)  # fmt: skip
+        source = status_source(
+            job_id,
+            out_limit=runner.stdout_cap_bytes + REDACTION_MARGIN_BYTES,
+            err_limit=runner.stderr_cap_bytes + REDACTION_MARGIN_BYTES,
+            cancel=cancel,
+        )
         payload, _ = self._call(interpreter_id, session_id, source, STATUS_TIMEOUT_SECONDS)
         state = str(payload.get("state"))
         now = float(payload.get("now") or time.time())
@@ -134,8 +152,12 @@ class JobRunner:
         if state not in rt.TERMINAL_STATES:  # "unknown": the job's files are not in this session
             raise JobUnknownInSession(runner._reason(f"job_unknown_in_session:{state}"))
         duration_ms = int(payload.get("duration_ms") or elapsed_ms)
-        return JobState(job_id=job_id, state=state, elapsed_ms=duration_ms,
-                        result=self._final_result(payload, state, duration_ms))  # fmt: skip
+        return JobState(
+            job_id=job_id,
+            state=state,
+            elapsed_ms=duration_ms,
+            result=self._final_result(payload, state, duration_ms),
+        )
 
     def _final_result(self, payload: dict, state: str, duration_ms: int) -> ExecutionResult:
         runner = self.runner
@@ -149,30 +171,75 @@ class JobRunner:
         message: str | None
         reason: str | None
         if state == rt.CANCELLED:
-            error, exit_status, message, reason = SandboxError.__name__, "error", JOB_CANCELLED_MESSAGE, "job_cancelled"
+            error, exit_status, message, reason = (
+                SandboxError.__name__,
+                "error",
+                JOB_CANCELLED_MESSAGE,
+                "job_cancelled",
+            )
         elif state == rt.TIMED_OUT:
             error, exit_status = SandboxTimeout.__name__, "timeout"
             message, reason = job_timeout_message(timeout_s), f"job_deadline_exceeded:{timeout_s}s"
         elif payload.get("reason") == "supervisor_lost":
-            error, exit_status, message, reason = SandboxError.__name__, "error", JOB_LOST_MESSAGE, "job_supervisor_lost"
+            error, exit_status, message, reason = (
+                SandboxError.__name__,
+                "error",
+                JOB_LOST_MESSAGE,
+                "job_supervisor_lost",
+            )
         else:
-            verdict = classify(timed_out=False, call_timeout_seconds=timeout_s, exit_code=exit_code,
-                               stderr_tail=tail, is_error=False, stream_error=None, result_events=1)  # fmt: skip
+            verdict = classify(
+                timed_out=False,
+                call_timeout_seconds=timeout_s,
+                exit_code=exit_code,
+                stderr_tail=tail,
+                is_error=False,
+                stream_error=None,
+                result_events=1,
+            )
             exit_status = verdict.exit_status
             error = verdict.error.__name__ if verdict.error else None
             message, reason = verdict.error_message, verdict.failure_reason
-        return finish_run(runner, stdout=stdout, stderr=stderr, exit_status=exit_status, exit_code=exit_code,
-                          error=error, message=message, reason=reason, duration_ms=duration_ms,
-                          session_stopped=False)  # fmt: skip
+        return finish_run(
+            runner,
+            stdout=stdout,
+            stderr=stderr,
+            exit_status=exit_status,
+            exit_code=exit_code,
+            error=error,
+            message=message,
+            reason=reason,
+            duration_ms=duration_ms,
+            session_stopped=False,
+        )
 
-    def _failure_result(self, error: str, exit_status: str, message: str, reason: str, duration_ms: int,
-                        *, session_stopped: bool = False) -> ExecutionResult:  # fmt: skip
+    def _failure_result(
+        self,
+        error: str,
+        exit_status: str,
+        message: str,
+        reason: str,
+        duration_ms: int,
+        *,
+        session_stopped: bool = False,
+    ) -> ExecutionResult:
         # Messages and reasons here are our own constants: finish_run's redaction leaves them as they are.
-        return finish_run(self.runner, stdout=BoundedText(0), stderr=BoundedText(0), exit_status=exit_status,
-                          exit_code=None, error=error, message=message, reason=reason, duration_ms=duration_ms,
-                          session_stopped=session_stopped)  # fmt: skip
+        return finish_run(
+            self.runner,
+            stdout=BoundedText(0),
+            stderr=BoundedText(0),
+            exit_status=exit_status,
+            exit_code=None,
+            error=error,
+            message=message,
+            reason=reason,
+            duration_ms=duration_ms,
+            session_stopped=session_stopped,
+        )
 
-    def _call(self, interpreter_id: str, session_id: str, source: str, timeout_seconds: float) -> tuple[dict, int]:
+    def _call(
+        self, interpreter_id: str, session_id: str, source: str, timeout_seconds: float
+    ) -> tuple[dict, int]:
         runner = self.runner
         runner._check_owned(interpreter_id)  # before any AWS call (§6.4)
         call = runner._invoke(interpreter_id, session_id, source, timeout_seconds=timeout_seconds)
@@ -187,7 +254,11 @@ class JobRunner:
             raise JobFailure(runner._reason(f"stream_exception:{outcome.stream_error}"))
         payload = parse_marker(outcome.stdout.head)
         if payload is None or outcome.is_error or outcome.exit_code not in (None, 0):
-            raise JobFailure(runner._reason(f"job_snippet_failed:exit_code:{outcome.exit_code}:{outcome.stderr.tail[-200:]}"))
+            raise JobFailure(
+                runner._reason(
+                    f"job_snippet_failed:exit_code:{outcome.exit_code}:{outcome.stderr.tail[-200:]}"
+                )
+            )
         return payload, call.duration_ms
 
 

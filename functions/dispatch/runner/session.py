@@ -112,7 +112,9 @@ class SessionRunner:
         )
 
     # --- sessions -----------------------------------------------------------------------------
-    def start_session(self, interpreter_id: str, *, name: str | None = None, client_token: str | None = None) -> str:
+    def start_session(
+        self, interpreter_id: str, *, name: str | None = None, client_token: str | None = None
+    ) -> str:
         """Start a session and run the readiness preamble; returns the session id.
 
         `name` should be unique per start attempt and `client_token` (≥ 33 chars) stable across
@@ -191,12 +193,16 @@ class SessionRunner:
             )
             orphans = [s["sessionId"] for s in listed.get("items", []) if s.get("name") == name]
         except Exception as exc:  # noqa: BLE001 — never mask the start failure being reported
-            logger.warning("orphan lookup failed", extra={"tenant_id": self.tenant_id,
-                                                          "failure_reason": type(exc).__name__})  # fmt: skip
+            logger.warning(
+                "orphan lookup failed",
+                extra={"tenant_id": self.tenant_id, "failure_reason": type(exc).__name__},
+            )
             return
         for session_id in orphans:
-            logger.warning("stopping session whose start answer was lost",
-                           extra={"tenant_id": self.tenant_id, "session_id": session_id})  # fmt: skip
+            logger.warning(
+                "stopping session whose start answer was lost",
+                extra={"tenant_id": self.tenant_id, "session_id": session_id},
+            )
             self.stop_session(interpreter_id, session_id)
 
     def stop_session(self, interpreter_id: str, session_id: str) -> bool:
@@ -233,8 +239,9 @@ class SessionRunner:
         return False
 
     # --- code ---------------------------------------------------------------------------------
-    def execute(self, interpreter_id: str, session_id: str, code: str, *,
-                deadline_seconds: float | None = None) -> ExecutionResult:  # fmt: skip
+    def execute(
+        self, interpreter_id: str, session_id: str, code: str, *, deadline_seconds: float | None = None
+    ) -> ExecutionResult:
         """Run user code byte-exact in the session, for at most the per-call timeout — or less
         when the caller has less time left (`deadline_seconds`, e.g. the Lambda's remaining time
         minus what answering needs); either way an overrun is this call's `timeout`.
@@ -244,8 +251,11 @@ class SessionRunner:
         invoke because the session no longer exists; dispatch starts a fresh one).
         """
         self._check_owned(interpreter_id)
-        limit = self.call_timeout_seconds if deadline_seconds is None else min(self.call_timeout_seconds,
-                                                                                 max(1.0, deadline_seconds))  # fmt: skip
+        limit = (
+            self.call_timeout_seconds
+            if deadline_seconds is None
+            else min(self.call_timeout_seconds, max(1.0, deadline_seconds))
+        )
         call = self._invoke(interpreter_id, session_id, code, timeout_seconds=limit)
         if call.api_error is not None and call.api_error.split(":", 1)[0] in _SESSION_GONE_CODES:
             raise SessionGone(session_id, self._reason(f"invoke_failed:{call.api_error}"))
@@ -257,10 +267,17 @@ class SessionRunner:
             # the next call of the turn start (and announce) a fresh session.
             self.stop_session(interpreter_id, session_id)
             session_stopped = True
-        return finish_classified(self, verdict, stdout=outcome.stdout, stderr=outcome.stderr,
-                                 exit_code=outcome.exit_code, duration_ms=call.duration_ms,
-                                 session_stopped=session_stopped, stdout_cut=source_was_cut(outcome.stdout),
-                                 stderr_cut=source_was_cut(outcome.stderr))  # fmt: skip
+        return finish_classified(
+            self,
+            verdict,
+            stdout=outcome.stdout,
+            stderr=outcome.stderr,
+            exit_code=outcome.exit_code,
+            duration_ms=call.duration_ms,
+            session_stopped=session_stopped,
+            stdout_cut=source_was_cut(outcome.stdout),
+            stderr_cut=source_was_cut(outcome.stderr),
+        )
 
     # --- internals ----------------------------------------------------------------------------
     def _check_owned(self, interpreter_id: str) -> None:
@@ -272,8 +289,12 @@ class SessionRunner:
 
         # The preamble is tiny: its own short deadline, so a hung readiness check cannot eat the
         # time the user's code (and the answer) need.
-        call = self._invoke(interpreter_id, session_id, readiness_source(),
-                            timeout_seconds=min(READINESS_TIMEOUT_SECONDS, self.call_timeout_seconds))  # fmt: skip
+        call = self._invoke(
+            interpreter_id,
+            session_id,
+            readiness_source(),
+            timeout_seconds=min(READINESS_TIMEOUT_SECONDS, self.call_timeout_seconds),
+        )
         outcome = call.outcome
         if call.timed_out:
             problem = "timeout"
@@ -302,8 +323,15 @@ class SessionRunner:
             SandboxProvisioning, _READINESS_MESSAGE, failure_reason=reason, reason="readiness_check_failed"
         )
 
-    def _invoke(self, interpreter_id: str, session_id: str, code: str, *, timeout_seconds: float,
-                accumulator: StreamAccumulator | None = None) -> _Invocation:  # fmt: skip
+    def _invoke(
+        self,
+        interpreter_id: str,
+        session_id: str,
+        code: str,
+        *,
+        timeout_seconds: float,
+        accumulator: StreamAccumulator | None = None,
+    ) -> _Invocation:
         """One executeCode call under the runner's deadline.
 
         The call runs on a daemon reader thread while this thread waits at most until the

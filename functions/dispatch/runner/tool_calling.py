@@ -75,7 +75,12 @@ class ToolRecord:
     ok: bool
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "input_sha256": self.input_sha256, "duration_ms": self.duration_ms, "ok": self.ok}
+        return {
+            "name": self.name,
+            "input_sha256": self.input_sha256,
+            "duration_ms": self.duration_ms,
+            "ok": self.ok,
+        }
 
 
 @dataclass(frozen=True)
@@ -121,10 +126,14 @@ class ToolCallState:
             "allow": list(self.allow),
             "running_ms": self.running_ms,
             "records": [r.to_dict() for r in self.records],
-            "pending": None if self.pending is None else {
-                "seq": self.pending.seq, "name": self.pending.name,
-                "input_sha256": self.pending.input_sha256, "paused_at_ms": self.pending.paused_at_ms,
-            },  # fmt: skip
+            "pending": None
+            if self.pending is None
+            else {
+                "seq": self.pending.seq,
+                "name": self.pending.name,
+                "input_sha256": self.pending.input_sha256,
+                "paused_at_ms": self.pending.paused_at_ms,
+            },
             "stdout_head": self.stdout.head_bytes,
             "stdout_tail": self.stdout.tail,
             "stdout_bytes": self.stdout.total_bytes,
@@ -144,14 +153,30 @@ class ToolCallState:
             call_ref=str(data["call_ref"]),
             allow=tuple(str(a) for a in data["allow"]),
             running_ms=int(data["running_ms"]),
-            records=tuple(ToolRecord(str(r["name"]), str(r["input_sha256"]), int(r["duration_ms"]), bool(r["ok"]))
-                          for r in data["records"]),  # fmt: skip
-            pending=None if not pending else PendingCall(int(pending["seq"]), str(pending["name"]),
-                                                         str(pending["input_sha256"]), int(pending["paused_at_ms"])),  # fmt: skip
-            stdout=BoundedText.restore(bytes(data["stdout_head"]), str(data["stdout_tail"]),
-                                       int(data["stdout_bytes"]), int(data["stdout_limit"])),  # fmt: skip
-            stderr=BoundedText.restore(bytes(data["stderr_head"]), str(data["stderr_tail"]),
-                                       int(data["stderr_bytes"]), int(data["stderr_limit"])),  # fmt: skip
+            records=tuple(
+                ToolRecord(str(r["name"]), str(r["input_sha256"]), int(r["duration_ms"]), bool(r["ok"]))
+                for r in data["records"]
+            ),
+            pending=None
+            if not pending
+            else PendingCall(
+                int(pending["seq"]),
+                str(pending["name"]),
+                str(pending["input_sha256"]),
+                int(pending["paused_at_ms"]),
+            ),
+            stdout=BoundedText.restore(
+                bytes(data["stdout_head"]),
+                str(data["stdout_tail"]),
+                int(data["stdout_bytes"]),
+                int(data["stdout_limit"]),
+            ),
+            stderr=BoundedText.restore(
+                bytes(data["stderr_head"]),
+                str(data["stderr_tail"]),
+                int(data["stderr_bytes"]),
+                int(data["stderr_limit"]),
+            ),
         )
 
 
@@ -208,7 +233,11 @@ class _MarkerAccumulator(StreamAccumulator):
                     result["structuredContent"] = {**structured, "stdout": stdout}
             blocks = []
             for block in result.get("content") or ():
-                if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+                if (
+                    isinstance(block, dict)
+                    and block.get("type") == "text"
+                    and isinstance(block.get("text"), str)
+                ):
                     text, marker = split_marker(block["text"])
                     if marker is not None:
                         self.marker = self.marker or marker
@@ -227,8 +256,13 @@ def sha256_hex(text: str) -> str:
 class ToolsRunner:
     """Drives tool-calling code through a SessionRunner (same credentials, caps, redaction)."""
 
-    def __init__(self, runner: SessionRunner, *, limits: ToolLimits | None = None,
-                 wall_clock_ms: Callable[[], int] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        runner: SessionRunner,
+        *,
+        limits: ToolLimits | None = None,
+        wall_clock_ms: Callable[[], int] | None = None,
+    ) -> None:
         self.runner = runner
         self.limits = limits or ToolLimits()
         self._now_ms = wall_clock_ms or (lambda: int(time.time() * 1000))
@@ -236,24 +270,49 @@ class ToolsRunner:
         self._stderr_limit = runner.stderr_cap_bytes + REDACTION_MARGIN_BYTES
 
     # --- the two entry points -----------------------------------------------------------------
-    def execute(self, interpreter_id: str, session_id: str, code: str, *, allow: Sequence[str], call_ref: str,
-                deadline_seconds: float | None = None) -> Paused | Finished:  # fmt: skip
+    def execute(
+        self,
+        interpreter_id: str,
+        session_id: str,
+        code: str,
+        *,
+        allow: Sequence[str],
+        call_ref: str,
+        deadline_seconds: float | None = None,
+    ) -> Paused | Finished:
         """Start `code` (sent byte-exact, base64 in the driver) with the allowlist `allow`.
 
         Raises only what SessionRunner.execute raises before code runs: CrossTenantInterpreter
         (before any AWS call) and SessionGone (the session no longer exists; start a fresh one)."""
         self.runner._check_owned(interpreter_id)
         state = ToolCallState(
-            interpreter_id=interpreter_id, session_id=session_id, call_ref=call_ref,
-            allow=tuple(sorted(set(allow))), running_ms=0, records=(), pending=None,
-            stdout=BoundedText(self._stdout_limit), stderr=BoundedText(self._stderr_limit),
-        )  # fmt: skip
-        source = start_source(code, allow=state.allow, max_calls=self.limits.max_calls,
-                              max_input_bytes=self.limits.max_input_bytes)  # fmt: skip
+            interpreter_id=interpreter_id,
+            session_id=session_id,
+            call_ref=call_ref,
+            allow=tuple(sorted(set(allow))),
+            running_ms=0,
+            records=(),
+            pending=None,
+            stdout=BoundedText(self._stdout_limit),
+            stderr=BoundedText(self._stderr_limit),
+        )
+        source = start_source(
+            code,
+            allow=state.allow,
+            max_calls=self.limits.max_calls,
+            max_input_bytes=self.limits.max_input_bytes,
+        )
         return self._slice(state, source, deadline_seconds, first=True)
 
-    def resume(self, state: ToolCallState, *, tool_result: Any = None, tool_error: str | None = None,
-               has_result: bool = True, deadline_seconds: float | None = None) -> Paused | Finished:  # fmt: skip
+    def resume(
+        self,
+        state: ToolCallState,
+        *,
+        tool_result: Any = None,
+        tool_error: str | None = None,
+        has_result: bool = True,
+        deadline_seconds: float | None = None,
+    ) -> Paused | Finished:
         """Answer the pending tool call with `tool_result` (any JSON value) or `tool_error`
         (pass has_result=False with it) and run the code to its next tool call or its end.
 
@@ -269,7 +328,9 @@ class ToolsRunner:
             return self.expire(state, now_ms=now)
         if has_result:
             try:
-                result_json = json.dumps(tool_result, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+                result_json = json.dumps(
+                    tool_result, allow_nan=False, separators=(",", ":"), ensure_ascii=False
+                )
             except (TypeError, ValueError):
                 result_json, tool_error = None, "tool result is not JSON-serializable"
             if result_json is not None:
@@ -288,8 +349,14 @@ class ToolsRunner:
             source = resume_source(pending.seq, error=str(tool_error))
         return self._slice(state, source, deadline_seconds, first=False)
 
-    def expire(self, state: ToolCallState, *, now_ms: int | None = None, turn_ended: bool = False,
-               stop_session: bool = True) -> Finished:  # fmt: skip
+    def expire(
+        self,
+        state: ToolCallState,
+        *,
+        now_ms: int | None = None,
+        turn_ended: bool = False,
+        stop_session: bool = True,
+    ) -> Finished:
         """End a call whose tool result never came within the bound (or whose turn ended: `turn_ended`):
         stop the session unless told not to (`stop_session=False`: its turn's background jobs keep
         it, SPEC §17); the call's result is a SandboxTimeout with the output the code produced before
@@ -305,33 +372,54 @@ class ToolsRunner:
         message = TOOL_TURN_ENDED if turn_ended else TOOL_WAIT_EXPIRED.format(seconds=seconds)
         reason = naming.REASON_TOOL_TURN_ENDED if turn_ended else f"tool_wait_expired:{seconds}s"
         return self._finish(
-            replace(state, records=records, pending=None), exit_status="timeout", exit_code=None,
-            error=SandboxTimeout.__name__, message=message, reason=reason, session_stopped=stop_session,
-        )  # fmt: skip
+            replace(state, records=records, pending=None),
+            exit_status="timeout",
+            exit_code=None,
+            error=SandboxTimeout.__name__,
+            message=message,
+            reason=reason,
+            session_stopped=stop_session,
+        )
 
     def abort(self, state: ToolCallState, *, reason: str, message: str) -> Finished:
         """End a paused call that cannot continue (e.g. its continuation could not be stored):
         stop the session so the parked code never runs on; SandboxError with the output so far."""
         self.runner.stop_session(state.interpreter_id, state.session_id)
-        return self._finish(replace(state, pending=None), exit_status="error", exit_code=None,
-                            error=SandboxError.__name__, message=message, reason=reason, session_stopped=True)  # fmt: skip
+        return self._finish(
+            replace(state, pending=None),
+            exit_status="error",
+            exit_code=None,
+            error=SandboxError.__name__,
+            message=message,
+            reason=reason,
+            session_stopped=True,
+        )
 
     # --- one slice ----------------------------------------------------------------------------
-    def _slice(self, state: ToolCallState, source: str, deadline_seconds: float | None, *, first: bool) -> Paused | Finished:
+    def _slice(
+        self, state: ToolCallState, source: str, deadline_seconds: float | None, *, first: bool
+    ) -> Paused | Finished:
         runner = self.runner
         budget = runner.call_timeout_seconds - state.running_ms / 1000
         limit = budget if deadline_seconds is None else min(budget, deadline_seconds)
         limit = max(1.0, limit)
         accumulator = _MarkerAccumulator(runner._head_limit)
-        call = runner._invoke(state.interpreter_id, state.session_id, source, timeout_seconds=limit,
-                              accumulator=accumulator)  # fmt: skip
+        call = runner._invoke(
+            state.interpreter_id, state.session_id, source, timeout_seconds=limit, accumulator=accumulator
+        )
         state = replace(state, running_ms=state.running_ms + call.duration_ms)
         if call.api_error is not None and call.api_error.split(":", 1)[0] == "ResourceNotFoundException":
             if first:  # nothing ran: the caller starts a fresh session, as for ordinary code
                 raise SessionGone(state.session_id, runner._reason(f"invoke_failed:{call.api_error}"))
-            return self._finish(state, exit_status="error", exit_code=None, error=SandboxError.__name__,
-                                message=SESSION_LOST, reason=runner._reason(f"session_lost:{call.api_error}"),
-                                session_stopped=True)  # fmt: skip
+            return self._finish(
+                state,
+                exit_status="error",
+                exit_code=None,
+                error=SandboxError.__name__,
+                message=SESSION_LOST,
+                reason=runner._reason(f"session_lost:{call.api_error}"),
+                session_stopped=True,
+            )
         outcome = call.outcome
         marker = accumulator.marker
         healthy = not call.timed_out and call.api_error is None and outcome.stream_error is None
@@ -347,20 +435,31 @@ class ToolsRunner:
         problem = self._check_call(state, marker)
         if problem is not None:
             runner.stop_session(state.interpreter_id, state.session_id)
-            return self._finish(state, exit_status="error", exit_code=None, error=SandboxError.__name__,
-                                message=TOOL_PROTOCOL_BROKEN, reason=f"tool_protocol:{problem}",
-                                session_stopped=True)  # fmt: skip
+            return self._finish(
+                state,
+                exit_status="error",
+                exit_code=None,
+                error=SandboxError.__name__,
+                message=TOOL_PROTOCOL_BROKEN,
+                reason=f"tool_protocol:{problem}",
+                session_stopped=True,
+            )
         assert marker.name is not None and marker.input_json is not None  # checked by _check_call
         pending = PendingCall(marker.seq, marker.name, sha256_hex(marker.input_json), self._now_ms())
         state = replace(state, pending=pending)
-        tool_call = ToolCall(id=f"{state.call_ref}-{marker.seq}", name=marker.name,
-                             input=json.loads(marker.input_json))  # fmt: skip
+        tool_call = ToolCall(
+            id=f"{state.call_ref}-{marker.seq}", name=marker.name, input=json.loads(marker.input_json)
+        )
         return Paused(tool_call=tool_call, state=state)
 
     def _status(self, state: ToolCallState) -> RuntimeState | None:
         """The slice's marker did not arrive (output beyond what the interpreter returns): ask."""
-        call = self.runner._invoke(state.interpreter_id, state.session_id, STATUS_SOURCE,
-                                   timeout_seconds=min(READINESS_TIMEOUT_SECONDS, self.runner.call_timeout_seconds))  # fmt: skip
+        call = self.runner._invoke(
+            state.interpreter_id,
+            state.session_id,
+            STATUS_SOURCE,
+            timeout_seconds=min(READINESS_TIMEOUT_SECONDS, self.runner.call_timeout_seconds),
+        )
         if call.timed_out or call.api_error is not None:
             return None
         return find_marker(call.outcome.stdout.head)
@@ -387,7 +486,9 @@ class ToolsRunner:
     def _final(self, state: ToolCallState, call: Any, limit: float, marker: RuntimeState | None) -> Finished:
         runner = self.runner
         outcome = call.outcome
-        verdict = call.classify(int(runner.call_timeout_seconds if limit >= runner.call_timeout_seconds else limit))
+        verdict = call.classify(
+            int(runner.call_timeout_seconds if limit >= runner.call_timeout_seconds else limit)
+        )
         if call.timed_out:
             runner.stop_session(state.interpreter_id, state.session_id)
             return self._finish_classified(state, verdict, exit_code=outcome.exit_code, session_stopped=True)
@@ -398,21 +499,53 @@ class ToolsRunner:
             if not busy:
                 runner.stop_session(state.interpreter_id, state.session_id)
             what = "busy" if busy else ("no_state" if marker is None else marker.state)
-            return self._finish(state, exit_status="error", exit_code=None, error=SandboxError.__name__,
-                                message=PREVIOUS_CALL_PAUSED if busy else TOOL_PROTOCOL_BROKEN,
-                                reason=f"tool_protocol:{what}", session_stopped=not busy)  # fmt: skip
+            return self._finish(
+                state,
+                exit_status="error",
+                exit_code=None,
+                error=SandboxError.__name__,
+                message=PREVIOUS_CALL_PAUSED if busy else TOOL_PROTOCOL_BROKEN,
+                reason=f"tool_protocol:{what}",
+                session_stopped=not busy,
+            )
         return self._finish_classified(state, verdict, exit_code=outcome.exit_code, session_stopped=False)
 
-    def _finish(self, state: ToolCallState, *, exit_status: str, exit_code: int | None, error: str | None,
-                message: str | None, reason: str | None, session_stopped: bool) -> Finished:  # fmt: skip
+    def _finish(
+        self,
+        state: ToolCallState,
+        *,
+        exit_status: str,
+        exit_code: int | None,
+        error: str | None,
+        message: str | None,
+        reason: str | None,
+        session_stopped: bool,
+    ) -> Finished:
         """The call's end: the output of every slice, redacted as one text (finish_run)."""
-        result = finish_run(self.runner, stdout=state.stdout, stderr=state.stderr, exit_status=exit_status,
-                            exit_code=exit_code, error=error, message=message, reason=reason,
-                            duration_ms=state.running_ms, session_stopped=session_stopped)  # fmt: skip
+        result = finish_run(
+            self.runner,
+            stdout=state.stdout,
+            stderr=state.stderr,
+            exit_status=exit_status,
+            exit_code=exit_code,
+            error=error,
+            message=message,
+            reason=reason,
+            duration_ms=state.running_ms,
+            session_stopped=session_stopped,
+        )
         return Finished(result=result, tool_calls=len(state.records), records=state.records)
 
-    def _finish_classified(self, state: ToolCallState, verdict: Classification, *, exit_code: int | None,
-                           session_stopped: bool) -> Finished:  # fmt: skip
-        result = finish_classified(self.runner, verdict, stdout=state.stdout, stderr=state.stderr, exit_code=exit_code,
-                                   duration_ms=state.running_ms, session_stopped=session_stopped)  # fmt: skip
+    def _finish_classified(
+        self, state: ToolCallState, verdict: Classification, *, exit_code: int | None, session_stopped: bool
+    ) -> Finished:
+        result = finish_classified(
+            self.runner,
+            verdict,
+            stdout=state.stdout,
+            stderr=state.stderr,
+            exit_code=exit_code,
+            duration_ms=state.running_ms,
+            session_stopped=session_stopped,
+        )
         return Finished(result=result, tool_calls=len(state.records), records=state.records)

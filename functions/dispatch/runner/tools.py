@@ -47,7 +47,7 @@ class ToolAnswer:
             if not isinstance(resource, dict):
                 continue
             uri = str(resource.get("uri", ""))
-            path = uri[len("file://"):] if uri.startswith("file://") else uri
+            path = uri[len("file://") :] if uri.startswith("file://") else uri
             if resource.get("blob") is not None:
                 blob = resource["blob"]
                 found[path] = blob if isinstance(blob, bytes) else base64.b64decode(blob)
@@ -95,8 +95,12 @@ class SessionFiles:
         """writeFiles, binary-safe (`blob`; botocore base64-encodes bytes on the wire)."""
         if not files:
             return
-        self.call(interpreter_id, session_id, WRITE_FILES,
-                  {"content": [{"path": path, "blob": data} for path, data in files]})  # fmt: skip
+        self.call(
+            interpreter_id,
+            session_id,
+            WRITE_FILES,
+            {"content": [{"path": path, "blob": data} for path, data in files]},
+        )
 
     def read(self, interpreter_id: str, session_id: str, paths: list[str]) -> dict[str, bytes]:
         """readFiles; every asked path must come back, else ToolFailed."""

@@ -21,16 +21,32 @@ from infra.local.interpreter.isolation import STRATEGIES, IsolationUnavailable
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.local.interpreter", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m infra.local.interpreter", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (0: any free port)")
-    parser.add_argument("--registry", help='JSON file {"<interpreter id>": "PUBLIC"|"SANDBOX"}, re-read on change')
-    parser.add_argument("--interpreter", action="append", default=[], metavar="ID=MODE",
-                        help="register an interpreter (repeatable), e.g. sbx_local_acme_pub=PUBLIC")
-    parser.add_argument("--isolation", choices=STRATEGIES, default="auto",
-                        help=f"auto: bubblewrap, else refuse every session (unless {naming.ENV_LOCAL_UNISOLATED}=1)")
-    parser.add_argument("--python", default=os.environ.get(naming.ENV_SESSION_PYTHON) or None,
-                        help=f"the Python that runs session code (default ${naming.ENV_SESSION_PYTHON}, "
-                             "else this interpreter's base Python)")
+    parser.add_argument(
+        "--registry", help='JSON file {"<interpreter id>": "PUBLIC"|"SANDBOX"}, re-read on change'
+    )
+    parser.add_argument(
+        "--interpreter",
+        action="append",
+        default=[],
+        metavar="ID=MODE",
+        help="register an interpreter (repeatable), e.g. sbx_local_acme_pub=PUBLIC",
+    )
+    parser.add_argument(
+        "--isolation",
+        choices=STRATEGIES,
+        default="auto",
+        help=f"auto: bubblewrap, else refuse every session (unless {naming.ENV_LOCAL_UNISOLATED}=1)",
+    )
+    parser.add_argument(
+        "--python",
+        default=os.environ.get(naming.ENV_SESSION_PYTHON) or None,
+        help=f"the Python that runs session code (default ${naming.ENV_SESSION_PYTHON}, "
+        "else this interpreter's base Python)",
+    )
     parser.add_argument("--memory-mb", type=int, default=Limits.memory_mb)
     parser.add_argument("--cpu-seconds", type=int, default=Limits.cpu_seconds)
     parser.add_argument("--max-processes", type=int, default=Limits.max_processes)
@@ -47,9 +63,15 @@ def main(argv: list[str] | None = None) -> int:
         interpreters[interpreter_id] = mode
     try:
         server = LocalInterpreterServer(
-            opts.port, interpreters=interpreters, registry_file=opts.registry, isolation=opts.isolation,
-            limits=Limits(memory_mb=opts.memory_mb, cpu_seconds=opts.cpu_seconds, max_processes=opts.max_processes),
-            max_sessions=opts.max_sessions, python=opts.python,
+            opts.port,
+            interpreters=interpreters,
+            registry_file=opts.registry,
+            isolation=opts.isolation,
+            limits=Limits(
+                memory_mb=opts.memory_mb, cpu_seconds=opts.cpu_seconds, max_processes=opts.max_processes
+            ),
+            max_sessions=opts.max_sessions,
+            python=opts.python,
         ).start()
     except (OSError, ValueError, IsolationUnavailable) as exc:
         print(f"local interpreter: {exc}", file=sys.stderr)
@@ -60,10 +82,16 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda *_: done.set())
     plan = server.manager.plan
     if plan.strategy != "bwrap":  # say it where the operator looks: the log, at start
-        print(f"local interpreter: WARNING: sessions are {'refused' if plan.strategy == 'unavailable' else 'UNISOLATED'}:"
-              f" {plan.unavailable}", file=sys.stderr, flush=True)
-    print(json.dumps({"endpoint": server.endpoint, "pid": os.getpid(), "isolation": server.isolation}),
-          flush=True)
+        print(
+            f"local interpreter: WARNING: sessions are {'refused' if plan.strategy == 'unavailable' else 'UNISOLATED'}:"
+            f" {plan.unavailable}",
+            file=sys.stderr,
+            flush=True,
+        )
+    print(
+        json.dumps({"endpoint": server.endpoint, "pid": os.getpid(), "isolation": server.isolation}),
+        flush=True,
+    )
     try:
         done.wait()
     finally:

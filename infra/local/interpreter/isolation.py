@@ -53,9 +53,19 @@ STRATEGIES = ("auto", "bwrap", "unisolated")
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # Only what a Python process and DNS/TLS need from /etc; never all of /etc (shadow, keys, ...).
 _ETC_FILES = (
-    "/etc/hosts", "/etc/nsswitch.conf", "/etc/host.conf", "/etc/gai.conf",
-    "/etc/ssl", "/etc/ca-certificates", "/etc/pki", "/etc/localtime", "/etc/ld.so.cache",
-    "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/mime.types",
+    "/etc/hosts",
+    "/etc/nsswitch.conf",
+    "/etc/host.conf",
+    "/etc/gai.conf",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/pki",
+    "/etc/localtime",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+    "/etc/mime.types",
     "/etc/fonts",  # matplotlib (session runtime, §14.5) asks fontconfig; without it: an error on stderr
 )
 
@@ -98,26 +108,41 @@ class IsolationPlan:
     def describe(self, limits: Limits) -> dict[str, Any]:
         """What `sandboxctl local status` shows."""
         if self.strategy == "bwrap":
-            public = f"refused ({self.public_unavailable})" if self.public_unavailable else \
-                "own namespace + slirp4netns egress, host loopback and host addresses unreachable"
-            session_memory = f"{limits.memory_mb} MiB per session" if self.cgroups else "not enforced (no cgroup)"
+            public = (
+                f"refused ({self.public_unavailable})"
+                if self.public_unavailable
+                else "own namespace + slirp4netns egress, host loopback and host addresses unreachable"
+            )
+            session_memory = (
+                f"{limits.memory_mb} MiB per session" if self.cgroups else "not enforced (no cgroup)"
+            )
             return {
-                "strategy": "bwrap", "isolated": True,
+                "strategy": "bwrap",
+                "isolated": True,
                 "network": {"SANDBOX": "own namespace, loopback only", "PUBLIC": public},
                 "uid": "one unprivileged uid per session (no capabilities)",
                 "limits": {
-                    "mechanism": self.limits_mechanism, "session_memory": session_memory,
-                    "process_memory_mb": limits.memory_mb, "session_tasks": limits.max_processes,
-                    "cpu_seconds_per_process": limits.cpu_seconds, "file_size_mb": limits.file_size_mb,
+                    "mechanism": self.limits_mechanism,
+                    "session_memory": session_memory,
+                    "process_memory_mb": limits.memory_mb,
+                    "session_tasks": limits.max_processes,
+                    "cpu_seconds_per_process": limits.cpu_seconds,
+                    "file_size_mb": limits.file_size_mb,
                     "tmp_mb": limits.tmp_mb,
                 },
             }
         if self.strategy == "unisolated":
-            return {"strategy": "unisolated", "isolated": False,
-                    "warning": f"{naming.ENV_LOCAL_UNISOLATED}=1: sessions run UNISOLATED as the server's user, "
-                               "with the host's file system and network",
-                    "limits": {"mechanism": "rlimit", "process_memory_mb": limits.memory_mb,
-                               "cpu_seconds_per_process": limits.cpu_seconds}}
+            return {
+                "strategy": "unisolated",
+                "isolated": False,
+                "warning": f"{naming.ENV_LOCAL_UNISOLATED}=1: sessions run UNISOLATED as the server's user, "
+                "with the host's file system and network",
+                "limits": {
+                    "mechanism": "rlimit",
+                    "process_memory_mb": limits.memory_mb,
+                    "cpu_seconds_per_process": limits.cpu_seconds,
+                },
+            }
         return {"strategy": "unavailable", "isolated": False, "refusing": self.unavailable}
 
 
@@ -137,8 +162,16 @@ def _runs(argv: list[str]) -> bool:
     with _probe_lock:
         if key not in _probe_cache:
             try:
-                ok = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL, timeout=10).returncode == 0
+                ok = (
+                    subprocess.run(
+                        argv,
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                        timeout=10,
+                    ).returncode
+                    == 0
+                )
             except (OSError, subprocess.TimeoutExpired):
                 ok = False
             _probe_cache[key] = ok
@@ -148,13 +181,30 @@ def _runs(argv: list[str]) -> bool:
 def _bwrap_problem() -> str | None:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
-        return ("bubblewrap (bwrap) is not installed; install it with `make os-deps` "
-                "(or: apt-get install -y bubblewrap slirp4netns)")
+        return (
+            "bubblewrap (bwrap) is not installed; install it with `make os-deps` "
+            "(or: apt-get install -y bubblewrap slirp4netns)"
+        )
     if os.geteuid() != 0:
         return "the local interpreter must run as root to give each session its own uid, cgroup and network fence"
     if not os.access(SETPRIV, os.X_OK):
         return f"{SETPRIV} (util-linux) is not installed"
-    if not _runs([bwrap, "--unshare-all", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "/bin/sh", "-c", "exit 0"]):
+    if not _runs(
+        [
+            bwrap,
+            "--unshare-all",
+            "--ro-bind",
+            "/",
+            "/",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "/bin/sh",
+            "-c",
+            "exit 0",
+        ]
+    ):
         return "bwrap is installed but cannot create namespaces here"
     return None
 
@@ -170,14 +220,18 @@ def probe(strategy: str = "auto", *, allow_unisolated: bool = False) -> Isolatio
     problem = _bwrap_problem()
     if problem is None:
         missing = network.missing_tools()
-        public = f"PUBLIC sessions need {', '.join(missing)} (apt-get install -y slirp4netns)" if missing else None
+        public = (
+            f"PUBLIC sessions need {', '.join(missing)} (apt-get install -y slirp4netns)" if missing else None
+        )
         return IsolationPlan("bwrap", public_unavailable=public, cgroups=cgroups.detect())
     if strategy == "bwrap":
         raise IsolationUnavailable(f"{naming.REASON_ISOLATION_UNAVAILABLE}: {problem}")
     if allow_unisolated:
         return IsolationPlan("unisolated", unavailable=problem)
-    return IsolationPlan("unavailable", unavailable=f"{problem}; or set {naming.ENV_LOCAL_UNISOLATED}=1 to run "
-                                                    "sessions without isolation")
+    return IsolationPlan(
+        "unavailable",
+        unavailable=f"{problem}; or set {naming.ENV_LOCAL_UNISOLATED}=1 to run sessions without isolation",
+    )
 
 
 # --- the worker's command -----------------------------------------------------------------------
@@ -190,17 +244,34 @@ class WorkerCommand:
 
 def _clean_env(home: str) -> dict[str, str]:
     # Never the server's environment: it may hold AWS credentials.
-    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "LANG": "C.UTF-8",
-            "PYTHONIOENCODING": "utf-8", "PYTHONDONTWRITEBYTECODE": "1"}
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": home,
+        "LANG": "C.UTF-8",
+        "PYTHONIOENCODING": "utf-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
 
 
 def _worker_args(session_id: str, req_fd: int, resp_fd: int, limits: Limits, *, nproc: bool) -> list[str]:
     return [
-        "--session", session_id, "--req-fd", str(req_fd), "--resp-fd", str(resp_fd),
-        "--memory-mb", str(limits.memory_mb), "--cpu-seconds", str(limits.cpu_seconds),
-        "--file-size-mb", str(limits.file_size_mb), "--max-output", str(limits.max_output_bytes),
+        "--session",
+        session_id,
+        "--req-fd",
+        str(req_fd),
+        "--resp-fd",
+        str(resp_fd),
+        "--memory-mb",
+        str(limits.memory_mb),
+        "--cpu-seconds",
+        str(limits.cpu_seconds),
+        "--file-size-mb",
+        str(limits.file_size_mb),
+        "--max-output",
+        str(limits.max_output_bytes),
         # RLIMIT_NPROC counts every process of the uid: only meaningful with a uid of its own.
-        "--max-processes", str(limits.max_processes if nproc else 0),
+        "--max-processes",
+        str(limits.max_processes if nproc else 0),
     ]
 
 
@@ -290,28 +361,75 @@ def build_command(
     dns = ["--ro-bind", resolv_conf, "/etc/resolv.conf"] if resolv_conf else []
     binds = [*_system_binds(python), *dns, "--ro-bind", str(WORKER_PATH), SANDBOX_WORKER_PATH]
     argv = [
-        "bwrap", "--die-with-parent", "--new-session",
-        "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--unshare-net",
-        "--info-fd", str(info_fd),
-        "--hostname", "sandbox",
-        "--proc", "/proc", "--dev", "/dev",
-        "--size", str(limits.tmp_mb << 20), "--perms", "1777", "--tmpfs", "/tmp",
+        "bwrap",
+        "--die-with-parent",
+        "--new-session",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--unshare-net",
+        "--info-fd",
+        str(info_fd),
+        "--hostname",
+        "sandbox",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--size",
+        str(limits.tmp_mb << 20),
+        "--perms",
+        "1777",
+        "--tmpfs",
+        "/tmp",
         # after /tmp's tmpfs, so that a session Python kept under /tmp stays visible
         *_parent_dirs(binds),
         *binds,
-        "--bind", workdir, SANDBOX_WORKDIR, "--chdir", SANDBOX_WORKDIR,
+        "--bind",
+        workdir,
+        SANDBOX_WORKDIR,
+        "--chdir",
+        SANDBOX_WORKDIR,
         "--clearenv",
-        "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
-        "--setenv", "HOME", SANDBOX_WORKDIR,
-        "--setenv", "TMPDIR", "/tmp",
-        "--setenv", "LANG", "C.UTF-8",
-        "--setenv", "PYTHONIOENCODING", "utf-8",
-        "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+        "--setenv",
+        "PATH",
+        "/usr/local/bin:/usr/bin:/bin",
+        "--setenv",
+        "HOME",
+        SANDBOX_WORKDIR,
+        "--setenv",
+        "TMPDIR",
+        "/tmp",
+        "--setenv",
+        "LANG",
+        "C.UTF-8",
+        "--setenv",
+        "PYTHONIOENCODING",
+        "utf-8",
+        "--setenv",
+        "PYTHONDONTWRITEBYTECODE",
+        "1",
         # bwrap (as root, no user namespace) keeps only these two capabilities, which setpriv
         # uses once to become the session's uid; from then on the process has none at all.
-        "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
-        "--", SETPRIV, "--reuid", str(uid), "--regid", str(uid), "--clear-groups",
-        "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs",
-        "--", python, "-I", SANDBOX_WORKER_PATH, *worker,
+        "--cap-add",
+        "CAP_SETUID",
+        "--cap-add",
+        "CAP_SETGID",
+        "--",
+        SETPRIV,
+        "--reuid",
+        str(uid),
+        "--regid",
+        str(uid),
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--no-new-privs",
+        "--",
+        python,
+        "-I",
+        SANDBOX_WORKER_PATH,
+        *worker,
     ]
     return WorkerCommand(_enter_cgroups(cgroup_procs or [], argv), workdir, _clean_env(SANDBOX_WORKDIR))

@@ -49,7 +49,9 @@ def missing_tools() -> list[str]:
 
 def host_ipv4_addresses() -> list[str]:
     """Every IPv4 address configured on this host, loopback excluded (it is per namespace)."""
-    out = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, check=True
+    ).stdout
     found = []
     for line in out.splitlines():
         fields = line.split()
@@ -86,8 +88,13 @@ def block_host_addresses(pid: int, addresses: list[str]) -> None:
     """`prohibit` routes for `addresses` (and FENCED_NETWORKS) inside the network namespace of `pid`."""
     batch = "".join(f"route add prohibit {a}/32\n" for a in addresses)
     batch += "".join(f"route add prohibit {net}\n" for net in FENCED_NETWORKS)
-    done = subprocess.run(["nsenter", f"--net=/proc/{pid}/ns/net", "--", "ip", "-batch", "-"],
-                          input=batch, capture_output=True, text=True, timeout=10)
+    done = subprocess.run(
+        ["nsenter", f"--net=/proc/{pid}/ns/net", "--", "ip", "-batch", "-"],
+        input=batch,
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
     if done.returncode != 0:
         raise NetworkSetupFailed(f"could not fence the host's addresses off: {done.stderr.strip()[:200]}")
 
@@ -103,10 +110,24 @@ def attach_public(pid: int, log_path: str, timeout: float = 10.0) -> Slirp:
             proc = subprocess.Popen(
                 # --enable-sandbox/--enable-seccomp: slirp4netns itself (root, parsing the
                 # session's packets) runs in its own mount namespace with a syscall filter.
-                ["slirp4netns", "--configure", "--mtu=65520", "--disable-host-loopback", "--enable-sandbox",
-                 "--enable-seccomp",
-                 "--ready-fd", str(ready_w), "--exit-fd", str(exit_r), str(pid), TAP],
-                stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, pass_fds=(ready_w, exit_r),
+                [
+                    "slirp4netns",
+                    "--configure",
+                    "--mtu=65520",
+                    "--disable-host-loopback",
+                    "--enable-sandbox",
+                    "--enable-seccomp",
+                    "--ready-fd",
+                    str(ready_w),
+                    "--exit-fd",
+                    str(exit_r),
+                    str(pid),
+                    TAP,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=log_file,
+                pass_fds=(ready_w, exit_r),
                 start_new_session=True,
             )
     except OSError as exc:

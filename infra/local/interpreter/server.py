@@ -112,37 +112,59 @@ def _json_default(value: Any) -> Any:
     raise TypeError(type(value).__name__)
 
 
-def result_events(stdout: str, stderr: str, exit_code: int, execution_time: float,
-                  content: list[dict[str, Any]] | None = None, is_error: bool | None = None,
-                  content_blocks: list[bytes] | None = None) -> list[bytes]:
+def result_events(
+    stdout: str,
+    stderr: str,
+    exit_code: int,
+    execution_time: float,
+    content: list[dict[str, Any]] | None = None,
+    is_error: bool | None = None,
+    content_blocks: list[bytes] | None = None,
+) -> list[bytes]:
     """The `result` events for one tool call, terminal (structured) event last. `content_blocks`:
     a file tool's content blocks as the worker encoded them (JSON objects), sent unparsed."""
     failed = exit_code != 0 if is_error is None else is_error
     structured = {
-        "stdout": stdout, "stderr": stderr, "exitCode": exit_code,
-        "taskStatus": "failed" if failed else "completed", "executionTime": round(execution_time, 6),
+        "stdout": stdout,
+        "stderr": stderr,
+        "exitCode": exit_code,
+        "taskStatus": "failed" if failed else "completed",
+        "executionTime": round(execution_time, 6),
     }
     if content_blocks is not None:
         flag = b"true" if failed else b"false"
         tail = json.dumps({"structuredContent": structured, "isError": failed}).encode("utf-8")
         if sum(len(b) for b in content_blocks) <= CHUNK_CHARS:  # short: one event, like short output
-            return [event_payload_frame("result", b'{"content": [' + b", ".join(content_blocks) + b"], " + tail[1:])]
+            return [
+                event_payload_frame(
+                    "result", b'{"content": [' + b", ".join(content_blocks) + b"], " + tail[1:]
+                )
+            ]
         # Long: one content-only event per block (a file each), then the terminal event, as long
         # executeCode output is streamed: each event stays the size of one file, and botocore's
         # event-stream buffer copies its whole pending message on every 64 KiB read (quadratic).
-        events = [event_payload_frame("result", b'{"content": [' + block + b'], "isError": ' + flag + b"}")
-                  for block in content_blocks]  # fmt: skip
+        events = [
+            event_payload_frame("result", b'{"content": [' + block + b'], "isError": ' + flag + b"}")
+            for block in content_blocks
+        ]
         events.append(event_payload_frame("result", b'{"content": [], ' + tail[1:]))
         return events
     if content is not None:  # file tools: their own blocks, one event
-        return [event_frame("result", {"content": content, "structuredContent": structured, "isError": failed})]
+        return [
+            event_frame("result", {"content": content, "structuredContent": structured, "isError": failed})
+        ]
     texts = [t for t in (stdout, stderr) if t]
     if sum(len(t) for t in texts) <= CHUNK_CHARS:
         blocks = [{"type": "text", "text": t} for t in texts]
-        return [event_frame("result", {"content": blocks, "structuredContent": structured, "isError": failed})]
+        return [
+            event_frame("result", {"content": blocks, "structuredContent": structured, "isError": failed})
+        ]
     events = [
-        event_frame("result", {"content": [{"type": "text", "text": t[i:i + CHUNK_CHARS]}], "isError": failed})
-        for t in texts for i in range(0, len(t), CHUNK_CHARS)
+        event_frame(
+            "result", {"content": [{"type": "text", "text": t[i : i + CHUNK_CHARS]}], "isError": failed}
+        )
+        for t in texts
+        for i in range(0, len(t), CHUNK_CHARS)
     ]
     events.append(event_frame("result", {"content": [], "structuredContent": structured, "isError": failed}))
     return events
@@ -177,7 +199,9 @@ class _Handler(BaseHTTPRequestHandler):
             raise validation(f"Request body exceeds {MAX_BODY} bytes")
         return self.rfile.read(length) if length else b""
 
-    def _send(self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
+    def _send(
+        self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -195,7 +219,9 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.dumps({"message": err.message, **err.extra}).encode()
         self._send(err.status, body, "application/json", {"x-amzn-errortype": err.error_type})
 
-    def _send_stream(self, session_id: str, frames: list[bytes], headers: dict[str, str] | None = None) -> None:
+    def _send_stream(
+        self, session_id: str, frames: list[bytes], headers: dict[str, str] | None = None
+    ) -> None:
         self.send_response(200)
         for key, value in (headers or {}).items():
             self.send_header(key, value)
@@ -257,7 +283,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         except Exception as exc:  # never a stack trace on the wire
             log.exception("unexpected error")
-            self._send_error(ApiError(500, "InternalServerException", f"Internal error: {type(exc).__name__}"))
+            self._send_error(
+                ApiError(500, "InternalServerException", f"Internal error: {type(exc).__name__}")
+            )
 
     def _json(self, body: bytes) -> dict[str, Any]:
         if not body.strip():
@@ -284,20 +312,38 @@ class _Handler(BaseHTTPRequestHandler):
     # --- operations -----------------------------------------------------------------------------
     def _start(self, identifier: str, body: dict[str, Any], query: dict[str, str]) -> None:
         timeout = body.get("sessionTimeoutSeconds")
-        if timeout is not None and (not isinstance(timeout, int) or isinstance(timeout, bool)
-                                    or not 1 <= timeout <= MAX_SESSION_TIMEOUT):
-            raise validation(f"sessionTimeoutSeconds must be an integer in 1..{MAX_SESSION_TIMEOUT}", "sessionTimeoutSeconds")
+        if timeout is not None and (
+            not isinstance(timeout, int)
+            or isinstance(timeout, bool)
+            or not 1 <= timeout <= MAX_SESSION_TIMEOUT
+        ):
+            raise validation(
+                f"sessionTimeoutSeconds must be an integer in 1..{MAX_SESSION_TIMEOUT}",
+                "sessionTimeoutSeconds",
+            )
         name = body.get("name")
         if name is not None and (not isinstance(name, str) or not 1 <= len(name) <= 100):
             raise validation("name must be 1..100 characters", "name")
-        session = self._manager.start(identifier, name=name, timeout_seconds=timeout, client_token=body.get("clientToken"))
-        self._send_json({"codeInterpreterIdentifier": session.interpreter_id, "sessionId": session.session_id,
-                         "createdAt": session.created_at})
+        session = self._manager.start(
+            identifier, name=name, timeout_seconds=timeout, client_token=body.get("clientToken")
+        )
+        self._send_json(
+            {
+                "codeInterpreterIdentifier": session.interpreter_id,
+                "sessionId": session.session_id,
+                "createdAt": session.created_at,
+            }
+        )
 
     def _stop(self, identifier: str, body: dict[str, Any], query: dict[str, str]) -> None:
         session = self._manager.stop(identifier, self._session_id(query.get("sessionId")))
-        self._send_json({"codeInterpreterIdentifier": session.interpreter_id, "sessionId": session.session_id,
-                         "lastUpdatedAt": session.last_updated_at})
+        self._send_json(
+            {
+                "codeInterpreterIdentifier": session.interpreter_id,
+                "sessionId": session.session_id,
+                "lastUpdatedAt": session.last_updated_at,
+            }
+        )
 
     def _get(self, identifier: str, body: dict[str, Any], query: dict[str, str]) -> None:
         session = self._manager.get(identifier, self._session_id(query.get("sessionId")))
@@ -313,7 +359,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise validation("maxResults must be in 1..100", "maxResults")
         sessions = self._manager.list(identifier, status)
         start = int(body.get("nextToken") or 0) if str(body.get("nextToken") or "0").isdigit() else 0
-        page = sessions[start:start + max_results]
+        page = sessions[start : start + max_results]
         items = [{k: v for k, v in s.describe().items() if k != "sessionTimeoutSeconds"} for s in page]
         token = str(start + max_results) if start + max_results < len(sessions) else None
         self._send_json({"items": items, "nextToken": token})
@@ -333,13 +379,23 @@ class _Handler(BaseHTTPRequestHandler):
             raise validation(f"{name} is not supported by the local interpreter", "name")
         self._validate_arguments(name, arguments)
         outcome = self._manager.invoke(session, name, arguments)
-        frames = result_events(outcome.stdout, outcome.stderr, outcome.exit_code, outcome.execution_time,
-                               outcome.content, outcome.is_error, outcome.content_blocks)
+        frames = result_events(
+            outcome.stdout,
+            outcome.stderr,
+            outcome.exit_code,
+            outcome.execution_time,
+            outcome.content,
+            outcome.is_error,
+            outcome.content_blocks,
+        )
         # Local addition (SPEC §19): the exact byte counts the code wrote. The worker keeps only the
         # first Limits.max_output_bytes of each stream, so the text alone would undercount; the
         # model's structuredContent has no member for a count (botocore drops unknown members),
         # response headers reach the client as ResponseMetadata.HTTPHeaders.
-        counts = {naming.LOCAL_STDOUT_BYTES_HEADER: outcome.stdout_bytes, naming.LOCAL_STDERR_BYTES_HEADER: outcome.stderr_bytes}
+        counts = {
+            naming.LOCAL_STDOUT_BYTES_HEADER: outcome.stdout_bytes,
+            naming.LOCAL_STDERR_BYTES_HEADER: outcome.stderr_bytes,
+        }
         self._send_stream(session.session_id, frames, {k: str(v) for k, v in counts.items() if v is not None})
 
     @staticmethod
@@ -402,8 +458,14 @@ class LocalInterpreterServer:
     ) -> None:
         self._port = port
         self.manager = SessionManager(
-            interpreters=interpreters, registry_file=registry_file, limits=limits, isolation_strategy=isolation,
-            allow_unisolated=allow_unisolated, python=python, max_sessions=max_sessions, reap_interval=reap_interval,
+            interpreters=interpreters,
+            registry_file=registry_file,
+            limits=limits,
+            isolation_strategy=isolation,
+            allow_unisolated=allow_unisolated,
+            python=python,
+            max_sessions=max_sessions,
+            reap_interval=reap_interval,
         )
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -422,8 +484,9 @@ class LocalInterpreterServer:
     def start(self) -> LocalInterpreterServer:
         self._httpd = _HTTPServer(("127.0.0.1", self._port), self.manager)
         # A short shutdown poll: stop() waits up to one interval (the stdlib default is 0.5 s).
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02},
-                                        name="lci-http", daemon=True)  # fmt: skip
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, name="lci-http", daemon=True
+        )
         self._thread.start()
         return self
 

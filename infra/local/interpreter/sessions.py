@@ -214,7 +214,9 @@ class SessionManager:
                     raise ValueError(f"{self._registry_file}: expected a JSON object of id -> network mode")
                 for interpreter_id, mode in data.items():
                     if mode not in NETWORK_MODES:
-                        raise ValueError(f"{self._registry_file}: {interpreter_id!r} has network mode {mode!r}")
+                        raise ValueError(
+                            f"{self._registry_file}: {interpreter_id!r} has network mode {mode!r}"
+                        )
                     loaded[str(interpreter_id)] = mode
         except ValueError as exc:  # json.JSONDecodeError is a ValueError
             if strict:
@@ -235,8 +237,9 @@ class SessionManager:
         return candidate, known[candidate]
 
     # --- sessions -------------------------------------------------------------------------------
-    def start(self, identifier: str, *, name: str | None, timeout_seconds: int | None,
-              client_token: str | None) -> Session:
+    def start(
+        self, identifier: str, *, name: str | None, timeout_seconds: int | None, client_token: str | None
+    ) -> Session:
         interpreter_id, mode = self.resolve_interpreter(identifier)
         self.plan.check(mode)  # isolated or refused: nothing is created for a refused session
         with self._lock:
@@ -250,8 +253,13 @@ class SessionManager:
             timeout = timeout_seconds or DEFAULT_SESSION_TIMEOUT
             session_id = new_session_id()
             session = Session(
-                session_id=session_id, interpreter_id=interpreter_id, network_mode=mode, name=name,
-                timeout_seconds=timeout, created_at=utc_now(), expires_at=time.monotonic() + timeout,
+                session_id=session_id,
+                interpreter_id=interpreter_id,
+                network_mode=mode,
+                name=name,
+                timeout_seconds=timeout,
+                created_at=utc_now(),
+                expires_at=time.monotonic() + timeout,
                 root=tempfile.mkdtemp(prefix=f"lci-{session_id}-", dir=self.base_dir),
             )
             self._sessions[session_id] = session  # counted against max_sessions while it starts
@@ -268,8 +276,12 @@ class SessionManager:
                 while len(self._client_tokens) > _TOMBSTONES:
                     self._client_tokens.popitem(last=False)
         if self.plan.strategy == "unisolated":
-            log.warning("session %s started UNISOLATED (%s=1): its code runs as the server's user with the "
-                        "host's file system and network", session_id, naming.ENV_LOCAL_UNISOLATED)
+            log.warning(
+                "session %s started UNISOLATED (%s=1): its code runs as the server's user with the "
+                "host's file system and network",
+                session_id,
+                naming.ENV_LOCAL_UNISOLATED,
+            )
         log.info("session %s started on %s (%s, %s)", session_id, interpreter_id, mode, self.isolation)
         return session
 
@@ -286,16 +298,28 @@ class SessionManager:
         ours = [fd for fd in (req_r, req_w, resp_r, resp_w, info_r, info_w) if fd >= 0]
         try:
             cmd = isolation.build_command(
-                plan=self.plan, network_mode=session.network_mode, session_id=session.session_id,
-                workdir=workdir, req_fd=req_r, resp_fd=resp_w, limits=self.limits, python=self.python,
-                uid=session.uid, info_fd=info_w if info_w >= 0 else None,
+                plan=self.plan,
+                network_mode=session.network_mode,
+                session_id=session.session_id,
+                workdir=workdir,
+                req_fd=req_r,
+                resp_fd=resp_w,
+                limits=self.limits,
+                python=self.python,
+                uid=session.uid,
+                info_fd=info_w if info_w >= 0 else None,
                 resolv_conf=self._resolv_conf(session),
                 cgroup_procs=session.cgroup.procs_files if session.cgroup else None,
             )
             with open(os.path.join(session.root, "worker.log"), "ab") as log_file:
                 session.proc = subprocess.Popen(
-                    cmd.argv, cwd=cmd.cwd, env=cmd.env, stdin=subprocess.DEVNULL, stdout=log_file,
-                    stderr=log_file, pass_fds=tuple(fd for fd in (req_r, resp_w, info_w) if fd >= 0),
+                    cmd.argv,
+                    cwd=cmd.cwd,
+                    env=cmd.env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=log_file,
+                    pass_fds=tuple(fd for fd in (req_r, resp_w, info_w) if fd >= 0),
                     start_new_session=True,
                 )
         except IsolationUnavailable:
@@ -335,8 +359,10 @@ class SessionManager:
         if self.plan.cgroups is not None:
             try:
                 session.cgroup = cgroups.SessionCgroup(
-                    self.plan.cgroups, f"lci-{session.session_id}",
-                    memory_bytes=self.limits.memory_mb << 20, max_tasks=self.limits.max_processes,
+                    self.plan.cgroups,
+                    f"lci-{session.session_id}",
+                    memory_bytes=self.limits.memory_mb << 20,
+                    max_tasks=self.limits.max_processes,
                 )
             except OSError as exc:
                 raise WorkerFailure(f"could not create the session's cgroup: {exc}") from exc
@@ -390,7 +416,9 @@ class SessionManager:
         interpreter_id, _ = self.resolve_interpreter(identifier)
         with self._lock:
             every = list(self._sessions.values()) + list(self._tombstones.values())
-        found = [s for s in every if s.interpreter_id == interpreter_id and (status is None or s.status == status)]
+        found = [
+            s for s in every if s.interpreter_id == interpreter_id and (status is None or s.status == status)
+        ]
         return sorted(found, key=lambda s: s.created_at, reverse=True)
 
     def stop(self, identifier: str, session_id: str) -> Session:
@@ -417,15 +445,23 @@ class SessionManager:
             code = self._exit_status(session)
             self.terminate(session, "died")
             return InvokeOutcome(
-                stdout="", stderr=f"The interpreter process ended unexpectedly (exit status {code}).\n",
-                exit_code=code, execution_time=0.0, died=True,
+                stdout="",
+                stderr=f"The interpreter process ended unexpectedly (exit status {code}).\n",
+                exit_code=code,
+                execution_time=0.0,
+                died=True,
             )
         outcome = InvokeOutcome(
-            stdout=result.get("stdout", ""), stderr=result.get("stderr", ""), exit_code=int(result.get("exit_code", 1)),
-            execution_time=float(result.get("execution_time", 0.0)), content=result.get("content"),
+            stdout=result.get("stdout", ""),
+            stderr=result.get("stderr", ""),
+            exit_code=int(result.get("exit_code", 1)),
+            execution_time=float(result.get("execution_time", 0.0)),
+            content=result.get("content"),
             content_blocks=result.get(worker.RAW_KEY),
-            is_error=result.get("is_error"), died=bool(result.get("fatal")),
-            stdout_bytes=result.get("stdout_bytes"), stderr_bytes=result.get("stderr_bytes"),
+            is_error=result.get("is_error"),
+            died=bool(result.get("fatal")),
+            stdout_bytes=result.get("stdout_bytes"),
+            stderr_bytes=result.get("stderr_bytes"),
         )
         session.last_updated_at = utc_now()
         if outcome.died:

@@ -109,7 +109,11 @@ def recv_frame(fd: int) -> Any:
         if raw is None:
             return None
         sizes = obj.pop(RAW_SIZES_KEY, None) if isinstance(obj, dict) else None
-        if not isinstance(sizes, list) or not all(isinstance(x, int) and x >= 0 for x in sizes) or sum(sizes) != raw_length:
+        if (
+            not isinstance(sizes, list)
+            or not all(isinstance(x, int) and x >= 0 for x in sizes)
+            or sum(sizes) != raw_length
+        ):
             raise ValueError("a raw part needs its sizes")
         view, offsets = memoryview(raw), [0]
         for size in sizes:
@@ -332,7 +336,9 @@ class Kernel:
 
     def execute_command(self, args: dict[str, Any]) -> dict[str, Any]:
         started = time.perf_counter()
-        proc = subprocess.run(["/bin/sh", "-c", args.get("command", "")], capture_output=True, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            ["/bin/sh", "-c", args.get("command", "")], capture_output=True, stdin=subprocess.DEVNULL
+        )
         return {
             "stdout": proc.stdout[: self.max_output].decode("utf-8", errors="replace"),
             "stderr": proc.stderr[: self.max_output].decode("utf-8", errors="replace"),
@@ -362,8 +368,15 @@ class Kernel:
     def _file_result(self, content: list[dict[str, Any]], error: str | None = None) -> dict[str, Any]:
         if error is not None:
             content = [{"type": "text", "text": error}]
-        return {"content": content, "is_error": error is not None, "exit_code": 1 if error else 0,
-                "stdout": "", "stderr": error or "", "execution_time": 0.0, "fatal": False}
+        return {
+            "content": content,
+            "is_error": error is not None,
+            "exit_code": 1 if error else 0,
+            "stdout": "",
+            "stderr": error or "",
+            "execution_time": 0.0,
+            "fatal": False,
+        }
 
     def write_files(self, args: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -371,7 +384,11 @@ class Kernel:
             for item in items:
                 full = self._resolve(item["path"])
                 os.makedirs(os.path.dirname(full), exist_ok=True)
-                data = base64.b64decode(item["blob"]) if item.get("blob") is not None else item.get("text", "").encode()
+                data = (
+                    base64.b64decode(item["blob"])
+                    if item.get("blob") is not None
+                    else item.get("text", "").encode()
+                )
                 with open(full, "wb") as fh:
                     fh.write(data)
             return self._file_result([{"type": "text", "text": f"Successfully wrote all {len(items)} files"}])
@@ -392,10 +409,21 @@ class Kernel:
                     text = data.decode("utf-8")
                 except UnicodeDecodeError:
                     # Base64 needs no JSON escaping: the block is assembled around it, not dumped.
-                    head = json.dumps({"type": "resource", "resource": {
-                        "type": "blob", "uri": uri, "mimeType": "application/octet-stream", "blob": ""}})
+                    head = json.dumps(
+                        {
+                            "type": "resource",
+                            "resource": {
+                                "type": "blob",
+                                "uri": uri,
+                                "mimeType": "application/octet-stream",
+                                "blob": "",
+                            },
+                        }
+                    )
                     cut = head.rindex('""') + 1  # inside the empty blob string
-                    blocks.append(head[:cut].encode("ascii") + base64.b64encode(data) + head[cut:].encode("ascii"))
+                    blocks.append(
+                        head[:cut].encode("ascii") + base64.b64encode(data) + head[cut:].encode("ascii")
+                    )
                     continue
                 resource = {"type": "text", "uri": uri, "mimeType": "text/plain", "text": text}
                 blocks.append(json.dumps({"type": "resource", "resource": resource}).encode("ascii"))
@@ -409,9 +437,15 @@ class Kernel:
             blocks = []
             for entry in sorted(os.scandir(full), key=lambda e: e.name):
                 is_dir = entry.is_dir(follow_symlinks=False)
-                blocks.append({"type": "resource_link", "uri": self._uri(entry.path), "name": entry.name,
-                               "description": "directory" if is_dir else "file",
-                               "size": 0 if is_dir else entry.stat(follow_symlinks=False).st_size})
+                blocks.append(
+                    {
+                        "type": "resource_link",
+                        "uri": self._uri(entry.path),
+                        "name": entry.name,
+                        "description": "directory" if is_dir else "file",
+                        "size": 0 if is_dir else entry.stat(follow_symlinks=False).st_size,
+                    }
+                )
             return self._file_result(blocks)
         except (OSError, ValueError) as exc:
             return self._file_result([], f"{type(exc).__name__}: {exc}")

@@ -35,10 +35,14 @@ CAP_TENANT = "globex"  # only the cap-breach test uses it: its kill switch touch
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SANDBOX_"))}
     env.update(SANDBOX_LOCAL_DIR=str(tmp_path_factory.mktemp("agents-stack")), SANDBOX_LOCAL="1")
-    up = subprocess.run([SANDBOXCTL, "--json", "local", "up"], env=env, capture_output=True, text=True, timeout=180)
+    up = subprocess.run(
+        [SANDBOXCTL, "--json", "local", "up"], env=env, capture_output=True, text=True, timeout=180
+    )
     assert up.returncode == 0, up.stderr
     yield env
-    down = subprocess.run([SANDBOXCTL, "--json", "local", "down"], env=env, capture_output=True, text=True, timeout=60)
+    down = subprocess.run(
+        [SANDBOXCTL, "--json", "local", "down"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert down.returncode == 0, down.stderr
 
 
@@ -54,10 +58,14 @@ def ctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _session_status(state: stack.LocalState, tenant_id: str, session_id: str) -> str:
-    interpreter = next(i["id"] for i in state.resources.interpreters
-                       if i["tenant_id"] == tenant_id and i["environment"] == "default-public")  # fmt: skip
+    interpreter = next(
+        i["id"]
+        for i in state.resources.interpreters
+        if i["tenant_id"] == tenant_id and i["environment"] == "default-public"
+    )
     got = state.client("bedrock-agentcore").get_code_interpreter_session(
-        codeInterpreterIdentifier=interpreter, sessionId=session_id)  # fmt: skip
+        codeInterpreterIdentifier=interpreter, sessionId=session_id
+    )
     return str(got["status"])
 
 
@@ -65,10 +73,21 @@ def _session_status(state: stack.LocalState, tenant_id: str, session_id: str) ->
 def _mcp(env: dict[str, str], tenant_id: str, turn_id: str, script: Any) -> Any:
     """Run `script(session)` inside one MCP session with `sandboxctl --local mcp` (stdio)."""
     params = StdioServerParameters(
-        command=SANDBOXCTL, env=env,
-        args=["--local", "mcp", "--tenant", tenant_id, "--agent", "mcp-agent", "--template", TEMPLATE,
-              "--turn", turn_id],
-    )  # fmt: skip
+        command=SANDBOXCTL,
+        env=env,
+        args=[
+            "--local",
+            "mcp",
+            "--tenant",
+            tenant_id,
+            "--agent",
+            "mcp-agent",
+            "--template",
+            TEMPLATE,
+            "--turn",
+            turn_id,
+        ],
+    )
 
     async def main() -> Any:
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
@@ -149,12 +168,18 @@ def test_mcp_cap_breach_arrives_as_a_tool_error_naming_sandbox_cap_exceeded(env:
     assert result.structured_content["dimension"] == n.DIM_AGENT_HOURLY
 
 
-def test_mcp_sigterm_still_ends_the_turn_and_stops_its_session(env: dict[str, str], state: stack.LocalState) -> None:
+def test_mcp_sigterm_still_ends_the_turn_and_stops_its_session(
+    env: dict[str, str], state: stack.LocalState
+) -> None:
     # Given `sandboxctl mcp` speaking raw JSON-RPC over its pipes, after one execute_code call
     proc = subprocess.Popen(
         [SANDBOXCTL, "--local", "mcp", "--tenant", TENANT, "--agent", "mcp-agent", "--template", TEMPLATE],
-        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdin is not None and proc.stdout is not None
 
     def send(message: dict[str, Any]) -> None:
@@ -168,11 +193,26 @@ def test_mcp_sigterm_still_ends_the_turn_and_stops_its_session(env: dict[str, st
                 return message
 
     try:
-        send({"id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                                                           "clientInfo": {"name": "raw", "version": "0"}}})  # fmt: skip
+        send(
+            {
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "0"},
+                },
+            }
+        )
         assert answer(1)["result"]["serverInfo"]["name"] == n.MCP_SERVER_NAME
         send({"method": "notifications/initialized"})
-        send({"id": 2, "method": "tools/call", "params": {"name": "execute_code", "arguments": {"code": "print(7)"}}})
+        send(
+            {
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "execute_code", "arguments": {"code": "print(7)"}},
+            }
+        )
         called = answer(2)["result"]
         assert called["isError"] is False
         session_id = called["structuredContent"]["session_id"]
@@ -189,8 +229,11 @@ def test_mcp_sigterm_still_ends_the_turn_and_stops_its_session(env: dict[str, st
 def test_mcp_template_without_sandbox_lists_no_tool_and_calls_fail_named(env: dict[str, str]) -> None:
     # Given a template of acme whose sandbox block is "none"
     assert ctl(env, "template", "put", TENANT, "chat-only", "--environment", "none").returncode == 0
-    params = StdioServerParameters(command=SANDBOXCTL, env=env, args=[
-        "--local", "mcp", "--tenant", TENANT, "--agent", "mcp-agent", "--template", "chat-only"])  # fmt: skip
+    params = StdioServerParameters(
+        command=SANDBOXCTL,
+        env=env,
+        args=["--local", "mcp", "--tenant", TENANT, "--agent", "mcp-agent", "--template", "chat-only"],
+    )
 
     async def main() -> Any:
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
@@ -208,14 +251,23 @@ def test_mcp_file_links_map_artifacts_to_resource_links() -> None:
     # Given an execute_code answer's files list (§14.2), one artifact skipped as too large
     from infra.sandboxctl.mcp_server import file_links
 
-    files = [{"file_id": "f-1", "filename": "figure-1.png", "bytes": 2048, "content_type": "image/png",
-              "sha256": "ab" * 32, "created_at": "2026-11-23T10:00:00Z"},
-             {"filename": "huge.bin", "skipped": "too_large"}]  # fmt: skip
+    files = [
+        {
+            "file_id": "f-1",
+            "filename": "figure-1.png",
+            "bytes": 2048,
+            "content_type": "image/png",
+            "sha256": "ab" * 32,
+            "created_at": "2026-11-23T10:00:00Z",
+        },
+        {"filename": "huge.bin", "skipped": "too_large"},
+    ]
     # When mapped to MCP content
     links = file_links(TENANT, files)
     # Then one resource link for the stored artifact, none for the skipped one
     assert [(link.type, link.uri, link.name, link.mime_type, link.size) for link in links] == [
-        ("resource_link", "sandbox-file://acme/f-1", "figure-1.png", "image/png", 2048)]  # fmt: skip
+        ("resource_link", "sandbox-file://acme/f-1", "figure-1.png", "image/png", 2048)
+    ]
 
 
 def test_mcp_resources_list_and_read_this_sessions_artifacts_tenant_scoped(
@@ -227,11 +279,21 @@ def test_mcp_resources_list_and_read_this_sessions_artifacts_tenant_scoped(
 
     # Given another tenant's real artifact in the same bucket
     foreign = ArtifactStore(state.client("s3")).put(
-        ArtifactContext(tenant_id=CAP_TENANT, turn_id="t-foreign", invocation_id="i-1",
-                        bucket=state.resources.artifacts_bucket), "secret.csv", b"a,b\n", redacted=False)  # fmt: skip
-    code = ("import os\nos.makedirs('outputs', exist_ok=True)\n"
-            "open('outputs/summary.csv', 'w').write('region,total\\neu,8\\n')\n"
-            "open('outputs/raw.bin', 'wb').write(bytes(range(256)))\n")  # fmt: skip
+        ArtifactContext(
+            tenant_id=CAP_TENANT,
+            turn_id="t-foreign",
+            invocation_id="i-1",
+            bucket=state.resources.artifacts_bucket,
+        ),
+        "secret.csv",
+        b"a,b\n",
+        redacted=False,
+    )
+    code = (
+        "import os\nos.makedirs('outputs', exist_ok=True)\n"
+        "open('outputs/summary.csv', 'w').write('region,total\\neu,8\\n')\n"
+        "open('outputs/raw.bin', 'wb').write(bytes(range(256)))\n"
+    )
 
     async def script(session: ClientSession) -> Any:
         before = await session.list_resources()
@@ -239,9 +301,11 @@ def test_mcp_resources_list_and_read_this_sessions_artifacts_tenant_scoped(
         listed = await session.list_resources()
         reads = [await session.read_resource(r.uri) for r in listed.resources]
         refused = []
-        for uri in (f"sandbox-file://{TENANT}/{foreign['file_id']}",  # another tenant's id under ours
-                    f"sandbox-file://{CAP_TENANT}/{foreign['file_id']}",  # another tenant's uri
-                    f"sandbox-file://{TENANT}/file-{'x' * 24}"):  # unknown
+        for uri in (
+            f"sandbox-file://{TENANT}/{foreign['file_id']}",  # another tenant's id under ours
+            f"sandbox-file://{CAP_TENANT}/{foreign['file_id']}",  # another tenant's uri
+            f"sandbox-file://{TENANT}/file-{'x' * 24}",
+        ):  # unknown
             try:
                 await session.read_resource(uri)
                 refused.append(None)
@@ -269,8 +333,13 @@ def test_mcp_resources_list_and_read_this_sessions_artifacts_tenant_scoped(
 # --- Strands ---------------------------------------------------------------------------------------
 @pytest.fixture
 def turn(state: stack.LocalState) -> Iterator[SandboxTurn]:
-    sandbox_turn = SandboxTurn(state.resources.functions[n.DISPATCH], tenant_id=TENANT, agent_id="strands-agent",
-                               template_id=TEMPLATE, lambda_client=state.client("lambda"))  # fmt: skip
+    sandbox_turn = SandboxTurn(
+        state.resources.functions[n.DISPATCH],
+        tenant_id=TENANT,
+        agent_id="strands-agent",
+        template_id=TEMPLATE,
+        lambda_client=state.client("lambda"),
+    )
     with sandbox_turn:
         yield sandbox_turn
 
@@ -309,14 +378,19 @@ def test_strands_success_python_error_and_empty_code(turn: SandboxTurn) -> None:
     # And the syntax error's stderr names the cell, not a file of the host
     stderr = json.loads(syntax["content"][0]["text"].split("\n", 1)[1])["stderr"]
     assert "SyntaxError" in stderr and '"<cell-' in stderr
-    assert "/usr/" not in stderr and ".py\"" not in stderr and str(Path.cwd()) not in stderr
+    assert "/usr/" not in stderr and '.py"' not in stderr and str(Path.cwd()) not in stderr
 
 
 def test_strands_cap_refusal_is_a_strands_error(state: stack.LocalState, env: dict[str, str]) -> None:
     # Given globex at an hourly cap of 0 and a real Agent with a globex turn's tool
     assert ctl(env, "caps", "set", "agent_hourly", "0", "--tenant", CAP_TENANT).returncode == 0
-    with SandboxTurn(state.resources.functions[n.DISPATCH], tenant_id=CAP_TENANT, agent_id="strands-agent",
-                     template_id=TEMPLATE, lambda_client=state.client("lambda")) as capped:  # fmt: skip
+    with SandboxTurn(
+        state.resources.functions[n.DISPATCH],
+        tenant_id=CAP_TENANT,
+        agent_id="strands-agent",
+        template_id=TEMPLATE,
+        lambda_client=state.client("lambda"),
+    ) as capped:
         agent = _agent(capped.strands_tool())
         # When the agent calls the tool
         result = agent.tool.execute_code(code="print(1)")
@@ -325,7 +399,9 @@ def test_strands_cap_refusal_is_a_strands_error(state: stack.LocalState, env: di
     assert result["content"][0]["text"].startswith("SandboxCapExceeded: ")
 
 
-def test_strands_next_turn_is_one_call_and_stops_the_previous_session(turn: SandboxTurn, state: stack.LocalState) -> None:
+def test_strands_next_turn_is_one_call_and_stops_the_previous_session(
+    turn: SandboxTurn, state: stack.LocalState
+) -> None:
     # Given a tool whose turn has a live session
     tool = turn.strands_tool()
     agent = _agent(tool)  # held: Strands' tool caller keeps only a weak reference to its agent
@@ -347,12 +423,21 @@ def test_usage_cli_totals_equal_a_hand_count_of_the_audit_rows(
     env: dict[str, str], state: stack.LocalState, tmp_path: Path
 ) -> None:
     # Given acme's audit rows (the calls above, plus two here)
-    with SandboxTurn(state.resources.functions[n.DISPATCH], tenant_id=TENANT, agent_id="usage-agent",
-                     template_id=TEMPLATE, lambda_client=state.client("lambda")) as extra:  # fmt: skip
+    with SandboxTurn(
+        state.resources.functions[n.DISPATCH],
+        tenant_id=TENANT,
+        agent_id="usage-agent",
+        template_id=TEMPLATE,
+        lambda_client=state.client("lambda"),
+    ) as extra:
         extra.execute_code("print(1)")
         extra.execute_code("raise SystemExit(3)")
     items = state.client("dynamodb").scan(TableName=state.resources.tables[n.INVOCATIONS.logical])["Items"]
-    rows = [{k: next(iter(v.values())) for k, v in item.items()} for item in items if item["tenant_id"]["S"] == TENANT]
+    rows = [
+        {k: next(iter(v.values())) for k, v in item.items()}
+        for item in items
+        if item["tenant_id"]["S"] == TENANT
+    ]
     # When `sandboxctl usage` reports on acme, as JSON and as CSV
     csv_path = tmp_path / "usage.csv"
     out = ctl(env, "--json", "usage", "--tenant", TENANT, "--by", "agent", "--csv", str(csv_path))
@@ -378,8 +463,12 @@ def test_usage_cli_human_table_and_bad_input(env: dict[str, str]) -> None:
     assert "TOTAL" not in table.stdout and "\ntotal " in table.stdout
     assert "note: CPU time is not recorded" in table.stdout
     # When the window ends before it starts / Then exit 1 with one line, no traceback
-    backwards = ctl(env, "usage", "--tenant", TENANT, "--since", "2026-11-22T00:00:00Z", "--until", "2026-11-21T00:00:00Z")
-    assert backwards.returncode == 1 and backwards.stderr.strip() == "sandboxctl: --until must be after --since"
+    backwards = ctl(
+        env, "usage", "--tenant", TENANT, "--since", "2026-11-22T00:00:00Z", "--until", "2026-11-21T00:00:00Z"
+    )
+    assert (
+        backwards.returncode == 1 and backwards.stderr.strip() == "sandboxctl: --until must be after --since"
+    )
     # When the grouping or the tenant id is not one we know / Then exit 2 (usage)
     assert ctl(env, "usage", "--tenant", TENANT, "--by", "user").returncode == 2
     assert ctl(env, "usage", "--tenant", "Not_A_Tenant").returncode == 2

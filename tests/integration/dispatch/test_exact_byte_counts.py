@@ -17,7 +17,9 @@ def test_dispatch_byte_counts_are_exact(stack: Stack) -> None:
     # Given a turn
     assert stack.dispatch(event("begin_turn"))["ok"] is True
     # When calls write to stdout / stderr
-    results = [stack.dispatch(event(call_id=f"c-bytes-{i}", code=code)) for i, (code, _, _) in enumerate(CASES)]
+    results = [
+        stack.dispatch(event(call_id=f"c-bytes-{i}", code=code)) for i, (code, _, _) in enumerate(CASES)
+    ]
     stack.dispatch(event("end_turn"))
     # Then every count is exact, and truncation says whether the agent saw all of it
     assert [r["ok"] for r in results] == [True] * len(CASES), results

@@ -16,7 +16,10 @@ def test_turn_two_calls_share_state_and_one_session(stack: Stack) -> None:
     # Given a begun turn
     begin = stack.dispatch(event("begin_turn"))
     assert begin["ok"] is True and begin["sandbox"]["status"] == "ready"
-    assert begin["sandbox"]["tool"]["name"] == "execute_code" and begin["sandbox"]["environment"] == "default-public"
+    assert (
+        begin["sandbox"]["tool"]["name"] == "execute_code"
+        and begin["sandbox"]["environment"] == "default-public"
+    )
     # When two calls run in it
     first = stack.dispatch(event(call_id="c1", code="x = 20\nprint('set')"))
     second = stack.dispatch(event(call_id="c2", code="print(x * 2 + 2)"))
@@ -118,11 +121,17 @@ def test_disabled_tenant_is_provisioning_audited_and_not_counted(stack: Stack) -
 
     aws.client("dynamodb").put_item(
         TableName=stack.resources.tables[n.TENANTS.logical],
-        Item={"tenant_id": {"S": "globex"}, "item": {"S": n.TENANT_POLICY_ITEM}, "sandbox_enabled": {"BOOL": False}},
+        Item={
+            "tenant_id": {"S": "globex"},
+            "item": {"S": n.TENANT_POLICY_ITEM},
+            "sandbox_enabled": {"BOOL": False},
+        },
     )
     begin = stack.dispatch(event("begin_turn", tenant_id="globex", turn_id="tg"))
     assert begin["sandbox"]["status"] == "disabled" and "tool" not in begin["sandbox"]
-    assert begin["sandbox"]["reason"] == "tenant_disabled" and begin["sandbox"]["error"] == "SandboxProvisioning"
+    assert (
+        begin["sandbox"]["reason"] == "tenant_disabled" and begin["sandbox"]["error"] == "SandboxProvisioning"
+    )
     assert "not enabled" in begin["sandbox"]["error_message"]  # a sentence the agent can relay
     result = stack.dispatch(event(tenant_id="globex", turn_id="tg"))
     assert result["error"] == "SandboxProvisioning" and result["reason"] == "tenant_disabled"
@@ -161,8 +170,13 @@ def test_token_of_every_class_never_reaches_response_logs_or_audit(
     printed = capfd.readouterr()  # EMF lines and anything else written to the process's stdout/stderr
     # every log record with all its structured fields, as the Powertools formatter would emit them
     records = json.dumps([{**vars(r), "msg": r.getMessage()} for r in caplog.records], default=str)
-    for where, text in (("response", json.dumps(result)), ("stdout", printed.out), ("stderr", printed.err),
-                        ("log records", records), ("audit", json.dumps(stack.audit_rows()))):  # fmt: skip
+    for where, text in (
+        ("response", json.dumps(result)),
+        ("stdout", printed.out),
+        ("stderr", printed.err),
+        ("log records", records),
+        ("audit", json.dumps(stack.audit_rows())),
+    ):
         assert secret not in text, f"{token_class} token leaked into {where}"
     assert "<redacted>" in result["stdout"] and "<redacted>" in result["stderr"]
     output_events = [r for r in caplog.records if r.getMessage() == "sandbox_output"]
@@ -192,8 +206,9 @@ def test_call_id_reused_by_another_agent_is_refused_not_replayed(stack: Stack) -
     first = stack.dispatch(event(call_id="call-1", code="print('private to agent-7')"))
     assert first["ok"] is True
     # When another agent of the same tenant sends the same call_id with the same code
-    other = stack.dispatch(event(agent_id="agent-8", turn_id="turn-other", call_id="call-1",
-                                 code="print('private to agent-7')"))  # fmt: skip
+    other = stack.dispatch(
+        event(agent_id="agent-8", turn_id="turn-other", call_id="call-1", code="print('private to agent-7')")
+    )
     # Then it is refused, and never handed agent-7's output
     assert other["error"] == "SandboxInvalidRequest" and "private" not in json.dumps(other)
     assert len(stack.audit_rows()) == 1
@@ -204,7 +219,9 @@ def test_large_escape_heavy_output_is_answered_once_and_replayed(stack: Stack) -
     code = "print('é\"\\\\n' * 90000)"
     first = stack.dispatch(event(call_id="big", code=code))
     # Then the caller gets the real result and there is exactly one audit row
-    assert first["ok"] is True and first["stdout_truncated"] is True and len(first["stdout"].encode()) <= 262_144
+    assert (
+        first["ok"] is True and first["stdout_truncated"] is True and len(first["stdout"].encode()) <= 262_144
+    )
     # And a retry replays the stored result (no second run, no second row or count)
     retry = stack.dispatch(event(call_id="big", code=code))
     assert retry["invocation_id"] == first["invocation_id"] and retry["ok"] is True

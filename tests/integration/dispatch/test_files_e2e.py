@@ -34,7 +34,9 @@ def b64(data: bytes) -> str:
 
 
 def counted(stack: Stack) -> int:
-    return sum(int(i[n.COUNTER_ATTR_COUNT]["N"]) for i in stack.counter_items()[n.TENANT_DAILY_COUNTERS.logical])
+    return sum(
+        int(i[n.COUNTER_ATTR_COUNT]["N"]) for i in stack.counter_items()[n.TENANT_DAILY_COUNTERS.logical]
+    )
 
 
 def test_file_in_summary_out_downloaded_with_matching_sha256(stack: Stack) -> None:
@@ -55,7 +57,9 @@ def test_file_in_summary_out_downloaded_with_matching_sha256(stack: Stack) -> No
     assert hashlib.sha256(body).hexdigest() == summary["sha256"]
     # And the audit row records the input file and the artifact
     (row,) = stack.audit_rows("acme")
-    assert row["input_files"] == [{"path": "data/sales.csv", "bytes": len(CSV), "sha256": hashlib.sha256(CSV).hexdigest()}]
+    assert row["input_files"] == [
+        {"path": "data/sales.csv", "bytes": len(CSV), "sha256": hashlib.sha256(CSV).hexdigest()}
+    ]
     assert row["artifacts"] == [{k: summary[k] for k in ("file_id", "filename", "bytes", "sha256")}]
 
 
@@ -89,7 +93,9 @@ def test_bad_files_are_refused_before_anything_counts(stack: Stack) -> None:
 
 def test_get_file_of_another_tenant_is_the_same_answer_as_unknown(stack: Stack) -> None:
     # Given an acme artifact
-    made = stack.dispatch(event(code="import os\nos.makedirs('outputs', exist_ok=True)\nopen('outputs/x.txt','w').write('x')"))
+    made = stack.dispatch(
+        event(code="import os\nos.makedirs('outputs', exist_ok=True)\nopen('outputs/x.txt','w').write('x')")
+    )
     file_id = made["files"][0]["file_id"]
     # When globex asks for it, and acme for an id that never existed
     foreign = stack.dispatch({"action": "get_file", "tenant_id": "globex", "file_id": file_id})
@@ -100,7 +106,11 @@ def test_get_file_of_another_tenant_is_the_same_answer_as_unknown(stack: Stack) 
 
 def test_token_in_text_artifact_is_redacted_in_the_stored_object(stack: Stack) -> None:
     token = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
-    made = stack.dispatch(event(code=f"import os\nos.makedirs('outputs', exist_ok=True)\nopen('outputs/t.txt','w').write('t={token}')"))
+    made = stack.dispatch(
+        event(
+            code=f"import os\nos.makedirs('outputs', exist_ok=True)\nopen('outputs/t.txt','w').write('t={token}')"
+        )
+    )
     (entry,) = made["files"]
     key = n.artifact_key("acme", "turn-1", made["invocation_id"], "t.txt")
     stored = aws.client("s3").get_object(Bucket=stack.resources.artifacts_bucket, Key=key)["Body"].read()
@@ -115,8 +125,12 @@ def test_timeout_collects_no_artifacts(stack: Stack, monkeypatch) -> None:
     monkeypatch.setenv(n.ENV_CALL_TIMEOUT, "2")
     settings.clear_caches()
     dependencies.reset()
-    result = stack.dispatch(event(code="import os, time\nos.makedirs('outputs', exist_ok=True)\n"
-                                       "open('outputs/late.txt','w').write('x')\ntime.sleep(30)"))
+    result = stack.dispatch(
+        event(
+            code="import os, time\nos.makedirs('outputs', exist_ok=True)\n"
+            "open('outputs/late.txt','w').write('x')\ntime.sleep(30)"
+        )
+    )
     assert result["exit_status"] == "timeout"
     assert result["files"] == []
     keys = aws.client("s3").list_objects_v2(Bucket=stack.resources.artifacts_bucket).get("Contents", [])

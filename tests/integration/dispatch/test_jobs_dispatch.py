@@ -34,7 +34,13 @@ def job(call_id: str, code: str, **over: Any) -> dict[str, Any]:
 
 
 def get_job(job_id: str, action: str = "get_job", **over: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {"tenant_id": "acme", "agent_id": "agent-7", "turn_id": "turn-1", "job_id": job_id, **over}
+    base: dict[str, Any] = {
+        "tenant_id": "acme",
+        "agent_id": "agent-7",
+        "turn_id": "turn-1",
+        "job_id": job_id,
+        **over,
+    }
     # §16.5: every turn action carries its turn's token (the caller's own, for another turn too)
     base.setdefault("turn_token", turn_token_for(str(base["tenant_id"]), str(base["turn_id"])))
     return {"action": action, **base}
@@ -82,7 +88,10 @@ def test_jobs_submit_answers_at_once_and_job_outlives_the_call_deadline(short_de
     rows = [r for r in stack.audit_rows("acme") if r["call_id"] == "c1"]
     assert len(rows) == 1
     assert (rows[0]["invocation_id"], rows[0]["background"], rows[0]["job_status"]) == (
-        submitted["invocation_id"], True, "completed")  # fmt: skip
+        submitted["invocation_id"],
+        True,
+        "completed",
+    )
     assert daily_count(stack) == 2  # c0 and the job, once each
     # And polling again repeats the same answer without a second row
     assert stack.dispatch(get_job(submitted["job_id"]))["stdout"] == "done late\n"
@@ -134,7 +143,10 @@ def test_jobs_of_another_turn_or_tenant_refused_like_unknown(stack: Stack) -> No
     assert unknown["error"] == "SandboxInvalidRequest"
     for answer in (other_turn, other_tenant, cancel_other):
         assert (answer["ok"], answer["error"], answer["error_message"]) == (
-            False, "SandboxInvalidRequest", unknown["error_message"])  # fmt: skip
+            False,
+            "SandboxInvalidRequest",
+            unknown["error_message"],
+        )
     final, _ = wait_final(stack, submitted["job_id"])
     assert final["status"] == "completed" and final["stdout"] == "mine\n"
 
@@ -196,16 +208,25 @@ def test_jobs_get_and_cancel_without_the_turn_token_are_refused(stack: Stack) ->
     assert submitted["ok"] is True
     # When get_job / cancel_job come without the turn's token, or with another turn's (§16.5)
     missing = stack.dispatch(get_job(submitted["job_id"], turn_token=None))
-    foreign = stack.dispatch(get_job(submitted["job_id"], action="cancel_job",
-                                     turn_token=turn_token_for("acme", "turn-other")))  # fmt: skip
+    foreign = stack.dispatch(
+        get_job(submitted["job_id"], action="cancel_job", turn_token=turn_token_for("acme", "turn-other"))
+    )
     # Then both are refused with the token sentence, and the job still runs to its end
-    assert (missing["error"], missing["error_message"]) == ("SandboxInvalidRequest", messages.TURN_TOKEN_REJECTED)
-    assert (foreign["error"], foreign["error_message"]) == ("SandboxInvalidRequest", messages.TURN_TOKEN_REJECTED)
+    assert (missing["error"], missing["error_message"]) == (
+        "SandboxInvalidRequest",
+        messages.TURN_TOKEN_REJECTED,
+    )
+    assert (foreign["error"], foreign["error_message"]) == (
+        "SandboxInvalidRequest",
+        messages.TURN_TOKEN_REJECTED,
+    )
     final, _ = wait_final(stack, submitted["job_id"])
     assert final["status"] == "completed"
 
 
-def test_jobs_token_checked_against_the_hash_kept_on_the_job_and_older_items_read_the_turn(stack: Stack) -> None:
+def test_jobs_token_checked_against_the_hash_kept_on_the_job_and_older_items_read_the_turn(
+    stack: Stack,
+) -> None:
     import hashlib
 
     from dispatch import dependencies
@@ -221,8 +242,11 @@ def test_jobs_token_checked_against_the_hash_kept_on_the_job_and_older_items_rea
     assert record is not None and turn is not None
     assert record.turn_token_hash == turn.token_hash == hashlib.sha256(token.encode()).hexdigest()
     # When the item is one from before the hash was kept (attribute absent)
-    aws.client("dynamodb").update_item(TableName=store.table, Key={"job_key": {"S": f"job#{submitted['job_id']}"}},
-                                       UpdateExpression=f"REMOVE {n.JOB_ATTR_TURN_TOKEN_HASH}")  # fmt: skip
+    aws.client("dynamodb").update_item(
+        TableName=store.table,
+        Key={"job_key": {"S": f"job#{submitted['job_id']}"}},
+        UpdateExpression=f"REMOVE {n.JOB_ATTR_TURN_TOKEN_HASH}",
+    )
     assert store.get(submitted["job_id"]).turn_token_hash is None  # type: ignore[union-attr]
     wrong = stack.dispatch(get_job(submitted["job_id"], turn_token=turn_token_for("acme", "turn-x")))
     right = stack.dispatch(get_job(submitted["job_id"]))
@@ -241,8 +265,9 @@ def test_jobs_timeout_fits_the_remaining_life_of_the_turns_session(stack: Stack)
     aws.client("dynamodb").update_item(
         TableName=stack.resources.tables[n.TURNS.logical],
         Key={n.TURNS.pk: {"S": "acme"}, n.TURNS.sort_key: {"S": "turn-1"}},
-        UpdateExpression="SET session_started_at = session_started_at - :age", ExpressionAttributeValues={":age": {"N": "500"}},
-    )  # fmt: skip
+        UpdateExpression="SET session_started_at = session_started_at - :age",
+        ExpressionAttributeValues={":age": {"N": "500"}},
+    )
     # When a job asks for 600 s in it
     submitted = stack.dispatch(job("s1", "print('short')", timeout_s=600))
     # Then it runs in that session with what the session has left minus the reserve (900-500-180), and says so

@@ -17,11 +17,21 @@ def test_jobs_reaper_ends_an_unpolled_job_with_one_audit_row(stack: Stack) -> No
     first = stack.dispatch(event(call_id="c1", code="x = 1"))
     assert first["ok"] is True
     deps = job_deps_for(dependencies.dispatcher())
-    req = SimpleNamespace(tenant_id="acme", agent_id="agent-7", turn_id="turn-1", template_id="analyst",
-                          call_id="c-job", user_id=None, invocation_source=None, code="print('reaped')",
-                          timeout_s=60)  # fmt: skip
+    req = SimpleNamespace(
+        tenant_id="acme",
+        agent_id="agent-7",
+        turn_id="turn-1",
+        template_id="analyst",
+        call_id="c-job",
+        user_id=None,
+        invocation_source=None,
+        code="print('reaped')",
+        timeout_s=60,
+    )
     record = job_actions.reserve(req, deps, invocation_id="inv-reaped", environment="default-public")
-    job_actions.launch(record, deps, code=req.code, session_id=first["session_id"], interpreter_id=_interpreter(stack))
+    job_actions.launch(
+        record, deps, code=req.code, session_id=first["session_id"], interpreter_id=_interpreter(stack)
+    )
     # When the reaper runs after the job ended, twice
     deadline = time.monotonic() + 20
     ended: list[tuple[str, str]] = []
@@ -39,5 +49,8 @@ def test_jobs_reaper_ends_an_unpolled_job_with_one_audit_row(stack: Stack) -> No
 
 
 def _interpreter(stack: Stack) -> str:
-    return next(spec["id"] for spec in stack.resources.interpreters if spec["tenant_id"] == "acme"
-                and spec["environment"] == "default-public")  # fmt: skip
+    return next(
+        spec["id"]
+        for spec in stack.resources.interpreters
+        if spec["tenant_id"] == "acme" and spec["environment"] == "default-public"
+    )

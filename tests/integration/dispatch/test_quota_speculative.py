@@ -33,7 +33,9 @@ class QuotaSpy:
         return answer
 
     def kinds(self) -> list[str]:
-        return ["release" if k.get("release") else "guarded" if k.get("turn") else "sequential" for k in self.sent]
+        return [
+            "release" if k.get("release") else "guarded" if k.get("turn") else "sequential" for k in self.sent
+        ]
 
 
 @pytest.fixture
@@ -47,7 +49,9 @@ def spy(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> QuotaSpy:
 
 
 def _daily(stack: Stack) -> int:
-    return sum(int(i[n.COUNTER_ATTR_COUNT]["N"]) for i in stack.counter_items()[n.TENANT_DAILY_COUNTERS.logical])
+    return sum(
+        int(i[n.COUNTER_ATTR_COUNT]["N"]) for i in stack.counter_items()[n.TENANT_DAILY_COUNTERS.logical]
+    )
 
 
 def test_quota_speculative_later_call_is_one_guarded_check(stack: Stack, spy: QuotaSpy) -> None:
@@ -114,7 +118,9 @@ def test_quota_speculative_duplicate_call_ids_racing_count_once(stack: Stack, sp
     assert len(answers) == 4 and any(a.get("stdout") == "ran\n" for a in answers), answers
     assert _daily(stack) == before + 1
     assert [r["call_id"] for r in stack.audit_rows()].count("dup") == 1
-    dup = [a for k, a in zip(spy.sent, spy.answers, strict=True) if k.get("call_id") == "dup" and k.get("turn")]
+    dup = [
+        a for k, a in zip(spy.sent, spy.answers, strict=True) if k.get("call_id") == "dup" and k.get("turn")
+    ]
     assert len(dup) == 4
     assert sum(a.counted_here for a in dup) == 1
     assert not [k for k in spy.sent if k.get("release")]
@@ -138,13 +144,17 @@ def test_quota_speculative_count_of_a_call_refused_after_it_is_released(stack: S
 
     # Given global_sessions at 0 (the session-cap kill switch) in a fresh container whose
     # pre-flight is cached (by a first call of another turn, refused on the cap)
-    aws.client("ssm").put_parameter(Name=n.session_cap_parameter("local", n.DIM_GLOBAL_SESSIONS), Value="0",
-                                    Type="String", Overwrite=True)  # fmt: skip
+    aws.client("ssm").put_parameter(
+        Name=n.session_cap_parameter("local", n.DIM_GLOBAL_SESSIONS), Value="0", Type="String", Overwrite=True
+    )
     dependencies.reset()
     dispatcher = dependencies.dispatcher()
     spy = QuotaSpy(dispatcher.quota)
     dispatcher.quota = spy
-    assert stack.dispatch(event(call_id="c0", turn_id="turn-0", code="print(0)"))["dimension"] == n.DIM_GLOBAL_SESSIONS
+    assert (
+        stack.dispatch(event(call_id="c0", turn_id="turn-0", code="print(0)"))["dimension"]
+        == n.DIM_GLOBAL_SESSIONS
+    )
     # And turn-1 begun (its turn exists, so the guard holds) with no session yet
     assert stack.dispatch(event("begin_turn"))["ok"] is True
     before = _daily(stack)

@@ -46,10 +46,15 @@ def test_reaped_session_is_replaced_and_code_runs_once(stack: Stack) -> None:
 
     # Given a turn whose session AgentCore has reaped behind our back
     first = stack.dispatch(event(call_id="c1", code="print('one')"))
-    interpreter_id = next(i["id"] for i in stack.resources.interpreters
-                          if i["tenant_id"] == "acme" and i["environment"] == "default-public")  # fmt: skip
+    interpreter_id = next(
+        i["id"]
+        for i in stack.resources.interpreters
+        if i["tenant_id"] == "acme" and i["environment"] == "default-public"
+    )
     client = aws.client("bedrock-agentcore")
-    client.stop_code_interpreter_session(codeInterpreterIdentifier=interpreter_id, sessionId=first["session_id"])
+    client.stop_code_interpreter_session(
+        codeInterpreterIdentifier=interpreter_id, sessionId=first["session_id"]
+    )
     # When the next call arrives
     second = stack.dispatch(event(call_id="c2", code="print('two')"))
     # Then it ran exactly once in a new session, and the agent is told the session is new

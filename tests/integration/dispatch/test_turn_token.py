@@ -22,14 +22,21 @@ OTHER_TURNS_TOKEN = turn_token_for("acme", "turn-2")
 
 
 def _turn_item(stack: Stack, turn_id: str, tenant_id: str = "acme") -> dict[str, Any]:
-    out = aws.client("dynamodb").get_item(TableName=stack.resources.tables[n.TURNS.logical],
-                                          Key={n.TURNS.pk: {"S": tenant_id}, n.TURNS.sort_key: {"S": turn_id}},
-                                          ConsistentRead=True)  # fmt: skip
+    out = aws.client("dynamodb").get_item(
+        TableName=stack.resources.tables[n.TURNS.logical],
+        Key={n.TURNS.pk: {"S": tenant_id}, n.TURNS.sort_key: {"S": turn_id}},
+        ConsistentRead=True,
+    )
     return dict(out.get("Item", {}))
 
 
-def _assert_refused(stack: Stack, answer: dict[str, Any], capsys: pytest.CaptureFixture[str],
-                    counters_before: dict[str, Any], sessions_before: list[str]) -> None:  # fmt: skip
+def _assert_refused(
+    stack: Stack,
+    answer: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+    counters_before: dict[str, Any],
+    sessions_before: list[str],
+) -> None:
     assert answer["ok"] is False and answer["error"] == "SandboxInvalidRequest", answer
     assert answer["error_message"] == messages.TURN_TOKEN_REJECTED
     assert stack.counter_items() == counters_before
@@ -75,7 +82,9 @@ def test_turn_token_bad_token_on_a_bound_turn_is_refused_with_nothing_counted(
     assert again["ok"] is True and again["session_id"] == first["session_id"]
 
 
-@pytest.mark.parametrize("token", [None, "short", "!" * 43], ids=["missing", "malformed-short", "malformed-chars"])
+@pytest.mark.parametrize(
+    "token", [None, "short", "!" * 43], ids=["missing", "malformed-short", "malformed-chars"]
+)
 def test_turn_token_bad_token_on_first_call_creates_nothing(
     stack: Stack, capsys: pytest.CaptureFixture[str], token: str | None
 ) -> None:
@@ -181,10 +190,16 @@ def test_turn_token_item_without_the_attribute_counts_as_tokenless(
     stack: Stack, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Given a turn item written before §16.5 (no token hash attribute)
-    aws.client("dynamodb").put_item(TableName=stack.resources.tables[n.TURNS.logical], Item={
-        "turn_id": {"S": "turn-1"}, "tenant_id": {"S": "acme"}, "agent_id": {"S": "agent-7"},
-        "created_at": {"N": "1"}, "expires_at": {"N": "9999999999"},
-    })  # fmt: skip
+    aws.client("dynamodb").put_item(
+        TableName=stack.resources.tables[n.TURNS.logical],
+        Item={
+            "turn_id": {"S": "turn-1"},
+            "tenant_id": {"S": "acme"},
+            "agent_id": {"S": "agent-7"},
+            "created_at": {"N": "1"},
+            "expires_at": {"N": "9999999999"},
+        },
+    )
     counters, sessions = stack.counter_items(), stack.live_sessions()
     capsys.readouterr()
     # When a call with a token arrives on a stage that requires tokens

@@ -19,13 +19,18 @@ PRICE = "0.0015"
 
 
 def _set_price(value: str) -> None:
-    aws.client("ssm").put_parameter(Name=n.cost_per_call_parameter("local"), Value=value, Type="String",
-                                    Overwrite=True)  # fmt: skip
+    aws.client("ssm").put_parameter(
+        Name=n.cost_per_call_parameter("local"), Value=value, Type="String", Overwrite=True
+    )
 
 
 def _crossings(out: str) -> list[dict[str, str]]:
-    return [{k: r[k] for k in d["Dimensions"][0]} for r in emf_records(out) for d in r["_aws"]["CloudWatchMetrics"]
-            if d["Metrics"][0]["Name"] == n.METRIC_DAILY_BUDGET_CROSSED]  # fmt: skip
+    return [
+        {k: r[k] for k in d["Dimensions"][0]}
+        for r in emf_records(out)
+        for d in r["_aws"]["CloudWatchMetrics"]
+        if d["Metrics"][0]["Name"] == n.METRIC_DAILY_BUDGET_CROSSED
+    ]
 
 
 def test_every_audit_row_has_its_cost_and_usage_equals_a_hand_count(stack: Stack) -> None:
@@ -33,12 +38,18 @@ def test_every_audit_row_has_its_cost_and_usage_equals_a_hand_count(stack: Stack
     _set_price(PRICE)
     aws.client("dynamodb").put_item(
         TableName=stack.resources.tables[n.TENANTS.logical],
-        Item={"tenant_id": {"S": "globex"}, "item": {"S": n.TENANT_POLICY_ITEM}, "sandbox_enabled": {"BOOL": False}},
+        Item={
+            "tenant_id": {"S": "globex"},
+            "item": {"S": n.TENANT_POLICY_ITEM},
+            "sandbox_enabled": {"BOOL": False},
+        },
     )
     # When acme makes two good calls and one failing call, then hits a cap of 3, and globex is refused
     stack.set_cap(n.DIM_TENANT_DAILY, 3, tenant_id="acme")
-    results = [stack.dispatch(event(call_id=f"c{i}", code=code))
-               for i, code in enumerate(("x = 1", "print(x)", "1/0", "print(2)"))]  # fmt: skip
+    results = [
+        stack.dispatch(event(call_id=f"c{i}", code=code))
+        for i, code in enumerate(("x = 1", "print(x)", "1/0", "print(2)"))
+    ]
     refused = stack.dispatch(event(tenant_id="globex", turn_id="tg", call_id="g1"))
     # Then the statuses are as expected
     assert [r["exit_status"] for r in results] == ["ok", "ok", "error", "cap_exceeded"]
@@ -64,8 +75,9 @@ def test_crossing_the_daily_budget_is_reported_once_and_never_refuses(
 ) -> None:
     # Given a price of 0.0015 and acme's daily budget of 0.003 (two calls)
     _set_price(PRICE)
-    aws.client("ssm").put_parameter(Name=n.tenant_daily_budget_parameter("local", "acme"), Value="0.003",
-                                    Type="String", Overwrite=True)  # fmt: skip
+    aws.client("ssm").put_parameter(
+        Name=n.tenant_daily_budget_parameter("local", "acme"), Value="0.003", Type="String", Overwrite=True
+    )
     capsys.readouterr()
     # When acme makes three calls
     results = [stack.dispatch(event(call_id=f"b{i}", code="print(1)")) for i in range(3)]

@@ -36,7 +36,9 @@ class LocalCredentials:
 @pytest.fixture(scope="module")
 def files_interpreter() -> Iterator[LocalInterpreterServer]:
     assert SESSION_PYTHON.exists(), "the session runtime is missing: run `make session-runtime`"
-    server = LocalInterpreterServer(interpreters={ACME_CI: "PUBLIC", GLOBEX_CI: "PUBLIC"}, python=str(SESSION_PYTHON))
+    server = LocalInterpreterServer(
+        interpreters={ACME_CI: "PUBLIC", GLOBEX_CI: "PUBLIC"}, python=str(SESSION_PYTHON)
+    )
     server.start()
     yield server
     server.stop()
@@ -45,7 +47,9 @@ def files_interpreter() -> Iterator[LocalInterpreterServer]:
 @pytest.fixture
 def acme_session(files_interpreter: LocalInterpreterServer) -> Iterator[str]:
     client = make_client(files_interpreter.endpoint)
-    session_id = client.start_code_interpreter_session(codeInterpreterIdentifier=ACME_CI, sessionTimeoutSeconds=300)["sessionId"]
+    session_id = client.start_code_interpreter_session(
+        codeInterpreterIdentifier=ACME_CI, sessionTimeoutSeconds=300
+    )["sessionId"]
     yield session_id
     try:
         client.stop_code_interpreter_session(codeInterpreterIdentifier=ACME_CI, sessionId=session_id)

@@ -25,8 +25,11 @@ BINARY = bytes(range(256)) * 64 + b"\xff\xfe\x00ghp_not_redacted_in_binary"
 
 @pytest.fixture
 def tools(files_interpreter: Any) -> SessionFiles:
-    return SessionFiles(tenant_id="acme", allowed_interpreter_ids=frozenset({ACME_CI}),
-                        credentials=LocalCredentials(files_interpreter.endpoint))  # fmt: skip
+    return SessionFiles(
+        tenant_id="acme",
+        allowed_interpreter_ids=frozenset({ACME_CI}),
+        credentials=LocalCredentials(files_interpreter.endpoint),
+    )
 
 
 def run(files_interpreter: Any, session: str, code: str) -> dict[str, Any]:
@@ -43,18 +46,24 @@ def stored(s3: Any, entry: dict[str, Any], invocation: str = "inv-1") -> bytes:
     return s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
 
 
-def test_files_round_trip_binary_and_text_with_matching_sha256(files_interpreter, acme_session, tools, s3) -> None:
+def test_files_round_trip_binary_and_text_with_matching_sha256(
+    files_interpreter, acme_session, tools, s3
+) -> None:
     # Given a binary and a text input written into the session before the code
     text = b"region,amount\neu,3\nus,4\n"
     tools.write(ACME_CI, acme_session, [("data/in.bin", BINARY), ("data/sales.csv", text)])
     # When the code reads them at their relative paths and copies them to outputs/
-    result = run(files_interpreter, acme_session, (
-        "import hashlib, os, shutil\n"
-        "os.makedirs('outputs', exist_ok=True)\n"
-        "shutil.copy('data/in.bin', 'outputs/copy.bin')\n"
-        "shutil.copy('data/sales.csv', 'outputs/sales.csv')\n"
-        "print(hashlib.sha256(open('data/in.bin','rb').read()).hexdigest())\n"
-    ))  # fmt: skip
+    result = run(
+        files_interpreter,
+        acme_session,
+        (
+            "import hashlib, os, shutil\n"
+            "os.makedirs('outputs', exist_ok=True)\n"
+            "shutil.copy('data/in.bin', 'outputs/copy.bin')\n"
+            "shutil.copy('data/sales.csv', 'outputs/sales.csv')\n"
+            "print(hashlib.sha256(open('data/in.bin','rb').read()).hexdigest())\n"
+        ),
+    )
     collected = collect(tools, acme_session, s3)
     # Then the code saw the exact bytes
     assert result["exitCode"] == 0
@@ -74,13 +83,19 @@ def test_files_round_trip_binary_and_text_with_matching_sha256(files_interpreter
     assert collected.failure_reason is None
 
 
-def test_token_in_text_artifact_is_redacted_binary_stored_exact(files_interpreter, acme_session, tools, s3) -> None:
+def test_token_in_text_artifact_is_redacted_binary_stored_exact(
+    files_interpreter, acme_session, tools, s3
+) -> None:
     # Given code that writes a token into a text artifact and into a binary one
-    run(files_interpreter, acme_session, (
-        "import os\nos.makedirs('outputs', exist_ok=True)\n"
-        f"open('outputs/report.txt','w').write('key={TOKEN}\\n')\n"
-        f"open('outputs/blob.bin','wb').write(b'\\xff\\xfe' + b'{TOKEN}')\n"
-    ))  # fmt: skip
+    run(
+        files_interpreter,
+        acme_session,
+        (
+            "import os\nos.makedirs('outputs', exist_ok=True)\n"
+            f"open('outputs/report.txt','w').write('key={TOKEN}\\n')\n"
+            f"open('outputs/blob.bin','wb').write(b'\\xff\\xfe' + b'{TOKEN}')\n"
+        ),
+    )
     # When collected
     collected = collect(tools, acme_session, s3)
     by_name = {f["filename"]: f for f in collected.files}
@@ -95,8 +110,12 @@ def test_token_in_text_artifact_is_redacted_binary_stored_exact(files_interprete
 
 def test_only_new_or_changed_outputs_are_collected(files_interpreter, acme_session, tools, s3) -> None:
     # Given two outputs collected once
-    run(files_interpreter, acme_session, "import os\nos.makedirs('outputs', exist_ok=True)\n"
-        "open('outputs/a.txt','w').write('a')\nopen('outputs/b.txt','w').write('b')\n")  # fmt: skip
+    run(
+        files_interpreter,
+        acme_session,
+        "import os\nos.makedirs('outputs', exist_ok=True)\n"
+        "open('outputs/a.txt','w').write('a')\nopen('outputs/b.txt','w').write('b')\n",
+    )
     first = collect(tools, acme_session, s3, "inv-1")
     # When nothing changes, then one file changes
     unchanged = collect(tools, acme_session, s3, "inv-2")
@@ -111,8 +130,12 @@ def test_only_new_or_changed_outputs_are_collected(files_interpreter, acme_sessi
 
 def test_21_artifacts_store_20_and_list_one_too_many(files_interpreter, acme_session, tools, s3) -> None:
     # Given code writing 21 outputs
-    run(files_interpreter, acme_session, "import os\nos.makedirs('outputs', exist_ok=True)\n"
-        "for i in range(21): open(f'outputs/f{i:02d}.txt','w').write(str(i))\n")  # fmt: skip
+    run(
+        files_interpreter,
+        acme_session,
+        "import os\nos.makedirs('outputs', exist_ok=True)\n"
+        "for i in range(21): open(f'outputs/f{i:02d}.txt','w').write(str(i))\n",
+    )
     # When collected
     collected = collect(tools, acme_session, s3)
     # Then 20 are stored and the 21st is listed as skipped: too_many, not stored
@@ -124,15 +147,25 @@ def test_21_artifacts_store_20_and_list_one_too_many(files_interpreter, acme_ses
     assert len(keys) == 20
 
 
-def test_oversized_artifact_is_listed_too_large_and_not_stored(files_interpreter, acme_session, tools, s3) -> None:
+def test_oversized_artifact_is_listed_too_large_and_not_stored(
+    files_interpreter, acme_session, tools, s3
+) -> None:
     # Given one output one byte over 25 MiB (sparse: cheap to make) and a small one
-    run(files_interpreter, acme_session, "import os\nos.makedirs('outputs', exist_ok=True)\n"
+    run(
+        files_interpreter,
+        acme_session,
+        "import os\nos.makedirs('outputs', exist_ok=True)\n"
         f"f = open('outputs/huge.bin','wb'); f.truncate({n.MAX_ARTIFACT_BYTES + 1}); f.close()\n"
-        "open('outputs/small.txt','w').write('ok')\n")  # fmt: skip
+        "open('outputs/small.txt','w').write('ok')\n",
+    )
     # When collected
     collected = collect(tools, acme_session, s3)
     # Then the big one is listed too_large and only the small one is stored
-    assert {"filename": "huge.bin", "bytes": n.MAX_ARTIFACT_BYTES + 1, "skipped": n.SKIPPED_TOO_LARGE} in collected.files
+    assert {
+        "filename": "huge.bin",
+        "bytes": n.MAX_ARTIFACT_BYTES + 1,
+        "skipped": n.SKIPPED_TOO_LARGE,
+    } in collected.files
     assert [a["filename"] for a in collected.artifacts] == ["small.txt"]
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="acme/turn-1/").get("Contents", [])]
     assert keys == ["acme/turn-1/inv-1/small.txt"]
@@ -140,16 +173,26 @@ def test_oversized_artifact_is_listed_too_large_and_not_stored(files_interpreter
 
 def test_large_artifact_is_read_in_parts_byte_exact(files_interpreter, acme_session, tools, s3) -> None:
     # Given a 20 MiB binary output (bigger than one read part)
-    run(files_interpreter, acme_session, "import os\nos.makedirs('outputs', exist_ok=True)\n"
+    run(
+        files_interpreter,
+        acme_session,
+        "import os\nos.makedirs('outputs', exist_ok=True)\n"
         "open('outputs/big.bin','wb').write(os.urandom(20 * 1024 * 1024))\n"
-        "import hashlib\nprint(hashlib.sha256(open('outputs/big.bin','rb').read()).hexdigest())\n")  # fmt: skip
-    expected = run(files_interpreter, acme_session, "print(__import__('hashlib').sha256(open('outputs/big.bin','rb').read()).hexdigest())")
+        "import hashlib\nprint(hashlib.sha256(open('outputs/big.bin','rb').read()).hexdigest())\n",
+    )
+    expected = run(
+        files_interpreter,
+        acme_session,
+        "print(__import__('hashlib').sha256(open('outputs/big.bin','rb').read()).hexdigest())",
+    )
     # When collected (counting the file tools it calls)
     calls: list[str] = []
     real_call = tools.call
+
     def counting_call(interpreter_id: str, session_id: str, name: str, arguments: dict[str, Any]) -> Any:
         calls.append(name)
         return real_call(interpreter_id, session_id, name, arguments)
+
     tools.call = counting_call  # type: ignore[method-assign]
     collected = collect(tools, acme_session, s3)
     # Then the stored object is the same 20 MiB
@@ -161,13 +204,19 @@ def test_large_artifact_is_read_in_parts_byte_exact(files_interpreter, acme_sess
     assert hashlib.sha256(stored(s3, entry)).hexdigest() == entry["sha256"]
 
 
-def test_open_matplotlib_figures_are_saved_as_png_and_closed(files_interpreter, acme_session, tools, s3) -> None:
+def test_open_matplotlib_figures_are_saved_as_png_and_closed(
+    files_interpreter, acme_session, tools, s3
+) -> None:
     # Given code that plots two figures and leaves them open (Agg, the runtime default)
-    result = run(files_interpreter, acme_session, (
-        "import matplotlib\nimport matplotlib.pyplot as plt\n"
-        "plt.figure(); plt.plot([1, 2, 3])\nplt.figure(); plt.bar(['a', 'b'], [3, 4])\n"
-        "print(matplotlib.get_backend())\n"
-    ))  # fmt: skip
+    result = run(
+        files_interpreter,
+        acme_session,
+        (
+            "import matplotlib\nimport matplotlib.pyplot as plt\n"
+            "plt.figure(); plt.plot([1, 2, 3])\nplt.figure(); plt.bar(['a', 'b'], [3, 4])\n"
+            "print(matplotlib.get_backend())\n"
+        ),
+    )
     assert result["stdout"].strip().lower() == "agg"
     # When collected
     collected = collect(tools, acme_session, s3)
@@ -176,16 +225,24 @@ def test_open_matplotlib_figures_are_saved_as_png_and_closed(files_interpreter, 
     assert names == ["figure-1.png", "figure-2.png"]
     assert all(stored(s3, f).startswith(b"\x89PNG\r\n\x1a\n") for f in collected.files)
     assert {f["content_type"] for f in collected.files} == {"image/png"}
-    left = run(files_interpreter, acme_session, "import matplotlib.pyplot as plt\nprint(len(plt.get_fignums()))")
+    left = run(
+        files_interpreter, acme_session, "import matplotlib.pyplot as plt\nprint(len(plt.get_fignums()))"
+    )
     assert left["stdout"].strip() == "0"
 
 
 def test_pointer_names_object_under_the_callers_tenant(files_interpreter, acme_session, tools, s3) -> None:
     # Given one stored artifact
-    run(files_interpreter, acme_session, "import os\nos.makedirs('outputs', exist_ok=True)\nopen('outputs/x.txt','w').write('x')\n")
+    run(
+        files_interpreter,
+        acme_session,
+        "import os\nos.makedirs('outputs', exist_ok=True)\nopen('outputs/x.txt','w').write('x')\n",
+    )
     entry = collect(tools, acme_session, s3).files[0]
     # When its file_id pointer is read / Then it names the acme object, and only under acme/
-    pointer = json.loads(s3.get_object(Bucket=BUCKET, Key=n.file_pointer_key("acme", entry["file_id"]))["Body"].read())
+    pointer = json.loads(
+        s3.get_object(Bucket=BUCKET, Key=n.file_pointer_key("acme", entry["file_id"]))["Body"].read()
+    )
     assert pointer["key"] == "acme/turn-1/inv-1/x.txt"
     head = s3.head_object(Bucket=BUCKET, Key=pointer["key"])
     assert head["Metadata"][n.META_FILE_ID] == entry["file_id"]
@@ -198,7 +255,9 @@ def test_session_files_refuse_another_tenants_interpreter_before_any_call(files_
         tools.write(GLOBEX_CI, "01ARZ3NDEKTSV4RRFFQ69G5FAV", [("a.txt", b"x")])
 
 
-def test_collection_failure_leaves_no_artifacts_and_says_why(files_interpreter, acme_session, tools, s3) -> None:
+def test_collection_failure_leaves_no_artifacts_and_says_why(
+    files_interpreter, acme_session, tools, s3
+) -> None:
     # Given code that replaced the helper's state directory with a file (so the helper fails)
     run(files_interpreter, acme_session, "open('.sandbox','w').write('not a directory')")
     # When collected / Then nothing stored, and the failure is reported, not raised
@@ -211,27 +270,43 @@ def test_collection_failure_leaves_no_artifacts_and_says_why(files_interpreter, 
 @pytest.mark.parametrize(
     "forged",
     [
-        {"filename": "../../globex/turn-1/x.txt", "path": "outputs/../../globex/turn-1/x.txt", "bytes": 1, "parts": []},
+        {
+            "filename": "../../globex/turn-1/x.txt",
+            "path": "outputs/../../globex/turn-1/x.txt",
+            "bytes": 1,
+            "parts": [],
+        },
         {"filename": "x.txt", "path": "/etc/passwd", "bytes": 1, "parts": []},
-        {"filename": "_files/file-AAAAAAAAAAAAAAAAAAAAAAAA.json", "path": "outputs/_files/file-AAAAAAAAAAAAAAAAAAAAAAAA.json", "bytes": 1, "parts": []},
+        {
+            "filename": "_files/file-AAAAAAAAAAAAAAAAAAAAAAAA.json",
+            "path": "outputs/_files/file-AAAAAAAAAAAAAAAAAAAAAAAA.json",
+            "bytes": 1,
+            "parts": [],
+        },
         {"filename": "x.txt", "path": "outputs/x.txt", "bytes": 1, "parts": ["/etc/passwd"]},
         {"filename": "x.txt", "path": "outputs/x.txt", "bytes": -1, "parts": []},
     ],
 )
-def test_forged_collection_answer_stores_nothing_outside_the_rules(files_interpreter, acme_session, tools, s3, forged) -> None:
+def test_forged_collection_answer_stores_nothing_outside_the_rules(
+    files_interpreter, acme_session, tools, s3, forged
+) -> None:
     # Given session code that forges the collector's answer file to escape the tenant prefix or
     # read outside outputs/ (it cannot stop the helper from rewriting it, so it replaces the helper's
     # json.dump for this one call)
-    run(files_interpreter, acme_session, (
-        "import json, os\nos.makedirs('outputs', exist_ok=True)\nopen('outputs/x.txt','w').write('x')\n"
-        f"_forged = {forged!r}\n"
-        "_real_dump = json.dump\n"
-        "def _dump(obj, fh, *a, **k):\n"
-        "    if isinstance(obj, dict) and 'items' in obj:\n"
-        "        obj = {'items': [dict(_forged, sha256='0' * 64)], 'figures': []}\n"
-        "    return _real_dump(obj, fh, *a, **k)\n"
-        "json.dump = _dump\n"
-    ))  # fmt: skip
+    run(
+        files_interpreter,
+        acme_session,
+        (
+            "import json, os\nos.makedirs('outputs', exist_ok=True)\nopen('outputs/x.txt','w').write('x')\n"
+            f"_forged = {forged!r}\n"
+            "_real_dump = json.dump\n"
+            "def _dump(obj, fh, *a, **k):\n"
+            "    if isinstance(obj, dict) and 'items' in obj:\n"
+            "        obj = {'items': [dict(_forged, sha256='0' * 64)], 'figures': []}\n"
+            "    return _real_dump(obj, fh, *a, **k)\n"
+            "json.dump = _dump\n"
+        ),
+    )
     # When collected
     collected = collect(tools, acme_session, s3)
     # Then nothing is stored, and the forgery is reported
@@ -244,8 +319,11 @@ class _CountingFiles(SessionFiles):
     """The real file tools, recording each tool call's name (what reaches the interpreter)."""
 
     def __init__(self, inner: SessionFiles) -> None:
-        super().__init__(tenant_id=inner.tenant_id, allowed_interpreter_ids=inner.allowed_interpreter_ids,
-                         credentials=inner.credentials)  # fmt: skip
+        super().__init__(
+            tenant_id=inner.tenant_id,
+            allowed_interpreter_ids=inner.allowed_interpreter_ids,
+            credentials=inner.credentials,
+        )
         self.names: list[str] = []
 
     def call(self, interpreter_id: str, session_id: str, name: str, arguments: dict[str, Any]) -> Any:
@@ -253,10 +331,15 @@ class _CountingFiles(SessionFiles):
         return super().call(interpreter_id, session_id, name, arguments)
 
 
-def test_collection_that_finds_nothing_skips_reading_the_answer(files_interpreter, acme_session, tools, s3) -> None:
+def test_collection_that_finds_nothing_skips_reading_the_answer(
+    files_interpreter, acme_session, tools, s3
+) -> None:
     # Given a session whose outputs were collected once, then code that writes no outputs
-    run(files_interpreter, acme_session, "import os\nos.makedirs('outputs', exist_ok=True)\n"
-        "open('outputs/a.txt','w').write('a')\n")  # fmt: skip
+    run(
+        files_interpreter,
+        acme_session,
+        "import os\nos.makedirs('outputs', exist_ok=True)\nopen('outputs/a.txt','w').write('a')\n",
+    )
     counting = _CountingFiles(tools)
     first = collect(counting, acme_session, s3, "inv-1")
     first_calls = list(counting.names)
@@ -272,8 +355,9 @@ def test_collection_that_finds_nothing_skips_reading_the_answer(files_interprete
     assert first_calls == ["executeCode", "readFiles", "readFiles"]
 
 
-def test_collection_with_stdout_swallowed_falls_back_to_reading_the_answer(files_interpreter, acme_session, tools,
-                                                                          s3) -> None:  # fmt: skip
+def test_collection_with_stdout_swallowed_falls_back_to_reading_the_answer(
+    files_interpreter, acme_session, tools, s3
+) -> None:
     # Given session code that swallows stdout, so the helper's "nothing new" line never arrives
     run(files_interpreter, acme_session, "import io, sys\nsys.stdout = io.StringIO()\n")
     counting = _CountingFiles(tools)

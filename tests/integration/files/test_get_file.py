@@ -37,7 +37,8 @@ def test_get_file_answers_metadata_and_a_working_url(s3) -> None:
     # Then the metadata is the stored one and the URL downloads the bytes
     assert answer["ok"] is True
     assert {k: answer[k] for k in ("file_id", "filename", "bytes", "content_type", "sha256")} == {
-        k: entry[k] for k in ("file_id", "filename", "bytes", "content_type", "sha256")}
+        k: entry[k] for k in ("file_id", "filename", "bytes", "content_type", "sha256")
+    }
     assert f"X-Amz-Expires={n.PRESIGNED_URL_SECONDS}" in answer["url"]
     with urllib.request.urlopen(answer["url"]) as response:
         assert response.read() == DATA
@@ -73,7 +74,12 @@ def test_presigned_url_expires_within_15_minutes_of_signing(s3) -> None:
 def test_get_file_never_signs_for_longer_than_15_minutes(s3) -> None:
     entry = put(s3)
     with pytest.raises(ValueError):
-        get_file(request("acme", entry["file_id"]), s3=s3, bucket=BUCKET, expires_seconds=n.PRESIGNED_URL_SECONDS + 1)
+        get_file(
+            request("acme", entry["file_id"]),
+            s3=s3,
+            bucket=BUCKET,
+            expires_seconds=n.PRESIGNED_URL_SECONDS + 1,
+        )
 
 
 def test_list_files_is_per_tenant_and_per_turn(s3) -> None:

@@ -27,17 +27,28 @@ def inline(path: str, data: bytes) -> InputFile:
 
 def test_write_inputs_places_inline_files_and_returns_records(files_interpreter, acme_session) -> None:
     # Given two inline inputs, one binary in a sub-directory
-    tools = SessionFiles(tenant_id="acme", allowed_interpreter_ids=frozenset({ACME_CI}),
-                         credentials=LocalCredentials(files_interpreter.endpoint))  # fmt: skip
+    tools = SessionFiles(
+        tenant_id="acme",
+        allowed_interpreter_ids=frozenset({ACME_CI}),
+        credentials=LocalCredentials(files_interpreter.endpoint),
+    )
     files = [inline("data/sales.csv", b"region,amount\neu,3\n"), inline("raw/x.bin", b"\x00\x01\xff")]
     # When written before the code runs
     records = write_inputs(tools, ACME_CI, acme_session, files)
-    seen = invoke(make_client(files_interpreter.endpoint), ACME_CI, acme_session,
-                  "import hashlib\nfor p in ('data/sales.csv', 'raw/x.bin'):\n"
-                  "    print(p, hashlib.sha256(open(p, 'rb').read()).hexdigest())")[0]  # fmt: skip
+    seen = invoke(
+        make_client(files_interpreter.endpoint),
+        ACME_CI,
+        acme_session,
+        "import hashlib\nfor p in ('data/sales.csv', 'raw/x.bin'):\n"
+        "    print(p, hashlib.sha256(open(p, 'rb').read()).hexdigest())",
+    )[0]
     # Then the code sees them at their relative paths, and the records are path, bytes, sha256
     assert records == [
-        {"path": "data/sales.csv", "bytes": 19, "sha256": hashlib.sha256(b"region,amount\neu,3\n").hexdigest()},
+        {
+            "path": "data/sales.csv",
+            "bytes": 19,
+            "sha256": hashlib.sha256(b"region,amount\neu,3\n").hexdigest(),
+        },
         {"path": "raw/x.bin", "bytes": 3, "sha256": hashlib.sha256(b"\x00\x01\xff").hexdigest()},
     ]
     assert seen["stdout"].splitlines() == [f"{r['path']} {r['sha256']}" for r in records]
@@ -45,8 +56,11 @@ def test_write_inputs_places_inline_files_and_returns_records(files_interpreter,
 
 def test_write_inputs_failure_is_inputs_failed(files_interpreter, acme_session) -> None:
     # Given a path the session cannot create (a file where a directory must be)
-    tools = SessionFiles(tenant_id="acme", allowed_interpreter_ids=frozenset({ACME_CI}),
-                         credentials=LocalCredentials(files_interpreter.endpoint))  # fmt: skip
+    tools = SessionFiles(
+        tenant_id="acme",
+        allowed_interpreter_ids=frozenset({ACME_CI}),
+        credentials=LocalCredentials(files_interpreter.endpoint),
+    )
     write_inputs(tools, ACME_CI, acme_session, [inline("blocker", b"x")])
     # When an input needs `blocker/` as a directory / Then InputsFailed (the code must not run)
     with pytest.raises(InputsFailed) as info:
@@ -79,7 +93,8 @@ def test_copy_helper_copies_objects_and_records_sha256(data_bucket, tmp_path: Pa
     # Then the file is at its path and the answer records its bytes and sha256
     assert (tmp_path / "data/sales.csv").read_bytes() == body
     assert json.loads((tmp_path / ANSWER_PATH).read_text()) == [
-        {"path": "data/sales.csv", "bytes": len(body), "sha256": hashlib.sha256(body).hexdigest()}]
+        {"path": "data/sales.csv", "bytes": len(body), "sha256": hashlib.sha256(body).hexdigest()}
+    ]
 
 
 def test_copy_helper_refuses_object_over_the_limit_before_downloading(data_bucket, tmp_path: Path) -> None:

@@ -18,28 +18,36 @@ def _pins() -> dict[str, str]:
     return dict(line.split("==") for line in lines if "==" in line and not line.startswith("#"))
 
 
-def test_session_runtime_has_pinned_libraries_agg_and_a_working_redactor(files_interpreter, acme_session) -> None:
+def test_session_runtime_has_pinned_libraries_agg_and_a_working_redactor(
+    files_interpreter, acme_session
+) -> None:
     client = make_client(files_interpreter.endpoint)
     # Given a fresh session on the session runtime / When the readiness preamble runs first
     ready = invoke(client, ACME_CI, acme_session, preamble_source())[0]
     # Then the redactor is proven installed there
     assert ready["exitCode"] == 0 and check_readiness(ready["stdout"])
     # And the libraries agents reach for import at their pinned versions, matplotlib on Agg
-    probe = invoke(client, ACME_CI, acme_session, (
-        "import importlib.metadata as m, matplotlib, sys\n"
-        "import numpy, pandas, scipy, pyarrow, requests, openpyxl, matplotlib.pyplot\n"
-        "print(sys.prefix)\nprint(matplotlib.get_backend())\n"
-        "for p in ('numpy', 'pandas', 'matplotlib', 'scipy', 'pyarrow', 'requests', 'openpyxl'):\n"
-        "    print(p, m.version(p))\n"
-        f"print({TOKEN!r})\n"
-    ))[0]  # fmt: skip
+    probe = invoke(
+        client,
+        ACME_CI,
+        acme_session,
+        (
+            "import importlib.metadata as m, matplotlib, sys\n"
+            "import numpy, pandas, scipy, pyarrow, requests, openpyxl, matplotlib.pyplot\n"
+            "print(sys.prefix)\nprint(matplotlib.get_backend())\n"
+            "for p in ('numpy', 'pandas', 'matplotlib', 'scipy', 'pyarrow', 'requests', 'openpyxl'):\n"
+            "    print(p, m.version(p))\n"
+            f"print({TOKEN!r})\n"
+        ),
+    )[0]
     lines = probe["stdout"].splitlines()
     assert probe["exitCode"] == 0, probe["stderr"]
     assert Path(lines[0]) == SESSION_PYTHON.parent.parent
     assert lines[1].lower() == "agg"
     pins = _pins()
-    assert dict(line.split(" ") for line in lines[2:9]) == {p: pins[p] for p in
-        ("numpy", "pandas", "matplotlib", "scipy", "pyarrow", "requests", "openpyxl")}  # fmt: skip
+    assert dict(line.split(" ") for line in lines[2:9]) == {
+        p: pins[p] for p in ("numpy", "pandas", "matplotlib", "scipy", "pyarrow", "requests", "openpyxl")
+    }
     # And what the code prints still passes through the redactor
     assert TOKEN not in probe["stdout"] and lines[9] == "<redacted>"
     assert probe["stderr"] == ""
@@ -47,8 +55,13 @@ def test_session_runtime_has_pinned_libraries_agg_and_a_working_redactor(files_i
 
 def test_session_cannot_modify_the_session_runtime(files_interpreter, acme_session) -> None:
     # Given the runtime's site-packages / When session code tries to write there / Then refused
-    site = invoke(make_client(files_interpreter.endpoint), ACME_CI, acme_session, (
-        "import numpy, os\ntry:\n    open(os.path.join(os.path.dirname(numpy.__file__), 'evil.py'), 'w')\n"
-        "    print('written')\nexcept OSError as e:\n    print(type(e).__name__)"
-    ))[0]  # fmt: skip
+    site = invoke(
+        make_client(files_interpreter.endpoint),
+        ACME_CI,
+        acme_session,
+        (
+            "import numpy, os\ntry:\n    open(os.path.join(os.path.dirname(numpy.__file__), 'evil.py'), 'w')\n"
+            "    print('written')\nexcept OSError as e:\n    print(type(e).__name__)"
+        ),
+    )[0]
     assert site["stdout"].strip() in ("PermissionError", "OSError")

@@ -18,17 +18,26 @@ OTHER_CI = "sbx_test_globex_pub"
 def make_client(endpoint: str) -> Any:
     # No retries: a 5xx must surface as the error it is, not be retried into a slow test.
     return boto3.client(
-        "bedrock-agentcore", endpoint_url=endpoint, region_name="us-east-1",
+        "bedrock-agentcore",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
         config=Config(retries={"max_attempts": 1, "mode": "standard"}, read_timeout=60),
     )
 
 
-def invoke(client: Any, interpreter: str, session_id: str, code: str, name: str = "executeCode",
-           arguments: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+def invoke(
+    client: Any,
+    interpreter: str,
+    session_id: str,
+    code: str,
+    name: str = "executeCode",
+    arguments: dict[str, Any] | None = None,
+) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
     """(terminal structuredContent, every result event, response metadata headers)."""
     args = arguments if arguments is not None else {"language": "python", "code": code}
-    response = client.invoke_code_interpreter(codeInterpreterIdentifier=interpreter, sessionId=session_id,
-                                              name=name, arguments=args)
+    response = client.invoke_code_interpreter(
+        codeInterpreterIdentifier=interpreter, sessionId=session_id, name=name, arguments=args
+    )
     events = [event["result"] for event in response["stream"]]
     structured = [e["structuredContent"] for e in events if "structuredContent" in e]
     assert len(structured) == 1, events  # exactly one terminal event

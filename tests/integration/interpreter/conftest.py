@@ -17,7 +17,9 @@ from tests.integration.interpreter._helpers import OTHER_CI, PUBLIC_CI, SANDBOX_
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[LocalInterpreterServer]:
-    srv = LocalInterpreterServer(interpreters={PUBLIC_CI: "PUBLIC", SANDBOX_CI: "SANDBOX", OTHER_CI: "PUBLIC"})
+    srv = LocalInterpreterServer(
+        interpreters={PUBLIC_CI: "PUBLIC", SANDBOX_CI: "SANDBOX", OTHER_CI: "PUBLIC"}
+    )
     srv.start()
     try:
         yield srv
@@ -33,7 +35,9 @@ def client(server: LocalInterpreterServer) -> Any:
 @pytest.fixture
 def session(client: Any) -> Iterator[str]:
     """A READY session on the PUBLIC interpreter, stopped afterwards if still running."""
-    session_id = client.start_code_interpreter_session(codeInterpreterIdentifier=PUBLIC_CI, sessionTimeoutSeconds=120)["sessionId"]
+    session_id = client.start_code_interpreter_session(
+        codeInterpreterIdentifier=PUBLIC_CI, sessionTimeoutSeconds=120
+    )["sessionId"]
     yield session_id
     try:
         client.stop_code_interpreter_session(codeInterpreterIdentifier=PUBLIC_CI, sessionId=session_id)

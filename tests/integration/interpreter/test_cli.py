@@ -39,8 +39,13 @@ def test_cli_serves_registry_interpreters_and_cleans_up_on_sigterm(tmp_path: Pat
     port = _free_port()
 
     # When the server runs as its own process
-    proc = subprocess.Popen([sys.executable, "-m", "infra.local.interpreter", "--port", str(port), "--registry", str(registry)],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "infra.local.interpreter", "--port", str(port), "--registry", str(registry)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         ready = json.loads(proc.stdout.readline())  # type: ignore[union-attr]
         wait_ready(ready["endpoint"], timeout=5)
@@ -67,8 +72,13 @@ def test_cli_serves_registry_interpreters_and_cleans_up_on_sigterm(tmp_path: Pat
 
 def test_cli_bad_interpreter_argument_is_usage_error() -> None:
     # Given / When an --interpreter without a mode
-    proc = subprocess.run([sys.executable, "-m", "infra.local.interpreter", "--interpreter", "abc"],
-                          cwd=REPO, capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        [sys.executable, "-m", "infra.local.interpreter", "--interpreter", "abc"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
     # Then argparse's usage error (exit 2)
     assert proc.returncode == 2
@@ -78,8 +88,13 @@ def test_cli_bad_interpreter_argument_is_usage_error() -> None:
 @pytest.mark.parametrize("mode", ["PRIVATE", ""])
 def test_cli_unknown_network_mode_fails_with_reason(mode: str) -> None:
     # Given / When an interpreter with a network mode AgentCore does not have
-    proc = subprocess.run([sys.executable, "-m", "infra.local.interpreter", "--interpreter", f"ci={mode}"],
-                          cwd=REPO, capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        [sys.executable, "-m", "infra.local.interpreter", "--interpreter", f"ci={mode}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
     # Then exit 1 with a one-line reason
     assert proc.returncode == 1

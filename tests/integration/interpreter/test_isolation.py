@@ -85,10 +85,13 @@ def outside() -> Iterator[tuple[str, int, str]]:
         ip("-n", netns, "link", "set", "lo", "up")
         ip("-n", netns, "addr", "add", f"{link_local}/32", "dev", ns_if)
         ip("route", "add", f"{link_local}/32", "via", ns_ip)
-        code = ("import socket,sys\ns=socket.socket(); s.bind(('0.0.0.0',0)); s.listen(16)\n"
-                "print(s.getsockname()[1], flush=True)\nwhile True:\n    s.accept()[0].close()\n")
-        server = subprocess.Popen(["ip", "netns", "exec", netns, sys.executable, "-c", code], stdout=subprocess.PIPE,
-                                  text=True)
+        code = (
+            "import socket,sys\ns=socket.socket(); s.bind(('0.0.0.0',0)); s.listen(16)\n"
+            "print(s.getsockname()[1], flush=True)\nwhile True:\n    s.accept()[0].close()\n"
+        )
+        server = subprocess.Popen(
+            ["ip", "netns", "exec", netns, sys.executable, "-c", code], stdout=subprocess.PIPE, text=True
+        )
         assert server.stdout is not None
         port = int(server.stdout.readline())
         socket.create_connection((link_local, port), timeout=3).close()  # the host itself reaches both
@@ -122,8 +125,9 @@ def _start(client: Any, interpreter: str, **kwargs: Any) -> str:
     return client.start_code_interpreter_session(codeInterpreterIdentifier=interpreter, **kwargs)["sessionId"]
 
 
-def test_sandbox_has_no_network_public_reaches_only_other_machines(listener: int,
-                                                                    outside: tuple[str, int, str]) -> None:
+def test_sandbox_has_no_network_public_reaches_only_other_machines(
+    listener: int, outside: tuple[str, int, str]
+) -> None:
     # Given a listener on every host address, another "machine" (a namespace of ours) with a
     # link-local address, and the host's own non-loopback addresses
     other_ip, other_port, link_local = outside
@@ -143,7 +147,9 @@ def test_sandbox_has_no_network_public_reaches_only_other_machines(listener: int
     assert len(host_targets) >= 4  # loopback, slirp's host alias, link-local, at least one host address
     assert len(sandbox_lines) == len(public_lines) == len(host_targets) + 1, (sandbox_seen, public_seen)
     assert all(line.startswith("blocked") for line in sandbox_lines), sandbox_lines
-    assert all(line.startswith("blocked") for line in public_lines[:-1]), list(zip(host_targets, public_lines, strict=False))
+    assert all(line.startswith("blocked") for line in public_lines[:-1]), list(
+        zip(host_targets, public_lines, strict=False)
+    )
     assert public_lines[-1] == "connected", public_seen
 
 
@@ -165,15 +171,19 @@ def test_without_bwrap_every_session_is_refused_and_nothing_starts(monkeypatch: 
 
     # Then both are refused as isolation_unavailable (a 403 no client retries) and no session exists
     assert [(r["Error"]["Code"], r["ResponseMetadata"]["HTTPStatusCode"]) for r in refusals] == [
-        ("AccessDeniedException", 403)] * 2
-    assert all(r["Error"]["Message"].startswith("isolation_unavailable: bubblewrap") for r in refusals), refusals
+        ("AccessDeniedException", 403)
+    ] * 2
+    assert all(r["Error"]["Message"].startswith("isolation_unavailable: bubblewrap") for r in refusals), (
+        refusals
+    )
     assert naming.ENV_LOCAL_UNISOLATED in refusals[0]["Error"]["Message"]  # it says how to opt out
     assert listed == []
     assert described["strategy"] == "unavailable" and described["isolated"] is False
 
 
-def test_escape_hatch_runs_unisolated_and_warns_on_every_start(monkeypatch: pytest.MonkeyPatch,
-                                                               caplog: pytest.LogCaptureFixture) -> None:
+def test_escape_hatch_runs_unisolated_and_warns_on_every_start(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     # Given no bwrap on PATH, and the operator's explicit SANDBOX_LOCAL_UNISOLATED=1
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.setenv(naming.ENV_LOCAL_UNISOLATED, "1")
@@ -182,7 +192,10 @@ def test_escape_hatch_runs_unisolated_and_warns_on_every_start(monkeypatch: pyte
         client = make_client(srv.endpoint)
         # When two sessions start and run code
         with caplog.at_level(logging.WARNING, logger="local-interpreter"):
-            outputs = [invoke(client, PUBLIC_CI, _start(client, PUBLIC_CI), "print('ran')")[0]["stdout"] for _ in range(2)]
+            outputs = [
+                invoke(client, PUBLIC_CI, _start(client, PUBLIC_CI), "print('ran')")[0]["stdout"]
+                for _ in range(2)
+            ]
         described = srv.manager.plan.describe(srv.manager.limits)
 
     # Then both ran, each start logged its own warning, and status says it is not isolated
@@ -208,7 +221,9 @@ def test_public_sessions_refused_without_user_mode_networking(monkeypatch: pytes
     shutil.rmtree(tools)
 
     # Then PUBLIC is refused (never given the host's network instead), SANDBOX still runs
-    assert exc.value.response["Error"]["Message"].startswith("isolation_unavailable: PUBLIC sessions need slirp4netns")
+    assert exc.value.response["Error"]["Message"].startswith(
+        "isolation_unavailable: PUBLIC sessions need slirp4netns"
+    )
     assert sandbox_out == "isolated\n"
 
 
@@ -218,7 +233,9 @@ def test_worker_environment_never_carries_server_credentials() -> None:
         client = make_client(srv.endpoint)
 
         # When code lists its environment
-        result = invoke(client, PUBLIC_CI, _start(client, PUBLIC_CI), "import os; print(sorted(os.environ))")[0]
+        result = invoke(client, PUBLIC_CI, _start(client, PUBLIC_CI), "import os; print(sorted(os.environ))")[
+            0
+        ]
 
     # Then no AWS variable is there
     assert "AWS_" not in result["stdout"], result["stdout"]
@@ -232,16 +249,23 @@ def test_memory_bomb_exits_137_and_server_keeps_serving() -> None:
         invoke(client, PUBLIC_CI, other, "kept = 1")
 
         # When one session allocates without bound
-        result, events, _ = invoke(client, PUBLIC_CI, bomb, "hog = []\nwhile True:\n    hog.append(bytearray(8 << 20))")
+        result, events, _ = invoke(
+            client, PUBLIC_CI, bomb, "hog = []\nwhile True:\n    hog.append(bytearray(8 << 20))"
+        )
 
         # Then the call ends as an OOM (137), the session is gone, and the other one is untouched
         assert result["exitCode"] == 137
         assert "MemoryError" in result["stderr"]
         assert events[-1]["isError"] is True
-        assert client.get_code_interpreter_session(codeInterpreterIdentifier=PUBLIC_CI, sessionId=bomb)["status"] == "TERMINATED"
+        assert (
+            client.get_code_interpreter_session(codeInterpreterIdentifier=PUBLIC_CI, sessionId=bomb)["status"]
+            == "TERMINATED"
+        )
         assert wait_until(lambda: not session_pids(bomb))
         assert invoke(client, PUBLIC_CI, other, "print(kept)")[0]["stdout"] == "1\n"
-        assert invoke(client, PUBLIC_CI, _start(client, PUBLIC_CI), "print('fresh')")[0]["stdout"] == "fresh\n"
+        assert (
+            invoke(client, PUBLIC_CI, _start(client, PUBLIC_CI), "print('fresh')")[0]["stdout"] == "fresh\n"
+        )
 
 
 def test_worker_killed_by_signal_reports_128_plus_signal_and_terminates() -> None:
@@ -251,7 +275,9 @@ def test_worker_killed_by_signal_reports_128_plus_signal_and_terminates() -> Non
         session_id = _start(client, PUBLIC_CI)
 
         # When its process is SIGKILLed mid-call (what the kernel OOM killer does)
-        result, _, _ = invoke(client, PUBLIC_CI, session_id, "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+        result, _, _ = invoke(
+            client, PUBLIC_CI, session_id, "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+        )
 
         # Then exit 137 and the session is over
         assert result["exitCode"] == 137
@@ -297,7 +323,9 @@ def test_session_past_its_timeout_is_reaped() -> None:
 
         # When the time passes
         def terminated() -> bool:
-            got = client.get_code_interpreter_session(codeInterpreterIdentifier=PUBLIC_CI, sessionId=session_id)
+            got = client.get_code_interpreter_session(
+                codeInterpreterIdentifier=PUBLIC_CI, sessionId=session_id
+            )
             return bool(got["status"] == "TERMINATED")
 
         # Then Get says TERMINATED, Invoke says not found, and its processes are gone
@@ -348,8 +376,10 @@ def test_max_sessions_is_a_service_quota() -> None:
         second = _start(client, PUBLIC_CI)
 
     # Then the first refusal is ServiceQuotaExceededException (402), and the slot frees on Stop
-    assert (exc.value.response["Error"]["Code"], exc.value.response["ResponseMetadata"]["HTTPStatusCode"]) == (
-        "ServiceQuotaExceededException", 402)
+    assert (
+        exc.value.response["Error"]["Code"],
+        exc.value.response["ResponseMetadata"]["HTTPStatusCode"],
+    ) == ("ServiceQuotaExceededException", 402)
     assert second != first
 
 
@@ -383,7 +413,9 @@ def test_session_python_is_configurable_and_read_only(tmp_path: Path) -> None:
     marker = venv / "lib" / "marker.txt"
     marker.write_text("from the venv")
     marker.chmod(0o666)  # writable by anyone on the host: only the read-only bind can refuse the write
-    with LocalInterpreterServer(interpreters={SANDBOX_CI: "SANDBOX"}, python=str(venv / "bin" / "python")) as srv:
+    with LocalInterpreterServer(
+        interpreters={SANDBOX_CI: "SANDBOX"}, python=str(venv / "bin" / "python")
+    ) as srv:
         client = make_client(srv.endpoint)
         # When a session looks at its interpreter and tries to change it
         code = (
@@ -405,10 +437,17 @@ def test_uid_leases_are_exclusive_and_freed_when_the_holder_dies() -> None:
     allocator = UidAllocator(base=UID_BASE + UID_COUNT - 2, count=2)
     mine = allocator.lease()
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from infra.local.interpreter.uids import UidAllocator; "
-         f"lease = UidAllocator(base={UID_BASE + UID_COUNT - 2}, count=2).lease(); print(lease.uid, flush=True); "
-         "time.sleep(60)"],
-        stdout=subprocess.PIPE, text=True, cwd=str(Path(__file__).resolve().parents[3]))  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from infra.local.interpreter.uids import UidAllocator; "
+            f"lease = UidAllocator(base={UID_BASE + UID_COUNT - 2}, count=2).lease(); print(lease.uid, flush=True); "
+            "time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=str(Path(__file__).resolve().parents[3]),
+    )
     assert holder.stdout is not None
     theirs = int(holder.stdout.readline())
     # When a third lease is asked for, then again after the other process died (SIGKILL)

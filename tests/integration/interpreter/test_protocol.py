@@ -73,8 +73,10 @@ def test_execute_code_syntax_error_gives_exit_1(client: Any, session: str) -> No
     assert "SyntaxError" in result["stderr"]
 
 
-@pytest.mark.parametrize(("code", "expected"), [("import sys; sys.exit(3)", 3), ("import sys; sys.exit()", 0),
-                                                ("raise SystemExit('bye')", 1)])
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [("import sys; sys.exit(3)", 3), ("import sys; sys.exit()", 0), ("raise SystemExit('bye')", 1)],
+)
 def test_execute_code_sys_exit_sets_exit_code(client: Any, session: str, code: str, expected: int) -> None:
     # Given / When the code exits
     result, _, _ = invoke(client, PUBLIC_CI, session, code)
@@ -116,7 +118,9 @@ def test_execute_code_stdout_wrapper_installed_once_persists(client: Any, sessio
 
 def test_execute_code_long_output_streams_several_events(client: Any, session: str) -> None:
     # Given / When output larger than one event's chunk
-    result, events, _ = invoke(client, PUBLIC_CI, session, "print('a' * 200_000)\nimport sys; print('e' * 70_000, file=sys.stderr)")
+    result, events, _ = invoke(
+        client, PUBLIC_CI, session, "print('a' * 200_000)\nimport sys; print('e' * 70_000, file=sys.stderr)"
+    )
 
     # Then content-only events come first and the terminal event carries everything once
     assert len(events) >= 4
@@ -144,8 +148,13 @@ def test_execute_code_clear_context_resets_variables(client: Any, session: str) 
     invoke(client, PUBLIC_CI, session, "z = 1")
 
     # When the next call asks for a clear context
-    result, _, _ = invoke(client, PUBLIC_CI, session, "",
-                          arguments={"language": "python", "code": "print('z' in globals())", "clearContext": True})
+    result, _, _ = invoke(
+        client,
+        PUBLIC_CI,
+        session,
+        "",
+        arguments={"language": "python", "code": "print('z' in globals())", "clearContext": True},
+    )
 
     # Then the variable is gone
     assert result["stdout"] == "False\n"
@@ -153,16 +162,30 @@ def test_execute_code_clear_context_resets_variables(client: Any, session: str) 
 
 def test_file_tools_and_execute_command_round_trip(client: Any, session: str) -> None:
     # Given a file written with writeFiles
-    written, _, _ = invoke(client, PUBLIC_CI, session, "", name="writeFiles",
-                           arguments={"content": [{"path": "data/in.txt", "text": "hello file"}]})
+    written, _, _ = invoke(
+        client,
+        PUBLIC_CI,
+        session,
+        "",
+        name="writeFiles",
+        arguments={"content": [{"path": "data/in.txt", "text": "hello file"}]},
+    )
     assert written["exitCode"] == 0
 
     # When code, a shell command, readFiles and listFiles look at it
     from_code = invoke(client, PUBLIC_CI, session, "print(open('data/in.txt').read())")[0]
-    from_shell = invoke(client, PUBLIC_CI, session, "", name="executeCommand", arguments={"command": "cat data/in.txt"})[0]
-    _, read_events, _ = invoke(client, PUBLIC_CI, session, "", name="readFiles", arguments={"paths": ["data/in.txt"]})
-    _, list_events, _ = invoke(client, PUBLIC_CI, session, "", name="listFiles", arguments={"directoryPath": "data"})
-    escaped, escaped_events, _ = invoke(client, PUBLIC_CI, session, "", name="readFiles", arguments={"paths": ["../../etc/passwd"]})
+    from_shell = invoke(
+        client, PUBLIC_CI, session, "", name="executeCommand", arguments={"command": "cat data/in.txt"}
+    )[0]
+    _, read_events, _ = invoke(
+        client, PUBLIC_CI, session, "", name="readFiles", arguments={"paths": ["data/in.txt"]}
+    )
+    _, list_events, _ = invoke(
+        client, PUBLIC_CI, session, "", name="listFiles", arguments={"directoryPath": "data"}
+    )
+    escaped, escaped_events, _ = invoke(
+        client, PUBLIC_CI, session, "", name="readFiles", arguments={"paths": ["../../etc/passwd"]}
+    )
 
     # Then all see the same content, and nothing outside the session directory is reachable
     assert from_code["stdout"] == "hello file\n"
@@ -174,10 +197,17 @@ def test_file_tools_and_execute_command_round_trip(client: Any, session: str) ->
 
 def test_read_files_of_large_files_streams_one_event_per_file(client: Any, session: str) -> None:
     # Given two files of 300 KB each (text and binary), larger than one event's chunk together
-    invoke(client, PUBLIC_CI, session, "open('t.txt','w').write('é' * 150_000)\nopen('b.bin','wb').write(bytes(range(256)) * 1200)")
+    invoke(
+        client,
+        PUBLIC_CI,
+        session,
+        "open('t.txt','w').write('é' * 150_000)\nopen('b.bin','wb').write(bytes(range(256)) * 1200)",
+    )
 
     # When both are read in one readFiles call
-    result, events, _ = invoke(client, PUBLIC_CI, session, "", name="readFiles", arguments={"paths": ["t.txt", "b.bin"]})
+    result, events, _ = invoke(
+        client, PUBLIC_CI, session, "", name="readFiles", arguments={"paths": ["t.txt", "b.bin"]}
+    )
 
     # Then each file comes in a content-only event of its own, the terminal event last and empty
     assert result["exitCode"] == 0
@@ -191,7 +221,12 @@ def test_read_files_of_large_files_streams_one_event_per_file(client: Any, sessi
 def test_stop_then_invoke_and_stop_raise_resource_not_found(client: Any) -> None:
     # Given a started session
     session_id = client.start_code_interpreter_session(codeInterpreterIdentifier=PUBLIC_CI)["sessionId"]
-    assert client.get_code_interpreter_session(codeInterpreterIdentifier=PUBLIC_CI, sessionId=session_id)["status"] == "READY"
+    assert (
+        client.get_code_interpreter_session(codeInterpreterIdentifier=PUBLIC_CI, sessionId=session_id)[
+            "status"
+        ]
+        == "READY"
+    )
 
     # When it is stopped
     stopped = client.stop_code_interpreter_session(codeInterpreterIdentifier=PUBLIC_CI, sessionId=session_id)
@@ -209,9 +244,12 @@ def test_stop_then_invoke_and_stop_raise_resource_not_found(client: Any) -> None
 
 def test_start_session_describes_itself(client: Any) -> None:
     # Given / When a session started with a name and a timeout
-    started = client.start_code_interpreter_session(codeInterpreterIdentifier=PUBLIC_CI, name="turn-1",
-                                                    sessionTimeoutSeconds=300)
-    got = client.get_code_interpreter_session(codeInterpreterIdentifier=PUBLIC_CI, sessionId=started["sessionId"])
+    started = client.start_code_interpreter_session(
+        codeInterpreterIdentifier=PUBLIC_CI, name="turn-1", sessionTimeoutSeconds=300
+    )
+    got = client.get_code_interpreter_session(
+        codeInterpreterIdentifier=PUBLIC_CI, sessionId=started["sessionId"]
+    )
     client.stop_code_interpreter_session(codeInterpreterIdentifier=PUBLIC_CI, sessionId=started["sessionId"])
 
     # Then the ids match the model's pattern and Get reports what Start was given
@@ -286,8 +324,11 @@ def test_session_of_other_interpreter_is_not_found(client: Any, session: str) ->
 def test_invoke_without_session_id_is_validation_error(client: Any) -> None:
     # Given / When an invoke with no session header
     with pytest.raises(ClientError) as exc:
-        client.invoke_code_interpreter(codeInterpreterIdentifier=PUBLIC_CI, name="executeCode",
-                                       arguments={"language": "python", "code": "1"})
+        client.invoke_code_interpreter(
+            codeInterpreterIdentifier=PUBLIC_CI,
+            name="executeCode",
+            arguments={"language": "python", "code": "1"},
+        )
 
     # Then a 400 ValidationException with a reason
     assert _error(exc) == ("ValidationException", 400)
@@ -295,7 +336,9 @@ def test_invoke_without_session_id_is_validation_error(client: Any) -> None:
 
 
 @pytest.mark.parametrize("arguments", [{"language": "python"}, {"language": "javascript", "code": "1"}])
-def test_invoke_bad_arguments_are_validation_errors(client: Any, session: str, arguments: dict[str, Any]) -> None:
+def test_invoke_bad_arguments_are_validation_errors(
+    client: Any, session: str, arguments: dict[str, Any]
+) -> None:
     # Given / When executeCode without code, or in a language the local interpreter does not run
     with pytest.raises(ClientError) as exc:
         invoke(client, PUBLIC_CI, session, "", arguments=arguments)
@@ -306,11 +349,18 @@ def test_invoke_bad_arguments_are_validation_errors(client: Any, session: str, a
 
 def test_raw_http_bad_json_and_bad_timeout_are_validation_errors(server: LocalInterpreterServer) -> None:
     # Given requests botocore would never send (its own validation stops them first)
-    cases = [(b"{not json", "CannotParse"), (json.dumps({"sessionTimeoutSeconds": 0}).encode(), "FieldValidationFailed"),
-             (json.dumps({"sessionTimeoutSeconds": 28_801}).encode(), "FieldValidationFailed")]
+    cases = [
+        (b"{not json", "CannotParse"),
+        (json.dumps({"sessionTimeoutSeconds": 0}).encode(), "FieldValidationFailed"),
+        (json.dumps({"sessionTimeoutSeconds": 28_801}).encode(), "FieldValidationFailed"),
+    ]
     for body, reason in cases:
-        request = urllib.request.Request(f"{server.endpoint}/code-interpreters/{PUBLIC_CI}/sessions/start",
-                                         data=body, method="PUT", headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"{server.endpoint}/code-interpreters/{PUBLIC_CI}/sessions/start",
+            data=body,
+            method="PUT",
+            headers={"Content-Type": "application/json"},
+        )
         # When they reach the server
         with pytest.raises(urllib.error.HTTPError) as exc:
             urllib.request.urlopen(request)
@@ -329,7 +379,9 @@ def test_list_sessions_filters_by_status(client: Any) -> None:
 
     # When listed by status
     ready = client.list_code_interpreter_sessions(codeInterpreterIdentifier=OTHER_CI, status="READY")["items"]
-    gone = client.list_code_interpreter_sessions(codeInterpreterIdentifier=OTHER_CI, status="TERMINATED")["items"]
+    gone = client.list_code_interpreter_sessions(codeInterpreterIdentifier=OTHER_CI, status="TERMINATED")[
+        "items"
+    ]
     client.stop_code_interpreter_session(codeInterpreterIdentifier=OTHER_CI, sessionId=running)
 
     # Then each appears under its own status only

@@ -16,8 +16,14 @@ def test_demo_runs_one_turn_end_to_end_and_stops_its_stack() -> None:
     # Given a clean environment (no AWS endpoint variables)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SANDBOX_"))}
     # When the demo runs
-    out = subprocess.run([sys.executable, "-m", "infra.local.demo"], cwd=REPO, env=env, capture_output=True,
-                         text=True, timeout=180)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "infra.local.demo"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     # Then it exits 0 after a turn whose second call printed 42, shows audit rows and counters
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert '"stdout": "42\\n"' in out.stdout

@@ -19,8 +19,14 @@ FIXTURES = Path(__file__).with_name("fixture_functions")
 def test_emulator_schedule_invokes_function_with_scheduled_events(tmp_path: Path) -> None:
     # Given a function on a 0.3 s schedule
     ticks = tmp_path / "ticks.jsonl"
-    spec = FunctionSpec(name="tick", handler="tick_fn.handler.handler", environment={"TICK_FILE": str(ticks)},
-                        task_root=str(FIXTURES), timeout_seconds=5, max_concurrency=1)  # fmt: skip
+    spec = FunctionSpec(
+        name="tick",
+        handler="tick_fn.handler.handler",
+        environment={"TICK_FILE": str(ticks)},
+        task_root=str(FIXTURES),
+        timeout_seconds=5,
+        max_concurrency=1,
+    )
     emulator = LambdaEmulator([spec], schedules=[Schedule(function="tick", rate_seconds=0.3)]).start()
     emulator.start_schedules()
     # When time passes
@@ -38,8 +44,16 @@ def test_local_stack_schedules_the_reaper_every_five_minutes(monkeypatch) -> Non
     # Given the local stage's resources
     monkeypatch.delenv("SANDBOX_LOCAL_REAPER_SECONDS", raising=False)
     config = build_config("local")
-    resources = LocalResources(stage="local", region="us-east-1", account="123456789012", tables={},
-                               functions={f: n.function_name("local", f) for f in n.FUNCTIONS}, audit_dlq_url="",
-                               security_topic_arn="")  # fmt: skip
+    resources = LocalResources(
+        stage="local",
+        region="us-east-1",
+        account="123456789012",
+        tables={},
+        functions={f: n.function_name("local", f) for f in n.FUNCTIONS},
+        audit_dlq_url="",
+        security_topic_arn="",
+    )
     # Then the reaper is scheduled at the CDK rule's rate
-    assert lambda_schedules(resources) == [{"function": n.function_name(config.name, n.REAPER), "rate_seconds": 300.0}]
+    assert lambda_schedules(resources) == [
+        {"function": n.function_name(config.name, n.REAPER), "rate_seconds": 300.0}
+    ]

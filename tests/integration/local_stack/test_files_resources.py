@@ -30,8 +30,13 @@ def test_local_artifacts_bucket_matches_cdk_definition(local) -> None:
     # Then the bucket has the CDK definition's name, encryption, public access block and expiry
     assert bucket == n.artifacts_bucket_name("local", LOCAL_ACCOUNT)
     rule = s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"]["Rules"][0]
-    assert rule["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] == settings["sse_algorithm"] == "aws:kms"
-    assert s3.get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"] == settings["block_public_access"]
+    assert (
+        rule["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] == settings["sse_algorithm"] == "aws:kms"
+    )
+    assert (
+        s3.get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"]
+        == settings["block_public_access"]
+    )
     rules = s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
     assert [r["Expiration"]["Days"] for r in rules] == [build_config("local").audit_retention_days]
 
@@ -41,4 +46,3 @@ def test_local_demo_data_bucket_exists_and_is_private(local) -> None:
     assert resources.data_bucket == n.demo_data_bucket_name("local")
     block = s3.get_public_access_block(Bucket=resources.data_bucket)["PublicAccessBlockConfiguration"]
     assert all(block.values())
-

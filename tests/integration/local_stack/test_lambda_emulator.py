@@ -26,18 +26,33 @@ FUNCTION_ENV = {"SANDBOX_STAGE": "local", "FOO": "bar"}
 # Variables the Lambda runtime itself provides (not part of a function's definition), plus the
 # locale variable Python adds on start-up (PEP 538).
 RUNTIME_VARS = {
-    "PATH", "LANG", "TZ", "PYTHONDONTWRITEBYTECODE", "LAMBDA_TASK_ROOT", "AWS_LAMBDA_FUNCTION_NAME",
-    "AWS_LAMBDA_FUNCTION_VERSION", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "AWS_LAMBDA_LOG_GROUP_NAME",
-    "AWS_LAMBDA_LOG_STREAM_NAME", "AWS_EXECUTION_ENV", "AWS_REGION", "AWS_DEFAULT_REGION", "LC_CTYPE",
-}  # fmt: skip
+    "PATH",
+    "LANG",
+    "TZ",
+    "PYTHONDONTWRITEBYTECODE",
+    "LAMBDA_TASK_ROOT",
+    "AWS_LAMBDA_FUNCTION_NAME",
+    "AWS_LAMBDA_FUNCTION_VERSION",
+    "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
+    "AWS_LAMBDA_LOG_GROUP_NAME",
+    "AWS_LAMBDA_LOG_STREAM_NAME",
+    "AWS_EXECUTION_ENV",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "LC_CTYPE",
+}
 
 
 @pytest.fixture(scope="module")
 def emulator() -> Iterator[LambdaEmulator]:
     spec = FunctionSpec(
-        name="echo", handler="echo_fn.handler.handler", environment=FUNCTION_ENV, task_root=str(FIXTURES),
-        timeout_seconds=2, max_concurrency=2,
-    )  # fmt: skip
+        name="echo",
+        handler="echo_fn.handler.handler",
+        environment=FUNCTION_ENV,
+        task_root=str(FIXTURES),
+        timeout_seconds=2,
+        max_concurrency=2,
+    )
     emu = LambdaEmulator([spec]).start()
     yield emu
     emu.stop()
@@ -172,8 +187,9 @@ def test_emulator_sigkilled_worker_is_reported_at_once_as_runtime_exit_not_timeo
 
 def test_emulator_import_error_is_reported_on_invoke(tmp_path: Path) -> None:
     # Given a function whose handler module cannot be imported
-    spec = FunctionSpec(name="broken", handler="no_such_module.handler.handler", environment={},
-                        task_root=str(tmp_path))  # fmt: skip
+    spec = FunctionSpec(
+        name="broken", handler="no_such_module.handler.handler", environment={}, task_root=str(tmp_path)
+    )
     emu = LambdaEmulator([spec]).start()
     try:
         lam = boto3.client("lambda", endpoint_url=emu.endpoint)
@@ -216,7 +232,11 @@ def test_emulator_bad_content_length_gets_a_structured_answer(emulator: LambdaEm
 
 
 def _workers() -> list[int]:
-    return [p for p in stack.descendants(os.getpid()) if b"lambda_worker" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    return [
+        p
+        for p in stack.descendants(os.getpid())
+        if b"lambda_worker" in Path(f"/proc/{p}/cmdline").read_bytes()
+    ]
 
 
 def test_emulator_worker_killed_from_outside_is_a_runtime_exit_not_a_timeout(lam: Any) -> None:

@@ -16,9 +16,14 @@ from infra.local.resources import LocalResources, create_resources
 from infra.local.stack import lambda_function_specs
 
 LOCAL_ONLY_ENV = {
-    "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE", "AWS_ENDPOINT_URL_LAMBDA",
-    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_DEFAULT_REGION",
-}  # fmt: skip
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE",
+    "AWS_ENDPOINT_URL_LAMBDA",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+}
 
 
 @pytest.fixture(scope="module")

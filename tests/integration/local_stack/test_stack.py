@@ -129,9 +129,12 @@ def test_function_workers_run_with_exactly_their_cdk_environment(state: LocalSta
     # Then it is function_environment(...) (what CDK sets) plus the local endpoints, credentials
     # and the Lambda runtime's own variables — nothing of the caller's environment
     expected = function_environment(
-        build_config("local"), n.QUOTA_CHECK, tables=state.resources.tables,
-        quota_function_name=state.resources.functions[n.QUOTA_CHECK], audit_dlq_url=state.resources.audit_dlq_url,
-    )  # fmt: skip
+        build_config("local"),
+        n.QUOTA_CHECK,
+        tables=state.resources.tables,
+        quota_function_name=state.resources.functions[n.QUOTA_CHECK],
+        audit_dlq_url=state.resources.audit_dlq_url,
+    )
     assert {k: quota_env[k] for k in expected} == expected
     assert quota_env["AWS_ENDPOINT_URL"] == state.endpoint("moto")
     assert quota_env["AWS_ENDPOINT_URL_BEDROCK_AGENTCORE"] == state.endpoint("interpreter")
@@ -162,14 +165,25 @@ def test_up_restarts_dead_parts_keeping_state_and_down_leaves_no_process_behind(
     now = current.data["processes"]
     assert started is True and stack.status(tmp_path)["running"] is True
     assert now["moto"]["pid"] == old["moto"]["pid"]
-    assert now["interpreter"]["pid"] != old["interpreter"]["pid"] and now["lambda"]["pid"] != old["lambda"]["pid"]
+    assert (
+        now["interpreter"]["pid"] != old["interpreter"]["pid"]
+        and now["lambda"]["pid"] != old["lambda"]["pid"]
+    )
     assert {k: p["endpoint"] for k, p in now.items()} == {k: p["endpoint"] for k, p in old.items()}
     assert current.client("ssm").get_parameter(Name="/issue10/kept")["Parameter"]["Value"] == "still here"
 
     # Given moto itself died (its in-memory state is gone with it), and a call arrives meanwhile
     _kill(now["moto"])
-    event = {"action": "execute_code", "tenant_id": "acme", "agent_id": "spool-probe", "template_id": "analyst",
-             "turn_id": "t-spool", "call_id": "c-spool", "code": "print(1)", "turn_token": "s" * 43}  # fmt: skip
+    event = {
+        "action": "execute_code",
+        "tenant_id": "acme",
+        "agent_id": "spool-probe",
+        "template_id": "analyst",
+        "turn_id": "t-spool",
+        "call_id": "c-spool",
+        "code": "print(1)",
+        "turn_token": "s" * 43,
+    }
     out = current.client("lambda").invoke(
         FunctionName=current.resources.functions[n.DISPATCH], Payload=json.dumps(event).encode()
     )
@@ -186,7 +200,12 @@ def test_up_restarts_dead_parts_keeping_state_and_down_leaves_no_process_behind(
     assert started is True and stack.status(tmp_path)["running"] is True
     assert all(fresh[k]["pid"] != now[k]["pid"] for k in stack.COMPONENTS)
     # and `audit replay` writes the spooled row into the new stack's table, exactly once
-    assert ops.audit_replay(local_target(current)) == {"replayed": 1, "duplicates": 0, "invalid": 0, "failed": 0}
+    assert ops.audit_replay(local_target(current)) == {
+        "replayed": 1,
+        "duplicates": 0,
+        "invalid": 0,
+        "failed": 0,
+    }
     row = current.client("dynamodb").get_item(
         TableName=current.resources.tables[n.INVOCATIONS.logical],
         Key={n.INVOCATIONS.pk: {"S": spooled["invocation_id"]}},

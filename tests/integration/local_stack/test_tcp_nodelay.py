@@ -28,7 +28,12 @@ def _interpreter() -> tuple[Any, Any, str, Callable[[], None]]:
 
 def _emulator() -> tuple[Any, Any, str, Callable[[], None]]:
     emulator = LambdaEmulator([]).start()
-    return emulator, emulator._server, f"{emulator.endpoint}/2015-03-31/functions/none/invocations", emulator.stop
+    return (
+        emulator,
+        emulator._server,
+        f"{emulator.endpoint}/2015-03-31/functions/none/invocations",
+        emulator.stop,
+    )
 
 
 def _moto() -> tuple[Any, Any, str, Callable[[], None]]:
@@ -37,9 +42,12 @@ def _moto() -> tuple[Any, Any, str, Callable[[], None]]:
     return server, server._server, f"{server.endpoint}/moto-api/data.json", server.stop
 
 
-@pytest.mark.parametrize("start", [_interpreter, _emulator, _moto], ids=["interpreter", "lambda_emulator", "moto"])
-def test_server_sockets_have_tcp_nodelay(start: Callable[[], tuple[Any, Any, str, Callable[[], None]]],
-                                         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    "start", [_interpreter, _emulator, _moto], ids=["interpreter", "lambda_emulator", "moto"]
+)
+def test_server_sockets_have_tcp_nodelay(
+    start: Callable[[], tuple[Any, Any, str, Callable[[], None]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Given a running server whose handler records its connection's TCP_NODELAY after set-up
     _, httpd, url, stop = start()
     seen: list[int] = []
@@ -54,8 +62,9 @@ def test_server_sockets_have_tcp_nodelay(start: Callable[[], tuple[Any, Any, str
     try:
         # When a real request is served
         try:
-            urllib.request.urlopen(urllib.request.Request(url, method="POST" if "invocations" in url else "GET"),
-                                   timeout=10).read()  # fmt: skip
+            urllib.request.urlopen(
+                urllib.request.Request(url, method="POST" if "invocations" in url else "GET"), timeout=10
+            ).read()
         except urllib.error.HTTPError:
             pass  # an error answer is still an answer on that connection
     finally:

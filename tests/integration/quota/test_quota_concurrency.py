@@ -13,9 +13,7 @@ from sandbox_common import naming
     ("dimension", "cap", "callers"),
     [(naming.DIM_TENANT_DAILY, 5, 12), (naming.DIM_AGENT_HOURLY, 3, 10)],
 )
-def test_concurrency_exactly_cap_callers_admitted(
-    quota, monkeypatch, freeze, dimension, cap, callers
-):
+def test_concurrency_exactly_cap_callers_admitted(quota, monkeypatch, freeze, dimension, cap, callers):
     """Threads call the handler in-process against a moto server over real HTTP.
 
     The shared moto server applies one request at a time (infra/local/moto_serial.py), so this does not prove

@@ -223,8 +223,13 @@ def test_failures_transaction_conflict_is_retried_then_admitted(quota, freeze, i
         return len(attempts) == 1
 
     reasons = [{"Code": "TransactionConflict", "Message": "conflict"}, {"Code": "None"}]
-    injected = inject_error("dynamodb", "TransactWriteItems", "TransactionCanceledException",
-                            extra={"CancellationReasons": reasons}, when=first_only)  # fmt: skip
+    injected = inject_error(
+        "dynamodb",
+        "TransactWriteItems",
+        "TransactionCanceledException",
+        extra={"CancellationReasons": reasons},
+        when=first_only,
+    )
     # When a call arrives / Then the conflict (nothing written) is retried and the call admitted once
     admitted = quota.call()
     injected.remove()
@@ -232,13 +237,19 @@ def test_failures_transaction_conflict_is_retried_then_admitted(quota, freeze, i
     assert admitted["ok"] is True and admitted["tenant_daily_count"] == 1
 
 
-def test_failures_persistent_transaction_conflict_fails_closed_after_bounded_retries(quota, freeze, inject_error):
+def test_failures_persistent_transaction_conflict_fails_closed_after_bounded_retries(
+    quota, freeze, inject_error
+):
     from quota_check.counters import CONFLICT_ATTEMPTS
 
     freeze("2026-11-21T08:15:00Z")
     reasons = [{"Code": "None"}, {"Code": "TransactionConflict", "Message": "conflict"}]
-    injected = inject_error("dynamodb", "TransactWriteItems", "TransactionCanceledException",
-                            extra={"CancellationReasons": reasons})  # fmt: skip
+    injected = inject_error(
+        "dynamodb",
+        "TransactWriteItems",
+        "TransactionCanceledException",
+        extra={"CancellationReasons": reasons},
+    )
     refused = quota.call()
     injected.remove()
     assert injected.sent == CONFLICT_ATTEMPTS

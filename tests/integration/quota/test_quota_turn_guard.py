@@ -30,24 +30,36 @@ def guarded(quota, monkeypatch, freeze):
     turns = naming.TURNS.physical(STAGE)
     aws.client("dynamodb").create_table(
         TableName=turns,
-        KeySchema=[{"AttributeName": naming.TURNS.pk, "KeyType": "HASH"},
-                   {"AttributeName": naming.TURNS.sort_key, "KeyType": "RANGE"}],
-        AttributeDefinitions=[{"AttributeName": naming.TURNS.pk, "AttributeType": "S"},
-                              {"AttributeName": naming.TURNS.sort_key, "AttributeType": "S"}],
+        KeySchema=[
+            {"AttributeName": naming.TURNS.pk, "KeyType": "HASH"},
+            {"AttributeName": naming.TURNS.sort_key, "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": naming.TURNS.pk, "AttributeType": "S"},
+            {"AttributeName": naming.TURNS.sort_key, "AttributeType": "S"},
+        ],
         BillingMode="PAY_PER_REQUEST",
-    )  # fmt: skip
-    env = QuotaSettings(stage=STAGE, tenant_daily_table=naming.TENANT_DAILY_COUNTERS.physical(STAGE),
-                        agent_hourly_table=naming.AGENT_HOURLY_COUNTERS.physical(STAGE), turns_table=turns).to_env()  # fmt: skip
+    )
+    env = QuotaSettings(
+        stage=STAGE,
+        tenant_daily_table=naming.TENANT_DAILY_COUNTERS.physical(STAGE),
+        agent_hourly_table=naming.AGENT_HOURLY_COUNTERS.physical(STAGE),
+        turns_table=turns,
+    ).to_env()
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     settings.clear_caches()
     return quota
 
 
-def put_turn(turn_id: str = "turn-1", *, agent: str = "agent-7", token_sha256: str | None = None,
-             ended: bool = False) -> None:  # fmt: skip
-    item: dict[str, Any] = {naming.TURNS.pk: {"S": "acme"}, naming.TURNS.sort_key: {"S": turn_id},
-                            naming.TURN_ATTR_AGENT: {"S": agent}}  # fmt: skip
+def put_turn(
+    turn_id: str = "turn-1", *, agent: str = "agent-7", token_sha256: str | None = None, ended: bool = False
+) -> None:
+    item: dict[str, Any] = {
+        naming.TURNS.pk: {"S": "acme"},
+        naming.TURNS.sort_key: {"S": turn_id},
+        naming.TURN_ATTR_AGENT: {"S": agent},
+    }
     if token_sha256 is not None:
         item[naming.TURN_ATTR_TOKEN_HASH] = {"S": token_sha256}
     if ended:
@@ -55,10 +67,21 @@ def put_turn(turn_id: str = "turn-1", *, agent: str = "agent-7", token_sha256: s
     aws.client("dynamodb").put_item(TableName=naming.TURNS.physical(STAGE), Item=item)
 
 
-def guarded_call(stack, *, call_id: str = "call-1", token: str | None = TOKEN, turn_id: str = "turn-1",
-                 release: bool = False) -> dict[str, Any]:  # fmt: skip
-    event: dict[str, Any] = {"tenant_id": "acme", "agent_id": "agent-7", "counts": False, "call_id": call_id,
-                             "turn": {"turn_id": turn_id, "token_sha256": token_hash(token) if token else ""}}  # fmt: skip
+def guarded_call(
+    stack,
+    *,
+    call_id: str = "call-1",
+    token: str | None = TOKEN,
+    turn_id: str = "turn-1",
+    release: bool = False,
+) -> dict[str, Any]:
+    event: dict[str, Any] = {
+        "tenant_id": "acme",
+        "agent_id": "agent-7",
+        "counts": False,
+        "call_id": call_id,
+        "turn": {"turn_id": turn_id, "token_sha256": token_hash(token) if token else ""},
+    }
     if release:
         event.pop("turn")
         event["release"] = True
@@ -77,8 +100,11 @@ def test_turn_guard_right_token_counts_once_and_writes_the_marker(guarded):
     # Then it is admitted and counted once, and its marker is stored with the idempotency TTL
     assert answer == {"ok": True, "tenant_daily_count": None, "agent_hourly_count": None}
     assert counts(guarded) == (1, 1)
-    marker = [i for i in guarded.items(naming.TENANT_DAILY_COUNTERS)
-              if i[naming.TENANT_DAILY_COUNTERS.pk]["S"] == "counted#acme#call-1"]  # fmt: skip
+    marker = [
+        i
+        for i in guarded.items(naming.TENANT_DAILY_COUNTERS)
+        if i[naming.TENANT_DAILY_COUNTERS.pk]["S"] == "counted#acme#call-1"
+    ]
     assert len(marker) == 1
     assert marker[0][naming.QUOTA_MARKER_ATTR_DAILY_KEY]["S"] == DAILY
     assert marker[0][naming.QUOTA_MARKER_ATTR_HOURLY_KEY]["S"] == HOURLY
@@ -207,7 +233,11 @@ def test_release_undoes_the_count_and_the_marker_once(guarded):
     pks = [i[naming.TENANT_DAILY_COUNTERS.pk]["S"] for i in guarded.items(naming.TENANT_DAILY_COUNTERS)]
     assert pks == [DAILY]
     # And a second release undoes nothing
-    assert guarded_call(guarded, release=True) == {"ok": True, "tenant_daily_count": None, "agent_hourly_count": None}
+    assert guarded_call(guarded, release=True) == {
+        "ok": True,
+        "tenant_daily_count": None,
+        "agent_hourly_count": None,
+    }
     assert counts(guarded) == (0, 0)
 
 
@@ -221,8 +251,13 @@ def test_turn_guard_conflict_retry_is_reported(guarded, inject_error):
         return len(attempts) == 1
 
     reasons = [{"Code": "None"}, {"Code": "None"}, {"Code": "TransactionConflict"}, {"Code": "None"}]
-    injected = inject_error("dynamodb", "TransactWriteItems", "TransactionCanceledException",
-                            extra={"CancellationReasons": reasons}, when=first_only)  # fmt: skip
+    injected = inject_error(
+        "dynamodb",
+        "TransactWriteItems",
+        "TransactionCanceledException",
+        extra={"CancellationReasons": reasons},
+        when=first_only,
+    )
     # When the call arrives
     answer = guarded_call(guarded)
     injected.remove()

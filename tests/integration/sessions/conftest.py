@@ -33,16 +33,25 @@ def reaper_stack(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stac
 
 
 def interpreter_id(stack: Stack, tenant: str = "acme", environment: str = "default-public") -> str:
-    return next(i["id"] for i in stack.resources.interpreters
-                if i["tenant_id"] == tenant and i["environment"] == environment)  # fmt: skip
+    return next(
+        i["id"]
+        for i in stack.resources.interpreters
+        if i["tenant_id"] == tenant and i["environment"] == environment
+    )
 
 
 def set_warm(tenant: str, environment: str, size: int) -> None:
-    aws.client("ssm").put_parameter(Name=n.warm_sessions_parameter("local", tenant, environment), Value=str(size),
-                                    Type="String", Overwrite=True)  # fmt: skip
+    aws.client("ssm").put_parameter(
+        Name=n.warm_sessions_parameter("local", tenant, environment),
+        Value=str(size),
+        Type="String",
+        Overwrite=True,
+    )
 
 
 def slots_of(stack: Stack) -> list[Any]:
     from sandbox_common.sessions.ledger import SessionLedger
 
-    return SessionLedger(table_name=stack.resources.tables[n.SESSIONS.logical], ddb=aws.client("dynamodb")).slots()
+    return SessionLedger(
+        table_name=stack.resources.tables[n.SESSIONS.logical], ddb=aws.client("dynamodb")
+    ).slots()

@@ -45,17 +45,28 @@ def short_dispatch(reaper_stack: Stack) -> Iterator[dict[str, Any]]:
 def _dispatch_workers_on(stack: Stack, aws_endpoint: str, timeout_seconds: int) -> Iterator[dict[str, Any]]:
     port = free_port()
     endpoints = {
-        "AWS_ENDPOINT_URL": aws_endpoint, "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE": stack.interpreter.endpoint,
-        "AWS_ENDPOINT_URL_LAMBDA": stack.emulator.endpoint, "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1",
-    }  # fmt: skip
+        "AWS_ENDPOINT_URL": aws_endpoint,
+        "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE": stack.interpreter.endpoint,
+        "AWS_ENDPOINT_URL_LAMBDA": stack.emulator.endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
     name = stack.resources.functions[n.DISPATCH]
-    (spec,) = [FunctionSpec.from_dict({**s, "max_concurrency": 4, "timeout_seconds": timeout_seconds})
-               for s in lambda_function_specs(build_config("local"), stack.resources, endpoints)
-               if s["name"] == name]  # fmt: skip
+    (spec,) = [
+        FunctionSpec.from_dict({**s, "max_concurrency": 4, "timeout_seconds": timeout_seconds})
+        for s in lambda_function_specs(build_config("local"), stack.resources, endpoints)
+        if s["name"] == name
+    ]
     emulator = LambdaEmulator([spec], port=port).start()
-    client = boto3.client("lambda", endpoint_url=emulator.endpoint, region_name="us-east-1",
-                          aws_access_key_id="testing", aws_secret_access_key="testing")  # fmt: skip
+    client = boto3.client(
+        "lambda",
+        endpoint_url=emulator.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
     try:
         yield {"stack": stack, "client": client, "name": name}
     finally:
@@ -63,8 +74,9 @@ def _dispatch_workers_on(stack: Stack, aws_endpoint: str, timeout_seconds: int) 
 
 
 def _idempotency_items(stack: Stack) -> list[dict[str, Any]]:
-    return aws.client("dynamodb").scan(TableName=stack.resources.tables[n.IDEMPOTENCY.logical],
-                                       ConsistentRead=True)["Items"]  # fmt: skip
+    return aws.client("dynamodb").scan(
+        TableName=stack.resources.tables[n.IDEMPOTENCY.logical], ConsistentRead=True
+    )["Items"]
 
 
 def _rows(stack: Stack, call_id: str) -> list[dict[str, Any]]:
@@ -77,8 +89,10 @@ def _dead_calls(ctx: dict[str, Any], call_ids: tuple[str, ...]) -> dict[str, dic
     answers: list[Any] = []
 
     def send(call_id: str) -> None:
-        out = ctx["client"].invoke(FunctionName=ctx["name"], Payload=json.dumps(
-            event(turn_id=f"turn-{call_id}", call_id=call_id, code=SLOW)).encode())  # fmt: skip
+        out = ctx["client"].invoke(
+            FunctionName=ctx["name"],
+            Payload=json.dumps(event(turn_id=f"turn-{call_id}", call_id=call_id, code=SLOW)).encode(),
+        )
         answers.append(out.get("FunctionError"))
 
     threads = [threading.Thread(target=send, args=(c,)) for c in call_ids]
@@ -111,18 +125,28 @@ def _dead_calls(ctx: dict[str, Any], call_ids: tuple[str, ...]) -> dict[str, dic
 
 
 def _record_of(stack: Stack, call_id: str) -> dict[str, Any]:
-    (item,) = [i for i in _idempotency_items(stack) if n.IDEMPOTENCY_ATTR_ATTEMPT in i
-               and json.loads(i[n.IDEMPOTENCY_ATTR_ATTEMPT]["S"])["call_id"] == call_id]  # fmt: skip
+    (item,) = [
+        i
+        for i in _idempotency_items(stack)
+        if n.IDEMPOTENCY_ATTR_ATTEMPT in i
+        and json.loads(i[n.IDEMPOTENCY_ATTR_ATTEMPT]["S"])["call_id"] == call_id
+    ]
     return item
 
 
 def _finisher_killed_before_its_row(stack: Stack, call_id: str) -> None:
     """A reaper process finishing `call_id`, SIGKILLed while its audit PutItem is held (dropped)."""
     audit_table = stack.resources.tables[n.INVOCATIONS.logical]
-    proxy = HoldingProxy(stack.moto, lambda target, body: target.endswith(".PutItem")
-                         and json.loads(body or b"{}").get("TableName") == audit_table)  # fmt: skip
-    script = ("import sys\nfrom reaper.interrupted_sweep import interrupted_calls\nfrom reaper.service import reaper\n"
-              "interrupted_calls(reaper()).finish(sys.argv[1])\n")  # fmt: skip
+    proxy = HoldingProxy(
+        stack.moto,
+        lambda target, body: (
+            target.endswith(".PutItem") and json.loads(body or b"{}").get("TableName") == audit_table
+        ),
+    )
+    script = (
+        "import sys\nfrom reaper.interrupted_sweep import interrupted_calls\nfrom reaper.service import reaper\n"
+        "interrupted_calls(reaper()).finish(sys.argv[1])\n"
+    )
     env = dict(os.environ)
     env.update(AWS_ENDPOINT_URL=proxy.endpoint, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     finisher = subprocess.Popen(
@@ -173,10 +197,15 @@ def test_dispatch_interrupted_killed_worker_each_call_ends_with_one_row(
 
     # When a retry of c-race and two reaper sweeps race each other
     results: dict[str, Any] = {}
-    racers = [threading.Thread(target=lambda: results.update(retry=stack.dispatch(
-                  event(turn_id="turn-c-race", call_id="c-race", code=SLOW)))),
-              threading.Thread(target=lambda: results.update(sweep1=finish_interrupted(time.time()))),
-              threading.Thread(target=lambda: results.update(sweep2=finish_interrupted(time.time())))]  # fmt: skip
+    racers = [
+        threading.Thread(
+            target=lambda: results.update(
+                retry=stack.dispatch(event(turn_id="turn-c-race", call_id="c-race", code=SLOW))
+            )
+        ),
+        threading.Thread(target=lambda: results.update(sweep1=finish_interrupted(time.time()))),
+        threading.Thread(target=lambda: results.update(sweep2=finish_interrupted(time.time()))),
+    ]
     for t in racers:
         t.start()
     for t in racers:
@@ -201,15 +230,28 @@ def test_dispatch_interrupted_killed_worker_each_call_ends_with_one_row(
 
 
 def _open_attempts(stack: Stack, call_id: str) -> list[dict[str, Any]]:
-    return [i for i in _idempotency_items(stack) if n.IDEMPOTENCY_ATTR_OPEN in i
-            and json.loads(i[n.IDEMPOTENCY_ATTR_ATTEMPT]["S"])["call_id"] == call_id]  # fmt: skip
+    return [
+        i
+        for i in _idempotency_items(stack)
+        if n.IDEMPOTENCY_ATTR_OPEN in i
+        and json.loads(i[n.IDEMPOTENCY_ATTR_ATTEMPT]["S"])["call_id"] == call_id
+    ]
 
 
 def _while_running(stack: Stack, call_id: str, during: Any) -> tuple[dict[str, Any], Any]:
     """A normal in-process call of 2 s; `during()` runs once its claim is in the open index."""
     answer: dict[str, Any] = {}
-    call = threading.Thread(target=lambda: answer.update(stack.dispatch(
-        event(turn_id=f"turn-{call_id}", call_id=call_id, code="import time\ntime.sleep(2)\nprint('done')"))))  # fmt: skip
+    call = threading.Thread(
+        target=lambda: answer.update(
+            stack.dispatch(
+                event(
+                    turn_id=f"turn-{call_id}",
+                    call_id=call_id,
+                    code="import time\ntime.sleep(2)\nprint('done')",
+                )
+            )
+        )
+    )
     call.start()
     until = time.monotonic() + 30
     while not _open_attempts(stack, call_id) and time.monotonic() < until:
@@ -289,15 +331,26 @@ def test_dispatch_interrupted_killed_while_its_completion_is_in_flight_ends_with
     stack = reaper_stack
     audit_table = stack.resources.tables[n.INVOCATIONS.logical]
     # Given dispatch workers whose request carrying the call's audit row is held, then dropped
-    proxy = HoldingProxy(stack.moto, lambda target, body: target.rsplit(".", 1)[-1] in ("PutItem", "TransactWriteItems")
-                         and audit_table.encode() in body)  # fmt: skip
+    proxy = HoldingProxy(
+        stack.moto,
+        lambda target, body: (
+            target.rsplit(".", 1)[-1] in ("PutItem", "TransactWriteItems") and audit_table.encode() in body
+        ),
+    )
     workers = _dispatch_workers_on(stack, proxy.endpoint, COMPLETION_WORKER_TIMEOUT_SECONDS)
     ctx = next(workers)
     answers: list[Any] = []
     try:
-        call = threading.Thread(target=lambda: answers.append(ctx["client"].invoke(
-            FunctionName=ctx["name"], Payload=json.dumps(
-                event(turn_id="turn-c-done", call_id="c-done", code="print('done')")).encode())))  # fmt: skip
+        call = threading.Thread(
+            target=lambda: answers.append(
+                ctx["client"].invoke(
+                    FunctionName=ctx["name"],
+                    Payload=json.dumps(
+                        event(turn_id="turn-c-done", call_id="c-done", code="print('done')")
+                    ).encode(),
+                )
+            )
+        )
         call.start()
         # When the call has run and its completion is in flight, the worker is SIGKILLed
         assert proxy.held.wait(60), "the call never sent its audit row"

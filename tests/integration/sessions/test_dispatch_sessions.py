@@ -19,8 +19,12 @@ from .conftest import Stack, event, interpreter_id, set_warm, slots_of
 
 
 def _set_session_cap(dimension: str, value: int, tenant: str | None = None) -> None:
-    aws.client("ssm").put_parameter(Name=n.session_cap_parameter("local", dimension, tenant), Value=str(value),
-                                    Type="String", Overwrite=True)  # fmt: skip
+    aws.client("ssm").put_parameter(
+        Name=n.session_cap_parameter("local", dimension, tenant),
+        Value=str(value),
+        Type="String",
+        Overwrite=True,
+    )
 
 
 def _together(stack: Stack, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -51,9 +55,11 @@ class AgentCoreLog:
         self.codes: list[str] = []
         runner = _dispatch_runner()
         runner.credentials.control_client().meta.events.register(
-            "before-parameter-build.bedrock-agentcore.StartCodeInterpreterSession", self._start)
+            "before-parameter-build.bedrock-agentcore.StartCodeInterpreterSession", self._start
+        )
         runner.credentials.invoke_client().meta.events.register(
-            "before-parameter-build.bedrock-agentcore.InvokeCodeInterpreter", self._invoke)  # fmt: skip
+            "before-parameter-build.bedrock-agentcore.InvokeCodeInterpreter", self._invoke
+        )
 
     def _start(self, **_: Any) -> None:
         self.starts += 1
@@ -72,7 +78,9 @@ def _rows(stack: Stack) -> dict[str, dict[str, Any]]:
 
 
 def _daily_count(stack: Stack) -> int:
-    return sum(int(i[n.COUNTER_ATTR_COUNT]["N"]) for i in stack.counter_items()[n.TENANT_DAILY_COUNTERS.logical])
+    return sum(
+        int(i[n.COUNTER_ATTR_COUNT]["N"]) for i in stack.counter_items()[n.TENANT_DAILY_COUNTERS.logical]
+    )
 
 
 def test_dispatch_warm_first_call_makes_no_start_no_preamble_and_pool_refills(reaper_stack: Stack) -> None:
@@ -118,7 +126,12 @@ def test_dispatch_cold_first_call_starts_with_preamble_and_says_cold(stack: Stac
     assert (log.starts, log.preambles()) == (1, 1)
     # And the session holds one slot in the ledger, bound to the turn
     (slot,) = slots_of(stack)
-    assert (slot.state, slot.source, slot.session_id, slot.turn_id) == ("active", "cold", first["session_id"], "turn-c")
+    assert (slot.state, slot.source, slot.session_id, slot.turn_id) == (
+        "active",
+        "cold",
+        first["session_id"],
+        "turn-c",
+    )
     assert stack.dispatch(event("end_turn", turn_id="turn-c")) == {"ok": True, "stopped": True}
     assert slots_of(stack) == []
 
@@ -132,7 +145,9 @@ def test_dispatch_two_concurrent_first_calls_of_two_turns_never_share_a_session(
     reaper().run()
     set_warm("acme", "default-public", 0)  # no refill in between
     # When both run
-    a, b = _together(stack, [event(turn_id=t, call_id=f"{t}-1", code="print('hi')") for t in ("turn-a", "turn-b")])
+    a, b = _together(
+        stack, [event(turn_id=t, call_id=f"{t}-1", code="print('hi')") for t in ("turn-a", "turn-b")]
+    )
     # Then both ran, on two different sessions: one the warm one, one started cold
     assert a["ok"] is True and b["ok"] is True
     assert a["session_id"] != b["session_id"]
@@ -142,8 +157,9 @@ def test_dispatch_two_concurrent_first_calls_of_two_turns_never_share_a_session(
     assert slots_of(stack) == []
 
 
-def test_dispatch_never_hands_out_a_warm_session_that_failed_its_preamble(reaper_stack: Stack,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_dispatch_never_hands_out_a_warm_session_that_failed_its_preamble(
+    reaper_stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from reaper.service import reaper
     from sandbox_common.redaction import stdio
 
@@ -167,7 +183,9 @@ def test_dispatch_concurrent_first_calls_of_one_turn_share_its_session_at_a_sess
     # agent's parallel tool calls): each would hold a reservation until the turn's session started
     _set_session_cap(n.DIM_TENANT_SESSIONS, 1, "acme")
     live_before = set(stack.live_sessions())
-    answers = _together(stack, [event(turn_id="turn-par", call_id=f"par-{i}", code=f"print({i})") for i in range(6)])
+    answers = _together(
+        stack, [event(turn_id="turn-par", call_id=f"par-{i}", code=f"print({i})") for i in range(6)]
+    )
     # Then none is refused on the session cap: all ran, in the turn's one session, on one slot
     assert [a.get("error") for a in answers] == [None] * 6, answers
     assert len({a["session_id"] for a in answers}) == 1
@@ -182,13 +200,20 @@ def test_dispatch_tenant_sessions_cap_admits_exactly_c_of_n_concurrent_turns(sta
     _set_session_cap(n.DIM_TENANT_SESSIONS, 2, "acme")
     live_before = set(stack.live_sessions())
     turns = [f"turn-{i}" for i in range(5)]
-    answers = dict(zip(turns, _together(stack, [event(turn_id=t, call_id=f"{t}-1", code="print(1)") for t in turns]),
-                       strict=True))  # fmt: skip
+    answers = dict(
+        zip(
+            turns,
+            _together(stack, [event(turn_id=t, call_id=f"{t}-1", code="print(1)") for t in turns]),
+            strict=True,
+        )
+    )
     # Then exactly 2 ran; the 3 others were refused on tenant_sessions with nothing counted
     admitted = [t for t, a in answers.items() if a["ok"]]
     refused = [a for a in answers.values() if not a["ok"]]
     assert len(admitted) == 2
-    assert [(a["error"], a["dimension"]) for a in refused] == [("SandboxCapExceeded", n.DIM_TENANT_SESSIONS)] * 3
+    assert [(a["error"], a["dimension"]) for a in refused] == [
+        ("SandboxCapExceeded", n.DIM_TENANT_SESSIONS)
+    ] * 3
     assert _daily_count(stack) == 2
     assert len(set(stack.live_sessions()) - live_before) == 2
     assert len(slots_of(stack)) == 2
@@ -231,7 +256,9 @@ def test_dispatch_background_submit_at_session_cap_zero_counts_nothing_and_holds
     dependencies.reset()
     live_before, counted_before = stack.live_sessions(), _daily_count(stack)
     # When a new turn's first call is a background job
-    refused = stack.dispatch(event(turn_id="turn-job", call_id="j1", code="print(1)", background=True, timeout_s=60))
+    refused = stack.dispatch(
+        event(turn_id="turn-job", call_id="j1", code="print(1)", background=True, timeout_s=60)
+    )
     # Then it is refused on global_sessions BEFORE the quota: nothing counted, no session, no job
     assert (refused["error"], refused["dimension"]) == ("SandboxCapExceeded", n.DIM_GLOBAL_SESSIONS)
     assert "job_id" not in refused
@@ -259,7 +286,9 @@ def test_dispatch_stopped_session_frees_its_slot_on_end_turn(stack: Stack) -> No
     assert slots_of(stack) == []
 
 
-def test_dispatch_session_stopped_by_timeout_frees_its_slot(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dispatch_session_stopped_by_timeout_frees_its_slot(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from dispatch import dependencies
     from sandbox_common import settings
 
@@ -283,13 +312,15 @@ def test_dispatch_reaped_session_restart_is_a_visible_retry(stack: Stack) -> Non
     first = stack.dispatch(event(turn_id="turn-r", call_id="r1", code="print('one')"))
     assert "events" not in first  # no retry, no events field
     aws.client("bedrock-agentcore").stop_code_interpreter_session(
-        codeInterpreterIdentifier=interpreter_id(stack), sessionId=first["session_id"])  # fmt: skip
+        codeInterpreterIdentifier=interpreter_id(stack), sessionId=first["session_id"]
+    )
     # When the next call arrives
     second = stack.dispatch(event(turn_id="turn-r", call_id="r2", code="print('two')"))
     # Then it ran once in a new session and reports the retry made on the agent's behalf
     assert second["ok"] is True and second["stdout"] == "two\n"
     assert [(e["type"], e["reason"], e["attempt"]) for e in second["events"]] == [
-        (n.EVENT_RETRYING, n.RETRY_SESSION_REAPED, 1)]  # fmt: skip
+        (n.EVENT_RETRYING, n.RETRY_SESSION_REAPED, 1)
+    ]
     assert second["events"][0]["at"].endswith("Z")
     # And the audit row records the same retries; the reaped session's slot is freed
     rows = _rows(stack)
@@ -303,7 +334,9 @@ def test_dispatch_throttled_start_is_a_visible_retry(stack: Stack) -> None:
     from dispatch.runner import credentials
 
     # Given Start throttled for longer than botocore's own retries of one attempt
-    attempts = int(credentials.CONTROL_RETRIES.get("max_attempts") or credentials.CONTROL_RETRIES["total_max_attempts"])
+    attempts = int(
+        credentials.CONTROL_RETRIES.get("max_attempts") or credentials.CONTROL_RETRIES["total_max_attempts"]
+    )
     left = [attempts]
 
     def throttle(request: Any, event_name: str = "", **_: Any) -> Any:
@@ -312,7 +345,9 @@ def test_dispatch_throttled_start_is_a_visible_retry(stack: Stack) -> None:
         left[0] -= 1
         return aws_response(request.url, *error_body("rest-json", "throttling"))
 
-    _dispatch_runner().credentials.control_client().meta.events.register("before-send.bedrock-agentcore", throttle)
+    _dispatch_runner().credentials.control_client().meta.events.register(
+        "before-send.bedrock-agentcore", throttle
+    )
     # When a turn's first call starts its session
     first = stack.dispatch(event(turn_id="turn-t", call_id="t1", code="print(1)"))
     # Then it ran, and the retried Start is in its events and its audit row
@@ -322,8 +357,9 @@ def test_dispatch_throttled_start_is_a_visible_retry(stack: Stack) -> None:
     stack.dispatch(event("end_turn", turn_id="turn-t"))
 
 
-def test_reaper_stops_ended_turn_session_spares_live_and_job_busy(reaper_stack: Stack,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_reaper_stops_ended_turn_session_spares_live_and_job_busy(
+    reaper_stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from dispatch import dependencies
     from reaper.service import reaper
 
@@ -333,8 +369,9 @@ def test_reaper_stops_ended_turn_session_spares_live_and_job_busy(reaper_stack: 
     live = stack.dispatch(event(turn_id="turn-live", call_id="l1"))["session_id"]
     ended = stack.dispatch(event(turn_id="turn-ended", call_id="e1"))["session_id"]
     dependencies.dispatcher().turns.end("acme", "turn-ended")
-    job = stack.dispatch(event(turn_id="turn-job", call_id="j1", background=True,
-                               code="import time\ntime.sleep(20)"))  # fmt: skip
+    job = stack.dispatch(
+        event(turn_id="turn-job", call_id="j1", background=True, code="import time\ntime.sleep(20)")
+    )
     assert job["status"] == "running"
     assert stack.dispatch(event("end_turn", turn_id="turn-job"))["pending_jobs"] == [job["job_id"]]
     # When the reaper sweeps
@@ -347,8 +384,14 @@ def test_reaper_stops_ended_turn_session_spares_live_and_job_busy(reaper_stack: 
     assert {live, job["session_id"]} <= running
     assert sorted(s.turn_id for s in slots_of(stack)) == ["turn-job", "turn-live"]
     # And once the job is cancelled (its session stopped), the next sweep frees the slot
-    cancel = {"action": "cancel_job", "tenant_id": "acme", "agent_id": "agent-7", "turn_id": "turn-job",
-              "job_id": job["job_id"], "turn_token": event(turn_id="turn-job")["turn_token"]}  # fmt: skip
+    cancel = {
+        "action": "cancel_job",
+        "tenant_id": "acme",
+        "agent_id": "agent-7",
+        "turn_id": "turn-job",
+        "job_id": job["job_id"],
+        "turn_token": event(turn_id="turn-job")["turn_token"],
+    }
     assert stack.dispatch(cancel)["status"] == "cancelled"
     deadline = time.monotonic() + 10
     while job["session_id"] in stack.live_sessions() and time.monotonic() < deadline:
@@ -385,7 +428,11 @@ def test_dispatch_quota_refusal_gives_the_warm_session_back(reaper_stack: Stack)
     # And once calls are allowed again, the turn's next call gets that very session
     stack.set_cap(n.DIM_TENANT_DAILY, 1000)
     again = stack.dispatch(event(turn_id="turn-q", call_id="q2"))
-    assert (again["ok"], again["session_id"], again[n.FIELD_SESSION_SOURCE]) == (True, warm.session_id, "warm")
+    assert (again["ok"], again["session_id"], again[n.FIELD_SESSION_SOURCE]) == (
+        True,
+        warm.session_id,
+        "warm",
+    )
     stack.dispatch(event("end_turn", turn_id="turn-q"))
 
 
@@ -448,7 +495,9 @@ def _turn_item(turn_id: str) -> Any:
     return dependencies.dispatcher().turns.get("acme", turn_id)
 
 
-def test_dispatch_begun_turns_first_calls_against_a_smaller_pool_get_distinct_sessions(reaper_stack: Stack) -> None:
+def test_dispatch_begun_turns_first_calls_against_a_smaller_pool_get_distinct_sessions(
+    reaper_stack: Stack,
+) -> None:
     from reaper.service import reaper
 
     stack = reaper_stack
@@ -529,10 +578,11 @@ def test_dispatch_first_call_after_begin_turn_found_the_pool_empty_does_not_read
     table = dependencies.dispatcher().turns.table
     aged = str(int(time.time()) - n.WARM_POOL_EMPTY_MARK_SECONDS - 5)
     aws.client("dynamodb").update_item(
-        TableName=table, Key={n.TURNS.pk: {"S": "acme"}, n.TURNS.sort_key: {"S": "turn-g"}},
+        TableName=table,
+        Key={n.TURNS.pk: {"S": "acme"}, n.TURNS.sort_key: {"S": "turn-g"}},
         UpdateExpression=f"SET {n.TURN_ATTR_POOL_EMPTY}.checked_at = :old",
         ExpressionAttributeValues={":old": {"S": aged}},
-    )  # fmt: skip
+    )
     # When the fresh-noted turn's first call arrives
     fresh = stack.dispatch(event(turn_id="turn-e", call_id="e1", code="print(1)"))
     # Then it trusted the note: a cold start, the warm session left in its pool
@@ -541,7 +591,10 @@ def test_dispatch_first_call_after_begin_turn_found_the_pool_empty_does_not_read
     # And the aged note is not trusted: that turn's first call reads the pool and claims the session
     aged_call = stack.dispatch(event(turn_id="turn-g", call_id="g1", code="print(2)"))
     assert (aged_call["ok"], aged_call[n.FIELD_SESSION_SOURCE], aged_call["session_id"]) == (
-        True, "warm", warm.session_id)  # fmt: skip
+        True,
+        "warm",
+        warm.session_id,
+    )
     for turn in ("turn-e", "turn-g"):
         assert stack.dispatch(event("end_turn", turn_id=turn))["stopped"] is True
     assert slots_of(stack) == []
@@ -557,11 +610,14 @@ def _on_start(action: Any) -> list[int]:
             action()
 
     _dispatch_runner().credentials.control_client().meta.events.register(
-        "before-parameter-build.bedrock-agentcore.StartCodeInterpreterSession", hook)  # fmt: skip
+        "before-parameter-build.bedrock-agentcore.StartCodeInterpreterSession", hook
+    )
     return ran
 
 
-def test_dispatch_cold_first_call_whose_turn_ended_during_start_fails_closed_and_leaks_nothing(stack: Stack) -> None:
+def test_dispatch_cold_first_call_whose_turn_ended_during_start_fails_closed_and_leaks_nothing(
+    stack: Stack,
+) -> None:
     from dispatch import dependencies
 
     # Given a turn begun with an empty pool, and end_turn landing while its first call starts a session

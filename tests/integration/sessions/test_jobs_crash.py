@@ -81,8 +81,12 @@ class HoldingProxy:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True,
-                         name="holding-proxy").start()  # a close() costs one poll interval (stdlib: 0.5 s)
+        threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.02},
+            daemon=True,
+            name="holding-proxy",
+        ).start()  # a close() costs one poll interval (stdlib: 0.5 s)
 
     @property
     def endpoint(self) -> str:
@@ -107,21 +111,36 @@ def worker_dispatch(reaper_stack: Stack) -> Iterator[dict[str, Any]]:
     HoldingProxy that holds the first audit PutItem."""
     stack = reaper_stack
     audit_table = stack.resources.tables[n.INVOCATIONS.logical]
-    proxy = HoldingProxy(stack.moto, lambda target, body: target.endswith(".PutItem")
-                         and json.loads(body or b"{}").get("TableName") == audit_table)  # fmt: skip
+    proxy = HoldingProxy(
+        stack.moto,
+        lambda target, body: (
+            target.endswith(".PutItem") and json.loads(body or b"{}").get("TableName") == audit_table
+        ),
+    )
     port = free_port()
     endpoints = {
-        "AWS_ENDPOINT_URL": proxy.endpoint, "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE": stack.interpreter.endpoint,
-        "AWS_ENDPOINT_URL_LAMBDA": stack.emulator.endpoint, "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1",
-    }  # fmt: skip
+        "AWS_ENDPOINT_URL": proxy.endpoint,
+        "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE": stack.interpreter.endpoint,
+        "AWS_ENDPOINT_URL_LAMBDA": stack.emulator.endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
     name = stack.resources.functions[n.DISPATCH]
-    (spec,) = [FunctionSpec.from_dict({**s, "max_concurrency": 1})
-               for s in lambda_function_specs(build_config("local"), stack.resources, endpoints)
-               if s["name"] == name]  # fmt: skip
+    (spec,) = [
+        FunctionSpec.from_dict({**s, "max_concurrency": 1})
+        for s in lambda_function_specs(build_config("local"), stack.resources, endpoints)
+        if s["name"] == name
+    ]
     emulator = LambdaEmulator([spec], port=port).start()
-    client = boto3.client("lambda", endpoint_url=emulator.endpoint, region_name="us-east-1",
-                          aws_access_key_id="testing", aws_secret_access_key="testing")  # fmt: skip
+    client = boto3.client(
+        "lambda",
+        endpoint_url=emulator.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
     try:
         yield {"stack": stack, "proxy": proxy, "client": client, "name": name}
     finally:
@@ -147,14 +166,24 @@ def _dispatch_workers(handler: str) -> list[int]:
         except OSError:
             continue
         ppid = int(stat[stat.rfind(b")") + 2 :].split()[1])
-        if ppid == os.getpid() and handler.encode() in cmdline and any(b"lambda_worker" in c for c in cmdline):
+        if (
+            ppid == os.getpid()
+            and handler.encode() in cmdline
+            and any(b"lambda_worker" in c for c in cmdline)
+        ):
             found.append(int(entry.name))
     return found
 
 
 def _get_job(turn_id: str, job_id: str) -> dict[str, Any]:
-    return {"action": "get_job", "tenant_id": "acme", "agent_id": "agent-7", "turn_id": turn_id, "job_id": job_id,
-            "turn_token": turn_token_for("acme", turn_id)}  # fmt: skip
+    return {
+        "action": "get_job",
+        "tenant_id": "acme",
+        "agent_id": "agent-7",
+        "turn_id": turn_id,
+        "job_id": job_id,
+        "turn_token": turn_token_for("acme", turn_id),
+    }
 
 
 def _rows(stack: Stack, invocation_id: str) -> list[dict[str, Any]]:
@@ -167,7 +196,9 @@ def _kill_worker() -> int:
     return pid
 
 
-def test_jobs_crash_worker_killed_while_job_runs_job_ends_with_one_row(worker_dispatch: dict[str, Any]) -> None:
+def test_jobs_crash_worker_killed_while_job_runs_job_ends_with_one_row(
+    worker_dispatch: dict[str, Any],
+) -> None:
     from reaper.job_sweep import end_due_jobs
 
     ctx, stack = worker_dispatch, worker_dispatch["stack"]
@@ -186,13 +217,18 @@ def test_jobs_crash_worker_killed_while_job_runs_job_ends_with_one_row(worker_di
     assert swept["ended"] == 1
     assert (final["status"], final["stdout"]) == ("completed", "survived\n")
     (row,) = _rows(stack, submitted["invocation_id"])
-    assert (row["background"], row["job_status"], row["session_id"]) == (True, "completed", submitted["session_id"])
+    assert (row["background"], row["job_status"], row["session_id"]) == (
+        True,
+        "completed",
+        submitted["session_id"],
+    )
     assert pid not in _dispatch_workers(n.handler_string(n.DISPATCH))
 
 
 @pytest.mark.parametrize("dead_put", ["dropped", "lands_late"])
-def test_jobs_crash_worker_killed_while_ending_the_job_row_written_once(worker_dispatch: dict[str, Any],
-                                                                        dead_put: str) -> None:  # fmt: skip
+def test_jobs_crash_worker_killed_while_ending_the_job_row_written_once(
+    worker_dispatch: dict[str, Any], dead_put: str
+) -> None:
     from dispatch.jobs import FINISHING, JobStore
     from reaper.job_sweep import end_due_jobs
     from sandbox_common import aws

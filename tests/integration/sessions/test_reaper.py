@@ -35,14 +35,26 @@ def _live_turn_session(stack: Stack, turn_id: str) -> tuple[str, str]:
     ledger = _ledger(stack)
     turns = _turns(stack)
     turn = turn_logic.claim(turns, "acme", "agent-7", turn_id, token=None, required=False)  # token-less turn
-    slot = ledger.reserve(tenant_id="acme", environment="default-public", source="cold", caps=CAPS,
-                          lease_seconds=60, turn_id=turn_id, agent_id="agent-7").slot_id  # fmt: skip
+    slot = ledger.reserve(
+        tenant_id="acme",
+        environment="default-public",
+        source="cold",
+        caps=CAPS,
+        lease_seconds=60,
+        turn_id=turn_id,
+        agent_id="agent-7",
+    ).slot_id
     iid = interpreter_id(stack)
     session_id, _ = turn_logic.acquire_session(
-        turns, turn, owner=f"inv-{turn_id}", interpreter_id=iid,
+        turns,
+        turn,
+        owner=f"inv-{turn_id}",
+        interpreter_id=iid,
         start=lambda: reaper().runner("acme").start_session(iid, name=f"sbx-{turn_id}"),
-        stop_previous=lambda i, s: True, max_session_age_seconds=600, wait_seconds=30,
-    )  # fmt: skip
+        stop_previous=lambda i, s: True,
+        max_session_age_seconds=600,
+        wait_seconds=30,
+    )
     assert ledger.activate(slot, session_id=session_id, interpreter_id=iid)
     return slot, session_id
 
@@ -52,7 +64,9 @@ def _running(stack: Stack, session_id: str) -> bool:
     return session is not None and session.status == "READY"
 
 
-def test_reaper_stops_session_of_ended_turn_and_frees_slot(reaper_stack: Stack, capsys: pytest.CaptureFixture) -> None:
+def test_reaper_stops_session_of_ended_turn_and_frees_slot(
+    reaper_stack: Stack, capsys: pytest.CaptureFixture
+) -> None:
     from reaper.handler import handler
 
     from tests.conftest import LambdaContext
@@ -86,12 +100,26 @@ def test_reaper_frees_expired_start_lease_and_unowned_session(reaper_stack: Stac
     stack = reaper_stack
     ledger = _ledger(stack)
     # Given a start whose Lambda died (slot `starting`, lease already expired) ...
-    ledger.reserve(tenant_id="acme", environment="default-public", source="cold", caps=CAPS, lease_seconds=-1,
-                   turn_id="turn-dead", agent_id="agent-7")  # fmt: skip
+    ledger.reserve(
+        tenant_id="acme",
+        environment="default-public",
+        source="cold",
+        caps=CAPS,
+        lease_seconds=-1,
+        turn_id="turn-dead",
+        agent_id="agent-7",
+    )
     # ... and a session no turn owns (its turn item never recorded it), older than the grace
     iid = interpreter_id(stack)
-    orphan_slot = ledger.reserve(tenant_id="acme", environment="default-public", source="cold", caps=CAPS,
-                                 lease_seconds=60, turn_id="turn-never", agent_id="agent-7").slot_id  # fmt: skip
+    orphan_slot = ledger.reserve(
+        tenant_id="acme",
+        environment="default-public",
+        source="cold",
+        caps=CAPS,
+        lease_seconds=60,
+        turn_id="turn-never",
+        agent_id="agent-7",
+    ).slot_id
     orphan = reaper().runner("acme").start_session(iid, name="sbx-orphan")
     assert ledger.activate(orphan_slot, session_id=orphan, interpreter_id=iid)
     monkeypatch.setattr(sweep, "UNOWNED_GRACE_SECONDS", 0)
@@ -122,7 +150,9 @@ def test_refill_starts_warm_sessions_through_preamble_and_counts_them(reaper_sta
     assert reaper().run()["refill"]["started"] == 0
     # And the in-sandbox redactor the preamble installs already wraps stdout in each
     runner = reaper().runner("acme")
-    result = runner.execute(warm[0].interpreter_id, warm[0].session_id, "import sys\nprint(type(sys.stdout).__name__)")
+    result = runner.execute(
+        warm[0].interpreter_id, warm[0].session_id, "import sys\nprint(type(sys.stdout).__name__)"
+    )
     assert result.ok
     assert result.stdout.strip() != "TextIOWrapper"
 
@@ -150,8 +180,12 @@ def test_refill_respects_tenant_sessions_cap(reaper_stack: Stack) -> None:
 
     stack = reaper_stack
     # Given tenant_sessions 1 for acme and a desired pool of 3
-    aws.client("ssm").put_parameter(Name=n.session_cap_parameter("local", n.DIM_TENANT_SESSIONS, "acme"), Value="1",
-                                    Type="String", Overwrite=True)  # fmt: skip
+    aws.client("ssm").put_parameter(
+        Name=n.session_cap_parameter("local", n.DIM_TENANT_SESSIONS, "acme"),
+        Value="1",
+        Type="String",
+        Overwrite=True,
+    )
     set_warm("acme", "default-public", 3)
     # When the refill runs
     summary = reaper().run()

@@ -35,8 +35,16 @@ def _submit(stack: Stack, turn_id: str, call_id: str, code: str) -> dict[str, An
 
 
 def _get_job(stack: Stack, turn_id: str, job_id: str) -> dict[str, Any]:
-    return stack.dispatch({"action": "get_job", "tenant_id": "acme", "agent_id": "agent-7", "turn_id": turn_id,
-                           "job_id": job_id, "turn_token": turn_token_for("acme", turn_id)})  # fmt: skip
+    return stack.dispatch(
+        {
+            "action": "get_job",
+            "tenant_id": "acme",
+            "agent_id": "agent-7",
+            "turn_id": turn_id,
+            "job_id": job_id,
+            "turn_token": turn_token_for("acme", turn_id),
+        }
+    )
 
 
 def _end_turn(stack: Stack, turn_id: str) -> dict[str, Any]:
@@ -60,7 +68,9 @@ def _reap() -> dict[str, Any]:
     return out
 
 
-def test_reaper_spares_a_running_jobs_session_then_ends_the_job_once_and_stops_it(reaper_stack: Stack) -> None:
+def test_reaper_spares_a_running_jobs_session_then_ends_the_job_once_and_stops_it(
+    reaper_stack: Stack,
+) -> None:
     stack = reaper_stack
     # Given a turn whose job runs ~2 s, and end_turn already answered pending_jobs
     session_id = _turn_with_slot(stack, "turn-rj")
@@ -80,7 +90,12 @@ def test_reaper_spares_a_running_jobs_session_then_ends_the_job_once_and_stops_i
     # Then it ended the job once: one audit row, background, with its real duration
     assert late["hooks"][n.REAPER_HOOK_JOBS] == {"ok": True, "ended": 1, "by_status": {"completed": 1}}
     (row,) = _rows(stack, submitted["invocation_id"])
-    assert (row["background"], row["job_status"], row["stdout_bytes"], row["call_id"]) == (True, "completed", 7, "c-job")
+    assert (row["background"], row["job_status"], row["stdout_bytes"], row["call_id"]) == (
+        True,
+        "completed",
+        7,
+        "c-job",
+    )
     assert row["duration_ms"] >= 2000
     # And the session was stopped (turn ended, last job) and its slot freed in the same run
     assert not _running(stack, session_id)
@@ -134,8 +149,9 @@ def test_reaper_and_get_job_racing_end_a_job_exactly_once(reaper_stack: Stack) -
     assert sum(s["ended"] for s in swept) <= len(jobs)
 
 
-def test_reaper_spares_ended_turns_sessions_when_jobs_cannot_be_read(reaper_stack: Stack,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_reaper_spares_ended_turns_sessions_when_jobs_cannot_be_read(
+    reaper_stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from reaper import service
     from sandbox_common import settings
 
@@ -144,7 +160,9 @@ def test_reaper_spares_ended_turns_sessions_when_jobs_cannot_be_read(reaper_stac
     session_id = _turn_with_slot(stack, "turn-blind")
     from dispatch.turns import TurnStore
 
-    TurnStore(table_name=stack.resources.tables[n.TURNS.logical], ddb=aws.client("dynamodb")).end("acme", "turn-blind")
+    TurnStore(table_name=stack.resources.tables[n.TURNS.logical], ddb=aws.client("dynamodb")).end(
+        "acme", "turn-blind"
+    )
     monkeypatch.setenv(n.ENV_JOBS_TABLE, "no-such-jobs-table")
     settings.clear_caches()
     service.reset()

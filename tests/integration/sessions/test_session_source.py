@@ -25,8 +25,13 @@ def _source(stack: Stack) -> Any:
 
     ledger = SessionLedger(table_name=stack.resources.tables[n.SESSIONS.logical], ddb=aws.client("dynamodb"))
     caps = SessionCapReader(stage="local", ssm=aws.client("ssm"), ttl_seconds=0)
-    return SessionSource(ledger=ledger, caps_for=caps.caps_for, claim_min_life_seconds=180, lease_seconds=300,
-                         sleep=lambda s: None)  # fmt: skip
+    return SessionSource(
+        ledger=ledger,
+        caps_for=caps.caps_for,
+        claim_min_life_seconds=180,
+        lease_seconds=300,
+        sleep=lambda s: None,
+    )
 
 
 def _runner(stack: Stack) -> Any:
@@ -39,14 +44,26 @@ def _first_session(stack: Stack, turn: str, retries: RetryLog | None = None) -> 
     source = _source(stack)
     iid = interpreter_id(stack)
     log = retries or RetryLog()
-    prepared = source.prepare(tenant_id="acme", agent_id="agent-7", turn_id=turn, environment="default-public",
-                              interpreter_id=iid, retries=log)  # fmt: skip
-    return source.start(prepared, runner=_runner(stack), interpreter_id=iid, invocation_id=str(uuid.uuid4()), retries=log)
+    prepared = source.prepare(
+        tenant_id="acme",
+        agent_id="agent-7",
+        turn_id=turn,
+        environment="default-public",
+        interpreter_id=iid,
+        retries=log,
+    )
+    return source.start(
+        prepared, runner=_runner(stack), interpreter_id=iid, invocation_id=str(uuid.uuid4()), retries=log
+    )
 
 
 def _set_session_cap(dimension: str, value: int, tenant: str | None = None) -> None:
-    aws.client("ssm").put_parameter(Name=n.session_cap_parameter("local", dimension, tenant), Value=str(value),
-                                    Type="String", Overwrite=True)  # fmt: skip
+    aws.client("ssm").put_parameter(
+        Name=n.session_cap_parameter("local", dimension, tenant),
+        Value=str(value),
+        Type="String",
+        Overwrite=True,
+    )
 
 
 def _count_starts(stack: Stack) -> list[str]:
@@ -92,7 +109,12 @@ def test_first_call_without_warm_session_starts_cold_and_activates_slot(reaper_s
     assert got.source == "cold"
     assert seen == ["StartCodeInterpreterSession", "InvokeCodeInterpreter"]  # Start + readiness preamble
     (slot,) = slots_of(stack)
-    assert (slot.state, slot.session_id, slot.turn_id, slot.source) == ("active", got.session_id, "turn-c", "cold")
+    assert (slot.state, slot.session_id, slot.turn_id, slot.source) == (
+        "active",
+        got.session_id,
+        "turn-c",
+        "cold",
+    )
 
 
 def test_concurrent_first_calls_of_two_turns_never_share_a_warm_session(reaper_stack: Stack) -> None:
@@ -126,8 +148,14 @@ def test_tenant_sessions_cap_admits_exactly_cap_under_concurrency(reaper_stack: 
     def first(turn: str) -> None:
         source = _source(stack)
         try:
-            source.prepare(tenant_id="acme", agent_id="agent-7", turn_id=turn, environment="default-public",
-                           interpreter_id=interpreter_id(stack), retries=RetryLog())  # fmt: skip
+            source.prepare(
+                tenant_id="acme",
+                agent_id="agent-7",
+                turn_id=turn,
+                environment="default-public",
+                interpreter_id=interpreter_id(stack),
+                retries=RetryLog(),
+            )
             outcome = "admitted"
         except SandboxCapExceeded as exc:
             outcome = str(exc.fields["dimension"])
@@ -169,10 +197,22 @@ def test_abandon_returns_warm_session_to_pool_and_releases_cold_slot(reaper_stac
     reaper().run()
     source = _source(stack)
     iid = interpreter_id(stack)
-    warm = source.prepare(tenant_id="acme", agent_id="a", turn_id="t1", environment="default-public",
-                          interpreter_id=iid, retries=RetryLog())  # fmt: skip
-    cold = source.prepare(tenant_id="acme", agent_id="a", turn_id="t2", environment="default-public",
-                          interpreter_id=iid, retries=RetryLog())  # fmt: skip
+    warm = source.prepare(
+        tenant_id="acme",
+        agent_id="a",
+        turn_id="t1",
+        environment="default-public",
+        interpreter_id=iid,
+        retries=RetryLog(),
+    )
+    cold = source.prepare(
+        tenant_id="acme",
+        agent_id="a",
+        turn_id="t2",
+        environment="default-public",
+        interpreter_id=iid,
+        retries=RetryLog(),
+    )
     assert (warm.source, cold.source) == ("warm", "cold")
     # When the quota refuses both calls
     source.abandon(warm)
@@ -202,7 +242,9 @@ def test_throttled_start_is_retried_and_reported(reaper_stack: Stack) -> None:
 
     stack = reaper_stack
     # Given Start throttled for longer than botocore's own retries of one attempt
-    attempts = credentials.CONTROL_RETRIES.get("max_attempts") or credentials.CONTROL_RETRIES.get("total_max_attempts")
+    attempts = credentials.CONTROL_RETRIES.get("max_attempts") or credentials.CONTROL_RETRIES.get(
+        "total_max_attempts"
+    )
     left = _throttle_starts(stack, int(attempts))
     log = RetryLog()
     # When the first call starts its session
@@ -219,9 +261,12 @@ def test_service_quota_exceeded_on_start_answers_global_sessions(reaper_stack: S
 
     def hook(request: Any, event_name: str = "", **_: Any) -> Any:
         if event_name.endswith("StartCodeInterpreterSession"):
-            return aws_response(request.url, 402, {"Content-Type": "application/json",
-                                                   "x-amzn-ErrorType": "ServiceQuotaExceededException"},
-                                b'{"message": "quota"}')  # fmt: skip
+            return aws_response(
+                request.url,
+                402,
+                {"Content-Type": "application/json", "x-amzn-ErrorType": "ServiceQuotaExceededException"},
+                b'{"message": "quota"}',
+            )
         return None
 
     runner.credentials.control_client().meta.events.register("before-send.bedrock-agentcore", hook)

@@ -47,9 +47,17 @@ class Router:
         try:
             if event["action"] == "execute_code":
                 owner = Owner(event["tenant_id"], event["agent_id"], event["turn_id"])
-                step = start_call(self.runner, self.store, owner=owner, call={"invocation_id": event["call_id"]},
-                                  interpreter_id=self.session.interpreter_id, session_id=self.session.session_id,
-                                  code=event["code"], allow=self.allow, invocation_id=event["call_id"])  # fmt: skip
+                step = start_call(
+                    self.runner,
+                    self.store,
+                    owner=owner,
+                    call={"invocation_id": event["call_id"]},
+                    interpreter_id=self.session.interpreter_id,
+                    session_id=self.session.session_id,
+                    code=event["code"],
+                    allow=self.allow,
+                    invocation_id=event["call_id"],
+                )
             else:
                 req = parse_resume_event(event)
                 step = resume_call(self.runner, self.store, claim(self.store, req), req)
@@ -59,8 +67,14 @@ class Router:
             return 200, {}, json.dumps(step.response).encode()
         assert step.finished is not None
         result = step.finished.result
-        answer = {"ok": result.ok, "stdout": result.stdout, "stderr": result.stderr, "exit_status": result.exit_status,
-                  "stdout_bytes": result.stdout_bytes, "tool_calls": step.finished.tool_calls}  # fmt: skip
+        answer = {
+            "ok": result.ok,
+            "stdout": result.stdout,
+            "stderr": result.stderr,
+            "exit_status": result.exit_status,
+            "stdout_bytes": result.stdout_bytes,
+            "tool_calls": step.finished.tool_calls,
+        }
         return 200, {}, json.dumps(answer).encode()
 
 
@@ -72,11 +86,20 @@ def router(tools_session: ToolsSession, store: ContinuationStore) -> Iterator[tu
 
 
 def _turn(client: Any, **tools: Any) -> SandboxTurn:
-    return SandboxTurn("fn", tenant_id="acme", agent_id="agent-7", template_id="analyst", turn_id="turn-1",
-                       lambda_client=client, tools=tools)  # fmt: skip
+    return SandboxTurn(
+        "fn",
+        tenant_id="acme",
+        agent_id="agent-7",
+        template_id="analyst",
+        turn_id="turn-1",
+        lambda_client=client,
+        tools=tools,
+    )
 
 
-def test_agent_client_runs_the_tool_loop_and_returns_only_the_final_result(router: tuple[Router, Any]) -> None:
+def test_agent_client_runs_the_tool_loop_and_returns_only_the_final_result(
+    router: tuple[Router, Any],
+) -> None:
     # Given a turn whose agent has a query_sales tool
     route, client = router
     seen: list[str] = []
@@ -126,24 +149,43 @@ def test_agent_client_tool_raising_reaches_code_as_tool_error(router: tuple[Rout
     assert result["tool_calls"] == 2
 
 
-def test_resume_continuation_reused_or_foreign_is_refused_and_runs_nothing(router: tuple[Router, Any],
-                                                                            tools_session: ToolsSession) -> None:  # fmt: skip
+def test_resume_continuation_reused_or_foreign_is_refused_and_runs_nothing(
+    router: tuple[Router, Any], tools_session: ToolsSession
+) -> None:
     # Given a call paused on a tool, with a side effect counted before it
     route, client = router
     turn = _turn(client)
-    paused = turn._invoke({"action": "execute_code", "tenant_id": "acme", "agent_id": "agent-7",
-                           "template_id": "analyst", "turn_id": "turn-1", "call_id": "call-1",
-                           "code": "from sandbox_tools import tools\ncount = 1\nv = tools.query_sales()\ncount += 1\n"})  # fmt: skip
+    paused = turn._invoke(
+        {
+            "action": "execute_code",
+            "tenant_id": "acme",
+            "agent_id": "agent-7",
+            "template_id": "analyst",
+            "turn_id": "turn-1",
+            "call_id": "call-1",
+            "code": "from sandbox_tools import tools\ncount = 1\nv = tools.query_sales()\ncount += 1\n",
+        }
+    )
     assert paused["status"] == "tool_call"
-    base = {"action": "resume", "tenant_id": "acme", "agent_id": "agent-7", "turn_id": "turn-1",
-            "continuation": paused["continuation"], "tool_result": 1}  # fmt: skip
+    base = {
+        "action": "resume",
+        "tenant_id": "acme",
+        "agent_id": "agent-7",
+        "turn_id": "turn-1",
+        "continuation": paused["continuation"],
+        "tool_result": 1,
+    }
 
     # When it is presented by another turn, agent and tenant
-    refusals = [turn._invoke({**base, **other}) for other in ({"turn_id": "turn-2"}, {"agent_id": "agent-8"},
-                                                              {"tenant_id": "globex"})]  # fmt: skip
+    refusals = [
+        turn._invoke({**base, **other})
+        for other in ({"turn_id": "turn-2"}, {"agent_id": "agent-8"}, {"tenant_id": "globex"})
+    ]
     # Then each is refused and the code did not move on
     assert [r["error"] for r in refusals] == ["SandboxInvalidRequest"] * 3
-    probe = tools_session.runner.execute(tools_session.interpreter_id, tools_session.session_id, "print(count)")
+    probe = tools_session.runner.execute(
+        tools_session.interpreter_id, tools_session.session_id, "print(count)"
+    )
     assert probe.stdout == "1\n"
 
     # When the owner resumes, then reuses the same continuation
@@ -153,12 +195,17 @@ def test_resume_continuation_reused_or_foreign_is_refused_and_runs_nothing(route
     # Then the first finished the code once, the reuse was refused and ran nothing
     assert (done["ok"], done["tool_calls"]) == (True, 1)
     assert reused["error"] == "SandboxInvalidRequest"
-    assert tools_session.runner.execute(tools_session.interpreter_id, tools_session.session_id,
-                                        "print(count)").stdout == "2\n"  # fmt: skip
+    assert (
+        tools_session.runner.execute(
+            tools_session.interpreter_id, tools_session.session_id, "print(count)"
+        ).stdout
+        == "2\n"
+    )
 
 
-def test_tool_inputs_and_results_appear_in_no_log_line_nor_stored_item(router: tuple[Router, Any],
-                                                                         capfd: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_tool_inputs_and_results_appear_in_no_log_line_nor_stored_item(
+    router: tuple[Router, Any], capfd: pytest.CaptureFixture[str]
+) -> None:
     # Given distinctive tool input and result values
     route, client = router
     secret_input, secret_result = "INPUT-7c1f2b9e", "RESULT-d2a94e01"
@@ -166,7 +213,9 @@ def test_tool_inputs_and_results_appear_in_no_log_line_nor_stored_item(router: t
     capfd.readouterr()
 
     # When code calls the tool (the runner logs what it logs; the store keeps its items)
-    result = turn.execute_code(f"from sandbox_tools import tools\nv = tools.query_sales(region={secret_input!r})\n")
+    result = turn.execute_code(
+        f"from sandbox_tools import tools\nv = tools.query_sales(region={secret_input!r})\n"
+    )
     items = aws.client("dynamodb").scan(TableName=route.store.table_name)["Items"]
 
     # Then neither value is in any log line or stored item (the call still happened)
@@ -180,15 +229,24 @@ def test_tool_inputs_and_results_appear_in_no_log_line_nor_stored_item(router: t
         assert value not in stored
 
 
-def test_expire_turn_ends_paused_calls_as_timeouts_with_their_records(router: tuple[Router, Any],
-                                                                        tools_session: ToolsSession) -> None:  # fmt: skip
+def test_expire_turn_ends_paused_calls_as_timeouts_with_their_records(
+    router: tuple[Router, Any], tools_session: ToolsSession
+) -> None:
     # Given a call of turn-1 paused on a tool
     from dispatch.tool_calls import expire_turn, finished_fields
 
     route, client = router
-    paused = _turn(client)._invoke({"action": "execute_code", "tenant_id": "acme", "agent_id": "agent-7",
-                                    "template_id": "analyst", "turn_id": "turn-1", "call_id": "call-9",
-                                    "code": "from sandbox_tools import tools\nprint('before')\ntools.query_sales(r=1)\n"})  # fmt: skip
+    paused = _turn(client)._invoke(
+        {
+            "action": "execute_code",
+            "tenant_id": "acme",
+            "agent_id": "agent-7",
+            "template_id": "analyst",
+            "turn_id": "turn-1",
+            "call_id": "call-9",
+            "code": "from sandbox_tools import tools\nprint('before')\ntools.query_sales(r=1)\n",
+        }
+    )
     assert paused["status"] == "tool_call"
 
     # When the turn's paused calls are expired (end_turn / reaper)
@@ -205,6 +263,14 @@ def test_expire_turn_ends_paused_calls_as_timeouts_with_their_records(router: tu
     assert audit_fields["tool_call_records"][0]["name"] == "query_sales"
     assert audit_fields["tool_call_records"][0]["ok"] is False
     assert tools_session.alive() is False
-    again = _turn(client)._invoke({"action": "resume", "tenant_id": "acme", "agent_id": "agent-7",
-                                   "turn_id": "turn-1", "continuation": paused["continuation"], "tool_result": 1})  # fmt: skip
+    again = _turn(client)._invoke(
+        {
+            "action": "resume",
+            "tenant_id": "acme",
+            "agent_id": "agent-7",
+            "turn_id": "turn-1",
+            "continuation": paused["continuation"],
+            "tool_result": 1,
+        }
+    )
     assert again["error"] == "SandboxInvalidRequest"

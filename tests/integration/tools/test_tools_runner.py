@@ -36,8 +36,9 @@ def test_tools_runner_fifty_calls_end_in_one_result_without_replay(tools_session
     runner = tools_session.tools()
 
     # When every tool call is answered
-    first = runner.execute(tools_session.interpreter_id, tools_session.session_id, LOOP_50,
-                           allow=["lookup"], call_ref="inv-1")  # fmt: skip
+    first = runner.execute(
+        tools_session.interpreter_id, tools_session.session_id, LOOP_50, allow=["lookup"], call_ref="inv-1"
+    )
     final, calls = _answer_all(runner, first, lambda call: {"value": call.input["i"] * 2})
 
     # Then one final result, 50 calls in order, and each side effect happened exactly once
@@ -49,8 +50,9 @@ def test_tools_runner_fifty_calls_end_in_one_result_without_replay(tools_session
     assert final.result.stdout == f"total {sum(i * 2 for i in range(50))} effects 50\n"
     assert final.result.stdout_bytes == len(final.result.stdout.encode())
     # And the session state shows no replay: the list has 50 entries, not more
-    check = tools_session.runner.execute(tools_session.interpreter_id, tools_session.session_id,
-                                         "print(side_effects == list(range(50)))")  # fmt: skip
+    check = tools_session.runner.execute(
+        tools_session.interpreter_id, tools_session.session_id, "print(side_effects == list(range(50)))"
+    )
     assert check.stdout == "True\n"
 
 
@@ -65,7 +67,9 @@ def test_tools_runner_output_of_every_slice_is_accumulated_exactly(tools_session
     runner = tools_session.tools()
 
     # When run with each call answered
-    first = runner.execute(tools_session.interpreter_id, tools_session.session_id, code, allow=["echo"], call_ref="c")
+    first = runner.execute(
+        tools_session.interpreter_id, tools_session.session_id, code, allow=["echo"], call_ref="c"
+    )
     final, calls = _answer_all(runner, first, lambda call: call.input["v"])
 
     # Then stdout/stderr are the concatenation of every slice, byte-exact, no marker counted
@@ -86,8 +90,9 @@ def test_tools_runner_unlisted_tool_raises_without_round_trip(tools_session: Too
     runner = tools_session.tools()
 
     # When executed
-    outcome = runner.execute(tools_session.interpreter_id, tools_session.session_id, code,
-                             allow=["lookup"], call_ref="c")  # fmt: skip
+    outcome = runner.execute(
+        tools_session.interpreter_id, tools_session.session_id, code, allow=["lookup"], call_ref="c"
+    )
 
     # Then it finished at once (no tool_call): the refusal happened inside the code
     assert isinstance(outcome, Finished)
@@ -106,7 +111,9 @@ def test_tools_runner_fifty_first_call_raises_tool_call_limit(tools_session: Too
     runner = tools_session.tools()
 
     # When every call that reaches the agent is answered
-    first = runner.execute(tools_session.interpreter_id, tools_session.session_id, code, allow=["ping"], call_ref="c")
+    first = runner.execute(
+        tools_session.interpreter_id, tools_session.session_id, code, allow=["ping"], call_ref="c"
+    )
     final, calls = _answer_all(runner, first, lambda call: None)
 
     # Then 50 calls made the round trip and the 51st raised ToolCallLimit in the code
@@ -123,7 +130,9 @@ def test_tools_runner_result_over_one_mib_reaches_code_as_tool_error(tools_sessi
         "ok = tools.big()\nprint(len(ok))\n"
     )
     runner = tools_session.tools()
-    first = runner.execute(tools_session.interpreter_id, tools_session.session_id, code, allow=["big"], call_ref="c")
+    first = runner.execute(
+        tools_session.interpreter_id, tools_session.session_id, code, allow=["big"], call_ref="c"
+    )
     assert isinstance(first, Paused)
 
     # When the first answer is 1 MiB + 1 serialized and the second exactly 1 MiB
@@ -134,7 +143,8 @@ def test_tools_runner_result_over_one_mib_reaches_code_as_tool_error(tools_sessi
     # Then the first became a ToolError in the code, the second arrived whole
     assert isinstance(final, Finished)
     assert final.result.stdout == (
-        "tool error: tool result is 1048577 bytes serialized, over the 1048576-byte limit\n" f"{1024 * 1024 - 2}\n"
+        "tool error: tool result is 1048577 bytes serialized, over the 1048576-byte limit\n"
+        f"{1024 * 1024 - 2}\n"
     )
     assert [r.ok for r in final.records] == [False, True]
 
@@ -143,7 +153,9 @@ def test_tools_runner_tool_error_is_raised_in_code(tools_session: ToolsSession) 
     # Given code that catches ToolError
     code = "from sandbox_tools import tools, ToolError\ntry:\n    tools.q(a=1)\nexcept ToolError as e:\n    print('E:', e)\n"
     runner = tools_session.tools()
-    first = runner.execute(tools_session.interpreter_id, tools_session.session_id, code, allow=["q"], call_ref="c")
+    first = runner.execute(
+        tools_session.interpreter_id, tools_session.session_id, code, allow=["q"], call_ref="c"
+    )
 
     # When the agent answers with a tool error
     final = runner.resume(first.state, tool_error="region not found", has_result=False)
@@ -157,10 +169,15 @@ def test_tools_runner_tool_error_is_raised_in_code(tools_session: ToolsSession) 
 def test_tools_runner_wait_beyond_bound_is_timeout_and_stops_session(tools_session: ToolsSession) -> None:
     # Given a call paused on a tool, and a wait bound of 0.2 s
     clock = {"now": 1_000_000}
-    runner = ToolsRunner(tools_session.runner, limits=tools_session.tools(wait_seconds=0.2).limits,
-                         wall_clock_ms=lambda: clock["now"])  # fmt: skip
+    runner = ToolsRunner(
+        tools_session.runner,
+        limits=tools_session.tools(wait_seconds=0.2).limits,
+        wall_clock_ms=lambda: clock["now"],
+    )
     code = "from sandbox_tools import tools\nprint('started')\ntools.slow()\nprint('never')\n"
-    first = runner.execute(tools_session.interpreter_id, tools_session.session_id, code, allow=["slow"], call_ref="c")
+    first = runner.execute(
+        tools_session.interpreter_id, tools_session.session_id, code, allow=["slow"], call_ref="c"
+    )
     assert isinstance(first, Paused)
 
     # When the result arrives after the bound
@@ -176,11 +193,15 @@ def test_tools_runner_wait_beyond_bound_is_timeout_and_stops_session(tools_sessi
     assert tools_session.alive() is False
 
 
-def test_tools_runner_exception_after_tool_call_is_reported_like_plain_code(tools_session: ToolsSession) -> None:
+def test_tools_runner_exception_after_tool_call_is_reported_like_plain_code(
+    tools_session: ToolsSession,
+) -> None:
     # Given code that fails after a tool call
     code = "from sandbox_tools import tools\nv = tools.t()\n1 / v\n"
     runner = tools_session.tools()
-    first = runner.execute(tools_session.interpreter_id, tools_session.session_id, code, allow=["t"], call_ref="c")
+    first = runner.execute(
+        tools_session.interpreter_id, tools_session.session_id, code, allow=["t"], call_ref="c"
+    )
 
     # When the tool answers 0
     final = runner.resume(first.state, tool_result=0)
@@ -197,7 +218,9 @@ def test_tools_runner_token_in_tool_result_printed_is_redacted(tools_session: To
     token = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
     code = "from sandbox_tools import tools\nprint('secret:', tools.get())\n"
     runner = tools_session.tools()
-    first = runner.execute(tools_session.interpreter_id, tools_session.session_id, code, allow=["get"], call_ref="c")
+    first = runner.execute(
+        tools_session.interpreter_id, tools_session.session_id, code, allow=["get"], call_ref="c"
+    )
 
     # When the tool returns a token
     final = runner.resume(first.state, tool_result=token)
@@ -211,11 +234,15 @@ def test_tools_runner_state_survives_serialization_between_invocations(tools_ses
     # Given a paused call whose state is serialized (as dispatch stores it between invocations)
     code = "from sandbox_tools import tools\nprint('a' * 10)\nprint(tools.t(k='v'))\n"
     runner = tools_session.tools()
-    first = runner.execute(tools_session.interpreter_id, tools_session.session_id, code, allow=["t"], call_ref="c")
+    first = runner.execute(
+        tools_session.interpreter_id, tools_session.session_id, code, allow=["t"], call_ref="c"
+    )
     assert isinstance(first, Paused)
     from dispatch.runner.tool_calling import ToolCallState
 
-    stored = json.loads(json.dumps({k: v for k, v in first.state.to_dict().items() if not k.endswith("_head")}))
+    stored = json.loads(
+        json.dumps({k: v for k, v in first.state.to_dict().items() if not k.endswith("_head")})
+    )
     stored.update(stdout_head=first.state.stdout.head_bytes, stderr_head=first.state.stderr.head_bytes)
 
     # When a fresh runner resumes from the restored state
@@ -235,8 +262,9 @@ def test_tools_runner_forged_call_to_unlisted_tool_stops_session(tools_session: 
     runner = tools_session.tools()
 
     # When executed with only `lookup` allowed
-    outcome = runner.execute(tools_session.interpreter_id, tools_session.session_id, code,
-                             allow=["lookup"], call_ref="c")  # fmt: skip
+    outcome = runner.execute(
+        tools_session.interpreter_id, tools_session.session_id, code, allow=["lookup"], call_ref="c"
+    )
 
     # Then the host refuses to relay it: error, session stopped, no tool call reached the agent
     assert isinstance(outcome, Finished)
@@ -251,7 +279,9 @@ def test_tools_runner_deadline_counts_running_time_not_tool_wait(tools_session: 
     tools_session.runner.call_timeout_seconds = 2
     runner = tools_session.tools()
     code = "import time\nfrom sandbox_tools import tools\ntime.sleep(0.3)\nv = tools.t()\ntime.sleep(0.3)\nprint(v)\n"
-    first = runner.execute(tools_session.interpreter_id, tools_session.session_id, code, allow=["t"], call_ref="c")
+    first = runner.execute(
+        tools_session.interpreter_id, tools_session.session_id, code, allow=["t"], call_ref="c"
+    )
     assert isinstance(first, Paused)
 
     # When the tool takes longer than the whole deadline
@@ -269,7 +299,9 @@ def test_tools_runner_running_time_over_slices_hits_the_deadline(tools_session: 
     tools_session.runner.call_timeout_seconds = 2
     runner = tools_session.tools()
     code = "import time\nfrom sandbox_tools import tools\ntime.sleep(1.2)\ntools.t()\ntime.sleep(1.2)\nprint('late')\n"
-    first = runner.execute(tools_session.interpreter_id, tools_session.session_id, code, allow=["t"], call_ref="c")
+    first = runner.execute(
+        tools_session.interpreter_id, tools_session.session_id, code, allow=["t"], call_ref="c"
+    )
     assert isinstance(first, Paused)
 
     # When resumed
@@ -287,7 +319,9 @@ def test_tools_runner_output_beyond_the_interpreters_limit_still_pauses(tools_se
     runner = tools_session.tools()
 
     # When executed (the marker is cut off with the output; the runner asks the runtime)
-    first = runner.execute(tools_session.interpreter_id, tools_session.session_id, code, allow=["t"], call_ref="c")
+    first = runner.execute(
+        tools_session.interpreter_id, tools_session.session_id, code, allow=["t"], call_ref="c"
+    )
 
     # Then the call still paused on the right tool call and completes
     assert isinstance(first, Paused)
@@ -302,13 +336,19 @@ def test_tools_runner_output_beyond_the_interpreters_limit_still_pauses(tools_se
 def test_tools_runner_new_run_while_one_is_paused_is_refused(tools_session: ToolsSession) -> None:
     # Given a call paused on a tool
     runner = tools_session.tools()
-    first = runner.execute(tools_session.interpreter_id, tools_session.session_id,
-                           "from sandbox_tools import tools\ntools.t()\n", allow=["t"], call_ref="c1")  # fmt: skip
+    first = runner.execute(
+        tools_session.interpreter_id,
+        tools_session.session_id,
+        "from sandbox_tools import tools\ntools.t()\n",
+        allow=["t"],
+        call_ref="c1",
+    )
     assert isinstance(first, Paused)
 
     # When another tool-calling execution starts in the same session
-    second = runner.execute(tools_session.interpreter_id, tools_session.session_id, "print('second')",
-                            allow=["t"], call_ref="c2")  # fmt: skip
+    second = runner.execute(
+        tools_session.interpreter_id, tools_session.session_id, "print('second')", allow=["t"], call_ref="c2"
+    )
 
     # Then it is refused without running, and the paused call can still finish
     assert isinstance(second, Finished)
@@ -322,9 +362,10 @@ def test_tools_runner_plain_code_cannot_call_tools(tools_session: ToolsSession) 
     # Given a session with the tools runtime installed
     # When ordinary (non-tool-calling) code calls a tool
     result = tools_session.runner.execute(
-        tools_session.interpreter_id, tools_session.session_id,
+        tools_session.interpreter_id,
+        tools_session.session_id,
         "from sandbox_tools import tools, ToolError\ntry:\n    tools.t()\nexcept ToolError as e:\n    print(type(e).__name__)\n",
-    )  # fmt: skip
+    )
 
     # Then it is refused in the code (no allowlist outside a tool-calling execution)
     assert result.stdout == "ToolNotAllowed\n"
@@ -333,13 +374,19 @@ def test_tools_runner_plain_code_cannot_call_tools(tools_session: ToolsSession) 
 def test_tools_runner_keeps_notebook_semantics(tools_session: ToolsSession) -> None:
     # Given code with a trailing expression and globals used by a later ordinary call
     runner = tools_session.tools()
-    first = runner.execute(tools_session.interpreter_id, tools_session.session_id,
-                           "from sandbox_tools import tools\nanswer = tools.t()\nanswer * 2", allow=["t"],
-                           call_ref="c")  # fmt: skip
+    first = runner.execute(
+        tools_session.interpreter_id,
+        tools_session.session_id,
+        "from sandbox_tools import tools\nanswer = tools.t()\nanswer * 2",
+        allow=["t"],
+        call_ref="c",
+    )
 
     # When resumed, and a later plain call reads the variable
     final = runner.resume(first.state, tool_result=21)
-    later = tools_session.runner.execute(tools_session.interpreter_id, tools_session.session_id, "print(answer)")
+    later = tools_session.runner.execute(
+        tools_session.interpreter_id, tools_session.session_id, "print(answer)"
+    )
 
     # Then the trailing expression was displayed and the variable lives in the session globals
     assert final.result.stdout == "42\n"
@@ -349,9 +396,13 @@ def test_tools_runner_keeps_notebook_semantics(tools_session: ToolsSession) -> N
 def test_tools_runner_sys_exit_after_a_tool_call_sets_the_exit_code(tools_session: ToolsSession) -> None:
     # Given code that exits with 3 after a tool call
     runner = tools_session.tools()
-    first = runner.execute(tools_session.interpreter_id, tools_session.session_id,
-                           "import sys\nfrom sandbox_tools import tools\ntools.t()\nsys.exit(3)", allow=["t"],
-                           call_ref="c")  # fmt: skip
+    first = runner.execute(
+        tools_session.interpreter_id,
+        tools_session.session_id,
+        "import sys\nfrom sandbox_tools import tools\ntools.t()\nsys.exit(3)",
+        allow=["t"],
+        call_ref="c",
+    )
 
     # When resumed
     final = runner.resume(first.state, tool_result=None)
@@ -361,11 +412,15 @@ def test_tools_runner_sys_exit_after_a_tool_call_sets_the_exit_code(tools_sessio
     assert final.result.exit_status == "error"
 
 
-def test_tools_runner_output_beyond_the_interpreters_limit_at_the_end_still_finishes(tools_session: ToolsSession) -> None:
+def test_tools_runner_output_beyond_the_interpreters_limit_at_the_end_still_finishes(
+    tools_session: ToolsSession,
+) -> None:
     # Given code that calls a tool, then prints more than the local interpreter returns and ends
     code = "from sandbox_tools import tools\nv = tools.t()\nprint(v * (1536 * 1024))\n"
     runner = tools_session.tools()
-    first = runner.execute(tools_session.interpreter_id, tools_session.session_id, code, allow=["t"], call_ref="c")
+    first = runner.execute(
+        tools_session.interpreter_id, tools_session.session_id, code, allow=["t"], call_ref="c"
+    )
     assert isinstance(first, Paused)
 
     # When resumed (the end marker is cut off with the output; the runner asks the runtime)

@@ -46,7 +46,10 @@ def findings_table(moto_endpoint, monkeypatch):
     spec = naming.FINDINGS
     boto3.client("dynamodb").create_table(
         TableName=TABLE,
-        KeySchema=[{"AttributeName": spec.pk, "KeyType": "HASH"}, {"AttributeName": spec.sk, "KeyType": "RANGE"}],
+        KeySchema=[
+            {"AttributeName": spec.pk, "KeyType": "HASH"},
+            {"AttributeName": spec.sk, "KeyType": "RANGE"},
+        ],
         AttributeDefinitions=[
             {"AttributeName": spec.pk, "AttributeType": "S"},
             {"AttributeName": spec.sk, "AttributeType": "S"},
@@ -87,14 +90,25 @@ def test_ts_iso_constant_is_right():
     # Given / When / Then (guards the expected values below)
     from datetime import UTC, datetime
 
-    assert datetime.fromtimestamp(TS / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z") == TS_ISO
+    assert (
+        datetime.fromtimestamp(TS / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        == TS_ISO
+    )
 
 
 def test_backstop_several_tokens_one_finding_each(findings_table, lambda_context, capsys):
     # Given one structured event carrying three tokens, a plain event with one, and a clean one
-    structured = json.dumps(
-        {"level": "INFO", "tenant_id": "acme", "session_id": "sess-1", "stdout": f"{TOKENS['github']} and {TOKENS['jwt']}"}
-    ) + f" {TOKENS['aws_access_key']}"
+    structured = (
+        json.dumps(
+            {
+                "level": "INFO",
+                "tenant_id": "acme",
+                "session_id": "sess-1",
+                "stdout": f"{TOKENS['github']} and {TOKENS['jwt']}",
+            }
+        )
+        + f" {TOKENS['aws_access_key']}"
+    )
     batch = payload([event(0, structured), event(1, f"plain {TOKENS['slack']}"), event(2, "nothing here")])
     # When
     result = handler(batch, lambda_context)
@@ -102,7 +116,10 @@ def test_backstop_several_tokens_one_finding_each(findings_table, lambda_context
     assert result == {"events": 3, "findings": 4, "decode_errors": 0, "control_message": False}
     items = all_items(findings_table)
     assert [(i["event_id"][-1], i["token_class"]) for i in items] == [
-        ("0", "github"), ("0", "jwt"), ("0", "aws_access_key"), ("1", "slack")
+        ("0", "github"),
+        ("0", "jwt"),
+        ("0", "aws_access_key"),
+        ("1", "slack"),
     ]
     first = items[0]
     assert first["finding_date"] == "2026-11-18"
@@ -139,7 +156,9 @@ def test_backstop_never_logs_or_stores_the_token(findings_table, lambda_context,
 
 def test_backstop_control_message_ignored(findings_table, lambda_context, capsys):
     # Given the CONTROL_MESSAGE CloudWatch sends when a subscription is created
-    batch = payload([event(0, "CWL CONTROL MESSAGE: Checking health of destination")], message_type="CONTROL_MESSAGE")
+    batch = payload(
+        [event(0, "CWL CONTROL MESSAGE: Checking health of destination")], message_type="CONTROL_MESSAGE"
+    )
     # When
     result = handler(batch, lambda_context)
     # Then
@@ -172,7 +191,9 @@ def test_backstop_corrupt_payload_counted_and_skipped(findings_table, lambda_con
 
 def test_backstop_malformed_event_skipped_rest_processed(findings_table, lambda_context, capsys):
     # Given a batch where one event's message is not a string
-    batch = payload([{"id": "1", "timestamp": TS, "message": {"nested": True}}, event(2, TOKENS["google_oauth"])])
+    batch = payload(
+        [{"id": "1", "timestamp": TS, "message": {"nested": True}}, event(2, TOKENS["google_oauth"])]
+    )
     # When
     result = handler(batch, lambda_context)
     # Then the good event still yields its finding, the bad one is counted

@@ -35,8 +35,14 @@ def fake_dispatch() -> Any:
 
 def test_sandbox_turn_context_manager_begins_executes_and_ends(fake_dispatch: Any) -> None:
     client, seen = fake_dispatch
-    with SandboxTurn("thinkwork-dev-dispatch", tenant_id="acme", agent_id="a1", template_id="analyst",
-                     turn_id="turn-1", lambda_client=client) as turn:  # fmt: skip
+    with SandboxTurn(
+        "thinkwork-dev-dispatch",
+        tenant_id="acme",
+        agent_id="a1",
+        template_id="analyst",
+        turn_id="turn-1",
+        lambda_client=client,
+    ) as turn:
         assert turn.tool == {"name": "execute_code"}
         result = turn.execute_code("print(1+1)")
         turn.execute_code("print(2)", call_id="call-fixed")
@@ -47,8 +53,12 @@ def test_sandbox_turn_context_manager_begins_executes_and_ends(fake_dispatch: An
     first, second = seen[1]["event"], seen[2]["event"]
     assert first["call_id"] != second["call_id"] and second["call_id"] == "call-fixed"
     assert first["code"] == "print(1+1)" and first["turn_id"] == "turn-1"
-    assert seen[3]["event"] == {"action": "end_turn", "tenant_id": "acme", "turn_id": "turn-1",
-                                "turn_token": turn.turn_token}  # fmt: skip
+    assert seen[3]["event"] == {
+        "action": "end_turn",
+        "tenant_id": "acme",
+        "turn_id": "turn-1",
+        "turn_token": turn.turn_token,
+    }
 
 
 def test_sandbox_turn_sends_one_generated_turn_token_on_every_action(fake_dispatch: Any) -> None:
@@ -56,7 +66,9 @@ def test_sandbox_turn_sends_one_generated_turn_token_on_every_action(fake_dispat
     from sandbox_common.turn_token import is_well_formed
 
     client, seen = fake_dispatch
-    with SandboxTurn("fn", tenant_id="acme", agent_id="a1", template_id="analyst", lambda_client=client) as turn:
+    with SandboxTurn(
+        "fn", tenant_id="acme", agent_id="a1", template_id="analyst", lambda_client=client
+    ) as turn:
         turn.execute_code("print(1)")
         turn.execute_code("print(1)", call_id="call-retry")
         turn.execute_code("print(1)", call_id="call-retry")  # a retry carries the same token
@@ -100,24 +112,37 @@ def test_strands_tool_without_strands_says_how_to_install() -> None:
 def test_execute_tool_input_passes_the_input_and_keeps_the_turns_own_ids(fake_dispatch: Any) -> None:
     # Given a turn of acme/a1
     client, seen = fake_dispatch
-    turn = SandboxTurn("fn", tenant_id="acme", agent_id="a1", template_id="analyst", turn_id="turn-1",
-                       lambda_client=client)  # fmt: skip
+    turn = SandboxTurn(
+        "fn", tenant_id="acme", agent_id="a1", template_id="analyst", turn_id="turn-1", lambda_client=client
+    )
     # When a tool input names another tenant, agent and turn besides its code
-    turn.execute_tool_input({"code": "print(1)", "tenant_id": "globex", "agent_id": "x", "turn_id": "t-9",
-                             "action": "end_turn"})  # fmt: skip
+    turn.execute_tool_input(
+        {"code": "print(1)", "tenant_id": "globex", "agent_id": "x", "turn_id": "t-9", "action": "end_turn"}
+    )
     # Then the event carries the input's code and the turn's own action and ids, with a fresh call_id
     event = seen[-1]["event"]
     assert event["code"] == "print(1)"
     assert (event["action"], event["tenant_id"], event["agent_id"], event["turn_id"]) == (
-        "execute_code", "acme", "a1", "turn-1")  # fmt: skip
+        "execute_code",
+        "acme",
+        "a1",
+        "turn-1",
+    )
     assert event["call_id"].startswith("call-")
 
 
 def test_next_turn_ends_this_turn_and_begins_the_next_in_one_call(fake_dispatch: Any) -> None:
     # Given a begun turn
     client, seen = fake_dispatch
-    turn = SandboxTurn("fn", tenant_id="acme", agent_id="a1", template_id="analyst", turn_id="turn-1",
-                       user_id="u-1", lambda_client=client)  # fmt: skip
+    turn = SandboxTurn(
+        "fn",
+        tenant_id="acme",
+        agent_id="a1",
+        template_id="analyst",
+        turn_id="turn-1",
+        user_id="u-1",
+        lambda_client=client,
+    )
     turn.begin()
     # When the next turn is asked for
     following = turn.next_turn()
@@ -126,7 +151,11 @@ def test_next_turn_ends_this_turn_and_begins_the_next_in_one_call(fake_dispatch:
     assert seen[1]["event"]["turn_id"] == "turn-1"
     assert seen[2]["event"]["turn_id"] == following.turn_id != "turn-1"
     assert (following.tenant_id, following.agent_id, following.template_id, following.user_id) == (
-        "acme", "a1", "analyst", "u-1")  # fmt: skip
+        "acme",
+        "a1",
+        "analyst",
+        "u-1",
+    )
     assert following.tool == {"name": "execute_code"}
 
 

@@ -24,11 +24,20 @@ def fake_dispatch() -> Any:
         seen.append(event)
         action = event["action"]
         if action == "execute_code":
-            reply = {"ok": True, "status": "running", "job_id": "job-1", "invocation_id": "inv-1", "session_id": "S"}
+            reply = {
+                "ok": True,
+                "status": "running",
+                "job_id": "job-1",
+                "invocation_id": "inv-1",
+                "session_id": "S",
+            }
         elif action == "get_job":
             polls["n"] += 1
-            reply = ({"ok": True, "status": "running", "elapsed_ms": polls["n"] * 1000} if polls["n"] <= 3
-                     else {"ok": True, "status": "completed", "stdout": "done\n", "job_id": "job-1"})  # fmt: skip
+            reply = (
+                {"ok": True, "status": "running", "elapsed_ms": polls["n"] * 1000}
+                if polls["n"] <= 3
+                else {"ok": True, "status": "completed", "stdout": "done\n", "job_id": "job-1"}
+            )
         else:
             reply = {"ok": True, "status": "cancelled", "job_id": "job-1"}
         return 200, {}, json.dumps(reply).encode()
@@ -38,8 +47,14 @@ def fake_dispatch() -> Any:
 
 
 def turn_of(client: Any) -> SandboxTurn:
-    return SandboxTurn("thinkwork-dev-dispatch", tenant_id="acme", agent_id="a1", template_id="analyst",
-                       turn_id="turn-1", lambda_client=client)  # fmt: skip
+    return SandboxTurn(
+        "thinkwork-dev-dispatch",
+        tenant_id="acme",
+        agent_id="a1",
+        template_id="analyst",
+        turn_id="turn-1",
+        lambda_client=client,
+    )
 
 
 def test_agent_jobs_submit_sends_background_and_timeout(fake_dispatch: Any) -> None:
@@ -61,15 +76,22 @@ def test_agent_jobs_wait_reports_progress_until_final(fake_dispatch: Any) -> Non
     progress: list[int] = []
     sleeps: list[float] = []
     # When the caller waits for it with a progress callback
-    final = turn.wait("job-1", progress=lambda r: progress.append(r["elapsed_ms"]), poll_seconds=2.0,
-                      sleep=sleeps.append)  # fmt: skip
+    final = turn.wait(
+        "job-1", progress=lambda r: progress.append(r["elapsed_ms"]), poll_seconds=2.0, sleep=sleeps.append
+    )
     # Then each running answer reached the callback, and the final result is returned
     assert progress == [1000, 2000, 3000]
     assert sleeps == [2.0, 2.0, 2.0]
     assert (final["status"], final["stdout"]) == ("completed", "done\n")
     assert [e["action"] for e in seen] == ["get_job"] * 4
-    assert seen[0] == {"action": "get_job", "tenant_id": "acme", "agent_id": "a1", "turn_id": "turn-1",
-                       "turn_token": turn.turn_token, "job_id": "job-1"}  # fmt: skip
+    assert seen[0] == {
+        "action": "get_job",
+        "tenant_id": "acme",
+        "agent_id": "a1",
+        "turn_id": "turn-1",
+        "turn_token": turn.turn_token,
+        "job_id": "job-1",
+    }
 
 
 def test_agent_jobs_cancel_sends_cancel_job(fake_dispatch: Any) -> None:
@@ -78,5 +100,13 @@ def test_agent_jobs_cancel_sends_cancel_job(fake_dispatch: Any) -> None:
     turn = turn_of(client)
     answer = turn.cancel_job("job-1")
     assert answer["status"] == "cancelled"
-    assert seen == [{"action": "cancel_job", "tenant_id": "acme", "agent_id": "a1", "turn_id": "turn-1",
-                     "turn_token": turn.turn_token, "job_id": "job-1"}]  # fmt: skip
+    assert seen == [
+        {
+            "action": "cancel_job",
+            "tenant_id": "acme",
+            "agent_id": "a1",
+            "turn_id": "turn-1",
+            "turn_token": turn.turn_token,
+            "job_id": "job-1",
+        }
+    ]

@@ -9,8 +9,9 @@ import pytest
 from sandbox_common.observability import emit_metric
 
 
-def test_emit_metric_has_exactly_given_dimensions(capsys: pytest.CaptureFixture[str],
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_emit_metric_has_exactly_given_dimensions(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "sandbox-dispatch")
     emit_metric("SandboxCalls", dimensions={"exit_status": "ok"})
     emit_metric("SandboxReadinessFailed")

@@ -12,9 +12,17 @@ from sandbox_common.outcome import Outcome
 
 
 def _outcome() -> Outcome:
-    req = ExecuteCodeRequest.model_validate({"action": "execute_code", "tenant_id": "acme", "agent_id": "a-1",
-                                             "template_id": "analyst", "turn_id": "t-1", "call_id": "c-1",
-                                             "code": "pass"})  # fmt: skip
+    req = ExecuteCodeRequest.model_validate(
+        {
+            "action": "execute_code",
+            "tenant_id": "acme",
+            "agent_id": "a-1",
+            "template_id": "analyst",
+            "turn_id": "t-1",
+            "call_id": "c-1",
+            "code": "pass",
+        }
+    )
     return Outcome(request=req, invocation_id="inv-1", started_at=datetime(2026, 11, 23, tzinfo=UTC))
 
 
@@ -30,7 +38,9 @@ def test_failures_answered_invalid_request_propagates_untouched() -> None:
 
 def test_failures_answered_named_failure_fails_the_outcome() -> None:
     outcome = _outcome()
-    cap = SandboxCapExceeded("over", dimension="tenant_daily", resets_at="soon", failure_reason="cap_exceeded:x")
+    cap = SandboxCapExceeded(
+        "over", dimension="tenant_daily", resets_at="soon", failure_reason="cap_exceeded:x"
+    )
     # When the steps raise a named SandboxFailure
     with outcome.failures_answered("x_internal_error"):
         raise cap
@@ -39,7 +49,9 @@ def test_failures_answered_named_failure_fails_the_outcome() -> None:
     assert outcome.finish().response()["error"] == "SandboxCapExceeded"
 
 
-def test_failures_answered_unexpected_exception_becomes_internal_error(caplog: pytest.LogCaptureFixture) -> None:
+def test_failures_answered_unexpected_exception_becomes_internal_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     outcome = _outcome()
     # When the steps raise anything else
     with outcome.failures_answered("x_internal_error"):

@@ -22,19 +22,26 @@ def test_quota_contract_round_trips_both_answers_of_the_quota_lambda() -> None:
     a, r = parse_quota_response(json.dumps(admitted)), parse_quota_response(json.dumps(refused))
     # Then they are the typed answers with every field
     assert a == QuotaAdmitted(tenant_daily_count=3, agent_hourly_count=1)
-    assert r == QuotaRefused(dimension="agent_hourly", resets_at="2026-11-21T09:00:00Z", tenant_daily_cap=1000,
-                             agent_hourly_cap=100)  # fmt: skip
+    assert r == QuotaRefused(
+        dimension="agent_hourly",
+        resets_at="2026-11-21T09:00:00Z",
+        tenant_daily_cap=1000,
+        agent_hourly_cap=100,
+    )
 
 
-@pytest.mark.parametrize("body", [
-    SandboxInvalidRequest("Invalid request: x").to_response(),  # the quota Lambda's invalid-event answer
-    {"ok": False, "dimension": "weekly", "resets_at": "2026-11-21T09:00:00Z"},
-    {"ok": False, "dimension": "tenant_daily", "resets_at": "tomorrow"},
-    {"ok": "true"},
-    {"ok": True, "tenant_daily_count": "3"},
-    {"ok": True, "surprise": 1},
-    [],
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "body",
+    [
+        SandboxInvalidRequest("Invalid request: x").to_response(),  # the quota Lambda's invalid-event answer
+        {"ok": False, "dimension": "weekly", "resets_at": "2026-11-21T09:00:00Z"},
+        {"ok": False, "dimension": "tenant_daily", "resets_at": "tomorrow"},
+        {"ok": "true"},
+        {"ok": True, "tenant_daily_count": "3"},
+        {"ok": True, "surprise": 1},
+        [],
+    ],
+)
 def test_quota_contract_refuses_off_contract_answers(body: object) -> None:
     with pytest.raises(ValidationError):
         parse_quota_response(json.dumps(body))

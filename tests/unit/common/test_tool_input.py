@@ -27,7 +27,9 @@ def test_input_problem_accepts_code_up_to_the_byte_limit() -> None:
         ("print(1)", "input: 'print(1)' is not of type 'object'"),
     ],
 )
-def test_input_problem_refuses_what_the_tool_definition_and_section_11_refuse(tool_input: object, reason: str) -> None:
+def test_input_problem_refuses_what_the_tool_definition_and_section_11_refuse(
+    tool_input: object, reason: str
+) -> None:
     # Given a tool input the schema or §11 refuses / When checked / Then the reason says which rule
     problem = input_problem(tool_input)
     assert problem is not None and problem.startswith(reason), problem
@@ -35,8 +37,13 @@ def test_input_problem_refuses_what_the_tool_definition_and_section_11_refuse(to
 
 def test_failure_text_names_the_class_first_and_keeps_the_answer() -> None:
     # Given a cap refusal from dispatch
-    answer = {"ok": False, "error": "SandboxCapExceeded", "error_message": "I've hit the hourly cap (agent_hourly).",
-              "dimension": "agent_hourly", "resets_at": "2026-11-23T18:00:00Z"}  # fmt: skip
+    answer = {
+        "ok": False,
+        "error": "SandboxCapExceeded",
+        "error_message": "I've hit the hourly cap (agent_hourly).",
+        "dimension": "agent_hourly",
+        "resets_at": "2026-11-23T18:00:00Z",
+    }
     # When turned into tool-error text
     text = failure_text(answer)
     # Then the named class and the sentence first, the whole answer after it

@@ -19,15 +19,28 @@ from sandbox_common.errors import SandboxError
 from sandbox_common.models import ExecuteCodeRequest
 from sandbox_common.outcome import Outcome
 
-REQ = ExecuteCodeRequest(action="execute_code", tenant_id="acme", agent_id="agent-7", template_id="analyst",
-                         turn_id="turn-1", call_id="call-1", code="print(1)")  # fmt: skip
+REQ = ExecuteCodeRequest(
+    action="execute_code",
+    tenant_id="acme",
+    agent_id="agent-7",
+    template_id="analyst",
+    turn_id="turn-1",
+    call_id="call-1",
+    code="print(1)",
+)
 T0 = datetime(2026, 11, 23, 17, 0, 0, tzinfo=UTC)
 
 
 def _row(invocation_id: str) -> dict[str, Any]:
     """A refused call's row, as the one Outcome renders it."""
-    outcome = Outcome(request=REQ, invocation_id=invocation_id, started_at=T0, finished_at=T0,
-                      session_id="sess-1", environment="default-public")  # fmt: skip
+    outcome = Outcome(
+        request=REQ,
+        invocation_id=invocation_id,
+        started_at=T0,
+        finished_at=T0,
+        session_id="sess-1",
+        environment="default-public",
+    )
     outcome.fail(SandboxError("refused", failure_reason="test"))
     return outcome.audit_row(30)
 
@@ -44,18 +57,25 @@ def _down_writer(spool: Path | None) -> audit.AuditWriter:
     session = boto3.session.Session(aws_access_key_id="x", aws_secret_access_key="x", region_name="us-east-1")
     config = Config(retries={"total_max_attempts": 1}, connect_timeout=1)
     return audit.AuditWriter(
-        table_name="audit", dlq_url=f"{down}/123456789012/audit-dlq",
+        table_name="audit",
+        dlq_url=f"{down}/123456789012/audit-dlq",
         ddb=session.client("dynamodb", endpoint_url=down, config=config),
         sqs=session.client("sqs", endpoint_url=down, config=config),
-        sleep=lambda s: None, spool_path=str(spool) if spool else None,
-    )  # fmt: skip
+        sleep=lambda s: None,
+        spool_path=str(spool) if spool else None,
+    )
 
 
 @pytest.fixture
 def up_writer(tables: dict[str, str], moto_endpoint: str) -> audit.AuditWriter:
     dlq = aws.client("sqs").create_queue(QueueName="audit-dlq-spool")["QueueUrl"]
-    return audit.AuditWriter(table_name=tables[n.INVOCATIONS.logical], dlq_url=dlq, ddb=aws.client("dynamodb"),
-                             sqs=aws.client("sqs"), sleep=lambda s: None)  # fmt: skip
+    return audit.AuditWriter(
+        table_name=tables[n.INVOCATIONS.logical],
+        dlq_url=dlq,
+        ddb=aws.client("dynamodb"),
+        sqs=aws.client("sqs"),
+        sleep=lambda s: None,
+    )
 
 
 def test_audit_writer_table_and_dlq_down_spools_the_row(tmp_path: Path) -> None:
@@ -90,8 +110,9 @@ def test_drain_spool_writes_each_row_once_and_empties_the_spool(tmp_path: Path, 
     assert first == {"replayed": 1, "duplicates": 1, "failed": 0, "invalid": 0}
     assert second == {"replayed": 0, "duplicates": 0, "failed": 0, "invalid": 0}
     assert spool.read_text() == ""
-    item = aws.client("dynamodb").get_item(TableName=tables[n.INVOCATIONS.logical],
-                                           Key={"invocation_id": {"S": "inv-d"}})["Item"]  # fmt: skip
+    item = aws.client("dynamodb").get_item(
+        TableName=tables[n.INVOCATIONS.logical], Key={"invocation_id": {"S": "inv-d"}}
+    )["Item"]
     assert audit.from_item(item) == _row("inv-d")
 
 

@@ -16,23 +16,54 @@ from sandbox_common.errors import SandboxCapExceeded, SandboxFailure
 from sandbox_common.models import ExecuteCodeRequest
 from sandbox_common.outcome import Outcome
 
-REQ = ExecuteCodeRequest(action="execute_code", tenant_id="acme", agent_id="agent-7", template_id="analyst",
-                         turn_id="turn-1", call_id="call-1", code="print('héllo')")  # fmt: skip
+REQ = ExecuteCodeRequest(
+    action="execute_code",
+    tenant_id="acme",
+    agent_id="agent-7",
+    template_id="analyst",
+    turn_id="turn-1",
+    call_id="call-1",
+    code="print('héllo')",
+)
 T0 = datetime(2026, 11, 21, 8, 0, 0, 123000, tzinfo=UTC)
 
 
 def _result() -> ExecutionResult:
-    return ExecutionResult(exit_status="ok", exit_code=0, stdout="héllo\n", stderr="", stdout_bytes=6,
-                           stderr_bytes=0, stdout_truncated=False, stderr_truncated=False, duration_ms=5,
-                           error=None, error_message=None, failure_reason=None, full_stdout="héllo\n",
-                           full_stderr="", session_stopped=False)  # fmt: skip
+    return ExecutionResult(
+        exit_status="ok",
+        exit_code=0,
+        stdout="héllo\n",
+        stderr="",
+        stdout_bytes=6,
+        stderr_bytes=0,
+        stdout_truncated=False,
+        stderr_truncated=False,
+        duration_ms=5,
+        error=None,
+        error_message=None,
+        failure_reason=None,
+        full_stdout="héllo\n",
+        full_stderr="",
+        session_stopped=False,
+    )
 
 
-def _row(*, retention_days: int = 30, session_id: str | None = "sess-1", exit_status: str = "ok",
-         failure: SandboxFailure | None = None) -> dict[str, Any]:  # fmt: skip
+def _row(
+    *,
+    retention_days: int = 30,
+    session_id: str | None = "sess-1",
+    exit_status: str = "ok",
+    failure: SandboxFailure | None = None,
+) -> dict[str, Any]:
     """The row an Outcome renders: a call that ran (ok) unless a failure before running is given."""
-    outcome = Outcome(request=REQ, invocation_id="inv-1", started_at=T0, finished_at=T0.replace(second=2),
-                      session_id=session_id, environment="default-public")  # fmt: skip
+    outcome = Outcome(
+        request=REQ,
+        invocation_id="inv-1",
+        started_at=T0,
+        finished_at=T0.replace(second=2),
+        session_id=session_id,
+        environment="default-public",
+    )
     if failure is None:
         outcome.ran(_result(), None)
     else:
@@ -47,8 +78,13 @@ def dlq(moto_endpoint: str) -> str:
 
 
 def _writer(tables: dict[str, str], dlq_url: str, table: str | None = None) -> audit.AuditWriter:
-    return audit.AuditWriter(table_name=table or tables[n.INVOCATIONS.logical], dlq_url=dlq_url,
-                             ddb=aws.client("dynamodb"), sqs=aws.client("sqs"), sleep=lambda s: None)  # fmt: skip
+    return audit.AuditWriter(
+        table_name=table or tables[n.INVOCATIONS.logical],
+        dlq_url=dlq_url,
+        ddb=aws.client("dynamodb"),
+        sqs=aws.client("sqs"),
+        sleep=lambda s: None,
+    )
 
 
 def test_outcome_audit_row_has_exact_attributes_and_types() -> None:
@@ -61,7 +97,9 @@ def test_outcome_audit_row_has_exact_attributes_and_types() -> None:
 
 
 def test_outcome_audit_row_without_session_omits_index_key() -> None:
-    row = _row(session_id=None, exit_status="cap_exceeded", failure=SandboxCapExceeded("cap", failure_reason="cap"))
+    row = _row(
+        session_id=None, exit_status="cap_exceeded", failure=SandboxCapExceeded("cap", failure_reason="cap")
+    )
     assert "session_id" not in row
     assert row["exit_code"] is None
     assert row["error"] == "SandboxCapExceeded"
@@ -78,8 +116,9 @@ def test_write_stores_real_booleans_and_is_append_only(tables: dict[str, str], d
     assert writer.write(_row()) == "written"
     # a second row with the same id (a replay) never overwrites the first
     assert writer.write(_row(exit_status="error")) == "duplicate"
-    item = aws.client("dynamodb").get_item(TableName=tables[n.INVOCATIONS.logical],
-                                           Key={"invocation_id": {"S": "inv-1"}})["Item"]  # fmt: skip
+    item = aws.client("dynamodb").get_item(
+        TableName=tables[n.INVOCATIONS.logical], Key={"invocation_id": {"S": "inv-1"}}
+    )["Item"]
     assert item["stdout_truncated"] == {"BOOL": False} and item["exit_status"] == {"S": "ok"}
     assert audit.from_item(item) == _row()
 

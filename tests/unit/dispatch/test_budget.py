@@ -20,8 +20,9 @@ def ssm(moto_endpoint: str) -> Any:
 
 
 def _put(ssm: Any, tenant_id: str, value: str) -> None:
-    ssm.put_parameter(Name=n.tenant_daily_budget_parameter("local", tenant_id), Value=value, Type="String",
-                      Overwrite=True)  # fmt: skip
+    ssm.put_parameter(
+        Name=n.tenant_daily_budget_parameter("local", tenant_id), Value=value, Type="String", Overwrite=True
+    )
 
 
 def test_call_cost_is_the_price_when_code_ran_and_zero_otherwise() -> None:
@@ -57,15 +58,21 @@ def test_budget_reader_reads_the_tenant_parameter_and_treats_absent_as_none(ssm:
 
 
 @pytest.mark.parametrize("raw", ["-1", "lots", "NaN", "Infinity"])
-def test_budget_reader_ignores_an_invalid_value_with_a_metric(ssm: Any, raw: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_budget_reader_ignores_an_invalid_value_with_a_metric(
+    ssm: Any, raw: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     # Given an invalid budget value
     _put(ssm, "acme", raw)
     # When read
     value = budget.BudgetReader(stage="local", ssm=ssm).budget("acme")
     # Then no budget applies, and the invalid parameter is counted
     assert value is None
-    names = [m["Name"] for r in emf_records(capsys.readouterr().out) for d in r["_aws"]["CloudWatchMetrics"]
-             for m in d["Metrics"]]  # fmt: skip
+    names = [
+        m["Name"]
+        for r in emf_records(capsys.readouterr().out)
+        for d in r["_aws"]["CloudWatchMetrics"]
+        for m in d["Metrics"]
+    ]
     assert names == [n.METRIC_BUDGET_PARAMETER_INVALID]
 
 
@@ -73,7 +80,9 @@ def test_budget_reader_fails_open_to_no_budget_when_ssm_is_unreachable() -> None
     # Given an SSM endpoint nobody listens on
     from botocore.config import Config
 
-    dead = boto3.client("ssm", endpoint_url="http://127.0.0.1:9", config=Config(retries={"total_max_attempts": 1}))
+    dead = boto3.client(
+        "ssm", endpoint_url="http://127.0.0.1:9", config=Config(retries={"total_max_attempts": 1})
+    )
     # When read / Then "no budget": cost reporting never fails a call
     assert budget.BudgetReader(stage="local", ssm=dead).budget("acme") is None
 
@@ -87,8 +96,12 @@ def test_report_if_crossed_emits_the_metric_in_both_dimension_sets_and_one_log_l
     # Then SandboxDailyBudgetCrossed without dimensions and by tenant_id, and the log line
     out = capsys.readouterr().out
     assert reported is True
-    dimension_sets = [tuple(d["Dimensions"][0]) for r in emf_records(out) for d in r["_aws"]["CloudWatchMetrics"]
-                      if d["Metrics"][0]["Name"] == n.METRIC_DAILY_BUDGET_CROSSED]  # fmt: skip
+    dimension_sets = [
+        tuple(d["Dimensions"][0])
+        for r in emf_records(out)
+        for d in r["_aws"]["CloudWatchMetrics"]
+        if d["Metrics"][0]["Name"] == n.METRIC_DAILY_BUDGET_CROSSED
+    ]
     assert dimension_sets == list(n.METRIC_DIMENSIONS[n.METRIC_DAILY_BUDGET_CROSSED])
     logs = [r for r in caplog.records if r.getMessage() == "daily_budget_crossed"]
     assert len(logs) == 1

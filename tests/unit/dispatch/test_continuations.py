@@ -20,12 +20,16 @@ CALL = {"call_id": "call-1", "invocation_id": "inv-1", "template_id": "analyst",
 
 def _state(stdout: bytes = b"rows so far\n") -> ToolCallState:
     return ToolCallState(
-        interpreter_id="sbx_test_acme_pub", session_id="sess-1", call_ref="inv-1", allow=("query_sales",),
-        running_ms=120, records=(ToolRecord("query_sales", "cd" * 32, 35, True),),
+        interpreter_id="sbx_test_acme_pub",
+        session_id="sess-1",
+        call_ref="inv-1",
+        allow=("query_sales",),
+        running_ms=120,
+        records=(ToolRecord("query_sales", "cd" * 32, 35, True),),
         pending=PendingCall(2, "query_sales", "ef" * 32, 1_700_000_000_000),
         stdout=BoundedText.restore(stdout, stdout.decode(), len(stdout), 1 << 20),
         stderr=BoundedText.restore(b"", "", 0, 1 << 16),
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture
@@ -64,8 +68,9 @@ def test_continuation_reused_is_refused(store: ContinuationStore) -> None:
 
 
 @pytest.mark.parametrize("other", [{"turn_id": "turn-2"}, {"agent_id": "agent-8"}, {"tenant_id": "globex"}])
-def test_continuation_foreign_claim_is_refused_and_consumes_nothing(store: ContinuationStore,
-                                                                   other: dict[str, str]) -> None:  # fmt: skip
+def test_continuation_foreign_claim_is_refused_and_consumes_nothing(
+    store: ContinuationStore, other: dict[str, str]
+) -> None:
     # Given a continuation of acme/agent-7/turn-1
     token = _issue(store)
 
@@ -78,7 +83,9 @@ def test_continuation_foreign_claim_is_refused_and_consumes_nothing(store: Conti
 
 
 @pytest.mark.parametrize("token", ["", "short", "x" * 43 + "!", None, 42, "A" * 44])
-def test_continuation_malformed_token_is_refused_without_a_store_call(store: ContinuationStore, token: Any) -> None:
+def test_continuation_malformed_token_is_refused_without_a_store_call(
+    store: ContinuationStore, token: Any
+) -> None:
     # Given a store whose client would fail if called
     store._client = object()
 

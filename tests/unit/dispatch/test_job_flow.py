@@ -40,44 +40,79 @@ def server() -> Iterator[Any]:
 
 
 @pytest.fixture
-def env(server, tables: dict[str, str], ddb: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+def env(
+    server, tables: dict[str, str], ddb: Any, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[dict[str, Any]]:
     monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_AGENTCORE", server.endpoint)
     credentials.clear_cache()
-    runner = SessionRunner(tenant_id="acme", allowed_interpreter_ids=[INTERPRETER], runner_role_arn=RUNNER_ROLE,
-                           session_timeout_seconds=900, call_timeout_seconds=2, stdout_cap_bytes=4096,
-                           stderr_cap_bytes=1024)  # fmt: skip
+    runner = SessionRunner(
+        tenant_id="acme",
+        allowed_interpreter_ids=[INTERPRETER],
+        runner_role_arn=RUNNER_ROLE,
+        session_timeout_seconds=900,
+        call_timeout_seconds=2,
+        stdout_cap_bytes=4096,
+        stderr_cap_bytes=1024,
+    )
     store = JobStore(table_name=tables[n.JOBS.logical], ddb=ddb)
     closed: set[tuple[str, str]] = set()
     deps = job_flow.JobDeps(
-        store=store, runner_for=lambda tenant: runner,
-        audit_writer=audit.AuditWriter(table_name=tables[n.INVOCATIONS.logical], dlq_url="unused", ddb=ddb,
-                                       sqs=aws.client("sqs")),
-        retention_days=30, turn_closed=lambda tenant, turn: (tenant, turn) in closed,
-    )  # fmt: skip
+        store=store,
+        runner_for=lambda tenant: runner,
+        audit_writer=audit.AuditWriter(
+            table_name=tables[n.INVOCATIONS.logical], dlq_url="unused", ddb=ddb, sqs=aws.client("sqs")
+        ),
+        retention_days=30,
+        turn_closed=lambda tenant, turn: (tenant, turn) in closed,
+    )
     session_id = runner.start_session(INTERPRETER, name="flow")
-    yield {"runner": runner, "store": store, "deps": deps, "session": session_id, "closed": closed,
-           "tables": tables, "ddb": ddb, "server": server}  # fmt: skip
+    yield {
+        "runner": runner,
+        "store": store,
+        "deps": deps,
+        "session": session_id,
+        "closed": closed,
+        "tables": tables,
+        "ddb": ddb,
+        "server": server,
+    }
     runner.stop_session(INTERPRETER, session_id)
     credentials.clear_cache()
 
 
 def submit(env: dict[str, Any], code: str, *, timeout_s: int = 30, turn: str = "turn-1") -> JobRecord:
-    record = JobRecord(job_id=f"job-{uuid.uuid4().hex[:12]}", tenant_id="acme", agent_id="agent-1", turn_id=turn,
-                       session_id=env["session"], interpreter_id=INTERPRETER, invocation_id=str(uuid.uuid4()),
-                       call_id=f"call-{uuid.uuid4().hex[:8]}", timeout_s=timeout_s,
-                       submitted_ms=int(time.time() * 1000),
-                       audit_base={"user_id": None, "template_id": "analyst", "invocation_source": "chat",
-                                   "environment": "default-public",
-                                   "executed_code_hash": audit.code_hash(code)})  # fmt: skip
+    record = JobRecord(
+        job_id=f"job-{uuid.uuid4().hex[:12]}",
+        tenant_id="acme",
+        agent_id="agent-1",
+        turn_id=turn,
+        session_id=env["session"],
+        interpreter_id=INTERPRETER,
+        invocation_id=str(uuid.uuid4()),
+        call_id=f"call-{uuid.uuid4().hex[:8]}",
+        timeout_s=timeout_s,
+        submitted_ms=int(time.time() * 1000),
+        audit_base={
+            "user_id": None,
+            "template_id": "analyst",
+            "invocation_source": "chat",
+            "environment": "default-public",
+            "executed_code_hash": audit.code_hash(code),
+        },
+    )
     env["store"].create(record)
-    JobRunner(env["runner"]).submit_job(INTERPRETER, env["session"], job_id=record.job_id, code=code,
-                                        timeout_s=timeout_s)  # fmt: skip
+    JobRunner(env["runner"]).submit_job(
+        INTERPRETER, env["session"], job_id=record.job_id, code=code, timeout_s=timeout_s
+    )
     return record
 
 
 def audit_rows(env: dict[str, Any], invocation_id: str) -> list[dict[str, Any]]:
-    out = env["ddb"].scan(TableName=env["tables"][n.INVOCATIONS.logical], FilterExpression="invocation_id = :i",
-                          ExpressionAttributeValues={":i": {"S": invocation_id}})  # fmt: skip
+    out = env["ddb"].scan(
+        TableName=env["tables"][n.INVOCATIONS.logical],
+        FilterExpression="invocation_id = :i",
+        ExpressionAttributeValues={":i": {"S": invocation_id}},
+    )
     return [audit.from_item(item) for item in out["Items"]]
 
 
@@ -99,18 +134,35 @@ def test_job_flow_completed_job_answers_final_result_and_one_audit_row(env):
     final = poll_until_final(env, record)
     again = job_flow.poll_job(env["store"].get(record.job_id), env["deps"])
     # Then: running with elapsed time, then the execute_code result with status completed
-    assert running.to_response() == {"ok": True, "status": "running", "job_id": record.job_id,
-                                     "elapsed_ms": running.elapsed_ms}  # fmt: skip
+    assert running.to_response() == {
+        "ok": True,
+        "status": "running",
+        "job_id": record.job_id,
+        "elapsed_ms": running.elapsed_ms,
+    }
     body = final.to_response()
-    assert (body["ok"], body["status"], body["stdout"], body["exit_status"]) == (True, "completed", "result 42\n", "ok")
-    assert (body["job_id"], body["invocation_id"], body["session_id"]) == (record.job_id, record.invocation_id,
-                                                                          env["session"])  # fmt: skip
+    assert (body["ok"], body["status"], body["stdout"], body["exit_status"]) == (
+        True,
+        "completed",
+        "result 42\n",
+        "ok",
+    )
+    assert (body["job_id"], body["invocation_id"], body["session_id"]) == (
+        record.job_id,
+        record.invocation_id,
+        env["session"],
+    )
     assert body["duration_ms"] >= 2500
     assert again.to_response() == body
     rows = audit_rows(env, record.invocation_id)
     assert len(rows) == 1
     row = rows[0]
-    assert (row["background"], row["job_status"], row["exit_status"], row["stdout_bytes"]) == (True, "completed", "ok", 10)
+    assert (row["background"], row["job_status"], row["exit_status"], row["stdout_bytes"]) == (
+        True,
+        "completed",
+        "ok",
+        10,
+    )
     assert row["duration_ms"] >= 2500
     assert row["executed_code_hash"] == audit.code_hash("import time\ntime.sleep(2.5)\nprint('result', 42)")
     assert env["store"].get(record.job_id).state == "completed"
@@ -124,7 +176,12 @@ def test_job_flow_timed_out_job_stops_the_session(env):
     view = poll_until_final(env, record)
     # Then it is timed_out, audited as timeout, and its session was stopped
     body = view.to_response()
-    assert (view.status, body["ok"], body["error"], body["exit_status"]) == ("timed_out", False, "SandboxTimeout", "timeout")
+    assert (view.status, body["ok"], body["error"], body["exit_status"]) == (
+        "timed_out",
+        False,
+        "SandboxTimeout",
+        "timeout",
+    )
     assert env["server"].session(env["session"]).status == "TERMINATED"
     assert audit_rows(env, record.invocation_id)[0]["exit_status"] == "timeout"
 
@@ -168,12 +225,20 @@ def test_job_flow_crash_between_claim_and_audit_is_finished_by_the_reaper_once(e
     time.sleep(1.5)
     state = JobRunner(env["runner"]).job_status(INTERPRETER, env["session"], record.job_id)
     assert state.final and state.result is not None
-    env["store"].claim_end(record, final_state=state.state, outcome={
-        "response": {"ok": True, "status": "completed", "stdout": "quick\n", "job_id": record.job_id},
-        "audit": job_flow._audit_fields(state.result)})  # fmt: skip
+    env["store"].claim_end(
+        record,
+        final_state=state.state,
+        outcome={
+            "response": {"ok": True, "status": "completed", "stdout": "quick\n", "job_id": record.job_id},
+            "audit": job_flow._audit_fields(state.result),
+        },
+    )
     # When the reaper runs twice concurrently and a poll comes in
     results: list[Any] = []
-    threads = [threading.Thread(target=lambda: results.append(job_flow.finish_due_jobs(env["deps"]))) for _ in range(2)]
+    threads = [
+        threading.Thread(target=lambda: results.append(job_flow.finish_due_jobs(env["deps"])))
+        for _ in range(2)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -209,14 +274,32 @@ _SUBMITTER = textwrap.dedent("""
 def test_job_flow_dispatch_killed_while_job_runs_job_still_ends_and_is_audited_once(env):
     # Given a dispatch process that submitted a job and is then killed while the job runs
     code = "import time\ntime.sleep(2)\nprint('survived')"
-    record = {"job_id": "job-orphan", "tenant_id": "acme", "agent_id": "agent-1", "turn_id": "turn-1",
-              "session_id": env["session"], "interpreter_id": INTERPRETER, "invocation_id": str(uuid.uuid4()),
-              "call_id": "call-orphan", "timeout_s": 30, "submitted_ms": int(time.time() * 1000),
-              "audit_base": {"executed_code_hash": audit.code_hash(code), "template_id": "analyst"}}  # fmt: skip
-    args = {"interpreter": INTERPRETER, "role": RUNNER_ROLE, "record": record, "code": code,
-            "table": env["tables"][n.JOBS.logical]}  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-c", _SUBMITTER, json.dumps(args)], cwd=REPO, stdout=subprocess.PIPE,
-                            env=dict(os.environ))  # fmt: skip
+    record = {
+        "job_id": "job-orphan",
+        "tenant_id": "acme",
+        "agent_id": "agent-1",
+        "turn_id": "turn-1",
+        "session_id": env["session"],
+        "interpreter_id": INTERPRETER,
+        "invocation_id": str(uuid.uuid4()),
+        "call_id": "call-orphan",
+        "timeout_s": 30,
+        "submitted_ms": int(time.time() * 1000),
+        "audit_base": {"executed_code_hash": audit.code_hash(code), "template_id": "analyst"},
+    }
+    args = {
+        "interpreter": INTERPRETER,
+        "role": RUNNER_ROLE,
+        "record": record,
+        "code": code,
+        "table": env["tables"][n.JOBS.logical],
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SUBMITTER, json.dumps(args)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        env=dict(os.environ),
+    )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == b"submitted"
     os.kill(proc.pid, signal.SIGKILL)
@@ -229,7 +312,9 @@ def test_job_flow_dispatch_killed_while_job_runs_job_still_ends_and_is_audited_o
         time.sleep(0.25)
     # and the reaper and a poll observe it concurrently
     ended: list[Any] = []
-    reapers = [threading.Thread(target=lambda: ended.append(job_flow.finish_due_jobs(env["deps"]))) for _ in range(2)]
+    reapers = [
+        threading.Thread(target=lambda: ended.append(job_flow.finish_due_jobs(env["deps"]))) for _ in range(2)
+    ]
     for t in reapers:
         t.start()
     view = job_flow.poll_job(env["store"].get("job-orphan"), env["deps"])
@@ -246,9 +331,18 @@ def test_job_flow_dispatch_killed_while_job_runs_job_still_ends_and_is_audited_o
 
 def test_job_flow_job_missing_from_its_session_ends_failed(env):
     # Given a job record whose job never reached the session (its files are not there)
-    record = JobRecord(job_id="job-ghost", tenant_id="acme", agent_id="agent-1", turn_id="turn-1",
-                       session_id=env["session"], interpreter_id=INTERPRETER, invocation_id=str(uuid.uuid4()),
-                       call_id="call-ghost", timeout_s=30, submitted_ms=int(time.time() * 1000))  # fmt: skip
+    record = JobRecord(
+        job_id="job-ghost",
+        tenant_id="acme",
+        agent_id="agent-1",
+        turn_id="turn-1",
+        session_id=env["session"],
+        interpreter_id=INTERPRETER,
+        invocation_id=str(uuid.uuid4()),
+        call_id="call-ghost",
+        timeout_s=30,
+        submitted_ms=int(time.time() * 1000),
+    )
     env["store"].create(record)
     # When it is polled
     view = job_flow.poll_job(env["store"].get(record.job_id), env["deps"])
@@ -263,9 +357,18 @@ def test_job_flow_job_missing_from_its_session_ends_failed(env):
 def _req(**kw: Any) -> Any:
     from types import SimpleNamespace
 
-    base = {"tenant_id": "acme", "agent_id": "agent-1", "turn_id": "turn-1", "template_id": "analyst",
-            "call_id": f"call-{uuid.uuid4().hex[:8]}", "user_id": None, "invocation_source": None,
-            "code": "print('x')", "timeout_s": None, "job_id": None}  # fmt: skip
+    base = {
+        "tenant_id": "acme",
+        "agent_id": "agent-1",
+        "turn_id": "turn-1",
+        "template_id": "analyst",
+        "call_id": f"call-{uuid.uuid4().hex[:8]}",
+        "user_id": None,
+        "invocation_source": None,
+        "code": "print('x')",
+        "timeout_s": None,
+        "job_id": None,
+    }
     return SimpleNamespace(**{**base, **kw})
 
 
@@ -275,7 +378,9 @@ def test_job_actions_fourth_job_refused_as_invalid_request_nothing_written(env):
 
     # Given three reserved jobs in the turn
     for _ in range(3):
-        job_actions.reserve(_req(), env["deps"], invocation_id=str(uuid.uuid4()), environment="default-public")
+        job_actions.reserve(
+            _req(), env["deps"], invocation_id=str(uuid.uuid4()), environment="default-public"
+        )
     # When a fourth is reserved
     with pytest.raises(SandboxInvalidRequest) as refused:
         job_actions.reserve(_req(), env["deps"], invocation_id="inv-4th", environment="default-public")
@@ -292,8 +397,9 @@ def test_job_actions_launch_answers_running_then_get_job_final(env):
     req = _req(code="print('bg')", timeout_s=60)
     record = job_actions.reserve(req, env["deps"], invocation_id="inv-launch", environment="default-public")
     started = time.monotonic()
-    answer = job_actions.launch(record, env["deps"], code=req.code, session_id=env["session"],
-                                interpreter_id=INTERPRETER)  # fmt: skip
+    answer = job_actions.launch(
+        record, env["deps"], code=req.code, session_id=env["session"], interpreter_id=INTERPRETER
+    )
     took = time.monotonic() - started
     # When the agent asks for it until it ended
     deadline = time.monotonic() + 20
@@ -302,8 +408,14 @@ def test_job_actions_launch_answers_running_then_get_job_final(env):
         time.sleep(0.2)
         final = job_actions.get_job(_req(job_id=record.job_id), env["deps"])
     # Then submit answered at once with the §17 shape, and the final answer is the result
-    assert answer == {"ok": True, "status": "running", "job_id": record.job_id, "invocation_id": "inv-launch",
-                      "session_id": env["session"], "timeout_s": 60}  # fmt: skip
+    assert answer == {
+        "ok": True,
+        "status": "running",
+        "job_id": record.job_id,
+        "invocation_id": "inv-launch",
+        "session_id": env["session"],
+        "timeout_s": 60,
+    }
     assert took < 2.0
     assert (final["status"], final["stdout"], final["invocation_id"]) == ("completed", "bg\n", "inv-launch")
     assert len(audit_rows(env, "inv-launch")) == 1
@@ -317,8 +429,11 @@ def test_job_actions_foreign_job_refused_like_unknown(env):
     record = job_actions.reserve(_req(), env["deps"], invocation_id="inv-own", environment="default-public")
     # When another tenant, another turn and an unknown id ask
     answers = []
-    for req in (_req(tenant_id="globex", job_id=record.job_id), _req(turn_id="turn-2", job_id=record.job_id),
-                _req(job_id="job-unknown")):  # fmt: skip
+    for req in (
+        _req(tenant_id="globex", job_id=record.job_id),
+        _req(turn_id="turn-2", job_id=record.job_id),
+        _req(job_id="job-unknown"),
+    ):
         with pytest.raises(SandboxInvalidRequest) as refused:
             job_actions.get_job(req, env["deps"])
         answers.append(refused.value.to_response())
@@ -335,7 +450,9 @@ def test_job_actions_pending_jobs_lists_running_ones(env):
     records = []
     for req in (slow, quick):
         record = job_actions.reserve(req, env["deps"], invocation_id=str(uuid.uuid4()), environment=None)
-        job_actions.launch(record, env["deps"], code=req.code, session_id=env["session"], interpreter_id=INTERPRETER)
+        job_actions.launch(
+            record, env["deps"], code=req.code, session_id=env["session"], interpreter_id=INTERPRETER
+        )
         records.append(record)
     time.sleep(2.0)
     # When end_turn asks for pending jobs
@@ -353,8 +470,15 @@ def test_job_actions_timeout_shortened_to_fit_the_session(env):
     req = _req(code="print(1)", timeout_s=900)
     record = job_actions.reserve(req, env["deps"], invocation_id="inv-short", environment=None)
     # When it is launched with a 30 s reserve
-    answer = job_actions.launch(record, env["deps"], code=req.code, session_id=env["session"],
-                                interpreter_id=INTERPRETER, session_left_s=100, reserve_s=30)  # fmt: skip
+    answer = job_actions.launch(
+        record,
+        env["deps"],
+        code=req.code,
+        session_id=env["session"],
+        interpreter_id=INTERPRETER,
+        session_left_s=100,
+        reserve_s=30,
+    )
     # Then it runs with 70 s, says so, and its stored deadline moved accordingly
     stored = env["store"].get(record.job_id)
     assert answer["timeout_s"] == 70
@@ -365,9 +489,18 @@ def test_job_actions_timeout_shortened_to_fit_the_session(env):
 def test_job_flow_reaper_goes_on_past_a_tenant_whose_runner_cannot_be_built(env):
     store: JobStore = env["store"]
     # Given an open job of a tenant whose runner cannot be built (no substrate), and a finished job
-    ghost = JobRecord(job_id=f"job-{uuid.uuid4().hex[:12]}", tenant_id="ghost", agent_id="agent-1", turn_id="t-g",
-                      session_id="sess-ghost", interpreter_id="sbx_ghost", invocation_id=str(uuid.uuid4()),
-                      call_id="call-g", timeout_s=30, submitted_ms=int(time.time() * 1000) - 1000)  # fmt: skip
+    ghost = JobRecord(
+        job_id=f"job-{uuid.uuid4().hex[:12]}",
+        tenant_id="ghost",
+        agent_id="agent-1",
+        turn_id="t-g",
+        session_id="sess-ghost",
+        interpreter_id="sbx_ghost",
+        invocation_id=str(uuid.uuid4()),
+        call_id="call-g",
+        timeout_s=30,
+        submitted_ms=int(time.time() * 1000) - 1000,
+    )
     store.create(ghost)
     ok = submit(env, "print('y')")
     time.sleep(1.0)
@@ -378,8 +511,13 @@ def test_job_flow_reaper_goes_on_past_a_tenant_whose_runner_cannot_be_built(env)
             raise LookupError("no substrate published for this tenant")
         return runner
 
-    deps = job_flow.JobDeps(store=store, runner_for=runner_for, audit_writer=env["deps"].audit_writer,
-                            retention_days=30, turn_closed=lambda t, u: False)  # fmt: skip
+    deps = job_flow.JobDeps(
+        store=store,
+        runner_for=runner_for,
+        audit_writer=env["deps"].audit_writer,
+        retention_days=30,
+        turn_closed=lambda t, u: False,
+    )
     # When the reaper's sweep runs (the ghost's job comes first: earlier deadline)
     ended = job_flow.finish_due_jobs(deps)
     # Then the ghost's job is left open for a later run and the other one still ends, once

@@ -19,11 +19,27 @@ from dispatch.jobs import (
 from sandbox_common import naming as n
 
 
-def record(job_id: str, *, tenant: str = "acme", agent: str = "agent-1", turn: str = "turn-1",
-           submitted_ms: int = 1_700_000_000_000) -> JobRecord:  # fmt: skip
-    return JobRecord(job_id=job_id, tenant_id=tenant, agent_id=agent, turn_id=turn, session_id="S1",
-                     interpreter_id="sbx_test_acme_pub", invocation_id=f"inv-{job_id}", call_id=f"call-{job_id}",
-                     timeout_s=60, submitted_ms=submitted_ms, audit_base={"executed_code_hash": "ab"})  # fmt: skip
+def record(
+    job_id: str,
+    *,
+    tenant: str = "acme",
+    agent: str = "agent-1",
+    turn: str = "turn-1",
+    submitted_ms: int = 1_700_000_000_000,
+) -> JobRecord:
+    return JobRecord(
+        job_id=job_id,
+        tenant_id=tenant,
+        agent_id=agent,
+        turn_id=turn,
+        session_id="S1",
+        interpreter_id="sbx_test_acme_pub",
+        invocation_id=f"inv-{job_id}",
+        call_id=f"call-{job_id}",
+        timeout_s=60,
+        submitted_ms=submitted_ms,
+        audit_base={"executed_code_hash": "ab"},
+    )
 
 
 @pytest.fixture
@@ -120,9 +136,11 @@ def test_job_store_get_owned_refuses_foreign_jobs_like_unknown_ones(store):
     store.create(record("mine"))
     # When another tenant, agent or turn asks for it, or for an unknown id
     refusals = []
-    for kwargs in ({"tenant_id": "globex", "agent_id": "agent-1", "turn_id": "turn-1"},
-                   {"tenant_id": "acme", "agent_id": "agent-2", "turn_id": "turn-1"},
-                   {"tenant_id": "acme", "agent_id": "agent-1", "turn_id": "turn-9"}):  # fmt: skip
+    for kwargs in (
+        {"tenant_id": "globex", "agent_id": "agent-1", "turn_id": "turn-1"},
+        {"tenant_id": "acme", "agent_id": "agent-2", "turn_id": "turn-1"},
+        {"tenant_id": "acme", "agent_id": "agent-1", "turn_id": "turn-9"},
+    ):
         with pytest.raises(JobNotFound) as foreign:
             store.get_owned("mine", **kwargs)
         refusals.append(str(foreign.value))

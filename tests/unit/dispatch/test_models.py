@@ -16,9 +16,16 @@ from sandbox_common.models import (
 )
 
 GOOD = {
-    "action": "execute_code", "tenant_id": "acme", "agent_id": "agent-7", "template_id": "analyst",
-    "turn_id": "turn-123", "call_id": "call-9", "code": "print(1+1)", "user_id": "u-1", "invocation_source": "chat",
-}  # fmt: skip
+    "action": "execute_code",
+    "tenant_id": "acme",
+    "agent_id": "agent-7",
+    "template_id": "analyst",
+    "turn_id": "turn-123",
+    "call_id": "call-9",
+    "code": "print(1+1)",
+    "user_id": "u-1",
+    "invocation_source": "chat",
+}
 
 BAD_EVENTS = {
     "not_json": "{not json",
@@ -42,8 +49,13 @@ BAD_EVENTS = {
     "bad_source": {**GOOD, "invocation_source": "cron"},
     "lone_surrogate": {**GOOD, "code": "print('\ud800')"},
     "end_turn_extra": {"action": "end_turn", "tenant_id": "acme", "turn_id": "t", "agent_id": "a"},
-    "begin_turn_missing_template": {"action": "begin_turn", "tenant_id": "acme", "agent_id": "a", "turn_id": "t"},
-}  # fmt: skip
+    "begin_turn_missing_template": {
+        "action": "begin_turn",
+        "tenant_id": "acme",
+        "agent_id": "a",
+        "turn_id": "t",
+    },
+}
 
 
 @pytest.mark.parametrize("name", sorted(BAD_EVENTS))
@@ -84,8 +96,16 @@ def test_parse_quota_event_rejects_extra_and_bad_ids() -> None:
 
 # --- background jobs (issue 13) ----------------------------------------------------------------
 def _job_event(**over: object) -> dict[str, object]:
-    return {"action": "execute_code", "tenant_id": "acme", "agent_id": "a", "template_id": "t", "turn_id": "u",
-            "call_id": "c", "code": "print(1)", **over}  # fmt: skip
+    return {
+        "action": "execute_code",
+        "tenant_id": "acme",
+        "agent_id": "a",
+        "template_id": "t",
+        "turn_id": "u",
+        "call_id": "c",
+        "code": "print(1)",
+        **over,
+    }
 
 
 def test_models_background_and_timeout_accepted_within_bounds() -> None:
@@ -108,10 +128,16 @@ def test_models_dispatch_parser_accepts_jobs_with_turn_token() -> None:
         parse_dispatch_event(_job_event(timeout_s=60))
 
 
-@pytest.mark.parametrize("over", [
-    {"background": True, "timeout_s": 3601}, {"background": True, "timeout_s": 0},
-    {"background": "yes"}, {"timeout_s": 60}, {"background": True, "timeout_s": 1.5},
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "over",
+    [
+        {"background": True, "timeout_s": 3601},
+        {"background": True, "timeout_s": 0},
+        {"background": "yes"},
+        {"timeout_s": 60},
+        {"background": True, "timeout_s": 1.5},
+    ],
+)
 def test_models_bad_background_fields_are_invalid_requests(over: dict[str, object]) -> None:
     # Given a malformed background request, when parsed, then it is a named invalid request
     with pytest.raises(SandboxInvalidRequest):
@@ -127,13 +153,27 @@ def test_models_job_actions_parse_and_reject_extra_fields(action: str) -> None:
         parse_job_event({**event, "code": "x"})
     with pytest.raises(SandboxInvalidRequest):
         parse_job_event({**event, "job_id": "../x"})
+
+
 # --- resume (SPEC §15) -------------------------------------------------------------------------
-_RESUME = {"action": "resume", "tenant_id": "acme", "agent_id": "agent-7", "turn_id": "turn-1",
-           "continuation": "A" * 43}  # fmt: skip
+_RESUME = {
+    "action": "resume",
+    "tenant_id": "acme",
+    "agent_id": "agent-7",
+    "turn_id": "turn-1",
+    "continuation": "A" * 43,
+}
 
 
-@pytest.mark.parametrize("answer", [{"tool_result": None}, {"tool_result": {"rows": [1, 2]}}, {"tool_result": 0},
-                                    {"tool_error": "region not found"}])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"tool_result": None},
+        {"tool_result": {"rows": [1, 2]}},
+        {"tool_result": 0},
+        {"tool_error": "region not found"},
+    ],
+)
 def test_parse_resume_event_accepts_exactly_one_answer(answer: dict) -> None:
     # Given / When a resume with one answer (null is a valid tool result)
     req = parse_resume_event({**_RESUME, **answer})
@@ -142,9 +182,18 @@ def test_parse_resume_event_accepts_exactly_one_answer(answer: dict) -> None:
     assert req.has_result is ("tool_result" in answer)
 
 
-@pytest.mark.parametrize("bad", [{}, {"tool_result": 1, "tool_error": "x"}, {"tool_error": None},
-                                 {"tool_result": 1, "continuation": "short"}, {"tool_result": 1, "extra": 1},
-                                 {"tool_result": 1, "turn_id": "bad id"}, {"tool_error": "x" * (64 * 1024 + 1)}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {},
+        {"tool_result": 1, "tool_error": "x"},
+        {"tool_error": None},
+        {"tool_result": 1, "continuation": "short"},
+        {"tool_result": 1, "extra": 1},
+        {"tool_result": 1, "turn_id": "bad id"},
+        {"tool_error": "x" * (64 * 1024 + 1)},
+    ],
+)
 def test_parse_resume_event_refuses_bad_requests(bad: dict) -> None:
     # Given / When / Then a resume without exactly one answer, a malformed continuation, an
     # unknown field, a bad id or an oversized error is SandboxInvalidRequest

@@ -6,11 +6,13 @@ from dispatch.preflight import decide
 from sandbox_common.models import TenantSubstrate
 
 SUB = TenantSubstrate(
-    tenant_id="acme", compliance_tier="standard", environments=("default-public", "internal-only"),
+    tenant_id="acme",
+    compliance_tier="standard",
+    environments=("default-public", "internal-only"),
     templates={"analyst": "default-public", "chat": None},
     interpreters={"default-public": "ci-pub", "internal-only": "ci-int"},
     runner_role_arn="arn:aws:iam::123456789012:role/runner",
-)  # fmt: skip
+)
 
 
 def test_decide_ready_uses_template_environment() -> None:
@@ -36,7 +38,10 @@ def test_decide_disabled_for_unknown_tenant_policy_and_tier() -> None:
     hipaa = SUB.model_copy(update={"compliance_tier": "hipaa"})
     assert decide("acme", "analyst", hipaa, None, None).status == "disabled"
     # an operator cannot enable a non-standard tier by flipping the flag alone
-    assert decide("acme", "analyst", SUB, {"sandbox_enabled": True, "compliance_tier": "regulated"}, None).status == "disabled"
+    assert (
+        decide("acme", "analyst", SUB, {"sandbox_enabled": True, "compliance_tier": "regulated"}, None).status
+        == "disabled"
+    )
 
 
 def test_decide_provisioning_when_interpreter_not_published() -> None:
@@ -61,4 +66,7 @@ def test_decide_unreadable_tool_allowlist_allows_nothing() -> None:
     # Given template items whose tools attribute is malformed
     for tools in ("query_sales", ["ok", "bad name"], [1, 2], None):
         # When / Then no tool is callable (fail closed)
-        assert decide("acme", "analyst", SUB, None, {"environment": "default-public", "tools": tools}).tools == ()
+        assert (
+            decide("acme", "analyst", SUB, None, {"environment": "default-public", "tools": tools}).tools
+            == ()
+        )

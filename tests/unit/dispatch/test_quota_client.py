@@ -30,7 +30,11 @@ def _check(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> quota_client.Quota
 
 def test_check_quota_unreachable_fails_closed(monkeypatch: pytest.MonkeyPatch) -> None:
     decision = _check(monkeypatch, "http://127.0.0.1:1")
-    assert (decision.allowed, decision.dimension, decision.resets_at) == (False, "unknown", "2026-11-22T00:00:30Z")
+    assert (decision.allowed, decision.dimension, decision.resets_at) == (
+        False,
+        "unknown",
+        "2026-11-22T00:00:30Z",
+    )
 
 
 @pytest.mark.parametrize(
@@ -44,27 +48,40 @@ def test_check_quota_unreachable_fails_closed(monkeypatch: pytest.MonkeyPatch) -
         (500, b'{"message": "oops"}', {"x-amzn-errortype": "ServiceException"}),
     ],
 )
-def test_check_quota_bad_answers_fail_closed(monkeypatch: pytest.MonkeyPatch, status: int, body: bytes,
-                                             headers: dict[str, str]) -> None:  # fmt: skip
+def test_check_quota_bad_answers_fail_closed(
+    monkeypatch: pytest.MonkeyPatch, status: int, body: bytes, headers: dict[str, str]
+) -> None:
     with http_endpoint(fixed(status, body, headers)) as endpoint:
         decision = _check(monkeypatch, endpoint)
     assert (decision.allowed, decision.dimension) == (False, "unknown")
 
 
 def test_check_quota_passes_through_refusal_and_admission(monkeypatch: pytest.MonkeyPatch) -> None:
-    refusal = {"ok": False, "dimension": "agent_hourly", "resets_at": "2026-11-22T00:00:00Z",
-               "tenant_daily_cap": 1000, "agent_hourly_cap": 100}  # fmt: skip
+    refusal = {
+        "ok": False,
+        "dimension": "agent_hourly",
+        "resets_at": "2026-11-22T00:00:00Z",
+        "tenant_daily_cap": 1000,
+        "agent_hourly_cap": 100,
+    }
     with http_endpoint(fixed(200, json.dumps(refusal).encode())) as endpoint:
         decision = _check(monkeypatch, endpoint)
-    assert (decision.allowed, decision.dimension, decision.resets_at) == (False, "agent_hourly", "2026-11-22T00:00:00Z")
+    assert (decision.allowed, decision.dimension, decision.resets_at) == (
+        False,
+        "agent_hourly",
+        "2026-11-22T00:00:00Z",
+    )
     quota_client.lambda_client.cache_clear()  # the client is bound to the first server's endpoint
-    with http_endpoint(fixed(200, b'{"ok": true, "tenant_daily_count": 3, "agent_hourly_count": 2}')) as endpoint:
+    with http_endpoint(
+        fixed(200, b'{"ok": true, "tenant_daily_count": 3, "agent_hourly_count": 2}')
+    ) as endpoint:
         decision = _check(monkeypatch, endpoint)
     assert decision.allowed and decision.tenant_daily_count == 3
 
 
-def test_check_quota_fail_closed_counts_as_a_cap_refusal(monkeypatch: pytest.MonkeyPatch,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_check_quota_fail_closed_counts_as_a_cap_refusal(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     # Given an unreachable quota Lambda / When dispatch checks / Then the refusal is visible to the
     # cap dashboards and alarms: SandboxCapExceeded by dimension=unknown and by tenant
     _check(monkeypatch, "http://127.0.0.1:1")
@@ -74,12 +91,18 @@ def test_check_quota_fail_closed_counts_as_a_cap_refusal(monkeypatch: pytest.Mon
     assert any("SandboxQuotaFailClosed" in e for e in emf)
 
 
-def test_check_quota_failed_release_is_no_cap_refusal(monkeypatch: pytest.MonkeyPatch,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_check_quota_failed_release_is_no_cap_refusal(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     # Given an unreachable quota Lambda / When dispatch releases a speculative count
     monkeypatch.setenv("AWS_ENDPOINT_URL_LAMBDA", "http://127.0.0.1:1")
-    undone = quota_client.check_quota("quota-fn", "acme", "agent-7", Windows.at(NOW), call_id="c1", release=True)
+    undone = quota_client.check_quota(
+        "quota-fn", "acme", "agent-7", Windows.at(NOW), call_id="c1", release=True
+    )
     # Then nothing was released, and no cap metric claims a call was refused (an error log only)
     assert undone.released is False and undone.counted_here is False
-    assert not [e for e in emf_records(capsys.readouterr().out)
-                if "SandboxCapExceeded" in e or "SandboxQuotaFailClosed" in e]  # fmt: skip
+    assert not [
+        e
+        for e in emf_records(capsys.readouterr().out)
+        if "SandboxCapExceeded" in e or "SandboxQuotaFailClosed" in e
+    ]

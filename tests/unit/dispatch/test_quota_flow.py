@@ -16,8 +16,16 @@ from sandbox_common.retries import RetryLog
 
 from tests.support.http import http_endpoint
 
-REQ = ExecuteCodeRequest(action="execute_code", tenant_id="acme", agent_id="agent-7", template_id="analyst",
-                         turn_id="turn-1", call_id="c1", code="print(1)", turn_token="A" * 43)  # fmt: skip
+REQ = ExecuteCodeRequest(
+    action="execute_code",
+    tenant_id="acme",
+    agent_id="agent-7",
+    template_id="analyst",
+    turn_id="turn-1",
+    call_id="c1",
+    code="print(1)",
+    turn_token="A" * 43,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +50,7 @@ def _dispatcher(ready: bool = True) -> Any:
         settings=SimpleNamespace(quota_function_name="quota-fn", require_turn_token=True),
         accounting=SimpleNamespace(needs_count=lambda tenant: False),
         preflight=SimpleNamespace(cached=lambda tenant, template: pf),
-    )  # fmt: skip
+    )
 
 
 def test_quota_flow_conflict_retries_become_visible_events(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -57,7 +65,9 @@ def test_quota_flow_conflict_retries_become_visible_events(monkeypatch: pytest.M
     # Then the check was sent turn-guarded with the call_id, and the 2 retries are events (§16.6)
     assert decision.allowed and seen[0]["call_id"] == "c1" and seen[0]["turn"]["turn_id"] == "turn-1"
     assert [(e["reason"], e["attempt"]) for e in log.response_fields()["events"]] == [
-        (n.RETRY_QUOTA_CONFLICT, 1), (n.RETRY_QUOTA_CONFLICT, 2)]  # fmt: skip
+        (n.RETRY_QUOTA_CONFLICT, 1),
+        (n.RETRY_QUOTA_CONFLICT, 2),
+    ]
     assert len(log.audit_fields()["retries"]) == 2
 
 
@@ -76,9 +86,11 @@ def test_quota_flow_turn_refused_falls_back_to_the_sequential_check(monkeypatch:
     assert [("turn" in s, s["call_id"]) for s in seen] == [(True, "c1"), (False, "c1")]
 
 
-@pytest.mark.parametrize(("entered", "replayed", "released"), [(True, False, True), (False, True, False),
-                                                                (False, False, False)],
-                         ids=["refused-before-quota", "replayed-answer", "still-running"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("entered", "replayed", "released"),
+    [(True, False, True), (False, True, False), (False, False, False)],
+    ids=["refused-before-quota", "replayed-answer", "still-running"],
+)
 def test_quota_flow_settle_releases_only_a_count_the_call_will_not_use(
     monkeypatch: pytest.MonkeyPatch, entered: bool, replayed: bool, released: bool
 ) -> None:
@@ -101,8 +113,12 @@ def test_quota_flow_settle_releases_only_a_count_the_call_will_not_use(
 @pytest.mark.parametrize("case", ["background", "no-token", "malformed-token", "not-ready"])
 def test_quota_flow_sends_nothing_ahead_when_not_eligible(monkeypatch: pytest.MonkeyPatch, case: str) -> None:
     # Given a call whose refusal (or count) must be decided after the turn read
-    over = {"background": {"background": True}, "no-token": {"turn_token": None},
-            "malformed-token": {"turn_token": "!" * 43}, "not-ready": {}}[case]  # fmt: skip
+    over = {
+        "background": {"background": True},
+        "no-token": {"turn_token": None},
+        "malformed-token": {"turn_token": "!" * 43},
+        "not-ready": {},
+    }[case]
     req = REQ.model_copy(update=over)
     seen: list[dict[str, Any]] = []
     with http_endpoint(_scripted([], seen)) as endpoint:

@@ -39,8 +39,16 @@ def test_claim_by_other_agent_of_the_tenant_is_invalid(store: TurnStore) -> None
 def test_claim_same_turn_id_in_two_tenants_is_two_turns(store: TurnStore) -> None:
     # Given tenant A holds turn-123 with a live session
     held = turn_logic.claim(store, "acme", "agent-1", "turn-123", **_TOKENLESS)
-    turn_logic.acquire_session(store, held, owner="a", interpreter_id="ci-acme", start=lambda: "s-acme",
-                               stop_previous=lambda *_: None, max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
+    turn_logic.acquire_session(
+        store,
+        held,
+        owner="a",
+        interpreter_id="ci-acme",
+        start=lambda: "s-acme",
+        stop_previous=lambda *_: None,
+        max_session_age_seconds=600,
+        wait_seconds=1,
+    )
     # When tenant B uses the same turn id
     other = turn_logic.claim(store, "globex", "agent-1", "turn-123", **_TOKENLESS)
     # Then B gets its own fresh turn, and A's turn and session are untouched
@@ -93,9 +101,16 @@ def test_acquire_session_concurrent_first_calls_start_one_session(store: TurnSto
 
     def call(i: int) -> None:
         barrier.wait()
-        sid, _ = turn_logic.acquire_session(store, turn, owner=f"inv-{i}", interpreter_id="ci", start=start,
-                                       stop_previous=lambda *_: None, max_session_age_seconds=600,
-                                       wait_seconds=10)  # fmt: skip
+        sid, _ = turn_logic.acquire_session(
+            store,
+            turn,
+            owner=f"inv-{i}",
+            interpreter_id="ci",
+            start=start,
+            stop_previous=lambda *_: None,
+            max_session_age_seconds=600,
+            wait_seconds=10,
+        )
         got.append(sid)
 
     threads = [threading.Thread(target=call, args=(i,)) for i in range(8)]
@@ -114,30 +129,69 @@ def test_acquire_session_failed_start_releases_lease(store: TurnStore) -> None:
         raise RuntimeError("start refused")
 
     with pytest.raises(RuntimeError):
-        turn_logic.acquire_session(store, turn, owner="a", interpreter_id="ci", start=boom, stop_previous=lambda *_: None,
-                              max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
+        turn_logic.acquire_session(
+            store,
+            turn,
+            owner="a",
+            interpreter_id="ci",
+            start=boom,
+            stop_previous=lambda *_: None,
+            max_session_age_seconds=600,
+            wait_seconds=1,
+        )
     # the next caller can start at once (no wait for a dead lease)
-    sid, started = turn_logic.acquire_session(store, store.get("acme", "turn-f"), owner="b", interpreter_id="ci", start=lambda: "s2",
-                                         stop_previous=lambda *_: None, max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
+    sid, started = turn_logic.acquire_session(
+        store,
+        store.get("acme", "turn-f"),
+        owner="b",
+        interpreter_id="ci",
+        start=lambda: "s2",
+        stop_previous=lambda *_: None,
+        max_session_age_seconds=600,
+        wait_seconds=1,
+    )
     assert (sid, started) == ("s2", True)
 
 
 def test_acquire_session_replaces_too_old_session_and_stops_it(store: TurnStore) -> None:
     turn = turn_logic.claim(store, "acme", "agent", "turn-o", **_TOKENLESS)
-    turn_logic.acquire_session(store, turn, owner="a", interpreter_id="ci", start=lambda: "old",
-                          stop_previous=lambda *_: None, max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
+    turn_logic.acquire_session(
+        store,
+        turn,
+        owner="a",
+        interpreter_id="ci",
+        start=lambda: "old",
+        stop_previous=lambda *_: None,
+        max_session_age_seconds=600,
+        wait_seconds=1,
+    )
     stopped: list[tuple[str, str]] = []
     later = TurnStore(table_name=store.table, ddb=store.ddb, clock=lambda: time.time() + 10_000)
-    sid, started = turn_logic.acquire_session(later, later.get("acme", "turn-o"), owner="b", interpreter_id="ci", start=lambda: "new",
-                                         stop_previous=lambda i, s: stopped.append((i, s)),
-                                         max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
+    sid, started = turn_logic.acquire_session(
+        later,
+        later.get("acme", "turn-o"),
+        owner="b",
+        interpreter_id="ci",
+        start=lambda: "new",
+        stop_previous=lambda i, s: stopped.append((i, s)),
+        max_session_age_seconds=600,
+        wait_seconds=1,
+    )
     assert (sid, started, stopped) == ("new", True, [("ci", "old")])
 
 
 def test_mark_stopped_only_for_current_session(store: TurnStore) -> None:
     turn = turn_logic.claim(store, "acme", "agent", "turn-s", **_TOKENLESS)
-    turn_logic.acquire_session(store, turn, owner="a", interpreter_id="ci", start=lambda: "s1",
-                          stop_previous=lambda *_: None, max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
+    turn_logic.acquire_session(
+        store,
+        turn,
+        owner="a",
+        interpreter_id="ci",
+        start=lambda: "s1",
+        stop_previous=lambda *_: None,
+        max_session_age_seconds=600,
+        wait_seconds=1,
+    )
     assert store.mark_stopped("acme", "turn-s", "other") is False
     assert store.mark_stopped("acme", "turn-s", "s1") is True
     assert store.mark_stopped("acme", "turn-s", "s1") is False
@@ -150,16 +204,26 @@ def test_acquire_session_lost_lease_stops_the_started_session(store: TurnStore) 
     stopped: list[tuple[str, str]] = []
 
     def slow_start() -> str:
-        store.ddb.update_item(TableName=store.table, Key={"tenant_id": {"S": "acme"}, "turn_id": {"S": "turn-l"}},
-                              UpdateExpression="SET lease_owner = :other",
-                              ExpressionAttributeValues={":other": {"S": "someone-else"}})  # fmt: skip
+        store.ddb.update_item(
+            TableName=store.table,
+            Key={"tenant_id": {"S": "acme"}, "turn_id": {"S": "turn-l"}},
+            UpdateExpression="SET lease_owner = :other",
+            ExpressionAttributeValues={":other": {"S": "someone-else"}},
+        )
         return "orphan-candidate"
 
     # When the slow caller tries to record its session / Then it stops it and reports the failure
     with pytest.raises(TurnStoreUnavailable):
-        turn_logic.acquire_session(store, turn, owner="me", interpreter_id="ci", start=slow_start,
-                              stop_previous=lambda i, s: stopped.append((i, s)),
-                              max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
+        turn_logic.acquire_session(
+            store,
+            turn,
+            owner="me",
+            interpreter_id="ci",
+            start=slow_start,
+            stop_previous=lambda i, s: stopped.append((i, s)),
+            max_session_age_seconds=600,
+            wait_seconds=1,
+        )
     assert stopped == [("ci", "orphan-candidate")]
 
 
@@ -174,9 +238,16 @@ def test_acquire_session_end_turn_during_start_stops_the_new_session(store: Turn
 
     # When the start completes / Then the session is stopped, not recorded, and the turn stays closed
     with pytest.raises(TurnStoreUnavailable):
-        turn_logic.acquire_session(store, turn, owner="me", interpreter_id="ci", start=start_while_turn_ends,
-                              stop_previous=lambda i, s: stopped.append((i, s)),
-                              max_session_age_seconds=600, wait_seconds=1)  # fmt: skip
+        turn_logic.acquire_session(
+            store,
+            turn,
+            owner="me",
+            interpreter_id="ci",
+            start=start_while_turn_ends,
+            stop_previous=lambda i, s: stopped.append((i, s)),
+            max_session_age_seconds=600,
+            wait_seconds=1,
+        )
     assert stopped == [("ci", "would-outlive-its-turn")]
     assert store.get("acme", "turn-e").ended is True and store.get("acme", "turn-e").live_session is False
     with pytest.raises(SandboxInvalidRequest, match="ended"):

@@ -39,8 +39,14 @@ def turn(s3: Any) -> Any:
         return 200, {}, json.dumps(reply).encode()
 
     with http_endpoint(answer) as endpoint:
-        yield SandboxTurn("thinkwork-dev-dispatch", tenant_id="acme", agent_id="a1", template_id="analyst",
-                          turn_id="turn-1", lambda_client=boto3.client("lambda", endpoint_url=endpoint))  # fmt: skip
+        yield SandboxTurn(
+            "thinkwork-dev-dispatch",
+            tenant_id="acme",
+            agent_id="a1",
+            template_id="analyst",
+            turn_id="turn-1",
+            lambda_client=boto3.client("lambda", endpoint_url=endpoint),
+        )
 
 
 def _artifact(s3: Any, data: bytes) -> dict[str, Any]:

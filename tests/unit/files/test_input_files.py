@@ -13,9 +13,14 @@ from sandbox_common.files import GetFileRequest, check_s3_inputs, input_record, 
 from sandbox_common.models import ExecuteCodeRequest, parse_dispatch_event
 
 BASE = {
-    "action": "execute_code", "tenant_id": "acme", "agent_id": "agent-7", "template_id": "analyst",
-    "turn_id": "turn-123", "call_id": "call-9", "code": "print(open('data/a.csv').read())",
-}  # fmt: skip
+    "action": "execute_code",
+    "tenant_id": "acme",
+    "agent_id": "agent-7",
+    "template_id": "analyst",
+    "turn_id": "turn-123",
+    "call_id": "call-9",
+    "code": "print(open('data/a.csv').read())",
+}
 
 
 def b64(data: bytes) -> str:
@@ -36,7 +41,9 @@ BAD = {
     "trailing_slash": with_files({"path": "data/", "content_base64": b64(b"x")}),
     "path_256_bytes": with_files({"path": "a" * 256, "content_base64": b64(b"x")}),
     "too_many": with_files(*({"path": f"f{i}.txt", "content_base64": b64(b"x")} for i in range(21))),
-    "inline_over_3mib": with_files({"path": "big.bin", "content_base64": b64(b"\0" * (n.MAX_INLINE_INPUT_BYTES + 1))}),
+    "inline_over_3mib": with_files(
+        {"path": "big.bin", "content_base64": b64(b"\0" * (n.MAX_INLINE_INPUT_BYTES + 1))}
+    ),
     "inline_total_over_3mib": with_files(
         {"path": "a.bin", "content_base64": b64(b"\0" * (n.MAX_INLINE_INPUT_BYTES // 2 + 1))},
         {"path": "b.bin", "content_base64": b64(b"\0" * (n.MAX_INLINE_INPUT_BYTES // 2 + 1))},
@@ -46,10 +53,12 @@ BAD = {
     "no_source": with_files({"path": "a"}),
     "not_s3": with_files({"path": "a", "s3_uri": "https://example.com/a"}),
     "s3_no_key": with_files({"path": "a", "s3_uri": "s3://acme-data/"}),
-    "duplicate_path": with_files({"path": "a", "content_base64": b64(b"1")}, {"path": "a", "content_base64": b64(b"2")}),
+    "duplicate_path": with_files(
+        {"path": "a", "content_base64": b64(b"1")}, {"path": "a", "content_base64": b64(b"2")}
+    ),
     "extra_field": with_files({"path": "a", "content_base64": b64(b"x"), "mode": "0777"}),
     "files_not_list": {**BASE, "files": {"path": "a"}},
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("name", sorted(BAD))
@@ -84,7 +93,9 @@ def test_execute_code_without_files_is_part_one_request() -> None:
 
 def test_check_s3_inputs_accepts_uri_under_tenant_prefix() -> None:
     # Given an s3 input under the tenant's read prefix (configured without the trailing /)
-    request = parse_dispatch_event(with_files({"path": "in/sales.csv", "s3_uri": "s3://acme-data/in/2026/sales.csv"}))
+    request = parse_dispatch_event(
+        with_files({"path": "in/sales.csv", "s3_uri": "s3://acme-data/in/2026/sales.csv"})
+    )
     assert isinstance(request, ExecuteCodeRequest)
     # When checked / Then no error
     check_s3_inputs(request.files, ["s3://acme-data/in"])
@@ -92,7 +103,12 @@ def test_check_s3_inputs_accepts_uri_under_tenant_prefix() -> None:
 
 @pytest.mark.parametrize(
     "uri",
-    ["s3://acme-data/input/x.csv", "s3://acme-data/secret/x.csv", "s3://globex-data/in/x.csv", "s3://acme-data-2/in/x"],
+    [
+        "s3://acme-data/input/x.csv",
+        "s3://acme-data/secret/x.csv",
+        "s3://globex-data/in/x.csv",
+        "s3://acme-data-2/in/x",
+    ],
 )
 def test_check_s3_inputs_refuses_uri_outside_tenant_prefixes(uri: str) -> None:
     # Given an s3 input outside every read prefix (a sibling folder sharing a name prefix included)
@@ -118,11 +134,15 @@ def test_is_under_treats_prefix_as_folder() -> None:
 
 def test_input_record_has_path_bytes_sha256() -> None:
     assert input_record("a.bin", b"abc") == {
-        "path": "a.bin", "bytes": 3, "sha256": hashlib.sha256(b"abc").hexdigest(),
-    }  # fmt: skip
+        "path": "a.bin",
+        "bytes": 3,
+        "sha256": hashlib.sha256(b"abc").hexdigest(),
+    }
 
 
-@pytest.mark.parametrize("file_id", ["", "file-short", "../file-xxxxxxxxxxxxxxxxxxxxxxxxx", "x" * 30, "file-" + "a" * 65])
+@pytest.mark.parametrize(
+    "file_id", ["", "file-short", "../file-xxxxxxxxxxxxxxxxxxxxxxxxx", "x" * 30, "file-" + "a" * 65]
+)
 def test_get_file_request_rejects_malformed_file_id(file_id: str) -> None:
     from pydantic import ValidationError
 

@@ -38,7 +38,9 @@ def test_frame_raw_blocks_round_trip_exactly() -> None:
 
 def test_frame_without_raw_part_is_plain_json() -> None:
     assert round_trip({"op": "readFiles", "arguments": {"paths": ["é.txt"]}}) == {
-        "op": "readFiles", "arguments": {"paths": ["é.txt"]}}  # fmt: skip
+        "op": "readFiles",
+        "arguments": {"paths": ["é.txt"]},
+    }
 
 
 def test_frame_with_sizes_not_matching_the_raw_part_is_refused() -> None:

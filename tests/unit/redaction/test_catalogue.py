@@ -146,7 +146,10 @@ def test_fingerprint_is_first_12_hex_of_sha256():
     [
         ("xghp_" + "a1B2" * 9, "ghp_" + "a1B2" * 9),
         ("tokenAKIAIOSFODNN7EXAMPLE", "AKIAIOSFODNN7EXAMPLE"),
-        ("AKIAIOSFODNN7EXAMPLEwJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "AKIAIOSFODNN7EXAMPLEwJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
+        (
+            "AKIAIOSFODNN7EXAMPLEwJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+            "AKIAIOSFODNN7EXAMPLEwJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        ),
         ("ghp_" + "a" * 5000 + " end", "ghp_" + "a" * 5000),
         ("Authorization: Bearer " + "b" * 9000, "b" * 9000),
         ("idxoxb-" + "1" * 300, "xoxb-" + "1" * 300),

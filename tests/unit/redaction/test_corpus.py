@@ -137,7 +137,9 @@ def test_layer4_backstop_flags_every_token_of_the_corpus():
     classes = {(int(f["event_id"]), f["token_class"]) for f in result.findings}
     missing = [c.name for i, c in enumerate(CASES) if (i, c.token_class) not in classes]
     assert missing == []
-    outputs = {i: _mask(c.text, [(h.start, h.end) for h in scanner.scan(c.text)]) for i, c in enumerate(CASES)}
+    outputs = {
+        i: _mask(c.text, [(h.start, h.end) for h in scanner.scan(c.text)]) for i, c in enumerate(CASES)
+    }
     assert _leaks(outputs) == []
 
 
@@ -208,4 +210,3 @@ def test_corpus_check_fails_on_the_pre_issue_10_patterns():
     # Then the leak check catches them (the corpus tests above can fail)
     leaked = [c.name for c in chosen if leak(outputs[CASES.index(c)], c)]
     assert len(leaked) == len(chosen)
-

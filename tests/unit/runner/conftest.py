@@ -143,13 +143,25 @@ class FakeAgentCore:
             if self.start_error:
                 return _error(url, *self.start_error)
             self._sessions += 1
-            return _json(url, {"codeInterpreterIdentifier": interpreter_id, "sessionId": f"sess{self._sessions:04d}",
-                               "createdAt": "2026-11-21T08:00:00Z"})  # fmt: skip
+            return _json(
+                url,
+                {
+                    "codeInterpreterIdentifier": interpreter_id,
+                    "sessionId": f"sess{self._sessions:04d}",
+                    "createdAt": "2026-11-21T08:00:00Z",
+                },
+            )
         if operation == "StopCodeInterpreterSession":
             if self.stop_error:
                 return _error(url, *self.stop_error)
-            return _json(url, {"codeInterpreterIdentifier": interpreter_id, "sessionId": "x",
-                               "lastUpdatedAt": "2026-11-21T08:00:00Z"})  # fmt: skip
+            return _json(
+                url,
+                {
+                    "codeInterpreterIdentifier": interpreter_id,
+                    "sessionId": "x",
+                    "lastUpdatedAt": "2026-11-21T08:00:00Z",
+                },
+            )
         if operation == "InvokeCodeInterpreter":
             answer = self.scripted.popleft() if self.scripted else _run_for_real(body["arguments"]["code"])
             if answer.delay_before:
@@ -179,8 +191,16 @@ def _error(url: str, status: int, error_type: str, message: str) -> AWSResponse:
 
 def _run_for_real(code: str) -> Invoke:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
-    return Invoke(frames=[es.result_frame(stdout=done.stdout, stderr=done.stderr, exit_code=done.returncode,
-                                          is_error=done.returncode != 0)])  # fmt: skip
+    return Invoke(
+        frames=[
+            es.result_frame(
+                stdout=done.stdout,
+                stderr=done.stderr,
+                exit_code=done.returncode,
+                is_error=done.returncode != 0,
+            )
+        ]
+    )
 
 
 OTHER_RUNNER_ROLE = "arn:aws:iam::123456789012:role/thinkwork-test-sbx-runner-globex"

@@ -17,8 +17,15 @@ from infra.local import eventstream as es
 
 SESSION = "sess0001"
 EXAMPLES = [(c.name, c.examples[0]) for c in catalogue.TOKEN_CLASSES]
-REQUEST = ExecuteCodeRequest(action="execute_code", tenant_id="acme", agent_id="agent", template_id="tpl",
-                             turn_id="turn", call_id="call", code="x")  # fmt: skip
+REQUEST = ExecuteCodeRequest(
+    action="execute_code",
+    tenant_id="acme",
+    agent_id="agent",
+    template_id="tpl",
+    turn_id="turn",
+    call_id="call",
+    code="x",
+)
 
 
 def _outcome(result) -> Outcome:

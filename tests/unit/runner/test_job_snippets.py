@@ -31,7 +31,7 @@ def test_job_snippets_carry_user_code_as_exact_data_never_as_source() -> None:
 
 def test_job_snippets_parse_marker_takes_the_last_marker_line() -> None:
     # Given output with noise and two marker lines, when parsed, then the last one wins
-    out = f"noise\n{js.JOB_MARKER}{{\"state\": \"running\"}}\n{js.JOB_MARKER}{{\"state\": \"completed\"}}\n"
+    out = f'noise\n{js.JOB_MARKER}{{"state": "running"}}\n{js.JOB_MARKER}{{"state": "completed"}}\n'
     assert js.parse_marker(out) == {"state": "completed"}
     assert js.parse_marker("no marker here\n") is None
     assert js.parse_marker(f"{js.JOB_MARKER}not json\n") is None

@@ -74,8 +74,13 @@ def session_pids(server, session_id: str) -> set[int]:
 def test_job_outlives_the_call_deadline_and_returns_its_stdout(runner, session):
     # Given a job that sleeps past the 2 s per-call deadline
     jobs = JobRunner(runner)
-    submitted = jobs.submit_job(INTERPRETER, session, job_id="job-long", timeout_s=30,
-                                code="import time\nprint('start', flush=True)\ntime.sleep(3)\nprint('done')")  # fmt: skip
+    submitted = jobs.submit_job(
+        INTERPRETER,
+        session,
+        job_id="job-long",
+        timeout_s=30,
+        code="import time\nprint('start', flush=True)\ntime.sleep(3)\nprint('done')",
+    )
     # When it is polled until it ends
     first = jobs.job_status(INTERPRETER, session, "job-long")
     final, running_polls = wait_final(jobs, session, "job-long")
@@ -94,7 +99,9 @@ def test_job_outlives_the_call_deadline_and_returns_its_stdout(runner, session):
 def test_job_status_while_running_reports_elapsed_time(runner, session):
     # Given a running job
     jobs = JobRunner(runner)
-    jobs.submit_job(INTERPRETER, session, job_id="job-elapsed", code="import time\ntime.sleep(5)", timeout_s=30)
+    jobs.submit_job(
+        INTERPRETER, session, job_id="job-elapsed", code="import time\ntime.sleep(5)", timeout_s=30
+    )
     time.sleep(0.6)
     # When it is polled twice
     first = jobs.job_status(INTERPRETER, session, "job-elapsed")
@@ -111,7 +118,9 @@ def test_job_timeout_enforced_inside_the_session(runner, session, server):
     # Given a job with a 1 s timeout that would run for a minute, and nobody polling it
     jobs = JobRunner(runner)
     before = session_pids(server, session)
-    jobs.submit_job(INTERPRETER, session, job_id="job-timeout", code="import time\ntime.sleep(60)", timeout_s=1)
+    jobs.submit_job(
+        INTERPRETER, session, job_id="job-timeout", code="import time\ntime.sleep(60)", timeout_s=1
+    )
     time.sleep(0.8)
     during = session_pids(server, session)
     time.sleep(1.7)
@@ -177,7 +186,11 @@ def test_job_memory_error_is_oom(runner, session):
     # Then it is classified as oom
     assert final.state == "failed"
     assert final.result is not None
-    assert (final.result.exit_status, final.result.error, final.result.exit_code) == ("oom", "SandboxOOM", 137)
+    assert (final.result.exit_status, final.result.error, final.result.exit_code) == (
+        "oom",
+        "SandboxOOM",
+        137,
+    )
 
 
 def test_job_resubmitted_with_same_id_is_not_started_twice(runner, session):
@@ -235,7 +248,9 @@ def test_job_cancelled_right_after_submit_ends_at_once(runner, session, server):
     # Given a job cancelled immediately after its submit returned (its supervisor still starting)
     jobs = JobRunner(runner)
     before = session_pids(server, session)
-    jobs.submit_job(INTERPRETER, session, job_id="job-early", code="import time\ntime.sleep(60)", timeout_s=600)
+    jobs.submit_job(
+        INTERPRETER, session, job_id="job-early", code="import time\ntime.sleep(60)", timeout_s=600
+    )
     started = time.monotonic()
     final = jobs.cancel_job(INTERPRETER, session, "job-early")
     took = time.monotonic() - started

@@ -69,9 +69,14 @@ def test_last_exception_chained_traceback_takes_the_last():
 
 def _classify(**overrides):
     params = dict(
-        timed_out=False, call_timeout_seconds=120, exit_code=0, stderr_tail="", is_error=False,
-        stream_error=None, result_events=1,
-    )  # fmt: skip
+        timed_out=False,
+        call_timeout_seconds=120,
+        exit_code=0,
+        stderr_tail="",
+        is_error=False,
+        stream_error=None,
+        result_events=1,
+    )
     params.update(overrides)
     return classify(**params)
 

@@ -60,7 +60,7 @@ def _good_line() -> str:
                 es.result_frame(stdout=_good_line(), exit_code=0),
                 es.exception_frame("internalServerException", "boom"),
             ],
-        ),  # fmt: skip
+        ),
         ("empty_stream", lambda: []),
     ],
 )

@@ -16,7 +16,6 @@ from tests.support.emf import metric_names
 SESSION = "sess0001"
 
 
-
 # --- isolation ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("operation", ["start", "execute", "stop"])
 def test_runner_other_tenant_interpreter_refused_before_any_request(
@@ -306,7 +305,9 @@ def test_credentials_assume_role_carries_the_tenant_session_tag(fake_agentcore, 
     assert len(fake_agentcore.ops("InvokeCodeInterpreter")) == 1
 
 
-def test_credentials_not_shared_between_tenants_of_one_role_arn(fake_agentcore, make_runner, assume_role_calls):
+def test_credentials_not_shared_between_tenants_of_one_role_arn(
+    fake_agentcore, make_runner, assume_role_calls
+):
     # Given a routing mix-up: a runner of globex handed acme's runner role ARN
     make_runner().execute(fake_agentcore.INTERPRETER, SESSION, "print(1)")
     # When the globex runner asks for credentials for that role

@@ -10,8 +10,15 @@ from sandbox_common.windows import utc_now
 from infra.local import eventstream as es
 
 SESSION = "sess0001"
-REQUEST = ExecuteCodeRequest(action="execute_code", tenant_id="acme", agent_id="agent", template_id="tpl",
-                             turn_id="turn", call_id="call", code="x")  # fmt: skip
+REQUEST = ExecuteCodeRequest(
+    action="execute_code",
+    tenant_id="acme",
+    agent_id="agent",
+    template_id="tpl",
+    turn_id="turn",
+    call_id="call",
+    code="x",
+)
 
 
 def _response(result) -> dict:

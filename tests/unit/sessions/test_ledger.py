@@ -25,8 +25,9 @@ CAP3 = SessionCaps(3, 200)
 
 
 def _reserve(ledger: SessionLedger, tenant: str = "acme", caps: SessionCaps = CAP3) -> str:
-    return ledger.reserve(tenant_id=tenant, environment="default-public", source="cold", caps=caps,
-                          lease_seconds=60).slot_id  # fmt: skip
+    return ledger.reserve(
+        tenant_id=tenant, environment="default-public", source="cold", caps=caps, lease_seconds=60
+    ).slot_id
 
 
 def _table_items(ddb: Any) -> list[dict[str, Any]]:
@@ -41,7 +42,9 @@ def test_reserve_concurrent_against_tenant_cap_admits_exactly_cap(ledger: Sessio
 
     def one() -> None:
         try:
-            slot = _reserve(SessionLedger(table_name=ledger.table, ddb=aws.client("dynamodb"), clock=lambda: NOW))
+            slot = _reserve(
+                SessionLedger(table_name=ledger.table, ddb=aws.client("dynamodb"), clock=lambda: NOW)
+            )
             with lock:
                 admitted.append(slot)
         except SessionCapReached as exc:
@@ -79,10 +82,12 @@ def test_reserve_both_full_reports_tenant_sessions(ledger: SessionLedger) -> Non
     assert caught.value.dimension == n.DIM_TENANT_SESSIONS
 
 
-@pytest.mark.parametrize(("caps", "dimension"), [(SessionCaps(0, 200), "tenant_sessions"),
-                                                  (SessionCaps(20, 0), "global_sessions")])  # fmt: skip
-def test_reserve_zero_cap_is_kill_switch_and_writes_nothing(ledger: SessionLedger, ddb: Any, caps: SessionCaps,
-                                                             dimension: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("caps", "dimension"), [(SessionCaps(0, 200), "tenant_sessions"), (SessionCaps(20, 0), "global_sessions")]
+)
+def test_reserve_zero_cap_is_kill_switch_and_writes_nothing(
+    ledger: SessionLedger, ddb: Any, caps: SessionCaps, dimension: str
+) -> None:
     with pytest.raises(SessionCapReached) as caught:
         _reserve(ledger, "acme", caps)
     assert caught.value.dimension == dimension
@@ -107,8 +112,14 @@ def test_release_frees_slot_once(ledger: SessionLedger) -> None:
 def test_release_concurrent_frees_exactly_once(ledger: SessionLedger) -> None:
     slot = _reserve(ledger)
     results: list[bool] = []
-    threads = [threading.Thread(target=lambda: results.append(
-        SessionLedger(table_name=ledger.table, ddb=aws.client("dynamodb")).release(slot))) for _ in range(5)]
+    threads = [
+        threading.Thread(
+            target=lambda: results.append(
+                SessionLedger(table_name=ledger.table, ddb=aws.client("dynamodb")).release(slot)
+            )
+        )
+        for _ in range(5)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -122,14 +133,24 @@ def test_activate_records_session_on_starting_slot(ledger: SessionLedger) -> Non
     assert ledger.activate(slot, session_id="s-1", interpreter_id="i-1") is True
     got = ledger.get(slot)
     assert got is not None
-    assert (got.state, got.session_id, got.interpreter_id, got.lease_expires_at) == ("active", "s-1", "i-1", None)
+    assert (got.state, got.session_id, got.interpreter_id, got.lease_expires_at) == (
+        "active",
+        "s-1",
+        "i-1",
+        None,
+    )
     assert ledger.activate(slot, session_id="s-2", interpreter_id="i-1") is False  # only once
     assert ledger.find_session("s-1") == got
 
 
 def _warm(ledger: SessionLedger, session_id: str, recycle_at: int = NOW + 600, tenant: str = "acme") -> str:
-    slot = ledger.reserve(tenant_id=tenant, environment="default-public", source="warm",
-                          caps=SessionCaps(20, 200), lease_seconds=60).slot_id  # fmt: skip
+    slot = ledger.reserve(
+        tenant_id=tenant,
+        environment="default-public",
+        source="warm",
+        caps=SessionCaps(20, 200),
+        lease_seconds=60,
+    ).slot_id
     assert ledger.make_warm(slot, session_id=session_id, interpreter_id="i-1", recycle_at=recycle_at)
     return slot
 
@@ -138,10 +159,12 @@ def test_claim_warm_hands_out_a_warm_session_once(ledger: SessionLedger) -> None
     # Given one warm session
     _warm(ledger, "warm-1")
     # When two turns claim
-    first = ledger.claim_warm(tenant_id="acme", environment="default-public", turn_id="t1", agent_id="a",
-                              min_life_seconds=150)  # fmt: skip
-    second = ledger.claim_warm(tenant_id="acme", environment="default-public", turn_id="t2", agent_id="a",
-                               min_life_seconds=150)  # fmt: skip
+    first = ledger.claim_warm(
+        tenant_id="acme", environment="default-public", turn_id="t1", agent_id="a", min_life_seconds=150
+    )
+    second = ledger.claim_warm(
+        tenant_id="acme", environment="default-public", turn_id="t2", agent_id="a", min_life_seconds=150
+    )
     # Then the first gets it, bound to its turn, and the pool is empty for the second
     assert first is not None
     assert (first.session_id, first.state, first.turn_id, first.source) == ("warm-1", "active", "t1", "warm")
@@ -157,8 +180,9 @@ def test_claim_warm_concurrent_turns_never_share_a_session(ledger: SessionLedger
 
     def claim(turn: str) -> None:
         mine = SessionLedger(table_name=ledger.table, ddb=aws.client("dynamodb"), clock=lambda: NOW)
-        slot = mine.claim_warm(tenant_id="acme", environment="default-public", turn_id=turn, agent_id="a",
-                               min_life_seconds=150)  # fmt: skip
+        slot = mine.claim_warm(
+            tenant_id="acme", environment="default-public", turn_id=turn, agent_id="a", min_life_seconds=150
+        )
         with lock:
             got.append((turn, slot.session_id if slot else None))
 
@@ -176,16 +200,18 @@ def test_claim_warm_concurrent_turns_never_share_a_session(ledger: SessionLedger
 def test_claim_warm_skips_sessions_about_to_be_recycled_and_other_pools(ledger: SessionLedger) -> None:
     _warm(ledger, "old", recycle_at=NOW + 60)  # recycled within a call's life
     _warm(ledger, "globex-1", tenant="globex")
-    got = ledger.claim_warm(tenant_id="acme", environment="default-public", turn_id="t", agent_id="a",
-                            min_life_seconds=150)  # fmt: skip
+    got = ledger.claim_warm(
+        tenant_id="acme", environment="default-public", turn_id="t", agent_id="a", min_life_seconds=150
+    )
     assert got is None
 
 
 def test_claim_warm_never_hands_out_a_starting_slot(ledger: SessionLedger) -> None:
     # Given a refill that reserved a slot but whose preamble has not passed (state starting)
     _reserve(ledger)
-    got = ledger.claim_warm(tenant_id="acme", environment="default-public", turn_id="t", agent_id="a",
-                            min_life_seconds=0)  # fmt: skip
+    got = ledger.claim_warm(
+        tenant_id="acme", environment="default-public", turn_id="t", agent_id="a", min_life_seconds=0
+    )
     assert got is None
 
 

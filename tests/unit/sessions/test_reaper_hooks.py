@@ -113,7 +113,9 @@ def test_sweep_paused_action_is_parsed_and_named_once() -> None:
     from sandbox_common.errors import SandboxInvalidRequest
     from sandbox_common.models import DISPATCH_ACTIONS, SweepPausedCallsRequest, parse_dispatch_event
 
-    assert typing.get_args(SweepPausedCallsRequest.model_fields["action"].annotation) == (n.ACTION_SWEEP_PAUSED,)
+    assert typing.get_args(SweepPausedCallsRequest.model_fields["action"].annotation) == (
+        n.ACTION_SWEEP_PAUSED,
+    )
     assert isinstance(parse_dispatch_event({"action": n.ACTION_SWEEP_PAUSED}), SweepPausedCallsRequest)
     assert n.ACTION_SWEEP_PAUSED not in DISPATCH_ACTIONS
     with pytest.raises(SandboxInvalidRequest):  # nothing else rides along

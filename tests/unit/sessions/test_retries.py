@@ -25,8 +25,18 @@ def test_retry_log_renders_events_and_audit_alike() -> None:
     # Then
     expected = [
         {"type": "retrying", "reason": "session_reaped", "attempt": 1, "at": "2026-11-23T16:00:00.123Z"},
-        {"type": "retrying", "reason": "quota_transaction_conflict", "attempt": 1, "at": "2026-11-23T16:00:00.123Z"},
-        {"type": "retrying", "reason": "quota_transaction_conflict", "attempt": 2, "at": "2026-11-23T16:00:00.123Z"},
+        {
+            "type": "retrying",
+            "reason": "quota_transaction_conflict",
+            "attempt": 1,
+            "at": "2026-11-23T16:00:00.123Z",
+        },
+        {
+            "type": "retrying",
+            "reason": "quota_transaction_conflict",
+            "attempt": 2,
+            "at": "2026-11-23T16:00:00.123Z",
+        },
     ]
     assert log.response_fields() == {"events": expected}
     assert log.audit_fields() == {"retries": expected}

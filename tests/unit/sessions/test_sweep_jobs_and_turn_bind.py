@@ -20,7 +20,9 @@ NOW = 1_800_000_000
 
 @pytest.fixture
 def ledger(tables: dict[str, str]) -> SessionLedger:
-    return SessionLedger(table_name=n.SESSIONS.physical(STAGE), ddb=aws.client("dynamodb"), clock=lambda: NOW - 1000)
+    return SessionLedger(
+        table_name=n.SESSIONS.physical(STAGE), ddb=aws.client("dynamodb"), clock=lambda: NOW - 1000
+    )
 
 
 @pytest.fixture
@@ -29,8 +31,15 @@ def turns(tables: dict[str, str]) -> TurnStore:
 
 
 def _active_slot(ledger: SessionLedger, session_id: str, turn_id: str) -> str:
-    slot = ledger.reserve(tenant_id="acme", environment="default-public", source="cold", caps=SessionCaps(20, 200),
-                          lease_seconds=60, turn_id=turn_id, agent_id="a").slot_id  # fmt: skip
+    slot = ledger.reserve(
+        tenant_id="acme",
+        environment="default-public",
+        source="cold",
+        caps=SessionCaps(20, 200),
+        lease_seconds=60,
+        turn_id=turn_id,
+        agent_id="a",
+    ).slot_id
     assert ledger.activate(slot, session_id=session_id, interpreter_id="i-1")
     return slot
 
@@ -42,8 +51,14 @@ def _run(ledger: SessionLedger, busy: Any) -> tuple[dict[str, Any], list[str]]:
         stopped.append(str(slot.session_id))
         return True
 
-    report = sweep(ledger, turn_reader=lambda t, turn: None, stop=stop, now=NOW, session_timeout_seconds=3600,
-                   busy_sessions=busy)  # fmt: skip
+    report = sweep(
+        ledger,
+        turn_reader=lambda t, turn: None,
+        stop=stop,
+        now=NOW,
+        session_timeout_seconds=3600,
+        busy_sessions=busy,
+    )
     return report.to_dict(), stopped
 
 
@@ -86,7 +101,11 @@ def test_turn_bind_applies_only_to_the_state_seen(turns: TurnStore) -> None:
     turn = turns.get("acme", "t-1")
     assert turn is not None
     assert (turn.session_id, turn.slot_id, turn.session_started_at, turn.live_session) == (
-        "s-warm-1", "slot-1", NOW - 300, True)  # fmt: skip
+        "s-warm-1",
+        "slot-1",
+        NOW - 300,
+        True,
+    )
 
 
 def test_turn_bind_refused_on_an_ended_turn_and_during_another_callers_lease(turns: TurnStore) -> None:

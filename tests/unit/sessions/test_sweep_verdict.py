@@ -12,9 +12,17 @@ TIMEOUT = 900
 
 
 def _slot(**over: object) -> Slot:
-    base: dict = {"slot_id": "s", "tenant_id": "acme", "environment": "default-public", "state": "active",
-                  "source": "cold", "started_at": NOW - 400, "session_id": "sess-1", "interpreter_id": "i",
-                  "turn_id": "t1"}  # fmt: skip
+    base: dict = {
+        "slot_id": "s",
+        "tenant_id": "acme",
+        "environment": "default-public",
+        "state": "active",
+        "source": "cold",
+        "started_at": NOW - 400,
+        "session_id": "sess-1",
+        "interpreter_id": "i",
+        "turn_id": "t1",
+    }
     return Slot(**{**base, **over})
 
 
@@ -43,4 +51,7 @@ def test_verdict_claimed_warm_session_gets_grace_from_its_claim() -> None:
     slot = _slot(source="warm", started_at=NOW - 600, claimed_at=NOW - 10)
     # Then it is not unowned yet
     assert UNOWNED_GRACE_SECONDS > 10
-    assert verdict(slot, TurnView(ended=False, session_id=None), now=NOW, session_timeout_seconds=TIMEOUT) is None
+    assert (
+        verdict(slot, TurnView(ended=False, session_id=None), now=NOW, session_timeout_seconds=TIMEOUT)
+        is None
+    )

@@ -22,7 +22,17 @@ def test_new_token_is_43_urlsafe_chars_without_padding() -> None:
 
 @pytest.mark.parametrize(
     "candidate",
-    ["a" * 42, "a" * 129, "a" * 42 + "=", "a" * 42 + "+", "a" * 42 + "/", "a" * 42 + " ", "é" * 43, 12345, None],
+    [
+        "a" * 42,
+        "a" * 129,
+        "a" * 42 + "=",
+        "a" * 42 + "+",
+        "a" * 42 + "/",
+        "a" * 42 + " ",
+        "é" * 43,
+        12345,
+        None,
+    ],
 )
 def test_is_well_formed_rejects_bad_shapes(candidate: object) -> None:
     assert turn_token.is_well_formed(candidate) is False

@@ -37,7 +37,11 @@ def test_shared_synth_two_workers_racing_synthesize_each_stage_once(tmp_path: Pa
     # Then the stage was synthesized once, by one of them, and both got the same templates
     assert calls == ["dev"]
     assert sorted(len(w.synthesized) for w in workers) == [0, 1]
-    assert results[0] == results[1] == {"Sandbox-dev-Core": {"Resources": {"T": {"Type": "AWS::DynamoDB::Table"}}}}
+    assert (
+        results[0]
+        == results[1]
+        == {"Sandbox-dev-Core": {"Resources": {"T": {"Type": "AWS::DynamoDB::Table"}}}}
+    )
 
 
 def test_shared_synth_each_stage_its_own_and_memoized(tmp_path: Path) -> None:

@@ -40,9 +40,18 @@ def test_split_marker_ignores_a_marker_the_code_printed_earlier() -> None:
     assert user == "a" + forged + "b"
 
 
-@pytest.mark.parametrize("tail", ["", "\n", MARKER + "zz\n", "\n" + MARKER + "ABC\n", "\n" + MARKER + "41\n",
-                                  "\n" + MARKER + json.dumps({"state": "x"}).encode().hex().upper() + "\n",
-                                  "\n" + MARKER + json.dumps({"state": "done"}).encode().hex() + "\n"])
+@pytest.mark.parametrize(
+    "tail",
+    [
+        "",
+        "\n",
+        MARKER + "zz\n",
+        "\n" + MARKER + "ABC\n",
+        "\n" + MARKER + "41\n",
+        "\n" + MARKER + json.dumps({"state": "x"}).encode().hex().upper() + "\n",
+        "\n" + MARKER + json.dumps({"state": "done"}).encode().hex() + "\n",
+    ],
+)
 def test_split_marker_without_a_valid_trailing_marker_returns_output_unchanged(tail: str) -> None:
     # Given output ending in no / a malformed / a lower-case marker
     stdout = "out" + tail
@@ -101,13 +110,32 @@ def test_call_context_keeps_the_request_without_its_code_and_the_code_hash() -> 
     from dispatch.tool_calls import call_context, restored_request
     from sandbox_common.models import parse_dispatch_event
 
-    req = parse_dispatch_event({"action": "execute_code", "tenant_id": "acme", "agent_id": "a", "template_id": "t",
-                                "turn_id": "turn-1", "call_id": "c-1", "code": "print('secret code')",
-                                "user_id": "u-1", "invocation_source": "chat"})  # fmt: skip
+    req = parse_dispatch_event(
+        {
+            "action": "execute_code",
+            "tenant_id": "acme",
+            "agent_id": "a",
+            "template_id": "t",
+            "turn_id": "turn-1",
+            "call_id": "c-1",
+            "code": "print('secret code')",
+            "user_id": "u-1",
+            "invocation_source": "chat",
+        }
+    )
 
     # When its context is stored (as JSON) and the request restored
-    ctx = json.loads(json.dumps(call_context(req, invocation_id="inv", started_at=datetime(2026, 1, 1, tzinfo=UTC),
-                                             session_id="s", environment="default-public")))  # fmt: skip
+    ctx = json.loads(
+        json.dumps(
+            call_context(
+                req,
+                invocation_id="inv",
+                started_at=datetime(2026, 1, 1, tzinfo=UTC),
+                session_id="s",
+                environment="default-public",
+            )
+        )
+    )
     restored = restored_request(ctx)
 
     # Then the code itself is not kept, its hash is, and every other field comes back

@@ -34,8 +34,9 @@ def _hand_count(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "sessions": len({r["session_id"] for r in rows if "session_id" in r}),
         "wall_time_ms": sum(r["duration_ms"] for r in rows),
         "cpu_time_ms": None,
-        "estimated_cost_usd": str(sum((Decimal(repr(r[n.AUDIT_ATTR_COST])) for r in rows if n.AUDIT_ATTR_COST in r),
-                                      Decimal(0))),
+        "estimated_cost_usd": str(
+            sum((Decimal(repr(r[n.AUDIT_ATTR_COST])) for r in rows if n.AUDIT_ATTR_COST in r), Decimal(0))
+        ),
         "rows_without_cost": sum(1 for r in rows if n.AUDIT_ATTR_COST not in r),
     }
 
@@ -56,8 +57,11 @@ def test_usage_report_by_day_agent_template_groups_sum_to_the_totals(ddb: Any, t
     # Given 90 rows over three UTC days, three agents, two templates
     rows = make_rows(90)
     write_rows(ddb, table, rows)
-    for by, key in (("day", lambda r: r["started_at"][:10]), ("agent", lambda r: r["agent_id"]),
-                    ("template", lambda r: r["template_id"])):  # fmt: skip
+    for by, key in (
+        ("day", lambda r: r["started_at"][:10]),
+        ("agent", lambda r: r["agent_id"]),
+        ("template", lambda r: r["template_id"]),
+    ):
         # When grouped
         report = usage.usage_report(ddb, table, "acme", by=by)
         # Then each group equals the hand count of its rows
@@ -66,7 +70,9 @@ def test_usage_report_by_day_agent_template_groups_sum_to_the_totals(ddb: Any, t
             expected.setdefault(key(row), []).append(row)
         assert [g["group"] for g in report["groups"]] == sorted(expected), by
         for group in report["groups"]:
-            assert {k: v for k, v in group.items() if k != "group"} == _hand_count(expected[group["group"]]), by
+            assert {k: v for k, v in group.items() if k != "group"} == _hand_count(
+                expected[group["group"]]
+            ), by
     assert len(expected) == 2  # the loop ran through to --by template (two templates)
 
 
@@ -83,18 +89,23 @@ def test_usage_report_window_is_since_inclusive_until_exclusive(ddb: Any, table:
     assert report["totals"] == _hand_count(inside)
     # And a row at exactly `until` is outside, a row at exactly `since` inside
     assert usage.query_request(table, "acme", since, until)["ExpressionAttributeValues"][":b"] == {
-        "S": "2026-11-21T23:59:59.999Z"}  # fmt: skip
+        "S": "2026-11-21T23:59:59.999Z"
+    }
 
 
 def test_usage_report_reads_with_one_paginated_query_on_the_index_never_a_scan(ddb: Any, table: str) -> None:
     # Given 50 rows and a record of every DynamoDB operation the report's client makes
     write_rows(ddb, table, make_rows(50))
     calls: list[tuple[str, dict[str, Any]]] = []
-    ddb.meta.events.register("provide-client-params.dynamodb.*",
-                             lambda params, model, **_: calls.append((model.name, dict(params))))  # fmt: skip
+    ddb.meta.events.register(
+        "provide-client-params.dynamodb.*",
+        lambda params, model, **_: calls.append((model.name, dict(params))),
+    )
     seen: list[tuple[int, int]] = []
     # When the report runs with 7 rows per page
-    report = usage.usage_report(ddb, table, "acme", page_size=7, progress=lambda rows, pages: seen.append((rows, pages)))
+    report = usage.usage_report(
+        ddb, table, "acme", page_size=7, progress=lambda rows, pages: seen.append((rows, pages))
+    )
     # Then it made only Query calls, on by_tenant_time, through every page
     assert {name for name, _ in calls} == {"Query"}
     assert {p["IndexName"] for _, p in calls} == {"by_tenant_time"}
@@ -144,4 +155,6 @@ def test_stderr_progress_stays_quiet_for_small_reports_and_counts_big_ones() -> 
     progress(180, 3)
     progress.done()
     # Then one updating line with the running count, ended by a newline
-    assert stream.getvalue() == "\rusage: 120 audit rows read (2 pages)\rusage: 180 audit rows read (3 pages)\n"
+    assert (
+        stream.getvalue() == "\rusage: 120 audit rows read (2 pages)\rusage: 180 audit rows read (3 pages)\n"
+    )

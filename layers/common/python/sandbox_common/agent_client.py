@@ -85,7 +85,9 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
 
             # Read timeout above dispatch's own deadline; never retried (a retry is the caller's
             # decision, with the same call_id).
-            self._client = boto3.client("lambda", config=Config(read_timeout=900, retries=dict(SINGLE_ATTEMPT)))
+            self._client = boto3.client(
+                "lambda", config=Config(read_timeout=900, retries=dict(SINGLE_ATTEMPT))
+            )
         try:
             out = self._client.invoke(FunctionName=self.function_name, Payload=json.dumps(event).encode())
             body = json.loads(out["Payload"].read())
@@ -96,8 +98,13 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
         return body
 
     def _ids(self) -> dict[str, Any]:
-        ids = {"tenant_id": self.tenant_id, "agent_id": self.agent_id, "template_id": self.template_id,
-               "turn_id": self.turn_id, "turn_token": self.turn_token}  # fmt: skip
+        ids = {
+            "tenant_id": self.tenant_id,
+            "agent_id": self.agent_id,
+            "template_id": self.template_id,
+            "turn_id": self.turn_id,
+            "turn_token": self.turn_token,
+        }
         if self.user_id:
             ids["user_id"] = self.user_id
         return ids
@@ -108,11 +115,16 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
         self.sandbox = response.get("sandbox", {}) if response.get("ok") else {}
         return response
 
-    def execute_code(self, code: str, *, call_id: str | None = None,
-                     files: list[dict[str, str]] | None = None) -> dict[str, Any]:  # fmt: skip
+    def execute_code(
+        self, code: str, *, call_id: str | None = None, files: list[dict[str, str]] | None = None
+    ) -> dict[str, Any]:
         """`files`: §14.1 entries, {"path", "content_base64"} or {"path", "s3_uri"}."""
-        event: dict[str, Any] = {"action": "execute_code", **self._ids(),
-                                 "call_id": call_id or f"call-{uuid.uuid4().hex}", "code": code}  # fmt: skip
+        event: dict[str, Any] = {
+            "action": "execute_code",
+            **self._ids(),
+            "call_id": call_id or f"call-{uuid.uuid4().hex}",
+            "code": code,
+        }
         if self.invocation_source:
             event["invocation_source"] = self.invocation_source
         if files:
@@ -128,9 +140,14 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
     def _resume_event(self, paused: dict[str, Any]) -> dict[str, Any]:
         """Run the requested tool here and build the `resume` that answers it."""
         call = paused.get("tool_call") or {}
-        event: dict[str, Any] = {"action": "resume", "tenant_id": self.tenant_id, "agent_id": self.agent_id,
-                                 "turn_id": self.turn_id, "turn_token": self.turn_token,
-                                 "continuation": paused.get("continuation")}  # fmt: skip
+        event: dict[str, Any] = {
+            "action": "resume",
+            "tenant_id": self.tenant_id,
+            "agent_id": self.agent_id,
+            "turn_id": self.turn_id,
+            "turn_token": self.turn_token,
+            "continuation": paused.get("continuation"),
+        }
         fn = self.tools.get(str(call.get("name")))
         if fn is None:
             event["tool_error"] = f"tool {call.get('name')!r} is not available in this agent runtime"
@@ -156,8 +173,10 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
 
         answer = self.get_file(file_id)
         if not answer.get("ok"):
-            raise ArtifactUnavailable(answer.get("error_message", "the file is not available"),
-                                      str(answer.get("error") or "SandboxError"))  # fmt: skip
+            raise ArtifactUnavailable(
+                answer.get("error_message", "the file is not available"),
+                str(answer.get("error") or "SandboxError"),
+            )
         with (opener or urllib.request.urlopen)(answer["url"]) as response:
             data = response.read()
         if hashlib.sha256(data).hexdigest() != answer["sha256"]:
@@ -177,8 +196,14 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
         return answer
 
     def end(self) -> dict[str, Any]:
-        return self._invoke({"action": "end_turn", "tenant_id": self.tenant_id, "turn_id": self.turn_id,
-                             "turn_token": self.turn_token})  # fmt: skip
+        return self._invoke(
+            {
+                "action": "end_turn",
+                "tenant_id": self.tenant_id,
+                "turn_id": self.turn_id,
+                "turn_token": self.turn_token,
+            }
+        )
 
     @property
     def tool(self) -> dict[str, Any] | None:
@@ -207,10 +232,16 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
         template and user: one call. Returns the new, begun turn."""
         self.end()
         following = SandboxTurn(
-            self.function_name, tenant_id=self.tenant_id, agent_id=self.agent_id, template_id=self.template_id,
-            turn_id=turn_id, user_id=self.user_id, invocation_source=self.invocation_source,
-            lambda_client=self._client, tools=self.tools,
-        )  # fmt: skip
+            self.function_name,
+            tenant_id=self.tenant_id,
+            agent_id=self.agent_id,
+            template_id=self.template_id,
+            turn_id=turn_id,
+            user_id=self.user_id,
+            invocation_source=self.invocation_source,
+            lambda_client=self._client,
+            tools=self.tools,
+        )
         following.begin()
         return following
 
@@ -222,7 +253,9 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
             # Optional dependency, imported only when asked for: the client itself needs only boto3.
             from .strands_tool import SandboxStrandsTool
         except ImportError as exc:
-            raise ImportError("strands_tool() needs the `strands-agents` package: pip install strands-agents") from exc
+            raise ImportError(
+                "strands_tool() needs the `strands-agents` package: pip install strands-agents"
+            ) from exc
         for agent_tool in tools:
             self.tools[str(getattr(agent_tool, "tool_name", None) or agent_tool.__name__)] = agent_tool
         return SandboxStrandsTool(self)

@@ -26,10 +26,17 @@ class JobsMixin:
     _ids: Callable[[], dict[str, Any]]
     invocation_source: str | None
 
-    def submit(self, code: str, *, timeout_s: int | None = None, call_id: str | None = None) -> dict[str, Any]:
+    def submit(
+        self, code: str, *, timeout_s: int | None = None, call_id: str | None = None
+    ) -> dict[str, Any]:
         """Start `code` as a background job in this turn's session; answers at once."""
-        event = {"action": "execute_code", **self._ids(), "call_id": call_id or f"call-{uuid.uuid4().hex}",
-                 "code": code, "background": True}  # fmt: skip
+        event = {
+            "action": "execute_code",
+            **self._ids(),
+            "call_id": call_id or f"call-{uuid.uuid4().hex}",
+            "code": code,
+            "background": True,
+        }
         if timeout_s is not None:
             event["timeout_s"] = timeout_s
         if self.invocation_source:
@@ -42,9 +49,15 @@ class JobsMixin:
     def cancel_job(self, job_id: str) -> dict[str, Any]:
         return self._invoke(self._job_event("cancel_job", job_id))
 
-    def wait(self, job_id: str, *, progress: Callable[[dict[str, Any]], None] | None = None,
-             poll_seconds: float = DEFAULT_POLL_SECONDS, timeout_s: float | None = None,
-             sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:  # fmt: skip
+    def wait(
+        self,
+        job_id: str,
+        *,
+        progress: Callable[[dict[str, Any]], None] | None = None,
+        poll_seconds: float = DEFAULT_POLL_SECONDS,
+        timeout_s: float | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> dict[str, Any]:
         """Poll until the job ends; `progress(answer)` is called with every `running` answer.
         A refusal (ok false without a job status) is returned as is; `timeout_s` bounds the wait
         (the job keeps running: the last `running` answer is returned)."""

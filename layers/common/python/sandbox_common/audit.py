@@ -34,12 +34,31 @@ WRITE_ATTEMPTS = 3
 # §7.1, in order. `session_id` is omitted (not null) when no session existed: it is the key of
 # the by_session index and DynamoDB rejects NULL index keys; every other attribute is always present.
 AUDIT_ATTRIBUTES: tuple[str, ...] = (
-    "invocation_id", "tenant_id", "agent_id", "user_id", "template_id", "turn_id", "call_id",
-    "session_id", "environment", "invocation_source", "started_at", "finished_at", "duration_ms",
-    "exit_status", "exit_code", "error", "failure_reason", "stdout_bytes", "stderr_bytes",
-    "stdout_truncated", "stderr_truncated", "executed_code_hash", TTL_ATTRIBUTE,
+    "invocation_id",
+    "tenant_id",
+    "agent_id",
+    "user_id",
+    "template_id",
+    "turn_id",
+    "call_id",
+    "session_id",
+    "environment",
+    "invocation_source",
+    "started_at",
+    "finished_at",
+    "duration_ms",
+    "exit_status",
+    "exit_code",
+    "error",
+    "failure_reason",
+    "stdout_bytes",
+    "stderr_bytes",
+    "stdout_truncated",
+    "stderr_truncated",
+    "executed_code_hash",
+    TTL_ATTRIBUTE,
     "estimated_cost_usd",  # issue 15: the SSM price in force for this call; 0 when refused
-)  # fmt: skip
+)
 
 
 def code_hash(code: str) -> str:
@@ -49,7 +68,9 @@ def code_hash(code: str) -> str:
 
 def expires_at(started_at: datetime, retention_days: int) -> int:
     if not 1 <= retention_days <= AUDIT_RETENTION_CEILING_DAYS:
-        raise ValueError(f"audit retention must be 1..{AUDIT_RETENTION_CEILING_DAYS} days, got {retention_days}")
+        raise ValueError(
+            f"audit retention must be 1..{AUDIT_RETENTION_CEILING_DAYS} days, got {retention_days}"
+        )
     return int(started_at.timestamp()) + retention_days * 86_400
 
 
@@ -89,8 +110,11 @@ class AuditWriter:
     spool_path: str | None = None  # local stack only: the last resort when the DLQ is down too
 
     def _put_args(self, row: dict[str, Any]) -> dict[str, Any]:
-        return {"TableName": self.table_name, "Item": to_item(row),
-                "ConditionExpression": "attribute_not_exists(invocation_id)"}  # fmt: skip
+        return {
+            "TableName": self.table_name,
+            "Item": to_item(row),
+            "ConditionExpression": "attribute_not_exists(invocation_id)",
+        }
 
     def transact_put(self, row: dict[str, Any]) -> dict[str, Any]:
         """The same conditional Put as one item of a TransactWriteItems (dispatch sends the row
@@ -126,14 +150,20 @@ class AuditWriter:
         try:
             self.sqs.send_message(QueueUrl=self.dlq_url, MessageBody=json.dumps(row, sort_keys=True))
             emit_metric(METRIC_AUDIT_DEAD_LETTERED)
-            logger.error("audit_row_dead_lettered", extra={"invocation_id": row["invocation_id"], "cause": last_error})
+            logger.error(
+                "audit_row_dead_lettered", extra={"invocation_id": row["invocation_id"], "cause": last_error}
+            )
             return "dead_lettered"
         except Exception as exc:  # noqa: BLE001 — nothing lost: spool, or log as a last resort
             emit_metric(METRIC_AUDIT_DEAD_LETTERED)
             if self.spool_path and _spool_append(self.spool_path, row):
                 logger.error(
                     "audit_row_spooled",
-                    extra={"invocation_id": row["invocation_id"], "cause": last_error, "dlq_error": type(exc).__name__},
+                    extra={
+                        "invocation_id": row["invocation_id"],
+                        "cause": last_error,
+                        "dlq_error": type(exc).__name__,
+                    },
                 )
                 return "spooled"
             logger.error(

@@ -189,7 +189,7 @@ def list_pointers(s3: Any, bucket: str, tenant_id: str, turn_id: str | None = No
     prefix = f"{tenant_id}/{FILE_POINTER_DIR}/"
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for obj in page.get("Contents", []):
-            file_id = obj["Key"][len(prefix):].removesuffix(".json")
+            file_id = obj["Key"][len(prefix) :].removesuffix(".json")
             pointer = read_pointer(s3, bucket, tenant_id, file_id)
             if pointer is not None and (turn_id is None or pointer.get("turn_id") == turn_id):
                 found.append(pointer)

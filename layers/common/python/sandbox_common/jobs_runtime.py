@@ -171,13 +171,26 @@ def supervise(job_dir):
     signal.signal(signal.SIGTERM, lambda *_: cancelled.append(True))
     runtime = os.path.join(os.path.dirname(job_dir), RUNTIME_FILE)
     started = time.time()
-    with open(os.path.join(job_dir, STDOUT_FILE), "wb") as out, open(os.path.join(job_dir, STDERR_FILE), "wb") as err:
+    with (
+        open(os.path.join(job_dir, STDOUT_FILE), "wb") as out,
+        open(os.path.join(job_dir, STDERR_FILE), "wb") as err,
+    ):
         child = subprocess.Popen(
-            [sys.executable, runtime, "run", job_dir], stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-            cwd=spec.get("cwd") or None, start_new_session=True,
+            [sys.executable, runtime, "run", job_dir],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            cwd=spec.get("cwd") or None,
+            start_new_session=True,
         )
-    state = {"job_id": spec.get("job_id"), "state": RUNNING, "pid": child.pid, "supervisor_pid": os.getpid(),
-             "started_at": started, "timeout_s": timeout_s}
+    state = {
+        "job_id": spec.get("job_id"),
+        "state": RUNNING,
+        "pid": child.pid,
+        "supervisor_pid": os.getpid(),
+        "started_at": started,
+        "timeout_s": timeout_s,
+    }
     write_json_atomic(state_path, state)
     deadline = time.monotonic() + timeout_s
     final = None
@@ -199,7 +212,9 @@ def supervise(job_dir):
     elif code is not None and code < 0:
         code = 128 - code  # killed by a signal (OOM killer, its own kill): SIGKILL -> 137
     ended = time.time()
-    state.update(state=final, exit_code=code, ended_at=ended, duration_ms=int(round((ended - started) * 1000)))
+    state.update(
+        state=final, exit_code=code, ended_at=ended, duration_ms=int(round((ended - started) * 1000))
+    )
     write_json_atomic(state_path, state)
     return 0
 

@@ -17,23 +17,27 @@ ISOLATION_UNAVAILABLE = (
     "an operator needs to install its isolation tools."
 )
 NOT_READY = "The code sandbox for this workspace is still being set up; please try again in a few minutes."
-PREFLIGHT_UNAVAILABLE = "I couldn't confirm that code execution is allowed right now; please try again shortly."
+PREFLIGHT_UNAVAILABLE = (
+    "I couldn't confirm that code execution is allowed right now; please try again shortly."
+)
 INTERNAL = "The code sandbox had an internal problem running this call; please try again."
 CALL_ID_REUSED = (
     "Invalid request: call_id was already used for a different request (other code, agent, "
     "turn, template or user); use a new call_id."
 )
-STILL_RUNNING = "This call is still running from an earlier attempt; please retry shortly with the same call_id."
+STILL_RUNNING = (
+    "This call is still running from an earlier attempt; please retry shortly with the same call_id."
+)
 DISPATCH_INTERRUPTED = (
     "An earlier attempt of this call was interrupted before it finished, so its result is unknown "
     "(the code may or may not have run); check any side effects, then retry with a new call_id."
 )
 SESSION_START_WAIT = "The sandbox session for this turn is still starting; please retry the call."
 TURN_ENDED = "Invalid request: this turn has ended; start a new turn with a new turn_id."
-TURN_NOT_YOURS = "Invalid request: turn_id belongs to another tenant or agent; start a new turn with a new turn_id."
-SESSION_RESTARTED = (
-    "A new sandbox session was started for this call: variables, imports and files from earlier calls are gone."
+TURN_NOT_YOURS = (
+    "Invalid request: turn_id belongs to another tenant or agent; start a new turn with a new turn_id."
 )
+SESSION_RESTARTED = "A new sandbox session was started for this call: variables, imports and files from earlier calls are gone."
 
 
 def cap_exceeded(dimension: str, resets_at: str) -> str:
@@ -76,6 +80,8 @@ def session_cap_exceeded(dimension: str, resets_at: str) -> str:
     else:
         what = "the code sandbox has no free session capacity right now"
     return f"I can't start a code sandbox session: {what} ({dimension}); please try again at {when} UTC ({resets_at})."
+
+
 # --- programmatic tool calling (issue 12, SPEC §15) ---------------------------------------------
 TOOL_WAIT_EXPIRED = (
     "No tool result arrived within {seconds} seconds, so the code was stopped. The sandbox session was "
@@ -88,17 +94,15 @@ TOOL_PROTOCOL_BROKEN = (
 TOOL_SESSION_LOST = (
     "The sandbox session ended while the code was waiting for a tool result; please run the code again."
 )
-TOOL_PREVIOUS_CALL_PAUSED = (
-    "An earlier call in this turn is still waiting for a tool result; resume or end it before running more code."
-)
+TOOL_PREVIOUS_CALL_PAUSED = "An earlier call in this turn is still waiting for a tool result; resume or end it before running more code."
 CONTINUATION_INVALID = (
     "Invalid request: the continuation is unknown, already used, expired or not for this turn; "
     "nothing was run."
 )
-CONTINUATION_STORE_UNAVAILABLE = "The code sandbox could not store or load this paused call right now; please try again."
-TOOL_TURN_ENDED = (
-    "The turn ended while the code was waiting for a tool result, so the code was stopped."
+CONTINUATION_STORE_UNAVAILABLE = (
+    "The code sandbox could not store or load this paused call right now; please try again."
 )
+TOOL_TURN_ENDED = "The turn ended while the code was waiting for a tool result, so the code was stopped."
 
 
 # --- background jobs (issue 13) -------------------------------------------------------------------

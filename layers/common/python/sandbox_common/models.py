@@ -165,13 +165,26 @@ class SweepPausedCallsRequest(_Strict):
 
 
 AnyDispatchRequest = (
-    BeginTurnRequest | ExecuteCodeRequest | EndTurnRequest | GetFileRequest | GetJobRequest | CancelJobRequest
-    | ResumeRequest | SweepPausedCallsRequest
+    BeginTurnRequest
+    | ExecuteCodeRequest
+    | EndTurnRequest
+    | GetFileRequest
+    | GetJobRequest
+    | CancelJobRequest
+    | ResumeRequest
+    | SweepPausedCallsRequest
 )
 DispatchRequest = Annotated[AnyDispatchRequest, Field(discriminator="action")]
 _DISPATCH_ADAPTER: TypeAdapter[AnyDispatchRequest] = TypeAdapter(DispatchRequest)
-DISPATCH_ACTIONS: tuple[str, ...] = ("begin_turn", "execute_code", "end_turn", "get_file", "get_job", "cancel_job",
-                                     "resume")
+DISPATCH_ACTIONS: tuple[str, ...] = (
+    "begin_turn",
+    "execute_code",
+    "end_turn",
+    "get_file",
+    "get_job",
+    "cancel_job",
+    "resume",
+)
 
 
 class QuotaRequest(_Strict):
@@ -283,7 +296,6 @@ class TenantSubstrate(BaseModel):
     data_read: tuple[str, ...] = ()  # the tenant's data.read S3 prefixes (§14.4): s3_uri inputs
 
 
-
 # --- the quota contract (issue 9): dispatch -> sandbox-quota-check, one pair of models ----------
 # `QuotaRequest` above is the request; these are the two answers (§5.3). The quota Lambda renders
 # them with `model_dump()`, dispatch parses them with `parse_quota_response` (anything else -> the
@@ -319,11 +331,18 @@ def _quota_kind(value: Any) -> str:
         if value.get("ok") is True:
             return "admitted"
         return "turn" if "turn_refused" in value else "refused"
-    return "turn" if isinstance(value, QuotaTurnRefused) else "admitted" if isinstance(value, QuotaAdmitted) else "refused"
+    return (
+        "turn"
+        if isinstance(value, QuotaTurnRefused)
+        else "admitted"
+        if isinstance(value, QuotaAdmitted)
+        else "refused"
+    )
 
 
 QuotaResponse = Annotated[
-    Annotated[QuotaAdmitted, Tag("admitted")] | Annotated[QuotaRefused, Tag("refused")]
+    Annotated[QuotaAdmitted, Tag("admitted")]
+    | Annotated[QuotaRefused, Tag("refused")]
     | Annotated[QuotaTurnRefused, Tag("turn")],
     Discriminator(_quota_kind),
 ]
@@ -343,7 +362,9 @@ BackgroundExecuteCodeRequest = ExecuteCodeRequest
 JobRequest = Annotated[
     BackgroundExecuteCodeRequest | GetJobRequest | CancelJobRequest, Field(discriminator="action")
 ]
-_JOB_ADAPTER: TypeAdapter[BackgroundExecuteCodeRequest | GetJobRequest | CancelJobRequest] = TypeAdapter(JobRequest)
+_JOB_ADAPTER: TypeAdapter[BackgroundExecuteCodeRequest | GetJobRequest | CancelJobRequest] = TypeAdapter(
+    JobRequest
+)
 
 
 def parse_job_event(event: Any) -> BackgroundExecuteCodeRequest | GetJobRequest | CancelJobRequest:

@@ -107,8 +107,12 @@ class TableSpec:
         return self.ttl_attribute
 
 
-TENANT_DAILY_COUNTERS = TableSpec("sandbox_tenant_daily_counters", pk="counter_key", ttl_attribute=TTL_ATTRIBUTE)
-AGENT_HOURLY_COUNTERS = TableSpec("sandbox_agent_hourly_counters", pk="counter_key", ttl_attribute=TTL_ATTRIBUTE)
+TENANT_DAILY_COUNTERS = TableSpec(
+    "sandbox_tenant_daily_counters", pk="counter_key", ttl_attribute=TTL_ATTRIBUTE
+)
+AGENT_HOURLY_COUNTERS = TableSpec(
+    "sandbox_agent_hourly_counters", pk="counter_key", ttl_attribute=TTL_ATTRIBUTE
+)
 INVOCATIONS = TableSpec(
     "sandbox_invocations",
     pk="invocation_id",
@@ -127,8 +131,12 @@ TENANTS = TableSpec("sandbox_tenants", pk="tenant_id", sk="item", pitr=True)
 # Powertools idempotency persistence layer defaults: key `id`, TTL `expiration`.
 # `by_open_attempt` (issue 9): sparse, only calls claimed and not yet finished carry its keys
 # (IDEMPOTENCY_ATTR_OPEN / IDEMPOTENCY_ATTR_DEADLINE, see the section "dispatch interrupted").
-IDEMPOTENCY = TableSpec("sandbox_idempotency", pk="id", ttl_attribute="expiration",
-                        indexes=(Index("by_open_attempt", pk="attempt_open", sk="attempt_deadline"),))  # fmt: skip
+IDEMPOTENCY = TableSpec(
+    "sandbox_idempotency",
+    pk="id",
+    ttl_attribute="expiration",
+    indexes=(Index("by_open_attempt", pk="attempt_open", sk="attempt_deadline"),),
+)
 # Backstop findings, partitioned by UTC day for `findings list --since`.
 FINDINGS = TableSpec("sandbox_findings", pk="finding_date", sk="finding_key", ttl_attribute=TTL_ATTRIBUTE)
 
@@ -247,6 +255,7 @@ def audit_dlq_name(stage: str) -> str:
 def backstop_failures_queue_name(stage: str) -> str:
     """Where a log batch goes when the backstop still fails after Lambda's async retries."""
     return f"{PROJECT}-{stage}-sandbox-backstop-failures"
+
 
 # --- alarms (§9): alarm key -> runbook file under runbooks/ ------------------------------------
 # The observability construct creates exactly these alarms (description names the runbook) and
@@ -374,6 +383,7 @@ def ttl_request(spec: TableSpec, stage: str) -> dict | None:
         "TimeToLiveSpecification": {"Enabled": True, "AttributeName": spec.ttl_attribute},
     }
 
+
 # --- backstop findings (§8.4) ------------------------------------------------------------------
 # Findings are security evidence: kept for the audit ceiling, expired by DynamoDB TTL.
 FINDINGS_RETENTION_DAYS = 180
@@ -447,6 +457,7 @@ def artifact_key(tenant_id: str, turn_id: str, invocation_id: str, filename: str
 
 def file_pointer_key(tenant_id: str, file_id: str) -> str:
     return f"{tenant_id}/{FILE_POINTER_DIR}/{file_id}.json"
+
 
 # --- dispatch (issue 9) ------------------------------------------------------------------------
 # What a quota refusal may name (the quota contract in sandbox_common.models); same strings as DIM_*.
@@ -553,15 +564,19 @@ REAPER_SCHEDULE_MINUTES = 5
 METRIC_SESSIONS_REAPED = "SandboxSessionsReaped"  # property reason: turn_ended|lease_expired|unowned|recycled
 METRIC_TURN_TOKEN_REJECTED = "SandboxTurnTokenRejected"
 METRIC_WARM_CLAIMED = "SandboxWarmSessionClaimed"  # dimension source: warm|cold (first calls)
-METRIC_DIMENSIONS.update({
-    METRIC_SESSIONS_REAPED: ((),),
-    METRIC_TURN_TOKEN_REJECTED: ((),),
-    METRIC_WARM_CLAIMED: (("source",),),
-})  # fmt: skip
-ALARM_RUNBOOKS.update({
-    "sessions-reaped": "alarm-sessions-reaped.md",
-    "turn-token-rejected": "alarm-turn-token-rejected.md",
-})  # fmt: skip
+METRIC_DIMENSIONS.update(
+    {
+        METRIC_SESSIONS_REAPED: ((),),
+        METRIC_TURN_TOKEN_REJECTED: ((),),
+        METRIC_WARM_CLAIMED: (("source",),),
+    }
+)
+ALARM_RUNBOOKS.update(
+    {
+        "sessions-reaped": "alarm-sessions-reaped.md",
+        "turn-token-rejected": "alarm-turn-token-rejected.md",
+    }
+)
 
 # Turn token (§16.5): 43–128 characters of URL-safe base64 without padding (≥ 32 random bytes).
 TURN_TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{43,128}$")
@@ -611,8 +626,10 @@ CONTINUATIONS = TableSpec(
     "sandbox_continuations",
     pk="continuation_hash",
     ttl_attribute=TTL_ATTRIBUTE,
-    indexes=(Index("by_turn", pk="turn_id", sk="paused_at"),
-             Index("by_wait_due", pk="wait_open", sk="wait_due")),  # issue 12: the paused-calls sweep
+    indexes=(
+        Index("by_turn", pk="turn_id", sk="paused_at"),
+        Index("by_wait_due", pk="wait_open", sk="wait_due"),
+    ),  # issue 12: the paused-calls sweep
 )
 ALL_TABLES = (*ALL_TABLES, CONTINUATIONS)
 ENV_CONTINUATIONS_TABLE = "CONTINUATIONS_TABLE"
@@ -731,7 +748,9 @@ REAPER_INTERRUPTED_SWEEP_MODULE = "reaper.interrupted_sweep"
 CONTINUATION_ATTR_WAIT_OPEN = "wait_open"
 CONTINUATION_ATTR_WAIT_DUE = "wait_due"
 CONTINUATION_WAIT_OPEN_VALUE = "open"
-CONTINUATIONS_WAIT_DUE_INDEX = next(ix.name for ix in CONTINUATIONS.indexes if ix.pk == CONTINUATION_ATTR_WAIT_OPEN)
+CONTINUATIONS_WAIT_DUE_INDEX = next(
+    ix.name for ix in CONTINUATIONS.indexes if ix.pk == CONTINUATION_ATTR_WAIT_OPEN
+)
 # The internal dispatch action the reaper invokes: end the paused calls past their wait bound (§15).
 # Its answer is a count only; it ends nothing the bound has not already ended.
 ACTION_SWEEP_PAUSED = "sweep_paused_calls"

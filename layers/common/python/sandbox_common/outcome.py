@@ -40,18 +40,38 @@ from .redaction.catalogue import redact_head
 from .windows import iso_z_ms, utc_now
 
 # failure_reason prefixes of failures on dispatch's own side (alarmed as dispatch errors).
-INTERNAL_FAILURE_PREFIXES = ("internal_error", "turn_store_unavailable", "preflight_unavailable",
-                             "idempotency_store_unavailable", "dispatch_interrupted")  # fmt: skip
+INTERNAL_FAILURE_PREFIXES = (
+    "internal_error",
+    "turn_store_unavailable",
+    "preflight_unavailable",
+    "idempotency_store_unavailable",
+    "dispatch_interrupted",
+)
 # The keys of the `execute_code` log event (a subset of the audit row, plus audit_extra).
-LOG_EVENT_KEYS = ("invocation_id", "session_id", "tenant_id", "agent_id", "turn_id", "call_id", "exit_status",
-                  "error", "duration_ms", "stdout_bytes", "stderr_bytes", "stdout_truncated",
-                  "stderr_truncated", "failure_reason")  # fmt: skip
+LOG_EVENT_KEYS = (
+    "invocation_id",
+    "session_id",
+    "tenant_id",
+    "agent_id",
+    "turn_id",
+    "call_id",
+    "exit_status",
+    "error",
+    "duration_ms",
+    "stdout_bytes",
+    "stderr_bytes",
+    "stdout_truncated",
+    "stderr_truncated",
+    "failure_reason",
+)
 
 
 def internal_failure(reason: str | None) -> None:
     """Count a failure that dispatch caught itself (Lambda's Errors metric never sees these)."""
     # Redacted, then cut (issue 10): the reason may carry an exception's text.
-    emit_metric(n.METRIC_DISPATCH_INTERNAL_ERRORS, properties={"failure_reason": redact_head(reason or "", 80)})
+    emit_metric(
+        n.METRIC_DISPATCH_INTERNAL_ERRORS, properties={"failure_reason": redact_head(reason or "", 80)}
+    )
 
 
 class RunResult(Protocol):
@@ -136,7 +156,9 @@ class Outcome:
             self.failure = failure
 
     @contextmanager
-    def failures_answered(self, log_event: str, *, passes: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
+    def failures_answered(
+        self, log_event: str, *, passes: tuple[type[BaseException], ...] = ()
+    ) -> Iterator[None]:
         """The one error wrapper of a call that leaves an audit row (execute_code, a job's submit):
         SandboxInvalidRequest propagates (nothing counted or run: no row), and so does any of
         `passes` (e.g. a tool-calling pause: the row comes when the call ends); a SandboxFailure fails
@@ -189,15 +211,26 @@ class Outcome:
         else:  # pragma: no cover — a finished call always has a result or a failure
             body = SandboxError(messages.INTERNAL).to_response()
         if r is not None:
-            body.update(ok=r.ok, stdout=r.stdout, stderr=r.stderr, exit_code=r.exit_code,
-                        stdout_bytes=r.stdout_bytes, stderr_bytes=r.stderr_bytes,
-                        stdout_truncated=r.stdout_truncated, stderr_truncated=r.stderr_truncated)  # fmt: skip
+            body.update(
+                ok=r.ok,
+                stdout=r.stdout,
+                stderr=r.stderr,
+                exit_code=r.exit_code,
+                stdout_bytes=r.stdout_bytes,
+                stderr_bytes=r.stderr_bytes,
+                stdout_truncated=r.stdout_truncated,
+                stderr_truncated=r.stderr_truncated,
+            )
             if not r.ok:
                 body.update(error=r.error, error_message=r.error_message)
         else:
             body["exit_code"] = None
-        body.update(exit_status=self.exit_status, duration_ms=self.duration_ms, invocation_id=self.invocation_id,
-                    session_id=self.session_id)  # fmt: skip
+        body.update(
+            exit_status=self.exit_status,
+            duration_ms=self.duration_ms,
+            invocation_id=self.invocation_id,
+            session_id=self.session_id,
+        )
         body.update(self.response_extra)
         return body
 
@@ -249,13 +282,22 @@ class Outcome:
         r = self.result
         emit_metric(n.METRIC_TRUNCATED, 1 if r and (r.stdout_truncated or r.stderr_truncated) else 0)
         if self.ran_code:
-            emit_metric(n.METRIC_COST, price_per_call(), dimensions={"tenant_id": self.request.tenant_id},
-                        unit=MetricUnit.NoUnit)  # fmt: skip
+            emit_metric(
+                n.METRIC_COST,
+                price_per_call(),
+                dimensions={"tenant_id": self.request.tenant_id},
+                unit=MetricUnit.NoUnit,
+            )
 
     def log(self, row: dict[str, Any]) -> None:
         """The chunked output logs (§6.5) and the `execute_code` event."""
         if self.result is not None:
             for stream, text in (("stdout", self.result.full_stdout), ("stderr", self.result.full_stderr)):
-                log_output(invocation_id=self.invocation_id, session_id=self.session_id,
-                           tenant_id=self.request.tenant_id, stream=stream, text=text)  # fmt: skip
+                log_output(
+                    invocation_id=self.invocation_id,
+                    session_id=self.session_id,
+                    tenant_id=self.request.tenant_id,
+                    stream=stream,
+                    text=text,
+                )
         logger.info("execute_code", extra=self.log_event(row))

@@ -17,8 +17,13 @@ def log_output(*, invocation_id: str, session_id: str | None, tenant_id: str, st
         logger.info(
             "sandbox_output",
             extra={
-                "invocation_id": invocation_id, "session_id": session_id, "tenant_id": tenant_id,
-                "stream": stream, "chunk": index, "chunks": len(chunks), "data": data,
+                "invocation_id": invocation_id,
+                "session_id": session_id,
+                "tenant_id": tenant_id,
+                "stream": stream,
+                "chunk": index,
+                "chunks": len(chunks),
+                "data": data,
             },
-        )  # fmt: skip
+        )
     return len(chunks)

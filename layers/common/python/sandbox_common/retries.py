@@ -29,7 +29,12 @@ class RetryEvent:
     at: datetime
 
     def to_dict(self) -> dict[str, object]:
-        return {"type": n.EVENT_RETRYING, "reason": self.reason, "attempt": self.attempt, "at": _iso_z(self.at)}
+        return {
+            "type": n.EVENT_RETRYING,
+            "reason": self.reason,
+            "attempt": self.attempt,
+            "at": _iso_z(self.at),
+        }
 
 
 @dataclass

@@ -53,8 +53,9 @@ class DispatchSettings(_Settings):
 
     # programmatic tool calling (issue 12)
     continuations_table: str = Field(alias=n.ENV_CONTINUATIONS_TABLE)
-    tool_wait_seconds: int = Field(alias=n.ENV_TOOL_WAIT_SECONDS, default=n.TOOLS_WAIT_SECONDS, ge=1,
-                                   le=n.TOOLS_WAIT_SECONDS)
+    tool_wait_seconds: int = Field(
+        alias=n.ENV_TOOL_WAIT_SECONDS, default=n.TOOLS_WAIT_SECONDS, ge=1, le=n.TOOLS_WAIT_SECONDS
+    )
 
 
 class ReaperSettings(_Settings):

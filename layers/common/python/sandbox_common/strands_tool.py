@@ -32,8 +32,11 @@ def tool_spec(definition: dict[str, Any] | None = None) -> ToolSpec:
     """`definition`: what the turn's begin_turn answered (it lists the template's tools callable
     from code, §15); the plain definition before begin_turn."""
     definition = definition or tool_definition()
-    return {"name": definition["name"], "description": definition["description"],
-            "inputSchema": {"json": definition["input_schema"]}}  # fmt: skip
+    return {
+        "name": definition["name"],
+        "description": definition["description"],
+        "inputSchema": {"json": definition["input_schema"]},
+    }
 
 
 class SandboxStrandsTool(PythonAgentTool):
@@ -57,7 +60,11 @@ class SandboxStrandsTool(PythonAgentTool):
         text = failure_text(response)
         if text is not None:
             return _error(tool_use_id, text)
-        return {"toolUseId": tool_use_id, "status": "success", "content": [{"text": json.dumps(response, sort_keys=True)}]}
+        return {
+            "toolUseId": tool_use_id,
+            "status": "success",
+            "content": [{"text": json.dumps(response, sort_keys=True)}],
+        }
 
     def next_turn(self, turn_id: str | None = None) -> SandboxStrandsTool:
         """End this tool's turn and return the tool of the next turn (begun, same identity)."""

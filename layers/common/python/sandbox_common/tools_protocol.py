@@ -69,7 +69,11 @@ def installer_source() -> str:
 def start_source(code: str, *, allow: Sequence[str], max_calls: int, max_input_bytes: int) -> str:
     """The driver that runs `code` (byte-exact, base64) with the given tool allowlist."""
     encoded = base64.b64encode(code.encode("utf-8")).decode("ascii")
-    config = {"allow": sorted(set(allow)), "max_calls": int(max_calls), "max_input_bytes": int(max_input_bytes)}
+    config = {
+        "allow": sorted(set(allow)),
+        "max_calls": int(max_calls),
+        "max_input_bytes": int(max_input_bytes),
+    }
     return f"{_RUNTIME}.start({encoded!r}, {json.dumps(config, sort_keys=True)}, globals())"
 
 
@@ -107,7 +111,12 @@ def _decode(hex_text: str) -> RuntimeState | None:
         data = json.loads(bytes.fromhex(hex_text).decode("utf-8"))
     except (ValueError, UnicodeDecodeError):
         return None
-    if not isinstance(data, dict) or data.get("state") not in (STATE_TOOL_CALL, STATE_DONE, STATE_IDLE, STATE_BUSY):
+    if not isinstance(data, dict) or data.get("state") not in (
+        STATE_TOOL_CALL,
+        STATE_DONE,
+        STATE_IDLE,
+        STATE_BUSY,
+    ):
         return None
     seq = data.get("seq", 0)
     calls = data.get("calls")

@@ -283,8 +283,9 @@ def start(code_b64, config, namespace):
     except (ValueError, RuntimeError):  # a platform that refuses the size: keep its default
         previous = None
     try:
-        run.thread = threading.Thread(target=_body, args=(run, code, namespace, filename),
-                                      name="sandbox-tools-run", daemon=True)
+        run.thread = threading.Thread(
+            target=_body, args=(run, code, namespace, filename), name="sandbox-tools-run", daemon=True
+        )
         run.thread.start()
     finally:
         if previous is not None:
@@ -326,7 +327,9 @@ def status():
 def install():
     """Register the public `sandbox_tools` module (idempotent)."""
     public = types.ModuleType(PUBLIC_MODULE)
-    public.__doc__ = "Call this agent's allowlisted tools: `from sandbox_tools import tools; tools.NAME(**kwargs)`."
+    public.__doc__ = (
+        "Call this agent's allowlisted tools: `from sandbox_tools import tools; tools.NAME(**kwargs)`."
+    )
     public.tools = tools
     public.ToolError = ToolError
     public.ToolNotAllowed = ToolNotAllowed

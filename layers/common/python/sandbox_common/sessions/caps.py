@@ -33,8 +33,9 @@ def parse_cap(raw: Any) -> int | None:
 
 
 class SessionCapReader:
-    def __init__(self, *, stage: str, ssm: Any, ttl_seconds: int = 60,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self, *, stage: str, ssm: Any, ttl_seconds: int = 60, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.stage = stage
         self.ssm = ssm
         self.ttl = ttl_seconds
@@ -76,7 +77,9 @@ class SessionCapReader:
             return self._fallback(path, "missing")
         parsed = parse_cap(values[path])
         if parsed is None:
-            logger.error("ignoring session cap parameter: not a non-negative integer", extra={"parameter": path})
+            logger.error(
+                "ignoring session cap parameter: not a non-negative integer", extra={"parameter": path}
+            )
             emit_metric(n.METRIC_CAP_PARAMETER_INVALID)
             return self._fallback(path, "malformed") if required or path in self._last_good else None
         self._last_good[path] = parsed

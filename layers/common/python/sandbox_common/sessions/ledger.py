@@ -90,12 +90,20 @@ class Slot:
             return int(item[key]["N"]) if key in item and "N" in item[key] else None
 
         return cls(
-            slot_id=item[n.SESSIONS.pk]["S"][len(n.SESSION_SLOT_PREFIX):], tenant_id=s("tenant_id") or "",
-            environment=s("environment") or "", state=s("state") or "", source=s("source") or "",
-            started_at=i("started_at") or 0, lease_expires_at=i("lease_expires_at"), session_id=s("session_id"),
-            interpreter_id=s("interpreter_id"), turn_id=s("turn_id"), agent_id=s("agent_id"),
-            recycle_at=i("recycle_at"), claimed_at=i("claimed_at"),
-        )  # fmt: skip
+            slot_id=item[n.SESSIONS.pk]["S"][len(n.SESSION_SLOT_PREFIX) :],
+            tenant_id=s("tenant_id") or "",
+            environment=s("environment") or "",
+            state=s("state") or "",
+            source=s("source") or "",
+            started_at=i("started_at") or 0,
+            lease_expires_at=i("lease_expires_at"),
+            session_id=s("session_id"),
+            interpreter_id=s("interpreter_id"),
+            turn_id=s("turn_id"),
+            agent_id=s("agent_id"),
+            recycle_at=i("recycle_at"),
+            claimed_at=i("claimed_at"),
+        )
 
 
 def _slot_key(slot_id: str) -> dict[str, Any]:
@@ -158,21 +166,30 @@ class SessionLedger:
         slot_id = str(uuid.uuid4())
         now = int(self.clock())
         slot: dict[str, Any] = {
-            **_slot_key(slot_id), "tenant_id": {"S": tenant_id}, "environment": {"S": environment},
-            "state": {"S": "starting"}, "source": {"S": source}, "started_at": {"N": str(now)},
+            **_slot_key(slot_id),
+            "tenant_id": {"S": tenant_id},
+            "environment": {"S": environment},
+            "state": {"S": "starting"},
+            "source": {"S": source},
+            "started_at": {"N": str(now)},
             "lease_expires_at": {"N": str(now + lease_seconds)},
             n.SESSIONS.ttl: {"N": str(now + _SLOT_TTL_SECONDS)},
-        }  # fmt: skip
+        }
         if turn_id:
             slot["turn_id"] = {"S": turn_id}
         if agent_id:
             slot["agent_id"] = {"S": agent_id}
         items = [
-            {"Put": {"TableName": self.table, "Item": slot,
-                     "ConditionExpression": f"attribute_not_exists({n.SESSIONS.pk})"}},
+            {
+                "Put": {
+                    "TableName": self.table,
+                    "Item": slot,
+                    "ConditionExpression": f"attribute_not_exists({n.SESSIONS.pk})",
+                }
+            },
             self._increment(_tenant_key(tenant_id), caps.tenant_sessions, tenant_id),
             self._increment(_GLOBAL_KEY, caps.global_sessions, None),
-        ]  # fmt: skip
+        ]
         retries = self._transact(items, on_condition=_cap_dimension)
         return Reservation(slot_id=slot_id, retries=retries)
 
@@ -184,9 +201,16 @@ class SessionLedger:
             names["#t"] = "tenant_id"
             values[":t"] = {"S": tenant_id}
             update += ", #t = :t"
-        return {"Update": {"TableName": self.table, "Key": key, "UpdateExpression": update,
-                           "ConditionExpression": "attribute_not_exists(#c) OR #c < :cap",
-                           "ExpressionAttributeNames": names, "ExpressionAttributeValues": values}}  # fmt: skip
+        return {
+            "Update": {
+                "TableName": self.table,
+                "Key": key,
+                "UpdateExpression": update,
+                "ConditionExpression": "attribute_not_exists(#c) OR #c < :cap",
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": values,
+            }
+        }
 
     def release(self, slot_id: str) -> bool:
         """Free a slot and its capacity. True if this call freed it, False if it was already
@@ -197,20 +221,36 @@ class SessionLedger:
         decrement = {"#c": n.SESSION_ATTR_LIVE_COUNT}
         values = {":one": {"N": "1"}, ":zero": {"N": "0"}}
         items: list[dict[str, Any]] = [
-            {"Delete": {"TableName": self.table, "Key": _slot_key(slot_id),
-                        "ConditionExpression": f"attribute_exists({n.SESSIONS.pk})"}},
-            *({"Update": {"TableName": self.table, "Key": key, "UpdateExpression": "SET #c = #c - :one",
-                          "ConditionExpression": "#c > :zero", "ExpressionAttributeNames": decrement,
-                          "ExpressionAttributeValues": values}}
-              for key in (_tenant_key(slot.tenant_id), _GLOBAL_KEY)),
-        ]  # fmt: skip
+            {
+                "Delete": {
+                    "TableName": self.table,
+                    "Key": _slot_key(slot_id),
+                    "ConditionExpression": f"attribute_exists({n.SESSIONS.pk})",
+                }
+            },
+            *(
+                {
+                    "Update": {
+                        "TableName": self.table,
+                        "Key": key,
+                        "UpdateExpression": "SET #c = #c - :one",
+                        "ConditionExpression": "#c > :zero",
+                        "ExpressionAttributeNames": decrement,
+                        "ExpressionAttributeValues": values,
+                    }
+                }
+                for key in (_tenant_key(slot.tenant_id), _GLOBAL_KEY)
+            ),
+        ]
         try:
             self._transact(items, on_condition=_release_condition)
         except _AlreadyGone:
             return False
         return True
 
-    def _transact(self, items: list[dict[str, Any]], *, on_condition: Callable[[list[str]], str | None]) -> int:
+    def _transact(
+        self, items: list[dict[str, Any]], *, on_condition: Callable[[list[str]], str | None]
+    ) -> int:
         """Run one transaction; returns how many conflicts were retried."""
         for attempt in range(CONFLICT_ATTEMPTS):
             try:
@@ -246,9 +286,13 @@ class SessionLedger:
             slot_id,
             "SET #st = :active, session_id = :sid, interpreter_id = :iid REMOVE lease_expires_at",
             "#st = :starting",
-            {":active": {"S": "active"}, ":starting": {"S": "starting"}, ":sid": {"S": session_id},
-             ":iid": {"S": interpreter_id}},
-        )  # fmt: skip
+            {
+                ":active": {"S": "active"},
+                ":starting": {"S": "starting"},
+                ":sid": {"S": session_id},
+                ":iid": {"S": interpreter_id},
+            },
+        )
 
     def make_warm(self, slot_id: str, *, session_id: str, interpreter_id: str, recycle_at: int) -> bool:
         """A refill start passed its readiness preamble: offer it in the tenant × environment pool."""
@@ -260,23 +304,38 @@ class SessionLedger:
             "SET #st = :warm, session_id = :sid, interpreter_id = :iid, recycle_at = :rec, #pool = :pool "
             "REMOVE lease_expires_at",
             "#st = :starting",
-            {":warm": {"S": "warm"}, ":starting": {"S": "starting"}, ":sid": {"S": session_id},
-             ":iid": {"S": interpreter_id}, ":rec": {"N": str(recycle_at)},
-             ":pool": {"S": pool_key(slot.tenant_id, slot.environment)}},
+            {
+                ":warm": {"S": "warm"},
+                ":starting": {"S": "starting"},
+                ":sid": {"S": session_id},
+                ":iid": {"S": interpreter_id},
+                ":rec": {"N": str(recycle_at)},
+                ":pool": {"S": pool_key(slot.tenant_id, slot.environment)},
+            },
             names={"#pool": n.SESSION_ATTR_WARM_POOL},
-        )  # fmt: skip
+        )
 
-    def warm_candidates(self, *, tenant_id: str, environment: str, min_life_seconds: int,
-                        interpreter_id: str | None = None, limit: int = n.WARM_HINT_CANDIDATES) -> list[Slot]:  # fmt: skip
+    def warm_candidates(
+        self,
+        *,
+        tenant_id: str,
+        environment: str,
+        min_life_seconds: int,
+        interpreter_id: str | None = None,
+        limit: int = n.WARM_HINT_CANDIDATES,
+    ) -> list[Slot]:
         """The pool's sessions a turn could claim now (one Query of the sparse by_warm_pool index,
         eventually consistent: every claim re-checks them in its condition). Raises LedgerUnavailable."""
         now = int(self.clock())
         try:
             listed = self.ddb.query(
-                TableName=self.table, IndexName=n.SESSION_WARM_POOL_INDEX,
-                KeyConditionExpression="#pool = :pool", ExpressionAttributeNames={"#pool": n.SESSION_ATTR_WARM_POOL},
-                ExpressionAttributeValues={":pool": {"S": pool_key(tenant_id, environment)}}, Limit=limit,
-            )  # fmt: skip
+                TableName=self.table,
+                IndexName=n.SESSION_WARM_POOL_INDEX,
+                KeyConditionExpression="#pool = :pool",
+                ExpressionAttributeNames={"#pool": n.SESSION_ATTR_WARM_POOL},
+                ExpressionAttributeValues={":pool": {"S": pool_key(tenant_id, environment)}},
+                Limit=limit,
+            )
         except (ClientError, BotoCoreError) as exc:
             raise LedgerUnavailable(type(exc).__name__) from None
         found = []
@@ -289,8 +348,16 @@ class SessionLedger:
             found.append(candidate)
         return found
 
-    def claim_warm(self, *, tenant_id: str, environment: str, turn_id: str, agent_id: str,
-                   min_life_seconds: int, interpreter_id: str | None = None) -> Slot | None:  # fmt: skip
+    def claim_warm(
+        self,
+        *,
+        tenant_id: str,
+        environment: str,
+        turn_id: str,
+        agent_id: str,
+        min_life_seconds: int,
+        interpreter_id: str | None = None,
+    ) -> Slot | None:
         """Hand one warm session of the pool to a turn: ONE conditional write per candidate.
 
         The condition (still warm, still in this pool, not about to be recycled) makes two
@@ -299,13 +366,19 @@ class SessionLedger:
         """
         pool = pool_key(tenant_id, environment)
         now = int(self.clock())
-        for candidate in self.warm_candidates(tenant_id=tenant_id, environment=environment,
-                                              min_life_seconds=min_life_seconds, interpreter_id=interpreter_id):  # fmt: skip
+        for candidate in self.warm_candidates(
+            tenant_id=tenant_id,
+            environment=environment,
+            min_life_seconds=min_life_seconds,
+            interpreter_id=interpreter_id,
+        ):
             try:
                 out = self.ddb.update_item(
-                    TableName=self.table, Key=_slot_key(candidate.slot_id), ReturnValues="ALL_NEW",
+                    TableName=self.table,
+                    Key=_slot_key(candidate.slot_id),
+                    ReturnValues="ALL_NEW",
                     **_claim_expressions(pool, turn_id, agent_id, now, min_life_seconds),
-                )  # fmt: skip
+                )
             except ClientError as exc:
                 if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
                     continue  # another turn claimed it first (or the reaper took it): next one
@@ -315,8 +388,9 @@ class SessionLedger:
             return Slot.from_item(out["Attributes"])
         return None
 
-    def claim_warm_bound(self, hint: Slot, *, turn_id: str, agent_id: str, min_life_seconds: int,
-                         bind: dict[str, Any]) -> bool:  # fmt: skip
+    def claim_warm_bound(
+        self, hint: Slot, *, turn_id: str, agent_id: str, min_life_seconds: int, bind: dict[str, Any]
+    ) -> bool:
         """Claim the warm session `hint` (picked by begin_turn, §16.1) AND bind the turn to it in
         ONE TransactWriteItems: [the slot, conditioned like `claim_warm` plus "still this session";
         `bind`, the turn's own conditional Update (TurnStore.bind_item)]. Both apply or neither:
@@ -328,8 +402,9 @@ class SessionLedger:
         pool = pool_key(hint.tenant_id, hint.environment)
         claim = _claim_expressions(pool, turn_id, agent_id, int(self.clock()), min_life_seconds)
         claim["ConditionExpression"] += " AND session_id = :sid AND interpreter_id = :iid"
-        claim["ExpressionAttributeValues"].update({":sid": {"S": str(hint.session_id)},
-                                                   ":iid": {"S": str(hint.interpreter_id)}})  # fmt: skip
+        claim["ExpressionAttributeValues"].update(
+            {":sid": {"S": str(hint.session_id)}, ":iid": {"S": str(hint.interpreter_id)}}
+        )
         items = [{"Update": {"TableName": self.table, "Key": _slot_key(hint.slot_id), **claim}}, bind]
         try:
             self._transact(items, on_condition=lambda _codes: None)
@@ -344,12 +419,17 @@ class SessionLedger:
         if slot is None or slot.source != "warm":
             return False
         return self._update(
-            slot_id, "SET #st = :warm, #pool = :pool REMOVE turn_id, agent_id, claimed_at",
+            slot_id,
+            "SET #st = :warm, #pool = :pool REMOVE turn_id, agent_id, claimed_at",
             "#st = :active AND turn_id = :turn",
-            {":warm": {"S": "warm"}, ":active": {"S": "active"}, ":turn": {"S": turn_id},
-             ":pool": {"S": pool_key(slot.tenant_id, slot.environment)}},
+            {
+                ":warm": {"S": "warm"},
+                ":active": {"S": "active"},
+                ":turn": {"S": turn_id},
+                ":pool": {"S": pool_key(slot.tenant_id, slot.environment)},
+            },
             names={"#pool": n.SESSION_ATTR_WARM_POOL},
-        )  # fmt: skip
+        )
 
     # --- reads --------------------------------------------------------------------------------
     def get(self, slot_id: str) -> Slot | None:
@@ -363,10 +443,12 @@ class SessionLedger:
         """Every slot of the stage (at most global_sessions items: a scan is cheap)."""
         found: list[Slot] = []
         kwargs: dict[str, Any] = {
-            "TableName": self.table, "ConsistentRead": True,
-            "FilterExpression": "begins_with(#k, :slot)", "ExpressionAttributeNames": {"#k": n.SESSIONS.pk},
+            "TableName": self.table,
+            "ConsistentRead": True,
+            "FilterExpression": "begins_with(#k, :slot)",
+            "ExpressionAttributeNames": {"#k": n.SESSIONS.pk},
             "ExpressionAttributeValues": {":slot": {"S": n.SESSION_SLOT_PREFIX}},
-        }  # fmt: skip
+        }
         try:
             while True:
                 out = self.ddb.scan(**kwargs)
@@ -383,23 +465,40 @@ class SessionLedger:
     def live_counts(self, tenant_id: str) -> tuple[int, int]:
         """(tenant live_count, stage live_count) as the counters hold them."""
         try:
-            out = self.ddb.batch_get_item(RequestItems={self.table: {
-                "Keys": [_tenant_key(tenant_id), _GLOBAL_KEY], "ConsistentRead": True}})  # fmt: skip
+            out = self.ddb.batch_get_item(
+                RequestItems={
+                    self.table: {"Keys": [_tenant_key(tenant_id), _GLOBAL_KEY], "ConsistentRead": True}
+                }
+            )
         except (ClientError, BotoCoreError) as exc:
             raise LedgerUnavailable(type(exc).__name__) from None
-        counts = {row[n.SESSIONS.pk]["S"]: int(row.get(n.SESSION_ATTR_LIVE_COUNT, {"N": "0"})["N"])
-                  for row in out.get("Responses", {}).get(self.table, [])}  # fmt: skip
-        return (counts.get(n.SESSION_TENANT_COUNTER_PREFIX + tenant_id, 0),
-                counts.get(n.SESSION_GLOBAL_COUNTER_KEY, 0))  # fmt: skip
+        counts = {
+            row[n.SESSIONS.pk]["S"]: int(row.get(n.SESSION_ATTR_LIVE_COUNT, {"N": "0"})["N"])
+            for row in out.get("Responses", {}).get(self.table, [])
+        }
+        return (
+            counts.get(n.SESSION_TENANT_COUNTER_PREFIX + tenant_id, 0),
+            counts.get(n.SESSION_GLOBAL_COUNTER_KEY, 0),
+        )
 
-    def _update(self, slot_id: str, update: str, condition: str, values: dict[str, Any], *,
-                names: dict[str, str] | None = None) -> bool:  # fmt: skip
+    def _update(
+        self,
+        slot_id: str,
+        update: str,
+        condition: str,
+        values: dict[str, Any],
+        *,
+        names: dict[str, str] | None = None,
+    ) -> bool:
         try:
             self.ddb.update_item(
-                TableName=self.table, Key=_slot_key(slot_id), UpdateExpression=update,
-                ConditionExpression=condition, ExpressionAttributeValues=values,
+                TableName=self.table,
+                Key=_slot_key(slot_id),
+                UpdateExpression=update,
+                ConditionExpression=condition,
+                ExpressionAttributeValues=values,
                 ExpressionAttributeNames={"#st": "state", **(names or {})},
-            )  # fmt: skip
+            )
             return True
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
@@ -413,17 +512,24 @@ class _AlreadyGone(Exception):
     pass
 
 
-def _claim_expressions(pool: str, turn_id: str, agent_id: str, now: int, min_life_seconds: int) -> dict[str, Any]:
+def _claim_expressions(
+    pool: str, turn_id: str, agent_id: str, now: int, min_life_seconds: int
+) -> dict[str, Any]:
     """The warm claim of one slot: still warm, still in this pool, not about to be recycled."""
     return {
         "UpdateExpression": "SET #st = :active, turn_id = :turn, agent_id = :agent, claimed_at = :now REMOVE #pool",
         "ConditionExpression": "#st = :warm AND #pool = :pool AND recycle_at > :min",
         "ExpressionAttributeNames": {"#st": "state", "#pool": n.SESSION_ATTR_WARM_POOL},
         "ExpressionAttributeValues": {
-            ":active": {"S": "active"}, ":warm": {"S": "warm"}, ":pool": {"S": pool}, ":turn": {"S": turn_id},
-            ":agent": {"S": agent_id}, ":now": {"N": str(now)}, ":min": {"N": str(now + min_life_seconds)},
+            ":active": {"S": "active"},
+            ":warm": {"S": "warm"},
+            ":pool": {"S": pool},
+            ":turn": {"S": turn_id},
+            ":agent": {"S": agent_id},
+            ":now": {"N": str(now)},
+            ":min": {"N": str(now + min_life_seconds)},
         },
-    }  # fmt: skip
+    }
 
 
 def _cap_dimension(codes: list[str]) -> str | None:

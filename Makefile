@@ -16,7 +16,7 @@ help:
 	@echo "make session-runtime   the local sessions' pinned Python venv (.venv-session: numpy, pandas, ...)"
 	@echo "make synth STAGE=dev   synthesize one stage with the pinned CDK CLI"
 	@echo "make bench       full benchmarks (JSON lines)"
-	@echo "make lint        ruff + mypy"
+	@echo "make lint        ruff format --check, ruff (E501 at 110 columns), mypy"
 	@echo "make reliability full fault/fuzz/concurrency suite; writes tests/reliability/REPORT.md"
 
 install: .venv/.installed node_modules/.installed
@@ -107,6 +107,7 @@ reliability: os-deps install session-runtime
 	$(PY) -m pytest -q tests/reliability $(RELIABILITY_FULL_SIZED) --reliability-full
 
 lint: install
+	.venv/bin/ruff format --check .
 	.venv/bin/ruff check .
 	.venv/bin/mypy layers/common/python/sandbox_common functions infra
 

@@ -212,7 +212,8 @@ class ContinuationStore:
                 Key={n.CONTINUATIONS.pk: {"S": key}},
                 UpdateExpression="SET #s = :new, claimed_at = :now REMOVE #open, #due",
                 ConditionExpression=(
-                    "attribute_exists(#pk) AND #s = :paused AND tenant_id = :t AND agent_id = :a AND turn_id = :turn"
+                    "attribute_exists(#pk) AND #s = :paused AND tenant_id = :t AND agent_id = :a AND turn_id"
+                    " = :turn"
                 ),
                 ExpressionAttributeNames={
                     "#s": "status",

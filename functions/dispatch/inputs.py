@@ -32,7 +32,8 @@ def __sandbox_copy_inputs(items, answer, max_bytes):
     for path, bucket, key in items:
         head = s3.head_object(Bucket=bucket, Key=key)
         if head["ContentLength"] > max_bytes:
-            raise ValueError("%s is %d bytes, over the %d-byte limit" % (path, head["ContentLength"], max_bytes))
+            size = head["ContentLength"]
+            raise ValueError("%s is %d bytes, over the %d-byte limit" % (path, size, max_bytes))
         folder = os.path.dirname(path)
         if folder:
             os.makedirs(folder, exist_ok=True)

@@ -37,7 +37,10 @@ JOBS_UNAVAILABLE = "The background job service is unavailable right now; please 
 JOB_CHECK_FAILED = (
     "The background job could not be checked right now; it is still tracked, please ask again shortly."
 )
-TIMEOUT_SHORTENED = "The job's timeout was shortened from {asked} s to {got} s: the sandbox session it runs in ends before that."
+TIMEOUT_SHORTENED = (
+    "The job's timeout was shortened from {asked} s to {got} s: the sandbox session it runs in ends before"
+    " that."
+)
 JOB_LAUNCH_FAILED = "The background job could not be started in the sandbox; please try again."
 
 

@@ -289,8 +289,8 @@ def _complete(record: JobRecord, deps: JobDeps) -> JobRecord:
     # The row's shape is the Outcome's (one source of truth); error fields come from the stored end.
     # (`request` / `run` carry exactly the attributes audit_row reads: duck-typed on purpose.)
     ended = Outcome(
-        request=request,
-        invocation_id=record.invocation_id,  # type: ignore[arg-type]
+        request=request,  # type: ignore[arg-type]
+        invocation_id=record.invocation_id,
         started_at=started,
         finished_at=finished,
         exit_status=fields.get("exit_status", "error"),

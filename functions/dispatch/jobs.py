@@ -2,7 +2,8 @@
 
 Items (naming.JOBS, key `job_key`):
 - `job#{job_id}`: tenant_id, agent_id, turn_id, turn_token_sha256 (the turn's, §16.5), session_id,
-  interpreter_id, invocation_id, call_id, timeout_s, submitted_at / deadline_at (ISO, index keys), submitted_ms, audit_base
+  interpreter_id, invocation_id, call_id, timeout_s, submitted_at / deadline_at (ISO, index keys),
+  submitted_ms, audit_base
   (JSON: the audit fields known at submit), state, and once it ended: final_state, outcome
   (zlib-compressed JSON: the agent's final answer and the runner's audit fields), ended_ms.
 - `turn#{tenant_id}#{turn_id}`: `running` (slots in use) and `open_jobs` (string set).
@@ -208,8 +209,10 @@ class JobStore:
                         "Update": {
                             "TableName": self.table,
                             "Key": {"job_key": {"S": turn_key(record.tenant_id, record.turn_id)}},
-                            "UpdateExpression": "SET #r = if_not_exists(#r, :zero) + :one, tenant_id = :t, turn_id = :u, "
-                            "expires_at = :exp ADD open_jobs :ids",
+                            "UpdateExpression": (
+                                "SET #r = if_not_exists(#r, :zero) + :one, tenant_id = :t, turn_id = :u, "
+                                "expires_at = :exp ADD open_jobs :ids"
+                            ),
                             "ConditionExpression": "attribute_not_exists(#r) OR #r < :max",
                             "ExpressionAttributeNames": {"#r": "running"},
                             "ExpressionAttributeValues": {
@@ -396,7 +399,9 @@ class JobStore:
                         "Update": {
                             "TableName": self.table,
                             "Key": {"job_key": {"S": job_key(record.job_id)}},
-                            "UpdateExpression": "SET #s = :finishing, final_state = :f, outcome = :o, ended_ms = :e",
+                            "UpdateExpression": (
+                                "SET #s = :finishing, final_state = :f, outcome = :o, ended_ms = :e"
+                            ),
                             "ConditionExpression": "#s = :running",
                             "ExpressionAttributeNames": {"#s": "state"},
                             "ExpressionAttributeValues": {

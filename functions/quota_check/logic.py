@@ -59,8 +59,8 @@ class Refused:
 
     def to_response(self) -> dict[str, object]:
         return QuotaRefused(
-            dimension=self.dimension,
-            resets_at=iso_z(self.resets_at),  # type: ignore[arg-type]
+            dimension=self.dimension,  # type: ignore[arg-type]
+            resets_at=iso_z(self.resets_at),
             tenant_daily_cap=self.tenant_daily_cap,
             agent_hourly_cap=self.agent_hourly_cap,
         ).model_dump()

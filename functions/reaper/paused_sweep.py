@@ -6,8 +6,9 @@ The ending itself is dispatch's (`tool_flow.expire_due`, the same code a late re
 run: dispatch holds the continuations, the tenants' runner roles, the artifacts bucket and the
 audit grants). This hook invokes dispatch with the internal `sweep_paused_calls` action; the
 reaper's role may invoke dispatch and nothing more for this. Any caller may send that action: it
-ends only calls whose bound already passed and answers `{"ok": true}` (no counts of other tenants). A resume racing the sweep ends the
-call once (both claim the continuation with one conditional write).
+ends only calls whose bound already passed and answers `{"ok": true}` (no counts of other
+tenants). A resume racing the sweep ends the call once (both claim the continuation with one
+conditional write).
 """
 
 from __future__ import annotations

@@ -248,8 +248,10 @@ class ComputeConstruct(Construct):
             "BackstopFailures",
             name=n.backstop_failures_queue_name(self._config.name),
             config=self._config,
-            why_no_dlq="This queue IS the backstop's on-failure destination (failed log batches, kept 14 days "
-            "and alarmed); a dead-letter queue of its own would only move the same messages again.",
+            why_no_dlq=(
+                "This queue IS the backstop's on-failure destination (failed log batches, kept 14 days "
+                "and alarmed); a dead-letter queue of its own would only move the same messages again."
+            ),
         )
         fn.configure_async_invoke(on_failure=destinations.SqsDestination(queue), retry_attempts=2)
         return queue
@@ -430,13 +432,12 @@ class ComputeConstruct(Construct):
         )
         # Sessions with a running background job are spared (§17): the sparse by_open index lists them.
         jobs = tables[n.JOBS.logical]
+        open_jobs_index = next(i.name for i in n.JOBS.indexes if i.pk == n.JOB_ATTR_OPEN)
         role.add_to_policy(
             iam.PolicyStatement(
                 sid="ReadOpenJobs",
                 actions=["dynamodb:Query"],
-                resources=[
-                    f"{jobs.table_arn}/index/{next(i.name for i in n.JOBS.indexes if i.pk == n.JOB_ATTR_OPEN)}"
-                ],
+                resources=[f"{jobs.table_arn}/index/{open_jobs_index}"],
             )
         )
         sandbox_path = n.ssm_prefix(self._config.name)

@@ -281,7 +281,8 @@ class ObservabilityConstruct(Construct):
         )
         self._alarm(
             "backstop-errors",
-            "The redaction backstop Lambda failed or could not decode a log batch: a layer of redaction is blind.",
+            "The redaction backstop Lambda failed or could not decode a log batch: a layer of redaction is"
+            " blind.",
             self._sum(
                 {
                     "errors": c.backstop.metric_errors(period=PERIOD, statistic="Sum"),
@@ -296,7 +297,8 @@ class ObservabilityConstruct(Construct):
         )
         self._alarm(
             "audit-dlq-not-empty",
-            "Audit rows failed to write and wait in the audit dead-letter queue; drain with `sandboxctl audit replay`.",
+            "Audit rows failed to write and wait in the audit dead-letter queue; drain with `sandboxctl audit"
+            " replay`.",
             self._state.audit_dlq.metric_approximate_number_of_messages_visible(
                 period=PERIOD, statistic="Maximum"
             ),
@@ -304,7 +306,8 @@ class ObservabilityConstruct(Construct):
         )
         self._alarm(
             "readiness-check-failures",
-            "Sessions failed the readiness preamble (in-sandbox redactor not confirmed); calls return SandboxProvisioning.",
+            "Sessions failed the readiness preamble (in-sandbox redactor not confirmed); calls return"
+            " SandboxProvisioning.",
             sandbox_metric(n.METRIC_READINESS_FAILED),
             th.readiness_failures,
         )
@@ -355,8 +358,8 @@ class ObservabilityConstruct(Construct):
         # Issue 11 (§16.3, §16.5)
         self._alarm(
             "sessions-reaped",
-            f"The session reaper stopped {th.sessions_reaped}+ leaked sessions in 5 minutes (turn ended without "
-            "a stop, expired start lease, or no owning turn), or the reaper itself failed.",
+            f"The session reaper stopped {th.sessions_reaped}+ leaked sessions in 5 minutes (turn ended"
+            " without a stop, expired start lease, or no owning turn), or the reaper itself failed.",
             cw.MathExpression(
                 # any reaper error alone reaches the threshold: a reaper that does not run leaks silently
                 expression=f"FILL(reaped, 0) + FILL(errors, 0) * {th.sessions_reaped}",
@@ -371,8 +374,8 @@ class ObservabilityConstruct(Construct):
         )
         self._alarm(
             "turn-token-rejected",
-            f"{th.turn_token_rejected}+ dispatch actions in 5 minutes were refused for a missing, malformed or "
-            "wrong turn token: a caller guessing turns, or a client that lost its token.",
+            f"{th.turn_token_rejected}+ dispatch actions in 5 minutes were refused for a missing, malformed"
+            " or wrong turn token: a caller guessing turns, or a client that lost its token.",
             sandbox_metric(n.METRIC_TURN_TOKEN_REJECTED),
             th.turn_token_rejected,
         )
@@ -391,7 +394,9 @@ class ObservabilityConstruct(Construct):
         per_tenant_cost = cw.MathExpression(
             # SEARCH keeps the core stack independent of the tenant list (adding a tenant touches
             # only its shard) while still drawing one line per tenant.
-            expression=f"SEARCH('{{{n.METRICS_NAMESPACE},tenant_id}} MetricName=\"{n.METRIC_COST}\"', 'Sum', 3600)",
+            expression=(
+                f"SEARCH('{{{n.METRICS_NAMESPACE},tenant_id}} MetricName=\"{n.METRIC_COST}\"', 'Sum', 3600)"
+            ),
             using_metrics={},
             label="estimated cost (USD)",
             period=cdk.Duration.hours(1),

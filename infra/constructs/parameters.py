@@ -28,5 +28,7 @@ class ParametersConstruct(Construct):
             path.rsplit("/", 1)[-1].replace("_", "-"),
             parameter_name=path,
             string_value=value,
-            description="Thinkwork sandbox setting; operators change it with `sandboxctl caps set` (no redeploy).",
+            description=(
+                "Thinkwork sandbox setting; operators change it with `sandboxctl caps set` (no redeploy)."
+            ),
         )

@@ -113,11 +113,11 @@ class TenantConstruct(Construct):
             assume_role_policy_document=self._shared.agentcore_trust,
             description=f"Execution role of Code Interpreter {name} (tenant {self._tenant.id}, {env}); "
             + ("its data prefixes only" if data else "no permissions"),
-            policies=[
-                {"policyName": "TenantData", "policyDocument": {"Version": "2012-10-17", "Statement": data}}
-            ]
-            if data
-            else None,
+            policies=(
+                [{"policyName": "TenantData", "policyDocument": {"Version": "2012-10-17", "Statement": data}}]
+                if data
+                else None
+            ),
         )
         for resource in sorted(
             {
@@ -141,7 +141,9 @@ class TenantConstruct(Construct):
             # Always explicit: the L2's default is PUBLIC, which must never be an accident.
             network_configuration={"networkMode": n.NETWORK_MODE[env]},
             execution_role_arn=role.attr_arn,
-            description=f"Thinkwork sandbox: tenant {self._tenant.id}, environment {env}, stage {self._config.name}",
+            description=(
+                f"Thinkwork sandbox: tenant {self._tenant.id}, environment {env}, stage {self._config.name}"
+            ),
             tags={
                 "thinkwork:tenant": self._tenant.id,
                 "thinkwork:stage": self._config.name,

@@ -163,7 +163,8 @@ def files_step(target: Any, turn: str) -> list[str]:
     from infra.sandboxctl import ops
 
     print(
-        "\n7. a second turn: execute_code with a file: a CSV in, a summary CSV (outputs/) and a chart (an open figure) out"
+        "\n7. a second turn: execute_code with a file: a CSV in, a summary CSV (outputs/) and a chart (an"
+        " open figure) out"
     )
     token = new_token()
     event = {
@@ -201,7 +202,8 @@ def files_step(target: Any, turn: str) -> list[str]:
         digest = hashlib.sha256(data).hexdigest()
         ok = digest == entry["sha256"] and len(data) == entry["bytes"]
         print(
-            f"  {entry['filename']:<14} {len(data):>7} bytes  sha256 {digest}  {'matches' if ok else 'MISMATCH'}"
+            f"  {entry['filename']:<14} {len(data):>7} bytes  sha256 {digest} "
+            f" {'matches' if ok else 'MISMATCH'}"
         )
         if not ok:
             problems.append(f"{entry['filename']}: downloaded bytes do not match the artifact's size/sha256")
@@ -286,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     directory = Path(tempfile.mkdtemp(prefix="sandbox-demo-"))
     print("== execute_code demo on the local stack ==")
     print(
-        "Starting moto (DynamoDB, SSM, SQS, ...), the local AgentCore Code Interpreter and the Lambda emulator..."
+        "Starting moto (DynamoDB, SSM, SQS, ...), the local AgentCore Code Interpreter and the Lambda"
+        " emulator..."
     )
     started = time.monotonic()
     problems: list[str] = []
@@ -301,8 +304,8 @@ def main(argv: list[str] | None = None) -> int:
         problems += show_audit_and_counters(target, facts)
         problems += files_step(target, f"{facts['turn_id']}-files")
         print(
-            "\n9. a third turn: programmatic tool calling — the code calls the agent's query_sales tool in a loop;"
-            " each call pauses the code, the agent runtime runs the tool and resumes it"
+            "\n9. a third turn: programmatic tool calling — the code calls the agent's query_sales tool in a"
+            " loop; each call pauses the code, the agent runtime runs the tool and resumes it"
         )
         problems += demo_tools.run_tools_step(target, f"{facts['turn_id']}-tools", _show)
         problems += jobs_step(target)

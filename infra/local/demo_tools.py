@@ -93,7 +93,8 @@ def run_tools_step(target: Any, turn_id: str, show: Callable[[str, dict[str, Any
         else []
     )
     print(
-        f"\n  its audit trail: one row for the whole call, with {n.AUDIT_TOOL_CALLS} and hashed per-call records"
+        f"\n  its audit trail: one row for the whole call, with {n.AUDIT_TOOL_CALLS} and hashed per-call"
+        " records"
     )
     print("\n" + render.table(rows, [*AUDIT_COLUMNS, n.AUDIT_TOOL_CALLS]))
     mine = [r for r in rows if r.get("invocation_id") == response.get("invocation_id")]

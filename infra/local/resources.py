@@ -1,8 +1,9 @@
 """Create one stage's AWS resources in moto from the SAME definitions the CDK stacks use:
 `naming.ALL_TABLES` (keys, GSIs, TTL, PITR), `infra.constructs.definitions` (the stage-wide SSM
 parameters, each tenant's interpreter names and substrate JSON), one runner role per tenant,
-the audit DLQ, the `security-alerts` topic and the log groups. `tests/integration/local_stack/test_matches_cdk.py`
-holds this module and the synthesized `local` stage to the same shapes.
+the audit DLQ, the `security-alerts` topic and the log groups.
+`tests/integration/local_stack/test_matches_cdk.py` holds this module and the synthesized `local`
+stage to the same shapes.
 """
 
 from __future__ import annotations

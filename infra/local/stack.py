@@ -276,16 +276,17 @@ def status(directory: Path | None = None) -> dict[str, Any]:
         "state_dir": str(state.directory),
         "stage": state.data["stage"],
         "processes": processes,
-        "isolation": interpreter_isolation(interpreter["endpoint"])
-        if interpreter and interpreter["alive"]
-        else None,
+        "isolation": (
+            interpreter_isolation(interpreter["endpoint"]) if interpreter and interpreter["alive"] else None
+        ),
         # The interpreter ids the local AgentCore serves (issue 14: only the state file had them).
         "interpreters": [i["id"] for i in state.data.get("resources", {}).get("interpreters", [])],
     }
 
 
 def interpreter_isolation(endpoint: str) -> dict[str, Any] | None:
-    """The isolation the local interpreter enforces (its GET /_local/isolation), None if it does not answer."""
+    """The isolation the local interpreter enforces (its GET /_local/isolation), None if it does not
+    answer."""
     try:
         with urllib.request.urlopen(f"{endpoint}/_local/isolation", timeout=5) as answer:
             return dict(json.loads(answer.read()))
@@ -305,7 +306,8 @@ def up(
             assert state is not None
             if state.data["stage"] != stage:
                 raise LocalStackError(
-                    f"a local stack for stage {state.data['stage']!r} is running in {directory}; run `local down` first"
+                    f"a local stack for stage {state.data['stage']!r} is running in {directory}; run `local"
+                    " down` first"
                 )
             return state, False
         if current["processes"]:

@@ -117,12 +117,12 @@ def _isolation_line(isolation: dict[str, Any] | None) -> str:
     if isolation.get("strategy") == "bwrap":
         limits = isolation["limits"]
         return (
-            f"\n\nisolation: bwrap; uid: {isolation['uid']}\n"
-            f"  network SANDBOX: {isolation['network']['SANDBOX']}\n"
-            f"  network PUBLIC: {isolation['network']['PUBLIC']}\n"
-            f"  limits ({limits['mechanism']}): memory {limits['session_memory']}, {limits['process_memory_mb']} MiB "
-            f"per process; {limits['session_tasks']} tasks per session; {limits['cpu_seconds_per_process']} CPU-s "
-            f"per process; files {limits['file_size_mb']} MiB; /tmp {limits['tmp_mb']} MiB"
+            f"\n\nisolation: bwrap; uid: {isolation['uid']}\n  network SANDBOX:"
+            f" {isolation['network']['SANDBOX']}\n  network PUBLIC: {isolation['network']['PUBLIC']}\n "
+            f" limits ({limits['mechanism']}): memory {limits['session_memory']},"
+            f" {limits['process_memory_mb']} MiB per process; {limits['session_tasks']} tasks per session;"
+            f" {limits['cpu_seconds_per_process']} CPU-s per process; files {limits['file_size_mb']} MiB;"
+            f" /tmp {limits['tmp_mb']} MiB"
         )
     if isolation.get("strategy") == "unisolated":
         return f"\n\nisolation: NONE. WARNING: {isolation['warning']}"
@@ -192,7 +192,8 @@ def _caps(args: argparse.Namespace, target: Any) -> int:
             args,
             data,
             lambda: (
-                f"{data['parameter']} = {data['value']} (was {'unset' if data['previous'] is None else data['previous']})"
+                f"{data['parameter']} = {data['value']} (was"
+                f" {'unset' if data['previous'] is None else data['previous']})"
             ),
         )
     else:

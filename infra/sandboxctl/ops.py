@@ -207,7 +207,8 @@ def tenant_set(
     new_tier = tier or current["compliance_tier"]
     if enabled is True and new_tier != "standard":
         raise CtlError(
-            f"refused: tenant {tenant_id!r} is on the {new_tier!r} tier; only 'standard' tenants can use the sandbox"
+            f"refused: tenant {tenant_id!r} is on the {new_tier!r} tier; only 'standard' tenants can use the"
+            " sandbox"
         )
     new_enabled = current["sandbox_enabled"] if enabled is None else enabled
     if new_tier != "standard":
@@ -283,9 +284,11 @@ def caps_get(target: Target, tenant_id: str | None = None) -> dict[str, Any]:
     dimensions = (*n.CAP_DIMENSIONS, *n.SESSION_CAP_DIMENSIONS)
     result: dict[str, Any] = {
         "global": {
-            d: _cap_value(values[_cap_path(target.stage, d, None)])
-            if _cap_path(target.stage, d, None) in values
-            else None
+            d: (
+                _cap_value(values[_cap_path(target.stage, d, None)])
+                if _cap_path(target.stage, d, None) in values
+                else None
+            )
             for d in dimensions
         },
         "overrides": {},
@@ -558,7 +561,8 @@ def files_get(target: Target, tenant_id: str, file_id: str, path: str) -> dict[s
     digest = hashlib.sha256(data).hexdigest()
     if digest != pointer["sha256"]:
         raise CtlError(
-            f"file {file_id}: sha256 {digest} does not match the recorded {pointer['sha256']}; nothing written"
+            f"file {file_id}: sha256 {digest} does not match the recorded {pointer['sha256']}; nothing"
+            " written"
         )
     partial = f"{path}.partial"
     with open(partial, "wb") as fh:

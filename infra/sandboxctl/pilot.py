@@ -128,7 +128,8 @@ def run_pilot(
     tenant_id, template_id = _defaults(target, tenant_id, template_id)
     p = _Pilot(target, tenant_id, template_id, echo)
     p.echo(
-        f"pilot {p.run_id}: tenant {tenant_id}, template {template_id}, agent {p.agent_id}, stage {target.stage}"
+        f"pilot {p.run_id}: tenant {tenant_id}, template {template_id}, agent {p.agent_id}, stage"
+        f" {target.stage}"
     )
     windows_before = Windows.at(utc_now())
     daily_before = ops.counters_show(target, tenant_id, p.agent_id)[n.DIM_TENANT_DAILY]["count"]

@@ -3,7 +3,8 @@ costs, by service and operation, for the first call of a turn and for a later ca
 
 Target: a later call makes no SSM call and no pre-flight read beyond cache, one user-code
 InvokeCodeInterpreter (+ the artifact helper), one counter transaction and one audit row (inside
-the idempotency completion's transaction); a first call adds only StartCodeInterpreterSession, one readiness invoke and the turn-state write.
+the idempotency completion's transaction); a first call adds only StartCodeInterpreterSession,
+one readiness invoke and the turn-state write.
 `critical_path_depth` (issue 9): the longest chain of requests that waited on each other.
 
 Everything runs for real (the dispatch integration harness): moto in server mode, the local
@@ -62,6 +63,9 @@ COMPLETION = (
     f"{DISPATCH}:dynamodb:TransactWriteItems"
     f"[{'+'.join(sorted((n.IDEMPOTENCY.logical, n.INVOCATIONS.logical)))}]"
 )
+_COUNTER_TRANSACTION = "+".join(
+    t.logical for t in (n.AGENT_HOURLY_COUNTERS, n.TENANT_DAILY_COUNTERS, n.TURNS)
+)
 # A later call of a turn, every call justified. Keys: origin:service:Operation[logical table].
 LATER_CALL_ALLOWED: dict[str, tuple[int, str]] = {
     f"{DISPATCH}:dynamodb:PutItem[{n.IDEMPOTENCY.logical}]": (
@@ -75,12 +79,13 @@ LATER_CALL_ALLOWED: dict[str, tuple[int, str]] = {
     ),
     f"{DISPATCH}:bedrock-agentcore:InvokeCodeInterpreter": (
         2,
-        "the user code, then artifact collection (§14.2): the helper (executeCode); its answer file "
-        "is read (readFiles) only when it found something",
+        (
+            "the user code, then artifact collection (§14.2): the helper (executeCode); its answer file "
+            "is read (readFiles) only when it found something"
+        ),
     ),
     COMPLETION: (1, "the completed idempotency record and the audit row (§7), one transaction (issue 9)"),
-    f"{QUOTA}:dynamodb:TransactWriteItems[{n.AGENT_HOURLY_COUNTERS.logical}+{n.TENANT_DAILY_COUNTERS.logical}"
-    f"+{n.TURNS.logical}]": (
+    f"{QUOTA}:dynamodb:TransactWriteItems[{_COUNTER_TRANSACTION}]": (
         1,
         "the counter transaction (§5.1) with the turn guard's ConditionCheck and the call's counted marker",
     ),
@@ -345,8 +350,12 @@ def test_describe_wire_request_json_query_and_origin() -> None:
         "CONTENT_LENGTH": str(len(ddb_body)),
         "wsgi.input": io.BytesIO(ddb_body),
         "HTTP_X_AMZ_TARGET": "DynamoDB_20120810.GetItem",
-        "HTTP_AUTHORIZATION": "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/dynamodb/aws4_request, x",
-        "HTTP_USER_AGENT": "Boto3/1.44.5 md/Botocore#1.44.5 exec-env/AWS_Lambda_python3.13 cfg/retry-mode#standard",
+        "HTTP_AUTHORIZATION": (
+            "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/dynamodb/aws4_request, x"
+        ),
+        "HTTP_USER_AGENT": (
+            "Boto3/1.44.5 md/Botocore#1.44.5 exec-env/AWS_Lambda_python3.13 cfg/retry-mode#standard"
+        ),
     }
     sts_body = b"Action=AssumeRole&Version=2011-06-15&RoleArn=x"
     sts = {
@@ -424,9 +433,11 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
     extra = first - later
     emit(
         "aws_calls_per_execute_code",
-        target="later call: 0 SSM, 0 pre-flight reads, 1 InvokeCodeInterpreter, 1 TransactWriteItems, "
-        "1 audit row (in the completion's transaction); first call adds only Start, 1 readiness invoke, "
-        "the turn-state write",
+        target=(
+            "later call: 0 SSM, 0 pre-flight reads, 1 InvokeCodeInterpreter, 1 TransactWriteItems, "
+            "1 audit row (in the completion's transaction); first call adds only Start, 1 readiness invoke, "
+            "the turn-state write"
+        ),
         ratio=sum(first.values()) / sum(later.values()),
         later_call_total=sum(later.values()),
         first_call_total=sum(first.values()),

@@ -15,7 +15,10 @@ from ._report import best_seconds, emit
 
 LINES = (
     "INFO START RequestId: {rid} Version: $LATEST",
-    '{{"level":"INFO","message":"execute_code finished","tenant_id":"acme","session_id":"s-{n}","duration_ms":{n},"exit_status":"ok"}}',
+    (
+        '{{"level":"INFO","message":"execute_code'
+        ' finished","tenant_id":"acme","session_id":"s-{n}","duration_ms":{n},"exit_status":"ok"}}'
+    ),
     "stdout chunk {n}: result = [1.5, 2.25, 3.125] rows=1000 cols=12 path=/tmp/data_{n}.csv",
     "REPORT RequestId: {rid} Duration: 12.{n} ms Billed Duration: 13 ms Memory Size: 512 MB",
 )

@@ -27,23 +27,42 @@ def benign_line(rng: random.Random) -> str:
             f"INFO request_id={uuid.UUID(int=rng.getrandbits(128))} status={rng.choice([200, 201, 404, 500])}"
         )
     if kind == 1:
-        return f"sha256={hashlib.sha256(rng.randbytes(16)).hexdigest()} sha1={hashlib.sha1(rng.randbytes(8)).hexdigest()}"
+        return (
+            f"sha256={hashlib.sha256(rng.randbytes(16)).hexdigest()}"
+            f" sha1={hashlib.sha1(rng.randbytes(8)).hexdigest()}"
+        )
     if kind == 2:
         return "payload=" + base64.b64encode(rng.randbytes(rng.randrange(20, 400))).decode()
     if kind == 3:
         v = ".".join(str(rng.randrange(100)) for _ in range(rng.randrange(3, 5)))
-        return f"using numpy {v} pandas {rng.randrange(3)}.{rng.randrange(30)}.{rng.randrange(10)}rc{rng.randrange(5)} build {v}-{_s(rng, 'abcdef0123456789', 7)}"
+        return (
+            f"using numpy {v} pandas"
+            f" {rng.randrange(3)}.{rng.randrange(30)}.{rng.randrange(10)}rc{rng.randrange(5)} build"
+            f" {v}-{_s(rng, 'abcdef0123456789', 7)}"
+        )
     if kind == 4:
-        return f"GET https://api.{_s(rng, 'abcdefghij', 8)}.example.com/v1/items/{rng.randrange(10**6)}?page={rng.randrange(9)} 200"
+        host = _s(rng, "abcdefghij", 8)
+        return (
+            f"GET https://api.{host}.example.com/v1/items/{rng.randrange(10**6)}?page={rng.randrange(9)} 200"
+        )
     if kind == 5:
-        return f'File "/usr/lib/python3.12/site-packages/{_s(rng, "abcdefgh", 6)}/core.py", line {rng.randrange(999)}, in run'
+        return (
+            f'File "/usr/lib/python3.12/site-packages/{_s(rng, "abcdefgh", 6)}/core.py", line'
+            f" {rng.randrange(999)}, in run"
+        )
     if kind == 6:
         return f"Authorization header missing; expected Bearer token for user {_s(rng, ALNUM, 10)}"
     if kind == 7:
-        return f"session={_s(rng, ALNUM, 24)} trace=Root=1-{_s(rng, '0123456789abcdef', 8)}-{_s(rng, '0123456789abcdef', 24)}"
+        return (
+            f"session={_s(rng, ALNUM, 24)}"
+            f" trace=Root=1-{_s(rng, '0123456789abcdef', 8)}-{_s(rng, '0123456789abcdef', 24)}"
+        )
     if kind == 8:
         return f"{rng.random():.6f},{rng.randrange(10**9)},{_s(rng, ALNUM, 12)},ok,{rng.random() * 100:.2f}"
-    return f"model.layers.{rng.randrange(32)}.self_attn.q_proj.weight shape=({rng.randrange(4096)}, {rng.randrange(4096)})"
+    return (
+        f"model.layers.{rng.randrange(32)}.self_attn.q_proj.weight shape=({rng.randrange(4096)},"
+        f" {rng.randrange(4096)})"
+    )
 
 
 def token(rng: random.Random, cls: str) -> str:
@@ -62,7 +81,9 @@ def token(rng: random.Random, cls: str) -> str:
         return "ya29." + _s(rng, B64URL, rng.randrange(40, 200))
     if cls == "bearer":
         sep = rng.choice([": ", ':"', '": "', "=", ":  "])
-        return f"{rng.choice(['Authorization', 'authorization', 'AUTHORIZATION'])}{sep}{rng.choice(['Bearer', 'bearer'])} {_s(rng, ALNUM + '-._~+/', rng.randrange(20, 300))}"
+        header = rng.choice(["Authorization", "authorization", "AUTHORIZATION"])
+        scheme = rng.choice(["Bearer", "bearer"])
+        return f"{header}{sep}{scheme} {_s(rng, ALNUM + '-._~+/', rng.randrange(20, 300))}"
     if cls == "jwt":
         return "eyJ" + ".".join(_s(rng, B64URL, rng.randrange(16, 300)) for _ in range(3))
     return rng.choice(["AKIA", "ASIA"]) + _s(rng, "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", 16)

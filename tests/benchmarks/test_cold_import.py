@@ -39,7 +39,10 @@ LAYER_ROOT = REPO / "layers" / "common" / "python"
 TARGET_RATIO = 1.4
 BASELINE = "import boto3\nboto3.client('dynamodb', region_name='us-east-1')"
 # The child times only the snippet (perf_counter around exec), never its own start-up.
-_TIMER = "import sys, time\nt = time.perf_counter()\nexec(sys.argv[1])\nsys.stdout.write(repr(time.perf_counter() - t))"
+_TIMER = (
+    "import sys, time\nt = time.perf_counter()\nexec(sys.argv[1])\nsys.stdout.write(repr(time.perf_counter()"
+    " - t))"
+)
 # Imports that would mean a client or session is being built at import time (an import-time side
 # effect and the heavy half of the boto3 baseline): handlers must defer them to first use.
 _MUST_STAY_LAZY = ("boto3", "botocore.session", "botocore.client")

@@ -27,8 +27,10 @@ TOKENS = (
     "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8",
     "xoxb-1234567890123-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
     "AKIAIOSFODNN7EXAMPLE",
-    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIn0"
-    ".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
+    (
+        "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIn0"
+        ".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
+    ),
 )
 SIMPLE = re.compile(r"\d{3}-\d{2}-\d{4}")
 LITERAL_PREFIXED = re.compile(r"ghp_[A-Za-z0-9]{36}")
@@ -45,16 +47,22 @@ def realistic_stdout(size: int, seed: int = 7) -> str:
         if kind == 0:
             line = (
                 f"{n:6d}  {rng.random() * 1e4:12.4f}  {rng.choice(['north', 'south', 'east', 'west']):>6}  "
-                + (f"{rng.randint(0, 10**9):>10d}")
+                + f"{rng.randint(0, 10**9):>10d}"
             )
         elif kind == 1:
-            line = f"2026-11-21T08:{n % 60:02d}:{rng.randint(0, 59):02d}Z INFO processed batch={n} rows={rng.randint(1, 5000)}"
+            line = (
+                f"2026-11-21T08:{n % 60:02d}:{rng.randint(0, 59):02d}Z INFO processed batch={n}"
+                f" rows={rng.randint(1, 5000)}"
+            )
         elif kind == 2:
             line = json.dumps(
                 {"id": f"{rng.getrandbits(64):016x}", "score": round(rng.random(), 6), "tags": ["a", "b"]}
             )
         elif kind == 3:
-            line = f"mean={rng.gauss(0, 1):.6f} std={abs(rng.gauss(1, 0.1)):.6f} sha={hashlib.sha256(str(n).encode()).hexdigest()}"
+            line = (
+                f"mean={rng.gauss(0, 1):.6f} std={abs(rng.gauss(1, 0.1)):.6f}"
+                f" sha={hashlib.sha256(str(n).encode()).hexdigest()}"
+            )
         else:
             line = "Temperature: 21.5°C — résumé ✓ " + "".join(rng.choice("abcdefghij ") for _ in range(40))
         if n % 2500 == 1234:

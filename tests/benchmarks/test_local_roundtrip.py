@@ -233,7 +233,10 @@ def test_local_roundtrip_dispatch_vs_direct(
     floor = 2 * direct_median + 3 * moto_rt
     emit(
         "local_roundtrip",
-        target=f"warm execute_code('pass') via dispatch / direct invoke_code_interpreter <= {TARGET_RATIO} (moonshot 3)",
+        target=(
+            f"warm execute_code('pass') via dispatch / direct invoke_code_interpreter <= {TARGET_RATIO}"
+            " (moonshot 3)"
+        ),
         ratio=ratio,
         dispatch_median_ms=round(dispatch_median * 1000, 2),
         direct_median_ms=round(direct_median * 1000, 2),

@@ -26,7 +26,8 @@ sys.stderr.write("T=%r\\n" % (time.perf_counter() - start))
 CHUNKS = """
 import sys, time, random
 rng = random.Random(1)
-words = "the quick brown fox jumps over lazy dog request_id=3f2a9c1e-5b7d status=200 path=/api/v1/items version=1.2.3 host=api.example.com 3.14159 42".split()
+words = ("the quick brown fox jumps over lazy dog request_id=3f2a9c1e-5b7d status=200 "
+         "path=/api/v1/items version=1.2.3 host=api.example.com 3.14159 42").split()
 text = ""
 while len(text) < 65536:
     text += " ".join(rng.choice(words) for _ in range(12)) + "\\n"

@@ -63,7 +63,10 @@ def test_synth_scaling_per_tenant_resources_constant_and_time_sublinear(bench_fu
     ratio = runs[top][0] / base_seconds
     emit(
         "synth_scaling",
-        target=f"time({top} tenants)/time(1) <= {TARGET_RATIO}; resources per tenant constant; largest stack <= {STACK_RESOURCE_LIMIT}",
+        target=(
+            f"time({top} tenants)/time(1) <= {TARGET_RATIO}; resources per tenant constant; largest stack <="
+            f" {STACK_RESOURCE_LIMIT}"
+        ),
         ratio=ratio,
         seconds={str(c): round(s, 3) for c, (s, _) in runs.items()},
         resources_per_tenant={str(c): v for c, v in per_tenant.items()},

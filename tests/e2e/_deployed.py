@@ -25,9 +25,9 @@ from sandbox_common.turn_token import new_token
 T = TypeVar("T")
 
 HOW_TO_RUN = (
-    "real-AWS suite: run with SANDBOX_E2E=1 (optionally SANDBOX_E2E_STAGE=dev, SANDBOX_E2E_TENANT=acme, "
-    "SANDBOX_E2E_OTHER_TENANT=globex, SANDBOX_E2E_TEMPLATE=analyst) and AWS credentials for a deployed stage: "
-    "SANDBOX_E2E=1 .venv/bin/pytest -q tests/e2e"
+    "real-AWS suite: run with SANDBOX_E2E=1 (optionally SANDBOX_E2E_STAGE=dev, SANDBOX_E2E_TENANT=acme,"
+    " SANDBOX_E2E_OTHER_TENANT=globex, SANDBOX_E2E_TEMPLATE=analyst) and AWS credentials for a deployed"
+    " stage: SANDBOX_E2E=1 .venv/bin/pytest -q tests/e2e"
 )
 # The quota and pre-flight caches hold values for at most 60 s (SPEC §5.2, §6.1).
 CACHE_TTL_SECONDS = 60

@@ -75,9 +75,12 @@ def test_data_safety_dlq_replay_restores_every_row_exactly_once(
     record(
         "data_safety",
         check="audit DLQ replay (sandboxctl audit replay), run twice",
-        figures=f"{calls} calls with the audit table failing: agent results ok {sum(r['ok'] for r in results)}, "
-        f"rows in table {in_table_before}, dead-lettered {dead_lettered}; replay 1 {once}; replay 2 {twice}; "
-        f"rows after {len(rows)} (distinct {len({r['invocation_id'] for r in rows})}), DLQ left {_dlq_depth(stack)}",
+        figures=(
+            f"{calls} calls with the audit table failing: agent results ok {sum(r['ok'] for r in results)},"
+            f" rows in table {in_table_before}, dead-lettered {dead_lettered}; replay 1 {once}; replay 2"
+            f" {twice}; rows after {len(rows)} (distinct {len({r['invocation_id'] for r in rows})}), DLQ left"
+            f" {_dlq_depth(stack)}"
+        ),
     )
     # Then the agent never noticed, and every row is in the table exactly once, the DLQ empty
     assert all(r["ok"] for r in results)
@@ -117,9 +120,12 @@ def test_data_safety_ttl_retention_honoured(live: Stack, record: Any) -> None:
     record(
         "data_safety",
         check="TTL retention (expires_at = started_at + retention_days; >180 rejected)",
-        figures=f"retention {retention} d, expires_at - started_at = {rows[0]['expires_at'] - int(started.timestamp())} s; "
-        f"TTL attribute {ttl['TimeToLiveDescription'].get('AttributeName')}; {rejected} bad retentions rejected "
-        "(writer and StageConfig)",
+        figures=(
+            f"retention {retention} d, expires_at - started_at ="
+            f" {rows[0]['expires_at'] - int(started.timestamp())} s; TTL attribute"
+            f" {ttl['TimeToLiveDescription'].get('AttributeName')}; {rejected} bad retentions rejected"
+            " (writer and StageConfig)"
+        ),
     )
     assert rows[0]["expires_at"] == int(started.timestamp()) + retention * 86_400
     assert ttl["TimeToLiveDescription"]["AttributeName"] == "expires_at"
@@ -210,8 +216,10 @@ def test_data_safety_no_update_or_delete_path_in_code(
     record(
         "data_safety",
         check="no UpdateItem/DeleteItem/BatchWrite/PartiQL on the invocations table in code",
-        figures=f"{len(seen)} requests to the table over ok/error/invalid calls, DLQ replay and audit list: "
-        f"{sorted(set(operations))}",
+        figures=(
+            f"{len(seen)} requests to the table over ok/error/invalid calls, DLQ replay and audit list: "
+            f"{sorted(set(operations))}"
+        ),
     )
     # the calls' rows travel inside their idempotency completion (issue 9); the replayed one alone
     assert "TransactWriteItems" in operations and "PutItem" in operations
@@ -264,8 +272,10 @@ def test_data_safety_no_update_or_delete_path_in_iam(record: Any, synth: Any) ->
     record(
         "data_safety",
         check="IAM of the synthesized local stage: grants on the invocations table, resource policy",
-        figures=f"{len(grants)} allow statements on the table, {len(bad)} with update/delete; resource policy "
-        f"denies {sorted(denied)}",
+        figures=(
+            f"{len(grants)} allow statements on the table, {len(bad)} with update/delete; resource policy "
+            f"denies {sorted(denied)}"
+        ),
     )
     assert grants and bad == []
     assert {"dynamodb:UpdateItem", "dynamodb:DeleteItem"} <= denied

@@ -119,8 +119,11 @@ def test_isolation_turn_audit_and_counters_stay_per_tenant(live: Stack, record: 
     record(
         "isolation",
         check="globex using acme's turn id; audit queries by tenant; counters",
-        figures=f"execute_code -> ok={other.get('ok')} own session={other.get('session_id') != mine['session_id']}, "
-        f"end_turn -> {ended}; audit rows acme {len(acme_rows)}, globex {len(globex_rows)}",
+        figures=(
+            f"execute_code -> ok={other.get('ok')} own"
+            f" session={other.get('session_id') != mine['session_id']}, end_turn -> {ended}; audit rows acme"
+            f" {len(acme_rows)}, globex {len(globex_rows)}"
+        ),
     )
     assert other["ok"] is True
     assert other["session_id"] != mine["session_id"]
@@ -210,9 +213,11 @@ def test_isolation_ids_never_reach_paths_expressions_or_log_format(
     record(
         "isolation",
         check="hostile ids vs SSM paths, DynamoDB expressions, log format",
-        figures=f"{len(HOSTILE) * 6} hostile-id requests refused {refused}; {len(captured)} AWS requests "
-        f"captured ({names} SSM names, {expressions} expressions checked); {len(logs)} log lines, "
-        f"{len(bad_lines)} not JSON",
+        figures=(
+            f"{len(HOSTILE) * 6} hostile-id requests refused {refused}; {len(captured)} AWS requests "
+            f"captured ({names} SSM names, {expressions} expressions checked); {len(logs)} log lines, "
+            f"{len(bad_lines)} not JSON"
+        ),
     )
     assert ok["ok"] is True, ok
     assert refused == len(HOSTILE) * 6

@@ -96,8 +96,10 @@ def test_local_sandbox_session_cannot_reach_the_stacks_own_services(
     reached = sorted(k for k, v in seen.items() if v in ("CONNECTED", "ANSWERED"))
     record(
         "local_isolation",
-        attack="reach the stack's services (moto, interpreter API, Lambda emulator) and "
-        "list another tenant's sessions",
+        attack=(
+            "reach the stack's services (moto, interpreter API, Lambda emulator) and "
+            "list another tenant's sessions"
+        ),
         mode=mode,
         observed=f"{len(seen)} attempts, {len(reached)} reached: "
         + (", ".join(reached) or "none")
@@ -132,8 +134,11 @@ def test_local_sandbox_without_bwrap_dispatch_refuses_as_provisioning_and_audits
         "local_isolation",
         attack="run code on a machine without bubblewrap (no escape hatch)",
         mode="PUBLIC",
-        observed=f"{result.get('error')} reason={result.get('reason')} exit_status={result.get('exit_status')}; "
-        f"audit rows {[r['exit_status'] for r in rows]}; live sessions {len(refusing_stack.live_sessions())}",
+        observed=(
+            f"{result.get('error')} reason={result.get('reason')} exit_status={result.get('exit_status')};"
+            f" audit rows {[r['exit_status'] for r in rows]}; live sessions"
+            f" {len(refusing_stack.live_sessions())}"
+        ),
     )
     # Then SandboxProvisioning / isolation_unavailable, a sentence for the agent, one audit row
     assert result["error"] == "SandboxProvisioning" and result["reason"] == n.REASON_ISOLATION_UNAVAILABLE, (
@@ -148,9 +153,11 @@ def test_local_sandbox_without_bwrap_dispatch_refuses_as_provisioning_and_audits
 
 @pytest.mark.xfail(
     strict=True,
-    reason="dispatch consumes the quota before Start: an isolation_unavailable refusal "
-    "is counted (proposed fix to the lead: check the isolation/provisioning refusal before quota, or "
-    "refund it); dispatch is being reshaped (issue 9)",
+    reason=(
+        "dispatch consumes the quota before Start: an isolation_unavailable refusal "
+        "is counted (proposed fix to the lead: check the isolation/provisioning refusal before quota, or "
+        "refund it); dispatch is being reshaped (issue 9)"
+    ),
 )
 def test_local_sandbox_without_bwrap_refusal_is_not_counted(refusing_stack: Stack, record: Any) -> None:
     # Given a machine whose local interpreter cannot isolate sessions
@@ -162,8 +169,10 @@ def test_local_sandbox_without_bwrap_refusal_is_not_counted(refusing_stack: Stac
         "local_isolation",
         attack="refused call counted against the caps?",
         mode="PUBLIC",
-        observed=f"{result.get('reason')}; counter items before {sum(map(len, before.values()))}, "
-        f"after {sum(map(len, after.values()))}",
+        observed=(
+            f"{result.get('reason')}; counter items before {sum(map(len, before.values()))}, "
+            f"after {sum(map(len, after.values()))}"
+        ),
     )
     # Then no counter moved
     assert after == before
@@ -257,9 +266,11 @@ def test_local_sandbox_session_cannot_read_host_secrets_other_sessions_or_write_
 
     record(
         "local_isolation",
-        attack="read /etc/shadow, the repository, the host home, the stack state dir, "
-        "another session's workspace, /proc/<server>/environ; write worker.py (in the sandbox and its host "
-        "path) and /usr; list host processes; read the victim's files with the attacker's uid on the host",
+        attack=(
+            "read /etc/shadow, the repository, the host home, the stack state dir, another session's"
+            " workspace, /proc/<server>/environ; write worker.py (in the sandbox and its host path) and /usr;"
+            " list host processes; read the victim's files with the attacker's uid on the host"
+        ),
         mode=mode,
         observed=f"uid {seen['uid']} (victim {victim_session.uid}), caps {seen['caps'][0]}; "
         + ", ".join(

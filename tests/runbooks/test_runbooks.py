@@ -159,21 +159,33 @@ def test_operator_runbook_covers_every_required_topic():
         "aws ssm put-parameter --name /thinkwork/prod/sandbox/caps/tenant_daily --type Strin --value 1",
         "aws ssm get-parameter --name /thinkwork/prod/sandbox/caps/daily",  # not a naming.py path
         "aws dynamodb get-item --table-name thinkwork-prod-invocations --key '{}'",  # wrong table name
-        "aws dynamodb query --table-name thinkwork-prod-sandbox_invocations --index-name by_time"
-        ' --key-condition-expression \'tenant_id = :t\' --expression-attribute-values \'{":t": {"S": "a"}}\'',
-        "aws dynamodb query --table-name thinkwork-prod-sandbox_invocations --index-name by_session"
-        ' --key-condition-expression \'tenant_id = :t\' --expression-attribute-values \'{":t": {"S": "a"}}\'',
+        (
+            "aws dynamodb query --table-name thinkwork-prod-sandbox_invocations --index-name by_time"
+            ' --key-condition-expression \'tenant_id = :t\' --expression-attribute-values \'{":t": {"S":'
+            ' "a"}}\''
+        ),
+        (
+            "aws dynamodb query --table-name thinkwork-prod-sandbox_invocations --index-name by_session"
+            ' --key-condition-expression \'tenant_id = :t\' --expression-attribute-values \'{":t": {"S":'
+            ' "a"}}\''
+        ),
         "aws dynamodb get-item --table-name thinkwork-prod-sandbox_invocations --key '{\"invocation_id\": '",
-        "aws cloudwatch get-metric-statistics --namespace ThinkworkSandbox --metric-name SandboxCapExceeded"
-        " --dimensions Name=agent_id,Value=a --start-time 2026-11-21T00:00:00Z --end-time 2026-11-21T01:00:00Z"
-        " --period 60 --statistics Sum",  # never emitted by agent_id
-        "aws cloudwatch get-metric-statistics --namespace ThinkworkSandbox --metric-name TokenShapedStringDetected"
-        " --dimensions Name=token_class,Value=gitlab --start-time 2026-11-21T00:00:00Z"
-        " --end-time 2026-11-21T01:00:00Z --period 60 --statistics Sum",
+        (  # never emitted by agent_id
+            "aws cloudwatch get-metric-statistics --namespace ThinkworkSandbox --metric-name"
+            " SandboxCapExceeded --dimensions Name=agent_id,Value=a --start-time 2026-11-21T00:00:00Z"
+            " --end-time 2026-11-21T01:00:00Z --period 60 --statistics Sum"
+        ),
+        (
+            "aws cloudwatch get-metric-statistics --namespace ThinkworkSandbox --metric-name"
+            " TokenShapedStringDetected --dimensions Name=token_class,Value=gitlab --start-time"
+            " 2026-11-21T00:00:00Z --end-time 2026-11-21T01:00:00Z --period 60 --statistics Sum"
+        ),
         "aws cloudwatch describe-alarms --alarm-names thinkwork-prod-sandbox-everything",
         "aws lambda get-function-configuration --function-name thinkwork-prod-quota",
-        "aws logs start-query --log-group-name /aws/lambda/thinkwork-prod-dispatch --start-time 1 --end-time 2"
-        " --query-string 'fields tenant | filter x = 1'",  # fields our logs do not emit
+        (  # fields our logs do not emit
+            "aws logs start-query --log-group-name /aws/lambda/thinkwork-prod-dispatch --start-time 1"
+            " --end-time 2 --query-string 'fields tenant | filter x = 1'"
+        ),
         "aws ssm get-parameter --name /thinkwork/prod/sandbox/caps/tenant_daily --query 'Parameter.[Value'",
         "aws ssm get-parameter --name /thinkwork/prod/sandbox/caps/tenant_daily | cat",
         'aws logs get-query-results --query-id "$UNDEFINED"',
@@ -181,7 +193,8 @@ def test_operator_runbook_covers_every_required_topic():
         "sandboxctl --stage prod tenant show <tenant>",
         "sandboxctl caps get",  # no stage
         'sandboxctl --stage prod invoke \'{"action": "execute_code", "tenant_id": "acme"}\'',
-        'sandboxctl --stage prod invoke \'{"action": "end_turn", "tenant_id": "acme", "turn_id": "t1"}\'',  # no token
+        # no token
+        'sandboxctl --stage prod invoke \'{"action": "end_turn", "tenant_id": "acme", "turn_id": "t1"}\'',
         "curl https://example.com",
         "date -d 'not a date at all' +%s",
     ],
@@ -248,8 +261,8 @@ def test_insights_check_reads_aliases_regexes_and_literals():
 def test_names_check_flags_unknown_resource_names():
     # Given prose that names resources naming.py does not produce
     text = (
-        "see thinkwork-prod-sandbox_audit and /thinkwork/prod/sandbox/caps/daily, /aws/lambda/thinkwork-prod-api,"
-        " metric SandboxCallsTotal, sandboxctl --stage dev caps get"
+        "see thinkwork-prod-sandbox_audit and /thinkwork/prod/sandbox/caps/daily,"
+        " /aws/lambda/thinkwork-prod-api, metric SandboxCallsTotal, sandboxctl --stage dev caps get"
     )
     # When checking the names
     problems = c.check_names_in_text(text)

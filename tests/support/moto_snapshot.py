@@ -10,8 +10,9 @@ freshly created resources.
 
 A copy is a pickle round trip of each backend's attributes. What pickle cannot copy is handled
 the way `copy.deepcopy` would: functions (moto keeps lambdas as default factories) are shared,
-locks are new (a bound method, like a Condition's `acquire`, binds to the copy of its object), and a reference to a backend object resolves to the live backend it was taken
-from. S3 also records bucket owners outside its backends (`s3_backends.bucket_accounts`), which
+locks are new (a bound method, like a Condition's `acquire`, binds to the copy of its object),
+and a reference to a backend object resolves to the live backend it was taken from. S3 also records
+bucket owners outside its backends (`s3_backends.bucket_accounts`), which
 is restored with the buckets.
 """
 

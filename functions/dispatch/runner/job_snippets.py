@@ -214,7 +214,8 @@ def _sbx_job_status(job_id, cancel, out_limit, err_limit, tail_bytes, cancel_wai
     print(marker + json.dumps(state))
 
 
-_sbx_job_status({job_id!r}, {cancel!r}, {out_limit!r}, {err_limit!r}, {tail_bytes!r}, {cancel_wait!r}, {grace!r}, {marker!r})
+_sbx_job_status({job_id!r}, {cancel!r}, {out_limit!r}, {err_limit!r}, {tail_bytes!r}, {cancel_wait!r},
+                {grace!r}, {marker!r})
 del _sbx_job_status
 """
 

@@ -44,8 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--python",
         default=os.environ.get(naming.ENV_SESSION_PYTHON) or None,
-        help=f"the Python that runs session code (default ${naming.ENV_SESSION_PYTHON}, "
-        "else this interpreter's base Python)",
+        help=(
+            f"the Python that runs session code (default ${naming.ENV_SESSION_PYTHON}, "
+            "else this interpreter's base Python)"
+        ),
     )
     parser.add_argument("--memory-mb", type=int, default=Limits.memory_mb)
     parser.add_argument("--cpu-seconds", type=int, default=Limits.cpu_seconds)
@@ -83,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     plan = server.manager.plan
     if plan.strategy != "bwrap":  # say it where the operator looks: the log, at start
         print(
-            f"local interpreter: WARNING: sessions are {'refused' if plan.strategy == 'unavailable' else 'UNISOLATED'}:"
-            f" {plan.unavailable}",
+            "local interpreter: WARNING: sessions are"
+            f" {'refused' if plan.strategy == 'unavailable' else 'UNISOLATED'}: {plan.unavailable}",
             file=sys.stderr,
             flush=True,
         )

@@ -135,8 +135,10 @@ class IsolationPlan:
             return {
                 "strategy": "unisolated",
                 "isolated": False,
-                "warning": f"{naming.ENV_LOCAL_UNISOLATED}=1: sessions run UNISOLATED as the server's user, "
-                "with the host's file system and network",
+                "warning": (
+                    f"{naming.ENV_LOCAL_UNISOLATED}=1: sessions run UNISOLATED as the server's user, "
+                    "with the host's file system and network"
+                ),
                 "limits": {
                     "mechanism": "rlimit",
                     "process_memory_mb": limits.memory_mb,
@@ -186,7 +188,10 @@ def _bwrap_problem() -> str | None:
             "(or: apt-get install -y bubblewrap slirp4netns)"
         )
     if os.geteuid() != 0:
-        return "the local interpreter must run as root to give each session its own uid, cgroup and network fence"
+        return (
+            "the local interpreter must run as root to give each session its own uid, cgroup and network"
+            " fence"
+        )
     if not os.access(SETPRIV, os.X_OK):
         return f"{SETPRIV} (util-linux) is not installed"
     if not _runs(

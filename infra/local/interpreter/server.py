@@ -4,13 +4,14 @@ It speaks the `bedrock-agentcore` rest-json protocol exactly as the botocore ser
 (`botocore/data/bedrock-agentcore/2024-02-28/service-2.json`) describes it, so the unmodified
 boto3 client works with only `endpoint_url` changed (request signatures are not checked):
 
-| operation | HTTP | inputs |
+| operation | HTTP (path under /code-interpreters/{id}) | inputs |
 |---|---|---|
-| StartCodeInterpreterSession | PUT /code-interpreters/{id}/sessions/start | body: name, sessionTimeoutSeconds, clientToken |
-| InvokeCodeInterpreter | POST /code-interpreters/{id}/tools/invoke | header x-amzn-code-interpreter-session-id; body: name, arguments |
-| StopCodeInterpreterSession | PUT /code-interpreters/{id}/sessions/stop | query sessionId |
-| GetCodeInterpreterSession | GET /code-interpreters/{id}/sessions/get | query sessionId |
-| ListCodeInterpreterSessions | POST /code-interpreters/{id}/sessions/list | body: maxResults, nextToken, status |
+| StartCodeInterpreterSession | PUT sessions/start | body: name, sessionTimeoutSeconds, clientToken |
+| InvokeCodeInterpreter | POST tools/invoke | header x-amzn-code-interpreter-session-id; body: name,
+  arguments |
+| StopCodeInterpreterSession | PUT sessions/stop | query sessionId |
+| GetCodeInterpreterSession | GET sessions/get | query sessionId |
+| ListCodeInterpreterSessions | POST sessions/list | body: maxResults, nextToken, status |
 
 Errors are `x-amzn-errortype: <Name>` + JSON `{"message": ...}` with the model's HTTP status
 (ResourceNotFoundException 404, ValidationException 400 with `reason`, ServiceQuotaExceeded 402,

@@ -155,12 +155,9 @@ def test_token_of_every_class_never_reaches_response_logs_or_audit(
     secret = _secret(example)
     half = len(example) // 2
     code = (
-        "import sys, json\n"
-        f"print({example!r})\n"
-        f"sys.stdout.write({example[:half]!r}); sys.stdout.flush(); sys.stdout.write({example[half:]!r} + '\\n')\n"
-        f"print(json.dumps({{'leak': {example!r}}}))\n"
-        f"print({example!r}, file=sys.stderr)\n"
-        f"raise RuntimeError({example!r})"
+        f"import sys, json\nprint({example!r})\nsys.stdout.write({example[:half]!r}); sys.stdout.flush();"
+        f" sys.stdout.write({example[half:]!r} + '\\n')\nprint(json.dumps({{'leak':"
+        f" {example!r}}}))\nprint({example!r}, file=sys.stderr)\nraise RuntimeError({example!r})"
     )
     # When it runs through dispatch
     result = stack.dispatch(event(call_id=f"leak-{token_class}", code=code))

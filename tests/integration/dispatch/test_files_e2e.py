@@ -108,7 +108,10 @@ def test_token_in_text_artifact_is_redacted_in_the_stored_object(stack: Stack) -
     token = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
     made = stack.dispatch(
         event(
-            code=f"import os\nos.makedirs('outputs', exist_ok=True)\nopen('outputs/t.txt','w').write('t={token}')"
+            code=(
+                "import os\nos.makedirs('outputs',"
+                f" exist_ok=True)\nopen('outputs/t.txt','w').write('t={token}')"
+            )
         )
     )
     (entry,) = made["files"]
@@ -127,8 +130,10 @@ def test_timeout_collects_no_artifacts(stack: Stack, monkeypatch) -> None:
     dependencies.reset()
     result = stack.dispatch(
         event(
-            code="import os, time\nos.makedirs('outputs', exist_ok=True)\n"
-            "open('outputs/late.txt','w').write('x')\ntime.sleep(30)"
+            code=(
+                "import os, time\nos.makedirs('outputs', exist_ok=True)\n"
+                "open('outputs/late.txt','w').write('x')\ntime.sleep(30)"
+            )
         )
     )
     assert result["exit_status"] == "timeout"

@@ -31,14 +31,12 @@ def test_session_runtime_has_pinned_libraries_agg_and_a_working_redactor(
         client,
         ACME_CI,
         acme_session,
-        (
-            "import importlib.metadata as m, matplotlib, sys\n"
-            "import numpy, pandas, scipy, pyarrow, requests, openpyxl, matplotlib.pyplot\n"
-            "print(sys.prefix)\nprint(matplotlib.get_backend())\n"
-            "for p in ('numpy', 'pandas', 'matplotlib', 'scipy', 'pyarrow', 'requests', 'openpyxl'):\n"
-            "    print(p, m.version(p))\n"
-            f"print({TOKEN!r})\n"
-        ),
+        "import importlib.metadata as m, matplotlib, sys\n"
+        "import numpy, pandas, scipy, pyarrow, requests, openpyxl, matplotlib.pyplot\n"
+        "print(sys.prefix)\nprint(matplotlib.get_backend())\n"
+        "for p in ('numpy', 'pandas', 'matplotlib', 'scipy', 'pyarrow', 'requests', 'openpyxl'):\n"
+        "    print(p, m.version(p))\n"
+        f"print({TOKEN!r})\n",
     )[0]
     lines = probe["stdout"].splitlines()
     assert probe["exitCode"] == 0, probe["stderr"]
@@ -59,9 +57,7 @@ def test_session_cannot_modify_the_session_runtime(files_interpreter, acme_sessi
         make_client(files_interpreter.endpoint),
         ACME_CI,
         acme_session,
-        (
-            "import numpy, os\ntry:\n    open(os.path.join(os.path.dirname(numpy.__file__), 'evil.py'), 'w')\n"
-            "    print('written')\nexcept OSError as e:\n    print(type(e).__name__)"
-        ),
+        "import numpy, os\ntry:\n    open(os.path.join(os.path.dirname(numpy.__file__), 'evil.py'), 'w')\n"
+        "    print('written')\nexcept OSError as e:\n    print(type(e).__name__)",
     )[0]
     assert site["stdout"].strip() in ("PermissionError", "OSError")

@@ -440,9 +440,11 @@ def test_uid_leases_are_exclusive_and_freed_when_the_holder_dies() -> None:
         [
             sys.executable,
             "-c",
-            "import sys, time; from infra.local.interpreter.uids import UidAllocator; "
-            f"lease = UidAllocator(base={UID_BASE + UID_COUNT - 2}, count=2).lease(); print(lease.uid, flush=True); "
-            "time.sleep(60)",
+            (
+                "import sys, time; from infra.local.interpreter.uids import UidAllocator; lease ="
+                f" UidAllocator(base={UID_BASE + UID_COUNT - 2}, count=2).lease(); print(lease.uid,"
+                " flush=True); time.sleep(60)"
+            ),
         ],
         stdout=subprocess.PIPE,
         text=True,

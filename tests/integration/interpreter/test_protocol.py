@@ -88,7 +88,10 @@ def test_execute_code_sys_exit_sets_exit_code(client: Any, session: str, code: s
 
 def test_execute_code_captures_subprocess_output_at_fd_level(client: Any, session: str) -> None:
     # Given / When output written by a child process and straight to the fds
-    code = "import os, subprocess\nsubprocess.run(['sh', '-c', 'echo out; echo err >&2'])\nos.write(1, b'raw\\n')\nNone"
+    code = (
+        "import os, subprocess\nsubprocess.run(['sh', '-c', 'echo out; echo err >&2'])\nos.write(1,"
+        " b'raw\\n')\nNone"
+    )
     result, _, _ = invoke(client, PUBLIC_CI, session, code)
 
     # Then it is captured like print output

@@ -165,8 +165,9 @@ def inject_aws_error(
 ) -> Injection:
     """Make the real boto3 client receive an AWS JSON-protocol error for `operation`.
 
-    `when(request_body)` narrows it to some requests. A `before-send` hook answers instead of the network, so botocore's parser and retry handler
-    run exactly as they would on a real error (throttling codes are retried, then raised).
+    `when(request_body)` narrows it to some requests. A `before-send` hook answers instead of the
+    network, so botocore's parser and retry handler run exactly as they would on a real error
+    (throttling codes are retried, then raised).
     """
     injection = Injection()
 

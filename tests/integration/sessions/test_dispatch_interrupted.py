@@ -144,8 +144,8 @@ def _finisher_killed_before_its_row(stack: Stack, call_id: str) -> None:
         ),
     )
     script = (
-        "import sys\nfrom reaper.interrupted_sweep import interrupted_calls\nfrom reaper.service import reaper\n"
-        "interrupted_calls(reaper()).finish(sys.argv[1])\n"
+        "import sys\nfrom reaper.interrupted_sweep import interrupted_calls\nfrom reaper.service import"
+        " reaper\ninterrupted_calls(reaper()).finish(sys.argv[1])\n"
     )
     env = dict(os.environ)
     env.update(AWS_ENDPOINT_URL=proxy.endpoint, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))

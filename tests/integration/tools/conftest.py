@@ -1,4 +1,6 @@
-"""Programmatic tool calling against the real local interpreter: fixtures in tests/support/tools_session.py."""
+"""Programmatic tool calling against the real local interpreter.
+
+Fixtures in tests/support/tools_session.py."""
 
 from __future__ import annotations
 

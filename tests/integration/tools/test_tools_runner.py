@@ -142,8 +142,9 @@ def test_tools_runner_result_over_one_mib_reaches_code_as_tool_error(tools_sessi
 
     # Then the first became a ToolError in the code, the second arrived whole
     assert isinstance(final, Finished)
-    assert final.result.stdout == (
-        "tool error: tool result is 1048577 bytes serialized, over the 1048576-byte limit\n"
+    assert (
+        final.result.stdout
+        == "tool error: tool result is 1048577 bytes serialized, over the 1048576-byte limit\n"
         f"{1024 * 1024 - 2}\n"
     )
     assert [r.ok for r in final.records] == [False, True]
@@ -151,7 +152,10 @@ def test_tools_runner_result_over_one_mib_reaches_code_as_tool_error(tools_sessi
 
 def test_tools_runner_tool_error_is_raised_in_code(tools_session: ToolsSession) -> None:
     # Given code that catches ToolError
-    code = "from sandbox_tools import tools, ToolError\ntry:\n    tools.q(a=1)\nexcept ToolError as e:\n    print('E:', e)\n"
+    code = (
+        "from sandbox_tools import tools, ToolError\ntry:\n    tools.q(a=1)\nexcept ToolError as e:\n   "
+        " print('E:', e)\n"
+    )
     runner = tools_session.tools()
     first = runner.execute(
         tools_session.interpreter_id, tools_session.session_id, code, allow=["q"], call_ref="c"
@@ -278,7 +282,10 @@ def test_tools_runner_deadline_counts_running_time_not_tool_wait(tools_session: 
     # Given a 2 s per-call deadline and code that runs briefly around a tool call
     tools_session.runner.call_timeout_seconds = 2
     runner = tools_session.tools()
-    code = "import time\nfrom sandbox_tools import tools\ntime.sleep(0.3)\nv = tools.t()\ntime.sleep(0.3)\nprint(v)\n"
+    code = (
+        "import time\nfrom sandbox_tools import tools\ntime.sleep(0.3)\nv ="
+        " tools.t()\ntime.sleep(0.3)\nprint(v)\n"
+    )
     first = runner.execute(
         tools_session.interpreter_id, tools_session.session_id, code, allow=["t"], call_ref="c"
     )
@@ -298,7 +305,10 @@ def test_tools_runner_running_time_over_slices_hits_the_deadline(tools_session: 
     # Given a 2 s deadline and code that runs 1.2 s before and 1.2 s after a tool call
     tools_session.runner.call_timeout_seconds = 2
     runner = tools_session.tools()
-    code = "import time\nfrom sandbox_tools import tools\ntime.sleep(1.2)\ntools.t()\ntime.sleep(1.2)\nprint('late')\n"
+    code = (
+        "import time\nfrom sandbox_tools import"
+        " tools\ntime.sleep(1.2)\ntools.t()\ntime.sleep(1.2)\nprint('late')\n"
+    )
     first = runner.execute(
         tools_session.interpreter_id, tools_session.session_id, code, allow=["t"], call_ref="c"
     )
@@ -364,7 +374,8 @@ def test_tools_runner_plain_code_cannot_call_tools(tools_session: ToolsSession) 
     result = tools_session.runner.execute(
         tools_session.interpreter_id,
         tools_session.session_id,
-        "from sandbox_tools import tools, ToolError\ntry:\n    tools.t()\nexcept ToolError as e:\n    print(type(e).__name__)\n",
+        "from sandbox_tools import tools, ToolError\ntry:\n    tools.t()\nexcept ToolError as e:\n   "
+        " print(type(e).__name__)\n",
     )
 
     # Then it is refused in the code (no allowlist outside a tool-calling execution)

@@ -264,8 +264,8 @@ _SUBMITTER = textwrap.dedent("""
                            stdout_cap_bytes=4096, stderr_cap_bytes=1024)
     record = JobRecord(**args["record"])
     JobStore(table_name=args["table"], ddb=aws.client("dynamodb")).create(record)
-    JobRunner(runner).submit_job(args["interpreter"], record.session_id, job_id=record.job_id, code=args["code"],
-                                 timeout_s=record.timeout_s)
+    JobRunner(runner).submit_job(args["interpreter"], record.session_id, job_id=record.job_id,
+                                 code=args["code"], timeout_s=record.timeout_s)
     print("submitted", flush=True)
     time.sleep(600)  # the 'Lambda' holds on until it is killed
 """)

@@ -114,8 +114,9 @@ def test_stdio_stderr_is_redacted_too():
 
 def test_stdio_preamble_twice_is_idempotent():
     # Given the preamble run a second time in the same interpreter
-    code = preamble_source() + (
-        "\nimport sys\nprint(type(sys.stdout._out).__name__, type(sys.stderr._out).__name__)\n"
+    code = (
+        preamble_source()
+        + "\nimport sys\nprint(type(sys.stdout._out).__name__, type(sys.stderr._out).__name__)\n"
         f"print({TOKENS['github']!r})"
     )
     # When
@@ -130,7 +131,10 @@ def test_stdio_preamble_twice_is_idempotent():
 def test_stdio_registered_value_split_across_writes():
     # Given a registered value with spaces, split in the middle of a word and between words
     value = "correct horse battery staple"
-    code = f"import sys\nv={value!r}\nfor i in range(1, len(v)):\n    sys.stdout.write(v[:i]); sys.stdout.write(v[i:] + '\\n')\n"
+    code = (
+        f"import sys\nv={value!r}\nfor i in range(1, len(v)):\n    sys.stdout.write(v[:i]);"
+        " sys.stdout.write(v[i:] + '\\n')\n"
+    )
     # When
     proc = run_sandboxed(code, values=[value])
     # Then
@@ -141,8 +145,8 @@ def test_stdio_registered_value_split_across_writes():
 def test_stdio_installed_false_when_a_stream_was_replaced():
     # Given user code that swapped stderr back to the raw stream
     code = (
-        "import sys, json\nsys.stderr = sys.__stderr__\n"
-        f"print({READINESS_MARKER!r} + json.dumps({{'redactor_installed': sys.modules['_sbx_stdio_runtime'].installed()}}))"
+        f"import sys, json\nsys.stderr = sys.__stderr__\nprint({READINESS_MARKER!r} +"
+        " json.dumps({'redactor_installed': sys.modules['_sbx_stdio_runtime'].installed()}))"
     )
     # When
     proc = run_sandboxed(code)

@@ -138,7 +138,10 @@ def test_job_timeout_enforced_inside_the_session(runner, session, server):
 def test_job_cancel_ends_it_within_seconds_and_its_processes_are_gone(runner, session, server):
     # Given a job that started a grandchild process and runs for a minute
     jobs = JobRunner(runner)
-    code = "import subprocess, time\nsubprocess.Popen(['sleep', '120'])\nprint('spawned', flush=True)\ntime.sleep(60)"
+    code = (
+        "import subprocess, time\nsubprocess.Popen(['sleep', '120'])\nprint('spawned',"
+        " flush=True)\ntime.sleep(60)"
+    )
     jobs.submit_job(INTERPRETER, session, job_id="job-cancel", code=code, timeout_s=600)
     time.sleep(1.0)
     during = session_pids(server, session)

@@ -117,7 +117,8 @@ def test_usage_report_reads_with_one_paginated_query_on_the_index_never_a_scan(d
 
 
 def test_usage_report_refuses_an_empty_window_and_an_unknown_grouping(ddb: Any, table: str) -> None:
-    # Given a window whose end is before its start / When reported / Then a ValueError (the CLI's one-line failure)
+    # Given a window whose end is before its start / When reported
+    # Then a ValueError (the CLI's one-line failure)
     moment = datetime(2026, 11, 21, tzinfo=UTC)
     with pytest.raises(ValueError, match="--until must be after --since"):
         usage.usage_report(ddb, table, "acme", since=moment, until=moment)

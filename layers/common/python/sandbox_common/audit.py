@@ -133,7 +133,9 @@ class AuditWriter:
             raise
 
     def write(self, row: dict[str, Any]) -> str:
-        """Write with retries; on final failure dead-letter. Returns written|duplicate|dead_lettered|logged."""
+        """Write with retries; on final failure dead-letter.
+
+        Returns written|duplicate|dead_lettered|logged."""
         from .observability import emit_metric, logger
 
         last_error = ""

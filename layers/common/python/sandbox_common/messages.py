@@ -37,7 +37,10 @@ TURN_ENDED = "Invalid request: this turn has ended; start a new turn with a new 
 TURN_NOT_YOURS = (
     "Invalid request: turn_id belongs to another tenant or agent; start a new turn with a new turn_id."
 )
-SESSION_RESTARTED = "A new sandbox session was started for this call: variables, imports and files from earlier calls are gone."
+SESSION_RESTARTED = (
+    "A new sandbox session was started for this call: variables, imports and files from earlier calls are"
+    " gone."
+)
 
 
 def cap_exceeded(dimension: str, resets_at: str) -> str:
@@ -45,9 +48,15 @@ def cap_exceeded(dimension: str, resets_at: str) -> str:
     `(cap: tenant_daily)`; anything but a known dimension is named `unknown`."""
     when = _hhmm(resets_at)
     if dimension == n.DIM_TENANT_DAILY:
-        sentence = f"I've hit the daily code-execution cap for this workspace; please try again at {when} UTC ({resets_at})."
+        sentence = (
+            f"I've hit the daily code-execution cap for this workspace; please try again at {when} UTC"
+            f" ({resets_at})."
+        )
     elif dimension == n.DIM_AGENT_HOURLY:
-        sentence = f"I've hit this assistant's hourly code-execution cap; please try again at {when} UTC ({resets_at})."
+        sentence = (
+            f"I've hit this assistant's hourly code-execution cap; please try again at {when} UTC"
+            f" ({resets_at})."
+        )
     else:
         dimension = n.DIM_UNKNOWN
         sentence = (
@@ -79,7 +88,10 @@ def session_cap_exceeded(dimension: str, resets_at: str) -> str:
         what = "this workspace already has as many live code sandbox sessions as it may"
     else:
         what = "the code sandbox has no free session capacity right now"
-    return f"I can't start a code sandbox session: {what} ({dimension}); please try again at {when} UTC ({resets_at})."
+    return (
+        f"I can't start a code sandbox session: {what} ({dimension}); please try again at {when} UTC"
+        f" ({resets_at})."
+    )
 
 
 # --- programmatic tool calling (issue 12, SPEC §15) ---------------------------------------------
@@ -94,7 +106,10 @@ TOOL_PROTOCOL_BROKEN = (
 TOOL_SESSION_LOST = (
     "The sandbox session ended while the code was waiting for a tool result; please run the code again."
 )
-TOOL_PREVIOUS_CALL_PAUSED = "An earlier call in this turn is still waiting for a tool result; resume or end it before running more code."
+TOOL_PREVIOUS_CALL_PAUSED = (
+    "An earlier call in this turn is still waiting for a tool result; resume or end it before running more"
+    " code."
+)
 CONTINUATION_INVALID = (
     "Invalid request: the continuation is unknown, already used, expired or not for this turn; "
     "nothing was run."

@@ -2,8 +2,8 @@
 `execute_code` log event, the §10 metrics, the chunked output logs).
 
 Dispatch fills an `Outcome` while the call runs (the steps of `dispatch.service`) and renders it
-once at the end; the interrupted-call sweep (`dispatch.interrupted`, for a retry or the reaper) builds one too, so a
-row has one shape whoever writes it.
+once at the end; the interrupted-call sweep (`dispatch.interrupted`, for a retry or the reaper)
+builds one too, so a row has one shape whoever writes it.
 
 Extending it (Part II features) is a one-place change:
 - a field the agent sees only:      `outcome.response_extra["files"] = [...]`

@@ -517,7 +517,9 @@ def _claim_expressions(
 ) -> dict[str, Any]:
     """The warm claim of one slot: still warm, still in this pool, not about to be recycled."""
     return {
-        "UpdateExpression": "SET #st = :active, turn_id = :turn, agent_id = :agent, claimed_at = :now REMOVE #pool",
+        "UpdateExpression": (
+            "SET #st = :active, turn_id = :turn, agent_id = :agent, claimed_at = :now REMOVE #pool"
+        ),
         "ConditionExpression": "#st = :warm AND #pool = :pool AND recycle_at > :min",
         "ExpressionAttributeNames": {"#st": "state", "#pool": n.SESSION_ATTR_WARM_POOL},
         "ExpressionAttributeValues": {

@@ -32,8 +32,7 @@ from typing import Any
 from sandbox_common import naming as n
 from sandbox_common.files import check_relative_path
 from sandbox_common.redaction import catalogue
-
-from .runner.tools import EXECUTE_CODE, SessionFiles, ToolFailed
+from sandbox_runtime.runner.tools import EXECUTE_CODE, SessionFiles, ToolFailed
 
 STATE_DIR = ".sandbox"
 ANSWER_PATH = f"{STATE_DIR}/collect.json"

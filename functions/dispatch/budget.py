@@ -24,8 +24,7 @@ from typing import Any
 
 from sandbox_common import naming as n
 from sandbox_common.observability import emit_metric, logger
-
-from .cache import TtlCache
+from sandbox_runtime.cache import TtlCache
 
 
 def call_cost(ran_code: bool, price: float) -> float:

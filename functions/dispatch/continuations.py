@@ -30,8 +30,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from sandbox_common import aws, messages
 from sandbox_common import naming as n
 from sandbox_common.errors import SandboxError, SandboxInvalidRequest
-
-from .runner.tool_calling import ToolCallState
+from sandbox_runtime.runner.tool_calling import ToolCallState
 
 TOKEN_BYTES = 32
 TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{43}$")  # 32 random bytes, URL-safe base64 without padding

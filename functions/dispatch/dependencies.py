@@ -13,13 +13,13 @@ from sandbox_common.observability import logger
 from sandbox_common.sessions.caps import SessionCapReader
 from sandbox_common.sessions.ledger import SessionLedger, claim_min_life_seconds
 from sandbox_common.settings import DispatchSettings, dispatch_settings
+from sandbox_runtime.cache import TtlCache
+from sandbox_runtime.interrupted import InterruptedCalls
+from sandbox_runtime.preflight import Preflight, PreflightReader
+from sandbox_runtime.runner import SessionRunner
 
 from .budget import BudgetReader, UsageAccounting
-from .cache import TtlCache
 from .idempotency import IdempotentCalls, stored_form
-from .interrupted import InterruptedCalls
-from .preflight import Preflight, PreflightReader
-from .runner import SessionRunner
 from .service import Dispatcher
 from .session_flow import TurnSessions
 from .session_source import SessionSource

@@ -47,8 +47,7 @@ from sandbox_common.models import ExecuteCodeRequest
 from sandbox_common.observability import logger
 from sandbox_common.outcome import internal_failure
 from sandbox_common.redaction.catalogue import redact_head
-
-from .interrupted import STATUS_INPROGRESS, InterruptedCalls, deadline_key
+from sandbox_runtime.interrupted import STATUS_INPROGRESS, InterruptedCalls, deadline_key
 
 STORED_LIMIT_BYTES = 300_000  # well under DynamoDB's 400 KB item limit, with room for attributes
 _TRIM_STDOUT_CHARS, _TRIM_STDERR_CHARS = 64 * 1024, 16 * 1024

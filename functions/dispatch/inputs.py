@@ -18,8 +18,7 @@ from typing import Any
 
 from sandbox_common import naming as n
 from sandbox_common.files import InputFile, input_record, parse_s3_uri
-
-from .runner.tools import SessionFiles, ToolFailed
+from sandbox_runtime.runner.tools import SessionFiles, ToolFailed
 
 ANSWER_PATH = ".sandbox/inputs.json"
 

@@ -22,11 +22,17 @@ from typing import Any
 
 from sandbox_common import naming as n
 from sandbox_common.errors import SandboxError, SandboxInvalidRequest
-
-from .job_flow import JobCheckFailed, JobDeps, audit_base, cancel_job, poll_job, running_response
-from .jobs import JobExists, JobNotFound, JobRecord, JobStoreUnavailable, TooManyJobs
-from .runner import SessionGone
-from .runner.jobs import JobFailure, JobRunner
+from sandbox_runtime.job_end import (
+    JobCheckFailed,
+    JobDeps,
+    audit_base,
+    cancel_job,
+    poll_job,
+    running_response,
+)
+from sandbox_runtime.job_store import JobExists, JobNotFound, JobRecord, JobStoreUnavailable, TooManyJobs
+from sandbox_runtime.runner import SessionGone
+from sandbox_runtime.runner.jobs import JobFailure, JobRunner
 
 TOO_MANY_JOBS = (
     f"This turn already has {n.MAX_RUNNING_JOBS_PER_TURN} background jobs running; wait for one to finish "

@@ -21,11 +21,11 @@ from sandbox_common.errors import SandboxError, SandboxFailure, SandboxInvalidRe
 from sandbox_common.models import CancelJobRequest, ExecuteCodeRequest, GetJobRequest
 from sandbox_common.outcome import Outcome, internal_failure, public
 from sandbox_common.windows import utc_now
+from sandbox_runtime.job_end import JobDeps
+from sandbox_runtime.job_store import JobRecord
+from sandbox_runtime.preflight import Preflight
 
 from . import job_actions, turn_guard, turn_logic
-from .job_flow import JobDeps
-from .jobs import JobRecord
-from .preflight import Preflight
 from .session_flow import SessionCall
 from .turns import Turn, TurnStoreUnavailable
 

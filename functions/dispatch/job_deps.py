@@ -7,10 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from sandbox_common import aws
-
-from .job_flow import JobDeps
-from .jobs import JobStore
-from .runner import SessionRunner
+from sandbox_runtime.job_end import JobDeps
+from sandbox_runtime.job_store import JobStore
+from sandbox_runtime.runner import SessionRunner
 
 
 def job_deps_for(dispatcher: Any) -> JobDeps:

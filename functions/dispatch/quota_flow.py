@@ -42,10 +42,10 @@ from sandbox_common.retries import RetryLog
 from sandbox_common.settings import DispatchSettings
 from sandbox_common.turn_token import TurnTokenRejected, token_hash
 from sandbox_common.windows import Windows, utc_now
+from sandbox_runtime.preflight import PreflightReader
 
 from . import parallel
 from .budget import UsageAccounting
-from .preflight import PreflightReader
 from .quota_client import QuotaDecision
 
 

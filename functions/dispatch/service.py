@@ -46,8 +46,12 @@ from sandbox_common.retries import RetryLog
 from sandbox_common.settings import DispatchSettings
 from sandbox_common.tool_spec import tool_definition
 from sandbox_common.windows import utc_now
+from sandbox_runtime import interrupted
+from sandbox_runtime.job_end import JobDeps
+from sandbox_runtime.preflight import Preflight, PreflightReader, PreflightUnavailable
+from sandbox_runtime.runner import ExecutionResult, SessionGone, SessionRunner
 
-from . import files_flow, interrupted, job_calls, parallel, tool_flow, turn_logic
+from . import files_flow, job_calls, parallel, tool_flow, turn_logic
 from .activation import Activation
 from .artifacts import ArtifactContext
 from .budget import UsageAccounting
@@ -55,11 +59,8 @@ from .continuations import ContinuationStore
 from .file_access import get_file
 from .idempotency import IdempotencyStoreUnavailable, IdempotentCalls, StillRunning, TimeLeft, time_left_of
 from .job_deps import job_deps_for
-from .job_flow import JobDeps
-from .preflight import Preflight, PreflightReader, PreflightUnavailable
 from .quota_client import check_quota
 from .quota_flow import QuotaCheck
-from .runner import ExecutionResult, SessionGone, SessionRunner
 from .session_flow import SessionCall, TurnSessions
 from .turns import Turn, TurnStore, TurnStoreUnavailable
 

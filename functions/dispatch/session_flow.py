@@ -37,10 +37,10 @@ from sandbox_common.observability import logger
 from sandbox_common.outcome import Outcome
 from sandbox_common.retries import RetryLog
 from sandbox_common.sessions.ledger import LedgerUnavailable, Slot
+from sandbox_runtime.preflight import Preflight
 
 from . import turn_logic
 from .activation import Activation
-from .preflight import Preflight
 from .session_source import Acquired, Prepared, SessionSource
 from .turns import Turn, TurnStore, TurnStoreUnavailable
 

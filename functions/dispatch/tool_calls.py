@@ -24,9 +24,9 @@ from sandbox_common.audit import code_hash
 from sandbox_common.errors import SandboxError
 from sandbox_common.models import ExecuteCodeRequest, ResumeRequest
 from sandbox_common.windows import iso_z_ms
+from sandbox_runtime.runner.tool_calling import Finished, Paused, ToolCallState, ToolsRunner
 
 from .continuations import STORE_UNAVAILABLE, Continuation, ContinuationStore
-from .runner.tool_calling import Finished, Paused, ToolCallState, ToolsRunner
 
 TOOL_CALL_STATUS = n.STATUS_TOOL_CALL
 

@@ -36,12 +36,12 @@ from sandbox_common.errors import SandboxError, SandboxInvalidRequest
 from sandbox_common.models import ExecuteCodeRequest, ResumeRequest
 from sandbox_common.observability import logger
 from sandbox_common.outcome import Outcome, internal_failure, public
+from sandbox_runtime.preflight import Preflight, PreflightUnavailable
+from sandbox_runtime.runner import ExecutionResult, SessionRunner
+from sandbox_runtime.runner.tool_calling import Finished, ToolLimits, ToolsRunner
 
 from . import tool_calls, turn_logic
 from .continuations import Continuation
-from .preflight import Preflight, PreflightUnavailable
-from .runner import ExecutionResult, SessionRunner
-from .runner.tool_calling import Finished, ToolLimits, ToolsRunner
 from .turns import Turn, TurnStoreUnavailable
 
 AUDIT_EXECUTED_CODE_HASH = "executed_code_hash"  # the §7.1 attribute, restored from the continuation

@@ -1,6 +1,6 @@
 """The interrupted-calls sweep (issue 9), a reaper hook: a call whose dispatch died and that no
 retry came back for is finished here with its one `dispatch_interrupted` audit row, through
-`dispatch.interrupted.InterruptedCalls.sweep` — the very transition a retry takes, so a retry, this
+`sandbox_runtime.interrupted.InterruptedCalls.sweep` — the very transition a retry takes, so a retry, this
 sweep and a second reaper racing each other finish the call once (one conditional UpdateItem wins).
 
 Only records past their in-progress deadline (the moment the Lambda runtime killed the attempt)
@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from dispatch.idempotency import stored_form
-from dispatch.interrupted import InterruptedCalls
 from sandbox_common import audit, aws
 from sandbox_common import naming as n
+from sandbox_runtime.interrupted import InterruptedCalls
 
 from .service import Reaper, reaper
 

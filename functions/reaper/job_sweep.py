@@ -1,6 +1,6 @@
 """The background-jobs sweep (SPEC §17, issue 13), a reaper hook: every reaper run ends the jobs
 nobody polls — finished ones, overdue ones (deadline + grace: their session is stopped) and those
-whose session vanished — with `dispatch.job_flow.finish_due_jobs`, the very code get_job runs.
+whose session vanished — with `sandbox_runtime.job_end.finish_due_jobs`, the very code get_job runs.
 
 Exactly once, whoever comes first: each end is claimed with one conditional transaction
 (JobStore.claim_end), so a get_job, a cancel_job, an end_turn or a second reaper racing this sweep
@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from dispatch.job_flow import JobDeps, finish_due_jobs
 from sandbox_common import audit, aws
 from sandbox_common import naming as n
+from sandbox_runtime.job_end import JobDeps, finish_due_jobs
 
 from . import sweep
 from .service import Reaper, reaper

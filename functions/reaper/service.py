@@ -1,8 +1,8 @@
 """Wiring of one reaper run: the ledger, the turns table, the tenants' runners, warm sizes.
 
-Sessions are stopped and started only through the dispatch package's session runner with the
-tenant's own session-runner role (§6.4): the reaper ships that package (see
-infra/constructs/compute.py FUNCTION_SHARED_PACKAGES) instead of a second AgentCore client.
+Sessions are stopped and started only through the shared run time's session runner
+(sandbox_runtime.runner) with the tenant's own session-runner role (§6.4): the reaper ships that
+package (see infra/constructs/compute.py SHARED_PACKAGES) instead of a second AgentCore client.
 """
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from dispatch.jobs import JobStore
-from dispatch.preflight import PreflightReader
-from dispatch.runner import SessionRunner
 from sandbox_common import aws
 from sandbox_common import naming as n
 from sandbox_common.models import TenantSubstrate
 from sandbox_common.sessions.caps import SessionCapReader
 from sandbox_common.sessions.ledger import SessionLedger, Slot
 from sandbox_common.settings import ReaperSettings, reaper_settings
+from sandbox_runtime.job_store import JobStore
+from sandbox_runtime.preflight import PreflightReader
+from sandbox_runtime.runner import SessionRunner
 
 from . import hooks, refill, sweep
 

@@ -30,9 +30,13 @@ from infra.layer_build import REPO_ROOT
 
 FUNCTIONS_DIR = REPO_ROOT / "functions"
 MEMORY_MB: dict[str, int] = {n.DISPATCH: 512, n.QUOTA_CHECK: 256, n.BACKSTOP: 256, n.REAPER: 256}
-# Packages a function ships besides its own: the reaper stops and starts sessions through the
-# dispatch package's session runner (one AgentCore client, one tenant-credential path).
-SHARED_PACKAGES: dict[str, tuple[str, ...]] = {n.REAPER: (n.FUNCTION_PACKAGES[n.DISPATCH],)}
+# Packages a function ships besides its own: dispatch and the reaper both run the shared run time
+# (the session runner, a job's end, finishing interrupted calls: one AgentCore client, one
+# tenant-credential path).
+SHARED_PACKAGES: dict[str, tuple[str, ...]] = {
+    n.DISPATCH: (n.SHARED_RUNTIME_PACKAGE,),
+    n.REAPER: (n.SHARED_RUNTIME_PACKAGE,),
+}
 
 _RETENTION: dict[int, logs.RetentionDays] = {
     1: logs.RetentionDays.ONE_DAY,
@@ -69,7 +73,8 @@ def function_code(logical: str, functions_dir: Path = FUNCTIONS_DIR) -> lambda_.
     """`functions/` as Lambda sees it (/var/task), minus the other functions' packages, so each
     function ships only its own code and its asset hash changes only when that code does."""
     shipped = {n.FUNCTION_PACKAGES[logical], *SHARED_PACKAGES.get(logical, ())}
-    others = [pkg for pkg in n.FUNCTION_PACKAGES.values() if pkg not in shipped]
+    packages = {*n.FUNCTION_PACKAGES.values(), *(pkg for pkgs in SHARED_PACKAGES.values() for pkg in pkgs)}
+    others = sorted(packages - shipped)
     return lambda_.Code.from_asset(str(functions_dir), exclude=[*others, *ASSET_EXCLUDES])
 
 

@@ -32,7 +32,7 @@ from dispatch.artifacts import (
     collect_and_store,
     redact_artifact,
 )
-from dispatch.runner.tools import SessionFiles
+from sandbox_runtime.runner.tools import SessionFiles
 
 from tests.benchmarks._moto import moto_in_own_process
 from tests.benchmarks._report import emit

@@ -278,8 +278,8 @@ def wire_log(moto_server: str) -> WireLog:
 def counted_stack(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Stack, ClientLog]]:
     """The harness with a cold dispatch container whose every client is hooked."""
     from dispatch import dependencies, quota_client
-    from dispatch.runner import clear_cache
     from sandbox_common import aws
+    from sandbox_runtime.runner import clear_cache
 
     clients = ClientLog()
     clients.install(monkeypatch)

@@ -74,9 +74,9 @@ def realistic_stdout(size: int, seed: int = 7) -> str:
 
 
 def test_host_redaction_throughput(bench_full):
-    from dispatch.runner.output import head_limit_bytes, redact_by_lines, shape
-    from dispatch.runner.stream import BoundedText
     from sandbox_common.redaction.catalogue import redact
+    from sandbox_runtime.runner.output import head_limit_bytes, redact_by_lines, shape
+    from sandbox_runtime.runner.stream import BoundedText
 
     # Given 1 MiB (smoke: 64 KiB) of realistic stdout with a few tokens
     size = 1024 * 1024 if bench_full else 64 * 1024

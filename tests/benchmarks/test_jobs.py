@@ -71,8 +71,8 @@ class Calls:
 def counted(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Stack, Calls]]:
     """The harness with a cold dispatch container whose every client is hooked."""
     from dispatch import dependencies, quota_client
-    from dispatch.runner import clear_cache
     from sandbox_common import aws
+    from sandbox_runtime.runner import clear_cache
 
     calls = Calls()
     calls.install(monkeypatch)

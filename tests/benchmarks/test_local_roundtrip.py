@@ -132,7 +132,7 @@ def turn_session(stack: Stack, turn_id: str) -> tuple[str, str]:
 def time_runner_execute(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """Wall time of each SessionRunner.execute (invoke + stream + classification + redaction),
     recorded around the unchanged method."""
-    from dispatch.runner.session import SessionRunner
+    from sandbox_runtime.runner.session import SessionRunner
 
     spans: list[float] = []
     original = SessionRunner.execute
@@ -150,8 +150,8 @@ def time_runner_execute(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
 def cold_dispatch_container() -> None:
     from dispatch import dependencies, quota_client
-    from dispatch.runner import clear_cache
     from sandbox_common import aws
+    from sandbox_runtime.runner import clear_cache
 
     aws.clear_clients()
     dependencies.reset()

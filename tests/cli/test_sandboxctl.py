@@ -715,7 +715,7 @@ def test_files_get_refuses_bytes_that_do_not_match(cli_env: dict[str, str], tmp_
 
 # --- background jobs (issue 13) ----------------------------------------------------------------
 def test_jobs_list_filters_by_tenant_newest_first(cli_env: dict[str, str]) -> None:
-    from dispatch.jobs import JobRecord, JobStore
+    from sandbox_runtime.job_store import JobRecord, JobStore
 
     # Given jobs of two tenants in the local stack's jobs table, one of them ended
     state = _state(cli_env)

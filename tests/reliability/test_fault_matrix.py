@@ -158,7 +158,7 @@ def _arm(
     dependency: str, fault: str, stack: Stack, hooks: HookFaults, proxy: FaultProxy, marker: str
 ) -> None:
     from dispatch import quota_client
-    from dispatch.runner import credentials
+    from sandbox_runtime.runner import credentials
 
     tables = stack.resources.tables
 

@@ -155,8 +155,8 @@ class RequestCounter:
 def offline(monkeypatch: pytest.MonkeyPatch) -> Iterator[RequestCounter]:
     """Every Lambda's CDK environment, every client armed with the counter (no network)."""
     from dispatch import dependencies, quota_client
-    from dispatch.runner import clear_cache, credentials
     from sandbox_common import settings
+    from sandbox_runtime.runner import clear_cache, credentials
 
     from infra.config import build_config
     from infra.function_env import function_environment

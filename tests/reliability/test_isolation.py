@@ -21,7 +21,7 @@ def _interpreters(stack: Stack, tenant: str) -> list[str]:
 def test_isolation_runner_refuses_other_tenants_interpreter_before_any_aws_call(
     live: Stack, record: Any
 ) -> None:
-    from dispatch.runner import CrossTenantInterpreter, SessionRunner, credentials
+    from sandbox_runtime.runner import CrossTenantInterpreter, SessionRunner, credentials
 
     stack = live
     # Given acme's runner (acme's role and interpreter list), with every AWS request counted
@@ -170,7 +170,7 @@ def test_isolation_ids_never_reach_paths_expressions_or_log_format(
     live: Stack, record: Any, capsys: Any
 ) -> None:
     from dispatch import quota_client
-    from dispatch.runner import credentials
+    from sandbox_runtime.runner import credentials
 
     stack = live
     captured: list[tuple[str, bytes]] = []

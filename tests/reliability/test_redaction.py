@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from backstop import scanner
-from dispatch.runner.session import _redact_function
 from sandbox_common.errors import SandboxInvalidRequest
 from sandbox_common.models import parse_dispatch_event
 from sandbox_common.redaction import REPLACEMENT
 from sandbox_common.redaction.cloudwatch import data_protection_policy
 from sandbox_common.redaction.stdio import preamble_source
+from sandbox_runtime.runner.session import _redact_function
 
 from tests.support.redaction_corpus import LENGTHS, corpus, leak
 

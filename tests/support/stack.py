@@ -162,8 +162,8 @@ def open_stack(
 def apply_dispatch_env(stack: Stack, setenv: Callable[[str, str], None]) -> None:
     """Dispatch's CDK environment + local endpoints, and a fresh container (no cached state)."""
     from dispatch import dependencies, quota_client
-    from dispatch.runner import clear_cache
     from sandbox_common import settings
+    from sandbox_runtime.runner import clear_cache
 
     env = function_environment(
         build_config("local"),
@@ -186,7 +186,7 @@ def apply_dispatch_env(stack: Stack, setenv: Callable[[str, str], None]) -> None
 
 def close_stack(stack: Stack) -> None:
     from dispatch import dependencies, quota_client
-    from dispatch.runner import clear_cache
+    from sandbox_runtime.runner import clear_cache
 
     stack.emulator.stop()
     dependencies.reset()

@@ -15,9 +15,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from dispatch.runner import SessionRunner
-from dispatch.runner import credentials as runner_credentials
-from dispatch.runner.tool_calling import ToolLimits, ToolsRunner
+from sandbox_runtime.runner import SessionRunner
+from sandbox_runtime.runner import credentials as runner_credentials
+from sandbox_runtime.runner.tool_calling import ToolLimits, ToolsRunner
 
 from infra.local.interpreter import LocalInterpreterServer
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 from dispatch.artifacts import ArtifactContext, ArtifactStore, collect_and_store
-from dispatch.runner.errors import CrossTenantInterpreter
-from dispatch.runner.tools import SessionFiles
 from sandbox_common import naming as n
 from sandbox_common.files import input_record
+from sandbox_runtime.runner.errors import CrossTenantInterpreter
+from sandbox_runtime.runner.tools import SessionFiles
 
 from tests.integration.files.conftest import ACME_CI, BUCKET, GLOBEX_CI, LocalCredentials
 from tests.integration.interpreter._helpers import invoke, make_client

@@ -14,8 +14,8 @@ from typing import Any
 import boto3
 import pytest
 from dispatch.inputs import ANSWER_PATH, InputsFailed, copy_source, write_inputs
-from dispatch.runner.tools import SessionFiles
 from sandbox_common.files import InputFile
+from sandbox_runtime.runner.tools import SessionFiles
 
 from tests.integration.files.conftest import ACME_CI, LocalCredentials
 from tests.integration.interpreter._helpers import invoke, make_client

@@ -68,7 +68,7 @@ class AgentCoreLog:
         self.codes.append(str((params.get("arguments") or {}).get("code", "")))
 
     def preambles(self) -> int:
-        from dispatch.runner.session import readiness_source
+        from sandbox_runtime.runner.session import readiness_source
 
         return self.codes.count(readiness_source())
 
@@ -331,7 +331,7 @@ def test_dispatch_reaped_session_restart_is_a_visible_retry(stack: Stack) -> Non
 
 
 def test_dispatch_throttled_start_is_a_visible_retry(stack: Stack) -> None:
-    from dispatch.runner import credentials
+    from sandbox_runtime.runner import credentials
 
     # Given Start throttled for longer than botocore's own retries of one attempt
     attempts = int(

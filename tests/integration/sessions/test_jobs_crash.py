@@ -229,9 +229,9 @@ def test_jobs_crash_worker_killed_while_job_runs_job_ends_with_one_row(
 def test_jobs_crash_worker_killed_while_ending_the_job_row_written_once(
     worker_dispatch: dict[str, Any], dead_put: str
 ) -> None:
-    from dispatch.jobs import FINISHING, JobStore
     from reaper.job_sweep import end_due_jobs
     from sandbox_common import aws
+    from sandbox_runtime.job_store import FINISHING, JobStore
 
     ctx, stack, proxy = worker_dispatch, worker_dispatch["stack"], worker_dispatch["proxy"]
     turn_id = f"turn-end-{dead_put}"

@@ -238,7 +238,7 @@ def _throttle_starts(stack: Stack, times: int) -> list[int]:
 
 
 def test_throttled_start_is_retried_and_reported(reaper_stack: Stack) -> None:
-    from dispatch.runner import credentials
+    from sandbox_runtime.runner import credentials
 
     stack = reaper_stack
     # Given Start throttled for longer than botocore's own retries of one attempt

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from dispatch.runner.tool_calling import Finished, Paused, ToolsRunner
+from sandbox_runtime.runner.tool_calling import Finished, Paused, ToolsRunner
 
 from tests.support.tools_session import ToolsSession
 
@@ -242,7 +242,7 @@ def test_tools_runner_state_survives_serialization_between_invocations(tools_ses
         tools_session.interpreter_id, tools_session.session_id, code, allow=["t"], call_ref="c"
     )
     assert isinstance(first, Paused)
-    from dispatch.runner.tool_calling import ToolCallState
+    from sandbox_runtime.runner.tool_calling import ToolCallState
 
     stored = json.loads(
         json.dumps({k: v for k, v in first.state.to_dict().items() if not k.endswith("_head")})

@@ -9,12 +9,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from dispatch.runner import ExecutionResult
 from sandbox_common import audit, aws
 from sandbox_common import naming as n
 from sandbox_common.errors import SandboxCapExceeded, SandboxFailure
 from sandbox_common.models import ExecuteCodeRequest
 from sandbox_common.outcome import Outcome
+from sandbox_runtime.runner import ExecutionResult
 
 REQ = ExecuteCodeRequest(
     action="execute_code",

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 from dispatch.continuations import INVALID_CONTINUATION, ContinuationStore, token_hash
-from dispatch.runner.stream import BoundedText
-from dispatch.runner.tool_calling import PendingCall, ToolCallState, ToolRecord
 from sandbox_common import naming as n
 from sandbox_common.errors import SandboxError, SandboxInvalidRequest
+from sandbox_runtime.runner.stream import BoundedText
+from sandbox_runtime.runner.tool_calling import PendingCall, ToolCallState, ToolRecord
 
 OWNER = {"tenant_id": "acme", "agent_id": "agent-7", "turn_id": "turn-1"}
 CALL = {"call_id": "call-1", "invocation_id": "inv-1", "template_id": "analyst", "code_sha256": "ab" * 32}

@@ -16,12 +16,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from dispatch import job_flow
-from dispatch.jobs import JobRecord, JobStore
-from dispatch.runner import SessionRunner, credentials
-from dispatch.runner.jobs import JobRunner
 from sandbox_common import audit, aws
 from sandbox_common import naming as n
+from sandbox_runtime import job_end as job_flow
+from sandbox_runtime.job_store import JobRecord, JobStore
+from sandbox_runtime.runner import SessionRunner, credentials
+from sandbox_runtime.runner.jobs import JobRunner
 
 local_interpreter = pytest.importorskip("infra.local.interpreter")
 
@@ -254,9 +254,9 @@ def test_job_flow_crash_between_claim_and_audit_is_finished_by_the_reaper_once(e
 
 _SUBMITTER = textwrap.dedent("""
     import json, sys, time
-    from dispatch.jobs import JobRecord, JobStore
-    from dispatch.runner import SessionRunner
-    from dispatch.runner.jobs import JobRunner
+    from sandbox_runtime.job_store import JobRecord, JobStore
+    from sandbox_runtime.runner import SessionRunner
+    from sandbox_runtime.runner.jobs import JobRunner
     from sandbox_common import aws
     args = json.loads(sys.argv[1])
     runner = SessionRunner(tenant_id="acme", allowed_interpreter_ids=[args["interpreter"]],

@@ -7,7 +7,8 @@ import threading
 from typing import Any
 
 import pytest
-from dispatch.jobs import (
+from sandbox_common import naming as n
+from sandbox_runtime.job_store import (
     FINISHING,
     JobExists,
     JobNotFound,
@@ -16,7 +17,6 @@ from dispatch.jobs import (
     JobStoreUnavailable,
     TooManyJobs,
 )
-from sandbox_common import naming as n
 
 
 def record(

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dispatch.preflight import decide
 from sandbox_common.models import TenantSubstrate
+from sandbox_runtime.preflight import decide
 
 SUB = TenantSubstrate(
     tenant_id="acme",

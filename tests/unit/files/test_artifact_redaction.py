@@ -9,8 +9,8 @@ import time
 
 import pytest
 from dispatch.artifacts import CHUNK_BYTES, READ_BATCH_BYTES, _Assembly, _read_artifact, redact_artifact
-from dispatch.runner.tools import ToolFailed
 from sandbox_common.redaction.catalogue import REPLACEMENT, redact
+from sandbox_runtime.runner.tools import ToolFailed
 
 from tests.benchmarks.test_host_redaction import TOKENS, realistic_stdout
 

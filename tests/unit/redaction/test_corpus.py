@@ -22,7 +22,6 @@ from collections import Counter
 
 import pytest
 from backstop import scanner
-from dispatch.runner.session import _redact_function
 from sandbox_common.redaction import REPLACEMENT, TOKEN_CLASSES
 from sandbox_common.redaction.cloudwatch import (
     data_protection_policy,
@@ -30,6 +29,7 @@ from sandbox_common.redaction.cloudwatch import (
     subscription_filter_pattern,
 )
 from sandbox_common.redaction.stdio import preamble_source
+from sandbox_runtime.runner.session import _redact_function
 
 from tests.support.redaction_corpus import CONTEXTS, LENGTHS, corpus, leak
 

@@ -26,7 +26,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
 from botocore.awsrequest import AWSResponse
-from dispatch.runner import credentials as runner_credentials
+from sandbox_runtime.runner import credentials as runner_credentials
 
 from infra.local import eventstream as es
 
@@ -263,7 +263,7 @@ def assume_role_calls(sts: str) -> Callable[[], int]:
 @pytest.fixture
 def make_runner() -> Callable[..., Any]:
     """A SessionRunner for tenant acme with the spec defaults; keyword overrides."""
-    from dispatch.runner import SessionRunner
+    from sandbox_runtime.runner import SessionRunner
 
     def build(**overrides: Any) -> SessionRunner:
         params: dict[str, Any] = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from dispatch.runner import SessionGone, SessionRunner, credentials
+from sandbox_runtime.runner import SessionGone, SessionRunner, credentials
 
 local_interpreter = pytest.importorskip("infra.local.interpreter")
 

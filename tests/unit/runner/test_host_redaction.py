@@ -150,7 +150,7 @@ def test_redaction_with_registered_values(fake_agentcore, make_runner):
 def test_redaction_margin_covers_recognising_a_token():
     # Given / When / Then: the kept head beyond a cut always holds enough of a token that starts
     # before the cut for it to be recognised (the match then runs to the end of the head)
-    from dispatch.runner.output import REDACTION_MARGIN_BYTES
+    from sandbox_runtime.runner.output import REDACTION_MARGIN_BYTES
 
     assert REDACTION_MARGIN_BYTES > catalogue.RECOGNITION_CHARS
 

@@ -1,11 +1,11 @@
-"""Job snippets (functions/dispatch/runner/job_snippets.py): what travels into the session."""
+"""Job snippets (functions/sandbox_runtime/runner/job_snippets.py): what travels into the session."""
 
 from __future__ import annotations
 
 import base64
 
 import pytest
-from dispatch.runner import job_snippets as js
+from sandbox_runtime.runner import job_snippets as js
 
 
 @pytest.mark.parametrize("job_id", ["../etc", "a/b", "", "x" * 65, "job id"])

@@ -9,8 +9,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from dispatch.runner import SessionGone, SessionRunner, credentials
-from dispatch.runner.jobs import JobRunner, JobState
+from sandbox_runtime.runner import SessionGone, SessionRunner, credentials
+from sandbox_runtime.runner.jobs import JobRunner, JobState
 
 local_interpreter = pytest.importorskip("infra.local.interpreter")
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dispatch.runner.classify import classify, last_exception
-from dispatch.runner.output import cut_utf8, shape
-from dispatch.runner.stream import TAIL_CHARS, BoundedText
 from hypothesis import given
 from hypothesis import strategies as st
+from sandbox_runtime.runner.classify import classify, last_exception
+from sandbox_runtime.runner.output import cut_utf8, shape
+from sandbox_runtime.runner.stream import TAIL_CHARS, BoundedText
 
 
 @given(text=st.text(), cap=st.integers(min_value=0, max_value=64))
@@ -109,8 +109,8 @@ _FRAGMENTS = [
 @given(parts=st.lists(st.sampled_from(_FRAGMENTS + ["A" * 20, "0123456789abcdef" * 2]), max_size=400))
 def test_redact_by_lines_equals_whole_text_redaction(parts):
     # Given text mixing token fragments and newlines, longer than one chunk
-    from dispatch.runner import output
     from sandbox_common.redaction.catalogue import redact
+    from sandbox_runtime.runner import output
 
     text = "".join(parts) * 60
     # When / Then: line-aligned chunking never changes the result
@@ -120,8 +120,8 @@ def test_redact_by_lines_equals_whole_text_redaction(parts):
 def test_redact_by_lines_token_at_every_chunk_edge():
     # Given a token of every class placed around the chunk boundary, with a newline inserted at
     # every offset of the token (a token split by a newline is two non-tokens either way)
-    from dispatch.runner import output
     from sandbox_common.redaction.catalogue import TOKEN_CLASSES, redact
+    from sandbox_runtime.runner import output
 
     for token_class in TOKEN_CLASSES:
         example = token_class.examples[0]

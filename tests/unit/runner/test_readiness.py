@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from dispatch.runner.session import readiness_source
 from sandbox_common import naming
 from sandbox_common.errors import SandboxProvisioning
 from sandbox_common.redaction.stdio import READINESS_MARKER, check_readiness, preamble_source
+from sandbox_runtime.runner.session import readiness_source
 
 from infra.local import eventstream as es
 from tests.support.emf import metric_names

@@ -6,9 +6,9 @@ import time
 from datetime import timedelta
 
 import pytest
-from dispatch.runner import CrossTenantInterpreter, SessionGone, credentials
 from sandbox_common import aws, naming
 from sandbox_common.errors import SandboxError, SandboxProvisioning
+from sandbox_runtime.runner import CrossTenantInterpreter, SessionGone, credentials
 
 from infra.local import eventstream as es
 from tests.support.emf import metric_names

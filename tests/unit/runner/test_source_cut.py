@@ -4,9 +4,9 @@ host redacts, then drops what may be the first characters of a token (issue 10).
 from __future__ import annotations
 
 import pytest
-from dispatch.runner.output import drop_partial_tail, shape, source_was_cut
-from dispatch.runner.stream import BoundedText
 from sandbox_common.redaction.catalogue import HOLD_CHARS, REPLACEMENT, redact
+from sandbox_runtime.runner.output import drop_partial_tail, shape, source_was_cut
+from sandbox_runtime.runner.stream import BoundedText
 
 TOKEN = "ghp_" + "Q7w9" * 9
 

@@ -164,6 +164,10 @@ FUNCTIONS: tuple[str, ...] = (DISPATCH, QUOTA_CHECK, BACKSTOP)
 FUNCTION_PACKAGES: dict[str, str] = {DISPATCH: "dispatch", QUOTA_CHECK: "quota_check", BACKSTOP: "backstop"}
 
 
+# What dispatch and the reaper both run, shipped beside each one's own package (functions/).
+SHARED_RUNTIME_PACKAGE = "sandbox_runtime"
+
+
 def function_name(stage: str, logical: str) -> str:
     return f"{PROJECT}-{stage}-{logical}"
 

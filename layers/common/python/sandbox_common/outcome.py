@@ -2,7 +2,7 @@
 `execute_code` log event, the §10 metrics, the chunked output logs).
 
 Dispatch fills an `Outcome` while the call runs (the steps of `dispatch.service`) and renders it
-once at the end; the interrupted-call sweep (`dispatch.interrupted`, for a retry or the reaper)
+once at the end; the interrupted-call sweep (`sandbox_runtime.interrupted`, for a retry or the reaper)
 builds one too, so a row has one shape whoever writes it.
 
 Extending it (Part II features) is a one-place change:

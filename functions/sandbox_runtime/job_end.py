@@ -30,7 +30,7 @@ from sandbox_common.observability import emit_metric, logger
 from sandbox_common.outcome import Outcome
 from sandbox_common.output_log import log_output
 
-from .jobs import FINISHING, JobRecord, JobStore, JobStoreUnavailable
+from .job_store import FINISHING, JobRecord, JobStore, JobStoreUnavailable
 from .runner import SessionGone, SessionRunner
 from .runner.jobs import JobFailure, JobRunner, JobState, JobUnknownInSession
 from .runner.session import ExecutionResult

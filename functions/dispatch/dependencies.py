@@ -19,7 +19,7 @@ from sandbox_runtime.preflight import Preflight, PreflightReader
 from sandbox_runtime.runner import SessionRunner
 
 from .budget import BudgetReader, UsageAccounting
-from .idempotency import IdempotentCalls, stored_form
+from .idempotency import IdempotentCalls
 from .service import Dispatcher
 from .session_flow import TurnSessions
 from .session_source import SessionSource
@@ -96,7 +96,6 @@ def dispatcher() -> Dispatcher:
                 ddb=ddb,
                 audit_writer=audit_writer,
                 retention_days=settings.audit_retention_days,
-                stored_form=stored_form,
             ),
         ),
         sessions=turn_sessions(settings, turns, ddb),

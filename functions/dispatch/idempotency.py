@@ -10,8 +10,8 @@ Three things Powertools does not do for us:
 - A retry must be *the same request*: the validation payload is the whole call (code, agent,
   turn, template, user, source), so a call_id reused by another agent, turn or user of the tenant
   is refused instead of being handed someone else's output.
-- The stored result must fit a DynamoDB item (400 KB): it is stored compressed, and if even that
-  is too big, trimmed (flagged `replay_output_trimmed`) — only replays see the trimmed copy.
+- The stored result must fit a DynamoDB item: `sandbox_runtime.stored_answer` compresses it, and
+  trims it (flagged `replay_output_trimmed`) if even that is too big.
 - A dead dispatch must end with exactly one audit row (issue 9, `interrupted`): the claim
   carries the call's audit identity and the keys of a sparse index of open calls; an in-progress
   record past its deadline is never claimed again (Powertools would run the code a second time),
@@ -30,11 +30,9 @@ Three things Powertools does not do for us:
 
 from __future__ import annotations
 
-import base64
 import json
 import threading
 import time
-import zlib
 from collections.abc import Callable
 from functools import lru_cache
 from types import SimpleNamespace
@@ -48,9 +46,8 @@ from sandbox_common.observability import logger
 from sandbox_common.outcome import internal_failure
 from sandbox_common.redaction.catalogue import redact_head
 from sandbox_runtime.interrupted import STATUS_INPROGRESS, InterruptedCalls, deadline_key
+from sandbox_runtime.stored_answer import stored_form, unpack
 
-STORED_LIMIT_BYTES = 300_000  # well under DynamoDB's 400 KB item limit, with room for attributes
-_TRIM_STDOUT_CHARS, _TRIM_STDERR_CHARS = 64 * 1024, 16 * 1024
 VALIDATION_JMESPATH = "[code, agent_id, turn_id, template_id, user_id, invocation_source]"
 KEY_JMESPATH = "[tenant_id, call_id]"
 KEY_PREFIX = "execute_code"
@@ -98,28 +95,6 @@ class StillRunning(Exception):
 
 class IdempotencyStoreUnavailable(Exception):
     """The store could not claim the call: nothing ran (running could run it twice)."""
-
-
-def _pack(response: dict[str, Any]) -> dict[str, Any]:
-    raw = json.dumps(response, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    return {"z": base64.b64encode(zlib.compress(raw, 6)).decode("ascii")}
-
-
-def stored_form(response: dict[str, Any]) -> dict[str, Any]:
-    packed = _pack(response)
-    if len(packed["z"]) <= STORED_LIMIT_BYTES:
-        return packed
-    trimmed = {
-        **response,
-        "stdout": str(response.get("stdout", ""))[:_TRIM_STDOUT_CHARS],
-        "stderr": str(response.get("stderr", ""))[:_TRIM_STDERR_CHARS],
-        "replay_output_trimmed": True,
-    }
-    return _pack(trimmed)
-
-
-def unpack(stored: dict[str, Any]) -> dict[str, Any]:
-    return dict(json.loads(zlib.decompress(base64.b64decode(stored["z"]))))
 
 
 @lru_cache(maxsize=1)

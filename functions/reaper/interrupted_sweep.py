@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from dispatch.idempotency import stored_form
 from sandbox_common import audit, aws
 from sandbox_common import naming as n
 from sandbox_runtime.interrupted import InterruptedCalls
@@ -38,7 +37,6 @@ def interrupted_calls(r: Reaper) -> InterruptedCalls:
         ddb=r.ddb,
         audit_writer=writer,
         retention_days=settings.audit_retention_days,
-        stored_form=stored_form,
     )
 
 

@@ -40,6 +40,8 @@ from sandbox_common.observability import logger
 from sandbox_common.outcome import Outcome
 from sandbox_common.windows import iso_z_ms
 
+from .stored_answer import stored_form
+
 # Powertools' DynamoDB persistence layer attribute names and statuses (its defaults).
 ATTR_ID, ATTR_STATUS, ATTR_DATA = "id", "status", "data"
 ATTR_IN_PROGRESS_EXPIRY = "in_progress_expiration"
@@ -106,14 +108,12 @@ class InterruptedCalls:
         ddb: Any,
         audit_writer: audit.AuditWriter,
         retention_days: int,
-        stored_form: Callable[[dict[str, Any]], dict[str, Any]],
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.table = table_name
         self.ddb = ddb
         self.audit_writer = audit_writer
         self.retention_days = retention_days
-        self.stored_form = stored_form
         self.clock = clock
 
     def finish(self, record_id: str) -> dict[str, Any] | None:
@@ -147,7 +147,7 @@ class InterruptedCalls:
                 ExpressionAttributeValues={
                     ":done": {"S": STATUS_COMPLETED},
                     ":inprogress": {"S": STATUS_INPROGRESS},
-                    ":data": {"S": json.dumps(self.stored_form(response), sort_keys=True)},
+                    ":data": {"S": json.dumps(stored_form(response), sort_keys=True)},
                     ":now_ms": {"N": str(int(self.clock() * 1000))},
                     ":fin": {"S": iso_z_ms(now)},
                     ":attempt": current[n.IDEMPOTENCY_ATTR_ATTEMPT],

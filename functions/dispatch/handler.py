@@ -13,8 +13,8 @@ from sandbox_common.models import parse_dispatch_event
 from sandbox_common.observability import emit_metric, logger
 from sandbox_common.outcome import internal_failure
 
-from .dependencies import dispatcher
-from .idempotency import StillRunning
+from dispatch.idempotency import StillRunning
+from dispatch.parts import dispatcher
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -277,7 +277,8 @@ def wire_log(moto_server: str) -> WireLog:
 @pytest.fixture
 def counted_stack(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Stack, ClientLog]]:
     """The harness with a cold dispatch container whose every client is hooked."""
-    from dispatch import dependencies, quota_client
+    from dispatch import parts as dependencies
+    from dispatch.quota import client as quota_client
     from sandbox_common import aws
     from sandbox_runtime.runner import clear_cache
 

@@ -70,7 +70,8 @@ class Calls:
 @pytest.fixture
 def counted(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Stack, Calls]]:
     """The harness with a cold dispatch container whose every client is hooked."""
-    from dispatch import dependencies, quota_client
+    from dispatch import parts as dependencies
+    from dispatch.quota import client as quota_client
     from sandbox_common import aws
     from sandbox_runtime.runner import clear_cache
 

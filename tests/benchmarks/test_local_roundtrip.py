@@ -149,7 +149,8 @@ def time_runner_execute(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
 
 def cold_dispatch_container() -> None:
-    from dispatch import dependencies, quota_client
+    from dispatch import parts as dependencies
+    from dispatch.quota import client as quota_client
     from sandbox_common import aws
     from sandbox_runtime.runner import clear_cache
 

@@ -650,7 +650,7 @@ def test_pilot_passes_on_a_healthy_stack(cli_env: dict[str, str]) -> None:
 
 # --- files (issue 14, SPEC §14.3) ----------------------------------------------------------------
 def _put_artifact(env: dict[str, str], tenant: str, turn: str, data: bytes) -> dict[str, Any]:
-    from dispatch.artifacts import ArtifactContext, ArtifactStore
+    from dispatch.files.artifacts import ArtifactContext, ArtifactStore
 
     state = _state(env)
     ctx = ArtifactContext(

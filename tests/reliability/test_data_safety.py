@@ -167,7 +167,7 @@ def test_data_safety_no_update_or_delete_path_in_code(
     the invocations table is recorded (a hook on every botocore client), over calls that succeed,
     fail, are refused and are replayed from the DLQ; the only write is a conditional PutItem."""
     import botocore.session
-    from dispatch import dependencies
+    from dispatch import parts as dependencies
 
     from infra.sandboxctl.ops import audit_list, audit_replay
 

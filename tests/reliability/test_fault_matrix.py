@@ -157,7 +157,7 @@ def replay_target(stack: Stack) -> Any:
 def _arm(
     dependency: str, fault: str, stack: Stack, hooks: HookFaults, proxy: FaultProxy, marker: str
 ) -> None:
-    from dispatch import quota_client
+    from dispatch.quota import client as quota_client
     from sandbox_runtime.runner import credentials
 
     tables = stack.resources.tables
@@ -238,7 +238,7 @@ def test_fault(
     proxy, drop, hang = fault_tools
     expect = OVERRIDES.get((dependency, fault), EXPECT[dependency])
     if (dependency, fault) == ("invoke", "timeout"):
-        from dispatch import dependencies
+        from dispatch import parts as dependencies
         from sandbox_common import settings
 
         monkeypatch.setenv(n.ENV_CALL_TIMEOUT, str(INVOKE_TIMEOUT_SECONDS))

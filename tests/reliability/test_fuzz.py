@@ -154,7 +154,8 @@ class RequestCounter:
 @pytest.fixture
 def offline(monkeypatch: pytest.MonkeyPatch) -> Iterator[RequestCounter]:
     """Every Lambda's CDK environment, every client armed with the counter (no network)."""
-    from dispatch import dependencies, quota_client
+    from dispatch import parts as dependencies
+    from dispatch.quota import client as quota_client
     from sandbox_common import settings
     from sandbox_runtime.runner import clear_cache, credentials
 

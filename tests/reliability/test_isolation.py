@@ -169,7 +169,7 @@ _EXPRESSION_KEYS = (
 def test_isolation_ids_never_reach_paths_expressions_or_log_format(
     live: Stack, record: Any, capsys: Any
 ) -> None:
-    from dispatch import quota_client
+    from dispatch.quota import client as quota_client
     from sandbox_runtime.runner import credentials
 
     stack = live

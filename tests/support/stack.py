@@ -161,7 +161,8 @@ def open_stack(
 
 def apply_dispatch_env(stack: Stack, setenv: Callable[[str, str], None]) -> None:
     """Dispatch's CDK environment + local endpoints, and a fresh container (no cached state)."""
-    from dispatch import dependencies, quota_client
+    from dispatch import parts as dependencies
+    from dispatch.quota import client as quota_client
     from sandbox_common import settings
     from sandbox_runtime.runner import clear_cache
 
@@ -185,7 +186,8 @@ def apply_dispatch_env(stack: Stack, setenv: Callable[[str, str], None]) -> None
 
 
 def close_stack(stack: Stack) -> None:
-    from dispatch import dependencies, quota_client
+    from dispatch import parts as dependencies
+    from dispatch.quota import client as quota_client
     from sandbox_runtime.runner import clear_cache
 
     stack.emulator.stop()

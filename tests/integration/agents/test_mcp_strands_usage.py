@@ -273,7 +273,7 @@ def test_mcp_file_links_map_artifacts_to_resource_links() -> None:
 def test_mcp_resources_list_and_read_this_sessions_artifacts_tenant_scoped(
     env: dict[str, str], state: stack.LocalState
 ) -> None:
-    from dispatch.artifacts import ArtifactContext, ArtifactStore
+    from dispatch.files.artifacts import ArtifactContext, ArtifactStore
     from mcp.shared.exceptions import MCPError
     from sandbox_common.messages import FILE_NOT_FOUND
 

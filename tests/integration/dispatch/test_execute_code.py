@@ -227,7 +227,7 @@ def test_large_escape_heavy_output_is_answered_once_and_replayed(stack: Stack) -
 
 
 def test_failed_first_start_is_not_reported_as_a_restart(stack: Stack) -> None:
-    from dispatch import dependencies
+    from dispatch import parts as dependencies
     from sandbox_common import aws
 
     # Given a turn whose first Start fails (its substrate names an interpreter that does not exist)

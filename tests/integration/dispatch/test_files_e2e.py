@@ -122,7 +122,7 @@ def test_token_in_text_artifact_is_redacted_in_the_stored_object(stack: Stack) -
 
 
 def test_timeout_collects_no_artifacts(stack: Stack, monkeypatch) -> None:
-    from dispatch import dependencies
+    from dispatch import parts as dependencies
     from sandbox_common import settings
 
     monkeypatch.setenv(n.ENV_CALL_TIMEOUT, "2")

@@ -20,7 +20,7 @@ SLEEPER = "import time\ntime.sleep(30)\nprint('never')"
 @pytest.fixture
 def short_deadline(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Stack:
     """A 2 s per-call deadline: a job must outlive it."""
-    from dispatch import dependencies
+    from dispatch import parts as dependencies
     from sandbox_common import settings
 
     monkeypatch.setenv(n.ENV_CALL_TIMEOUT, "2")
@@ -176,7 +176,7 @@ def test_jobs_timeout_s_without_background_refused(stack: Stack) -> None:
 
 
 def test_jobs_submit_refused_by_quota_releases_its_slot_and_is_audited(stack: Stack) -> None:
-    from dispatch import dependencies
+    from dispatch import parts as dependencies
 
     # Given a tenant whose daily cap is used up
     stack.set_cap(n.DIM_TENANT_DAILY, 0, tenant_id="acme")
@@ -229,7 +229,7 @@ def test_jobs_token_checked_against_the_hash_kept_on_the_job_and_older_items_rea
 ) -> None:
     import hashlib
 
-    from dispatch import dependencies
+    from dispatch import parts as dependencies
     from sandbox_common import aws, messages
 
     # Given a running job of turn-1 (bound to its token)

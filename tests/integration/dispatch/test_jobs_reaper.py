@@ -10,8 +10,9 @@ from .conftest import Stack, event
 
 
 def test_jobs_reaper_ends_an_unpolled_job_with_one_audit_row(stack: Stack) -> None:
-    from dispatch import dependencies, job_actions
-    from dispatch.job_deps import job_deps_for
+    from dispatch import parts as dependencies
+    from dispatch.jobs import actions as job_actions
+    from dispatch.jobs.deps import job_deps_for
     from sandbox_runtime import job_end as job_flow
 
     # Given a turn with a live session and a job launched in it that nobody polls

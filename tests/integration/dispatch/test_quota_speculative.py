@@ -40,7 +40,7 @@ class QuotaSpy:
 
 @pytest.fixture
 def spy(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> QuotaSpy:
-    from dispatch import dependencies
+    from dispatch import parts as dependencies
 
     dispatcher = dependencies.dispatcher()
     watcher = QuotaSpy(dispatcher.quota)
@@ -140,7 +140,7 @@ def test_quota_speculative_retry_of_a_finished_call_counts_nothing(stack: Stack,
 
 
 def test_quota_speculative_count_of_a_call_refused_after_it_is_released(stack: Stack) -> None:
-    from dispatch import dependencies
+    from dispatch import parts as dependencies
 
     # Given global_sessions at 0 (the session-cap kill switch) in a fresh container whose
     # pre-flight is cached (by a first call of another turn, refused on the cap)

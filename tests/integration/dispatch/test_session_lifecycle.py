@@ -12,7 +12,7 @@ from .conftest import Stack, event
 
 @pytest.fixture
 def short_deadline(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Stack:
-    from dispatch import dependencies
+    from dispatch import parts as dependencies
     from sandbox_common import settings
 
     monkeypatch.setenv(n.ENV_CALL_TIMEOUT, "2")

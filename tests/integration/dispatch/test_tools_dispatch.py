@@ -215,7 +215,7 @@ def _slot_sessions(stack: Stack) -> list[str | None]:
 @pytest.fixture
 def short_wait(tools_stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Stack:
     """A 1-second tool wait bound (the stage's tool_wait_seconds)."""
-    from dispatch import dependencies
+    from dispatch import parts as dependencies
     from sandbox_common import settings
 
     monkeypatch.setenv(n.ENV_TOOL_WAIT_SECONDS, "1")
@@ -463,7 +463,7 @@ def test_tools_continuation_store_down_at_resume_fails_closed_without_a_row(
 
 
 def test_tools_failure_after_the_claim_still_ends_the_call_with_its_row(tools_stack: Stack) -> None:
-    from dispatch import dependencies
+    from dispatch import parts as dependencies
 
     stack = tools_stack
     # Given a paused call, then the tenant's substrate parameter is unreadable (a fresh container)

@@ -46,7 +46,7 @@ def _assert_refused(
 
 
 def _set_required(stack: Stack, monkeypatch: pytest.MonkeyPatch, required: bool) -> None:
-    from dispatch import dependencies
+    from dispatch import parts as dependencies
     from sandbox_common import settings
 
     monkeypatch.setenv(n.ENV_REQUIRE_TURN_TOKEN, "true" if required else "false")

@@ -8,8 +8,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from dispatch.artifacts import ArtifactContext, ArtifactStore, new_file_id
-from dispatch.file_access import get_file
+from dispatch.files.access import get_file
+from dispatch.files.artifacts import ArtifactContext, ArtifactStore, new_file_id
 from sandbox_common import naming as n
 from sandbox_common.errors import SandboxInvalidRequest
 from sandbox_common.files import GetFileRequest

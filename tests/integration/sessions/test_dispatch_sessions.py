@@ -41,7 +41,7 @@ def _together(stack: Stack, events: list[dict[str, Any]]) -> list[dict[str, Any]
 
 def _dispatch_runner() -> Any:
     """The tenant runner dispatch itself uses (its cached clients are the ones dispatch calls)."""
-    from dispatch import dependencies
+    from dispatch import parts as dependencies
 
     d = dependencies.dispatcher()
     return d.runner_factory(d.preflight.check("acme", "analyst"))
@@ -228,7 +228,7 @@ def test_dispatch_session_cap_zero_refuses_every_first_call_and_counts_nothing(s
     # Given a turn that already has its session, then global_sessions set to 0 (the kill switch)
     assert stack.dispatch(event(turn_id="turn-old", call_id="o1", code="x = 5"))["ok"] is True
     _set_session_cap(n.DIM_GLOBAL_SESSIONS, 0)
-    from dispatch import dependencies
+    from dispatch import parts as dependencies
 
     dependencies.reset()  # a fresh container: no cap cached
     live_before = stack.live_sessions()
@@ -251,7 +251,7 @@ def test_dispatch_session_cap_zero_refuses_every_first_call_and_counts_nothing(s
 def test_dispatch_background_submit_at_session_cap_zero_counts_nothing_and_holds_no_job(stack: Stack) -> None:
     # Given global_sessions = 0 (the kill switch) in a fresh container
     _set_session_cap(n.DIM_GLOBAL_SESSIONS, 0)
-    from dispatch import dependencies
+    from dispatch import parts as dependencies
 
     dependencies.reset()
     live_before, counted_before = stack.live_sessions(), _daily_count(stack)
@@ -289,7 +289,7 @@ def test_dispatch_stopped_session_frees_its_slot_on_end_turn(stack: Stack) -> No
 def test_dispatch_session_stopped_by_timeout_frees_its_slot(
     stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dispatch import dependencies
+    from dispatch import parts as dependencies
     from sandbox_common import settings
 
     # Given a 2 s per-call deadline and tenant_sessions = 1
@@ -360,7 +360,7 @@ def test_dispatch_throttled_start_is_a_visible_retry(stack: Stack) -> None:
 def test_reaper_stops_ended_turn_session_spares_live_and_job_busy(
     reaper_stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dispatch import dependencies
+    from dispatch import parts as dependencies
     from reaper.service import reaper
 
     stack = reaper_stack
@@ -490,7 +490,7 @@ def test_dispatch_failed_warm_binding_never_returns_the_session_to_the_pool(reap
 
 
 def _turn_item(turn_id: str) -> Any:
-    from dispatch import dependencies
+    from dispatch import parts as dependencies
 
     return dependencies.dispatcher().turns.get("acme", turn_id)
 
@@ -573,7 +573,7 @@ def test_dispatch_first_call_after_begin_turn_found_the_pool_empty_does_not_read
     assert reaper().run()["refill"]["started"] == 1
     set_warm("acme", "default-public", 0)
     (warm,) = slots_of(stack)
-    from dispatch import dependencies
+    from dispatch import parts as dependencies
 
     table = dependencies.dispatcher().turns.table
     aged = str(int(time.time()) - n.WARM_POOL_EMPTY_MARK_SECONDS - 5)
@@ -618,7 +618,7 @@ def _on_start(action: Any) -> list[int]:
 def test_dispatch_cold_first_call_whose_turn_ended_during_start_fails_closed_and_leaks_nothing(
     stack: Stack,
 ) -> None:
-    from dispatch import dependencies
+    from dispatch import parts as dependencies
 
     # Given a turn begun with an empty pool, and end_turn landing while its first call starts a session
     assert stack.dispatch(event("begin_turn", turn_id="turn-x"))["ok"] is True
@@ -644,7 +644,7 @@ def test_dispatch_cold_first_call_whose_turn_ended_during_start_fails_closed_and
 def test_dispatch_cold_first_call_whose_slot_was_released_during_start_fails_closed_and_recovers(
     stack: Stack,
 ) -> None:
-    from dispatch import dependencies
+    from dispatch import parts as dependencies
 
     # Given the reaper releasing a first call's slot while its Start runs (as for an expired lease)
     def reaper_releases() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from dispatch import turn_logic
+from dispatch.turns import flow as turn_logic
 from sandbox_common import aws
 from sandbox_common import naming as n
 from sandbox_common.sessions.ledger import SessionCaps, SessionLedger
@@ -23,7 +23,7 @@ def _ledger(stack: Stack) -> SessionLedger:
 
 
 def _turns(stack: Stack):  # the dispatch package's own turn store, on the real table
-    from dispatch.turns import TurnStore
+    from dispatch.turns.store import TurnStore
 
     return TurnStore(table_name=stack.resources.tables[n.TURNS.logical], ddb=aws.client("dynamodb"))
 

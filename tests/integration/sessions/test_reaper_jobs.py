@@ -158,7 +158,7 @@ def test_reaper_spares_ended_turns_sessions_when_jobs_cannot_be_read(
     stack = reaper_stack
     # Given an ended turn whose session was not stopped, and a jobs table the reaper cannot read
     session_id = _turn_with_slot(stack, "turn-blind")
-    from dispatch.turns import TurnStore
+    from dispatch.turns.store import TurnStore
 
     TurnStore(table_name=stack.resources.tables[n.TURNS.logical], ddb=aws.client("dynamodb")).end(
         "acme", "turn-blind"

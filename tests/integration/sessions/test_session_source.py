@@ -21,7 +21,7 @@ from .conftest import Stack, interpreter_id, set_warm, slots_of
 
 
 def _source(stack: Stack) -> Any:
-    from dispatch.session_source import SessionSource
+    from dispatch.sessions.source import SessionSource
 
     ledger = SessionLedger(table_name=stack.resources.tables[n.SESSIONS.logical], ddb=aws.client("dynamodb"))
     caps = SessionCapReader(stage="local", ssm=aws.client("ssm"), ttl_seconds=0)

@@ -14,8 +14,8 @@ from typing import Any
 
 import boto3
 import pytest
-from dispatch.continuations import ContinuationStore
-from dispatch.tool_calls import Owner, claim, resume_call, start_call
+from dispatch.tools.calls import Owner, claim, resume_call, start_call
+from dispatch.tools.store import ContinuationStore
 from sandbox_common import aws
 from sandbox_common import naming as n
 from sandbox_common.agent_client import SandboxTurn
@@ -233,7 +233,7 @@ def test_expire_turn_ends_paused_calls_as_timeouts_with_their_records(
     router: tuple[Router, Any], tools_session: ToolsSession
 ) -> None:
     # Given a call of turn-1 paused on a tool
-    from dispatch.tool_calls import expire_turn, finished_fields
+    from dispatch.tools.calls import expire_turn, finished_fields
 
     route, client = router
     paused = _turn(client)._invoke(

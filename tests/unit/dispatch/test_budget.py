@@ -8,7 +8,7 @@ from typing import Any
 
 import boto3
 import pytest
-from dispatch import budget
+from dispatch.quota import budget
 from sandbox_common import naming as n
 
 from tests.support.emf import emf_records

@@ -8,7 +8,7 @@ import zlib
 from typing import Any
 
 import pytest
-from dispatch.continuations import INVALID_CONTINUATION, ContinuationStore, token_hash
+from dispatch.tools.store import INVALID_CONTINUATION, ContinuationStore, token_hash
 from sandbox_common import naming as n
 from sandbox_common.errors import SandboxError, SandboxInvalidRequest
 from sandbox_runtime.runner.stream import BoundedText

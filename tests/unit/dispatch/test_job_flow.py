@@ -373,7 +373,7 @@ def _req(**kw: Any) -> Any:
 
 
 def test_job_actions_fourth_job_refused_as_invalid_request_nothing_written(env):
-    from dispatch import job_actions
+    from dispatch.jobs import actions as job_actions
     from sandbox_common.errors import SandboxInvalidRequest
 
     # Given three reserved jobs in the turn
@@ -391,7 +391,7 @@ def test_job_actions_fourth_job_refused_as_invalid_request_nothing_written(env):
 
 
 def test_job_actions_launch_answers_running_then_get_job_final(env):
-    from dispatch import job_actions
+    from dispatch.jobs import actions as job_actions
 
     # Given a reserved job launched in the session
     req = _req(code="print('bg')", timeout_s=60)
@@ -422,7 +422,7 @@ def test_job_actions_launch_answers_running_then_get_job_final(env):
 
 
 def test_job_actions_foreign_job_refused_like_unknown(env):
-    from dispatch import job_actions
+    from dispatch.jobs import actions as job_actions
     from sandbox_common.errors import SandboxInvalidRequest
 
     # Given acme's reserved job
@@ -443,7 +443,7 @@ def test_job_actions_foreign_job_refused_like_unknown(env):
 
 
 def test_job_actions_pending_jobs_lists_running_ones(env):
-    from dispatch import job_actions
+    from dispatch.jobs import actions as job_actions
 
     # Given one running and one quickly finished job
     slow, quick = _req(code="import time\ntime.sleep(20)"), _req(code="print(1)")
@@ -464,7 +464,7 @@ def test_job_actions_pending_jobs_lists_running_ones(env):
 
 
 def test_job_actions_timeout_shortened_to_fit_the_session(env):
-    from dispatch import job_actions
+    from dispatch.jobs import actions as job_actions
 
     # Given a session with 100 s of life left and a job asking for 900 s
     req = _req(code="print(1)", timeout_s=900)

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from dispatch import quota_client
+from dispatch.quota import client as quota_client
 from sandbox_common.windows import Windows
 
 from tests.support.emf import emf_records

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from dispatch import quota_client
-from dispatch.quota_flow import QuotaCheck
+from dispatch.quota import client as quota_client
+from dispatch.quota.flow import QuotaCheck
 from sandbox_common import naming as n
 from sandbox_common.models import ExecuteCodeRequest
 from sandbox_common.retries import RetryLog

@@ -8,8 +8,8 @@ import time
 from typing import Any
 
 import pytest
-from dispatch import turn_logic
-from dispatch.turns import TurnStore, TurnStoreUnavailable
+from dispatch.turns import flow as turn_logic
+from dispatch.turns.store import TurnStore, TurnStoreUnavailable
 from sandbox_common import messages
 from sandbox_common import naming as n
 from sandbox_common.errors import SandboxInvalidRequest

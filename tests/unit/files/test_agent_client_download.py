@@ -10,8 +10,8 @@ from typing import Any
 import boto3
 import pytest
 from botocore.config import Config
-from dispatch.artifacts import ArtifactContext, ArtifactStore
-from dispatch.file_access import get_file
+from dispatch.files.access import get_file
+from dispatch.files.artifacts import ArtifactContext, ArtifactStore
 from sandbox_common.agent_client import ArtifactMismatch, ArtifactUnavailable, SandboxTurn
 from sandbox_common.errors import SandboxInvalidRequest
 from sandbox_common.files import GetFileRequest

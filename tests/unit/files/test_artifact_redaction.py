@@ -8,7 +8,7 @@ import hashlib
 import time
 
 import pytest
-from dispatch.artifacts import CHUNK_BYTES, READ_BATCH_BYTES, _Assembly, _read_artifact, redact_artifact
+from dispatch.files.artifacts import CHUNK_BYTES, READ_BATCH_BYTES, _Assembly, _read_artifact, redact_artifact
 from sandbox_common.redaction.catalogue import REPLACEMENT, redact
 from sandbox_runtime.runner.tools import ToolFailed
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from dispatch.turns import TurnStore
+from dispatch.turns.store import TurnStore
 from reaper.sweep import sweep
 from sandbox_common import aws
 from sandbox_common import naming as n

@@ -10,7 +10,7 @@ import threading
 from typing import Any
 
 import pytest
-from dispatch.turns import Turn, TurnStore
+from dispatch.turns.store import Turn, TurnStore
 from sandbox_common import aws
 from sandbox_common import naming as n
 from sandbox_common.sessions.ledger import SessionCaps, SessionLedger, Slot
@@ -233,7 +233,7 @@ def test_turn_ignores_a_hint_it_did_not_write(turns: TurnStore, ddb: Any) -> Non
 def test_session_source_never_claims_another_tenants_session_through_a_hint(
     ledger: SessionLedger, turns: TurnStore
 ) -> None:
-    from dispatch.session_source import SessionSource
+    from dispatch.sessions.source import SessionSource
     from sandbox_common.retries import RetryLog
 
     # Given a warm session of globex, and an acme turn whose hint names it (forged or mixed up)

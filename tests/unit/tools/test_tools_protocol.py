@@ -107,7 +107,7 @@ def test_call_context_keeps_the_request_without_its_code_and_the_code_hash() -> 
     import hashlib
     from datetime import UTC, datetime
 
-    from dispatch.tool_calls import call_context, restored_request
+    from dispatch.tools.calls import call_context, restored_request
     from sandbox_common.models import parse_dispatch_event
 
     req = parse_dispatch_event(

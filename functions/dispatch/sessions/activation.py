@@ -24,7 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from . import parallel
+from dispatch import parallel
 
 
 class Activation:

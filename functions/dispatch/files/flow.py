@@ -21,8 +21,8 @@ from sandbox_common.files import check_s3_inputs
 from sandbox_common.models import ExecuteCodeRequest
 from sandbox_runtime.runner.tools import SessionFiles
 
-from .artifacts import ArtifactContext, ArtifactStore, CollectResult, collect_and_store
-from .inputs import InputsFailed, write_inputs
+from dispatch.files.artifacts import ArtifactContext, ArtifactStore, CollectResult, collect_and_store
+from dispatch.files.inputs import InputsFailed, write_inputs
 
 INPUTS_FAILED_MESSAGE = (
     "The input files could not be placed in the sandbox, so no code was run; please check them and try again."

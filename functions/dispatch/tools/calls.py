@@ -26,7 +26,7 @@ from sandbox_common.models import ExecuteCodeRequest, ResumeRequest
 from sandbox_common.windows import iso_z_ms
 from sandbox_runtime.runner.tool_calling import Finished, Paused, ToolCallState, ToolsRunner
 
-from .continuations import STORE_UNAVAILABLE, Continuation, ContinuationStore
+from dispatch.tools.store import STORE_UNAVAILABLE, Continuation, ContinuationStore
 
 TOOL_CALL_STATUS = n.STATUS_TOOL_CALL
 

@@ -44,7 +44,7 @@ from sandbox_common.sessions.caps import SessionCapsUnavailable
 from sandbox_common.sessions.ledger import LedgerUnavailable, SessionCapReached, SessionLedger, Slot
 from sandbox_common.windows import FAIL_CLOSED_RETRY_SECONDS, iso_z, utc_now
 
-from .activation import Activation
+from dispatch.sessions.activation import Activation
 
 START_ATTEMPTS = 3  # a throttled Start is tried this many times in all
 _THROTTLED = "start_failed:ThrottlingException"

@@ -40,9 +40,10 @@ from sandbox_runtime.preflight import Preflight, PreflightUnavailable
 from sandbox_runtime.runner import ExecutionResult, SessionRunner
 from sandbox_runtime.runner.tool_calling import Finished, ToolLimits, ToolsRunner
 
-from . import tool_calls, turn_logic
-from .continuations import Continuation
-from .turns import Turn, TurnStoreUnavailable
+from dispatch.tools import calls as tool_calls
+from dispatch.tools.store import Continuation
+from dispatch.turns import flow as turn_logic
+from dispatch.turns.store import Turn, TurnStoreUnavailable
 
 AUDIT_EXECUTED_CODE_HASH = "executed_code_hash"  # the §7.1 attribute, restored from the continuation
 _EXTRA = "extra"  # key of the call context holding the Outcome's extras at the pause

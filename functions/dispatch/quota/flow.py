@@ -44,9 +44,9 @@ from sandbox_common.turn_token import TurnTokenRejected, token_hash
 from sandbox_common.windows import Windows, utc_now
 from sandbox_runtime.preflight import PreflightReader
 
-from . import parallel
-from .budget import UsageAccounting
-from .quota_client import QuotaDecision
+from dispatch import parallel
+from dispatch.quota.budget import UsageAccounting
+from dispatch.quota.client import QuotaDecision
 
 
 class Dispatcher(Protocol):

@@ -25,9 +25,11 @@ from sandbox_runtime.job_end import JobDeps
 from sandbox_runtime.job_store import JobRecord
 from sandbox_runtime.preflight import Preflight
 
-from . import job_actions, turn_guard, turn_logic
-from .session_flow import SessionCall
-from .turns import Turn, TurnStoreUnavailable
+from dispatch.jobs import actions as job_actions
+from dispatch.sessions.flow import SessionCall
+from dispatch.turns import flow as turn_logic
+from dispatch.turns import guard as turn_guard
+from dispatch.turns.store import Turn, TurnStoreUnavailable
 
 # Seconds a job's deadline keeps from its session's end (beyond the call timeout): room to observe
 # its end and write its row before AgentCore reaps the session.

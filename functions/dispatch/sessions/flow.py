@@ -39,10 +39,10 @@ from sandbox_common.retries import RetryLog
 from sandbox_common.sessions.ledger import LedgerUnavailable, Slot
 from sandbox_runtime.preflight import Preflight
 
-from . import turn_logic
-from .activation import Activation
-from .session_source import Acquired, Prepared, SessionSource
-from .turns import Turn, TurnStore, TurnStoreUnavailable
+from dispatch.sessions.activation import Activation
+from dispatch.sessions.source import Acquired, Prepared, SessionSource
+from dispatch.turns import flow as turn_logic
+from dispatch.turns.store import Turn, TurnStore, TurnStoreUnavailable
 
 # How long a first call refused at a session cap looks for another call of its turn starting the
 # turn's session (see TurnSessions.prepare); a refusal with none in sight comes this much later.

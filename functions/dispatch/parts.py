@@ -18,12 +18,12 @@ from sandbox_runtime.interrupted import InterruptedCalls
 from sandbox_runtime.preflight import Preflight, PreflightReader
 from sandbox_runtime.runner import SessionRunner
 
-from .budget import BudgetReader, UsageAccounting
-from .idempotency import IdempotentCalls
-from .service import Dispatcher
-from .session_flow import TurnSessions
-from .session_source import SessionSource
-from .turns import TurnStore
+from dispatch.idempotency import IdempotentCalls
+from dispatch.quota.budget import BudgetReader, UsageAccounting
+from dispatch.sessions.flow import TurnSessions
+from dispatch.sessions.source import SessionSource
+from dispatch.steps import Dispatcher
+from dispatch.turns.store import TurnStore
 
 _runners_lock = threading.Lock()
 COLD_SLOT_LEASE_MARGIN_SECONDS = 120

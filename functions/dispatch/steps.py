@@ -51,18 +51,28 @@ from sandbox_runtime.job_end import JobDeps
 from sandbox_runtime.preflight import Preflight, PreflightReader, PreflightUnavailable
 from sandbox_runtime.runner import ExecutionResult, SessionGone, SessionRunner
 
-from . import files_flow, job_calls, parallel, tool_flow, turn_logic
-from .activation import Activation
-from .artifacts import ArtifactContext
-from .budget import UsageAccounting
-from .continuations import ContinuationStore
-from .file_access import get_file
-from .idempotency import IdempotencyStoreUnavailable, IdempotentCalls, StillRunning, TimeLeft, time_left_of
-from .job_deps import job_deps_for
-from .quota_client import check_quota
-from .quota_flow import QuotaCheck
-from .session_flow import SessionCall, TurnSessions
-from .turns import Turn, TurnStore, TurnStoreUnavailable
+from dispatch import parallel
+from dispatch.files import flow as files_flow
+from dispatch.files.access import get_file
+from dispatch.files.artifacts import ArtifactContext
+from dispatch.idempotency import (
+    IdempotencyStoreUnavailable,
+    IdempotentCalls,
+    StillRunning,
+    TimeLeft,
+    time_left_of,
+)
+from dispatch.jobs import flow as job_calls
+from dispatch.jobs.deps import job_deps_for
+from dispatch.quota.budget import UsageAccounting
+from dispatch.quota.client import check_quota
+from dispatch.quota.flow import QuotaCheck
+from dispatch.sessions.activation import Activation
+from dispatch.sessions.flow import SessionCall, TurnSessions
+from dispatch.tools import flow as tool_flow
+from dispatch.tools.store import ContinuationStore
+from dispatch.turns import flow as turn_logic
+from dispatch.turns.store import Turn, TurnStore, TurnStoreUnavailable
 
 _SESSION_START_WAIT_SECONDS = 90
 # What answering needs after the code: audit write (with retries), output logs, a session stop.

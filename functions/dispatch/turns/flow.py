@@ -16,9 +16,9 @@ from functools import partial
 from sandbox_common import messages
 from sandbox_common.errors import SandboxError, SandboxInvalidRequest
 
-from . import turn_guard
-from .activation import Activation
-from .turns import Turn, TurnStore, TurnStoreUnavailable
+from dispatch.sessions.activation import Activation
+from dispatch.turns import guard as turn_guard
+from dispatch.turns.store import Turn, TurnStore, TurnStoreUnavailable
 
 _LEASE_POLL_SECONDS = 0.1
 

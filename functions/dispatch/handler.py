@@ -1,4 +1,5 @@
-"""dispatch Lambda: the agents' entry point (§4). Thin: parse, call the logic, map errors."""
+"""dispatch Lambda: the agents' entry point (§4). Thin: parse → route → render; domain exceptions
+mapped to responses, never a stack trace."""
 
 from __future__ import annotations
 
@@ -8,26 +9,24 @@ from typing import Any
 
 from sandbox_common import messages
 from sandbox_common import naming as n
-from sandbox_common.errors import SandboxError, SandboxInvalidRequest
-from sandbox_common.models import parse_dispatch_event
+from sandbox_common.errors import SandboxError, SandboxInvalidRequest, StillRunning
 from sandbox_common.observability import emit_metric, logger
 from sandbox_common.outcome import internal_failure
 
-from dispatch.idempotency import StillRunning
-from dispatch.parts import dispatcher
+from dispatch import routes
 
 
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: Any, context: Any) -> dict[str, Any]:
     started = time.monotonic()
     try:
-        request = parse_dispatch_event(event)
+        request = routes.parse(event)
         logger.append_keys(
             action=request.action,
             tenant_id=getattr(request, "tenant_id", None),
             turn_id=getattr(request, "turn_id", None),
         )
-        return dispatcher().handle(request, context)
+        return routes.answer(request, context)
     except SandboxInvalidRequest as exc:
         emit_metric(n.METRIC_INVALID_REQUEST)
         logger.warning("invalid_request", extra={"reason": exc.message})

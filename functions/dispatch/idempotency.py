@@ -1,6 +1,6 @@
 """execute_code behind Powertools idempotency (§4.4), keyed by (tenant_id, call_id).
 
-`IdempotentCalls.run_once(request, context, run)` runs `run(request, time_left)` at most once per
+`IdempotentCalls.run_once(request, context, run)` runs `run(time_left)` at most once per
 key and returns the full response it produced — or, for a retry, the stored copy. Nothing travels
 through thread-locals: the idempotent function returns the full response, and Powertools stores
 the form an output serializer derives from it (`stored_form`), so the caller of the invocation
@@ -40,7 +40,7 @@ from typing import Any
 
 from sandbox_common import messages
 from sandbox_common import naming as n
-from sandbox_common.errors import SandboxInvalidRequest
+from sandbox_common.errors import SandboxInvalidRequest, StillRunning
 from sandbox_common.models import ExecuteCodeRequest
 from sandbox_common.observability import logger
 from sandbox_common.outcome import internal_failure
@@ -58,7 +58,7 @@ _IN_PROGRESS_POLL_SECONDS = 0.25
 _ANSWER_MARGIN_SECONDS = 5
 
 TimeLeft = Callable[[], float] | None  # seconds the Lambda has left (None outside Lambda)
-Run = Callable[[ExecuteCodeRequest, TimeLeft], dict[str, Any]]
+Run = Callable[[TimeLeft], dict[str, Any]]
 
 
 class CompletionRows:
@@ -87,10 +87,6 @@ class CompletionRows:
 
 class CompletionLost(Exception):
     """The completion's condition failed: a finisher of an interrupted call took the record."""
-
-
-class StillRunning(Exception):
-    """A retry waited as long as it may for its racing original; the original audits the call."""
 
 
 class IdempotencyStoreUnavailable(Exception):
@@ -266,9 +262,9 @@ def _powertools() -> Any:
 
 
 def _execute(request: dict[str, Any], run: Run, time_left: TimeLeft) -> dict[str, Any]:
-    return run(
-        ExecuteCodeRequest.model_validate({k: v for k, v in request.items() if k != ATTEMPT_KEY}), time_left
-    )
+    """The idempotent function: `request` (the payload Powertools hashes and stores) is the one
+    the caller already validated, so it is not validated again here."""
+    return run(time_left)
 
 
 def time_left_of(context: Any) -> TimeLeft:

@@ -1,9 +1,18 @@
-"""Wiring: builds the Dispatcher once per container from settings (cached, lazily, so that
-importing the handler creates no client and moto/the local stack can start first)."""
+"""The container's parts: built once per container from settings, on first use (cached), so that
+importing the handler creates no client and moto/the local stack can start first.
+
+`Parts` holds what every call path shares — settings, the pre-flight reader, the turns table,
+the audit writer, the tenants' session runners, the idempotency store, the turn's sessions, the
+quota call and the usage accounting. A capability's own parts (the continuations table, the
+jobs' dependencies, the artifacts' S3 client) are built by that capability when its action
+first runs.
+"""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 
 from sandbox_common import aws
@@ -20,39 +29,57 @@ from sandbox_runtime.runner import SessionRunner
 
 from dispatch.idempotency import IdempotentCalls
 from dispatch.quota.budget import BudgetReader, UsageAccounting
+from dispatch.quota.client import CheckQuota, check_quota
 from dispatch.sessions.flow import TurnSessions
 from dispatch.sessions.source import SessionSource
-from dispatch.steps import Dispatcher
 from dispatch.turns.store import TurnStore
 
-_runners_lock = threading.Lock()
 COLD_SLOT_LEASE_MARGIN_SECONDS = 120
 
 
-@lru_cache(maxsize=1)
-def dispatcher() -> Dispatcher:
-    settings = dispatch_settings()
-    ddb = aws.client("dynamodb")
-    runners: dict[tuple[str, str, tuple[str, ...]], SessionRunner] = {}
+class Runners:
+    """One SessionRunner per tenant (and its published substrate): it holds the tenant's cached
+    STS credentials and clients, so later calls reuse them."""
 
-    def runner_for(pf: Preflight) -> SessionRunner:
-        # One runner per tenant (and its published substrate): it holds the tenant's cached STS
-        # credentials and clients, so later calls reuse them.
+    def __init__(self, settings: DispatchSettings) -> None:
+        self._settings = settings
+        self._runners: dict[tuple[str, str, tuple[str, ...]], SessionRunner] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, pf: Preflight) -> SessionRunner:
         key = (pf.tenant_id, str(pf.runner_role_arn), pf.allowed_interpreter_ids)
-        with _runners_lock:
-            runner = runners.get(key)
+        with self._lock:
+            runner = self._runners.get(key)
             if runner is None:
-                runner = runners[key] = SessionRunner(
+                runner = self._runners[key] = SessionRunner(
                     tenant_id=pf.tenant_id,
                     allowed_interpreter_ids=pf.allowed_interpreter_ids,
                     runner_role_arn=str(pf.runner_role_arn),
-                    session_timeout_seconds=settings.session_timeout_seconds,
-                    call_timeout_seconds=settings.call_timeout_seconds,
-                    stdout_cap_bytes=settings.stdout_cap_bytes,
-                    stderr_cap_bytes=settings.stderr_cap_bytes,
+                    session_timeout_seconds=self._settings.session_timeout_seconds,
+                    call_timeout_seconds=self._settings.call_timeout_seconds,
+                    stdout_cap_bytes=self._settings.stdout_cap_bytes,
+                    stderr_cap_bytes=self._settings.stderr_cap_bytes,
                 )
             return runner
 
+
+@dataclass(eq=False)  # one per container, hashed by identity (steps.current caches on it)
+class Parts:
+    settings: DispatchSettings
+    preflight: PreflightReader
+    turns: TurnStore
+    audit_writer: AuditWriter
+    runners: Callable[[Preflight], SessionRunner]
+    calls: IdempotentCalls
+    sessions: TurnSessions
+    accounting: UsageAccounting
+    quota: CheckQuota = check_quota
+
+
+@lru_cache(maxsize=1)
+def built() -> Parts:
+    settings = dispatch_settings()
+    ddb = aws.client("dynamodb")
     prices: TtlCache[float] = TtlCache(settings.cache_ttl_seconds)
 
     def price_per_call() -> float:
@@ -74,8 +101,8 @@ def dispatcher() -> Dispatcher:
         sqs=aws.client("sqs"),
         spool_path=settings.audit_spool_path or None,
     )
-    return Dispatcher(
-        settings,
+    return Parts(
+        settings=settings,
         preflight=PreflightReader(
             stage=settings.stage,
             tenants_table=settings.tenants_table,
@@ -85,8 +112,7 @@ def dispatcher() -> Dispatcher:
         ),
         turns=turns,
         audit_writer=audit_writer,
-        runner_factory=runner_for,
-        price_per_call=price_per_call,
+        runners=Runners(settings),
         calls=IdempotentCalls(
             table_name=settings.idempotency_table,
             ddb=ddb,
@@ -127,4 +153,4 @@ def turn_sessions(settings: DispatchSettings, turns: TurnStore, ddb: object) -> 
 
 def reset() -> None:
     """Tests: forget the container's state (a new 'cold start')."""
-    dispatcher.cache_clear()
+    built.cache_clear()

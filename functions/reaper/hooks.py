@@ -3,11 +3,10 @@
 A hook is `fn(now_epoch: float) -> dict` (a small JSON summary for the run's log line). The
 module that owns a sweep names its hooks in a module attribute `SWEEP_HOOKS = {name: fn}` and is
 listed in SWEEP_MODULES; the reaper's `load()` (once per container) imports each module and
-registers its SWEEP_HOOKS, e.g. "dispatch.interrupted_sweep" (the reaper ships the dispatch
-package) or a module of its own package. Registration is done by `load()`, not as a side effect of
-the import: a module already in `sys.modules` (imported earlier by something else) still gets its
-hooks registered. One failing hook is logged and reported in the run's summary; it never stops the
-others or the reaping.
+registers its SWEEP_HOOKS, e.g. "reaper.interrupted_sweep". Registration is done by `load()`, not
+as a side effect of the import: a module already in `sys.modules` (imported earlier by something
+else) still gets its hooks registered. One failing hook is logged and reported in the run's
+summary; it never stops the others or the reaping.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 that nobody resumed or ended within its wait bound ends here — SandboxTimeout, its session stopped
 and its slot freed, one audit row — instead of waiting for a late resume or end_turn.
 
-The ending itself is dispatch's (`tool_flow.expire_due`, the same code a late resume and end_turn
+The ending itself is dispatch's (`dispatch.tools.flow`, the same code a late resume and end_turn
 run: dispatch holds the continuations, the tenants' runner roles, the artifacts bucket and the
 audit grants). This hook invokes dispatch with the internal `sweep_paused_calls` action; the
 reaper's role may invoke dispatch and nothing more for this. Any caller may send that action: it
@@ -28,7 +28,7 @@ def end_paused_calls(now: float) -> dict[str, Any]:
     invoked or answers an error (the run's summary reports the hook failed)."""
     answer = aws.client("lambda").invoke(
         FunctionName=reaper().settings.dispatch_function_name,
-        Payload=json.dumps({"action": n.ACTION_SWEEP_PAUSED}).encode("utf-8"),
+        Payload=json.dumps({"action": n.Action.SWEEP_PAUSED_CALLS}).encode("utf-8"),
     )
     body = json.loads(answer["Payload"].read() or b"null")
     if answer.get("FunctionError") or not isinstance(body, dict) or body.get("ok") is not True:

@@ -380,7 +380,7 @@ class JobStore:
 
     def busy_sessions(self) -> set[str]:
         """Session ids that still have a job not yet final: the session reaper must leave them
-        alone even if their turn ended (job_flow stops them when their last job ends)."""
+        alone even if their turn ended (job_end stops them when their last job ends)."""
         return {r.session_id for r in self.open_jobs(limit=10_000) if r.session_id}
 
     # --- end ----------------------------------------------------------------------------------

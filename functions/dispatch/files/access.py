@@ -14,6 +14,10 @@ from sandbox_common import messages
 from sandbox_common import naming as n
 from sandbox_common.errors import SandboxError, SandboxInvalidRequest
 from sandbox_common.files import GetFileRequest, read_pointer
+from sandbox_common.outcome import internal_failure, public
+
+from dispatch.files.flow import s3_client
+from dispatch.steps import Steps
 
 NOT_FOUND_MESSAGE = messages.FILE_NOT_FOUND
 LOOKUP_FAILED_MESSAGE = "The file could not be looked up right now; please try again."
@@ -49,3 +53,12 @@ def get_file(
         "sha256": pointer["sha256"],
         "url": url,
     }
+
+
+def answer(steps: Steps, req: GetFileRequest, context: Any) -> dict[str, Any]:
+    """The get_file action: a lookup failure is answered (counted as an internal failure)."""
+    try:
+        return get_file(req, s3=s3_client(), bucket=steps.settings.artifacts_bucket)
+    except SandboxError as failure:
+        internal_failure(str(failure.fields.get("failure_reason")))
+        return public(failure)

@@ -1,6 +1,7 @@
 """Background jobs at dispatch's call sites (SPEC §17): what execute_code (background: true),
 get_job, cancel_job and end_turn call. Each function takes the parsed request and a JobDeps and
-returns the agent's answer or raises a named SandboxFailure; dispatch keeps its own flow.
+returns the agent's answer or raises a named SandboxFailure; the actions keep their own flow
+(`dispatch.jobs.flow`).
 
 execute_code with `background: true`, in dispatch's order:
 1. `reserve(...)` right after pre-flight and BEFORE the quota check: takes one of the turn's
@@ -12,16 +13,17 @@ execute_code with `background: true`, in dispatch's order:
    `{"ok": true, "status": "running", "job_id", "invocation_id", "session_id"}` at once. It raises
    JobLaunchFailed (after releasing) if the session could not start it; dispatch then audits the
    failure as the call's row. On success dispatch writes NO audit row: the job's one row is written
-   when it ends (job_flow), with the same invocation_id.
+   when it ends (sandbox_runtime.job_end), with the same invocation_id.
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, TypeAlias
 
 from sandbox_common import naming as n
 from sandbox_common.errors import SandboxError, SandboxInvalidRequest
+from sandbox_common.models import CancelJobRequest, ExecuteCodeRequest, GetJobRequest
 from sandbox_runtime.job_end import (
     JobCheckFailed,
     JobDeps,
@@ -33,6 +35,8 @@ from sandbox_runtime.job_end import (
 from sandbox_runtime.job_store import JobExists, JobNotFound, JobRecord, JobStoreUnavailable, TooManyJobs
 from sandbox_runtime.runner import SessionGone
 from sandbox_runtime.runner.jobs import JobFailure, JobRunner
+
+JobRequest: TypeAlias = GetJobRequest | CancelJobRequest
 
 TOO_MANY_JOBS = (
     f"This turn already has {n.MAX_RUNNING_JOBS_PER_TURN} background jobs running; wait for one to finish "
@@ -54,13 +58,13 @@ class JobLaunchFailed(SandboxError):
     """The session did not start the job (the slot was released): audit this as the call's row."""
 
 
-def timeout_of(req: Any) -> int:
+def timeout_of(req: ExecuteCodeRequest) -> int:
     value = getattr(req, "timeout_s", None)
     return n.DEFAULT_JOB_TIMEOUT_SECONDS if value is None else int(value)
 
 
 def reserve(
-    req: Any,
+    req: ExecuteCodeRequest,
     deps: JobDeps,
     *,
     invocation_id: str,
@@ -152,7 +156,7 @@ def launch(
     return answer
 
 
-def owned(req: Any, deps: JobDeps) -> JobRecord:
+def owned(req: JobRequest, deps: JobDeps) -> JobRecord:
     """The caller's job (one consistent GetItem). Another tenant's, agent's or turn's job is
     refused exactly like an unknown id (SandboxInvalidRequest); a store failure is SandboxError."""
     try:
@@ -165,13 +169,13 @@ def owned(req: Any, deps: JobDeps) -> JobRecord:
         raise SandboxError(JOBS_UNAVAILABLE, failure_reason=f"job_store_unavailable:{exc}") from None
 
 
-def get_job(req: Any, deps: JobDeps) -> dict[str, Any]:
+def get_job(req: GetJobRequest, deps: JobDeps) -> dict[str, Any]:
     """`{"ok": true, "status": "running", "elapsed_ms"}` or the job's final answer. A job of another
     tenant, agent or turn is refused exactly like an unknown id."""
     return answer(owned(req, deps), deps, cancel=False)
 
 
-def cancel(req: Any, deps: JobDeps) -> dict[str, Any]:
+def cancel(req: CancelJobRequest, deps: JobDeps) -> dict[str, Any]:
     """Ends the job (its processes are gone within seconds) and answers its final result —
     `cancelled`, or how it had already ended."""
     return answer(owned(req, deps), deps, cancel=True)
@@ -190,7 +194,7 @@ def answer(record: JobRecord, deps: JobDeps, *, cancel: bool) -> dict[str, Any]:
 
 def pending_jobs(tenant_id: str, turn_id: str, deps: JobDeps) -> list[str]:
     """end_turn: observe the turn's running jobs (ending those that ended) and list those still
-    running; while the list is not empty the session must not be stopped (job_flow stops it when
+    running; while the list is not empty the session must not be stopped (job_end stops it when
     the last one ends)."""
     try:
         open_ids = deps.store.turn_jobs(tenant_id, turn_id).open_jobs

@@ -1,6 +1,6 @@
-"""Background jobs in dispatch's flow (SPEC §17, issue 13): the three call sites the Dispatcher
-delegates to — a `background: true` execute_code (`submit`), get_job / cancel_job (`observe`)
-and end_turn's pending jobs (`pending`). The job logic itself is job_actions / job_flow.
+"""Background jobs' actions (SPEC §17): a `background: true` execute_code (`submit`), get_job and
+cancel_job (`observe`). end_turn's pending jobs are the step API's (`Steps.pending_jobs`); the
+job logic itself is `dispatch.jobs.actions` and the shared run time's job end.
 
 submit, in dispatch's order: turn + pre-flight → ready? → reserve a slot (a 4th running job is
 SandboxInvalidRequest: nothing counted, no row) → session capacity (§16.2: a cap refusal counts
@@ -13,7 +13,6 @@ under the same invocation_id.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from sandbox_common import messages
@@ -21,14 +20,10 @@ from sandbox_common.errors import SandboxError, SandboxFailure, SandboxInvalidRe
 from sandbox_common.models import CancelJobRequest, ExecuteCodeRequest, GetJobRequest
 from sandbox_common.outcome import Outcome, internal_failure, public
 from sandbox_common.windows import utc_now
-from sandbox_runtime.job_end import JobDeps
 from sandbox_runtime.job_store import JobRecord
-from sandbox_runtime.preflight import Preflight
 
-from dispatch.jobs import actions as job_actions
-from dispatch.sessions.flow import SessionCall
-from dispatch.turns import flow as turn_logic
-from dispatch.turns import guard as turn_guard
+from dispatch.jobs import actions
+from dispatch.steps import Attempt, Steps
 from dispatch.turns.store import Turn, TurnStoreUnavailable
 
 # Seconds a job's deadline keeps from its session's end (beyond the call timeout): room to observe
@@ -36,43 +31,32 @@ from dispatch.turns.store import Turn, TurnStoreUnavailable
 JOB_SESSION_RESERVE_MARGIN_SECONDS = 60
 
 
-def submit(
-    dispatcher: Any,
-    deps: JobDeps,
-    req: ExecuteCodeRequest,
-    turn: Turn,
-    budget: Callable[[], float | None],
-    *,
-    refuse_unless_ready: Callable[[Preflight], None],
-) -> dict[str, Any]:
-    """The answer to a `background: true` execute_code (or raises SandboxInvalidRequest).
-    `dispatcher`: the Dispatcher (its pre-flight, quota, session and record steps); `turn`: the
-    caller's turn, already claimed with its token (§16.5)."""
+def submit(steps: Steps, req: ExecuteCodeRequest, context: Any) -> dict[str, Any]:
+    """A `background: true` execute_code: claimed once per call_id like any execute_code, answered
+    at once with its job_id (or raises SandboxInvalidRequest)."""
+    return steps.once(req, context, lambda attempt: _submit(steps, req, attempt))
+
+
+def _submit(steps: Steps, req: ExecuteCodeRequest, attempt: Attempt) -> dict[str, Any]:
+    """`attempt.turn`: the caller's turn, already claimed with its token (§16.5)."""
     outcome = Outcome(request=req, invocation_id=str(uuid.uuid4()), started_at=utc_now())
     with outcome.failures_answered("job_submit_internal_error"):  # execute_code's own wrapper
-        return _submit(dispatcher, deps, req, turn, outcome, budget, refuse_unless_ready)
-    dispatcher._record(outcome.finish())  # the failed submit's one row
+        return _launch(steps, req, attempt, outcome)
+    steps.record(outcome.finish())  # the failed submit's one row
     return outcome.response()
 
 
-def _submit(
-    dispatcher: Any,
-    deps: JobDeps,
-    req: ExecuteCodeRequest,
-    turn: Turn,
-    outcome: Outcome,
-    budget: Callable[[], float | None],
-    refuse_unless_ready: Callable[[Preflight], None],
-) -> dict[str, Any]:
-    turn_logic.refuse_if_ended(turn)
-    pf = dispatcher._preflight(req)
+def _launch(steps: Steps, req: ExecuteCodeRequest, attempt: Attempt, outcome: Outcome) -> dict[str, Any]:
+    turn = steps.open_turn(attempt.turn)
+    pf = steps.preflight(req)
     outcome.environment = pf.environment
-    refuse_unless_ready(pf)
+    steps.ready(pf)
     if req.files:
         raise SandboxInvalidRequest(messages.JOB_FILES_UNSUPPORTED)
+    deps = steps.jobs
     interpreter_id = str(pf.interpreter_id)
     live = turn.live_session and turn.interpreter_id == interpreter_id
-    record = job_actions.reserve(
+    record = actions.reserve(
         req,
         deps,
         invocation_id=outcome.invocation_id,
@@ -81,45 +65,45 @@ def _submit(
         interpreter_id=interpreter_id if live else "",
         turn_token_hash=turn.token_hash,
     )  # the turn was claimed with its token (§16.5)
-    call = SessionCall()
     try:
-        with dispatcher.sessions.held(call, turn, pf):  # §16.2: a session-cap refusal counts nothing
-            dispatcher._quota(req, outcome)
-            runner = dispatcher.runner_factory(pf)
-            session_id, _ = dispatcher._session(turn, pf, runner, outcome.invocation_id, budget(), call=call)
+        with steps.capacity(turn, pf) as call:  # §16.2: a session-cap refusal counts nothing
+            steps.quota(req, outcome)
+            runner = steps.runner(pf)
+            session_id, _ = steps.session(call, turn, pf, runner, outcome.invocation_id, attempt.budget())
     except BaseException:
-        job_actions.release(record, deps)
+        actions.release(record, deps)
         raise
     outcome.session_id = session_id
-    settings = dispatcher.settings
-    return job_actions.launch(
+    settings = steps.settings
+    return actions.launch(
         record,
         deps,
         code=req.code,
         session_id=session_id,
         interpreter_id=interpreter_id,
-        session_left_s=settings.session_timeout_seconds - _session_age(dispatcher, turn, session_id),
+        session_left_s=settings.session_timeout_seconds - _session_age(steps, turn, session_id),
         reserve_s=settings.call_timeout_seconds + JOB_SESSION_RESERVE_MARGIN_SECONDS,
     )
 
 
-def _session_age(dispatcher: Any, turn: Turn, session_id: str) -> float:
+def _session_age(steps: Steps, turn: Turn, session_id: str) -> float:
     """Seconds the job's session has lived: the claimed turn's live session keeps its start time;
     any other session (started, or activated by a racing call, during this submit) is brand new."""
     started = turn.session_started_at if turn.live_session and turn.session_id == session_id else None
-    return 0.0 if started is None else max(0.0, dispatcher.turns.clock() - started)
+    return 0.0 if started is None else max(0.0, steps.turns.clock() - started)
 
 
-def observe(dispatcher: Any, deps: JobDeps, req: GetJobRequest | CancelJobRequest) -> dict[str, Any]:
+def observe(steps: Steps, req: GetJobRequest | CancelJobRequest, context: Any) -> dict[str, Any]:
     """get_job / cancel_job: the job must be the caller's (another tenant's, agent's or turn's job
     is refused like an unknown id; an ended turn's jobs still answer: they outlive end_turn) and
     the turn token must be its turn's (§16.5), checked against the hash kept on the job item — a
     turn's hash never changes once bound, so this is the turn's own check without reading the
     turn: a running job's poll costs the job read plus one status call to its session."""
+    deps = steps.jobs
     try:
-        record = job_actions.owned(req, deps)
-        _check_token(dispatcher, req, record)
-        return job_actions.answer(record, deps, cancel=isinstance(req, CancelJobRequest))
+        record = actions.owned(req, deps)
+        _check_token(steps, req, record)
+        return actions.answer(record, deps, cancel=isinstance(req, CancelJobRequest))
     except SandboxInvalidRequest:
         raise
     except SandboxFailure as failure:
@@ -127,26 +111,16 @@ def observe(dispatcher: Any, deps: JobDeps, req: GetJobRequest | CancelJobReques
         return public(failure)
 
 
-def _check_token(dispatcher: Any, req: GetJobRequest | CancelJobRequest, record: JobRecord) -> None:
+def _check_token(steps: Steps, req: GetJobRequest | CancelJobRequest, record: JobRecord) -> None:
     stored = record.turn_token_hash
     if stored is None:  # a job item from before the hash was kept on it: its turn says
         try:
-            turn = dispatcher.turns.get(req.tenant_id, req.turn_id)
+            turn = steps.turns.get(req.tenant_id, req.turn_id)
         except TurnStoreUnavailable as exc:
             raise SandboxError(messages.INTERNAL, failure_reason=f"turn_store_unavailable:{exc}") from None
         if turn is None:
-            raise SandboxInvalidRequest(job_actions.UNKNOWN_JOB)
+            raise SandboxInvalidRequest(actions.UNKNOWN_JOB)
         stored = turn.token_hash
-    turn_guard.check(
-        token=req.turn_token,
-        stored_hash=stored,
-        required=dispatcher.settings.require_turn_token,
-        tenant_id=req.tenant_id,
-        agent_id=req.agent_id,
-        turn_id=req.turn_id,
+    steps.check_token(
+        req.turn_token, stored, tenant_id=req.tenant_id, agent_id=req.agent_id, turn_id=req.turn_id
     )
-
-
-def pending(deps: JobDeps, tenant_id: str, turn_id: str) -> list[str]:
-    """end_turn: the turn's jobs still running (the session must outlive them)."""
-    return job_actions.pending_jobs(tenant_id, turn_id, deps)

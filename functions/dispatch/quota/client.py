@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 from sandbox_common import naming as n
@@ -71,6 +71,24 @@ def _fail_closed(windows: Windows, tenant_id: str, cause: str, *, release: bool 
     emit_metric(n.METRIC_CAP_EXCEEDED, dimensions={"tenant_id": tenant_id})
     logger.error("quota_fail_closed", extra={"cause": cause})
     return QuotaDecision(False, n.DIM_UNKNOWN, iso_z(windows.fail_closed_resets_at()))
+
+
+class CheckQuota(Protocol):
+    """`check_quota`'s signature (tests wrap it to watch what dispatch sends)."""
+
+    def __call__(
+        self,
+        function_name: str,
+        tenant_id: str,
+        agent_id: str,
+        windows: Windows,
+        client: Any = None,
+        *,
+        counts: bool = True,
+        call_id: str | None = None,
+        turn: QuotaTurnGuard | None = None,
+        release: bool = False,
+    ) -> QuotaDecision: ...
 
 
 def check_quota(

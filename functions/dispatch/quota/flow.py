@@ -1,4 +1,4 @@
-"""One execute_code's quota check (SPEC §5, issues 9 + 11): sent at t=0 when it can be, joined
+"""One execute_code's quota check (SPEC §5): sent at t=0 when it can be, joined
 where the quota step runs, undone when the call never reaches that step.
 
 Speculative check. Dispatch cannot know whether a call is the first of its turn before reading
@@ -10,30 +10,29 @@ exists, is this agent's, is not ended and is bound to the request's token hash, 
 call_id was not counted before. So a wrong token, an ended or foreign turn counts nothing, and a
 retry or a racing duplicate of a call_id never counts twice.
 
-Joining (`decide`, from Dispatcher._quota, after the turn, pre-flight, input and session-cap
+Joining (`decide`, from the quota step `Steps.quota`, after the turn, pre-flight, input and session-cap
 checks passed):
 - admitted / already counted / cap refused / failed closed: that is the answer;
 - turn guard refused (a first call: the turn did not exist yet): the sequential check of before,
   still once-per-call_id, now that the turn exists and every refusal before counting is passed.
 
 Refusals decided after the speculative count. The rule: a speculative count stands iff the call
-reaches the quota step (`decide`). `settle()` (the handler's `finally`) undoes it otherwise
-(release: the marker and both counters, one transaction) when the call will not run under it:
-the idempotent function ran here and stopped before the quota step (invalid request, ended turn,
-disabled tenant, unready template, session cap, a store failure), or the idempotency store was
-unreachable (refused, "nothing counted"). It keeps the count when another attempt of the same
-call_id ran or runs the call — a replayed answer or StillRunning (logged as
+reaches the quota step (`decide`). `settle()` (the call's `finally`, `Steps.once`) undoes it
+otherwise (release: the marker and both counters, one transaction) when the call will not run
+under it: the idempotent function ran here and stopped before the quota step (invalid request,
+ended turn, disabled tenant, unready template, session cap, a store failure), or the idempotency
+store was unreachable (refused, "nothing counted"). It keeps the count when another attempt of
+the same call_id ran or runs the call — a replayed answer or StillRunning (logged as
 `quota_speculative_kept`): the attempt that ran found this count's marker at its quota step
-("already counted") and ran under it, so releasing it would leave a call that ran uncounted. (Four
-racing copies of one call_id showed exactly that under load.) The price is the safe direction: a
-retry of a call that was refused before counting, replayed from its stored refusal after the
-refusal's cause went away, stays counted once.
+("already counted") and ran under it, so releasing it would leave a call that ran uncounted. The
+price is the safe direction: a retry of a call that was refused before counting, replayed from
+its stored refusal after the refusal's cause went away, stays counted once.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import Future
-from typing import Any, Protocol
+from typing import Protocol
 
 from sandbox_common import naming as n
 from sandbox_common.models import ExecuteCodeRequest, QuotaTurnGuard
@@ -46,24 +45,24 @@ from sandbox_runtime.preflight import PreflightReader
 
 from dispatch import parallel
 from dispatch.quota.budget import UsageAccounting
-from dispatch.quota.client import QuotaDecision
+from dispatch.quota.client import CheckQuota, QuotaDecision
 
 
-class Dispatcher(Protocol):
-    """What this module uses of dispatch.service.Dispatcher (which imports this module)."""
+class QuotaParts(Protocol):
+    """What the quota step uses of the container's parts (dispatch.parts.Parts)."""
 
     settings: DispatchSettings
     preflight: PreflightReader
     accounting: UsageAccounting
-    quota: Any  # quota_client.check_quota's signature
+    quota: CheckQuota
 
 
 class QuotaCheck:
     """The quota of one execute_code. `start` sends it ahead when eligible; `decide` joins it
     (or checks sequentially); `settle` undoes a speculative count the call did not use."""
 
-    def __init__(self, dispatcher: Dispatcher, req: ExecuteCodeRequest, guard: QuotaTurnGuard | None) -> None:
-        self._dispatcher = dispatcher
+    def __init__(self, parts: QuotaParts, req: ExecuteCodeRequest, guard: QuotaTurnGuard | None) -> None:
+        self._parts = parts
         self._req = req
         self._future: Future[QuotaDecision] | None = None
         self._entered = False  # the idempotent function ran in this invocation
@@ -74,8 +73,8 @@ class QuotaCheck:
             self._future = parallel.start(self._check, guard)
 
     @classmethod
-    def start(cls, dispatcher: Dispatcher, req: ExecuteCodeRequest) -> QuotaCheck:
-        return cls(dispatcher, req, _guard_for(dispatcher, req))
+    def start(cls, parts: QuotaParts, req: ExecuteCodeRequest) -> QuotaCheck:
+        return cls(parts, req, _guard_for(parts, req))
 
     @property
     def speculative(self) -> bool:
@@ -118,8 +117,8 @@ class QuotaCheck:
                 extra={"tenant_id": self._req.tenant_id, "call_id": self._req.call_id},
             )
             return
-        undone = self._dispatcher.quota(
-            self._dispatcher.settings.quota_function_name,
+        undone = self._parts.quota(
+            self._parts.settings.quota_function_name,
             self._req.tenant_id,
             self._req.agent_id,
             Windows.at(utc_now()),
@@ -138,25 +137,25 @@ class QuotaCheck:
 
     def _check(self, guard: QuotaTurnGuard | None) -> QuotaDecision:
         req = self._req
-        return self._dispatcher.quota(
-            self._dispatcher.settings.quota_function_name,
+        return self._parts.quota(
+            self._parts.settings.quota_function_name,
             req.tenant_id,
             req.agent_id,
             Windows.at(utc_now()),
-            counts=self._dispatcher.accounting.needs_count(req.tenant_id),
+            counts=self._parts.accounting.needs_count(req.tenant_id),
             call_id=req.call_id,
             turn=guard,
         )
 
 
-def _guard_for(dispatcher: Dispatcher, req: ExecuteCodeRequest) -> QuotaTurnGuard | None:
+def _guard_for(parts: QuotaParts, req: ExecuteCodeRequest) -> QuotaTurnGuard | None:
     """The turn guard of a speculative check, or None when the call is not eligible: background
     jobs, a token the turn check will refuse anyway, a pre-flight that would take a read or is
     not ready (those calls are refused, or their refusal is decided before any count)."""
     if req.background:
         return None
     if req.turn_token is None:
-        if dispatcher.settings.require_turn_token:
+        if parts.settings.require_turn_token:
             return None
         token = ""
     else:
@@ -164,7 +163,7 @@ def _guard_for(dispatcher: Dispatcher, req: ExecuteCodeRequest) -> QuotaTurnGuar
             token = token_hash(req.turn_token)
         except TurnTokenRejected:
             return None
-    pf = dispatcher.preflight.cached(req.tenant_id, req.template_id)
+    pf = parts.preflight.cached(req.tenant_id, req.template_id)
     if pf is None or pf.status != "ready":
         return None
     return QuotaTurnGuard(turn_id=req.turn_id, token_sha256=token)

@@ -1,7 +1,7 @@
 """A turn's one session, taken from the stage's managed sessions (SPEC §4.5 with §16.1, §16.2,
 §16.6): dispatch's side of `SessionSource`.
 
-Per execute_code, in dispatch's order (`Dispatcher._steps`):
+Per execute_code, in dispatch's order (`dispatch.steps`):
 - `offer_warm(turn, pf)` in begin_turn: notes one pool session on the turn (a hint, not a claim);
 - `prepare(call, ...)` BEFORE the call quota, only when the turn has no usable session: claims a
   warm session (the hinted one and the turn binding in one write) or reserves a cold slot in the
@@ -10,11 +10,11 @@ Per execute_code, in dispatch's order (`Dispatcher._steps`):
 - `abandon(call)` afterwards, whatever happened: gives back capacity that no session used (the
   quota refused, another concurrent first call's session won the turn); a no-op once used;
 - `acquire(call, ...)` the turn's session through the lease protocol
-  (`turn_logic.acquire_session`): only the lease winner runs `SessionSource.start` (warm: no
+  (`lease.acquire_session`): only the lease winner runs `SessionSource.start` (warm: no
   Start, no readiness preamble; cold: Start + preamble, a throttled Start retried visibly), and
   the turn item keeps the session's slot id; with `call.activation` a new cold session's two
   activation writes (slot, turn) travel beside the user code and `confirm(call, ...)` joins them
-  after it, undoing a failed one (dispatch.activation, issue 9);
+  after it, undoing a failed one (dispatch.sessions.activation);
 - `stopped(call, ...)` whenever a turn's session is known to be gone (per-call timeout stopped it,
   AgentCore reaped it, end_turn stopped it): the turn no longer points at it and its slot is
   freed. The reaper frees what a crash left behind.
@@ -39,9 +39,9 @@ from sandbox_common.retries import RetryLog
 from sandbox_common.sessions.ledger import LedgerUnavailable, Slot
 from sandbox_runtime.preflight import Preflight
 
+from dispatch.sessions import lease
 from dispatch.sessions.activation import Activation
 from dispatch.sessions.source import Acquired, Prepared, SessionSource
-from dispatch.turns import flow as turn_logic
 from dispatch.turns.store import Turn, TurnStore, TurnStoreUnavailable
 
 # How long a first call refused at a session cap looks for another call of its turn starting the
@@ -59,7 +59,7 @@ class SessionCall:
     slot_id: str | None = None  # the slot of the session the call runs on, when known
     source: str | None = None  # "warm" | "cold" when this call got a new session for its turn
     # set by a caller that runs the code right after `acquire`: a new cold session's activation
-    # writes travel beside the code and are joined by `confirm` (dispatch.activation, issue 9)
+    # writes travel beside the code and are joined by `confirm` (dispatch.sessions.activation)
     activation: Activation | None = None
 
     def render(self, outcome: Outcome) -> None:
@@ -93,7 +93,7 @@ class TurnSessions:
         final only if no other call of the turn is starting (or has started) its session within
         `CONCURRENT_START_WAIT_SECONDS`; if one is, this call goes on without a reservation and
         the lease protocol hands it that session (nothing was counted while it waited)."""
-        if turn_logic.usable_session(self.turns, turn, str(pf.interpreter_id), self.max_session_age_seconds):
+        if lease.usable_session(self.turns, turn, str(pf.interpreter_id), self.max_session_age_seconds):
             return
         try:
             call.prepared = self._prepare(call, turn, pf, hinted=True)
@@ -213,7 +213,7 @@ class TurnSessions:
             slots[turn.session_id] = turn.slot_id
         got: list[Acquired] = []
 
-        def start() -> turn_logic.Started:
+        def start() -> lease.Started:
             # Normally prepared before the quota; prepared here when the turn's session went away
             # between that check and the lease (or for a caller that did not prepare: jobs).
             prepared = call.prepared or self._prepare(call, turn, pf)
@@ -231,7 +231,7 @@ class TurnSessions:
                 call.activation.interpreter_id, call.activation.owner = interpreter_id, invocation_id
             got.append(acquired)
             slots[acquired.session_id] = acquired.slot_id
-            return turn_logic.Started(acquired.session_id, acquired.slot_id, acquired.started_at)
+            return lease.Started(acquired.session_id, acquired.slot_id, acquired.started_at)
 
         def stop(stop_interpreter: str, session_id: str) -> bool:
             # A session replaced as unusable, or ours when its activation failed: stopped, freed.
@@ -240,7 +240,7 @@ class TurnSessions:
                 self._release(slots.get(session_id) or self._slot_of(turn, session_id))
             return stopped
 
-        session_id, started_here = turn_logic.acquire_session(
+        session_id, started_here = lease.acquire_session(
             self.turns,
             turn,
             owner=invocation_id,
@@ -259,7 +259,7 @@ class TurnSessions:
         return session_id, started_here
 
     def confirm(self, call: SessionCall, turn: Turn, runner: Any) -> None:
-        """Join a new session's activation writes sent beside the code (`dispatch.activation`).
+        """Join a new session's activation writes sent beside the code (`dispatch.sessions.activation`).
         If one failed, the session is not the turn's: the turn is pointed away from it (or our
         lease released), the session stopped and its slot freed — never leaked — and the call
         fails closed (raises SandboxError). A no-op when nothing was sent."""

@@ -5,15 +5,15 @@ Two steps, so that a refusal counts nothing (§16.2):
   or reserves a cold slot, or raises SandboxCapExceeded; `abandon(prepared)` undoes it when the
   quota then refuses (or another concurrent first call's session won the turn);
 - `start(prepared, ...)` as the `start` step of the turn's session lease
-  (`turn_logic.acquire_session(start=...)`, which runs it only for the lease winner, so a turn
-  gets at most one session), or for a warm session right after `session_flow` bound it to the
+  (`lease.acquire_session(start=...)`, which runs it only for the lease winner, so a turn
+  gets at most one session), or for a warm session right after `sessions.flow` bound it to the
   turn in one conditional write: returns `Acquired(session_id, source, slot_id, started_at)`.
 
 1. warm: claim one warm session of the tenant × environment pool — no Start, no readiness
    preamble (the refill already ran it; a session whose preamble failed was never offered). With
    the turn's warm hint (noted by begin_turn, `pick_warm`) the claim and the turn binding are ONE
    TransactWriteItems (`Prepared.bound`); without one, or when it is stale, a pool query and one
-   conditional write per candidate (session_flow then binds the turn) — no query when begin_turn
+   conditional write per candidate (sessions.flow then binds the turn) — no query when begin_turn
    found the pool empty moments ago (`pool_empty`, issue 9): straight to the cold reservation;
 2. cold: reserve capacity in the ledger (tenant_sessions / global_sessions, exact under
    concurrency, 0 = kill switch, fail closed), then Start + readiness preamble through the runner.
@@ -261,7 +261,7 @@ class SessionSource:
     ) -> Acquired:
         """Warm: nothing to do (no Start, no preamble). Cold: Start + preamble, throttling retried,
         then the slot's activation — sent with `activation` (beside the user code, joined by the
-        caller: `dispatch.activation`), else written here before returning."""
+        caller: `dispatch.sessions.activation`), else written here before returning."""
         if prepared.source == "warm":
             emit_metric(n.METRIC_WARM_CLAIMED, dimensions={"source": "warm"})
             return Acquired(str(prepared.session_id), "warm", prepared.slot_id, prepared.started_at)

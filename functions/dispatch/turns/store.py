@@ -14,7 +14,7 @@ turn never blocks, nor is visible to, another tenant using the same id (naming.T
 
 The store only stores: every write is one conditional request (so a stale container can never
 overwrite a newer session) and answers with a bool or a `Turn`. Who may use a turn and the
-session-lease protocol built from these writes live in `dispatch.turn_logic`.
+session-lease protocol built from these writes live in `dispatch.turns.flow` and `dispatch.sessions.lease`.
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ class TurnStore:
             raise TurnStoreUnavailable(type(exc).__name__) from None
         return None
 
-    # --- the turn's one session (the protocol is in dispatch.turn_logic) ------------------------
+    # --- the turn's one session (the protocol: dispatch.sessions.lease) ------------------------
     def take_lease(self, turn: Turn, owner: str, lease_seconds: int) -> bool:
         now = int(self.clock())
         condition, values = self._seen_state(turn, now)

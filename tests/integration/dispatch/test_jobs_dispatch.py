@@ -176,7 +176,7 @@ def test_jobs_timeout_s_without_background_refused(stack: Stack) -> None:
 
 
 def test_jobs_submit_refused_by_quota_releases_its_slot_and_is_audited(stack: Stack) -> None:
-    from dispatch import parts as dependencies
+    from dispatch import steps
 
     # Given a tenant whose daily cap is used up
     stack.set_cap(n.DIM_TENANT_DAILY, 0, tenant_id="acme")
@@ -186,7 +186,7 @@ def test_jobs_submit_refused_by_quota_releases_its_slot_and_is_audited(stack: St
     assert refused["ok"] is False and refused["error"] == "SandboxCapExceeded"
     rows = stack.audit_rows("acme")
     assert len(rows) == 1 and rows[0]["failure_reason"].startswith("cap_exceeded")
-    turn_jobs = dependencies.dispatcher().jobs.store.turn_jobs("acme", "turn-1")
+    turn_jobs = steps.current().jobs.store.turn_jobs("acme", "turn-1")
     assert (turn_jobs.running, turn_jobs.open_jobs) == (0, ())
 
 
@@ -230,14 +230,15 @@ def test_jobs_token_checked_against_the_hash_kept_on_the_job_and_older_items_rea
     import hashlib
 
     from dispatch import parts as dependencies
+    from dispatch import steps
     from sandbox_common import aws, messages
 
     # Given a running job of turn-1 (bound to its token)
     submitted = stack.dispatch(job("h1", "import time\ntime.sleep(2)\nprint('hashed')"))
-    store = dependencies.dispatcher().jobs.store
+    store = steps.current().jobs.store
     token = turn_token_for("acme", "turn-1")
     # Then the job item keeps the turn's token hash, the very one the turn item holds
-    turn = dependencies.dispatcher().turns.get("acme", "turn-1")
+    turn = dependencies.built().turns.get("acme", "turn-1")
     record = store.get(submitted["job_id"])
     assert record is not None and turn is not None
     assert record.turn_token_hash == turn.token_hash == hashlib.sha256(token.encode()).hexdigest()

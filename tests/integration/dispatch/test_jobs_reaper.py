@@ -18,7 +18,7 @@ def test_jobs_reaper_ends_an_unpolled_job_with_one_audit_row(stack: Stack) -> No
     # Given a turn with a live session and a job launched in it that nobody polls
     first = stack.dispatch(event(call_id="c1", code="x = 1"))
     assert first["ok"] is True
-    deps = job_deps_for(dependencies.dispatcher())
+    deps = job_deps_for(dependencies.built())
     req = SimpleNamespace(
         tenant_id="acme",
         agent_id="agent-7",

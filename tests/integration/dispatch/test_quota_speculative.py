@@ -42,7 +42,7 @@ class QuotaSpy:
 def spy(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> QuotaSpy:
     from dispatch import parts as dependencies
 
-    dispatcher = dependencies.dispatcher()
+    dispatcher = dependencies.built()
     watcher = QuotaSpy(dispatcher.quota)
     monkeypatch.setattr(dispatcher, "quota", watcher)
     return watcher
@@ -148,7 +148,7 @@ def test_quota_speculative_count_of_a_call_refused_after_it_is_released(stack: S
         Name=n.session_cap_parameter("local", n.DIM_GLOBAL_SESSIONS), Value="0", Type="String", Overwrite=True
     )
     dependencies.reset()
-    dispatcher = dependencies.dispatcher()
+    dispatcher = dependencies.built()
     spy = QuotaSpy(dispatcher.quota)
     dispatcher.quota = spy
     assert (

@@ -489,7 +489,7 @@ PAUSE = "from sandbox_tools import tools\nprint('before')\ntools.lookup(key='k')
 
 
 def _sweep(stack: Stack) -> dict[str, Any]:
-    return stack.dispatch({"action": n.ACTION_SWEEP_PAUSED})
+    return stack.dispatch({"action": n.Action.SWEEP_PAUSED_CALLS})
 
 
 def test_tools_sweep_ends_a_paused_call_past_its_wait_bound_once_with_session_stopped(

@@ -43,8 +43,8 @@ def _dispatch_runner() -> Any:
     """The tenant runner dispatch itself uses (its cached clients are the ones dispatch calls)."""
     from dispatch import parts as dependencies
 
-    d = dependencies.dispatcher()
-    return d.runner_factory(d.preflight.check("acme", "analyst"))
+    d = dependencies.built()
+    return d.runners(d.preflight.check("acme", "analyst"))
 
 
 class AgentCoreLog:
@@ -368,7 +368,7 @@ def test_reaper_stops_ended_turn_session_spares_live_and_job_busy(
     # closed the turn but died before the stop, and one that ended with a background job running
     live = stack.dispatch(event(turn_id="turn-live", call_id="l1"))["session_id"]
     ended = stack.dispatch(event(turn_id="turn-ended", call_id="e1"))["session_id"]
-    dependencies.dispatcher().turns.end("acme", "turn-ended")
+    dependencies.built().turns.end("acme", "turn-ended")
     job = stack.dispatch(
         event(turn_id="turn-job", call_id="j1", background=True, code="import time\ntime.sleep(20)")
     )
@@ -492,7 +492,7 @@ def test_dispatch_failed_warm_binding_never_returns_the_session_to_the_pool(reap
 def _turn_item(turn_id: str) -> Any:
     from dispatch import parts as dependencies
 
-    return dependencies.dispatcher().turns.get("acme", turn_id)
+    return dependencies.built().turns.get("acme", turn_id)
 
 
 def test_dispatch_begun_turns_first_calls_against_a_smaller_pool_get_distinct_sessions(
@@ -575,7 +575,7 @@ def test_dispatch_first_call_after_begin_turn_found_the_pool_empty_does_not_read
     (warm,) = slots_of(stack)
     from dispatch import parts as dependencies
 
-    table = dependencies.dispatcher().turns.table
+    table = dependencies.built().turns.table
     aged = str(int(time.time()) - n.WARM_POOL_EMPTY_MARK_SECONDS - 5)
     aws.client("dynamodb").update_item(
         TableName=table,
@@ -623,7 +623,7 @@ def test_dispatch_cold_first_call_whose_turn_ended_during_start_fails_closed_and
     # Given a turn begun with an empty pool, and end_turn landing while its first call starts a session
     assert stack.dispatch(event("begin_turn", turn_id="turn-x"))["ok"] is True
     log = AgentCoreLog()
-    ended = _on_start(lambda: dependencies.dispatcher().turns.end("acme", "turn-x"))
+    ended = _on_start(lambda: dependencies.built().turns.end("acme", "turn-x"))
     # When the first call runs (its "active" write travels beside the user code, issue 9)
     answer = stack.dispatch(event(turn_id="turn-x", call_id="x1", code="print('ran')"))
     # Then the code was sent beside the activation (not after it), and the call failed closed:
@@ -649,7 +649,7 @@ def test_dispatch_cold_first_call_whose_slot_was_released_during_start_fails_clo
     # Given the reaper releasing a first call's slot while its Start runs (as for an expired lease)
     def reaper_releases() -> None:
         (slot,) = slots_of(stack)
-        assert dependencies.dispatcher().sessions.source.ledger.release(slot.slot_id)
+        assert dependencies.built().sessions.source.ledger.release(slot.slot_id)
 
     log = AgentCoreLog()
     released = _on_start(reaper_releases)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from dispatch.sessions import lease
 from dispatch.turns import flow as turn_logic
 from sandbox_common import aws
 from sandbox_common import naming as n
@@ -45,7 +46,7 @@ def _live_turn_session(stack: Stack, turn_id: str) -> tuple[str, str]:
         agent_id="agent-7",
     ).slot_id
     iid = interpreter_id(stack)
-    session_id, _ = turn_logic.acquire_session(
+    session_id, _ = lease.acquire_session(
         turns,
         turn,
         owner=f"inv-{turn_id}",

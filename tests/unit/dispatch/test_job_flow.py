@@ -126,6 +126,14 @@ def poll_until_final(env: dict[str, Any], record: JobRecord, limit: float = 20.0
     raise AssertionError("job did not end")
 
 
+def wait_until_done_in_session(runner: SessionRunner, session: str, record: JobRecord) -> None:
+    """Until the session itself reports the job final (nothing is ended or recorded here)."""
+    deadline = time.monotonic() + 20.0
+    while not JobRunner(runner).job_status(INTERPRETER, session, record.job_id).final:
+        assert time.monotonic() < deadline, "job did not finish in its session"
+        time.sleep(0.1)
+
+
 def test_job_flow_completed_job_answers_final_result_and_one_audit_row(env):
     # Given a job that outlives the 2 s call deadline
     record = submit(env, "import time\ntime.sleep(2.5)\nprint('result', 42)")
@@ -503,8 +511,8 @@ def test_job_flow_reaper_goes_on_past_a_tenant_whose_runner_cannot_be_built(env)
     )
     store.create(ghost)
     ok = submit(env, "print('y')")
-    time.sleep(1.0)
     runner = env["runner"]
+    wait_until_done_in_session(runner, env["session"], ok)
 
     def runner_for(tenant: str) -> SessionRunner:
         if tenant == "ghost":

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import pytest
+from dispatch.sessions import lease
 from dispatch.turns import flow as turn_logic
 from dispatch.turns.store import TurnStore, TurnStoreUnavailable
 from sandbox_common import messages
@@ -39,7 +40,7 @@ def test_claim_by_other_agent_of_the_tenant_is_invalid(store: TurnStore) -> None
 def test_claim_same_turn_id_in_two_tenants_is_two_turns(store: TurnStore) -> None:
     # Given tenant A holds turn-123 with a live session
     held = turn_logic.claim(store, "acme", "agent-1", "turn-123", **_TOKENLESS)
-    turn_logic.acquire_session(
+    lease.acquire_session(
         store,
         held,
         owner="a",
@@ -101,7 +102,7 @@ def test_acquire_session_concurrent_first_calls_start_one_session(store: TurnSto
 
     def call(i: int) -> None:
         barrier.wait()
-        sid, _ = turn_logic.acquire_session(
+        sid, _ = lease.acquire_session(
             store,
             turn,
             owner=f"inv-{i}",
@@ -129,7 +130,7 @@ def test_acquire_session_failed_start_releases_lease(store: TurnStore) -> None:
         raise RuntimeError("start refused")
 
     with pytest.raises(RuntimeError):
-        turn_logic.acquire_session(
+        lease.acquire_session(
             store,
             turn,
             owner="a",
@@ -140,7 +141,7 @@ def test_acquire_session_failed_start_releases_lease(store: TurnStore) -> None:
             wait_seconds=1,
         )
     # the next caller can start at once (no wait for a dead lease)
-    sid, started = turn_logic.acquire_session(
+    sid, started = lease.acquire_session(
         store,
         store.get("acme", "turn-f"),
         owner="b",
@@ -155,7 +156,7 @@ def test_acquire_session_failed_start_releases_lease(store: TurnStore) -> None:
 
 def test_acquire_session_replaces_too_old_session_and_stops_it(store: TurnStore) -> None:
     turn = turn_logic.claim(store, "acme", "agent", "turn-o", **_TOKENLESS)
-    turn_logic.acquire_session(
+    lease.acquire_session(
         store,
         turn,
         owner="a",
@@ -167,7 +168,7 @@ def test_acquire_session_replaces_too_old_session_and_stops_it(store: TurnStore)
     )
     stopped: list[tuple[str, str]] = []
     later = TurnStore(table_name=store.table, ddb=store.ddb, clock=lambda: time.time() + 10_000)
-    sid, started = turn_logic.acquire_session(
+    sid, started = lease.acquire_session(
         later,
         later.get("acme", "turn-o"),
         owner="b",
@@ -182,7 +183,7 @@ def test_acquire_session_replaces_too_old_session_and_stops_it(store: TurnStore)
 
 def test_mark_stopped_only_for_current_session(store: TurnStore) -> None:
     turn = turn_logic.claim(store, "acme", "agent", "turn-s", **_TOKENLESS)
-    turn_logic.acquire_session(
+    lease.acquire_session(
         store,
         turn,
         owner="a",
@@ -214,7 +215,7 @@ def test_acquire_session_lost_lease_stops_the_started_session(store: TurnStore) 
 
     # When the slow caller tries to record its session / Then it stops it and reports the failure
     with pytest.raises(TurnStoreUnavailable):
-        turn_logic.acquire_session(
+        lease.acquire_session(
             store,
             turn,
             owner="me",
@@ -238,7 +239,7 @@ def test_acquire_session_end_turn_during_start_stops_the_new_session(store: Turn
 
     # When the start completes / Then the session is stopped, not recorded, and the turn stays closed
     with pytest.raises(TurnStoreUnavailable):
-        turn_logic.acquire_session(
+        lease.acquire_session(
             store,
             turn,
             owner="me",

@@ -105,7 +105,7 @@ def test_sweep_modules_register_the_background_jobs_sweep(monkeypatch: pytest.Mo
 
 
 def test_sweep_paused_action_is_parsed_and_named_once() -> None:
-    """The reaper's paused-calls hook sends naming.ACTION_SWEEP_PAUSED; dispatch parses exactly that
+    """The reaper's paused-calls hook sends naming.Action.SWEEP_PAUSED_CALLS; dispatch parses exactly that
     (its model's Literal), and the agent-facing action list does not advertise it."""
     import typing
 
@@ -114,9 +114,9 @@ def test_sweep_paused_action_is_parsed_and_named_once() -> None:
     from sandbox_common.models import DISPATCH_ACTIONS, SweepPausedCallsRequest, parse_dispatch_event
 
     assert typing.get_args(SweepPausedCallsRequest.model_fields["action"].annotation) == (
-        n.ACTION_SWEEP_PAUSED,
+        n.Action.SWEEP_PAUSED_CALLS,
     )
-    assert isinstance(parse_dispatch_event({"action": n.ACTION_SWEEP_PAUSED}), SweepPausedCallsRequest)
-    assert n.ACTION_SWEEP_PAUSED not in DISPATCH_ACTIONS
+    assert isinstance(parse_dispatch_event({"action": n.Action.SWEEP_PAUSED_CALLS}), SweepPausedCallsRequest)
+    assert n.Action.SWEEP_PAUSED_CALLS not in DISPATCH_ACTIONS
     with pytest.raises(SandboxInvalidRequest):  # nothing else rides along
-        parse_dispatch_event({"action": n.ACTION_SWEEP_PAUSED, "tenant_id": "acme"})
+        parse_dispatch_event({"action": n.Action.SWEEP_PAUSED_CALLS, "tenant_id": "acme"})

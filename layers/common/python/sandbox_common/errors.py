@@ -57,3 +57,9 @@ EXIT_STATUS_ERRORS: dict[str, type[SandboxFailure]] = {
     "error": SandboxError,
 }
 EXIT_STATUSES: tuple[str, ...] = ("ok", "error", "timeout", "oom", "cap_exceeded", "provisioning")
+
+
+class StillRunning(Exception):
+    """A retry of an execute_code waited as long as it may for its racing original (same tenant
+    and call_id, still running): the original writes the call's audit row, the retry is answered
+    SandboxError (messages.STILL_RUNNING) without one."""

@@ -34,6 +34,7 @@ from .naming import (
     MAX_INPUT_FILES,
     MAX_INPUT_PATH_BYTES,
     REQUEST_ID_RE,
+    Action,
     file_pointer_key,
 )
 
@@ -155,7 +156,7 @@ def input_record(path: str, data: bytes) -> dict[str, Any]:
 
 
 class GetFileRequest(_Strict):
-    action: Literal["get_file"]
+    action: Literal[Action.GET_FILE]
     tenant_id: Annotated[str, StringConstraints(pattern=REQUEST_ID_RE.pattern)]
     file_id: Annotated[str, StringConstraints(pattern=FILE_ID_RE.pattern)]
 

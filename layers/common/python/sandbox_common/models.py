@@ -25,10 +25,11 @@ from pydantic import (
 from .errors import SandboxInvalidRequest
 from .files import GetFileRequest, InputFiles
 from .naming import (
-    ACTION_SWEEP_PAUSED,
+    AGENT_ACTIONS,
     MAX_CODE_BYTES,
     MAX_JOB_TIMEOUT_SECONDS,
     REQUEST_ID_RE,
+    Action,
     QuotaDimension,
 )
 from .redaction.catalogue import redact
@@ -45,7 +46,7 @@ class _Strict(BaseModel):
 
 
 class BeginTurnRequest(_Strict):
-    action: Literal["begin_turn"]
+    action: Literal[Action.BEGIN_TURN]
     tenant_id: Id
     agent_id: Id
     template_id: Id
@@ -55,7 +56,7 @@ class BeginTurnRequest(_Strict):
 
 
 class ExecuteCodeRequest(_Strict):
-    action: Literal["execute_code"]
+    action: Literal[Action.EXECUTE_CODE]
     tenant_id: Id
     agent_id: Id
     template_id: Id
@@ -95,7 +96,7 @@ class ExecuteCodeRequest(_Strict):
 
 
 class EndTurnRequest(_Strict):
-    action: Literal["end_turn"]
+    action: Literal[Action.END_TURN]
     tenant_id: Id
     turn_id: Id
     turn_token: TurnToken | None = None
@@ -104,7 +105,7 @@ class EndTurnRequest(_Strict):
 class GetJobRequest(_Strict):
     """A job's state (`running` + elapsed_ms) or its final result."""
 
-    action: Literal["get_job"]
+    action: Literal[Action.GET_JOB]
     tenant_id: Id
     agent_id: Id
     turn_id: Id
@@ -113,7 +114,7 @@ class GetJobRequest(_Strict):
 
 
 class CancelJobRequest(_Strict):
-    action: Literal["cancel_job"]
+    action: Literal[Action.CANCEL_JOB]
     tenant_id: Id
     agent_id: Id
     turn_id: Id
@@ -130,7 +131,7 @@ class ResumeRequest(_Strict):
     """`resume`: answer a paused call's tool_call with `tool_result` (any JSON value, null
     included) or `tool_error` (the tool's message) — exactly one of them."""
 
-    action: Literal["resume"]
+    action: Literal[Action.RESUME]
     tenant_id: Id
     agent_id: Id
     turn_id: Id
@@ -157,7 +158,7 @@ class SweepPausedCallsRequest(_Strict):
     their wait bound. Any caller may send it: it ends only what §15 has already ended (the bound
     passed), and answers a count."""
 
-    action: Literal["sweep_paused_calls"]  # naming.ACTION_SWEEP_PAUSED (a test keeps them equal)
+    action: Literal[Action.SWEEP_PAUSED_CALLS]
 
     @property
     def tenant_id(self) -> None:
@@ -174,17 +175,12 @@ AnyDispatchRequest = (
     | ResumeRequest
     | SweepPausedCallsRequest
 )
-DispatchRequest = Annotated[AnyDispatchRequest, Field(discriminator="action")]
-_DISPATCH_ADAPTER: TypeAdapter[AnyDispatchRequest] = TypeAdapter(DispatchRequest)
-DISPATCH_ACTIONS: tuple[str, ...] = (
-    "begin_turn",
-    "execute_code",
-    "end_turn",
-    "get_file",
-    "get_job",
-    "cancel_job",
-    "resume",
-)
+# The request model of each action (each model's `action` field names its own).
+REQUEST_MODELS: dict[Action, type[AnyDispatchRequest]] = {
+    model.model_fields["action"].annotation.__args__[0]: model  # type: ignore[union-attr]
+    for model in AnyDispatchRequest.__args__  # type: ignore[attr-defined]
+}
+DISPATCH_ACTIONS: tuple[str, ...] = tuple(AGENT_ACTIONS)
 
 
 class QuotaRequest(_Strict):
@@ -229,15 +225,19 @@ def _loc_part(part: object) -> str:
     return text if _ECHOABLE_LOC.match(text) else "<field>"
 
 
-def describe_validation_error(exc: ValidationError) -> str:
+def describe_validation_error(exc: ValidationError, prefix: str | None = None) -> str:
     """A sentence an agent can relay: field locations and reasons, never the offending input.
 
     Locations come from the input for unknown fields (their names): only identifier-shaped
-    names are echoed, any other is `<field>`; the whole sentence is redacted as well.
+    names are echoed, any other is `<field>`; the whole sentence is redacted as well. `prefix`:
+    the action whose model was validated, put before every location (`execute_code.code`).
     """
     parts = []
     for err in exc.errors(include_input=False, include_url=False)[:5]:
-        loc = ".".join(_loc_part(p) for p in err.get("loc", ())) or "request"
+        loc = (
+            ".".join([*([prefix] if prefix else []), *(_loc_part(p) for p in err.get("loc", ()))])
+            or "request"
+        )
         parts.append(f"{loc}: {redact(str(err.get('msg', 'invalid')))}")
     more = len(exc.errors()) - len(parts)
     suffix = f" (+{more} more)" if more > 0 else ""
@@ -254,18 +254,27 @@ def _load(event: Any) -> Any:
 
 
 def parse_dispatch_event(event: Any) -> AnyDispatchRequest:
+    """The event as its action's request model (REQUEST_MODELS), validated once."""
+    return _parse_as(event, REQUEST_MODELS)
+
+
+def _parse_as(event: Any, models: dict[Action, type[AnyDispatchRequest]]) -> AnyDispatchRequest:
     event = _load(event)
     if not isinstance(event, dict):
         raise SandboxInvalidRequest("Invalid request: the event must be a JSON object.")
-    action = event.get("action")
-    if action not in DISPATCH_ACTIONS and action != ACTION_SWEEP_PAUSED:
-        raise SandboxInvalidRequest(
-            "Invalid request: unknown or missing action; expected one of " + ", ".join(DISPATCH_ACTIONS) + "."
-        )
+    raw = event.get("action")
     try:
-        return _DISPATCH_ADAPTER.validate_python(event)
+        action = Action(raw if isinstance(raw, str) else "")
+        model = models[action]
+    except (ValueError, KeyError):
+        expected = [str(a) for a in models if a in AGENT_ACTIONS]
+        raise SandboxInvalidRequest(
+            "Invalid request: unknown or missing action; expected one of " + ", ".join(expected) + "."
+        ) from None
+    try:
+        return model.model_validate(event)
     except ValidationError as exc:
-        raise SandboxInvalidRequest(describe_validation_error(exc)) from None
+        raise SandboxInvalidRequest(describe_validation_error(exc, prefix=action)) from None
 
 
 def parse_quota_event(event: Any) -> QuotaRequest:
@@ -354,31 +363,20 @@ def parse_quota_response(payload: bytes | str) -> QuotaAdmitted | QuotaRefused |
     return _QUOTA_RESPONSE.validate_json(payload)
 
 
-# --- background jobs (issue 13, SPEC §17) --------------------------------------------------------
-# One model: execute_code carries `background` / `timeout_s` itself (ExecuteCodeRequest above).
-BackgroundExecuteCodeRequest = ExecuteCodeRequest
-# GetJobRequest / CancelJobRequest are defined above, beside the other dispatch requests.
-
-JobRequest = Annotated[
-    BackgroundExecuteCodeRequest | GetJobRequest | CancelJobRequest, Field(discriminator="action")
-]
-_JOB_ADAPTER: TypeAdapter[BackgroundExecuteCodeRequest | GetJobRequest | CancelJobRequest] = TypeAdapter(
-    JobRequest
-)
+# --- background jobs (§17): execute_code carries `background` / `timeout_s` itself ---------------
+JOB_ACTIONS: tuple[Action, ...] = (Action.EXECUTE_CODE, Action.GET_JOB, Action.CANCEL_JOB)
 
 
-def parse_job_event(event: Any) -> BackgroundExecuteCodeRequest | GetJobRequest | CancelJobRequest:
+def parse_job_event(event: Any) -> ExecuteCodeRequest | GetJobRequest | CancelJobRequest:
     """The job-aware parse of execute_code / get_job / cancel_job (same errors as the main parser)."""
     event = _load(event)
-    if not isinstance(event, dict) or event.get("action") not in ("execute_code", "get_job", "cancel_job"):
-        raise SandboxInvalidRequest("Invalid request: expected execute_code, get_job or cancel_job.")
-    try:
-        return _JOB_ADAPTER.validate_python(event)
-    except ValidationError as exc:
-        raise SandboxInvalidRequest(describe_validation_error(exc)) from None
+    if not isinstance(event, dict) or event.get("action") not in JOB_ACTIONS:
+        *first, last = JOB_ACTIONS
+        raise SandboxInvalidRequest(f"Invalid request: expected {', '.join(first)} or {last}.")
+    return _parse_as(event, {a: REQUEST_MODELS[a] for a in JOB_ACTIONS})  # type: ignore[return-value]
 
 
-# --- programmatic tool calling (issue 12, SPEC §15): ResumeRequest is defined above, in the union --
+# --- programmatic tool calling (§15): ResumeRequest is defined above ------------------------------
 def parse_resume_event(event: Any) -> ResumeRequest:
     event = _load(event)
     if not isinstance(event, dict):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Literal
 
 PROJECT = "thinkwork"
@@ -19,6 +20,27 @@ TENANT_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")  # config-time tenant id
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")  # every id in a request (§11)
 INTERPRETER_NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]{0,47}$")  # AgentCore name rule (§3)
 MAX_CODE_BYTES = 256 * 1024  # user code, UTF-8 (§11)
+
+
+# --- actions -----------------------------------------------------------------------------------
+class Action(StrEnum):
+    """Every action of the dispatch event (`{"action": ...}`): each is spelled here only."""
+
+    BEGIN_TURN = "begin_turn"
+    EXECUTE_CODE = "execute_code"
+    END_TURN = "end_turn"
+    GET_FILE = "get_file"
+    GET_JOB = "get_job"
+    CANCEL_JOB = "cancel_job"
+    RESUME = "resume"
+    # Internal, sent by the reaper's paused-calls hook: end the paused calls past their wait bound
+    # (§15). Its answer is `{"ok": true}`; it ends nothing the bound has not already ended.
+    SWEEP_PAUSED_CALLS = "sweep_paused_calls"
+
+
+# The actions an agent sends (an unknown action's message lists these; the internal one is not).
+AGENT_ACTIONS: tuple[Action, ...] = tuple(a for a in Action if a is not Action.SWEEP_PAUSED_CALLS)
+
 
 # --- environments -----------------------------------------------------------------------------
 Environment = Literal["default-public", "internal-only"]
@@ -673,7 +695,7 @@ WARM_RECYCLE_MARGIN_SECONDS = 60
 
 # --- programmatic tool calling through dispatch (issue 12) ---
 # The code text that routes an execute_code of a template with tools through the tools driver
-# (dispatch.tool_flow): code without it runs as ordinary code, where every tool is ToolNotAllowed.
+# (dispatch.tools.run): code without it runs as ordinary code, where every tool is ToolNotAllowed.
 TOOLS_MODULE = "sandbox_tools"
 # failure_reason of a paused call ended by end_turn (or a resume after it): SandboxTimeout.
 REASON_TOOL_TURN_ENDED = "tool_wait_ended:turn_ended"
@@ -755,9 +777,6 @@ CONTINUATION_WAIT_OPEN_VALUE = "open"
 CONTINUATIONS_WAIT_DUE_INDEX = next(
     ix.name for ix in CONTINUATIONS.indexes if ix.pk == CONTINUATION_ATTR_WAIT_OPEN
 )
-# The internal dispatch action the reaper invokes: end the paused calls past their wait bound (§15).
-# Its answer is a count only; it ends nothing the bound has not already ended.
-ACTION_SWEEP_PAUSED = "sweep_paused_calls"
 REAPER_HOOK_PAUSED = "paused_tool_calls"
 REAPER_PAUSED_SWEEP_MODULE = "reaper.paused_sweep"
 ENV_DISPATCH_FUNCTION = "DISPATCH_FUNCTION_NAME"

@@ -1,0 +1,206 @@
+"""Programmatic tool calling inside a call (SPEC §15): what the step API runs.
+
+- `run_code(...)` — the run step of an execute_code whose template has tools and whose code names
+  `sandbox_tools` (`uses_tools`): the code runs through the tools driver and either finishes (the
+  ordinary result plus `tool_calls`, returned to the ordinary steps: artifacts, audit row) or
+  pauses at a tool call, which raises `ToolCallPaused` carrying the §15 `tool_call` answer — the
+  call was counted (quota ran before), nothing else happens now and NO audit row is written yet.
+  Any other code runs as before (where every tool is `ToolNotAllowed`, with no round trip).
+- `restore_outcome(call)` / `finished_result(outcome, finished)` — the paused call's Outcome
+  rebuilt from its continuation, and the fields of its end put on it, for whoever ends it (a
+  resume, end_turn, the reaper's sweep: `dispatch.tools.flow`, `Steps.expire_paused`).
+- `expire_turn(...)` — end_turn: every paused call of the turn ends as a SandboxTimeout.
+
+Once a continuation is claimed, the call it belongs to always ends with its row, whatever fails
+after (an internal failure stops the session: the parked code must never run on unobserved).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+from sandbox_common import messages
+from sandbox_common import naming as n
+from sandbox_common.errors import SandboxError
+from sandbox_common.models import ExecuteCodeRequest
+from sandbox_common.outcome import Outcome
+from sandbox_runtime.preflight import Preflight, PreflightUnavailable
+from sandbox_runtime.runner import ExecutionResult, SessionRunner
+from sandbox_runtime.runner.tool_calling import Finished, ToolLimits, ToolsRunner
+
+from dispatch.tools import calls as tool_calls
+from dispatch.tools.store import Continuation, ContinuationStore
+
+AUDIT_EXECUTED_CODE_HASH = "executed_code_hash"  # the §7.1 attribute, restored from the continuation
+_EXTRA = "extra"  # key of the call context holding the Outcome's extras at the pause
+
+
+class ToolCallPaused(Exception):
+    """The code paused at a tool call: `response` is the §15 answer. Not a failure: the call is
+    counted and goes on with `resume`; its audit row is written when it ends."""
+
+    def __init__(self, response: dict[str, Any]) -> None:
+        super().__init__("tool_call")
+        self.response = response
+
+
+def uses_tools(req: ExecuteCodeRequest, pf: Preflight) -> bool:
+    """Through the tools driver: the template allows tools and the code names the module."""
+    return bool(pf.tools) and n.TOOLS_MODULE in req.code
+
+
+def tools_runner(runner: SessionRunner, wait_seconds: float) -> ToolsRunner:
+    return ToolsRunner(runner, limits=ToolLimits(wait_seconds=wait_seconds))
+
+
+# --- execute_code ---------------------------------------------------------------------------------
+def run_code(
+    req: ExecuteCodeRequest,
+    outcome: Outcome,
+    pf: Preflight,
+    runner: SessionRunner,
+    session_id: str,
+    deadline_seconds: float | None,
+    *,
+    continuations: ContinuationStore,
+    wait_seconds: float,
+) -> ExecutionResult:
+    """The code's result (raises what SessionRunner.execute raises before code runs, e.g.
+    SessionGone, and ToolCallPaused when it paused at a tool call)."""
+    call = tool_calls.call_context(
+        req,
+        invocation_id=outcome.invocation_id,
+        started_at=outcome.started_at,
+        session_id=session_id,
+        environment=outcome.environment,
+    )
+    # What earlier steps added for the final answer/row (input_files, session facts): kept with the pause.
+    call[_EXTRA] = {"response": dict(outcome.response_extra), "audit": dict(outcome.audit_extra)}
+    step = tool_calls.start_call(
+        tools_runner(runner, wait_seconds),
+        continuations,
+        owner=tool_calls.Owner(req.tenant_id, req.agent_id, req.turn_id),
+        call=call,
+        interpreter_id=str(pf.interpreter_id),
+        session_id=session_id,
+        code=req.code,
+        allow=pf.tools,
+        invocation_id=outcome.invocation_id,
+        deadline_seconds=deadline_seconds,
+    )
+    if step.paused:
+        assert step.response is not None
+        raise ToolCallPaused(step.response)
+    assert step.finished is not None
+    return finished_result(outcome, step.finished)
+
+
+def finished_result(outcome: Outcome, finished: Finished) -> ExecutionResult:
+    """The call's end on its outcome (tool_calls and their records): its run result."""
+    response, audit = tool_calls.finished_fields(finished)
+    outcome.response_extra.update(response)
+    outcome.audit_extra.update(audit)
+    return finished.result
+
+
+# --- a paused call's end ------------------------------------------------------------------------
+def restore_outcome(call: dict[str, Any]) -> Outcome:
+    """The paused execute_code's Outcome, as it was when it paused (ids, start time, session,
+    extras); the row's code hash is the original code's (the code itself is not kept)."""
+    started_at = datetime.strptime(str(call["started_at"]), "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    outcome = Outcome(
+        request=tool_calls.restored_request(call),
+        invocation_id=str(call["invocation_id"]),
+        started_at=started_at,
+    )
+    outcome.session_id = call.get("session_id")
+    outcome.environment = call.get("environment")
+    extra = call.get(_EXTRA) or {}
+    outcome.response_extra.update(extra.get("response") or {})
+    outcome.audit_extra.update(extra.get("audit") or {})
+    outcome.audit_extra[AUDIT_EXECUTED_CODE_HASH] = call["executed_code_hash"]
+    return outcome
+
+
+def paused_target(target: Preflight, claimed: Continuation, outcome: Outcome) -> Preflight:
+    """The tenant's runner target for the paused session (no policy or template check: the call
+    was admitted and counted when it started; ending it must work whatever changed since)."""
+    return replace(target, interpreter_id=claimed.state.interpreter_id, environment=outcome.environment)
+
+
+def abort(tools: ToolsRunner | None, claimed: Continuation, exc: Exception) -> Finished:
+    """A claimed call whose end failed on our side: SandboxError, its session stopped (when there
+    is a runner to stop it with; else its timeout reaps it)."""
+    reason = (
+        f"preflight_unavailable:{exc}"
+        if isinstance(exc, PreflightUnavailable)
+        else f"internal_error:resume:{type(exc).__name__}"
+    )
+    if tools is None:
+        return Finished(
+            result=_failed_result(reason),
+            tool_calls=len(claimed.state.records),
+            records=claimed.state.records,
+        )
+    return tools.abort(claimed.state, reason=reason, message=messages.INTERNAL)
+
+
+def _failed_result(reason: str) -> ExecutionResult:
+    return ExecutionResult(
+        exit_status="error",
+        exit_code=None,
+        stdout="",
+        stderr="",
+        stdout_bytes=0,
+        stderr_bytes=0,
+        stdout_truncated=False,
+        stderr_truncated=False,
+        duration_ms=0,
+        error=SandboxError.__name__,
+        error_message=messages.INTERNAL,
+        failure_reason=reason,
+        full_stdout="",
+        full_stderr="",
+        session_stopped=False,
+    )
+
+
+# A paused call's end, handed to whoever records it: its outcome, how it finished, and the
+# target and runner of its session (for the artifacts after the code).
+Ended = tuple[Outcome, Finished, Preflight, SessionRunner]
+
+
+def expire_turn(
+    continuations: ContinuationStore,
+    target: Preflight,
+    runners: Callable[[Preflight], SessionRunner],
+    *,
+    tenant_id: str,
+    turn_id: str,
+    keep_session: bool,
+    wait_seconds: float,
+) -> list[Ended]:
+    """end_turn: every paused call of the turn ends as a SandboxTimeout. `keep_session`: the turn's
+    background jobs still need the session (§17). Raises SandboxError when the store fails (the
+    calls stay paused; a later resume ends them)."""
+    ended: dict[str, tuple[Preflight, SessionRunner, Outcome]] = {}
+
+    def runner_for(claimed: Continuation) -> ToolsRunner:
+        outcome = restore_outcome(claimed.call)
+        pf = paused_target(target, claimed, outcome)
+        runner = runners(pf)
+        ended[outcome.invocation_id] = (pf, runner, outcome)
+        return tools_runner(runner, wait_seconds)
+
+    steps = tool_calls.expire_turn(
+        continuations, runner_for, tenant_id=tenant_id, turn_id=turn_id, stop_session=not keep_session
+    )
+    out: list[Ended] = []
+    for step in steps:
+        assert step.finished is not None
+        pf, runner, outcome = ended[str(step.call["invocation_id"])]
+        out.append((outcome, step.finished, pf, runner))
+    return out

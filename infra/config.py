@@ -9,6 +9,7 @@ import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from sandbox_common import dimensions
 from sandbox_common import naming as n
 from sandbox_common.files import normalize_prefix
 
@@ -97,10 +98,25 @@ class TenantConfig(_Model):
 
 
 class Caps(_Model):
-    tenant_daily: int = Field(default=n.DEFAULT_CAPS[n.DIM_TENANT_DAILY], ge=0)
-    agent_hourly: int = Field(default=n.DEFAULT_CAPS[n.DIM_AGENT_HOURLY], ge=0)
-    tenant_sessions: int = Field(default=n.DEFAULT_SESSION_CAPS[n.DIM_TENANT_SESSIONS], ge=0)  # §16.2
-    global_sessions: int = Field(default=n.DEFAULT_SESSION_CAPS[n.DIM_GLOBAL_SESSIONS], ge=0)
+    """The stage's value of each cap dimension (`sandbox_common.dimensions`), by name, e.g.
+    `Caps(tenant_daily=500)`: a dimension not named here has its entry's default."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    @model_validator(mode="after")
+    def _dimensions_and_values(self) -> Caps:
+        for name, value in (self.model_extra or {}).items():
+            if dimensions.get(name) is None:
+                raise ValueError(f"{name!r} is not a cap dimension ({', '.join(dimensions.names())})")
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"cap {name} must be a non-negative integer")
+        return self
+
+    def of(self, name: str) -> int:
+        dimension = dimensions.get(name)
+        if dimension is None:
+            raise KeyError(name)
+        return int((self.model_extra or {}).get(name, dimension.default))
 
 
 class AlarmThresholds(_Model):

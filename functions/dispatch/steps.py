@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Any
 
-from sandbox_common import messages
+from sandbox_common import dimensions, messages
 from sandbox_common import naming as n
 from sandbox_common.errors import (
     SandboxCapExceeded,
@@ -208,7 +208,8 @@ class Steps:
                 resets_at=decision.resets_at,
                 failure_reason=f"cap_exceeded:{decision.dimension}",
             )
-        self.parts.accounting.admitted(req.tenant_id, decision.tenant_daily_count)  # reported, never refused
+        # the budget is reported on the tenant's calls today, never refused
+        self.parts.accounting.admitted(req.tenant_id, decision.counts.get(dimensions.TENANT_DAILY.name))
 
     # --- session --------------------------------------------------------------------------------
     @contextmanager

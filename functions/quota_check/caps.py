@@ -1,7 +1,8 @@
 """Caps from SSM (SPEC §5.2), read through Powertools parameters with a TTL ≤ 60 s.
 
-Resolution per dimension: the per-tenant override `/…/caps/tenants/{tenant}/{dim}` wins when it
-exists, else the global `/…/caps/{dim}`. Paths come only from `naming.cap_parameter`.
+Resolution per calls dimension (`sandbox_common.dimensions`): the per-tenant override
+`/…/caps/tenants/{tenant}/{dim}` wins when it exists, else the global `/…/caps/{dim}`. Paths come
+only from `Dimension.parameter`.
 
 What "no doubt" means here (fail closed = raise `CapsUnavailable`):
 - a value that is not a non-negative integer is ignored (error log + metric, at most once per
@@ -20,11 +21,10 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Final
 
-from sandbox_common import aws, naming
+from sandbox_common import aws, dimensions, naming
 from sandbox_common.observability import emit_metric, logger
 from sandbox_common.settings import quota_settings
 
@@ -58,16 +58,10 @@ class _Unreadable(Exception):
         self.reason = reason
 
 
-@dataclass(frozen=True)
-class Caps:
-    tenant_daily: int
-    agent_hourly: int
+class Caps(dimensions.Caps):
+    """A tenant's call caps, one per calls dimension (`sandbox_common.dimensions.calls()`)."""
 
-    def for_dimension(self, dimension: str) -> int:
-        return self.tenant_daily if dimension == naming.DIM_TENANT_DAILY else self.agent_hourly
-
-    def as_dict(self) -> dict[str, int]:
-        return {naming.DIM_TENANT_DAILY: self.tenant_daily, naming.DIM_AGENT_HOURLY: self.agent_hourly}
+    KIND = dimensions.Kind.CALLS
 
 
 def parse_cap(raw: Any) -> int | None:
@@ -102,17 +96,15 @@ class CapReader:
         self._invalid_reported_at: dict[str, float] = {}
 
     def caps_for(self, tenant_id: str) -> Caps:
-        """Raises CapsUnavailable when either cap cannot be known (fail closed)."""
-        return Caps(
-            tenant_daily=self._cap(tenant_id, naming.DIM_TENANT_DAILY),
-            agent_hourly=self._cap(tenant_id, naming.DIM_AGENT_HOURLY),
-        )
+        """Raises CapsUnavailable when any cap cannot be known (fail closed)."""
+        return Caps(*(self._cap(tenant_id, dimension) for dimension in dimensions.calls()))
 
-    def _cap(self, tenant_id: str, dimension: str) -> int:
-        override = self._resolve(naming.cap_parameter(self._stage, dimension, tenant_id), required=False)
-        if not isinstance(override, _Absent):
-            return override
-        value = self._resolve(naming.cap_parameter(self._stage, dimension), required=True)
+    def _cap(self, tenant_id: str, dimension: dimensions.Dimension) -> int:
+        if dimension.per_tenant:
+            override = self._resolve(dimension.parameter(self._stage, tenant_id), required=False)
+            if not isinstance(override, _Absent):
+                return override
+        value = self._resolve(dimension.parameter(self._stage), required=True)
         assert not isinstance(value, _Absent)  # required=True never answers ABSENT
         return value
 

@@ -1,6 +1,7 @@
-"""DynamoDB data access for the two circuit-breaker counters (SPEC §5.1). Owns boto3.
+"""DynamoDB data access for the circuit-breaker counters (SPEC §5.1), one per calls dimension
+(`sandbox_common.dimensions.calls()`). Owns boto3.
 
-One `TransactWriteItems` increments both windows or neither; each Update carries the guard
+One `TransactWriteItems` increments every window or none; each Update carries the guard
 `attribute_not_exists(#c) OR #c < :cap`, so a refused call changes nothing, and the transaction
 is never retried on a ConditionalCheckFailed (that *is* the answer). Every other failure
 becomes `CounterStoreError`, which the caller turns into a fail-closed refusal.
@@ -15,7 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
-from sandbox_common import aws, naming
+from sandbox_common import aws, dimensions, naming
 from sandbox_common.settings import quota_settings
 from sandbox_common.windows import Windows
 
@@ -36,8 +37,8 @@ class CounterStoreError(Exception):
 class CapReached(Exception):
     """The transaction was cancelled because a window is at its cap.
 
-    `dimension` is tenant_daily when the tenant item failed (also when both failed), else
-    agent_hourly. `counts` holds the current count of each item that failed (from ALL_OLD).
+    `dimension` is the first failed item's, in dimension order (tenant_daily when several failed).
+    `counts` holds the current count of each item that failed (from ALL_OLD).
     """
 
     def __init__(self, dimension: str, counts: dict[str, int | None]) -> None:
@@ -50,68 +51,57 @@ class CapReached(Exception):
 class CounterItem:
     dimension: str
     table: str
+    pk: str  # the table's key attribute
+    ttl_attribute: str
     key: str
     window: str
     expires_at: int  # epoch seconds: window end + grace
     attributes: tuple[tuple[str, str], ...]  # descriptive attributes written with each update
+    marker_attribute: str  # on the call's "counted" marker: this item's key
 
 
 @dataclass(frozen=True)
 class CounterKeys:
-    tenant_daily: CounterItem
-    agent_hourly: CounterItem
+    """The counter items of one call, in dimension (refusal priority) order."""
+
+    items: tuple[CounterItem, ...]
 
     @classmethod
     def for_call(cls, tenant_id: str, agent_id: str, windows: Windows) -> CounterKeys:
         settings = quota_settings()
         grace = timedelta(seconds=naming.COUNTER_EXPIRY_GRACE_SECONDS)
-        return cls(
-            tenant_daily=CounterItem(
-                dimension=naming.DIM_TENANT_DAILY,
-                table=settings.tenant_daily_table,
-                key=windows.tenant_daily_key(tenant_id),
-                window=windows.day,
-                expires_at=int((windows.day_resets_at + grace).timestamp()),
-                attributes=((naming.COUNTER_ATTR_TENANT, tenant_id),),
-            ),
-            agent_hourly=CounterItem(
-                dimension=naming.DIM_AGENT_HOURLY,
-                table=settings.agent_hourly_table,
-                key=windows.agent_hourly_key(tenant_id, agent_id),
-                window=windows.hour,
-                expires_at=int((windows.hour_resets_at + grace).timestamp()),
-                attributes=((naming.COUNTER_ATTR_TENANT, tenant_id), (naming.COUNTER_ATTR_AGENT, agent_id)),
-            ),
-        )
+        values = {naming.COUNTER_ATTR_TENANT: tenant_id, naming.COUNTER_ATTR_AGENT: agent_id}
+        items = []
+        for dimension in dimensions.calls():
+            assert dimension.table is not None and dimension.marker_attribute is not None  # calls'
+            items.append(
+                CounterItem(
+                    dimension=dimension.name,
+                    table=settings.counters_table(dimension.table),
+                    pk=dimension.table.pk,
+                    ttl_attribute=dimension.table.ttl,
+                    key=dimension.counter_key(values, windows),
+                    window=dimension.window_label(windows),
+                    expires_at=int((dimension.resets_at(windows) + grace).timestamp()),
+                    attributes=tuple((field, values[field]) for field in dimension.key),
+                    marker_attribute=dimension.marker_attribute,
+                )
+            )
+        return cls(tuple(items))
 
-    def in_order(self) -> tuple[CounterItem, CounterItem]:
-        """Transaction order: index 0 = tenant daily, 1 = agent hourly (cancellation reasons
-        come back in this order, and tenant_daily is reported first when both are at cap)."""
-        return (self.tenant_daily, self.agent_hourly)
+    def __getitem__(self, dimension: str) -> CounterItem:
+        return next(item for item in self.items if item.dimension == dimension)
 
-
-def _pk(item: CounterItem) -> str:
-    return (
-        naming.TENANT_DAILY_COUNTERS.pk
-        if item.dimension == naming.DIM_TENANT_DAILY
-        else naming.AGENT_HOURLY_COUNTERS.pk
-    )
-
-
-def _ttl_attr(item: CounterItem) -> str:
-    spec = (
-        naming.TENANT_DAILY_COUNTERS
-        if item.dimension == naming.DIM_TENANT_DAILY
-        else naming.AGENT_HOURLY_COUNTERS
-    )
-    assert spec.ttl_attribute is not None
-    return spec.ttl_attribute
+    def in_order(self) -> tuple[CounterItem, ...]:
+        """Transaction order = dimension order (cancellation reasons come back in this order, and
+        the first dimension at its cap is the one reported)."""
+        return self.items
 
 
 def _update(item: CounterItem, cap: int) -> dict[str, Any]:
     # Values travel only as expression attribute values and names, never inside an expression
     # string, so nothing from a request can alter the expression.
-    names = {"#c": naming.COUNTER_ATTR_COUNT, "#e": _ttl_attr(item), "#w": naming.COUNTER_ATTR_WINDOW}
+    names = {"#c": naming.COUNTER_ATTR_COUNT, "#e": item.ttl_attribute, "#w": naming.COUNTER_ATTR_WINDOW}
     values: dict[str, Any] = {
         ":zero": {"N": "0"},
         ":one": {"N": "1"},
@@ -127,7 +117,7 @@ def _update(item: CounterItem, cap: int) -> dict[str, Any]:
     return {
         "Update": {
             "TableName": item.table,
-            "Key": {_pk(item): {"S": item.key}},
+            "Key": {item.pk: {"S": item.key}},
             "UpdateExpression": "SET " + ", ".join(sets),
             "ConditionExpression": "attribute_not_exists(#c) OR #c < :cap",
             "ExpressionAttributeNames": names,
@@ -212,25 +202,26 @@ def _condition_check(guard: TurnGuard) -> dict[str, Any]:
 
 
 def _marker_put(marker: Marker, keys: CounterKeys, now: int) -> dict[str, Any]:
-    ttl = _ttl_attr(keys.tenant_daily)
     return {
         "Put": {
             "TableName": marker.table,
             "Item": {
                 naming.TENANT_DAILY_COUNTERS.pk: {"S": marker.key},
-                ttl: {"N": str(marker.expires_at)},
-                naming.QUOTA_MARKER_ATTR_DAILY_KEY: {"S": keys.tenant_daily.key},
-                naming.QUOTA_MARKER_ATTR_HOURLY_KEY: {"S": keys.agent_hourly.key},
+                naming.TENANT_DAILY_COUNTERS.ttl: {"N": str(marker.expires_at)},
+                **{item.marker_attribute: {"S": item.key} for item in keys.in_order()},
             },
             # An expired marker (TTL deletion is lazy) is as good as none.
             "ConditionExpression": "attribute_not_exists(#pk) OR #exp < :now",
-            "ExpressionAttributeNames": {"#pk": naming.TENANT_DAILY_COUNTERS.pk, "#exp": ttl},
+            "ExpressionAttributeNames": {
+                "#pk": naming.TENANT_DAILY_COUNTERS.pk,
+                "#exp": naming.TENANT_DAILY_COUNTERS.ttl,
+            },
             "ExpressionAttributeValues": {":now": {"N": str(now)}},
         }
     }
 
 
-def increment_both(
+def increment_all(
     keys: CounterKeys,
     caps: Caps,
     *,
@@ -239,10 +230,10 @@ def increment_both(
     marker: Marker | None = None,
     now: int | None = None,
 ) -> int:
-    """Add one to both windows atomically; answers how many transaction conflicts were retried
+    """Add one to every window atomically; answers how many transaction conflicts were retried
     (§16.6). Raises TurnRefused > AlreadyCounted > CapReached (that precedence when several
     conditions fail at once), or CounterStoreError. Transaction order: [turn check], [marker],
-    tenant daily, agent hourly — CancellationReasons come back in the same order."""
+    then the counters in dimension order — CancellationReasons come back in the same order."""
     items = keys.in_order()
     head: list[dict[str, Any]] = []
     if guard is not None:
@@ -275,10 +266,11 @@ def increment_both(
     raise CounterStoreError(_CONFLICT)  # unreachable: the last attempt raises above
 
 
-def release(marker_table: str, marker: str, *, tenant_daily_table: str, agent_hourly_table: str) -> bool:
-    """Undo the count of one call_id: delete its marker and take one off the two counter items
-    the marker names, in one transaction (each -1 guarded by count > 0). False when there is no
-    marker (nothing counted under it). Raises CounterStoreError."""
+def release(marker_table: str, marker: str) -> bool:
+    """Undo the count of one call_id: delete its marker and take one off each counter item the
+    marker names, in one transaction (each -1 guarded by count > 0). False when there is no marker
+    (nothing counted under it). Raises CounterStoreError."""
+    settings = quota_settings()
     ddb = aws.client("dynamodb")
     try:
         got = ddb.get_item(
@@ -286,14 +278,13 @@ def release(marker_table: str, marker: str, *, tenant_daily_table: str, agent_ho
         ).get("Item")
         if not got:
             return False
-        daily = got[naming.QUOTA_MARKER_ATTR_DAILY_KEY]["S"]
-        hourly = got[naming.QUOTA_MARKER_ATTR_HOURLY_KEY]["S"]
 
-        def minus_one(table: str, pk: str, key: str) -> dict[str, Any]:
+        def minus_one(dimension: dimensions.Dimension, key: str) -> dict[str, Any]:
+            assert dimension.table is not None  # a calls dimension's
             return {
                 "Update": {
-                    "TableName": table,
-                    "Key": {pk: {"S": key}},
+                    "TableName": settings.counters_table(dimension.table),
+                    "Key": {dimension.table.pk: {"S": key}},
                     "UpdateExpression": "SET #c = #c - :one",
                     "ConditionExpression": "#c > :zero",
                     "ExpressionAttributeNames": {"#c": naming.COUNTER_ATTR_COUNT},
@@ -311,8 +302,13 @@ def release(marker_table: str, marker: str, *, tenant_daily_table: str, agent_ho
                         "ExpressionAttributeNames": {"#pk": naming.TENANT_DAILY_COUNTERS.pk},
                     }
                 },
-                minus_one(tenant_daily_table, naming.TENANT_DAILY_COUNTERS.pk, daily),
-                minus_one(agent_hourly_table, naming.AGENT_HOURLY_COUNTERS.pk, hourly),
+                # each counter this call's count went to (a dimension the marker does not name was
+                # not counted under it)
+                *(
+                    minus_one(dimension, got[str(dimension.marker_attribute)]["S"])
+                    for dimension in dimensions.calls()
+                    if str(dimension.marker_attribute) in got
+                ),
             ]
         )
         return True
@@ -347,7 +343,7 @@ def _classify_cancellation(items: tuple[CounterItem, ...], reasons: list[dict[st
 
 
 def read_counts(keys: CounterKeys) -> dict[str, int | None]:
-    """Both counts, read back with ONE strongly consistent BatchGetItem.
+    """Every count, read back with ONE strongly consistent BatchGetItem.
 
     TransactWriteItems returns no attribute values (only ConsumedCapacity and
     ItemCollectionMetrics), so this read is the only way to report counts. They are the counts
@@ -359,9 +355,9 @@ def read_counts(keys: CounterKeys) -> dict[str, int | None]:
     request: dict[str, Any] = {}
     for item in items:
         table = request.setdefault(item.table, {"Keys": [], "ConsistentRead": True})
-        table["Keys"].append({_pk(item): {"S": item.key}})
+        table["Keys"].append({item.pk: {"S": item.key}})
         table["ProjectionExpression"] = "#k, #c"
-        table["ExpressionAttributeNames"] = {"#k": _pk(item), "#c": naming.COUNTER_ATTR_COUNT}
+        table["ExpressionAttributeNames"] = {"#k": item.pk, "#c": naming.COUNTER_ATTR_COUNT}
     counts: dict[str, int | None] = {item.dimension: None for item in items}
     try:
         response = aws.client("dynamodb").batch_get_item(RequestItems=request)
@@ -369,6 +365,6 @@ def read_counts(keys: CounterKeys) -> dict[str, int | None]:
         return counts
     for item in items:
         for row in response.get("Responses", {}).get(item.table, []):
-            if row.get(_pk(item), {}).get("S") == item.key and naming.COUNTER_ATTR_COUNT in row:
+            if row.get(item.pk, {}).get("S") == item.key and naming.COUNTER_ATTR_COUNT in row:
                 counts[item.dimension] = int(row[naming.COUNTER_ATTR_COUNT]["N"])
     return counts

@@ -1,4 +1,5 @@
-"""The circuit-breaker decision (SPEC §5.1): admit iff both windows are below their caps.
+"""The circuit-breaker decision (SPEC §5.1): admit iff every calls dimension's window is below its
+cap (`sandbox_common.dimensions.calls()`).
 
 Order matters: caps first (unknown cap -> fail closed), then the kill switch (cap 0 refuses
 before any DynamoDB call, so no counter item is ever created), then one atomic transaction.
@@ -11,8 +12,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sandbox_common import naming
+from sandbox_common import dimensions, naming
 from sandbox_common.models import QuotaAdmitted, QuotaRefused, QuotaRequest, QuotaTurnRefused
 from sandbox_common.observability import emit_metric, logger
 from sandbox_common.settings import quota_settings
@@ -22,24 +24,24 @@ from . import caps as caps_module
 from . import counters
 
 
-@dataclass(frozen=True)
 class Admitted:
-    tenant_daily_count: int | None
-    agent_hourly_count: int | None
-    already_counted: bool = False
-    retries: int = 0
-    released: bool = False
+    """Admitted, with the counts read back (one per calls dimension, in dimension order; None
+    when not read)."""
+
+    def __init__(
+        self, *counts: int | None, already_counted: bool = False, retries: int = 0, released: bool = False
+    ) -> None:
+        self.counts = _by_dimension(counts)
+        self.already_counted, self.retries, self.released = already_counted, retries, released
+
+    @classmethod
+    def uncounted(cls, **flags: Any) -> Admitted:
+        return cls(*(None for _ in dimensions.calls()), **flags)
 
     def to_response(self) -> dict[str, object]:
-        return QuotaAdmitted(
-            tenant_daily_count=self.tenant_daily_count,
-            agent_hourly_count=self.agent_hourly_count,
-            already_counted=self.already_counted,
-            retries=self.retries,
-            released=self.released,
-        ).model_dump(
-            exclude={k for k in ("already_counted", "retries", "released") if not getattr(self, k)}
-        )  # only when set
+        flags = ("already_counted", "retries", "released")
+        unset = {k for k in flags if not getattr(self, k)}  # the flags only when set
+        return QuotaAdmitted.of(self.counts, **{k: getattr(self, k) for k in flags}).model_dump(exclude=unset)
 
 
 @dataclass(frozen=True)
@@ -50,20 +52,23 @@ class TurnRefusal:
         return QuotaTurnRefused(turn_exists=self.turn_exists).model_dump()
 
 
-@dataclass(frozen=True)
 class Refused:
-    dimension: str
-    resets_at: datetime
-    tenant_daily_cap: int | None
-    agent_hourly_cap: int | None
+    """Refused on `dimension` (or `unknown`), with the caps in force (in dimension order; None
+    when not known)."""
+
+    def __init__(self, dimension: str, resets_at: datetime, *caps: int | None) -> None:
+        self.dimension, self.resets_at = dimension, resets_at
+        self.caps = _by_dimension(caps)
 
     def to_response(self) -> dict[str, object]:
-        return QuotaRefused(
-            dimension=self.dimension,  # type: ignore[arg-type]
-            resets_at=iso_z(self.resets_at),
-            tenant_daily_cap=self.tenant_daily_cap,
-            agent_hourly_cap=self.agent_hourly_cap,
-        ).model_dump()
+        return QuotaRefused.of(self.dimension, iso_z(self.resets_at), self.caps).model_dump()
+
+
+def _by_dimension(values: tuple[int | None, ...]) -> dict[str, int | None]:
+    names = [d.name for d in dimensions.calls()]
+    if len(values) != len(names):
+        raise ValueError(f"one value per calls dimension ({', '.join(names)})")
+    return dict(zip(names, values, strict=True))
 
 
 QuotaDecision = Admitted | Refused | TurnRefusal
@@ -100,15 +105,12 @@ def release(request: QuotaRequest, windows: Windows) -> QuotaDecision:
         return fail_closed(request, windows, reason="release without call_id", caps=None)
     try:
         done = counters.release(
-            settings.tenant_daily_table,
-            counters.marker_key(request.tenant_id, request.call_id),
-            tenant_daily_table=settings.tenant_daily_table,
-            agent_hourly_table=settings.agent_hourly_table,
+            settings.tenant_daily_table, counters.marker_key(request.tenant_id, request.call_id)
         )
     except counters.CounterStoreError as exc:
         return fail_closed(request, windows, reason=f"release: {exc.code}", caps=None)
     logger.info("quota count released", extra={"tenant_id": request.tenant_id, "released": done})
-    return Admitted(tenant_daily_count=None, agent_hourly_count=None, released=done)
+    return Admitted.uncounted(released=done)
 
 
 def check_and_increment(request: QuotaRequest, windows: Windows) -> QuotaDecision:
@@ -122,49 +124,58 @@ def check_and_increment(request: QuotaRequest, windows: Windows) -> QuotaDecisio
         return fail_closed(request, windows, reason=exc.reason, caps=None)
 
     keys = counters.CounterKeys.for_call(request.tenant_id, request.agent_id, windows)
-    if caps.tenant_daily == 0:  # kill switch: refused before any DynamoDB call, nothing created
-        return _refuse(request, windows, naming.DIM_TENANT_DAILY, caps, counts={}, kill_switch=True)
-    if caps.agent_hourly == 0:
-        # Also at the daily cap? Then both are at cap and tenant_daily is the answer (§5.1), with
-        # the later resets_at. One read, which creates nothing; if it fails, the hourly answer stands.
-        counts = counters.read_counts(keys)
-        daily = counts.get(naming.DIM_TENANT_DAILY)
-        dimension = (
-            naming.DIM_TENANT_DAILY
-            if daily is not None and daily >= caps.tenant_daily
-            else (naming.DIM_AGENT_HOURLY)
-        )
-        return _refuse(request, windows, dimension, caps, counts=counts, kill_switch=True)
+    killed = _kill_switch(caps, keys)
+    if killed is not None:
+        return _refuse(request, windows, killed[0], caps, counts=killed[1], kill_switch=True)
 
     try:
         guard, marker = _guard_and_marker(request)
-        retries = counters.increment_both(keys, caps, guard=guard, marker=marker)
+        retries = counters.increment_all(keys, caps, guard=guard, marker=marker)
     except counters.TurnRefused as exc:  # nothing counted; dispatch decides what the agent hears
         logger.info(
             "quota turn guard refused", extra={"tenant_id": request.tenant_id, "turn_exists": exc.exists}
         )
         return TurnRefusal(turn_exists=exc.exists)
     except counters.AlreadyCounted:  # a retry / duplicate of a counted call_id: proceed, count nothing
-        return Admitted(tenant_daily_count=None, agent_hourly_count=None, already_counted=True)
+        return Admitted.uncounted(already_counted=True)
     except counters.CapReached as exc:
         return _refuse(request, windows, exc.dimension, caps, counts=exc.counts)
     except counters.CounterStoreError as exc:
         return fail_closed(request, windows, reason=f"counter store: {exc.code}", caps=caps)
 
-    if not request.counts:  # the caller does not need them: no read-back (issue 9)
-        return Admitted(tenant_daily_count=None, agent_hourly_count=None, retries=retries)
+    if not request.counts:  # the caller does not need them: no read-back
+        return Admitted.uncounted(retries=retries)
     counts = counters.read_counts(keys)
     if None in counts.values():
         logger.warning("admitted; counter read-back incomplete", extra={"tenant_id": request.tenant_id})
-    return Admitted(
-        tenant_daily_count=counts[naming.DIM_TENANT_DAILY],
-        agent_hourly_count=counts[naming.DIM_AGENT_HOURLY],
-        retries=retries,
-    )
+    return Admitted(*(counts[d.name] for d in dimensions.calls()), retries=retries)
+
+
+def _kill_switch(
+    caps: caps_module.Caps, keys: counters.CounterKeys
+) -> tuple[str, dict[str, int | None]] | None:
+    """The dimension refused before any write when a cap is 0 (the kill switch: no counter item is
+    ever created), with the counts read to decide it; None when no cap is 0. A dimension before the
+    first 0 cap that is at its cap already is the answer instead (§5.1: the first in dimension
+    order), so those are read — one read, which creates nothing; if it fails, the 0 cap stands."""
+    names = [d.name for d in dimensions.calls()]
+    zero = next((i for i, name in enumerate(names) if caps.for_dimension(name) == 0), None)
+    if zero is None:
+        return None
+    if zero == 0:
+        return names[0], {}
+    counts = counters.read_counts(keys)
+    for name in names[:zero]:
+        count = counts.get(name)
+        if count is not None and count >= caps.for_dimension(name):
+            return name, counts
+    return names[zero], counts
 
 
 def _resets_at(windows: Windows, dimension: str) -> datetime:
-    return windows.day_resets_at if dimension == naming.DIM_TENANT_DAILY else windows.hour_resets_at
+    found = dimensions.get(dimension)
+    assert found is not None and found.kind is dimensions.Kind.CALLS  # only counted dimensions refuse here
+    return found.resets_at(windows)
 
 
 def _refuse(
@@ -176,7 +187,7 @@ def _refuse(
     counts: dict[str, int | None],
     kill_switch: bool = False,
 ) -> Refused:
-    decision = Refused(dimension, _resets_at(windows, dimension), caps.tenant_daily, caps.agent_hourly)
+    decision = Refused(dimension, _resets_at(windows, dimension), *caps.as_dict().values())
     _record_refusal(request, decision, counts=counts, kill_switch=kill_switch)
     return decision
 
@@ -190,11 +201,11 @@ def fail_closed(
     exc_info: bool = False,
 ) -> Refused:
     """Any doubt means no: dimension unknown, retry in 60 s (§5.1)."""
+    known = caps.as_dict() if caps else {}
     decision = Refused(
-        naming.DIM_UNKNOWN,
+        dimensions.UNKNOWN,
         windows.fail_closed_resets_at(),
-        caps.tenant_daily if caps else None,
-        caps.agent_hourly if caps else None,
+        *(known.get(d.name) for d in dimensions.calls()),
     )
     emit_metric(naming.METRIC_QUOTA_FAIL_CLOSED)
     _record_refusal(request, decision, counts={}, reason=reason, exc_info=exc_info)
@@ -217,11 +228,8 @@ def _record_refusal(
         "agent_id": request.agent_id if request else None,
         "dimension": decision.dimension,
         "resets_at": iso_z(decision.resets_at),
-        "caps": {
-            naming.DIM_TENANT_DAILY: decision.tenant_daily_cap,
-            naming.DIM_AGENT_HOURLY: decision.agent_hourly_cap,
-        },
-        "counts": {dim: counts.get(dim) for dim in naming.CAP_DIMENSIONS},
+        "caps": decision.caps,
+        "counts": {d.name: counts.get(d.name) for d in dimensions.calls()},
         "kill_switch": kill_switch,
     }
     if reason is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from sandbox_common import dimensions
 from sandbox_common import naming as n
 
 from infra.config import StageConfig, TenantConfig
@@ -68,11 +69,8 @@ def function_timeout_seconds(config: StageConfig, logical: str) -> int:
 def global_parameters(config: StageConfig) -> dict[str, str]:
     """SSM path -> String value for the stage-wide parameters (caps §5.2, price §9)."""
     return {
-        n.cap_parameter(config.name, n.DIM_TENANT_DAILY): str(config.caps.tenant_daily),
-        n.cap_parameter(config.name, n.DIM_AGENT_HOURLY): str(config.caps.agent_hourly),
+        **{d.parameter(config.name): str(config.caps.of(d.name)) for d in dimensions.dimensions()},
         n.cost_per_call_parameter(config.name): config.cost_per_call_usd,
-        n.session_cap_parameter(config.name, n.DIM_TENANT_SESSIONS): str(config.caps.tenant_sessions),
-        n.session_cap_parameter(config.name, n.DIM_GLOBAL_SESSIONS): str(config.caps.global_sessions),
     }
 
 

@@ -28,6 +28,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
+from sandbox_common import dimensions
 from sandbox_common import naming as n
 from sandbox_common.errors import EXIT_STATUSES
 from sandbox_common.redaction.catalogue import TOKEN_CLASSES
@@ -38,12 +39,8 @@ from infra.constructs.compute import ComputeConstruct, log_retention
 from infra.constructs.state import StateConstruct, removal_policy
 
 PERIOD = cdk.Duration.minutes(5)
-CAP_DIMENSION_VALUES: tuple[str, ...] = (
-    n.DIM_TENANT_DAILY,
-    n.DIM_AGENT_HOURLY,
-    n.DIM_UNKNOWN,
-    *n.SESSION_CAP_DIMENSIONS,
-)
+# the `dimension` values SandboxCapExceeded is emitted with: every dimension, and unknown
+CAP_DIMENSION_VALUES: tuple[str, ...] = (*dimensions.names(), dimensions.UNKNOWN)
 MAX_ALARM_METRICS = 10  # CloudWatch limit on metrics inside one alarm's math expression
 # Log groups that can carry sandbox output (stdout/stderr, failure reasons). The backstop's own
 # group is deliberately not fed back to itself (it never logs a token, only fingerprints).

@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from sandbox_common import naming as n
+from sandbox_common import dimensions
 from sandbox_common.turn_token import new_token
 
 TENANT, AGENT, TEMPLATE = "acme", "demo-agent", "analyst"
@@ -118,22 +118,12 @@ def show_audit_and_counters(target: Any, facts: dict[str, Any]) -> list[str]:
         )
     counters = ops.counters_show(target, TENANT, AGENT)
     print(f"\n6. the circuit-breaker counters (sandboxctl counters show --tenant {TENANT} --agent {AGENT})\n")
-    daily = counters[n.DIM_TENANT_DAILY]
-    table = [{"dimension": n.DIM_TENANT_DAILY, "key": TENANT, **daily}]
-    table += [
-        {
-            "dimension": n.DIM_AGENT_HOURLY,
-            "key": a["agent_id"],
-            **a,
-            "resets_at": counters["agent_hourly_resets_at"],
-        }
-        for a in counters[n.DIM_AGENT_HOURLY]
-    ]
-    print(render.table(table, ["dimension", "key", "window", "count", "cap", "resets_at"]))
-    if counters[n.DIM_AGENT_HOURLY][0]["count"] != 2:
-        problems.append(
-            f"agent_hourly count is {counters['agent_hourly'][0]['count']}, expected 2 (one per call)"
-        )
+    print(
+        render.table(ops.counter_rows(counters), ["dimension", "key", "window", "count", "cap", "resets_at"])
+    )
+    hourly = dimensions.AGENT_HOURLY.name
+    if counters[hourly][0]["count"] != 2:
+        problems.append(f"{hourly} count is {counters[hourly][0]['count']}, expected 2 (one per call)")
     return problems
 
 

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from sandbox_common import dimensions
 from sandbox_common import naming as n
 
 from infra.sandboxctl import render, sessions_cli
@@ -169,16 +170,7 @@ def _caps(args: argparse.Namespace, target: Any) -> int:
         def human() -> str:
             rows = [{"scope": "global", **data["global"]}]
             rows += [{"scope": f"tenant {t}", **v} for t, v in sorted(data["overrides"].items())]
-            text = render.table(
-                rows,
-                [
-                    "scope",
-                    n.DIM_TENANT_DAILY,
-                    n.DIM_AGENT_HOURLY,
-                    n.DIM_TENANT_SESSIONS,
-                    n.DIM_GLOBAL_SESSIONS,
-                ],
-            )
+            text = render.table(rows, ["scope", *dimensions.names()])
             if "effective" in data:
                 text += f"\n\neffective for {data['tenant_id']}: " + ", ".join(
                     f"{k}={v}" for k, v in data["effective"].items()
@@ -316,19 +308,8 @@ def _counters(args: argparse.Namespace, target: Any) -> int:
     data = ops.counters_show(target, args.tenant, args.agent)
 
     def human() -> str:
-        daily = data[n.DIM_TENANT_DAILY]
-        rows = [{"dimension": n.DIM_TENANT_DAILY, "key": args.tenant, **daily}]
-        rows += [
-            {
-                "dimension": n.DIM_AGENT_HOURLY,
-                "key": a["agent_id"],
-                **a,
-                "resets_at": data["agent_hourly_resets_at"],
-            }
-            for a in data[n.DIM_AGENT_HOURLY]
-        ]
         return f"now {data['now']}\n" + render.table(
-            rows, ["dimension", "key", "window", "count", "cap", "resets_at"]
+            ops.counter_rows(data), ["dimension", "key", "window", "count", "cap", "resets_at"]
         )
 
     _out(args, data, human)
@@ -395,8 +376,6 @@ def _jobs(args: argparse.Namespace, target: Any) -> int:
 # --- usage, mcp (issue 15) ---------------------------------------------------------------------
 def _usage(args: argparse.Namespace, target: Any) -> int:
     import sys
-
-    from sandbox_common import naming as n
 
     from infra.sandboxctl import ops, usage
 

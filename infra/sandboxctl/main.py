@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from sandbox_common import dimensions
 from sandbox_common import naming as n
 
 from infra.sandboxctl.errors import EXIT_FAILURE, CtlError
@@ -115,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     caps_get = caps_cmd.add_parser("get", help="show global caps and per-tenant overrides", parents=[late])
     caps_get.add_argument("--tenant", type=_tenant_id, help="only this tenant's effective caps")
     caps_set = caps_cmd.add_parser("set", help="set a cap (0 = kill switch)", parents=[late])
-    caps_set.add_argument("dimension", choices=(*n.CAP_DIMENSIONS, *n.SESSION_CAP_DIMENSIONS))
+    caps_set.add_argument("dimension", choices=dimensions.names())
     caps_set.add_argument("value", type=_non_negative_int, help="non-negative integer")
     caps_set.add_argument(
         "--tenant", type=_tenant_id, help="set the per-tenant override instead of the global cap"
@@ -123,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     caps_unset = caps_cmd.add_parser(
         "unset", help="remove a per-tenant override (the global cap applies again)", parents=[late]
     )
-    caps_unset.add_argument("dimension", choices=(*n.CAP_DIMENSIONS, n.DIM_TENANT_SESSIONS))
+    caps_unset.add_argument("dimension", choices=[d.name for d in dimensions.dimensions() if d.per_tenant])
     caps_unset.add_argument("--tenant", type=_tenant_id, required=True)
 
     tenant = commands.add_parser("tenant", help="tenant sandbox policy")

@@ -16,6 +16,7 @@ from itertools import chain, islice
 from typing import Any
 
 from botocore.exceptions import ClientError
+from sandbox_common import dimensions
 from sandbox_common import naming as n
 from sandbox_common.audit import AuditWriter, drain_spool
 from sandbox_common.models import TenantSubstrate
@@ -281,7 +282,7 @@ def caps_get(target: Target, tenant_id: str | None = None) -> dict[str, Any]:
         if not page.get("NextToken"):
             break
         kwargs["NextToken"] = page["NextToken"]
-    dimensions = (*n.CAP_DIMENSIONS, *n.SESSION_CAP_DIMENSIONS)
+    names = dimensions.names()
     result: dict[str, Any] = {
         "global": {
             d: (
@@ -289,7 +290,7 @@ def caps_get(target: Target, tenant_id: str | None = None) -> dict[str, Any]:
                 if _cap_path(target.stage, d, None) in values
                 else None
             )
-            for d in dimensions
+            for d in names
         },
         "overrides": {},
     }
@@ -297,24 +298,23 @@ def caps_get(target: Target, tenant_id: str | None = None) -> dict[str, Any]:
     for name, value in sorted(values.items()):
         if name.startswith(override_prefix):
             tenant, _, dimension = name[len(override_prefix) :].partition("/")
-            if dimension in dimensions:
+            if dimension in names:
                 result["overrides"].setdefault(tenant, {})[dimension] = _cap_value(value)
     if tenant_id is not None:
         own = result["overrides"].get(tenant_id, {})
         result["tenant_id"] = tenant_id
-        result["effective"] = {d: own.get(d, result["global"][d]) for d in dimensions}
+        result["effective"] = {d: own.get(d, result["global"][d]) for d in names}
     return result
 
 
 def _cap_path(stage: str, dimension: str, tenant_id: str | None) -> str:
-    """Call caps (§5.2) or session caps (§16.2); global_sessions has no per-tenant override."""
-    if dimension in n.SESSION_CAP_DIMENSIONS:
-        if dimension == n.DIM_GLOBAL_SESSIONS and tenant_id is not None:
-            raise CtlError(
-                "refused: global_sessions is stage-wide; it has no per-tenant override (drop --tenant)"
-            )
-        return n.session_cap_parameter(stage, dimension, tenant_id)
-    return n.cap_parameter(stage, dimension, tenant_id)
+    """A cap dimension's SSM path (§5.2, §16.2); a stage-wide one has no per-tenant override."""
+    found = dimensions.get(dimension)
+    if found is None:
+        raise CtlError(f"refused: {dimension!r} is not a cap dimension ({', '.join(dimensions.names())})")
+    if tenant_id is not None and not found.per_tenant:
+        raise CtlError(f"refused: {dimension} is stage-wide; it has no per-tenant override (drop --tenant)")
+    return found.parameter(stage, tenant_id)
 
 
 def caps_set(target: Target, dimension: str, value: int, tenant_id: str | None = None) -> dict[str, Any]:
@@ -357,40 +357,56 @@ def counters_show(target: Target, tenant_id: str, agent_id: str | None = None) -
         return int(item[n.COUNTER_ATTR_COUNT]["N"]) if item and n.COUNTER_ATTR_COUNT in item else 0
 
     caps = caps_get(target, tenant_id)["effective"]
-    result: dict[str, Any] = {
-        "tenant_id": tenant_id,
-        "now": iso_z(windows.now),
-        n.DIM_TENANT_DAILY: {
-            "window": windows.day,
-            "count": count(n.TENANT_DAILY_COUNTERS, windows.tenant_daily_key(tenant_id)),
-            "cap": caps[n.DIM_TENANT_DAILY],
-            "resets_at": iso_z(windows.day_resets_at),
-        },
-        n.DIM_AGENT_HOURLY: [],
-        "agent_hourly_cap": caps[n.DIM_AGENT_HOURLY],
-        "agent_hourly_resets_at": iso_z(windows.hour_resets_at),
-    }
-    if agent_id is not None:
-        agents = {agent_id: count(n.AGENT_HOURLY_COUNTERS, windows.agent_hourly_key(tenant_id, agent_id))}
-    else:
-        # The hourly key is tenant#agent#hour: list this tenant's agents in the current hour.
-        agents = {
-            str(item.get(n.COUNTER_ATTR_AGENT)): int(item.get(n.COUNTER_ATTR_COUNT, 0))
-            for item in _items(
-                target,
-                "scan",
-                TableName=target.table(n.AGENT_HOURLY_COUNTERS),
-                FilterExpression="begins_with(#k, :p) AND #w = :w",
-                ExpressionAttributeNames={"#k": n.AGENT_HOURLY_COUNTERS.pk, "#w": n.COUNTER_ATTR_WINDOW},
-                ExpressionAttributeValues={":p": {"S": f"{tenant_id}#"}, ":w": {"S": windows.hour}},
-                ConsistentRead=True,
-            )
-        }
-    result[n.DIM_AGENT_HOURLY] = [
-        {"agent_id": a, "window": windows.hour, "count": c, "cap": caps[n.DIM_AGENT_HOURLY]}
-        for a, c in sorted(agents.items())
-    ]
+    result: dict[str, Any] = {"tenant_id": tenant_id, "now": iso_z(windows.now)}
+    for d in dimensions.calls():
+        assert d.table is not None  # a calls dimension's
+        resets_at, window = iso_z(d.resets_at(windows)), d.window_label(windows)
+        if n.COUNTER_ATTR_AGENT not in d.key:
+            key = d.counter_key({n.COUNTER_ATTR_TENANT: tenant_id}, windows)
+            result[d.name] = {"window": window, "count": count(d.table, key), "cap": caps[d.name]}
+            result[d.name]["resets_at"] = resets_at
+            continue
+        if agent_id is not None:
+            key = d.counter_key({n.COUNTER_ATTR_TENANT: tenant_id, n.COUNTER_ATTR_AGENT: agent_id}, windows)
+            agents = {agent_id: count(d.table, key)}
+        else:
+            # An agent's key is tenant#agent#...#window: list this tenant's agents in the current window.
+            agents = {
+                str(item.get(n.COUNTER_ATTR_AGENT)): int(item.get(n.COUNTER_ATTR_COUNT, 0))
+                for item in _items(
+                    target,
+                    "scan",
+                    TableName=target.table(d.table),
+                    FilterExpression="begins_with(#k, :p) AND #w = :w AND attribute_exists(#a)",
+                    ExpressionAttributeNames={
+                        "#k": d.table.pk,
+                        "#w": n.COUNTER_ATTR_WINDOW,
+                        "#a": n.COUNTER_ATTR_AGENT,
+                    },
+                    ExpressionAttributeValues={":p": {"S": f"{tenant_id}#"}, ":w": {"S": window}},
+                    ConsistentRead=True,
+                )
+            }
+        result[d.name] = [
+            {"agent_id": a, "window": window, "count": c, "cap": caps[d.name]}
+            for a, c in sorted(agents.items())
+        ]
+        result[f"{d.name}_cap"], result[f"{d.name}_resets_at"] = caps[d.name], resets_at
     return result
+
+
+def counter_rows(counters: dict[str, Any]) -> list[dict[str, Any]]:
+    """`counters_show`'s answer as table rows: one per counter (dimension, key, window, count, cap,
+    resets_at)."""
+    rows: list[dict[str, Any]] = []
+    for d in dimensions.calls():
+        shown = counters[d.name]
+        if isinstance(shown, dict):
+            rows.append({"dimension": d.name, "key": counters["tenant_id"], **shown})
+        else:
+            resets_at = counters[f"{d.name}_resets_at"]
+            rows += [{"dimension": d.name, "key": a["agent_id"], **a, "resets_at": resets_at} for a in shown]
+    return rows
 
 
 # --- audit -----------------------------------------------------------------------------------

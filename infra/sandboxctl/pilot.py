@@ -3,13 +3,13 @@ function, then checks of what it must have left behind (the peer system shipped 
 audit "dark" for a week because nothing ran a real call after deploy).
 
 Turn: begin_turn -> execute_code `x = 20` -> execute_code `print(x * 2 + 2)` (same session, so
-state is shared) -> cap probe -> end_turn. Before the turn the pilot sets the tenant's
-`agent_hourly` override to 2 (the calls it plans before the probe; its agent id is new, so its
-count starts at 0), then probes until dispatch answers SandboxCapExceeded — at once when the
-quota function has not cached the tenant's caps, else within the ≤ 60 s cap cache TTL (probes
-admitted meanwhile are counted) — and restores the previous override in a `finally`. While the
-override is set it applies to every agent of the tenant: in production, run the pilot against
-a canary tenant.
+state is shared) -> cap probe -> end_turn. Before the turn the pilot sets the tenant's override of
+the narrowest call cap (`probe_dimension()`: keyed by agent, the shortest window: agent_hourly)
+to 2 (the calls it plans before the probe; its agent id is new, so its count starts at 0), then
+probes until dispatch answers SandboxCapExceeded — at once when the quota function has not cached
+the tenant's caps, else within the ≤ 60 s cap cache TTL (probes admitted meanwhile are counted) —
+and restores the previous override in a `finally`. While the override is set it applies to every
+agent of the tenant: in production, run the pilot against a canary tenant.
 
 Every check is recorded; the report's `ok` is true only if all passed.
 """
@@ -23,6 +23,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from sandbox_common import dimensions
 from sandbox_common import naming as n
 from sandbox_common.turn_token import new_token
 from sandbox_common.windows import Windows, iso_z, utc_now
@@ -36,6 +37,13 @@ SECOND_CODE = "print(x * 2 + 2)"
 PROBE_CODE = "print('pilot cap probe')"
 PROBE_INTERVAL_SECONDS = 2.0
 PLANNED_CALLS = 2  # execute_code calls before the cap probe
+
+
+def probe_dimension() -> dimensions.Dimension:
+    """The call cap the probe hits: one keyed by agent (the pilot's agent is new, so its count
+    starts at 0), the shortest window (an hourly one resets soonest)."""
+    by_agent = [d for d in dimensions.calls() if n.COUNTER_ATTR_AGENT in d.key]
+    return min(by_agent, key=lambda d: d.window is not dimensions.Window.HOUR)
 
 
 class _Pilot:
@@ -94,7 +102,7 @@ class _Pilot:
 
     def agent_count(self) -> int:
         counters = ops.counters_show(self.target, self.tenant_id, self.agent_id)
-        return int(counters[n.DIM_AGENT_HOURLY][0]["count"])
+        return int(counters[probe_dimension().name][0]["count"])
 
 
 def _defaults(target: Target, tenant_id: str | None, template_id: str | None) -> tuple[str, str]:
@@ -131,16 +139,17 @@ def run_pilot(
         f"pilot {p.run_id}: tenant {tenant_id}, template {template_id}, agent {p.agent_id}, stage"
         f" {target.stage}"
     )
+    capped = probe_dimension()
     windows_before = Windows.at(utc_now())
-    daily_before = ops.counters_show(target, tenant_id, p.agent_id)[n.DIM_TENANT_DAILY]["count"]
-    override = n.cap_parameter(target.stage, n.DIM_AGENT_HOURLY, tenant_id)
-    previous = ops.caps_get(target, tenant_id)["overrides"].get(tenant_id, {}).get(n.DIM_AGENT_HOURLY)
+    counts_before = ops.counters_show(target, tenant_id, p.agent_id)
+    override = capped.parameter(target.stage, tenant_id)
+    previous = ops.caps_get(target, tenant_id)["overrides"].get(tenant_id, {}).get(capped.name)
     admitted: list[dict[str, Any]] = []
     refused: dict[str, Any] | None = None
     error: str | None = None
     try:
         p.echo(f"   setting {override} = {PLANNED_CALLS} so the pilot agent's next call after two is refused")
-        ops.caps_set(target, n.DIM_AGENT_HOURLY, PLANNED_CALLS, tenant_id)
+        ops.caps_set(target, capped.name, PLANNED_CALLS, tenant_id)
         begin = p.request("begin_turn")
         if not p.check(
             "begin_turn is ready with the execute_code tool",
@@ -184,12 +193,12 @@ def run_pilot(
     finally:
         try:
             if previous is None:
-                ops.caps_unset(target, n.DIM_AGENT_HOURLY, tenant_id)
+                ops.caps_unset(target, capped.name, tenant_id)
             else:
-                ops.caps_set(target, n.DIM_AGENT_HOURLY, int(previous), tenant_id)
-            p.check("agent_hourly override restored", True)
+                ops.caps_set(target, capped.name, int(previous), tenant_id)
+            p.check(f"{capped.name} override restored", True)
         except Exception as exc:  # noqa: BLE001 - must be reported, never hidden
-            p.check(f"agent_hourly override restored (restore {override} by hand!)", False, str(exc))
+            p.check(f"{capped.name} override restored (restore {override} by hand!)", False, str(exc))
         try:
             end = p.request("end_turn")
             had_session = any(r.get("session_id") for _, r in p.calls)
@@ -204,7 +213,7 @@ def run_pilot(
     if p.checks and all(c["ok"] for c in p.checks) and error is None:
         _check_refusal(p, refused)
         _check_audit(p)
-        _check_counters(p, windows_before, daily_before, admitted)
+        _check_counters(p, windows_before, counts_before, admitted)
     ok = bool(p.checks) and all(c["ok"] for c in p.checks) and error is None
     p.echo(f"pilot {p.run_id}: {'PASSED' if ok else 'FAILED'}")
     return {
@@ -226,14 +235,16 @@ def _check_refusal(p: _Pilot, refused: dict[str, Any] | None) -> None:
     if not p.check("the breaker refused once the cap was reached (SandboxCapExceeded)", refused is not None):
         return
     assert refused is not None
-    p.check(
-        "refusal names the agent_hourly dimension", refused.get("dimension") == n.DIM_AGENT_HOURLY, refused
-    )
+    probe = probe_dimension()
+    p.check(f"refusal names the {probe.name} dimension", refused.get("dimension") == probe.name, refused)
     now = Windows.at(utc_now())
-    # The probe ran moments ago: either side of an hour boundary is a correct answer.
-    expected = {iso_z(now.hour_resets_at), iso_z(Windows.at(now.now - timedelta(seconds=30)).hour_resets_at)}
+    # The probe ran moments ago: either side of a window boundary is a correct answer.
+    earlier = Windows.at(now.now - timedelta(seconds=30))
+    expected = {iso_z(probe.resets_at(now)), iso_z(probe.resets_at(earlier))}
     p.check(
-        "refusal resets at the next full hour", refused.get("resets_at") in expected, refused.get("resets_at")
+        f"refusal resets at the next full {probe.window}",
+        refused.get("resets_at") in expected,
+        refused.get("resets_at"),
     )
 
 
@@ -260,16 +271,21 @@ def _check_audit(p: _Pilot) -> None:
     p.check("audit rows match the calls (ids, exit_status, code hash)", not wrong, wrong or None)
 
 
-def _check_counters(p: _Pilot, before: Windows, daily_before: int, admitted: list[dict[str, Any]]) -> None:
+def _check_counters(
+    p: _Pilot, before: Windows, counts_before: dict[str, Any], admitted: list[dict[str, Any]]
+) -> None:
     after = Windows.at(utc_now())
     counters = ops.counters_show(p.target, p.tenant_id, p.agent_id)
-    if after.hour == before.hour:  # the pilot agent is new: its count is exactly its admitted calls
-        agent = counters[n.DIM_AGENT_HOURLY][0]["count"]
-        p.check(f"agent_hourly counter = admitted calls ({len(admitted)})", agent == len(admitted), agent)
-    if after.day == before.day:  # other agents may add to the tenant's day, never subtract
-        daily = counters[n.DIM_TENANT_DAILY]["count"]
-        p.check(
-            "tenant_daily counter grew by at least the admitted calls",
-            daily >= daily_before + len(admitted),
-            {"before": daily_before, "after": daily},
-        )
+    for d in dimensions.calls():
+        if d.window_label(after) != d.window_label(before):  # a new window began: nothing to compare
+            continue
+        if n.COUNTER_ATTR_AGENT in d.key:  # the pilot agent is new: its count is exactly its admitted calls
+            agent = counters[d.name][0]["count"]
+            p.check(f"{d.name} counter = admitted calls ({len(admitted)})", agent == len(admitted), agent)
+        else:  # other agents may add to the tenant's window, never subtract
+            now, then = counters[d.name]["count"], counts_before[d.name]["count"]
+            p.check(
+                f"{d.name} counter grew by at least the admitted calls",
+                now >= then + len(admitted),
+                {"before": then, "after": now},
+            )

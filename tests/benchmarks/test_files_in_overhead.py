@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sandbox_common import naming as n
+from sandbox_common import dimensions
 
 from tests.benchmarks._moto import moto_in_own_process
 from tests.benchmarks._report import emit
@@ -43,7 +43,7 @@ def moto_server() -> Iterator[str]:
 
 def test_files_in_overhead_through_dispatch(stack: Stack, bench_full: bool) -> None:
     rounds = 15 if bench_full else 2
-    stack.set_cap(n.DIM_AGENT_HOURLY, 100_000)  # the measured calls must not meet the hourly cap
+    stack.set_cap(dimensions.AGENT_HOURLY.name, 100_000)  # the measured calls must not meet the hourly cap
     files = [{"path": "data/in.bin", "content_base64": base64.b64encode(PAYLOAD).decode()}]
     remove = "import os\nos.path.exists('data/in.bin') and os.remove('data/in.bin')"
     # Given a turn whose session is live and warm (Start + readiness done, connections open)

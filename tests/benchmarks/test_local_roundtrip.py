@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sandbox_common import dimensions
 from sandbox_common import naming as n
 
 from tests.benchmarks._moto import moto_in_own_process
@@ -178,7 +179,7 @@ def test_local_roundtrip_dispatch_vs_direct(
     stack: Stack, bench_full: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rounds = 60 if bench_full else 5
-    stack.set_cap(n.DIM_AGENT_HOURLY, 100_000)  # the measured calls must not meet the hourly cap
+    stack.set_cap(dimensions.AGENT_HOURLY.name, 100_000)  # the measured calls must not meet the hourly cap
     timer = CallTimer()
     timer.install(monkeypatch)
     runner_spans = time_runner_execute(monkeypatch)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sandbox_common import dimensions
 from sandbox_common import naming as n
 
 from infra.local import stack
@@ -154,7 +155,7 @@ def test_caps_set_tenant_override_is_read_back_and_unset(cli_env: dict[str, str]
     out = ctl_json(cli_env, "caps", "set", "agent_hourly", "7", "--tenant", "acme")
     # Then SSM holds "7" at the override path and the effective cap changes, the global does not
     ssm = _state(cli_env).client("ssm")
-    assert out["parameter"] == n.cap_parameter("local", n.DIM_AGENT_HOURLY, "acme")
+    assert out["parameter"] == dimensions.parameter("local", dimensions.AGENT_HOURLY.name, "acme")
     assert ssm.get_parameter(Name=out["parameter"])["Parameter"]["Value"] == "7"
     caps = ctl_json(cli_env, "caps", "get", "--tenant", "acme")
     assert caps["effective"] == {

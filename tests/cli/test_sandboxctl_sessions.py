@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sandbox_common import dimensions
 from sandbox_common import naming as n
 
 from infra.local import stack
@@ -57,7 +58,7 @@ def test_caps_set_session_caps_and_refuse_global_override(cli_env: dict[str, str
     # When tenant_sessions is overridden for acme
     out = ctl_json(cli_env, "caps", "set", "tenant_sessions", "3", "--tenant", "acme")
     # Then the override path holds it and the effective caps show it
-    assert out["parameter"] == n.session_cap_parameter("local", n.DIM_TENANT_SESSIONS, "acme")
+    assert out["parameter"] == dimensions.parameter("local", dimensions.TENANT_SESSIONS.name, "acme")
     caps = ctl_json(cli_env, "caps", "get", "--tenant", "acme")
     assert caps["effective"]["tenant_sessions"] == 3
     assert caps["effective"]["global_sessions"] == 200

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any, TypeVar
 
+from sandbox_common import dimensions
 from sandbox_common import naming as n
 from sandbox_common.turn_token import new_token
 
@@ -194,7 +195,7 @@ class Deployed:
         import boto3
 
         ssm = boto3.client("ssm")
-        path = n.cap_parameter(self.stage, dimension, tenant)
+        path = dimensions.parameter(self.stage, dimension, tenant)
         try:
             previous: str | None = ssm.get_parameter(Name=path)["Parameter"]["Value"]
         except ssm.exceptions.ParameterNotFound:

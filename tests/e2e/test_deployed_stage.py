@@ -12,6 +12,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sandbox_common import dimensions
 from sandbox_common import naming as n
 
 from tests.e2e._deployed import HOW_TO_RUN, Deployed, e2e_enabled, new_id, subscription_event, wait_for
@@ -62,7 +63,7 @@ def test_pilot_turn_shares_one_session_and_leaves_one_audit_row_per_call(stage):
 def test_cap_breach_refuses_the_call_after_the_cap_with_agent_hourly(stage):
     # Given a per-tenant agent_hourly override of 2 (restored afterwards) and a fresh agent
     agent, turn = new_id("agent"), new_id("turn")
-    with stage.cap_override(n.DIM_AGENT_HOURLY, 2, tenant=stage.tenant):
+    with stage.cap_override(dimensions.AGENT_HOURLY.name, 2, tenant=stage.tenant):
         try:
             # When the agent makes three calls in one hour
             results = [stage.execute(stage.tenant, agent, turn, f"print({i})") for i in range(3)]
@@ -72,7 +73,7 @@ def test_cap_breach_refuses_the_call_after_the_cap_with_agent_hourly(stage):
     assert [r.get("error") for r in results[:2]] == [None, None], results[:2]
     refused = results[2]
     assert refused["ok"] is False and refused["error"] == "SandboxCapExceeded", refused
-    assert refused["exit_status"] == "cap_exceeded" and refused["dimension"] == n.DIM_AGENT_HOURLY
+    assert refused["exit_status"] == "cap_exceeded" and refused["dimension"] == dimensions.AGENT_HOURLY.name
     next_hour = (datetime.now(UTC) + timedelta(hours=1)).replace(minute=0, second=0, microsecond=0)
     assert refused["resets_at"] in {
         (next_hour - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ"),  # the hour rolled over mid-test
@@ -83,7 +84,7 @@ def test_cap_breach_refuses_the_call_after_the_cap_with_agent_hourly(stage):
 def test_kill_switch_refuses_every_call_of_the_tenant(stage):
     # Given the tenant's tenant_daily cap set to 0 (restored afterwards)
     agent, turn = new_id("agent"), new_id("turn")
-    with stage.cap_override(n.DIM_TENANT_DAILY, 0, tenant=stage.tenant):
+    with stage.cap_override(dimensions.TENANT_DAILY.name, 0, tenant=stage.tenant):
         try:
             # When a fresh agent makes its first call
             refused = stage.execute(stage.tenant, agent, turn, "print('should not run')")
@@ -91,7 +92,7 @@ def test_kill_switch_refuses_every_call_of_the_tenant(stage):
             stage.end_turn(stage.tenant, turn)
     # Then it is refused on tenant_daily, nothing ran, and no session was started for it
     assert refused["ok"] is False and refused["error"] == "SandboxCapExceeded", refused
-    assert refused["dimension"] == n.DIM_TENANT_DAILY
+    assert refused["dimension"] == dimensions.TENANT_DAILY.name
     assert "should not run" not in json.dumps(refused)
     assert not refused.get("session_id")
 

@@ -7,6 +7,7 @@ import json
 
 import boto3
 import pytest
+from sandbox_common import dimensions
 from sandbox_common import naming as n
 
 from tests.e2e import _deployed
@@ -38,11 +39,11 @@ def test_cap_override_restores_a_previous_value(moto_endpoint, no_cache_wait, mo
     # Given a stage whose tenant already has an override of 7
     monkeypatch.setenv("SANDBOX_E2E_STAGE", "dev")
     ssm = boto3.client("ssm")
-    path = n.cap_parameter("dev", n.DIM_AGENT_HOURLY, "acme")
+    path = dimensions.parameter("dev", dimensions.AGENT_HOURLY.name, "acme")
     ssm.put_parameter(Name=path, Value="7", Type="String")
     stage = Deployed.discover()
     # When the override is changed inside the block and the block fails
-    with pytest.raises(RuntimeError), stage.cap_override(n.DIM_AGENT_HOURLY, 2, tenant="acme"):
+    with pytest.raises(RuntimeError), stage.cap_override(dimensions.AGENT_HOURLY.name, 2, tenant="acme"):
         assert ssm.get_parameter(Name=path)["Parameter"]["Value"] == "2"
         raise RuntimeError("test body failed")
     # Then the previous value is back
@@ -53,10 +54,10 @@ def test_cap_override_removes_an_override_that_did_not_exist(moto_endpoint, no_c
     # Given a stage whose tenant has no override
     monkeypatch.setenv("SANDBOX_E2E_STAGE", "dev")
     ssm = boto3.client("ssm")
-    path = n.cap_parameter("dev", n.DIM_TENANT_DAILY, "acme")
+    path = dimensions.parameter("dev", dimensions.TENANT_DAILY.name, "acme")
     stage = Deployed.discover()
     # When the kill switch is set for the block
-    with stage.cap_override(n.DIM_TENANT_DAILY, 0, tenant="acme"):
+    with stage.cap_override(dimensions.TENANT_DAILY.name, 0, tenant="acme"):
         assert ssm.get_parameter(Name=path)["Parameter"]["Value"] == "0"
     # Then the override is gone again, so the global cap applies
     with pytest.raises(ssm.exceptions.ParameterNotFound):

@@ -8,6 +8,7 @@ import importlib
 import re
 
 import pytest
+from sandbox_common import dimensions
 from sandbox_common import naming as n
 from sandbox_common.redaction.catalogue import TOKEN_CLASSES
 from sandbox_common.redaction.cloudwatch import data_protection_policy, subscription_filter_pattern
@@ -281,8 +282,8 @@ def test_ssm_parameters_and_outputs_match_definitions(all_stages, stage: str) ->
     # Given the shared definitions / Then the caps and price are deployed as String parameters
     assert {k: v["Value"] for k, v in params.items()} == global_parameters(config)
     assert all(v["Type"] == "String" for v in params.values())
-    assert params[n.cap_parameter(stage, n.DIM_TENANT_DAILY)]["Value"] == "1000"
-    assert params[n.cap_parameter(stage, n.DIM_AGENT_HOURLY)]["Value"] == "100"
+    assert params[dimensions.parameter(stage, dimensions.TENANT_DAILY.name)]["Value"] == "1000"
+    assert params[dimensions.parameter(stage, dimensions.AGENT_HOURLY.name)]["Value"] == "100"
     assert params[n.cost_per_call_parameter(stage)]["Value"] == "0"
     # And sandboxctl finds every resource it needs from the outputs
     outputs = core["Outputs"]

@@ -4,6 +4,7 @@ session ledger table, the session-cap parameters (SPEC §16)."""
 from __future__ import annotations
 
 import pytest
+from sandbox_common import dimensions
 from sandbox_common import naming as n
 
 from infra.config import STAGES, build_config
@@ -32,5 +33,5 @@ def test_reaper_runs_every_five_minutes(all_stages, stage: str) -> None:
 @pytest.mark.parametrize("stage", sorted(STAGES))
 def test_session_caps_are_deployed_with_config_defaults(stage: str) -> None:
     params = global_parameters(build_config(stage))
-    assert params[n.session_cap_parameter(stage, n.DIM_TENANT_SESSIONS)] == "20"
-    assert params[n.session_cap_parameter(stage, n.DIM_GLOBAL_SESSIONS)] == "200"
+    assert params[dimensions.parameter(stage, dimensions.TENANT_SESSIONS.name)] == "20"
+    assert params[dimensions.parameter(stage, dimensions.GLOBAL_SESSIONS.name)] == "200"

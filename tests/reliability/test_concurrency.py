@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from sandbox_common import dimensions
 from sandbox_common import naming as n
 
 from tests.support.stack import Stack, event
@@ -32,7 +33,7 @@ def test_concurrency_cap_admits_exactly_cap_and_one_session_per_turn(
     stack = live
     threads, cap = sizes
     # Given a tenant daily cap C and one fresh turn
-    stack.set_cap(n.DIM_TENANT_DAILY, cap, tenant_id="acme")
+    stack.set_cap(dimensions.TENANT_DAILY.name, cap, tenant_id="acme")
     before = set(stack.live_sessions())
     turn = {"agent_id": "agent-race", "turn_id": "turn-race"}
     # When N > C first calls of that turn arrive at once
@@ -51,7 +52,7 @@ def test_concurrency_cap_admits_exactly_cap_and_one_session_per_turn(
         if i.get(n.COUNTER_ATTR_TENANT, {}).get("S") == "acme"
     ]
     stack.dispatch(event("end_turn", turn_id="turn-race"))
-    stack.set_cap(n.DIM_TENANT_DAILY, 1000, tenant_id="acme")
+    stack.set_cap(dimensions.TENANT_DAILY.name, 1000, tenant_id="acme")
     record(
         "concurrency",
         scenario="cap C, N > C concurrent first calls of one turn",
@@ -61,7 +62,9 @@ def test_concurrency_cap_admits_exactly_cap_and_one_session_per_turn(
         f"sessions started {len(started)}, audit rows {len(rows)}",
     )
     assert len(admitted) == cap, [r.get("error_message") for r in results if not r["ok"]]
-    assert len(refused) == threads - cap and {r["dimension"] for r in refused} == {n.DIM_TENANT_DAILY}
+    assert len(refused) == threads - cap and {r["dimension"] for r in refused} == {
+        dimensions.TENANT_DAILY.name
+    }
     assert daily == [cap]
     # And all admitted calls of the turn share ONE session: no orphaned second Start
     assert len(sessions) == 1 and len(started) == 1

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sandbox_common import aws
+from sandbox_common import aws, dimensions
 from sandbox_common import naming as n
 
 from tests.support.stack import Stack, event
@@ -61,7 +61,7 @@ class Expect:
         return text + (", counted once" if self.counted else ", not counted")
 
 
-_CAP_UNKNOWN = Expect("SandboxCapExceeded", "cap_exceeded", 0, dimension=n.DIM_UNKNOWN)
+_CAP_UNKNOWN = Expect("SandboxCapExceeded", "cap_exceeded", 0, dimension=dimensions.UNKNOWN)
 _PREFLIGHT = Expect("SandboxProvisioning", "provisioning", 0, reason="preflight_unavailable")
 _OK = Expect(None, "ok", 1)
 _RUNNER_ERROR = Expect("SandboxError", "error", 1)
@@ -81,7 +81,7 @@ EXPECT: dict[str, Expect] = {
     "invoke": _RUNNER_ERROR,
     "stop": _OK,  # the call itself is fine; end_turn must still answer
 }
-_CAP_UNKNOWN_COUNTED = Expect("SandboxCapExceeded", "cap_exceeded", 1, dimension=n.DIM_UNKNOWN)
+_CAP_UNKNOWN_COUNTED = Expect("SandboxCapExceeded", "cap_exceeded", 1, dimension=dimensions.UNKNOWN)
 OVERRIDES: dict[tuple[str, str], Expect] = {
     ("invoke", "timeout"): Expect("SandboxTimeout", "timeout", 1),  # the runner's deadline (§6.3)
     # The quota Lambda ran and counted, its answer was lost: refused (fail closed), counted once

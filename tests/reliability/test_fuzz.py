@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sandbox_common import aws
+from sandbox_common import aws, dimensions
 from sandbox_common import naming as n
 
 from tests.conftest import LambdaContext
@@ -287,7 +287,7 @@ def test_fuzz_quota_handler(offline: RequestCounter, examples: int, record: Any,
             parse_quota_event(event)
             seen["valid"] += 1
             assert (
-                response["ok"] is False and response["dimension"] == n.DIM_UNKNOWN
+                response["ok"] is False and response["dimension"] == dimensions.UNKNOWN
             )  # store refused: fail closed
             return
         except SandboxInvalidRequest:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from sandbox_common import dimensions as cap_dimensions
 from sandbox_common import naming as n
 from sandbox_common.errors import EXIT_STATUSES, SandboxInvalidRequest
 
@@ -426,11 +427,9 @@ def known_log_groups(stage: str) -> set[str]:
 
 
 def known_parameters(stage: str, tenant: str = "acme") -> set[str]:
-    paths = {n.cap_parameter(stage, d) for d in n.CAP_DIMENSIONS}
-    paths |= {n.cap_parameter(stage, d, tenant) for d in n.CAP_DIMENSIONS}
+    paths = {d.parameter(stage) for d in cap_dimensions.dimensions()}
+    paths |= {d.parameter(stage, tenant) for d in cap_dimensions.dimensions() if d.per_tenant}
     paths |= {n.cost_per_call_parameter(stage), n.tenant_substrate_parameter(stage, tenant)}
-    paths |= {n.session_cap_parameter(stage, d) for d in n.SESSION_CAP_DIMENSIONS}
-    paths |= {n.session_cap_parameter(stage, n.DIM_TENANT_SESSIONS, tenant)}
     paths |= {n.warm_sessions_parameter(stage, tenant, e) for e in n.ENVIRONMENTS}
     paths |= {n.tenant_daily_budget_parameter(stage, tenant)}  # issue 15
     return paths
@@ -552,7 +551,7 @@ def _check_metric(where: str, metric: str | None, dimensions: list[str]) -> None
     allowed_values = {
         "token_class": _token_classes(),
         "exit_status": EXIT_STATUSES,
-        "dimension": (*n.CAP_DIMENSIONS, n.DIM_UNKNOWN),
+        "dimension": (*(d.name for d in cap_dimensions.calls()), cap_dimensions.UNKNOWN),
     }
     for name, value in given.items():
         if name in allowed_values and value not in allowed_values[name]:

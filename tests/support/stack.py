@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from sandbox_common import aws
+from sandbox_common import aws, dimensions
 from sandbox_common import naming as n
 
 from infra.config import build_config
@@ -88,7 +88,7 @@ class Stack:
 
     def set_cap(self, dimension: str, value: int | str, tenant_id: str | None = None) -> None:
         aws.client("ssm").put_parameter(
-            Name=n.cap_parameter("local", dimension, tenant_id),
+            Name=dimensions.parameter("local", dimension, tenant_id),
             Value=str(value),
             Type="String",
             Overwrite=True,

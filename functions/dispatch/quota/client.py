@@ -8,11 +8,13 @@ after an ambiguous failure could count the call twice.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Protocol
 
 from pydantic import ValidationError
+from sandbox_common import dimensions
 from sandbox_common import naming as n
 from sandbox_common.aws import SINGLE_ATTEMPT
 from sandbox_common.models import (
@@ -33,8 +35,7 @@ class QuotaDecision:
     allowed: bool
     dimension: str | None = None
     resets_at: str | None = None
-    tenant_daily_count: int | None = None
-    agent_hourly_count: int | None = None
+    counts: Mapping[str, int | None] = field(default_factory=dict)  # by dimension, when read back
     already_counted: bool = False  # this call_id was counted before (a retry / duplicate): proceed
     retries: int = 0  # transaction conflicts the quota Lambda retried (§16.6)
     turn_refused: bool = False  # the turn guard failed: nothing counted
@@ -63,14 +64,14 @@ def lambda_client() -> Any:
 def _fail_closed(windows: Windows, tenant_id: str, cause: str, *, release: bool = False) -> QuotaDecision:
     if release:  # not a refusal of any call: the count stays (an over-count by one), logged only
         logger.error("quota_release_failed", extra={"cause": cause})
-        return QuotaDecision(False, n.DIM_UNKNOWN, iso_z(windows.fail_closed_resets_at()))
+        return QuotaDecision(False, dimensions.UNKNOWN, iso_z(windows.fail_closed_resets_at()))
     # A refusal like any other: counted under SandboxCapExceeded (dimension unknown, and by
     # tenant) so the dashboard and the cap-breach alarms see it, plus the fail-closed metric.
     emit_metric(n.METRIC_QUOTA_FAIL_CLOSED)
-    emit_metric(n.METRIC_CAP_EXCEEDED, dimensions={"dimension": n.DIM_UNKNOWN})
+    emit_metric(n.METRIC_CAP_EXCEEDED, dimensions={"dimension": dimensions.UNKNOWN})
     emit_metric(n.METRIC_CAP_EXCEEDED, dimensions={"tenant_id": tenant_id})
     logger.error("quota_fail_closed", extra={"cause": cause})
-    return QuotaDecision(False, n.DIM_UNKNOWN, iso_z(windows.fail_closed_resets_at()))
+    return QuotaDecision(False, dimensions.UNKNOWN, iso_z(windows.fail_closed_resets_at()))
 
 
 class CheckQuota(Protocol):
@@ -128,8 +129,7 @@ def check_quota(
     if isinstance(answer, QuotaAdmitted):
         return QuotaDecision(
             True,
-            tenant_daily_count=answer.tenant_daily_count,
-            agent_hourly_count=answer.agent_hourly_count,
+            counts={d.name: answer.count(d.name) for d in dimensions.calls()},
             already_counted=answer.already_counted,
             retries=answer.retries,
             released=answer.released,

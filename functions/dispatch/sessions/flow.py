@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox_common import messages
+from sandbox_common import dimensions, messages
 from sandbox_common import naming as n
 from sandbox_common.errors import SandboxCapExceeded, SandboxError
 from sandbox_common.observability import logger
@@ -98,9 +98,8 @@ class TurnSessions:
         try:
             call.prepared = self._prepare(call, turn, pf, hinted=True)
         except SandboxCapExceeded as refused:
-            if refused.fields.get("dimension") not in n.SESSION_CAP_DIMENSIONS or not self._session_coming(
-                turn
-            ):
+            at_session_cap = refused.fields.get("dimension") in {d.name for d in dimensions.sessions()}
+            if not at_session_cap or not self._session_coming(turn):
                 raise
 
     def _session_coming(self, turn: Turn) -> bool:

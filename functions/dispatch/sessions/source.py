@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sandbox_common import messages
+from sandbox_common import dimensions, messages
 from sandbox_common import naming as n
 from sandbox_common.errors import SandboxCapExceeded, SandboxError
 from sandbox_common.observability import emit_metric, logger
@@ -271,7 +271,7 @@ class SessionSource:
             self._release(prepared.slot_id)
             if str(getattr(exc, "failure_reason", "")).startswith(_QUOTA):
                 # AgentCore's own account quota: the stage has no session to give (§16.2)
-                raise self._refuse(prepared.tenant_id, n.DIM_GLOBAL_SESSIONS) from None
+                raise self._refuse(prepared.tenant_id, dimensions.GLOBAL_SESSIONS.name) from None
             raise
         if activation is not None:
             activation.send(lambda: self._activate(prepared, session_id, interpreter_id))
@@ -323,7 +323,7 @@ class SessionSource:
             logger.warning("session_slot_release_failed", extra={"slot_id": slot_id, "cause": exc.code})
 
     def _refuse(self, tenant_id: str, dimension: str, *, kill_switch: bool = False) -> SandboxCapExceeded:
-        resets_at = iso_z(self.clock() + timedelta(seconds=n.SESSION_CAP_RETRY_SECONDS))
+        resets_at = iso_z(dimensions.session_retry_at(self.clock()))
         logger.warning(
             "sandbox cap exceeded",
             extra={
@@ -337,7 +337,7 @@ class SessionSource:
         emit_metric(n.METRIC_CAP_EXCEEDED, dimensions={"dimension": dimension})
         emit_metric(n.METRIC_CAP_EXCEEDED, dimensions={"tenant_id": tenant_id})
         return SandboxCapExceeded(
-            messages.session_cap_exceeded(dimension, resets_at),
+            messages.cap_exceeded(dimension, resets_at),
             dimension=dimension,
             resets_at=resets_at,
             failure_reason=f"cap_exceeded:{dimension}",
@@ -350,16 +350,16 @@ class SessionSource:
             extra={
                 "event": "sandbox_cap_exceeded",
                 "tenant_id": tenant_id,
-                "dimension": n.DIM_UNKNOWN,
+                "dimension": dimensions.UNKNOWN,
                 "fail_closed_reason": reason,
             },
         )
         emit_metric(n.METRIC_QUOTA_FAIL_CLOSED)
-        emit_metric(n.METRIC_CAP_EXCEEDED, dimensions={"dimension": n.DIM_UNKNOWN})
+        emit_metric(n.METRIC_CAP_EXCEEDED, dimensions={"dimension": dimensions.UNKNOWN})
         emit_metric(n.METRIC_CAP_EXCEEDED, dimensions={"tenant_id": tenant_id})
         return SandboxCapExceeded(
-            messages.cap_exceeded(n.DIM_UNKNOWN, resets_at),
-            dimension=n.DIM_UNKNOWN,
+            messages.cap_exceeded(dimensions.UNKNOWN, resets_at),
+            dimension=dimensions.UNKNOWN,
             resets_at=resets_at,
             failure_reason=reason,
         )

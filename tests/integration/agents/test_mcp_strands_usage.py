@@ -20,6 +20,7 @@ import anyio
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from sandbox_common import dimensions
 from sandbox_common import naming as n
 from sandbox_common.agent_client import SandboxTurn
 from sandbox_common.tool_spec import tool_definition
@@ -165,7 +166,7 @@ def test_mcp_cap_breach_arrives_as_a_tool_error_naming_sandbox_cap_exceeded(env:
     # Then a tool error whose text starts with SandboxCapExceeded and names the dimension
     assert result.is_error is True
     assert _text(result).startswith("SandboxCapExceeded: ")
-    assert result.structured_content["dimension"] == n.DIM_AGENT_HOURLY
+    assert result.structured_content["dimension"] == dimensions.AGENT_HOURLY.name
 
 
 def test_mcp_sigterm_still_ends_the_turn_and_stops_its_session(

@@ -6,6 +6,7 @@ import hashlib
 import json
 
 import pytest
+from sandbox_common import dimensions
 from sandbox_common import naming as n
 from sandbox_common.redaction.catalogue import TOKEN_CLASSES
 
@@ -52,7 +53,7 @@ def test_error_and_stderr_are_classified(stack: Stack) -> None:
 
 def test_cap_two_third_call_refused_and_audited(stack: Stack) -> None:
     # Given a tenant daily cap of 2
-    stack.set_cap(n.DIM_TENANT_DAILY, 2)
+    stack.set_cap(dimensions.TENANT_DAILY.name, 2)
     # When three calls arrive
     results = [stack.dispatch(event(call_id=f"c{i}", code="print(1)")) for i in range(3)]
     # Then the third is refused with the daily dimension and next midnight, and audited
@@ -66,7 +67,7 @@ def test_cap_two_third_call_refused_and_audited(stack: Stack) -> None:
 
 
 def test_kill_switch_refuses_first_call_and_creates_no_counter(stack: Stack) -> None:
-    stack.set_cap(n.DIM_AGENT_HOURLY, 0, tenant_id="acme")
+    stack.set_cap(dimensions.AGENT_HOURLY.name, 0, tenant_id="acme")
     result = stack.dispatch(event())
     assert result["error"] == "SandboxCapExceeded" and result["dimension"] == "agent_hourly"
     assert stack.counter_items() == {n.TENANT_DAILY_COUNTERS.logical: [], n.AGENT_HOURLY_COUNTERS.logical: []}

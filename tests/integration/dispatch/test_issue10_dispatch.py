@@ -5,6 +5,7 @@ response or the invalid_request log line, touching nothing."""
 from __future__ import annotations
 
 import pytest
+from sandbox_common import dimensions
 from sandbox_common import naming as n
 
 from .conftest import Stack, event
@@ -14,7 +15,7 @@ SECRET_FIELD = "ghp_" + "Z9y8X7w6" * 5
 
 def test_dispatch_cap_refusal_names_the_dimension_literally(stack: Stack) -> None:
     # Given acme's agents switched off (agent_hourly cap 0)
-    stack.set_cap(n.DIM_AGENT_HOURLY, 0, tenant_id="acme")
+    stack.set_cap(dimensions.AGENT_HOURLY.name, 0, tenant_id="acme")
     # When a call arrives
     result = stack.dispatch(event(call_id="cap-1"))
     # Then the error message carries the sentence, the reset time and the dimension's name

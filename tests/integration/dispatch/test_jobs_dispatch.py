@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import pytest
+from sandbox_common import dimensions
 from sandbox_common import naming as n
 
 from tests.support.stack import turn_token_for
@@ -179,7 +180,7 @@ def test_jobs_submit_refused_by_quota_releases_its_slot_and_is_audited(stack: St
     from dispatch import steps
 
     # Given a tenant whose daily cap is used up
-    stack.set_cap(n.DIM_TENANT_DAILY, 0, tenant_id="acme")
+    stack.set_cap(dimensions.TENANT_DAILY.name, 0, tenant_id="acme")
     # When a job is submitted
     refused = stack.dispatch(job("c1", SLEEPER))
     # Then it is refused by the cap, the call's one audit row says so, and no job slot stays taken

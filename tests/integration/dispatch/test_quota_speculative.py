@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from sandbox_common import aws
+from sandbox_common import aws, dimensions
 from sandbox_common import naming as n
 
 from .conftest import Stack, event
@@ -145,7 +145,10 @@ def test_quota_speculative_count_of_a_call_refused_after_it_is_released(stack: S
     # Given global_sessions at 0 (the session-cap kill switch) in a fresh container whose
     # pre-flight is cached (by a first call of another turn, refused on the cap)
     aws.client("ssm").put_parameter(
-        Name=n.session_cap_parameter("local", n.DIM_GLOBAL_SESSIONS), Value="0", Type="String", Overwrite=True
+        Name=dimensions.parameter("local", dimensions.GLOBAL_SESSIONS.name),
+        Value="0",
+        Type="String",
+        Overwrite=True,
     )
     dependencies.reset()
     dispatcher = dependencies.built()
@@ -153,7 +156,7 @@ def test_quota_speculative_count_of_a_call_refused_after_it_is_released(stack: S
     dispatcher.quota = spy
     assert (
         stack.dispatch(event(call_id="c0", turn_id="turn-0", code="print(0)"))["dimension"]
-        == n.DIM_GLOBAL_SESSIONS
+        == dimensions.GLOBAL_SESSIONS.name
     )
     # And turn-1 begun (its turn exists, so the guard holds) with no session yet
     assert stack.dispatch(event("begin_turn"))["ok"] is True
@@ -162,7 +165,10 @@ def test_quota_speculative_count_of_a_call_refused_after_it_is_released(stack: S
     refused = stack.dispatch(event(call_id="c1", code="print(1)"))
     # Then it is refused on the session cap (a refusal that counts nothing, §16.2): the
     # speculative count went out, counted, and was released — counters and markers as before
-    assert (refused["error"], refused["dimension"]) == ("SandboxCapExceeded", n.DIM_GLOBAL_SESSIONS), refused
+    assert (refused["error"], refused["dimension"]) == (
+        "SandboxCapExceeded",
+        dimensions.GLOBAL_SESSIONS.name,
+    ), refused
     assert spy.kinds() == ["guarded", "release"], spy.sent
     assert spy.answers[0].counted_here and spy.answers[1].released is True
     assert _daily(stack) == before == 0

@@ -7,7 +7,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from sandbox_common import aws
+from sandbox_common import aws, dimensions
 from sandbox_common import naming as n
 
 from infra.sandboxctl import usage
@@ -45,7 +45,7 @@ def test_every_audit_row_has_its_cost_and_usage_equals_a_hand_count(stack: Stack
         },
     )
     # When acme makes two good calls and one failing call, then hits a cap of 3, and globex is refused
-    stack.set_cap(n.DIM_TENANT_DAILY, 3, tenant_id="acme")
+    stack.set_cap(dimensions.TENANT_DAILY.name, 3, tenant_id="acme")
     results = [
         stack.dispatch(event(call_id=f"c{i}", code=code))
         for i, code in enumerate(("x = 1", "print(x)", "1/0", "print(2)"))

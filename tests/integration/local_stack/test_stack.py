@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sandbox_common import dimensions
 from sandbox_common import naming as n
 from sandbox_common.models import TenantSubstrate
 
@@ -81,9 +82,9 @@ def test_resources_follow_the_shared_definitions(state: LocalState) -> None:
         ttl = ddb.describe_time_to_live(TableName=spec.physical("local"))["TimeToLiveDescription"]
         assert ttl.get("AttributeName") == spec.ttl_attribute
     # and the caps are the config's defaults at the shared SSM paths
-    for dim in n.CAP_DIMENSIONS:
-        value = ssm.get_parameter(Name=n.cap_parameter("local", dim))["Parameter"]["Value"]
-        assert value == str(getattr(config.caps, dim))
+    for dim in dimensions.calls():
+        value = ssm.get_parameter(Name=dim.parameter("local"))["Parameter"]["Value"]
+        assert value == str(config.caps.of(dim.name))
     # and each tenant has a runner role and a substrate naming its interpreters
     assert config.tenants  # the loop below must run
     for tenant in config.tenants:

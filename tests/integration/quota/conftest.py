@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from botocore.awsrequest import AWSResponse
-from sandbox_common import aws, naming, settings
+from sandbox_common import aws, dimensions, naming, settings
 from sandbox_common.observability import logger
 from sandbox_common.settings import QuotaSettings
 
@@ -64,14 +64,14 @@ class QuotaStack:
 
     def set_cap(self, dimension: str, value: str | int, *, tenant: str | None = None) -> None:
         aws.client("ssm").put_parameter(
-            Name=naming.cap_parameter(STAGE, dimension, tenant),
+            Name=dimensions.parameter(STAGE, dimension, tenant),
             Value=str(value),
             Type="String",
             Overwrite=True,
         )
 
     def delete_cap(self, dimension: str, *, tenant: str | None = None) -> None:
-        aws.client("ssm").delete_parameter(Name=naming.cap_parameter(STAGE, dimension, tenant))
+        aws.client("ssm").delete_parameter(Name=dimensions.parameter(STAGE, dimension, tenant))
 
     def invoke(self, event: Any) -> dict[str, Any]:
         from quota_check.handler import handler
@@ -99,8 +99,8 @@ def quota(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch, lambda_context: A
     stack = QuotaStack(monkeypatch=monkeypatch, endpoint=moto_endpoint, context=lambda_context)
     stack.configure()
     stack.create_tables()
-    stack.set_cap(naming.DIM_TENANT_DAILY, naming.DEFAULT_CAPS[naming.DIM_TENANT_DAILY])
-    stack.set_cap(naming.DIM_AGENT_HOURLY, naming.DEFAULT_CAPS[naming.DIM_AGENT_HOURLY])
+    stack.set_cap(dimensions.TENANT_DAILY.name, dimensions.TENANT_DAILY.default)
+    stack.set_cap(dimensions.AGENT_HOURLY.name, dimensions.AGENT_HOURLY.default)
     return stack
 
 

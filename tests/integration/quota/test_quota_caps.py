@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from sandbox_common import aws, naming
+from sandbox_common import aws, dimensions, naming
 
 TD = naming.TENANT_DAILY_COUNTERS
 
@@ -18,12 +18,12 @@ def test_caps_changed_value_applies_after_ttl_and_is_cached_before(quota, freeze
     # Given a 1 s cap cache and a tenant cap of 1, already reached
     freeze("2026-11-21T08:15:00Z")
     quota.configure(cache_ttl_seconds=1)
-    quota.set_cap(naming.DIM_TENANT_DAILY, 1)
+    quota.set_cap(dimensions.TENANT_DAILY.name, 1)
     assert quota.call()["ok"]
     ssm_reads = count_requests("ssm", "GetParameter")
 
     # When the operator raises the cap to 3
-    quota.set_cap(naming.DIM_TENANT_DAILY, 3)
+    quota.set_cap(dimensions.TENANT_DAILY.name, 3)
     within_ttl = quota.call()
     reads_within_ttl = ssm_reads.sent
     time.sleep(1.2)
@@ -55,7 +55,7 @@ def test_caps_missing_override_is_negative_cached(quota, count_requests):
 def test_caps_malformed_value_without_last_good_fails_closed(quota, freeze, log_lines, emf, bad):
     # Given a malformed global cap and a container that never saw a good one
     freeze("2026-11-21T08:15:00Z")
-    quota.set_cap(naming.DIM_TENANT_DAILY, bad)
+    quota.set_cap(dimensions.TENANT_DAILY.name, bad)
 
     # When a call arrives
     refused = quota.call()
@@ -81,11 +81,11 @@ def test_caps_malformed_value_uses_last_good_value(quota, freeze, log_lines, emf
     # Given no cache (every call reads SSM) and a good cap of 2 already seen by this container
     freeze("2026-11-21T08:15:00Z")
     quota.configure(cache_ttl_seconds=0)
-    quota.set_cap(naming.DIM_TENANT_DAILY, 2)
+    quota.set_cap(dimensions.TENANT_DAILY.name, 2)
     assert quota.call()["ok"]
 
     # When the value becomes malformed
-    quota.set_cap(naming.DIM_TENANT_DAILY, "two")
+    quota.set_cap(dimensions.TENANT_DAILY.name, "two")
     second, third = quota.call(), quota.call()
 
     # Then the last good value (2) keeps governing, and the bad value is reported
@@ -98,11 +98,11 @@ def test_caps_malformed_override_uses_its_last_good_value_not_global(quota, free
     # Given an override of 1 seen once, with no cache
     freeze("2026-11-21T08:15:00Z")
     quota.configure(cache_ttl_seconds=0)
-    quota.set_cap(naming.DIM_TENANT_DAILY, 1, tenant="acme")
+    quota.set_cap(dimensions.TENANT_DAILY.name, 1, tenant="acme")
     assert quota.call()["ok"]
 
     # When the override turns malformed
-    quota.set_cap(naming.DIM_TENANT_DAILY, "lots", tenant="acme")
+    quota.set_cap(dimensions.TENANT_DAILY.name, "lots", tenant="acme")
     refused = quota.call()
 
     # Then the override's last good value applies, not the global 1000
@@ -112,7 +112,7 @@ def test_caps_malformed_override_uses_its_last_good_value_not_global(quota, free
 def test_caps_missing_global_without_last_good_fails_closed(quota, freeze):
     # Given the global agent cap parameter does not exist
     freeze("2026-11-21T08:15:00Z")
-    quota.delete_cap(naming.DIM_AGENT_HOURLY)
+    quota.delete_cap(dimensions.AGENT_HOURLY.name)
 
     # When a call arrives
     refused = quota.call()
@@ -127,7 +127,7 @@ def test_caps_unreadable_ssm_uses_last_good_value(quota, freeze, inject_error, i
     # Given no cache and good caps already read by this container
     freeze("2026-11-21T08:15:00Z")
     quota.configure(cache_ttl_seconds=0)
-    quota.set_cap(naming.DIM_TENANT_DAILY, 2)
+    quota.set_cap(dimensions.TENANT_DAILY.name, 2)
     assert quota.call()["ok"]
 
     # When SSM starts failing for every read
@@ -158,7 +158,7 @@ def test_caps_unreadable_ssm_without_last_good_fails_closed(quota, freeze, injec
 def test_caps_unreadable_override_fails_closed_even_with_good_global(quota, freeze, inject_error):
     # Given a fresh container; only the acme override path is unreadable (it might hold a 0)
     freeze("2026-11-21T08:15:00Z")
-    override = naming.cap_parameter("qtest", naming.DIM_TENANT_DAILY, "acme")
+    override = dimensions.parameter("qtest", dimensions.TENANT_DAILY.name, "acme")
     inject_error("ssm", "GetParameter", "AccessDeniedException", when=_named(override))
 
     # When acme and globex call
@@ -172,19 +172,19 @@ def test_caps_unreadable_override_fails_closed_even_with_good_global(quota, free
 def test_caps_hourly_kill_switch_with_tenant_at_daily_cap_reports_tenant_daily(quota, freeze):
     # Given a tenant already at its daily cap, then the agent's hourly kill switch thrown
     freeze("2026-11-21T08:15:00Z")
-    quota.set_cap(naming.DIM_TENANT_DAILY, 1)
+    quota.set_cap(dimensions.TENANT_DAILY.name, 1)
     assert quota.call()["ok"] is True
-    quota.set_cap(naming.DIM_AGENT_HOURLY, 0, tenant="acme")
+    quota.set_cap(dimensions.AGENT_HOURLY.name, 0, tenant="acme")
     from quota_check.caps import clear_caches
 
     clear_caches()
     # When the next call arrives / Then both are at cap: tenant_daily, resetting at midnight
     refused = quota.call()
-    assert refused["dimension"] == naming.DIM_TENANT_DAILY
+    assert refused["dimension"] == dimensions.TENANT_DAILY.name
     assert refused["resets_at"] == "2026-11-22T00:00:00Z"
     # And a fresh tenant under the same kill switch reports agent_hourly, creating no item
-    quota.set_cap(naming.DIM_AGENT_HOURLY, 0, tenant="globex")
+    quota.set_cap(dimensions.AGENT_HOURLY.name, 0, tenant="globex")
     clear_caches()
     fresh = quota.call(tenant="globex")
-    assert fresh["dimension"] == naming.DIM_AGENT_HOURLY
+    assert fresh["dimension"] == dimensions.AGENT_HOURLY.name
     assert quota.count(naming.TENANT_DAILY_COUNTERS, "globex#2026-11-21") is None

@@ -6,12 +6,12 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from sandbox_common import naming
+from sandbox_common import dimensions, naming
 
 
 @pytest.mark.parametrize(
     ("dimension", "cap", "callers"),
-    [(naming.DIM_TENANT_DAILY, 5, 12), (naming.DIM_AGENT_HOURLY, 3, 10)],
+    [(dimensions.TENANT_DAILY.name, 5, 12), (dimensions.AGENT_HOURLY.name, 3, 10)],
 )
 def test_concurrency_exactly_cap_callers_admitted(quota, monkeypatch, freeze, dimension, cap, callers):
     """Threads call the handler in-process against a moto server over real HTTP.
@@ -41,7 +41,7 @@ def test_concurrency_exactly_cap_callers_admitted(quota, monkeypatch, freeze, di
     refused = [r for r in results if not r["ok"]]
     assert len(admitted) == cap
     assert {r["dimension"] for r in refused} == {dimension}
-    key = "tenant_daily_count" if dimension == naming.DIM_TENANT_DAILY else "agent_hourly_count"
+    key = "tenant_daily_count" if dimension == dimensions.TENANT_DAILY.name else "agent_hourly_count"
     assert all(1 <= r[key] <= cap for r in admitted)
     assert quota.count(naming.TENANT_DAILY_COUNTERS, "acme#2026-11-21") == cap
     assert quota.count(naming.AGENT_HOURLY_COUNTERS, "acme#agent-7#2026-11-21T08") == cap

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 
 import pytest
-from sandbox_common import aws, naming
+from sandbox_common import aws, dimensions, naming
 
 TD = naming.TENANT_DAILY_COUNTERS
 AH = naming.AGENT_HOURLY_COUNTERS
@@ -159,7 +159,7 @@ def test_failures_unexpected_exception_never_raises(quota, freeze, monkeypatch, 
 def test_failures_refusal_emits_one_json_line_and_metric_per_dimension_set(quota, freeze, log_lines, emf):
     # Given an agent at its hourly cap
     freeze("2026-11-21T08:15:00Z")
-    quota.set_cap(naming.DIM_AGENT_HOURLY, 1)
+    quota.set_cap(dimensions.AGENT_HOURLY.name, 1)
     quota.call()
     log_lines()  # drop the admitted call's output
 
@@ -201,7 +201,7 @@ def test_failures_count_read_back_error_keeps_the_admission(quota, freeze, injec
 def test_failures_cap_refusal_sends_one_transaction_and_no_read(quota, freeze, count_requests):
     # Given a tenant at its cap of 1
     freeze("2026-11-21T08:15:00Z")
-    quota.set_cap(naming.DIM_TENANT_DAILY, 1)
+    quota.set_cap(dimensions.TENANT_DAILY.name, 1)
     quota.call()
     transactions = count_requests("dynamodb", "TransactWriteItems")
     reads = count_requests("dynamodb", "BatchGetItem")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sandbox_common import naming
+from sandbox_common import dimensions, naming
 from sandbox_common.windows import Windows
 
 TD = naming.TENANT_DAILY_COUNTERS
@@ -22,8 +22,11 @@ def test_handler_admits_and_reports_counts(quota, freeze):
     # Then both are admitted with counts read back after each increment
     assert first == {"ok": True, "tenant_daily_count": 1, "agent_hourly_count": 1}
     assert second == {"ok": True, "tenant_daily_count": 2, "agent_hourly_count": 2}
-    assert quota.count(TD, w.tenant_daily_key("acme")) == 2
-    assert quota.count(AH, w.agent_hourly_key("acme", "agent-7")) == 2
+    assert quota.count(TD, dimensions.TENANT_DAILY.counter_key({"tenant_id": "acme"}, w)) == 2
+    assert (
+        quota.count(AH, dimensions.AGENT_HOURLY.counter_key({"tenant_id": "acme", "agent_id": "agent-7"}, w))
+        == 2
+    )
 
 
 def test_handler_without_counts_admits_counts_and_skips_the_read_back(quota, freeze, count_requests):
@@ -38,8 +41,11 @@ def test_handler_without_counts_admits_counts_and_skips_the_read_back(quota, fre
 
     # Then it is admitted and counted like any call, with both counts null and no read-back sent
     assert answer == {"ok": True, "tenant_daily_count": None, "agent_hourly_count": None}
-    assert quota.count(TD, w.tenant_daily_key("acme")) == 2
-    assert quota.count(AH, w.agent_hourly_key("acme", "agent-7")) == 2
+    assert quota.count(TD, dimensions.TENANT_DAILY.counter_key({"tenant_id": "acme"}, w)) == 2
+    assert (
+        quota.count(AH, dimensions.AGENT_HOURLY.counter_key({"tenant_id": "acme", "agent_id": "agent-7"}, w))
+        == 2
+    )
     assert read_backs.sent == 0
 
 
@@ -65,7 +71,7 @@ def test_handler_counter_items_carry_ttl_window_and_owner(quota, freeze):
 def test_handler_third_call_over_tenant_cap_refused_until_midnight(quota, freeze):
     # Given a tenant cap of 2 per day
     freeze("2026-11-21T08:15:00Z")
-    quota.set_cap(naming.DIM_TENANT_DAILY, 2)
+    quota.set_cap(dimensions.TENANT_DAILY.name, 2)
 
     # When three calls arrive (from two agents, so only the tenant window is shared)
     first, second = quota.call(agent="a1"), quota.call(agent="a2")
@@ -87,7 +93,7 @@ def test_handler_third_call_over_tenant_cap_refused_until_midnight(quota, freeze
 def test_handler_agent_at_hourly_cap_refused_and_tenant_count_unchanged(quota, freeze):
     # Given an agent cap of 1 per hour
     freeze("2026-11-21T08:15:00Z")
-    quota.set_cap(naming.DIM_AGENT_HOURLY, 1)
+    quota.set_cap(dimensions.AGENT_HOURLY.name, 1)
     assert quota.call()["ok"]
 
     # When the same agent calls again
@@ -105,8 +111,8 @@ def test_handler_agent_at_hourly_cap_refused_and_tenant_count_unchanged(quota, f
 def test_handler_both_at_cap_reports_tenant_daily(quota, freeze):
     # Given both caps at 1 and one admitted call
     freeze("2026-11-21T08:15:00Z")
-    quota.set_cap(naming.DIM_TENANT_DAILY, 1)
-    quota.set_cap(naming.DIM_AGENT_HOURLY, 1)
+    quota.set_cap(dimensions.TENANT_DAILY.name, 1)
+    quota.set_cap(dimensions.AGENT_HOURLY.name, 1)
     assert quota.call()["ok"]
 
     # When the same agent calls again (both windows full)
@@ -130,8 +136,8 @@ def test_handler_cap_zero_refuses_fresh_window_without_touching_dynamodb(
 ):
     # Given the kill switch (cap 0) and windows that have never been used
     freeze("2026-11-21T08:15:00Z")
-    quota.set_cap(naming.DIM_TENANT_DAILY, tenant_cap)
-    quota.set_cap(naming.DIM_AGENT_HOURLY, agent_cap)
+    quota.set_cap(dimensions.TENANT_DAILY.name, tenant_cap)
+    quota.set_cap(dimensions.AGENT_HOURLY.name, agent_cap)
     transactions = count_requests("dynamodb", "TransactWriteItems")
 
     # When the very first call of the window arrives
@@ -152,7 +158,7 @@ def test_handler_cap_lowered_to_zero_mid_window_refuses(quota, freeze):
     quota.configure(cache_ttl_seconds=0)  # no cache: the change is visible at once
 
     # When the operator flips the tenant cap to 0
-    quota.set_cap(naming.DIM_TENANT_DAILY, 0, tenant="acme")
+    quota.set_cap(dimensions.TENANT_DAILY.name, 0, tenant="acme")
     refused = quota.call()
 
     # Then the next call is refused and the count stays where it was
@@ -177,8 +183,8 @@ def test_handler_utc_rollover_opens_new_window(
     quota, freeze, last_second, next_window, tenant_cap, dimension, resets_at
 ):
     # Given a full window in its last second
-    quota.set_cap(naming.DIM_TENANT_DAILY, tenant_cap)
-    quota.set_cap(naming.DIM_AGENT_HOURLY, 1)
+    quota.set_cap(dimensions.TENANT_DAILY.name, tenant_cap)
+    quota.set_cap(dimensions.AGENT_HOURLY.name, 1)
     freeze(last_second)
     assert quota.call()["ok"]
 
@@ -199,9 +205,9 @@ def test_handler_utc_rollover_opens_new_window(
 def test_handler_per_tenant_override_wins_over_global(quota, freeze):
     # Given a global tenant cap of 1000, acme overridden down to 1 and globex's agents overridden up
     freeze("2026-11-21T08:15:00Z")
-    quota.set_cap(naming.DIM_AGENT_HOURLY, 1)
-    quota.set_cap(naming.DIM_TENANT_DAILY, 1, tenant="acme")
-    quota.set_cap(naming.DIM_AGENT_HOURLY, 3, tenant="globex")
+    quota.set_cap(dimensions.AGENT_HOURLY.name, 1)
+    quota.set_cap(dimensions.TENANT_DAILY.name, 1, tenant="acme")
+    quota.set_cap(dimensions.AGENT_HOURLY.name, 3, tenant="globex")
 
     # When each tenant calls repeatedly from one agent
     acme = [quota.call(tenant="acme") for _ in range(2)]

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from sandbox_common import aws, naming, settings
+from sandbox_common import aws, dimensions, naming, settings
 from sandbox_common.settings import QuotaSettings
 from sandbox_common.turn_token import new_token, token_hash
 
@@ -192,14 +192,14 @@ def test_turn_guard_precedence_turn_refusal_before_already_counted(guarded):
 
 def test_turn_guard_precedence_already_counted_before_cap(guarded):
     # Given a counted call that filled the hourly cap
-    guarded.set_cap(naming.DIM_AGENT_HOURLY, 1)
+    guarded.set_cap(dimensions.AGENT_HOURLY.name, 1)
     put_turn(token_sha256=token_hash(TOKEN))
     assert guarded_call(guarded)["ok"] is True
     # When its retry arrives (marker and cap both fail) / Then it proceeds as already counted
     assert guarded_call(guarded)["already_counted"] is True
     # And a new call is refused on the cap, with nothing counted
     refused = guarded_call(guarded, call_id="call-2")
-    assert refused["ok"] is False and refused["dimension"] == naming.DIM_AGENT_HOURLY
+    assert refused["ok"] is False and refused["dimension"] == dimensions.AGENT_HOURLY.name
     assert counts(guarded) == (1, 1)
 
 

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from sandbox_common import aws
+from sandbox_common import aws, dimensions
 from sandbox_common import naming as n
 
 from tests.reliability.faults import aws_response, error_body
@@ -20,7 +20,7 @@ from .conftest import Stack, event, interpreter_id, set_warm, slots_of
 
 def _set_session_cap(dimension: str, value: int, tenant: str | None = None) -> None:
     aws.client("ssm").put_parameter(
-        Name=n.session_cap_parameter("local", dimension, tenant),
+        Name=dimensions.parameter("local", dimension, tenant),
         Value=str(value),
         Type="String",
         Overwrite=True,
@@ -181,7 +181,7 @@ def test_dispatch_never_hands_out_a_warm_session_that_failed_its_preamble(
 def test_dispatch_concurrent_first_calls_of_one_turn_share_its_session_at_a_session_cap(stack: Stack) -> None:
     # Given tenant_sessions = 1 for acme and 6 first calls of ONE turn arriving together (an
     # agent's parallel tool calls): each would hold a reservation until the turn's session started
-    _set_session_cap(n.DIM_TENANT_SESSIONS, 1, "acme")
+    _set_session_cap(dimensions.TENANT_SESSIONS.name, 1, "acme")
     live_before = set(stack.live_sessions())
     answers = _together(
         stack, [event(turn_id="turn-par", call_id=f"par-{i}", code=f"print({i})") for i in range(6)]
@@ -197,7 +197,7 @@ def test_dispatch_concurrent_first_calls_of_one_turn_share_its_session_at_a_sess
 
 def test_dispatch_tenant_sessions_cap_admits_exactly_c_of_n_concurrent_turns(stack: Stack) -> None:
     # Given tenant_sessions = 2 for acme and 5 turns whose first calls arrive together
-    _set_session_cap(n.DIM_TENANT_SESSIONS, 2, "acme")
+    _set_session_cap(dimensions.TENANT_SESSIONS.name, 2, "acme")
     live_before = set(stack.live_sessions())
     turns = [f"turn-{i}" for i in range(5)]
     answers = dict(
@@ -212,7 +212,7 @@ def test_dispatch_tenant_sessions_cap_admits_exactly_c_of_n_concurrent_turns(sta
     refused = [a for a in answers.values() if not a["ok"]]
     assert len(admitted) == 2
     assert [(a["error"], a["dimension"]) for a in refused] == [
-        ("SandboxCapExceeded", n.DIM_TENANT_SESSIONS)
+        ("SandboxCapExceeded", dimensions.TENANT_SESSIONS.name)
     ] * 3
     assert _daily_count(stack) == 2
     assert len(set(stack.live_sessions()) - live_before) == 2
@@ -227,7 +227,7 @@ def test_dispatch_tenant_sessions_cap_admits_exactly_c_of_n_concurrent_turns(sta
 def test_dispatch_session_cap_zero_refuses_every_first_call_and_counts_nothing(stack: Stack) -> None:
     # Given a turn that already has its session, then global_sessions set to 0 (the kill switch)
     assert stack.dispatch(event(turn_id="turn-old", call_id="o1", code="x = 5"))["ok"] is True
-    _set_session_cap(n.DIM_GLOBAL_SESSIONS, 0)
+    _set_session_cap(dimensions.GLOBAL_SESSIONS.name, 0)
     from dispatch import parts as dependencies
 
     dependencies.reset()  # a fresh container: no cap cached
@@ -236,8 +236,8 @@ def test_dispatch_session_cap_zero_refuses_every_first_call_and_counts_nothing(s
     # When a new turn's first call arrives
     refused = stack.dispatch(event(turn_id="turn-new", call_id="n1", code="print(1)"))
     # Then it is refused on global_sessions, retry in 30 s; nothing counted, no session started
-    assert (refused["error"], refused["dimension"]) == ("SandboxCapExceeded", n.DIM_GLOBAL_SESSIONS)
-    assert n.DIM_GLOBAL_SESSIONS in refused["error_message"]
+    assert (refused["error"], refused["dimension"]) == ("SandboxCapExceeded", dimensions.GLOBAL_SESSIONS.name)
+    assert dimensions.GLOBAL_SESSIONS.name in refused["error_message"]
     assert _daily_count(stack) == counted_before
     assert stack.live_sessions() == live_before
     assert len(slots_of(stack)) == 1  # the old turn's
@@ -250,7 +250,7 @@ def test_dispatch_session_cap_zero_refuses_every_first_call_and_counts_nothing(s
 
 def test_dispatch_background_submit_at_session_cap_zero_counts_nothing_and_holds_no_job(stack: Stack) -> None:
     # Given global_sessions = 0 (the kill switch) in a fresh container
-    _set_session_cap(n.DIM_GLOBAL_SESSIONS, 0)
+    _set_session_cap(dimensions.GLOBAL_SESSIONS.name, 0)
     from dispatch import parts as dependencies
 
     dependencies.reset()
@@ -260,7 +260,7 @@ def test_dispatch_background_submit_at_session_cap_zero_counts_nothing_and_holds
         event(turn_id="turn-job", call_id="j1", code="print(1)", background=True, timeout_s=60)
     )
     # Then it is refused on global_sessions BEFORE the quota: nothing counted, no session, no job
-    assert (refused["error"], refused["dimension"]) == ("SandboxCapExceeded", n.DIM_GLOBAL_SESSIONS)
+    assert (refused["error"], refused["dimension"]) == ("SandboxCapExceeded", dimensions.GLOBAL_SESSIONS.name)
     assert "job_id" not in refused
     assert _daily_count(stack) == counted_before
     assert stack.live_sessions() == live_before
@@ -272,10 +272,10 @@ def test_dispatch_background_submit_at_session_cap_zero_counts_nothing_and_holds
 
 def test_dispatch_stopped_session_frees_its_slot_on_end_turn(stack: Stack) -> None:
     # Given tenant_sessions = 1, held by turn-1's session
-    _set_session_cap(n.DIM_TENANT_SESSIONS, 1, "acme")
+    _set_session_cap(dimensions.TENANT_SESSIONS.name, 1, "acme")
     assert stack.dispatch(event(turn_id="turn-1", call_id="a1"))["ok"] is True
     full = stack.dispatch(event(turn_id="turn-2", call_id="b1"))
-    assert full["dimension"] == n.DIM_TENANT_SESSIONS
+    assert full["dimension"] == dimensions.TENANT_SESSIONS.name
     # When turn-1 ends (its session is stopped)
     assert stack.dispatch(event("end_turn", turn_id="turn-1")) == {"ok": True, "stopped": True}
     # Then its slot is free: turn-2's next call gets a session
@@ -296,7 +296,7 @@ def test_dispatch_session_stopped_by_timeout_frees_its_slot(
     monkeypatch.setenv(n.ENV_CALL_TIMEOUT, "2")
     settings.clear_caches()
     dependencies.reset()
-    _set_session_cap(n.DIM_TENANT_SESSIONS, 1, "acme")
+    _set_session_cap(dimensions.TENANT_SESSIONS.name, 1, "acme")
     # When turn-1's call runs past the deadline (the runner stops its session)
     slow = stack.dispatch(event(turn_id="turn-1", call_id="a1", code="import time\ntime.sleep(30)"))
     assert slow["exit_status"] == "timeout"
@@ -417,16 +417,16 @@ def test_dispatch_quota_refusal_gives_the_warm_session_back(reaper_stack: Stack)
     reaper().run()
     set_warm("acme", "default-public", 0)
     (warm,) = slots_of(stack)
-    stack.set_cap(n.DIM_TENANT_DAILY, 0)
+    stack.set_cap(dimensions.TENANT_DAILY.name, 0)
     # When a turn's first call is refused by the quota
     refused = stack.dispatch(event(turn_id="turn-q", call_id="q1"))
-    assert (refused["error"], refused["dimension"]) == ("SandboxCapExceeded", n.DIM_TENANT_DAILY)
+    assert (refused["error"], refused["dimension"]) == ("SandboxCapExceeded", dimensions.TENANT_DAILY.name)
     # Then the warm session is back in its pool, unclaimed, and still running
     (slot,) = slots_of(stack)
     assert (slot.slot_id, slot.state, slot.turn_id) == (warm.slot_id, "warm", None)
     assert warm.session_id in stack.live_sessions()
     # And once calls are allowed again, the turn's next call gets that very session
-    stack.set_cap(n.DIM_TENANT_DAILY, 1000)
+    stack.set_cap(dimensions.TENANT_DAILY.name, 1000)
     again = stack.dispatch(event(turn_id="turn-q", call_id="q2"))
     assert (again["ok"], again["session_id"], again[n.FIELD_SESSION_SOURCE]) == (
         True,
@@ -538,11 +538,11 @@ def test_dispatch_hinted_warm_claim_refused_by_quota_stays_the_turns_session(rea
     set_warm("acme", "default-public", 0)
     (warm,) = slots_of(stack)
     assert stack.dispatch(event("begin_turn", turn_id="turn-q"))["ok"] is True
-    stack.set_cap(n.DIM_TENANT_DAILY, 0)
+    stack.set_cap(dimensions.TENANT_DAILY.name, 0)
     before = _daily_count(stack)
     # When its first call is refused by the quota
     refused = stack.dispatch(event(turn_id="turn-q", call_id="q1"))
-    assert (refused["error"], refused["dimension"]) == ("SandboxCapExceeded", n.DIM_TENANT_DAILY)
+    assert (refused["error"], refused["dimension"]) == ("SandboxCapExceeded", dimensions.TENANT_DAILY.name)
     # Then nothing was counted, and the session the claim bound stays the turn's (a concurrent call
     # of the turn may run in it, so it never goes back to a pool another turn claims from)
     assert _daily_count(stack) == before
@@ -550,7 +550,7 @@ def test_dispatch_hinted_warm_claim_refused_by_quota_stays_the_turns_session(rea
     assert (slot.slot_id, slot.state, slot.turn_id) == (warm.slot_id, "active", "turn-q")
     assert _turn_item("turn-q").session_id == warm.session_id
     # And once calls are allowed again, the turn's next call runs in that very session
-    stack.set_cap(n.DIM_TENANT_DAILY, 1000)
+    stack.set_cap(dimensions.TENANT_DAILY.name, 1000)
     again = stack.dispatch(event(turn_id="turn-q", call_id="q2"))
     assert (again["ok"], again["session_id"]) == (True, warm.session_id)
     assert stack.dispatch(event("end_turn", turn_id="turn-q"))["stopped"] is True

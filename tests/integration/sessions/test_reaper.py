@@ -8,7 +8,7 @@ import time
 import pytest
 from dispatch.sessions import lease
 from dispatch.turns import flow as turn_logic
-from sandbox_common import aws
+from sandbox_common import aws, dimensions
 from sandbox_common import naming as n
 from sandbox_common.sessions.ledger import SessionCaps, SessionLedger
 
@@ -182,7 +182,7 @@ def test_refill_respects_tenant_sessions_cap(reaper_stack: Stack) -> None:
     stack = reaper_stack
     # Given tenant_sessions 1 for acme and a desired pool of 3
     aws.client("ssm").put_parameter(
-        Name=n.session_cap_parameter("local", n.DIM_TENANT_SESSIONS, "acme"),
+        Name=dimensions.parameter("local", dimensions.TENANT_SESSIONS.name, "acme"),
         Value="1",
         Type="String",
         Overwrite=True,
@@ -192,7 +192,7 @@ def test_refill_respects_tenant_sessions_cap(reaper_stack: Stack) -> None:
     summary = reaper().run()
     # Then only one warm session starts (warm sessions count against the caps)
     assert summary["refill"]["started"] == 1
-    assert summary["refill"]["refused"] == {"acme#default-public": n.DIM_TENANT_SESSIONS}
+    assert summary["refill"]["refused"] == {"acme#default-public": dimensions.TENANT_SESSIONS.name}
     assert len(slots_of(stack)) == 1
 
 

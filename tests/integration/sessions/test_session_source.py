@@ -8,7 +8,7 @@ import uuid
 from typing import Any
 
 import pytest
-from sandbox_common import aws
+from sandbox_common import aws, dimensions
 from sandbox_common import naming as n
 from sandbox_common.errors import SandboxCapExceeded
 from sandbox_common.retries import RetryLog
@@ -59,7 +59,7 @@ def _first_session(stack: Stack, turn: str, retries: RetryLog | None = None) -> 
 
 def _set_session_cap(dimension: str, value: int, tenant: str | None = None) -> None:
     aws.client("ssm").put_parameter(
-        Name=n.session_cap_parameter("local", dimension, tenant),
+        Name=dimensions.parameter("local", dimension, tenant),
         Value=str(value),
         Type="String",
         Overwrite=True,
@@ -141,7 +141,7 @@ def test_concurrent_first_calls_of_two_turns_never_share_a_warm_session(reaper_s
 def test_tenant_sessions_cap_admits_exactly_cap_under_concurrency(reaper_stack: Stack) -> None:
     stack = reaper_stack
     # Given tenant_sessions 2 and 5 turns whose first calls arrive together
-    _set_session_cap(n.DIM_TENANT_SESSIONS, 2, "acme")
+    _set_session_cap(dimensions.TENANT_SESSIONS.name, 2, "acme")
     outcomes: list[str] = []
     lock = threading.Lock()
 
@@ -167,7 +167,7 @@ def test_tenant_sessions_cap_admits_exactly_cap_under_concurrency(reaper_stack: 
         t.start()
     for t in threads:
         t.join()
-    assert sorted(outcomes) == ["admitted"] * 2 + [n.DIM_TENANT_SESSIONS] * 3
+    assert sorted(outcomes) == ["admitted"] * 2 + [dimensions.TENANT_SESSIONS.name] * 3
     assert len(slots_of(stack)) == 2
 
 
@@ -175,13 +175,13 @@ def test_session_cap_refusal_names_dimension_and_resets_in_30s(reaper_stack: Sta
     from datetime import UTC, datetime
 
     stack = reaper_stack
-    _set_session_cap(n.DIM_GLOBAL_SESSIONS, 0)
+    _set_session_cap(dimensions.GLOBAL_SESSIONS.name, 0)
     live_before = stack.live_sessions()
     before = datetime.now(UTC)
     with pytest.raises(SandboxCapExceeded) as caught:
         _first_session(stack, "turn-x")
     body = caught.value.to_response()
-    assert body["dimension"] == n.DIM_GLOBAL_SESSIONS
+    assert body["dimension"] == dimensions.GLOBAL_SESSIONS.name
     assert "global_sessions" in body["error_message"]
     resets = datetime.fromisoformat(body["resets_at"].replace("Z", "+00:00"))
     assert 25 <= (resets - before).total_seconds() <= 35
@@ -272,5 +272,5 @@ def test_service_quota_exceeded_on_start_answers_global_sessions(reaper_stack: S
     runner.credentials.control_client().meta.events.register("before-send.bedrock-agentcore", hook)
     with pytest.raises(SandboxCapExceeded) as caught:
         _first_session(stack, "turn-q")
-    assert caught.value.fields["dimension"] == n.DIM_GLOBAL_SESSIONS
+    assert caught.value.fields["dimension"] == dimensions.GLOBAL_SESSIONS.name
     assert slots_of(stack) == []  # the reservation was released

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import ValidationError
 from quota_check.logic import Admitted, Refused
-from sandbox_common import naming as n
+from sandbox_common import dimensions
 from sandbox_common.errors import SandboxInvalidRequest
 from sandbox_common.models import QuotaAdmitted, QuotaRefused, parse_quota_response
 
@@ -17,7 +17,9 @@ from sandbox_common.models import QuotaAdmitted, QuotaRefused, parse_quota_respo
 def test_quota_contract_round_trips_both_answers_of_the_quota_lambda() -> None:
     # Given the two answers the quota Lambda renders
     admitted = Admitted(3, 1).to_response()
-    refused = Refused(n.DIM_AGENT_HOURLY, datetime(2026, 11, 21, 9, tzinfo=UTC), 1000, 100).to_response()
+    refused = Refused(
+        dimensions.AGENT_HOURLY.name, datetime(2026, 11, 21, 9, tzinfo=UTC), 1000, 100
+    ).to_response()
     # When dispatch parses them
     a, r = parse_quota_response(json.dumps(admitted)), parse_quota_response(json.dumps(refused))
     # Then they are the typed answers with every field

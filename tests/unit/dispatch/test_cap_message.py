@@ -4,15 +4,18 @@ sentence and the reset time."""
 from __future__ import annotations
 
 import pytest
-from sandbox_common import messages
-from sandbox_common import naming as n
+from sandbox_common import dimensions, messages
 
 RESETS_AT = "2026-11-24T00:00:00Z"
 
 
 @pytest.mark.parametrize(
     ("dimension", "named"),
-    [(n.DIM_TENANT_DAILY, "tenant_daily"), (n.DIM_AGENT_HOURLY, "agent_hourly"), (n.DIM_UNKNOWN, "unknown")],
+    [
+        (dimensions.TENANT_DAILY.name, "tenant_daily"),
+        (dimensions.AGENT_HOURLY.name, "agent_hourly"),
+        (dimensions.UNKNOWN, "unknown"),
+    ],
 )
 def test_cap_exceeded_names_the_dimension_sentence_and_reset(dimension, named):
     # Given / When

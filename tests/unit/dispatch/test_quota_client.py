@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from dispatch.quota import client as quota_client
+from sandbox_common import dimensions
 from sandbox_common.windows import Windows
 
 from tests.support.emf import emf_records
@@ -76,7 +77,7 @@ def test_check_quota_passes_through_refusal_and_admission(monkeypatch: pytest.Mo
         fixed(200, b'{"ok": true, "tenant_daily_count": 3, "agent_hourly_count": 2}')
     ) as endpoint:
         decision = _check(monkeypatch, endpoint)
-    assert decision.allowed and decision.tenant_daily_count == 3
+    assert decision.allowed and decision.counts[dimensions.TENANT_DAILY.name] == 3
 
 
 def test_check_quota_fail_closed_counts_as_a_cap_refusal(

@@ -51,10 +51,10 @@ def keys(monkeypatch):
 def test_counter_keys_windows_and_expiry(keys):
     # Given the last second of 2026 / Then keys name the windows and TTLs follow the window ends
     grace = naming.COUNTER_EXPIRY_GRACE_SECONDS
-    assert (keys.tenant_daily.table, keys.tenant_daily.key) == ("td", "acme#2026-12-31")
-    assert (keys.agent_hourly.table, keys.agent_hourly.key) == ("ah", "acme#agent-7#2026-12-31T23")
-    assert keys.tenant_daily.expires_at == int(datetime(2027, 1, 1, tzinfo=UTC).timestamp()) + grace
-    assert keys.agent_hourly.expires_at == keys.tenant_daily.expires_at
+    assert (keys["tenant_daily"].table, keys["tenant_daily"].key) == ("td", "acme#2026-12-31")
+    assert (keys["agent_hourly"].table, keys["agent_hourly"].key) == ("ah", "acme#agent-7#2026-12-31T23")
+    assert keys["tenant_daily"].expires_at == int(datetime(2027, 1, 1, tzinfo=UTC).timestamp()) + grace
+    assert keys["agent_hourly"].expires_at == keys["tenant_daily"].expires_at
     assert [item.dimension for item in keys.in_order()] == ["tenant_daily", "agent_hourly"]
 
 

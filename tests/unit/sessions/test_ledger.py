@@ -7,7 +7,7 @@ import threading
 from typing import Any
 
 import pytest
-from sandbox_common import aws
+from sandbox_common import aws, dimensions
 from sandbox_common import naming as n
 from sandbox_common.sessions.ledger import LedgerUnavailable, SessionCapReached, SessionCaps, SessionLedger
 
@@ -58,7 +58,7 @@ def test_reserve_concurrent_against_tenant_cap_admits_exactly_cap(ledger: Sessio
         t.join()
     # Then exactly 3 hold a slot and the counters agree
     assert len(admitted) == 3
-    assert refused == [n.DIM_TENANT_SESSIONS] * 7
+    assert refused == [dimensions.TENANT_SESSIONS.name] * 7
     assert ledger.live_counts("acme") == (3, 3)
     assert len(ledger.slots()) == 3
 
@@ -71,7 +71,7 @@ def test_reserve_global_cap_refuses_with_global_dimension(ledger: SessionLedger)
     with pytest.raises(SessionCapReached) as caught:
         _reserve(ledger, "acme", SessionCaps(20, 2))
     # Then
-    assert caught.value.dimension == n.DIM_GLOBAL_SESSIONS
+    assert caught.value.dimension == dimensions.GLOBAL_SESSIONS.name
     assert ledger.live_counts("acme") == (0, 2)
 
 
@@ -79,7 +79,7 @@ def test_reserve_both_full_reports_tenant_sessions(ledger: SessionLedger) -> Non
     _reserve(ledger, "acme", SessionCaps(1, 1))
     with pytest.raises(SessionCapReached) as caught:
         _reserve(ledger, "acme", SessionCaps(1, 1))
-    assert caught.value.dimension == n.DIM_TENANT_SESSIONS
+    assert caught.value.dimension == dimensions.TENANT_SESSIONS.name
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from . import naming as n
+from . import dimensions
 
 TENANT_DISABLED = (
     "Code execution is not enabled for this workspace, so I can't run code here. "
@@ -44,26 +44,16 @@ SESSION_RESTARTED = (
 
 
 def cap_exceeded(dimension: str, resets_at: str) -> str:
-    """The sentence, the reset time, and (SPEC §19) the dimension's name literally, e.g.
-    `(cap: tenant_daily)`; anything but a known dimension is named `unknown`."""
+    """A cap refusal: the dimension's sentence, the reset time, and (SPEC §19) the dimension's name
+    literally, e.g. `(cap: tenant_daily)`; anything but a known dimension is named `unknown`."""
     when = _hhmm(resets_at)
-    if dimension == n.DIM_TENANT_DAILY:
-        sentence = (
-            f"I've hit the daily code-execution cap for this workspace; please try again at {when} UTC"
-            f" ({resets_at})."
-        )
-    elif dimension == n.DIM_AGENT_HOURLY:
-        sentence = (
-            f"I've hit this assistant's hourly code-execution cap; please try again at {when} UTC"
-            f" ({resets_at})."
-        )
-    else:
-        dimension = n.DIM_UNKNOWN
-        sentence = (
-            "I couldn't confirm the code-execution quota, so the call was refused to be safe; "
-            f"please try again at {when} UTC ({resets_at})."
-        )
-    return f"{sentence} (cap: {dimension})"
+    known = dimensions.get(dimension)
+    if known is not None:
+        return known.refusal(resets_at, when)
+    return (
+        "I couldn't confirm the code-execution quota, so the call was refused to be safe; "
+        f"please try again at {when} UTC ({resets_at}). (cap: {dimensions.UNKNOWN})"
+    )
 
 
 def _hhmm(resets_at: str) -> str:
@@ -79,19 +69,6 @@ TURN_TOKEN_REJECTED = (
     "Invalid request: this turn's turn_token is missing or does not match; every action of a turn must carry "
     "the token its first action used."
 )
-
-
-def session_cap_exceeded(dimension: str, resets_at: str) -> str:
-    """§16.2 refusals; names the dimension literally (§19) besides the human sentence."""
-    when = _hhmm(resets_at)
-    if dimension == n.DIM_TENANT_SESSIONS:
-        what = "this workspace already has as many live code sandbox sessions as it may"
-    else:
-        what = "the code sandbox has no free session capacity right now"
-    return (
-        f"I can't start a code sandbox session: {what} ({dimension}); please try again at {when} UTC"
-        f" ({resets_at})."
-    )
 
 
 # --- programmatic tool calling (issue 12, SPEC §15) ---------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import (
     BaseModel,
@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from . import dimensions
 from .errors import SandboxInvalidRequest
 from .files import GetFileRequest, InputFiles
 from .naming import (
@@ -30,7 +31,6 @@ from .naming import (
     MAX_JOB_TIMEOUT_SECONDS,
     REQUEST_ID_RE,
     Action,
-    QuotaDimension,
 )
 from .redaction.catalogue import redact
 
@@ -305,17 +305,46 @@ class TenantSubstrate(BaseModel):
     data_read: tuple[str, ...] = ()  # the tenant's data.read S3 prefixes (§14.4): s3_uri inputs
 
 
-# --- the quota contract (issue 9): dispatch -> sandbox-quota-check, one pair of models ----------
-# `QuotaRequest` above is the request; these are the two answers (§5.3). The quota Lambda renders
-# them with `model_dump()`, dispatch parses them with `parse_quota_response` (anything else -> the
-# breaker fails closed).
-class QuotaAdmitted(_Strict):
+# --- the quota contract: dispatch -> sandbox-quota-check, one pair of models --------------------
+# `QuotaRequest` above is the request; these are the answers (§5.3). The quota Lambda renders them
+# with `model_dump()`, dispatch parses them with `parse_quota_response` (anything else -> the
+# breaker fails closed). The per-dimension fields come from the dimensions registry
+# (`{name}_count` when admitted, `{name}_cap` when refused, one per calls dimension): a field
+# that names no calls dimension is off-contract.
+class _PerDimension(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+    __pydantic_extra__: dict[str, int | None] = Field(init=False)  # type: ignore[assignment]
+    _FIELD: ClassVar[str]  # "count_field" | "cap_field": the Dimension property naming the field
+
+    @model_validator(mode="after")
+    def _fields_of_calls_dimensions(self) -> Self:
+        allowed = {getattr(d, self._FIELD) for d in dimensions.calls()}
+        unknown = sorted(set(self.model_extra or {}) - allowed)
+        if unknown:
+            raise ValueError(f"fields of no calls dimension: {', '.join(unknown)}")
+        return self
+
+    def _of(self, dimension: str) -> int | None:
+        found = dimensions.get(dimension)
+        return None if found is None else (self.model_extra or {}).get(getattr(found, self._FIELD))
+
+
+class QuotaAdmitted(_PerDimension):
+    _FIELD = "count_field"
     ok: Literal[True] = True
-    tenant_daily_count: int | None = None
-    agent_hourly_count: int | None = None
     already_counted: bool = False  # this call_id was counted before: proceed, nothing counted now
     retries: int = Field(default=0, ge=0)  # transaction conflicts retried (§16.6, shown to the agent)
     released: bool = False  # answer to `release`: True when a count was undone
+
+    @classmethod
+    def of(cls, counts: dict[str, int | None], **flags: Any) -> QuotaAdmitted:
+        return cls.model_validate(
+            {**{d.count_field: counts.get(d.name) for d in dimensions.calls()}, **flags}
+        )
+
+    def count(self, dimension: str) -> int | None:
+        """This call's count in `dimension`'s window, when read back."""
+        return self._of(dimension)
 
 
 class QuotaTurnRefused(_Strict):
@@ -327,12 +356,26 @@ class QuotaTurnRefused(_Strict):
     turn_exists: bool
 
 
-class QuotaRefused(_Strict):
+class QuotaRefused(_PerDimension):
+    _FIELD = "cap_field"
     ok: Literal[False] = False
-    dimension: QuotaDimension
+    dimension: str  # a dimension's name (`sandbox_common.dimensions`) or `unknown`
     resets_at: Annotated[str, StringConstraints(pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")]
-    tenant_daily_cap: int | None = None
-    agent_hourly_cap: int | None = None
+
+    @field_validator("dimension")
+    @classmethod
+    def _a_dimension(cls, name: str) -> str:
+        if name != dimensions.UNKNOWN and dimensions.get(name) is None:
+            raise ValueError("not a cap dimension")
+        return name
+
+    @classmethod
+    def of(cls, dimension: str, resets_at: str, caps: dict[str, int | None]) -> QuotaRefused:
+        fields = {d.cap_field: caps.get(d.name) for d in dimensions.calls()}
+        return cls.model_validate({"dimension": dimension, "resets_at": resets_at, **fields})
+
+    def cap(self, dimension: str) -> int | None:
+        return self._of(dimension)
 
 
 def _quota_kind(value: Any) -> str:

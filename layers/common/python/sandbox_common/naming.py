@@ -51,31 +51,9 @@ _ENV_SHORT = {"default-public": "pub", "internal-only": "int"}
 ComplianceTier = Literal["standard", "regulated", "hipaa"]
 COMPLIANCE_TIERS: tuple[str, ...] = ("standard", "regulated", "hipaa")
 
-# --- circuit breaker dimensions ---------------------------------------------------------------
-DIM_TENANT_DAILY = "tenant_daily"
-DIM_AGENT_HOURLY = "agent_hourly"
-DIM_UNKNOWN = "unknown"
-CAP_DIMENSIONS: tuple[str, ...] = (DIM_TENANT_DAILY, DIM_AGENT_HOURLY)
-DEFAULT_CAPS: dict[str, int] = {DIM_TENANT_DAILY: 1000, DIM_AGENT_HOURLY: 100}
-
 
 def ssm_prefix(stage: str) -> str:
     return f"/{PROJECT}/{stage}/sandbox"
-
-
-def cap_parameter(stage: str, dimension: str, tenant_id: str | None = None) -> str:
-    """Global cap path, or the per-tenant override path when tenant_id is given (§5.2).
-
-    Only ever called with a tenant id that already matched TENANT_ID_RE/REQUEST_ID_RE, so
-    nothing hostile reaches an SSM path.
-    """
-    if dimension not in CAP_DIMENSIONS:
-        raise ValueError(f"unknown cap dimension {dimension!r}")
-    if tenant_id is None:
-        return f"{ssm_prefix(stage)}/caps/{dimension}"
-    if not REQUEST_ID_RE.match(tenant_id):
-        raise ValueError("tenant id not valid for an SSM path")
-    return f"{ssm_prefix(stage)}/caps/tenants/{tenant_id}/{dimension}"
 
 
 def cost_per_call_parameter(stage: str) -> str:
@@ -346,7 +324,7 @@ def runner_role_name_prefix(stage: str) -> str:
 
 
 # --- circuit-breaker counter items (sandbox-quota-check writes them; sandboxctl reads them) -----
-# Keys come from sandbox_common.windows.Windows.tenant_daily_key / agent_hourly_key.
+# Keys come from sandbox_common.dimensions.Dimension.counter_key.
 COUNTER_ATTR_COUNT = "call_count"  # not "count": that is a DynamoDB reserved word
 COUNTER_ATTR_TENANT = "tenant_id"
 COUNTER_ATTR_AGENT = "agent_id"  # agent-hourly items only
@@ -485,10 +463,6 @@ def file_pointer_key(tenant_id: str, file_id: str) -> str:
     return f"{tenant_id}/{FILE_POINTER_DIR}/{file_id}.json"
 
 
-# --- dispatch (issue 9) ------------------------------------------------------------------------
-# What a quota refusal may name (the quota contract in sandbox_common.models); same strings as DIM_*.
-QuotaDimension = Literal["tenant_daily", "agent_hourly", "unknown"]
-assert set(QuotaDimension.__args__) == {DIM_TENANT_DAILY, DIM_AGENT_HOURLY, DIM_UNKNOWN}  # type: ignore[attr-defined]
 # --- background jobs (issue 13, SPEC §17) ------------------------------------------------------
 # One table, two item kinds keyed by `job_key`:
 #   job#{job_id}                    a job: owner (tenant, agent, turn), session, state, outcome
@@ -518,31 +492,8 @@ METRIC_JOBS_FINISHED = "SandboxJobsFinished"  # dimension job_status
 METRIC_DIMENSIONS[METRIC_JOBS_FINISHED] = (("job_status",),)
 
 # --- sessions as a managed resource (issue 11, SPEC §16) -------------------------------------
-# Capacity caps (§16.2): live sessions per tenant and per stage. Same SSM layout as the call caps
-# (`session_cap_parameter`), same rules (non-negative integer, 0 = kill switch, fail closed).
-DIM_TENANT_SESSIONS = "tenant_sessions"
-DIM_GLOBAL_SESSIONS = "global_sessions"
-SESSION_CAP_DIMENSIONS: tuple[str, ...] = (DIM_TENANT_SESSIONS, DIM_GLOBAL_SESSIONS)
-DEFAULT_SESSION_CAPS: dict[str, int] = {DIM_TENANT_SESSIONS: 20, DIM_GLOBAL_SESSIONS: 200}
 # A session cap refusal asks the agent to retry this much later (§16.2).
 SESSION_CAP_RETRY_SECONDS = 30
-
-
-def session_cap_parameter(stage: str, dimension: str, tenant_id: str | None = None) -> str:
-    """`/…/caps/tenant_sessions|global_sessions`, or the per-tenant override path.
-
-    A sibling of `cap_parameter` (kept apart so the call-cap reader never sees a session cap).
-    `global_sessions` is stage-wide, so it has no per-tenant override.
-    """
-    if dimension not in SESSION_CAP_DIMENSIONS:
-        raise ValueError(f"unknown session cap dimension {dimension!r}")
-    if tenant_id is None:
-        return f"{ssm_prefix(stage)}/caps/{dimension}"
-    if dimension == DIM_GLOBAL_SESSIONS:
-        raise ValueError("global_sessions is stage-wide: it has no per-tenant override")
-    if not REQUEST_ID_RE.match(tenant_id):
-        raise ValueError("tenant id not valid for an SSM path")
-    return f"{ssm_prefix(stage)}/caps/tenants/{tenant_id}/{dimension}"
 
 
 def warm_sessions_parameter(stage: str, tenant_id: str, environment: str) -> str:

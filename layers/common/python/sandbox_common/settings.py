@@ -25,8 +25,16 @@ class QuotaSettings(_Settings):
     tenant_daily_table: str = Field(alias=n.ENV_TENANT_DAILY_TABLE)
     agent_hourly_table: str = Field(alias=n.ENV_AGENT_HOURLY_TABLE)
     cache_ttl_seconds: int = Field(alias=n.ENV_CACHE_TTL, default=60, ge=0, le=60)
-    # issues 9 + 11: the turn guard's ConditionCheck (read only: ConditionCheckItem)
+    # the turn guard's ConditionCheck (read only: ConditionCheckItem)
     turns_table: str = Field(alias=n.ENV_TURNS_TABLE, default="")
+
+    def counters_table(self, spec: n.TableSpec) -> str:
+        """The stage's name of a counters table (a calls dimension's `table`)."""
+        tables = {
+            n.TENANT_DAILY_COUNTERS.logical: self.tenant_daily_table,
+            n.AGENT_HOURLY_COUNTERS.logical: self.agent_hourly_table,
+        }
+        return tables[spec.logical]
 
 
 class DispatchSettings(_Settings):

@@ -39,12 +39,6 @@ class Windows:
             hour_resets_at=hour_start + timedelta(hours=1),
         )
 
-    def tenant_daily_key(self, tenant_id: str) -> str:
-        return f"{tenant_id}#{self.day}"
-
-    def agent_hourly_key(self, tenant_id: str, agent_id: str) -> str:
-        return f"{tenant_id}#{agent_id}#{self.hour}"
-
     def fail_closed_resets_at(self) -> datetime:
         return self.now + timedelta(seconds=FAIL_CLOSED_RETRY_SECONDS)
 

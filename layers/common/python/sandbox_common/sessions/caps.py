@@ -1,7 +1,8 @@
-"""Session capacity caps from SSM (SPEC §16.2), with the call caps' rules (§5.2):
-a per-tenant override `/…/caps/tenants/{t}/tenant_sessions` wins over `/…/caps/tenant_sessions`;
-`/…/caps/global_sessions` is stage-wide. Values are non-negative integers (digits only); 0 is
-the kill switch. Cached ≤ TTL per tenant; ONE GetParameters call reads all three paths.
+"""Session capacity caps from SSM (SPEC §16.2), one per sessions dimension
+(`sandbox_common.dimensions.sessions()`), with the call caps' rules (§5.2): a per-tenant override
+`/…/caps/tenants/{t}/{dim}` wins over `/…/caps/{dim}` for a dimension keyed by tenant; a
+stage-wide one has only `/…/caps/{dim}`. Values are non-negative integers (digits only); 0 is
+the kill switch. Cached ≤ TTL per tenant; ONE GetParameters call reads every path.
 
 Fail closed: an unreadable store or a missing/malformed global with no last good value raises
 `SessionCapsUnavailable`. A malformed value falls back to its path's last good value.
@@ -15,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .. import dimensions
 from .. import naming as n
 from ..observability import emit_metric, logger
 from .ledger import SessionCaps
@@ -50,24 +52,26 @@ class SessionCapReader:
             cached = self._cache.get(tenant_id)
             if cached and cached[0] > now:
                 return cached[1]
-        override = n.session_cap_parameter(self.stage, n.DIM_TENANT_SESSIONS, tenant_id)
-        tenant_global = n.session_cap_parameter(self.stage, n.DIM_TENANT_SESSIONS)
-        stage_global = n.session_cap_parameter(self.stage, n.DIM_GLOBAL_SESSIONS)
+        scoped = dimensions.sessions()
+        overrides = {d.name: d.parameter(self.stage, tenant_id) for d in scoped if d.per_tenant}
+        globals_ = {d.name: d.parameter(self.stage) for d in scoped}
         try:
-            out = self.ssm.get_parameters(Names=[override, tenant_global, stage_global])
+            out = self.ssm.get_parameters(Names=[*overrides.values(), *globals_.values()])
             values: dict[str, Any] = {p["Name"]: p.get("Value") for p in out.get("Parameters", [])}
         except Exception as exc:  # noqa: BLE001 — any doubt means no
             raise SessionCapsUnavailable(f"ssm:{type(exc).__name__}") from None
-        tenant_cap = self._value(override, values, required=False)
-        if tenant_cap is None:
-            tenant_cap = self._value(tenant_global, values, required=True)
-        global_cap = self._value(stage_global, values, required=True)
-        if tenant_cap is None or global_cap is None:  # required values never come back None
-            raise SessionCapsUnavailable("cap missing")
-        caps = SessionCaps(tenant_sessions=tenant_cap, global_sessions=global_cap)
+        caps: list[int] = []
+        for d in scoped:
+            cap = self._value(overrides[d.name], values, required=False) if d.name in overrides else None
+            if cap is None:
+                cap = self._value(globals_[d.name], values, required=True)
+            if cap is None:  # required values never come back None
+                raise SessionCapsUnavailable("cap missing")
+            caps.append(cap)
+        found = SessionCaps(*caps)
         with self._lock:
-            self._cache[tenant_id] = (now + self.ttl, caps)
-        return caps
+            self._cache[tenant_id] = (now + self.ttl, found)
+        return found
 
     def _value(self, path: str, values: dict[str, Any], *, required: bool) -> int | None:
         if path not in values:

@@ -26,6 +26,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from .. import dimensions
 from .. import naming as n
 
 _CONDITION_FAILED = "ConditionalCheckFailed"
@@ -45,7 +46,7 @@ class LedgerUnavailable(Exception):
 
 
 class SessionCapReached(Exception):
-    """A reservation would exceed `dimension` (tenant_sessions / global_sessions)."""
+    """A reservation would exceed `dimension` (a sessions dimension)."""
 
     def __init__(self, dimension: str, *, kill_switch: bool = False) -> None:
         super().__init__(dimension)
@@ -53,10 +54,11 @@ class SessionCapReached(Exception):
         self.kill_switch = kill_switch
 
 
-@dataclass(frozen=True)
-class SessionCaps:
-    tenant_sessions: int
-    global_sessions: int
+class SessionCaps(dimensions.Caps):
+    """A tenant's session caps, one per sessions dimension (`dimensions.sessions()`): each counts
+    the live sessions of its scope, the tenant's (keyed by tenant_id) or the stage's."""
+
+    KIND = dimensions.Kind.SESSIONS
 
 
 @dataclass(frozen=True)
@@ -159,10 +161,10 @@ class SessionLedger:
         """
         if source not in n.SESSION_SOURCES:
             raise ValueError(f"unknown session source {source!r}")
-        if caps.tenant_sessions == 0:
-            raise SessionCapReached(n.DIM_TENANT_SESSIONS, kill_switch=True)
-        if caps.global_sessions == 0:
-            raise SessionCapReached(n.DIM_GLOBAL_SESSIONS, kill_switch=True)
+        scoped = dimensions.sessions()
+        for dimension in scoped:  # in dimension order: the tenant's cap first
+            if caps.for_dimension(dimension.name) == 0:
+                raise SessionCapReached(dimension.name, kill_switch=True)
         slot_id = str(uuid.uuid4())
         now = int(self.clock())
         slot: dict[str, Any] = {
@@ -187,8 +189,12 @@ class SessionLedger:
                     "ConditionExpression": f"attribute_not_exists({n.SESSIONS.pk})",
                 }
             },
-            self._increment(_tenant_key(tenant_id), caps.tenant_sessions, tenant_id),
-            self._increment(_GLOBAL_KEY, caps.global_sessions, None),
+            *(
+                self._increment(_tenant_key(tenant_id), caps.for_dimension(d.name), tenant_id)
+                if d.per_tenant
+                else self._increment(_GLOBAL_KEY, caps.for_dimension(d.name), None)
+                for d in scoped
+            ),
         ]
         retries = self._transact(items, on_condition=_cap_dimension)
         return Reservation(slot_id=slot_id, retries=retries)
@@ -535,11 +541,13 @@ def _claim_expressions(
 
 
 def _cap_dimension(codes: list[str]) -> str | None:
-    """Reasons are ordered like the items: [slot, tenant counter, global counter]. The slot's own
-    condition (a fresh uuid) never fails in practice; if it did, it is a store error."""
+    """Reasons are ordered like the items: [slot, then one counter per sessions dimension]. The
+    slot's own condition (a fresh uuid) never fails in practice; if it did, it is a store error."""
     if codes[0] == _CONDITION_FAILED:
         raise LedgerUnavailable("slot_exists")
-    return n.DIM_TENANT_SESSIONS if codes[1] == _CONDITION_FAILED else n.DIM_GLOBAL_SESSIONS
+    scoped = dimensions.sessions()
+    failed = [d.name for d, code in zip(scoped, codes[1:], strict=False) if code == _CONDITION_FAILED]
+    return failed[0] if failed else scoped[-1].name
 
 
 def _release_condition(codes: list[str]) -> str | None:

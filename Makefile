@@ -90,7 +90,7 @@ synth-all: install
 	done
 
 demo: os-deps install session-runtime synth-all
-	$(PY) -m infra.local.demo
+	$(PY) -m infra.demo
 
 # Four workers on a 2-core machine: most of a test's time is spent waiting (interpreter sessions,
 # Lambda workers, deadlines), so two workers left the cores half idle (measured here: 2 workers

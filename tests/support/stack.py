@@ -19,8 +19,8 @@ import pytest
 from sandbox_common import aws
 from sandbox_common import naming as n
 
-from infra.config import build_config
-from infra.function_env import function_environment
+from infra.cdk.config import build_config
+from infra.cdk.function_env import function_environment
 from infra.local.interpreter import LocalInterpreterServer
 from infra.local.lambda_emulator import FunctionSpec, LambdaEmulator
 from infra.local.resources import LocalResources, create_resources

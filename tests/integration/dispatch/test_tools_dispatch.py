@@ -555,8 +555,8 @@ def test_tools_reaper_hook_asks_dispatch_to_sweep_paused_calls(
     from reaper.handler import handler as reaper_handler
     from sandbox_common import settings
 
-    from infra.config import build_config
-    from infra.function_env import function_environment
+    from infra.cdk.config import build_config
+    from infra.cdk.function_env import function_environment
     from tests.conftest import LambdaContext
 
     stack = short_wait

@@ -10,8 +10,8 @@ import pytest
 from sandbox_common import aws
 from sandbox_common import naming as n
 
-from infra.config import build_config
-from infra.function_env import function_environment
+from infra.cdk.config import build_config
+from infra.cdk.function_env import function_environment
 from tests.support.stack import Stack, event, interpreter, jsonable, stack
 
 __all__ = ["Stack", "event", "interpreter", "jsonable", "stack", "reaper_stack"]

@@ -25,7 +25,7 @@ import boto3
 import pytest
 from sandbox_common import naming as n
 
-from infra.config import build_config
+from infra.cdk.config import build_config
 from infra.local.lambda_emulator import FunctionSpec, LambdaEmulator
 from infra.local.stack import lambda_function_specs
 from tests.conftest import free_port

@@ -1,4 +1,4 @@
-"""`python -m infra.local.demo` (what `make demo` runs): one agent turn end to end on the local
+"""`python -m infra.demo` (what `make demo` runs): one agent turn end to end on the local
 stack, through the real dispatch function behind the Lambda emulator, printed so a newcomer can
 follow it — then the audit rows and the counters, read with the same code `sandboxctl` uses.
 
@@ -277,11 +277,12 @@ def jobs_step(target: Any) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.local.demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m infra.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--keep", action="store_true", help="leave the stack running (prints its state dir)")
     args = parser.parse_args(argv)
 
-    from infra.local import demo_tools, stack
+    from infra.demo import tools_step as demo_tools
+    from infra.local import stack
     from infra.sandboxctl.errors import CtlError
     from infra.sandboxctl.target import local_target
 

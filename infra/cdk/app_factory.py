@@ -16,11 +16,11 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 from sandbox_common import naming as n
 
-from infra.config import StageConfig, build_config
-from infra.constructs.compute import log_retention
-from infra.layer_build import REPO_ROOT
-from infra.stacks.core import CoreStack
-from infra.stacks.tenants import TenantShardStack
+from infra.cdk.config import StageConfig, build_config
+from infra.cdk.constructs.compute import log_retention
+from infra.cdk.layer_build import REPO_ROOT
+from infra.cdk.stacks.core import CoreStack
+from infra.cdk.stacks.tenants import TenantShardStack
 
 CDK_JSON = REPO_ROOT / "cdk.json"
 # Fast, offline synth for tests and tooling: no layer bundling (no pip), no asset copies.

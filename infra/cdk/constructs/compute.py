@@ -20,13 +20,13 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 from sandbox_common import naming as n
 
-from infra.config import ConfigError, StageConfig
-from infra.constructs.definitions import function_timeout_seconds
-from infra.constructs.layer import ASSET_EXCLUDES, LayersConstruct, architecture, runtime
-from infra.constructs.nag import acknowledge
-from infra.constructs.state import StateConstruct, failure_queue, removal_policy
-from infra.function_env import function_environment
-from infra.layer_build import REPO_ROOT
+from infra.cdk.config import ConfigError, StageConfig
+from infra.cdk.constructs.definitions import function_timeout_seconds
+from infra.cdk.constructs.layer import ASSET_EXCLUDES, LayersConstruct, architecture, runtime
+from infra.cdk.constructs.nag import acknowledge
+from infra.cdk.constructs.state import StateConstruct, failure_queue, removal_policy
+from infra.cdk.function_env import function_environment
+from infra.cdk.layer_build import REPO_ROOT
 
 FUNCTIONS_DIR = REPO_ROOT / "functions"
 MEMORY_MB: dict[str, int] = {n.DISPATCH: 512, n.QUOTA_CHECK: 256, n.BACKSTOP: 256, n.REAPER: 256}
@@ -178,7 +178,8 @@ class ComputeConstruct(Construct):
             function,
             "AwsSolutions-L1",
             "Pinned to python3.13 on purpose: the deps layer is built for cp313 wheels "
-            "(infra/layer_build.py) and SPEC §12 fixes the runtime; moving is a deliberate change of both.",
+            "(infra/cdk/layer_build.py) and SPEC §12 fixes the runtime; moving is a deliberate change of "
+            "both.",
         )
         self.functions[logical] = function
         self.roles[logical] = role

@@ -11,9 +11,9 @@ from typing import Any
 import aws_cdk as cdk
 from constructs import Construct
 
-from infra.config import StageConfig, TenantConfig
-from infra.constructs.observability import alarm_action_arns
-from infra.constructs.tenant import ShardShared, TenantConstruct
+from infra.cdk.config import StageConfig, TenantConfig
+from infra.cdk.constructs.observability import alarm_action_arns
+from infra.cdk.constructs.tenant import ShardShared, TenantConstruct
 
 
 class TenantShardStack(cdk.Stack):

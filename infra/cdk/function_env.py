@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from sandbox_common import naming as n
 from sandbox_common.settings import BackstopSettings, DispatchSettings, QuotaSettings, ReaperSettings
 
-from infra.config import StageConfig
+from infra.cdk.config import StageConfig
 
 SERVICE_NAMES: dict[str, str] = {
     n.DISPATCH: "sandbox-dispatch",

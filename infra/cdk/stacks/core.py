@@ -8,13 +8,13 @@ import aws_cdk as cdk
 from constructs import Construct
 from sandbox_common import naming as n
 
-from infra.config import StageConfig
-from infra.constructs.artifacts import ArtifactsConstruct
-from infra.constructs.compute import ComputeConstruct
-from infra.constructs.layer import LayersConstruct
-from infra.constructs.observability import ObservabilityConstruct
-from infra.constructs.parameters import ParametersConstruct
-from infra.constructs.state import StateConstruct
+from infra.cdk.config import StageConfig
+from infra.cdk.constructs.artifacts import ArtifactsConstruct
+from infra.cdk.constructs.compute import ComputeConstruct
+from infra.cdk.constructs.layer import LayersConstruct
+from infra.cdk.constructs.observability import ObservabilityConstruct
+from infra.cdk.constructs.parameters import ParametersConstruct
+from infra.cdk.constructs.state import StateConstruct
 
 
 class CoreStack(cdk.Stack):

@@ -14,8 +14,8 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 from sandbox_common import naming as n
 
-from infra.config import StageConfig
-from infra.constructs.nag import acknowledge
+from infra.cdk.config import StageConfig
+from infra.cdk.constructs.nag import acknowledge
 
 # Writes that would change or remove an existing audit row. PutItem stays allowed: it is how rows
 # are appended. IAM cannot require a ConditionExpression, so "never overwrite" rests on the writer

@@ -22,7 +22,7 @@ from typing import Any
 import aws_cdk as cdk
 import jsii
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEPS_DIR = REPO_ROOT / "layers" / "deps"
 REQUIREMENTS = DEPS_DIR / "requirements.txt"
 BUILD_CACHE = REPO_ROOT / ".build"

@@ -9,8 +9,8 @@ from __future__ import annotations
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from infra.config import StageConfig
-from infra.constructs.definitions import global_parameters
+from infra.cdk.config import StageConfig
+from infra.cdk.constructs.definitions import global_parameters
 
 
 class ParametersConstruct(Construct):

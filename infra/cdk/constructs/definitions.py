@@ -11,7 +11,7 @@ from typing import Any
 
 from sandbox_common import naming as n
 
-from infra.config import StageConfig, TenantConfig
+from infra.cdk.config import StageConfig, TenantConfig
 
 # Beyond the user's call: Start (~30 s worst case with retries), the readiness preamble (its own
 # 30 s deadline), a concurrent first call's wait, and answering (audit, logs, stop). Dispatch also

@@ -33,9 +33,9 @@ from sandbox_common.errors import EXIT_STATUSES
 from sandbox_common.redaction.catalogue import TOKEN_CLASSES
 from sandbox_common.redaction.cloudwatch import data_protection_policy, subscription_filter_pattern
 
-from infra.config import StageConfig
-from infra.constructs.compute import ComputeConstruct, log_retention
-from infra.constructs.state import StateConstruct, removal_policy
+from infra.cdk.config import StageConfig
+from infra.cdk.constructs.compute import ComputeConstruct, log_retention
+from infra.cdk.constructs.state import StateConstruct, removal_policy
 
 PERIOD = cdk.Duration.minutes(5)
 CAP_DIMENSION_VALUES: tuple[str, ...] = (

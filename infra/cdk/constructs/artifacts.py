@@ -15,10 +15,10 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 from sandbox_common import naming as n
 
-from infra.config import StageConfig
-from infra.constructs.definitions import artifacts_bucket_settings
-from infra.constructs.nag import acknowledge
-from infra.constructs.state import removal_policy
+from infra.cdk.config import StageConfig
+from infra.cdk.constructs.definitions import artifacts_bucket_settings
+from infra.cdk.constructs.nag import acknowledge
+from infra.cdk.constructs.state import removal_policy
 
 # What dispatch does with artifacts: put (collect) and get (the get_file pointer; presigned GETs
 # are signed with its credentials, so the URL can read only what dispatch may read).

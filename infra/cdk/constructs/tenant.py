@@ -16,16 +16,16 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 from sandbox_common import naming as n
 
-from infra.config import StageConfig, TenantConfig
-from infra.constructs.definitions import (
+from infra.cdk.config import StageConfig, TenantConfig
+from infra.cdk.constructs.definitions import (
     RUNNER_ACTIONS,
     interpreter_names,
     runner_trust,
     tenant_data_statements,
     tenant_substrate,
 )
-from infra.constructs.nag import acknowledge
-from infra.constructs.observability import cap_breach_spike_alarm_props
+from infra.cdk.constructs.nag import acknowledge
+from infra.cdk.constructs.observability import cap_breach_spike_alarm_props
 
 AGENTCORE_SERVICE = "bedrock-agentcore.amazonaws.com"
 

@@ -7,8 +7,8 @@ from pathlib import Path
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
-from infra.config import StageConfig
-from infra.layer_build import LAMBDA_PYTHON_VERSION, REPO_ROOT, deps_layer_code
+from infra.cdk.config import StageConfig
+from infra.cdk.layer_build import LAMBDA_PYTHON_VERSION, REPO_ROOT, deps_layer_code
 
 COMMON_LAYER_DIR = REPO_ROOT / "layers" / "common"
 # Never ship bytecode or caches: they would change the asset hash from one machine to the next.

@@ -65,7 +65,7 @@ def wait_final(jobs: JobRunner, session_id: str, job_id: str, limit: float = 20.
 
 def session_pids(server, session_id: str) -> set[int]:
     """Host pids of every process in the session's process tree (worker, supervisor, job)."""
-    from sandbox_common.jobs_runtime import descendants
+    from sandbox_session.jobs import descendants
 
     proc = server.session(session_id).proc
     return {proc.pid, *descendants(proc.pid)}

@@ -1,6 +1,6 @@
 """Background jobs INSIDE the sandbox (SPEC §17): a supervisor process per job.
 
-STDLIB ONLY and self-contained, like `redaction/stdio_runtime.py`: `jobs_snippets` ships this
+STDLIB ONLY and self-contained, like `sandbox_session/redactor.py`: `job_snippets` ships this
 file's source (with the redaction catalogue and the stdio redactor) into the session, which
 cannot import our packages. It is importable on the host too, so tests run the very same code.
 

@@ -1,6 +1,6 @@
 """The in-sandbox stdio redactor (SPEC §8 layer 1) — the code that runs INSIDE the interpreter.
 
-STDLIB ONLY and self-contained: `stdio.preamble_source()` ships this file's source, together with
+STDLIB ONLY and self-contained: `sandbox_common.redaction.stdio.preamble_source()` ships this file's source, together with
 catalogue.py's source, into the Code Interpreter, which cannot import our packages. It is also
 importable on the host so that tests exercise the very same code.
 

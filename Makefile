@@ -42,10 +42,10 @@ os-deps:
 	  exit 1; \
 	fi
 
-.venv/.installed: pyproject.toml constraints.txt
+.venv/.installed: pyproject.toml layers/client/pyproject.toml constraints.txt
 	python3 -m venv .venv
 	.venv/bin/pip install -q --disable-pip-version-check pip==25.3
-	.venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	.venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e ./layers/client -e '.[dev]'
 	@# Lambda code and the common layer are importable the way Lambda sees them (/var/task, /opt/python).
 	@# (site-packages is looked up here, in the recipe: the venv does not exist when make parses this file)
 	printf '%s\n' "$(CURDIR)/functions" "$(CURDIR)/layers/common/python" \

@@ -222,7 +222,7 @@ print('result: 42')
 def jobs_step(target: Any) -> list[str]:
     """A background job (§17) through the agent client: submitted (answers at once), polled with a
     progress callback while it runs, its result; end_turn then has nothing pending; one audit row."""
-    from sandbox_common.agent_client import SandboxTurn
+    from sandbox_client.turn import SandboxTurn
 
     from infra.sandboxctl import ops
 

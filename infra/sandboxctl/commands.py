@@ -439,7 +439,7 @@ def _usage(args: argparse.Namespace, target: Any) -> int:
 
 
 def _mcp(args: argparse.Namespace, target: Any) -> int:
-    from infra.sandboxctl import mcp_server
+    from sandbox_client import mcp_server
 
     mcp_server.serve(
         lambda_client=target.client("lambda"),

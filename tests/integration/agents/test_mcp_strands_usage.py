@@ -20,8 +20,8 @@ import anyio
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from sandbox_client.turn import SandboxTurn
 from sandbox_common import naming as n
-from sandbox_common.agent_client import SandboxTurn
 from sandbox_common.tool_spec import tool_definition
 
 from infra.local import stack
@@ -249,7 +249,7 @@ def test_mcp_template_without_sandbox_lists_no_tool_and_calls_fail_named(env: di
 
 def test_mcp_file_links_map_artifacts_to_resource_links() -> None:
     # Given an execute_code answer's files list (§14.2), one artifact skipped as too large
-    from infra.sandboxctl.mcp_server import file_links
+    from sandbox_client.mcp_server import file_links
 
     files = [
         {

@@ -1,8 +1,8 @@
 """The in-sandbox stdio redactor (SPEC §8 layer 1) — the code that runs INSIDE the interpreter.
 
-STDLIB ONLY and self-contained: `sandbox_common.redaction.stdio.preamble_source()` ships this file's source, together with
-catalogue.py's source, into the Code Interpreter, which cannot import our packages. It is also
-importable on the host so that tests exercise the very same code.
+STDLIB ONLY and self-contained: `sandbox_common.redaction.stdio.preamble_source()` ships this
+file's source, together with catalogue.py's source, into the Code Interpreter, which cannot import
+our packages. It is also importable on the host so that tests exercise the very same code.
 
 How the rolling buffer works (and why it stays cheap):
 - The per-write cost is what users feel (`print` calls `write` once per argument and separator),

@@ -7,7 +7,7 @@ from typing import Any
 
 import boto3
 import pytest
-from sandbox_common.agent_client import DispatchUnavailable, SandboxTurn
+from sandbox_client.turn import DispatchUnavailable, SandboxTurn
 
 from tests.support.http import http_endpoint
 
@@ -97,7 +97,7 @@ def test_strands_tool_without_strands_says_how_to_install() -> None:
     code = (
         "import sys\n"
         "sys.modules['strands'] = None\n"
-        "from sandbox_common.agent_client import SandboxTurn\n"
+        "from sandbox_client.turn import SandboxTurn\n"
         "try:\n"
         "    SandboxTurn('fn', tenant_id='acme', agent_id='a', template_id='t').strands_tool()\n"
         "except ImportError as exc:\n"
@@ -168,7 +168,7 @@ def test_agent_client_imports_without_pydantic_or_powertools() -> None:
         "import sys\n"
         "for blocked in ('pydantic', 'aws_lambda_powertools'):\n"
         "    sys.modules[blocked] = None  # any import of it now fails\n"
-        "from sandbox_common.agent_client import SandboxTurn\n"
+        "from sandbox_client.turn import SandboxTurn\n"
         "turn = SandboxTurn('fn', tenant_id='acme', agent_id='a', template_id='t')\n"
         "print(turn.turn_id.startswith('turn-'))\n"
     )

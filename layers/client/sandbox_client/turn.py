@@ -24,10 +24,11 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .agent_jobs import JobsMixin
-from .aws import SINGLE_ATTEMPT
-from .naming import STATUS_TOOL_CALL  # stdlib-only, like tool_spec
-from .turn_token import new_token
+from sandbox_common.aws import SINGLE_ATTEMPT
+from sandbox_common.naming import STATUS_TOOL_CALL  # stdlib-only, like tool_spec
+from sandbox_common.turn_token import new_token
+
+from .jobs import JobsMixin
 
 TOOL_CALL_STATUS = STATUS_TOOL_CALL
 

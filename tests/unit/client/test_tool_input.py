@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from sandbox_client.tool_input import failure_text, input_problem
 from sandbox_common.naming import MAX_CODE_BYTES
-from sandbox_common.tool_input import failure_text, input_problem
 
 
 def test_input_problem_accepts_code_up_to_the_byte_limit() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import boto3
 import pytest
-from sandbox_common.agent_client import SandboxTurn
+from sandbox_client.turn import SandboxTurn
 
 from tests.support.http import http_endpoint
 

@@ -45,14 +45,15 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from sandbox_common import messages
 from sandbox_common import naming as n
-from sandbox_common.agent_client import (
+from sandbox_common.files import FILE_ID_RE
+
+from sandbox_client.tool_input import INVALID_REQUEST, failure_text, input_problem
+from sandbox_client.turn import (
     ArtifactMismatch,
     ArtifactUnavailable,
     DispatchUnavailable,
     SandboxTurn,
 )
-from sandbox_common.files import FILE_ID_RE
-from sandbox_common.tool_input import INVALID_REQUEST, failure_text, input_problem
 
 FILE_URI_SCHEME = "sandbox-file"
 _FILE_URI_RE = re.compile(rf"^{FILE_URI_SCHEME}://([^/]+)/([^/]+)$")

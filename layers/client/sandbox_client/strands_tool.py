@@ -21,11 +21,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from sandbox_common.tool_spec import tool_definition
 from strands.tools.tools import PythonAgentTool
 from strands.types.tools import ToolResult, ToolSpec, ToolUse
 
 from .tool_input import INVALID_REQUEST, failure_text, input_problem
-from .tool_spec import tool_definition
 
 
 def tool_spec(definition: dict[str, Any] | None = None) -> ToolSpec:

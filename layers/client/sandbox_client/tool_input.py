@@ -13,9 +13,8 @@ import json
 from typing import Any
 
 import jsonschema
-
-from .naming import MAX_CODE_BYTES
-from .tool_spec import tool_definition
+from sandbox_common.naming import MAX_CODE_BYTES
+from sandbox_common.tool_spec import tool_definition
 
 INVALID_REQUEST = "SandboxInvalidRequest"
 

@@ -12,7 +12,7 @@ import pytest
 from botocore.config import Config
 from dispatch.artifacts import ArtifactContext, ArtifactStore
 from dispatch.file_access import get_file
-from sandbox_common.agent_client import ArtifactMismatch, ArtifactUnavailable, SandboxTurn
+from sandbox_client.turn import ArtifactMismatch, ArtifactUnavailable, SandboxTurn
 from sandbox_common.errors import SandboxInvalidRequest
 from sandbox_common.files import GetFileRequest
 

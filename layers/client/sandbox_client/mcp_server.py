@@ -1,12 +1,12 @@
-"""`sandboxctl mcp`: the sandbox as an MCP server over stdio (official `mcp` SDK, issue 15).
+"""The sandbox as an MCP server over stdio (official `mcp` SDK), what `sandboxctl mcp` serves.
 
 One MCP session = one turn: `begin_turn` when the session starts (the server's lifespan, before
 the client's `initialize` is answered) and `end_turn` when it ends (stdin closed by the client,
 or SIGTERM, which the SDK's client sends when a server outlives its 2 s grace), so the turn's
 session is stopped with the MCP session and never left to the interpreter's timeout.
 
-Tools: `execute_code` exactly as `begin_turn` declared it (the one tool definition:
-`sandbox_common.tool_spec`), or none when the tenant/template has no sandbox (as §4.1 says).
+Tools: `execute_code` exactly as `begin_turn` declared it (the one tool definition, built by
+dispatch), or none when the tenant/template has no sandbox (as §4.1 says).
 Every argument the schema allows is passed to dispatch as is (so `files` reaches dispatch once
 the tool definition declares it). Results:
 - success: the dispatch answer as JSON text and as `structuredContent`, plus one MCP
@@ -21,8 +21,8 @@ unknown file_id and one of another tenant get the same error — then fetches th
 and checks the sha256: text (a `text/*`, JSON, CSV... type that decodes as UTF-8) comes back as
 `text`, anything else as base64 `blob`. A uri naming another tenant is refused here with that same
 answer, before dispatch is asked.
-Built on the agent client (`sandbox_common.agent_client.SandboxTurn`): the same transport,
-ids and call_id rules as every other caller.
+Built on the agent client (`turn.SandboxTurn`): the same transport, ids and call_id rules as
+every other caller.
 """
 
 from __future__ import annotations
@@ -43,17 +43,10 @@ import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
-from sandbox_common import messages
-from sandbox_common import naming as n
-from sandbox_common.files import FILE_ID_RE
 
-from sandbox_client.tool_input import INVALID_REQUEST, failure_text, input_problem
-from sandbox_client.turn import (
-    ArtifactMismatch,
-    ArtifactUnavailable,
-    DispatchUnavailable,
-    SandboxTurn,
-)
+from .contract import FILE_ID_RE, FILE_NOT_FOUND, INVALID_REQUEST, MCP_SERVER_NAME
+from .tool_input import failure_text, input_problem
+from .turn import ArtifactMismatch, ArtifactUnavailable, DispatchUnavailable, SandboxTurn
 
 FILE_URI_SCHEME = "sandbox-file"
 _FILE_URI_RE = re.compile(rf"^{FILE_URI_SCHEME}://([^/]+)/([^/]+)$")
@@ -153,17 +146,7 @@ class McpSandbox:
 
     def unavailable(self) -> str:
         """Why there is no tool: begin_turn's own named error when it gave one."""
-        if self.begin_error:
-            return self.begin_error
-        began = self.began or {}
-        sandbox = began.get("sandbox") or {}
-        error = sandbox.get("error") or began.get("error") or "SandboxProvisioning"
-        message = (
-            sandbox.get("error_message")
-            or began.get("error_message")
-            or (f"no sandbox for this template (status {sandbox.get('status', 'unknown')})")
-        )
-        return f"{error}: {message}"
+        return self.begin_error or self.turn.no_tool_reason()
 
     def call(self, name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
         tool = self.turn.tool
@@ -172,7 +155,7 @@ class McpSandbox:
         if name != tool["name"]:
             return _error(f"{INVALID_REQUEST}: unknown tool {name!r}; this server has {tool['name']!r}")
         tool_input = arguments or {}
-        problem = input_problem(tool_input)
+        problem = input_problem(tool_input, tool["input_schema"])
         if problem is not None:
             return _error(f"{INVALID_REQUEST}: {problem}")
         try:
@@ -203,7 +186,7 @@ class McpSandbox:
         match = _FILE_URI_RE.match(uri)
         if not match or not FILE_ID_RE.match(match.group(2)) or match.group(1) != self.turn.tenant_id:
             # Malformed, or another tenant's: the same answer as an unknown file_id (nothing leaks).
-            raise MCPError(types.INVALID_PARAMS, f"{INVALID_REQUEST}: {messages.FILE_NOT_FOUND}")
+            raise MCPError(types.INVALID_PARAMS, f"{INVALID_REQUEST}: {FILE_NOT_FOUND}")
         try:
             answer, data = self.turn.fetch(match.group(2))
         except ArtifactUnavailable as exc:
@@ -245,7 +228,7 @@ def build_server(sandbox: McpSandbox) -> Server[Any]:
         return await anyio.to_thread.run_sync(sandbox.read, str(params.uri))
 
     return Server(
-        n.MCP_SERVER_NAME,
+        MCP_SERVER_NAME,
         lifespan=lifespan,
         on_list_tools=list_tools,
         on_call_tool=call_tool,

@@ -1,10 +1,10 @@
-"""What the MCP server and the Strands tool check before a tool call reaches dispatch (issue 15).
+"""What the MCP server and the Strands tool check before a tool call reaches dispatch.
 
-Both validate the model's tool input against the ONE tool definition (`tool_spec.tool_definition`,
-the schema `begin_turn` returns) with `jsonschema` (a dependency of both `mcp` and
-`strands-agents`), plus the byte limit JSON Schema cannot express (`maxLength` counts characters,
-dispatch counts UTF-8 bytes). A refusal is worded like dispatch's own: it starts with
-`SandboxInvalidRequest`, and nothing is sent, counted or run.
+Both validate the model's tool input against the input schema of the tool definition the turn's
+`begin_turn` returned, with `jsonschema` (in both the `[mcp]` and `[strands]` extras), plus the
+byte limit JSON Schema cannot express (`maxLength` counts characters, dispatch counts UTF-8
+bytes). A refusal is worded like dispatch's own: it starts with `SandboxInvalidRequest`, and
+nothing is sent, counted or run.
 """
 
 from __future__ import annotations
@@ -13,15 +13,13 @@ import json
 from typing import Any
 
 import jsonschema
-from sandbox_common.naming import MAX_CODE_BYTES
-from sandbox_common.tool_spec import tool_definition
 
-INVALID_REQUEST = "SandboxInvalidRequest"
+from .contract import MAX_CODE_BYTES, SANDBOX_ERROR
 
 
-def input_problem(tool_input: Any) -> str | None:
-    """None when the input may be sent to dispatch, else the reason (one sentence)."""
-    schema = tool_definition()["input_schema"]
+def input_problem(tool_input: Any, schema: dict[str, Any]) -> str | None:
+    """None when the input may be sent to dispatch, else the reason (one sentence); `schema` is
+    the input schema of the tool begin_turn returned."""
     try:
         jsonschema.validate(tool_input, schema)
     except jsonschema.ValidationError as exc:
@@ -41,6 +39,6 @@ def failure_text(response: dict[str, Any]) -> str | None:
     (`SandboxCapExceeded: I've hit the daily cap ...`), then the whole answer as JSON. None when ok."""
     if response.get("ok") is not False:
         return None
-    error = str(response.get("error") or "SandboxError")
+    error = str(response.get("error") or SANDBOX_ERROR)
     message = str(response.get("error_message") or "")
     return f"{error}: {message}\n{json.dumps(response, sort_keys=True)}"

@@ -24,13 +24,15 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from sandbox_common.aws import SINGLE_ATTEMPT
-from sandbox_common.naming import STATUS_TOOL_CALL  # stdlib-only, like tool_spec
-from sandbox_common.turn_token import new_token
-
+from .contract import (
+    INVALID_REQUEST,
+    PROVISIONING,
+    SANDBOX_ERROR,
+    SINGLE_ATTEMPT,
+    STATUS_TOOL_CALL,
+    new_token,
+)
 from .jobs import JobsMixin
-
-TOOL_CALL_STATUS = STATUS_TOOL_CALL
 
 
 class DispatchUnavailable(RuntimeError):
@@ -40,13 +42,18 @@ class DispatchUnavailable(RuntimeError):
 class ArtifactUnavailable(RuntimeError):
     """get_file refused (unknown file_id, or another tenant's); `error` names the class."""
 
-    def __init__(self, message: str, error: str = "SandboxInvalidRequest") -> None:
+    def __init__(self, message: str, error: str = INVALID_REQUEST) -> None:
         super().__init__(message)
         self.error = error
 
 
 class ArtifactMismatch(RuntimeError):
     """The downloaded bytes do not hash to the artifact's sha256."""
+
+
+class ToolUnavailable(RuntimeError):
+    """This turn has no execute_code tool to serve: begin_turn was not called yet, or it answered
+    without one (the tenant or template has no sandbox); the message says which."""
 
 
 class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait (agent_jobs)
@@ -76,6 +83,7 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
         # (a retried call carries the same one), so the caller never handles it.
         self.turn_token = turn_token or new_token()
         self.sandbox: dict[str, Any] = {}
+        self.began: dict[str, Any] | None = None  # begin_turn's answer
         self.tools: dict[str, Callable[..., Any]] = dict(tools or {})
 
     # --- transport ------------------------------------------------------------------------------
@@ -113,6 +121,7 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
     # --- the three actions ----------------------------------------------------------------------
     def begin(self) -> dict[str, Any]:
         response = self._invoke({"action": "begin_turn", **self._ids()})
+        self.began = response
         self.sandbox = response.get("sandbox", {}) if response.get("ok") else {}
         return response
 
@@ -134,7 +143,7 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
 
     def _run_to_end(self, response: dict[str, Any]) -> dict[str, Any]:
         """Answer every `tool_call` pause (SPEC §15) until the call's final result."""
-        while response.get("ok") and response.get("status") == TOOL_CALL_STATUS:
+        while response.get("ok") and response.get("status") == STATUS_TOOL_CALL:
             response = self._invoke(self._resume_event(response))
         return response
 
@@ -176,7 +185,7 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
         if not answer.get("ok"):
             raise ArtifactUnavailable(
                 answer.get("error_message", "the file is not available"),
-                str(answer.get("error") or "SandboxError"),
+                str(answer.get("error") or SANDBOX_ERROR),
             )
         with (opener or urllib.request.urlopen)(answer["url"]) as response:
             data = response.read()
@@ -208,7 +217,21 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
 
     @property
     def tool(self) -> dict[str, Any] | None:
+        """The execute_code tool definition begin_turn returned (None before begin or without one)."""
         return self.sandbox.get("tool")
+
+    def no_tool_reason(self) -> str:
+        """Why this turn has no tool, begin_turn's named error first when it gave one."""
+        if self.began is None:
+            return "ToolUnavailable: begin_turn has not been called for this turn"
+        sandbox = self.began.get("sandbox") or {}
+        error = sandbox.get("error") or self.began.get("error") or PROVISIONING
+        message = (
+            sandbox.get("error_message")
+            or self.began.get("error_message")
+            or f"no sandbox for this template (status {sandbox.get('status', 'unknown')})"
+        )
+        return f"{error}: {message}"
 
     def __enter__(self) -> SandboxTurn:
         self.begin()
@@ -220,7 +243,7 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
     # --- tool adapters: MCP server, Strands tool (issue 15) ----------------------------------------
     def execute_tool_input(self, tool_input: dict[str, Any]) -> dict[str, Any]:
         """One call of the `execute_code` tool with the input a model sent (validated against the
-        one tool definition first: `sandbox_common.tool_input.input_problem`). Every field of the
+        tool definition begin_turn returned first: `tool_input.input_problem`). Every field of the
         input goes into the event, so a field the tool definition gains reaches dispatch as is; the
         turn's own ids are set last, so no input can speak for another tenant, agent or turn."""
         event = {**tool_input, "action": "execute_code", **self._ids(), "call_id": f"call-{uuid.uuid4().hex}"}
@@ -248,8 +271,9 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
 
     # --- Strands ----------------------------------------------------------------------------------
     def strands_tool(self, tools: Iterable[Any] = ()) -> Any:
-        """This turn's `execute_code` as a Strands tool (`sandbox_common.strands_tool`); `tools` (the
-        agent's Strands tools) become callable from the sandboxed code under their names (SPEC §15)."""
+        """This turn's `execute_code` as a Strands tool (`strands_tool.SandboxStrandsTool`), exactly as
+        begin_turn defined it; `tools` (the agent's Strands tools) become callable from the sandboxed
+        code under their names (SPEC §15). ToolUnavailable when begin_turn gave this turn no tool."""
         try:
             # Optional dependency, imported only when asked for: the client itself needs only boto3.
             from .strands_tool import SandboxStrandsTool
@@ -257,6 +281,8 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
             raise ImportError(
                 "strands_tool() needs the `strands-agents` package: pip install strands-agents"
             ) from exc
+        if self.tool is None:
+            raise ToolUnavailable(self.no_tool_reason())
         for agent_tool in tools:
             self.tools[str(getattr(agent_tool, "tool_name", None) or agent_tool.__name__)] = agent_tool
         return SandboxStrandsTool(self)

@@ -1,5 +1,6 @@
 """What the MCP server and the Strands tool refuse before anything reaches dispatch
-(sandbox_common/tool_input.py): exactly what the one tool definition and §11 refuse."""
+(sandbox_client/tool_input.py): exactly what the one tool definition (as begin_turn returns it)
+and §11 refuse."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ import json
 import pytest
 from sandbox_client.tool_input import failure_text, input_problem
 from sandbox_common.naming import MAX_CODE_BYTES
+from sandbox_common.tool_spec import tool_definition
+
+SCHEMA = tool_definition()["input_schema"]  # what begin_turn returns
 
 
 def test_input_problem_accepts_code_up_to_the_byte_limit() -> None:
     # Given code of exactly the limit in UTF-8 bytes (2-byte characters) / Then accepted
-    assert input_problem({"code": "é" * (MAX_CODE_BYTES // 2)}) is None
+    assert input_problem({"code": "é" * (MAX_CODE_BYTES // 2)}, SCHEMA) is None
 
 
 @pytest.mark.parametrize(
@@ -31,7 +35,7 @@ def test_input_problem_refuses_what_the_tool_definition_and_section_11_refuse(
     tool_input: object, reason: str
 ) -> None:
     # Given a tool input the schema or §11 refuses / When checked / Then the reason says which rule
-    problem = input_problem(tool_input)
+    problem = input_problem(tool_input, SCHEMA)
     assert problem is not None and problem.startswith(reason), problem
 
 

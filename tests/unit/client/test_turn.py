@@ -7,9 +7,15 @@ from typing import Any
 
 import boto3
 import pytest
-from sandbox_client.turn import DispatchUnavailable, SandboxTurn
+from sandbox_client.turn import DispatchUnavailable, SandboxTurn, ToolUnavailable
 
 from tests.support.http import http_endpoint
+
+FAKE_TOOL = {
+    "name": "execute_code",
+    "description": "the fake dispatch's own words",
+    "input_schema": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]},
+}
 
 
 @pytest.fixture
@@ -21,7 +27,7 @@ def fake_dispatch() -> Any:
         event = json.loads(body)
         seen.append({"path": path, "event": event})
         reply = {
-            "begin_turn": {"ok": True, "sandbox": {"status": "ready", "tool": {"name": "execute_code"}}},
+            "begin_turn": {"ok": True, "sandbox": {"status": "ready", "tool": FAKE_TOOL}},
             "execute_code": {"ok": True, "stdout": "2\n", "exit_status": "ok"},
             "end_turn": {"ok": True, "stopped": True},
         }.get(event.get("action"))
@@ -43,7 +49,7 @@ def test_sandbox_turn_context_manager_begins_executes_and_ends(fake_dispatch: An
         turn_id="turn-1",
         lambda_client=client,
     ) as turn:
-        assert turn.tool == {"name": "execute_code"}
+        assert turn.tool == FAKE_TOOL
         result = turn.execute_code("print(1+1)")
         turn.execute_code("print(2)", call_id="call-fixed")
     assert result["stdout"] == "2\n"
@@ -156,17 +162,17 @@ def test_next_turn_ends_this_turn_and_begins_the_next_in_one_call(fake_dispatch:
         "analyst",
         "u-1",
     )
-    assert following.tool == {"name": "execute_code"}
+    assert following.tool == FAKE_TOOL
 
 
-def test_agent_client_imports_without_pydantic_or_powertools() -> None:
-    # Given an agent runtime that has boto3 but neither pydantic nor Powertools
+def test_agent_client_imports_without_pydantic_powertools_or_the_common_layer() -> None:
+    # Given an agent runtime that has boto3 but neither pydantic, Powertools nor sandbox_common
     import subprocess
     import sys
 
     code = (
         "import sys\n"
-        "for blocked in ('pydantic', 'aws_lambda_powertools'):\n"
+        "for blocked in ('pydantic', 'aws_lambda_powertools', 'sandbox_common'):\n"
         "    sys.modules[blocked] = None  # any import of it now fails\n"
         "from sandbox_client.turn import SandboxTurn\n"
         "turn = SandboxTurn('fn', tenant_id='acme', agent_id='a', template_id='t')\n"
@@ -176,3 +182,33 @@ def test_agent_client_imports_without_pydantic_or_powertools() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "True"
+
+
+def test_strands_tool_of_a_turn_without_a_tool_names_why(fake_dispatch: Any) -> None:
+    # Given a turn not begun yet, and one whose begin_turn answered without a tool
+    client, seen = fake_dispatch
+    fresh = SandboxTurn("fn", tenant_id="acme", agent_id="a1", template_id="analyst", lambda_client=client)
+    disabled = SandboxTurn("fn", tenant_id="acme", agent_id="a1", template_id="analyst", lambda_client=client)
+    disabled.began = {"ok": True, "sandbox": {"status": "disabled"}}
+    # When each is asked for its Strands tool / Then ToolUnavailable says why, and nothing was sent
+    with pytest.raises(ToolUnavailable, match="begin_turn has not been called"):
+        fresh.strands_tool()
+    with pytest.raises(
+        ToolUnavailable, match=r"^SandboxProvisioning: no sandbox for this template \(status disabled\)"
+    ):
+        disabled.strands_tool()
+    assert seen == []
+
+
+def test_strands_tool_serves_the_definition_begin_turn_returned(fake_dispatch: Any) -> None:
+    # Given a begun turn (the fake dispatch's tool definition is not the project's own)
+    client, _ = fake_dispatch
+    turn = SandboxTurn("fn", tenant_id="acme", agent_id="a1", template_id="analyst", lambda_client=client)
+    turn.begin()
+    # When its Strands tool is built / Then its spec is begin_turn's definition, as returned
+    spec = turn.strands_tool().tool_spec
+    assert (spec["name"], spec["description"], spec["inputSchema"]["json"]) == (
+        "execute_code",
+        "the fake dispatch's own words",
+        {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]},
+    )

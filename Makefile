@@ -8,7 +8,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_VERSION_CHECK := 1
 
-.PHONY: help install os-deps session-runtime demo test synth synth-all bench lint reliability clean
+.PHONY: help install os-deps session-runtime demo test synth synth-all bench lint reliability client-layer clean
 
 help:
 	@echo "make demo        install, synthesize every stage, run one agent turn on the local stack"
@@ -18,6 +18,7 @@ help:
 	@echo "make bench       full benchmarks (JSON lines)"
 	@echo "make lint        ruff format --check, ruff (E501 at 110 columns), mypy"
 	@echo "make reliability full fault/fuzz/concurrency suite; writes tests/reliability/REPORT.md"
+	@echo "make client-layer  the agent client (layers/client) as a Lambda layer zip: .build/sandbox-client-layer.zip"
 
 install: .venv/.installed node_modules/.installed
 
@@ -105,6 +106,11 @@ bench: os-deps install session-runtime
 RELIABILITY_FULL_SIZED := tests/unit/redaction/test_prefilter.py
 reliability: os-deps install session-runtime
 	$(PY) -m pytest -q tests/reliability $(RELIABILITY_FULL_SIZED) --reliability-full
+
+# The agent client as a Lambda layer for agent runtimes on Lambda (pip, no Docker; boto3 is the
+# runtime's own).
+client-layer: install
+	$(PY) -m infra.cdk.client_layer
 
 lint: install
 	.venv/bin/ruff format --check .

@@ -12,9 +12,11 @@ import pytest
 from dispatch.runner import SessionGone, SessionRunner, credentials
 from dispatch.runner.jobs import JobRunner, JobState
 
+from tests.support.runner import ACME_INTERPRETER, session_runner
+
 local_interpreter = pytest.importorskip("infra.local.interpreter")
 
-INTERPRETER = "sbx_test_acme_pub"
+INTERPRETER = ACME_INTERPRETER
 GITHUB_TOKEN = "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
 
 
@@ -31,15 +33,7 @@ def server() -> Iterator[object]:
 def runner(server, moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[SessionRunner]:
     monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_AGENTCORE", server.endpoint)
     credentials.clear_cache()
-    yield SessionRunner(
-        tenant_id="acme",
-        allowed_interpreter_ids=[INTERPRETER],
-        runner_role_arn="arn:aws:iam::123456789012:role/thinkwork-test-sbx-runner-acme",
-        session_timeout_seconds=900,
-        call_timeout_seconds=2,
-        stdout_cap_bytes=1024,
-        stderr_cap_bytes=512,
-    )
+    yield session_runner(call_timeout_seconds=2, stdout_cap_bytes=1024, stderr_cap_bytes=512)
     credentials.clear_cache()
 
 

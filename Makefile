@@ -115,7 +115,7 @@ client-layer: install
 lint: install
 	.venv/bin/ruff format --check .
 	.venv/bin/ruff check .
-	.venv/bin/mypy layers/common/python/sandbox_common functions infra
+	.venv/bin/mypy layers/common/python/sandbox_common layers/common/python/sandbox_session layers/client/sandbox_client functions infra
 
 clean:
 	rm -rf .venv $(SESSION_VENV) node_modules cdk.out .build .local

@@ -7,7 +7,12 @@ and credentials dispatch reads before the first runner exists.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from infra.local.interpreter import LocalInterpreterServer
 
 if TYPE_CHECKING:
     from dispatch.runner import SessionRunner
@@ -30,3 +35,13 @@ def session_runner(**overrides: Any) -> SessionRunner:
     }
     params.update(overrides)
     return SessionRunner(**params)
+
+
+@pytest.fixture(scope="module")
+def acme_interpreter() -> Iterator[LocalInterpreterServer]:
+    """A local interpreter serving acme's PUBLIC interpreter (ACME_INTERPRETER), for one module."""
+    server = LocalInterpreterServer(interpreters={ACME_INTERPRETER: "PUBLIC"}).start()
+    try:
+        yield server
+    finally:
+        server.stop()

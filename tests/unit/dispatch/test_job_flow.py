@@ -25,26 +25,16 @@ from sandbox_common import naming as n
 
 from tests.support.runner import ACME_INTERPRETER, ACME_RUNNER_ROLE, session_runner
 
-local_interpreter = pytest.importorskip("infra.local.interpreter")
-
 INTERPRETER = ACME_INTERPRETER
 RUNNER_ROLE = ACME_RUNNER_ROLE
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[Any]:
-    srv = local_interpreter.LocalInterpreterServer(interpreters={INTERPRETER: "PUBLIC"}).start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
-
-
 @pytest.fixture
 def env(
-    server, tables: dict[str, str], ddb: Any, monkeypatch: pytest.MonkeyPatch
+    acme_interpreter: Any, tables: dict[str, str], ddb: Any, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[dict[str, Any]]:
+    server = acme_interpreter
     monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_AGENTCORE", server.endpoint)
     credentials.clear_cache()
     runner = session_runner(call_timeout_seconds=2, stdout_cap_bytes=4096, stderr_cap_bytes=1024)

@@ -30,6 +30,7 @@ from dispatch.runner import credentials as runner_credentials
 
 from infra.local import eventstream as es
 from tests.support.runner import ACME_INTERPRETER, ACME_RUNNER_ROLE, session_runner
+from tests.support.runner import acme_interpreter as acme_interpreter  # a fixture of this directory
 
 INTERPRETER = ACME_INTERPRETER
 OTHER_TENANT_INTERPRETER = "sbx_test_globex_pub"

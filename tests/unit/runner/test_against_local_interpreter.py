@@ -4,13 +4,12 @@ persistent sandboxed Python per session) and moto's STS: nothing of the runner's
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from dispatch.runner import SessionGone, SessionRunner, credentials
 
 from tests.support.runner import ACME_INTERPRETER, session_runner
-
-local_interpreter = pytest.importorskip("infra.local.interpreter")
 
 INTERPRETER = ACME_INTERPRETER
 GITHUB_TOKEN = "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
@@ -18,12 +17,8 @@ AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
 
 
 @pytest.fixture(scope="module")
-def interpreter_endpoint() -> Iterator[str]:
-    server = local_interpreter.LocalInterpreterServer(interpreters={INTERPRETER: "PUBLIC"}).start()
-    try:
-        yield server.endpoint
-    finally:
-        server.stop()
+def interpreter_endpoint(acme_interpreter: Any) -> str:
+    return str(acme_interpreter.endpoint)
 
 
 @pytest.fixture

@@ -14,19 +14,13 @@ from dispatch.runner.jobs import JobRunner, JobState
 
 from tests.support.runner import ACME_INTERPRETER, session_runner
 
-local_interpreter = pytest.importorskip("infra.local.interpreter")
-
 INTERPRETER = ACME_INTERPRETER
 GITHUB_TOKEN = "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[object]:
-    srv = local_interpreter.LocalInterpreterServer(interpreters={INTERPRETER: "PUBLIC"}).start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
+def server(acme_interpreter: object) -> object:
+    return acme_interpreter
 
 
 @pytest.fixture

@@ -23,9 +23,9 @@ import pytest
 from sandbox_common import naming as n
 
 from tests.support.http import HoldingProxy
-from tests.support.stack import dispatch_workers, turn_token_for
+from tests.support.stack import dispatch_workers
 
-from .conftest import Stack, event
+from .conftest import Stack, event, get_job_event
 
 JOB = "import time\ntime.sleep(2)\nprint('survived')"
 
@@ -76,17 +76,6 @@ def _dispatch_workers(handler: str) -> list[int]:
     return found
 
 
-def _get_job(turn_id: str, job_id: str) -> dict[str, Any]:
-    return {
-        "action": "get_job",
-        "tenant_id": "acme",
-        "agent_id": "agent-7",
-        "turn_id": turn_id,
-        "job_id": job_id,
-        "turn_token": turn_token_for("acme", turn_id),
-    }
-
-
 def _rows(stack: Stack, invocation_id: str) -> list[dict[str, Any]]:
     return [r for r in stack.audit_rows("acme") if r["invocation_id"] == invocation_id]
 
@@ -113,7 +102,7 @@ def test_jobs_crash_worker_killed_while_job_runs_job_ends_with_one_row(
     time.sleep(2.5)
     # When the reaper's sweep runs, and later a get_job reaches a fresh dispatch container
     swept = end_due_jobs(time.time())
-    final = stack.dispatch(_get_job("turn-kill", submitted["job_id"]))
+    final = stack.dispatch(get_job_event("turn-kill", submitted["job_id"]))
     # Then the job ended completed with its output, and its audit row exists exactly once
     assert swept["ended"] == 1
     assert (final["status"], final["stdout"]) == ("completed", "survived\n")
@@ -145,7 +134,9 @@ def test_jobs_crash_worker_killed_while_ending_the_job_row_written_once(
     def poll_until_the_job_ended() -> None:
         # On a loaded machine the job's 2 s may not be over yet: a get_job that finds it still
         # running writes nothing (no audit row), so ask again until one observes the end.
-        while (answer := _invoke(ctx, _get_job(turn_id, submitted["job_id"]))).get("status") == "running":
+        while (answer := _invoke(ctx, get_job_event(turn_id, submitted["job_id"]))).get(
+            "status"
+        ) == "running":
             time.sleep(0.5)
         answers.append(answer)
 
@@ -166,7 +157,7 @@ def test_jobs_crash_worker_killed_while_ending_the_job_row_written_once(
     assert len(_rows(stack, submitted["invocation_id"])) == (1 if dead_put == "lands_late" else 0)
     # When the reaper's sweep runs, then a get_job and a second sweep come
     swept = end_due_jobs(time.time())
-    final = stack.dispatch(_get_job(turn_id, submitted["job_id"]))
+    final = stack.dispatch(get_job_event(turn_id, submitted["job_id"]))
     again = end_due_jobs(time.time())
     # Then the job is final, answered from the first observed outcome, and its row exists exactly once
     assert swept["ended"] == 1 and again["ended"] == 0

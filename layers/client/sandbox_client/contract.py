@@ -19,7 +19,7 @@ SANDBOX_ERROR = "SandboxError"
 MAX_CODE_BYTES = 256 * 1024  # user code, UTF-8 bytes (SPEC §11)
 FILE_ID_RE = re.compile(r"^file-[A-Za-z0-9_-]{22,64}$")  # an artifact's file_id (SPEC §14.2)
 FILE_NOT_FOUND = "Invalid request: no file with this file_id exists for this workspace."
-MCP_SERVER_NAME = "thinkwork-sandbox"
+MCP_SERVER_NAME = "thinkwork-sandbox"  # the name the MCP server gives its hosts
 # botocore's `max_attempts` counts retries; only `total_max_attempts` counts attempts: calls that
 # count, run code or are the caller's to retry are sent exactly once.
 SINGLE_ATTEMPT = {"mode": "standard", "total_max_attempts": 1}

@@ -18,6 +18,7 @@ import anyio
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from sandbox_client.contract import MCP_SERVER_NAME
 from sandbox_client.turn import SandboxTurn
 from sandbox_common import naming as n
 from sandbox_common.tool_spec import tool_definition
@@ -187,7 +188,7 @@ def test_mcp_sigterm_still_ends_the_turn_and_stops_its_session(
                 },
             }
         )
-        assert answer(1)["result"]["serverInfo"]["name"] == n.MCP_SERVER_NAME
+        assert answer(1)["result"]["serverInfo"]["name"] == MCP_SERVER_NAME
         send({"method": "notifications/initialized"})
         send(
             {

@@ -14,7 +14,7 @@ from sandbox_common import naming as n
     [
         (contract.STATUS_TOOL_CALL, n.STATUS_TOOL_CALL),
         (contract.MAX_CODE_BYTES, n.MAX_CODE_BYTES),
-        (contract.MCP_SERVER_NAME, n.MCP_SERVER_NAME),
+        (contract.MCP_SERVER_NAME, f"{n.PROJECT}-sandbox"),  # the server is named after the project
         (contract.INVALID_REQUEST, errors.SandboxInvalidRequest.__name__),
         (contract.PROVISIONING, errors.SandboxProvisioning.__name__),
         (contract.SANDBOX_ERROR, errors.SandboxError.__name__),

@@ -3,7 +3,8 @@
 The client's only dependency is boto3, so it cannot import the Lambdas' common package; each name
 it shares with dispatch is stated here once for the client, and tests/unit/client/test_contract.py
 checks that every one equals dispatch's own. Everything else the client shows the model (the tool
-definition) comes from dispatch's answers, never rebuilt here.
+definition) comes from dispatch's answers, never rebuilt here. The MCP server's name is the
+client's alone.
 """
 
 from __future__ import annotations

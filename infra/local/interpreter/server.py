@@ -48,11 +48,14 @@ python → ValidationException (AgentCore runs JS/TS; this local one does not).
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import re
+import struct
 import threading
 import uuid
+import zlib
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -60,19 +63,23 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from sandbox_common import naming
 
-from infra.local.eventstream import event_frame, event_payload_frame
+from infra.local.eventstream import event_frame, event_payload_frame, event_payload_head
 from infra.local.interpreter.isolation import IsolationUnavailable, Limits
 from infra.local.interpreter.sessions import (
     MAX_SESSION_TIMEOUT,
     NETWORK_MODES,
     READY,
     TERMINATED,
+    ClientGone,
+    InvokeOutcome,
     NotFound,
+    ProtocolViolation,
     QuotaExceeded,
     Session,
     SessionManager,
     WorkerFailure,
 )
+from infra.local.interpreter.worker import MAX_BLOCK, Frame
 
 log = logging.getLogger("local-interpreter")
 
@@ -81,9 +88,18 @@ SESSION_HEADER = "x-amzn-code-interpreter-session-id"
 CHUNK_CHARS = 64 * 1024  # text per content-only event when output is long
 MAX_BODY = 128 * 1024 * 1024
 SESSION_ID_RE = re.compile(r"^[0-9a-zA-Z]{1,40}$")
-# ToolName enum of the model; the local worker implements these.
-TOOLS = ("executeCode", "executeCommand", "readFiles", "listFiles", "removeFiles", "writeFiles")
-MODEL_TOOLS = (*TOOLS, "startCommandExecution", "getTask", "stopTask")
+# ToolName enum of the model; the local worker implements every one.
+TOOLS = (
+    "executeCode",
+    "executeCommand",
+    "readFiles",
+    "listFiles",
+    "removeFiles",
+    "writeFiles",
+    "startCommandExecution",
+    "getTask",
+    "stopTask",
+)
 
 
 class ApiError(Exception):
@@ -113,52 +129,59 @@ def _json_default(value: Any) -> Any:
     raise TypeError(type(value).__name__)
 
 
-def result_events(
-    stdout: str,
-    stderr: str,
-    exit_code: int,
-    execution_time: float,
-    content: list[dict[str, Any]] | None = None,
-    is_error: bool | None = None,
-    content_blocks: list[bytes] | None = None,
-) -> list[bytes]:
-    """The `result` events for one tool call, terminal (structured) event last. `content_blocks`:
-    a file tool's content blocks as the worker encoded them (JSON objects), sent unparsed."""
-    failed = exit_code != 0 if is_error is None else is_error
-    structured = {
-        "stdout": stdout,
-        "stderr": stderr,
-        "exitCode": exit_code,
-        "taskStatus": "failed" if failed else "completed",
-        "executionTime": round(execution_time, 6),
+def structured_content(outcome: InvokeOutcome) -> dict[str, Any]:
+    """ToolResultStructuredContent of an answer (API reference: executionTime in milliseconds)."""
+    failed = outcome_failed(outcome)
+    structured: dict[str, Any] = {
+        "stdout": outcome.stdout,
+        "stderr": outcome.stderr,
+        "taskStatus": outcome.task_status or ("failed" if failed else "completed"),
+        "executionTime": round(outcome.execution_time * 1000, 3),
     }
-    if content_blocks is not None:
+    if outcome.exit_code is not None:
+        structured["exitCode"] = outcome.exit_code
+    if outcome.task_id is not None:
+        structured["taskId"] = outcome.task_id
+    return structured
+
+
+def outcome_failed(outcome: InvokeOutcome) -> bool:
+    if outcome.is_error is not None:
+        return outcome.is_error
+    return outcome.exit_code not in (0, None)
+
+
+def result_events(outcome: InvokeOutcome) -> list[bytes]:
+    """The `result` events for one tool call, terminal (structured) event last. A file tool's
+    content blocks (`content_blocks`, as the worker encoded them) are sent unparsed."""
+    failed = outcome_failed(outcome)
+    structured = structured_content(outcome)
+    if outcome.content_blocks is not None:
+        blocks = outcome.content_blocks
         flag = b"true" if failed else b"false"
         tail = json.dumps({"structuredContent": structured, "isError": failed}).encode("utf-8")
-        if sum(len(b) for b in content_blocks) <= CHUNK_CHARS:  # short: one event, like short output
-            return [
-                event_payload_frame(
-                    "result", b'{"content": [' + b", ".join(content_blocks) + b"], " + tail[1:]
-                )
-            ]
+        if sum(len(b) for b in blocks) <= CHUNK_CHARS:  # short: one event, like short output
+            return [event_payload_frame("result", b'{"content": [' + b", ".join(blocks) + b"], " + tail[1:])]
         # Long: one content-only event per block (a file each), then the terminal event, as long
         # executeCode output is streamed: each event stays the size of one file, and botocore's
         # event-stream buffer copies its whole pending message on every 64 KiB read (quadratic).
         events = [
             event_payload_frame("result", b'{"content": [' + block + b'], "isError": ' + flag + b"}")
-            for block in content_blocks
+            for block in blocks
         ]
         events.append(event_payload_frame("result", b'{"content": [], ' + tail[1:]))
         return events
-    if content is not None:  # file tools: their own blocks, one event
+    if outcome.content is not None:  # file tools: their own blocks, one event
         return [
-            event_frame("result", {"content": content, "structuredContent": structured, "isError": failed})
+            event_frame(
+                "result", {"content": outcome.content, "structuredContent": structured, "isError": failed}
+            )
         ]
-    texts = [t for t in (stdout, stderr) if t]
+    texts = [t for t in (outcome.stdout, outcome.stderr) if t]
     if sum(len(t) for t in texts) <= CHUNK_CHARS:
-        blocks = [{"type": "text", "text": t} for t in texts]
+        blocks_ = [{"type": "text", "text": t} for t in texts]
         return [
-            event_frame("result", {"content": blocks, "structuredContent": structured, "isError": failed})
+            event_frame("result", {"content": blocks_, "structuredContent": structured, "isError": failed})
         ]
     events = [
         event_frame(
@@ -223,15 +246,22 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_stream(
         self, session_id: str, frames: list[bytes], headers: dict[str, str] | None = None
     ) -> None:
+        self._begin_stream(session_id, headers or {})
+        self._write_events(frames)
+
+    def _begin_stream(self, session_id: str, headers: dict[str, str]) -> None:
         self.send_response(200)
-        for key, value in (headers or {}).items():
+        for key, value in headers.items():
             self.send_header(key, value)
         self.send_header("Content-Type", EVENTSTREAM)
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("x-amzn-RequestId", str(uuid.uuid4()))
         self.send_header(SESSION_HEADER, session_id)
         self.end_headers()
-        for frame in frames:  # one HTTP chunk per event, as a streaming service would send them
+
+    def _write_events(self, frames: list[bytes]) -> None:
+        """The rest of the stream: one HTTP chunk per event, as a streaming service sends them."""
+        for frame in frames:
             if len(frame) <= CHUNK_CHARS:
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
             else:  # megabytes (file tools): no copy of the frame to frame it
@@ -370,29 +400,55 @@ class _Handler(BaseHTTPRequestHandler):
         name = body.get("name")
         if not name:
             raise validation("name is required", "name")
-        if name not in MODEL_TOOLS:
-            raise validation(f"name must be one of {', '.join(MODEL_TOOLS)}", "name")
+        if name not in TOOLS:
+            raise validation(f"name must be one of {', '.join(TOOLS)}", "name")
         arguments = body.get("arguments") or {}
         if not isinstance(arguments, dict):
             raise validation("arguments must be an object", "arguments")
         session = self._manager.active(identifier, self._session_id(self.headers.get(SESSION_HEADER)))
-        if name not in TOOLS:
-            raise validation(f"{name} is not supported by the local interpreter", "name")
         self._validate_arguments(name, arguments)
-        outcome = self._manager.invoke(session, name, arguments)
-        frames = result_events(
-            outcome.stdout,
-            outcome.stderr,
-            outcome.exit_code,
-            outcome.execution_time,
-            outcome.content,
-            outcome.is_error,
-            outcome.content_blocks,
-        )
+        streaming: list[bool] = []
+
+        def stream(outcome: InvokeOutcome, frame: Frame) -> None:
+            """A file tool's large answer: one event per content block, each block copied from the
+            worker's channel to the socket in bounded pieces (never held whole)."""
+            streaming.append(True)
+            self._begin_stream(session.session_id, {})
+            flag = b"true" if outcome_failed(outcome) else b"false"
+            prefix, suffix = b'{"content": [', b'], "isError": ' + flag + b"}"
+            bound = MAX_BLOCK if name == "readFiles" else 64 * 1024
+            try:
+                while (length := frame.next_block(bound)) is not None:
+                    head, total = event_payload_head("result", len(prefix) + length + len(suffix))
+                    self.wfile.write(b"%x\r\n%s" % (total, head))
+                    crc = zlib.crc32(head)
+                    for piece in itertools.chain((prefix,), frame.read_pieces(length), (suffix,)):  # lazily
+                        crc = zlib.crc32(piece, crc)
+                        self.wfile.write(piece)
+                    self.wfile.write(struct.pack(">I", crc & 0xFFFFFFFF) + b"\r\n")
+            except (BrokenPipeError, ConnectionResetError) as exc:
+                raise ClientGone() from exc
+
+        try:
+            outcome = self._manager.invoke(session, name, arguments, on_blocks=stream)
+        except ProtocolViolation as exc:
+            if streaming:  # the answer is already on its way: end it broken, never complete
+                self.close_connection = True
+                return
+            outcome = InvokeOutcome(stdout="", stderr=f"{exc}\n", exit_code=1, execution_time=0.0, died=True)
+        except ClientGone:
+            self.close_connection = True
+            return
+        if streaming:
+            outcome.content_blocks = []  # sent: only the terminal event is left
+            frames = result_events(outcome)
+            self._write_events(frames[-1:])
+            return
+        frames = result_events(outcome)
         # Local addition (SPEC §19): the exact byte counts the code wrote. The worker keeps only the
-        # first Limits.max_output_bytes of each stream, so the text alone would undercount; the
-        # model's structuredContent has no member for a count (botocore drops unknown members),
-        # response headers reach the client as ResponseMetadata.HTTPHeaders.
+        # first Limits.stdout_kept / stderr_kept bytes of each stream, so the text alone would
+        # undercount; the model's structuredContent has no member for a count (botocore drops
+        # unknown members), response headers reach the client as ResponseMetadata.HTTPHeaders.
         counts = {
             naming.LOCAL_STDOUT_BYTES_HEADER: outcome.stdout_bytes,
             naming.LOCAL_STDERR_BYTES_HEADER: outcome.stderr_bytes,
@@ -409,8 +465,10 @@ class _Handler(BaseHTTPRequestHandler):
             need("code", str)
             if arguments.get("language", "python") != "python":
                 raise validation("the local interpreter runs python only", "arguments.language")
-        elif name == "executeCommand":
+        elif name in ("executeCommand", "startCommandExecution"):
             need("command", str)
+        elif name in ("getTask", "stopTask"):
+            need("taskId", str)
         elif name == "writeFiles":
             need("content", list)
             for item in arguments["content"]:

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
+from sandbox_common import naming
 
-from infra.local.interpreter import LocalInterpreterServer, wait_ready
+from infra.local.interpreter import Limits, LocalInterpreterServer, wait_ready
 from tests.integration.interpreter._helpers import OTHER_CI, PUBLIC_CI, invoke, make_client
 
 
@@ -120,8 +121,8 @@ def test_execute_code_stdout_wrapper_installed_once_persists(client: Any, sessio
 
 
 def test_execute_code_long_output_streams_several_events(client: Any, session: str) -> None:
-    # Given / When output larger than one event's chunk
-    result, events, _ = invoke(
+    # Given / When output larger than one event's chunk, stderr beyond what the interpreter keeps
+    result, events, headers = invoke(
         client, PUBLIC_CI, session, "print('a' * 200_000)\nimport sys; print('e' * 70_000, file=sys.stderr)"
     )
 
@@ -130,7 +131,9 @@ def test_execute_code_long_output_streams_several_events(client: Any, session: s
     assert all("structuredContent" not in e for e in events[:-1])
     assert events[-1]["content"] == []
     assert result["stdout"] == "a" * 200_000 + "\n"
-    assert result["stderr"] == "e" * 70_000 + "\n"
+    # And stderr is kept up to its cap plus the redaction margin, counted in full
+    assert result["stderr"] == "e" * Limits().stderr_kept
+    assert headers[naming.LOCAL_STDERR_BYTES_HEADER] == "70001"
     text = "".join(block["text"] for e in events for block in e["content"])
     assert text == result["stdout"] + result["stderr"]  # a parser adding both would double-count
 

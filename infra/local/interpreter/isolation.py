@@ -275,12 +275,17 @@ def _bwrap_problem() -> str | None:
     return None
 
 
-def probe(strategy: str = "auto", *, allow_unisolated: bool = False) -> IsolationPlan:
+def probe(
+    strategy: str = "auto", *, allow_unisolated: bool = False, disk_kind: str = "auto"
+) -> IsolationPlan:
     """The plan for `strategy`: `auto` isolates with bwrap, else refuses every session, unless
     `allow_unisolated` (the operator's SANDBOX_LOCAL_UNISOLATED=1); `bwrap` raises at once when it
-    cannot work; `unisolated` is the explicit escape hatch."""
+    cannot work; `unisolated` is the explicit escape hatch. `disk_kind`: the session disk's kind
+    (disk.py), `auto` is the best this host supports."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown isolation {strategy!r}; known: {', '.join(STRATEGIES)}")
+    if disk_kind not in ("auto", *disk.KINDS):
+        raise ValueError(f"unknown disk kind {disk_kind!r}; known: auto, {', '.join(disk.KINDS)}")
     if strategy == "unisolated":
         return IsolationPlan("unisolated")
     problem = _bwrap_problem()
@@ -293,7 +298,7 @@ def probe(strategy: str = "auto", *, allow_unisolated: bool = False) -> Isolatio
             "bwrap",
             public_unavailable=public,
             cgroups=cgroups.detect(),
-            disk=disk.probe(),
+            disk=disk.probe() if disk_kind == "auto" else disk_kind,
             bwrap=os.path.realpath(shutil.which("bwrap") or "bwrap"),
         )
     if strategy == "bwrap":

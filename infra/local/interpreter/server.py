@@ -79,6 +79,7 @@ from infra.local.interpreter.sessions import (
     SessionManager,
     WorkerFailure,
 )
+from infra.local.interpreter.uids import UidAllocator
 from infra.local.interpreter.worker import MAX_BLOCK, Frame
 
 log = logging.getLogger("local-interpreter")
@@ -481,7 +482,10 @@ class _Handler(BaseHTTPRequestHandler):
         interpreter_id, mode = body.get("interpreterId"), body.get("networkMode")
         if not isinstance(interpreter_id, str) or mode not in NETWORK_MODES:
             raise validation("interpreterId and networkMode (PUBLIC|SANDBOX) are required")
-        self._manager.register_interpreter(interpreter_id, mode)
+        try:
+            self._manager.register_interpreter(interpreter_id, mode)
+        except ValueError as exc:
+            raise validation(str(exc), "interpreterId") from exc
         self._send_json({"interpreterId": interpreter_id, "networkMode": mode})
 
 
@@ -514,6 +518,8 @@ class LocalInterpreterServer:
         python: str | None = None,
         max_sessions: int = 64,
         reap_interval: float = 0.2,
+        disk_kind: str = "auto",
+        uids: UidAllocator | None = None,
     ) -> None:
         self._port = port
         self.manager = SessionManager(
@@ -525,6 +531,8 @@ class LocalInterpreterServer:
             python=python,
             max_sessions=max_sessions,
             reap_interval=reap_interval,
+            disk_kind=disk_kind,
+            uids=uids,
         )
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None

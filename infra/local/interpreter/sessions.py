@@ -44,6 +44,11 @@ from infra.local.interpreter.uids import NoFreeUid, UidAllocator, UidLease
 log = logging.getLogger("local-interpreter")
 
 NETWORK_MODES = ("PUBLIC", "SANDBOX")
+# AgentCore's system interpreter, the official SDK's default identifier: built into every local
+# interpreter as a PUBLIC one (docs/decisions.md). It is no tenant's interpreter: the local stack
+# registers each tenant's own, and nothing may register this name.
+DEFAULT_INTERPRETER_ID = "aws.codeinterpreter.v1"
+BUILTIN_INTERPRETERS = {DEFAULT_INTERPRETER_ID: "PUBLIC"}
 READY, TERMINATED = "READY", "TERMINATED"
 DEFAULT_SESSION_TIMEOUT = 900
 MAX_SESSION_TIMEOUT = 28_800
@@ -172,11 +177,15 @@ class SessionManager:
         max_sessions: int = 64,
         base_dir: str | None = None,
         reap_interval: float = 0.2,
+        disk_kind: str = "auto",
+        uids: UidAllocator | None = None,
     ) -> None:
         self.limits = limits or Limits()
         if allow_unisolated is None:  # the operator's explicit escape hatch (SPEC §18)
             allow_unisolated = os.environ.get(naming.ENV_LOCAL_UNISOLATED) == "1"
-        self.plan = isolation.probe(isolation_strategy, allow_unisolated=allow_unisolated)
+        self.plan = isolation.probe(
+            isolation_strategy, allow_unisolated=allow_unisolated, disk_kind=disk_kind
+        )
         self.isolation = self.plan.strategy
         self.python = python or isolation.default_python()
         # The Python layer every session's disk starts with (disk.py), built once per server.
@@ -191,7 +200,7 @@ class SessionManager:
                     f"{naming.REASON_ISOLATION_UNAVAILABLE}: the session Python {self.python} does not"
                     f" run: {exc}"
                 ) from exc
-        self._uids = UidAllocator()
+        self._uids = uids or UidAllocator()
         self.max_sessions = max_sessions
         self.base_dir = base_dir
         self._lock = threading.RLock()
@@ -220,13 +229,15 @@ class SessionManager:
             raise ValueError(f"network_mode must be one of {NETWORK_MODES}, got {network_mode!r}")
         if not interpreter_id or "/" in interpreter_id:
             raise ValueError(f"invalid interpreter id {interpreter_id!r}")
+        if interpreter_id in BUILTIN_INTERPRETERS:
+            raise ValueError(f"{interpreter_id} is built in (a PUBLIC interpreter of no tenant)")
         with self._lock:
             self._interpreters[interpreter_id] = network_mode
 
     def interpreters(self) -> dict[str, str]:
         self._load_registry()
         with self._lock:
-            return {**self._file_interpreters, **self._interpreters}
+            return {**self._file_interpreters, **self._interpreters, **BUILTIN_INTERPRETERS}
 
     def _load_registry(self, strict: bool = False) -> None:
         """The registry file ({"<interpreter id>": "PUBLIC"|"SANDBOX", ...}) is re-read when it

@@ -322,9 +322,9 @@ class _Relay(threading.Thread):
     process, i.e. through the in-session redactor when the readiness preamble installed it — as
     UTF-8 text (invalid bytes replaced, as Python's own output would be), flushed at EOF."""
 
-    def __init__(self, fd: int, stream: Any, raw_fd: int) -> None:
+    def __init__(self, fd: int, stream: Any, raw_fd: int, push: bool = False) -> None:
         super().__init__(daemon=True)
-        self.fd, self.stream, self.raw_fd = fd, stream, raw_fd
+        self.fd, self.stream, self.raw_fd, self.push = fd, stream, raw_fd, push
         self.keep = True
 
     def _write(self, text: str) -> None:
@@ -344,6 +344,8 @@ class _Relay(threading.Thread):
                 if not chunk:
                     break
                 self._write(decoder.decode(chunk))
+                if self.push:
+                    _push(self.stream)
             self._write(decoder.decode(b"", final=True))
             if self.keep:
                 try:
@@ -354,8 +356,21 @@ class _Relay(threading.Thread):
             os.close(self.fd)
 
 
+def _push(stream: Any) -> None:
+    """Let a redacting stream's text out as far as it is safe now (its rolling hold-back kept, so
+    a token still being written is never split): a background command's output is then visible
+    to getTask while it runs, not only once it ends."""
+    text, drain = getattr(stream, "_text", None), getattr(stream, "_drain", None)
+    if text is not None and callable(drain):
+        try:
+            text.flush()
+            drain(False)
+        except Exception:
+            pass
+
+
 def start_script(
-    script: str, out: Any, err: Any, out_fd: int, err_fd: int
+    script: str, out: Any, err: Any, out_fd: int, err_fd: int, push: bool = False
 ) -> tuple[subprocess.Popen[bytes], list[_Relay]]:
     """Run `script` with bash, as a child of this process: in its working directory, with its
     environment, stdin /dev/null; the script travels on a pipe (`bash /dev/fd/N`), so it is never
@@ -393,7 +408,7 @@ def start_script(
             os.close(script_w)
 
     threading.Thread(target=feed, daemon=True).start()
-    relays = [_Relay(out_r, out, out_fd), _Relay(err_r, err, err_fd)]
+    relays = [_Relay(out_r, out, out_fd, push), _Relay(err_r, err, err_fd, push)]
     for relay in relays:
         relay.start()
     return proc, relays
@@ -471,7 +486,7 @@ class Task:
         self.started = time.perf_counter()
         self.ended: float | None = None
         self.canceled = False
-        self.proc, self.relays = start_script(script, self.streams[0], self.streams[1], -1, -1)
+        self.proc, self.relays = start_script(script, self.streams[0], self.streams[1], -1, -1, push=True)
 
     def poll(self) -> int | None:
         code = self.proc.poll()

@@ -8,12 +8,20 @@ Strategy `bwrap` (bubblewrap, run by root):
 - new mount, pid, ipc, uts, cgroup and network namespaces. The file system is an empty root with
   read-only binds of the system directories, a short list of /etc files (never /etc/shadow), the
   session's Python installation and the worker script only: not the repository, not the host's
-  home, not the local stack's state directory, not another session's workspace. /tmp is a private
-  size-limited tmpfs; /workspace is the session's own directory (mode 0700, owned by its uid).
-  /proc shows the session's own pid namespace only. The environment is cleared.
+  home, not the local stack's state directory, not another session's workspace. /workspace (mode
+  0700, owned by its uid), /tmp and /opt/session-python (its Python layer) are parts of the
+  session's own disk (disk.py: one file system bounded in bytes and files, mounted in a mount
+  namespace of the session's own before bubblewrap starts). /proc shows the session's own pid
+  namespace only. The environment is cleared and set (session_env).
 - the worker runs as an unprivileged uid of its own (uids.py: unique per live session on this
   machine), with no capabilities (empty bounding set) and no_new_privs, so it cannot write the
   read-only binds (worker.py included), raise its limits, or gain privileges through setuid files.
+- in a user namespace of its own that maps only that uid (to itself), created last, as that uid,
+  by a second bwrap with --disable-userns: code in the session cannot create a user namespace
+  (nor the unprivileged mounts and namespace capabilities one would bring), and the kernel
+  keyrings a process reaches by name (user, user-session; the session keyring falls back to the
+  latter) belong to that namespace: they die with the session and a later session given the
+  same uid starts with empty ones.
 - network: its own namespace; nothing but loopback for SANDBOX; user-mode egress for PUBLIC
   (network.py: slirp4netns with the host's loopback and the host's own addresses fenced off).
 - limits: memory summed over all the session's processes and a task count by cgroup v1 when this

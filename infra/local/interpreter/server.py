@@ -2,7 +2,8 @@
 
 It speaks the `bedrock-agentcore` rest-json protocol exactly as the botocore service model
 (`botocore/data/bedrock-agentcore/2024-02-28/service-2.json`) describes it, so the unmodified
-boto3 client works with only `endpoint_url` changed (request signatures are not checked):
+boto3 client (and the official SDK, pointed here with its endpoint settings) works with only the
+endpoint changed (request signatures are not checked):
 
 | operation | HTTP (path under /code-interpreters/{id}) | inputs |
 |---|---|---|
@@ -13,37 +14,49 @@ boto3 client works with only `endpoint_url` changed (request signatures are not 
 | GetCodeInterpreterSession | GET sessions/get | query sessionId |
 | ListCodeInterpreterSessions | POST sessions/list | body: maxResults, nextToken, status |
 
+Every tool of the model's ToolName enum is implemented: executeCode (python), executeCommand,
+readFiles, writeFiles, listFiles, removeFiles, and the background commands startCommandExecution
+(`arguments.command`) / getTask / stopTask (`arguments.taskId`); worker.py says what each does.
+`{id}` may be a registered interpreter, its ARN, or `aws.codeinterpreter.v1`, AgentCore's system
+interpreter and the SDK's default, built in as a PUBLIC interpreter of no tenant.
+
 Errors are `x-amzn-errortype: <Name>` + JSON `{"message": ...}` with the model's HTTP status
 (ResourceNotFoundException 404, ValidationException 400 with `reason`, ServiceQuotaExceeded 402,
 InternalServerException 500). InvokeCodeInterpreter answers `application/vnd.amazon.eventstream`:
 `result` events as AgentCore sends them (API reference, CodeInterpreterResult /
 ToolResultStructuredContent): text content blocks with the output and a terminal event whose
-`structuredContent` carries stdout, stderr, exitCode, taskStatus, executionTime (seconds), with
-`isError` true iff exitCode != 0. Output over one chunk is streamed as several content-only
-events before the terminal one, so a client that counts text blocks *and* structured content
-counts twice — exactly the bug the runner must not have. File tools' answers over one chunk are
-streamed the same way, one content-only event per file (readFiles of large files).
+`structuredContent` carries stdout, stderr, exitCode, taskStatus, executionTime (milliseconds,
+as the API reference gives it), and taskId for the task tools, with `isError` true iff exitCode
+!= 0 (or the tool failed). Output over one chunk is streamed as several content-only events
+before the terminal one, so a client that counts text blocks *and* structured content counts
+twice — exactly the bug the runner must not have. File tools' answers over one chunk are
+streamed the same way, one content-only event per file, copied from the session's channel to the
+socket in bounded pieces. A session whose answer breaks the channel's bounds is ended, and the
+call answers exitCode 1 with the reason on stderr.
 
 Local additions, not part of AgentCore: `GET /ping` (health, 200),
 `POST /_local/interpreters` (`{"interpreterId": ..., "networkMode": "PUBLIC"|"SANDBOX"}`),
-`GET /_local/isolation` (the isolation in force, isolation.IsolationPlan.describe), the
-structuredContent members `stdoutBytes`/`stderrBytes` (exact byte counts, SPEC §19), and Start
+`GET /_local/isolation` (the isolation in force, isolation.IsolationPlan.describe), the response
+headers `x-sandbox-local-stdout-bytes` / `-stderr-bytes` (exact byte counts, SPEC §19), and Start
 refused with AccessDeniedException (403) `isolation_unavailable: ...` when the session cannot be
 isolated (SPEC §18).
 
 Sources (checked with the docs search, Nov 2026):
 - URIs, locations, shapes, error statuses: the botocore model above (the source of truth here).
 - Result event shape: docs.aws.amazon.com/bedrock-agentcore/latest/APIReference/
-  API_CodeInterpreterResult.html and API_CodeInterpreterStreamOutput.html; a public project's
-  recorded live response shows one event `{"content": [{"type": "text", ...}], "structuredContent":
-  {"stdout", "stderr", "exitCode", "executionTime": 0.07}, "isError": false}` (seconds).
+  API_CodeInterpreterResult.html and API_CodeInterpreterStreamOutput.html; executionTime's unit:
+  API_ToolResultStructuredContent.html ("in milliseconds", as the botocore model says). A public
+  project's recorded live response shows `"executionTime": 0.07` for a trivial call, which reads
+  like seconds: the reference is followed here.
 - Lifecycle: StopCodeInterpreterSession doc ("Once stopped, a session cannot be restarted"); the
   devguide's code-interpreter-session-characteristics page (900 s default, several independent
   sessions per interpreter); statuses READY|TERMINATED (model enum, boto/boto3#4701).
 Assumed where nothing public says it (change here if AWS is observed to differ): error message
 texts; `taskStatus` "failed" for a non-zero exit; which text goes in content blocks (stdout, then
 stderr); Stop of an already-terminated session → ResourceNotFoundException; language other than
-python → ValidationException (AgentCore runs JS/TS; this local one does not).
+python → ValidationException (AgentCore runs JS/TS; this local one does not); the task tools'
+answers (start: taskStatus `working`; getTask of a running task: its output so far, no exitCode;
+an unknown taskId: a tool error, isError true, naming it).
 """
 
 from __future__ import annotations

@@ -1,23 +1,28 @@
-"""One Code Interpreter session: a persistent Python process that runs code on request.
+"""One Code Interpreter session: a persistent Python process that runs code and commands on request.
 
 This file is executed *inside* the sandbox (bubblewrap) as a script, so it is stdlib-only and
 imports nothing from the project. The server imports it only for the frame helpers
-(`send_frame`, `recv_frame`), which both sides must agree on.
+(`send_frame`, `recv_frame`, `Frame`), which both sides must agree on.
 
-Protocol: requests and responses are length-prefixed frames ([u32 big-endian JSON length][u32
-raw length][ASCII JSON][raw bytes]) on two dedicated pipe fds, never on stdout/stderr, so nothing
-user code prints can corrupt the channel. The first frame the worker sends is
-`{"ready": true, "pid": ...}`. The raw part carries a file tool's content blocks, each already
-encoded as JSON (`RAW_KEY`, a list of bytes; their sizes travel in the JSON as `RAW_SIZES_KEY`):
-the server sends each as its own event without parsing it, so a 20 MiB readFiles answer is
-JSON-encoded once, here, and decoded once, by the client (measured: parsing and re-encoding it in
-the server cost ~0.2 s per 8 MiB). The worker shares its process with user code, so the raw part
-is exactly as trustworthy as every other answer of this session: the server never parses it and
-frames it itself.
+Protocol: requests and answers are frames on two dedicated pipe fds, never on stdout/stderr, so
+nothing user code prints can corrupt the channel: [u32 big-endian JSON length][u32 raw length]
+[ASCII JSON][raw part], the raw part a sequence of blocks, each [u32 length][bytes]. The first
+frame the worker sends is `{"ready": true, "pid": ...}`. An answer's JSON holds scalars and short
+messages only (at most MAX_JSON); its raw blocks hold what may be large:
+- executeCode, executeCommand and the task tools: two blocks, the kept stdout and stderr bytes
+  (at most --stdout-kept / --stderr-kept: the caps plus a redaction margin), the exact counts in
+  the JSON;
+- readFiles / listFiles: one block per file or entry, each a content block already encoded as
+  JSON, which the server sends as its own event without parsing it (a 20 MiB readFiles answer is
+  JSON-encoded once, here, and decoded once, by the client).
+The worker shares its process with user code, which can write to these fds too: the server reads
+every length against its bound before it reads what follows, and a frame outside the bounds ends
+the session (sessions.py). The raw part is as trustworthy as every other answer of the session.
 
 Semantics copied from AgentCore (a Jupyter-like kernel):
 - one globals dict for the whole session: variables and imports survive between calls;
-- a trailing expression is displayed (`sys.displayhook`), as a notebook cell does;
+- a trailing expression is displayed (`sys.displayhook`, through `sys.stdout`), as a notebook cell
+  does, and counted like any other output;
 - an uncaught exception gives exit code 1 and the traceback (user frames only) on stderr;
   `sys.exit(n)` gives n; the session survives both;
 - `MemoryError` reaching the top level gives exit code 137 (what an OOM kill reports) and the
@@ -26,7 +31,23 @@ Semantics copied from AgentCore (a Jupyter-like kernel):
 Output is captured at the file-descriptor level (fd 1 / fd 2 point at per-call pipes), so output
 of subprocesses and C extensions is captured too, and `sys.stdout` / `sys.stderr` stay the *same
 objects* across calls: the readiness preamble (SPEC §6.2) wraps them once and the wrapper must
-still be in place for every later call.
+still be in place for every later call. The byte counts are of what reaches fd 1 / fd 2, i.e. of
+what left the in-session redactor (SPEC §22).
+
+Commands (the wire contract a session runner uses for a shell script, SPEC §20):
+`InvokeCodeInterpreter(name="executeCommand", arguments={"command": <script, byte-exact>})`. The
+script runs to its end with the system's bash (`bash /dev/fd/N`: the script travels on a pipe, so
+it is never an argument, limited to 128 KiB, nor stdin, which is /dev/null) as a child of this
+process, in its current directory and with its environment: the same working directory, files,
+PATH (the session's Python layer first: `python`, `python3`, `pip` are the ones code runs on) and
+isolation as code. Its stdout / stderr are relayed through this process's `sys.stdout` /
+`sys.stderr`, so through the in-session redactor exactly as Python output is, and counted as they
+leave it. The answer is executeCode's: stdout, stderr, exitCode (bash's status, 128 + signal when
+killed), isError iff exitCode != 0, the exact byte counts. `startCommandExecution` runs the same
+way in the background (its own process group): the answer carries taskId and taskStatus
+`working`; `getTask` answers the output so far (redacted by a copy of the session's redactor,
+pushed out as it is written, never splitting a token), then `completed` / `failed` with exitCode;
+`stopTask` kills the task and everything it started (`canceled`).
 """
 
 from __future__ import annotations

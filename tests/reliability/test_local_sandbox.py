@@ -7,23 +7,34 @@ what was observed): the figures come from this run.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import platform
 import secrets
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from botocore.exceptions import ClientError
 from sandbox_common import naming as n
 
 from infra.local.interpreter import Limits, LocalInterpreterServer, network
 from infra.local.interpreter.isolation import WORKER_PATH
-from infra.local.interpreter.uids import UID_BASE, UID_COUNT, UidAllocator
+from infra.local.interpreter.uids import (
+    UID_BASE,
+    UID_COUNT,
+    NoFreeUid,
+    UidAllocator,
+    uids_with_keys,
+    uids_with_processes,
+)
 from tests.integration.interpreter._helpers import PUBLIC_CI, SANDBOX_CI, invoke, make_client
 from tests.support.stack import Stack, close_stack, event, open_stack, stack  # noqa: F401 - fixture
 
@@ -494,9 +505,37 @@ print(json.dumps({"uid": os.getuid(), "found": found, "by_serial": by_serial, "l
 )
 
 
+def _spare_uid() -> int:
+    """A uid past the shared range with no process, no kernel key and no lease: this test's own."""
+    taken = uids_with_processes() | uids_with_keys()
+    start = UID_BASE + UID_COUNT + secrets.randbelow(4096)  # tests beside this one pick elsewhere
+    for uid in range(start, start + 4096):
+        if uid not in taken:
+            probe = UidAllocator(base=uid, count=1)
+            try:
+                probe.lease().release()
+            except NoFreeUid:  # leased by a test running beside this one
+                continue
+            return uid
+    raise AssertionError("no spare uid")
+
+
+def _start_when_a_uid_is_free(client: Any, interpreter: str, timeout: float = 60.0) -> str:
+    """Start, waiting while every session uid is held (402) — e.g. until the kernel has
+    collected the keys of the session that had it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return _start(client, interpreter)
+        except client.exceptions.ServiceQuotaExceededException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def test_local_sandbox_kernel_keyring_dies_with_its_session(record: Any) -> None:
     # Given an interpreter with a single session uid: consecutive sessions get the same uid
-    uids = UidAllocator(base=UID_BASE + UID_COUNT, count=1)  # past the shared range: this test's own
+    uids = UidAllocator(base=_spare_uid(), count=1)
     with LocalInterpreterServer(interpreters={SANDBOX_CI: "SANDBOX"}, uids=uids) as srv:
         client = make_client(srv.endpoint)
         victim = _start(client, SANDBOX_CI)
@@ -504,7 +543,7 @@ def test_local_sandbox_kernel_keyring_dies_with_its_session(record: Any) -> None
         added = json.loads(invoke(client, SANDBOX_CI, victim, _ADD_KEYS)[0]["stdout"])
         client.stop_code_interpreter_session(codeInterpreterIdentifier=SANDBOX_CI, sessionId=victim)
         # and the next session, of another tenant, with the same uid, looks for them
-        attacker = _start(client, SANDBOX_CI)
+        attacker = _start_when_a_uid_is_free(client, SANDBOX_CI)
         code = f"SERIALS = {added['keys']!r}\n" + _FIND_KEYS
         seen = json.loads(invoke(client, SANDBOX_CI, attacker, code)[0]["stdout"])
     record(
@@ -525,6 +564,62 @@ def test_local_sandbox_kernel_keyring_dies_with_its_session(record: Any) -> None
     assert seen["uid"] == added["uid"]
     assert seen["found"] == {} and seen["listed"] == []
     assert all(isinstance(v, int) and v < 0 for v in seen["by_serial"].values()), seen["by_serial"]
+
+
+_PIN_KEY = (  # a key of the session's own, that anyone may link elsewhere
+    _KEYS
+    + """
+serial = call(ADD_KEY, b"user", b"lci-pinned", b"victim-secret", 13, RINGS["user"])
+call(KEYCTL, SETPERM, serial, 0x3F3F3F3F)  # anyone may link it elsewhere
+print(json.dumps({"uid": os.getuid(), "serial": serial, "read": read(serial)}))
+"""
+)
+
+
+def test_local_sandbox_a_key_kept_alive_outside_its_session_holds_its_uid_back(record: Any) -> None:
+    # Given a keyring held by a process outside every session (here: this test)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    add_key, keyctl = {"x86_64": (248, 250), "aarch64": (217, 219)}[platform.machine()]
+    holder = libc.syscall(add_key, b"keyring", b"lci-holder", None, 0, -2)  # in this process's keyring
+    assert holder > 0
+    uid = _spare_uid()
+    try:
+        with LocalInterpreterServer(
+            interpreters={SANDBOX_CI: "SANDBOX"}, uids=UidAllocator(base=uid, count=1)
+        ) as srv:
+            client = make_client(srv.endpoint)
+            # When a session's key is linked into it (the session allowed anyone to), and the session ends
+            first = _start(client, SANDBOX_CI)
+            pinned = json.loads(invoke(client, SANDBOX_CI, first, _PIN_KEY)[0]["stdout"])
+            linked = libc.syscall(keyctl, 8, pinned["serial"], holder)  # KEYCTL_LINK
+            client.stop_code_interpreter_session(codeInterpreterIdentifier=SANDBOX_CI, sessionId=first)
+            # Then its uid serves no session while the key lives (the only uid: Start is refused) ...
+            with pytest.raises(ClientError) as held:
+                _start(client, SANDBOX_CI)
+            keys_left = uid in uids_with_keys()
+            # ... and serves again once the key is gone
+            libc.syscall(keyctl, 21, holder)  # KEYCTL_INVALIDATE: the holder and its links go
+            later = _start_when_a_uid_is_free(client, SANDBOX_CI)
+            later_uid = srv.session(later).uid  # type: ignore[union-attr]
+            seen = json.loads(
+                invoke(
+                    client, SANDBOX_CI, later, f"SERIALS = {{'pinned': {pinned['serial']}}}\n" + _FIND_KEYS
+                )[0]["stdout"]
+            )
+    finally:
+        libc.syscall(keyctl, 21, holder)  # never leave the holder behind
+    record(
+        "local_isolation",
+        attack="keep a key alive after the session (linked into a keyring held outside it); read it from"
+        " the next session with that uid",
+        mode="SANDBOX",
+        observed=f"key of uid {pinned['uid']} pinned: next Start {held.value.response['Error']['Code']} while"
+        f" it lived; after it went, uid {later_uid} read by serial -> {seen['by_serial']['pinned']}",
+    )
+    assert pinned["read"] == "victim-secret" and pinned["uid"] == uid and linked == 0 and keys_left
+    assert held.value.response["Error"]["Code"] == "ServiceQuotaExceededException"
+    assert later_uid == uid and seen["by_serial"]["pinned"] < 0 and seen["listed"] == []
 
 
 _USERNS = """

@@ -440,7 +440,7 @@ class _Handler(BaseHTTPRequestHandler):
                         crc = zlib.crc32(piece, crc)
                         self.wfile.write(piece)
                     self.wfile.write(struct.pack(">I", crc & 0xFFFFFFFF) + b"\r\n")
-            except (BrokenPipeError, ConnectionResetError) as exc:
+            except OSError as exc:  # the caller's socket (a broken channel is a ProtocolError)
                 raise ClientGone() from exc
 
         try:

@@ -667,9 +667,7 @@ class Kernel:
             del self.tasks[key]
         task = Task(str(uuid.uuid4()), args.get("command", ""), self.stdout_limit, self.stderr_limit)
         self.tasks[task.task_id] = task
-        result, blocks = task.answer()
-        result["content_text"] = f"Task {task.task_id} started"
-        return result, blocks
+        return task.answer()
 
     def _task(self, args: dict[str, Any]) -> Task | None:
         return self.tasks.get(str(args.get("taskId", "")))

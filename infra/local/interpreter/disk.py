@@ -121,12 +121,8 @@ else
     mount -t tmpfs -o "size=${size_mb}m,nr_inodes=${files},mode=0700,uid=${uid},gid=${uid},nosuid,nodev" \\
         lci-session-disk "$mnt"
 fi
-mkdir -m 0700 "$mnt/workspace"
-mkdir -m 1777 "$mnt/tmp"
-cp -a "$template/python" "$mnt/python"
-chown -R "$uid:$uid" "$mnt/workspace" "$mnt/tmp" "$mnt/python"
-chown "$uid:$uid" "$mnt"
-chmod 0700 "$mnt"
+cp -a "$template/." "$mnt/"
+chown -R "$uid:$uid" "$mnt"
 exec "$@"
 """
 
@@ -188,10 +184,15 @@ def runtime_info(python: str) -> RuntimeInfo:
 
 
 def build_template(python: str, directory: str) -> RuntimeInfo:
-    """`directory/python`: the session Python layer every session's disk starts with (see above).
-    Every path in it is absolute into the runtime or relative to itself, so it works wherever the
-    disk is mounted."""
+    """`directory`: what every session's disk starts with (copied in, then owned by the session's
+    uid): an empty `workspace/` (0700) and `tmp/` (1777), and the session Python layer `python/`
+    (see above). Every path in the layer is absolute into the runtime or relative to itself, so it
+    works wherever the disk is mounted."""
     info = runtime_info(python)
+    os.chmod(directory, 0o700)
+    for name, mode in (("workspace", 0o700), ("tmp", 0o1777)):
+        os.mkdir(os.path.join(directory, name))
+        os.chmod(os.path.join(directory, name), mode)
     layer = Path(directory, "python")
     site = layer / "lib" / f"python{info.version}" / "site-packages"
     (layer / "bin").mkdir(parents=True)

@@ -338,11 +338,7 @@ class SessionManager:
         if self.plan.strategy == "bwrap":
             self._prepare_bwrap(session)
         else:  # unisolated: the session's directories on the host, unbounded
-            os.mkdir(os.path.join(session.root, "workspace"), 0o700)
-            os.mkdir(os.path.join(session.root, "tmp"), 0o700)
-            shutil.copytree(
-                os.path.join(self.template, "python"), os.path.join(session.root, "python"), symlinks=True
-            )
+            shutil.copytree(self.template, session.root, symlinks=True, dirs_exist_ok=True)
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
         for fd in (req_w, resp_w):

@@ -623,12 +623,13 @@ def test_local_sandbox_a_key_kept_alive_outside_its_session_holds_its_uid_back(r
 
 
 _USERNS = """
-import ctypes, json, subprocess
-libc = ctypes.CDLL(None, use_errno=True)
-CLONE_NEWUSER = 0x10000000
-rc = libc.unshare(CLONE_NEWUSER)
+import json, subprocess, sys
+# unshare(CLONE_NEWUSER) from a single-threaded process (the worker has threads: EINVAL there)
+raw = subprocess.run([sys.executable, "-c", "import ctypes; libc = ctypes.CDLL(None, use_errno=True); "
+                      "print(libc.unshare(0x10000000), ctypes.get_errno())"], capture_output=True, text=True)
+rc, errno_ = (int(x) for x in raw.stdout.split())
 shell = subprocess.run(["unshare", "-Ur", "id"], capture_output=True, text=True)
-print(json.dumps({"unshare": rc, "errno": ctypes.get_errno(),
+print(json.dumps({"unshare": rc, "errno": errno_,
                   "unshare_Ur": shell.returncode, "err": shell.stderr.strip()}))
 """
 
@@ -647,7 +648,7 @@ def test_local_sandbox_session_cannot_create_a_user_namespace(record: Any) -> No
         f" `unshare -Ur` exit {seen['unshare_Ur']}:"
         f" {seen['err']}",
     )
-    # Then both fail
+    # Then both fail (ENOSPC: the session's namespace allows no nested one)
     assert seen["unshare"] == -1 and seen["errno"] > 0
     assert seen["unshare_Ur"] != 0
 

@@ -714,3 +714,36 @@ def test_local_sandbox_disk_is_bounded_in_bytes_and_files(kind: str, record: Any
     # And the host gave it at most its disk, which is gone with the session
     assert host_used <= 72 << 20
     assert not os.path.exists(root)
+
+
+_WRITE_400 = """
+import os
+with open('/workspace/f', 'wb') as f:
+    for _ in range(400):
+        f.write(b'x' * (1 << 20))
+print(os.path.getsize('/workspace/f') >> 20)
+"""
+
+
+@pytest.mark.parametrize(("kind", "survives"), [("ext4", True), ("tmpfs", False)])
+def test_local_sandbox_disk_pages_count_against_the_session_memory(
+    kind: str, survives: bool, record: Any
+) -> None:
+    # Given sessions limited to 256 MiB of memory with a 512 MiB disk
+    limits = Limits(memory_mb=256, disk_mb=512)
+    with LocalInterpreterServer(interpreters={SANDBOX_CI: "SANDBOX"}, limits=limits, disk_kind=kind) as srv:
+        if srv.manager.plan.cgroups is None:
+            pytest.skip("no writable cgroup v1 memory+pids here: whole-session memory is not enforced")
+        client = make_client(srv.endpoint)
+        # When the code writes 400 MiB to its disk
+        result = invoke(client, SANDBOX_CI, _start(client, SANDBOX_CI), _WRITE_400)[0]
+    record(
+        "local_isolation",
+        attack="write 400 MiB to the disk of a session limited to 256 MiB of memory",
+        mode=f"SANDBOX ({kind})",
+        observed=f"exit {result['exitCode']}; {result['stdout'].strip() or 'nothing'} MiB written",
+    )
+    # Then ext4's page cache is reclaimed (the write completes); tmpfs pages are the session's
+    # memory (charged to its cgroup), so the memory limit stops it first
+    assert (result["exitCode"] == 0 and result["stdout"].strip() == "400") is survives, result
+    assert survives or result["exitCode"] == 137

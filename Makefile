@@ -8,7 +8,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_VERSION_CHECK := 1
 
-.PHONY: help install os-deps session-runtime demo test synth synth-all bench lint reliability clean
+.PHONY: help install os-deps session-runtime demo test synth synth-all bench lint reliability client-layer clean
 
 help:
 	@echo "make demo        install, synthesize every stage, run one agent turn on the local stack"
@@ -18,6 +18,7 @@ help:
 	@echo "make bench       full benchmarks (JSON lines)"
 	@echo "make lint        ruff format --check, ruff (E501 at 110 columns), mypy"
 	@echo "make reliability full fault/fuzz/concurrency suite; writes tests/reliability/REPORT.md"
+	@echo "make client-layer  the agent client (layers/client) as a Lambda layer zip: .build/sandbox-client-layer.zip"
 
 install: .venv/.installed node_modules/.installed
 
@@ -42,10 +43,10 @@ os-deps:
 	  exit 1; \
 	fi
 
-.venv/.installed: pyproject.toml constraints.txt
+.venv/.installed: pyproject.toml layers/client/pyproject.toml constraints.txt
 	python3 -m venv .venv
 	.venv/bin/pip install -q --disable-pip-version-check pip==25.3
-	.venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	.venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e ./layers/client -e '.[dev]'
 	@# Lambda code and the common layer are importable the way Lambda sees them (/var/task, /opt/python).
 	@# (site-packages is looked up here, in the recipe: the venv does not exist when make parses this file)
 	printf '%s\n' "$(CURDIR)/functions" "$(CURDIR)/layers/common/python" \
@@ -90,7 +91,7 @@ synth-all: install
 	done
 
 demo: os-deps install session-runtime synth-all
-	$(PY) -m infra.local.demo
+	$(PY) -m infra.demo
 
 # Four workers on a 2-core machine: most of a test's time is spent waiting (interpreter sessions,
 # Lambda workers, deadlines), so two workers left the cores half idle (measured here: 2 workers
@@ -106,10 +107,15 @@ RELIABILITY_FULL_SIZED := tests/unit/redaction/test_prefilter.py
 reliability: os-deps install session-runtime
 	$(PY) -m pytest -q tests/reliability $(RELIABILITY_FULL_SIZED) --reliability-full
 
+# The agent client as a Lambda layer for agent runtimes on Lambda (pip, no Docker; boto3 is the
+# runtime's own).
+client-layer: install
+	$(PY) -m infra.cdk.client_layer
+
 lint: install
 	.venv/bin/ruff format --check .
 	.venv/bin/ruff check .
-	.venv/bin/mypy layers/common/python/sandbox_common functions infra
+	.venv/bin/mypy layers/common/python/sandbox_common layers/common/python/sandbox_session layers/client/sandbox_client functions infra
 
 clean:
 	rm -rf .venv $(SESSION_VENV) node_modules cdk.out .build .local

@@ -7,8 +7,8 @@ import sys
 
 import aws_cdk as cdk
 
-from infra.app_factory import compose
-from infra.config import STAGES, ConfigError, build_config
+from infra.cdk.app_factory import compose
+from infra.cdk.config import STAGES, ConfigError, build_config
 
 
 def main() -> int:

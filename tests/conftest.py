@@ -45,7 +45,7 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> SharedSynth:
     """synth(stage) -> {stack name: template}: each stage synthesized once per run, shared by
     every xdist worker (tests/support/synth.py)."""
     # Imported here: aws_cdk starts jsii (Node), which only the processes that synthesize need.
-    from infra.app_factory import synth_stage
+    from infra.cdk.app_factory import synth_stage
 
     under_xdist = bool(os.environ.get("PYTEST_XDIST_WORKER"))  # set in each xdist worker
     shared = tmp_path_factory.getbasetemp().parent / "synth" if under_xdist else None

@@ -2,7 +2,7 @@
 
 Sessions are stopped and started only through the shared run time's session runner
 (sandbox_runtime.runner) with the tenant's own session-runner role (§6.4): the reaper ships that
-package (see infra/constructs/compute.py SHARED_PACKAGES) instead of a second AgentCore client.
+package (see infra/cdk/constructs/compute.py SHARED_PACKAGES) instead of a second AgentCore client.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ ResourceNotFoundException; non-JSON payload -> 400 InvalidRequestContentExceptio
 Each function has a pool of warm worker subprocesses (`lambda_worker.py`), spawned on demand up
 to `max_concurrency`, so concurrent invocations really run concurrently and module-level caches
 behave as in Lambda containers. Every worker starts with exactly the environment in the
-emulator's config (built by the local stack from `infra.function_env.function_environment`, the
+emulator's config (built by the local stack from `infra.cdk.function_env.function_environment`, the
 function the CDK stack uses) plus the variables the Lambda runtime itself sets.
 """
 

@@ -1,5 +1,5 @@
 """Create one stage's AWS resources in moto from the SAME definitions the CDK stacks use:
-`naming.ALL_TABLES` (keys, GSIs, TTL, PITR), `infra.constructs.definitions` (the stage-wide SSM
+`naming.ALL_TABLES` (keys, GSIs, TTL, PITR), `infra.cdk.constructs.definitions` (the stage-wide SSM
 parameters, each tenant's interpreter names and substrate JSON), one runner role per tenant,
 the audit DLQ, the `security-alerts` topic and the log groups.
 `tests/integration/local_stack/test_matches_cdk.py` holds this module and the synthesized `local`
@@ -15,8 +15,8 @@ from typing import Any
 from sandbox_common import naming as n
 from sandbox_common.models import TenantSubstrate
 
-from infra.config import StageConfig
-from infra.constructs.definitions import (
+from infra.cdk.config import StageConfig
+from infra.cdk.constructs.definitions import (
     RUNNER_ACTIONS,
     artifacts_bucket_settings,
     global_parameters,

@@ -5,7 +5,7 @@ State lives in one JSON file under the state directory (`.local/` in the repo, o
 `$SANDBOX_LOCAL_DIR`): pids, endpoints, resource names. `up` is idempotent (a healthy stack is
 reused), `down` stops exactly the process groups `up` started (each component is started as
 its own session leader, so its Lambda workers and interpreter sessions go with it), `status`
-reports them. `sandboxctl local ...` and `python -m infra.local.demo` are the callers.
+reports them. `sandboxctl local ...` and `python -m infra.demo` are the callers.
 """
 
 from __future__ import annotations
@@ -388,7 +388,7 @@ def _down_locked(directory: Path) -> dict[str, Any]:
 def _start(directory: Path, stage: str, max_concurrency: int) -> LocalState:
     from sandbox_common import naming as n
 
-    from infra.config import build_config
+    from infra.cdk.config import build_config
     from infra.local.lambda_emulator import HEALTH_PATH
     from infra.local.resources import create_resources
 
@@ -492,8 +492,8 @@ def lambda_function_specs(
     defines them (`function_environment`, the same builder), plus the local endpoints."""
     from sandbox_common import naming as n
 
-    from infra.constructs.definitions import function_timeout_seconds
-    from infra.function_env import function_environment
+    from infra.cdk.constructs.definitions import function_timeout_seconds
+    from infra.cdk.function_env import function_environment
 
     specs = []
     for logical in n.FUNCTIONS:

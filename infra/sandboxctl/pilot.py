@@ -106,7 +106,7 @@ class _Pilot:
 
 
 def _defaults(target: Target, tenant_id: str | None, template_id: str | None) -> tuple[str, str]:
-    from infra.config import ConfigError, build_config
+    from infra.cdk.config import ConfigError, build_config
 
     if tenant_id is None:
         try:

@@ -5,7 +5,7 @@ every handler (heavy imports stay off the cold path).
 
 How it is measured, and why:
 - every sample is a fresh interpreter (`sys.executable`, the project's venv), started with the
-  environment the function's CDK definition gives it (`infra.function_env`) and the import path
+  environment the function's CDK definition gives it (`infra.cdk.function_env`) and the import path
   Lambda has: `functions/` (LAMBDA_TASK_ROOT) and `layers/common/python` (/opt/python);
 - the time is taken INSIDE the child around the import only, so interpreter start-up (which
   Lambda's runtime pays before the handler is imported, for every function alike) is not counted;
@@ -56,8 +56,8 @@ def handler_modules() -> dict[str, str]:
 
 def lambda_env(logical: str | None) -> dict[str, str]:
     """What a Lambda container of `logical` starts with (None: a function with no project env)."""
-    from infra.config import build_config
-    from infra.function_env import function_environment
+    from infra.cdk.config import build_config
+    from infra.cdk.function_env import function_environment
 
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),

@@ -23,7 +23,7 @@ def _tenants(count: int) -> tuple[dict, ...]:
 
 def _synth_once(count: int) -> tuple[float, dict[str, int]]:
     """Seconds for one synth of `count` tenants, and resources per stack."""
-    from infra.app_factory import synth_stage
+    from infra.cdk.app_factory import synth_stage
 
     start = time.perf_counter()
     templates = synth_stage("dev", overrides={"tenants": _tenants(count)})

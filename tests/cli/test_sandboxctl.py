@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -18,53 +17,17 @@ import pytest
 from sandbox_common import dimensions
 from sandbox_common import naming as n
 
-from infra.local import stack
+from tests.support.local_stack import SANDBOXCTL, ctl, ctl_json, running_stack, state_of
 from tests.support.stack import turn_token_for
-
-SANDBOXCTL = str(Path(sys.executable).with_name("sandboxctl"))
 
 
 @pytest.fixture(scope="module")
 def cli_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SANDBOX_"))}
-    env.update(
-        SANDBOX_LOCAL_DIR=str(tmp_path_factory.mktemp("sandboxctl-stack")), SANDBOX_LOCAL="1", USER="op-alice"
-    )
-    up = subprocess.run(
-        [SANDBOXCTL, "--json", "local", "up"], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert up.returncode == 0, up.stderr
-    pids = list(json.loads(up.stdout)["pids"].values())
-    yield env
-    # `local down` leaves no process behind: every process the stack started (the components, their
-    # Lambda workers and interpreter sessions, also those outside the process groups) is gone.
-    tree = {d for pid in pids for d in stack.descendants(pid)} | set(pids)
-    down = subprocess.run(
-        [SANDBOXCTL, "--json", "local", "down"], env=env, capture_output=True, text=True, timeout=60
-    )
-    assert down.returncode == 0, down.stderr
-    assert sorted(s["pid"] for s in json.loads(down.stdout)["stopped"]) == sorted(pids)
-    assert [p for p in tree if stack.pid_alive(p)] == []
-    status = subprocess.run(
-        [SANDBOXCTL, "--json", "local", "status"], env=env, capture_output=True, text=True
-    )
-    assert json.loads(status.stdout)["running"] is False
+    with running_stack(tmp_path_factory.mktemp("sandboxctl-stack"), USER="op-alice") as env:
+        yield env
 
 
-def ctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([SANDBOXCTL, *args], env=env, capture_output=True, text=True, timeout=120)
-
-
-def ctl_json(env: dict[str, str], *args: str) -> Any:
-    out = ctl(env, "--json", *args)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
-
-
-def _state(env: dict[str, str]) -> stack.LocalState:
-    state = stack.read_state(Path(env["SANDBOX_LOCAL_DIR"]))
-    assert state is not None
-    return state
+_state = state_of
 
 
 def _assert_one_line_failure(out: subprocess.CompletedProcess[str], code: int, *needles: str) -> None:

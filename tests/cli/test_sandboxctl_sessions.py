@@ -4,43 +4,23 @@ the real console script against a local stack of its own (its reaper is invoked 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from sandbox_common import dimensions
 from sandbox_common import naming as n
 
-from infra.local import stack
-from tests.cli.test_sandboxctl import SANDBOXCTL, ctl, ctl_json
+from tests.support.local_stack import ctl, ctl_json, running_stack, state_of
 
 
 @pytest.fixture(scope="module")
 def cli_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SANDBOX_"))}
-    env.update(
-        SANDBOX_LOCAL_DIR=str(tmp_path_factory.mktemp("sandboxctl-sessions")),
-        SANDBOX_LOCAL="1",
-        USER="op-alice",
-    )
-    up = subprocess.run(
-        [SANDBOXCTL, "--json", "local", "up"], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert up.returncode == 0, up.stderr
-    yield env
-    down = subprocess.run(
-        [SANDBOXCTL, "--json", "local", "down"], env=env, capture_output=True, text=True, timeout=60
-    )
-    assert down.returncode == 0, down.stderr
+    with running_stack(tmp_path_factory.mktemp("sandboxctl-sessions"), USER="op-alice") as env:
+        yield env
 
 
-def _state(env: dict[str, str]) -> stack.LocalState:
-    state = stack.read_state(Path(env["SANDBOX_LOCAL_DIR"]))
-    assert state is not None
-    return state
+_state = state_of
 
 
 def _run_reaper(env: dict[str, str]) -> dict[str, Any]:

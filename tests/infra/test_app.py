@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from sandbox_common import naming as n
 
-from infra.config import STAGES as CONFIG_STAGES
-from infra.config import ConfigError
+from infra.cdk.config import STAGES as CONFIG_STAGES
+from infra.cdk.config import ConfigError
 from tests.infra.conftest import STAGES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,7 +26,7 @@ def test_stages_fixture_covers_every_configured_stage() -> None:
 @pytest.mark.parametrize("stage", STAGES)
 def test_synth_stage_every_stage_has_core_and_shards(all_stages, stage: str) -> None:
     # Given the stage's config
-    from infra.config import build_config
+    from infra.cdk.config import build_config
 
     config = build_config(stage)
     # When it is synthesized (cdk-nag runs inside synth and raises on any finding)
@@ -55,7 +55,7 @@ def test_cfn_lint_every_template_has_no_error(all_stages, stage: str) -> None:
 def test_build_app_cdk_nag_rejects_an_unacknowledged_finding(tmp_path) -> None:
     from aws_cdk import aws_sqs as sqs
 
-    from infra.app_factory import OFFLINE_CONTEXT, build_app
+    from infra.cdk.app_factory import OFFLINE_CONTEXT, build_app
 
     # Given a composed app with one resource that breaks AwsSolutions rules (no SSL, no DLQ)
     app = build_app("dev", context=OFFLINE_CONTEXT, outdir=str(tmp_path))
@@ -69,7 +69,7 @@ def test_build_app_cdk_nag_rejects_an_unacknowledged_finding(tmp_path) -> None:
 def test_acknowledge_without_a_real_reason_is_refused() -> None:
     import aws_cdk as cdk
 
-    from infra.constructs.nag import acknowledge
+    from infra.cdk.constructs.nag import acknowledge
 
     # Given a construct / When acknowledging a rule with a throwaway reason / Then it is refused
     stack = cdk.Stack(cdk.App(), "S")
@@ -87,7 +87,7 @@ def test_acknowledge_without_a_real_reason_is_refused() -> None:
     ],
 )
 def test_build_app_bad_config_raises_config_error(stage: str, overrides, message: str) -> None:
-    from infra.app_factory import build_app
+    from infra.cdk.app_factory import build_app
 
     # Given an invalid stage or configuration / When the app is built / Then a clear ConfigError
     with pytest.raises(ConfigError, match=message):
@@ -119,7 +119,7 @@ def test_cdk_json_runs_the_venv_and_disables_notices_and_telemetry() -> None:
 
 
 def test_synth_stage_is_deterministic_including_asset_hashes() -> None:
-    from infra.app_factory import synth_stage
+    from infra.cdk.app_factory import synth_stage
 
     # Given one synth of dev / When dev is synthesized again right away (back to back, so that
     # nobody editing functions/ meanwhile changes a code asset)

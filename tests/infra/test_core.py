@@ -13,10 +13,10 @@ from sandbox_common import naming as n
 from sandbox_common.redaction.catalogue import TOKEN_CLASSES
 from sandbox_common.redaction.cloudwatch import data_protection_policy, subscription_filter_pattern
 
-from infra.config import build_config
-from infra.constructs.definitions import global_parameters
-from infra.constructs.state import AUDIT_DENIED_ACTIONS
-from infra.function_env import function_environment
+from infra.cdk.config import build_config
+from infra.cdk.constructs.definitions import global_parameters
+from infra.cdk.constructs.state import AUDIT_DENIED_ACTIONS
+from infra.cdk.function_env import function_environment
 from tests.infra._cfn import (
     allowed_actions,
     as_list,

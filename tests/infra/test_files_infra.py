@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from sandbox_common import naming as n
 
-from infra.config import ConfigError, TenantConfig, TenantData, build_config
-from infra.constructs.definitions import artifacts_bucket_settings
+from infra.cdk.config import ConfigError, TenantConfig, TenantData, build_config
+from infra.cdk.constructs.definitions import artifacts_bucket_settings
 from tests.infra._cfn import (
     allowed_actions,
     as_list,
@@ -102,7 +102,7 @@ def test_dispatch_role_gets_exactly_put_and_get_on_artifacts(all_stages) -> None
 
 @pytest.fixture(scope="module")
 def data_templates():
-    from infra.app_factory import synth_stage
+    from infra.cdk.app_factory import synth_stage
 
     return synth_stage("dev", overrides={"tenants": DATA_TENANTS})
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from sandbox_common import naming as n
 
-from infra.config import STAGES
+from infra.cdk.config import STAGES
 from tests.infra._cfn import allowed_actions, policy_statements, resources, statement_resources
 
 

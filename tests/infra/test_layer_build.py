@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.layer_build import LAMBDA_PYTHON_VERSION, PIP_PLATFORMS, build_layer, layer_hash, pip_command
+from infra.cdk.layer_build import LAMBDA_PYTHON_VERSION, PIP_PLATFORMS, build_layer, layer_hash, pip_command
 
 
 def _wheel(directory: Path, name: str = "tinypkg", version: str = "1.0") -> Path:
@@ -95,7 +95,7 @@ def _synth_layer(
     import aws_cdk as cdk
     from aws_cdk import aws_lambda as lambda_
 
-    from infra.layer_build import deps_layer_code
+    from infra.cdk.layer_build import deps_layer_code
 
     app = cdk.App(outdir=str(outdir), context=context)
     stack = cdk.Stack(app, "S")
@@ -108,7 +108,7 @@ def _synth_layer(
 
 
 def test_deps_layer_code_bundles_locally_through_cdk(tmp_path: Path, local_index) -> None:
-    from infra.app_factory import OFFLINE_CONTEXT
+    from infra.cdk.app_factory import OFFLINE_CONTEXT
 
     requirements, pip_args = local_index
     # Given a stack with the deps layer and bundling enabled (no Docker on this machine)
@@ -130,7 +130,7 @@ def test_function_code_ships_only_its_package_without_caches(tmp_path: Path) -> 
     import aws_cdk as cdk
     from aws_cdk import aws_lambda as lambda_
 
-    from infra.constructs.compute import function_code
+    from infra.cdk.constructs.compute import function_code
 
     # Given a functions/ tree with bytecode caches and three packages
     root = tmp_path / "functions"

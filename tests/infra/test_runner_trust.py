@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from sandbox_common import naming as n
 
-from infra.config import build_config
-from infra.constructs.definitions import runner_trust
+from infra.cdk.config import build_config
+from infra.cdk.constructs.definitions import runner_trust
 from tests.infra._cfn import allowed_actions, policy_statements, resources, statement_resources
 from tests.infra.conftest import STAGES
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sandbox_common import naming as n
 
-from infra.config import StageConfig
+from infra.cdk.config import StageConfig
 
 STACK_RESOURCE_LIMIT = 450
 
@@ -23,7 +23,7 @@ def _resource_counts(templates) -> dict[str, int]:
 
 
 def test_synth_stage_200_tenants_keeps_every_stack_under_450_resources() -> None:
-    from infra.app_factory import synth_stage
+    from infra.cdk.app_factory import synth_stage
 
     # Given 200 tenants, each with both environments (the most resources per tenant)
     overrides = {"tenants": _tenants(200)}
@@ -39,7 +39,7 @@ def test_synth_stage_200_tenants_keeps_every_stack_under_450_resources() -> None
 
 
 def test_tenants_per_shard_ceiling_fits_the_stack_limit() -> None:
-    from infra.app_factory import synth_stage
+    from infra.cdk.app_factory import synth_stage
 
     # Given one shard at the largest allowed size, every tenant with both environments
     ceiling = StageConfig.model_fields["tenants_per_shard"].metadata
@@ -54,7 +54,7 @@ def test_tenants_per_shard_ceiling_fits_the_stack_limit() -> None:
 
 
 def test_appending_a_tenant_changes_exactly_one_shard_template() -> None:
-    from infra.app_factory import synth_stage
+    from infra.cdk.app_factory import synth_stage
 
     # Given a stage with 5 tenants in shards of 2, and the same stage with a 6th appended
     before = synth_stage("dev", overrides={"tenants": _tenants(5, both_envs=False), "tenants_per_shard": 2})

@@ -7,8 +7,8 @@ import pytest
 from sandbox_common import dimensions
 from sandbox_common import naming as n
 
-from infra.config import STAGES, build_config
-from infra.constructs.definitions import global_parameters
+from infra.cdk.config import STAGES, build_config
+from infra.cdk.constructs.definitions import global_parameters
 from tests.infra._cfn import resources
 
 

@@ -11,7 +11,7 @@ import pytest
 from sandbox_common import naming as n
 from sandbox_common.models import TenantSubstrate
 
-from infra.config import build_config
+from infra.cdk.config import build_config
 from tests.infra._cfn import (
     allowed_actions,
     as_list,

@@ -19,16 +19,16 @@ What each fault means on the wire:
 
 from __future__ import annotations
 
-import http.client
 import json
 import socket
 import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
+
+from tests.support.http import DROP, Proxy
 
 FAULTS = ("throttling", "5xx", "timeout", "access_denied", "malformed")
 FORWARDED = frozenset({"5xx", "malformed"})  # the server acted before the answer went wrong
@@ -248,7 +248,7 @@ class HookFaults:
 
 
 # --- out of process: a proxy in front of moto ------------------------------------------------
-class FaultProxy:
+class FaultProxy(Proxy):
     """Forwards to `upstream` (moto); requests whose X-Amz-Target names an operation in
     `operations` get `fault` instead. Unlike the hooks, a 5xx is NOT forwarded first: DynamoDB
     deduplicates a retried TransactWriteItems by its ClientRequestToken (botocore fills it in
@@ -256,85 +256,26 @@ class FaultProxy:
     but not in AWS. `malformed` is forwarded (a 200 only ever follows a commit)."""
 
     def __init__(self, upstream: str) -> None:
-        self.upstream = urlsplit(upstream)
         self.fault: str | None = None
         self.operations: set[str] = set()
         self.injected = 0
         self.faulted_bodies: list[bytes] = []
-        proxy = self
+        super().__init__(upstream, self._inject, name="fault-proxy")
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *_: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:  # noqa: N802 - stdlib name
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                target = self.headers.get("X-Amz-Target", "")
-                operation = target.rsplit(".", 1)[-1]
-                if proxy.fault and operation in proxy.operations:
-                    proxy.injected += 1
-                    proxy.faulted_bodies.append(body)
-                    if proxy.fault == "timeout":
-                        self.close_connection = True
-                        self.connection.shutdown(socket.SHUT_RDWR)
-                        return
-                    if proxy.fault == "malformed":
-                        proxy._forward(self.path, dict(self.headers.items()), body)
-                    status, headers, payload = error_body("json", proxy.fault)
-                    self._answer(status, headers, payload)
-                    return
-                status, keep, payload = proxy._forward(self.path, dict(self.headers.items()), body)
-                self._answer(status, keep, payload)
-
-            do_GET = do_POST  # noqa: N815
-
-            def _answer(self, status: int, headers: dict[str, str], payload: bytes) -> None:
-                self.send_response(status)
-                for key, value in headers.items():
-                    self.send_header(key, value)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True, name="fault-proxy"
-        ).start()  # a stop() costs one poll interval (stdlib: 0.5 s)
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def _forward(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, str], bytes]:
-        return forward(self.upstream, path, headers, body)
+    def _inject(self, path: str, headers: dict[str, str], body: bytes) -> Any:
+        operation = headers.get("X-Amz-Target", "").rsplit(".", 1)[-1]
+        if not self.fault or operation not in self.operations:
+            return None
+        self.injected += 1
+        self.faulted_bodies.append(body)
+        if self.fault == "timeout":
+            return DROP
+        if self.fault == "malformed":
+            self.forward(path, headers, body)
+        return error_body("json", self.fault)
 
     def set(self, fault: str | None, operations: set[str] | None = None) -> None:
         self.fault = fault
         self.operations = operations or set()
         self.injected = 0
         self.faulted_bodies = []
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
-def forward(
-    upstream: Any, path: str, headers: dict[str, str], body: bytes
-) -> tuple[int, dict[str, str], bytes]:
-    """One request passed through to `upstream` (a urlsplit result): (status, headers to keep, body)."""
-    conn = http.client.HTTPConnection(upstream.hostname, upstream.port, timeout=30)
-    sent = {k: v for k, v in headers.items() if k.lower() not in ("host", "connection")}
-    conn.request("POST", path, body=body, headers=sent)
-    answer = conn.getresponse()
-    payload = answer.read()
-    keep = {
-        k: v
-        for k, v in answer.getheaders()
-        if k.lower() not in ("transfer-encoding", "connection", "content-length")
-    }
-    conn.close()
-    return answer.status, keep, payload

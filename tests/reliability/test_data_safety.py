@@ -96,7 +96,7 @@ def test_data_safety_ttl_retention_honoured(live: Stack, record: Any) -> None:
     from pydantic import ValidationError
     from sandbox_common.audit import expires_at
 
-    from infra.config import build_config
+    from infra.cdk.config import build_config
 
     stack = live
     stack.dispatch(event(turn_id="ttl-turn", call_id="ttl-1"))

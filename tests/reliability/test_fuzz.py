@@ -159,8 +159,8 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> Iterator[RequestCounter]:
     from sandbox_common import settings
     from sandbox_runtime.runner import clear_cache, credentials
 
-    from infra.config import build_config
-    from infra.function_env import function_environment
+    from infra.cdk.config import build_config
+    from infra.cdk.function_env import function_environment
 
     config = build_config("local")
     tables = {spec.logical: spec.physical("local") for spec in n.ALL_TABLES}

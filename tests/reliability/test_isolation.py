@@ -9,6 +9,7 @@ from typing import Any
 from sandbox_common import aws
 from sandbox_common import naming as n
 
+from tests.support.runner import session_runner
 from tests.support.stack import Stack, event
 
 from .test_fuzz import RequestCounter
@@ -21,17 +22,15 @@ def _interpreters(stack: Stack, tenant: str) -> list[str]:
 def test_isolation_runner_refuses_other_tenants_interpreter_before_any_aws_call(
     live: Stack, record: Any
 ) -> None:
-    from sandbox_runtime.runner import CrossTenantInterpreter, SessionRunner, credentials
+    from sandbox_runtime.runner import CrossTenantInterpreter, credentials
 
     stack = live
     # Given acme's runner (acme's role and interpreter list), with every AWS request counted
     counter = RequestCounter()
     counter.arm(aws.client("sts").meta.events, credentials._shared_session().events)
-    runner = SessionRunner(
-        tenant_id="acme",
+    runner = session_runner(
         allowed_interpreter_ids=_interpreters(stack, "acme"),
         runner_role_arn=stack.resources.runner_roles["acme"],
-        session_timeout_seconds=900,
         call_timeout_seconds=10,
         stdout_cap_bytes=1024,
         stderr_cap_bytes=1024,

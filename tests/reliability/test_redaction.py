@@ -15,12 +15,11 @@ from typing import Any
 from backstop import scanner
 from sandbox_common.errors import SandboxInvalidRequest
 from sandbox_common.models import parse_dispatch_event
-from sandbox_common.redaction import REPLACEMENT
 from sandbox_common.redaction.cloudwatch import data_protection_policy
 from sandbox_common.redaction.stdio import preamble_source
 from sandbox_runtime.runner.session import _redact_function
 
-from tests.support.redaction_corpus import LENGTHS, corpus, leak
+from tests.support.redaction_corpus import LENGTHS, corpus, leak, mask
 
 CASES = corpus()
 RESIDUAL = (
@@ -35,14 +34,6 @@ def _summary(outputs: dict[int, str]) -> tuple[int, int]:
     complete = sum(1 for i, c in enumerate(CASES) if c.secret in outputs[i])
     partial = sum(1 for i, c in enumerate(CASES) if leak(outputs[i], c))
     return complete, partial
-
-
-def _mask(text: str, spans: list[tuple[int, int]]) -> str:
-    out, pos = [], 0
-    for start, end in sorted(spans):
-        out.append(text[pos:start] + REPLACEMENT)
-        pos = max(pos, end)
-    return "".join(out) + text[pos:]
 
 
 def test_redaction_corpus_through_every_layer(record: Any, tmp_path: Path) -> None:
@@ -68,13 +59,13 @@ def test_redaction_corpus_through_every_layer(record: Any, tmp_path: Path) -> No
     layer1 = {int(parts[k]): parts[k - 1] for k in range(1, len(parts), 2)}
     redact = _redact_function(None)
     layer2 = {i: redact(c.text) for i, c in enumerate(CASES)}
-    layer4 = {i: _mask(c.text, [(h.start, h.end) for h in scanner.scan(c.text)]) for i, c in enumerate(CASES)}
+    layer4 = {i: mask(c.text, [(h.start, h.end) for h in scanner.scan(c.text)]) for i, c in enumerate(CASES)}
     regexes = []
     for entry in data_protection_policy("/findings")["Configuration"]["CustomDataIdentifier"]:
         rx = entry["Regex"]
         regexes.append(re.compile(f"(?<![A-Za-z0-9_-])(?:{rx})" if rx.startswith("[A-Za-z0-9_-]") else rx))
     layer3 = {
-        i: _mask(c.text, [(m.start(), m.end()) for rx in regexes for m in rx.finditer(c.text)])
+        i: mask(c.text, [(m.start(), m.end()) for rx in regexes for m in rx.finditer(c.text)])
         for i, c in enumerate(CASES)
     }
     results = {

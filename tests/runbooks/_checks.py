@@ -563,7 +563,7 @@ def _check_metric(where: str, metric: str | None, dimensions: list[str]) -> None
 # --- names anywhere in the text ----------------------------------------------------------------
 def known_alarm_names(stage: str) -> set[str]:
     """The stage alarms plus the per-tenant cap-breach alarms of the stage's configured tenants."""
-    from infra.config import build_config
+    from infra.cdk.config import build_config
 
     names = {n.alarm_name(stage, key) for key in n.ALARM_RUNBOOKS}
     names |= {n.tenant_alarm_name(stage, "cap-breach-spike", t.id) for t in build_config(stage).tenants}

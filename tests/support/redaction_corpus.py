@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from sandbox_common.redaction import REPLACEMENT
+
 ALNUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 UPPER_DIGITS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 B64URL = ALNUM + "_-"
@@ -109,3 +111,13 @@ def leak(output: str, case: Case) -> str | None:
         if fragment in windows:
             return fragment
     return None
+
+
+def mask(text: str, spans: list[tuple[int, int]]) -> str:
+    """`text` with every span (overlapping ones merged) replaced by the catalogue's REPLACEMENT:
+    what a redactor that found exactly those spans writes."""
+    out, pos = [], 0
+    for start, end in sorted(spans):
+        out.append(text[pos:start] + REPLACEMENT)
+        pos = max(pos, end)
+    return "".join(out) + text[pos:]

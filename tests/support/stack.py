@@ -11,16 +11,18 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import boto3
 import pytest
 from sandbox_common import aws, dimensions
 from sandbox_common import naming as n
 
-from infra.config import build_config
-from infra.function_env import function_environment
+from infra.cdk.config import build_config
+from infra.cdk.function_env import function_environment
 from infra.local.interpreter import LocalInterpreterServer
 from infra.local.lambda_emulator import FunctionSpec, LambdaEmulator
 from infra.local.resources import LocalResources, create_resources
@@ -104,28 +106,94 @@ class Stack:
         self.emulator = _emulator(self.resources, aws_endpoint or self.moto, self.interpreter, port=port)
 
 
-def _emulator(
-    resources: LocalResources, moto: str, interpreter: LocalInterpreterServer, port: int | None = None
-) -> LambdaEmulator:
-    port = port or free_port()
-    endpoints = {
-        "AWS_ENDPOINT_URL": moto,
-        "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE": interpreter.endpoint,
-        "AWS_ENDPOINT_URL_LAMBDA": f"http://127.0.0.1:{port}",
+def lambda_env(*, aws_endpoint: str, interpreter_endpoint: str, lambda_endpoint: str) -> dict[str, str]:
+    """The endpoints and credentials a Lambda worker of the local stack gets (besides its CDK
+    environment): AWS (moto, or a proxy in front of it), the interpreter, the Lambda API."""
+    return {
+        "AWS_ENDPOINT_URL": aws_endpoint,
+        "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE": interpreter_endpoint,
+        "AWS_ENDPOINT_URL_LAMBDA": lambda_endpoint,
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_REGION": "us-east-1",
         "AWS_DEFAULT_REGION": "us-east-1",
     }
+
+
+def start_emulator(
+    resources: LocalResources,
+    functions: Collection[str],
+    *,
+    aws_endpoint: str,
+    interpreter_endpoint: str,
+    lambda_endpoint: str | None = None,
+    port: int | None = None,
+    **spec_overrides: Any,
+) -> LambdaEmulator:
+    """A Lambda emulator running `functions` (physical names) with their CDK environments; its own
+    endpoint is their Lambda API unless `lambda_endpoint` names another; `spec_overrides` change
+    every function's spec (e.g. timeout_seconds, max_concurrency)."""
+    port = port or free_port()
+    env = lambda_env(
+        aws_endpoint=aws_endpoint,
+        interpreter_endpoint=interpreter_endpoint,
+        lambda_endpoint=lambda_endpoint or f"http://127.0.0.1:{port}",
+    )
+    specs = [
+        FunctionSpec.from_dict({**s, **spec_overrides})
+        for s in lambda_function_specs(build_config("local"), resources, env)
+        if s["name"] in functions
+    ]
+    return LambdaEmulator(specs, port=port).start()
+
+
+def _emulator(
+    resources: LocalResources, moto: str, interpreter: LocalInterpreterServer, port: int | None = None
+) -> LambdaEmulator:
     # The quota Lambda (dispatch in-process calls it) and dispatch itself (the reaper's paused-calls
     # hook invokes it, issue 12); a function's workers start only when it is first invoked.
     emulated = (resources.functions[n.QUOTA_CHECK], resources.functions[n.DISPATCH])
-    specs = [
-        FunctionSpec.from_dict(s)
-        for s in lambda_function_specs(build_config("local"), resources, endpoints)
-        if s["name"] in emulated
-    ]
-    return LambdaEmulator(specs, port=port).start()
+    return start_emulator(
+        resources, emulated, aws_endpoint=moto, interpreter_endpoint=interpreter.endpoint, port=port
+    )
+
+
+@contextmanager
+def dispatch_workers(
+    stack: Stack, *, aws_endpoint: str | None = None, **spec_overrides: Any
+) -> Iterator[Workers]:
+    """Dispatch as Lambda worker processes of an emulator of their own (CDK environment), their AWS
+    calls to `aws_endpoint` (default moto; e.g. a proxy in front of it), the quota Lambda the
+    stack's; `spec_overrides` as for start_emulator."""
+    name = stack.resources.functions[n.DISPATCH]
+    emulator = start_emulator(
+        stack.resources,
+        (name,),
+        aws_endpoint=aws_endpoint or stack.moto,
+        interpreter_endpoint=stack.interpreter.endpoint,
+        lambda_endpoint=stack.emulator.endpoint,
+        **spec_overrides,
+    )
+    client = boto3.client(
+        "lambda",
+        endpoint_url=emulator.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    try:
+        yield Workers(stack, client, name)
+    finally:
+        emulator.stop()
+
+
+@dataclass
+class Workers:
+    """Dispatch's worker processes: invoke them with `client` (function `name`)."""
+
+    stack: Stack
+    client: Any
+    name: str
 
 
 # The services create_resources writes to (tests/support/moto_snapshot.py copies their state).

@@ -20,9 +20,10 @@ from sandbox_runtime.runner import credentials as runner_credentials
 from sandbox_runtime.runner.tool_calling import ToolLimits, ToolsRunner
 
 from infra.local.interpreter import LocalInterpreterServer
+from tests.support.runner import ACME_RUNNER_ROLE, session_runner
 
 INTERPRETER = "sbx_test_acme_tools"
-RUNNER_ROLE = "arn:aws:iam::123456789012:role/thinkwork-test-sbx-runner-acme"
+RUNNER_ROLE = ACME_RUNNER_ROLE
 
 
 @dataclass
@@ -54,14 +55,8 @@ def tools_session(
             expires_at=datetime.now(UTC) + timedelta(hours=1),
             creds={"AccessKeyId": "ASIASEEDED0000000000", "SecretAccessKey": "x", "SessionToken": "y"},
         )
-    runner = SessionRunner(
-        tenant_id="acme",
-        allowed_interpreter_ids=[INTERPRETER],
-        runner_role_arn=RUNNER_ROLE,
-        session_timeout_seconds=300,
-        call_timeout_seconds=60,
-        stdout_cap_bytes=262_144,
-        stderr_cap_bytes=32_768,
+    runner = session_runner(
+        allowed_interpreter_ids=[INTERPRETER], session_timeout_seconds=300, call_timeout_seconds=60
     )
     # and a session that passed the real readiness preamble (redactor + tools runtime)
     session_id = runner.start_session(INTERPRETER, name="tools-test")

@@ -4,7 +4,7 @@ Each is one self-contained `executeCode` call (the same tool every call already 
 work identically on AgentCore and on the local interpreter) that prints exactly one line:
 JOB_MARKER + JSON. User code is never concatenated with anything: it travels as base64 data and
 is written byte-exact to the job's `code.py`, which the in-sandbox supervisor
-(`sandbox_common.jobs_runtime`) runs in a new process under the stdio redactor.
+(`sandbox_session.jobs`) runs in a new process under the stdio redactor.
 
 - submit: installs the runtime files (supervisor, redaction catalogue, stdio redactor — the very
   modules the host uses) under `<tmp>/sbx-jobs/`, writes the job's code and spec, starts the
@@ -31,8 +31,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from sandbox_common import jobs_runtime
-from sandbox_common.redaction import stdio_runtime
+from sandbox_common.redaction import catalogue
+from sandbox_session import jobs as jobs_runtime
+from sandbox_session import redactor as stdio_runtime
 
 JOB_MARKER = "__SANDBOX_JOB__ "
 JOBS_DIR_NAME = "sbx-jobs"
@@ -223,10 +224,9 @@ del _sbx_job_status
 @lru_cache(maxsize=1)
 def runtime_sources() -> dict[str, str]:
     """File name -> source of the modules the job runtime needs inside the session."""
-    redaction_dir = Path(stdio_runtime.__file__).resolve().parent
     return {
         jobs_runtime.RUNTIME_FILE: Path(jobs_runtime.__file__).read_text(encoding="utf-8"),
-        jobs_runtime.CATALOGUE_FILE: (redaction_dir / "catalogue.py").read_text(encoding="utf-8"),
+        jobs_runtime.CATALOGUE_FILE: Path(catalogue.__file__).read_text(encoding="utf-8"),
         jobs_runtime.STDIO_RUNTIME_FILE: Path(stdio_runtime.__file__).read_text(encoding="utf-8"),
     }
 

@@ -1,7 +1,7 @@
 """Background jobs, the runner's side (SPEC §17): submit, poll and cancel a job in a session.
 
 A job is started by one `executeCode` call that launches an in-sandbox supervisor
-(`job_snippets`, `sandbox_common.jobs_runtime`) and returns at once; each poll or cancel is one
+(`job_snippets`, `sandbox_session.jobs`) and returns at once; each poll or cancel is one
 more `executeCode` call. The final answer is an `ExecutionResult` built exactly like a foreground
 call's: host-side redaction before truncation, exact byte counts (the sizes of the job's output
 files), the same classification (oom from exit 137 or a MemoryError traceback, error from a
@@ -18,8 +18,8 @@ import base64
 import time
 from dataclasses import dataclass
 
-from sandbox_common import jobs_runtime as rt
 from sandbox_common.errors import SandboxError, SandboxTimeout
+from sandbox_session import jobs as rt
 
 from .classify import classify
 from .errors import SessionGone

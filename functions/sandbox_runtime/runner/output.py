@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sandbox_common.redaction import catalogue
-from sandbox_common.redaction.stdio_runtime import _hold_chain
+from sandbox_session.redactor import _hold_chain
 
 from .stream import BoundedText
 

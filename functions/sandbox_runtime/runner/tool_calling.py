@@ -39,7 +39,7 @@ from sandbox_common.tools_protocol import (
     split_marker,
     start_source,
 )
-from sandbox_common.tools_runtime import STATE_BUSY, STATE_DONE
+from sandbox_session.tools import STATE_BUSY, STATE_DONE
 
 from .classify import Classification
 from .errors import SessionGone

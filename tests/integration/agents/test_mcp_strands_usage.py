@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import subprocess
-import sys
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -20,42 +18,28 @@ import anyio
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from sandbox_client.contract import MCP_SERVER_NAME
+from sandbox_client.turn import SandboxTurn
 from sandbox_common import dimensions
 from sandbox_common import naming as n
-from sandbox_common.agent_client import SandboxTurn
 from sandbox_common.tool_spec import tool_definition
 
 from infra.local import stack
+from tests.support.local_stack import SANDBOXCTL, ctl, running_stack, state_of
 
-SANDBOXCTL = str(Path(sys.executable).with_name("sandboxctl"))
 TENANT, TEMPLATE = "acme", "analyst"
 CAP_TENANT = "globex"  # only the cap-breach test uses it: its kill switch touches nobody else
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SANDBOX_"))}
-    env.update(SANDBOX_LOCAL_DIR=str(tmp_path_factory.mktemp("agents-stack")), SANDBOX_LOCAL="1")
-    up = subprocess.run(
-        [SANDBOXCTL, "--json", "local", "up"], env=env, capture_output=True, text=True, timeout=180
-    )
-    assert up.returncode == 0, up.stderr
-    yield env
-    down = subprocess.run(
-        [SANDBOXCTL, "--json", "local", "down"], env=env, capture_output=True, text=True, timeout=60
-    )
-    assert down.returncode == 0, down.stderr
+    with running_stack(tmp_path_factory.mktemp("agents-stack")) as env:
+        yield env
 
 
 @pytest.fixture(scope="module")
 def state(env: dict[str, str]) -> stack.LocalState:
-    found = stack.read_state(Path(env["SANDBOX_LOCAL_DIR"]))
-    assert found is not None
-    return found
-
-
-def ctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([SANDBOXCTL, *args], env=env, capture_output=True, text=True, timeout=180)
+    return state_of(env)
 
 
 def _session_status(state: stack.LocalState, tenant_id: str, session_id: str) -> str:
@@ -205,7 +189,7 @@ def test_mcp_sigterm_still_ends_the_turn_and_stops_its_session(
                 },
             }
         )
-        assert answer(1)["result"]["serverInfo"]["name"] == n.MCP_SERVER_NAME
+        assert answer(1)["result"]["serverInfo"]["name"] == MCP_SERVER_NAME
         send({"method": "notifications/initialized"})
         send(
             {
@@ -250,7 +234,7 @@ def test_mcp_template_without_sandbox_lists_no_tool_and_calls_fail_named(env: di
 
 def test_mcp_file_links_map_artifacts_to_resource_links() -> None:
     # Given an execute_code answer's files list (§14.2), one artifact skipped as too large
-    from infra.sandboxctl.mcp_server import file_links
+    from sandbox_client.mcp_server import file_links
 
     files = [
         {

@@ -387,7 +387,7 @@ def test_tools_retried_execute_code_of_a_paused_call_is_not_counted_again(tools_
 
 def test_tools_agent_client_and_strands_tool_run_the_loop_through_dispatch(tools_stack: Stack) -> None:
     import boto3
-    from sandbox_common.agent_client import SandboxTurn
+    from sandbox_client.turn import SandboxTurn
 
     from tests.support.http import http_endpoint
 
@@ -555,8 +555,8 @@ def test_tools_reaper_hook_asks_dispatch_to_sweep_paused_calls(
     from reaper.handler import handler as reaper_handler
     from sandbox_common import settings
 
-    from infra.config import build_config
-    from infra.function_env import function_environment
+    from infra.cdk.config import build_config
+    from infra.cdk.function_env import function_environment
     from tests.conftest import LambdaContext
 
     stack = short_wait

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from infra.local.interpreter import LocalInterpreterServer, wait_ready
+from tests.conftest import free_port
 from tests.integration.interpreter._helpers import (
     PUBLIC_CI,
     SANDBOX_CI,
@@ -26,17 +26,11 @@ from tests.integration.interpreter._helpers import (
 REPO = Path(__file__).resolve().parents[3]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_cli_serves_registry_interpreters_and_cleans_up_on_sigterm(tmp_path: Path) -> None:
     # Given a registry file and a port
     registry = tmp_path / "interpreters.json"
     registry.write_text(json.dumps({PUBLIC_CI: "PUBLIC"}))
-    port = _free_port()
+    port = free_port()
 
     # When the server runs as its own process
     proc = subprocess.Popen(

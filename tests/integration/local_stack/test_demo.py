@@ -1,4 +1,4 @@
-"""`python -m infra.local.demo` (what `make demo` runs) as a newcomer runs it."""
+"""`python -m infra.demo` (what `make demo` runs) as a newcomer runs it."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def test_demo_runs_one_turn_end_to_end_and_stops_its_stack() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SANDBOX_"))}
     # When the demo runs
     out = subprocess.run(
-        [sys.executable, "-m", "infra.local.demo"],
+        [sys.executable, "-m", "infra.demo"],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sandbox_common import naming as n
 
-from infra.config import build_config
+from infra.cdk.config import build_config
 from infra.local.lambda_emulator import FunctionSpec, LambdaEmulator, Schedule
 from infra.local.resources import LocalResources
 from infra.local.stack import lambda_schedules

@@ -9,8 +9,8 @@ import boto3
 import pytest
 from sandbox_common import naming as n
 
-from infra.config import build_config
-from infra.constructs.definitions import artifacts_bucket_settings
+from infra.cdk.config import build_config
+from infra.cdk.constructs.definitions import artifacts_bucket_settings
 from infra.local.resources import LOCAL_ACCOUNT, create_resources
 
 

@@ -11,7 +11,7 @@ import boto3
 import pytest
 from sandbox_common import naming as n
 
-from infra.config import build_config
+from infra.cdk.config import build_config
 from infra.local.resources import LocalResources, create_resources
 from infra.local.stack import lambda_function_specs
 

@@ -14,8 +14,8 @@ from sandbox_common import dimensions
 from sandbox_common import naming as n
 from sandbox_common.models import TenantSubstrate
 
-from infra.config import build_config
-from infra.function_env import function_environment
+from infra.cdk.config import build_config
+from infra.cdk.function_env import function_environment
 from infra.local import stack
 from infra.local.stack import LocalState
 from infra.sandboxctl import ops

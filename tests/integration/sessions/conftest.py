@@ -7,14 +7,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sandbox_common import aws
+from sandbox_common import aws, dimensions
 from sandbox_common import naming as n
 
-from infra.config import build_config
-from infra.function_env import function_environment
-from tests.support.stack import Stack, event, interpreter, jsonable, stack
+from infra.cdk.config import build_config
+from infra.cdk.function_env import function_environment
+from tests.support.stack import Stack, event, interpreter, jsonable, stack, turn_token_for
 
-__all__ = ["Stack", "event", "interpreter", "jsonable", "stack", "reaper_stack"]
+__all__ = ["Stack", "event", "interpreter", "jsonable", "stack", "reaper_stack", "turn_token_for"]
 
 
 @pytest.fixture
@@ -47,6 +47,27 @@ def set_warm(tenant: str, environment: str, size: int) -> None:
         Type="String",
         Overwrite=True,
     )
+
+
+def set_session_cap(dimension: str, value: int, tenant: str | None = None) -> None:
+    aws.client("ssm").put_parameter(
+        Name=dimensions.parameter("local", dimension, tenant),
+        Value=str(value),
+        Type="String",
+        Overwrite=True,
+    )
+
+
+def get_job_event(turn_id: str, job_id: str) -> dict[str, Any]:
+    """A get_job of acme's agent-7 in `turn_id`, with the turn's token."""
+    return {
+        "action": "get_job",
+        "tenant_id": "acme",
+        "agent_id": "agent-7",
+        "turn_id": turn_id,
+        "job_id": job_id,
+        "turn_token": turn_token_for("acme", turn_id),
+    }
 
 
 def slots_of(stack: Stack) -> list[Any]:

@@ -16,18 +16,15 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
 from sandbox_common import aws, messages
 from sandbox_common import naming as n
 
-from infra.config import build_config
-from infra.local.lambda_emulator import FunctionSpec, LambdaEmulator
-from infra.local.stack import lambda_function_specs
-from tests.conftest import free_port
+from tests.support.http import HoldingProxy
+from tests.support.stack import dispatch_workers
 
 from .conftest import Stack, event
-from .test_jobs_crash import HoldingProxy, _dispatch_workers
+from .test_jobs_crash import _dispatch_workers
 
 # The dispatch worker's Lambda timeout: the in-progress deadline of its calls (≈ claim + this).
 # Above dispatch's answer margin (15 s) by enough that on a loaded machine every call is still
@@ -43,34 +40,10 @@ def short_dispatch(reaper_stack: Stack) -> Iterator[dict[str, Any]]:
 
 
 def _dispatch_workers_on(stack: Stack, aws_endpoint: str, timeout_seconds: int) -> Iterator[dict[str, Any]]:
-    port = free_port()
-    endpoints = {
-        "AWS_ENDPOINT_URL": aws_endpoint,
-        "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE": stack.interpreter.endpoint,
-        "AWS_ENDPOINT_URL_LAMBDA": stack.emulator.endpoint,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_REGION": "us-east-1",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
-    name = stack.resources.functions[n.DISPATCH]
-    (spec,) = [
-        FunctionSpec.from_dict({**s, "max_concurrency": 4, "timeout_seconds": timeout_seconds})
-        for s in lambda_function_specs(build_config("local"), stack.resources, endpoints)
-        if s["name"] == name
-    ]
-    emulator = LambdaEmulator([spec], port=port).start()
-    client = boto3.client(
-        "lambda",
-        endpoint_url=emulator.endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-    try:
-        yield {"stack": stack, "client": client, "name": name}
-    finally:
-        emulator.stop()
+    with dispatch_workers(
+        stack, aws_endpoint=aws_endpoint, max_concurrency=4, timeout_seconds=timeout_seconds
+    ) as workers:
+        yield {"stack": stack, "client": workers.client, "name": workers.name}
 
 
 def _idempotency_items(stack: Stack) -> list[dict[str, Any]]:

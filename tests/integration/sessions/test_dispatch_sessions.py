@@ -15,16 +15,7 @@ from sandbox_common import naming as n
 
 from tests.reliability.faults import aws_response, error_body
 
-from .conftest import Stack, event, interpreter_id, set_warm, slots_of
-
-
-def _set_session_cap(dimension: str, value: int, tenant: str | None = None) -> None:
-    aws.client("ssm").put_parameter(
-        Name=dimensions.parameter("local", dimension, tenant),
-        Value=str(value),
-        Type="String",
-        Overwrite=True,
-    )
+from .conftest import Stack, event, interpreter_id, set_session_cap, set_warm, slots_of
 
 
 def _together(stack: Stack, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -181,7 +172,7 @@ def test_dispatch_never_hands_out_a_warm_session_that_failed_its_preamble(
 def test_dispatch_concurrent_first_calls_of_one_turn_share_its_session_at_a_session_cap(stack: Stack) -> None:
     # Given tenant_sessions = 1 for acme and 6 first calls of ONE turn arriving together (an
     # agent's parallel tool calls): each would hold a reservation until the turn's session started
-    _set_session_cap(dimensions.TENANT_SESSIONS.name, 1, "acme")
+    set_session_cap(dimensions.TENANT_SESSIONS.name, 1, "acme")
     live_before = set(stack.live_sessions())
     answers = _together(
         stack, [event(turn_id="turn-par", call_id=f"par-{i}", code=f"print({i})") for i in range(6)]
@@ -197,7 +188,7 @@ def test_dispatch_concurrent_first_calls_of_one_turn_share_its_session_at_a_sess
 
 def test_dispatch_tenant_sessions_cap_admits_exactly_c_of_n_concurrent_turns(stack: Stack) -> None:
     # Given tenant_sessions = 2 for acme and 5 turns whose first calls arrive together
-    _set_session_cap(dimensions.TENANT_SESSIONS.name, 2, "acme")
+    set_session_cap(dimensions.TENANT_SESSIONS.name, 2, "acme")
     live_before = set(stack.live_sessions())
     turns = [f"turn-{i}" for i in range(5)]
     answers = dict(
@@ -227,7 +218,7 @@ def test_dispatch_tenant_sessions_cap_admits_exactly_c_of_n_concurrent_turns(sta
 def test_dispatch_session_cap_zero_refuses_every_first_call_and_counts_nothing(stack: Stack) -> None:
     # Given a turn that already has its session, then global_sessions set to 0 (the kill switch)
     assert stack.dispatch(event(turn_id="turn-old", call_id="o1", code="x = 5"))["ok"] is True
-    _set_session_cap(dimensions.GLOBAL_SESSIONS.name, 0)
+    set_session_cap(dimensions.GLOBAL_SESSIONS.name, 0)
     from dispatch import parts as dependencies
 
     dependencies.reset()  # a fresh container: no cap cached
@@ -250,7 +241,7 @@ def test_dispatch_session_cap_zero_refuses_every_first_call_and_counts_nothing(s
 
 def test_dispatch_background_submit_at_session_cap_zero_counts_nothing_and_holds_no_job(stack: Stack) -> None:
     # Given global_sessions = 0 (the kill switch) in a fresh container
-    _set_session_cap(dimensions.GLOBAL_SESSIONS.name, 0)
+    set_session_cap(dimensions.GLOBAL_SESSIONS.name, 0)
     from dispatch import parts as dependencies
 
     dependencies.reset()
@@ -272,7 +263,7 @@ def test_dispatch_background_submit_at_session_cap_zero_counts_nothing_and_holds
 
 def test_dispatch_stopped_session_frees_its_slot_on_end_turn(stack: Stack) -> None:
     # Given tenant_sessions = 1, held by turn-1's session
-    _set_session_cap(dimensions.TENANT_SESSIONS.name, 1, "acme")
+    set_session_cap(dimensions.TENANT_SESSIONS.name, 1, "acme")
     assert stack.dispatch(event(turn_id="turn-1", call_id="a1"))["ok"] is True
     full = stack.dispatch(event(turn_id="turn-2", call_id="b1"))
     assert full["dimension"] == dimensions.TENANT_SESSIONS.name
@@ -296,7 +287,7 @@ def test_dispatch_session_stopped_by_timeout_frees_its_slot(
     monkeypatch.setenv(n.ENV_CALL_TIMEOUT, "2")
     settings.clear_caches()
     dependencies.reset()
-    _set_session_cap(dimensions.TENANT_SESSIONS.name, 1, "acme")
+    set_session_cap(dimensions.TENANT_SESSIONS.name, 1, "acme")
     # When turn-1's call runs past the deadline (the runner stops its session)
     slow = stack.dispatch(event(turn_id="turn-1", call_id="a1", code="import time\ntime.sleep(30)"))
     assert slow["exit_status"] == "timeout"

@@ -15,94 +15,19 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-import boto3
 import pytest
 from sandbox_common import naming as n
 
-from infra.config import build_config
-from infra.local.lambda_emulator import FunctionSpec, LambdaEmulator
-from infra.local.stack import lambda_function_specs
-from tests.conftest import free_port
-from tests.reliability import faults
-from tests.support.stack import turn_token_for
+from tests.support.http import HoldingProxy
+from tests.support.stack import dispatch_workers
 
-from .conftest import Stack, event
+from .conftest import Stack, event, get_job_event
 
 JOB = "import time\ntime.sleep(2)\nprint('survived')"
-
-
-class HoldingProxy:
-    """Forwards every request to moto, except the first one `hold_if(target, body)` matches: that
-    one is held until `release(deliver=...)`, then forwarded late (deliver=True) or dropped."""
-
-    def __init__(self, upstream: str, hold_if: Callable[[str, bytes], bool]) -> None:
-        self.upstream = urlsplit(upstream)
-        self.hold_if = hold_if
-        self.held = threading.Event()
-        self._release = threading.Event()
-        self._deliver = False
-        self._taken = False
-        self.delivered = threading.Event()
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *_: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:  # noqa: N802 - stdlib name
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                headers = dict(self.headers.items())
-                if not proxy._taken and proxy.hold_if(headers.get("X-Amz-Target", ""), body):
-                    proxy._taken = True
-                    proxy.held.set()
-                    proxy._release.wait(120)
-                    if proxy._deliver:  # the dead worker's request lands after all
-                        proxy.forward(self.path, headers, body)
-                        proxy.delivered.set()
-                    self.close_connection = True
-                    return
-                status, keep, payload = proxy.forward(self.path, headers, body)
-                self.send_response(status)
-                for key, value in keep.items():
-                    self.send_header(key, value)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            do_GET = do_POST  # noqa: N815
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.02},
-            daemon=True,
-            name="holding-proxy",
-        ).start()  # a close() costs one poll interval (stdlib: 0.5 s)
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def forward(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, str], bytes]:
-        return faults.forward(self.upstream, path, headers, body)
-
-    def release(self, *, deliver: bool) -> None:
-        self._deliver = deliver
-        self._release.set()
-
-    def close(self) -> None:
-        self._release.set()
-        self._server.shutdown()
-        self._server.server_close()
 
 
 @pytest.fixture
@@ -117,34 +42,10 @@ def worker_dispatch(reaper_stack: Stack) -> Iterator[dict[str, Any]]:
             target.endswith(".PutItem") and json.loads(body or b"{}").get("TableName") == audit_table
         ),
     )
-    port = free_port()
-    endpoints = {
-        "AWS_ENDPOINT_URL": proxy.endpoint,
-        "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE": stack.interpreter.endpoint,
-        "AWS_ENDPOINT_URL_LAMBDA": stack.emulator.endpoint,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_REGION": "us-east-1",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
-    name = stack.resources.functions[n.DISPATCH]
-    (spec,) = [
-        FunctionSpec.from_dict({**s, "max_concurrency": 1})
-        for s in lambda_function_specs(build_config("local"), stack.resources, endpoints)
-        if s["name"] == name
-    ]
-    emulator = LambdaEmulator([spec], port=port).start()
-    client = boto3.client(
-        "lambda",
-        endpoint_url=emulator.endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
     try:
-        yield {"stack": stack, "proxy": proxy, "client": client, "name": name}
+        with dispatch_workers(stack, aws_endpoint=proxy.endpoint, max_concurrency=1) as workers:
+            yield {"stack": stack, "proxy": proxy, "client": workers.client, "name": workers.name}
     finally:
-        emulator.stop()
         proxy.close()
 
 
@@ -175,17 +76,6 @@ def _dispatch_workers(handler: str) -> list[int]:
     return found
 
 
-def _get_job(turn_id: str, job_id: str) -> dict[str, Any]:
-    return {
-        "action": "get_job",
-        "tenant_id": "acme",
-        "agent_id": "agent-7",
-        "turn_id": turn_id,
-        "job_id": job_id,
-        "turn_token": turn_token_for("acme", turn_id),
-    }
-
-
 def _rows(stack: Stack, invocation_id: str) -> list[dict[str, Any]]:
     return [r for r in stack.audit_rows("acme") if r["invocation_id"] == invocation_id]
 
@@ -212,7 +102,7 @@ def test_jobs_crash_worker_killed_while_job_runs_job_ends_with_one_row(
     time.sleep(2.5)
     # When the reaper's sweep runs, and later a get_job reaches a fresh dispatch container
     swept = end_due_jobs(time.time())
-    final = stack.dispatch(_get_job("turn-kill", submitted["job_id"]))
+    final = stack.dispatch(get_job_event("turn-kill", submitted["job_id"]))
     # Then the job ended completed with its output, and its audit row exists exactly once
     assert swept["ended"] == 1
     assert (final["status"], final["stdout"]) == ("completed", "survived\n")
@@ -244,7 +134,9 @@ def test_jobs_crash_worker_killed_while_ending_the_job_row_written_once(
     def poll_until_the_job_ended() -> None:
         # On a loaded machine the job's 2 s may not be over yet: a get_job that finds it still
         # running writes nothing (no audit row), so ask again until one observes the end.
-        while (answer := _invoke(ctx, _get_job(turn_id, submitted["job_id"]))).get("status") == "running":
+        while (answer := _invoke(ctx, get_job_event(turn_id, submitted["job_id"]))).get(
+            "status"
+        ) == "running":
             time.sleep(0.5)
         answers.append(answer)
 
@@ -265,7 +157,7 @@ def test_jobs_crash_worker_killed_while_ending_the_job_row_written_once(
     assert len(_rows(stack, submitted["invocation_id"])) == (1 if dead_put == "lands_late" else 0)
     # When the reaper's sweep runs, then a get_job and a second sweep come
     swept = end_due_jobs(time.time())
-    final = stack.dispatch(_get_job(turn_id, submitted["job_id"]))
+    final = stack.dispatch(get_job_event(turn_id, submitted["job_id"]))
     again = end_due_jobs(time.time())
     # Then the job is final, answered from the first observed outcome, and its row exists exactly once
     assert swept["ended"] == 1 and again["ended"] == 0

@@ -14,9 +14,8 @@ from sandbox_common import aws
 from sandbox_common import naming as n
 
 from tests.conftest import LambdaContext
-from tests.support.stack import turn_token_for
 
-from .conftest import Stack, event, slots_of
+from .conftest import Stack, event, get_job_event, slots_of
 
 
 def _turn_with_slot(stack: Stack, turn_id: str) -> str:
@@ -35,16 +34,7 @@ def _submit(stack: Stack, turn_id: str, call_id: str, code: str) -> dict[str, An
 
 
 def _get_job(stack: Stack, turn_id: str, job_id: str) -> dict[str, Any]:
-    return stack.dispatch(
-        {
-            "action": "get_job",
-            "tenant_id": "acme",
-            "agent_id": "agent-7",
-            "turn_id": turn_id,
-            "job_id": job_id,
-            "turn_token": turn_token_for("acme", turn_id),
-        }
-    )
+    return stack.dispatch(get_job_event(turn_id, job_id))
 
 
 def _end_turn(stack: Stack, turn_id: str) -> dict[str, Any]:

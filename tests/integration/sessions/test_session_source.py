@@ -17,7 +17,7 @@ from sandbox_common.sessions.ledger import SessionLedger
 
 from tests.reliability.faults import aws_response, error_body
 
-from .conftest import Stack, interpreter_id, set_warm, slots_of
+from .conftest import Stack, interpreter_id, set_session_cap, set_warm, slots_of
 
 
 def _source(stack: Stack) -> Any:
@@ -54,15 +54,6 @@ def _first_session(stack: Stack, turn: str, retries: RetryLog | None = None) -> 
     )
     return source.start(
         prepared, runner=_runner(stack), interpreter_id=iid, invocation_id=str(uuid.uuid4()), retries=log
-    )
-
-
-def _set_session_cap(dimension: str, value: int, tenant: str | None = None) -> None:
-    aws.client("ssm").put_parameter(
-        Name=dimensions.parameter("local", dimension, tenant),
-        Value=str(value),
-        Type="String",
-        Overwrite=True,
     )
 
 
@@ -141,7 +132,7 @@ def test_concurrent_first_calls_of_two_turns_never_share_a_warm_session(reaper_s
 def test_tenant_sessions_cap_admits_exactly_cap_under_concurrency(reaper_stack: Stack) -> None:
     stack = reaper_stack
     # Given tenant_sessions 2 and 5 turns whose first calls arrive together
-    _set_session_cap(dimensions.TENANT_SESSIONS.name, 2, "acme")
+    set_session_cap(dimensions.TENANT_SESSIONS.name, 2, "acme")
     outcomes: list[str] = []
     lock = threading.Lock()
 
@@ -175,7 +166,7 @@ def test_session_cap_refusal_names_dimension_and_resets_in_30s(reaper_stack: Sta
     from datetime import UTC, datetime
 
     stack = reaper_stack
-    _set_session_cap(dimensions.GLOBAL_SESSIONS.name, 0)
+    set_session_cap(dimensions.GLOBAL_SESSIONS.name, 0)
     live_before = stack.live_sessions()
     before = datetime.now(UTC)
     with pytest.raises(SandboxCapExceeded) as caught:

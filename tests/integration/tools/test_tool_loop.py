@@ -16,9 +16,9 @@ import boto3
 import pytest
 from dispatch.tools.calls import Owner, claim, resume_call, start_call
 from dispatch.tools.store import ContinuationStore
+from sandbox_client.turn import SandboxTurn
 from sandbox_common import aws
 from sandbox_common import naming as n
-from sandbox_common.agent_client import SandboxTurn
 from sandbox_common.errors import SandboxFailure
 from sandbox_common.models import parse_resume_event
 

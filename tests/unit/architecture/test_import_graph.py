@@ -1,21 +1,30 @@
-"""No import cycles anywhere in functions/, layers/ and infra/ (issue 9).
+"""The import graph of functions/, layers/ and infra/: no cycles, and the parts of the house
+import each other only as tests/unit/architecture/parts.py allows.
 
 Every module is parsed (never imported) and every import it contains — also the ones inside
-functions, which hide cycles from a plain import — is resolved to a project module. A cycle is a
-strongly connected component of more than one module (or a module importing itself).
+functions, which hide cycles and forbidden edges from a plain import — is resolved to a project
+module. A cycle is a strongly connected component of more than one module (or a module importing
+itself).
 """
 
 from __future__ import annotations
 
 import ast
+import sys
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
+
+from tests.unit.architecture import parts as p
 
 ROOT = Path(__file__).resolve().parents[3]
 # (directory, module prefix): how Lambda and the CLI import them (the asset roots).
 SOURCE_ROOTS = (
     (ROOT / "functions", ""),
     (ROOT / "layers" / "common" / "python", ""),
+    (ROOT / "layers" / "client", ""),
     (ROOT / "infra", "infra."),
 )
 
@@ -133,3 +142,279 @@ def test_import_graph_of_the_project_has_no_cycle() -> None:
     assert "dispatch.steps" in graph["dispatch.routes"]
     assert len(modules) > 80
     assert cycles(graph) == []
+
+
+# --- parts and the edges between them ------------------------------------------------------------
+def all_modules() -> dict[str, Path]:
+    """The project's modules, the App (app.py) and the tests: everything the parts table covers."""
+    modules = project_modules()
+    modules["app"] = ROOT / "app.py"
+    for path in (ROOT / "tests").rglob("*.py"):
+        modules[_module_name(path, ROOT / "tests", "tests.")] = path
+    return modules
+
+
+def part_of(name: str) -> str | None:
+    """The part whose prefix is the longest dotted prefix of `name` (None: no part holds it)."""
+    best, length = None, -1
+    for part, prefixes in p.PARTS.items():
+        for prefix in prefixes:
+            if (name == prefix or name.startswith(prefix + ".")) and len(prefix) > length:
+                best, length = part, len(prefix)
+    return best
+
+
+def _imported_names(tree: ast.AST, module: str, is_package: bool) -> Iterator[str]:
+    """Every imported name, absolute: `import a.b` -> a.b, `from a import b` -> a.b."""
+    for base, names in _imports(tree, module, is_package):
+        if not names or names == ["*"]:
+            yield base
+        else:
+            yield from (f"{base}.{n}" if base else n for n in names)
+
+
+def _holds_code(tree: ast.Module) -> bool:
+    body = tree.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    return bool(body)
+
+
+def layering_violations(modules: dict[str, Path]) -> list[str]:
+    """One line per import the parts table does not allow, and per module no part holds."""
+    problems = []
+    for name, path in sorted(modules.items()):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        if name in p.CONTAINERS:
+            if _holds_code(tree):
+                problems.append(f"{name}: a package that only groups rooms holds code")
+            continue
+        part = part_of(name)
+        if part is None:
+            problems.append(f"{name}: no part holds this module")
+            continue
+        for imported in _imported_names(tree, name, path.name == "__init__.py"):
+            other = part_of(imported)
+            top = imported.split(".")[0]
+            if other is None and top in p.CONTAINERS:
+                continue  # `import infra`: the container itself
+            if other is None:
+                allowed = p.THIRD_PARTY_ALLOWED.get(part)
+                if allowed is not None and top not in sys.stdlib_module_names and top not in allowed:
+                    problems.append(f"{name} ({part}) imports {imported}: third-party, not declared")
+            elif part in p.STANDALONE:
+                problems.append(f"{name} ({part}) imports {imported}: its modules run standalone")
+            elif other != part and other not in p.MAY_IMPORT[part]:
+                problems.append(f"{name} ({part}) imports {imported} ({other})")
+    return problems
+
+
+def test_parts_table_allows_none_of_the_nevers() -> None:
+    # Given the table / Then no allowed edge is a never, and every part has its row
+    assert set(p.MAY_IMPORT) == set(p.PARTS)
+    allowed = {(part, other) for part, others in p.MAY_IMPORT.items() for other in others}
+    assert p.NEVER and allowed & set(p.NEVER) == set()
+    assert all(edge[0] in p.PARTS and edge[1] in p.PARTS for edge in p.NEVER)
+
+
+def test_parts_table_client_imports_only_what_its_distribution_declares() -> None:
+    # Given the client distribution's declared dependencies and extras
+    project = tomllib.loads((ROOT / "layers" / "client" / "pyproject.toml").read_text())["project"]
+    requirements = [*project["dependencies"], *sum(project["optional-dependencies"].values(), [])]
+    declared = {r.split(">")[0].split("=")[0].split("<")[0].split("[")[0].strip() for r in requirements}
+    # Then every third-party import the table allows the client comes with one of them, and its
+    # only runtime dependency is boto3
+    assert set(p.CLIENT_THIRD_PARTY.values()) <= declared
+    assert [r.split(">")[0] for r in project["dependencies"]] == ["boto3"]
+
+
+def test_import_graph_of_the_project_keeps_to_the_parts_table() -> None:
+    # Given every module: functions/, layers/, infra/, app.py and the tests
+    modules = all_modules()
+    # Then each belongs to a part and every import is one the table allows
+    assert {part_of(m) for m in modules} >= {
+        p.CDK,
+        p.DISPATCH,
+        p.COMMON,
+        p.SESSION_RUNTIME,
+        p.CLIENT,
+        p.LOCAL,
+    }
+    assert layering_violations(modules) == []
+
+
+def _fake_tree(tmp_path: Path, files: dict[str, str]) -> dict[str, Path]:
+    for relative, text in files.items():
+        path = tmp_path / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return {_module_name(path, tmp_path, ""): path for path in tmp_path.rglob("*.py")}
+
+
+# (a rule, the file that breaks it (path: source), the violation it must produce)
+VIOLATIONS = [
+    (
+        "local never imports the CLI",
+        "infra/local/a.py",
+        "def up():\n    from infra.sandboxctl import ops\n",
+        "infra.local.a (Local) imports infra.sandboxctl.ops (CLI)",
+    ),
+    (
+        "a Lambda never imports the client",
+        "dispatch/a.py",
+        "import sandbox_client.turn\n",
+        "dispatch.a (Lambda dispatch) imports sandbox_client.turn (Client)",
+    ),
+    (
+        "a Lambda never imports the CLI",
+        "quota_check/a.py",
+        "from infra.sandboxctl.ops import invoke\n",
+        "quota_check.a (Lambda quota_check) imports infra.sandboxctl.ops.invoke (CLI)",
+    ),
+    (
+        "a Lambda never imports the local emulator",
+        "backstop/a.py",
+        "from infra.local import stack\n",
+        "backstop.a (Lambda backstop) imports infra.local.stack (Local)",
+    ),
+    (
+        "a Lambda never imports the CDK",
+        "reaper/a.py",
+        "def f():\n    from infra.cdk.config import build_config\n",
+        "reaper.a (Lambda reaper) imports infra.cdk.config.build_config (CDK)",
+    ),
+    (
+        "a Lambda never imports another Lambda",
+        "quota_check/a.py",
+        "from dispatch import handler\n",
+        "quota_check.a (Lambda quota_check) imports dispatch.handler (Lambda dispatch)",
+    ),
+    (
+        "common never imports a Lambda",
+        "sandbox_common/a.py",
+        "from dispatch.handler import handler\n",
+        "sandbox_common.a (Common) imports dispatch.handler.handler (Lambda dispatch)",
+    ),
+    (
+        "common never imports the client",
+        "sandbox_common/a.py",
+        "from sandbox_client import SandboxTurn\n",
+        "sandbox_common.a (Common) imports sandbox_client.SandboxTurn (Client)",
+    ),
+    (
+        "common never imports the local emulator",
+        "sandbox_common/a.py",
+        "import infra.local.stack\n",
+        "sandbox_common.a (Common) imports infra.local.stack (Local)",
+    ),
+    (
+        "common never imports the CLI",
+        "sandbox_common/a.py",
+        "from infra.sandboxctl import main\n",
+        "sandbox_common.a (Common) imports infra.sandboxctl.main (CLI)",
+    ),
+    (
+        "the CDK never imports the local emulator",
+        "infra/cdk/a.py",
+        "from infra.local.resources import x\n",
+        "infra.cdk.a (CDK) imports infra.local.resources.x (Local)",
+    ),
+    (
+        "the CDK never imports the CLI",
+        "infra/cdk/a.py",
+        "from infra.sandboxctl import target\n",
+        "infra.cdk.a (CDK) imports infra.sandboxctl.target (CLI)",
+    ),
+    (
+        "the session runtime imports only the standard library",
+        "sandbox_session/a.py",
+        "import boto3\n",
+        "sandbox_session.a (Session runtime) imports boto3: third-party, not declared",
+    ),
+    (
+        "the session runtime imports nothing of ours",
+        "sandbox_session/a.py",
+        "from sandbox_common import naming\n",
+        "sandbox_session.a (Session runtime) imports sandbox_common.naming: its modules run standalone",
+    ),
+    (
+        "session runtime modules run standalone",
+        "sandbox_session/a.py",
+        "def f():\n    from . import b\n",
+        "sandbox_session.a (Session runtime) imports sandbox_session.b: its modules run standalone",
+    ),
+    (
+        "the client imports only boto3 and its extras",
+        "sandbox_client/a.py",
+        "import pydantic\n",
+        "sandbox_client.a (Client) imports pydantic: third-party, not declared",
+    ),
+    (
+        "the client never imports the common layer",
+        "sandbox_client/a.py",
+        "from sandbox_common.naming import X\n",
+        "sandbox_client.a (Client) imports sandbox_common.naming.X (Common)",
+    ),
+    (
+        "nothing but the tests imports the tests",
+        "infra/demo/a.py",
+        "from tests.support import stack\n",
+        "infra.demo.a (Demo) imports tests.support.stack (Tests)",
+    ),
+    (
+        "every module belongs to a part",
+        "functions_extra/a.py",
+        "",
+        "functions_extra.a: no part holds this module",
+    ),
+    (
+        "a container holds no code",
+        "infra/__init__.py",
+        "import os\n",
+        "infra: a package that only groups rooms holds code",
+    ),
+]
+
+
+@pytest.mark.parametrize(("rule", "path", "source", "violation"), VIOLATIONS, ids=[v[0] for v in VIOLATIONS])
+def test_layering_violations_catch_a_broken_rule(
+    tmp_path: Path, rule: str, path: str, source: str, violation: str
+) -> None:
+    # Given a tiny tree: the modules each rule's import names, and one file that breaks the rule
+    targets = [
+        "infra/sandboxctl/ops.py",
+        "infra/sandboxctl/main.py",
+        "infra/sandboxctl/target.py",
+        "infra/local/stack.py",
+        "infra/local/resources.py",
+        "infra/cdk/config.py",
+        "dispatch/handler.py",
+        "sandbox_client/__init__.py",
+        "sandbox_client/turn.py",
+        "sandbox_common/naming.py",
+        "sandbox_session/b.py",
+        "tests/support/stack.py",
+    ]
+    modules = _fake_tree(tmp_path, {**{t: "" for t in targets}, path: source})
+    # When the parts table is applied / Then exactly that violation is reported
+    assert layering_violations(modules) == [violation], rule
+
+
+def test_layering_violations_allow_what_the_table_allows(tmp_path: Path) -> None:
+    # Given modules that import only along allowed edges, stdlib and declared third-party modules
+    modules = _fake_tree(
+        tmp_path,
+        {
+            "infra/__init__.py": '"""Rooms."""\n',
+            "infra/sandboxctl/a.py": "from infra.local import stack\nfrom sandbox_client import turn\n",
+            "infra/local/stack.py": "from infra.cdk import config\nimport sandbox_common.naming\n",
+            "infra/cdk/config.py": "from sandbox_common.naming import X\n",
+            "dispatch/a.py": "from sandbox_session import b\nimport aws_lambda_powertools\n",
+            "sandbox_common/naming.py": "import re\nfrom sandbox_session.b import MARKER\n",
+            "sandbox_session/b.py": "import json, os\n",
+            "sandbox_client/turn.py": "import boto3\nfrom botocore import config\nfrom . import contract\n",
+            "sandbox_client/contract.py": "import secrets\n",
+        },
+    )
+    # Then nothing is reported
+    assert layering_violations(modules) == []

@@ -16,18 +16,11 @@ from botocore.config import Config
 from sandbox_common import audit, aws
 from sandbox_common import naming as n
 from sandbox_common.errors import SandboxError
-from sandbox_common.models import ExecuteCodeRequest
 from sandbox_common.outcome import Outcome
 
-REQ = ExecuteCodeRequest(
-    action="execute_code",
-    tenant_id="acme",
-    agent_id="agent-7",
-    template_id="analyst",
-    turn_id="turn-1",
-    call_id="call-1",
-    code="print(1)",
-)
+from tests.support.requests import execute_request
+
+REQ = execute_request()
 T0 = datetime(2026, 11, 23, 17, 0, 0, tzinfo=UTC)
 
 

@@ -12,19 +12,12 @@ import pytest
 from sandbox_common import audit, aws
 from sandbox_common import naming as n
 from sandbox_common.errors import SandboxCapExceeded, SandboxFailure
-from sandbox_common.models import ExecuteCodeRequest
 from sandbox_common.outcome import Outcome
 from sandbox_runtime.runner import ExecutionResult
 
-REQ = ExecuteCodeRequest(
-    action="execute_code",
-    tenant_id="acme",
-    agent_id="agent-7",
-    template_id="analyst",
-    turn_id="turn-1",
-    call_id="call-1",
-    code="print('héllo')",
-)
+from tests.support.requests import execute_request
+
+REQ = execute_request(code="print('héllo')")
 T0 = datetime(2026, 11, 21, 8, 0, 0, 123000, tzinfo=UTC)
 
 

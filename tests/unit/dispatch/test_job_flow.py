@@ -23,37 +23,21 @@ from sandbox_runtime.job_store import JobRecord, JobStore
 from sandbox_runtime.runner import SessionRunner, credentials
 from sandbox_runtime.runner.jobs import JobRunner
 
-local_interpreter = pytest.importorskip("infra.local.interpreter")
+from tests.support.runner import ACME_INTERPRETER, ACME_RUNNER_ROLE, session_runner
 
-INTERPRETER = "sbx_test_acme_pub"
-RUNNER_ROLE = "arn:aws:iam::123456789012:role/thinkwork-test-sbx-runner-acme"
+INTERPRETER = ACME_INTERPRETER
+RUNNER_ROLE = ACME_RUNNER_ROLE
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[Any]:
-    srv = local_interpreter.LocalInterpreterServer(interpreters={INTERPRETER: "PUBLIC"}).start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture
 def env(
-    server, tables: dict[str, str], ddb: Any, monkeypatch: pytest.MonkeyPatch
+    acme_interpreter: Any, tables: dict[str, str], ddb: Any, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[dict[str, Any]]:
+    server = acme_interpreter
     monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_AGENTCORE", server.endpoint)
     credentials.clear_cache()
-    runner = SessionRunner(
-        tenant_id="acme",
-        allowed_interpreter_ids=[INTERPRETER],
-        runner_role_arn=RUNNER_ROLE,
-        session_timeout_seconds=900,
-        call_timeout_seconds=2,
-        stdout_cap_bytes=4096,
-        stderr_cap_bytes=1024,
-    )
+    runner = session_runner(call_timeout_seconds=2, stdout_cap_bytes=4096, stderr_cap_bytes=1024)
     store = JobStore(table_name=tables[n.JOBS.logical], ddb=ddb)
     closed: set[tuple[str, str]] = set()
     deps = job_flow.JobDeps(
@@ -263,13 +247,12 @@ def test_job_flow_crash_between_claim_and_audit_is_finished_by_the_reaper_once(e
 _SUBMITTER = textwrap.dedent("""
     import json, sys, time
     from sandbox_runtime.job_store import JobRecord, JobStore
-    from sandbox_runtime.runner import SessionRunner
     from sandbox_runtime.runner.jobs import JobRunner
+    from tests.support.runner import session_runner
     from sandbox_common import aws
     args = json.loads(sys.argv[1])
-    runner = SessionRunner(tenant_id="acme", allowed_interpreter_ids=[args["interpreter"]],
-                           runner_role_arn=args["role"], session_timeout_seconds=900, call_timeout_seconds=2,
-                           stdout_cap_bytes=4096, stderr_cap_bytes=1024)
+    runner = session_runner(allowed_interpreter_ids=[args["interpreter"]], runner_role_arn=args["role"],
+                            call_timeout_seconds=2, stdout_cap_bytes=4096, stderr_cap_bytes=1024)
     record = JobRecord(**args["record"])
     JobStore(table_name=args["table"], ddb=aws.client("dynamodb")).create(record)
     JobRunner(runner).submit_job(args["interpreter"], record.session_id, job_id=record.job_id,

@@ -11,21 +11,12 @@ import pytest
 from dispatch.quota import client as quota_client
 from dispatch.quota.flow import QuotaCheck
 from sandbox_common import naming as n
-from sandbox_common.models import ExecuteCodeRequest
 from sandbox_common.retries import RetryLog
 
 from tests.support.http import http_endpoint
+from tests.support.requests import execute_request
 
-REQ = ExecuteCodeRequest(
-    action="execute_code",
-    tenant_id="acme",
-    agent_id="agent-7",
-    template_id="analyst",
-    turn_id="turn-1",
-    call_id="c1",
-    code="print(1)",
-    turn_token="A" * 43,
-)
+REQ = execute_request(call_id="c1", turn_token="A" * 43)
 
 
 @pytest.fixture(autouse=True)

@@ -31,7 +31,7 @@ from sandbox_common.redaction.cloudwatch import (
 from sandbox_common.redaction.stdio import preamble_source
 from sandbox_runtime.runner.session import _redact_function
 
-from tests.support.redaction_corpus import CONTEXTS, LENGTHS, corpus, leak
+from tests.support.redaction_corpus import CONTEXTS, LENGTHS, corpus, leak, mask
 
 CASES = corpus()
 
@@ -120,14 +120,6 @@ def _subscription_payload(messages: list[str]) -> dict:
     return {"awslogs": {"data": base64.b64encode(gzip.compress(json.dumps(document).encode())).decode()}}
 
 
-def _mask(text: str, spans: list[tuple[int, int]]) -> str:
-    out, pos = [], 0
-    for start, end in sorted(spans):
-        out.append(text[pos:start] + REPLACEMENT)
-        pos = max(pos, end)
-    return "".join(out) + text[pos:]
-
-
 def test_layer4_backstop_flags_every_token_of_the_corpus():
     # Given the corpus as one real subscription payload, decoded as the backstop decodes it
     decoded = scanner.decode(_subscription_payload([c.text for c in CASES]))
@@ -137,9 +129,7 @@ def test_layer4_backstop_flags_every_token_of_the_corpus():
     classes = {(int(f["event_id"]), f["token_class"]) for f in result.findings}
     missing = [c.name for i, c in enumerate(CASES) if (i, c.token_class) not in classes]
     assert missing == []
-    outputs = {
-        i: _mask(c.text, [(h.start, h.end) for h in scanner.scan(c.text)]) for i, c in enumerate(CASES)
-    }
+    outputs = {i: mask(c.text, [(h.start, h.end) for h in scanner.scan(c.text)]) for i, c in enumerate(CASES)}
     assert _leaks(outputs) == []
 
 
@@ -163,8 +153,8 @@ def _cw_identifiers() -> list[str]:
     return [entry["Regex"] for entry in policy["Configuration"]["CustomDataIdentifier"]]
 
 
-def _cw_mask(regexes: list[re.Pattern], text: str) -> str:
-    return _mask(text, [(m.start(), m.end()) for rx in regexes for m in rx.finditer(text)])
+def _cwmask(regexes: list[re.Pattern], text: str) -> str:
+    return mask(text, [(m.start(), m.end()) for rx in regexes for m in rx.finditer(text)])
 
 
 def test_layer3_run_start_anchoring_finds_the_same_matches():
@@ -174,7 +164,7 @@ def test_layer3_run_start_anchoring_finds_the_same_matches():
     short = [c for c in CASES if len(c.text) < 1024]
     assert len(short) > 200
     # When / Then both mask exactly the same text on every short case
-    assert [c.name for c in short if _cw_mask(configured, c.text) != _cw_mask(evaluated, c.text)] == []
+    assert [c.name for c in short if _cwmask(configured, c.text) != _cwmask(evaluated, c.text)] == []
 
 
 def test_layer3_data_protection_identifiers_mask_every_token_of_the_corpus():
@@ -182,7 +172,7 @@ def test_layer3_data_protection_identifiers_mask_every_token_of_the_corpus():
     regexes = [_cw_evaluator(r) for r in _cw_identifiers()]
     assert len(regexes) == len(TOKEN_CLASSES)
     # When CloudWatch masks every match of every identifier
-    outputs = {i: _cw_mask(regexes, case.text) for i, case in enumerate(CASES)}
+    outputs = {i: _cwmask(regexes, case.text) for i, case in enumerate(CASES)}
     # Then nothing survives: the identifiers and the catalogue agree on the corpus
     assert _leaks(outputs) == []
 

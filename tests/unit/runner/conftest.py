@@ -29,10 +29,12 @@ from botocore.awsrequest import AWSResponse
 from sandbox_runtime.runner import credentials as runner_credentials
 
 from infra.local import eventstream as es
+from tests.support.runner import ACME_INTERPRETER, ACME_RUNNER_ROLE, session_runner
+from tests.support.runner import acme_interpreter as acme_interpreter  # a fixture of this directory
 
-INTERPRETER = "sbx_test_acme_pub"
+INTERPRETER = ACME_INTERPRETER
 OTHER_TENANT_INTERPRETER = "sbx_test_globex_pub"
-RUNNER_ROLE = "arn:aws:iam::123456789012:role/thinkwork-test-sbx-runner-acme"
+RUNNER_ROLE = ACME_RUNNER_ROLE
 
 
 @dataclass
@@ -263,19 +265,4 @@ def assume_role_calls(sts: str) -> Callable[[], int]:
 @pytest.fixture
 def make_runner() -> Callable[..., Any]:
     """A SessionRunner for tenant acme with the spec defaults; keyword overrides."""
-    from sandbox_runtime.runner import SessionRunner
-
-    def build(**overrides: Any) -> SessionRunner:
-        params: dict[str, Any] = {
-            "tenant_id": "acme",
-            "allowed_interpreter_ids": [INTERPRETER],
-            "runner_role_arn": RUNNER_ROLE,
-            "session_timeout_seconds": 900,
-            "call_timeout_seconds": 120,
-            "stdout_cap_bytes": 262_144,
-            "stderr_cap_bytes": 32_768,
-        }
-        params.update(overrides)
-        return SessionRunner(**params)
-
-    return build
+    return session_runner

@@ -4,24 +4,21 @@ persistent sandboxed Python per session) and moto's STS: nothing of the runner's
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from sandbox_runtime.runner import SessionGone, SessionRunner, credentials
 
-local_interpreter = pytest.importorskip("infra.local.interpreter")
+from tests.support.runner import ACME_INTERPRETER, session_runner
 
-INTERPRETER = "sbx_test_acme_pub"
+INTERPRETER = ACME_INTERPRETER
 GITHUB_TOKEN = "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
 AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
 
 
 @pytest.fixture(scope="module")
-def interpreter_endpoint() -> Iterator[str]:
-    server = local_interpreter.LocalInterpreterServer(interpreters={INTERPRETER: "PUBLIC"}).start()
-    try:
-        yield server.endpoint
-    finally:
-        server.stop()
+def interpreter_endpoint(acme_interpreter: Any) -> str:
+    return str(acme_interpreter.endpoint)
 
 
 @pytest.fixture
@@ -30,15 +27,7 @@ def runner(
 ) -> Iterator[SessionRunner]:
     monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_AGENTCORE", interpreter_endpoint)
     credentials.clear_cache()
-    yield SessionRunner(
-        tenant_id="acme",
-        allowed_interpreter_ids=[INTERPRETER],
-        runner_role_arn="arn:aws:iam::123456789012:role/thinkwork-test-sbx-runner-acme",
-        session_timeout_seconds=900,
-        call_timeout_seconds=2,
-        stdout_cap_bytes=262_144,
-        stderr_cap_bytes=32_768,
-    )
+    yield session_runner(call_timeout_seconds=2)
     credentials.clear_cache()
 
 

@@ -8,31 +8,20 @@ import json
 
 import pytest
 from sandbox_common.errors import SandboxError
-from sandbox_common.models import ExecuteCodeRequest
 from sandbox_common.outcome import Outcome
 from sandbox_common.redaction import catalogue
-from sandbox_common.windows import utc_now
 
 from infra.local import eventstream as es
+from tests.support.requests import execute_request, outcome_of
 
 SESSION = "sess0001"
 EXAMPLES = [(c.name, c.examples[0]) for c in catalogue.TOKEN_CLASSES]
-REQUEST = ExecuteCodeRequest(
-    action="execute_code",
-    tenant_id="acme",
-    agent_id="agent",
-    template_id="tpl",
-    turn_id="turn",
-    call_id="call",
-    code="x",
-)
+REQUEST = execute_request(agent_id="agent", template_id="tpl", turn_id="turn", call_id="call", code="x")
 
 
 def _outcome(result) -> Outcome:
     """The outcome dispatch builds from a runner result (it renders the response and audit row)."""
-    outcome = Outcome(request=REQUEST, invocation_id="inv", started_at=utc_now())
-    outcome.ran(result, result.failure())
-    return outcome.finish()
+    return outcome_of(result, REQUEST)
 
 
 def _secrets(example: str) -> list[str]:

@@ -12,34 +12,22 @@ import pytest
 from sandbox_runtime.runner import SessionGone, SessionRunner, credentials
 from sandbox_runtime.runner.jobs import JobRunner, JobState
 
-local_interpreter = pytest.importorskip("infra.local.interpreter")
+from tests.support.runner import ACME_INTERPRETER, session_runner
 
-INTERPRETER = "sbx_test_acme_pub"
+INTERPRETER = ACME_INTERPRETER
 GITHUB_TOKEN = "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[object]:
-    srv = local_interpreter.LocalInterpreterServer(interpreters={INTERPRETER: "PUBLIC"}).start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
+def server(acme_interpreter: object) -> object:
+    return acme_interpreter
 
 
 @pytest.fixture
 def runner(server, moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[SessionRunner]:
     monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_AGENTCORE", server.endpoint)
     credentials.clear_cache()
-    yield SessionRunner(
-        tenant_id="acme",
-        allowed_interpreter_ids=[INTERPRETER],
-        runner_role_arn="arn:aws:iam::123456789012:role/thinkwork-test-sbx-runner-acme",
-        session_timeout_seconds=900,
-        call_timeout_seconds=2,
-        stdout_cap_bytes=1024,
-        stderr_cap_bytes=512,
-    )
+    yield session_runner(call_timeout_seconds=2, stdout_cap_bytes=1024, stderr_cap_bytes=512)
     credentials.clear_cache()
 
 
@@ -65,7 +53,7 @@ def wait_final(jobs: JobRunner, session_id: str, job_id: str, limit: float = 20.
 
 def session_pids(server, session_id: str) -> set[int]:
     """Host pids of every process in the session's process tree (worker, supervisor, job)."""
-    from sandbox_common.jobs_runtime import descendants
+    from sandbox_session.jobs import descendants
 
     proc = server.session(session_id).proc
     return {proc.pid, *descendants(proc.pid)}

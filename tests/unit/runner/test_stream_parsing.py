@@ -3,29 +3,17 @@
 from __future__ import annotations
 
 import pytest
-from sandbox_common.models import ExecuteCodeRequest
-from sandbox_common.outcome import Outcome
-from sandbox_common.windows import utc_now
 
 from infra.local import eventstream as es
+from tests.support.requests import execute_request, outcome_of
 
 SESSION = "sess0001"
-REQUEST = ExecuteCodeRequest(
-    action="execute_code",
-    tenant_id="acme",
-    agent_id="agent",
-    template_id="tpl",
-    turn_id="turn",
-    call_id="call",
-    code="x",
-)
+REQUEST = execute_request(agent_id="agent", template_id="tpl", turn_id="turn", call_id="call", code="x")
 
 
 def _response(result) -> dict:
     """The agent response dispatch renders from a runner result."""
-    outcome = Outcome(request=REQUEST, invocation_id="inv", started_at=utc_now())
-    outcome.ran(result, result.failure())
-    return outcome.finish().response()
+    return outcome_of(result, REQUEST).response()
 
 
 def test_execute_structured_only_returns_output_and_ok(fake_agentcore, make_runner):

@@ -11,7 +11,7 @@ from typing import Any
 from moto.backends import get_backend
 from sandbox_common import aws
 
-from infra.config import build_config
+from infra.cdk.config import build_config
 from infra.local.resources import LocalResources, create_resources
 from tests.support.moto_snapshot import MotoSnapshot
 from tests.support.stack import STAGE_SERVICES

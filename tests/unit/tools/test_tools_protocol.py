@@ -8,7 +8,7 @@ import json
 import pytest
 from sandbox_common.tool_spec import tool_definition, validate_tool_names
 from sandbox_common.tools_protocol import resume_source, split_marker, start_source
-from sandbox_common.tools_runtime import MARKER
+from sandbox_session.tools import MARKER
 
 
 def _marker(state: dict) -> str:

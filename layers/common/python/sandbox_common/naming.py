@@ -586,7 +586,6 @@ def tenant_daily_budget_parameter(stage: str, tenant_id: str) -> str:
 
 # `sandboxctl usage --by`: the audit attribute each grouping reads (day = started_at's UTC date).
 USAGE_GROUPINGS: dict[str, str] = {"day": "started_at", "agent": "agent_id", "template": "template_id"}
-MCP_SERVER_NAME = f"{PROJECT}-sandbox"
 # --- programmatic tool calling (issue 12, SPEC §15) ---------------------------------------------
 # Bounds of one execute_code that calls tools. The wait bound is configurable per stage
 # (StageConfig.tool_wait_seconds -> ENV_TOOL_WAIT_SECONDS) so tests can prove it quickly.

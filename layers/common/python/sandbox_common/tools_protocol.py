@@ -1,5 +1,5 @@
 """Host side of programmatic tool calling (SPEC §15): the code the runner sends to drive the
-in-sandbox runtime (`tools_runtime`), and the parser of the marker it answers with.
+in-sandbox runtime (`sandbox_session.tools`), and the parser of the marker it answers with.
 
 What travels, and how it squares with §6.1 ("user code byte-exact, never concatenated"):
 the user's code is sent base64-encoded inside a fixed one-line driver expression
@@ -23,8 +23,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from . import tools_runtime
-from .tools_runtime import (
+from sandbox_session import tools as tools_runtime
+from sandbox_session.tools import (
     MARKER,
     PRIVATE_MODULE,
     STATE_BUSY,

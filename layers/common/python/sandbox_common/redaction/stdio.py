@@ -17,8 +17,8 @@ from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
-from . import stdio_runtime
-from .stdio_runtime import installed
+from sandbox_session import redactor as stdio_runtime
+from sandbox_session.redactor import installed
 
 READINESS_MARKER = "__SANDBOX_READINESS__ "
 

@@ -1,0 +1,1 @@
+"""The CDK app: stage config, the app factory, stacks, constructs and the Docker-free layer build."""

@@ -1,0 +1,566 @@
+"""The three Lambdas, each with its own least-privilege role and an explicit log group.
+
+Permissions are granted here, next to the wiring that needs them (a lesson from the peer system:
+a runtime role that lacks what the code calls). Dispatch holds NO bedrock-agentcore permission:
+it reaches interpreters only through a tenant's session-runner role (SPEC §6.4).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aws_cdk as cdk
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_destinations as destinations
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+from sandbox_common import naming as n
+
+from infra.cdk.config import ConfigError, StageConfig
+from infra.cdk.constructs.definitions import function_timeout_seconds
+from infra.cdk.constructs.layer import ASSET_EXCLUDES, LayersConstruct, architecture, runtime
+from infra.cdk.constructs.nag import acknowledge
+from infra.cdk.constructs.state import StateConstruct, failure_queue, removal_policy
+from infra.cdk.function_env import function_environment
+from infra.cdk.layer_build import REPO_ROOT
+
+FUNCTIONS_DIR = REPO_ROOT / "functions"
+MEMORY_MB: dict[str, int] = {n.DISPATCH: 512, n.QUOTA_CHECK: 256, n.BACKSTOP: 256, n.REAPER: 256}
+# Packages a function ships besides its own: dispatch and the reaper both run the shared run time
+# (the session runner, a job's end, finishing interrupted calls: one AgentCore client, one
+# tenant-credential path).
+SHARED_PACKAGES: dict[str, tuple[str, ...]] = {
+    n.DISPATCH: (n.SHARED_RUNTIME_PACKAGE,),
+    n.REAPER: (n.SHARED_RUNTIME_PACKAGE,),
+}
+
+_RETENTION: dict[int, logs.RetentionDays] = {
+    1: logs.RetentionDays.ONE_DAY,
+    3: logs.RetentionDays.THREE_DAYS,
+    5: logs.RetentionDays.FIVE_DAYS,
+    7: logs.RetentionDays.ONE_WEEK,
+    14: logs.RetentionDays.TWO_WEEKS,
+    30: logs.RetentionDays.ONE_MONTH,
+    60: logs.RetentionDays.TWO_MONTHS,
+    90: logs.RetentionDays.THREE_MONTHS,
+    120: logs.RetentionDays.FOUR_MONTHS,
+    150: logs.RetentionDays.FIVE_MONTHS,
+    180: logs.RetentionDays.SIX_MONTHS,
+    365: logs.RetentionDays.ONE_YEAR,
+    400: logs.RetentionDays.THIRTEEN_MONTHS,
+    545: logs.RetentionDays.EIGHTEEN_MONTHS,
+    731: logs.RetentionDays.TWO_YEARS,
+    1827: logs.RetentionDays.FIVE_YEARS,
+    3653: logs.RetentionDays.TEN_YEARS,
+}
+
+
+def log_retention(days: int) -> logs.RetentionDays:
+    """CloudWatch Logs accepts only fixed retention values; anything else fails at synth."""
+    try:
+        return _RETENTION[days]
+    except KeyError:
+        raise ConfigError(
+            f"log_retention_days {days} is not a CloudWatch Logs value; use one of {sorted(_RETENTION)}"
+        ) from None
+
+
+def function_code(logical: str, functions_dir: Path = FUNCTIONS_DIR) -> lambda_.Code:
+    """`functions/` as Lambda sees it (/var/task), minus the other functions' packages, so each
+    function ships only its own code and its asset hash changes only when that code does."""
+    shipped = {n.FUNCTION_PACKAGES[logical], *SHARED_PACKAGES.get(logical, ())}
+    packages = {*n.FUNCTION_PACKAGES.values(), *(pkg for pkgs in SHARED_PACKAGES.values() for pkg in pkgs)}
+    others = sorted(packages - shipped)
+    return lambda_.Code.from_asset(str(functions_dir), exclude=[*others, *ASSET_EXCLUDES])
+
+
+class ComputeConstruct(Construct):
+    """Attributes: `functions`, `roles`, `log_groups` (each keyed by logical function name)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        id_: str,
+        *,
+        config: StageConfig,
+        state: StateConstruct,
+        layers: LayersConstruct,
+        functions_dir: Path = FUNCTIONS_DIR,
+    ) -> None:
+        super().__init__(scope, id_)
+        self._config = config
+        self._state = state
+        self._layers = layers
+        self._functions_dir = functions_dir
+        self.functions: dict[str, lambda_.Function] = {}
+        self.roles: dict[str, iam.Role] = {}
+        self.log_groups: dict[str, logs.LogGroup] = {}
+        # quota first: dispatch's environment names it.
+        quota = self._build_function(n.QUOTA_CHECK, timeout=function_timeout_seconds(config, n.QUOTA_CHECK))
+        self._grant_quota(quota)
+        backstop = self._build_function(n.BACKSTOP, timeout=function_timeout_seconds(config, n.BACKSTOP))
+        self._grant_backstop(backstop)
+        self.backstop_failures = self._build_backstop_failures(backstop)
+        dispatch = self._build_function(
+            n.DISPATCH,
+            timeout=function_timeout_seconds(config, n.DISPATCH),
+            quota_function_name=quota.function_name,
+            audit_dlq_url=state.audit_dlq.queue_url,
+        )
+        self._grant_dispatch(dispatch)
+        reaper = self._build_function(
+            n.REAPER,
+            timeout=function_timeout_seconds(config, n.REAPER),
+            audit_dlq_url=state.audit_dlq.queue_url,
+        )  # a reaped job's row (issue 13)
+        self._grant_reaper(reaper)
+        self.reaper_schedule = self._build_reaper_schedule(reaper)
+
+    @property
+    def dispatch(self) -> lambda_.Function:
+        return self.functions[n.DISPATCH]
+
+    @property
+    def quota(self) -> lambda_.Function:
+        return self.functions[n.QUOTA_CHECK]
+
+    @property
+    def backstop(self) -> lambda_.Function:
+        return self.functions[n.BACKSTOP]
+
+    @property
+    def reaper(self) -> lambda_.Function:
+        return self.functions[n.REAPER]
+
+    # --- building blocks -----------------------------------------------------------------------
+    def _build_function(
+        self, logical: str, *, timeout: int, quota_function_name: str = "", audit_dlq_url: str = ""
+    ) -> lambda_.Function:
+        cid = _cid(logical)
+        log_group = logs.LogGroup(
+            self,
+            f"{cid}Logs",
+            log_group_name=n.log_group_name(self._config.name, logical),
+            retention=log_retention(self._config.log_retention_days),
+            removal_policy=removal_policy(self._config),
+        )
+        role = iam.Role(
+            self,
+            f"{cid}Role",
+            role_name=n.function_role_name(self._config.name, logical),
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"Least-privilege role of the {logical} Lambda",
+        )
+        # Only its own log group: no AWSLambdaBasicExecutionRole (logs:* on every group).
+        log_group.grant_write(role)
+        function = lambda_.Function(
+            self,
+            cid,
+            function_name=n.function_name(self._config.name, logical),
+            runtime=runtime(),
+            architecture=architecture(self._config),
+            handler=n.handler_string(logical),
+            code=function_code(logical, self._functions_dir),
+            layers=self._layers.all,
+            role=role,
+            log_group=log_group,
+            timeout=cdk.Duration.seconds(timeout),
+            memory_size=MEMORY_MB[logical],
+            environment=function_environment(
+                self._config,
+                logical,
+                tables=self._state.table_names,
+                quota_function_name=quota_function_name,
+                audit_dlq_url=audit_dlq_url,
+            ),
+            description=f"Thinkwork sandbox {logical} ({self._config.name})",
+        )
+        acknowledge(
+            function,
+            "AwsSolutions-L1",
+            "Pinned to python3.13 on purpose: the deps layer is built for cp313 wheels "
+            "(infra/cdk/layer_build.py) and SPEC §12 fixes the runtime; moving is a deliberate change of "
+            "both.",
+        )
+        self.functions[logical] = function
+        self.roles[logical] = role
+        self.log_groups[logical] = log_group
+        return function
+
+    def _ssm_arn(self, path: str) -> str:
+        return cdk.Stack.of(self).format_arn(
+            service="ssm",
+            resource="parameter",
+            resource_name=path.lstrip("/"),
+            arn_format=cdk.ArnFormat.SLASH_RESOURCE_NAME,
+        )
+
+    # --- grants -----------------------------------------------------------------------------------
+    def _grant_quota(self, fn: lambda_.Function) -> None:
+        role = self.roles[n.QUOTA_CHECK]
+        counters = [self._state.tables[s.logical] for s in (n.TENANT_DAILY_COUNTERS, n.AGENT_HOURLY_COUNTERS)]
+        # Only this Lambda can write the counters (SPEC §5.3): TransactWriteItems is authorised
+        # per item as UpdateItem / ConditionCheckItem.
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="CounterCheckAndIncrement",
+                actions=["dynamodb:UpdateItem", "dynamodb:ConditionCheckItem", "dynamodb:BatchGetItem"],
+                resources=[t.table_arn for t in counters],
+            )
+        )
+        # --- issues 9 + 11: the turn-guarded, once-per-call_id count -----------------------------
+        # The turn guard is a ConditionCheck on the turns table: that action only (it reads no
+        # item back to the caller and writes nothing). The "counted" markers live in the
+        # tenant-daily table (Put in the transaction; Get + Delete to release a count).
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="TurnGuardConditionCheck",
+                actions=["dynamodb:ConditionCheckItem"],
+                resources=[self._state.tables[n.TURNS.logical].table_arn],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="CountedMarkers",
+                actions=["dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:DeleteItem"],
+                resources=[self._state.tables[n.TENANT_DAILY_COUNTERS.logical].table_arn],
+            )
+        )
+        caps_path = f"{n.ssm_prefix(self._config.name)}/caps"
+        caps_wildcard = self._ssm_arn(f"{caps_path}/*")
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ReadCaps",
+                actions=["ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath"],
+                resources=[self._ssm_arn(caps_path), caps_wildcard],
+            )
+        )
+        _acknowledge_wildcard(
+            role,
+            f"Resource::{_nag_arn(self, caps_wildcard)}",
+            "Caps live under one SSM path: the two globals and per-tenant overrides "
+            "(caps/tenants/<id>/...) that operators add at run time without a redeploy.",
+        )
+
+    def _build_backstop_failures(self, fn: lambda_.Function) -> sqs.Queue:
+        """The subscription filter invokes the backstop asynchronously: a batch that still fails
+        after Lambda's retries lands here instead of vanishing (alarmed with backstop-errors)."""
+        queue = failure_queue(
+            self,
+            "BackstopFailures",
+            name=n.backstop_failures_queue_name(self._config.name),
+            config=self._config,
+            why_no_dlq=(
+                "This queue IS the backstop's on-failure destination (failed log batches, kept 14 days "
+                "and alarmed); a dead-letter queue of its own would only move the same messages again."
+            ),
+        )
+        fn.configure_async_invoke(on_failure=destinations.SqsDestination(queue), retry_attempts=2)
+        return queue
+
+    def _grant_backstop(self, fn: lambda_.Function) -> None:
+        findings = self._state.tables[n.FINDINGS.logical]
+        self.roles[n.BACKSTOP].add_to_policy(
+            iam.PolicyStatement(
+                sid="WriteFindings",
+                actions=["dynamodb:BatchWriteItem"],  # findings_store writes in batches only
+                resources=[findings.table_arn],
+            )
+        )
+
+    def _grant_dispatch(self, fn: lambda_.Function) -> None:
+        role = self.roles[n.DISPATCH]
+        tables = self._state.tables
+        # Exactly the calls dispatch makes (checked by tests/infra against the code's boto3 calls):
+        # pre-flight only reads tenant policy/templates (sandboxctl writes them, with history);
+        # turns are read and conditionally written; Powertools idempotency uses Get/Put/Update/Delete.
+        for sid, spec, actions in (
+            ("ReadTenantPolicy", n.TENANTS, ["dynamodb:BatchGetItem", "dynamodb:GetItem"]),
+            ("TurnState", n.TURNS, ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]),
+            (
+                "Idempotency",
+                n.IDEMPOTENCY,
+                ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"],
+            ),
+        ):
+            role.add_to_policy(
+                iam.PolicyStatement(sid=sid, actions=actions, resources=[tables[spec.logical].table_arn])
+            )
+        # Background jobs (issue 13): slots and job state are written in conditional transactions
+        # (functions/dispatch/jobs.py); the by_open index feeds the reaper's finish_due_jobs.
+        jobs = tables[n.JOBS.logical]
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="BackgroundJobs",
+                actions=[
+                    "dynamodb:GetItem",
+                    "dynamodb:PutItem",
+                    "dynamodb:UpdateItem",
+                    "dynamodb:DeleteItem",
+                    "dynamodb:ConditionCheckItem",
+                    "dynamodb:Query",
+                ],
+                resources=[jobs.table_arn, *(f"{jobs.table_arn}/index/{i.name}" for i in n.JOBS.indexes)],
+            )
+        )
+        # Paused tool-calling calls (SPEC §15): put a pause, claim it with one conditional update,
+        # find a turn's paused calls through the by_turn index.
+        continuations = tables[n.CONTINUATIONS.logical]
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ToolCallContinuations",
+                actions=["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"],
+                resources=[
+                    continuations.table_arn,  # by_turn (end_turn) and by_wait_due (the sweep, issue 12)
+                    *(f"{continuations.table_arn}/index/{i.name}" for i in n.CONTINUATIONS.indexes),
+                ],
+            )
+        )
+        # The session ledger (SPEC §16.1/§16.2, issue 11): begin_turn queries the by_warm_pool index
+        # for a hint; a first call claims a warm session (the hinted slot + the turn binding in one
+        # transaction — UpdateItem on both tables, TurnState grants the turn's — or, without a
+        # usable hint, query + one conditional UpdateItem) or reserves a cold slot (one
+        # transaction: Put slot + Update both counters); a stopped session's slot is freed (one
+        # transaction: Delete slot + Update both counters); a slot is read back by key.
+        ledger = tables[n.SESSIONS.logical]
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="SessionLedger",
+                actions=[
+                    "dynamodb:GetItem",
+                    "dynamodb:PutItem",
+                    "dynamodb:UpdateItem",
+                    "dynamodb:DeleteItem",
+                    "dynamodb:Query",
+                ],
+                resources=[ledger.table_arn, f"{ledger.table_arn}/index/{n.SESSIONS.indexes[0].name}"],
+            )
+        )
+        audit = tables[n.INVOCATIONS.logical]
+        # Append-only audit (SPEC §7.3): PutItem only. IAM cannot require attribute_not_exists;
+        # the writer always sends it, and the table's resource policy denies every other write.
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="AppendAuditRows",
+                actions=["dynamodb:PutItem"],
+                resources=[audit.table_arn],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="InvokeQuotaCheck", actions=["lambda:InvokeFunction"], resources=[self.quota.function_arn]
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="DeadLetterAuditRows",
+                actions=["sqs:SendMessage"],
+                resources=[self._state.audit_dlq.queue_arn],
+            )
+        )
+        sandbox_params = self._ssm_arn(f"{n.ssm_prefix(self._config.name)}/*")
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ReadSandboxParameters",
+                actions=["ssm:GetParameter", "ssm:GetParameters"],
+                resources=[sandbox_params],
+            )
+        )
+        runner_roles = cdk.Stack.of(self).format_arn(
+            service="iam",
+            region="",
+            resource="role",
+            resource_name=f"{n.runner_role_name_prefix(self._config.name)}*",
+            arn_format=cdk.ArnFormat.SLASH_RESOURCE_NAME,
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                # TagSession: AssumeRole carries the tenant session tag the runner roles require.
+                sid="AssumeTenantRunnerRoles",
+                actions=["sts:AssumeRole", "sts:TagSession"],
+                resources=[runner_roles],
+            )
+        )
+        _acknowledge_wildcard(
+            role,
+            f"Resource::{_nag_arn(self, sandbox_params)}",
+            "Tenant substrates (tenants/<id>/substrate) are published by shard stacks as tenants are "
+            "added; dispatch reads them and the cost price, all under this stage's sandbox prefix.",
+        )
+        _acknowledge_wildcard(
+            role,
+            f"Resource::{_nag_arn(self, runner_roles)}",
+            "One session-runner role per tenant, added with the tenant's shard; each runner role trusts "
+            "only this role and may reach only its own tenant's interpreters (SPEC §6.4).",
+        )
+
+    def _build_reaper_schedule(self, fn: lambda_.Function) -> events.Rule:
+        """Every 5 minutes (§16.3): sweep leaked sessions, refill warm pools, run sweep hooks."""
+        rule = events.Rule(
+            self,
+            "ReaperSchedule",
+            schedule=events.Schedule.rate(cdk.Duration.minutes(n.REAPER_SCHEDULE_MINUTES)),
+            description="Session reaper: stop leaked sessions, free capacity, refill warm pools",
+        )
+        rule.add_target(targets.LambdaFunction(fn, retry_attempts=0))  # the next run is 5 minutes away
+        return rule
+
+    def _grant_reaper(self, fn: lambda_.Function) -> None:
+        role = self.roles[n.REAPER]
+        tables = self._state.tables
+        # The ledger: scan/read slots, claim-free transactions (per item Put/Update/Delete/Condition).
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="SessionLedger",
+                actions=[
+                    "dynamodb:GetItem",
+                    "dynamodb:Scan",
+                    "dynamodb:Query",
+                    "dynamodb:BatchGetItem",
+                    "dynamodb:PutItem",
+                    "dynamodb:UpdateItem",
+                    "dynamodb:DeleteItem",
+                    "dynamodb:ConditionCheckItem",
+                ],
+                resources=[tables[n.SESSIONS.logical].table_arn],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ReadTurns",
+                actions=["dynamodb:GetItem"],
+                resources=[tables[n.TURNS.logical].table_arn],
+            )
+        )
+        # Sessions with a running background job are spared (§17): the sparse by_open index lists them.
+        jobs = tables[n.JOBS.logical]
+        open_jobs_index = next(i.name for i in n.JOBS.indexes if i.pk == n.JOB_ATTR_OPEN)
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ReadOpenJobs",
+                actions=["dynamodb:Query"],
+                resources=[f"{jobs.table_arn}/index/{open_jobs_index}"],
+            )
+        )
+        sandbox_path = n.ssm_prefix(self._config.name)
+        sandbox_params = self._ssm_arn(f"{sandbox_path}/*")
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ReadSandboxParameters",
+                actions=["ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath"],
+                resources=[self._ssm_arn(sandbox_path), sandbox_params],
+            )
+        )
+        runner_roles = cdk.Stack.of(self).format_arn(
+            service="iam",
+            region="",
+            resource="role",
+            resource_name=f"{n.runner_role_name_prefix(self._config.name)}*",
+            arn_format=cdk.ArnFormat.SLASH_RESOURCE_NAME,
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                # TagSession: the runner's AssumeRole carries the tenant session tag the runner roles require.
+                sid="AssumeTenantRunnerRoles",
+                actions=["sts:AssumeRole", "sts:TagSession"],
+                resources=[runner_roles],
+            )
+        )
+        self._grant_reaper_jobs(role)
+        self._grant_reaper_interrupted(role)
+        self._grant_reaper_paused(role)
+        _acknowledge_wildcard(
+            role,
+            f"Resource::{_nag_arn(self, sandbox_params)}",
+            "Warm-pool sizes (tenants/<id>/warm/<env>), session caps and tenant substrates are added per "
+            "tenant at run time under this stage's sandbox prefix; the reaper only reads them.",
+        )
+        _acknowledge_wildcard(
+            role,
+            f"Resource::{_nag_arn(self, runner_roles)}",
+            "One session-runner role per tenant, added with the tenant's shard; the reaper stops leaked "
+            "sessions and starts warm ones only through a tenant's own runner role (SPEC §6.4).",
+        )
+
+    def _grant_reaper_jobs(self, role: iam.Role) -> None:
+        """Background jobs (issue 13): the reaper's job sweep finds jobs not yet final (by_open
+        index), ends each one exactly once (JobStore.claim_end / mark_final: conditional Update
+        transactions, then GetItem), writes its one audit row (append-only PutItem, the DLQ on
+        failure) and spares the sessions of running jobs (JobStore.busy_sessions: the same query)."""
+        tables = self._state.tables
+        jobs = tables[n.JOBS.logical]
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="EndBackgroundJobs",
+                actions=["dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query"],
+                resources=[jobs.table_arn, f"{jobs.table_arn}/index/{n.JOB_OPEN_INDEX}"],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="AppendAuditRows",
+                actions=["dynamodb:PutItem"],
+                resources=[tables[n.INVOCATIONS.logical].table_arn],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="DeadLetterAuditRows",
+                actions=["sqs:SendMessage"],
+                resources=[self._state.audit_dlq.queue_arn],
+            )
+        )
+
+    def _grant_reaper_interrupted(self, role: iam.Role) -> None:
+        """Interrupted calls (issue 9): the reaper's interrupted_sweep lists calls claimed and never
+        finished (the idempotency table's sparse by_open_attempt index), reads one record and
+        finishes it with conditional UpdateItems; its row goes through the audit grants above."""
+        idem = self._state.tables[n.IDEMPOTENCY.logical]
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="FinishInterruptedCalls",
+                actions=["dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query"],
+                resources=[idem.table_arn, f"{idem.table_arn}/index/{n.IDEMPOTENCY_OPEN_INDEX}"],
+            )
+        )
+
+    def _grant_reaper_paused(self, role: iam.Role) -> None:
+        """Paused tool calls (issue 12): the reaper's paused_sweep asks dispatch (which holds the
+        continuations, runners, artifacts and audit grants) to end the calls past their wait bound."""
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="SweepPausedToolCalls",
+                actions=["lambda:InvokeFunction"],
+                resources=[self.dispatch.function_arn],
+            )
+        )
+
+
+def _cid(logical: str) -> str:
+    return "".join(part.capitalize() for part in logical.replace("_", "-").split("-"))
+
+
+def _nag_arn(scope: Construct, arn: str) -> str:
+    """How cdk-nag spells a token ARN in a finding id: `Ref X` -> `<X>`, GetAtt -> `<Id.Attr>`."""
+    return _render(cdk.Stack.of(scope).resolve(arn))
+
+
+def _render(value: object) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and "Fn::Join" in value:
+        sep, parts = value["Fn::Join"]
+        return sep.join(_render(p) for p in parts)
+    if isinstance(value, dict) and "Ref" in value:
+        return f"<{value['Ref']}>"
+    if isinstance(value, dict) and "Fn::GetAtt" in value:
+        return f"<{'.'.join(value['Fn::GetAtt'])}>"
+    raise ValueError(f"cannot render {value!r} for a cdk-nag finding id")
+
+
+def _acknowledge_wildcard(role: iam.Role, finding: str, reason: str) -> None:
+    acknowledge(role, f"AwsSolutions-IAM5[{finding}]", reason)

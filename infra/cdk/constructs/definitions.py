@@ -1,0 +1,182 @@
+"""Plain-data definitions that the CDK constructs deploy and the local stack recreates.
+
+Stdlib + config only (no aws_cdk import), so the local stack can use the exact same values
+without paying for jsii; tests/infra compares them with the synthesized templates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sandbox_common import dimensions
+from sandbox_common import naming as n
+
+from infra.cdk.config import StageConfig, TenantConfig
+
+# Beyond the user's call: Start (~30 s worst case with retries), the readiness preamble (its own
+# 30 s deadline), a concurrent first call's wait, and answering (audit, logs, stop). Dispatch also
+# bounds every wait by the Lambda's remaining time, so an overrun still answers as `timeout`.
+CALL_TIMEOUT_MARGIN_SECONDS = 120
+LAMBDA_MAX_TIMEOUT_SECONDS = 900
+
+
+# What a tenant's session-runner role may do, on its own tenant's interpreter ARNs only (§6.4).
+# List is there so a Start whose answer was lost can be found by name and stopped (no orphan).
+RUNNER_ACTIONS: tuple[str, ...] = (
+    "bedrock-agentcore:StartCodeInterpreterSession",
+    "bedrock-agentcore:InvokeCodeInterpreter",
+    "bedrock-agentcore:StopCodeInterpreterSession",
+    "bedrock-agentcore:ListCodeInterpreterSessions",
+)
+
+
+def runner_trust(principal: Mapping[str, object], tenant_id: str) -> dict[str, object]:
+    """Trust policy of a tenant's session-runner role: the dispatch role may assume it only
+    while tagging the session `tenant_id` = this tenant (issue 10). `sts:TagSession` must be
+    allowed for a tagged AssumeRole; the condition on `aws:RequestTag` makes the tag required
+    (an untagged or differently tagged request does not match), and `aws:TagKeys` allows no
+    other tag."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": principal,
+                "Action": ["sts:AssumeRole", "sts:TagSession"],
+                "Condition": {
+                    "StringEquals": {f"aws:RequestTag/{n.RUNNER_SESSION_TAG_TENANT}": tenant_id},
+                    "ForAllValues:StringEquals": {"aws:TagKeys": [n.RUNNER_SESSION_TAG_TENANT]},
+                },
+            }
+        ],
+    }
+
+
+def function_timeout_seconds(config: StageConfig, logical: str) -> int:
+    """Lambda timeouts: dispatch outlives one call's deadline plus session start and audit."""
+    return {
+        n.DISPATCH: min(
+            config.call_timeout_seconds + CALL_TIMEOUT_MARGIN_SECONDS, LAMBDA_MAX_TIMEOUT_SECONDS
+        ),
+        n.QUOTA_CHECK: 10,
+        n.BACKSTOP: 60,
+        # a sweep stops sessions and refills warm pools (each start ≤ ~60 s with its preamble)
+        n.REAPER: 300,
+    }[logical]
+
+
+def global_parameters(config: StageConfig) -> dict[str, str]:
+    """SSM path -> String value for the stage-wide parameters (caps §5.2, price §9)."""
+    return {
+        **{d.parameter(config.name): str(config.caps.of(d.name)) for d in dimensions.dimensions()},
+        n.cost_per_call_parameter(config.name): config.cost_per_call_usd,
+    }
+
+
+def tenant_substrate(
+    config: StageConfig,
+    tenant: TenantConfig,
+    *,
+    interpreters: dict[str, Any],
+    runner_role_arn: Any,
+) -> dict[str, Any]:
+    """The JSON body of naming.tenant_substrate_parameter (fields of models.TenantSubstrate).
+
+    `interpreters` / `runner_role_arn` are CDK tokens in the stack and concrete ids locally.
+    """
+    return {
+        "tenant_id": tenant.id,
+        "compliance_tier": tenant.compliance_tier,
+        "environments": list(tenant.environments),
+        "templates": dict(tenant.templates),
+        "interpreters": dict(interpreters),
+        "runner_role_arn": runner_role_arn,
+        "data_read": list(tenant.data.read),  # §14.4: where s3_uri inputs may come from
+    }
+
+
+def interpreter_names(config: StageConfig, tenant: TenantConfig) -> dict[str, str]:
+    """environment -> Code Interpreter name for one tenant."""
+    return {env: n.interpreter_name(config.name, tenant.id, env) for env in tenant.environments}
+
+
+# --- tenant data grants (issue 14, SPEC §14.4) -------------------------------------------------
+def _s3_parts(prefix: str) -> tuple[str, str]:
+    bucket, _, path = prefix[len("s3://") :].partition("/")
+    return bucket, path
+
+
+def tenant_data_statements(tenant: TenantConfig, partition: str = "aws") -> list[dict[str, Any]]:
+    """IAM statements of a tenant's interpreter execution roles: exactly its `data` prefixes.
+
+    Reads: GetObject on `bucket/path*` and ListBucket on the bucket limited to `path*`.
+    Writes: PutObject on `bucket/path*`. KMS: Decrypt (reads) / Encrypt + GenerateDataKey
+    (writes) on the named keys, only through S3 (kms:ViaService). Empty when no data is declared.
+    """
+    data = tenant.data
+    statements: list[dict[str, Any]] = []
+
+    def objects(prefixes: tuple[str, ...]) -> list[str]:
+        return [f"arn:{partition}:s3:::{b}/{p}*" for b, p in map(_s3_parts, prefixes)]
+
+    if data.read:
+        statements.append(
+            {
+                "Sid": "ReadTenantData",
+                "Effect": "Allow",
+                "Action": ["s3:GetObject"],
+                "Resource": objects(data.read),
+            }
+        )
+        buckets: dict[str, list[str]] = {}
+        for bucket, path in map(_s3_parts, data.read):
+            buckets.setdefault(bucket, []).append(f"{path}*")
+        for index, (bucket, paths) in enumerate(sorted(buckets.items())):
+            statements.append(
+                {
+                    "Sid": f"ListTenantData{index}",
+                    "Effect": "Allow",
+                    "Action": ["s3:ListBucket"],
+                    "Resource": [f"arn:{partition}:s3:::{bucket}"],
+                    "Condition": {"StringLike": {"s3:prefix": paths}},
+                }
+            )
+    if data.write:
+        statements.append(
+            {
+                "Sid": "WriteTenantData",
+                "Effect": "Allow",
+                "Action": ["s3:PutObject"],
+                "Resource": objects(data.write),
+            }
+        )
+    if data.kms_keys and (data.read or data.write):
+        actions = (["kms:Decrypt"] if data.read else []) + (
+            ["kms:Encrypt", "kms:GenerateDataKey"] if data.write else []
+        )
+        statements.append(
+            {
+                "Sid": "TenantDataKeys",
+                "Effect": "Allow",
+                "Action": actions,
+                "Resource": list(data.kms_keys),
+                "Condition": {"StringLike": {"kms:ViaService": "s3.*.amazonaws.com"}},
+            }
+        )
+    return statements
+
+
+# --- artifacts bucket (issue 14, SPEC §14.2): what CDK deploys and the local stack recreates ----
+def artifacts_bucket_settings(config: StageConfig) -> dict[str, Any]:
+    """Encryption, public access block and lifecycle of the stage's artifacts bucket."""
+    return {
+        "sse_algorithm": "aws:kms",
+        "block_public_access": {
+            "BlockPublicAcls": True,
+            "IgnorePublicAcls": True,
+            "BlockPublicPolicy": True,
+            "RestrictPublicBuckets": True,
+        },
+        "expiration_days": config.audit_retention_days,
+    }

@@ -1,0 +1,87 @@
+"""The environment each Lambda gets, built in ONE place for both the CDK stacks (values are
+CDK tokens) and the local stack (values are concrete names). The typed models live in
+sandbox_common.settings, so a Lambda reads back exactly what this writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sandbox_common import naming as n
+from sandbox_common.settings import BackstopSettings, DispatchSettings, QuotaSettings, ReaperSettings
+
+from infra.cdk.config import StageConfig
+
+SERVICE_NAMES: dict[str, str] = {
+    n.DISPATCH: "sandbox-dispatch",
+    n.QUOTA_CHECK: "sandbox-quota-check",
+    n.BACKSTOP: "sandbox-backstop",
+    n.REAPER: "sandbox-reaper",
+}
+
+
+def function_environment(
+    config: StageConfig,
+    logical: str,
+    *,
+    tables: Mapping[str, str],
+    quota_function_name: str = "",
+    audit_dlq_url: str = "",
+    artifacts_bucket: str = "",
+) -> dict[str, str]:
+    """`tables` maps TableSpec.logical -> physical name (or token)."""
+    common = {
+        "POWERTOOLS_SERVICE_NAME": SERVICE_NAMES[logical],
+        "POWERTOOLS_METRICS_NAMESPACE": n.METRICS_NAMESPACE,
+        "POWERTOOLS_LOG_LEVEL": "INFO",
+    }
+    if logical == n.DISPATCH:
+        settings: DispatchSettings | QuotaSettings | BackstopSettings | ReaperSettings = DispatchSettings(
+            stage=config.name,
+            turns_table=tables[n.TURNS.logical],
+            tenants_table=tables[n.TENANTS.logical],
+            invocations_table=tables[n.INVOCATIONS.logical],
+            idempotency_table=tables[n.IDEMPOTENCY.logical],
+            quota_function_name=quota_function_name,
+            audit_dlq_url=audit_dlq_url,
+            call_timeout_seconds=config.call_timeout_seconds,
+            session_timeout_seconds=config.session_timeout_seconds,
+            audit_retention_days=config.audit_retention_days,
+            stdout_cap_bytes=config.stdout_cap_bytes,
+            stderr_cap_bytes=config.stderr_cap_bytes,
+            artifacts_bucket=artifacts_bucket,
+            jobs_table=tables[n.JOBS.logical],
+            sessions_table=tables[n.SESSIONS.logical],
+            require_turn_token=config.require_turn_token,
+            continuations_table=tables[n.CONTINUATIONS.logical],
+            tool_wait_seconds=config.tool_wait_seconds,
+        )
+    elif logical == n.QUOTA_CHECK:
+        settings = QuotaSettings(
+            stage=config.name,
+            tenant_daily_table=tables[n.TENANT_DAILY_COUNTERS.logical],
+            agent_hourly_table=tables[n.AGENT_HOURLY_COUNTERS.logical],
+            turns_table=tables[n.TURNS.logical],
+        )
+    elif logical == n.BACKSTOP:
+        settings = BackstopSettings(stage=config.name, findings_table=tables[n.FINDINGS.logical])
+    elif logical == n.REAPER:
+        settings = ReaperSettings(
+            stage=config.name,
+            sessions_table=tables[n.SESSIONS.logical],
+            turns_table=tables[n.TURNS.logical],
+            tenants_table=tables[n.TENANTS.logical],
+            call_timeout_seconds=config.call_timeout_seconds,
+            session_timeout_seconds=config.session_timeout_seconds,
+            jobs_table=tables[n.JOBS.logical],
+            invocations_table=tables[n.INVOCATIONS.logical],
+            audit_dlq_url=audit_dlq_url,
+            audit_retention_days=config.audit_retention_days,
+            stdout_cap_bytes=config.stdout_cap_bytes,
+            stderr_cap_bytes=config.stderr_cap_bytes,
+            idempotency_table=tables[n.IDEMPOTENCY.logical],  # issue 9: interrupted_sweep
+            dispatch_function_name=n.function_name(config.name, n.DISPATCH),  # issue 12: paused_sweep
+        )
+    else:
+        raise ValueError(f"unknown function {logical!r}")
+    return {**common, **settings.to_env()}

@@ -1,0 +1,32 @@
+"""What the client must spell exactly as dispatch does.
+
+The client's only dependency is boto3, so it cannot import the Lambdas' common package; each name
+it shares with dispatch is stated here once for the client, and tests/unit/client/test_contract.py
+checks that every one equals dispatch's own. Everything else the client shows the model (the tool
+definition) comes from dispatch's answers, never rebuilt here. The MCP server's name is the
+client's alone.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+
+STATUS_TOOL_CALL = "tool_call"  # an execute_code answer paused at a tool call (SPEC §15)
+# Named error classes (an answer's `error`) the client itself puts on a refusal it words.
+INVALID_REQUEST = "SandboxInvalidRequest"
+PROVISIONING = "SandboxProvisioning"
+SANDBOX_ERROR = "SandboxError"
+MAX_CODE_BYTES = 256 * 1024  # user code, UTF-8 bytes (SPEC §11)
+FILE_ID_RE = re.compile(r"^file-[A-Za-z0-9_-]{22,64}$")  # an artifact's file_id (SPEC §14.2)
+FILE_NOT_FOUND = "Invalid request: no file with this file_id exists for this workspace."
+MCP_SERVER_NAME = "thinkwork-sandbox"  # the name the MCP server gives its hosts
+# botocore's `max_attempts` counts retries; only `total_max_attempts` counts attempts: calls that
+# count, run code or are the caller's to retry are sent exactly once.
+SINGLE_ATTEMPT = {"mode": "standard", "total_max_attempts": 1}
+TOKEN_BYTES = 32  # secrets.token_urlsafe(32): 43 characters, the shortest valid turn token
+
+
+def new_token() -> str:
+    """A fresh turn token (SPEC §16.5): 32 random bytes, URL-safe base64 without padding."""
+    return secrets.token_urlsafe(TOKEN_BYTES)

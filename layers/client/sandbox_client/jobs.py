@@ -1,0 +1,112 @@
+"""Background jobs for the agent client (SPEC §17), mixed into `turn.SandboxTurn`.
+
+    job = turn.submit("import time; time.sleep(1200); print('done')", timeout_s=1800)
+    result = turn.wait(job["job_id"], progress=lambda r: print(r["elapsed_ms"]))
+
+`submit` answers at once ({"ok": true, "status": "running", "job_id", ...}); `wait` polls
+`get_job` until the job is no longer running and returns its final result (the execute_code
+shape plus `status`: completed | failed | timed_out | cancelled). Imports only the stdlib, like
+the client itself.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+DEFAULT_POLL_SECONDS = 5.0
+
+
+class JobsMixin:
+    """Needs `_invoke(event) -> dict`, `_ids() -> dict` and `invocation_source` from its host."""
+
+    _invoke: Callable[[dict[str, Any]], dict[str, Any]]
+    _ids: Callable[[], dict[str, Any]]
+    invocation_source: str | None
+
+    def submit(
+        self, code: str, *, timeout_s: int | None = None, call_id: str | None = None
+    ) -> dict[str, Any]:
+        """Start `code` as a background job in this turn's session; answers at once."""
+        event = {
+            "action": "execute_code",
+            **self._ids(),
+            "call_id": call_id or f"call-{uuid.uuid4().hex}",
+            "code": code,
+            "background": True,
+        }
+        if timeout_s is not None:
+            event["timeout_s"] = timeout_s
+        if self.invocation_source:
+            event["invocation_source"] = self.invocation_source
+        return self._invoke(event)
+
+    def get_job(self, job_id: str) -> dict[str, Any]:
+        return self._invoke(self._job_event("get_job", job_id))
+
+    def cancel_job(self, job_id: str) -> dict[str, Any]:
+        return self._invoke(self._job_event("cancel_job", job_id))
+
+    def wait(
+        self,
+        job_id: str,
+        *,
+        progress: Callable[[dict[str, Any]], None] | None = None,
+        poll_seconds: float = DEFAULT_POLL_SECONDS,
+        timeout_s: float | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> dict[str, Any]:
+        """Poll until the job ends; `progress(answer)` is called with every `running` answer.
+        A refusal (ok false without a job status) is returned as is; `timeout_s` bounds the wait
+        (the job keeps running: the last `running` answer is returned)."""
+        started = time.monotonic()
+        while True:
+            answer = self.get_job(job_id)
+            if answer.get("status") != "running":
+                return answer
+            if progress is not None:
+                progress(answer)
+            if timeout_s is not None and time.monotonic() - started >= timeout_s:
+                return answer
+            sleep(poll_seconds)
+
+    def _job_event(self, action: str, job_id: str) -> dict[str, Any]:
+        ids = self._ids()
+        ids.pop("template_id", None)
+        ids.pop("user_id", None)
+        return {"action": action, **ids, "job_id": job_id}
+
+    # --- Strands ----------------------------------------------------------------------------------
+    def strands_job_tools(self) -> list[Any]:
+        """Two Strands tools bound to this turn: start a background job, check (or wait for) one."""
+        try:
+            from strands import tool
+        except ImportError as exc:
+            raise ImportError("strands_job_tools() needs the `strands-agents` package") from exc
+        turn = self
+
+        @tool(name="start_background_job")
+        def start_background_job(code: str, timeout_s: int = 900) -> dict[str, Any]:
+            """Start long-running Python (up to 3600 s) in the sandbox without waiting for it.
+
+            Args:
+                code: Python source to run as a background job.
+                timeout_s: seconds after which the job is stopped (at most 3600).
+            """
+            return turn.submit(code, timeout_s=timeout_s)
+
+        @tool(name="check_background_job")
+        def check_background_job(job_id: str, wait_seconds: int = 0) -> dict[str, Any]:
+            """Check a background job: its final result, or `running` with the elapsed time.
+
+            Args:
+                job_id: the id start_background_job returned.
+                wait_seconds: wait up to this long for the job to end before answering.
+            """
+            if wait_seconds > 0:
+                return turn.wait(job_id, timeout_s=wait_seconds, poll_seconds=min(5.0, wait_seconds))
+            return turn.get_job(job_id)
+
+        return [start_background_job, check_background_job]

@@ -26,7 +26,7 @@ from .errors import SessionGone
 from .finish import ExecutionResult, finish_run
 from .job_snippets import parse_marker, status_source, submit_source
 from .output import REDACTION_MARGIN_BYTES
-from .session import _SESSION_GONE_CODES, SessionRunner
+from .session import SESSION_GONE_CODES, SessionRunner
 from .stream import BoundedText
 
 # Snippet calls are small and bounded; cancel waits up to CANCEL_WAIT_SECONDS in the session.
@@ -243,7 +243,7 @@ class JobRunner:
         runner = self.runner
         runner._check_owned(interpreter_id)  # before any AWS call (§6.4)
         call = runner._invoke(interpreter_id, session_id, source, timeout_seconds=timeout_seconds)
-        if call.api_error is not None and call.api_error.split(":", 1)[0] in _SESSION_GONE_CODES:
+        if call.api_error is not None and call.api_error.split(":", 1)[0] in SESSION_GONE_CODES:
             raise SessionGone(session_id, runner._reason(f"invoke_failed:{call.api_error}"))
         outcome = call.outcome
         if call.timed_out:

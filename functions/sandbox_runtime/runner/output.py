@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sandbox_common.redaction import catalogue
-from sandbox_session.redactor import _hold_chain
+from sandbox_session.redactor import hold_chain
 
 from .stream import BoundedText
 
@@ -61,7 +61,7 @@ def drop_partial_tail(redacted: str) -> str:
     complete token there was already replaced (its `<redacted>` ends the run); what is left may
     be a token's first characters, too short to be recognised. Only for output the source
     truncated (e.g. the local interpreter's capture limit), never for output that simply ends."""
-    cut = _hold_chain(
+    cut = hold_chain(
         redacted,
         len(redacted),
         catalogue.TOKEN_CHARS,

@@ -42,7 +42,7 @@ _NOT_APPLIED_CODES = frozenset(
 )
 _NOT_READY_MESSAGE = re.compile(r"not\s+ready|not\s+in\s+(?:a\s+)?ready|creating|status", re.IGNORECASE)
 # Invoke answered "no such session": it was reaped (sessionTimeoutSeconds) or stopped elsewhere.
-_SESSION_GONE_CODES = frozenset({"ResourceNotFoundException"})
+SESSION_GONE_CODES = frozenset({"ResourceNotFoundException"})
 _SESSION_NAME_BAD = re.compile(r"[^A-Za-z0-9]+")
 
 _PROVISIONING_MESSAGE = (
@@ -257,7 +257,7 @@ class SessionRunner:
             else min(self.call_timeout_seconds, max(1.0, deadline_seconds))
         )
         call = self._invoke(interpreter_id, session_id, code, timeout_seconds=limit)
-        if call.api_error is not None and call.api_error.split(":", 1)[0] in _SESSION_GONE_CODES:
+        if call.api_error is not None and call.api_error.split(":", 1)[0] in SESSION_GONE_CODES:
             raise SessionGone(session_id, self._reason(f"invoke_failed:{call.api_error}"))
         outcome = call.outcome
         verdict = call.classify(int(limit))

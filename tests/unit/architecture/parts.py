@@ -56,8 +56,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     CDK: {COMMON},
     DISPATCH: _LAMBDA_RUN_TIME | {SESSION_RUNTIME},
     QUOTA_CHECK: set(_LAMBDA_RUN_TIME),
-    # The reaper still runs dispatch's job flow and runner until the shared run time holds them.
-    REAPER: _LAMBDA_RUN_TIME | {SESSION_RUNTIME, DISPATCH},
+    REAPER: _LAMBDA_RUN_TIME | {SESSION_RUNTIME},
     BACKSTOP: set(_LAMBDA_RUN_TIME),
     SHARED_RUN_TIME: {COMMON, SESSION_RUNTIME},
     # Common ships the session runtime's source into sessions (the readiness preamble, the tool
@@ -75,14 +74,9 @@ MAY_IMPORT: dict[str, set[str]] = {
 NEVER: tuple[tuple[str, str], ...] = (
     (LOCAL, CLI),
     *((fn, other) for fn in LAMBDAS for other in (CLIENT, CLI, LOCAL, CDK, DEMO)),
-    # one Lambda never imports another (the reaper's imports of dispatch are the shared run time's
-    # to take over; that rule joins here once they are gone)
-    *(
-        (fn, other)
-        for fn in LAMBDAS
-        for other in LAMBDAS
-        if fn != other and (fn, other) != (REAPER, DISPATCH)
-    ),
+    # one Lambda never imports another: what two of them run is the shared run time's
+    *((fn, other) for fn in LAMBDAS for other in LAMBDAS if fn != other),
+    *((SHARED_RUN_TIME, fn) for fn in LAMBDAS),
     *((COMMON, other) for other in (*LAMBDAS, SHARED_RUN_TIME, CLIENT, LOCAL, CLI, CDK, DEMO)),
     (CDK, LOCAL),
     (CDK, CLI),
@@ -112,3 +106,11 @@ THIRD_PARTY_ALLOWED: dict[str, frozenset[str]] = {
 # The session runtime's modules are executed one by one from their source text: none may import
 # another module of ours, its own package's included.
 STANDALONE = (SESSION_RUNTIME,)
+
+# Inside dispatch: the capability packages. One reaches another only through the step API
+# (`dispatch.steps`) and the other's store (its `store` module: the data access); the step API,
+# the routes and the container's parts may use any of them.
+DISPATCH_CAPABILITIES: tuple[str, ...] = tuple(
+    f"dispatch.{c}" for c in ("turns", "quota", "sessions", "files", "tools", "jobs")
+)
+CAPABILITY_STORE = "store"

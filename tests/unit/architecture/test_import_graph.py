@@ -14,6 +14,7 @@ import sys
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -209,6 +210,44 @@ def layering_violations(modules: dict[str, Path]) -> list[str]:
     return problems
 
 
+def capability_of(name: str) -> str | None:
+    return next((c for c in p.DISPATCH_CAPABILITIES if name == c or name.startswith(c + ".")), None)
+
+
+def capability_violations(modules: dict[str, Path]) -> list[str]:
+    """One line per import from one dispatch capability package into another's modules other than
+    its store (they meet through dispatch.steps and the stores)."""
+    problems = []
+    for name, path in sorted(modules.items()):
+        own = capability_of(name)
+        if own is None:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for imported in _imported_names(tree, name, path.name == "__init__.py"):
+            other = capability_of(imported)
+            if other is None or other == own:
+                continue
+            store = f"{other}.{p.CAPABILITY_STORE}"
+            if imported != store and not imported.startswith(store + "."):
+                problems.append(f"{name} imports {imported}: another capability's, not its store")
+    return problems
+
+
+def private_name_violations(modules: dict[str, Path]) -> list[str]:
+    """One line per `from x import _y` (or `import x._y`) of a private name of another module of
+    ours. Dunder names are not private."""
+    problems = []
+    for name, path in sorted(modules.items()):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for imported in _imported_names(tree, name, path.name == "__init__.py"):
+            owner, _, leaf = imported.rpartition(".")
+            private = leaf.startswith("_") and not leaf.startswith("__")
+            ours = owner in modules or part_of(owner) not in (None, p.TESTS)
+            if private and ours and owner != name:
+                problems.append(f"{name} imports {imported}: a private name of {owner}")
+    return problems
+
+
 def test_parts_table_allows_none_of_the_nevers() -> None:
     # Given the table / Then no allowed edge is a never, and every part has its row
     assert set(p.MAY_IMPORT) == set(p.PARTS)
@@ -241,6 +280,22 @@ def test_import_graph_of_the_project_keeps_to_the_parts_table() -> None:
         p.LOCAL,
     }
     assert layering_violations(modules) == []
+
+
+def test_import_graph_capabilities_meet_only_through_the_steps_and_stores() -> None:
+    # Given every module of the project
+    modules = project_modules()
+    # Then the capability packages are there and reach each other only through steps and stores
+    assert {capability_of(m) for m in modules} >= set(p.DISPATCH_CAPABILITIES)
+    assert capability_violations(modules) == []
+
+
+def test_import_graph_no_module_imports_another_modules_private_name() -> None:
+    # Given the project's modules and the App (the tests may reach into what they test)
+    modules = project_modules()
+    modules["app"] = ROOT / "app.py"
+    # Then none imports a private name of another
+    assert private_name_violations(modules) == []
 
 
 def _fake_tree(tmp_path: Path, files: dict[str, str]) -> dict[str, Path]:
@@ -288,6 +343,18 @@ VIOLATIONS = [
         "quota_check/a.py",
         "from dispatch import handler\n",
         "quota_check.a (Lambda quota_check) imports dispatch.handler (Lambda dispatch)",
+    ),
+    (
+        "the reaper never imports dispatch",
+        "reaper/a.py",
+        "def f():\n    from dispatch.handler import handler\n",
+        "reaper.a (Lambda reaper) imports dispatch.handler.handler (Lambda dispatch)",
+    ),
+    (
+        "the shared run time never imports a Lambda",
+        "sandbox_runtime/a.py",
+        "from dispatch import handler\n",
+        "sandbox_runtime.a (Shared run time) imports dispatch.handler (Lambda dispatch)",
     ),
     (
         "common never imports a Lambda",
@@ -418,3 +485,66 @@ def test_layering_violations_allow_what_the_table_allows(tmp_path: Path) -> None
     )
     # Then nothing is reported
     assert layering_violations(modules) == []
+
+
+# (a rule, the file that breaks it (path: source), the violation it must produce)
+DISPATCH_VIOLATIONS = [
+    (
+        "a capability never imports another's flow",
+        capability_violations,
+        "dispatch/jobs/a.py",
+        "def f():\n    from dispatch.turns.flow import claim\n",
+        "dispatch.jobs.a imports dispatch.turns.flow.claim: another capability's, not its store",
+    ),
+    (
+        "a capability never imports another's package",
+        capability_violations,
+        "dispatch/tools/a.py",
+        "from dispatch import sessions\n",
+        "dispatch.tools.a imports dispatch.sessions: another capability's, not its store",
+    ),
+    (
+        "no module imports another module's private name",
+        private_name_violations,
+        "dispatch/tools/a.py",
+        "from dispatch.turns.store import _key\n",
+        "dispatch.tools.a imports dispatch.turns.store._key: a private name of dispatch.turns.store",
+    ),
+    (
+        "no module imports a private module of another",
+        private_name_violations,
+        "dispatch/steps.py",
+        "import sandbox_runtime._hidden\n",
+        "dispatch.steps imports sandbox_runtime._hidden: a private name of sandbox_runtime",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("rule", "check", "path", "source", "violation"),
+    DISPATCH_VIOLATIONS,
+    ids=[v[0] for v in DISPATCH_VIOLATIONS],
+)
+def test_dispatch_rules_catch_a_broken_rule(
+    tmp_path: Path, rule: str, check: Any, path: str, source: str, violation: str
+) -> None:
+    # Given a tiny tree: allowed meetings (steps, another capability's store, its own modules, a
+    # dunder name) and one file that breaks the rule
+    allowed = {
+        "dispatch/__init__.py": "",
+        "dispatch/steps.py": "",
+        "dispatch/turns/__init__.py": "",
+        "dispatch/turns/flow.py": "def claim(): pass\n",
+        "dispatch/turns/store.py": "def _key(): pass\n",
+        "dispatch/sessions/__init__.py": "",
+        "dispatch/sessions/flow.py": "from dispatch.turns.store import Turn\nfrom dispatch import steps\n",
+        "dispatch/jobs/__init__.py": "",
+        "dispatch/jobs/flow.py": "from dispatch.turns import store\nfrom dispatch.jobs import b\n",
+        "dispatch/jobs/b.py": "from dispatch.turns.store import __doc__\n",
+        "dispatch/tools/__init__.py": "",
+        "sandbox_runtime/__init__.py": "",
+        "sandbox_runtime/_hidden.py": "",
+    }
+    modules = _fake_tree(tmp_path, {**allowed, path: source})
+    # When the rule is checked / Then exactly that violation is reported
+    assert check(modules) == [violation], rule

@@ -193,7 +193,7 @@ class RedactingStream:
     def _hold_start_ascii(self, text):
         """`_hold_start` on ASCII bytes (no registered values), or -1 past the hold limit."""
         length = len(text)
-        cut = _hold_chain(
+        cut = hold_chain(
             text, length, self._token_bytes, self._bearer_tail_bytes, self._bearer_window, self._hold_max
         )
         return cut if length - cut <= self._hold_max else -1
@@ -263,7 +263,7 @@ class RedactingStream:
 
     def _hold_start(self, text):
         length = len(text)
-        cut = _hold_chain(
+        cut = hold_chain(
             text, length, self._token_chars, self._bearer_tail, self._bearer_window, self._hold_max
         )
         if self._redactor.has_values:
@@ -344,7 +344,7 @@ class RedactingStream:
         self._text._CHUNK_SIZE = n
 
 
-def _hold_chain(text, end, chars, bearer_tail, bearer_window, hold_max):
+def hold_chain(text, end, chars, bearer_tail, bearer_window, hold_max):
     """Where the held-back tail of text[:end] starts (str or bytes alike).
 
     The tail is what could still become part of a token once more text arrives: the trailing run

@@ -20,8 +20,8 @@ from sandbox_common import aws, dimensions
 from sandbox_common import naming as n
 from sandbox_common.windows import Windows, utc_now
 
-from infra.config import build_config
-from infra.function_env import function_environment
+from infra.cdk.config import build_config
+from infra.cdk.function_env import function_environment
 from tests.conftest import LambdaContext
 from tests.support.stack import Stack, event
 

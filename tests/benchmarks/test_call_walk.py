@@ -1,0 +1,47 @@
+"""Benchmark `call_walk`: the walk of one later execute_code through our modules (tests/support/walk.py):
+the modules entered in order, the stops, and the returns to a module already left. Target: ≤ 12
+stops and ≤ 3 returns over the call path (dispatch, the shared run time, the request models).
+The same walk over every module of ours (the common layer's outcome, audit, errors, ... too) is
+reported beside it.
+
+The call is a real one: dispatch in-process on the harness of tests/support/stack.py (moto, the
+local interpreter, the quota Lambda in the emulator), its turn begun and its first call made
+before the walk is traced, so the trace is the later call's alone.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.benchmarks._report import emit
+from tests.support.stack import Stack, event, interpreter, stack
+from tests.support.walk import in_any_of_ours, in_call_path, traced
+
+__all__ = ["interpreter", "stack"]
+
+pytestmark = pytest.mark.bench
+
+TARGET_STOPS, TARGET_RETURNS = 12, 3
+
+
+def test_call_walk_of_a_later_execute_code(stack: Stack, bench_full: bool) -> None:
+    # Given a turn whose session is live (begin_turn and a first call already answered)
+    assert stack.dispatch(event("begin_turn"))["ok"] is True
+    assert stack.dispatch(event(call_id="c1", code="x = 1"))["ok"] is True
+    # When one later call is walked, over the call path and over every module of ours
+    with traced(in_call_path) as walk:
+        assert stack.dispatch(event(call_id="c2", code="x += 1"))["ok"] is True
+    with traced(in_any_of_ours) as everything:
+        assert stack.dispatch(event(call_id="c3", code="x += 1"))["ok"] is True
+    # Then report both walks
+    figure = walk.figure()
+    emit(
+        "call_walk",
+        target=f"a later execute_code's call path: <= {TARGET_STOPS} stops, <= {TARGET_RETURNS} returns",
+        ratio=figure["stops"] / TARGET_STOPS,
+        **figure,
+        every_module_of_ours=everything.figure(),
+    )
+    assert walk.stops[0] == "dispatch.handler"
+    if bench_full:
+        assert figure["stops"] <= TARGET_STOPS and figure["returns"] <= TARGET_RETURNS, figure

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aws_lambda_powertools.utilities.data_classes import CloudWatchLogsEvent
-from sandbox_common import naming
+from sandbox_common import limits, naming
 from sandbox_common.observability import emit_metric, logger
 from sandbox_common.redaction.catalogue import fingerprint, scan
 
@@ -97,7 +97,7 @@ def scan_events(decoded: Any, *, now: datetime | None = None) -> ScanResult:
                 "token_class": hit.token_class,
                 "fingerprint": fingerprint(message[hit.start : hit.end]),
                 naming.FINDINGS.ttl: int(
-                    (moment + timedelta(days=naming.FINDINGS_RETENTION_DAYS)).timestamp()
+                    (moment + timedelta(days=limits.FINDINGS_RETENTION_DAYS)).timestamp()
                 ),
             }
             finding.update(correlation)

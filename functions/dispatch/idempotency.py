@@ -50,7 +50,7 @@ from sandbox_runtime.stored_answer import stored_form, unpack
 
 VALIDATION_JMESPATH = "[code, agent_id, turn_id, template_id, user_id, invocation_source]"
 KEY_JMESPATH = "[tenant_id, call_id]"
-KEY_PREFIX = "execute_code"
+KEY_PREFIX = str(n.Action.EXECUTE_CODE)
 # The payload key carrying the attempt's audit identity into the claim (outside both JMESPaths).
 ATTEMPT_KEY = "_attempt"
 RECORD_TTL_SECONDS = 24 * 3600

@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
-from sandbox_common import aws, dimensions, naming
+from sandbox_common import aws, dimensions, limits, naming
 from sandbox_common.settings import quota_settings
 from sandbox_common.windows import Windows
 
@@ -69,7 +69,7 @@ class CounterKeys:
     @classmethod
     def for_call(cls, tenant_id: str, agent_id: str, windows: Windows) -> CounterKeys:
         settings = quota_settings()
-        grace = timedelta(seconds=naming.COUNTER_EXPIRY_GRACE_SECONDS)
+        grace = timedelta(seconds=limits.COUNTER_EXPIRY_GRACE_SECONDS)
         values = {naming.COUNTER_ATTR_TENANT: tenant_id, naming.COUNTER_ATTR_AGENT: agent_id}
         items = []
         for dimension in dimensions.calls():

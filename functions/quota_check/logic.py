@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sandbox_common import dimensions, naming
+from sandbox_common import dimensions, limits, naming
 from sandbox_common.models import QuotaAdmitted, QuotaRefused, QuotaRequest, QuotaTurnRefused
 from sandbox_common.observability import emit_metric, logger
 from sandbox_common.settings import quota_settings
@@ -91,7 +91,7 @@ def _guard_and_marker(request: QuotaRequest) -> tuple[counters.TurnGuard | None,
         marker = counters.Marker(
             settings.tenant_daily_table,
             counters.marker_key(request.tenant_id, request.call_id),
-            int(time.time()) + naming.QUOTA_MARKER_TTL_SECONDS,
+            int(time.time()) + limits.QUOTA_MARKER_TTL_SECONDS,
         )
     return guard, marker
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from sandbox_common import naming as n
+from sandbox_common.errors import SandboxInvalidRequest
 from sandbox_common.observability import logger
 
 from .service import reaper
@@ -22,7 +23,7 @@ def handler(event: Any, context: Any) -> dict[str, Any]:
         tenant, environment = event["refill"].get("tenant_id"), event["refill"].get("environment")
         if not (isinstance(tenant, str) and n.REQUEST_ID_RE.match(tenant) and environment in n.ENVIRONMENTS):
             logger.warning("reaper_invalid_refill_event")
-            return {"ok": False, "error": "SandboxInvalidRequest"}
+            return {"ok": False, "error": SandboxInvalidRequest.__name__}
         only = (tenant, str(environment))
     summary = reaper().run(refill_only=only)
     logger.info("reaper_run", extra={"event": "reaper_run", **summary})

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandbox_common import limits
 from sandbox_common import naming as n
 from sandbox_common.observability import logger
 from sandbox_common.sessions.caps import SessionCapsUnavailable
@@ -27,7 +28,7 @@ from sandbox_common.sessions.ledger import (
     Slot,
 )
 
-RECYCLE_MARGIN_SECONDS = n.WARM_RECYCLE_MARGIN_SECONDS
+RECYCLE_MARGIN_SECONDS = limits.WARM_RECYCLE_MARGIN_SECONDS
 # Never start more than this many warm sessions in one run (a mistyped pool size must not burst).
 MAX_STARTS_PER_RUN = 20
 
@@ -39,7 +40,7 @@ def recycle_at(started: float, *, session_timeout_seconds: int, call_timeout_sec
 def desired_sizes(ssm: Any, stage: str) -> dict[tuple[str, str], int]:
     """(tenant, environment) -> warm_sessions, from every `/…/tenants/*/warm/*` parameter.
     A value that is not a non-negative integer counts as 0 (logged)."""
-    prefix = f"{n.ssm_prefix(stage)}/tenants/"
+    prefix = n.tenant_parameters_prefix(stage)
     pattern = re.compile(re.escape(prefix) + r"([^/]+)/warm/([^/]+)$")
     sizes: dict[tuple[str, str], int] = {}
     for page in ssm.get_paginator("get_parameters_by_path").paginate(Path=prefix, Recursive=True):

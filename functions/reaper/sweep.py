@@ -122,9 +122,9 @@ def sweep(
             # One pure-JSON line per session stopped; the metric (alarmed) counts leaks only:
             # recycling an unclaimed warm session is the pool's routine, not a leak.
             logger.warning(
-                "session_reaped",
+                n.REAPER_EVENT_SESSION_REAPED,
                 extra={
-                    "event": "session_reaped",
+                    "event": n.REAPER_EVENT_SESSION_REAPED,
                     "reason": reason,
                     "slot_id": slot.slot_id,
                     "session_id": slot.session_id,

@@ -81,7 +81,7 @@ def interrupted_outcome(attempt: dict[str, Any], finished_at: datetime) -> Outco
     """The one outcome of an interrupted call: the agent's answer and the row come from it."""
     request = ExecuteCodeRequest.model_validate(
         {
-            "action": "execute_code",
+            "action": n.Action.EXECUTE_CODE,
             "code": _PLACEHOLDER_CODE,
             **{k: attempt[k] for k in _IDENTITY_FIELDS},
         }
@@ -190,7 +190,7 @@ class InterruptedCalls:
         out: list[dict[str, Any]] = []
         pages = self.ddb.get_paginator("query").paginate(
             TableName=self.table,
-            IndexName=n.IDEMPOTENCY_OPEN_INDEX,
+            IndexName=n.IDEMPOTENCY_BY_OPEN_ATTEMPT.name,
             KeyConditionExpression="#o = :o AND #dl < :now",
             ExpressionAttributeNames={"#o": n.IDEMPOTENCY_ATTR_OPEN, "#dl": n.IDEMPOTENCY_ATTR_DEADLINE},
             ExpressionAttributeValues={":o": {"S": n.IDEMPOTENCY_OPEN_VALUE}, ":now": {"S": now_key}},

@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
+from sandbox_common import limits
 from sandbox_common import naming as n
 
 RUNNING, FINISHING = "running", "finishing"
@@ -102,7 +103,7 @@ class JobRecord:
 
     def to_item(self) -> dict[str, Any]:
         item: dict[str, Any] = {
-            "job_key": {"S": job_key(self.job_id)},
+            n.JOBS.pk: {"S": job_key(self.job_id)},
             "job_id": {"S": self.job_id},
             "tenant_id": {"S": self.tenant_id},
             "agent_id": {"S": self.agent_id},
@@ -113,8 +114,8 @@ class JobRecord:
             "call_id": {"S": self.call_id},
             "timeout_s": {"N": str(self.timeout_s)},
             "submitted_ms": {"N": str(self.submitted_ms)},
-            "submitted_at": {"S": iso_ms(self.submitted_ms)},
-            "deadline_at": {"S": iso_ms(self.deadline_ms)},
+            n.JOB_ATTR_SUBMITTED_AT: {"S": iso_ms(self.submitted_ms)},
+            n.JOB_ATTR_DEADLINE_AT: {"S": iso_ms(self.deadline_ms)},
             "state": {"S": self.state},
             "audit_base": {"S": json.dumps(self.audit_base, sort_keys=True)},
             n.TTL_ATTRIBUTE: {"N": str(self.submitted_ms // 1000 + _JOB_TTL_SECONDS)},
@@ -190,7 +191,7 @@ class JobStore:
         table_name: str,
         ddb: Any,
         clock: Callable[[], float] = time.time,
-        max_running: int = n.MAX_RUNNING_JOBS_PER_TURN,
+        max_running: int = limits.MAX_RUNNING_JOBS_PER_TURN,
     ) -> None:
         self.table = table_name
         self.ddb = ddb
@@ -208,7 +209,7 @@ class JobStore:
                     {
                         "Update": {
                             "TableName": self.table,
-                            "Key": {"job_key": {"S": turn_key(record.tenant_id, record.turn_id)}},
+                            "Key": {n.JOBS.pk: {"S": turn_key(record.tenant_id, record.turn_id)}},
                             "UpdateExpression": (
                                 "SET #r = if_not_exists(#r, :zero) + :one, tenant_id = :t, turn_id = :u, "
                                 "expires_at = :exp ADD open_jobs :ids"
@@ -255,7 +256,7 @@ class JobStore:
                     {
                         "Delete": {
                             "TableName": self.table,
-                            "Key": {"job_key": {"S": job_key(record.job_id)}},
+                            "Key": {n.JOBS.pk: {"S": job_key(record.job_id)}},
                             "ConditionExpression": "#s = :running",
                             "ExpressionAttributeNames": {"#s": "state"},
                             "ExpressionAttributeValues": {":running": {"S": RUNNING}},
@@ -283,7 +284,7 @@ class JobStore:
         try:
             self.ddb.update_item(
                 TableName=self.table,
-                Key={"job_key": {"S": job_key(record.job_id)}},
+                Key={n.JOBS.pk: {"S": job_key(record.job_id)}},
                 UpdateExpression="SET session_id = :s, interpreter_id = :i, timeout_s = :t, deadline_at = :d",
                 ConditionExpression="#s = :running",
                 ExpressionAttributeNames={"#s": "state"},
@@ -303,7 +304,7 @@ class JobStore:
     def get(self, job_id: str) -> JobRecord | None:
         try:
             out = self.ddb.get_item(
-                TableName=self.table, Key={"job_key": {"S": job_key(job_id)}}, ConsistentRead=True
+                TableName=self.table, Key={n.JOBS.pk: {"S": job_key(job_id)}}, ConsistentRead=True
             )
         except Exception as exc:  # noqa: BLE001
             raise JobStoreUnavailable(type(exc).__name__) from None
@@ -325,7 +326,7 @@ class JobStore:
         try:
             out = self.ddb.get_item(
                 TableName=self.table,
-                Key={"job_key": {"S": turn_key(tenant_id, turn_id)}},
+                Key={n.JOBS.pk: {"S": turn_key(tenant_id, turn_id)}},
                 ConsistentRead=True,
             )
         except Exception as exc:  # noqa: BLE001
@@ -342,7 +343,7 @@ class JobStore:
             if tenant_id is not None:
                 pages = self.ddb.get_paginator("query").paginate(
                     TableName=self.table,
-                    IndexName="by_tenant",
+                    IndexName=n.JOBS_BY_TENANT.name,
                     ScanIndexForward=False,
                     KeyConditionExpression="tenant_id = :t",
                     ExpressionAttributeValues={":t": {"S": tenant_id}},
@@ -364,7 +365,7 @@ class JobStore:
         try:
             pages = self.ddb.get_paginator("query").paginate(
                 TableName=self.table,
-                IndexName=n.JOB_OPEN_INDEX,
+                IndexName=n.JOBS_BY_OPEN.name,
                 KeyConditionExpression="#o = :o",
                 ExpressionAttributeNames={"#o": n.JOB_ATTR_OPEN},
                 ExpressionAttributeValues={":o": {"S": n.JOB_OPEN_SHARD}},
@@ -398,7 +399,7 @@ class JobStore:
                     {
                         "Update": {
                             "TableName": self.table,
-                            "Key": {"job_key": {"S": job_key(record.job_id)}},
+                            "Key": {n.JOBS.pk: {"S": job_key(record.job_id)}},
                             "UpdateExpression": (
                                 "SET #s = :finishing, final_state = :f, outcome = :o, ended_ms = :e"
                             ),
@@ -436,7 +437,7 @@ class JobStore:
         try:
             self.ddb.update_item(
                 TableName=self.table,
-                Key={"job_key": {"S": job_key(record.job_id)}},
+                Key={n.JOBS.pk: {"S": job_key(record.job_id)}},
                 UpdateExpression="SET #s = :f REMOVE #o",
                 ConditionExpression="#s = :finishing",
                 ExpressionAttributeNames={"#s": "state", "#o": n.JOB_ATTR_OPEN},
@@ -452,7 +453,7 @@ class JobStore:
         return {
             "Update": {
                 "TableName": self.table,
-                "Key": {"job_key": {"S": turn_key(record.tenant_id, record.turn_id)}},
+                "Key": {n.JOBS.pk: {"S": turn_key(record.tenant_id, record.turn_id)}},
                 "UpdateExpression": "SET #r = #r - :one DELETE open_jobs :ids",
                 "ConditionExpression": "#r > :zero",
                 "ExpressionAttributeNames": {"#r": "running"},

@@ -9,7 +9,7 @@ import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from sandbox_common import dimensions
+from sandbox_common import dimensions, limits
 from sandbox_common import naming as n
 from sandbox_common.files import normalize_prefix
 
@@ -139,7 +139,7 @@ class StageConfig(_Model):
     call_timeout_seconds: int = Field(default=120, ge=1, le=840)
     session_timeout_seconds: int = Field(default=900, ge=60, le=28_800)
     # How long a paused tool call waits for its result (SPEC §15: at most 300 s).
-    tool_wait_seconds: int = Field(default=n.TOOLS_WAIT_SECONDS, ge=1, le=n.TOOLS_WAIT_SECONDS)
+    tool_wait_seconds: int = Field(default=limits.TOOLS_WAIT_SECONDS, ge=1, le=limits.TOOLS_WAIT_SECONDS)
     stdout_cap_bytes: int = Field(default=262_144, gt=0)
     stderr_cap_bytes: int = Field(default=32_768, gt=0)
     audit_retention_days: int = Field(default=30, ge=1)

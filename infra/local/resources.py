@@ -64,6 +64,42 @@ def _put_new_parameter(ssm: Any, name: str, value: str) -> None:
             raise
 
 
+def create_table_request(spec: n.TableSpec, stage: str) -> dict[str, Any]:
+    """boto3 `create_table` kwargs for a spec: how the local stack and the tests create exactly
+    the tables the CDK state construct declares (keys, indexes; TTL is a separate call:
+    `ttl_request`)."""
+    keys = {spec.pk, *(k for k in (spec.sk,) if k)}
+    for index in spec.indexes:
+        keys.update(k for k in (index.pk, index.sk) if k)
+    request: dict[str, Any] = {
+        "TableName": spec.physical(stage),
+        "BillingMode": "PAY_PER_REQUEST",
+        "AttributeDefinitions": [{"AttributeName": k, "AttributeType": "S"} for k in sorted(keys)],
+        "KeySchema": [{"AttributeName": spec.pk, "KeyType": "HASH"}]
+        + ([{"AttributeName": spec.sk, "KeyType": "RANGE"}] if spec.sk else []),
+    }
+    if spec.indexes:
+        request["GlobalSecondaryIndexes"] = [
+            {
+                "IndexName": index.name,
+                "KeySchema": [{"AttributeName": index.pk, "KeyType": "HASH"}]
+                + ([{"AttributeName": index.sk, "KeyType": "RANGE"}] if index.sk else []),
+                "Projection": {"ProjectionType": "ALL"},
+            }
+            for index in spec.indexes
+        ]
+    return request
+
+
+def ttl_request(spec: n.TableSpec, stage: str) -> dict[str, Any] | None:
+    if not spec.ttl_attribute:
+        return None
+    return {
+        "TableName": spec.physical(stage),
+        "TimeToLiveSpecification": {"Enabled": True, "AttributeName": spec.ttl_attribute},
+    }
+
+
 def create_resources(config: StageConfig, clients: Any, *, region: str = LOCAL_REGION) -> LocalResources:
     """`clients(service)` returns a boto3 client pointed at moto."""
     stage = config.name
@@ -71,8 +107,8 @@ def create_resources(config: StageConfig, clients: Any, *, region: str = LOCAL_R
 
     tables = {}
     for spec in n.ALL_TABLES:
-        ddb.create_table(**n.create_table_request(spec, stage))
-        ttl = n.ttl_request(spec, stage)
+        ddb.create_table(**create_table_request(spec, stage))
+        ttl = ttl_request(spec, stage)
         if ttl:
             ddb.update_time_to_live(**ttl)
         if spec.pitr:

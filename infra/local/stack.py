@@ -519,10 +519,11 @@ def lambda_function_specs(
 
 def lambda_schedules(resources: LocalResources) -> list[dict[str, Any]]:
     """The scheduled rules of the CDK app, run by the emulator: the session reaper every
-    `naming.REAPER_SCHEDULE_MINUTES` (SANDBOX_LOCAL_REAPER_SECONDS overrides it, for tests)."""
+    `limits.REAPER_SCHEDULE_MINUTES` (SANDBOX_LOCAL_REAPER_SECONDS overrides it, for tests)."""
+    from sandbox_common import limits
     from sandbox_common import naming as n
 
-    rate = float(os.environ.get("SANDBOX_LOCAL_REAPER_SECONDS") or n.REAPER_SCHEDULE_MINUTES * 60)
+    rate = float(os.environ.get("SANDBOX_LOCAL_REAPER_SECONDS") or limits.REAPER_SCHEDULE_MINUTES * 60)
     return [{"function": resources.functions[n.REAPER], "rate_seconds": rate}]
 
 

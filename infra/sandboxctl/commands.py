@@ -355,7 +355,7 @@ def _pilot(args: argparse.Namespace, target: Any) -> int:
 
 # --- background jobs (issue 13) ----------------------------------------------------------------
 JOB_COLUMNS = [
-    "submitted_at",
+    n.JOB_ATTR_SUBMITTED_AT,
     "job_id",
     "tenant_id",
     "agent_id",

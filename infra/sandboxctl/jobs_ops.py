@@ -22,8 +22,8 @@ _FIELDS = (
     "turn_id",
     "session_id",
     "invocation_id",
-    "submitted_at",
-    "deadline_at",
+    n.JOB_ATTR_SUBMITTED_AT,
+    n.JOB_ATTR_DEADLINE_AT,
 )
 
 
@@ -45,7 +45,7 @@ def jobs_list(target: Target, *, tenant_id: str | None = None, limit: int = 50) 
     if tenant_id is not None:
         pages = ddb.get_paginator("query").paginate(
             TableName=table,
-            IndexName="by_tenant",
+            IndexName=n.JOBS_BY_TENANT.name,
             ScanIndexForward=False,
             KeyConditionExpression="tenant_id = :t",
             ExpressionAttributeValues={":t": {"S": tenant_id}},
@@ -61,7 +61,7 @@ def jobs_list(target: Target, *, tenant_id: str | None = None, limit: int = 50) 
         _row(item, now_ms)
         for page in pages
         for item in page.get("Items", [])
-        if item.get("job_key", {}).get("S", "").startswith(n.JOB_KEY_PREFIX)
+        if item.get(n.JOBS.pk, {}).get("S", "").startswith(n.JOB_KEY_PREFIX)
     ]
     rows.sort(key=lambda r: r["_submitted_ms"], reverse=True)
     for row in rows:

@@ -16,7 +16,7 @@ from itertools import chain, islice
 from typing import Any
 
 from botocore.exceptions import ClientError
-from sandbox_common import dimensions
+from sandbox_common import dimensions, limits
 from sandbox_common import naming as n
 from sandbox_common.audit import AuditWriter, drain_spool
 from sandbox_common.models import TenantSubstrate
@@ -294,7 +294,7 @@ def caps_get(target: Target, tenant_id: str | None = None) -> dict[str, Any]:
         },
         "overrides": {},
     }
-    override_prefix = f"{prefix}/tenants/"
+    override_prefix = f"{prefix}/tenants/"  # dimensions.Dimension.parameter's override paths
     for name, value in sorted(values.items()):
         if name.startswith(override_prefix):
             tenant, _, dimension = name[len(override_prefix) :].partition("/")
@@ -517,9 +517,9 @@ def findings_list(target: Target, *, since: str | None = None, limit: int = 100)
     now = utc_now()
     start = parse_time(since) if since else now - timedelta(hours=24)
     days = (now.date() - start.astimezone(UTC).date()).days
-    if days > n.FINDINGS_RETENTION_DAYS:
+    if days > limits.FINDINGS_RETENTION_DAYS:
         raise CtlError(
-            f"--since is more than {n.FINDINGS_RETENTION_DAYS} days ago (findings expire after that)"
+            f"--since is more than {limits.FINDINGS_RETENTION_DAYS} days ago (findings expire after that)"
         )
     partitions = []
     for offset in range(max(days, 0) + 1):  # newest partition first

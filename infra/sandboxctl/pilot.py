@@ -25,6 +25,7 @@ from typing import Any
 
 from sandbox_common import dimensions
 from sandbox_common import naming as n
+from sandbox_common.errors import SandboxCapExceeded
 from sandbox_common.turn_token import new_token
 from sandbox_common.windows import Windows, iso_z, utc_now
 
@@ -78,7 +79,7 @@ class _Pilot:
             "turn_token": self.turn_token,
             **fields,
         }
-        if action != "end_turn":
+        if action != n.Action.END_TURN:
             event.update(agent_id=self.agent_id, template_id=self.template_id)
         self.echo(f"-> {action} {fields.get('code', '')!r}" if "code" in fields else f"-> {action}")
         response = ops.invoke(self.target, event)
@@ -87,14 +88,14 @@ class _Pilot:
         if "sandbox" in response:
             summary["sandbox.status"] = response["sandbox"].get("status")
         self.echo(f"<- {summary}")
-        if action == "execute_code":
+        if action == n.Action.EXECUTE_CODE:
             self.calls.append((event, response))
         return response
 
     def execute(self, code: str) -> dict[str, Any]:
         self._call_seq += 1
         return self.request(
-            "execute_code",
+            n.Action.EXECUTE_CODE,
             call_id=f"{self.run_id}-{self._call_seq}",
             code=code,
             invocation_source="composition",
@@ -150,12 +151,12 @@ def run_pilot(
     try:
         p.echo(f"   setting {override} = {PLANNED_CALLS} so the pilot agent's next call after two is refused")
         ops.caps_set(target, capped.name, PLANNED_CALLS, tenant_id)
-        begin = p.request("begin_turn")
+        begin = p.request(n.Action.BEGIN_TURN)
         if not p.check(
             "begin_turn is ready with the execute_code tool",
             begin.get("ok")
             and begin.get("sandbox", {}).get("status") == "ready"
-            and begin["sandbox"].get("tool", {}).get("name") == "execute_code",
+            and begin["sandbox"].get("tool", {}).get("name") == n.Action.EXECUTE_CODE,
             begin,
         ):
             raise _Abort
@@ -176,7 +177,7 @@ def run_pilot(
         deadline = time.monotonic() + cap_wait_seconds
         while True:
             probe = p.execute(PROBE_CODE)
-            if probe.get("error") == "SandboxCapExceeded":
+            if probe.get("error") == SandboxCapExceeded.__name__:
                 refused = probe
                 break
             if not probe.get("ok"):
@@ -200,7 +201,7 @@ def run_pilot(
         except Exception as exc:  # noqa: BLE001 - must be reported, never hidden
             p.check(f"{capped.name} override restored (restore {override} by hand!)", False, str(exc))
         try:
-            end = p.request("end_turn")
+            end = p.request(n.Action.END_TURN)
             had_session = any(r.get("session_id") for _, r in p.calls)
             p.check(
                 "end_turn stopped the session" if had_session else "end_turn answered (no session to stop)",

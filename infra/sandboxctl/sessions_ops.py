@@ -59,7 +59,7 @@ def warm_set(target: Target, tenant_id: str, size: int, environment: str) -> dic
 
 
 def _desired(target: Target) -> dict[tuple[str, str], int | str]:
-    prefix = f"{n.ssm_prefix(target.stage)}/tenants/"
+    prefix = n.tenant_parameters_prefix(target.stage)
     sizes: dict[tuple[str, str], int | str] = {}
     for page in (
         target.client("ssm").get_paginator("get_parameters_by_path").paginate(Path=prefix, Recursive=True)

@@ -47,7 +47,7 @@ _PROJECTED = (
     "agent_id",
     "template_id",
 )
-TENANT_TIME_INDEX = "by_tenant_time"
+TENANT_TIME_INDEX = n.INVOCATIONS_BY_TENANT_TIME.name
 # Progress on stderr once the report has read this many rows (a small report stays quiet).
 PROGRESS_AFTER_ROWS = 5000
 CSV_COLUMNS = (

@@ -20,7 +20,9 @@ def test_interrupted_idempotency_table_has_the_open_attempt_index(all_stages, st
     table = resources(core, "AWS::DynamoDB::Table")[_table_id(core, n.IDEMPOTENCY, stage)]["Properties"]
     # Then it declares the sparse index keyed by the open marker and the in-progress deadline
     (index,) = [
-        i for i in table.get("GlobalSecondaryIndexes", []) if i["IndexName"] == n.IDEMPOTENCY_OPEN_INDEX
+        i
+        for i in table.get("GlobalSecondaryIndexes", [])
+        if i["IndexName"] == n.IDEMPOTENCY_BY_OPEN_ATTEMPT.name
     ]
     assert [(k["AttributeName"], k["KeyType"]) for k in index["KeySchema"]] == [
         (n.IDEMPOTENCY_ATTR_OPEN, "HASH"),
@@ -42,7 +44,7 @@ def test_interrupted_reaper_role_and_environment_reach_the_idempotency_table(all
     # Put or Delete (a finisher never creates or removes a claim)
     expected = {"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query"}
     assert actions_on(table_arn) == expected
-    assert actions_on(f"{table_arn}/index/{n.IDEMPOTENCY_OPEN_INDEX}") == expected
+    assert actions_on(f"{table_arn}/index/{n.IDEMPOTENCY_BY_OPEN_ATTEMPT.name}") == expected
     # And its environment names the table
     env = fn["Properties"]["Environment"]["Variables"]
     assert n.ENV_IDEMPOTENCY_TABLE in env

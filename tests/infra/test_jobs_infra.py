@@ -47,7 +47,7 @@ def test_reaper_role_holds_exactly_the_job_sweeps_calls(all_stages, stage: str) 
 
     # Then on the jobs table: read, conditional end (Update transactions) and the by_open query
     assert actions_on(jobs_arn) == {"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query"}
-    assert actions_on(f"{jobs_arn}/index/{n.JOB_OPEN_INDEX}") == {
+    assert actions_on(f"{jobs_arn}/index/{n.JOBS_BY_OPEN.name}") == {
         "dynamodb:GetItem",
         "dynamodb:UpdateItem",
         "dynamodb:Query",

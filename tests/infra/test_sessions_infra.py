@@ -4,7 +4,7 @@ session ledger table, the session-cap parameters (SPEC §16)."""
 from __future__ import annotations
 
 import pytest
-from sandbox_common import dimensions
+from sandbox_common import dimensions, limits
 from sandbox_common import naming as n
 
 from infra.cdk.config import STAGES, build_config
@@ -26,7 +26,7 @@ def test_reaper_runs_every_five_minutes(all_stages, stage: str) -> None:
         if r["Properties"]["FunctionName"] == n.function_name(stage, n.REAPER)
     )
     assert len(rules) == 1
-    assert rules[0]["Properties"]["ScheduleExpression"] == f"rate({n.REAPER_SCHEDULE_MINUTES} minutes)"
+    assert rules[0]["Properties"]["ScheduleExpression"] == f"rate({limits.REAPER_SCHEDULE_MINUTES} minutes)"
     assert rules[0]["Properties"]["Targets"][0]["Arn"] == {"Fn::GetAtt": [reaper_id, "Arn"]}
 
 

@@ -15,11 +15,13 @@ from sandbox_common.errors import SandboxCapExceeded
 from sandbox_common.models import ExecuteCodeRequest
 from sandbox_common.outcome import Outcome
 
+from infra.local.resources import create_table_request
+
 STATUSES = ("ok", "ok", "ok", "error", "timeout", "oom", "cap_exceeded", "provisioning")
 
 
 def create_invocations_table(ddb: Any, stage: str = "local") -> str:
-    ddb.create_table(**n.create_table_request(n.INVOCATIONS, stage))
+    ddb.create_table(**create_table_request(n.INVOCATIONS, stage))
     return n.INVOCATIONS.physical(stage)
 
 

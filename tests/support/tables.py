@@ -10,6 +10,8 @@ import pytest
 from sandbox_common import aws
 from sandbox_common import naming as n
 
+from infra.local.resources import create_table_request, ttl_request
+
 STAGE = "test"
 
 
@@ -18,8 +20,8 @@ def tables(moto_endpoint: str) -> dict[str, str]:
     """Logical table name -> physical name, every table created."""
     ddb = aws.client("dynamodb")
     for spec in n.ALL_TABLES:
-        ddb.create_table(**n.create_table_request(spec, STAGE))
-        ttl = n.ttl_request(spec, STAGE)
+        ddb.create_table(**create_table_request(spec, STAGE))
+        ttl = ttl_request(spec, STAGE)
         if ttl:
             ddb.update_time_to_live(**ttl)
     return {spec.logical: spec.physical(STAGE) for spec in n.ALL_TABLES}

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox_common import messages
-from sandbox_common import naming as n
+from sandbox_common import limits, messages
 from sandbox_common.errors import SandboxError, SandboxInvalidRequest
 from sandbox_common.files import GetFileRequest, read_pointer
 from sandbox_common.outcome import internal_failure, public
@@ -24,12 +23,12 @@ LOOKUP_FAILED_MESSAGE = "The file could not be looked up right now; please try a
 
 
 def get_file(
-    request: GetFileRequest, *, s3: Any, bucket: str, expires_seconds: int = n.PRESIGNED_URL_SECONDS
+    request: GetFileRequest, *, s3: Any, bucket: str, expires_seconds: int = limits.PRESIGNED_URL_SECONDS
 ) -> dict[str, Any]:
     from botocore.exceptions import BotoCoreError, ClientError  # lazy: cold start, as runner/session.py
 
-    if not 1 <= expires_seconds <= n.PRESIGNED_URL_SECONDS:
-        raise ValueError(f"presigned URLs live 1..{n.PRESIGNED_URL_SECONDS} s")
+    if not 1 <= expires_seconds <= limits.PRESIGNED_URL_SECONDS:
+        raise ValueError(f"presigned URLs live 1..{limits.PRESIGNED_URL_SECONDS} s")
     try:
         pointer = read_pointer(s3, bucket, request.tenant_id, request.file_id)
     except ClientError as exc:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from sandbox_common import limits
 from sandbox_common import naming as n
 from sandbox_common.files import check_relative_path
 from sandbox_common.redaction import catalogue
@@ -124,7 +125,7 @@ del __sandbox_collect
 NOTHING_MARKER = "sandbox-collect: nothing new"
 
 
-def collect_source(max_bytes: int = n.MAX_ARTIFACT_BYTES, chunk: int = CHUNK_BYTES) -> str:
+def collect_source(max_bytes: int = limits.MAX_ARTIFACT_BYTES, chunk: int = CHUNK_BYTES) -> str:
     args = ", ".join(
         json.dumps(v) for v in (n.OUTPUTS_DIR, STATE_DIR, ANSWER_PATH, max_bytes, chunk, n.FIGURE_NAME)
     )
@@ -340,10 +341,10 @@ def collect_and_store(
             failure = failure or "artifacts:forged_entry"
             continue
         filename, size = str(item["filename"]), int(item["bytes"])
-        if size > n.MAX_ARTIFACT_BYTES or "sha256" not in item:
+        if size > limits.MAX_ARTIFACT_BYTES or "sha256" not in item:
             listed.append({"filename": filename, "bytes": size, "skipped": n.SKIPPED_TOO_LARGE})
             continue
-        if stored >= n.MAX_ARTIFACTS:
+        if stored >= limits.MAX_ARTIFACTS:
             listed.append({"filename": filename, "bytes": size, "skipped": n.SKIPPED_TOO_MANY})
             continue
         assembly = _Assembly()
@@ -353,7 +354,7 @@ def collect_and_store(
         except ToolFailed as exc:
             failure = failure or f"artifacts:{exc.reason}"
             continue
-        if assembly.size > n.MAX_ARTIFACT_BYTES:
+        if assembly.size > limits.MAX_ARTIFACT_BYTES:
             listed.append({"filename": filename, "bytes": assembly.size, "skipped": n.SKIPPED_TOO_LARGE})
             continue
         if assembly.size != size or assembly.sha256 != item["sha256"]:
@@ -369,7 +370,7 @@ def collect_and_store(
     return CollectResult(listed, artifacts, failure)
 
 
-_MAX_PARTS = -(-n.MAX_ARTIFACT_BYTES // CHUNK_BYTES)
+_MAX_PARTS = -(-limits.MAX_ARTIFACT_BYTES // CHUNK_BYTES)
 
 
 def _well_formed(item: Any) -> bool:

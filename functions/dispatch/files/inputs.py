@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sandbox_common import naming as n
+from sandbox_common import limits
 from sandbox_common.files import InputFile, input_record, parse_s3_uri
 from sandbox_runtime.runner.tools import SessionFiles, ToolFailed
 
@@ -59,7 +59,7 @@ class InputsFailed(Exception):
         self.reason = reason
 
 
-def copy_source(items: list[tuple[str, str, str]], max_bytes: int = n.MAX_S3_INPUT_BYTES) -> str:
+def copy_source(items: list[tuple[str, str, str]], max_bytes: int = limits.MAX_S3_INPUT_BYTES) -> str:
     args = ", ".join(json.dumps(v) for v in (items, ANSWER_PATH, max_bytes))
     return _COPY_SOURCE.replace("__ARGS__", args)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, TypeAlias
 
-from sandbox_common import naming as n
+from sandbox_common import limits
 from sandbox_common.errors import SandboxError, SandboxInvalidRequest
 from sandbox_common.models import CancelJobRequest, ExecuteCodeRequest, GetJobRequest
 from sandbox_runtime.job_end import (
@@ -39,8 +39,8 @@ from sandbox_runtime.runner.jobs import JobFailure, JobRunner
 JobRequest: TypeAlias = GetJobRequest | CancelJobRequest
 
 TOO_MANY_JOBS = (
-    f"This turn already has {n.MAX_RUNNING_JOBS_PER_TURN} background jobs running; wait for one to finish "
-    "(get_job) or cancel one (cancel_job) before starting another."
+    f"This turn already has {limits.MAX_RUNNING_JOBS_PER_TURN} background jobs running; wait for one to "
+    "finish (get_job) or cancel one (cancel_job) before starting another."
 )
 UNKNOWN_JOB = "Invalid request: there is no such background job in this turn."
 JOBS_UNAVAILABLE = "The background job service is unavailable right now; please try again shortly."
@@ -60,7 +60,7 @@ class JobLaunchFailed(SandboxError):
 
 def timeout_of(req: ExecuteCodeRequest) -> int:
     value = getattr(req, "timeout_s", None)
-    return n.DEFAULT_JOB_TIMEOUT_SECONDS if value is None else int(value)
+    return limits.DEFAULT_JOB_TIMEOUT_SECONDS if value is None else int(value)
 
 
 def reserve(

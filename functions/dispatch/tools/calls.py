@@ -89,7 +89,7 @@ def paused_response(paused: Paused, *, continuation: str, invocation_id: str) ->
     return {
         "ok": True,
         "status": TOOL_CALL_STATUS,
-        "tool_call": paused.tool_call.to_dict(),
+        n.STATUS_TOOL_CALL: paused.tool_call.to_dict(),
         "continuation": continuation,
         "invocation_id": invocation_id,
         "session_id": paused.state.session_id,

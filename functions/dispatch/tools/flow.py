@@ -24,6 +24,7 @@ from typing import Any
 from sandbox_common import messages
 from sandbox_common.errors import SandboxError, SandboxInvalidRequest
 from sandbox_common.models import ResumeRequest, SweepPausedCallsRequest
+from sandbox_common.naming import Action
 from sandbox_common.observability import logger
 from sandbox_common.outcome import internal_failure, public
 from sandbox_runtime.preflight import Preflight
@@ -80,7 +81,7 @@ def resume(steps: Steps, req: ResumeRequest, context: Any) -> dict[str, Any]:
 
 def sweep_paused_calls(steps: Steps, req: SweepPausedCallsRequest, context: Any) -> dict[str, Any]:
     swept = expire_due(steps)
-    logger.info("sweep_paused_calls", extra={"ended": swept["ended"], "failed": swept["failed"]})
+    logger.info(Action.SWEEP_PAUSED_CALLS, extra={"ended": swept["ended"], "failed": swept["failed"]})
     return {"ok": True}
 
 

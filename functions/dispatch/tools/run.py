@@ -43,7 +43,7 @@ class ToolCallPaused(Exception):
     counted and goes on with `resume`; its audit row is written when it ends."""
 
     def __init__(self, response: dict[str, Any]) -> None:
-        super().__init__("tool_call")
+        super().__init__(n.STATUS_TOOL_CALL)
         self.response = response
 
 

@@ -95,7 +95,9 @@ class ContinuationStore:
             "agent_id": {"S": agent_id},
             "turn_id": {"S": turn_id},
             "status": {"S": STATUS_PAUSED},
-            "paused_at": {"S": datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")},
+            n.CONTINUATION_ATTR_PAUSED_AT: {
+                "S": datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            },
             n.CONTINUATIONS.ttl: {"N": str(int(now + wait_seconds + GRACE_SECONDS))},
             # the sweep's sparse index (issue 12): listed while paused, from the wait bound on
             n.CONTINUATION_ATTR_WAIT_OPEN: {"S": n.CONTINUATION_WAIT_OPEN_VALUE},
@@ -153,7 +155,7 @@ class ContinuationStore:
         try:
             answer = self.client.query(
                 TableName=self.table_name,
-                IndexName=n.CONTINUATIONS_WAIT_DUE_INDEX,
+                IndexName=n.CONTINUATIONS_BY_WAIT_DUE.name,
                 Limit=limit,
                 KeyConditionExpression="#open = :open AND #due <= :due",
                 ExpressionAttributeNames={

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import ClientError
+from sandbox_common import limits
 from sandbox_common import naming as n
 
 _TURN_TTL_SECONDS = 2 * 86_400
@@ -99,7 +100,7 @@ class Turn:
         if mark is None or mark["environment"] != environment or mark["interpreter_id"] != interpreter_id:
             return False
         try:
-            return 0 <= now - int(mark["checked_at"]) <= n.WARM_POOL_EMPTY_MARK_SECONDS
+            return 0 <= now - int(mark["checked_at"]) <= limits.WARM_POOL_EMPTY_MARK_SECONDS
         except ValueError:
             return False
 

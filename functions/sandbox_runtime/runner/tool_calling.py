@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sandbox_common import messages, naming
+from sandbox_common import limits, messages, naming
 from sandbox_common.errors import SandboxError, SandboxTimeout
 from sandbox_common.tools_protocol import (
     STATUS_SOURCE,
@@ -59,10 +59,10 @@ RESULT_TOO_LARGE = "tool result is {size} bytes serialized, over the {limit}-byt
 
 @dataclass(frozen=True)
 class ToolLimits:
-    max_calls: int = naming.TOOLS_MAX_CALLS
-    max_result_bytes: int = naming.TOOLS_MAX_RESULT_BYTES
-    max_input_bytes: int = naming.TOOLS_MAX_INPUT_BYTES
-    wait_seconds: float = naming.TOOLS_WAIT_SECONDS
+    max_calls: int = limits.TOOLS_MAX_CALLS
+    max_result_bytes: int = limits.TOOLS_MAX_RESULT_BYTES
+    max_input_bytes: int = limits.TOOLS_MAX_INPUT_BYTES
+    wait_seconds: float = limits.TOOLS_WAIT_SECONDS
 
 
 @dataclass(frozen=True)
@@ -430,7 +430,7 @@ class ToolsRunner:
         stdout, stderr = state.stdout, state.stderr
         stdout.extend(outcome.stdout)
         stderr.extend(outcome.stderr)
-        if call.timed_out or not healthy or marker is None or marker.state != "tool_call":
+        if call.timed_out or not healthy or marker is None or marker.state != naming.STATUS_TOOL_CALL:
             return self._final(state, call, limit, marker)
         problem = self._check_call(state, marker)
         if problem is not None:

@@ -13,6 +13,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
+from sandbox_common import limits
 from sandbox_common import naming as n
 
 from infra.cdk.config import StageConfig
@@ -73,7 +74,7 @@ class ArtifactsConstruct(Construct):
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
             lifecycle_rules=[
                 s3.LifecycleRule(
-                    id="ExpireAccessLogs", expiration=cdk.Duration.days(n.FINDINGS_RETENTION_DAYS)
+                    id="ExpireAccessLogs", expiration=cdk.Duration.days(limits.FINDINGS_RETENTION_DAYS)
                 )
             ],
             removal_policy=removal_policy(self._config),

@@ -18,6 +18,7 @@ from aws_cdk import aws_lambda_destinations as destinations
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
+from sandbox_common import limits
 from sandbox_common import naming as n
 
 from infra.cdk.config import ConfigError, StageConfig
@@ -403,7 +404,7 @@ class ComputeConstruct(Construct):
         rule = events.Rule(
             self,
             "ReaperSchedule",
-            schedule=events.Schedule.rate(cdk.Duration.minutes(n.REAPER_SCHEDULE_MINUTES)),
+            schedule=events.Schedule.rate(cdk.Duration.minutes(limits.REAPER_SCHEDULE_MINUTES)),
             description="Session reaper: stop leaked sessions, free capacity, refill warm pools",
         )
         rule.add_target(targets.LambdaFunction(fn, retry_attempts=0))  # the next run is 5 minutes away
@@ -497,7 +498,7 @@ class ComputeConstruct(Construct):
             iam.PolicyStatement(
                 sid="EndBackgroundJobs",
                 actions=["dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query"],
-                resources=[jobs.table_arn, f"{jobs.table_arn}/index/{n.JOB_OPEN_INDEX}"],
+                resources=[jobs.table_arn, f"{jobs.table_arn}/index/{n.JOBS_BY_OPEN.name}"],
             )
         )
         role.add_to_policy(
@@ -524,7 +525,7 @@ class ComputeConstruct(Construct):
             iam.PolicyStatement(
                 sid="FinishInterruptedCalls",
                 actions=["dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query"],
-                resources=[idem.table_arn, f"{idem.table_arn}/index/{n.IDEMPOTENCY_OPEN_INDEX}"],
+                resources=[idem.table_arn, f"{idem.table_arn}/index/{n.IDEMPOTENCY_BY_OPEN_ATTEMPT.name}"],
             )
         )
 

@@ -97,7 +97,7 @@ def cap_breach_spike_alarm_props(
 ) -> dict[str, Any]:
     """Per-tenant refusal spike (L1 properties); lives in the tenant's shard stack, so adding a
     tenant changes one shard. Same metric and dimension set as `sandbox_metric` would build."""
-    key = "cap-breach-spike"
+    key = n.Alarm.CAP_BREACH_SPIKE
     dims = {"tenant_id": tenant_id}
     check_dimensions(n.METRIC_CAP_EXCEEDED, dims)
     return {
@@ -265,7 +265,7 @@ class ObservabilityConstruct(Construct):
         th = self._config.alarm_thresholds
         c = self._compute
         self._alarm(
-            "token-shaped-string-detected",
+            n.Alarm.TOKEN_SHAPED_STRING_DETECTED,
             "The backstop found a token-shaped string in sandbox logs (any class). Treat as a possible leak.",
             self._sum(
                 {
@@ -277,7 +277,7 @@ class ObservabilityConstruct(Construct):
             1,
         )
         self._alarm(
-            "backstop-errors",
+            n.Alarm.BACKSTOP_ERRORS,
             "The redaction backstop Lambda failed or could not decode a log batch: a layer of redaction is"
             " blind.",
             self._sum(
@@ -293,7 +293,7 @@ class ObservabilityConstruct(Construct):
             1,
         )
         self._alarm(
-            "audit-dlq-not-empty",
+            n.Alarm.AUDIT_DLQ_NOT_EMPTY,
             "Audit rows failed to write and wait in the audit dead-letter queue; drain with `sandboxctl audit"
             " replay`.",
             self._state.audit_dlq.metric_approximate_number_of_messages_visible(
@@ -302,14 +302,14 @@ class ObservabilityConstruct(Construct):
             1,
         )
         self._alarm(
-            "readiness-check-failures",
+            n.Alarm.READINESS_CHECK_FAILURES,
             "Sessions failed the readiness preamble (in-sandbox redactor not confirmed); calls return"
             " SandboxProvisioning.",
             sandbox_metric(n.METRIC_READINESS_FAILED),
             th.readiness_failures,
         )
         self._alarm(
-            "quota-check-errors",
+            n.Alarm.QUOTA_CHECK_ERRORS,
             "The quota-check Lambda errored or failed closed: calls are refused with dimension=unknown.",
             self._sum(
                 {
@@ -321,7 +321,7 @@ class ObservabilityConstruct(Construct):
             th.quota_fail_closed,
         )
         self._alarm(
-            "dispatch-errors",
+            n.Alarm.DISPATCH_ERRORS,
             "Dispatch failed on its own side: the Lambda errored or timed out, or it caught a failure of "
             "its turn store, pre-flight reads, idempotency store or an unexpected exception.",
             self._sum(
@@ -334,7 +334,7 @@ class ObservabilityConstruct(Construct):
             th.dispatch_errors,
         )
         self._alarm(
-            "cap-breach-spike",
+            n.Alarm.CAP_BREACH_SPIKE,
             "SandboxCapExceeded refusals across all tenants in 5 minutes reached the spike threshold; "
             "per-tenant alarms with the tenant id as suffix say which tenant.",
             self._sum(
@@ -347,14 +347,14 @@ class ObservabilityConstruct(Construct):
             th.cap_breach_spike_per_tenant,
         )
         self._alarm(
-            "session-stop-failures",
+            n.Alarm.SESSION_STOP_FAILURES,
             "Stopping a Code Interpreter session failed; sessions may live until their timeout.",
             sandbox_metric(n.METRIC_SESSION_STOP_FAILED),
             th.session_stop_failures,
         )
         # Issue 11 (§16.3, §16.5)
         self._alarm(
-            "sessions-reaped",
+            n.Alarm.SESSIONS_REAPED,
             f"The session reaper stopped {th.sessions_reaped}+ leaked sessions in 5 minutes (turn ended"
             " without a stop, expired start lease, or no owning turn), or the reaper itself failed.",
             cw.MathExpression(
@@ -370,7 +370,7 @@ class ObservabilityConstruct(Construct):
             th.sessions_reaped,
         )
         self._alarm(
-            "turn-token-rejected",
+            n.Alarm.TURN_TOKEN_REJECTED,
             f"{th.turn_token_rejected}+ dispatch actions in 5 minutes were refused for a missing, malformed"
             " or wrong turn token: a caller guessing turns, or a client that lost its token.",
             sandbox_metric(n.METRIC_TURN_TOKEN_REJECTED),
@@ -378,7 +378,7 @@ class ObservabilityConstruct(Construct):
         )
         # issue 15: a tenant's estimated spend crossed its daily budget (reported, never refused)
         self._alarm(
-            "daily-budget-crossed",
+            n.Alarm.DAILY_BUDGET_CROSSED,
             "A tenant's estimated sandbox spend today crossed its daily budget (SSM daily_budget_usd); "
             "calls are not refused. The metric by tenant_id and `sandboxctl usage` say which tenant.",
             sandbox_metric(n.METRIC_DAILY_BUDGET_CROSSED),

@@ -11,7 +11,7 @@ import base64
 import hashlib
 import urllib.request
 
-from sandbox_common import aws
+from sandbox_common import aws, limits
 from sandbox_common import naming as n
 
 from .conftest import Stack, event
@@ -76,7 +76,7 @@ def test_bad_files_are_refused_before_anything_counts(stack: Stack) -> None:
         [{"path": "/abs", "content_base64": b64(b"x")}],
         [{"path": "a\u0000b", "content_base64": b64(b"x")}],
         [{"path": f"f{i}", "content_base64": b64(b"x")} for i in range(21)],
-        [{"path": "big", "content_base64": b64(b"\0" * (n.MAX_INLINE_INPUT_BYTES + 1))}],
+        [{"path": "big", "content_base64": b64(b"\0" * (limits.MAX_INLINE_INPUT_BYTES + 1))}],
         [{"path": "x", "content_base64": "%%%"}],
         [{"path": "x", "s3_uri": "s3://someone-elses-bucket/data.csv"}],
         [{"path": "x", "s3_uri": f"s3://{n.demo_data_bucket_name('local')}/globex/data.csv"}],

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 import pytest
-from sandbox_common import aws, messages
+from sandbox_common import aws, limits, messages
 from sandbox_common import naming as n
 
 from tests.support.stack import turn_token_for
@@ -174,16 +174,16 @@ def test_tools_result_over_one_mib_reaches_the_code_as_tool_error(tools_stack: S
     paused = stack.dispatch(call(code, call_id="c-big"))
     assert paused["status"] == n.STATUS_TOOL_CALL
     # When the agent answers with a result of 1 MiB + 1 byte serialized, then a small one
-    big = "a" * (n.TOOLS_MAX_RESULT_BYTES + 1 - 2)  # + the two quotes of its JSON string
-    assert len(json.dumps(big)) == n.TOOLS_MAX_RESULT_BYTES + 1
+    big = "a" * (limits.TOOLS_MAX_RESULT_BYTES + 1 - 2)  # + the two quotes of its JSON string
+    assert len(json.dumps(big)) == limits.TOOLS_MAX_RESULT_BYTES + 1
     second = stack.dispatch(resume(paused, tool_result=big))
     assert second["status"] == n.STATUS_TOOL_CALL, second
     final = stack.dispatch(resume(second, tool_result="ok"))
     # Then the code got a ToolError naming the bound for the big one, and the small one normally
     assert final["ok"] is True, final
     assert final["stdout"] == (
-        f"ToolError: tool result is {n.TOOLS_MAX_RESULT_BYTES + 1} bytes serialized, over the "
-        f"{n.TOOLS_MAX_RESULT_BYTES}-byte limit\nsmall ok\n"
+        f"ToolError: tool result is {limits.TOOLS_MAX_RESULT_BYTES + 1} bytes serialized, over the "
+        f"{limits.TOOLS_MAX_RESULT_BYTES}-byte limit\nsmall ok\n"
     )
     assert final["tool_calls"] == 2
     row = next(r for r in stack.audit_rows("acme") if r["call_id"] == "c-big")

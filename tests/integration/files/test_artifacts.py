@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from dispatch.files.artifacts import ArtifactContext, ArtifactStore, collect_and_store
+from sandbox_common import limits
 from sandbox_common import naming as n
 from sandbox_common.files import input_record
 from sandbox_runtime.runner.errors import CrossTenantInterpreter
@@ -155,7 +156,7 @@ def test_oversized_artifact_is_listed_too_large_and_not_stored(
         files_interpreter,
         acme_session,
         "import os\nos.makedirs('outputs', exist_ok=True)\n"
-        f"f = open('outputs/huge.bin','wb'); f.truncate({n.MAX_ARTIFACT_BYTES + 1}); f.close()\n"
+        f"f = open('outputs/huge.bin','wb'); f.truncate({limits.MAX_ARTIFACT_BYTES + 1}); f.close()\n"
         "open('outputs/small.txt','w').write('ok')\n",
     )
     # When collected
@@ -163,7 +164,7 @@ def test_oversized_artifact_is_listed_too_large_and_not_stored(
     # Then the big one is listed too_large and only the small one is stored
     assert {
         "filename": "huge.bin",
-        "bytes": n.MAX_ARTIFACT_BYTES + 1,
+        "bytes": limits.MAX_ARTIFACT_BYTES + 1,
         "skipped": n.SKIPPED_TOO_LARGE,
     } in collected.files
     assert [a["filename"] for a in collected.artifacts] == ["small.txt"]

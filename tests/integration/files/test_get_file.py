@@ -10,7 +10,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from dispatch.files.access import get_file
 from dispatch.files.artifacts import ArtifactContext, ArtifactStore, new_file_id
-from sandbox_common import naming as n
+from sandbox_common import limits
 from sandbox_common.errors import SandboxInvalidRequest
 from sandbox_common.files import GetFileRequest
 from sandbox_common.files import list_pointers as list_files
@@ -39,7 +39,7 @@ def test_get_file_answers_metadata_and_a_working_url(s3) -> None:
     assert {k: answer[k] for k in ("file_id", "filename", "bytes", "content_type", "sha256")} == {
         k: entry[k] for k in ("file_id", "filename", "bytes", "content_type", "sha256")
     }
-    assert f"X-Amz-Expires={n.PRESIGNED_URL_SECONDS}" in answer["url"]
+    assert f"X-Amz-Expires={limits.PRESIGNED_URL_SECONDS}" in answer["url"]
     with urllib.request.urlopen(answer["url"]) as response:
         assert response.read() == DATA
 
@@ -68,7 +68,7 @@ def test_presigned_url_expires_within_15_minutes_of_signing(s3) -> None:
     # enforce presigned expiry, so S3's refusal after that is AWS's documented behaviour.)
     assert query["X-Amz-Algorithm"] == ["AWS4-HMAC-SHA256"]
     assert before - timedelta(seconds=5) <= signed_at <= datetime.now(UTC) + timedelta(seconds=5)
-    assert int(query["X-Amz-Expires"][0]) == n.PRESIGNED_URL_SECONDS == 900
+    assert int(query["X-Amz-Expires"][0]) == limits.PRESIGNED_URL_SECONDS == 900
 
 
 def test_get_file_never_signs_for_longer_than_15_minutes(s3) -> None:
@@ -78,7 +78,7 @@ def test_get_file_never_signs_for_longer_than_15_minutes(s3) -> None:
             request("acme", entry["file_id"]),
             s3=s3,
             bucket=BUCKET,
-            expires_seconds=n.PRESIGNED_URL_SECONDS + 1,
+            expires_seconds=limits.PRESIGNED_URL_SECONDS + 1,
         )
 
 

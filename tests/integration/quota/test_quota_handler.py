@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sandbox_common import dimensions, naming
+from sandbox_common import dimensions, limits, naming
 from sandbox_common.windows import Windows
 
 TD = naming.TENANT_DAILY_COUNTERS
@@ -59,7 +59,7 @@ def test_handler_counter_items_carry_ttl_window_and_owner(quota, freeze):
     # Then each item expires one grace period after its window ends, and says whose it is
     (daily,) = quota.items(TD)
     (hourly,) = quota.items(AH)
-    grace = naming.COUNTER_EXPIRY_GRACE_SECONDS
+    grace = limits.COUNTER_EXPIRY_GRACE_SECONDS
     assert int(daily["expires_at"]["N"]) == int(Windows.at(now).day_resets_at.timestamp()) + grace
     assert int(hourly["expires_at"]["N"]) == int(Windows.at(now).hour_resets_at.timestamp()) + grace
     assert daily[naming.COUNTER_ATTR_WINDOW] == {"S": "2026-11-21"}

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from sandbox_common import aws, dimensions, naming, settings
+from sandbox_common import aws, dimensions, limits, naming, settings
 from sandbox_common.settings import QuotaSettings
 from sandbox_common.turn_token import new_token, token_hash
 
@@ -211,7 +211,7 @@ def test_turn_guard_expired_marker_counts_again(guarded, monkeypatch):
 
     from quota_check import logic
 
-    later = real_time.time() + naming.QUOTA_MARKER_TTL_SECONDS + 10
+    later = real_time.time() + limits.QUOTA_MARKER_TTL_SECONDS + 10
     monkeypatch.setattr(logic.time, "time", lambda: later)
     from quota_check import counters
 
@@ -270,4 +270,4 @@ def test_turn_guard_conflict_retry_is_reported(guarded, inject_error):
 def test_marker_ttl_equals_idempotency_record_ttl():
     from dispatch.idempotency import RECORD_TTL_SECONDS
 
-    assert naming.QUOTA_MARKER_TTL_SECONDS == RECORD_TTL_SECONDS
+    assert limits.QUOTA_MARKER_TTL_SECONDS == RECORD_TTL_SECONDS

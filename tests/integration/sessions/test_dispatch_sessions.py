@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from sandbox_common import aws, dimensions
+from sandbox_common import aws, dimensions, limits
 from sandbox_common import naming as n
 
 from tests.reliability.faults import aws_response, error_body
@@ -567,7 +567,7 @@ def test_dispatch_first_call_after_begin_turn_found_the_pool_empty_does_not_read
     from dispatch import parts as dependencies
 
     table = dependencies.built().turns.table
-    aged = str(int(time.time()) - n.WARM_POOL_EMPTY_MARK_SECONDS - 5)
+    aged = str(int(time.time()) - limits.WARM_POOL_EMPTY_MARK_SECONDS - 5)
     aws.client("dynamodb").update_item(
         TableName=table,
         Key={n.TURNS.pk: {"S": "acme"}, n.TURNS.sort_key: {"S": "turn-g"}},

@@ -22,6 +22,7 @@ from sandbox_common import naming as n
 from sandbox_common.errors import SandboxFailure
 from sandbox_common.models import parse_resume_event
 
+from infra.local.resources import create_table_request
 from tests.support.http import http_endpoint
 from tests.support.tools_session import ToolsSession
 
@@ -31,7 +32,7 @@ STAGE = "test"
 @pytest.fixture
 def store(moto_endpoint: str) -> ContinuationStore:
     ddb = aws.client("dynamodb")
-    ddb.create_table(**n.create_table_request(n.CONTINUATIONS, STAGE))
+    ddb.create_table(**create_table_request(n.CONTINUATIONS, STAGE))
     return ContinuationStore(n.CONTINUATIONS.physical(STAGE))
 
 

@@ -9,7 +9,7 @@ import json
 import boto3
 import pytest
 from backstop.handler import handler
-from sandbox_common import naming
+from sandbox_common import limits, naming
 from sandbox_common.redaction import TOKEN_CLASSES
 from sandbox_common.redaction.catalogue import fingerprint
 
@@ -128,7 +128,7 @@ def test_backstop_several_tokens_one_finding_each(findings_table, lambda_context
     assert first["log_group"] == LOG_GROUP and first["log_stream"] == "2026/11/18/[$LATEST]abc"
     assert first["fingerprint"] == fingerprint(TOKENS["github"])
     assert first["tenant_id"] == "acme" and first["session_id"] == "sess-1"
-    assert int(first["expires_at"]) == TS // 1000 + naming.FINDINGS_RETENTION_DAYS * 86400
+    assert int(first["expires_at"]) == TS // 1000 + limits.FINDINGS_RETENTION_DAYS * 86400
     assert "tenant_id" not in items[3]
     # and one EMF line per class, dimension token_class only
     out = capsys.readouterr().out

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from sandbox_client import contract
-from sandbox_common import aws, errors, files, messages, turn_token
+from sandbox_common import aws, errors, files, limits, messages, turn_token
 from sandbox_common import naming as n
 
 
@@ -13,7 +13,7 @@ from sandbox_common import naming as n
     ("client_value", "dispatch_value"),
     [
         (contract.STATUS_TOOL_CALL, n.STATUS_TOOL_CALL),
-        (contract.MAX_CODE_BYTES, n.MAX_CODE_BYTES),
+        (contract.MAX_CODE_BYTES, limits.MAX_CODE_BYTES),
         (contract.MCP_SERVER_NAME, f"{n.PROJECT}-sandbox"),  # the server is named after the project
         (contract.INVALID_REQUEST, errors.SandboxInvalidRequest.__name__),
         (contract.PROVISIONING, errors.SandboxProvisioning.__name__),

@@ -8,7 +8,7 @@ import json
 
 import pytest
 from sandbox_client.tool_input import failure_text, input_problem
-from sandbox_common.naming import MAX_CODE_BYTES
+from sandbox_common.limits import MAX_CODE_BYTES
 from sandbox_common.tool_spec import tool_definition
 
 SCHEMA = tool_definition()["input_schema"]  # what begin_turn returns

@@ -7,7 +7,7 @@ import base64
 import hashlib
 
 import pytest
-from sandbox_common import naming as n
+from sandbox_common import limits
 from sandbox_common.errors import SandboxInvalidRequest
 from sandbox_common.files import GetFileRequest, check_s3_inputs, input_record, is_under
 from sandbox_common.models import ExecuteCodeRequest, parse_dispatch_event
@@ -42,11 +42,11 @@ BAD = {
     "path_256_bytes": with_files({"path": "a" * 256, "content_base64": b64(b"x")}),
     "too_many": with_files(*({"path": f"f{i}.txt", "content_base64": b64(b"x")} for i in range(21))),
     "inline_over_3mib": with_files(
-        {"path": "big.bin", "content_base64": b64(b"\0" * (n.MAX_INLINE_INPUT_BYTES + 1))}
+        {"path": "big.bin", "content_base64": b64(b"\0" * (limits.MAX_INLINE_INPUT_BYTES + 1))}
     ),
     "inline_total_over_3mib": with_files(
-        {"path": "a.bin", "content_base64": b64(b"\0" * (n.MAX_INLINE_INPUT_BYTES // 2 + 1))},
-        {"path": "b.bin", "content_base64": b64(b"\0" * (n.MAX_INLINE_INPUT_BYTES // 2 + 1))},
+        {"path": "a.bin", "content_base64": b64(b"\0" * (limits.MAX_INLINE_INPUT_BYTES // 2 + 1))},
+        {"path": "b.bin", "content_base64": b64(b"\0" * (limits.MAX_INLINE_INPUT_BYTES // 2 + 1))},
     ),
     "bad_base64": with_files({"path": "a.bin", "content_base64": "not base64!!"}),
     "both_sources": with_files({"path": "a", "content_base64": b64(b"x"), "s3_uri": "s3://acme-data/in/a"}),
@@ -74,15 +74,17 @@ def test_parse_dispatch_event_rejects_bad_input_files(name: str) -> None:
 
 def test_parse_dispatch_event_accepts_exactly_the_limits() -> None:
     # Given 20 files whose inline content totals exactly 3 MiB and a 255-byte path
-    size = n.MAX_INLINE_INPUT_BYTES // 20
+    size = limits.MAX_INLINE_INPUT_BYTES // 20
     files = [{"path": f"d/{i:02d}.bin", "content_base64": b64(b"\1" * size)} for i in range(19)]
-    files.append({"path": "p" * 255, "content_base64": b64(b"\1" * (n.MAX_INLINE_INPUT_BYTES - 19 * size))})
+    files.append(
+        {"path": "p" * 255, "content_base64": b64(b"\1" * (limits.MAX_INLINE_INPUT_BYTES - 19 * size))}
+    )
     # When parsed
     request = parse_dispatch_event(with_files(*files))
     # Then every file is there with its decoded bytes
     assert isinstance(request, ExecuteCodeRequest) and request.files is not None
     assert len(request.files) == 20
-    assert sum(len(f.data) for f in request.files) == n.MAX_INLINE_INPUT_BYTES
+    assert sum(len(f.data) for f in request.files) == limits.MAX_INLINE_INPUT_BYTES
 
 
 def test_execute_code_without_files_is_part_one_request() -> None:

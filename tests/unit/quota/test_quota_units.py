@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from quota_check import counters
 from quota_check.caps import Caps, parse_cap
 from quota_check.logic import Admitted, Refused
-from sandbox_common import naming
+from sandbox_common import limits, naming
 from sandbox_common.settings import QuotaSettings
 from sandbox_common.windows import Windows
 
@@ -50,7 +50,7 @@ def keys(monkeypatch):
 
 def test_counter_keys_windows_and_expiry(keys):
     # Given the last second of 2026 / Then keys name the windows and TTLs follow the window ends
-    grace = naming.COUNTER_EXPIRY_GRACE_SECONDS
+    grace = limits.COUNTER_EXPIRY_GRACE_SECONDS
     assert (keys["tenant_daily"].table, keys["tenant_daily"].key) == ("td", "acme#2026-12-31")
     assert (keys["agent_hourly"].table, keys["agent_hourly"].key) == ("ah", "acme#agent-7#2026-12-31T23")
     assert keys["tenant_daily"].expires_at == int(datetime(2027, 1, 1, tzinfo=UTC).timestamp()) + grace

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from dispatch.turns.store import Turn, TurnStore
-from sandbox_common import aws
+from sandbox_common import aws, limits
 from sandbox_common import naming as n
 from sandbox_common.sessions.ledger import SessionCaps, SessionLedger, Slot
 
@@ -295,8 +295,10 @@ def test_begin_turn_pool_empty_note_is_honoured_for_its_pool_and_window_only(tur
     }
     # When the first call asks whether it may skip the pool read
     # Then only for that pool and interpreter, and only inside the window
-    assert seen.pool_known_empty("default-public", "i-1", NOW + n.WARM_POOL_EMPTY_MARK_SECONDS) is True
-    assert seen.pool_known_empty("default-public", "i-1", NOW + n.WARM_POOL_EMPTY_MARK_SECONDS + 1) is False
+    assert seen.pool_known_empty("default-public", "i-1", NOW + limits.WARM_POOL_EMPTY_MARK_SECONDS) is True
+    assert (
+        seen.pool_known_empty("default-public", "i-1", NOW + limits.WARM_POOL_EMPTY_MARK_SECONDS + 1) is False
+    )
     assert seen.pool_known_empty("strict-egress", "i-1", NOW) is False
     assert seen.pool_known_empty("default-public", "i-2", NOW) is False
     assert seen.pool_known_empty("default-public", "i-1", NOW - 1) is False  # a clock behind the note

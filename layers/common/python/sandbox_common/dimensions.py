@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import ClassVar
 
+from . import limits
 from . import naming as n
 from .windows import Windows
 
@@ -218,4 +219,4 @@ def parameter(stage: str, name: str, tenant_id: str | None = None) -> str:
 
 def session_retry_at(now: datetime) -> datetime:
     """When a session-cap refusal asks the agent to retry (§16.2)."""
-    return now + timedelta(seconds=n.SESSION_CAP_RETRY_SECONDS)
+    return now + timedelta(seconds=limits.SESSION_CAP_RETRY_SECONDS)

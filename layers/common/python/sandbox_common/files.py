@@ -27,16 +27,8 @@ from pydantic import (
 )
 
 from .errors import SandboxInvalidRequest
-from .naming import (
-    FILE_ID_PREFIX,
-    FILE_POINTER_DIR,
-    MAX_INLINE_INPUT_BYTES,
-    MAX_INPUT_FILES,
-    MAX_INPUT_PATH_BYTES,
-    REQUEST_ID_RE,
-    Action,
-    file_pointer_key,
-)
+from .limits import MAX_INLINE_INPUT_BYTES, MAX_INPUT_FILES, MAX_INPUT_PATH_BYTES
+from .naming import FILE_ID_PREFIX, FILE_POINTER_DIR, REQUEST_ID_RE, Action, file_pointer_key
 
 S3_URI_RE = re.compile(r"^s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(.+)$", re.DOTALL)
 S3_PREFIX_RE = re.compile(r"^s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(.*)$", re.DOTALL)

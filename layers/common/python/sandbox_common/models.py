@@ -25,13 +25,8 @@ from pydantic import (
 from . import dimensions
 from .errors import SandboxInvalidRequest
 from .files import GetFileRequest, InputFiles
-from .naming import (
-    AGENT_ACTIONS,
-    MAX_CODE_BYTES,
-    MAX_JOB_TIMEOUT_SECONDS,
-    REQUEST_ID_RE,
-    Action,
-)
+from .limits import MAX_CODE_BYTES, MAX_JOB_TIMEOUT_SECONDS
+from .naming import AGENT_ACTIONS, REQUEST_ID_RE, Action
 from .redaction.catalogue import redact
 
 Id = Annotated[str, StringConstraints(pattern=REQUEST_ID_RE.pattern)]
@@ -68,7 +63,7 @@ class ExecuteCodeRequest(_Strict):
     files: InputFiles | None = None  # §14.1, rules in sandbox_common.files
     turn_token: TurnToken | None = None
     # §17: `background: true` answers at once with a job_id; `timeout_s` (default
-    # naming.DEFAULT_JOB_TIMEOUT_SECONDS, at most 3600) only together with it.
+    # limits.DEFAULT_JOB_TIMEOUT_SECONDS, at most 3600) only together with it.
     background: bool = False
     timeout_s: Annotated[int, Field(ge=1, le=MAX_JOB_TIMEOUT_SECONDS)] | None = None
 

@@ -1,7 +1,11 @@
-"""One source of truth for every name: tables, keys, SSM paths, env vars, functions, metrics.
+"""Every name of the system, declared once, grouped by kind: request ids, actions, environments,
+DynamoDB tables (each with its item attributes, key values and indexes), S3 objects, SSM
+parameters, Lambda functions, environment variables, metrics, alarms, stacks and their outputs,
+response fields and failure reasons, reaper hooks, the local stack's. No name is bound twice.
 
-Imported by the CDK code (infra/), the Lambdas, the local stack and the tests, so that a name
-changes in one place only. Stdlib only.
+Imported by the CDK code (infra/cdk), the Lambdas, the local stack, the CLI and the tests, so a
+name changes in one place only. Limits and durations are `sandbox_common.limits`, the cap
+dimensions `sandbox_common.dimensions`. Stdlib only.
 """
 
 from __future__ import annotations
@@ -15,14 +19,18 @@ from typing import Literal
 PROJECT = "thinkwork"
 METRICS_NAMESPACE = "ThinkworkSandbox"
 
-# --- ids -------------------------------------------------------------------------------------
+
+# --- ids --------------------------------------------------------------------------------------------
 TENANT_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")  # config-time tenant ids (SPEC §2)
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")  # every id in a request (§11)
 INTERPRETER_NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]{0,47}$")  # AgentCore name rule (§3)
-MAX_CODE_BYTES = 256 * 1024  # user code, UTF-8 (§11)
+# Turn token (§16.5): 43–128 characters of URL-safe base64 without padding (≥ 32 random bytes).
+TURN_TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{43,128}$")
+# A tool name as agent frameworks spell them (Anthropic/Strands: letters, digits, _ and -).
+TOOL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
 
 
-# --- actions -----------------------------------------------------------------------------------
+# --- actions ----------------------------------------------------------------------------------------
 class Action(StrEnum):
     """Every action of the dispatch event (`{"action": ...}`): each is spelled here only."""
 
@@ -42,7 +50,7 @@ class Action(StrEnum):
 AGENT_ACTIONS: tuple[Action, ...] = tuple(a for a in Action if a is not Action.SWEEP_PAUSED_CALLS)
 
 
-# --- environments -----------------------------------------------------------------------------
+# --- environments and compliance tiers --------------------------------------------------------------
 Environment = Literal["default-public", "internal-only"]
 ENVIRONMENTS: tuple[str, ...] = ("default-public", "internal-only")
 NETWORK_MODE: dict[str, str] = {"default-public": "PUBLIC", "internal-only": "SANDBOX"}
@@ -52,22 +60,7 @@ ComplianceTier = Literal["standard", "regulated", "hipaa"]
 COMPLIANCE_TIERS: tuple[str, ...] = ("standard", "regulated", "hipaa")
 
 
-def ssm_prefix(stage: str) -> str:
-    return f"/{PROJECT}/{stage}/sandbox"
-
-
-def cost_per_call_parameter(stage: str) -> str:
-    return f"{ssm_prefix(stage)}/cost_per_call_usd"
-
-
-def tenant_substrate_parameter(stage: str, tenant_id: str) -> str:
-    """JSON published by the tenant's shard stack: tier, templates, interpreter ids, runner role."""
-    if not REQUEST_ID_RE.match(tenant_id):
-        raise ValueError("tenant id not valid for an SSM path")
-    return f"{ssm_prefix(stage)}/tenants/{tenant_id}/substrate"
-
-
-# --- DynamoDB ---------------------------------------------------------------------------------
+# --- DynamoDB tables ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Index:
     name: str
@@ -107,38 +100,141 @@ class TableSpec:
         return self.ttl_attribute
 
 
+# Circuit-breaker counters (§5.1): one item per window and key (see sandbox_common.dimensions),
+# written by sandbox-quota-check, read by sandboxctl. The "counted" marker of a call_id (a retry
+# is never counted twice) lives in the tenant-daily table, naming the counter items it went to.
 TENANT_DAILY_COUNTERS = TableSpec(
     "sandbox_tenant_daily_counters", pk="counter_key", ttl_attribute=TTL_ATTRIBUTE
 )
 AGENT_HOURLY_COUNTERS = TableSpec(
     "sandbox_agent_hourly_counters", pk="counter_key", ttl_attribute=TTL_ATTRIBUTE
 )
+COUNTER_ATTR_COUNT = "call_count"  # not "count": that is a DynamoDB reserved word
+COUNTER_ATTR_TENANT = "tenant_id"
+COUNTER_ATTR_AGENT = "agent_id"  # items of a dimension keyed by agent only
+COUNTER_ATTR_WINDOW = "window"  # "2026-11-21" (daily) or "2026-11-21T08" (hourly)
+QUOTA_MARKER_PREFIX = "counted#"
+QUOTA_MARKER_ATTR_DAILY_KEY = "daily_key"  # the counter items this call's count went to,
+QUOTA_MARKER_ATTR_HOURLY_KEY = "hourly_key"  # so a release undoes exactly that count
+
+# The audit trail (§7.1): one row per counted call. Attributes beyond audit.AUDIT_ATTRIBUTES:
+INVOCATIONS_BY_TENANT_TIME = Index("by_tenant_time", pk="tenant_id", sk="started_at")
+INVOCATIONS_BY_SESSION = Index("by_session", pk="session_id", sk="started_at")
 INVOCATIONS = TableSpec(
     "sandbox_invocations",
     pk="invocation_id",
     ttl_attribute=TTL_ATTRIBUTE,
-    indexes=(
-        Index("by_tenant_time", pk="tenant_id", sk="started_at"),
-        Index("by_session", pk="session_id", sk="started_at"),
-    ),
+    indexes=(INVOCATIONS_BY_TENANT_TIME, INVOCATIONS_BY_SESSION),
 )
-# Turn -> owner agent, session (§4.5). Turn ids are per tenant: keyed by (tenant_id, turn_id).
-# "_v2": the key schema changed from (turn_id) and CloudFormation cannot replace a table with a
-# fixed name in place; turn items are 2-day state, so a deployed stage simply gets a new table.
+AUDIT_ATTR_RETRIES = "retries"  # the call's visible retries (§16.6)
+AUDIT_ATTR_COST = "estimated_cost_usd"  # the price in force when the code ran, else 0 (§9)
+AUDIT_TOOL_CALLS = "tool_calls"  # a tool-calling call's count of tool calls (§15) ...
+AUDIT_TOOL_CALL_RECORDS = "tool_call_records"  # ... and {name, input_sha256, duration_ms, ok} each
+# `sandboxctl usage --by`: the audit attribute each grouping reads (day = started_at's UTC date).
+USAGE_GROUPINGS: dict[str, str] = {"day": "started_at", "agent": "agent_id", "template": "template_id"}
+
+# Turn -> owner agent, token hash, session (§4.5). Keyed by (tenant_id, turn_id). "_v2": the key
+# schema changed from (turn_id) and CloudFormation cannot replace a table with a fixed name in
+# place; turn items are 2-day state, so a deployed stage simply gets a new table.
 TURNS = TableSpec("sandbox_turns_v2", pk="tenant_id", sk="turn_id", ttl_attribute=TTL_ATTRIBUTE)
+TURN_ATTR_AGENT = "agent_id"
+TURN_ATTR_TOKEN_HASH = "turn_token_sha256"  # the only trace of the token dispatch keeps
+TURN_ATTR_ENDED = "ended"
+TURN_ATTR_SESSION_STATE = "session_state"
+TURN_ATTR_SESSION_ID = "session_id"
+TURN_ATTR_SLOT_ID = "session_slot_id"  # the live session's ledger slot: whoever stops it frees it
+# A warm session of the turn's pool that begin_turn picked (a hint, not a claim): a map
+# {slot_id, session_id, interpreter_id, environment, started_at}. The turn's first call claims it
+# AND binds the turn to it in one TransactWriteItems; a stale hint fails that write's condition.
+TURN_ATTR_WARM_HINT = "warm_hint"
+# begin_turn found the turn's pool empty: a map {environment, interpreter_id, checked_at}; the
+# first call then reserves a cold slot without reading the pool again.
+TURN_ATTR_POOL_EMPTY = "warm_pool_empty"
+# The turn's session lease (§4.5): starting (a caller holds the lease and starts the session) ->
+# active (the turn points at its live session) -> stopped.
+TURN_SESSION_STARTING, TURN_SESSION_ACTIVE, TURN_SESSION_STOPPED = "starting", "active", "stopped"
+
 # Tenant policy, template sandbox blocks and the policy change history, one item collection per tenant.
 TENANTS = TableSpec("sandbox_tenants", pk="tenant_id", sk="item", pitr=True)
-# Powertools idempotency persistence layer defaults: key `id`, TTL `expiration`.
-# `by_open_attempt` (issue 9): sparse, only calls claimed and not yet finished carry its keys
-# (IDEMPOTENCY_ATTR_OPEN / IDEMPOTENCY_ATTR_DEADLINE, see the section "dispatch interrupted").
+TENANT_POLICY_ITEM = "policy"
+TEMPLATE_ITEM_PREFIX = "template#"
+HISTORY_ITEM_PREFIX = "history#"
+TEMPLATE_TOOLS_ATTRIBUTE = "tools"  # a template's tool allowlist (§15), beside `environment`
+
+# Powertools idempotency persistence layer defaults: key `id`, TTL `expiration`. On the record of
+# an execute_code, written with the claim itself (one PutItem): the call's audit identity (JSON)
+# and, while it is claimed and not finished, the keys of the sparse `by_open_attempt` index.
+IDEMPOTENCY_ATTR_ATTEMPT = "attempt"
+IDEMPOTENCY_ATTR_OPEN = "attempt_open"
+IDEMPOTENCY_ATTR_DEADLINE = "attempt_deadline"  # the in-progress deadline, epoch ms zero-padded (S)
+IDEMPOTENCY_OPEN_VALUE = "open"
+IDEMPOTENCY_BY_OPEN_ATTEMPT = Index("by_open_attempt", pk=IDEMPOTENCY_ATTR_OPEN, sk=IDEMPOTENCY_ATTR_DEADLINE)
 IDEMPOTENCY = TableSpec(
-    "sandbox_idempotency",
-    pk="id",
-    ttl_attribute="expiration",
-    indexes=(Index("by_open_attempt", pk="attempt_open", sk="attempt_deadline"),),
+    "sandbox_idempotency", pk="id", ttl_attribute="expiration", indexes=(IDEMPOTENCY_BY_OPEN_ATTEMPT,)
 )
-# Backstop findings, partitioned by UTC day for `findings list --since`.
+
+# Backstop findings (§8.4), partitioned by UTC day for `findings list --since`.
 FINDINGS = TableSpec("sandbox_findings", pk="finding_date", sk="finding_key", ttl_attribute=TTL_ATTRIBUTE)
+
+# Background jobs (§17). One table, two item kinds keyed by `job_key`:
+#   job#{job_id}                    a job: owner (tenant, agent, turn), session, state, outcome
+#   turn#{tenant_id}#{turn_id}      the turn's running-job slot count and open job ids
+# `by_tenant` lists a tenant's jobs (sandboxctl jobs list); `by_open` is sparse (only jobs not yet
+# final carry JOB_ATTR_OPEN), ordered by deadline, for the reaper's job sweep and busy sessions.
+JOB_ATTR_OPEN = "open_shard"
+JOB_OPEN_SHARD = "open"
+JOB_ATTR_SUBMITTED_AT = "submitted_at"
+JOB_ATTR_DEADLINE_AT = "deadline_at"
+# The SHA-256 of the job's turn token (§16.5), copied from the turn the submit claimed: get_job /
+# cancel_job check the token with the job read alone. "" = a token-less turn.
+JOB_ATTR_TURN_TOKEN_HASH = "turn_token_sha256"
+JOBS_BY_TENANT = Index("by_tenant", pk="tenant_id", sk=JOB_ATTR_SUBMITTED_AT)
+JOBS_BY_OPEN = Index("by_open", pk=JOB_ATTR_OPEN, sk=JOB_ATTR_DEADLINE_AT)
+JOBS = TableSpec(
+    "sandbox_jobs", pk="job_key", ttl_attribute=TTL_ATTRIBUTE, indexes=(JOBS_BY_TENANT, JOBS_BY_OPEN)
+)
+JOB_KEY_PREFIX = "job#"
+JOB_TURN_KEY_PREFIX = "turn#"
+JOB_STATES: tuple[str, ...] = ("running", "completed", "failed", "timed_out", "cancelled")
+
+# The live-session ledger (§16.2): one item per session slot plus one counter item per tenant and
+# one for the stage, all in one table so a slot and both counters change in ONE TransactWriteItems.
+#   slot item     pk "slot#{slot_id}"    state starting|warm|active, tenant_id, environment, source,
+#                                        session_id, interpreter_id, turn_id, agent_id, started_at,
+#                                        calls, last_call_at, lease_expires_at, recycle_at
+#   counter item  pk "tenant#{tenant}"   live_count       pk "global"   live_count
+# `warm_pool` ("{tenant}#{environment}") is present only while a slot is warm and unclaimed: the
+# sparse `by_warm_pool` index lists exactly the sessions a first call may claim.
+SESSION_ATTR_LIVE_COUNT = "live_count"
+SESSION_ATTR_WARM_POOL = "warm_pool"
+SESSIONS_BY_WARM_POOL = Index("by_warm_pool", pk=SESSION_ATTR_WARM_POOL, sk="started_at")
+SESSIONS = TableSpec(
+    "sandbox_sessions", pk="ledger_key", ttl_attribute=TTL_ATTRIBUTE, indexes=(SESSIONS_BY_WARM_POOL,)
+)
+SESSION_SLOT_PREFIX = "slot#"
+SESSION_TENANT_COUNTER_PREFIX = "tenant#"
+SESSION_GLOBAL_COUNTER_KEY = "global"
+SESSION_STATES: tuple[str, ...] = ("starting", "warm", "active")
+SESSION_SOURCES: tuple[str, ...] = ("warm", "cold")
+
+# Continuations of paused tool-calling calls (§15): one item per pause, keyed by the SHA-256 of the
+# secret token the agent holds. `by_turn` finds a turn's paused calls (end_turn ends them). While
+# paused an item carries two sparse attributes, `wait_open` and `wait_due` (when its tool wait
+# bound passes, epoch ms zero-padded): `by_wait_due` lists the paused calls past their bound.
+CONTINUATION_ATTR_PAUSED_AT = "paused_at"
+CONTINUATION_ATTR_WAIT_OPEN = "wait_open"
+CONTINUATION_ATTR_WAIT_DUE = "wait_due"
+CONTINUATION_WAIT_OPEN_VALUE = "open"
+CONTINUATIONS_BY_TURN = Index("by_turn", pk="turn_id", sk=CONTINUATION_ATTR_PAUSED_AT)
+CONTINUATIONS_BY_WAIT_DUE = Index(
+    "by_wait_due", pk=CONTINUATION_ATTR_WAIT_OPEN, sk=CONTINUATION_ATTR_WAIT_DUE
+)
+CONTINUATIONS = TableSpec(
+    "sandbox_continuations",
+    pk="continuation_hash",
+    ttl_attribute=TTL_ATTRIBUTE,
+    indexes=(CONTINUATIONS_BY_TURN, CONTINUATIONS_BY_WAIT_DUE),
+)
 
 ALL_TABLES: tuple[TableSpec, ...] = (
     TENANT_DAILY_COUNTERS,
@@ -148,286 +244,17 @@ ALL_TABLES: tuple[TableSpec, ...] = (
     TENANTS,
     IDEMPOTENCY,
     FINDINGS,
+    JOBS,
+    SESSIONS,
+    CONTINUATIONS,
 )
 
-# sort-key values in the TENANTS table
-TENANT_POLICY_ITEM = "policy"
-TEMPLATE_ITEM_PREFIX = "template#"
-HISTORY_ITEM_PREFIX = "history#"
 
-# --- Lambdas ----------------------------------------------------------------------------------
-DISPATCH = "dispatch"
-QUOTA_CHECK = "sandbox-quota-check"
-BACKSTOP = "backstop"
-FUNCTIONS: tuple[str, ...] = (DISPATCH, QUOTA_CHECK, BACKSTOP)
-# logical function name -> package under functions/ (handler is "<package>.handler.handler")
-FUNCTION_PACKAGES: dict[str, str] = {DISPATCH: "dispatch", QUOTA_CHECK: "quota_check", BACKSTOP: "backstop"}
-
-
-# What dispatch and the reaper both run, shipped beside each one's own package (functions/).
-SHARED_RUNTIME_PACKAGE = "sandbox_runtime"
-
-
-def function_name(stage: str, logical: str) -> str:
-    return f"{PROJECT}-{stage}-{logical}"
-
-
-def handler_string(logical: str) -> str:
-    return f"{FUNCTION_PACKAGES[logical]}.handler.handler"
-
-
-def log_group_name(stage: str, logical: str) -> str:
-    return f"/aws/lambda/{function_name(stage, logical)}"
-
-
-def findings_audit_log_group(stage: str) -> str:
-    """Where the CloudWatch Logs data protection policy sends its findings (§8.3)."""
-    return f"/{PROJECT}/{stage}/sandbox/data-protection-findings"
-
-
-# --- env var names (set by CDK, read through sandbox_common.settings) ------------------------
-ENV_STAGE = "SANDBOX_STAGE"
-ENV_TENANT_DAILY_TABLE = "TENANT_DAILY_COUNTERS_TABLE"
-ENV_AGENT_HOURLY_TABLE = "AGENT_HOURLY_COUNTERS_TABLE"
-ENV_INVOCATIONS_TABLE = "INVOCATIONS_TABLE"
-ENV_TURNS_TABLE = "TURNS_TABLE"
-ENV_TENANTS_TABLE = "TENANTS_TABLE"
-ENV_IDEMPOTENCY_TABLE = "IDEMPOTENCY_TABLE"
-ENV_FINDINGS_TABLE = "FINDINGS_TABLE"
-ENV_QUOTA_FUNCTION = "QUOTA_FUNCTION_NAME"
-ENV_AUDIT_DLQ_URL = "AUDIT_DLQ_URL"
-ENV_CALL_TIMEOUT = "CALL_TIMEOUT_SECONDS"
-ENV_SESSION_TIMEOUT = "SESSION_TIMEOUT_SECONDS"
-ENV_AUDIT_RETENTION_DAYS = "AUDIT_RETENTION_DAYS"
-ENV_STDOUT_CAP = "STDOUT_CAP_BYTES"
-ENV_STDERR_CAP = "STDERR_CAP_BYTES"
-ENV_CACHE_TTL = "CONFIG_CACHE_TTL_SECONDS"
-
-# --- metrics ----------------------------------------------------------------------------------
-METRIC_CAP_EXCEEDED = "SandboxCapExceeded"
-METRIC_TOKEN_DETECTED = "TokenShapedStringDetected"
-METRIC_COST = "SandboxEstimatedCostUSD"
-METRIC_CALLS = "SandboxCalls"  # dimension exit_status
-METRIC_DURATION = "SandboxDurationMs"
-METRIC_TRUNCATED = "SandboxOutputTruncated"
-METRIC_INVALID_REQUEST = "SandboxInvalidRequest"
-METRIC_READINESS_FAILED = "SandboxReadinessFailed"
-METRIC_SESSION_STOP_FAILED = "SandboxSessionStopFailed"
-METRIC_QUOTA_FAIL_CLOSED = "SandboxQuotaFailClosed"
-METRIC_CAP_PARAMETER_INVALID = "SandboxCapParameterInvalid"
-METRIC_AUDIT_DEAD_LETTERED = "SandboxAuditDeadLettered"
-METRIC_BACKSTOP_DECODE_ERRORS = "BackstopDecodeErrors"
-# Failures dispatch catches and answers with a named error (turn store, pre-flight, idempotency
-# store, unexpected exceptions): Lambda's own Errors metric never sees them.
-METRIC_DISPATCH_INTERNAL_ERRORS = "SandboxDispatchInternalErrors"
-
-
-# --- AgentCore interpreters -------------------------------------------------------------------
-def interpreter_name(stage: str, tenant_id: str, environment: str) -> str:
-    """A Code Interpreter name AgentCore accepts: letters, digits, underscores, ≤ 48 chars.
-
-    Hyphens are not allowed (a lesson from the peer system), so they become underscores; a name
-    that would be too long keeps a readable prefix and a hash suffix so it stays unique.
-    """
-    base = f"sbx_{stage}_{tenant_id}_{_ENV_SHORT[environment]}".replace("-", "_")
-    if len(base) > 48:
-        digest = hashlib.sha256(f"{stage}/{tenant_id}/{environment}".encode()).hexdigest()[:10]
-        base = f"{base[:37]}_{digest}"
-    assert INTERPRETER_NAME_RE.match(base), base
-    return base
-
-
-def stack_name(stage: str, part: str) -> str:
-    return f"Sandbox-{stage}-{part}"
-
-
-def shard_stack_name(stage: str, shard: int) -> str:
-    return stack_name(stage, f"Tenants{shard:03d}")
-
-
-SECURITY_ALERTS_TOPIC = "security-alerts"
-
-
-def security_topic_name(stage: str) -> str:
-    return f"{PROJECT}-{stage}-{SECURITY_ALERTS_TOPIC}"
-
-
-def audit_dlq_name(stage: str) -> str:
-    return f"{PROJECT}-{stage}-sandbox-audit-dlq"
-
-
-def backstop_failures_queue_name(stage: str) -> str:
-    """Where a log batch goes when the backstop still fails after Lambda's async retries."""
-    return f"{PROJECT}-{stage}-sandbox-backstop-failures"
-
-
-# --- alarms (§9): alarm key -> runbook file under runbooks/ ------------------------------------
-# The observability construct creates exactly these alarms (description names the runbook) and
-# runbooks/ holds exactly these files; tests/infra checks both directions.
-OPERATOR_RUNBOOK = "sandbox-environments.md"
-ALARM_RUNBOOKS: dict[str, str] = {
-    "token-shaped-string-detected": "alarm-token-shaped-string-detected.md",
-    "backstop-errors": "alarm-backstop-errors.md",
-    "audit-dlq-not-empty": "alarm-audit-dlq-not-empty.md",
-    "readiness-check-failures": "alarm-readiness-check-failures.md",
-    "quota-check-errors": "alarm-quota-check-errors.md",
-    "dispatch-errors": "alarm-dispatch-errors.md",
-    "cap-breach-spike": "alarm-cap-breach-spike.md",
-    "session-stop-failures": "alarm-session-stop-failures.md",
-}
-
-
-def alarm_name(stage: str, key: str) -> str:
-    return f"{PROJECT}-{stage}-sandbox-{key}"
-
-
-# --- metric dimension sets: what each metric is emitted with (alarms/dashboards use the same) --
-# A metric emitted under two dimension sets is emitted twice (once per set).
-METRIC_DIMENSIONS: dict[str, tuple[tuple[str, ...], ...]] = {
-    METRIC_CALLS: (("exit_status",),),
-    METRIC_DURATION: ((),),
-    METRIC_TRUNCATED: ((),),  # value 1 when stdout or stderr was truncated, else 0: Average = rate
-    METRIC_COST: (("tenant_id",),),
-    METRIC_CAP_EXCEEDED: (("dimension",), ("tenant_id",)),
-    METRIC_TOKEN_DETECTED: (("token_class",),),
-    METRIC_READINESS_FAILED: ((),),
-    METRIC_SESSION_STOP_FAILED: ((),),
-    METRIC_QUOTA_FAIL_CLOSED: ((),),
-    METRIC_INVALID_REQUEST: ((),),
-    METRIC_AUDIT_DEAD_LETTERED: ((),),
-    METRIC_BACKSTOP_DECODE_ERRORS: ((),),
-    METRIC_CAP_PARAMETER_INVALID: ((),),
-    METRIC_DISPATCH_INTERNAL_ERRORS: ((),),
-}
-
-# --- stack outputs that sandboxctl reads on a deployed stage -----------------------------------
-OUTPUT_STAGE = "SandboxStage"
-OUTPUT_DISPATCH_FUNCTION = "DispatchFunctionName"
-OUTPUT_QUOTA_FUNCTION = "QuotaFunctionName"
-OUTPUT_AUDIT_DLQ_URL = "AuditDlqUrl"
-OUTPUT_SECURITY_TOPIC = "SecurityAlertsTopicArn"
-# table outputs: f"{OUTPUT_TABLE_PREFIX}{spec.logical}"
-OUTPUT_TABLE_PREFIX = "Table"
-
-
-def runner_role_name(stage: str, tenant_id: str) -> str:
-    """IAM role names are ≤ 64 chars: long tenant ids keep a prefix plus a hash suffix."""
-    name = f"{PROJECT}-{stage}-sbx-runner-{tenant_id}"
-    if len(name) > 64:
-        digest = hashlib.sha256(f"{stage}/{tenant_id}".encode()).hexdigest()[:10]
-        name = f"{name[:53]}-{digest}"
-    return name
-
-
-def runner_role_name_prefix(stage: str) -> str:
-    return f"{PROJECT}-{stage}-sbx-runner-"
-
-
-# --- circuit-breaker counter items (sandbox-quota-check writes them; sandboxctl reads them) -----
-# Keys come from sandbox_common.dimensions.Dimension.counter_key.
-COUNTER_ATTR_COUNT = "call_count"  # not "count": that is a DynamoDB reserved word
-COUNTER_ATTR_TENANT = "tenant_id"
-COUNTER_ATTR_AGENT = "agent_id"  # agent-hourly items only
-COUNTER_ATTR_WINDOW = "window"  # "2026-11-21" (daily) or "2026-11-21T08" (hourly)
-# TTL = window end + this grace, so an item outlives its window a little (TTL deletion is lazy
-# anyway; the window is part of the key, so an expired item is never read as a live count).
-COUNTER_EXPIRY_GRACE_SECONDS = 3600
-
-
-# --- appended by the CDK app (issue #2) -------------------------------------------------------
-def function_role_name(stage: str, logical: str) -> str:
-    """Fixed role name per function, so a tenant shard can trust the dispatch role by ARN
-    without a cross-stack export (adding a tenant then touches only its shard)."""
-    return f"{PROJECT}-{stage}-{logical}-role"
-
-
-def table_output_key(logical: str) -> str:
-    """CloudFormation output keys are alphanumeric only: CDK drops the underscores of
-    `OUTPUT_TABLE_PREFIX + logical`, so readers look outputs up with this."""
-    return OUTPUT_TABLE_PREFIX + re.sub(r"[^A-Za-z0-9]", "", logical)
-
-
-def tenant_alarm_name(stage: str, key: str, tenant_id: str) -> str:
-    """Per-tenant alarms (the cap-breach spike) live in the tenant's shard stack."""
-    return f"{alarm_name(stage, key)}-{tenant_id}"
-
-
-def create_table_request(spec: TableSpec, stage: str) -> dict:
-    """boto3 `create_table` kwargs for a spec: how the local stack and the tests create exactly
-    the tables the CDK state construct declares (keys, indexes; TTL is a separate call:
-    `ttl_request`)."""
-    keys = {spec.pk, *(k for k in (spec.sk,) if k)}
-    for index in spec.indexes:
-        keys.update(k for k in (index.pk, index.sk) if k)
-    request: dict = {
-        "TableName": spec.physical(stage),
-        "BillingMode": "PAY_PER_REQUEST",
-        "AttributeDefinitions": [{"AttributeName": k, "AttributeType": "S"} for k in sorted(keys)],
-        "KeySchema": [{"AttributeName": spec.pk, "KeyType": "HASH"}]
-        + ([{"AttributeName": spec.sk, "KeyType": "RANGE"}] if spec.sk else []),
-    }
-    if spec.indexes:
-        request["GlobalSecondaryIndexes"] = [
-            {
-                "IndexName": index.name,
-                "KeySchema": [{"AttributeName": index.pk, "KeyType": "HASH"}]
-                + ([{"AttributeName": index.sk, "KeyType": "RANGE"}] if index.sk else []),
-                "Projection": {"ProjectionType": "ALL"},
-            }
-            for index in spec.indexes
-        ]
-    return request
-
-
-def ttl_request(spec: TableSpec, stage: str) -> dict | None:
-    if not spec.ttl_attribute:
-        return None
-    return {
-        "TableName": spec.physical(stage),
-        "TimeToLiveSpecification": {"Enabled": True, "AttributeName": spec.ttl_attribute},
-    }
-
-
-# --- backstop findings (§8.4) ------------------------------------------------------------------
-# Findings are security evidence: kept for the audit ceiling, expired by DynamoDB TTL.
-FINDINGS_RETENTION_DAYS = 180
-
-# --- local interpreter isolation (issue 10, SPEC §18) -------------------------------------------
-# Read by the local interpreter (infra/local/interpreter) and passed through by the local stack.
-# "1": sessions may run without isolation when bubblewrap cannot isolate them (warned on every start).
-ENV_LOCAL_UNISOLATED = "SANDBOX_LOCAL_UNISOLATED"
-# The Python that runs session code (a venv's python or a base interpreter); default: the local
-# interpreter's own base interpreter. Bound read-only into the sandbox with its base installation.
-ENV_SESSION_PYTHON = "SANDBOX_SESSION_PYTHON"
-# The local interpreter refuses Start with this marker at the front of its error message when it
-# cannot isolate a session; the runner maps it to SandboxProvisioning with this `reason`.
-REASON_ISOLATION_UNAVAILABLE = "isolation_unavailable"
-# The local interpreter's Invoke answer carries the exact byte counts the code wrote (SPEC §19) in
-# these response headers (it keeps only the first MiB of each stream); AgentCore sends none.
-LOCAL_STDOUT_BYTES_HEADER = "x-sandbox-local-stdout-bytes"
-LOCAL_STDERR_BYTES_HEADER = "x-sandbox-local-stderr-bytes"
-
-# --- redaction, validation and local-stack robustness (issue 10) ---
-# The session tag dispatch sets at AssumeRole of a tenant's session-runner role, from the tenant
-# record it routes on; each runner role's trust policy requires it to equal its own tenant.
-RUNNER_SESSION_TAG_TENANT = "tenant_id"
-# Local stack only: the file the audit writer appends a row to when both the table and the
-# dead-letter queue are unreachable (they live in the same emulated AWS); `audit replay` drains it.
-ENV_AUDIT_SPOOL = "SANDBOX_AUDIT_SPOOL"
-LOCAL_AUDIT_SPOOL_FILE = "audit-spool.jsonl"
-
-# --- files in, artifacts out (issue 14, SPEC §14) -----------------------------------------------
-MAX_INPUT_FILES = 20  # entries of execute_code.files (§14.1)
-MAX_INLINE_INPUT_BYTES = 3 * 1024 * 1024  # decoded total of every content_base64 (§14.1)
-MAX_S3_INPUT_BYTES = 100 * 1024 * 1024  # one s3_uri input, checked inside the session (§14.1)
-MAX_INPUT_PATH_BYTES = 255
-MAX_ARTIFACTS = 20  # stored artifacts per call (§14.2)
-MAX_ARTIFACT_BYTES = 25 * 1024 * 1024
+# --- S3 objects: artifacts (§14) ------------------------------------------------------------------
 OUTPUTS_DIR = "outputs"  # artifacts are collected from here, relative to the working directory
 FIGURE_NAME = "figure-{n}.png"  # open matplotlib figures saved under this name (§14.2)
 SKIPPED_TOO_MANY = "too_many"
 SKIPPED_TOO_LARGE = "too_large"
-PRESIGNED_URL_SECONDS = 900  # get_file URLs: valid ≤ 15 minutes (§14.3)
 FILE_ID_PREFIX = "file-"
 # Artifact objects live at {tenant}/{turn}/{invocation}/{filename}; the file_id → object pointer
 # at {tenant}/_files/{file_id}.json ("_" cannot start a turn id: REQUEST_ID_RE), so a file_id
@@ -439,10 +266,6 @@ META_SHA256 = "sha256"
 META_FILENAME = "filename"
 META_CREATED_AT = "created-at"
 META_REDACTED = "redacted"
-ENV_ARTIFACTS_BUCKET = "ARTIFACTS_BUCKET"
-OUTPUT_ARTIFACTS_BUCKET = "ArtifactsBucketName"
-# The local session runtime (§14.5): a pinned venv the local stack passes as ENV_SESSION_PYTHON.
-SESSION_VENV_DIR = ".venv-session"
 
 
 def artifacts_bucket_name(stage: str, account: str) -> str:
@@ -463,270 +286,312 @@ def file_pointer_key(tenant_id: str, file_id: str) -> str:
     return f"{tenant_id}/{FILE_POINTER_DIR}/{file_id}.json"
 
 
-# --- background jobs (issue 13, SPEC §17) ------------------------------------------------------
-# One table, two item kinds keyed by `job_key`:
-#   job#{job_id}                    a job: owner (tenant, agent, turn), session, state, outcome
-#   turn#{tenant_id}#{turn_id}      the turn's running-job slot count and open job ids
-# `by_tenant` lists a tenant's jobs (sandboxctl jobs list); `by_open` is sparse (only jobs not yet
-# final carry JOB_ATTR_OPEN), ordered by deadline, for the scheduled reaper's `finish_due_jobs`.
-JOB_ATTR_OPEN = "open_shard"
-JOB_OPEN_SHARD = "open"
-JOBS = TableSpec(
-    "sandbox_jobs",
-    pk="job_key",
-    ttl_attribute=TTL_ATTRIBUTE,
-    indexes=(
-        Index("by_tenant", pk="tenant_id", sk="submitted_at"),
-        Index("by_open", pk=JOB_ATTR_OPEN, sk="deadline_at"),
-    ),
-)
-ALL_TABLES = (*ALL_TABLES, JOBS)
-ENV_JOBS_TABLE = "JOBS_TABLE"
-JOB_KEY_PREFIX = "job#"
-JOB_TURN_KEY_PREFIX = "turn#"
-MAX_RUNNING_JOBS_PER_TURN = 3
-DEFAULT_JOB_TIMEOUT_SECONDS = 900
-MAX_JOB_TIMEOUT_SECONDS = 3600
-JOB_STATES: tuple[str, ...] = ("running", "completed", "failed", "timed_out", "cancelled")
-METRIC_JOBS_FINISHED = "SandboxJobsFinished"  # dimension job_status
-METRIC_DIMENSIONS[METRIC_JOBS_FINISHED] = (("job_status",),)
+# --- SSM parameters (the caps' are their dimensions': sandbox_common.dimensions) -------------------
+def ssm_prefix(stage: str) -> str:
+    return f"/{PROJECT}/{stage}/sandbox"
 
-# --- sessions as a managed resource (issue 11, SPEC §16) -------------------------------------
-# A session cap refusal asks the agent to retry this much later (§16.2).
-SESSION_CAP_RETRY_SECONDS = 30
+
+def tenant_parameters_prefix(stage: str) -> str:
+    """Every per-tenant parameter is under it: `{prefix}{tenant}/...`."""
+    return f"{ssm_prefix(stage)}/tenants/"
+
+
+def _tenant_parameter(stage: str, tenant_id: str, leaf: str) -> str:
+    if not REQUEST_ID_RE.match(tenant_id):
+        raise ValueError("tenant id not valid for an SSM path")
+    return f"{tenant_parameters_prefix(stage)}{tenant_id}/{leaf}"
+
+
+def cost_per_call_parameter(stage: str) -> str:
+    return f"{ssm_prefix(stage)}/cost_per_call_usd"
+
+
+def tenant_substrate_parameter(stage: str, tenant_id: str) -> str:
+    """JSON published by the tenant's shard stack: tier, templates, interpreter ids, runner role."""
+    return _tenant_parameter(stage, tenant_id, "substrate")
 
 
 def warm_sessions_parameter(stage: str, tenant_id: str, environment: str) -> str:
     """Warm pool size of one tenant × environment (§16.1); absent = 0."""
-    if not REQUEST_ID_RE.match(tenant_id):
-        raise ValueError("tenant id not valid for an SSM path")
+    path = _tenant_parameter(stage, tenant_id, f"warm/{environment}")
     if environment not in ENVIRONMENTS:
         raise ValueError(f"unknown environment {environment!r}")
-    return f"{ssm_prefix(stage)}/tenants/{tenant_id}/warm/{environment}"
+    return path
 
 
-# The live-session ledger: one item per session slot plus one counter item per tenant and one for
-# the stage, all in one table so a slot and both counters change in ONE TransactWriteItems.
-#   slot item     pk "slot#{slot_id}"    state starting|warm|active, tenant_id, environment, source,
-#                                        session_id, interpreter_id, turn_id, agent_id, started_at,
-#                                        calls, last_call_at, lease_expires_at, recycle_at
-#   counter item  pk "tenant#{tenant}"   live_count       pk "global"   live_count
-# `warm_pool` ("{tenant}#{environment}") is present only while a slot is warm and unclaimed: the
-# sparse `by_warm_pool` index lists exactly the sessions a first call may claim.
-SESSIONS = TableSpec(
-    "sandbox_sessions",
-    pk="ledger_key",
-    ttl_attribute=TTL_ATTRIBUTE,
-    indexes=(Index("by_warm_pool", pk="warm_pool", sk="started_at"),),
-)
-ALL_TABLES = (*ALL_TABLES, SESSIONS)
-SESSION_SLOT_PREFIX = "slot#"
-SESSION_TENANT_COUNTER_PREFIX = "tenant#"
-SESSION_GLOBAL_COUNTER_KEY = "global"
-SESSION_ATTR_LIVE_COUNT = "live_count"
-SESSION_ATTR_WARM_POOL = "warm_pool"
-SESSION_STATES: tuple[str, ...] = ("starting", "warm", "active")
-SESSION_SOURCES: tuple[str, ...] = ("warm", "cold")
+def tenant_daily_budget_parameter(stage: str, tenant_id: str) -> str:
+    """Optional daily budget in USD (a non-negative decimal); absent = no budget. Crossing it is
+    reported (metric + alarm), never refused: the caps are the refusal mechanism."""
+    return _tenant_parameter(stage, tenant_id, "daily_budget_usd")
 
+
+# --- Lambda functions -----------------------------------------------------------------------------
+DISPATCH = "dispatch"
+QUOTA_CHECK = "sandbox-quota-check"
+BACKSTOP = "backstop"
+REAPER = "sandbox-reaper"  # the session reaper (§16.3), scheduled
+FUNCTIONS: tuple[str, ...] = (DISPATCH, QUOTA_CHECK, BACKSTOP, REAPER)
+# logical function name -> package under functions/ (handler is "<package>.handler.handler")
+FUNCTION_PACKAGES: dict[str, str] = {
+    DISPATCH: "dispatch",
+    QUOTA_CHECK: "quota_check",
+    BACKSTOP: "backstop",
+    REAPER: "reaper",
+}
+# What dispatch and the reaper both run, shipped beside each one's own package (functions/).
+SHARED_RUNTIME_PACKAGE = "sandbox_runtime"
+# The session tag dispatch sets at AssumeRole of a tenant's session-runner role, from the tenant
+# record it routes on; each runner role's trust policy requires it to equal its own tenant.
+RUNNER_SESSION_TAG_TENANT = "tenant_id"
+
+
+def function_name(stage: str, logical: str) -> str:
+    return f"{PROJECT}-{stage}-{logical}"
+
+
+def handler_string(logical: str) -> str:
+    return f"{FUNCTION_PACKAGES[logical]}.handler.handler"
+
+
+def log_group_name(stage: str, logical: str) -> str:
+    return f"/aws/lambda/{function_name(stage, logical)}"
+
+
+def function_role_name(stage: str, logical: str) -> str:
+    """Fixed role name per function, so a tenant shard can trust the dispatch role by ARN
+    without a cross-stack export (adding a tenant then touches only its shard)."""
+    return f"{PROJECT}-{stage}-{logical}-role"
+
+
+def findings_audit_log_group(stage: str) -> str:
+    """Where the CloudWatch Logs data protection policy sends its findings (§8.3)."""
+    return f"/{PROJECT}/{stage}/sandbox/data-protection-findings"
+
+
+def runner_role_name(stage: str, tenant_id: str) -> str:
+    """IAM role names are ≤ 64 chars: long tenant ids keep a prefix plus a hash suffix."""
+    name = f"{runner_role_name_prefix(stage)}{tenant_id}"
+    if len(name) > 64:
+        digest = hashlib.sha256(f"{stage}/{tenant_id}".encode()).hexdigest()[:10]
+        name = f"{name[:53]}-{digest}"
+    return name
+
+
+def runner_role_name_prefix(stage: str) -> str:
+    return f"{PROJECT}-{stage}-sbx-runner-"
+
+
+def interpreter_name(stage: str, tenant_id: str, environment: str) -> str:
+    """A Code Interpreter name AgentCore accepts: letters, digits, underscores, ≤ 48 chars.
+
+    Hyphens are not allowed (a lesson from the peer system), so they become underscores; a name
+    that would be too long keeps a readable prefix and a hash suffix so it stays unique.
+    """
+    base = f"sbx_{stage}_{tenant_id}_{_ENV_SHORT[environment]}".replace("-", "_")
+    if len(base) > 48:
+        digest = hashlib.sha256(f"{stage}/{tenant_id}/{environment}".encode()).hexdigest()[:10]
+        base = f"{base[:37]}_{digest}"
+    assert INTERPRETER_NAME_RE.match(base), base
+    return base
+
+
+# --- environment variables (set by CDK, read through sandbox_common.settings) ---------------------
+ENV_STAGE = "SANDBOX_STAGE"
+ENV_TENANT_DAILY_TABLE = "TENANT_DAILY_COUNTERS_TABLE"
+ENV_AGENT_HOURLY_TABLE = "AGENT_HOURLY_COUNTERS_TABLE"
+ENV_INVOCATIONS_TABLE = "INVOCATIONS_TABLE"
+ENV_TURNS_TABLE = "TURNS_TABLE"
+ENV_TENANTS_TABLE = "TENANTS_TABLE"
+ENV_IDEMPOTENCY_TABLE = "IDEMPOTENCY_TABLE"
+ENV_FINDINGS_TABLE = "FINDINGS_TABLE"
+ENV_JOBS_TABLE = "JOBS_TABLE"
 ENV_SESSIONS_TABLE = "SESSIONS_TABLE"
-ENV_REQUIRE_TURN_TOKEN = "REQUIRE_TURN_TOKEN"
+ENV_CONTINUATIONS_TABLE = "CONTINUATIONS_TABLE"
+ENV_ARTIFACTS_BUCKET = "ARTIFACTS_BUCKET"
+ENV_QUOTA_FUNCTION = "QUOTA_FUNCTION_NAME"
+ENV_DISPATCH_FUNCTION = "DISPATCH_FUNCTION_NAME"
 ENV_REAPER_FUNCTION = "REAPER_FUNCTION_NAME"
+ENV_AUDIT_DLQ_URL = "AUDIT_DLQ_URL"
+ENV_CALL_TIMEOUT = "CALL_TIMEOUT_SECONDS"
+ENV_SESSION_TIMEOUT = "SESSION_TIMEOUT_SECONDS"
+ENV_AUDIT_RETENTION_DAYS = "AUDIT_RETENTION_DAYS"
+ENV_STDOUT_CAP = "STDOUT_CAP_BYTES"
+ENV_STDERR_CAP = "STDERR_CAP_BYTES"
+ENV_CACHE_TTL = "CONFIG_CACHE_TTL_SECONDS"
+ENV_REQUIRE_TURN_TOKEN = "REQUIRE_TURN_TOKEN"
+ENV_TOOL_WAIT_SECONDS = "TOOL_WAIT_SECONDS"  # the stage's tool wait bound (§15)
+# Local stack only: the file the audit writer appends a row to when both the table and the
+# dead-letter queue are unreachable (they live in the same emulated AWS); `audit replay` drains it.
+ENV_AUDIT_SPOOL = "SANDBOX_AUDIT_SPOOL"
+# Read by the local interpreter (infra/local/interpreter), passed through by the local stack.
+# "1": sessions may run without isolation when bubblewrap cannot isolate them (warned on every start).
+ENV_LOCAL_UNISOLATED = "SANDBOX_LOCAL_UNISOLATED"
+# The Python that runs session code (a venv's python or a base interpreter); default: the local
+# interpreter's own base interpreter. Bound read-only into the sandbox with its base installation.
+ENV_SESSION_PYTHON = "SANDBOX_SESSION_PYTHON"
 
-# The reaper (§16.3): a scheduled Lambda, every 5 minutes.
-REAPER = "sandbox-reaper"
-FUNCTIONS = (*FUNCTIONS, REAPER)
-FUNCTION_PACKAGES[REAPER] = "reaper"
-REAPER_SCHEDULE_MINUTES = 5
 
+# --- metrics (namespace METRICS_NAMESPACE) --------------------------------------------------------
+METRIC_CAP_EXCEEDED = "SandboxCapExceeded"
+METRIC_TOKEN_DETECTED = "TokenShapedStringDetected"
+METRIC_COST = "SandboxEstimatedCostUSD"
+METRIC_CALLS = "SandboxCalls"
+METRIC_DURATION = "SandboxDurationMs"
+METRIC_TRUNCATED = "SandboxOutputTruncated"  # 1 when stdout or stderr was truncated, else 0: Average = rate
+METRIC_INVALID_REQUEST = "SandboxInvalidRequest"
+METRIC_READINESS_FAILED = "SandboxReadinessFailed"
+METRIC_SESSION_STOP_FAILED = "SandboxSessionStopFailed"
+METRIC_QUOTA_FAIL_CLOSED = "SandboxQuotaFailClosed"
+METRIC_CAP_PARAMETER_INVALID = "SandboxCapParameterInvalid"
+METRIC_AUDIT_DEAD_LETTERED = "SandboxAuditDeadLettered"
+METRIC_BACKSTOP_DECODE_ERRORS = "BackstopDecodeErrors"
+# Failures dispatch catches and answers with a named error (turn store, pre-flight, idempotency
+# store, unexpected exceptions): Lambda's own Errors metric never sees them.
+METRIC_DISPATCH_INTERNAL_ERRORS = "SandboxDispatchInternalErrors"
+METRIC_JOBS_FINISHED = "SandboxJobsFinished"
 METRIC_SESSIONS_REAPED = "SandboxSessionsReaped"  # property reason: turn_ended|lease_expired|unowned|recycled
 METRIC_TURN_TOKEN_REJECTED = "SandboxTurnTokenRejected"
-METRIC_WARM_CLAIMED = "SandboxWarmSessionClaimed"  # dimension source: warm|cold (first calls)
-METRIC_DIMENSIONS.update(
-    {
-        METRIC_SESSIONS_REAPED: ((),),
-        METRIC_TURN_TOKEN_REJECTED: ((),),
-        METRIC_WARM_CLAIMED: (("source",),),
-    }
-)
-ALARM_RUNBOOKS.update(
-    {
-        "sessions-reaped": "alarm-sessions-reaped.md",
-        "turn-token-rejected": "alarm-turn-token-rejected.md",
-    }
-)
+METRIC_WARM_CLAIMED = "SandboxWarmSessionClaimed"  # first calls, by source warm|cold
+METRIC_DAILY_BUDGET_CROSSED = "SandboxDailyBudgetCrossed"
+METRIC_BUDGET_PARAMETER_INVALID = "SandboxBudgetParameterInvalid"
+# What each metric is emitted with (alarms and dashboards use the same): a metric emitted under
+# two dimension sets is emitted twice (once per set).
+METRIC_DIMENSIONS: dict[str, tuple[tuple[str, ...], ...]] = {
+    METRIC_CALLS: (("exit_status",),),
+    METRIC_DURATION: ((),),
+    METRIC_TRUNCATED: ((),),
+    METRIC_COST: (("tenant_id",),),
+    METRIC_CAP_EXCEEDED: (("dimension",), ("tenant_id",)),
+    METRIC_TOKEN_DETECTED: (("token_class",),),
+    METRIC_READINESS_FAILED: ((),),
+    METRIC_SESSION_STOP_FAILED: ((),),
+    METRIC_QUOTA_FAIL_CLOSED: ((),),
+    METRIC_INVALID_REQUEST: ((),),
+    METRIC_AUDIT_DEAD_LETTERED: ((),),
+    METRIC_BACKSTOP_DECODE_ERRORS: ((),),
+    METRIC_CAP_PARAMETER_INVALID: ((),),
+    METRIC_DISPATCH_INTERNAL_ERRORS: ((),),
+    METRIC_JOBS_FINISHED: (("job_status",),),
+    METRIC_SESSIONS_REAPED: ((),),
+    METRIC_TURN_TOKEN_REJECTED: ((),),
+    METRIC_WARM_CLAIMED: (("source",),),
+    METRIC_DAILY_BUDGET_CROSSED: ((), ("tenant_id",)),
+    METRIC_BUDGET_PARAMETER_INVALID: ((),),
+}
 
-# Turn token (§16.5): 43–128 characters of URL-safe base64 without padding (≥ 32 random bytes).
-TURN_TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{43,128}$")
-TURN_ATTR_TOKEN_HASH = "turn_token_sha256"  # the only trace of the token dispatch keeps
 
-# Visible retries (§16.6): `events` entries of the response, `retries` attribute of the audit row.
+# --- alarms (§9): alarm key -> runbook file under runbooks/ ---------------------------------------
+# The observability construct creates exactly these alarms (description names the runbook) and
+# runbooks/ holds exactly these files; tests/infra checks both directions.
+OPERATOR_RUNBOOK = "sandbox-environments.md"
+
+
+class Alarm(StrEnum):
+    """The stage's alarms, by key (the alarm name's last part)."""
+
+    TOKEN_SHAPED_STRING_DETECTED = "token-shaped-string-detected"
+    BACKSTOP_ERRORS = "backstop-errors"
+    AUDIT_DLQ_NOT_EMPTY = "audit-dlq-not-empty"
+    READINESS_CHECK_FAILURES = "readiness-check-failures"
+    QUOTA_CHECK_ERRORS = "quota-check-errors"
+    DISPATCH_ERRORS = "dispatch-errors"
+    CAP_BREACH_SPIKE = "cap-breach-spike"  # per tenant, in the tenant's shard stack
+    SESSION_STOP_FAILURES = "session-stop-failures"
+    SESSIONS_REAPED = "sessions-reaped"
+    TURN_TOKEN_REJECTED = "turn-token-rejected"
+    DAILY_BUDGET_CROSSED = "daily-budget-crossed"
+
+
+# Each alarm's runbook: runbooks/alarm-{key}.md.
+ALARM_RUNBOOKS: dict[str, str] = {alarm: f"alarm-{alarm}.md" for alarm in Alarm}
+
+
+def alarm_name(stage: str, key: str) -> str:
+    return f"{PROJECT}-{stage}-sandbox-{key}"
+
+
+def tenant_alarm_name(stage: str, key: str, tenant_id: str) -> str:
+    """Per-tenant alarms (the cap-breach spike) live in the tenant's shard stack."""
+    return f"{alarm_name(stage, key)}-{tenant_id}"
+
+
+# --- stacks, queues, topics, and the outputs sandboxctl reads on a deployed stage -----------------
+SECURITY_ALERTS_TOPIC = "security-alerts"
+OUTPUT_STAGE = "SandboxStage"
+OUTPUT_DISPATCH_FUNCTION = "DispatchFunctionName"
+OUTPUT_QUOTA_FUNCTION = "QuotaFunctionName"
+OUTPUT_AUDIT_DLQ_URL = "AuditDlqUrl"
+OUTPUT_SECURITY_TOPIC = "SecurityAlertsTopicArn"
+OUTPUT_ARTIFACTS_BUCKET = "ArtifactsBucketName"
+OUTPUT_TABLE_PREFIX = "Table"  # table outputs: f"{OUTPUT_TABLE_PREFIX}{spec.logical}"
+
+
+def stack_name(stage: str, part: str) -> str:
+    return f"Sandbox-{stage}-{part}"
+
+
+def shard_stack_name(stage: str, shard: int) -> str:
+    return stack_name(stage, f"Tenants{shard:03d}")
+
+
+def security_topic_name(stage: str) -> str:
+    return f"{PROJECT}-{stage}-{SECURITY_ALERTS_TOPIC}"
+
+
+def audit_dlq_name(stage: str) -> str:
+    return f"{PROJECT}-{stage}-sandbox-audit-dlq"
+
+
+def backstop_failures_queue_name(stage: str) -> str:
+    """Where a log batch goes when the backstop still fails after Lambda's async retries."""
+    return f"{PROJECT}-{stage}-sandbox-backstop-failures"
+
+
+def table_output_key(logical: str) -> str:
+    """CloudFormation output keys are alphanumeric only: CDK drops the underscores of
+    `OUTPUT_TABLE_PREFIX + logical`, so readers look outputs up with this."""
+    return OUTPUT_TABLE_PREFIX + re.sub(r"[^A-Za-z0-9]", "", logical)
+
+
+# --- response fields, statuses and failure reasons ------------------------------------------------
+# Response and audit field of a call that got a new session for its turn: "warm" | "cold".
+FIELD_SESSION_SOURCE = "session_source"
+# The §15 response status of a paused call.
+STATUS_TOOL_CALL = "tool_call"
+# The code text that routes an execute_code of a template with tools through the tools driver
+# (dispatch.tools.run): code without it runs as ordinary code, where every tool is ToolNotAllowed.
+TOOLS_MODULE = "sandbox_tools"
+# Visible retries (§16.6): `events` entries of the response (their kind), their reasons.
 EVENT_RETRYING = "retrying"
-AUDIT_ATTR_RETRIES = "retries"
 RETRY_SESSION_REAPED = "session_reaped"
 RETRY_START_THROTTLED = "start_throttled"
 RETRY_QUOTA_CONFLICT = "quota_transaction_conflict"
 RETRY_LEDGER_CONFLICT = "session_ledger_conflict"
-# --- usage accounting, MCP server, Strands tool (issue 15) -------------------------------------
-# The audit row's per-call price (SPEC §9 price in force when the call was admitted; 0 when refused).
-AUDIT_ATTR_COST = "estimated_cost_usd"
-# Optional per-tenant daily budget in USD (a non-negative decimal). Absent = no budget. Crossing it
-# is reported (metric + alarm), never refused: the caps are the refusal mechanism.
-METRIC_DAILY_BUDGET_CROSSED = "SandboxDailyBudgetCrossed"
-METRIC_DIMENSIONS[METRIC_DAILY_BUDGET_CROSSED] = ((), ("tenant_id",))
-ALARM_RUNBOOKS["daily-budget-crossed"] = "alarm-daily-budget-crossed.md"
-METRIC_BUDGET_PARAMETER_INVALID = "SandboxBudgetParameterInvalid"
-METRIC_DIMENSIONS[METRIC_BUDGET_PARAMETER_INVALID] = ((),)
-
-
-def tenant_daily_budget_parameter(stage: str, tenant_id: str) -> str:
-    if not REQUEST_ID_RE.match(tenant_id):
-        raise ValueError("tenant id not valid for an SSM path")
-    return f"{ssm_prefix(stage)}/tenants/{tenant_id}/daily_budget_usd"
-
-
-# `sandboxctl usage --by`: the audit attribute each grouping reads (day = started_at's UTC date).
-USAGE_GROUPINGS: dict[str, str] = {"day": "started_at", "agent": "agent_id", "template": "template_id"}
-# --- programmatic tool calling (issue 12, SPEC §15) ---------------------------------------------
-# Bounds of one execute_code that calls tools. The wait bound is configurable per stage
-# (StageConfig.tool_wait_seconds -> ENV_TOOL_WAIT_SECONDS) so tests can prove it quickly.
-TOOLS_MAX_CALLS = 50
-TOOLS_MAX_RESULT_BYTES = 1024 * 1024  # a tool result, serialized as compact JSON (UTF-8)
-TOOLS_MAX_INPUT_BYTES = 256 * 1024  # a tool call's input, serialized (ours: bounds the marker)
-TOOLS_WAIT_SECONDS = 300
-TOOLS_MAX_PER_TEMPLATE = 32
-# A tool name as agent frameworks spell them (Anthropic/Strands: letters, digits, _ and -).
-TOOL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
-# Continuations: one item per pause, keyed by the SHA-256 of the secret token the agent holds.
-# `by_turn` finds a turn's paused calls (end_turn / reaper end them with their audit row).
-CONTINUATIONS = TableSpec(
-    "sandbox_continuations",
-    pk="continuation_hash",
-    ttl_attribute=TTL_ATTRIBUTE,
-    indexes=(
-        Index("by_turn", pk="turn_id", sk="paused_at"),
-        Index("by_wait_due", pk="wait_open", sk="wait_due"),
-    ),  # issue 12: the paused-calls sweep
-)
-ALL_TABLES = (*ALL_TABLES, CONTINUATIONS)
-ENV_CONTINUATIONS_TABLE = "CONTINUATIONS_TABLE"
-ENV_TOOL_WAIT_SECONDS = "TOOL_WAIT_SECONDS"
-# Item attributes of a template's tool allowlist in the TENANTS table (beside `environment`).
-TEMPLATE_TOOLS_ATTRIBUTE = "tools"
-# Audit row attributes of a tool-calling call (SPEC §15): the count, and one record per call
-# {name, input_sha256, duration_ms, ok} — hashes only, never a tool input or result.
-AUDIT_TOOL_CALLS = "tool_calls"
-AUDIT_TOOL_CALL_RECORDS = "tool_call_records"
-# The §15 response status of a paused call.
-STATUS_TOOL_CALL = "tool_call"
-
-
-# --- dispatch: names the CLI, pilot and demo repeated as literals (issue 9) ---
-def _declared_index(spec: TableSpec, name: str) -> Index:
-    """The index `name` of `spec` as declared above (a typo fails at import, not at query time)."""
-    for index in spec.indexes:
-        if index.name == name:
-            return index
-    raise ValueError(f"table {spec.logical} declares no index {name!r}")
-
-
-INVOCATIONS_BY_TENANT_TIME = _declared_index(INVOCATIONS, "by_tenant_time")
-INVOCATIONS_BY_SESSION = _declared_index(INVOCATIONS, "by_session")
-
-
-# --- sessions wired into dispatch's first call (issue 11, SPEC §16.1/§16.2/§16.6) -------------
-# The turn item keeps its live session's ledger slot, so whoever stops the session frees it.
-TURN_ATTR_SLOT_ID = "session_slot_id"
-# Response and audit field of a call that got a new session for its turn: "warm" | "cold".
-FIELD_SESSION_SOURCE = "session_source"
-# A warm session is recycled this long before (session timeout − call timeout), and a first call
-# claims one only with at least (call timeout + this) of life left.
-WARM_RECYCLE_MARGIN_SECONDS = 60
-
-
-# --- programmatic tool calling through dispatch (issue 12) ---
-# The code text that routes an execute_code of a template with tools through the tools driver
-# (dispatch.tools.run): code without it runs as ordinary code, where every tool is ToolNotAllowed.
-TOOLS_MODULE = "sandbox_tools"
-# failure_reason of a paused call ended by end_turn (or a resume after it): SandboxTimeout.
-REASON_TOOL_TURN_ENDED = "tool_wait_ended:turn_ended"
-
-
-# --- background jobs: reaper sweep and poll cost (issue 13) ------------------------------------
-# The sparse index of jobs not yet final, queried by the reaper's job sweep and busy_sessions.
-JOB_OPEN_INDEX = next(ix.name for ix in JOBS.indexes if ix.pk == JOB_ATTR_OPEN)
-# The reaper hook (reaper.hooks) that ends unpolled jobs, and the module that registers it.
-REAPER_HOOK_JOBS = "background_jobs"
-REAPER_JOBS_SWEEP_MODULE = "reaper.job_sweep"
-# On a job item: the SHA-256 of its turn's token (§16.5), copied from the turn the submit claimed
-# (a turn's token hash never changes once bound), so get_job/cancel_job check the token with the
-# job read alone. "" = a token-less turn; absent = a job from before: its turn is read instead.
-JOB_ATTR_TURN_TOKEN_HASH = "turn_token_sha256"
-
-
-# --- quota: turn-guarded speculative check (issues 9 + 11) -------------------------------------
-# Dispatch sends the quota check at t=0, beside the idempotency claim and the turn read. Its
-# transaction carries a ConditionCheck on the turn (exists, this agent's, not ended, token hash)
-# and a "counted" marker keyed by the call's idempotency identity (tenant + call_id), written in
-# the tenant-daily counters table so only the quota Lambda writes it (§5.3).
-QUOTA_MARKER_PREFIX = "counted#"
-QUOTA_MARKER_ATTR_DAILY_KEY = "daily_key"  # the two counter items this call's count went to,
-QUOTA_MARKER_ATTR_HOURLY_KEY = "hourly_key"  # so a release undoes exactly that count
-# A marker lives as long as the call's idempotency record (dispatch.idempotency.RECORD_TTL_SECONDS;
-# a test keeps the two equal): a retry inside it is never counted twice.
-QUOTA_MARKER_TTL_SECONDS = 24 * 3600
-# Turn item attributes read outside dispatch.turns (which writes them): the quota's
-# ConditionCheck (agent, ended), the session reaper (ended, session state and id).
-TURN_ATTR_AGENT = "agent_id"
-TURN_ATTR_ENDED = "ended"
-TURN_ATTR_SESSION_STATE = "session_state"
-TURN_ATTR_SESSION_ID = "session_id"
-# The turn's session lease (§4.5): starting (a caller holds the lease and starts the session) ->
-# active (the turn points at its live session) -> stopped.
-TURN_SESSION_STARTING, TURN_SESSION_ACTIVE, TURN_SESSION_STOPPED = "starting", "active", "stopped"
-
-# --- warm first call: one write (issue 11) -------------------------------------------------------
-# On a turn item: a warm session of the turn's pool that begin_turn picked (a hint, not a claim):
-# a map {slot_id, session_id, interpreter_id, environment, started_at}. The turn's first call
-# claims it AND binds the turn to it in one TransactWriteItems; a stale hint (another turn got it,
-# recycled) fails that write's condition and the call falls back to querying the pool.
-TURN_ATTR_WARM_HINT = "warm_hint"
-# The pool's index (by warm_pool), read by begin_turn (and by a first call without a usable hint).
-SESSION_WARM_POOL_INDEX = next(ix.name for ix in SESSIONS.indexes if ix.pk == SESSION_ATTR_WARM_POOL)
-# How many of the pool's sessions begin_turn reads to pick one at random (so turns begun together
-# rarely pick the same one; a collision costs the loser the fallback query, never a shared session).
-WARM_HINT_CANDIDATES = 10
-# On a turn item: begin_turn found the turn's pool empty — a map {environment, interpreter_id,
-# checked_at (epoch s)}. The turn's first call then reserves a cold slot without reading the pool
-# again (issue 9: one request off a cold first call's critical path). Honoured for this long after
-# begin_turn; a stale "empty" (the pool was refilled since) costs a cold start, never correctness.
-TURN_ATTR_POOL_EMPTY = "warm_pool_empty"
-WARM_POOL_EMPTY_MARK_SECONDS = 120
-
-# --- dispatch interrupted: exactly one audit row when dispatch dies (issue 9) -------------------
-# On the idempotency record of an execute_code, written with the claim itself (one PutItem):
-# the call's audit identity (JSON: invocation id, tenant/agent/turn/user/template/call ids, code
-# hash, started_at) and the sparse index keys of a call claimed and not yet finished.
-IDEMPOTENCY_ATTR_ATTEMPT = "attempt"
-IDEMPOTENCY_ATTR_OPEN = "attempt_open"
-IDEMPOTENCY_ATTR_DEADLINE = "attempt_deadline"  # the in-progress deadline, epoch ms zero-padded (S)
-IDEMPOTENCY_OPEN_VALUE = "open"
-IDEMPOTENCY_OPEN_INDEX = next(ix.name for ix in IDEMPOTENCY.indexes if ix.pk == IDEMPOTENCY_ATTR_OPEN)
 # failure_reason of the one row a call gets when its dispatch died mid-call.
 REASON_DISPATCH_INTERRUPTED = "dispatch_interrupted"
-# The reaper hook that finishes interrupted calls nobody retries, and the module declaring it.
-REAPER_HOOK_INTERRUPTED = "dispatch_interrupted"
-REAPER_INTERRUPTED_SWEEP_MODULE = "reaper.interrupted_sweep"
+# failure_reason of a paused call ended by end_turn (or a resume after it): SandboxTimeout.
+REASON_TOOL_TURN_ENDED = "tool_wait_ended:turn_ended"
+# The local interpreter refuses Start with this marker at the front of its error message when it
+# cannot isolate a session; the runner maps it to SandboxProvisioning with this `reason`.
+REASON_ISOLATION_UNAVAILABLE = "isolation_unavailable"
 
-# --- paused tool calls nobody resumes (issue 12) --------------------------------------------------
-# A paused continuation carries two sparse attributes while it is paused (removed when it is
-# resumed, expired or ended): `wait_open` = "open" and `wait_due` = the moment its tool wait bound
-# passes (epoch ms, zero-padded S). The `by_wait_due` index lists the paused calls past their bound.
-CONTINUATION_ATTR_WAIT_OPEN = "wait_open"
-CONTINUATION_ATTR_WAIT_DUE = "wait_due"
-CONTINUATION_WAIT_OPEN_VALUE = "open"
-CONTINUATIONS_WAIT_DUE_INDEX = next(
-    ix.name for ix in CONTINUATIONS.indexes if ix.pk == CONTINUATION_ATTR_WAIT_OPEN
-)
-REAPER_HOOK_PAUSED = "paused_tool_calls"
+
+# --- reaper hooks: the sweeps that run on the reaper's schedule, and the modules declaring them ---
+REAPER_HOOK_JOBS = "background_jobs"  # ends unpolled jobs (§17)
+REAPER_JOBS_SWEEP_MODULE = "reaper.job_sweep"
+REAPER_HOOK_INTERRUPTED = "dispatch_interrupted"  # finishes calls whose dispatch died
+REAPER_INTERRUPTED_SWEEP_MODULE = "reaper.interrupted_sweep"
+REAPER_HOOK_PAUSED = "paused_tool_calls"  # ends paused calls past their wait bound (§15)
 REAPER_PAUSED_SWEEP_MODULE = "reaper.paused_sweep"
-ENV_DISPATCH_FUNCTION = "DISPATCH_FUNCTION_NAME"
+# The reaper's pure-JSON log line per session it stops (its message and `event`; runbooks query it).
+REAPER_EVENT_SESSION_REAPED = "session_reaped"
+
+
+# --- the local stack -------------------------------------------------------------------------------
+# The local interpreter's Invoke answer carries the exact byte counts the code wrote (SPEC §19) in
+# these response headers (it keeps only the first MiB of each stream); AgentCore sends none.
+LOCAL_STDOUT_BYTES_HEADER = "x-sandbox-local-stdout-bytes"
+LOCAL_STDERR_BYTES_HEADER = "x-sandbox-local-stderr-bytes"
+LOCAL_AUDIT_SPOOL_FILE = "audit-spool.jsonl"
+# The local session runtime (§14.5): a pinned venv the local stack passes as ENV_SESSION_PYTHON.
+SESSION_VENV_DIR = ".venv-session"

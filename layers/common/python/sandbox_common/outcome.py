@@ -45,7 +45,7 @@ INTERNAL_FAILURE_PREFIXES = (
     "turn_store_unavailable",
     "preflight_unavailable",
     "idempotency_store_unavailable",
-    "dispatch_interrupted",
+    n.REASON_DISPATCH_INTERRUPTED,
 )
 # The keys of the `execute_code` log event (a subset of the audit row, plus audit_extra).
 LOG_EVENT_KEYS = (
@@ -300,4 +300,4 @@ class Outcome:
                     stream=stream,
                     text=text,
                 )
-        logger.info("execute_code", extra=self.log_event(row))
+        logger.info(n.Action.EXECUTE_CODE, extra=self.log_event(row))

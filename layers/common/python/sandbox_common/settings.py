@@ -10,6 +10,7 @@ from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from . import limits
 from . import naming as n
 
 
@@ -62,7 +63,7 @@ class DispatchSettings(_Settings):
     # programmatic tool calling (issue 12)
     continuations_table: str = Field(alias=n.ENV_CONTINUATIONS_TABLE)
     tool_wait_seconds: int = Field(
-        alias=n.ENV_TOOL_WAIT_SECONDS, default=n.TOOLS_WAIT_SECONDS, ge=1, le=n.TOOLS_WAIT_SECONDS
+        alias=n.ENV_TOOL_WAIT_SECONDS, default=limits.TOOLS_WAIT_SECONDS, ge=1, le=limits.TOOLS_WAIT_SECONDS
     )
 
 

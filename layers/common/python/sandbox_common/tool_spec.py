@@ -6,10 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-# stdlib-only imports: the agent client needs no pydantic
-from .naming import MAX_CODE_BYTES, TOOL_NAME_RE, TOOLS_MAX_CALLS, TOOLS_MAX_PER_TEMPLATE
+from .limits import MAX_CODE_BYTES, TOOLS_MAX_CALLS, TOOLS_MAX_PER_TEMPLATE
 
-TOOL_NAME = "execute_code"
+# stdlib-only imports: the agent client needs no pydantic
+from .naming import TOOL_NAME_RE, Action
+
+TOOL_NAME = str(Action.EXECUTE_CODE)  # the agent's tool is the execute_code action
 TOOL_DESCRIPTION = (
     "Run a block of Python in this conversation's isolated sandbox and get back stdout, stderr and "
     "an exit status. Variables and imports persist between calls in the same turn. Output is "

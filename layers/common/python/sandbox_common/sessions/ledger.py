@@ -26,7 +26,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from .. import dimensions
+from .. import dimensions, limits
 from .. import naming as n
 
 _CONDITION_FAILED = "ConditionalCheckFailed"
@@ -125,7 +125,7 @@ def pool_key(tenant_id: str, environment: str) -> str:
 
 def claim_min_life_seconds(call_timeout_seconds: int) -> int:
     """A warm session is handed to a turn only with at least a call's life (+ margin) left (§16.1)."""
-    return call_timeout_seconds + n.WARM_RECYCLE_MARGIN_SECONDS
+    return call_timeout_seconds + limits.WARM_RECYCLE_MARGIN_SECONDS
 
 
 class SessionLedger:
@@ -328,7 +328,7 @@ class SessionLedger:
         environment: str,
         min_life_seconds: int,
         interpreter_id: str | None = None,
-        limit: int = n.WARM_HINT_CANDIDATES,
+        limit: int = limits.WARM_HINT_CANDIDATES,
     ) -> list[Slot]:
         """The pool's sessions a turn could claim now (one Query of the sparse by_warm_pool index,
         eventually consistent: every claim re-checks them in its condition). Raises LedgerUnavailable."""
@@ -336,7 +336,7 @@ class SessionLedger:
         try:
             listed = self.ddb.query(
                 TableName=self.table,
-                IndexName=n.SESSION_WARM_POOL_INDEX,
+                IndexName=n.SESSIONS_BY_WARM_POOL.name,
                 KeyConditionExpression="#pool = :pool",
                 ExpressionAttributeNames={"#pool": n.SESSION_ATTR_WARM_POOL},
                 ExpressionAttributeValues={":pool": {"S": pool_key(tenant_id, environment)}},

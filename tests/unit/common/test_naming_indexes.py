@@ -1,4 +1,4 @@
-"""Index names the CLI queries come from the table declarations (issue 9: one home per name)."""
+"""Index names the CLI queries come from the table declarations (one home per name)."""
 
 from __future__ import annotations
 

@@ -35,6 +35,24 @@ def encode_message(headers: dict[str, str], payload: bytes) -> bytes:
     return body + struct.pack(">I", zlib.crc32(body) & 0xFFFFFFFF)
 
 
+def event_payload_head(event_type: str, payload_length: int) -> tuple[bytes, int]:
+    """The start of an event whose payload is written after it, piece by piece: (its prelude and
+    headers, the whole message's length). The message CRC runs over the head and every payload
+    piece (`zlib.crc32(piece, crc)`) and ends the message as 4 big-endian bytes."""
+    raw_headers = b"".join(
+        _header(k, v)
+        for k, v in {
+            ":message-type": "event",
+            ":event-type": event_type,
+            ":content-type": "application/json",
+        }.items()
+    )
+    total = 12 + len(raw_headers) + payload_length + 4
+    prelude = struct.pack(">II", total, len(raw_headers))
+    prelude += struct.pack(">I", zlib.crc32(prelude) & 0xFFFFFFFF)
+    return prelude + raw_headers, total
+
+
 def event_frame(event_type: str, body: dict[str, Any]) -> bytes:
     """An event member of the stream, e.g. event_frame("result", {"content": [...], ...})."""
     return event_payload_frame(event_type, json.dumps(body).encode("utf-8"))

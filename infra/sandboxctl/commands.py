@@ -122,7 +122,8 @@ def _isolation_line(isolation: dict[str, Any] | None) -> str:
             f" limits ({limits['mechanism']}): memory {limits['session_memory']},"
             f" {limits['process_memory_mb']} MiB per process; {limits['session_tasks']} tasks per session;"
             f" {limits['cpu_seconds_per_process']} CPU-s per process; files {limits['file_size_mb']} MiB;"
-            f" /tmp {limits['tmp_mb']} MiB"
+            f" disk ({isolation['disk']['kind']}) {isolation['disk']['mb']} MiB,"
+            f" {isolation['disk']['files']} files: {isolation['disk']['holds']}"
         )
     if isolation.get("strategy") == "unisolated":
         return f"\n\nisolation: NONE. WARNING: {isolation['warning']}"

@@ -17,6 +17,7 @@ import threading
 from sandbox_common import naming
 
 from infra.local.interpreter import Limits, LocalInterpreterServer
+from infra.local.interpreter.disk import KINDS
 from infra.local.interpreter.isolation import STRATEGIES, IsolationUnavailable
 
 
@@ -49,6 +50,16 @@ def main(argv: list[str] | None = None) -> int:
             "else this interpreter's base Python)"
         ),
     )
+    parser.add_argument(
+        "--disk",
+        choices=("auto", *KINDS),
+        default="auto",
+        help="the session disk's kind (auto: ext4 if it works)",
+    )
+    parser.add_argument("--disk-mb", type=int, default=Limits.disk_mb, help="each session's disk, in MiB")
+    parser.add_argument(
+        "--disk-files", type=int, default=Limits.disk_files, help="files on each session's disk"
+    )
     parser.add_argument("--memory-mb", type=int, default=Limits.memory_mb)
     parser.add_argument("--cpu-seconds", type=int, default=Limits.cpu_seconds)
     parser.add_argument("--max-processes", type=int, default=Limits.max_processes)
@@ -70,8 +81,13 @@ def main(argv: list[str] | None = None) -> int:
             registry_file=opts.registry,
             isolation=opts.isolation,
             limits=Limits(
-                memory_mb=opts.memory_mb, cpu_seconds=opts.cpu_seconds, max_processes=opts.max_processes
+                memory_mb=opts.memory_mb,
+                cpu_seconds=opts.cpu_seconds,
+                max_processes=opts.max_processes,
+                disk_mb=opts.disk_mb,
+                disk_files=opts.disk_files,
             ),
+            disk_kind=opts.disk,
             max_sessions=opts.max_sessions,
             python=opts.python,
         ).start()

@@ -8,12 +8,20 @@ Strategy `bwrap` (bubblewrap, run by root):
 - new mount, pid, ipc, uts, cgroup and network namespaces. The file system is an empty root with
   read-only binds of the system directories, a short list of /etc files (never /etc/shadow), the
   session's Python installation and the worker script only: not the repository, not the host's
-  home, not the local stack's state directory, not another session's workspace. /tmp is a private
-  size-limited tmpfs; /workspace is the session's own directory (mode 0700, owned by its uid).
-  /proc shows the session's own pid namespace only. The environment is cleared.
+  home, not the local stack's state directory, not another session's workspace. /workspace (mode
+  0700, owned by its uid), /tmp and /opt/session-python (its Python layer) are parts of the
+  session's own disk (disk.py: one file system bounded in bytes and files, mounted in a mount
+  namespace of the session's own before bubblewrap starts). /proc shows the session's own pid
+  namespace only. The environment is cleared and set (session_env).
 - the worker runs as an unprivileged uid of its own (uids.py: unique per live session on this
   machine), with no capabilities (empty bounding set) and no_new_privs, so it cannot write the
   read-only binds (worker.py included), raise its limits, or gain privileges through setuid files.
+- in a user namespace of its own that maps only that uid (to itself), created last, as that uid,
+  by a second bwrap with --disable-userns: code in the session cannot create a user namespace
+  (nor the unprivileged mounts and namespace capabilities one would bring), and the kernel
+  keyrings a process reaches by name (user, user-session; the session keyring falls back to the
+  latter) belong to that namespace: they die with the session and a later session given the
+  same uid starts with empty ones.
 - network: its own namespace; nothing but loopback for SANDBOX; user-mode egress for PUBLIC
   (network.py: slirp4netns with the host's loopback and the host's own addresses fenced off).
 - limits: memory summed over all the session's processes and a task count by cgroup v1 when this
@@ -35,13 +43,13 @@ import shutil
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sandbox_common import naming
 
-from infra.local.interpreter import cgroups, network
+from infra.local.interpreter import cgroups, disk, network
 
 WORKER_PATH = Path(__file__).with_name("worker.py")
 SANDBOX_WORKER_PATH = "/opt/local-interpreter/worker.py"
@@ -79,9 +87,23 @@ class Limits:
     memory_mb: int = 1024  # the whole session (cgroup) and each process (RLIMIT_AS)
     cpu_seconds: int = 600  # per process
     file_size_mb: int = 512  # per file
-    max_output_bytes: int = 1 << 20  # kept per stream and call; keeps one frame far below 24 MiB
     max_processes: int = 128  # tasks (processes and threads) of the whole session
-    tmp_mb: int = 256  # the private /tmp (tmpfs, counted in the session's memory)
+    # The session's disk (disk.py): its workspace, /tmp and its own Python packages, together.
+    disk_mb: int = 1024
+    disk_files: int = 32_768  # files and directories (inodes)
+    # Output kept per call (the rest is only counted): the agent-visible caps (SPEC §6.5, §12)
+    # plus a margin, so that the host-side redactor still sees a token cut by the cap whole.
+    stdout_bytes: int = 262_144
+    stderr_bytes: int = 32_768
+    redaction_margin_bytes: int = 16_384
+
+    @property
+    def stdout_kept(self) -> int:
+        return self.stdout_bytes + self.redaction_margin_bytes
+
+    @property
+    def stderr_kept(self) -> int:
+        return self.stderr_bytes + self.redaction_margin_bytes
 
 
 @dataclass(frozen=True)
@@ -92,7 +114,8 @@ class IsolationPlan:
     unavailable: str | None = None
     public_unavailable: str | None = None  # why PUBLIC sessions are refused (bwrap only)
     cgroups: cgroups.CgroupSupport | None = None
-    bwrap_extra: tuple[str, ...] = field(default=())
+    disk: str | None = None  # the session disk's kind (disk.py), bwrap only
+    bwrap: str = "bwrap"  # its absolute path (the same inside the sandbox: under a system directory)
 
     def check(self, network_mode: str) -> None:
         """Raise IsolationUnavailable unless a session in `network_mode` can start as promised."""
@@ -128,8 +151,19 @@ class IsolationPlan:
                     "session_tasks": limits.max_processes,
                     "cpu_seconds_per_process": limits.cpu_seconds,
                     "file_size_mb": limits.file_size_mb,
-                    "tmp_mb": limits.tmp_mb,
                 },
+                "disk": {
+                    "kind": self.disk,
+                    "mb": limits.disk_mb,
+                    "files": limits.disk_files,
+                    "holds": "workspace, /tmp and the session's own Python packages",
+                    "charged_to": (
+                        "the host's disk (a sparse image), page cache in the session's memory cgroup"
+                        if self.disk == "ext4"
+                        else "RAM, counted in the session's memory cgroup"
+                    ),
+                },
+                "user_namespace": "its own, mapping only its uid; no further user namespace can be created",
             }
         if self.strategy == "unisolated":
             return {
@@ -194,6 +228,8 @@ def _bwrap_problem() -> str | None:
         )
     if not os.access(SETPRIV, os.X_OK):
         return f"{SETPRIV} (util-linux) is not installed"
+    if not any(os.path.realpath(bwrap).startswith(d + "/") for d in _SYSTEM_DIRS):
+        return f"bwrap must be installed under a system directory ({', '.join(_SYSTEM_DIRS)}), not {bwrap}"
     if not _runs(
         [
             bwrap,
@@ -211,15 +247,53 @@ def _bwrap_problem() -> str | None:
         ]
     ):
         return "bwrap is installed but cannot create namespaces here"
+    # The session's own user namespace (created as the session's uid, nesting disabled): bwrap >= 0.8
+    # and unprivileged user namespaces. 65534 stands for a session uid.
+    nested = [
+        bwrap,
+        "--unshare-pid",
+        "--ro-bind",
+        "/",
+        "/",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--cap-add",
+        "CAP_SETUID",
+        "--cap-add",
+        "CAP_SETGID",
+        "--",
+        SETPRIV,
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--no-new-privs",
+        "--",
+        *[bwrap if arg == "bwrap" else arg for arg in _own_user_namespace(65534)],
+        "/bin/sh",
+        "-c",
+        "exit 0",
+    ]
+    if not _runs(nested):
+        return (
+            "bwrap cannot give a session a user namespace of its own with nesting disabled (needs bubblewrap"
+            " >= 0.8 for --disable-userns, and unprivileged user namespaces enabled)"
+        )
     return None
 
 
-def probe(strategy: str = "auto", *, allow_unisolated: bool = False) -> IsolationPlan:
+def probe(
+    strategy: str = "auto", *, allow_unisolated: bool = False, disk_kind: str = "auto"
+) -> IsolationPlan:
     """The plan for `strategy`: `auto` isolates with bwrap, else refuses every session, unless
     `allow_unisolated` (the operator's SANDBOX_LOCAL_UNISOLATED=1); `bwrap` raises at once when it
-    cannot work; `unisolated` is the explicit escape hatch."""
+    cannot work; `unisolated` is the explicit escape hatch. `disk_kind`: the session disk's kind
+    (disk.py), `auto` is the best this host supports."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown isolation {strategy!r}; known: {', '.join(STRATEGIES)}")
+    if disk_kind not in ("auto", *disk.KINDS):
+        raise ValueError(f"unknown disk kind {disk_kind!r}; known: auto, {', '.join(disk.KINDS)}")
     if strategy == "unisolated":
         return IsolationPlan("unisolated")
     problem = _bwrap_problem()
@@ -228,7 +302,13 @@ def probe(strategy: str = "auto", *, allow_unisolated: bool = False) -> Isolatio
         public = (
             f"PUBLIC sessions need {', '.join(missing)} (apt-get install -y slirp4netns)" if missing else None
         )
-        return IsolationPlan("bwrap", public_unavailable=public, cgroups=cgroups.detect())
+        return IsolationPlan(
+            "bwrap",
+            public_unavailable=public,
+            cgroups=cgroups.detect(),
+            disk=disk.probe() if disk_kind == "auto" else disk_kind,
+            bwrap=os.path.realpath(shutil.which("bwrap") or "bwrap"),
+        )
     if strategy == "bwrap":
         raise IsolationUnavailable(f"{naming.REASON_ISOLATION_UNAVAILABLE}: {problem}")
     if allow_unisolated:
@@ -247,15 +327,36 @@ class WorkerCommand:
     env: dict[str, str]
 
 
-def _clean_env(home: str) -> dict[str, str]:
-    # Never the server's environment: it may hold AWS credentials.
+def session_env(*, home: str, tmp: str, python_dir: str, runtime_bin: str | None) -> dict[str, str]:
+    """The session's whole environment (never the server's: it may hold AWS credentials). Its
+    Python layer (disk.py) first on PATH, then the runtime's other scripts, then the system."""
+    path = [
+        f"{python_dir}/bin",
+        *([runtime_bin] if runtime_bin else []),
+        "/usr/local/bin",
+        "/usr/bin",
+        "/bin",
+    ]
     return {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "PATH": ":".join(path),
         "HOME": home,
+        "TMPDIR": tmp,
         "LANG": "C.UTF-8",
         "PYTHONIOENCODING": "utf-8",
         "PYTHONDONTWRITEBYTECODE": "1",
+        "VIRTUAL_ENV": python_dir,
+        # pip: no cache in the workspace, no version check against the index on every run, never
+        # a prompt (nobody can answer one).
+        "XDG_CACHE_HOME": f"{tmp}/.cache",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PIP_NO_INPUT": "1",
     }
+
+
+def runtime_bin(python: str) -> str | None:
+    """The session runtime's bin/ when it is a virtual environment (its console scripts)."""
+    venv = os.path.dirname(os.path.dirname(os.path.abspath(python)))
+    return os.path.join(venv, "bin") if os.path.isfile(os.path.join(venv, "pyvenv.cfg")) else None
 
 
 def _worker_args(session_id: str, req_fd: int, resp_fd: int, limits: Limits, *, nproc: bool) -> list[str]:
@@ -272,8 +373,10 @@ def _worker_args(session_id: str, req_fd: int, resp_fd: int, limits: Limits, *, 
         str(limits.cpu_seconds),
         "--file-size-mb",
         str(limits.file_size_mb),
-        "--max-output",
-        str(limits.max_output_bytes),
+        "--stdout-kept",
+        str(limits.stdout_kept),
+        "--stderr-kept",
+        str(limits.stderr_kept),
         # RLIMIT_NPROC counts every process of the uid: only meaningful with a uid of its own.
         "--max-processes",
         str(limits.max_processes if nproc else 0),
@@ -314,7 +417,7 @@ def _system_binds(python: str) -> list[str]:
     return args
 
 
-_OWN_MOUNTS = ("/tmp", "/proc", "/dev", SANDBOX_WORKDIR)
+_OWN_MOUNTS = ("/tmp", "/proc", "/dev", SANDBOX_WORKDIR, disk.SANDBOX_PYTHON_DIR)
 
 
 def _parent_dirs(argv: list[str]) -> list[str]:
@@ -332,12 +435,35 @@ def _parent_dirs(argv: list[str]) -> list[str]:
 
 
 def _enter_cgroups(procs_files: list[str], argv: list[str]) -> list[str]:
-    """`sh` writes its own pid into each cgroup, then becomes bwrap: the session's very first
-    process is already inside, so everything it forks is too."""
+    """`sh` writes its own pid into each cgroup, then becomes the next step: the session's very
+    first process is already inside, so everything it forks is too."""
     if not procs_files:
         return argv
     script = 'echo $$ > "$1" || exit 125; shift; ' * len(procs_files) + 'exec "$@"'
     return ["/bin/sh", "-c", script, "lci-enter-cgroup", *procs_files, *argv]
+
+
+def _own_user_namespace(uid: int) -> list[str]:
+    """Run the rest in a user namespace of the session's own, mapping only its uid (to itself), in
+    which no further user namespace can be created (bwrap --disable-userns). Run as the session's
+    uid, after every mount is in place (`--dev-bind / /` keeps them, read-only ones stay read-only).
+    Its kernel keyrings (user, user-session, persistent) belong to this namespace, so a key a
+    session adds dies with it and is never found by a later session given the same uid."""
+    return [
+        "bwrap",
+        "--unshare-user",
+        "--disable-userns",
+        "--uid",
+        str(uid),
+        "--gid",
+        str(uid),
+        # --dev-bind: the outer sandbox's /dev (null, zero, random, ...) keeps working devices
+        "--dev-bind",
+        "/",
+        "/",
+        "--die-with-parent",
+        "--",
+    ]
 
 
 def build_command(
@@ -345,7 +471,8 @@ def build_command(
     plan: IsolationPlan,
     network_mode: str,
     session_id: str,
-    workdir: str,
+    root: str,
+    template: str,
     req_fd: int,
     resp_fd: int,
     limits: Limits,
@@ -355,18 +482,37 @@ def build_command(
     resolv_conf: str | None = None,
     cgroup_procs: list[str] | None = None,
 ) -> WorkerCommand:
-    """argv (and cwd) that start one worker under `plan` (check() it first)."""
+    """argv (and cwd) that start one worker under `plan` (check() it first). `root` is the
+    session's directory on the host, `template` the directory holding the Python layer."""
     plan.check(network_mode)
     if plan.strategy != "bwrap":
+        # Unisolated: the session's directories on the host (sessions.py lays them out).
+        layer = os.path.join(root, "python")
         worker = _worker_args(session_id, req_fd, resp_fd, limits, nproc=False)
-        return WorkerCommand([python, "-I", str(WORKER_PATH), *worker], workdir, _clean_env(workdir))
-    if uid is None or info_fd is None:
-        raise ValueError("bwrap needs the session's uid and an info fd")
+        env = session_env(
+            home=os.path.join(root, "workspace"),
+            tmp=os.path.join(root, "tmp"),
+            python_dir=layer,
+            runtime_bin=runtime_bin(python),
+        )
+        return WorkerCommand(
+            [f"{layer}/bin/python", "-I", str(WORKER_PATH), *worker], os.path.join(root, "workspace"), env
+        )
+    if uid is None or info_fd is None or plan.disk is None:
+        raise ValueError("bwrap needs the session's uid, an info fd and a disk kind")
     worker = _worker_args(session_id, req_fd, resp_fd, limits, nproc=True)
     dns = ["--ro-bind", resolv_conf, "/etc/resolv.conf"] if resolv_conf else []
     binds = [*_system_binds(python), *dns, "--ro-bind", str(WORKER_PATH), SANDBOX_WORKER_PATH]
-    argv = [
-        "bwrap",
+    env = session_env(
+        home=SANDBOX_WORKDIR, tmp="/tmp", python_dir=disk.SANDBOX_PYTHON_DIR, runtime_bin=runtime_bin(python)
+    )
+    own = [
+        *("--bind", disk.mounted(root, "tmp"), "/tmp"),
+        *("--bind", disk.mounted(root, "workspace"), SANDBOX_WORKDIR),
+        *("--bind", disk.mounted(root, "python"), disk.SANDBOX_PYTHON_DIR),
+    ]
+    bwrap = [
+        plan.bwrap,
         "--die-with-parent",
         "--new-session",
         "--unshare-pid",
@@ -382,40 +528,16 @@ def build_command(
         "/proc",
         "--dev",
         "/dev",
-        "--size",
-        str(limits.tmp_mb << 20),
-        "--perms",
-        "1777",
-        "--tmpfs",
-        "/tmp",
-        # after /tmp's tmpfs, so that a session Python kept under /tmp stays visible
+        # the session's disk first, so that a session Python kept under /tmp stays visible
+        *_parent_dirs(own),
+        *own,
         *_parent_dirs(binds),
         *binds,
-        "--bind",
-        workdir,
-        SANDBOX_WORKDIR,
         "--chdir",
         SANDBOX_WORKDIR,
         "--clearenv",
-        "--setenv",
-        "PATH",
-        "/usr/local/bin:/usr/bin:/bin",
-        "--setenv",
-        "HOME",
-        SANDBOX_WORKDIR,
-        "--setenv",
-        "TMPDIR",
-        "/tmp",
-        "--setenv",
-        "LANG",
-        "C.UTF-8",
-        "--setenv",
-        "PYTHONIOENCODING",
-        "utf-8",
-        "--setenv",
-        "PYTHONDONTWRITEBYTECODE",
-        "1",
-        # bwrap (as root, no user namespace) keeps only these two capabilities, which setpriv
+        *[arg for key, value in env.items() for arg in ("--setenv", key, value)],
+        # bwrap (as root, no user namespace yet) keeps only these two capabilities, which setpriv
         # uses once to become the session's uid; from then on the process has none at all.
         "--cap-add",
         "CAP_SETUID",
@@ -432,9 +554,21 @@ def build_command(
         "--bounding-set=-all",
         "--no-new-privs",
         "--",
-        python,
+        *[plan.bwrap if arg == "bwrap" else arg for arg in _own_user_namespace(uid)],
+        f"{disk.SANDBOX_PYTHON_DIR}/bin/python",
         "-I",
         SANDBOX_WORKER_PATH,
         *worker,
     ]
-    return WorkerCommand(_enter_cgroups(cgroup_procs or [], argv), workdir, _clean_env(SANDBOX_WORKDIR))
+    argv = disk.mount_command(
+        kind=plan.disk,
+        root=root,
+        uid=uid,
+        size_mb=limits.disk_mb,
+        files=limits.disk_files,
+        template=template,
+        then=bwrap,
+    )
+    return WorkerCommand(
+        _enter_cgroups(cgroup_procs or [], argv), root, {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+    )

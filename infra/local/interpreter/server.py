@@ -2,7 +2,8 @@
 
 It speaks the `bedrock-agentcore` rest-json protocol exactly as the botocore service model
 (`botocore/data/bedrock-agentcore/2024-02-28/service-2.json`) describes it, so the unmodified
-boto3 client works with only `endpoint_url` changed (request signatures are not checked):
+boto3 client (and the official SDK, pointed here with its endpoint settings) works with only the
+endpoint changed (request signatures are not checked):
 
 | operation | HTTP (path under /code-interpreters/{id}) | inputs |
 |---|---|---|
@@ -13,46 +14,61 @@ boto3 client works with only `endpoint_url` changed (request signatures are not 
 | GetCodeInterpreterSession | GET sessions/get | query sessionId |
 | ListCodeInterpreterSessions | POST sessions/list | body: maxResults, nextToken, status |
 
+Every tool of the model's ToolName enum is implemented: executeCode (python), executeCommand,
+readFiles, writeFiles, listFiles, removeFiles, and the background commands startCommandExecution
+(`arguments.command`) / getTask / stopTask (`arguments.taskId`); worker.py says what each does.
+`{id}` may be a registered interpreter, its ARN, or `aws.codeinterpreter.v1`, AgentCore's system
+interpreter and the SDK's default, built in as a PUBLIC interpreter of no tenant.
+
 Errors are `x-amzn-errortype: <Name>` + JSON `{"message": ...}` with the model's HTTP status
 (ResourceNotFoundException 404, ValidationException 400 with `reason`, ServiceQuotaExceeded 402,
 InternalServerException 500). InvokeCodeInterpreter answers `application/vnd.amazon.eventstream`:
 `result` events as AgentCore sends them (API reference, CodeInterpreterResult /
 ToolResultStructuredContent): text content blocks with the output and a terminal event whose
-`structuredContent` carries stdout, stderr, exitCode, taskStatus, executionTime (seconds), with
-`isError` true iff exitCode != 0. Output over one chunk is streamed as several content-only
-events before the terminal one, so a client that counts text blocks *and* structured content
-counts twice — exactly the bug the runner must not have. File tools' answers over one chunk are
-streamed the same way, one content-only event per file (readFiles of large files).
+`structuredContent` carries stdout, stderr, exitCode, taskStatus, executionTime (milliseconds,
+as the API reference gives it), and taskId for the task tools, with `isError` true iff exitCode
+!= 0 (or the tool failed). Output over one chunk is streamed as several content-only events
+before the terminal one, so a client that counts text blocks *and* structured content counts
+twice — exactly the bug the runner must not have. File tools' answers over one chunk are
+streamed the same way, one content-only event per file, copied from the session's channel to the
+socket in bounded pieces. A session whose answer breaks the channel's bounds is ended, and the
+call answers exitCode 1 with the reason on stderr.
 
 Local additions, not part of AgentCore: `GET /ping` (health, 200),
 `POST /_local/interpreters` (`{"interpreterId": ..., "networkMode": "PUBLIC"|"SANDBOX"}`),
-`GET /_local/isolation` (the isolation in force, isolation.IsolationPlan.describe), the
-structuredContent members `stdoutBytes`/`stderrBytes` (exact byte counts, SPEC §19), and Start
+`GET /_local/isolation` (the isolation in force, isolation.IsolationPlan.describe), the response
+headers `x-sandbox-local-stdout-bytes` / `-stderr-bytes` (exact byte counts, SPEC §19), and Start
 refused with AccessDeniedException (403) `isolation_unavailable: ...` when the session cannot be
 isolated (SPEC §18).
 
 Sources (checked with the docs search, Nov 2026):
 - URIs, locations, shapes, error statuses: the botocore model above (the source of truth here).
 - Result event shape: docs.aws.amazon.com/bedrock-agentcore/latest/APIReference/
-  API_CodeInterpreterResult.html and API_CodeInterpreterStreamOutput.html; a public project's
-  recorded live response shows one event `{"content": [{"type": "text", ...}], "structuredContent":
-  {"stdout", "stderr", "exitCode", "executionTime": 0.07}, "isError": false}` (seconds).
+  API_CodeInterpreterResult.html and API_CodeInterpreterStreamOutput.html; executionTime's unit:
+  API_ToolResultStructuredContent.html ("in milliseconds", as the botocore model says). A public
+  project's recorded live response shows `"executionTime": 0.07` for a trivial call, which reads
+  like seconds: the reference is followed here.
 - Lifecycle: StopCodeInterpreterSession doc ("Once stopped, a session cannot be restarted"); the
   devguide's code-interpreter-session-characteristics page (900 s default, several independent
   sessions per interpreter); statuses READY|TERMINATED (model enum, boto/boto3#4701).
 Assumed where nothing public says it (change here if AWS is observed to differ): error message
 texts; `taskStatus` "failed" for a non-zero exit; which text goes in content blocks (stdout, then
 stderr); Stop of an already-terminated session → ResourceNotFoundException; language other than
-python → ValidationException (AgentCore runs JS/TS; this local one does not).
+python → ValidationException (AgentCore runs JS/TS; this local one does not); the task tools'
+answers (start: taskStatus `working`; getTask of a running task: its output so far, no exitCode;
+an unknown taskId: a tool error, isError true, naming it).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import re
+import struct
 import threading
 import uuid
+import zlib
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -60,19 +76,24 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from sandbox_common import naming
 
-from infra.local.eventstream import event_frame, event_payload_frame
+from infra.local.eventstream import event_frame, event_payload_frame, event_payload_head
 from infra.local.interpreter.isolation import IsolationUnavailable, Limits
 from infra.local.interpreter.sessions import (
     MAX_SESSION_TIMEOUT,
     NETWORK_MODES,
     READY,
     TERMINATED,
+    ClientGone,
+    InvokeOutcome,
     NotFound,
+    ProtocolViolation,
     QuotaExceeded,
     Session,
     SessionManager,
     WorkerFailure,
 )
+from infra.local.interpreter.uids import UidAllocator
+from infra.local.interpreter.worker import MAX_BLOCK, Frame
 
 log = logging.getLogger("local-interpreter")
 
@@ -81,9 +102,18 @@ SESSION_HEADER = "x-amzn-code-interpreter-session-id"
 CHUNK_CHARS = 64 * 1024  # text per content-only event when output is long
 MAX_BODY = 128 * 1024 * 1024
 SESSION_ID_RE = re.compile(r"^[0-9a-zA-Z]{1,40}$")
-# ToolName enum of the model; the local worker implements these.
-TOOLS = ("executeCode", "executeCommand", "readFiles", "listFiles", "removeFiles", "writeFiles")
-MODEL_TOOLS = (*TOOLS, "startCommandExecution", "getTask", "stopTask")
+# ToolName enum of the model; the local worker implements every one.
+TOOLS = (
+    "executeCode",
+    "executeCommand",
+    "readFiles",
+    "listFiles",
+    "removeFiles",
+    "writeFiles",
+    "startCommandExecution",
+    "getTask",
+    "stopTask",
+)
 
 
 class ApiError(Exception):
@@ -113,52 +143,59 @@ def _json_default(value: Any) -> Any:
     raise TypeError(type(value).__name__)
 
 
-def result_events(
-    stdout: str,
-    stderr: str,
-    exit_code: int,
-    execution_time: float,
-    content: list[dict[str, Any]] | None = None,
-    is_error: bool | None = None,
-    content_blocks: list[bytes] | None = None,
-) -> list[bytes]:
-    """The `result` events for one tool call, terminal (structured) event last. `content_blocks`:
-    a file tool's content blocks as the worker encoded them (JSON objects), sent unparsed."""
-    failed = exit_code != 0 if is_error is None else is_error
-    structured = {
-        "stdout": stdout,
-        "stderr": stderr,
-        "exitCode": exit_code,
-        "taskStatus": "failed" if failed else "completed",
-        "executionTime": round(execution_time, 6),
+def structured_content(outcome: InvokeOutcome) -> dict[str, Any]:
+    """ToolResultStructuredContent of an answer (API reference: executionTime in milliseconds)."""
+    failed = outcome_failed(outcome)
+    structured: dict[str, Any] = {
+        "stdout": outcome.stdout,
+        "stderr": outcome.stderr,
+        "taskStatus": outcome.task_status or ("failed" if failed else "completed"),
+        "executionTime": round(outcome.execution_time * 1000, 3),
     }
-    if content_blocks is not None:
+    if outcome.exit_code is not None:
+        structured["exitCode"] = outcome.exit_code
+    if outcome.task_id is not None:
+        structured["taskId"] = outcome.task_id
+    return structured
+
+
+def outcome_failed(outcome: InvokeOutcome) -> bool:
+    if outcome.is_error is not None:
+        return outcome.is_error
+    return outcome.exit_code not in (0, None)
+
+
+def result_events(outcome: InvokeOutcome) -> list[bytes]:
+    """The `result` events for one tool call, terminal (structured) event last. A file tool's
+    content blocks (`content_blocks`, as the worker encoded them) are sent unparsed."""
+    failed = outcome_failed(outcome)
+    structured = structured_content(outcome)
+    if outcome.content_blocks is not None:
+        blocks = outcome.content_blocks
         flag = b"true" if failed else b"false"
         tail = json.dumps({"structuredContent": structured, "isError": failed}).encode("utf-8")
-        if sum(len(b) for b in content_blocks) <= CHUNK_CHARS:  # short: one event, like short output
-            return [
-                event_payload_frame(
-                    "result", b'{"content": [' + b", ".join(content_blocks) + b"], " + tail[1:]
-                )
-            ]
+        if sum(len(b) for b in blocks) <= CHUNK_CHARS:  # short: one event, like short output
+            return [event_payload_frame("result", b'{"content": [' + b", ".join(blocks) + b"], " + tail[1:])]
         # Long: one content-only event per block (a file each), then the terminal event, as long
         # executeCode output is streamed: each event stays the size of one file, and botocore's
         # event-stream buffer copies its whole pending message on every 64 KiB read (quadratic).
         events = [
             event_payload_frame("result", b'{"content": [' + block + b'], "isError": ' + flag + b"}")
-            for block in content_blocks
+            for block in blocks
         ]
         events.append(event_payload_frame("result", b'{"content": [], ' + tail[1:]))
         return events
-    if content is not None:  # file tools: their own blocks, one event
+    if outcome.content is not None:  # file tools: their own blocks, one event
         return [
-            event_frame("result", {"content": content, "structuredContent": structured, "isError": failed})
+            event_frame(
+                "result", {"content": outcome.content, "structuredContent": structured, "isError": failed}
+            )
         ]
-    texts = [t for t in (stdout, stderr) if t]
+    texts = [t for t in (outcome.stdout, outcome.stderr) if t]
     if sum(len(t) for t in texts) <= CHUNK_CHARS:
-        blocks = [{"type": "text", "text": t} for t in texts]
+        blocks_ = [{"type": "text", "text": t} for t in texts]
         return [
-            event_frame("result", {"content": blocks, "structuredContent": structured, "isError": failed})
+            event_frame("result", {"content": blocks_, "structuredContent": structured, "isError": failed})
         ]
     events = [
         event_frame(
@@ -223,15 +260,22 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_stream(
         self, session_id: str, frames: list[bytes], headers: dict[str, str] | None = None
     ) -> None:
+        self._begin_stream(session_id, headers or {})
+        self._write_events(frames)
+
+    def _begin_stream(self, session_id: str, headers: dict[str, str]) -> None:
         self.send_response(200)
-        for key, value in (headers or {}).items():
+        for key, value in headers.items():
             self.send_header(key, value)
         self.send_header("Content-Type", EVENTSTREAM)
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("x-amzn-RequestId", str(uuid.uuid4()))
         self.send_header(SESSION_HEADER, session_id)
         self.end_headers()
-        for frame in frames:  # one HTTP chunk per event, as a streaming service would send them
+
+    def _write_events(self, frames: list[bytes]) -> None:
+        """The rest of the stream: one HTTP chunk per event, as a streaming service sends them."""
+        for frame in frames:
             if len(frame) <= CHUNK_CHARS:
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
             else:  # megabytes (file tools): no copy of the frame to frame it
@@ -370,29 +414,55 @@ class _Handler(BaseHTTPRequestHandler):
         name = body.get("name")
         if not name:
             raise validation("name is required", "name")
-        if name not in MODEL_TOOLS:
-            raise validation(f"name must be one of {', '.join(MODEL_TOOLS)}", "name")
+        if name not in TOOLS:
+            raise validation(f"name must be one of {', '.join(TOOLS)}", "name")
         arguments = body.get("arguments") or {}
         if not isinstance(arguments, dict):
             raise validation("arguments must be an object", "arguments")
         session = self._manager.active(identifier, self._session_id(self.headers.get(SESSION_HEADER)))
-        if name not in TOOLS:
-            raise validation(f"{name} is not supported by the local interpreter", "name")
         self._validate_arguments(name, arguments)
-        outcome = self._manager.invoke(session, name, arguments)
-        frames = result_events(
-            outcome.stdout,
-            outcome.stderr,
-            outcome.exit_code,
-            outcome.execution_time,
-            outcome.content,
-            outcome.is_error,
-            outcome.content_blocks,
-        )
+        streaming: list[bool] = []
+
+        def stream(outcome: InvokeOutcome, frame: Frame) -> None:
+            """A file tool's large answer: one event per content block, each block copied from the
+            worker's channel to the socket in bounded pieces (never held whole)."""
+            streaming.append(True)
+            self._begin_stream(session.session_id, {})
+            flag = b"true" if outcome_failed(outcome) else b"false"
+            prefix, suffix = b'{"content": [', b'], "isError": ' + flag + b"}"
+            bound = MAX_BLOCK if name == "readFiles" else 64 * 1024
+            try:
+                while (length := frame.next_block(bound)) is not None:
+                    head, total = event_payload_head("result", len(prefix) + length + len(suffix))
+                    self.wfile.write(b"%x\r\n%s" % (total, head))
+                    crc = zlib.crc32(head)
+                    for piece in itertools.chain((prefix,), frame.read_pieces(length), (suffix,)):  # lazily
+                        crc = zlib.crc32(piece, crc)
+                        self.wfile.write(piece)
+                    self.wfile.write(struct.pack(">I", crc & 0xFFFFFFFF) + b"\r\n")
+            except OSError as exc:  # the caller's socket (a broken channel is a ProtocolError)
+                raise ClientGone() from exc
+
+        try:
+            outcome = self._manager.invoke(session, name, arguments, on_blocks=stream)
+        except ProtocolViolation as exc:
+            if streaming:  # the answer is already on its way: end it broken, never complete
+                self.close_connection = True
+                return
+            outcome = InvokeOutcome(stdout="", stderr=f"{exc}\n", exit_code=1, execution_time=0.0, died=True)
+        except ClientGone:
+            self.close_connection = True
+            return
+        if streaming:
+            outcome.content_blocks = []  # sent: only the terminal event is left
+            frames = result_events(outcome)
+            self._write_events(frames[-1:])
+            return
+        frames = result_events(outcome)
         # Local addition (SPEC §19): the exact byte counts the code wrote. The worker keeps only the
-        # first Limits.max_output_bytes of each stream, so the text alone would undercount; the
-        # model's structuredContent has no member for a count (botocore drops unknown members),
-        # response headers reach the client as ResponseMetadata.HTTPHeaders.
+        # first Limits.stdout_kept / stderr_kept bytes of each stream, so the text alone would
+        # undercount; the model's structuredContent has no member for a count (botocore drops
+        # unknown members), response headers reach the client as ResponseMetadata.HTTPHeaders.
         counts = {
             naming.LOCAL_STDOUT_BYTES_HEADER: outcome.stdout_bytes,
             naming.LOCAL_STDERR_BYTES_HEADER: outcome.stderr_bytes,
@@ -409,8 +479,10 @@ class _Handler(BaseHTTPRequestHandler):
             need("code", str)
             if arguments.get("language", "python") != "python":
                 raise validation("the local interpreter runs python only", "arguments.language")
-        elif name == "executeCommand":
+        elif name in ("executeCommand", "startCommandExecution"):
             need("command", str)
+        elif name in ("getTask", "stopTask"):
+            need("taskId", str)
         elif name == "writeFiles":
             need("content", list)
             for item in arguments["content"]:
@@ -423,7 +495,10 @@ class _Handler(BaseHTTPRequestHandler):
         interpreter_id, mode = body.get("interpreterId"), body.get("networkMode")
         if not isinstance(interpreter_id, str) or mode not in NETWORK_MODES:
             raise validation("interpreterId and networkMode (PUBLIC|SANDBOX) are required")
-        self._manager.register_interpreter(interpreter_id, mode)
+        try:
+            self._manager.register_interpreter(interpreter_id, mode)
+        except ValueError as exc:
+            raise validation(str(exc), "interpreterId") from exc
         self._send_json({"interpreterId": interpreter_id, "networkMode": mode})
 
 
@@ -456,6 +531,8 @@ class LocalInterpreterServer:
         python: str | None = None,
         max_sessions: int = 64,
         reap_interval: float = 0.2,
+        disk_kind: str = "auto",
+        uids: UidAllocator | None = None,
     ) -> None:
         self._port = port
         self.manager = SessionManager(
@@ -467,6 +544,8 @@ class LocalInterpreterServer:
             python=python,
             max_sessions=max_sessions,
             reap_interval=reap_interval,
+            disk_kind=disk_kind,
+            uids=uids,
         )
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None

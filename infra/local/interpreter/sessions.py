@@ -28,6 +28,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -36,13 +37,18 @@ from typing import Any
 
 from sandbox_common import naming
 
-from infra.local.interpreter import cgroups, isolation, network, worker
+from infra.local.interpreter import cgroups, disk, isolation, network, worker
 from infra.local.interpreter.isolation import IsolationUnavailable, Limits
 from infra.local.interpreter.uids import NoFreeUid, UidAllocator, UidLease
 
 log = logging.getLogger("local-interpreter")
 
 NETWORK_MODES = ("PUBLIC", "SANDBOX")
+# AgentCore's system interpreter, the official SDK's default identifier: built into every local
+# interpreter as a PUBLIC one (docs/decisions.md). It is no tenant's interpreter: the local stack
+# registers each tenant's own, and nothing may register this name.
+DEFAULT_INTERPRETER_ID = "aws.codeinterpreter.v1"
+BUILTIN_INTERPRETERS = {DEFAULT_INTERPRETER_ID: "PUBLIC"}
 READY, TERMINATED = "READY", "TERMINATED"
 DEFAULT_SESSION_TIMEOUT = 900
 MAX_SESSION_TIMEOUT = 28_800
@@ -85,7 +91,6 @@ class Session:
     status: str = READY
     last_updated_at: datetime = field(default_factory=utc_now)
     proc: subprocess.Popen[bytes] | None = None
-    worker_pid: int | None = None  # the worker's pid as seen inside its pid namespace
     req_fd: int = -1
     resp_fd: int = -1
     termination: str | None = None  # stopped | expired | died | shutdown
@@ -113,14 +118,39 @@ class InvokeOutcome:
 
     stdout: str
     stderr: str
-    exit_code: int
-    execution_time: float
+    exit_code: int | None
+    execution_time: float  # seconds
     content: list[dict[str, Any]] | None = None
     content_blocks: list[bytes] | None = None  # file tools: each content block as the worker encoded it
     is_error: bool | None = None
     died: bool = False
     stdout_bytes: int | None = None  # exact bytes the code wrote, also beyond what was kept
     stderr_bytes: int | None = None
+    task_id: str | None = None  # startCommandExecution / getTask / stopTask
+    task_status: str | None = None
+    streamed: bool = False  # the content blocks were streamed to the caller (`on_blocks`)
+    raw_length: int = 0  # the answer's raw part, in bytes (file tools: their content blocks)
+
+
+# Answers whose raw part is output: stdout and stderr blocks, each within what the worker keeps.
+OUTPUT_OPS = ("executeCode", "executeCommand", "startCommandExecution", "getTask", "stopTask")
+# Answers whose raw part is content blocks (one per file or entry): streamed when large.
+BLOCK_OPS = ("readFiles", "listFiles")
+SMALL_RAW = 64 * 1024  # a file tool's blocks up to this size are read whole and sent as one event
+_LIST_BLOCK = 64 * 1024  # one listFiles entry (its name is at most 255 bytes)
+TASK_STATUSES = ("submitted", "working", "completed", "canceled", "failed")
+
+
+class ProtocolViolation(Exception):
+    """The worker's answer broke the protocol or its bounds; the session has been ended."""
+
+
+class ClientGone(Exception):
+    """The caller went away while file contents were streamed to it."""
+
+
+Blocks = list[bytes]
+BlockSink = Callable[[InvokeOutcome, "worker.Frame"], None]
 
 
 PIPE_BYTES = 1 << 20  # file tools move megabytes: 16x fewer wake-ups than the 64 KiB default
@@ -147,14 +177,30 @@ class SessionManager:
         max_sessions: int = 64,
         base_dir: str | None = None,
         reap_interval: float = 0.2,
+        disk_kind: str = "auto",
+        uids: UidAllocator | None = None,
     ) -> None:
         self.limits = limits or Limits()
         if allow_unisolated is None:  # the operator's explicit escape hatch (SPEC §18)
             allow_unisolated = os.environ.get(naming.ENV_LOCAL_UNISOLATED) == "1"
-        self.plan = isolation.probe(isolation_strategy, allow_unisolated=allow_unisolated)
+        self.plan = isolation.probe(
+            isolation_strategy, allow_unisolated=allow_unisolated, disk_kind=disk_kind
+        )
         self.isolation = self.plan.strategy
         self.python = python or isolation.default_python()
-        self._uids = UidAllocator()
+        # The Python layer every session's disk starts with (disk.py), built once per server.
+        self.template: str | None = None
+        if self.plan.strategy != "unavailable":
+            self.template = tempfile.mkdtemp(prefix="lci-template-", dir=base_dir)
+            try:
+                disk.build_template(self.python, self.template)
+            except (OSError, ValueError, subprocess.SubprocessError) as exc:
+                shutil.rmtree(self.template, ignore_errors=True)
+                raise IsolationUnavailable(
+                    f"{naming.REASON_ISOLATION_UNAVAILABLE}: the session Python {self.python} does not"
+                    f" run: {exc}"
+                ) from exc
+        self._uids = uids or UidAllocator()
         self.max_sessions = max_sessions
         self.base_dir = base_dir
         self._lock = threading.RLock()
@@ -183,13 +229,15 @@ class SessionManager:
             raise ValueError(f"network_mode must be one of {NETWORK_MODES}, got {network_mode!r}")
         if not interpreter_id or "/" in interpreter_id:
             raise ValueError(f"invalid interpreter id {interpreter_id!r}")
+        if interpreter_id in BUILTIN_INTERPRETERS:
+            raise ValueError(f"{interpreter_id} is built in (a PUBLIC interpreter of no tenant)")
         with self._lock:
             self._interpreters[interpreter_id] = network_mode
 
     def interpreters(self) -> dict[str, str]:
         self._load_registry()
         with self._lock:
-            return {**self._file_interpreters, **self._interpreters}
+            return {**self._file_interpreters, **self._interpreters, **BUILTIN_INTERPRETERS}
 
     def _load_registry(self, strict: bool = False) -> None:
         """The registry file ({"<interpreter id>": "PUBLIC"|"SANDBOX", ...}) is re-read when it
@@ -286,10 +334,11 @@ class SessionManager:
         return session
 
     def _spawn(self, session: Session) -> None:
-        workdir = os.path.join(session.root, "workspace")
-        os.mkdir(workdir, 0o700)
+        assert self.template is not None  # plan.check() passed: the layer exists
         if self.plan.strategy == "bwrap":
-            self._prepare_bwrap(session, workdir)
+            self._prepare_bwrap(session)
+        else:  # unisolated: the session's directories on the host, unbounded
+            shutil.copytree(self.template, session.root, symlinks=True, dirs_exist_ok=True)
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
         for fd in (req_w, resp_w):
@@ -301,7 +350,8 @@ class SessionManager:
                 plan=self.plan,
                 network_mode=session.network_mode,
                 session_id=session.session_id,
-                workdir=workdir,
+                root=session.root,
+                template=self.template,
                 req_fd=req_r,
                 resp_fd=resp_w,
                 limits=self.limits,
@@ -337,25 +387,23 @@ class SessionManager:
         if info_r >= 0:
             self._attach_network(session, info_r)
         try:
-            hello = worker.recv_frame(resp_r)
+            hello = worker.recv_frame(resp_r, max_json=worker.MAX_JSON)
         except (OSError, ValueError) as exc:
             hello = None
             log.warning("session %s: bad hello: %s", session.session_id, exc)
-        if not hello or not hello.get("ready"):
+        if hello is None or hello.obj.get("ready") is not True or hello.raw_length:
             self._kill(session)
             detail = self._worker_log(session)
             raise WorkerFailure(f"the interpreter process did not start: {detail}")
-        session.worker_pid = hello.get("pid")
 
     # --- isolation of one session (bwrap) --------------------------------------------------------
-    def _prepare_bwrap(self, session: Session, workdir: str) -> None:
-        """The session's own uid (owner of its 0700 workspace) and cgroups, before it starts."""
+    def _prepare_bwrap(self, session: Session) -> None:
+        """The session's own uid, cgroups and disk (image and mount point), before it starts."""
         try:
             session.uid_lease = self._uids.lease()
         except NoFreeUid as exc:
             raise QuotaExceeded(str(exc)) from exc
         session.uid = session.uid_lease.uid
-        os.chown(workdir, session.uid, session.uid)
         if self.plan.cgroups is not None:
             try:
                 session.cgroup = cgroups.SessionCgroup(
@@ -366,6 +414,17 @@ class SessionManager:
                 )
             except OSError as exc:
                 raise WorkerFailure(f"could not create the session's cgroup: {exc}") from exc
+        os.mkdir(os.path.join(session.root, disk.MOUNT_NAME), 0o700)
+        if self.plan.disk == "ext4":
+            try:
+                disk.make_image(
+                    os.path.join(session.root, disk.IMAGE_NAME),
+                    size_mb=self.limits.disk_mb,
+                    files=self.limits.disk_files,
+                    uid=session.uid,
+                )
+            except (OSError, subprocess.SubprocessError) as exc:
+                raise WorkerFailure(f"could not make the session's disk: {exc}") from exc
 
     def _resolv_conf(self, session: Session) -> str | None:
         if self.plan.strategy != "bwrap" or session.network_mode != "PUBLIC":
@@ -426,18 +485,52 @@ class SessionManager:
         self.terminate(session, "stopped")
         return session
 
-    def invoke(self, session: Session, op: str, arguments: dict[str, Any]) -> InvokeOutcome:
-        """Run one tool call; calls on one session are serialized, as a kernel runs one cell at a time."""
+    def invoke(
+        self, session: Session, op: str, arguments: dict[str, Any], on_blocks: BlockSink | None = None
+    ) -> InvokeOutcome:
+        """Run one tool call; calls on one session are serialized, as a kernel runs one cell at a time.
+
+        The answer is read under bounds before anything is buffered (worker.recv_frame): its JSON
+        part is small, output blocks are at most what the worker keeps per stream, a file tool's
+        blocks are each at most one file's encoding. A file tool's blocks over SMALL_RAW are not
+        buffered at all: `on_blocks(outcome, frame)` streams them on to the caller, block by
+        block, while the session is held. An answer that breaks the protocol ends the session
+        (it is not trusted again) and the call answers ProtocolViolation's outcome."""
+        violation: str | None = None
+        outcome: InvokeOutcome | None = None
+        gone = False
         with session.exec_lock:
             if session.status != READY:
                 raise NotFound(f"Session {session.session_id} not found")
             try:
                 worker.send_frame(session.req_fd, {"op": op, "arguments": arguments})
-                result = worker.recv_frame(session.resp_fd)
+                frame = worker.recv_frame(session.resp_fd, max_json=worker.MAX_JSON)
+                if frame is not None:
+                    outcome = self._answer(op, frame)
+                    if outcome.content_blocks is None and op in BLOCK_OPS:
+                        if frame.raw_length <= SMALL_RAW:
+                            outcome.content_blocks = self._small_blocks(op, frame)
+                        elif on_blocks is not None:
+                            try:
+                                on_blocks(outcome, frame)
+                            except ClientGone:
+                                gone = True
+                            outcome.streamed = True
+                        frame.discard(self._block_bound(op))  # what the caller did not take
+            except worker.ProtocolError as exc:
+                violation, outcome = str(exc), None
             except (OSError, ValueError) as exc:
                 log.warning("session %s: channel failed: %s", session.session_id, exc)
-                result = None
-        if result is None:
+                outcome = None
+        if violation is not None:
+            log.warning("session %s broke the protocol and is ended: %s", session.session_id, violation)
+            self.terminate(session, "protocol")
+            raise ProtocolViolation(
+                f"The session broke the interpreter's protocol and was ended ({violation})."
+            )
+        if gone:
+            raise ClientGone()
+        if outcome is None:
             # The process ended during the call. If we ended it (Stop, expiry, shutdown) the
             # session is simply gone; otherwise it died on its own and the caller gets its status.
             if session.termination is not None and session.termination != "died":
@@ -451,21 +544,70 @@ class SessionManager:
                 execution_time=0.0,
                 died=True,
             )
-        outcome = InvokeOutcome(
-            stdout=result.get("stdout", ""),
-            stderr=result.get("stderr", ""),
-            exit_code=int(result.get("exit_code", 1)),
-            execution_time=float(result.get("execution_time", 0.0)),
-            content=result.get("content"),
-            content_blocks=result.get(worker.RAW_KEY),
-            is_error=result.get("is_error"),
-            died=bool(result.get("fatal")),
-            stdout_bytes=result.get("stdout_bytes"),
-            stderr_bytes=result.get("stderr_bytes"),
-        )
         session.last_updated_at = utc_now()
         if outcome.died:
             self.terminate(session, "died")
+        return outcome
+
+    def _block_bound(self, op: str) -> int:
+        return worker.MAX_BLOCK if op == "readFiles" else _LIST_BLOCK
+
+    def _small_blocks(self, op: str, frame: worker.Frame) -> Blocks:
+        blocks: Blocks = []
+        while (length := frame.next_block(self._block_bound(op))) is not None:
+            blocks.append(frame.read(length))
+        return blocks
+
+    def _answer(self, op: str, frame: worker.Frame) -> InvokeOutcome:
+        """The worker's answer, checked: anything malformed is a ProtocolError."""
+        obj = frame.obj
+        try:
+            exit_code = obj.get("exit_code")
+            if exit_code is not None and (not isinstance(exit_code, int) or isinstance(exit_code, bool)):
+                raise TypeError("exit_code")
+            execution_time = float(obj.get("execution_time", 0.0))
+            counts = [obj.get(k) for k in ("stdout_bytes", "stderr_bytes")]
+            if not all(c is None or (isinstance(c, int) and c >= 0) for c in counts):
+                raise TypeError("byte counts")
+            content = obj.get("content")
+            if content is not None and not (
+                isinstance(content, list) and all(isinstance(c, dict) for c in content)
+            ):
+                raise TypeError("content")
+            task_status = obj.get("task_status")
+            if task_status is not None and task_status not in TASK_STATUSES:
+                raise ValueError("task_status")
+            task_id = obj.get("task_id")
+            if task_id is not None and not (isinstance(task_id, str) and len(task_id) <= 64):
+                raise TypeError("task_id")
+        except (TypeError, ValueError) as exc:
+            raise worker.ProtocolError(f"malformed answer ({exc})") from exc
+        outcome = InvokeOutcome(
+            stdout="",
+            stderr="",
+            exit_code=exit_code,
+            execution_time=execution_time,
+            content=content,
+            is_error=obj.get("is_error") if isinstance(obj.get("is_error"), bool) else None,
+            died=obj.get("fatal") is True,
+            stdout_bytes=counts[0],
+            stderr_bytes=counts[1],
+            task_id=task_id,
+            task_status=task_status,
+            raw_length=frame.raw_length,
+        )
+        if op in OUTPUT_OPS:
+            limits = [self.limits.stdout_kept, self.limits.stderr_kept]
+            if frame.raw_length > sum(limits) + 2 * worker.BLOCK_HEADER:
+                raise worker.ProtocolError(
+                    f"an answer of {frame.raw_length} raw bytes exceeds the output bounds"
+                )
+            blocks = frame.blocks(limits)
+            outcome.stdout, outcome.stderr = (
+                (blocks[i] if i < len(blocks) else b"").decode("utf-8", errors="replace") for i in (0, 1)
+            )
+        elif op not in BLOCK_OPS and frame.raw_length:
+            raise worker.ProtocolError(f"{op} answers carry no raw part")
         return outcome
 
     def _exit_status(self, session: Session) -> int:
@@ -564,3 +706,5 @@ class SessionManager:
         for session in sessions:
             self.terminate(session, "shutdown")
         self._reaper.join(timeout=5)
+        if self.template is not None:
+            shutil.rmtree(self.template, ignore_errors=True)

@@ -3,7 +3,13 @@
 Several local interpreters may run at once (one per checkout), so uniqueness is machine-wide: a
 uid is held by an exclusive `flock` on its file in a root-only lock directory, for as long as the
 session lives. The kernel drops the lock when the holder exits, so a crashed server leaks nothing.
-A uid that still owns a live process (left over from anything) is skipped.
+A uid that still owns a live process (left over from anything), or still owns kernel keys, is
+skipped: a session's keyrings belong to its own user namespace and normally die with it
+(isolation.py), but a key can be kept alive after its session — the kernel collects keys
+asynchronously, and a key linked into a keyring that something else holds lives as long as that
+keyring — and a later session with the same uid could read it by its serial (listed in
+/proc/keys). Such a uid is handed out again only once the kernel counts no key of it
+(/proc/key-users).
 
 The uid is never root, never a uid that owns files outside a session's workspace (the range lies
 far above login uids), and not shared between two live sessions: RLIMIT_NPROC, which counts the
@@ -66,6 +72,19 @@ def uids_with_processes() -> set[int]:
     return found
 
 
+def uids_with_keys() -> set[int]:
+    """Uids that own at least one kernel key (/proc/key-users: `uid: usage nkeys/nikeys ...`)."""
+    found: set[int] = set()
+    with contextlib.suppress(OSError):
+        with open("/proc/key-users", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                with contextlib.suppress(ValueError, IndexError):
+                    uid, rest = line.split(":", 1)
+                    if int(rest.split()[1].split("/")[0]) > 0:
+                        found.add(int(uid))
+    return found
+
+
 class UidAllocator:
     def __init__(self, base: int = UID_BASE, count: int = UID_COUNT) -> None:
         self.base, self.count = base, count
@@ -73,7 +92,7 @@ class UidAllocator:
 
     def lease(self) -> UidLease:
         directory = _lock_dir()
-        busy = uids_with_processes()
+        busy = uids_with_processes() | uids_with_keys()
         start = secrets.randbelow(self.count)  # spread parallel servers over the range
         with self._lock:
             for i in range(self.count):

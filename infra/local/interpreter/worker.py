@@ -1,23 +1,28 @@
-"""One Code Interpreter session: a persistent Python process that runs code on request.
+"""One Code Interpreter session: a persistent Python process that runs code and commands on request.
 
 This file is executed *inside* the sandbox (bubblewrap) as a script, so it is stdlib-only and
 imports nothing from the project. The server imports it only for the frame helpers
-(`send_frame`, `recv_frame`), which both sides must agree on.
+(`send_frame`, `recv_frame`, `Frame`), which both sides must agree on.
 
-Protocol: requests and responses are length-prefixed frames ([u32 big-endian JSON length][u32
-raw length][ASCII JSON][raw bytes]) on two dedicated pipe fds, never on stdout/stderr, so nothing
-user code prints can corrupt the channel. The first frame the worker sends is
-`{"ready": true, "pid": ...}`. The raw part carries a file tool's content blocks, each already
-encoded as JSON (`RAW_KEY`, a list of bytes; their sizes travel in the JSON as `RAW_SIZES_KEY`):
-the server sends each as its own event without parsing it, so a 20 MiB readFiles answer is
-JSON-encoded once, here, and decoded once, by the client (measured: parsing and re-encoding it in
-the server cost ~0.2 s per 8 MiB). The worker shares its process with user code, so the raw part
-is exactly as trustworthy as every other answer of this session: the server never parses it and
-frames it itself.
+Protocol: requests and answers are frames on two dedicated pipe fds, never on stdout/stderr, so
+nothing user code prints can corrupt the channel: [u32 big-endian JSON length][u32 raw length]
+[ASCII JSON][raw part], the raw part a sequence of blocks, each [u32 length][bytes]. The first
+frame the worker sends is `{"ready": true, "pid": ...}`. An answer's JSON holds scalars and short
+messages only (at most MAX_JSON); its raw blocks hold what may be large:
+- executeCode, executeCommand and the task tools: two blocks, the kept stdout and stderr bytes
+  (at most --stdout-kept / --stderr-kept: the caps plus a redaction margin), the exact counts in
+  the JSON;
+- readFiles / listFiles: one block per file or entry, each a content block already encoded as
+  JSON, which the server sends as its own event without parsing it (a 20 MiB readFiles answer is
+  JSON-encoded once, here, and decoded once, by the client).
+The worker shares its process with user code, which can write to these fds too: the server reads
+every length against its bound before it reads what follows, and a frame outside the bounds ends
+the session (sessions.py). The raw part is as trustworthy as every other answer of the session.
 
 Semantics copied from AgentCore (a Jupyter-like kernel):
 - one globals dict for the whole session: variables and imports survive between calls;
-- a trailing expression is displayed (`sys.displayhook`), as a notebook cell does;
+- a trailing expression is displayed (`sys.displayhook`, through `sys.stdout`), as a notebook cell
+  does, and counted like any other output;
 - an uncaught exception gives exit code 1 and the traceback (user frames only) on stderr;
   `sys.exit(n)` gives n; the session survives both;
 - `MemoryError` reaching the top level gives exit code 137 (what an OOM kill reports) and the
@@ -26,7 +31,23 @@ Semantics copied from AgentCore (a Jupyter-like kernel):
 Output is captured at the file-descriptor level (fd 1 / fd 2 point at per-call pipes), so output
 of subprocesses and C extensions is captured too, and `sys.stdout` / `sys.stderr` stay the *same
 objects* across calls: the readiness preamble (SPEC §6.2) wraps them once and the wrapper must
-still be in place for every later call.
+still be in place for every later call. The byte counts are of what reaches fd 1 / fd 2, i.e. of
+what left the in-session redactor (SPEC §22).
+
+Commands (the wire contract a session runner uses for a shell script, SPEC §20):
+`InvokeCodeInterpreter(name="executeCommand", arguments={"command": <script, byte-exact>})`. The
+script runs to its end with the system's bash (`bash /dev/fd/N`: the script travels on a pipe, so
+it is never an argument, limited to 128 KiB, nor stdin, which is /dev/null) as a child of this
+process, in its current directory and with its environment: the same working directory, files,
+PATH (the session's Python layer first: `python`, `python3`, `pip` are the ones code runs on) and
+isolation as code. Its stdout / stderr are relayed through this process's `sys.stdout` /
+`sys.stderr`, so through the in-session redactor exactly as Python output is, and counted as they
+leave it. The answer is executeCode's: stdout, stderr, exitCode (bash's status, 128 + signal when
+killed), isError iff exitCode != 0, the exact byte counts. `startCommandExecution` runs the same
+way in the background (its own process group): the answer carries taskId and taskStatus
+`working`; `getTask` answers the output so far (redacted by a copy of the session's redactor,
+pushed out as it is written, never splitting a token), then `completed` / `failed` with exitCode;
+`stopTask` kills the task and everything it started (`canceled`).
 """
 
 from __future__ import annotations
@@ -35,7 +56,9 @@ import argparse
 import ast
 import base64
 import builtins
-import itertools
+import codecs
+import importlib
+import io
 import json
 import linecache
 import os
@@ -46,39 +69,52 @@ import sys
 import threading
 import time
 import traceback
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
-MAX_FRAME = 64 * 1024 * 1024
-# readFiles: one file per answer up to this size (base64 + JSON stays under MAX_FRAME); larger
-# artifacts are read in parts (functions/dispatch/artifacts.py splits them in the session).
+# Frames from the worker are read by the server under these bounds before anything is buffered:
+# the JSON part holds scalars and short messages only, output travels as raw blocks of at most
+# the kept bytes per stream (the server's limits), a file tool's blocks are streamed on.
+MAX_JSON = 64 * 1024
+# A request the server sends (trusted): writeFiles carries inline uploads.
+MAX_REQUEST = 256 * 1024 * 1024
+# readFiles: one file per answer up to this size (base64 + JSON stays one event-stream message
+# the SDK's parser accepts); larger artifacts are read in parts (functions/dispatch/artifacts.py
+# splits them in the session).
 MAX_READ_BYTES = 32 * 1024 * 1024
+MAX_BLOCK = MAX_READ_BYTES * 4 // 3 + 64 * 1024  # one readFiles block: base64 + its JSON wrapper
 _CELL_PREFIX = "<cell-"  # user code cells are compiled as "<cell-N>"
-_HEADER = struct.Struct(">II")
-RAW_KEY = "content_blocks"  # a result member sent as the frame's raw part: list of JSON-encoded blocks
-RAW_SIZES_KEY = "raw_sizes"
+_HEADER = struct.Struct(">II")  # JSON length, raw length
+_BLOCK = struct.Struct(">I")  # each raw block: its length, then its bytes
+BLOCK_HEADER = _BLOCK.size
+
+
+class ProtocolError(ValueError):
+    """A frame that breaks the protocol or its bounds: the session behind it is not trusted again."""
 
 
 # --- framing (shared with the server) ---------------------------------------------------------
-def _write_all(fd: int, data: bytes) -> None:
+def _write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data)
     while view:
         written = os.write(fd, view)
         view = view[written:]
 
 
-def send_frame(fd: int, obj: Any) -> None:
-    """One frame; `obj[RAW_KEY]` (a list of bytes), if present, travels as the raw part."""
-    raw = b""
-    if isinstance(obj, dict) and RAW_KEY in obj:
-        obj = dict(obj)
-        blobs = obj.pop(RAW_KEY)
-        obj[RAW_SIZES_KEY] = [len(b) for b in blobs]
-        raw = b"".join(blobs)
+def send_frame(fd: int, obj: Any, blocks: list[bytes] | tuple[bytes, ...] = ()) -> None:
+    """One frame: `obj` as JSON, then each of `blocks` (length-prefixed) as the raw part."""
     # ensure_ascii (the default): ~2x faster to encode and to decode than UTF-8 for non-ASCII text.
     payload = json.dumps(obj).encode("ascii")
-    _write_all(fd, _HEADER.pack(len(payload), len(raw)) + payload)
-    if raw:
-        _write_all(fd, raw)
+    raw_length = sum(_BLOCK.size + len(b) for b in blocks)
+    head = _HEADER.pack(len(payload), raw_length) + payload
+    if raw_length <= 65536:  # small: one write
+        _write_all(fd, b"".join([head, *(_BLOCK.pack(len(b)) + b for b in blocks)]))
+        return
+    _write_all(fd, head)
+    for block in blocks:  # large (file contents): no copy of a block to frame it
+        _write_all(fd, _BLOCK.pack(len(block)))
+        _write_all(fd, block)
 
 
 def _read_exact(fd: int, n: int) -> bytes | None:
@@ -92,34 +128,86 @@ def _read_exact(fd: int, n: int) -> bytes | None:
     return bytes(buffer)
 
 
-def recv_frame(fd: int) -> Any:
-    """The next frame, or None at EOF. A frame over MAX_FRAME is a protocol violation."""
+def recv_frame(fd: int, max_json: int = MAX_REQUEST) -> Frame | None:
+    """The next frame's JSON part (its raw part still unread: `Frame.blocks`), or None at EOF.
+
+    Both lengths are checked before anything is read: a JSON part over `max_json` is a
+    ProtocolError, raised with nothing buffered."""
     header = _read_exact(fd, _HEADER.size)
     if header is None:
         return None
     length, raw_length = _HEADER.unpack(header)
-    if length + raw_length > MAX_FRAME:
-        raise ValueError(f"frame of {length + raw_length} bytes exceeds {MAX_FRAME}")
+    if length > max_json:
+        raise ProtocolError(f"a frame's JSON part of {length} bytes exceeds {max_json}")
     payload = _read_exact(fd, length)
     if payload is None:
         return None
-    obj = json.loads(payload.decode("utf-8"))
-    if raw_length:
-        raw = _read_exact(fd, raw_length)
-        if raw is None:
+    try:
+        obj = json.loads(payload.decode("utf-8"))
+    except ValueError as exc:
+        raise ProtocolError("a frame's JSON part does not parse") from exc
+    if not isinstance(obj, dict):
+        raise ProtocolError("a frame's JSON part is not an object")
+    return Frame(fd, obj, raw_length)
+
+
+class Frame:
+    """A received frame: its JSON object, and its raw part to read block by block, bounded."""
+
+    def __init__(self, fd: int, obj: dict[str, Any], raw_length: int) -> None:
+        self.fd, self.obj, self.raw_length = fd, obj, raw_length
+        self.remaining = raw_length
+
+    def next_block(self, max_bytes: int) -> int | None:
+        """The next block's length (its bytes are read with `read`), None when the raw part is
+        done. A block over `max_bytes`, or past the announced raw length, is a ProtocolError."""
+        if self.remaining == 0:
             return None
-        sizes = obj.pop(RAW_SIZES_KEY, None) if isinstance(obj, dict) else None
-        if (
-            not isinstance(sizes, list)
-            or not all(isinstance(x, int) and x >= 0 for x in sizes)
-            or sum(sizes) != raw_length
-        ):
-            raise ValueError("a raw part needs its sizes")
-        view, offsets = memoryview(raw), [0]
-        for size in sizes:
-            offsets.append(offsets[-1] + size)
-        obj[RAW_KEY] = [bytes(view[a:b]) for a, b in itertools.pairwise(offsets)]
-    return obj
+        if self.remaining < _BLOCK.size:
+            raise ProtocolError("a raw part ends inside a block's length")
+        head = _read_exact(self.fd, _BLOCK.size)
+        if head is None:
+            raise ProtocolError("the channel closed inside a frame")
+        self.remaining -= _BLOCK.size
+        (length,) = _BLOCK.unpack(head)
+        if length > max_bytes or length > self.remaining:
+            raise ProtocolError(f"a raw block of {length} bytes exceeds its bound ({max_bytes})")
+        return length
+
+    def read(self, n: int) -> bytes:
+        data = _read_exact(self.fd, n) if n else b""
+        if data is None:
+            raise ProtocolError("the channel closed inside a frame")
+        self.remaining -= n
+        return data
+
+    def read_pieces(self, n: int, piece: int = 1 << 20) -> Iterator[bytes]:
+        """`n` bytes of the current block, in pieces of at most `piece` bytes (never all at once)."""
+        while n:
+            chunk = self.read(min(n, piece))
+            n -= len(chunk)
+            yield chunk
+
+    def discard(self, max_block: int) -> None:
+        """Read past whatever is left of the raw part (blocks still within `max_block`)."""
+        while self.remaining:
+            length = self.next_block(max_block)
+            if length is None:
+                return
+            for _ in self.read_pieces(length):
+                pass
+
+    def blocks(self, limits: list[int]) -> list[bytes]:
+        """Exactly the raw part's blocks, at most one per entry of `limits`, each within it."""
+        found = []
+        for limit in limits:
+            length = self.next_block(limit)
+            if length is None:
+                break
+            found.append(self.read(length))
+        if self.remaining:
+            raise ProtocolError("a frame carries more raw blocks than its answer has")
+        return found
 
 
 # --- limits -----------------------------------------------------------------------------------
@@ -188,44 +276,27 @@ class Capture:
     """fd 1 and fd 2 point at fresh pipes for the duration of one call.
 
     `stdout_bytes` / `stderr_bytes` are exactly the bytes written to fd 1 / fd 2 during the call
-    (by the code, its subprocesses and C extensions), also beyond the kept `limit`. The notebook
-    echo of a trailing expression (`display()`) is ours, not the code's: it goes through its own
-    pipe, is kept after the code's output, and is not counted.
+    (by the code, its subprocesses and C extensions, and what `sys.stdout` / `sys.stderr` — the
+    in-session redactor, once the readiness preamble installed it — let out), also beyond the
+    kept limits. A trailing expression's repr is written through `sys.stdout` like any output.
     """
 
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
+    def __init__(self, stdout_limit: int, stderr_limit: int) -> None:
+        self.limits = (stdout_limit, stderr_limit)
         self.drains: list[_Drain] = []
         self.saved: list[int] = []
-        self.echo: _Drain | None = None
 
     def __enter__(self) -> Capture:
         _flush_std()
-        for target in (1, 2):
+        for target, limit in zip((1, 2), self.limits, strict=True):
             self.saved.append(os.dup(target))
             r, w = os.pipe()
             os.dup2(w, target)
             os.close(w)
-            drain = _Drain(r, self.limit)
+            drain = _Drain(r, limit)
             drain.start()
             self.drains.append(drain)
         return self
-
-    def display(self, value: Any) -> None:
-        """`sys.displayhook(value)` with fd 1 on the uncounted echo pipe."""
-        _flush_std()
-        r, w = os.pipe()
-        self.echo = _Drain(r, self.limit)
-        self.echo.start()
-        code_fd = os.dup(1)
-        os.dup2(w, 1)
-        os.close(w)
-        try:
-            sys.displayhook(value)
-        finally:
-            _flush_std()
-            os.dup2(code_fd, 1)  # closes the echo pipe's last write end: its drain sees EOF
-            os.close(code_fd)
 
     def __exit__(self, *exc: object) -> None:
         _flush_std()
@@ -234,21 +305,11 @@ class Capture:
             os.close(saved)
         # EOF arrives at once unless a background child still holds a pipe; do not wait for it
         # past one short shared deadline: keep (and count) what arrived, then drain to nothing.
-        deadline = time.monotonic() + 0.5
-        for drain in [*self.drains, *([self.echo] if self.echo else [])]:
-            drain.join(timeout=max(0.0, deadline - time.monotonic()))
-            drain.keep = False
+        _join_all(self.drains, 0.5)
 
     @property
-    def stdout(self) -> str:
-        kept = bytes(self.drains[0].buf)
-        if self.echo is not None:
-            kept += bytes(self.echo.buf[: max(0, self.limit - len(kept))])
-        return kept.decode("utf-8", errors="replace")
-
-    @property
-    def stderr(self) -> str:
-        return bytes(self.drains[1].buf).decode("utf-8", errors="replace")
+    def blocks(self) -> list[bytes]:
+        return [bytes(d.buf) for d in self.drains]
 
     @property
     def stdout_bytes(self) -> int:
@@ -259,13 +320,256 @@ class Capture:
         return self.drains[1].total
 
 
+def _join_all(drains: list[Any], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    for drain in drains:
+        drain.join(timeout=max(0.0, deadline - time.monotonic()))
+        drain.keep = False
+
+
+# --- commands ---------------------------------------------------------------------------------
+def _find_bash() -> str:
+    for candidate in ("/usr/bin/bash", "/bin/bash"):
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return "bash"
+
+
+BASH = _find_bash()  # the system's (read-only) bash, never one a session installed on its PATH
+
+
+class _Relay(threading.Thread):
+    """Copies a command's output pipe into a text stream — `sys.stdout` / `sys.stderr` of this
+    process, i.e. through the in-session redactor when the readiness preamble installed it — as
+    UTF-8 text (invalid bytes replaced, as Python's own output would be), flushed at EOF."""
+
+    def __init__(self, fd: int, stream: Any, raw_fd: int, push: bool = False) -> None:
+        super().__init__(daemon=True)
+        self.fd, self.stream, self.raw_fd, self.push = fd, stream, raw_fd, push
+        self.keep = True
+
+    def _write(self, text: str) -> None:
+        if not text or not self.keep:
+            return
+        try:
+            self.stream.write(text)
+        except Exception:  # a stream user code broke: the fd still takes the bytes
+            if self.raw_fd >= 0:
+                os.write(self.raw_fd, text.encode("utf-8", errors="replace"))
+
+    def run(self) -> None:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        try:
+            while True:
+                chunk = os.read(self.fd, 65536)
+                if not chunk:
+                    break
+                self._write(decoder.decode(chunk))
+                if self.push:
+                    _push(self.stream)
+            self._write(decoder.decode(b"", final=True))
+            if self.keep:
+                try:
+                    self.stream.flush()
+                except Exception:
+                    pass
+        finally:
+            os.close(self.fd)
+
+
+def _push(stream: Any) -> None:
+    """Let a redacting stream's text out as far as it is safe now (its rolling hold-back kept, so
+    a token still being written is never split): a background command's output is then visible
+    to getTask while it runs, not only once it ends."""
+    text, drain = getattr(stream, "_text", None), getattr(stream, "_drain", None)
+    if text is not None and callable(drain):
+        try:
+            text.flush()
+            drain(False)
+        except Exception:
+            pass
+
+
+def start_script(
+    script: str, out: Any, err: Any, out_fd: int, err_fd: int, push: bool = False
+) -> tuple[subprocess.Popen[bytes], list[_Relay]]:
+    """Run `script` with bash, as a child of this process: in its working directory, with its
+    environment, stdin /dev/null; the script travels on a pipe (`bash /dev/fd/N`), so it is never
+    an argument (Linux caps one at 128 KiB) and never stdin (which the script may read). Its
+    stdout / stderr are relayed into `out` / `err`. Its own process group, so it can be stopped
+    with everything it started."""
+    script_r, script_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            [BASH, f"/dev/fd/{script_r}"],
+            stdin=subprocess.DEVNULL,
+            stdout=out_w,
+            stderr=err_w,
+            pass_fds=(script_r,),
+            cwd=os.getcwd(),
+            env=dict(os.environ),
+            start_new_session=True,
+        )
+    except OSError:
+        for fd in (script_r, script_w, out_r, out_w, err_r, err_w):
+            os.close(fd)
+        raise
+    for fd in (script_r, out_w, err_w):
+        os.close(fd)
+    data = script.encode("utf-8", errors="surrogateescape")
+
+    def feed() -> None:
+        try:
+            _write_all(script_w, data)
+        except OSError:  # the script ended without reading all of itself
+            pass
+        finally:
+            os.close(script_w)
+
+    threading.Thread(target=feed, daemon=True).start()
+    relays = [_Relay(out_r, out, out_fd, push), _Relay(err_r, err, err_fd, push)]
+    for relay in relays:
+        relay.start()
+    return proc, relays
+
+
+def _status(returncode: int) -> int:
+    """A process exit status as a shell reports it (128 + signal when killed)."""
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+class _Sink(io.RawIOBase):
+    """Bytes written here are counted; the first `limit` are kept."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.buf, self.total = limit, bytearray(), 0
+        self.lock = threading.Lock()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        data = bytes(data)
+        with self.lock:
+            self.total += len(data)
+            room = self.limit - len(self.buf)
+            if room > 0:
+                self.buf += data[:room]
+        return len(data)
+
+    def kept(self) -> bytes:
+        with self.lock:
+            return bytes(self.buf)
+
+
+class _SinkText:
+    """The text stream a background command's output is relayed into: UTF-8 into a _Sink, with
+    the sink itself as its (unbuffered) binary buffer, where the redactor writes its bytes."""
+
+    encoding, errors = "utf-8", "replace"
+
+    def __init__(self, sink: _Sink) -> None:
+        self.buffer = sink
+
+    def write(self, text: str) -> int:
+        self.buffer.write(text.encode("utf-8", errors="replace"))
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def _redacting_like(stream: Any, sink: _Sink) -> Any:
+    """A text stream into `sink` that redacts exactly as `stream` does, when `stream` is the
+    in-session redactor (`_sbx_redacting`: built from its own type, catalogue and redactor), else
+    a plain UTF-8 text stream."""
+    target = _SinkText(sink)
+    if getattr(stream, "_sbx_redacting", False):
+        try:
+            return type(stream)(target, stream._cat, stream._redactor)
+        except Exception:
+            pass
+    return target
+
+
+class Task:
+    """A command started by startCommandExecution, running in the background of the session."""
+
+    def __init__(self, task_id: str, script: str, stdout_limit: int, stderr_limit: int) -> None:
+        self.task_id = task_id
+        self.sinks = (_Sink(stdout_limit), _Sink(stderr_limit))
+        self.streams = (
+            _redacting_like(sys.stdout, self.sinks[0]),
+            _redacting_like(sys.stderr, self.sinks[1]),
+        )
+        self.started = time.perf_counter()
+        self.ended: float | None = None
+        self.canceled = False
+        self.proc, self.relays = start_script(script, self.streams[0], self.streams[1], -1, -1, push=True)
+
+    def poll(self) -> int | None:
+        code = self.proc.poll()
+        if code is not None and self.ended is None:
+            _join_all(self.relays, 0.5)
+            for stream in self.streams:
+                try:
+                    stream.flush()
+                except Exception:
+                    pass
+            self.ended = time.perf_counter()
+        return code
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.canceled = True
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self.proc.wait()
+        self.poll()
+
+    def answer(self) -> tuple[dict[str, Any], list[bytes]]:
+        code = self.poll()
+        if code is None:
+            status = "working"
+        elif self.canceled:
+            status = "canceled"
+        else:
+            status = "completed" if code == 0 else "failed"
+        result: dict[str, Any] = {
+            "task_id": self.task_id,
+            "task_status": status,
+            "stdout_bytes": self.sinks[0].total,
+            "stderr_bytes": self.sinks[1].total,
+            "execution_time": (self.ended or time.perf_counter()) - self.started,
+            "fatal": False,
+        }
+        if code is not None:
+            result["exit_code"] = _status(code)
+        result["is_error"] = status == "failed"
+        return result, [sink.kept() for sink in self.sinks]
+
+
 # --- the kernel -------------------------------------------------------------------------------
+MAX_TASKS = 16  # running at once per session; finished ones are remembered up to MAX_TASKS_KEPT
+MAX_TASKS_KEPT = 64
+_MESSAGE_CHARS = 4096  # an error message in a frame's JSON part (which is bounded)
+
+
+def _message(text: str) -> str:
+    return text if len(text) <= _MESSAGE_CHARS else text[: _MESSAGE_CHARS - 3] + "..."
+
+
 class Kernel:
-    def __init__(self, max_output: int) -> None:
-        self.max_output = max_output
+    def __init__(self, stdout_limit: int, stderr_limit: int) -> None:
+        self.stdout_limit, self.stderr_limit = stdout_limit, stderr_limit
         self.cell = 0
         self.namespace: dict[str, Any] = {}
         self.reset()
+        self.tasks: dict[str, Task] = {}
         # Freed when MemoryError reaches the top level, so the traceback can still be formatted.
         self._reserve: bytearray | None = bytearray(1 << 20)
 
@@ -288,7 +592,7 @@ class Kernel:
         except Exception:  # sys.stderr replaced by something broken: still report on the fd
             os.write(2, text.encode("utf-8", errors="replace"))
 
-    def _run_source(self, code: str, cap: Capture) -> None:
+    def _run_source(self, code: str) -> None:
         self.cell += 1
         filename = f"{_CELL_PREFIX}{self.cell}>"
         linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
@@ -299,16 +603,28 @@ class Kernel:
         exec(compile(tree, filename, "exec"), self.namespace)
         if last is not None:
             value = eval(compile(last, filename, "eval"), self.namespace)
-            cap.display(value)
+            sys.displayhook(value)  # a notebook cell's echo: through sys.stdout, counted like print
 
-    def execute_code(self, args: dict[str, Any]) -> dict[str, Any]:
+    def _output(
+        self, cap: Capture, exit_code: int, started: float, fatal: bool = False
+    ) -> tuple[dict[str, Any], list[bytes]]:
+        return {
+            "stdout_bytes": cap.stdout_bytes,
+            "stderr_bytes": cap.stderr_bytes,
+            "exit_code": exit_code,
+            "execution_time": time.perf_counter() - started,
+            "fatal": fatal,
+        }, cap.blocks
+
+    def execute_code(self, args: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
         if args.get("clearContext"):
             self.reset()
         exit_code, fatal = 0, False
         started = time.perf_counter()
-        with Capture(self.max_output) as cap:
+        importlib.invalidate_caches()  # a package a command just installed is importable now
+        with Capture(self.stdout_limit, self.stderr_limit) as cap:
             try:
-                self._run_source(args.get("code", ""), cap)
+                self._run_source(args.get("code", ""))
             except SystemExit as exc:
                 if exc.code is None:
                     exit_code = 0
@@ -324,30 +640,54 @@ class Kernel:
             except BaseException as exc:  # KeyboardInterrupt too: the session carries on
                 self._print_exception(exc)
                 exit_code = 1
-        return {
-            "stdout": cap.stdout,
-            "stderr": cap.stderr,
-            "stdout_bytes": cap.stdout_bytes,
-            "stderr_bytes": cap.stderr_bytes,
-            "exit_code": exit_code,
-            "execution_time": time.perf_counter() - started,
-            "fatal": fatal,
-        }
+        return self._output(cap, exit_code, started, fatal)
 
-    def execute_command(self, args: dict[str, Any]) -> dict[str, Any]:
+    def execute_command(self, args: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
+        """`arguments.command`: a shell script, run to its end by bash (see start_script), its
+        output relayed through this process's sys.stdout / sys.stderr, so through the in-session
+        redactor exactly like Python output, and counted as it leaves it."""
         started = time.perf_counter()
-        proc = subprocess.run(
-            ["/bin/sh", "-c", args.get("command", "")], capture_output=True, stdin=subprocess.DEVNULL
-        )
-        return {
-            "stdout": proc.stdout[: self.max_output].decode("utf-8", errors="replace"),
-            "stderr": proc.stderr[: self.max_output].decode("utf-8", errors="replace"),
-            "stdout_bytes": len(proc.stdout),
-            "stderr_bytes": len(proc.stderr),
-            "exit_code": proc.returncode if proc.returncode >= 0 else 128 - proc.returncode,
-            "execution_time": time.perf_counter() - started,
-            "fatal": False,
-        }
+        with Capture(self.stdout_limit, self.stderr_limit) as cap:
+            try:
+                proc, relays = start_script(args.get("command", ""), sys.stdout, sys.stderr, 1, 2)
+            except OSError as exc:
+                os.write(2, f"bash could not start: {exc}\n".encode())
+                return self._output(cap, 127, started)
+            code = _status(proc.wait())
+            _join_all(relays, 0.5)  # a background child of the script may keep a pipe open
+        return self._output(cap, code, started)
+
+    # Background commands (startCommandExecution / getTask / stopTask).
+    def start_command_execution(self, args: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
+        running = sum(1 for t in self.tasks.values() if t.poll() is None)
+        if running >= MAX_TASKS:
+            return self._tool_error(f"at most {MAX_TASKS} commands run in the background of a session")
+        finished = [k for k, t in self.tasks.items() if t.poll() is not None]
+        for key in finished[: max(0, len(self.tasks) - MAX_TASKS_KEPT + 1)]:
+            del self.tasks[key]
+        task = Task(str(uuid.uuid4()), args.get("command", ""), self.stdout_limit, self.stderr_limit)
+        self.tasks[task.task_id] = task
+        return task.answer()
+
+    def _task(self, args: dict[str, Any]) -> Task | None:
+        return self.tasks.get(str(args.get("taskId", "")))
+
+    def get_task(self, args: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
+        task = self._task(args)
+        if task is None:
+            return self._tool_error(_message(f"Task {args.get('taskId')} not found"))
+        return task.answer()
+
+    def stop_task(self, args: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
+        task = self._task(args)
+        if task is None:
+            return self._tool_error(_message(f"Task {args.get('taskId')} not found"))
+        task.stop()
+        return task.answer()
+
+    def _tool_error(self, text: str) -> tuple[dict[str, Any], list[bytes]]:
+        result, _ = self._file_result([], text)
+        return result, [b"", text.encode("utf-8")]
 
     # File tools work relative to the session's working directory and refuse to leave it, so
     # they behave the same with or without a sandbox around the process.
@@ -365,20 +705,23 @@ class Kernel:
         `file://`, i.e. by the path the caller asked for. Never the host's temp directory."""
         return "file://" + os.path.relpath(full, os.getcwd())
 
-    def _file_result(self, content: list[dict[str, Any]], error: str | None = None) -> dict[str, Any]:
+    def _file_result(
+        self, content: list[dict[str, Any]], error: str | None = None
+    ) -> tuple[dict[str, Any], list[bytes]]:
         if error is not None:
-            content = [{"type": "text", "text": error}]
+            content = [{"type": "text", "text": _message(error)}]
         return {
             "content": content,
             "is_error": error is not None,
             "exit_code": 1 if error else 0,
-            "stdout": "",
-            "stderr": error or "",
             "execution_time": 0.0,
             "fatal": False,
-        }
+        }, []
 
-    def write_files(self, args: dict[str, Any]) -> dict[str, Any]:
+    def _error(self, exc: Exception) -> tuple[dict[str, Any], list[bytes]]:
+        return self._file_result([], f"{type(exc).__name__}: {exc}")
+
+    def write_files(self, args: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
         try:
             items = args.get("content") or []
             for item in items:
@@ -393,11 +736,13 @@ class Kernel:
                     fh.write(data)
             return self._file_result([{"type": "text", "text": f"Successfully wrote all {len(items)} files"}])
         except (OSError, KeyError, ValueError) as exc:
-            return self._file_result([], f"{type(exc).__name__}: {exc}")
+            return self._error(exc)
 
-    def read_files(self, args: dict[str, Any]) -> dict[str, Any]:
+    def read_files(self, args: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
+        """Each file is one content block, JSON-encoded here (once) and sent as a raw block, which
+        the server streams into its own event without parsing it."""
         try:
-            blocks: list[bytes] = []  # each block encoded once, here (see RAW_KEY)
+            blocks: list[bytes] = []
             for path in args.get("paths") or []:
                 full = self._resolve(path)
                 with open(full, "rb") as fh:
@@ -427,37 +772,38 @@ class Kernel:
                     continue
                 resource = {"type": "text", "uri": uri, "mimeType": "text/plain", "text": text}
                 blocks.append(json.dumps({"type": "resource", "resource": resource}).encode("ascii"))
-            return {**self._file_result([]), "content": None, RAW_KEY: blocks}
+            result, _ = self._file_result([])
+            return {**result, "content": None}, blocks
         except (OSError, ValueError) as exc:
-            return self._file_result([], f"{type(exc).__name__}: {exc}")
+            return self._error(exc)
 
-    def list_files(self, args: dict[str, Any]) -> dict[str, Any]:
+    def list_files(self, args: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
         try:
             full = self._resolve(args.get("directoryPath") or ".")
             blocks = []
             for entry in sorted(os.scandir(full), key=lambda e: e.name):
                 is_dir = entry.is_dir(follow_symlinks=False)
-                blocks.append(
-                    {
-                        "type": "resource_link",
-                        "uri": self._uri(entry.path),
-                        "name": entry.name,
-                        "description": "directory" if is_dir else "file",
-                        "size": 0 if is_dir else entry.stat(follow_symlinks=False).st_size,
-                    }
-                )
-            return self._file_result(blocks)
+                block = {
+                    "type": "resource_link",
+                    "uri": self._uri(entry.path),
+                    "name": entry.name,
+                    "description": "directory" if is_dir else "file",
+                    "size": 0 if is_dir else entry.stat(follow_symlinks=False).st_size,
+                }
+                blocks.append(json.dumps(block).encode("ascii"))
+            result, _ = self._file_result([])
+            return {**result, "content": None}, blocks
         except (OSError, ValueError) as exc:
-            return self._file_result([], f"{type(exc).__name__}: {exc}")
+            return self._error(exc)
 
-    def remove_files(self, args: dict[str, Any]) -> dict[str, Any]:
+    def remove_files(self, args: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
         try:
             paths = args.get("paths") or []
             for path in paths:
                 os.remove(self._resolve(path))
             return self._file_result([{"type": "text", "text": f"Successfully removed {len(paths)} files"}])
         except (OSError, ValueError) as exc:
-            return self._file_result([], f"{type(exc).__name__}: {exc}")
+            return self._error(exc)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -468,7 +814,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-mb", type=int, default=1024)
     parser.add_argument("--cpu-seconds", type=int, default=600)
     parser.add_argument("--file-size-mb", type=int, default=512)
-    parser.add_argument("--max-output", type=int, default=1 << 20)
+    parser.add_argument("--stdout-kept", type=int, default=1 << 18)
+    parser.add_argument("--stderr-kept", type=int, default=1 << 15)
     parser.add_argument("--max-processes", type=int, default=0)
     opts = parser.parse_args(argv)
 
@@ -481,10 +828,13 @@ def main(argv: list[str] | None = None) -> int:
 
     apply_limits(opts.memory_mb, opts.cpu_seconds, opts.file_size_mb, opts.max_processes)
     threading.stack_size(512 * 1024)  # capture threads must fit comfortably under RLIMIT_AS
-    kernel = Kernel(opts.max_output)
+    kernel = Kernel(opts.stdout_kept, opts.stderr_kept)
     ops = {
         "executeCode": kernel.execute_code,
         "executeCommand": kernel.execute_command,
+        "startCommandExecution": kernel.start_command_execution,
+        "getTask": kernel.get_task,
+        "stopTask": kernel.stop_task,
         "writeFiles": kernel.write_files,
         "readFiles": kernel.read_files,
         "listFiles": kernel.list_files,
@@ -495,8 +845,8 @@ def main(argv: list[str] | None = None) -> int:
         request = recv_frame(opts.req_fd)
         if request is None:  # the server closed the channel: the session is over
             return 0
-        result = ops[request["op"]](request.get("arguments") or {})
-        send_frame(opts.resp_fd, result)
+        result, blocks = ops[request.obj["op"]](request.obj.get("arguments") or {})
+        send_frame(opts.resp_fd, result, blocks)
         if result.get("fatal"):
             return 137
 

@@ -1,13 +1,15 @@
-"""SPEC §19: `stdout_bytes` / `stderr_bytes` are exactly what the code wrote, also beyond the local
-interpreter's 1 MiB capture, with nothing of ours counted (the notebook echo of a trailing
-expression, the readiness preamble)."""
+"""SPEC §19, §22: `stdout_bytes` / `stderr_bytes` are exactly what the code's output that left the
+session was, also beyond what the local interpreter keeps (the caps plus a margin), with nothing
+of ours counted (the readiness preamble); a trailing expression's repr is output like any other
+(SPEC §21)."""
 
 from __future__ import annotations
 
 from .conftest import Stack, event
 
 CASES = [  # (code, stdout bytes, stderr bytes)
-    ("import sys\nsys.stdout.write('é' * 200000)", 400_000, 0),  # its return value is echoed, not counted
+    # its return value is shown like a notebook cell's ("200000\n") and counted
+    ("import sys\nsys.stdout.write('é' * 200000)", 400_007, 0),
     ("print('x' * 3_000_000)", 3_000_001, 0),  # three times the local capture
     ("import sys\nsys.stderr.write('w' * 50_000)\nprint('ok')", 3, 50_000),
 ]

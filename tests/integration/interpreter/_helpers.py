@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import time
+import zipfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -68,3 +72,24 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
             return True
         time.sleep(0.05)
     return predicate()
+
+
+def build_wheel(directory: Path, name: str = "lci_probe", version: str = "1.0", value: int = 42) -> Path:
+    """A pure-Python wheel of one module (`VALUE = value`), made here: installs offline."""
+    dist = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": f"VALUE = {value}\n",
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = [
+        f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()},"
+        f"{len(text.encode())}"
+        for path, text in files.items()
+    ]
+    files[f"{dist}/RECORD"] = "\n".join([*record, f"{dist}/RECORD,,"]) + "\n"
+    wheel = directory / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)
+    return wheel

@@ -155,10 +155,11 @@ def test_sandbox_has_no_network_public_reaches_only_other_machines(
 
 def test_without_bwrap_every_session_is_refused_and_nothing_starts(monkeypatch: pytest.MonkeyPatch) -> None:
     # Given no bwrap on PATH and no escape hatch
-    monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.delenv(naming.ENV_LOCAL_UNISOLATED, raising=False)
-    with LocalInterpreterServer(interpreters={PUBLIC_CI: "PUBLIC", SANDBOX_CI: "SANDBOX"}) as srv:
-        monkeypatch.undo()
+    with monkeypatch.context() as env:
+        env.setenv("PATH", "/nonexistent")
+        srv = LocalInterpreterServer(interpreters={PUBLIC_CI: "PUBLIC", SANDBOX_CI: "SANDBOX"})
+    with srv:
         client = make_client(srv.endpoint)
         refusals = []
         # When a session of each network mode is requested
@@ -185,10 +186,11 @@ def test_escape_hatch_runs_unisolated_and_warns_on_every_start(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Given no bwrap on PATH, and the operator's explicit SANDBOX_LOCAL_UNISOLATED=1
-    monkeypatch.setenv("PATH", "/nonexistent")
-    monkeypatch.setenv(naming.ENV_LOCAL_UNISOLATED, "1")
-    with LocalInterpreterServer(interpreters={PUBLIC_CI: "PUBLIC"}) as srv:
-        monkeypatch.undo()
+    with monkeypatch.context() as env:
+        env.setenv("PATH", "/nonexistent")
+        env.setenv(naming.ENV_LOCAL_UNISOLATED, "1")
+        srv = LocalInterpreterServer(interpreters={PUBLIC_CI: "PUBLIC"})
+    with srv:
         client = make_client(srv.endpoint)
         # When two sessions start and run code
         with caplog.at_level(logging.WARNING, logger="local-interpreter"):
@@ -210,9 +212,10 @@ def test_public_sessions_refused_without_user_mode_networking(monkeypatch: pytes
     tools = Path(tempfile.mkdtemp(prefix="lci-tools-"))
     for tool in ("bwrap", "ip", "nsenter"):
         (tools / tool).symlink_to(str(shutil.which(tool)))
-    monkeypatch.setenv("PATH", str(tools))
-    with LocalInterpreterServer(interpreters={PUBLIC_CI: "PUBLIC", SANDBOX_CI: "SANDBOX"}) as srv:
-        monkeypatch.undo()
+    with monkeypatch.context() as env:
+        env.setenv("PATH", str(tools))
+        srv = LocalInterpreterServer(interpreters={PUBLIC_CI: "PUBLIC", SANDBOX_CI: "SANDBOX"})
+    with srv:
         client = make_client(srv.endpoint)
         # When a PUBLIC and a SANDBOX session are requested
         with pytest.raises(ClientError) as exc:
@@ -387,7 +390,8 @@ def test_max_sessions_is_a_service_quota() -> None:
 @pytest.mark.parametrize(
     ("code", "stdout_bytes", "stderr_bytes"),
     [
-        ("import sys\nsys.stdout.write('é' * 200000)", 400_000, 0),  # trailing expression echo not counted
+        # a trailing expression's echo (here write's return value, "200000\n") is output too
+        ("import sys\nsys.stdout.write('é' * 200000)", 400_007, 0),
         ("print('x' * 3_000_000)", 3_000_001, 0),  # beyond the 1 MiB capture
         ("import os\nos.write(2, b'e' * 2_000_000)\nNone", 0, 2_000_000),  # fd level, stderr
         ("import subprocess\nsubprocess.run(['head', '-c', '1500000', '/dev/zero'])\nNone", 1_500_000, 0),
@@ -401,8 +405,8 @@ def test_byte_counts_are_exact_beyond_the_capture(code: str, stdout_bytes: int, 
     # Then the headers carry exactly what it wrote, while at most the capture is kept
     assert int(headers[naming.LOCAL_STDOUT_BYTES_HEADER]) == stdout_bytes
     assert int(headers[naming.LOCAL_STDERR_BYTES_HEADER]) == stderr_bytes
-    assert len(structured["stdout"].encode()) <= Limits.max_output_bytes + 16  # + the echo, if any
-    assert len(structured["stderr"].encode()) <= Limits.max_output_bytes
+    assert len(structured["stdout"].encode("utf-8", "surrogatepass")) <= Limits().stdout_kept + 2  # U+FFFD
+    assert len(structured["stderr"].encode()) <= Limits().stderr_kept
 
 
 # --- the session's Python -----------------------------------------------------------------------
@@ -420,14 +424,16 @@ def test_session_python_is_configurable_and_read_only(tmp_path: Path) -> None:
         # When a session looks at its interpreter and tries to change it
         code = (
             "import sys, os\n"
-            f"print(sys.prefix == {str(venv)!r}, open({str(marker)!r}).read())\n"
+            f"print(any(p.startswith({str(venv)!r} + '/lib/') for p in sys.path),"
+            f" open({str(marker)!r}).read())\n"
             f"try:\n    open({str(marker)!r}, 'a').write('x')\nexcept OSError as e:\n    print(e.errno)\n"
             f"print(os.path.exists({str(tmp_path / 'other')!r}))\n"
         )
         (tmp_path / "other").write_text("not bound")
         lines = invoke(client, SANDBOX_CI, _start(client, SANDBOX_CI), code)[0]["stdout"].splitlines()
 
-    # Then it runs in the venv, which is read-only, and nothing beside the venv is visible
+    # Then it runs on the venv (its site-packages on sys.path), which is read-only, and nothing
+    # beside the venv is visible
     assert lines == ["True from the venv", "30", "False"], lines  # 30: EROFS
 
 

@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
+from sandbox_common import naming
 
-from infra.local.interpreter import LocalInterpreterServer, wait_ready
+from infra.local.interpreter import Limits, LocalInterpreterServer, wait_ready
+from infra.local.interpreter.sessions import DEFAULT_INTERPRETER_ID
 from tests.integration.interpreter._helpers import OTHER_CI, PUBLIC_CI, invoke, make_client
 
 
@@ -120,8 +122,8 @@ def test_execute_code_stdout_wrapper_installed_once_persists(client: Any, sessio
 
 
 def test_execute_code_long_output_streams_several_events(client: Any, session: str) -> None:
-    # Given / When output larger than one event's chunk
-    result, events, _ = invoke(
+    # Given / When output larger than one event's chunk, stderr beyond what the interpreter keeps
+    result, events, headers = invoke(
         client, PUBLIC_CI, session, "print('a' * 200_000)\nimport sys; print('e' * 70_000, file=sys.stderr)"
     )
 
@@ -130,7 +132,9 @@ def test_execute_code_long_output_streams_several_events(client: Any, session: s
     assert all("structuredContent" not in e for e in events[:-1])
     assert events[-1]["content"] == []
     assert result["stdout"] == "a" * 200_000 + "\n"
-    assert result["stderr"] == "e" * 70_000 + "\n"
+    # And stderr is kept up to its cap plus the redaction margin, counted in full
+    assert result["stderr"] == "e" * Limits().stderr_kept
+    assert headers[naming.LOCAL_STDERR_BYTES_HEADER] == "70001"
     text = "".join(block["text"] for e in events for block in e["content"])
     assert text == result["stdout"] + result["stderr"]  # a parser adding both would double-count
 
@@ -423,3 +427,59 @@ def test_wait_ready_times_out_on_a_dead_endpoint() -> None:
     # Then wait_ready gives up with TimeoutError
     with pytest.raises(TimeoutError):
         wait_ready("http://127.0.0.1:9", timeout=0.3)
+
+
+def test_execute_code_trailing_expression_is_counted_like_output(client: Any, session: str) -> None:
+    # Given / When a cell whose only output is its trailing expression's repr
+    result, _, headers = invoke(client, PUBLIC_CI, session, "x = 20\nx * 3")
+    # Then it is output like any other: shown and counted (the byte count dispatch reports)
+    assert result["stdout"] == "60\n"
+    assert headers[naming.LOCAL_STDOUT_BYTES_HEADER] == "3"
+
+
+def test_execution_time_is_in_milliseconds(client: Any, session: str) -> None:
+    """executionTime is "the execution time of the tool operation in milliseconds" (API reference,
+    https://docs.aws.amazon.com/bedrock-agentcore/latest/APIReference/API_ToolResultStructuredContent.html,
+    and the botocore model's ToolResultStructuredContent.executionTime)."""
+    # Given / When code that takes at least 300 ms
+    result, _, _ = invoke(client, PUBLIC_CI, session, "import time\ntime.sleep(0.3)")
+    # Then its executionTime says at least 300 (ms), not 0.3 (s)
+    assert 300 <= result["executionTime"] < 60_000, result["executionTime"]
+
+
+def test_default_identifier_is_a_builtin_public_interpreter_of_no_tenant(
+    client: Any, server: LocalInterpreterServer, session: str
+) -> None:
+    # Given the official SDK's default identifier, bare and as an ARN
+    arn = f"arn:aws:bedrock-agentcore:us-east-1:aws:code-interpreter/{DEFAULT_INTERPRETER_ID}"
+    # When sessions start on it
+    started = [
+        client.start_code_interpreter_session(codeInterpreterIdentifier=ci)["sessionId"]
+        for ci in (DEFAULT_INTERPRETER_ID, arn)
+    ]
+    try:
+        ran = invoke(client, DEFAULT_INTERPRETER_ID, started[0], "print(6 * 7)")[0]["stdout"]
+        modes = [server.session(s).network_mode for s in started]  # type: ignore[union-attr]
+        listed = client.list_code_interpreter_sessions(codeInterpreterIdentifier=DEFAULT_INTERPRETER_ID)
+        with pytest.raises(ClientError) as foreign:  # a tenant's session is not found under it
+            invoke(client, DEFAULT_INTERPRETER_ID, session, "print(1)")
+    finally:
+        for session_id in started:
+            client.stop_code_interpreter_session(
+                codeInterpreterIdentifier=DEFAULT_INTERPRETER_ID, sessionId=session_id
+            )
+    # Then they run code, as PUBLIC sessions, and its sessions are its own
+    assert ran == "42\n" and modes == ["PUBLIC", "PUBLIC"]
+    assert {i["sessionId"] for i in listed["items"]} >= set(started) and session not in {
+        i["sessionId"] for i in listed["items"]
+    }
+    assert _error(foreign) == ("ResourceNotFoundException", 404)
+    # And nobody can register (hence re-mode) that name
+    request = urllib.request.Request(
+        f"{server.endpoint}/_local/interpreters",
+        data=json.dumps({"interpreterId": DEFAULT_INTERPRETER_ID, "networkMode": "SANDBOX"}).encode(),
+        method="POST",
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 400

@@ -7,12 +7,18 @@ SDK's download_files keys its answer by the paths it asked for (never a host tem
 from __future__ import annotations
 
 import importlib
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from infra.local.interpreter import LocalInterpreterServer
+from tests.integration.interpreter._helpers import build_wheel
 
 CI = "sbx_sdk_acme_pub"
 
@@ -87,3 +93,52 @@ def test_sdk_session_stop_terminates(code_client) -> None:
     session_id = code_client.session_id
     code_client.stop()
     assert code_client.get_session(interpreter_id=CI, session_id=session_id)["status"] == "TERMINATED"
+
+
+SURFACE = Path(__file__).with_name("sdk_surface.py")
+# The SDK calls that must pass against the local interpreter (SPEC §20).
+REQUIRED = (
+    "code_session default identifier",
+    "install_packages",
+    "installed package importable in code",
+    "execute_command python --version",
+    "invoke startCommandExecution",
+    "invoke getTask",
+    "invoke stopTask",
+)
+
+
+def test_sdk_whole_public_surface_unpatched(sdk_server: LocalInterpreterServer, tmp_path: Path) -> None:
+    # Given two versions of a package as wheels (no package index needed) and the SDK's own
+    # endpoint settings pointing at the local interpreter
+    for version, value in (("1.0", 1), ("2.0", 2)):
+        build_wheel(tmp_path, version=version, value=value)
+    env = {
+        **os.environ,
+        "BEDROCK_AGENTCORE_DP_ENDPOINT": sdk_server.endpoint,
+        "BEDROCK_AGENTCORE_CP_ENDPOINT": sdk_server.endpoint,
+        "AWS_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+    }
+    env.pop("AWS_ENDPOINT_URL", None)
+    # When the surface script drives every public call of the unmodified SDK
+    done = subprocess.run(
+        [sys.executable, str(SURFACE), str(tmp_path), CI],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.splitlines()[-1])
+    failed = {r["check"]: r["detail"] for r in report["checks"] if not r["ok"]}
+    print(
+        f"\nSDK surface: {report['passed']} of {report['total']} checks pass; supported"
+        f" {report['supported_passed']} of {report['supported_total']};"
+        f" not offered: {sorted(report['unsupported'])}"
+    )
+    # Then every call the local interpreter offers works, and what fails is exactly what it does not offer
+    assert set(failed) == set(report["unsupported"]), failed
+    assert report["supported_passed"] == report["supported_total"] >= 45
+    assert set(REQUIRED) <= {r["check"] for r in report["checks"] if r["ok"]}

@@ -79,8 +79,8 @@ def function_environment(
             audit_retention_days=config.audit_retention_days,
             stdout_cap_bytes=config.stdout_cap_bytes,
             stderr_cap_bytes=config.stderr_cap_bytes,
-            idempotency_table=tables[n.IDEMPOTENCY.logical],  # issue 9: interrupted_sweep
-            dispatch_function_name=n.function_name(config.name, n.DISPATCH),  # issue 12: paused_sweep
+            idempotency_table=tables[n.IDEMPOTENCY.logical],  # interrupted_sweep
+            dispatch_function_name=n.function_name(config.name, n.DISPATCH),  # paused_sweep
         )
     else:
         raise ValueError(f"unknown function {logical!r}")

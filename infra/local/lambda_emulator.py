@@ -347,7 +347,7 @@ def _make_handler(emulator: LambdaEmulator) -> type[BaseHTTPRequestHandler]:
                 self._error(404, "UnknownOperationException", "Unknown operation", str(uuid.uuid4()))
 
         def do_POST(self) -> None:  # noqa: N802 - stdlib name
-            # Every request gets an answer (issue 10): whatever breaks while handling it becomes
+            # Every request gets an answer: whatever breaks while handling it becomes
             # a structured ServiceException, never a closed connection.
             request_id = str(uuid.uuid4())
             try:

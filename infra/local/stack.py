@@ -279,7 +279,7 @@ def status(directory: Path | None = None) -> dict[str, Any]:
         "isolation": (
             interpreter_isolation(interpreter["endpoint"]) if interpreter and interpreter["alive"] else None
         ),
-        # The interpreter ids the local AgentCore serves (issue 14: only the state file had them).
+        # The interpreter ids the local AgentCore serves (from the state file).
         "interpreters": [i["id"] for i in state.data.get("resources", {}).get("interpreters", [])],
     }
 

@@ -353,7 +353,7 @@ def _pilot(args: argparse.Namespace, target: Any) -> int:
     return EXIT_OK if report["ok"] else EXIT_FAILURE
 
 
-# --- background jobs (issue 13) ----------------------------------------------------------------
+# --- background jobs ----------------------------------------------------------------
 JOB_COLUMNS = [
     n.JOB_ATTR_SUBMITTED_AT,
     "job_id",
@@ -374,7 +374,7 @@ def _jobs(args: argparse.Namespace, target: Any) -> int:
     return EXIT_OK
 
 
-# --- usage, mcp (issue 15) ---------------------------------------------------------------------
+# --- usage, mcp ---------------------------------------------------------------------
 def _usage(args: argparse.Namespace, target: Any) -> int:
     import sys
 

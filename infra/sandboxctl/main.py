@@ -229,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_usage_and_mcp(commands: argparse._SubParsersAction, late: argparse.ArgumentParser) -> None:
-    """`usage` and `mcp` (issue 15)."""
+    """`usage` and `mcp`."""
     usage = commands.add_parser(
         "usage",
         help="a tenant's calls, sessions, time and estimated cost, from the audit table",

@@ -1,4 +1,4 @@
-"""`sandboxctl usage`: a tenant's usage report, computed from the audit table (issue 15).
+"""`sandboxctl usage`: a tenant's usage report, computed from the audit table.
 
 One DynamoDB Query on the `by_tenant_time` index (never a Scan), every page (botocore's
 paginator), only the attributes the report needs (ProjectionExpression). Rows are aggregated as

@@ -1,11 +1,11 @@
-"""Benchmark `aws_calls_per_execute_code` (issue 3): which AWS API calls one `execute_code`
+"""Benchmark `aws_calls_per_execute_code`: which AWS API calls one `execute_code`
 costs, by service and operation, for the first call of a turn and for a later call.
 
 Target: a later call makes no SSM call and no pre-flight read beyond cache, one user-code
 InvokeCodeInterpreter (+ the artifact helper), one counter transaction and one audit row (inside
 the idempotency completion's transaction); a first call adds only StartCodeInterpreterSession,
 one readiness invoke and the turn-state write.
-`critical_path_depth` (issue 9): the longest chain of requests that waited on each other.
+`critical_path_depth`: the longest chain of requests that waited on each other.
 
 Everything runs for real (the dispatch integration harness): moto in server mode, the local
 AgentCore interpreter, the quota Lambda in the local Lambda emulator (its own worker process),
@@ -58,7 +58,7 @@ NOT_ON_MOTO = frozenset({"lambda", "bedrock-agentcore"})
 # moto's signing-name view of a service -> botocore's service name (what the client hook records)
 _SIGNING_TO_SERVICE = {"monitoring": "cloudwatch"}
 
-# The completed idempotency record and the call's audit row: both land or neither (issue 9).
+# The completed idempotency record and the call's audit row: both land or neither.
 COMPLETION = (
     f"{DISPATCH}:dynamodb:TransactWriteItems"
     f"[{'+'.join(sorted((n.IDEMPOTENCY.logical, n.INVOCATIONS.logical)))}]"
@@ -75,7 +75,7 @@ LATER_CALL_ALLOWED: dict[str, tuple[int, str]] = {
     f"{DISPATCH}:dynamodb:GetItem[{n.TURNS.logical}]": (1, "turn ownership + the turn's live session (§4.5)"),
     f"{DISPATCH}:lambda:Invoke": (
         1,
-        "the quota check (§5), sent at t=0 beside the idempotency claim (issue 9)",
+        "the quota check (§5), sent at t=0 beside the idempotency claim",
     ),
     f"{DISPATCH}:bedrock-agentcore:InvokeCodeInterpreter": (
         2,
@@ -84,7 +84,7 @@ LATER_CALL_ALLOWED: dict[str, tuple[int, str]] = {
             "is read (readFiles) only when it found something"
         ),
     ),
-    COMPLETION: (1, "the completed idempotency record and the audit row (§7), one transaction (issue 9)"),
+    COMPLETION: (1, "the completed idempotency record and the audit row (§7), one transaction"),
     f"{QUOTA}:dynamodb:TransactWriteItems[{_COUNTER_TRANSACTION}]": (
         1,
         "the counter transaction (§5.1) with the turn guard's ConditionCheck and the call's counted marker",
@@ -104,7 +104,7 @@ FIRST_CALL_EXTRA: dict[str, tuple[int, str]] = {
         "§16.2: the slot now holds the started session",
     ),
 }
-# What a first call that claims a warm session (§16.1) adds to a later call, exactly (issue 11):
+# What a first call that claims a warm session (§16.1) adds to a later call, exactly:
 # the claim of the session begin_turn noted on the turn and the turn's binding, in ONE write.
 WARM_FIRST_CALL_EXTRA: dict[str, tuple[int, str]] = {
     f"{DISPATCH}:dynamodb:TransactWriteItems[{'+'.join(sorted((n.SESSIONS.logical, n.TURNS.logical)))}]": (
@@ -114,7 +114,7 @@ WARM_FIRST_CALL_EXTRA: dict[str, tuple[int, str]] = {
 }
 # What begin_turn pays for it (before the agent has any code): it always reads the pool (one
 # Query, `begin_turn` below reads an empty one) and notes what it found on the turn: a warm session
-# (the hint, not a claim) or "empty" (issue 9: the first call then does not read the pool again).
+# (the hint, not a claim) or "empty" (the first call then does not read the pool again).
 BEGIN_TURN_POOL_NOTE: dict[str, tuple[int, str]] = {
     f"{DISPATCH}:dynamodb:Query[{n.SESSIONS.logical}]": (1, "§16.1: the warm pool (by_warm_pool)"),
     f"{DISPATCH}:dynamodb:UpdateItem[{n.TURNS.logical}]": (1, "the warm hint, or the pool found empty"),
@@ -400,8 +400,8 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
 
     # Given a cold dispatch container and a cold quota Lambda, the only function this benchmark
     # invokes in the emulator (so every wire call carrying the Lambda exec-env is the quota
-    # function's): the emulator's copy of dispatch is invoked only by the reaper's paused-calls hook
-    # (issue 12), which never runs here — dispatch is measured in-process
+    # function's): the emulator's copy of dispatch is invoked only by the reaper's paused-calls
+    # hook, which never runs here — dispatch is measured in-process
     assert set(stack.emulator.pools) == {
         stack.resources.functions[n.QUOTA_CHECK],
         stack.resources.functions[n.DISPATCH],
@@ -421,7 +421,7 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
     assert measured("first_call_without_begin_turn", event(turn_id="turn-c", call_id="c1", code="z = 1"))[
         "ok"
     ]
-    # And a turn whose first call claims a warm session the reaper started (issue 11, §16.1)
+    # And a turn whose first call claims a warm session the reaper started (§16.1)
     _fill_warm_pool(stack)
     assert measured("begin_turn_warm", event("begin_turn", turn_id="turn-w"))["ok"] is True
     assert (
@@ -498,7 +498,7 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
     assert begun == begun_warm, (begun, begun_warm)
     for key, (count, _) in BEGIN_TURN_POOL_NOTE.items():
         assert phases["begin_turn"].get(key) == count, (key, phases["begin_turn"])
-    # And a cold first call reads the pool only when no begin_turn just found it empty (issue 9)
+    # And a cold first call reads the pool only when no begin_turn just found it empty
     pool_read = f"{DISPATCH}:dynamodb:Query[{n.SESSIONS.logical}]"
     assert pool_read not in phases["first_call_of_turn"], phases["first_call_of_turn"]
     unbegun = phases["first_call_without_begin_turn"]
@@ -522,16 +522,16 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
     # and the record
     assert 5 <= depths["later_call"] <= sum(later.values()) + 2
     assert depths["first_call_of_turn"] > depths["later_call"]
-    # And the independent requests went out together (issue 9): the turn read and the
+    # And the independent requests went out together: the turn read and the
     # turn-guarded quota check beside the idempotency claim, the audit row inside the idempotency
     # completion, no quota read-back. A later call is [claim ‖ quota hop + transaction], user
     # code, artifact helper, record: 5.
     # The depth is measured from request timings: on a loaded machine one pair sent together can
     # finish apart (one request done before its partner left the thread pool) and read as two
     # steps. So: at least one of the two later calls shows the target, neither is more than one
-    # split pair off it, and the cold first call after begin_turn meets the issue's "first <= later
-    # + 3" with the same one split allowed (idle runs: 8; 9 once, when the quota hop happened to
-    # end before the slot reservation left: issue 9's cold cuts, README "critical_path_depth").
+    # split pair off it, and the cold first call after begin_turn meets "first <= later + 3" with
+    # the same one split allowed (idle runs: 8; 9 when the quota hop ends before the slot
+    # reservation leaves, docs/benchmarks.md "critical_path_depth").
     best_later = min(depths["later_call"], depths["later_call_2"])
     assert best_later <= 5, depths
     assert max(depths["later_call"], depths["later_call_2"]) <= 5 + 1, depths

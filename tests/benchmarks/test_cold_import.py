@@ -1,4 +1,4 @@
-"""Benchmark `cold_import` (issue 3): how long a cold Lambda container spends importing each
+"""Benchmark `cold_import`: how long a cold Lambda container spends importing each
 handler module, as a ratio to the cheapest thing any AWS Lambda in Python pays anyway —
 `import boto3` plus one client created — measured in the same run. Target: ratio ≤ 1.4 for
 every handler (heavy imports stay off the cold path).

@@ -1,4 +1,4 @@
-"""Benchmark `first_call_latency` (issue 11): the first execute_code of a turn with a warm session
+"""Benchmark `first_call_latency`: the first execute_code of a turn with a warm session
 ÷ a later execute_code of a turn, measured side by side THROUGH DISPATCH on the local stack (the
 shared harness: dispatch in-process, quota Lambda in the emulator, moto, the local interpreter).
 The cold first call's ratio is printed too. Target: warm ratio ≤ 1.5 (a cold first call pays

@@ -1,4 +1,4 @@
-"""Benchmarks of background jobs (issue 13) through dispatch (`Dispatcher.handle`, in-process
+"""Benchmarks of background jobs through dispatch (`Dispatcher.handle`, in-process
 with its CDK environment) on the shared real-parts harness: moto's serial server, the local
 AgentCore interpreter (bubblewrap sessions), the quota Lambda in the local Lambda emulator.
 

@@ -1,4 +1,4 @@
-"""Benchmark `local_roundtrip` (issue 4): a warm `execute_code` of `pass` through the whole
+"""Benchmark `local_roundtrip`: a warm `execute_code` of `pass` through the whole
 dispatch path on the local stack, against one direct boto3 `invoke_code_interpreter` of the same
 code on the same session of the same local interpreter, in the same run. Target: ratio ≤ 3
 (dispatch adds little on top of the substrate).
@@ -44,7 +44,7 @@ interpreter = harness.interpreter
 stack = harness.stack
 
 REPO = Path(__file__).resolve().parents[2]
-TARGET_RATIO = 5.0  # issue 9: target <= 5, moonshot <= 3
+TARGET_RATIO = 5.0  # target <= 5, moonshot <= 3
 CODE = "pass"
 SUBSTRATE = "bedrock-agentcore"
 
@@ -227,7 +227,7 @@ def test_local_roundtrip_dispatch_vs_direct(
     runner_median = statistics.median(runner)
     own = [total - aws - run for total, aws, run in zip(via_dispatch, emulated_aws, runner, strict=True)]
     moto_rt = bare_moto_getitem_seconds(stack, repeat=rounds)
-    # The floor this emulation puts under a warm call (issue 9): its critical path is 5 requests
+    # The floor this emulation puts under a warm call: its critical path is 5 requests
     # deep — 2 interpreter calls (user code, artifact helper), each at least the direct call, and
     # 3 sequential emulated-AWS steps ({claims ‖ quota invoke + its transaction}, record), each at
     # least one bare moto GetItem. Parallel requests overlap, so emulated_aws_ms_per_call (a sum of

@@ -1,4 +1,4 @@
-"""Benchmark `ptc_loop` (issue 12): 50 tool calls from ONE program (programmatic tool calling)
+"""Benchmark `ptc_loop`: 50 tool calls from ONE program (programmatic tool calling)
 against the classic pattern (one model round trip per record: the tool's result enters the
 model's context, then an `execute_code` processes it) — both THROUGH DISPATCH.
 

@@ -1,4 +1,4 @@
-"""usage_report (issue 15): `sandboxctl usage --by day` over a tenant's audit rows on the local
+"""usage_report: `sandboxctl usage --by day` over a tenant's audit rows on the local
 stack's DynamoDB (moto server), against one full Query of the same rows (the same request:
 index, key condition, projection, every page, nothing else done with the items) in the same run.
 Target: report time / query time <= 1.5. 100 000 rows in `make bench`, 200 in the smoke run.

@@ -612,7 +612,7 @@ def test_pilot_passes_on_a_healthy_stack(cli_env: dict[str, str]) -> None:
     assert "globex" not in ctl_json(cli_env, "caps", "get")["overrides"]
 
 
-# --- files (issue 14, SPEC §14.3) ----------------------------------------------------------------
+# --- files (SPEC §14.3) ----------------------------------------------------------------
 def _put_artifact(env: dict[str, str], tenant: str, turn: str, data: bytes) -> dict[str, Any]:
     from dispatch.files.artifacts import ArtifactContext, ArtifactStore
 
@@ -677,7 +677,7 @@ def test_files_get_refuses_bytes_that_do_not_match(cli_env: dict[str, str], tmp_
     assert not target.exists() and not Path(f"{target}.partial").exists()
 
 
-# --- background jobs (issue 13) ----------------------------------------------------------------
+# --- background jobs ----------------------------------------------------------------
 def test_jobs_list_filters_by_tenant_newest_first(cli_env: dict[str, str]) -> None:
     from sandbox_runtime.job_store import JobRecord, JobStore
 

@@ -1,4 +1,4 @@
-"""Interrupted calls in the synthesized stages (issue 9): the idempotency table carries the sparse
+"""Interrupted calls in the synthesized stages: the idempotency table carries the sparse
 by_open_attempt index the reaper's interrupted sweep queries, the reaper holds exactly the calls
 that sweep makes on it, and its environment names the table."""
 

@@ -1,4 +1,4 @@
-"""Runner roles require the tenant session tag (issue 10): the dispatch role may assume a
+"""Runner roles require the tenant session tag: the dispatch role may assume a
 tenant's session-runner role only while tagging the session with that same tenant."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Issue 11 resources in the synthesized stages: the reaper's schedule, role and trust, the
-session ledger table, the session-cap parameters (SPEC §16)."""
+"""Managed sessions (SPEC §16) in the synthesized stages: the reaper's schedule, role and trust, the
+session ledger table, the session-cap parameters."""
 
 from __future__ import annotations
 

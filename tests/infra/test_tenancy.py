@@ -138,7 +138,7 @@ def test_runner_role_names_only_its_own_tenants_interpreters(all_stages, stage: 
                 for t in config.tenants
                 if n.runner_role_name(stage, t.id) == role["Properties"]["RoleName"]
             )
-            # Then it is trusted by the dispatch role and the session reaper only (issue 11)
+            # Then it is trusted by the dispatch role and the session reaper only
             (trust,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
             principals = [render(p) for p in as_list(trust["Principal"]["AWS"])]
             assert len(principals) == 2

@@ -1,4 +1,4 @@
-"""The daily-budget alarm (issue 15) in every synthesized stage: it watches exactly the metric
+"""The daily-budget alarm in every synthesized stage: it watches exactly the metric
 and dimension set dispatch's budget check emits, and fires on the first crossing."""
 
 from __future__ import annotations

@@ -148,8 +148,8 @@ def render(
             (
                 "Attacks of the security pass, run from inside real local sessions (bubblewrap, a uid per"
                 " session, network namespaces, cgroups) or through dispatch; `observed` is what the attack"
-                " got in this run. What the local stack does not isolate is listed in the README (Local"
-                " isolation)."
+                " got in this run. What the local stack does not isolate is listed in docs/local-stack.md"
+                " (Local isolation)."
             ),
             "",
         ]

@@ -221,7 +221,7 @@ def test_data_safety_no_update_or_delete_path_in_code(
             f"{sorted(set(operations))}"
         ),
     )
-    # the calls' rows travel inside their idempotency completion (issue 9); the replayed one alone
+    # the calls' rows travel inside their idempotency completion; the replayed one alone
     assert "TransactWriteItems" in operations and "PutItem" in operations
     assert len(writes) >= 3  # at least two calls' rows + the replayed one
     assert {op for op, _ in writes} == {"PutItem"}

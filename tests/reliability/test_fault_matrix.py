@@ -102,7 +102,7 @@ OVERRIDES: dict[tuple[str, str], Expect] = {
 KNOWN_BUGS: dict[tuple[str, str], str] = {}
 QUICK_CELLS = {(d, FAULTS[i % len(FAULTS)]) for i, d in enumerate(DEPENDENCIES)}
 # Every fault of the audit write in the quick run too: every call's row travels inside its
-# idempotency completion's transaction (issue 9), and each fault takes a different fallback.
+# idempotency completion's transaction, and each fault takes a different fallback.
 QUICK_CELLS |= {("audit", fault) for fault in FAULTS}
 DISABLED_TENANT = "globex"  # the tenants cells: a pre-flight fault must never let a disabled tenant run
 

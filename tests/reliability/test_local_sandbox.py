@@ -165,31 +165,29 @@ def test_local_sandbox_without_bwrap_dispatch_refuses_as_provisioning_and_audits
     assert refusing_stack.live_sessions() == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "dispatch consumes the quota before Start: an isolation_unavailable refusal "
-        "is counted (proposed fix to the lead: check the isolation/provisioning refusal before quota, or "
-        "refund it); dispatch is being reshaped (issue 9)"
-    ),
-)
-def test_local_sandbox_without_bwrap_refusal_is_not_counted(refusing_stack: Stack, record: Any) -> None:
+def _counts(items: dict[str, list[dict[str, Any]]]) -> dict[str, int]:
+    return {table: sum(int(i[n.COUNTER_ATTR_COUNT]["N"]) for i in rows) for table, rows in items.items()}
+
+
+def test_local_sandbox_without_bwrap_refusal_is_counted_once(refusing_stack: Stack, record: Any) -> None:
     # Given a machine whose local interpreter cannot isolate sessions
-    before = refusing_stack.counter_items()
+    before = _counts(refusing_stack.counter_items())
     # When an agent runs code
     result = refusing_stack.dispatch(event(code="print('never runs')"))
-    after = refusing_stack.counter_items()
+    after = _counts(refusing_stack.counter_items())
     record(
         "local_isolation",
         attack="refused call counted against the caps?",
         mode="PUBLIC",
-        observed=(
-            f"{result.get('reason')}; counter items before {sum(map(len, before.values()))}, "
-            f"after {sum(map(len, after.values()))}"
-        ),
+        observed=f"{result.get('reason')}; counts before {before}, after {after}",
     )
-    # Then no counter moved
-    assert after == before
+    # Then the refused start is counted like any start refusal (SPEC §5.1, §23): one unit in each
+    # window, as for any call admitted by the quota whose session then could not start
+    assert result["reason"] == n.REASON_ISOLATION_UNAVAILABLE
+    assert {table: after[table] - before.get(table, 0) for table in after} == {
+        n.TENANT_DAILY_COUNTERS.logical: 1,
+        n.AGENT_HOURLY_COUNTERS.logical: 1,
+    }
 
 
 # --- attacks from inside a session (SPEC §18), from PUBLIC and SANDBOX --------------------------
@@ -323,7 +321,8 @@ def test_local_sandbox_memory_is_bounded_over_all_children_of_a_session(record: 
     with LocalInterpreterServer(interpreters={PUBLIC_CI: "PUBLIC"}, limits=Limits(memory_mb=256)) as srv:
         if srv.manager.plan.cgroups is None:
             pytest.skip(
-                "no writable cgroup v1 memory+pids here: whole-session memory is not enforced (README)"
+                "no writable cgroup v1 memory+pids here: whole-session memory is not enforced"
+                " (docs/local-stack.md)"
             )
         client = make_client(srv.endpoint)
         session_id = _start(client, PUBLIC_CI)

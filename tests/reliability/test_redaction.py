@@ -1,4 +1,4 @@
-"""Redaction evidence for the report (issue 10): the shared corpus through every layer, and
+"""Redaction evidence for the report: the shared corpus through every layer, and
 validation answers that never echo input. The unit suites (tests/unit/redaction) hold the
 detailed checks; this records the figures."""
 

@@ -431,7 +431,7 @@ def known_parameters(stage: str, tenant: str = "acme") -> set[str]:
     paths |= {d.parameter(stage, tenant) for d in cap_dimensions.dimensions() if d.per_tenant}
     paths |= {n.cost_per_call_parameter(stage), n.tenant_substrate_parameter(stage, tenant)}
     paths |= {n.warm_sessions_parameter(stage, tenant, e) for e in n.ENVIRONMENTS}
-    paths |= {n.tenant_daily_budget_parameter(stage, tenant)}  # issue 15
+    paths |= {n.tenant_daily_budget_parameter(stage, tenant)}
     return paths
 
 
@@ -700,7 +700,7 @@ DOMAIN_FIELDS = {
     "classes",
     "error_type",
     "skipped",
-    # issue 11 (§16): the reaper's lines and turn-token refusals
+    # §16: the reaper's lines and turn-token refusals
     "slot_id",
     "state",
     "source",
@@ -709,13 +709,13 @@ DOMAIN_FIELDS = {
     "refill",
     "hooks",
     "session_source",
-    "retries",  # issue 11: execute_code events of calls that got a new session
+    "retries",  # execute_code events of calls that got a new session
     "budget_usd",
     "estimated_spend_usd",
-    "calls_today",  # daily budget crossed (issue 15)
-    "job_id",  # background jobs (issue 13): job_ended lines of dispatch and the reaper
+    "calls_today",  # daily budget crossed
+    "job_id",  # background jobs: job_ended lines of dispatch and the reaper
     "ended",
-    "failed",  # dispatch's sweep_paused_calls line (issue 12)
+    "failed",  # dispatch's sweep_paused_calls line
 }
 INSIGHTS_COMMANDS = {"fields", "filter", "stats", "sort", "limit", "display", "parse", "dedup"}
 INSIGHTS_FUNCTIONS = {

@@ -1,4 +1,4 @@
-"""The redaction corpus (issue 10): tokens of every catalogue class, in boundary and length cases,
+"""The redaction corpus: tokens of every catalogue class, in boundary and length cases,
 shared by the layer 1 / 2 / 4 / data-protection corpus tests.
 
 A case is one text holding one token. `leak(output, case)` says whether the output still shows

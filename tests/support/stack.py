@@ -70,7 +70,7 @@ class Stack:
         }
 
     def markers(self) -> list[str]:
-        """Keys of the quota's "counted" markers (tenant#call_id), issues 9 + 11."""
+        """Keys of the quota's "counted" markers (tenant#call_id)."""
         spec = n.TENANT_DAILY_COUNTERS
         items = aws.client("dynamodb").scan(TableName=self.resources.tables[spec.logical])["Items"]
         return sorted(
@@ -151,7 +151,7 @@ def _emulator(
     resources: LocalResources, moto: str, interpreter: LocalInterpreterServer, port: int | None = None
 ) -> LambdaEmulator:
     # The quota Lambda (dispatch in-process calls it) and dispatch itself (the reaper's paused-calls
-    # hook invokes it, issue 12); a function's workers start only when it is first invoked.
+    # hook invokes it); a function's workers start only when it is first invoked.
     emulated = (resources.functions[n.QUOTA_CHECK], resources.functions[n.DISPATCH])
     return start_emulator(
         resources, emulated, aws_endpoint=moto, interpreter_endpoint=interpreter.endpoint, port=port

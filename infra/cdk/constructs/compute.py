@@ -117,7 +117,7 @@ class ComputeConstruct(Construct):
             n.REAPER,
             timeout=function_timeout_seconds(config, n.REAPER),
             audit_dlq_url=state.audit_dlq.queue_url,
-        )  # a reaped job's row (issue 13)
+        )  # a reaped job's row
         self._grant_reaper(reaper)
         self.reaper_schedule = self._build_reaper_schedule(reaper)
 
@@ -213,7 +213,7 @@ class ComputeConstruct(Construct):
                 resources=[t.table_arn for t in counters],
             )
         )
-        # --- issues 9 + 11: the turn-guarded, once-per-call_id count -----------------------------
+        # --- the turn-guarded, once-per-call_id count --------------------------------------------
         # The turn guard is a ConditionCheck on the turns table: that action only (it reads no
         # item back to the caller and writes nothing). The "counted" markers live in the
         # tenant-daily table (Put in the transaction; Get + Delete to release a count).
@@ -291,7 +291,7 @@ class ComputeConstruct(Construct):
             role.add_to_policy(
                 iam.PolicyStatement(sid=sid, actions=actions, resources=[tables[spec.logical].table_arn])
             )
-        # Background jobs (issue 13): slots and job state are written in conditional transactions
+        # Background jobs: slots and job state are written in conditional transactions
         # (functions/dispatch/jobs.py); the by_open index feeds the reaper's finish_due_jobs.
         jobs = tables[n.JOBS.logical]
         role.add_to_policy(
@@ -316,12 +316,12 @@ class ComputeConstruct(Construct):
                 sid="ToolCallContinuations",
                 actions=["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"],
                 resources=[
-                    continuations.table_arn,  # by_turn (end_turn) and by_wait_due (the sweep, issue 12)
+                    continuations.table_arn,  # by_turn (end_turn) and by_wait_due (the sweep)
                     *(f"{continuations.table_arn}/index/{i.name}" for i in n.CONTINUATIONS.indexes),
                 ],
             )
         )
-        # The session ledger (SPEC §16.1/§16.2, issue 11): begin_turn queries the by_warm_pool index
+        # The session ledger (SPEC §16.1/§16.2): begin_turn queries the by_warm_pool index
         # for a hint; a first call claims a warm session (the hinted slot + the turn binding in one
         # transaction — UpdateItem on both tables, TurnState grants the turn's — or, without a
         # usable hint, query + one conditional UpdateItem) or reserves a cold slot (one
@@ -488,7 +488,7 @@ class ComputeConstruct(Construct):
         )
 
     def _grant_reaper_jobs(self, role: iam.Role) -> None:
-        """Background jobs (issue 13): the reaper's job sweep finds jobs not yet final (by_open
+        """Background jobs: the reaper's job sweep finds jobs not yet final (by_open
         index), ends each one exactly once (JobStore.claim_end / mark_final: conditional Update
         transactions, then GetItem), writes its one audit row (append-only PutItem, the DLQ on
         failure) and spares the sessions of running jobs (JobStore.busy_sessions: the same query)."""
@@ -517,7 +517,7 @@ class ComputeConstruct(Construct):
         )
 
     def _grant_reaper_interrupted(self, role: iam.Role) -> None:
-        """Interrupted calls (issue 9): the reaper's interrupted_sweep lists calls claimed and never
+        """Interrupted calls: the reaper's interrupted_sweep lists calls claimed and never
         finished (the idempotency table's sparse by_open_attempt index), reads one record and
         finishes it with conditional UpdateItems; its row goes through the audit grants above."""
         idem = self._state.tables[n.IDEMPOTENCY.logical]
@@ -530,7 +530,7 @@ class ComputeConstruct(Construct):
         )
 
     def _grant_reaper_paused(self, role: iam.Role) -> None:
-        """Paused tool calls (issue 12): the reaper's paused_sweep asks dispatch (which holds the
+        """Paused tool calls: the reaper's paused_sweep asks dispatch (which holds the
         continuations, runners, artifacts and audit grants) to end the calls past their wait bound."""
         role.add_to_policy(
             iam.PolicyStatement(

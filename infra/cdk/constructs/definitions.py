@@ -32,8 +32,8 @@ RUNNER_ACTIONS: tuple[str, ...] = (
 
 
 def runner_trust(principal: Mapping[str, object], tenant_id: str) -> dict[str, object]:
-    """Trust policy of a tenant's session-runner role: the dispatch role may assume it only
-    while tagging the session `tenant_id` = this tenant (issue 10). `sts:TagSession` must be
+    """Trust policy of a tenant's session-runner role: `principal` (the dispatch and reaper roles)
+    may assume it only while tagging the session `tenant_id` = this tenant. `sts:TagSession` must be
     allowed for a tagged AssumeRole; the condition on `aws:RequestTag` makes the tag required
     (an untagged or differently tagged request does not match), and `aws:TagKeys` allows no
     other tag."""
@@ -101,7 +101,7 @@ def interpreter_names(config: StageConfig, tenant: TenantConfig) -> dict[str, st
     return {env: n.interpreter_name(config.name, tenant.id, env) for env in tenant.environments}
 
 
-# --- tenant data grants (issue 14, SPEC §14.4) -------------------------------------------------
+# --- tenant data grants (SPEC §14.4) -------------------------------------------------
 def _s3_parts(prefix: str) -> tuple[str, str]:
     bucket, _, path = prefix[len("s3://") :].partition("/")
     return bucket, path
@@ -167,7 +167,7 @@ def tenant_data_statements(tenant: TenantConfig, partition: str = "aws") -> list
     return statements
 
 
-# --- artifacts bucket (issue 14, SPEC §14.2): what CDK deploys and the local stack recreates ----
+# --- artifacts bucket (SPEC §14.2): what CDK deploys and the local stack recreates ----
 def artifacts_bucket_settings(config: StageConfig) -> dict[str, Any]:
     """Encryption, public access block and lifecycle of the stage's artifacts bucket."""
     return {

@@ -352,7 +352,7 @@ class ObservabilityConstruct(Construct):
             sandbox_metric(n.METRIC_SESSION_STOP_FAILED),
             th.session_stop_failures,
         )
-        # Issue 11 (§16.3, §16.5)
+        # Managed sessions (§16.3) and turn tokens (§16.5)
         self._alarm(
             n.Alarm.SESSIONS_REAPED,
             f"The session reaper stopped {th.sessions_reaped}+ leaked sessions in 5 minutes (turn ended"
@@ -376,7 +376,7 @@ class ObservabilityConstruct(Construct):
             sandbox_metric(n.METRIC_TURN_TOKEN_REJECTED),
             th.turn_token_rejected,
         )
-        # issue 15: a tenant's estimated spend crossed its daily budget (reported, never refused)
+        # a tenant's estimated spend crossed its daily budget (reported, never refused)
         self._alarm(
             n.Alarm.DAILY_BUDGET_CROSSED,
             "A tenant's estimated sandbox spend today crossed its daily budget (SSM daily_budget_usd); "

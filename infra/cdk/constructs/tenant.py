@@ -1,6 +1,6 @@
 """Everything one tenant owns (SPEC §3, §6.4): a Code Interpreter per environment, each with its
 own execution role; the tenant's session-runner role, allowed to reach only those interpreters
-and trusted only by the dispatch role; the published substrate (SSM JSON) dispatch reads; and
+and trusted only by the dispatch and reaper roles; the published substrate (SSM JSON) dispatch reads; and
 the tenant's cap-breach-spike alarm.
 """
 

@@ -240,7 +240,7 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
     def __exit__(self, *exc: Any) -> None:
         self.end()
 
-    # --- tool adapters: MCP server, Strands tool (issue 15) ----------------------------------------
+    # --- tool adapters: MCP server, Strands tool ----------------------------------------
     def execute_tool_input(self, tool_input: dict[str, Any]) -> dict[str, Any]:
         """One call of the `execute_code` tool with the input a model sent (validated against the
         tool definition begin_turn returned first: `tool_input.input_problem`). Every field of the

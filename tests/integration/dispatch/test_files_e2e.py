@@ -143,7 +143,7 @@ def test_timeout_collects_no_artifacts(stack: Stack, monkeypatch) -> None:
 
 
 def test_s3_input_under_the_tenants_prefix_passes_the_check_and_fails_placement_locally(stack: Stack) -> None:
-    # Given an s3 input under acme's data.read prefix (the README: locally the in-session copy has
+    # Given an s3 input under acme's data.read prefix (docs/local-stack.md: locally the in-session copy has
     # neither the execution role's credentials nor a route to the emulated S3)
     uri = f"s3://{n.demo_data_bucket_name('local')}/acme/sales.csv"
     before = counted(stack)

@@ -1,4 +1,4 @@
-"""The quota check sent at t=0 (issues 9 + 11) through the real dispatch flow: moto, the local
+"""The quota check sent at t=0 through the real dispatch flow: moto, the local
 interpreter, the quota Lambda in the local Lambda emulator.
 
 A spy wraps the dispatcher's quota callable (the real `check_quota`, passed through) only to see

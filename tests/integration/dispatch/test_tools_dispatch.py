@@ -1,4 +1,4 @@
-"""Programmatic tool calling through dispatch (SPEC §15, issue 12) on the shared real-parts stack:
+"""Programmatic tool calling through dispatch (SPEC §15) on the shared real-parts stack:
 the dispatch handler in-process, moto (turns, continuations, audit, counters), the quota Lambda in
 the local Lambda emulator and real sessions of the local interpreter (a thread really parked on a
 tool call between two Lambda invocations).
@@ -484,7 +484,7 @@ def test_tools_failure_after_the_claim_still_ends_the_call_with_its_row(tools_st
     assert stack.dispatch(resume(paused, tool_result=1))["error"] == "SandboxInvalidRequest"
 
 
-# --- the paused-calls sweep (issue 12): a call nobody resumes or ends ends on its own ----------
+# --- the paused-calls sweep: a call nobody resumes or ends ends on its own ----------
 PAUSE = "from sandbox_tools import tools\nprint('before')\ntools.lookup(key='k')\nprint('after')\n"
 
 

@@ -1,4 +1,4 @@
-"""Usage accounting through the whole execute_code path (issue 15): every audit row carries
+"""Usage accounting through the whole execute_code path: every audit row carries
 `estimated_cost_usd` (the SSM price when the code ran, 0 when refused), the usage report over
 those rows equals a hand count, and crossing a tenant's daily budget is reported, not refused."""
 

@@ -348,7 +348,7 @@ def test_collection_that_finds_nothing_skips_reading_the_answer(
     # When collected again
     counting.names.clear()
     second = collect(counting, acme_session, s3, "inv-2")
-    # Then the helper alone answered "nothing" (issue 9: no readFiles on the critical path),
+    # Then the helper alone answered "nothing" (no readFiles on the critical path),
     # while the first collection read its answer and its file
     assert second.files == [] and second.artifacts == [] and second.failure_reason is None
     assert counting.names == ["executeCode"]

@@ -2,8 +2,8 @@
 
 Each response is several small writes (headers, then the body or one chunk per event). With
 Nagle's algorithm a write after the first waits for the client's delayed ACK: a local
-`executeCode` of `pass` took 44-48 ms, 4-9 ms without it (the figures are in the README, measured
-by the benchmarks, never here). What is tested: the option on the server's own accepted socket,
+`executeCode` of `pass` took 44-48 ms, 4-9 ms without it (measured by the benchmarks, never
+here). What is tested: the option on the server's own accepted socket,
 read with `getsockopt` while a real request is served.
 """
 

@@ -36,7 +36,7 @@ def test_handler_without_counts_admits_counts_and_skips_the_read_back(quota, fre
     assert quota.call()["ok"]
     read_backs = count_requests("dynamodb", "BatchGetItem")
 
-    # When a caller that needs no counts (dispatch without a daily budget, issue 9) asks
+    # When a caller that needs no counts (dispatch without a daily budget) asks
     answer = quota.invoke({"tenant_id": "acme", "agent_id": "agent-7", "counts": False})
 
     # Then it is admitted and counted like any call, with both counts null and no read-back sent

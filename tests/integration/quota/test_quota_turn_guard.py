@@ -1,4 +1,4 @@
-"""The turn-guarded, once-per-call_id count (issues 9 + 11), against the real moto server.
+"""The turn-guarded, once-per-call_id count, against the real moto server.
 
 DynamoDB (API reference, CancellationReason): the reasons are "ordered according to the ordering
 of the TransactWriteItems request parameter", and an item without error has a null code. The

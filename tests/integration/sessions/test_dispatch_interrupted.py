@@ -1,4 +1,4 @@
-"""Dispatch dies mid-call (issue 9): the call ends with exactly one `dispatch_interrupted` audit
+"""Dispatch dies mid-call: the call ends with exactly one `dispatch_interrupted` audit
 row, written by the first retry after the in-progress deadline or by the reaper's sweep, whoever
 comes first. The dispatch Lambda runs as a real worker process of the local Lambda emulator (a
 short Lambda timeout, so the in-progress deadline comes soon) and is killed with SIGKILL while
@@ -295,7 +295,7 @@ COMPLETION_WORKER_TIMEOUT_SECONDS = 22
 def test_dispatch_interrupted_killed_while_its_completion_is_in_flight_ends_with_one_row(
     reaper_stack: Stack,
 ) -> None:
-    """The completed idempotency record and the audit row are one write (issue 9): a dispatch
+    """The completed idempotency record and the audit row are one write: a dispatch
     killed with that write in flight leaves neither, so the call is finished as interrupted with
     its one row. (Sent as two writes, the record could land completed without its row, and then
     nothing would ever write one: a completed record is not interrupted.)"""

@@ -615,7 +615,7 @@ def test_dispatch_cold_first_call_whose_turn_ended_during_start_fails_closed_and
     assert stack.dispatch(event("begin_turn", turn_id="turn-x"))["ok"] is True
     log = AgentCoreLog()
     ended = _on_start(lambda: dependencies.built().turns.end("acme", "turn-x"))
-    # When the first call runs (its "active" write travels beside the user code, issue 9)
+    # When the first call runs (its "active" write travels beside the user code)
     answer = stack.dispatch(event(turn_id="turn-x", call_id="x1", code="print('ran')"))
     # Then the code was sent beside the activation (not after it), and the call failed closed:
     # the turn's "active" write was refused (ended), so the session is not the turn's
@@ -644,7 +644,7 @@ def test_dispatch_cold_first_call_whose_slot_was_released_during_start_fails_clo
 
     log = AgentCoreLog()
     released = _on_start(reaper_releases)
-    # When the first call runs (its slot activation travels beside the user code, issue 9)
+    # When the first call runs (its slot activation travels beside the user code)
     answer = stack.dispatch(event(turn_id="turn-l", call_id="l1", code="print('ran')"))
     # Then the code was sent, and the call failed closed: the session ran unaccounted for a moment only
     assert released == [1]

@@ -1,4 +1,4 @@
-"""The reaper and background jobs (SPEC §16.3 × §17, issue 13) with real parts: a job nobody polls
+"""The reaper and background jobs (SPEC §16.3 × §17) with real parts: a job nobody polls
 is ended by the scheduled reaper (its one audit row, its session stopped after end_turn, its slot
 freed), exactly once also when a get_job races the sweep; the session sweep spares the session
 of a running job, and spares every ended turn's session when it cannot tell which are busy."""

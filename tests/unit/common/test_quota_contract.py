@@ -1,4 +1,4 @@
-"""The quota contract (issue 9): the quota Lambda renders its answers with the same models
+"""The quota contract: the quota Lambda renders its answers with the same models
 dispatch parses them with; anything off the contract is refused (dispatch then fails closed)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The audit dead-letter path survives the emulated AWS being down (issue 10): with the table AND
+"""The audit dead-letter path survives the emulated AWS being down: with the table AND
 the DLQ unreachable, the row goes to the local spool file; `drain_spool` (what `sandboxctl audit
 replay` runs) writes it through the same AuditWriter, exactly once."""
 

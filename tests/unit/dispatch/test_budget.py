@@ -123,7 +123,7 @@ def test_usage_accounting_needs_count_only_for_a_priced_tenant_with_a_budget(ssm
     _put(ssm, "acme-budget", "10")
     reader = budget.BudgetReader(stage="local", ssm=ssm)
     priced, free = budget.UsageAccounting(lambda: 0.5, reader), budget.UsageAccounting(lambda: 0.0, reader)
-    # When dispatch asks whether the quota Lambda must read the counts back (issue 9)
+    # When dispatch asks whether the quota Lambda must read the counts back
     # Then only a priced call of a tenant with a budget needs them; no reader needs none at all
     assert priced.needs_count("acme-budget") is True
     assert priced.needs_count("globex") is False

@@ -94,7 +94,7 @@ def test_parse_quota_event_rejects_extra_and_bad_ids() -> None:
     assert parse_quota_event({"tenant_id": "acme", "agent_id": "a"}).agent_id == "a"
 
 
-# --- background jobs (issue 13) ----------------------------------------------------------------
+# --- background jobs ----------------------------------------------------------------
 def _job_event(**over: object) -> dict[str, object]:
     return {
         "action": "execute_code",

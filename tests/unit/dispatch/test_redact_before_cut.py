@@ -1,4 +1,4 @@
-"""Bounded copies of untrusted text in dispatch are redacted before they are cut (issue 10):
+"""Bounded copies of untrusted text in dispatch are redacted before they are cut:
 the internal-error metric's failure_reason property and the idempotency store's log causes."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Validation answers never echo unredacted input (issue 10): unknown field names that are
+"""Validation answers never echo unredacted input: unknown field names that are
 secrets, and code containing NUL."""
 
 from __future__ import annotations

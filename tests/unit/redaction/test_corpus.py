@@ -1,4 +1,4 @@
-"""One redaction corpus through every layer (SPEC §8, issue 10).
+"""One redaction corpus through every layer (SPEC §8).
 
 Every class, with word characters glued before and after it and at lengths from nominal to
 longer than the stdio hold-back, through layer 1 (the in-sandbox stdio redactor, run as the
@@ -186,8 +186,8 @@ def test_layer4_subscription_filter_forwards_every_case_of_the_corpus():
     assert len(CASES) > 600
 
 
-def test_corpus_check_fails_on_the_pre_issue_10_patterns():
-    # Given the shapes before issue 10 (bounded, with word-boundary look-arounds), for github/aws
+def test_corpus_check_fails_on_bounded_patterns_with_word_boundaries():
+    # Given bounded shapes with word-boundary look-arounds, for github/aws
     old = re.compile(
         r"(?<![A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9]{30,251})(?![A-Za-z0-9])"
         r"|(?<![A-Za-z0-9])(?:A[KS]IA[A-Z0-9]{16})(?![A-Za-z0-9])"

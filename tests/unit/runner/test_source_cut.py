@@ -1,5 +1,5 @@
 """Output the producer cut before the host saw it (the local interpreter's capture limit): the
-host redacts, then drops what may be the first characters of a token (issue 10)."""
+host redacts, then drops what may be the first characters of a token."""
 
 from __future__ import annotations
 

@@ -31,8 +31,8 @@ def test_load_imports_sweep_modules_and_registers_what_they_declare(monkeypatch:
 
 
 def test_load_registers_a_module_already_imported_before_the_registry_was_reset() -> None:
-    """The CI failure of session 3: a module imported earlier (its import side effect spent on
-    another registry) must still get its hooks registered when the reaper loads it."""
+    """A module imported earlier (its import side effect spent on another registry) still gets
+    its hooks registered when the reaper loads it."""
     import importlib
 
     from sandbox_common import naming as n
@@ -42,7 +42,7 @@ def test_load_registers_a_module_already_imported_before_the_registry_was_reset(
     assert hooks.registered() == {}
     # When the reaper loads its sweep list
     hooks.load()
-    # Then the jobs sweep is registered all the same (beside the interrupted-calls sweep, issue 9)
+    # Then the jobs sweep is registered all the same (beside the interrupted-calls sweep)
     assert list(hooks.registered()) == [n.REAPER_HOOK_JOBS, n.REAPER_HOOK_INTERRUPTED, n.REAPER_HOOK_PAUSED]
 
 
@@ -98,7 +98,7 @@ def test_sweep_modules_register_the_background_jobs_sweep(monkeypatch: pytest.Mo
     monkeypatch.delitem(sys.modules, n.REAPER_JOBS_SWEEP_MODULE, raising=False)
     # When the reaper loads its sweep list as at cold start
     hooks.load()
-    # Then the background-jobs sweep (issue 13) registered itself under its name
+    # Then the background-jobs sweep registered itself under its name
     hook = hooks.registered()[n.REAPER_HOOK_JOBS]
     assert hook.__module__ == n.REAPER_JOBS_SWEEP_MODULE
     assert hook.__name__ == "end_due_jobs"

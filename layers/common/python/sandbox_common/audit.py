@@ -57,7 +57,7 @@ AUDIT_ATTRIBUTES: tuple[str, ...] = (
     "stderr_truncated",
     "executed_code_hash",
     TTL_ATTRIBUTE,
-    "estimated_cost_usd",  # issue 15: the SSM price in force for this call; 0 when refused
+    "estimated_cost_usd",  # the SSM price in force for this call; 0 when refused
 )
 
 
@@ -175,7 +175,7 @@ class AuditWriter:
             return "logged"
 
 
-# --- local spool (issue 10) ---------------------------------------------------------------------
+# --- local spool ---------------------------------------------------------------------
 @contextlib.contextmanager
 def _spool_locked(path: str) -> Iterator[Any]:
     """The spool file opened for read/append under an exclusive lock (writers and the drain of

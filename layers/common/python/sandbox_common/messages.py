@@ -64,14 +64,14 @@ def _hhmm(resets_at: str) -> str:
         return resets_at
 
 
-# --- sessions as a managed resource (issue 11, §16) ------------------------------------------
+# --- sessions as a managed resource (§16) ------------------------------------------
 TURN_TOKEN_REJECTED = (
     "Invalid request: this turn's turn_token is missing or does not match; every action of a turn must carry "
     "the token its first action used."
 )
 
 
-# --- programmatic tool calling (issue 12, SPEC §15) ---------------------------------------------
+# --- programmatic tool calling (SPEC §15) ---------------------------------------------
 TOOL_WAIT_EXPIRED = (
     "No tool result arrived within {seconds} seconds, so the code was stopped. The sandbox session was "
     "reset, so variables and files from earlier calls in this turn are gone."
@@ -97,14 +97,14 @@ CONTINUATION_STORE_UNAVAILABLE = (
 TOOL_TURN_ENDED = "The turn ended while the code was waiting for a tool result, so the code was stopped."
 
 
-# --- background jobs (issue 13) -------------------------------------------------------------------
+# --- background jobs -------------------------------------------------------------------
 JOB_FILES_UNSUPPORTED = (
     "Invalid request: files cannot be sent with background: true; send them with a foreground "
     "execute_code first, then start the job."
 )
 
 
-# --- files: get_file and MCP resources (issue 14) -------------------------------------------------
+# --- files: get_file and MCP resources -------------------------------------------------
 # One answer for an unknown file_id and another tenant's (existence never leaks): dispatch's
 # get_file, and `sandboxctl mcp`'s resources/read for a uri naming another tenant.
 FILE_NOT_FOUND = "Invalid request: no file with this file_id exists for this workspace."

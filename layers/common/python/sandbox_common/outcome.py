@@ -68,7 +68,7 @@ LOG_EVENT_KEYS = (
 
 def internal_failure(reason: str | None) -> None:
     """Count a failure that dispatch caught itself (Lambda's Errors metric never sees these)."""
-    # Redacted, then cut (issue 10): the reason may carry an exception's text.
+    # Redacted, then cut: the reason may carry an exception's text.
     emit_metric(
         n.METRIC_DISPATCH_INTERNAL_ERRORS, properties={"failure_reason": redact_head(reason or "", 80)}
     )
@@ -139,7 +139,7 @@ class Outcome:
     session_id: str | None = None
     environment: str | None = None
     ran_code: bool = False  # the user code reached a session (the call is billed)
-    estimated_cost_usd: float = 0  # the call's price (issue 15): set by dispatch, 0 unless billed
+    estimated_cost_usd: float = 0  # the call's price: set by dispatch, 0 unless billed
     response_extra: dict[str, Any] = field(default_factory=dict)  # agent response only
     audit_extra: dict[str, Any] = field(default_factory=dict)  # audit row and log event
 

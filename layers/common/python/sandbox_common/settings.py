@@ -52,15 +52,15 @@ class DispatchSettings(_Settings):
     stdout_cap_bytes: int = Field(alias=n.ENV_STDOUT_CAP, default=262_144, gt=0)
     stderr_cap_bytes: int = Field(alias=n.ENV_STDERR_CAP, default=32_768, gt=0)
     cache_ttl_seconds: int = Field(alias=n.ENV_CACHE_TTL, default=60, ge=0, le=60)
-    # Local stack only ("" = none): see AuditWriter.spool_path (issue 10).
+    # Local stack only ("" = none): see AuditWriter.spool_path.
     audit_spool_path: str = Field(alias=n.ENV_AUDIT_SPOOL, default="")
-    artifacts_bucket: str = Field(alias=n.ENV_ARTIFACTS_BUCKET, default="")  # §14.2 (issue 14)
-    jobs_table: str = Field(alias=n.ENV_JOBS_TABLE, default="")  # background jobs (issue 13)
-    # issue 11 (§16): the live-session ledger and the turn token rule
+    artifacts_bucket: str = Field(alias=n.ENV_ARTIFACTS_BUCKET, default="")  # §14.2
+    jobs_table: str = Field(alias=n.ENV_JOBS_TABLE, default="")  # background jobs
+    # §16: the live-session ledger and the turn token rule
     sessions_table: str = Field(alias=n.ENV_SESSIONS_TABLE, default="")
     require_turn_token: bool = Field(alias=n.ENV_REQUIRE_TURN_TOKEN, default=True)
 
-    # programmatic tool calling (issue 12)
+    # programmatic tool calling
     continuations_table: str = Field(alias=n.ENV_CONTINUATIONS_TABLE)
     tool_wait_seconds: int = Field(
         alias=n.ENV_TOOL_WAIT_SECONDS, default=limits.TOOLS_WAIT_SECONDS, ge=1, le=limits.TOOLS_WAIT_SECONDS
@@ -77,7 +77,7 @@ class ReaperSettings(_Settings):
     call_timeout_seconds: int = Field(alias=n.ENV_CALL_TIMEOUT, default=120, gt=0)
     session_timeout_seconds: int = Field(alias=n.ENV_SESSION_TIMEOUT, default=900, gt=0)
     cache_ttl_seconds: int = Field(alias=n.ENV_CACHE_TTL, default=60, ge=0, le=60)
-    # Background jobs (issue 13): the reaper ends jobs nobody polls (job_sweep) — their one audit
+    # Background jobs: the reaper ends jobs nobody polls (job_sweep) — their one audit
     # row, shaped with the stage's output caps exactly as dispatch would answer them.
     jobs_table: str = Field(alias=n.ENV_JOBS_TABLE, default="")
     invocations_table: str = Field(alias=n.ENV_INVOCATIONS_TABLE, default="")
@@ -86,10 +86,10 @@ class ReaperSettings(_Settings):
     audit_spool_path: str = Field(alias=n.ENV_AUDIT_SPOOL, default="")  # local stack only
     stdout_cap_bytes: int = Field(alias=n.ENV_STDOUT_CAP, default=262_144, gt=0)
     stderr_cap_bytes: int = Field(alias=n.ENV_STDERR_CAP, default=32_768, gt=0)
-    # Interrupted calls (issue 9): the reaper finishes calls whose dispatch died (interrupted_sweep)
+    # Interrupted calls: the reaper finishes calls whose dispatch died (interrupted_sweep)
     # on the idempotency table; their row goes through the audit table/DLQ settings above.
     idempotency_table: str = Field(alias=n.ENV_IDEMPOTENCY_TABLE, default="")
-    # Paused tool calls (issue 12): the reaper asks dispatch to end those past their wait bound.
+    # Paused tool calls: the reaper asks dispatch to end those past their wait bound.
     dispatch_function_name: str = Field(alias=n.ENV_DISPATCH_FUNCTION, default="")
 
 

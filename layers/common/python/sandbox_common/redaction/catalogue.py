@@ -11,7 +11,7 @@ Design notes (why it looks like this):
   is still readable; for every other class the whole match is the secret.
 - A class matches wherever its prefix starts, whatever precedes it (`xghp_…`, `tokenAKIA…`),
   and its secret part runs over the WHOLE run of the class's alphabet (`TokenClass.run`), however
-  long: no upper bounds, no trailing word-boundary checks (issue 10). The stdio redactor holds
+  long: no upper bounds, no trailing word-boundary checks. The stdio redactor holds
   back at most `HOLD_CHARS` characters; a token still running past that is redacted from its
   start and the rest of its run is dropped as it arrives (`Redactor.redact_open`).
 - `redact`/`scan` run a C-speed prefilter first (see `candidate_classes`) so that clean text,

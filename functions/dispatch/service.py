@@ -44,7 +44,7 @@ from sandbox_common.observability import logger
 from sandbox_common.outcome import Outcome, internal_failure, public
 from sandbox_common.retries import RetryLog
 from sandbox_common.settings import DispatchSettings
-from sandbox_common.tool_spec import tool_definition
+from sandbox_common.tool_spec import begin_turn_tools
 from sandbox_common.windows import utc_now
 
 from . import files_flow, interrupted, job_calls, parallel, tool_flow, turn_logic
@@ -215,7 +215,8 @@ class Dispatcher:
             self.sessions.offer_warm(turn, pf)  # §16.1: the first call's warm claim becomes one write
         sandbox: dict[str, Any] = {"status": pf.status}
         if pf.status in ("ready", "provisioning"):
-            sandbox["tool"] = tool_definition(pf.tools)  # §15: lists the template's tools
+            # §21: every tool of the surface; §15: the template's tools the caller can answer
+            sandbox.update(begin_turn_tools(pf.tools, req.client_tools, self.settings))
             sandbox["environment"] = pf.environment
         elif pf.status == "disabled":
             sandbox.update(

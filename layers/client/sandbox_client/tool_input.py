@@ -15,6 +15,9 @@ from typing import Any
 import jsonschema
 
 from .contract import MAX_CODE_BYTES, SANDBOX_ERROR
+from .results import ExecutionResult
+
+SOURCE_FIELDS = ("code", "command")  # execute_code's and run_command's source
 
 
 def input_problem(tool_input: Any, schema: dict[str, Any]) -> str | None:
@@ -25,20 +28,20 @@ def input_problem(tool_input: Any, schema: dict[str, Any]) -> str | None:
     except jsonschema.ValidationError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "input"
         return f"{where}: {exc.message}"
-    code = tool_input.get("code")
-    if isinstance(code, str):
-        if not code.strip():
-            return "code: empty or whitespace-only code"
-        if len(code.encode("utf-8")) > MAX_CODE_BYTES:
-            return f"code: more than {MAX_CODE_BYTES} bytes of UTF-8"
+    for field in SOURCE_FIELDS:  # the source is sent as `code` (run_command's command too)
+        source = tool_input.get(field)
+        if isinstance(source, str):
+            if not source.strip():
+                return f"{field}: empty or whitespace-only {field}"
+            if len(source.encode("utf-8")) > MAX_CODE_BYTES:
+                return f"{field}: more than {MAX_CODE_BYTES} bytes of UTF-8"
     return None
 
 
-def failure_text(response: dict[str, Any]) -> str | None:
-    """For a dispatch answer with `ok: false`: the text a tool error carries, named class first
+def failure_text(result: ExecutionResult) -> str | None:
+    """For an answer with `ok: false`: the text a tool error carries, named class first
     (`SandboxCapExceeded: I've hit the daily cap ...`), then the whole answer as JSON. None when ok."""
-    if response.get("ok") is not False:
+    if result.ok:
         return None
-    error = str(response.get("error") or SANDBOX_ERROR)
-    message = str(response.get("error_message") or "")
-    return f"{error}: {message}\n{json.dumps(response, sort_keys=True)}"
+    error = result.error or SANDBOX_ERROR
+    return f"{error}: {result.error_message or ''}\n{json.dumps(result.raw, sort_keys=True)}"

@@ -16,7 +16,7 @@ from infra.sandboxctl.errors import CtlError
 # What to fix when AWS cannot even be asked (also what `sandboxctl mcp` answers its host's tool
 # calls with: there, sandboxctl's environment is the `env` of the host's server configuration).
 NO_REGION = (
-    "no AWS region is configured: set AWS_REGION (or AWS_PROFILE naming a profile with a region) in "
+    "no AWS region is configured: set AWS_DEFAULT_REGION (or AWS_PROFILE naming a profile with a region) in "
     "sandboxctl's environment (an MCP host's server `env`)"
 )
 NO_CREDENTIALS = (

@@ -140,25 +140,32 @@ class McpSandbox:
         with self._begin_lock:
             if self.turn is not None and self.turn.definitions:
                 return
-            try:
-                if self.turn is None:
+            if self.turn is None:
+                try:
                     lambda_client, function_name = self._connect()
-                    # MCP hosts answer no template tool from code: an empty `tools` mapping makes
-                    # begin_turn's `client_tools` empty, so no description lists one (§21).
-                    self.turn = SandboxTurn(
-                        function_name,
-                        tenant_id=self.tenant_id,
-                        agent_id=self.agent_id,
-                        template_id=self.template_id,
-                        turn_id=self.turn_id,
-                        user_id=self.user_id,
-                        lambda_client=lambda_client,
-                    )
+                except DispatchUnavailable as exc:  # its sentence says what to fix
+                    self._begin_failed(f"DispatchUnavailable: {exc}")
+                    return
+                # MCP hosts answer no template tool from code: an empty `tools` mapping makes
+                # begin_turn's `client_tools` empty, so no description lists one (§21).
+                self.turn = SandboxTurn(
+                    function_name,
+                    tenant_id=self.tenant_id,
+                    agent_id=self.agent_id,
+                    template_id=self.template_id,
+                    turn_id=self.turn_id,
+                    user_id=self.user_id,
+                    lambda_client=lambda_client,
+                )
+            try:
                 self.began = self.turn.begin()
                 self.begin_error = None
             except DispatchUnavailable as exc:
-                self.begin_error = self.what_to_fix(exc)
-                print(f"sandboxctl mcp: begin_turn failed: {self.begin_error}", file=sys.stderr)
+                self._begin_failed(self.what_to_fix(exc))
+
+    def _begin_failed(self, reason: str) -> None:
+        self.begin_error = reason
+        print(f"sandboxctl mcp: begin_turn failed: {reason}", file=sys.stderr)
 
     def what_to_fix(self, exc: DispatchUnavailable) -> str:
         """The tool error for dispatch being unreachable: `connect`'s own sentence when it fails

@@ -113,7 +113,7 @@ def test_job_answers_are_job_results(answer: dict[str, object], status: str, run
 
 def test_job_result_of_a_refusal_without_job_fields() -> None:
     # Given get_job's refusal of an unknown job id / When typed as a job answer
-    result = JobResult.from_answer({"ok": False, "error": "SandboxInvalidRequest", "error_message": "no job"})
+    result = JobResult.of({"ok": False, "error": "SandboxInvalidRequest", "error_message": "no job"})
     # Then a job result that is neither running nor ok
     assert isinstance(result, JobResult) and not result.running and not result.ok
     assert result.job_id is None

@@ -54,9 +54,10 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 
 from .contract import FILE_ID_RE, FILE_NOT_FOUND, INVALID_REQUEST, MCP_SERVER_NAME
+from .errors import ArtifactMismatch, ArtifactUnavailable, DispatchUnavailable
 from .results import Artifact, ExecutionResult, is_texty
 from .tool_input import failure_text, input_problem
-from .turn import ArtifactMismatch, ArtifactUnavailable, DispatchUnavailable, SandboxTurn
+from .turn import SandboxTurn
 
 FILE_URI_SCHEME = "sandbox-file"
 _FILE_URI_RE = re.compile(rf"^{FILE_URI_SCHEME}://([^/]+)/([^/]+)$")

@@ -27,9 +27,9 @@ from strands.tools.tools import PythonAgentTool
 from strands.types.tools import ToolResult, ToolResultContent, ToolSpec, ToolUse
 
 from .contract import INVALID_REQUEST
+from .errors import DispatchUnavailable, ToolUnavailable
 from .results import ExecutionResult, Preview
 from .tool_input import failure_text, input_problem
-from .turn import DispatchUnavailable, SandboxTurn, ToolUnavailable
 
 
 def tool_spec(definition: dict[str, Any]) -> ToolSpec:
@@ -43,6 +43,19 @@ def tool_spec(definition: dict[str, Any]) -> ToolSpec:
 
 class _Previews(Protocol):
     def previews(self, result: ExecutionResult) -> list[Preview]: ...
+
+
+class _Turn(_Previews, Protocol):
+    """What the tools need of their turn (`turn.SandboxTurn`, which imports this module when asked
+    for Strands tools)."""
+
+    def call_tool(self, name: str, tool_input: dict[str, Any]) -> ExecutionResult: ...
+
+    def definition(self, name: str) -> dict[str, Any] | None: ...
+
+    def no_tool_reason(self) -> str: ...
+
+    def next_turn(self, turn_id: str | None = None) -> _Turn: ...
 
 
 def strands_result(turn: _Previews, tool_use_id: str, result: ExecutionResult) -> ToolResult:
@@ -61,7 +74,7 @@ def strands_result(turn: _Previews, tool_use_id: str, result: ExecutionResult) -
 class SandboxStrandsTool(PythonAgentTool):
     """One tool of the surface for one turn; `next_turn()` gives the next turn's tool."""
 
-    def __init__(self, turn: SandboxTurn, definition: dict[str, Any]) -> None:
+    def __init__(self, turn: _Turn, definition: dict[str, Any]) -> None:
         self.definition = definition  # one of the definitions the turn's begin_turn returned
         spec = tool_spec(self.definition)
         super().__init__(spec["name"], spec, self._call)

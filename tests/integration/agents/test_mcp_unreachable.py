@@ -1,16 +1,19 @@
 """`sandboxctl mcp` when what it serves cannot be reached (SPEC §21): the local stack down, no AWS
 region, no AWS credentials. The official MCP SDK's client, over stdio, must see a server that
 starts and answers every tool call with a tool error saying what to fix — never a closed
-connection."""
+connection. And the host configuration the docs show starts such a server as written."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from infra.sandboxctl.target import NO_CREDENTIALS, NO_REGION
 from tests.support.mcp_client import mcp_args, run_mcp, text_of
@@ -65,3 +68,27 @@ def test_mcp_without_aws_settings_names_the_variable_to_set(
         assert result.is_error is True
         assert text_of(result) == f"DispatchUnavailable: {fix}"
     assert "AWS_DEFAULT_REGION" in NO_REGION and "AWS_PROFILE" in NO_CREDENTIALS and "`env`" in NO_CREDENTIALS
+
+
+def test_docs_host_configuration_as_written_starts_a_server_that_answers() -> None:
+    # Given the host configuration docs/tool-surface.md shows, with this checkout's path put in
+    repo = Path(__file__).resolve().parents[3]
+    text = (repo / "docs" / "tool-surface.md").read_text()
+    block = text.split('```json\n{\n  "mcpServers"', 1)[1].split("```", 1)[0]
+    server = json.loads('{"mcpServers"' + block)["mcpServers"]["sandbox"]
+    command = server["command"].replace("/path/to/repo", str(repo))
+    assert Path(command).exists(), command
+    # When a host starts it exactly so (its env holds only what the configuration gives)
+    params = StdioServerParameters(command=command, args=server["args"], env=server["env"])
+
+    async def main() -> Any:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            return await _list_and_call(session)
+
+    listed, called, _ = anyio.run(main)
+    # Then the server answers: the tools, or (no stack running from this checkout) what to fix
+    if listed.tools:
+        assert [t.name for t in listed.tools][0] == "execute_code" and called.is_error is False
+    else:
+        assert called.is_error is True and "sandboxctl local up" in text_of(called)

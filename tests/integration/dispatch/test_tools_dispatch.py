@@ -498,7 +498,7 @@ def test_tools_agent_client_and_strands_tool_run_the_loop_through_dispatch(tools
             direct = turn.execute_code(code)
             via_strands = strands._call({"toolUseId": "t1", "input": {"code": code}})
     # Then each returns only the final result, after two resumes answered by the client
-    assert (direct["stdout"], direct["tool_calls"]) == ("320\n", 2)
+    assert (direct.stdout, direct.tool_calls) == ("320\n", 2)
     assert via_strands["status"] == "success"
     assert json.loads(via_strands["content"][0]["text"])["stdout"] == "320\n"
     assert seen == [

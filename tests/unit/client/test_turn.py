@@ -52,7 +52,7 @@ def test_sandbox_turn_context_manager_begins_executes_and_ends(fake_dispatch: An
         assert turn.tool == FAKE_TOOL
         result = turn.execute_code("print(1+1)")
         turn.execute_code("print(2)", call_id="call-fixed")
-    assert result["stdout"] == "2\n"
+    assert result.stdout == "2\n"
     actions = [s["event"]["action"] for s in seen]
     assert actions == ["begin_turn", "execute_code", "execute_code", "end_turn"]
     assert all("thinkwork-dev-dispatch" in s["path"] for s in seen)

@@ -212,6 +212,7 @@ print('result: 42')
 def jobs_step(target: Any) -> list[str]:
     """A background job (§17) through the agent client: submitted (answers at once), polled with a
     progress callback while it runs, its result; end_turn then has nothing pending; one audit row."""
+    from sandbox_client.results import JobResult
     from sandbox_client.turn import SandboxTurn
 
     from infra.sandboxctl import ops
@@ -231,31 +232,29 @@ def jobs_step(target: Any) -> list[str]:
         {"action": "execute_code", "background": True, "timeout_s": 60, "code": JOB_CODE, "...": "ids"},
     )
     submitted = turn.submit(JOB_CODE, timeout_s=60)
-    _show("response", submitted)
-    if submitted.get("status") != "running":
-        return [f"the job was not started: {submitted.get('error')}: {submitted.get('error_message')}"]
+    _show("response", submitted.raw)
+    if not submitted.running or submitted.job_id is None:
+        return [f"the job was not started: {submitted.error}: {submitted.error_message}"]
     seen: list[int] = []
 
-    def progress(answer: dict[str, Any]) -> None:  # the agent client's progress callback
-        seen.append(int(answer["elapsed_ms"]))
-        print(f"  get_job -> running, elapsed {answer['elapsed_ms'] / 1000:.1f} s")
+    def progress(answer: JobResult) -> None:  # the agent client's progress callback
+        seen.append(int(answer.elapsed_ms or 0))
+        print(f"  get_job -> running, elapsed {(answer.elapsed_ms or 0) / 1000:.1f} s")
 
-    final = turn.wait(submitted["job_id"], progress=progress, poll_seconds=0.7, timeout_s=60)
-    _show("response", final)
+    final = turn.wait(submitted.job_id, progress=progress, poll_seconds=0.7, timeout_s=60)
+    _show("response", final.raw)
     ended = turn.end()
     problems = []
-    if final.get("status") != "completed" or "result: 42" not in str(final.get("stdout")):
-        problems.append(
-            f"the job answered {final.get('status')!r} / {final.get('stdout')!r}, expected its result"
-        )
+    if final.status != "completed" or "result: 42" not in final.stdout:
+        problems.append(f"the job answered {final.status!r} / {final.stdout!r}, expected its result")
     if not seen:
         problems.append("get_job never answered `running` while the job ran")
     if ended.get("pending_jobs"):
         problems.append(f"end_turn still lists pending jobs after the job ended: {ended['pending_jobs']}")
     rows = [
         r
-        for r in ops.audit_list(target, TENANT, session_id=submitted["session_id"])
-        if r["invocation_id"] == submitted["invocation_id"]
+        for r in ops.audit_list(target, TENANT, session_id=str(submitted.session_id))
+        if r["invocation_id"] == submitted.invocation_id
     ]
     print(
         f"\n  the job's audit row: {len(rows)} (background: {rows[0].get('background') if rows else None}, "

@@ -22,6 +22,8 @@ def _out(args: argparse.Namespace, data: Any, human: Callable[[], str]) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.command == "local":
         return _local(args)
+    if args.command == "mcp":
+        return _mcp(args)  # serves even when its target cannot be reached (it says what to fix)
     from infra.sandboxctl import target as target_mod
 
     target = target_mod.resolve(args.stage, args.local)
@@ -39,7 +41,6 @@ def run(args: argparse.Namespace) -> int:
         "warm": sessions_cli.run_warm,
         "sessions": sessions_cli.run_sessions,
         "usage": _usage,
-        "mcp": _mcp,
     }[args.command]
     return handler(args, target)
 
@@ -57,6 +58,9 @@ def _local(args: argparse.Namespace) -> int:
                 "state_dir": str(state.directory),
                 "stage": state.data["stage"],
                 "endpoints": {name: p["endpoint"] for name, p in state.data["processes"].items()},
+                # what an agent invokes (Lambda Invoke at the lambda endpoint): SandboxTurn's first
+                # argument, an MCP host needs none (`sandboxctl --local mcp` finds it)
+                "dispatch_function": state.resources.functions[n.DISPATCH],
                 "pids": {name: p["pid"] for name, p in state.data["processes"].items()},
                 "environment": state.client_environment(),
             }
@@ -71,6 +75,7 @@ def _local(args: argparse.Namespace) -> int:
                 return (
                     f"{head} (stage {data['stage']}, state {data['state_dir']})\n"
                     + render.table(rows, ["component", "pid", "endpoint"])
+                    + f"\ndispatch function: {data['dispatch_function']} (invoked at the lambda endpoint)"
                     + f"\n\n# point boto3 at it:\n{env}"
                 )
 
@@ -418,12 +423,23 @@ def _usage(args: argparse.Namespace, target: Any) -> int:
     return EXIT_OK
 
 
-def _mcp(args: argparse.Namespace, target: Any) -> int:
+def _mcp(args: argparse.Namespace) -> int:
     from sandbox_client import mcp_server
+    from sandbox_client.turn import DispatchUnavailable
+
+    from infra.sandboxctl import target as target_mod
+
+    def connect() -> tuple[Any, str]:
+        """The target's Lambda client and dispatch, resolved when the MCP session needs them (and
+        again to say what to fix when dispatch cannot be reached)."""
+        try:
+            target = target_mod.resolve(args.stage, args.local)
+            return target.client("lambda"), target.dispatch_function
+        except CtlError as exc:
+            raise DispatchUnavailable(str(exc)) from None
 
     mcp_server.serve(
-        lambda_client=target.client("lambda"),
-        function_name=target.dispatch_function,
+        connect=connect,
         tenant_id=args.tenant,
         agent_id=args.agent,
         template_id=args.template,

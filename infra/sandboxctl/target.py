@@ -13,6 +13,17 @@ from sandbox_common import naming as n
 
 from infra.sandboxctl.errors import CtlError
 
+# What to fix when AWS cannot even be asked (also what `sandboxctl mcp` answers its host's tool
+# calls with: there, sandboxctl's environment is the `env` of the host's server configuration).
+NO_REGION = (
+    "no AWS region is configured: set AWS_DEFAULT_REGION (or AWS_PROFILE naming a profile with a region) in "
+    "sandboxctl's environment (an MCP host's server `env`)"
+)
+NO_CREDENTIALS = (
+    "no AWS credentials were found: set AWS_PROFILE (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) in "
+    "sandboxctl's environment (an MCP host's server `env`)"
+)
+
 
 @dataclass
 class Target:
@@ -82,7 +93,7 @@ def local_target(state: Any) -> Target:
 def _deployed_target(stage: str) -> Target:
     import boto3
     from botocore.config import Config
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
 
     session = boto3.session.Session()
 
@@ -96,6 +107,10 @@ def _deployed_target(stage: str) -> Target:
         raise CtlError(
             f"cannot read stack {stack}: {exc.response.get('Error', {}).get('Message', exc)}"
         ) from None
+    except NoRegionError:
+        raise CtlError(NO_REGION) from None
+    except NoCredentialsError:
+        raise CtlError(NO_CREDENTIALS) from None
     except BotoCoreError as exc:
         raise CtlError(f"cannot read stack {stack}: {exc}") from None
     outputs = {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs", [])}

@@ -67,6 +67,18 @@ def test_local_up_twice_is_idempotent(cli_env: dict[str, str]) -> None:
     assert before["running"] is True and set(again["endpoints"]) == {"moto", "interpreter", "lambda"}
 
 
+def test_local_up_names_the_dispatch_function_beside_the_endpoints(cli_env: dict[str, str]) -> None:
+    # Given the module's running stack, whose dispatch function the state names
+    dispatch = _state(cli_env).resources.functions[n.DISPATCH]
+    # When `local up` reports, as JSON and as text
+    data = ctl_json(cli_env, "local", "up")
+    text = ctl(cli_env, "local", "up")
+    # Then both name the function an agent invokes at the lambda endpoint
+    assert data["dispatch_function"] == dispatch
+    assert text.returncode == 0 and f"dispatch function: {dispatch} " in text.stdout
+    assert data["endpoints"]["lambda"] in text.stdout
+
+
 # --- usage -----------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "args",

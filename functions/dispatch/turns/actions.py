@@ -9,7 +9,7 @@ from sandbox_common.errors import SandboxError
 from sandbox_common.models import BeginTurnRequest, EndTurnRequest
 from sandbox_common.observability import logger
 from sandbox_common.outcome import internal_failure, public
-from sandbox_common.tool_spec import tool_definition
+from sandbox_common.tool_spec import begin_turn_tools
 from sandbox_runtime.preflight import PreflightUnavailable
 
 from dispatch.steps import Steps
@@ -34,7 +34,8 @@ def begin_turn(steps: Steps, req: BeginTurnRequest, context: Any) -> dict[str, A
         steps.offer_warm(turn, pf)  # §16.1: the first call's warm claim becomes one write
     sandbox: dict[str, Any] = {"status": pf.status}
     if pf.status in ("ready", "provisioning"):
-        sandbox["tool"] = tool_definition(pf.tools)  # §15: lists the template's tools
+        # §21: every tool of the surface; §15: the template's tools the caller can answer
+        sandbox.update(begin_turn_tools(pf.tools, req.client_tools, steps.settings))
         sandbox["environment"] = pf.environment
     elif pf.status == "disabled":
         sandbox.update(

@@ -17,6 +17,13 @@ STATUS_TOOL_CALL = "tool_call"  # an execute_code answer paused at a tool call (
 INVALID_REQUEST = "SandboxInvalidRequest"
 PROVISIONING = "SandboxProvisioning"
 SANDBOX_ERROR = "SandboxError"
+# The tools of the one surface (SPEC §21): the client maps a call of each to its dispatch action;
+# their definitions are begin_turn's, never the client's.
+EXECUTE_CODE = "execute_code"
+RUN_COMMAND = "run_command"  # execute_code with `language` COMMAND_LANGUAGE and `code` = the command
+GET_JOB = "get_job"
+CANCEL_JOB = "cancel_job"
+COMMAND_LANGUAGE = "bash"
 MAX_CODE_BYTES = 256 * 1024  # user code, UTF-8 bytes (SPEC §11)
 FILE_ID_RE = re.compile(r"^file-[A-Za-z0-9_-]{22,64}$")  # an artifact's file_id (SPEC §14.2)
 FILE_NOT_FOUND = "Invalid request: no file with this file_id exists for this workspace."

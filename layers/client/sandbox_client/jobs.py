@@ -1,12 +1,12 @@
 """Background jobs for the agent client (SPEC §17), mixed into `turn.SandboxTurn`.
 
     job = turn.submit("import time; time.sleep(1200); print('done')", timeout_s=1800)
-    result = turn.wait(job["job_id"], progress=lambda r: print(r["elapsed_ms"]))
+    result = turn.wait(job.job_id, progress=lambda r: print(r.elapsed_ms))
 
-`submit` answers at once ({"ok": true, "status": "running", "job_id", ...}); `wait` polls
-`get_job` until the job is no longer running and returns its final result (the execute_code
-shape plus `status`: completed | failed | timed_out | cancelled). Imports only the stdlib, like
-the client itself.
+Every answer is a `results.JobResult`. `submit` answers at once (status running, job_id, ...);
+`wait` polls `get_job` until the job is no longer running and returns its final result (the
+execute_code fields plus `status`: completed | failed | timed_out | cancelled). Imports only the
+stdlib, like the client itself.
 """
 
 from __future__ import annotations
@@ -16,20 +16,30 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from .results import ExecutionResult, JobResult, Preview
+
 DEFAULT_POLL_SECONDS = 5.0
 
 
 class JobsMixin:
-    """Needs `_invoke(event) -> dict`, `_ids() -> dict` and `invocation_source` from its host."""
+    """Needs `_invoke(event) -> dict`, `_ids() -> dict`, `previews(result)` and `invocation_source`
+    from its host."""
 
     _invoke: Callable[[dict[str, Any]], dict[str, Any]]
     _ids: Callable[[], dict[str, Any]]
+    previews: Callable[[ExecutionResult], list[Preview]]
     invocation_source: str | None
 
     def submit(
-        self, code: str, *, timeout_s: int | None = None, call_id: str | None = None
-    ) -> dict[str, Any]:
-        """Start `code` as a background job in this turn's session; answers at once."""
+        self,
+        code: str,
+        *,
+        timeout_s: int | None = None,
+        call_id: str | None = None,
+        language: str | None = None,
+    ) -> JobResult:
+        """Start `code` as a background job in this turn's session; answers at once. `language`
+        "bash" runs it as a shell script (SPEC §20)."""
         event = {
             "action": "execute_code",
             **self._ids(),
@@ -39,32 +49,34 @@ class JobsMixin:
         }
         if timeout_s is not None:
             event["timeout_s"] = timeout_s
+        if language is not None:
+            event["language"] = language
         if self.invocation_source:
             event["invocation_source"] = self.invocation_source
-        return self._invoke(event)
+        return JobResult.of(self._invoke(event))
 
-    def get_job(self, job_id: str) -> dict[str, Any]:
-        return self._invoke(self._job_event("get_job", job_id))
+    def get_job(self, job_id: str) -> JobResult:
+        return JobResult.of(self._invoke(self._job_event("get_job", job_id)))
 
-    def cancel_job(self, job_id: str) -> dict[str, Any]:
-        return self._invoke(self._job_event("cancel_job", job_id))
+    def cancel_job(self, job_id: str) -> JobResult:
+        return JobResult.of(self._invoke(self._job_event("cancel_job", job_id)))
 
     def wait(
         self,
         job_id: str,
         *,
-        progress: Callable[[dict[str, Any]], None] | None = None,
+        progress: Callable[[JobResult], None] | None = None,
         poll_seconds: float = DEFAULT_POLL_SECONDS,
         timeout_s: float | None = None,
         sleep: Callable[[float], None] = time.sleep,
-    ) -> dict[str, Any]:
+    ) -> JobResult:
         """Poll until the job ends; `progress(answer)` is called with every `running` answer.
         A refusal (ok false without a job status) is returned as is; `timeout_s` bounds the wait
         (the job keeps running: the last `running` answer is returned)."""
         started = time.monotonic()
         while True:
             answer = self.get_job(job_id)
-            if answer.get("status") != "running":
+            if not answer.running:
                 return answer
             if progress is not None:
                 progress(answer)
@@ -80,9 +92,14 @@ class JobsMixin:
 
     # --- Strands ----------------------------------------------------------------------------------
     def strands_job_tools(self) -> list[Any]:
-        """Two Strands tools bound to this turn: start a background job, check (or wait for) one."""
+        """Two Strands tools bound to this turn, kept for callers of before the one tool surface
+        (`strands_tools()` serves execute_code with background, get_job and cancel_job as
+        begin_turn defines them): start a background job, check (or wait for) one. Like every
+        Strands tool of the client, an answer with `ok: false` is a Strands `status: "error"`."""
         try:
             from strands import tool
+
+            from .strands_tool import strands_result
         except ImportError as exc:
             raise ImportError("strands_job_tools() needs the `strands-agents` package") from exc
         turn = self
@@ -95,7 +112,7 @@ class JobsMixin:
                 code: Python source to run as a background job.
                 timeout_s: seconds after which the job is stopped (at most 3600).
             """
-            return turn.submit(code, timeout_s=timeout_s)
+            return dict(strands_result(turn, "", turn.submit(code, timeout_s=timeout_s)))
 
         @tool(name="check_background_job")
         def check_background_job(job_id: str, wait_seconds: int = 0) -> dict[str, Any]:
@@ -106,7 +123,9 @@ class JobsMixin:
                 wait_seconds: wait up to this long for the job to end before answering.
             """
             if wait_seconds > 0:
-                return turn.wait(job_id, timeout_s=wait_seconds, poll_seconds=min(5.0, wait_seconds))
-            return turn.get_job(job_id)
+                answer = turn.wait(job_id, timeout_s=wait_seconds, poll_seconds=min(5.0, wait_seconds))
+            else:
+                answer = turn.get_job(job_id)
+            return dict(strands_result(turn, "", answer))
 
         return [start_background_job, check_background_job]

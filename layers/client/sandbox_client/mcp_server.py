@@ -5,15 +5,23 @@ the client's `initialize` is answered) and `end_turn` when it ends (stdin closed
 or SIGTERM, which the SDK's client sends when a server outlives its 2 s grace), so the turn's
 session is stopped with the MCP session and never left to the interpreter's timeout.
 
-Tools: `execute_code` exactly as `begin_turn` declared it (the one tool definition, built by
-dispatch), or none when the tenant/template has no sandbox (as §4.1 says).
-Every argument the schema allows is passed to dispatch as is (so `files` reaches dispatch once
-the tool definition declares it). Results:
-- success: the dispatch answer as JSON text and as `structuredContent`, plus one MCP
-  `resource_link` per artifact in the answer's `files` list (uri `sandbox-file://TENANT/FILE_ID`,
-  name, MIME type, size), as the MCP spec allows for tool results;
+Tools: every tool `begin_turn` returned (SPEC §21: execute_code, run_command, get_job,
+cancel_job — the one definition, built by dispatch), exactly as it defined them, or none when the
+tenant/template has no sandbox (§4.1). begin_turn is told `client_tools: []`: an MCP host cannot
+answer the template's tools from code (§15), so no description lists them. Each call is
+validated against its definition, then mapped to its dispatch action by the agent client
+(`SandboxTurn.call_tool`). Results:
+- the dispatch answer as JSON text and as `structuredContent`; for each artifact in its `files`
+  list a PNG of at most 1 MiB as `ImageContent` (base64) and a UTF-8 text of at most 16 KiB as
+  text (their bytes through dispatch's get_file, sha256 checked: `SandboxTurn.previews`), and one
+  MCP `resource_link` (uri `sandbox-file://TENANT/FILE_ID`, name, MIME type, size);
 - any `ok: false` answer, an input the schema refuses, or dispatch itself failing: a tool error
   (`isError: true`) whose text starts with the named class (`SandboxCapExceeded: ...`).
+Unreachable dispatch: the server starts anyway (the host sees no closed connection). `connect`
+(given by `sandboxctl mcp`) finds the dispatch function and a Lambda client, or raises
+DispatchUnavailable saying what to fix (the local stack not running, no AWS region or
+credentials in the server's environment); begin_turn is tried again at each `tools/list` and
+tool call until it succeeds, and until then every tool call is a tool error with that sentence.
 Resources (SPEC §14.3 through MCP): `resources/list` lists the artifacts of this session's calls
 (the same `sandbox-file://TENANT/FILE_ID` uris as the links); `resources/read` of such a uri goes
 through dispatch's `get_file` for this server's tenant — the same tenant-scoped check, so an
@@ -34,7 +42,8 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -45,28 +54,26 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 
 from .contract import FILE_ID_RE, FILE_NOT_FOUND, INVALID_REQUEST, MCP_SERVER_NAME
+from .errors import ArtifactMismatch, ArtifactUnavailable, DispatchUnavailable
+from .results import Artifact, ExecutionResult, is_texty
 from .tool_input import failure_text, input_problem
-from .turn import ArtifactMismatch, ArtifactUnavailable, DispatchUnavailable, SandboxTurn
+from .turn import SandboxTurn
 
 FILE_URI_SCHEME = "sandbox-file"
 _FILE_URI_RE = re.compile(rf"^{FILE_URI_SCHEME}://([^/]+)/([^/]+)$")
-_TEXT_TYPES = ("application/json", "application/xml", "application/csv", "application/javascript")
+# (Lambda client, dispatch function name), or DispatchUnavailable saying what to fix
+Connect = Callable[[], tuple[Any, str]]
 
 
 def file_uri(tenant_id: str, file_id: str) -> str:
     return f"{FILE_URI_SCHEME}://{tenant_id}/{file_id}"
 
 
-def _is_texty(content_type: str | None) -> bool:
-    kind = (content_type or "").split(";")[0].strip().lower()
-    return kind.startswith("text/") or kind in _TEXT_TYPES or kind.endswith("+json") or kind.endswith("+xml")
-
-
 def resource_contents(
     uri: str, content_type: str | None, data: bytes
 ) -> types.TextResourceContents | types.BlobResourceContents:
     """One artifact's bytes as MCP resource contents: text when its type is textual and it is UTF-8."""
-    if _is_texty(content_type):
+    if is_texty(content_type):
         try:
             return types.TextResourceContents(uri=uri, mime_type=content_type, text=data.decode("utf-8"))
         except UnicodeDecodeError:
@@ -76,18 +83,20 @@ def resource_contents(
     )
 
 
+def file_link(tenant_id: str, artifact: Artifact) -> types.ResourceLink:
+    """A stored artifact (§14.2) as an MCP resource link."""
+    return types.ResourceLink(
+        uri=file_uri(tenant_id, str(artifact.file_id)),
+        name=artifact.filename,
+        mime_type=artifact.content_type,
+        size=artifact.bytes,
+    )
+
+
 def file_links(tenant_id: str, files: list[dict[str, Any]]) -> list[types.ResourceLink]:
-    """The `files` list of an execute_code answer (§14.2) as MCP resource links."""
-    return [
-        types.ResourceLink(
-            uri=file_uri(tenant_id, f["file_id"]),
-            name=str(f.get("filename") or f["file_id"]),
-            mime_type=f.get("content_type"),
-            size=f.get("bytes"),
-        )
-        for f in files
-        if f.get("file_id") and not f.get("skipped")
-    ]
+    """The `files` list of an execute_code answer as MCP resource links (skipped ones have none)."""
+    artifacts = (Artifact.from_entry(f) for f in files)
+    return [file_link(tenant_id, a) for a in artifacts if a.stored]
 
 
 def _error(text: str, structured: dict[str, Any] | None = None) -> types.CallToolResult:
@@ -97,31 +106,83 @@ def _error(text: str, structured: dict[str, Any] | None = None) -> types.CallToo
 
 
 class McpSandbox:
-    """The turn behind one MCP session: begin once, end once (thread-safe), map each tool call."""
+    """The turn behind one MCP session: begin once it can (thread-safe), end once, map each call."""
 
-    def __init__(self, turn: SandboxTurn) -> None:
-        self.turn = turn
+    def __init__(
+        self,
+        connect: Connect,
+        *,
+        tenant_id: str,
+        agent_id: str,
+        template_id: str,
+        turn_id: str | None = None,
+        user_id: str | None = None,
+    ) -> None:
+        self._connect = connect
+        self.tenant_id = tenant_id
+        self.agent_id = agent_id
+        self.template_id = template_id
+        self.turn_id = turn_id or f"turn-{uuid.uuid4().hex}"  # one turn, also across retried begins
+        self.user_id = user_id
+        self.turn: SandboxTurn | None = None  # once `connect` succeeded
         self.began: dict[str, Any] | None = None
         self.begin_error: str | None = None
+        self._begin_lock = threading.Lock()
         self.ended = False
         self._end_lock = threading.Lock()
         self._ending_thread: int | None = None
         self.artifacts: dict[str, types.ResourceLink] = {}  # uri -> link, this session's artifacts
         self._artifacts_lock = threading.Lock()
 
+    # --- the turn ---------------------------------------------------------------------------------
     def begin(self) -> None:
+        """begin_turn, unless this session's turn already has its tools; a failure is kept (as
+        what to fix) and tried again by the next tools/list or tool call."""
+        with self._begin_lock:
+            if self.turn is not None and self.turn.definitions:
+                return
+            if self.turn is None:
+                try:
+                    lambda_client, function_name = self._connect()
+                except DispatchUnavailable as exc:  # its sentence says what to fix
+                    self._begin_failed(f"DispatchUnavailable: {exc}")
+                    return
+                # MCP hosts answer no template tool from code: an empty `tools` mapping makes
+                # begin_turn's `client_tools` empty, so no description lists one (§21).
+                self.turn = SandboxTurn(
+                    function_name,
+                    tenant_id=self.tenant_id,
+                    agent_id=self.agent_id,
+                    template_id=self.template_id,
+                    turn_id=self.turn_id,
+                    user_id=self.user_id,
+                    lambda_client=lambda_client,
+                )
+            try:
+                self.began = self.turn.begin()
+                self.begin_error = None
+            except DispatchUnavailable as exc:
+                self._begin_failed(self.what_to_fix(exc))
+
+    def _begin_failed(self, reason: str) -> None:
+        self.begin_error = reason
+        print(f"sandboxctl mcp: begin_turn failed: {reason}", file=sys.stderr)
+
+    def what_to_fix(self, exc: DispatchUnavailable) -> str:
+        """The tool error for dispatch being unreachable: `connect`'s own sentence when it fails
+        now (it names what to fix), else the failure as it was."""
         try:
-            self.began = self.turn.begin()
-        except DispatchUnavailable as exc:
-            self.begin_error = f"DispatchUnavailable: {exc}"
-            print(f"sandboxctl mcp: begin_turn failed: {exc}", file=sys.stderr)
+            self._connect()
+        except DispatchUnavailable as reason:
+            return f"DispatchUnavailable: {reason}"
+        return f"DispatchUnavailable: {exc}"
 
     def end(self) -> None:
         """end_turn once, whoever asks first (lifespan exit, the SIGTERM handler, serve's
         finally); a later caller waits for the first to finish, so the process never exits
         half-way through it."""
         with self._end_lock:
-            if self.ended or self.began is None:
+            if self.ended or self.began is None or self.turn is None:
                 return
             self.ended = True
             self._ending_thread = threading.get_ident()
@@ -136,42 +197,66 @@ class McpSandbox:
         """True while this very thread is inside end() (a signal handler interrupted it)."""
         return self._ending_thread == threading.get_ident()
 
+    # --- tools --------------------------------------------------------------------------------------
     def tools(self) -> list[types.Tool]:
-        tool = self.turn.tool
-        if not tool:
-            return []
+        self.begin()
+        definitions = self.turn.definitions if self.turn is not None else []
         return [
-            types.Tool(name=tool["name"], description=tool["description"], input_schema=tool["input_schema"])
+            types.Tool(name=d["name"], description=d["description"], input_schema=d["input_schema"])
+            for d in definitions
         ]
 
     def unavailable(self) -> str:
-        """Why there is no tool: begin_turn's own named error when it gave one."""
-        return self.begin_error or self.turn.no_tool_reason()
+        """Why there is no tool: what to fix when dispatch is unreachable, else begin_turn's own
+        named error."""
+        if self.begin_error or self.turn is None:
+            return self.begin_error or "DispatchUnavailable: begin_turn has not been answered"
+        return self.turn.no_tool_reason()
 
     def call(self, name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
-        tool = self.turn.tool
-        if not tool:
+        self.begin()
+        turn = self.turn
+        if turn is None or not turn.definitions:
             return _error(self.unavailable())
-        if name != tool["name"]:
-            return _error(f"{INVALID_REQUEST}: unknown tool {name!r}; this server has {tool['name']!r}")
+        definition = turn.definition(name)
+        if definition is None:
+            names = ", ".join(str(d["name"]) for d in turn.definitions)
+            return _error(f"{INVALID_REQUEST}: unknown tool {name!r}; this server has: {names}")
         tool_input = arguments or {}
-        problem = input_problem(tool_input, tool["input_schema"])
+        problem = input_problem(tool_input, definition["input_schema"])
         if problem is not None:
             return _error(f"{INVALID_REQUEST}: {problem}")
         try:
-            response = self.turn.execute_tool_input(tool_input)
+            result = turn.call_tool(name, tool_input)
         except DispatchUnavailable as exc:
-            return _error(f"DispatchUnavailable: {exc}")
-        text = failure_text(response)
-        if text is not None:
-            return _error(text, response)
-        content: list[types.ContentBlock] = [types.TextContent(text=json.dumps(response, sort_keys=True))]
-        links = file_links(self.turn.tenant_id, response.get("files") or [])
-        content.extend(links)
+            return _error(self.what_to_fix(exc))
+        return self.tool_result(turn, result)
+
+    def tool_result(self, turn: SandboxTurn, result: ExecutionResult) -> types.CallToolResult:
+        """The answer as text (named class first on an error), then per artifact what the model
+        can see of it (an image, a text) and its link."""
+        text = failure_text(result)
+        content: list[types.ContentBlock] = [
+            types.TextContent(text=text or json.dumps(result.raw, sort_keys=True))
+        ]
+        previews = {p.artifact.file_id: p for p in turn.previews(result)}
+        links = []
+        for artifact in result.files:
+            if not artifact.stored:
+                continue
+            preview = previews.get(artifact.file_id)
+            if preview is not None and preview.kind == "image":
+                data = base64.b64encode(preview.data).decode("ascii")
+                content.append(types.ImageContent(data=data, mime_type="image/png"))
+            elif preview is not None:
+                content.append(types.TextContent(text=preview.text))
+            links.append(file_link(self.tenant_id, artifact))
+            content.append(links[-1])
         with self._artifacts_lock:
             self.artifacts.update((str(link.uri), link) for link in links)
-        return types.CallToolResult(content=content, structured_content=response)
+        return types.CallToolResult(content=content, structured_content=result.raw, is_error=text is not None)
 
+    # --- resources ----------------------------------------------------------------------------------
     def resources(self) -> list[types.Resource]:
         """This session's artifacts, in the order they came back."""
         with self._artifacts_lock:
@@ -184,9 +269,11 @@ class McpSandbox:
     def read(self, uri: str) -> types.ReadResourceResult:
         """One artifact by its uri, through dispatch's tenant-scoped get_file. Raises MCPError."""
         match = _FILE_URI_RE.match(uri)
-        if not match or not FILE_ID_RE.match(match.group(2)) or match.group(1) != self.turn.tenant_id:
+        if not match or not FILE_ID_RE.match(match.group(2)) or match.group(1) != self.tenant_id:
             # Malformed, or another tenant's: the same answer as an unknown file_id (nothing leaks).
             raise MCPError(types.INVALID_PARAMS, f"{INVALID_REQUEST}: {FILE_NOT_FOUND}")
+        if self.turn is None:
+            raise MCPError(types.INTERNAL_ERROR, self.unavailable())
         try:
             answer, data = self.turn.fetch(match.group(2))
         except ArtifactUnavailable as exc:
@@ -194,7 +281,7 @@ class McpSandbox:
         except ArtifactMismatch as exc:
             raise MCPError(types.INTERNAL_ERROR, f"SandboxError: {exc}") from None
         except DispatchUnavailable as exc:
-            raise MCPError(types.INTERNAL_ERROR, f"DispatchUnavailable: {exc}") from None
+            raise MCPError(types.INTERNAL_ERROR, self.what_to_fix(exc)) from None
         except OSError as exc:  # the presigned URL could not be fetched
             raise MCPError(
                 types.INTERNAL_ERROR, f"SandboxError: the file could not be downloaded ({type(exc).__name__})"
@@ -213,7 +300,8 @@ def build_server(sandbox: McpSandbox) -> Server[Any]:
                 await anyio.to_thread.run_sync(sandbox.end)
 
     async def list_tools(_ctx: Any, _params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=sandbox.tools())
+        # begin_turn may be tried again here (blocking boto3): off the event loop
+        return types.ListToolsResult(tools=await anyio.to_thread.run_sync(sandbox.tools))
 
     async def call_tool(_ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         # Blocking boto3 call: off the event loop, so pings and other calls are still answered.
@@ -253,25 +341,24 @@ def sigterm_handler(sandbox: McpSandbox) -> Any:
 
 def serve(
     *,
-    lambda_client: Any,
-    function_name: str,
+    connect: Connect,
     tenant_id: str,
     agent_id: str,
     template_id: str,
     turn_id: str | None = None,
     user_id: str | None = None,
 ) -> None:
-    """Serve one MCP session on stdin/stdout until the client closes it (or SIGTERM)."""
-    turn = SandboxTurn(
-        function_name,
+    """Serve one MCP session on stdin/stdout until the client closes it (or SIGTERM). `connect`
+    gives the Lambda client and dispatch's name, or raises DispatchUnavailable saying what to fix
+    (the server serves anyway: each tool call then answers that)."""
+    sandbox = McpSandbox(
+        connect,
         tenant_id=tenant_id,
         agent_id=agent_id,
         template_id=template_id,
         turn_id=turn_id,
         user_id=user_id,
-        lambda_client=lambda_client,
     )
-    sandbox = McpSandbox(turn)
     server = build_server(sandbox)
 
     async def main() -> None:

@@ -1,36 +1,39 @@
-"""The `execute_code` tool for Strands agents (`strands-agents`), bound to one turn.
+"""The sandbox's tools for Strands agents (`strands-agents`), bound to one turn.
 
     with SandboxTurn(fn, tenant_id="acme", agent_id="a1", template_id="analyst") as turn:
-        agent = Agent(tools=[turn.strands_tool()])
+        agent = Agent(tools=turn.strands_tools())   # execute_code, run_command, get_job, cancel_job
         ...
     tool = tool.next_turn()   # ends the turn, begins the next one, returns its tool: one call
 
-- Its spec is the tool definition the turn's `begin_turn` returned (the one definition dispatch
-  builds): name, description and input schema exactly, so the model sees `minLength: 1`,
+- Each tool's spec is a tool definition the turn's `begin_turn` returned (the one definition,
+  SPEC §21): name, description and input schema exactly, so the model sees `minLength: 1`,
   `additionalProperties: false` and the byte limit like every other caller.
 - Input is validated against that schema before anything is sent (`tool_input.input_problem`):
   `code=""` is a Strands error naming `SandboxInvalidRequest`, and dispatch never sees it.
-- Every `ok: false` answer is a Strands `status: "error"` whose text starts with the named class
-  (`SandboxCapExceeded: ...`), so Strands' hooks, metrics and retry logic count it as a failure;
-  dispatch itself failing is `DispatchUnavailable: ...`. Success is `status: "success"` with the
-  answer as JSON text.
+- Every `ok: false` answer (a failed run, a failed or unknown job, a cap refusal) is a Strands
+  `status: "error"` whose text starts with the named class (`SandboxCapExceeded: ...`), so
+  Strands' hooks, metrics and retry logic count it as a failure; dispatch itself failing is
+  `DispatchUnavailable: ...`. Success is `status: "success"` with the answer as JSON text.
+- Either way, each small artifact comes back for the model to see (`SandboxTurn.previews`): a
+  PNG as an image block, a text as a text block after the answer.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Protocol
 
 from strands.tools.tools import PythonAgentTool
-from strands.types.tools import ToolResult, ToolSpec, ToolUse
+from strands.types.tools import ToolResult, ToolResultContent, ToolSpec, ToolUse
 
 from .contract import INVALID_REQUEST
+from .errors import DispatchUnavailable, ToolUnavailable
+from .results import ExecutionResult, Preview
 from .tool_input import failure_text, input_problem
 
 
 def tool_spec(definition: dict[str, Any]) -> ToolSpec:
-    """The Strands spec of `definition`, the tool the turn's begin_turn returned (it lists the
-    template's tools callable from code, §15)."""
+    """The Strands spec of `definition`, a tool the turn's begin_turn returned."""
     return {
         "name": definition["name"],
         "description": definition["description"],
@@ -38,11 +41,41 @@ def tool_spec(definition: dict[str, Any]) -> ToolSpec:
     }
 
 
-class SandboxStrandsTool(PythonAgentTool):
-    """A Strands tool for one turn; `next_turn()` gives the next turn's tool."""
+class _Previews(Protocol):
+    def previews(self, result: ExecutionResult) -> list[Preview]: ...
 
-    def __init__(self, turn: Any) -> None:  # turn.SandboxTurn (not imported: no import cycle)
-        self.definition: dict[str, Any] = turn.tool
+
+class _Turn(_Previews, Protocol):
+    """What the tools need of their turn (`turn.SandboxTurn`, which imports this module when asked
+    for Strands tools)."""
+
+    def call_tool(self, name: str, tool_input: dict[str, Any]) -> ExecutionResult: ...
+
+    def definition(self, name: str) -> dict[str, Any] | None: ...
+
+    def no_tool_reason(self) -> str: ...
+
+    def next_turn(self, turn_id: str | None = None) -> _Turn: ...
+
+
+def strands_result(turn: _Previews, tool_use_id: str, result: ExecutionResult) -> ToolResult:
+    """A Strands tool result of a sandbox answer: error iff `ok` is false, the answer as JSON text
+    (named class first on an error), then its artifacts the model can see."""
+    text = failure_text(result)
+    content: list[ToolResultContent] = [{"text": text or json.dumps(result.raw, sort_keys=True)}]
+    for preview in turn.previews(result):
+        if preview.kind == "image":
+            content.append({"image": {"format": "png", "source": {"bytes": preview.data}}})
+        else:
+            content.append({"text": preview.text})
+    return {"toolUseId": tool_use_id, "status": "error" if text else "success", "content": content}
+
+
+class SandboxStrandsTool(PythonAgentTool):
+    """One tool of the surface for one turn; `next_turn()` gives the next turn's tool."""
+
+    def __init__(self, turn: _Turn, definition: dict[str, Any]) -> None:
+        self.definition = definition  # one of the definitions the turn's begin_turn returned
         spec = tool_spec(self.definition)
         super().__init__(spec["name"], spec, self._call)
         self.turn = turn
@@ -54,21 +87,18 @@ class SandboxStrandsTool(PythonAgentTool):
         if problem is not None:
             return _error(tool_use_id, f"{INVALID_REQUEST}: {problem}")
         try:
-            response = self.turn.execute_tool_input(dict(tool_input))  # type: ignore[arg-type]
-        except RuntimeError as exc:  # turn.DispatchUnavailable (not imported: no import cycle)
+            result = self.turn.call_tool(self.tool_name, dict(tool_input))  # type: ignore[arg-type]
+        except (DispatchUnavailable, ToolUnavailable) as exc:
             return _error(tool_use_id, f"{type(exc).__name__}: {exc}")
-        text = failure_text(response)
-        if text is not None:
-            return _error(tool_use_id, text)
-        return {
-            "toolUseId": tool_use_id,
-            "status": "success",
-            "content": [{"text": json.dumps(response, sort_keys=True)}],
-        }
+        return strands_result(self.turn, tool_use_id, result)
 
     def next_turn(self, turn_id: str | None = None) -> SandboxStrandsTool:
-        """End this tool's turn and return the tool of the next turn (begun, same identity)."""
-        return self.turn.next_turn(turn_id).strands_tool()
+        """End this tool's turn and return the same tool of the next turn (begun, same identity)."""
+        following = self.turn.next_turn(turn_id)
+        definition = following.definition(self.tool_name)
+        if definition is None:
+            raise ToolUnavailable(following.no_tool_reason())
+        return SandboxStrandsTool(following, definition)
 
 
 def _error(tool_use_id: str, text: str) -> ToolResult:

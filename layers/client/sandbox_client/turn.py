@@ -7,14 +7,20 @@
 
 Every action carries the turn's `turn_token` (§16.5), generated here once per turn.
 `execute_code` generates a fresh call_id per call unless given one (pass the same call_id to
-retry safely: dispatch answers a retry with the first result). With `strands-agents` installed,
-`turn.strands_tool()` returns a ready Strands tool bound to this turn.
+retry safely: dispatch answers a retry with the first result). Calls return typed results
+(`results.ExecutionResult`, `results.JobResult` for background jobs).
+
+The tool surface (SPEC §21): `turn.definitions` are the tools begin_turn returned (execute_code,
+run_command, get_job, cancel_job), served as they are; `turn.call_tool(name, input)` runs a model's
+call of one of them. With `strands-agents` installed, `turn.strands_tools()` returns them as
+Strands tools bound to this turn (`turn.strands_tool()`: execute_code alone).
 
 Programmatic tool calling (SPEC §15): `SandboxTurn(..., tools={"query_sales": fn})` makes the
 agent's own functions callable from sandboxed code (for names on the template's allowlist).
 `execute_code` then runs the loop itself — each `tool_call` answer runs `fn(**input)` here and
 resumes the code with its result (or, if `fn` raised, with `tool_error`, which the code sees as
-`sandbox_tools.ToolError`) — and returns only the final result, with `tool_calls`.
+`sandbox_tools.ToolError`) — and returns only the final result, with `tool_calls`. begin_turn is
+told their names (`client_tools`), so the descriptions list only the tools this client answers.
 """
 
 from __future__ import annotations
@@ -25,35 +31,21 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .contract import (
+    CANCEL_JOB,
+    COMMAND_LANGUAGE,
+    EXECUTE_CODE,
+    GET_JOB,
     INVALID_REQUEST,
     PROVISIONING,
+    RUN_COMMAND,
     SANDBOX_ERROR,
     SINGLE_ATTEMPT,
     STATUS_TOOL_CALL,
     new_token,
 )
+from .errors import ArtifactMismatch, ArtifactUnavailable, DispatchUnavailable, ToolUnavailable
 from .jobs import JobsMixin
-
-
-class DispatchUnavailable(RuntimeError):
-    """The dispatch Lambda itself could not be invoked or crashed (not a named sandbox error)."""
-
-
-class ArtifactUnavailable(RuntimeError):
-    """get_file refused (unknown file_id, or another tenant's); `error` names the class."""
-
-    def __init__(self, message: str, error: str = INVALID_REQUEST) -> None:
-        super().__init__(message)
-        self.error = error
-
-
-class ArtifactMismatch(RuntimeError):
-    """The downloaded bytes do not hash to the artifact's sha256."""
-
-
-class ToolUnavailable(RuntimeError):
-    """This turn has no execute_code tool to serve: begin_turn was not called yet, or it answered
-    without one (the tenant or template has no sandbox); the message says which."""
+from .results import ExecutionResult, Preview, preview_of
 
 
 class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait (agent_jobs)
@@ -85,6 +77,7 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
         self.sandbox: dict[str, Any] = {}
         self.began: dict[str, Any] | None = None  # begin_turn's answer
         self.tools: dict[str, Callable[..., Any]] = dict(tools or {})
+        self._told: frozenset[str] = frozenset()  # the client_tools begin_turn was last told
 
     # --- transport ------------------------------------------------------------------------------
     def _invoke(self, event: dict[str, Any]) -> dict[str, Any]:
@@ -120,26 +113,49 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
 
     # --- the three actions ----------------------------------------------------------------------
     def begin(self) -> dict[str, Any]:
-        response = self._invoke({"action": "begin_turn", **self._ids()})
+        """begin_turn; it is told the names of this client's tools (`client_tools`, SPEC §21), so
+        the tool descriptions list only template tools this client can answer."""
+        event = {"action": "begin_turn", **self._ids(), "client_tools": sorted(self.tools)}
+        response = self._invoke(event)
         self.began = response
+        self._told = frozenset(self.tools)
         self.sandbox = response.get("sandbox", {}) if response.get("ok") else {}
         return response
 
     def execute_code(
-        self, code: str, *, call_id: str | None = None, files: list[dict[str, str]] | None = None
-    ) -> dict[str, Any]:
-        """`files`: §14.1 entries, {"path", "content_base64"} or {"path", "s3_uri"}."""
-        event: dict[str, Any] = {
+        self,
+        code: str,
+        *,
+        call_id: str | None = None,
+        files: list[dict[str, str]] | None = None,
+        language: str | None = None,
+    ) -> ExecutionResult:
+        """`files`: §14.1 entries, {"path", "content_base64"} or {"path", "s3_uri"}; `language`
+        "bash" runs `code` as a shell script (what run_command sends, SPEC §20)."""
+        options: dict[str, Any] = {"files": files} if files else {}
+        if language is not None:
+            options["language"] = language
+        return self._execute({"code": code, **options}, call_id=call_id)
+
+    def run_command(
+        self, command: str, *, call_id: str | None = None, files: list[dict[str, str]] | None = None
+    ) -> ExecutionResult:
+        """A bash script in this turn's session (SPEC §20): execute_code with language bash."""
+        return self.execute_code(command, call_id=call_id, files=files, language=COMMAND_LANGUAGE)
+
+    def _execute(self, fields: dict[str, Any], *, call_id: str | None = None) -> ExecutionResult:
+        """One execute_code with the given fields; the turn's own ids are set last, so no field can
+        speak for another tenant, agent or turn. Returns the final result (§15: every tool_call
+        pause answered here)."""
+        event = {
+            **fields,
             "action": "execute_code",
             **self._ids(),
             "call_id": call_id or f"call-{uuid.uuid4().hex}",
-            "code": code,
         }
         if self.invocation_source:
             event["invocation_source"] = self.invocation_source
-        if files:
-            event["files"] = files
-        return self._run_to_end(self._invoke(event))
+        return ExecutionResult.from_answer(self._run_to_end(self._invoke(event)))
 
     def _run_to_end(self, response: dict[str, Any]) -> dict[str, Any]:
         """Answer every `tool_call` pause (SPEC §15) until the call's final result."""
@@ -240,16 +256,60 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
     def __exit__(self, *exc: Any) -> None:
         self.end()
 
-    # --- tool adapters: MCP server, Strands tool ----------------------------------------
-    def execute_tool_input(self, tool_input: dict[str, Any]) -> dict[str, Any]:
-        """One call of the `execute_code` tool with the input a model sent (validated against the
-        tool definition begin_turn returned first: `tool_input.input_problem`). Every field of the
-        input goes into the event, so a field the tool definition gains reaches dispatch as is; the
-        turn's own ids are set last, so no input can speak for another tenant, agent or turn."""
-        event = {**tool_input, "action": "execute_code", **self._ids(), "call_id": f"call-{uuid.uuid4().hex}"}
-        if self.invocation_source:
-            event["invocation_source"] = self.invocation_source
-        return self._run_to_end(self._invoke(event))  # the model sees only the final result (§15)
+    # --- the tool surface (SPEC §21) --------------------------------------------------------------
+    @property
+    def definitions(self) -> list[dict[str, Any]]:
+        """Every tool definition begin_turn returned (`tools`; a dispatch of before §21 answered only
+        `tool`), in its order; [] before begin or without a sandbox."""
+        tools = self.sandbox.get("tools")
+        if isinstance(tools, list):
+            return tools
+        return [self.tool] if self.tool else []
+
+    def definition(self, name: str) -> dict[str, Any] | None:
+        return next((d for d in self.definitions if d.get("name") == name), None)
+
+    def call_tool(self, name: str, tool_input: dict[str, Any]) -> ExecutionResult:
+        """A model's call of one of begin_turn's tools, as the dispatch action it stands for:
+        execute_code as is, run_command as execute_code with language bash and the command as
+        `code`, get_job / cancel_job as those actions. Input is not validated here (the MCP server
+        and the Strands tools check it against the definition first: `tool_input.input_problem`);
+        dispatch validates it again. A name begin_turn did not define is refused here
+        (SandboxInvalidRequest), or ToolUnavailable when begin_turn gave no tool at all."""
+        if not self.definitions:
+            raise ToolUnavailable(self.no_tool_reason())
+        if self.definition(name) is None:
+            names = ", ".join(str(d.get("name")) for d in self.definitions)
+            return ExecutionResult.refusal(INVALID_REQUEST, f"unknown tool {name!r}; this turn has: {names}")
+        if name == RUN_COMMAND:
+            fields = {k: v for k, v in tool_input.items() if k != "command"}
+            return self._execute({**fields, "language": COMMAND_LANGUAGE, "code": tool_input.get("command")})
+        if name == GET_JOB:
+            return self.get_job(str(tool_input.get("job_id")))
+        if name == CANCEL_JOB:
+            return self.cancel_job(str(tool_input.get("job_id")))
+        return self._execute(dict(tool_input))
+
+    def execute_tool_input(self, tool_input: dict[str, Any]) -> ExecutionResult:
+        """One call of the `execute_code` tool with the input a model sent (every field of it goes
+        into the event, so a field the definition gains reaches dispatch as is)."""
+        return self._execute(dict(tool_input))
+
+    def previews(self, result: ExecutionResult) -> list[Preview]:
+        """The artifacts of `result` the model can see inline (a PNG ≤ 1 MiB, a UTF-8 text ≤ 16 KiB),
+        with their bytes fetched through get_file and checked against their sha256. An artifact
+        whose bytes cannot be fetched or are not what it claims is left out: the model still gets
+        its link."""
+        previews = []
+        for artifact in result.previewable:
+            try:
+                _, data = self.fetch(str(artifact.file_id))
+            except (ArtifactUnavailable, ArtifactMismatch, DispatchUnavailable, OSError):
+                continue
+            preview = preview_of(artifact, data)
+            if preview is not None:
+                previews.append(preview)
+        return previews
 
     def next_turn(self, turn_id: str | None = None) -> SandboxTurn:
         """End this turn (stopping its session) and begin the next one for the same tenant, agent,
@@ -270,10 +330,27 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
         return following
 
     # --- Strands ----------------------------------------------------------------------------------
+    def strands_tools(self, tools: Iterable[Any] = ()) -> list[Any]:
+        """Every tool begin_turn returned, as Strands tools bound to this turn
+        (`strands_tool.SandboxStrandsTool`, specs exactly as begin_turn defined them); `tools` (the
+        agent's Strands tools) become callable from the sandboxed code under their names (SPEC §15).
+        ToolUnavailable when begin_turn gave this turn no tool."""
+        sandbox_tool = self._strands_tool_class()
+        self._pass_through(tools)
+        if not self.definitions:
+            raise ToolUnavailable(self.no_tool_reason())
+        return [sandbox_tool(self, definition) for definition in self.definitions]
+
     def strands_tool(self, tools: Iterable[Any] = ()) -> Any:
-        """This turn's `execute_code` as a Strands tool (`strands_tool.SandboxStrandsTool`), exactly as
-        begin_turn defined it; `tools` (the agent's Strands tools) become callable from the sandboxed
-        code under their names (SPEC §15). ToolUnavailable when begin_turn gave this turn no tool."""
+        """This turn's `execute_code` alone as a Strands tool (see `strands_tools`)."""
+        sandbox_tool = self._strands_tool_class()
+        self._pass_through(tools)
+        if self.tool is None:
+            raise ToolUnavailable(self.no_tool_reason())
+        return sandbox_tool(self, self.definition(EXECUTE_CODE) or self.tool)
+
+    @staticmethod
+    def _strands_tool_class() -> Any:
         try:
             # Optional dependency, imported only when asked for: the client itself needs only boto3.
             from .strands_tool import SandboxStrandsTool
@@ -281,8 +358,12 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
             raise ImportError(
                 "strands_tool() needs the `strands-agents` package: pip install strands-agents"
             ) from exc
-        if self.tool is None:
-            raise ToolUnavailable(self.no_tool_reason())
+        return SandboxStrandsTool
+
+    def _pass_through(self, tools: Iterable[Any]) -> None:
+        """The agent's Strands tools become callable from code; begin_turn is asked again when that
+        adds a name it was not told, so the descriptions list what this client now answers."""
         for agent_tool in tools:
             self.tools[str(getattr(agent_tool, "tool_name", None) or agent_tool.__name__)] = agent_tool
-        return SandboxStrandsTool(self)
+        if self.began is not None and set(self.tools) - self._told:
+            self.begin()

@@ -1,5 +1,5 @@
 """Agents' ways in, against one real local stack (`sandboxctl local up` in a temporary state dir,
-started once for this module): the MCP server driven by the official SDK's own client over
+the suite's `env` fixture): the MCP server driven by the official SDK's own client over
 stdio (`sandboxctl --local mcp` as a subprocess), the Strands tool through a real
 `strands.Agent`, and `sandboxctl usage` over the audit rows those calls wrote."""
 
@@ -22,24 +22,13 @@ from sandbox_client.contract import MCP_SERVER_NAME
 from sandbox_client.turn import SandboxTurn
 from sandbox_common import dimensions
 from sandbox_common import naming as n
-from sandbox_common.tool_spec import tool_definition
 
 from infra.local import stack
-from tests.support.local_stack import SANDBOXCTL, ctl, running_stack, state_of
+from tests.support.local_stack import SANDBOXCTL, ctl
+from tests.support.mcp_client import mcp_args, run_mcp, text_of
 
 TENANT, TEMPLATE = "acme", "analyst"
 CAP_TENANT = "globex"  # only the cap-breach test uses it: its kill switch touches nobody else
-
-
-@pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    with running_stack(tmp_path_factory.mktemp("agents-stack")) as env:
-        yield env
-
-
-@pytest.fixture(scope="module")
-def state(env: dict[str, str]) -> stack.LocalState:
-    return state_of(env)
 
 
 def _session_status(state: stack.LocalState, tenant_id: str, session_id: str) -> str:
@@ -57,47 +46,10 @@ def _session_status(state: stack.LocalState, tenant_id: str, session_id: str) ->
 # --- MCP -------------------------------------------------------------------------------------------
 def _mcp(env: dict[str, str], tenant_id: str, turn_id: str, script: Any) -> Any:
     """Run `script(session)` inside one MCP session with `sandboxctl --local mcp` (stdio)."""
-    params = StdioServerParameters(
-        command=SANDBOXCTL,
-        env=env,
-        args=[
-            "--local",
-            "mcp",
-            "--tenant",
-            tenant_id,
-            "--agent",
-            "mcp-agent",
-            "--template",
-            TEMPLATE,
-            "--turn",
-            turn_id,
-        ],
-    )
-
-    async def main() -> Any:
-        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-            await session.initialize()
-            return await script(session)
-
-    return anyio.run(main)
+    return run_mcp(env, mcp_args(tenant_id, TEMPLATE, turn_id), script)
 
 
-def _text(result: Any) -> str:
-    return "".join(block.text for block in result.content if block.type == "text")
-
-
-def test_mcp_lists_execute_code_with_the_one_tool_definition(env: dict[str, str]) -> None:
-    # Given an MCP session on acme's analyst template
-    async def script(session: ClientSession) -> Any:
-        return await session.list_tools()
-
-    # When the client lists tools
-    tools = _mcp(env, TENANT, f"mcp-list-{uuid.uuid4().hex[:8]}", script).tools
-    # Then exactly execute_code, with begin_turn's name, description and input schema
-    definition = tool_definition()
-    assert [t.name for t in tools] == [definition["name"]]
-    assert tools[0].description == definition["description"]
-    assert tools[0].input_schema == definition["input_schema"]
+_text = text_of
 
 
 def test_mcp_execute_code_shares_state_across_calls_and_shutdown_stops_the_session(

@@ -40,11 +40,12 @@ from sandbox_client import SandboxTurn
 
 turn = SandboxTurn(sys.argv[1], tenant_id="acme", agent_id="venv-agent", template_id="analyst")
 began = turn.begin()
-first = turn.execute_code("x = 6")
+first = turn.execute_code("x = 6")  # ExecutionResult: the answer as sent is .raw
 second = turn.execute_code("print(x * 7)")
 ended = turn.end()
 print(json.dumps({"client": sandbox_client.__file__, "tool": (turn.tool or {}).get("name"),
-                  "first": first, "second": second, "ended": ended,
+                  "first": first.raw, "second": second.raw, "ended": ended,
+                  "typed": [type(first).__name__, second.stdout, second.exit_code],
                   "common": "sandbox_common" in sys.modules}))
 """
 
@@ -117,6 +118,7 @@ def _assert_turn_ran(result: dict[str, object], stack: Stack) -> None:
     first, second = result["first"], result["second"]
     assert isinstance(first, dict) and isinstance(second, dict)
     assert result["tool"] == "execute_code" and first["ok"] is True
+    assert result["typed"] == ["ExecutionResult", "42\n", 0]  # typed, from the installed client alone
     assert second["stdout"] == "42\n" and first["session_id"] == second["session_id"]
     assert result["ended"] == {"ok": True, "stopped": True}
     assert result["common"] is False

@@ -163,6 +163,79 @@ def test_tools_template_without_tools_keeps_plain_execution(stack: Stack) -> Non
     assert "tool_calls" not in answer
 
 
+def _listed(begun: dict[str, Any]) -> list[str]:
+    """The template tools execute_code's description lists (after its `Tools:`)."""
+    description = begun["sandbox"]["tool"]["description"]
+    return description.split("Tools: ", 1)[1].rstrip(".").split(", ") if "Tools: " in description else []
+
+
+def test_begin_turn_lists_only_the_template_tools_the_caller_can_answer(tools_stack: Stack) -> None:
+    # Given the tools template (query_sales, lookup) / When begin_turn names no client tools, the
+    # one the client has, none, and a tool the template does not allow
+    absent = tools_stack.dispatch(event("begin_turn", template_id=TOOLS_TEMPLATE, turn_id="ct-1"))
+    one = tools_stack.dispatch(
+        event("begin_turn", template_id=TOOLS_TEMPLATE, turn_id="ct-2", client_tools=["query_sales", "other"])
+    )
+    none = tools_stack.dispatch(
+        event("begin_turn", template_id=TOOLS_TEMPLATE, turn_id="ct-3", client_tools=[])
+    )
+    # Then absent lists every template tool (a caller of before the field), else only those it can answer
+    assert _listed(absent) == ["lookup", "query_sales"]
+    assert _listed(one) == ["query_sales"]
+    assert _listed(none) == [] and "sandbox_tools" not in none["sandbox"]["tool"]["description"]
+    # And the code may still call every template tool (the allowlist is the template's, §15)
+    assert all(b["ok"] is True and b["sandbox"]["status"] == "ready" for b in (absent, one, none))
+
+
+@pytest.mark.parametrize(
+    "client_tools",
+    [["bad name"], "query_sales", [7], ["t"] * 129, None],
+    ids=["bad-name", "not-a-list", "not-a-string", "too-many", "null"],
+)
+def test_begin_turn_refuses_malformed_client_tools_and_creates_no_turn(
+    tools_stack: Stack, client_tools: Any
+) -> None:
+    # Given a begin_turn whose client_tools is malformed (null is the field left out: accepted)
+    request = event("begin_turn", template_id=TOOLS_TEMPLATE, turn_id="ct-bad", client_tools=client_tools)
+    # When dispatch answers it
+    answer = tools_stack.dispatch(request)
+    # Then a named refusal, and no turn was created (the turn id is still free for another token)
+    if client_tools is None:
+        assert answer["ok"] is True
+        return
+    assert (answer["ok"], answer["error"]) == (False, "SandboxInvalidRequest"), answer
+    item = aws.client("dynamodb").get_item(
+        TableName=tools_stack.resources.tables[n.TURNS.logical],
+        Key={"tenant_id": {"S": "acme"}, "turn_id": {"S": "ct-bad"}},
+    )
+    assert "Item" not in item
+
+
+def test_begin_turn_serves_every_tool_of_the_surface_with_the_stages_limits(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dispatch import dependencies
+    from sandbox_common import settings
+    from sandbox_common.tool_spec import TOOL_NAMES, SurfaceLimits, tool_definitions
+
+    # Given a stage whose per-call deadline is 45 s and whose stdout cap is 64 KiB
+    monkeypatch.setenv(n.ENV_CALL_TIMEOUT, "45")
+    monkeypatch.setenv(n.ENV_STDOUT_CAP, str(64 * 1024))
+    settings.clear_caches()
+    dependencies.reset()
+    # When a turn begins
+    sandbox = stack.dispatch(event("begin_turn", turn_id="limits-1"))["sandbox"]
+    # Then every tool is served, execute_code first and also as `tool` (Part I callers)
+    assert [t["name"] for t in sandbox["tools"]] == list(TOOL_NAMES)
+    assert sandbox["tool"] == sandbox["tools"][0]
+    # And the descriptions carry the stage's figures: the tools built from them, exactly
+    assert sandbox["tools"] == tool_definitions(
+        limits=SurfaceLimits(call_timeout_seconds=45, stdout_cap_bytes=64 * 1024, stderr_cap_bytes=32 * 1024)
+    )
+    assert "within 45 s" in sandbox["tool"]["description"]
+    assert "stdout 64 KiB, stderr 32 KiB" in sandbox["tool"]["description"]
+
+
 def test_tools_result_over_one_mib_reaches_the_code_as_tool_error(tools_stack: Stack) -> None:
     stack = tools_stack
     # Given a call paused on a tool
@@ -425,7 +498,7 @@ def test_tools_agent_client_and_strands_tool_run_the_loop_through_dispatch(tools
             direct = turn.execute_code(code)
             via_strands = strands._call({"toolUseId": "t1", "input": {"code": code}})
     # Then each returns only the final result, after two resumes answered by the client
-    assert (direct["stdout"], direct["tool_calls"]) == ("320\n", 2)
+    assert (direct.stdout, direct.tool_calls) == ("320\n", 2)
     assert via_strands["status"] == "success"
     assert json.loads(via_strands["content"][0]["text"])["stdout"] == "320\n"
     assert seen == [

@@ -119,9 +119,7 @@ def test_agent_client_runs_the_tool_loop_and_returns_only_the_final_result(
 
     # Then the client ran the tool 3 times and returned only the final result
     assert seen == ["EU", "APAC", "US"]
-    assert result["ok"] is True
-    assert result["stdout"] == "8\n"
-    assert result["tool_calls"] == 3
+    assert (result.ok, result.stdout, result.tool_calls) == (True, "8\n", 3)
     assert [e["action"] for e in route.events] == ["execute_code", "resume", "resume", "resume"]
     assert all("tool_call" not in e for e in route.events)
 
@@ -143,11 +141,11 @@ def test_agent_client_tool_raising_reaches_code_as_tool_error(router: tuple[Rout
     )
 
     # Then the code saw each error message as ToolError
-    assert result["stdout"] == (
+    assert result.stdout == (
         "fails -> LookupError: no such region\n"
         "not_here -> tool 'not_here' is not available in this agent runtime\n"
     )
-    assert result["tool_calls"] == 2
+    assert result.tool_calls == 2
 
 
 def test_resume_continuation_reused_or_foreign_is_refused_and_runs_nothing(
@@ -221,7 +219,7 @@ def test_tool_inputs_and_results_appear_in_no_log_line_nor_stored_item(
 
     # Then neither value is in any log line or stored item (the call still happened)
     logs = capfd.readouterr()
-    assert result["tool_calls"] == 1
+    assert result.tool_calls == 1
     assert len(items) == 1
     stored = repr(items) + __import__("zlib").decompress(bytes(items[0]["state"]["B"])).decode()
     for value in (secret_input, secret_result):

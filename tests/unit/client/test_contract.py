@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from sandbox_client import contract
-from sandbox_common import aws, errors, files, limits, messages, turn_token
+from sandbox_common import aws, errors, files, limits, messages, models, tool_spec, turn_token
 from sandbox_common import naming as n
 
 
@@ -22,6 +22,14 @@ from sandbox_common import naming as n
         (contract.FILE_NOT_FOUND, messages.FILE_NOT_FOUND),
         (contract.SINGLE_ATTEMPT, aws.SINGLE_ATTEMPT),
         (contract.TOKEN_BYTES, turn_token.TOKEN_BYTES),
+        (contract.EXECUTE_CODE, tool_spec.EXECUTE_CODE),
+        (contract.RUN_COMMAND, tool_spec.RUN_COMMAND),
+        (contract.GET_JOB, tool_spec.GET_JOB),
+        (contract.CANCEL_JOB, tool_spec.CANCEL_JOB),
+        (contract.COMMAND_LANGUAGE, tool_spec.COMMAND_LANGUAGE),
+        # the job tools are dispatch's job actions of the same names
+        (contract.GET_JOB, models.GetJobRequest.model_fields["action"].annotation.__args__[0]),  # type: ignore[union-attr]
+        (contract.CANCEL_JOB, models.CancelJobRequest.model_fields["action"].annotation.__args__[0]),  # type: ignore[union-attr]
     ],
 )
 def test_contract_name_equals_dispatchs_own(client_value: object, dispatch_value: object) -> None:
@@ -34,3 +42,20 @@ def test_contract_new_token_is_one_dispatch_accepts() -> None:
     tokens = {contract.new_token() for _ in range(20)}
     assert len(tokens) == 20
     assert all(turn_token.is_well_formed(t) for t in tokens)
+
+
+def test_the_client_holds_no_sentence_of_the_tool_definitions() -> None:
+    # Given every sentence the model reads about the tools (built once, in sandbox_common.tool_spec)
+    from pathlib import Path
+
+    import sandbox_client
+
+    sentences = [
+        value.split("{")[0].strip()
+        for name, value in vars(tool_spec).items()
+        if name.isupper() and isinstance(value, str) and len(value) > 30
+    ]
+    assert len(sentences) >= 10  # the loop below must check the descriptions' sentences
+    # When the client's sources are read / Then none of them is spelled there: it serves begin_turn's
+    sources = {p.name: p.read_text() for p in Path(sandbox_client.__file__).parent.glob("*.py")}
+    assert [(s, f) for s in sentences for f, text in sources.items() if s[:40] in text] == []

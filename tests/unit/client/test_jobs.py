@@ -63,7 +63,7 @@ def test_agent_jobs_submit_sends_background_and_timeout(fake_dispatch: Any) -> N
     # When a job is submitted
     answer = turn_of(client).submit("import time; time.sleep(600)", timeout_s=1200)
     # Then the event is an execute_code with background and timeout_s, and the answer is at once
-    assert answer["status"] == "running" and answer["job_id"] == "job-1"
+    assert (answer.status, answer.job_id, answer.running) == ("running", "job-1", True)
     event = seen[0]
     assert (event["action"], event["background"], event["timeout_s"]) == ("execute_code", True, 1200)
     assert event["code"] == "import time; time.sleep(600)" and event["call_id"].startswith("call-")
@@ -77,12 +77,12 @@ def test_agent_jobs_wait_reports_progress_until_final(fake_dispatch: Any) -> Non
     sleeps: list[float] = []
     # When the caller waits for it with a progress callback
     final = turn.wait(
-        "job-1", progress=lambda r: progress.append(r["elapsed_ms"]), poll_seconds=2.0, sleep=sleeps.append
+        "job-1", progress=lambda r: progress.append(r.elapsed_ms), poll_seconds=2.0, sleep=sleeps.append
     )
     # Then each running answer reached the callback, and the final result is returned
     assert progress == [1000, 2000, 3000]
     assert sleeps == [2.0, 2.0, 2.0]
-    assert (final["status"], final["stdout"]) == ("completed", "done\n")
+    assert (final.status, final.stdout, final.job_id) == ("completed", "done\n", "job-1")
     assert [e["action"] for e in seen] == ["get_job"] * 4
     assert seen[0] == {
         "action": "get_job",
@@ -99,7 +99,7 @@ def test_agent_jobs_cancel_sends_cancel_job(fake_dispatch: Any) -> None:
     client, seen = fake_dispatch
     turn = turn_of(client)
     answer = turn.cancel_job("job-1")
-    assert answer["status"] == "cancelled"
+    assert answer.status == "cancelled"
     assert seen == [
         {
             "action": "cancel_job",

@@ -52,7 +52,7 @@ def test_sandbox_turn_context_manager_begins_executes_and_ends(fake_dispatch: An
         assert turn.tool == FAKE_TOOL
         result = turn.execute_code("print(1+1)")
         turn.execute_code("print(2)", call_id="call-fixed")
-    assert result["stdout"] == "2\n"
+    assert result.stdout == "2\n"
     actions = [s["event"]["action"] for s in seen]
     assert actions == ["begin_turn", "execute_code", "execute_code", "end_turn"]
     assert all("thinkwork-dev-dispatch" in s["path"] for s in seen)
@@ -212,3 +212,136 @@ def test_strands_tool_serves_the_definition_begin_turn_returned(fake_dispatch: A
         "the fake dispatch's own words",
         {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]},
     )
+
+
+@pytest.fixture
+def surface_dispatch() -> Any:
+    """A dispatch whose begin_turn serves the project's own tool surface; records each event."""
+    from sandbox_common.tool_spec import tool_definitions
+
+    seen: list[dict[str, Any]] = []
+    definitions = tool_definitions()
+
+    def answer(path: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        event = json.loads(body)
+        seen.append(event)
+        reply: dict[str, Any] = {
+            "begin_turn": {
+                "ok": True,
+                "sandbox": {"status": "ready", "tool": definitions[0], "tools": definitions},
+            },
+            "execute_code": {"ok": True, "stdout": "", "exit_status": "ok"},
+            "get_job": {"ok": True, "status": "running", "job_id": event.get("job_id"), "elapsed_ms": 5},
+            "cancel_job": {"ok": True, "status": "cancelled", "job_id": event.get("job_id")},
+            "end_turn": {"ok": True, "stopped": True},
+        }[event["action"]]
+        return 200, {}, json.dumps(reply).encode()
+
+    with http_endpoint(answer) as endpoint:
+        yield boto3.client("lambda", endpoint_url=endpoint), seen
+
+
+def _turn(client: Any, **extra: Any) -> SandboxTurn:
+    return SandboxTurn(
+        "fn",
+        tenant_id="acme",
+        agent_id="a1",
+        template_id="analyst",
+        turn_id="turn-1",
+        lambda_client=client,
+        **extra,
+    )
+
+
+def test_begin_tells_dispatch_the_tools_this_client_answers(surface_dispatch: Any) -> None:
+    client, seen = surface_dispatch
+    # Given a turn with two agent tools, and one with none
+    _turn(client, tools={"query_sales": len, "lookup": len}).begin()
+    _turn(client).begin()
+    # When each begins / Then begin_turn names exactly the tools each can answer from code (§21)
+    assert [e["client_tools"] for e in seen] == [["lookup", "query_sales"], []]
+
+
+def test_call_tool_maps_each_tool_of_the_surface_to_its_dispatch_action(surface_dispatch: Any) -> None:
+    client, seen = surface_dispatch
+    turn = _turn(client)
+    turn.begin()
+    files = [{"path": "data/a.csv", "content_base64": "YQo="}]
+    # When the model calls each tool of the surface
+    turn.call_tool("execute_code", {"code": "print(1)", "files": files})
+    turn.call_tool("run_command", {"command": "wc -l data/a.csv", "files": files, "background": True})
+    job = turn.call_tool("get_job", {"job_id": "job-7"})
+    cancelled = turn.call_tool("cancel_job", {"job_id": "job-7"})
+    # Then execute_code is sent as is, run_command as execute_code with language bash and the
+    # command as code, get_job and cancel_job as their actions (each with the turn's own ids)
+    code_event, command_event, job_event, cancel_event = seen[1:]
+    assert {k: code_event[k] for k in ("action", "code", "files")} == {
+        "action": "execute_code",
+        "code": "print(1)",
+        "files": files,
+    }
+    assert "command" not in command_event and "language" not in code_event
+    assert {k: command_event[k] for k in ("action", "language", "code", "files", "background")} == {
+        "action": "execute_code",
+        "language": "bash",
+        "code": "wc -l data/a.csv",
+        "files": files,
+        "background": True,
+    }
+    assert job_event == {
+        "action": "get_job",
+        "tenant_id": "acme",
+        "agent_id": "a1",
+        "turn_id": "turn-1",
+        "turn_token": turn.turn_token,
+        "job_id": "job-7",
+    }
+    assert cancel_event["action"] == "cancel_job" and cancel_event["job_id"] == "job-7"
+    # And the answers are typed: job answers as JobResult
+    assert (job.status, job.elapsed_ms, cancelled.status) == ("running", 5, "cancelled")  # type: ignore[attr-defined]
+
+
+def test_call_tool_refuses_a_tool_begin_turn_did_not_define_without_sending(surface_dispatch: Any) -> None:
+    client, seen = surface_dispatch
+    turn = _turn(client)
+    # Given a turn not begun / Then ToolUnavailable, nothing sent
+    with pytest.raises(ToolUnavailable):
+        turn.call_tool("execute_code", {"code": "print(1)"})
+    turn.begin()
+    # When the model names a tool begin_turn did not define
+    result = turn.call_tool("delete_everything", {})
+    # Then a refusal the client words (named class first), and only begin_turn was sent
+    assert (result.ok, result.error) == (False, "SandboxInvalidRequest")
+    assert result.error_message is not None and "run_command" in result.error_message
+    assert [e["action"] for e in seen] == ["begin_turn"]
+
+
+def test_strands_tools_serve_every_definition_and_passing_new_tools_asks_begin_turn_again(
+    surface_dispatch: Any,
+) -> None:
+    from strands import tool
+
+    client, seen = surface_dispatch
+    turn = _turn(client)
+    turn.begin()
+
+    @tool
+    def query_sales(region: str) -> dict[str, int]:
+        """Sales of a region.
+
+        Args:
+            region: the region.
+        """
+        return {"EU": 1}
+
+    # When the Strands tools are asked for with an agent tool begin_turn was not told of
+    tools = turn.strands_tools(tools=[query_sales])
+    again = turn.strands_tools(tools=[query_sales])
+    # Then every definition is a Strands tool with begin_turn's spec, in its order
+    assert [t.tool_spec for t in tools] == [
+        {"name": d["name"], "description": d["description"], "inputSchema": {"json": d["input_schema"]}}
+        for d in turn.definitions
+    ]
+    assert [t.tool_name for t in again] == ["execute_code", "run_command", "get_job", "cancel_job"]
+    # And begin_turn was asked again once, now naming the tool (the second time added nothing)
+    assert [e.get("client_tools") for e in seen if e["action"] == "begin_turn"] == [[], ["query_sales"]]

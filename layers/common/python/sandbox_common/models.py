@@ -26,14 +26,16 @@ from . import dimensions
 from .errors import SandboxInvalidRequest
 from .files import GetFileRequest, InputFiles
 from .limits import MAX_CODE_BYTES, MAX_JOB_TIMEOUT_SECONDS
-from .naming import AGENT_ACTIONS, REQUEST_ID_RE, Action
+from .naming import AGENT_ACTIONS, REQUEST_ID_RE, TOOL_NAME_RE, Action
 from .redaction.catalogue import redact
+from .tool_spec import MAX_CLIENT_TOOLS
 
 Id = Annotated[str, StringConstraints(pattern=REQUEST_ID_RE.pattern)]
 InvocationSource = Literal["chat", "scheduled", "composition"]
 # The turn token (§16.5) is checked by sandbox_common.turn_token, not here, so a malformed token is
 # counted as a token rejection; the model only bounds its size.
 TurnToken = Annotated[str, StringConstraints(max_length=256)]
+ToolName = Annotated[str, StringConstraints(pattern=TOOL_NAME_RE.pattern)]
 
 
 class _Strict(BaseModel):
@@ -48,6 +50,9 @@ class BeginTurnRequest(_Strict):
     turn_id: Id
     user_id: Id | None = None
     turn_token: TurnToken | None = None
+    # §21: the template tools the caller can answer (absent: all of them); only those are listed
+    # in the tool descriptions begin_turn answers (sandbox_common.tool_spec.answerable).
+    client_tools: Annotated[list[ToolName], Field(max_length=MAX_CLIENT_TOOLS)] | None = None
 
 
 class ExecuteCodeRequest(_Strict):

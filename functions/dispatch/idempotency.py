@@ -12,7 +12,7 @@ Three things Powertools does not do for us:
   is refused instead of being handed someone else's output.
 - The stored result must fit a DynamoDB item: `sandbox_runtime.stored_answer` compresses it, and
   trims it (flagged `replay_output_trimmed`) if even that is too big.
-- A dead dispatch must end with exactly one audit row (issue 9, `interrupted`): the claim
+- A dead dispatch must end with exactly one audit row (`sandbox_runtime.interrupted`): the claim
   carries the call's audit identity and the keys of a sparse index of open calls; an in-progress
   record past its deadline is never claimed again (Powertools would run the code a second time),
   it is finished as `dispatch_interrupted` by the first retry or the reaper's sweep.
@@ -104,7 +104,7 @@ def _powertools() -> Any:
     from botocore.exceptions import ClientError
 
     class ResultKeepingStore(pt.DynamoDBPersistenceLayer):
-        """Powertools' DynamoDB layer with two changes (issue 9, see `interrupted`):
+        """Powertools' DynamoDB layer with two changes (see `sandbox_runtime.interrupted`):
         - the claim carries the attempt (audit identity + open-index keys) in the same PutItem,
           and never takes over an in-progress record past its deadline (a dead attempt is
           finished as interrupted instead of being run again);

@@ -1,10 +1,10 @@
-"""Requests that do not depend on each other go out together (issue 9: the critical path).
+"""Requests that do not depend on each other go out together (the critical path stays short).
 
 One small pool per container, shared by every call site, so no module starts ad-hoc threads.
 Each pair that goes out together has one side running inside Powertools idempotency (its claim
 `PutItem`), so the other side is sent ahead and joined after: `start(fn, *args)` sends one request
-ahead and returns its Future (join it with `.result()`). (The audit row no longer travels beside
-the idempotency completion: it is inside it, one transaction, `idempotency.CompletionRows`.)
+ahead and returns its Future (join it with `.result()`). The audit row is not sent beside the
+idempotency completion: it is inside it, one transaction (`idempotency.CompletionRows`).
 
 botocore clients are thread-safe; each request still runs exactly once (nothing here retries).
 """

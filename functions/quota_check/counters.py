@@ -136,7 +136,7 @@ _CONFLICT = "TransactionConflict"
 
 @dataclass(frozen=True)
 class TurnGuard:
-    """The ConditionCheck on the caller's turn (issues 9 + 11): the count happens only if the
+    """The ConditionCheck on the caller's turn : the count happens only if the
     turn exists, belongs to this agent, is not ended and is bound to this token hash ("" = a
     token-less turn, also one whose item has no hash attribute) — turn_token.verify's rules."""
 

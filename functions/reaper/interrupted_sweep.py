@@ -1,4 +1,4 @@
-"""The interrupted-calls sweep (issue 9), a reaper hook: a call whose dispatch died and that no
+"""The interrupted-calls sweep, a reaper hook: a call whose dispatch died and that no
 retry came back for is finished here with its one `dispatch_interrupted` audit row, through
 `sandbox_runtime.interrupted.InterruptedCalls.sweep` — the very transition a retry takes, so a retry, this
 sweep and a second reaper racing each other finish the call once (one conditional UpdateItem wins).

@@ -111,7 +111,7 @@ def _runner(
     tenant_id: str, role_arn: str, allowed: tuple[str, ...], session_timeout: int, call_timeout: int
 ) -> SessionRunner:
     # The stage's output caps, as dispatch's runner has them: a job the reaper ends is answered
-    # (a later get_job) and audited from this runner's shaping of its output (issue 13).
+    # (a later get_job) and audited from this runner's shaping of its output.
     settings = reaper_settings()
     return SessionRunner(
         tenant_id=tenant_id,

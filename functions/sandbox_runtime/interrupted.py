@@ -1,4 +1,4 @@
-"""Exactly one audit row when dispatch dies mid-call (issue 9): `dispatch_interrupted`.
+"""Exactly one audit row when dispatch dies mid-call: `dispatch_interrupted`.
 
 The idempotency claim of an execute_code (one PutItem, see `idempotency.ResultKeepingStore`) carries the
 call's audit identity (`attempt_fields`) and the keys of the sparse `by_open_attempt` index: a

@@ -115,7 +115,7 @@ class PreflightReader:
         return self._cache.get_or_load((tenant_id, template_id), lambda: self._load(tenant_id, template_id))
 
     def cached(self, tenant_id: str, template_id: str) -> Preflight | None:
-        """The cached decision, or None when it would take a read (issue 9: the speculative quota)."""
+        """The cached decision, or None when it would take a read (the speculative quota check asks this)."""
         return self._cache.peek((tenant_id, template_id))
 
     def runner_target(self, tenant_id: str) -> Preflight:

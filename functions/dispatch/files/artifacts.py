@@ -119,7 +119,7 @@ del __sandbox_collect
 
 
 # Printed by the helper when it found nothing, so the host skips reading the answer file (one
-# readFiles less per call without artifacts: issue 9's critical path). Plain words no redaction
+# readFiles less per call without artifacts: the critical path). Plain words no redaction
 # pattern matches. Code in the session that forges or hides it can only hide or re-read its own
 # artifacts; a missing marker (stdout redirected) just means the answer file is read as before.
 NOTHING_MARKER = "sandbox-collect: nothing new"

@@ -1,4 +1,4 @@
-"""Per-call price and the per-tenant daily budget (issue 15).
+"""Per-call price and the per-tenant daily budget (§19).
 
 Pricing rule (README "Usage accounting"): a call is priced iff its code reached a session (it
 ran, whatever its exit status), at the SSM price in force for that call
@@ -112,7 +112,7 @@ class UsageAccounting:
 
     def needs_count(self, tenant_id: str) -> bool:
         """Whether `admitted()` will use today's count: a budget is configured for the tenant and
-        calls are priced. Otherwise the quota Lambda is spared its read-back (issue 9)."""
+        calls are priced. Otherwise the quota Lambda is spared its read-back."""
         if self.budgets is None or self.price_per_call() <= 0:
             return False
         return self.budgets.budget(tenant_id) is not None

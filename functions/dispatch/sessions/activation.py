@@ -1,4 +1,4 @@
-"""A new cold session's activation writes, sent beside the user code (issue 9: the critical path).
+"""A new cold session's activation writes, sent beside the user code (off the critical path).
 
 After Start and the readiness preamble, two conditional writes make a new session the turn's: its
 session-ledger slot `starting` → `active` (§16.2, `SessionLedger.activate`) and the turn's lease →

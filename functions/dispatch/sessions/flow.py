@@ -148,7 +148,7 @@ class TurnSessions:
         """begin_turn (§16.1): pick a warm session of the turn's pool and note it on the turn, so
         the first call claims and binds it with ONE write instead of query + claim + bind. A hint
         only: nothing is claimed, a stale one costs the first call its fallback query. An empty
-        pool is noted too (issue 9): the first call then reserves a cold slot without reading the
+        pool is noted too: the first call then reserves a cold slot without reading the
         pool again (a stale "empty" costs a cold start). True if a hint was written. Never raises:
         it is an optimisation, begin_turn answers without it."""
         if turn.live_session or turn.ended or not pf.interpreter_id or not pf.environment:

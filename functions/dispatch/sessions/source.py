@@ -14,7 +14,7 @@ Two steps, so that a refusal counts nothing (§16.2):
    the turn's warm hint (noted by begin_turn, `pick_warm`) the claim and the turn binding are ONE
    TransactWriteItems (`Prepared.bound`); without one, or when it is stale, a pool query and one
    conditional write per candidate (sessions.flow then binds the turn) — no query when begin_turn
-   found the pool empty moments ago (`pool_empty`, issue 9): straight to the cold reservation;
+   found the pool empty moments ago (`pool_empty`): straight to the cold reservation;
 2. cold: reserve capacity in the ledger (tenant_sessions / global_sessions, exact under
    concurrency, 0 = kill switch, fail closed), then Start + readiness preamble through the runner.
    A throttled Start is retried (bounded, jittered) and reported as a visible retry; AgentCore's

@@ -99,7 +99,7 @@ class ContinuationStore:
                 "S": datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
             },
             n.CONTINUATIONS.ttl: {"N": str(int(now + wait_seconds + GRACE_SECONDS))},
-            # the sweep's sparse index (issue 12): listed while paused, from the wait bound on
+            # the sweep's sparse index: listed while paused, from the wait bound on
             n.CONTINUATION_ATTR_WAIT_OPEN: {"S": n.CONTINUATION_WAIT_OPEN_VALUE},
             n.CONTINUATION_ATTR_WAIT_DUE: {"S": _due_key(now + wait_seconds)},
             "call": {"S": json.dumps(call, separators=(",", ":"), sort_keys=True)},
@@ -148,7 +148,7 @@ class ContinuationStore:
 
     def expire_due(self, *, now: float | None = None, limit: int = 100) -> list[Continuation]:
         """Claim (as expired) up to `limit` paused continuations, of any turn, whose tool wait bound
-        has passed — the reaper's paused-calls sweep (issue 12). Each claim is the same conditional
+        has passed — the reaper's paused-calls sweep. Each claim is the same conditional
         UpdateItem a resume takes, so a late resume, an end_turn or a second sweep racing this one
         end the call once. Raises SandboxError when the store cannot be read."""
         due = _due_key(self._clock() if now is None else now)

@@ -10,7 +10,7 @@ turn never blocks, nor is visible to, another tenant using the same id (naming.T
   turn_token_sha256 (naming.TURN_ATTR_TOKEN_HASH) — SHA-256 of the turn token (§16.5), written by
                                                   the create; "" (or absent) = a token-less turn
   warm_hint | warm_pool_empty                   — begin_turn's note about the turn's warm pool
-                                                  (§16.1, issue 9): a session to claim, or "empty"
+                                                  (§16.1): a session to claim, or "empty"
 
 The store only stores: every write is one conditional request (so a stale container can never
 overwrite a newer session) and answers with a bool or a `Turn`. Who may use a turn and the
@@ -52,7 +52,7 @@ class Turn:
     # §16.1: a warm session of the turn's pool begin_turn picked (not claimed): slot_id, session_id,
     # interpreter_id, environment, started_at — all strings. The first call claims it in one write.
     warm_hint: dict[str, str] | None = None
-    # issue 9: begin_turn found the pool empty — environment, interpreter_id, checked_at (strings).
+    # begin_turn found the pool empty — environment, interpreter_id, checked_at (strings).
     # The first call then reserves a cold slot without reading the pool again.
     pool_empty: dict[str, str] | None = None
 
@@ -252,7 +252,7 @@ class TurnStore:
         return self._note(turn, n.TURN_ATTR_WARM_HINT, hint, n.TURN_ATTR_POOL_EMPTY)
 
     def set_pool_empty(self, turn: Turn, *, environment: str, interpreter_id: str) -> bool:
-        """begin_turn found the turn's pool empty (issue 9): the first call reserves a cold slot
+        """begin_turn found the turn's pool empty: the first call reserves a cold slot
         without reading the pool again (`Turn.pool_known_empty`). Like `set_hint`, only on a turn
         still open without a live session; False otherwise."""
         checked_at = str(int(self.clock()))

@@ -106,8 +106,8 @@ class InputFile(_Strict):
 
     @property
     def data(self) -> bytes:
-        """The inline content's bytes (decoded once, at validation: a 3 MiB input used to be
-        decoded on every access — 5 times per call)."""
+        """The inline content's bytes, decoded once at validation (not on each of a call's five
+        reads of a 3 MiB input)."""
         if self.content_base64 is None:
             raise ValueError("not an inline file")
         if self._decoded is None:  # a copy built without validation (model_construct)

@@ -122,7 +122,7 @@ class CancelJobRequest(_Strict):
     turn_token: TurnToken | None = None
 
 
-# --- programmatic tool calling (issue 12, SPEC §15) ---------------------------------------------
+# --- programmatic tool calling (SPEC §15) --------------------------------------------------------
 CONTINUATION_PATTERN = r"^[A-Za-z0-9_-]{43}$"  # 32 random bytes, URL-safe base64 without padding
 MAX_TOOL_ERROR_CHARS = 64 * 1024
 
@@ -154,7 +154,7 @@ class ResumeRequest(_Strict):
 
 
 class SweepPausedCallsRequest(_Strict):
-    """Internal (issue 12), sent by the reaper's paused-calls hook: end the paused tool calls past
+    """Internal, sent by the reaper's paused-calls hook: end the paused tool calls past
     their wait bound. Any caller may send it: it ends only what §15 has already ended (the bound
     passed), and answers a count."""
 
@@ -187,10 +187,10 @@ class QuotaRequest(_Strict):
     tenant_id: Id
     agent_id: Id
     # §5.3's counts cost one more read after the counter transaction. Dispatch asks for them only
-    # when a daily budget needs the count (issue 9: nothing the agent does not need waits on its
+    # when a daily budget needs the count (nothing the agent does not need waits on its
     # critical path); an admission without them answers both counts as null.
     counts: bool = True
-    # Issues 9 + 11: the call's idempotency identity. With it the count is written once per
+    # The call's idempotency identity. With it the count is written once per
     # call_id (a "counted" marker in the same transaction): a retry or a racing duplicate of the
     # same call is answered `already_counted` and counts nothing.
     call_id: Id | None = None
@@ -214,7 +214,7 @@ QuotaRequest.model_rebuild()
 
 # A location part echoed as is: short lowercase identifiers (every field name we declare). No
 # catalogue token fits this shape (each needs an upper-case letter, a digit run, `-` or `.`, or
-# is longer than 32 chars), so an unknown field named after a secret is never echoed (issue 10).
+# is longer than 32 chars), so an unknown field named after a secret is never echoed.
 _ECHOABLE_LOC = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
 

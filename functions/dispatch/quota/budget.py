@@ -1,6 +1,6 @@
 """Per-call price and the per-tenant daily budget (§19).
 
-Pricing rule (README "Usage accounting"): a call is priced iff its code reached a session (it
+Pricing rule (docs/usage-mcp-strands.md, "Pricing"): a call is priced iff its code reached a session (it
 ran, whatever its exit status), at the SSM price in force for that call
 (`/thinkwork/{stage}/sandbox/cost_per_call_usd`); a call refused (pre-flight, caps) or failing
 before its code reached a session costs 0. The price is the audit row's `estimated_cost_usd` and

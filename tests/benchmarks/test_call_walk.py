@@ -1,8 +1,8 @@
 """Benchmark `call_walk`: the walk of one later execute_code through our modules (tests/support/walk.py):
 the modules entered in order, the stops, and the returns to a module already left. Target: ≤ 12
 stops and ≤ 3 returns over the call path (dispatch, the shared run time, the request models).
-The same walk over every module of ours (the common layer's outcome, audit, errors, ... too) is
-reported beside it.
+The same walk read by package (`dispatch.sessions`, `sandbox_runtime.runner`, ...) and the walk over
+every module of ours (the common layer's outcome, audit, errors, ... too) are reported beside it.
 
 The call is a real one: dispatch in-process on the harness of tests/support/stack.py (moto, the
 local interpreter, the quota Lambda in the emulator), its turn begun and its first call made
@@ -40,6 +40,7 @@ def test_call_walk_of_a_later_execute_code(stack: Stack, bench_full: bool) -> No
         target=f"a later execute_code's call path: <= {TARGET_STOPS} stops, <= {TARGET_RETURNS} returns",
         ratio=figure["stops"] / TARGET_STOPS,
         **figure,
+        by_package=walk.by_package().figure(),
         every_module_of_ours=everything.figure(),
     )
     assert walk.stops[0] == "dispatch.handler"

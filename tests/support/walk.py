@@ -43,6 +43,18 @@ class Walk:
             "walk": " -> ".join(self.stops),
         }
 
+    def by_package(self) -> Walk:
+        """The same walk with each module read as its package (`dispatch.sessions.lease` ->
+        `dispatch.sessions`, `sandbox_runtime.runner.stream` -> `sandbox_runtime.runner`): a move
+        between two modules of one package is no stop."""
+        packages = Walk()
+        for module in self.stops:
+            parts = module.split(".")
+            package = ".".join(parts[:2]) if len(parts) > 2 else module
+            if not packages.stops or packages.stops[-1] != package:
+                packages.stops.append(package)
+        return packages
+
 
 @dataclass
 class _Stop:

@@ -31,6 +31,7 @@ import anyio
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from sandbox_common.tool_spec import TOOL_NAMES
 
 from infra.local import stack
 from tests.support.local_stack import ctl
@@ -233,7 +234,7 @@ def test_readme_shell_blocks_run_twice_against_a_local_stack(checkout: Checkout)
     assert [pid for pid in checkout.seen if stack.pid_alive(pid)] == []
 
 
-def test_readme_mcp_host_config_starts_a_server_that_lists_execute_code(checkout: Checkout) -> None:
+def test_readme_mcp_host_config_starts_a_server_that_lists_the_surface_tools(checkout: Checkout) -> None:
     # Given the README's MCP host configuration, as is, in a host's config file
     text = README.read_text(encoding="utf-8")
     (block,) = [b for b in readme_blocks(text) if b.is_mcp_config]
@@ -262,5 +263,5 @@ def test_readme_mcp_host_config_starts_a_server_that_lists_execute_code(checkout
     # When a host starts the server exactly as the file says and lists its tools
     names = anyio.run(tools)
     checkout.note_processes()
-    # Then the server answers with the sandbox's tool
-    assert names == ["execute_code"]
+    # Then the server answers with the sandbox's tools, as begin_turn defines them
+    assert names == list(TOOL_NAMES)

@@ -214,7 +214,7 @@ def test_begin_turn_refuses_malformed_client_tools_and_creates_no_turn(
 def test_begin_turn_serves_every_tool_of_the_surface_with_the_stages_limits(
     stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dispatch import dependencies
+    from dispatch import parts
     from sandbox_common import settings
     from sandbox_common.tool_spec import TOOL_NAMES, SurfaceLimits, tool_definitions
 
@@ -222,7 +222,7 @@ def test_begin_turn_serves_every_tool_of_the_surface_with_the_stages_limits(
     monkeypatch.setenv(n.ENV_CALL_TIMEOUT, "45")
     monkeypatch.setenv(n.ENV_STDOUT_CAP, str(64 * 1024))
     settings.clear_caches()
-    dependencies.reset()
+    parts.reset()
     # When a turn begins
     sandbox = stack.dispatch(event("begin_turn", turn_id="limits-1"))["sandbox"]
     # Then every tool is served, execute_code first and also as `tool` (Part I callers)
@@ -288,12 +288,12 @@ def _slot_sessions(stack: Stack) -> list[str | None]:
 @pytest.fixture
 def short_wait(tools_stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Stack:
     """A 1-second tool wait bound (the stage's tool_wait_seconds)."""
-    from dispatch import parts as dependencies
+    from dispatch import parts
     from sandbox_common import settings
 
     monkeypatch.setenv(n.ENV_TOOL_WAIT_SECONDS, "1")
     settings.clear_caches()
-    dependencies.reset()
+    parts.reset()
     return tools_stack
 
 
@@ -536,7 +536,7 @@ def test_tools_continuation_store_down_at_resume_fails_closed_without_a_row(
 
 
 def test_tools_failure_after_the_claim_still_ends_the_call_with_its_row(tools_stack: Stack) -> None:
-    from dispatch import parts as dependencies
+    from dispatch import parts
 
     stack = tools_stack
     # Given a paused call, then the tenant's substrate parameter is unreadable (a fresh container)
@@ -545,7 +545,7 @@ def test_tools_failure_after_the_claim_still_ends_the_call_with_its_row(tools_st
     )
     assert paused["status"] == n.STATUS_TOOL_CALL
     aws.client("ssm").delete_parameter(Name=n.tenant_substrate_parameter("local", "acme"))
-    dependencies.reset()
+    parts.reset()
     # When the agent resumes
     answer = stack.dispatch(resume(paused, tool_result=1))
     # Then the claimed call ends SandboxError with its one row (never row-less), and is spent

@@ -263,5 +263,5 @@ def test_readme_mcp_host_config_starts_a_server_that_lists_the_surface_tools(che
     # When a host starts the server exactly as the file says and lists its tools
     names = anyio.run(tools)
     checkout.note_processes()
-    # Then the server answers with the sandbox's tools, as begin_turn defines them
+    # Then the server answers with the sandbox's tools (the template's own tools are not listed to a host)
     assert names == list(TOOL_NAMES)

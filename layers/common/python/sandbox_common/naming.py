@@ -587,6 +587,9 @@ REAPER_HOOK_INTERRUPTED = "dispatch_interrupted"  # finishes calls whose dispatc
 REAPER_INTERRUPTED_SWEEP_MODULE = "reaper.interrupted_sweep"
 REAPER_HOOK_PAUSED = "paused_tool_calls"  # ends paused calls past their wait bound (§15)
 REAPER_PAUSED_SWEEP_MODULE = "reaper.paused_sweep"
+# The reaper's event that refills one pool (`{"refill": {"tenant_id", "environment"}}`): sent by
+# `sandboxctl warm set` so a new size takes effect at once, not at the next scheduled run.
+REFILL_EVENT_KEY = "refill"
 # The reaper's pure-JSON log line per session it stops (its message and `event`; runbooks query it).
 REAPER_EVENT_SESSION_REAPED = "session_reaped"
 

@@ -410,7 +410,7 @@ class Steps:
         (artifacts, the turn's session bookkeeping) and its one audit row."""
         result = tools.finished_result(outcome, finished)
         outcome.ran(result, result.failure() if result.error else None)
-        if pf is not None and runner is not None:
+        if pf is not None and runner is not None and not result.session_stopped:  # a stopped one has none
             self.collect(outcome, pf, runner, result.exit_status)
         if result.session_stopped and turn is not None and outcome.session_id:
             try:

@@ -314,6 +314,21 @@ def stack(
     close_stack(stack)
 
 
+@pytest.fixture
+def reaper_stack(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
+    """The stack, with this process also holding the reaper's environment (a fresh container)."""
+    from reaper import service
+    from sandbox_common import settings
+
+    env = function_environment(build_config("local"), n.REAPER, tables=stack.resources.tables)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    settings.clear_caches()
+    service.reset()
+    yield stack
+    service.reset()
+
+
 # Every action of a turn carries its token (SPEC §16.5).
 TURN_ACTIONS = ("begin_turn", "execute_code", "end_turn", "resume", "get_job", "cancel_job")
 

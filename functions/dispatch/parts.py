@@ -18,7 +18,6 @@ from functools import lru_cache
 from sandbox_common import aws
 from sandbox_common import naming as n
 from sandbox_common.audit import AuditWriter
-from sandbox_common.cap_values import CallCapValues
 from sandbox_common.observability import logger
 from sandbox_common.sessions.caps import SessionCapReader
 from sandbox_common.sessions.ledger import SessionLedger, claim_min_life_seconds
@@ -133,11 +132,12 @@ def built() -> Parts:
             price_per_call,
             BudgetReader(stage=settings.stage, ssm=aws.client("ssm"), ttl_seconds=settings.cache_ttl_seconds),
         ),
-        kill_switch=KillSwitch(
-            caps=CallCapValues(
-                stage=settings.stage, ssm=aws.client("ssm"), ttl_seconds=settings.cache_ttl_seconds
-            ),
-            preflight=preflight,
+        kill_switch=KillSwitch.for_stage(
+            stage=settings.stage,
+            tenants_table=settings.tenants_table,
+            cache_ttl_seconds=settings.cache_ttl_seconds,
+            ssm=aws.client("ssm"),
+            ddb=ddb,
         ),
     )
 

@@ -15,7 +15,6 @@ from typing import Any
 
 from sandbox_common import aws
 from sandbox_common import naming as n
-from sandbox_common.cap_values import CallCapValues
 from sandbox_common.models import TenantSubstrate
 from sandbox_common.sessions.caps import SessionCapReader
 from sandbox_common.sessions.ledger import SessionLedger, Slot
@@ -147,9 +146,12 @@ def reaper() -> Reaper:
         ssm=ssm,
         preflight=preflight,
         caps=SessionCapReader(stage=settings.stage, ssm=ssm, ttl_seconds=settings.cache_ttl_seconds),
-        kill_switch=KillSwitch(
-            caps=CallCapValues(stage=settings.stage, ssm=ssm, ttl_seconds=settings.cache_ttl_seconds),
-            preflight=preflight,
+        kill_switch=KillSwitch.for_stage(
+            stage=settings.stage,
+            tenants_table=settings.tenants_table,
+            cache_ttl_seconds=settings.cache_ttl_seconds,
+            ssm=ssm,
+            ddb=ddb,
         ),
     )
 

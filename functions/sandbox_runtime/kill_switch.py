@@ -3,8 +3,9 @@
 A tenant is killed when a call cap in force for it is 0 (`tenant_daily` or `agent_hourly`, its
 override or the stage-wide value: `sandbox_common.cap_values.CallCapValues`) or when it is
 disabled (`PreflightReader.tenant_enabled`: unknown, not on the standard tier, or
-`sandbox_enabled` false). Both reads are cached ≤ the stage's cache TTL (≤ 60 s), so a change is
-seen within 60 s by every container that asks.
+`sandbox_enabled` false). Both reads are the kill switch's own (`for_stage`), cached at most
+`limits.KILL_SWITCH_CACHE_SECONDS` (30 s, or the stage's cache TTL when lower), so a change is seen
+well within 60 s by every container that asks.
 
 The quota Lambda refuses new calls; this is what the run time asks of work already admitted: a
 `resume` of a paused tool-calling call (dispatch), a running background job (get_job and the
@@ -17,8 +18,9 @@ calls are still refused by the quota Lambda, which fails closed). The doubt is l
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from sandbox_common import dimensions, messages
+from sandbox_common import dimensions, limits, messages
 from sandbox_common import naming as n
 from sandbox_common.cap_values import CallCapValues, CapsUnavailable
 from sandbox_common.errors import SandboxCapExceeded, SandboxFailure, SandboxProvisioning
@@ -70,6 +72,19 @@ class KillSwitch:
     def __init__(self, *, caps: CallCapValues, preflight: PreflightReader) -> None:
         self.caps = caps
         self.preflight = preflight
+
+    @classmethod
+    def for_stage(
+        cls, *, stage: str, tenants_table: str, cache_ttl_seconds: int, ssm: Any, ddb: Any
+    ) -> KillSwitch:
+        """A container's kill switch: its own readers, cached ≤ KILL_SWITCH_CACHE_SECONDS."""
+        ttl = min(cache_ttl_seconds, limits.KILL_SWITCH_CACHE_SECONDS)
+        return cls(
+            caps=CallCapValues(stage=stage, ssm=ssm, ttl_seconds=ttl),
+            preflight=PreflightReader(
+                stage=stage, tenants_table=tenants_table, ttl_seconds=ttl, ssm=ssm, ddb=ddb
+            ),
+        )
 
     def check(self, tenant_id: str) -> Kill | None:
         """The Kill in force for the tenant, or None (also when it cannot be known: logged)."""

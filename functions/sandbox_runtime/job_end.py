@@ -13,6 +13,10 @@ last running job (the session outlives `end_turn` until then). A job whose sessi
 before its end was seen ends `failed` (`job_session_ended`). A job still not final DEADLINE_GRACE
 after its deadline (its supervisor gone or the session unreachable) is ended `timed_out` by
 stopping its session: no job outlives its deadline by more than the grace plus one reaper period.
+
+The kill switch (§22, `JobDeps.killed`): an observer that finds the job's tenant killed (a call
+cap at 0, the tenant disabled) cancels the job instead of only asking its state; it ends
+`cancelled` with `reason: "kill_switch"` and the refusal a new call would get.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ API's (`Steps.expire_paused`).
    SandboxInvalidRequest with nothing run, counted or audited), then the code runs on to its next
    tool call (another `tool_call` answer, no row) or its end: the Outcome of the original
    execute_code is restored from the continuation and gets its one audit row. Never counted: the
-   quota unit was taken by the execute_code.
+   quota unit was taken by the execute_code. A tenant under the kill switch (§22) gets the refusal
+   a new call would get, and the call ends there with its row.
 2. `sweep_paused_calls(steps, req, context)` — the paused calls, of any turn, whose tool wait
    bound passed and that nobody resumed or ended, end as the late resume would (SandboxTimeout,
    their session stopped and the slot freed — kept when the turn's background jobs still run in

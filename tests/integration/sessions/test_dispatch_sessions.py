@@ -387,7 +387,7 @@ def test_reaper_stops_ended_turn_session_spares_live_and_job_busy(
     ended = stack.dispatch(event(turn_id="turn-ended", call_id="e1"))["session_id"]
     dependencies.built().turns.end("acme", "turn-ended")
     job = stack.dispatch(
-        event(turn_id="turn-job", call_id="j1", background=True, code="import time\ntime.sleep(20)")
+        event(turn_id="turn-job", call_id="j1", background=True, code="import time\ntime.sleep(600)")
     )
     assert job["status"] == "running"
     assert stack.dispatch(event("end_turn", turn_id="turn-job"))["pending_jobs"] == [job["job_id"]]
@@ -410,7 +410,7 @@ def test_reaper_stops_ended_turn_session_spares_live_and_job_busy(
         "turn_token": event(turn_id="turn-job")["turn_token"],
     }
     assert stack.dispatch(cancel)["status"] == "cancelled"
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while job["session_id"] in stack.live_sessions() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert reaper().run()["sweep"]["by_reason"] == {"turn_ended": 1}

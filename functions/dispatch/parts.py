@@ -24,6 +24,7 @@ from sandbox_common.sessions.ledger import SessionLedger, claim_min_life_seconds
 from sandbox_common.settings import DispatchSettings, dispatch_settings
 from sandbox_runtime.cache import TtlCache
 from sandbox_runtime.interrupted import InterruptedCalls
+from sandbox_runtime.kill_switch import KillSwitch
 from sandbox_runtime.preflight import Preflight, PreflightReader
 from sandbox_runtime.runner import SessionRunner
 
@@ -73,6 +74,7 @@ class Parts:
     calls: IdempotentCalls
     sessions: TurnSessions
     accounting: UsageAccounting
+    kill_switch: KillSwitch  # §22: a resume and a running job stop when their tenant is killed
     quota: CheckQuota = check_quota
 
 
@@ -101,15 +103,16 @@ def built() -> Parts:
         sqs=aws.client("sqs"),
         spool_path=settings.audit_spool_path or None,
     )
+    preflight = PreflightReader(
+        stage=settings.stage,
+        tenants_table=settings.tenants_table,
+        ttl_seconds=settings.cache_ttl_seconds,
+        ssm=aws.client("ssm"),
+        ddb=ddb,
+    )
     return Parts(
         settings=settings,
-        preflight=PreflightReader(
-            stage=settings.stage,
-            tenants_table=settings.tenants_table,
-            ttl_seconds=settings.cache_ttl_seconds,
-            ssm=aws.client("ssm"),
-            ddb=ddb,
-        ),
+        preflight=preflight,
         turns=turns,
         audit_writer=audit_writer,
         runners=Runners(settings),
@@ -128,6 +131,13 @@ def built() -> Parts:
         accounting=UsageAccounting(
             price_per_call,
             BudgetReader(stage=settings.stage, ssm=aws.client("ssm"), ttl_seconds=settings.cache_ttl_seconds),
+        ),
+        kill_switch=KillSwitch.for_stage(
+            stage=settings.stage,
+            tenants_table=settings.tenants_table,
+            cache_ttl_seconds=settings.cache_ttl_seconds,
+            ssm=aws.client("ssm"),
+            ddb=ddb,
         ),
     )
 

@@ -41,6 +41,7 @@ from sandbox_common.settings import DispatchSettings
 from sandbox_common.windows import utc_now
 from sandbox_runtime import interrupted
 from sandbox_runtime.job_end import JobDeps
+from sandbox_runtime.kill_switch import Kill
 from sandbox_runtime.preflight import Preflight, PreflightUnavailable
 from sandbox_runtime.runner import ExecutionResult, SessionGone, SessionRunner
 from sandbox_runtime.runner.tool_calling import Finished
@@ -183,6 +184,10 @@ class Steps:
         raise SandboxProvisioning(
             messages.NOT_READY, reason="interpreter_not_ready", failure_reason="interpreter_not_ready"
         )
+
+    def killed(self, tenant_id: str) -> Kill | None:
+        """The kill switch on admitted work (§22): a call cap at 0 or the tenant disabled (≤ 60 s)."""
+        return self.parts.kill_switch.check(tenant_id)
 
     def runner_target(self, tenant_id: str) -> Preflight:
         """What a runner needs for an existing session (no policy or template check)."""
@@ -405,7 +410,7 @@ class Steps:
         (artifacts, the turn's session bookkeeping) and its one audit row."""
         result = tools.finished_result(outcome, finished)
         outcome.ran(result, result.failure() if result.error else None)
-        if pf is not None and runner is not None:
+        if pf is not None and runner is not None and not result.session_stopped:  # a stopped one has none
             self.collect(outcome, pf, runner, result.exit_status)
         if result.session_stopped and turn is not None and outcome.session_id:
             try:

@@ -230,7 +230,7 @@ def _record_refusal(
         "resets_at": iso_z(decision.resets_at),
         "caps": decision.caps,
         "counts": {d.name: counts.get(d.name) for d in dimensions.calls()},
-        "kill_switch": kill_switch,
+        naming.FIELD_KILL_SWITCH: kill_switch,
     }
     if reason is not None:
         fields["fail_closed_reason"] = reason

@@ -44,6 +44,7 @@ def job_deps(r: Reaper) -> JobDeps:
         ),
         retention_days=settings.audit_retention_days,
         turn_closed=turn_closed,
+        killed=r.kill_switch.check,
     )
 
 

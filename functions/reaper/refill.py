@@ -79,6 +79,8 @@ def refill(
     ledger: SessionLedger,
     *,
     sizes: dict[tuple[str, str], int],
+    only: tuple[str, str] | None = None,
+    killed: Callable[[str], bool] = lambda _tenant_id: False,
     caps_for: Callable[[str], SessionCaps],
     start: Callable[[str, str], tuple[str, str]],
     stop: Callable[[Slot], bool],
@@ -86,7 +88,10 @@ def refill(
     session_timeout_seconds: int,
     call_timeout_seconds: int,
 ) -> RefillReport:
-    """`start(tenant, environment)` -> (interpreter_id, session_id), preamble passed, or raises."""
+    """`start(tenant, environment)` -> (interpreter_id, session_id), preamble passed, or raises.
+    `only`: the one pool this run refills (its sizes and its warm sessions alone: another
+    tenant's pool is never looked at, let alone trimmed). `killed(tenant)`: the kill switch is on
+    for the tenant (§22) — its pool is emptied and not refilled."""
     report = RefillReport()
     slots = ledger.slots()
     pools: dict[tuple[str, str], list[Slot]] = {}
@@ -95,9 +100,11 @@ def refill(
             pools.setdefault((slot.tenant_id, slot.environment), []).append(slot)
     budget = MAX_STARTS_PER_RUN
     for key in sorted(set(sizes) | set(pools)):
+        if only is not None and key != only:
+            continue
         tenant, environment = key
-        want = sizes.get(key, 0)
         have = pools.get(key, [])
+        want = 0 if killed(tenant) else sizes.get(key, 0)
         for extra in [s for s in have if s.state == "warm"][: max(0, len(have) - want)]:
             if stop(extra) and ledger.release(extra.slot_id):
                 report.trimmed += 1

@@ -20,6 +20,7 @@ from sandbox_common.sessions.caps import SessionCapReader
 from sandbox_common.sessions.ledger import SessionLedger, Slot
 from sandbox_common.settings import ReaperSettings, reaper_settings
 from sandbox_runtime.job_store import JobStore
+from sandbox_runtime.kill_switch import KillSwitch
 from sandbox_runtime.preflight import PreflightReader
 from sandbox_runtime.runner import SessionRunner
 
@@ -34,6 +35,7 @@ class Reaper:
     ssm: Any
     preflight: PreflightReader
     caps: SessionCapReader
+    kill_switch: KillSwitch  # §22: killed tenants' jobs are cancelled, their warm pools emptied
 
     def runner(self, tenant_id: str) -> SessionRunner:
         target = self.preflight.runner_target(tenant_id)
@@ -87,11 +89,11 @@ class Reaper:
                 busy_sessions=self.jobs().busy_sessions if self.settings.jobs_table else None,
             ).to_dict()
         sizes = refill.desired_sizes(self.ssm, self.settings.stage)
-        if refill_only is not None:
-            sizes = {k: v for k, v in sizes.items() if k == refill_only}
         summary["refill"] = refill.refill(
             self.ledger,
             sizes=sizes,
+            only=refill_only,
+            killed=lambda tenant_id: self.kill_switch.check(tenant_id) is not None,
             caps_for=self.caps.caps_for,
             start=self.start,
             stop=self.stop,
@@ -130,19 +132,27 @@ def reaper() -> Reaper:
     settings = reaper_settings()
     ddb = aws.client("dynamodb")
     ssm = aws.client("ssm")
+    preflight = PreflightReader(
+        stage=settings.stage,
+        tenants_table=settings.tenants_table,
+        ttl_seconds=settings.cache_ttl_seconds,
+        ssm=ssm,
+        ddb=ddb,
+    )
     return Reaper(
         settings=settings,
         ledger=SessionLedger(table_name=settings.sessions_table, ddb=ddb),
         ddb=ddb,
         ssm=ssm,
-        preflight=PreflightReader(
+        preflight=preflight,
+        caps=SessionCapReader(stage=settings.stage, ssm=ssm, ttl_seconds=settings.cache_ttl_seconds),
+        kill_switch=KillSwitch.for_stage(
             stage=settings.stage,
             tenants_table=settings.tenants_table,
-            ttl_seconds=settings.cache_ttl_seconds,
+            cache_ttl_seconds=settings.cache_ttl_seconds,
             ssm=ssm,
             ddb=ddb,
         ),
-        caps=SessionCapReader(stage=settings.stage, ssm=ssm, ttl_seconds=settings.cache_ttl_seconds),
     )
 
 

@@ -13,24 +13,30 @@ last running job (the session outlives `end_turn` until then). A job whose sessi
 before its end was seen ends `failed` (`job_session_ended`). A job still not final DEADLINE_GRACE
 after its deadline (its supervisor gone or the session unreachable) is ended `timed_out` by
 stopping its session: no job outlives its deadline by more than the grace plus one reaper period.
+
+The kill switch (§22, `JobDeps.killed`): an observer that finds the job's tenant killed (a call
+cap at 0, the tenant disabled) cancels the job instead of only asking its state; it ends
+`cancelled` with `reason: "kill_switch"` and the refusal a new call would get.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
-from sandbox_common import audit
+from sandbox_common import audit, messages
 from sandbox_common import naming as n
 from sandbox_common.observability import emit_metric, logger
-from sandbox_common.outcome import Outcome
+from sandbox_common.outcome import Outcome, public
 from sandbox_common.output_log import log_output
+from sandbox_session.jobs import CANCELLED
 
 from .job_store import FINISHING, JobRecord, JobStore, JobStoreUnavailable
+from .kill_switch import Kill
 from .runner import SessionGone, SessionRunner
 from .runner.jobs import JobFailure, JobRunner, JobState, JobUnknownInSession
 from .runner.session import ExecutionResult
@@ -74,6 +80,9 @@ class JobDeps:
     retention_days: int
     turn_closed: Callable[[str, str], bool]  # (tenant_id, turn_id) -> end_turn already happened
     clock: Callable[[], float] = time.time
+    # §22: tenant_id -> the Kill in force (a call cap at 0, the tenant disabled) or None; an
+    # observer that finds its job's tenant killed cancels the job (`reason: "kill_switch"`).
+    killed: Callable[[str], Kill | None] = lambda _tenant_id: None
 
 
 def audit_base(req: Any, *, environment: str | None) -> dict[str, Any]:
@@ -155,8 +164,9 @@ def _observe(record: JobRecord, deps: JobDeps, *, cancel: bool) -> JobView:
                 job_id=record.job_id, status="running", elapsed_ms=max(0, now_ms - record.submitted_ms)
             )
         return _view(_end(record, "failed", jobs.session_ended_result(0), deps), deps)
+    kill = None if cancel else deps.killed(record.tenant_id)
     try:
-        state: JobState = (jobs.cancel_job if cancel else jobs.job_status)(
+        state: JobState = (jobs.cancel_job if cancel or kill else jobs.job_status)(
             record.interpreter_id, record.session_id, record.job_id
         )
     except (SessionGone, JobUnknownInSession):
@@ -190,7 +200,29 @@ def _observe(record: JobRecord, deps: JobDeps, *, cancel: bool) -> JobView:
         return JobView(
             job_id=record.job_id, status="running", elapsed_ms=max(0, now_ms - record.submitted_ms)
         )
+    if kill is not None and state.state == CANCELLED:  # ended by the kill switch, not by its owner
+        logger.info(
+            "job_cancelled_kill_switch",
+            extra={
+                "job_id": record.job_id,
+                "tenant_id": record.tenant_id,
+                "failure_reason": kill.failure_reason,
+            },
+        )
+        return _view(_end(record, CANCELLED, _killed_result(state.result, kill), deps, kill=kill), deps)
     return _view(_end(record, state.state, state.result, deps), deps)
+
+
+def _killed_result(result: ExecutionResult, kill: Kill) -> ExecutionResult:
+    """The cancelled job's run (its output so far), failed as the kill switch says."""
+    failure = kill.failure()
+    return replace(
+        result,
+        exit_status=failure.exit_status,
+        error=failure.error,
+        error_message=messages.job_killed(failure.message),
+        failure_reason=kill.failure_reason,
+    )
 
 
 def _view(record: JobRecord, deps: JobDeps) -> JobView:
@@ -205,7 +237,9 @@ def _view(record: JobRecord, deps: JobDeps) -> JobView:
 
 
 # --- ending, exactly once -----------------------------------------------------------------------
-def _end(record: JobRecord, final_state: str, result: ExecutionResult, deps: JobDeps) -> JobRecord:
+def _end(
+    record: JobRecord, final_state: str, result: ExecutionResult, deps: JobDeps, *, kill: Kill | None = None
+) -> JobRecord:
     now_ms = int(deps.clock() * 1000)
     duration_ms = max(0, now_ms - record.submitted_ms)  # the job's real duration: submit to end seen
     response: dict[str, Any] = _response_fields(result)
@@ -217,6 +251,9 @@ def _end(record: JobRecord, final_state: str, result: ExecutionResult, deps: Job
         duration_ms=duration_ms,
         background=True,
     )
+    if kill is not None:  # §22: the refusal's own fields (dimension, resets_at), reason kill_switch
+        fields = public(kill.failure())
+        response.update({k: v for k, v in fields.items() if k not in response}, reason=n.FIELD_KILL_SWITCH)
     outcome = {
         "response": response,
         "audit": {**_audit_fields(result), "duration_ms": duration_ms},

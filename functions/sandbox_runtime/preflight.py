@@ -60,11 +60,7 @@ def decide(
         environment = None
     if environment is None:
         return Preflight("not_requested", tenant_id)
-    tier = (policy or {}).get("compliance_tier") or (substrate.compliance_tier if substrate else "standard")
-    enabled = (policy or {}).get("sandbox_enabled")
-    if enabled is None:
-        enabled = tier == "standard"
-    if not enabled or tier != "standard":
+    if not enabled(substrate, policy):
         return Preflight("disabled", tenant_id, environment=environment, reason="tenant_disabled")
     interpreters = substrate.interpreters if substrate else {}
     interpreter_id = interpreters.get(environment)
@@ -91,6 +87,18 @@ def decide(
     )
 
 
+def enabled(substrate: TenantSubstrate | None, policy: dict[str, Any] | None) -> bool:
+    """May the tenant use a sandbox at all: known, on the standard tier, and not switched off by
+    the operator (`sandbox_enabled`, default on for the standard tier)."""
+    if substrate is None and policy is None:
+        return False  # unknown tenant
+    tier = (policy or {}).get("compliance_tier") or (substrate.compliance_tier if substrate else "standard")
+    on = (policy or {}).get("sandbox_enabled")
+    if on is None:
+        on = tier == "standard"
+    return bool(on) and tier == "standard"
+
+
 def template_tools(template_item: dict[str, Any] | None) -> tuple[str, ...]:
     """The operator-set allowlist of a template (§15); anything unreadable allows nothing."""
     raw = (template_item or {}).get(n.TEMPLATE_TOOLS_ATTRIBUTE)
@@ -110,6 +118,7 @@ class PreflightReader:
         self.ddb = ddb
         self._cache: TtlCache[Preflight] = TtlCache(ttl_seconds)
         self._substrates: TtlCache[TenantSubstrate | None] = TtlCache(ttl_seconds)
+        self._enabled: TtlCache[bool] = TtlCache(ttl_seconds)
 
     def check(self, tenant_id: str, template_id: str) -> Preflight:
         return self._cache.get_or_load((tenant_id, template_id), lambda: self._load(tenant_id, template_id))
@@ -117,6 +126,17 @@ class PreflightReader:
     def cached(self, tenant_id: str, template_id: str) -> Preflight | None:
         """The cached decision, or None when it would take a read (the speculative quota check asks this)."""
         return self._cache.peek((tenant_id, template_id))
+
+    def tenant_enabled(self, tenant_id: str) -> bool:
+        """The tenant-wide half of the decision (`enabled`), whatever the template: the kill
+        switch's view of a disabled tenant. Cached like `check`; raises PreflightUnavailable."""
+        return self._enabled.get_or_load(
+            tenant_id,
+            lambda: enabled(
+                self._substrates.get_or_load(tenant_id, lambda: self._substrate(tenant_id)),
+                self._policy(tenant_id),
+            ),
+        )
 
     def runner_target(self, tenant_id: str) -> Preflight:
         """Just what a runner needs for an existing session (end_turn): no policy or template
@@ -149,6 +169,20 @@ class PreflightReader:
             return TenantSubstrate.model_validate(json.loads(raw["Parameter"]["Value"]))
         except (KeyError, TypeError, ValueError):  # unreadable answer or value: fail closed
             raise PreflightUnavailable("substrate parameter unreadable") from None
+
+    def _policy(self, tenant_id: str) -> dict[str, Any] | None:
+        from boto3.dynamodb.types import TypeDeserializer
+
+        key = {n.TENANTS.pk: {"S": tenant_id}, n.TENANTS.sk: {"S": n.TENANT_POLICY_ITEM}}
+        try:
+            out = self.ddb.get_item(TableName=self.tenants_table, Key=key, ConsistentRead=True)
+        except Exception as exc:  # noqa: BLE001
+            raise PreflightUnavailable(f"tenants:{type(exc).__name__}") from None
+        item = out.get("Item")
+        if item is None:
+            return None
+        deser = TypeDeserializer()
+        return {k: deser.deserialize(v) for k, v in item.items()}
 
     def _policy_and_template(self, tenant_id: str, template_id: str) -> tuple[dict | None, dict | None]:
         from boto3.dynamodb.types import TypeDeserializer

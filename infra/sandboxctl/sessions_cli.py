@@ -42,7 +42,10 @@ def run_warm(args: argparse.Namespace, target: Any) -> int:
 
     if args.warm_command == "set":
         data: Any = sessions_ops.warm_set(target, args.tenant, args.size, args.environment)
-        text = f"{data['parameter']} = {data['value']} (was {data['previous'] or 'unset'})"
+        text = (
+            f"{data['parameter']} = {data['value']} (was {data['previous'] or 'unset'}); "
+            f"refill: {data['refill']}"
+        )
     else:
         data = sessions_ops.warm_rows(target, args.tenant)
         text = render.table(data, ["tenant", "environment", "warm_sessions", "warm", "starting"])

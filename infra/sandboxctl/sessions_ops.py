@@ -5,10 +5,12 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
+from sandbox_common import limits
 from sandbox_common import naming as n
 from sandbox_common.sessions.ledger import SessionLedger, Slot
 from sandbox_common.windows import iso_z
@@ -55,7 +57,34 @@ def warm_set(target: Target, tenant_id: str, size: int, environment: str) -> dic
             raise
         previous = None
     ssm.put_parameter(Name=name, Value=str(size), Type="String", Overwrite=True)
-    return {"parameter": name, "value": size, "previous": previous}
+    return {
+        "parameter": name,
+        "value": size,
+        "previous": previous,
+        "refill": refill_now(target, tenant_id, environment),
+    }
+
+
+_SCHEDULED = f"the reaper's next scheduled run (every {limits.REAPER_SCHEDULE_MINUTES} minutes) refills it"
+
+
+def refill_now(target: Target, tenant_id: str, environment: str) -> str:
+    """Ask the stage's reaper to refill (or trim) this one pool now, off the CLI's path (an
+    asynchronous invoke with its `refill` event) instead of at its next scheduled run: "started",
+    or why not (the schedule still refills it within REAPER_SCHEDULE_MINUTES)."""
+    if not target.reaper_function:
+        return f"not started (no reaper known); {_SCHEDULED}"
+    payload = {n.REFILL_EVENT_KEY: {"tenant_id": tenant_id, "environment": environment}}
+    try:
+        target.client("lambda").invoke(
+            FunctionName=target.reaper_function, InvocationType="Event", Payload=json.dumps(payload).encode()
+        )
+    except (ClientError, BotoCoreError) as exc:
+        code = (
+            exc.response.get("Error", {}).get("Code") if isinstance(exc, ClientError) else type(exc).__name__
+        )
+        return f"not started ({code}); {_SCHEDULED}"
+    return "started"
 
 
 def _desired(target: Target) -> dict[tuple[str, str], int | str]:

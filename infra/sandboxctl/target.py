@@ -37,6 +37,7 @@ class Target:
     _clients: dict[str, Any] = field(default_factory=dict)
     audit_spool: str | None = None  # local stack: rows spooled while its emulated AWS was down
     artifacts_bucket: str = ""  # §14.2; empty on a stage deployed before artifacts existed
+    reaper_function: str = ""  # §16.1: `warm set` asks it to refill the pool at once ("" = none)
 
     def client(self, service: str) -> Any:
         if service not in self._clients:
@@ -87,6 +88,7 @@ def local_target(state: Any) -> Target:
         _make_client=state.client,
         audit_spool=str(state.directory / n.LOCAL_AUDIT_SPOOL_FILE),
         artifacts_bucket=resources.artifacts_bucket,
+        reaper_function=resources.functions[n.REAPER],
     )
 
 
@@ -129,4 +131,5 @@ def _deployed_target(stage: str) -> Target:
         audit_dlq_url=output(n.OUTPUT_AUDIT_DLQ_URL),
         _make_client=make_client,
         artifacts_bucket=outputs.get(n.OUTPUT_ARTIFACTS_BUCKET, ""),
+        reaper_function=n.function_name(stage, n.REAPER),
     )

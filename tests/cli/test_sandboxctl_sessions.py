@@ -3,7 +3,7 @@ the real console script against a local stack of its own (its reaper is invoked 
 
 from __future__ import annotations
 
-import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,17 +23,6 @@ def cli_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
 _state = state_of
 
 
-def _run_reaper(env: dict[str, str]) -> dict[str, Any]:
-    """Invoke the local stack's reaper as its schedule would (through the Lambda emulator)."""
-    state = _state(env)
-    out = state.client("lambda").invoke(
-        FunctionName=state.resources.functions[n.REAPER],
-        Payload=json.dumps({"source": "aws.events"}).encode(),
-    )
-    assert "FunctionError" not in out, out["Payload"].read()
-    return json.loads(out["Payload"].read())
-
-
 def test_caps_set_session_caps_and_refuse_global_override(cli_env: dict[str, str]) -> None:
     # When tenant_sessions is overridden for acme
     out = ctl_json(cli_env, "caps", "set", "tenant_sessions", "3", "--tenant", "acme")
@@ -50,12 +39,41 @@ def test_caps_set_session_caps_and_refuse_global_override(cli_env: dict[str, str
     assert ctl_json(cli_env, "caps", "get")["global"]["global_sessions"] == 200
 
 
+def _pool(env: dict[str, str], tenant: str) -> dict[str, Any]:
+    (pool,) = ctl_json(env, "warm", "show", "--tenant", tenant)
+    return dict(pool)
+
+
+def _wait_warm(env: dict[str, str], tenant: str, warm: int, limit_s: float = 120.0) -> dict[str, Any]:
+    """`warm show` of the tenant's pool once it holds `warm` warm sessions (a state, not a delay)."""
+    deadline = time.monotonic() + limit_s
+    while (pool := _pool(env, tenant))["warm"] != warm or pool["starting"]:
+        assert time.monotonic() < deadline, pool
+        time.sleep(0.5)
+    return pool
+
+
+def test_warm_set_refills_the_pool_at_once_without_the_schedule(cli_env: dict[str, str]) -> None:
+    # Given the local stack's reaper schedule far away (5 minutes) and globex's pool empty
+    # When the operator sets a warm pool of 1 for globex
+    out = ctl_json(cli_env, "warm", "set", "globex", "1", "--environment", "default-public")
+    # Then the command asked the reaper to refill that pool now, and a warm session is ready
+    # without any scheduled run
+    assert out["refill"] == "started"
+    assert _wait_warm(cli_env, "globex", 1)["warm_sessions"] == 1
+    # And lowering it to 0 trims it the same way
+    assert (
+        ctl_json(cli_env, "warm", "set", "globex", "0", "--environment", "default-public")["refill"]
+        == "started"
+    )
+    _wait_warm(cli_env, "globex", 0)
+
+
 def test_warm_set_show_and_sessions_list_stop(cli_env: dict[str, str]) -> None:
-    # Given a warm pool of 1 for acme, filled by the reaper
+    # Given a warm pool of 1 for acme, filled at once by the refill `warm set` starts
     out = ctl_json(cli_env, "warm", "set", "acme", "1", "--environment", "default-public")
     assert out["parameter"] == n.warm_sessions_parameter("local", "acme", "default-public")
-    summary = _run_reaper(cli_env)
-    assert summary["refill"]["started"] == 1
+    _wait_warm(cli_env, "acme", 1)
     # When the operator looks
     pools = ctl_json(cli_env, "warm", "show", "--tenant", "acme")
     listed = ctl_json(cli_env, "sessions", "list", "--all", "--tenant", "acme")
@@ -79,9 +97,9 @@ def test_warm_set_show_and_sessions_list_stop(cli_env: dict[str, str]) -> None:
         "last_call_at",
     }
     assert serving == []
-    # When it is stopped by id
-    ctl_json(cli_env, "warm", "set", "acme", "0")
+    # When it is stopped by id (then the pool set to 0, so no refill replaces it)
     stopped = ctl_json(cli_env, "sessions", "stop", listed[0]["session_id"])
+    ctl_json(cli_env, "warm", "set", "acme", "0")
     # Then it is gone from the interpreter and the ledger
     assert stopped["freed"] is True
     interp = _state(cli_env).client("bedrock-agentcore")

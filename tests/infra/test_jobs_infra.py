@@ -68,6 +68,17 @@ def test_reaper_role_holds_exactly_the_job_sweeps_calls(all_stages, stage: str) 
 
 
 @pytest.mark.parametrize("stage", sorted(STAGES))
+def test_reaper_role_reads_only_the_tenant_policy_items_of_the_tenants_table(all_stages, stage: str) -> None:
+    # Given the reaper's role (the kill switch reads a tenant's policy item, §22)
+    core, role_id, _ = _reaper(all_stages, stage)
+    statements = [st for owner, st in policy_statements(core) if owner == role_id]
+    tenants_arn = f"<{_table_id(core, n.TENANTS, stage)}.Arn>"
+    # Then on the tenants table it may read an item by key, and nothing more
+    granted = {a for st in statements if tenants_arn in statement_resources(st) for a in allowed_actions(st)}
+    assert granted == {"dynamodb:GetItem"}
+
+
+@pytest.mark.parametrize("stage", sorted(STAGES))
 def test_reaper_environment_names_jobs_and_audit(all_stages, stage: str) -> None:
     # Given the reaper function
     core, _, fn = _reaper(all_stages, stage)

@@ -106,6 +106,47 @@ class Stack:
         self.emulator = _emulator(self.resources, aws_endpoint or self.moto, self.interpreter, port=port)
 
 
+# The kill switch (SPEC §5.1, §22), one way per row: a call cap at 0 (a tenant's override, or the
+# stage-wide value) or the tenant disabled by its operator policy item.
+KILLS = ("tenant_daily_override", "agent_hourly_global", "tenant_disabled")
+
+
+def kill(stack: Stack, how: str, tenant_id: str = "acme") -> None:
+    """Throw the kill switch for `tenant_id` as an operator does (`sandboxctl caps set ... 0`,
+    `sandboxctl tenants disable`): the SSM cap or the TENANTS policy item."""
+    if how == "tenant_daily_override":
+        stack.set_cap(dimensions.TENANT_DAILY.name, 0, tenant_id)
+    elif how == "agent_hourly_global":
+        stack.set_cap(dimensions.AGENT_HOURLY.name, 0)
+    elif how == "tenant_disabled":
+        aws.client("dynamodb").put_item(
+            TableName=stack.resources.tables[n.TENANTS.logical],
+            Item={
+                n.TENANTS.pk: {"S": tenant_id},
+                n.TENANTS.sk: {"S": n.TENANT_POLICY_ITEM},
+                "sandbox_enabled": {"BOOL": False},
+            },
+        )
+    else:
+        raise ValueError(how)
+
+
+def put_tools_template(
+    stack: Stack, template_id: str, tools: Collection[str], tenant_id: str = "acme"
+) -> None:
+    """A template whose code may call `tools` (what `sandboxctl template put TENANT TEMPLATE
+    --environment default-public --tools ...` writes)."""
+    aws.client("dynamodb").put_item(
+        TableName=stack.resources.tables[n.TENANTS.logical],
+        Item={
+            n.TENANTS.pk: {"S": tenant_id},
+            n.TENANTS.sort_key: {"S": n.TEMPLATE_ITEM_PREFIX + template_id},
+            "environment": {"S": "default-public"},
+            n.TEMPLATE_TOOLS_ATTRIBUTE: {"L": [{"S": t} for t in tools]},
+        },
+    )
+
+
 def lambda_env(*, aws_endpoint: str, interpreter_endpoint: str, lambda_endpoint: str) -> dict[str, str]:
     """The endpoints and credentials a Lambda worker of the local stack gets (besides its CDK
     environment): AWS (moto, or a proxy in front of it), the interpreter, the Lambda API."""
@@ -271,6 +312,21 @@ def stack(
     stack = open_stack(moto_endpoint, interpreter, monkeypatch.setenv)
     yield stack
     close_stack(stack)
+
+
+@pytest.fixture
+def reaper_stack(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
+    """The stack, with this process also holding the reaper's environment (a fresh container)."""
+    from reaper import service
+    from sandbox_common import settings
+
+    env = function_environment(build_config("local"), n.REAPER, tables=stack.resources.tables)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    settings.clear_caches()
+    service.reset()
+    yield stack
+    service.reset()
 
 
 # Every action of a turn carries its token (SPEC §16.5).

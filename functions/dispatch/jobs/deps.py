@@ -30,4 +30,5 @@ def job_deps_for(parts: Parts) -> JobDeps:
         audit_writer=parts.audit_writer,
         retention_days=settings.audit_retention_days,
         turn_closed=turn_closed,
+        killed=parts.kill_switch.check,
     )

@@ -339,7 +339,7 @@ class SessionSource:
                 "tenant_id": tenant_id,
                 "dimension": dimension,
                 "resets_at": resets_at,
-                "kill_switch": kill_switch,
+                n.FIELD_KILL_SWITCH: kill_switch,
             },
         )
         emit_metric(n.METRIC_CAP_EXCEEDED, dimensions={"dimension": dimension})

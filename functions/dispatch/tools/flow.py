@@ -7,7 +7,8 @@ API's (`Steps.expire_paused`).
    SandboxInvalidRequest with nothing run, counted or audited), then the code runs on to its next
    tool call (another `tool_call` answer, no row) or its end: the Outcome of the original
    execute_code is restored from the continuation and gets its one audit row. Never counted: the
-   quota unit was taken by the execute_code.
+   quota unit was taken by the execute_code. A tenant under the kill switch (§22) gets the refusal
+   a new call would get, and the call ends there with its row.
 2. `sweep_paused_calls(steps, req, context)` — the paused calls, of any turn, whose tool wait
    bound passed and that nobody resumed or ended, end as the late resume would (SandboxTimeout,
    their session stopped and the slot freed — kept when the turn's background jobs still run in
@@ -26,7 +27,8 @@ from sandbox_common.errors import SandboxError, SandboxInvalidRequest
 from sandbox_common.models import ResumeRequest, SweepPausedCallsRequest
 from sandbox_common.naming import Action
 from sandbox_common.observability import logger
-from sandbox_common.outcome import internal_failure, public
+from sandbox_common.outcome import Outcome, internal_failure, public
+from sandbox_runtime.kill_switch import Kill
 from sandbox_runtime.preflight import Preflight
 from sandbox_runtime.runner import SessionRunner
 from sandbox_runtime.runner.tool_calling import Finished, ToolsRunner
@@ -34,6 +36,7 @@ from sandbox_runtime.runner.tool_calling import Finished, ToolsRunner
 from dispatch.steps import Steps
 from dispatch.tools import calls as tool_calls
 from dispatch.tools import run
+from dispatch.tools.store import Continuation
 from dispatch.turns.store import Turn, TurnStoreUnavailable
 
 SWEEP_LIMIT = 100  # paused calls ended per sweep; the rest are first in the next one
@@ -63,8 +66,11 @@ def resume(steps: Steps, req: ResumeRequest, context: Any) -> dict[str, Any]:
         pf = run.paused_target(steps.runner_target(req.tenant_id), claimed, outcome)
         runner = steps.runner(pf)
         tools = run.tools_runner(runner, steps.settings.tool_wait_seconds)
+        kill = None if turn.ended else steps.killed(req.tenant_id)
         if turn.ended:  # end_turn ran meanwhile: end the call; its session is end_turn's (or its jobs')
             finished = tools.expire(claimed.state, turn_ended=True, stop_session=False)
+        elif kill is not None:  # §22: the kill switch ends the call, never runs it on (nothing counted)
+            finished = _killed(steps, tools, claimed, kill, outcome)
         else:
             step = tool_calls.resume_call(tools, steps.continuations, claimed, req, deadline_seconds=budget())
             if step.paused:
@@ -77,6 +83,27 @@ def resume(steps: Steps, req: ResumeRequest, context: Any) -> dict[str, Any]:
         finished = run.abort(tools, claimed, exc)
     steps.finish_paused(outcome, finished, pf, runner, turn)
     return outcome.response()
+
+
+def _killed(
+    steps: Steps, tools: ToolsRunner, claimed: Continuation, kill: Kill, outcome: Outcome
+) -> Finished:
+    """A resume of a killed tenant: refused as a new call would be (SandboxCapExceeded with its
+    dimension and reset, or SandboxProvisioning `tenant_disabled`); the call ends with its one row
+    and its session is stopped — after the turn's background jobs, which the kill switch cancels
+    as they are observed here, so none keeps it unless its end could not be seen."""
+    failure = kill.failure()
+    outcome.response_extra.update({k: v for k, v in public(failure).items() if k not in _RESULT_FIELDS})
+    keep = bool(steps.pending_jobs(claimed.tenant_id, claimed.turn_id))
+    logger.info(
+        "resume_refused_kill_switch",
+        extra={"invocation_id": outcome.invocation_id, "failure_reason": kill.failure_reason},
+    )
+    return tools.refuse(claimed.state, failure, stop_session=not keep)
+
+
+# What the call's result sets itself in the answer (only the refusal's own fields are added).
+_RESULT_FIELDS = ("ok", "error", "error_message")
 
 
 def sweep_paused_calls(steps: Steps, req: SweepPausedCallsRequest, context: Any) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sandbox_common import limits, messages, naming
-from sandbox_common.errors import SandboxError, SandboxTimeout
+from sandbox_common.errors import SandboxError, SandboxFailure, SandboxTimeout
 from sandbox_common.tools_protocol import (
     STATUS_SOURCE,
     RuntimeState,
@@ -378,6 +378,27 @@ class ToolsRunner:
             error=SandboxTimeout.__name__,
             message=message,
             reason=reason,
+            session_stopped=stop_session,
+        )
+
+    def refuse(self, state: ToolCallState, failure: SandboxFailure, *, stop_session: bool = True) -> Finished:
+        """End a paused call that may not go on (the kill switch, SPEC §22) with `failure` (its
+        class, message and failure_reason): the answered tool call is recorded as not delivered,
+        the session stopped unless told not to (its turn's background jobs keep it), the output
+        so far kept."""
+        records = state.records
+        if state.pending is not None:
+            waited = max(0, self._now_ms() - state.pending.paused_at_ms)
+            records = (*records, ToolRecord(state.pending.name, state.pending.input_sha256, waited, ok=False))
+        if stop_session:
+            self.runner.stop_session(state.interpreter_id, state.session_id)
+        return self._finish(
+            replace(state, records=records, pending=None),
+            exit_status=failure.exit_status,
+            exit_code=None,
+            error=failure.error,
+            message=failure.message,
+            reason=str(failure.fields.get("failure_reason") or failure.error),
             session_stopped=stop_session,
         )
 

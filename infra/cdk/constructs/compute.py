@@ -437,6 +437,15 @@ class ComputeConstruct(Construct):
                 resources=[tables[n.TURNS.logical].table_arn],
             )
         )
+        # The kill switch (§22): a disabled tenant's jobs are cancelled and its warm pool emptied;
+        # the operator's policy item is read by key (PreflightReader.tenant_enabled), nothing else.
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ReadTenantPolicy",
+                actions=["dynamodb:GetItem"],
+                resources=[tables[n.TENANTS.logical].table_arn],
+            )
+        )
         # Sessions with a running background job are spared (§17): the sparse by_open index lists them.
         jobs = tables[n.JOBS.logical]
         open_jobs_index = next(i.name for i in n.JOBS.indexes if i.pk == n.JOB_ATTR_OPEN)

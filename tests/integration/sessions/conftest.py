@@ -3,33 +3,14 @@ emulator, dispatch in-process) plus the reaper in-process with its CDK environme
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from sandbox_common import aws, dimensions
 from sandbox_common import naming as n
 
-from infra.cdk.config import build_config
-from infra.cdk.function_env import function_environment
-from tests.support.stack import Stack, event, interpreter, jsonable, stack, turn_token_for
+from tests.support.stack import Stack, event, interpreter, jsonable, reaper_stack, stack, turn_token_for
 
 __all__ = ["Stack", "event", "interpreter", "jsonable", "stack", "reaper_stack", "turn_token_for"]
-
-
-@pytest.fixture
-def reaper_stack(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
-    """The stack, with this process also holding the reaper's environment (a fresh container)."""
-    from reaper import service
-    from sandbox_common import settings
-
-    env = function_environment(build_config("local"), n.REAPER, tables=stack.resources.tables)
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    settings.clear_caches()
-    service.reset()
-    yield stack
-    service.reset()
 
 
 def interpreter_id(stack: Stack, tenant: str = "acme", environment: str = "default-public") -> str:

@@ -41,6 +41,9 @@ QUOTA_MARKER_TTL_SECONDS = 24 * 3600
 # --- sessions (§16) -------------------------------------------------------------------------------
 SESSION_CAP_RETRY_SECONDS = 30  # a session-cap refusal asks the agent to retry this much later
 REAPER_SCHEDULE_MINUTES = 5  # the session reaper's period
+# The kill switch's reads of a tenant's caps and policy (§22) are cached at most this long (or the
+# stage's cache TTL when lower), so a cap set to 0 reaches admitted work well within 60 s.
+KILL_SWITCH_CACHE_SECONDS = 30
 # A warm session is recycled this long before (session timeout − call timeout), and a first call
 # claims one only with at least (call timeout + this) of life left.
 WARM_RECYCLE_MARGIN_SECONDS = 60

@@ -43,6 +43,12 @@ SESSION_RESTARTED = (
 )
 
 
+def job_killed(why: str) -> str:
+    """A background job the kill switch cancelled (§22): what happened, then why (the cap's
+    refusal sentence or TENANT_DISABLED)."""
+    return f"The background job was stopped before it finished. {why}"
+
+
 def cap_exceeded(dimension: str, resets_at: str) -> str:
     """A cap refusal: the dimension's sentence, the reset time, and (SPEC §19) the dimension's name
     literally, e.g. `(cap: tenant_daily)`; anything but a known dimension is named `unknown`."""

@@ -574,6 +574,10 @@ REASON_TOOL_TURN_ENDED = "tool_wait_ended:turn_ended"
 # The local interpreter refuses Start with this marker at the front of its error message when it
 # cannot isolate a session; the runner maps it to SandboxProvisioning with this `reason`.
 REASON_ISOLATION_UNAVAILABLE = "isolation_unavailable"
+# The kill switch (§5.1: a call cap at 0; §22: or the tenant disabled): the boolean field of a
+# refusal's log line, and the `reason` of admitted work it ended (a background job it cancelled
+# answers it; rows carry `kill_switch:<why>`).
+FIELD_KILL_SWITCH = "kill_switch"
 
 
 # --- reaper hooks: the sweeps that run on the reaper's schedule, and the modules declaring them ---
@@ -583,6 +587,9 @@ REAPER_HOOK_INTERRUPTED = "dispatch_interrupted"  # finishes calls whose dispatc
 REAPER_INTERRUPTED_SWEEP_MODULE = "reaper.interrupted_sweep"
 REAPER_HOOK_PAUSED = "paused_tool_calls"  # ends paused calls past their wait bound (§15)
 REAPER_PAUSED_SWEEP_MODULE = "reaper.paused_sweep"
+# The reaper's event that refills one pool (`{"refill": {"tenant_id", "environment"}}`): sent by
+# `sandboxctl warm set` so a new size takes effect at once, not at the next scheduled run.
+REFILL_EVENT_KEY = "refill"
 # The reaper's pure-JSON log line per session it stops (its message and `event`; runbooks query it).
 REAPER_EVENT_SESSION_REAPED = "session_reaped"
 

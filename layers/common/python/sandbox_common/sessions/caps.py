@@ -1,7 +1,7 @@
 """Session capacity caps from SSM (SPEC §16.2), one per sessions dimension
-(`sandbox_common.dimensions.sessions()`), with the call caps' rules (§5.2): a per-tenant override
-`/…/caps/tenants/{t}/{dim}` wins over `/…/caps/{dim}` for a dimension keyed by tenant; a
-stage-wide one has only `/…/caps/{dim}`. Values are non-negative integers (digits only); 0 is
+(`sandbox_common.dimensions.sessions()`), with the call caps' rules (§5.2), read by
+`sandbox_common.cap_values.CapValues`: a per-tenant override `/…/caps/tenants/{t}/{dim}` wins over
+`/…/caps/{dim}` for a dimension keyed by tenant; a stage-wide one has only `/…/caps/{dim}`. 0 is
 the kill switch. Cached ≤ TTL per tenant; ONE GetParameters call reads every path.
 
 Fail closed: an unreadable store or a missing/malformed global with no last good value raises
@@ -10,88 +10,21 @@ Fail closed: an unreadable store or a missing/malformed global with no last good
 
 from __future__ import annotations
 
-import re
-import threading
-import time
-from collections.abc import Callable
-from typing import Any
-
 from .. import dimensions
-from .. import naming as n
-from ..observability import emit_metric, logger
+from ..cap_values import CapsUnavailable, CapValues, parse_cap
 from .ledger import SessionCaps
 
-_CAP_VALUE_RE = re.compile(r"[0-9]{1,38}")  # as the call caps: no sign, no space, no non-ASCII digit
+__all__ = ["SessionCapReader", "SessionCapsUnavailable", "parse_cap"]
 
 
-class SessionCapsUnavailable(Exception):
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+class SessionCapsUnavailable(CapsUnavailable):
+    pass
 
 
-def parse_cap(raw: Any) -> int | None:
-    return int(raw) if isinstance(raw, str) and _CAP_VALUE_RE.fullmatch(raw) else None
-
-
-class SessionCapReader:
-    def __init__(
-        self, *, stage: str, ssm: Any, ttl_seconds: int = 60, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.stage = stage
-        self.ssm = ssm
-        self.ttl = ttl_seconds
-        self.clock = clock
-        self._lock = threading.Lock()
-        self._cache: dict[str, tuple[float, SessionCaps]] = {}
-        self._last_good: dict[str, int | None] = {}  # path -> value (None = known absent override)
+class SessionCapReader(CapValues):
+    KIND = dimensions.Kind.SESSIONS
+    UNAVAILABLE = SessionCapsUnavailable
 
     def caps_for(self, tenant_id: str) -> SessionCaps:
-        now = self.clock()
-        with self._lock:
-            cached = self._cache.get(tenant_id)
-            if cached and cached[0] > now:
-                return cached[1]
-        scoped = dimensions.sessions()
-        overrides = {d.name: d.parameter(self.stage, tenant_id) for d in scoped if d.per_tenant}
-        globals_ = {d.name: d.parameter(self.stage) for d in scoped}
-        try:
-            out = self.ssm.get_parameters(Names=[*overrides.values(), *globals_.values()])
-            values: dict[str, Any] = {p["Name"]: p.get("Value") for p in out.get("Parameters", [])}
-        except Exception as exc:  # noqa: BLE001 — any doubt means no
-            raise SessionCapsUnavailable(f"ssm:{type(exc).__name__}") from None
-        caps: list[int] = []
-        for d in scoped:
-            cap = self._value(overrides[d.name], values, required=False) if d.name in overrides else None
-            if cap is None:
-                cap = self._value(globals_[d.name], values, required=True)
-            if cap is None:  # required values never come back None
-                raise SessionCapsUnavailable("cap missing")
-            caps.append(cap)
-        found = SessionCaps(*caps)
-        with self._lock:
-            self._cache[tenant_id] = (now + self.ttl, found)
-        return found
-
-    def _value(self, path: str, values: dict[str, Any], *, required: bool) -> int | None:
-        if path not in values:
-            if not required:
-                self._last_good[path] = None
-                return None
-            return self._fallback(path, "missing")
-        parsed = parse_cap(values[path])
-        if parsed is None:
-            logger.error(
-                "ignoring session cap parameter: not a non-negative integer", extra={"parameter": path}
-            )
-            emit_metric(n.METRIC_CAP_PARAMETER_INVALID)
-            return self._fallback(path, "malformed") if required or path in self._last_good else None
-        self._last_good[path] = parsed
-        return parsed
-
-    def _fallback(self, path: str, reason: str) -> int | None:
-        known = self._last_good.get(path)
-        if known is None:
-            raise SessionCapsUnavailable(f"{reason}:{path}")
-        logger.error("using last good session cap", extra={"parameter": path, "reason": reason})
-        return known
+        values = self.values_for(tenant_id)
+        return SessionCaps(*(values[d.name] for d in dimensions.sessions()))

@@ -1,0 +1,121 @@
+"""Benchmark `kill_switch_reach` (SPEC §22): from a cap set to 0 to a running background job
+cancelled and a paused tool-calling call refused — on the shared real-parts harness (the dispatch
+handler and the reaper in-process with their CDK environments, moto, the quota Lambda in the local
+Lambda emulator, real sessions of the local interpreter).
+
+Measured, in order, from the moment the tenant's `tenant_daily` override is written as 0:
+- `seen_s`: until a warm dispatch container's kill switch sees it (its cached caps expire: at
+  most `limits.KILL_SWITCH_CACHE_SECONDS`). With `--bench-full` the container is warm and the wait is real
+  (up to the TTL); in the quick smoke the container starts cold, so this is only the read.
+- `resume_s`: the agent's `resume` of the paused call, refused (SandboxCapExceeded) with its row.
+- `job_cancelled_s`: from the start of one reaper run (as its schedule sends it) to the moment it
+  ended the job as cancelled (`kill_switch`; the job's end as its row records it); `reaper_run_s`
+  is the whole run.
+The job is cancelled at the latest one reaper period after the change is seen (the run that
+comes next), so its reach is `seen_s + reaper_period_s + job_cancelled_s`, with the period as
+configured (`limits.REAPER_SCHEDULE_MINUTES`); the paused call's reach is `seen_s + resume_s`.
+Target: the job's reach ≤ 60 s + one reaper period (ratio = reach ÷ that bound ≤ 1).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from sandbox_common import dimensions, limits
+from sandbox_common import naming as n
+
+from tests.benchmarks._report import emit
+from tests.conftest import LambdaContext
+from tests.support import stack as harness
+from tests.support.stack import Stack, event, put_tools_template
+
+pytestmark = pytest.mark.bench
+
+interpreter = harness.interpreter
+stack = harness.stack
+reaper_stack = harness.reaper_stack
+
+TEMPLATE = "tools-bench"
+PAUSE = "from sandbox_tools import tools\nv = tools.lookup(k=1)\nprint(v)\n"
+SLEEPER = "import time\ntime.sleep(600)"
+TTL_BOUND_S = 60  # §5.2: a changed cap takes effect within 60 s
+
+
+def _reap() -> dict[str, Any]:
+    from reaper.handler import handler
+
+    out = handler({"source": "aws.events", "detail-type": "Scheduled Event"}, LambdaContext())
+    assert out["ok"] is True, out
+    return out
+
+
+def test_kill_switch_reach(reaper_stack: Stack, bench_full: bool) -> None:
+    from dispatch import parts as dependencies
+    from dispatch.steps import current
+
+    stack = reaper_stack
+    # Given a running background job of one turn of acme and a paused tool-calling call of another
+    # (a refused resume cancels its own turn's jobs itself), and a dispatch container that has
+    # already read acme's caps and policy (its caches warm)
+    put_tools_template(stack, TEMPLATE, ["lookup"])
+    job = stack.dispatch(event(turn_id="turn-bg", call_id="bg", code=SLEEPER, background=True))
+    assert job["status"] == "running", job
+    paused = stack.dispatch(event(template_id=TEMPLATE, call_id="paused", code=PAUSE))
+    assert paused["status"] == n.STATUS_TOOL_CALL, paused
+    assert current().killed("acme") is None
+    ttl_s = current().parts.kill_switch.caps.ttl  # the kill switch's own cache (≤ 30 s)
+    # When the operator sets acme's tenant_daily to 0
+    started = time.perf_counter()
+    stack.set_cap(dimensions.TENANT_DAILY.name, 0, "acme")
+    if not bench_full:  # the quick smoke does not wait out the cache: a cold container reads at once
+        dependencies.reset()
+    while current().killed("acme") is None:
+        assert time.perf_counter() - started < ttl_s + 30, "the kill switch was never seen"
+        time.sleep(0.25)
+    seen_s = time.perf_counter() - started
+    # and the agent resumes the paused call
+    resume_started = time.perf_counter()
+    refused = stack.dispatch(
+        {
+            **{k: v for k, v in event("resume").items() if k != "template_id"},
+            "continuation": paused["continuation"],
+            "tool_result": 1,
+        }
+    )
+    resume_s = time.perf_counter() - resume_started
+    # and the reaper's scheduled run comes
+    reaper_started, reaper_epoch = time.perf_counter(), time.time()
+    summary = _reap()
+    reaper_run_s = time.perf_counter() - reaper_started
+    # Then the call was refused and the job cancelled by the kill switch, each with one row
+    assert (refused["error"], refused["dimension"]) == ("SandboxCapExceeded", "tenant_daily"), refused
+    assert summary["hooks"][n.REAPER_HOOK_JOBS]["by_status"] == {"cancelled": 1}, summary
+    rows = {r["invocation_id"]: r for r in stack.audit_rows("acme")}
+    assert rows[paused["invocation_id"]]["failure_reason"] == "kill_switch:tenant_daily"
+    assert rows[job["invocation_id"]]["failure_reason"] == "kill_switch:tenant_daily"
+    ended_at = datetime.strptime(rows[job["invocation_id"]]["finished_at"], "%Y-%m-%dT%H:%M:%S.%fZ")
+    job_cancelled_s = ended_at.replace(tzinfo=UTC).timestamp() - reaper_epoch
+    # and the reach is within 60 s + one reaper period
+    period_s = limits.REAPER_SCHEDULE_MINUTES * 60
+    job_reach_s = seen_s + period_s + job_cancelled_s
+    bound_s = TTL_BOUND_S + period_s
+    emit(
+        "kill_switch_reach",
+        target=f"<= 1 (job reach <= {TTL_BOUND_S} s + one reaper period of {period_s} s)",
+        ratio=job_reach_s / bound_s,
+        seen_s=round(seen_s, 2),
+        cache_ttl_s=ttl_s,
+        warm_container=bench_full,
+        resume_refused_s=round(resume_s, 2),
+        paused_call_reach_s=round(seen_s + resume_s, 2),
+        job_cancelled_s=round(job_cancelled_s, 2),
+        reaper_run_s=round(reaper_run_s, 2),
+        reaper_period_s=period_s,
+        job_reach_s=round(job_reach_s, 2),
+        scope="harness: dispatch and reaper in-process, moto, quota Lambda emulated, local interpreter",
+    )
+    assert job_reach_s <= bound_s
+    assert seen_s + resume_s <= TTL_BOUND_S + 30

@@ -29,6 +29,7 @@ from sandbox_common import naming as n
 from sandbox_common.observability import emit_metric, logger
 from sandbox_common.outcome import Outcome
 from sandbox_common.output_log import log_output
+from sandbox_common.tool_spec import CODE_LANGUAGE
 
 from .job_store import FINISHING, JobRecord, JobStore, JobStoreUnavailable
 from .runner import SessionGone, SessionRunner
@@ -84,6 +85,7 @@ def audit_base(req: Any, *, environment: str | None) -> dict[str, Any]:
         "invocation_source": req.invocation_source,
         "environment": environment,
         "executed_code_hash": audit.code_hash(req.code),
+        "language": getattr(req, "language", CODE_LANGUAGE),
     }
 
 
@@ -276,6 +278,7 @@ def _complete(record: JobRecord, deps: JobDeps) -> JobRecord:
         call_id=record.call_id,
         invocation_source=base.get("invocation_source"),
         code="",
+        language=base.get("language", CODE_LANGUAGE),
     )
     started = datetime.fromtimestamp(record.submitted_ms / 1000, UTC)
     finished = datetime.fromtimestamp((record.ended_ms or record.submitted_ms) / 1000, UTC)

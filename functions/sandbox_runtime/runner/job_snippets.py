@@ -32,8 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from sandbox_common.redaction import catalogue
+from sandbox_common.tool_spec import CODE_LANGUAGE, COMMAND_LANGUAGE
 from sandbox_session import jobs as jobs_runtime
 from sandbox_session import redactor as stdio_runtime
+from sandbox_session import shell as shell_runtime
 
 JOB_MARKER = "__SANDBOX_JOB__ "
 JOBS_DIR_NAME = "sbx-jobs"
@@ -45,7 +47,7 @@ TAIL_BYTES = 8192
 JOB_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 _SUBMIT = """\
-def _sbx_job_submit(job_id, code_b64, timeout_s, sources, version, values, marker):
+def _sbx_job_submit(job_id, code_b64, language, timeout_s, sources, version, values, marker):
     import base64, json, os, subprocess, sys, tempfile, time
     root = os.path.join(tempfile.gettempdir(), {dir_name!r})
     os.makedirs(root, mode=0o700, exist_ok=True)
@@ -75,7 +77,7 @@ def _sbx_job_submit(job_id, code_b64, timeout_s, sources, version, values, marke
     with open(os.path.join(job_dir, {code_file!r}), "wb") as fh:
         fh.write(base64.b64decode(code_b64))
     spec = {{"job_id": job_id, "timeout_s": timeout_s, "cwd": os.getcwd(), "values": list(values),
-             "submitted_at": time.time()}}
+             "language": language, "submitted_at": time.time()}}
     with open(os.path.join(job_dir, {spec_file!r}), "w", encoding="utf-8") as fh:
         json.dump(spec, fh)
     proc = subprocess.Popen(
@@ -88,7 +90,8 @@ def _sbx_job_submit(job_id, code_b64, timeout_s, sources, version, values, marke
     print(marker + json.dumps({{"job_id": job_id, "state": "running", "supervisor_pid": proc.pid}}))
 
 
-_sbx_job_submit({job_id!r}, {code_b64!r}, {timeout_s!r}, {sources!r}, {version!r}, {values!r}, {marker!r})
+_sbx_job_submit({job_id!r}, {code_b64!r}, {language!r}, {timeout_s!r}, {sources!r}, {version!r}, {values!r},
+                {marker!r})
 del _sbx_job_submit
 """
 
@@ -228,6 +231,7 @@ def runtime_sources() -> dict[str, str]:
         jobs_runtime.RUNTIME_FILE: Path(jobs_runtime.__file__).read_text(encoding="utf-8"),
         jobs_runtime.CATALOGUE_FILE: Path(catalogue.__file__).read_text(encoding="utf-8"),
         jobs_runtime.STDIO_RUNTIME_FILE: Path(stdio_runtime.__file__).read_text(encoding="utf-8"),
+        jobs_runtime.SHELL_RUNTIME_FILE: Path(shell_runtime.__file__).read_text(encoding="utf-8"),
     }
 
 
@@ -247,10 +251,17 @@ def runtime_version() -> str:
 
 
 def submit_source(
-    job_id: str, code: str, timeout_s: int, values: Iterable[str] = (), *, with_runtime: bool = True
+    job_id: str,
+    code: str,
+    timeout_s: int,
+    values: Iterable[str] = (),
+    *,
+    with_runtime: bool = True,
+    language: str = CODE_LANGUAGE,
 ) -> str:
     """The launcher. Without the runtime (`with_runtime=False`, ~5 KB instead of ~55 KB) it
-    answers `runtime_missing` unless this runtime version is already installed in the session."""
+    answers `runtime_missing` unless this runtime version is already installed in the session.
+    `language` "bash": `code` is a shell script, run by the runtime's shell module (SPEC §20)."""
     _checked(job_id)
     return _SUBMIT.format(
         dir_name=JOBS_DIR_NAME,
@@ -259,6 +270,7 @@ def submit_source(
         runtime_file=jobs_runtime.RUNTIME_FILE,
         job_id=job_id,
         code_b64=base64.b64encode(code.encode("utf-8")).decode("ascii"),
+        language=jobs_runtime.BASH if language == COMMAND_LANGUAGE else CODE_LANGUAGE,
         timeout_s=int(timeout_s),
         sources=runtime_sources() if with_runtime else None,
         version=runtime_version(),

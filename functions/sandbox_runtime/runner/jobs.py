@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 
 from sandbox_common.errors import SandboxError, SandboxTimeout
+from sandbox_common.tool_spec import CODE_LANGUAGE
 from sandbox_session import jobs as rt
 
 from .classify import classify
@@ -89,18 +90,28 @@ class JobRunner:
         self.runner = runner
 
     def submit_job(
-        self, interpreter_id: str, session_id: str, *, job_id: str, code: str, timeout_s: int
+        self,
+        interpreter_id: str,
+        session_id: str,
+        *,
+        job_id: str,
+        code: str,
+        timeout_s: int,
+        language: str = CODE_LANGUAGE,
     ) -> JobSubmitted:
         # The runtime (~50 KB) travels only when the session does not have this version yet.
         payload, duration_ms = self._call(
             interpreter_id,
             session_id,
-            submit_source(job_id, code, timeout_s, with_runtime=False),
+            submit_source(job_id, code, timeout_s, with_runtime=False, language=language),
             SUBMIT_TIMEOUT_SECONDS,
         )
         if payload.get("state") == "runtime_missing":
             payload, more_ms = self._call(
-                interpreter_id, session_id, submit_source(job_id, code, timeout_s), SUBMIT_TIMEOUT_SECONDS
+                interpreter_id,
+                session_id,
+                submit_source(job_id, code, timeout_s, language=language),
+                SUBMIT_TIMEOUT_SECONDS,
             )
             duration_ms += more_ms
         if payload.get("state") not in ("running", "exists"):

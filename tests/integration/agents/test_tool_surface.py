@@ -15,6 +15,7 @@ import pytest
 from mcp.client.session import ClientSession
 from sandbox_client.contract import new_token
 from sandbox_client.turn import SandboxTurn
+from sandbox_common import dimensions
 from sandbox_common import naming as n
 from sandbox_common.tool_spec import tool_definitions
 from strands import Agent
@@ -197,7 +198,6 @@ def test_mcp_background_job_polled_to_completion_and_job_failures_as_errors(mcp:
     assert unknown.is_error is True and text_of(unknown).startswith("SandboxInvalidRequest: ")
 
 
-@pytest.mark.xfail(strict=True, reason="dispatch does not run language bash yet (SPEC §20)")
 def test_mcp_run_command_runs_a_shell_script(mcp: dict[str, Any]) -> None:
     # Given an MCP call of run_command `echo $((6*7))` / Then bash's output
     result = mcp["command"]
@@ -264,4 +264,4 @@ def test_strands_cap_refusals_are_errors_for_calls_and_jobs(
     results = tool_results(agent.messages)
     assert [r["status"] for r in results] == ["error"] * 3
     assert all(r["content"][0]["text"].startswith("SandboxCapExceeded: ") for r in results)
-    assert last_answer(agent.messages)["dimension"] == n.DIM_AGENT_HOURLY
+    assert last_answer(agent.messages)["dimension"] == dimensions.AGENT_HOURLY.name

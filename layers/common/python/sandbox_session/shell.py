@@ -1,0 +1,160 @@
+"""Shell commands INSIDE the session (SPEC §20): a bash script run as a child of the session's
+Python process, its output relayed through that process's `sys.stdout` / `sys.stderr`.
+
+STDLIB ONLY and self-contained, like the rest of `sandbox_session`: a session cannot import our
+packages, so the session runner ships this file's source with each command
+(`sandbox_runtime.runner.commands`) and the job runtime writes it into the session beside its own
+(`sandbox_runtime.runner.job_snippets`).
+
+Why through the Python process: the in-session redactor (SPEC §8 layer 1) wraps `sys.stdout` /
+`sys.stderr` of the session's interpreter (and of a job's `run` process). A script whose output
+went anywhere else — straight to fd 1, or through a command tool beside the kernel — would leave
+the session unredacted. So the script's stdout and stderr are pipes read here and written, as
+text, into those streams: every byte a command prints passes the same redactor as Python output,
+and is counted as it leaves it.
+
+The script runs as `bash /dev/fd/N`, the script on a pipe (never an argument, which Linux limits
+to 128 KiB, and never stdin, which is /dev/null), in the caller's working directory and
+environment (the session's: same files, PATH with the session's `python`, `python3` and `pip`
+first), in its own process group, so that a deadline stops it with everything it started. Output
+written before a deadline is kept: the script is stopped, what it wrote is relayed, and the
+status is TIMED_OUT.
+"""
+
+import base64
+import codecs
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+TIMED_OUT = 124  # the status of a script stopped at its deadline (as coreutils' `timeout` reports it)
+NOT_STARTED = 127  # bash could not be started (as a shell reports a command it cannot run)
+# A background child of the script may hold an output pipe open after the script ended: what it
+# writes within this grace is kept, then the relays stop writing (the next call's output is its own).
+RELAY_GRACE_SECONDS = 0.5
+
+
+def _find_bash():
+    for candidate in ("/usr/bin/bash", "/bin/bash"):
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return "bash"
+
+
+BASH = _find_bash()  # the system's (read-only) bash, never one a session put on its PATH
+
+
+class _Relay(threading.Thread):
+    """Copies an output pipe into a text stream as UTF-8 text (invalid bytes replaced, as Python's
+    own output would be), flushing after each read so a redactor lets out what is safe."""
+
+    def __init__(self, fd, stream):
+        super().__init__(daemon=True)
+        self.fd, self.stream = fd, stream
+        self.keep = True
+
+    def _write(self, text):
+        if text and self.keep:
+            try:
+                self.stream.write(text)
+            except Exception:  # a stream the caller's code broke: the output is dropped, not raised
+                pass
+
+    def run(self):
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        try:
+            while True:
+                chunk = os.read(self.fd, 65536)
+                if not chunk:
+                    break
+                self._write(decoder.decode(chunk))
+            self._write(decoder.decode(b"", final=True))
+        finally:
+            os.close(self.fd)
+
+
+def _feed(fd, data):
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError:  # the script ended without reading all of itself
+        pass
+    finally:
+        os.close(fd)
+
+
+def start(script, out, err):
+    """Start `script` (bytes) with bash; its stdout / stderr relayed into the text streams `out` /
+    `err`. Returns (process, relays)."""
+    script_r, script_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            [BASH, f"/dev/fd/{script_r}"],
+            stdin=subprocess.DEVNULL,
+            stdout=out_w,
+            stderr=err_w,
+            pass_fds=(script_r,),
+            start_new_session=True,
+        )
+    except OSError:
+        for fd in (script_r, script_w, out_r, out_w, err_r, err_w):
+            os.close(fd)
+        raise
+    for fd in (script_r, out_w, err_w):
+        os.close(fd)
+    threading.Thread(target=_feed, args=(script_w, script), daemon=True).start()
+    relays = [_Relay(out_r, out), _Relay(err_r, err)]
+    for relay in relays:
+        relay.start()
+    return proc, relays
+
+
+def _stop(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def run(script, deadline_s=None, out=None, err=None):
+    """Run `script` (bytes) to its end or its deadline; its output into `out` / `err` (default:
+    this process's sys.stdout / sys.stderr). Returns its status as a shell reports it (128 +
+    signal when killed), TIMED_OUT when stopped at the deadline, NOT_STARTED when bash could not
+    start."""
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
+    try:
+        proc, relays = start(script, out, err)
+    except OSError as exc:
+        err.write(f"bash could not be started: {exc}\n")
+        return NOT_STARTED
+    try:
+        code = proc.wait(timeout=deadline_s)
+        status = code if code >= 0 else 128 - code
+    except subprocess.TimeoutExpired:
+        _stop(proc)
+        status = TIMED_OUT
+    ends = time.monotonic() + RELAY_GRACE_SECONDS
+    for relay in relays:
+        relay.join(timeout=max(0.0, ends - time.monotonic()))
+        relay.keep = False
+    for stream in (out, err):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    return status
+
+
+def main(script_b64, deadline_s=None):
+    """A command in the session's kernel: run the script, end like a process with its status."""
+    status = run(base64.b64decode(script_b64), deadline_s)
+    if status:
+        raise SystemExit(status)

@@ -33,7 +33,7 @@ from sandbox_common.tool_spec import CODE_LANGUAGE
 
 from .job_store import FINISHING, JobRecord, JobStore, JobStoreUnavailable
 from .runner import SessionGone, SessionRunner
-from .runner.jobs import JobFailure, JobRunner, JobState, JobUnknownInSession
+from .runner.jobs import JobFailure, JobProgress, JobRunner, JobState, JobUnknownInSession
 from .runner.session import ExecutionResult
 
 # Beyond the in-session supervisor's own grace: how long after a job's deadline dispatch stops
@@ -52,11 +52,13 @@ class JobView:
     status: str  # running | completed | failed | timed_out | cancelled
     elapsed_ms: int
     response: dict[str, Any] | None = None
+    progress: JobProgress | None = None  # a running job's output so far, when its session told it
 
     def to_response(self) -> dict[str, Any]:
         if self.response is not None:
             return dict(self.response)
-        return {"ok": True, "status": self.status, "job_id": self.job_id, "elapsed_ms": self.elapsed_ms}
+        running = {"ok": True, "status": self.status, "job_id": self.job_id, "elapsed_ms": self.elapsed_ms}
+        return running | (self.progress.to_dict() if self.progress is not None else {})
 
 
 class JobCheckFailed(Exception):
@@ -190,7 +192,10 @@ def _observe(record: JobRecord, deps: JobDeps, *, cancel: bool) -> JobView:
         raise JobCheckFailed(exc.failure_reason) from None
     if not state.final or state.result is None:
         return JobView(
-            job_id=record.job_id, status="running", elapsed_ms=max(0, now_ms - record.submitted_ms)
+            job_id=record.job_id,
+            status="running",
+            elapsed_ms=max(0, now_ms - record.submitted_ms),
+            progress=state.progress,
         )
     return _view(_end(record, state.state, state.result, deps), deps)
 

@@ -26,6 +26,7 @@ PYTHON = CODE_LANGUAGE
 TIMED_OUT = shell_runtime.TIMED_OUT
 # Room left between the script's deadline and the runner's: the kill, the relay's grace and the answer.
 MAX_DEADLINE_MARGIN_SECONDS = 5.0
+MIN_DEADLINE_MARGIN_SECONDS = 1.0
 
 _DRIVER = """\
 def _sbx_command(source, script_b64, deadline_s):
@@ -49,7 +50,7 @@ def runtime_source() -> str:
 
 def inner_deadline(limit_seconds: float) -> float:
     """When the session stops a script, given the runner's deadline `limit_seconds`."""
-    margin = min(MAX_DEADLINE_MARGIN_SECONDS, max(0.2, limit_seconds / 10))
+    margin = min(MAX_DEADLINE_MARGIN_SECONDS, max(MIN_DEADLINE_MARGIN_SECONDS, limit_seconds / 10))
     return round(max(0.1, limit_seconds - margin), 3)
 
 

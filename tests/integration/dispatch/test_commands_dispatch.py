@@ -183,3 +183,57 @@ def test_language_outside_python_and_bash_is_refused_before_anything_counts(stac
     answer = stack.dispatch(event(call_id="js-1", code="console.log(1)", language="javascript"))
     assert answer["ok"] is False and answer["error"] == "SandboxInvalidRequest"
     assert counted(stack) == before and stack.audit_rows("acme") == []
+
+
+@pytest.fixture
+def short_deadline(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Stack:
+    """A 3 s per-call deadline."""
+    from dispatch import parts as dependencies
+    from sandbox_common import settings
+
+    monkeypatch.setenv(n.ENV_CALL_TIMEOUT, "3")
+    settings.clear_caches()
+    dependencies.reset()
+    return stack
+
+
+def test_bash_timeout_keeps_the_output_written_before_it(short_deadline: Stack) -> None:
+    stack = short_deadline
+    # Given a 3 s per-call deadline and a script that writes, leaks a token, then never ends
+    script = f"echo before\necho {TOKEN}\necho err-before >&2\nsleep 300"
+    # When it runs through dispatch
+    result = stack.dispatch(bash("sh-slow", script))
+    # Then it is a SandboxTimeout that keeps what it wrote before the deadline, redacted
+    assert result["ok"] is False and result["error"] == "SandboxTimeout", result
+    assert result["exit_status"] == "timeout" and result["exit_code"] is None
+    assert result["stdout"] == "before\n<redacted>\n" and result["stderr"] == "err-before\n"
+    assert result["stdout_bytes"] == len("before\n<redacted>\n")
+    # And the session was reset (the next call starts a fresh one), with the one row of the call
+    (row,) = stack.audit_rows("acme")
+    assert row["exit_status"] == "timeout" and row["language"] == "bash"
+    after = stack.dispatch(bash("sh-after", "echo fresh"))
+    assert after["stdout"] == "fresh\n" and after["session_id"] != result["session_id"]
+
+
+def test_get_job_on_a_running_job_carries_its_output_so_far(stack: Stack) -> None:
+    # Given a background script that writes, leaks a token, then waits for a file the test creates
+    script = f"echo first\necho {TOKEN}\necho warn >&2\nwhile [ ! -e go ]; do sleep 0.05; done\necho last"
+    submitted = stack.dispatch(bash("sh-progress", script, background=True))
+    assert submitted["ok"] is True, submitted
+    # When it is polled while it waits
+    deadline = time.monotonic() + 60
+    while True:
+        running = stack.dispatch(_get_job(submitted["job_id"]))
+        assert running["status"] == "running", running
+        if running["stderr_tail"] == "warn\n" and running["stdout_tail"] == "first\n<redacted>\n":
+            break
+        assert time.monotonic() < deadline, running
+        time.sleep(0.1)
+    # Then the running answer carries the tails written so far, redacted, and their byte counts
+    assert running["stdout_bytes"] == len("first\n<redacted>\n") and running["stderr_bytes"] == len("warn\n")
+    assert TOKEN not in json.dumps(running)
+    # And once the script is let go, the job completes with all of it
+    stack.dispatch(bash("sh-go", "touch go"))
+    final = _wait_final(stack, submitted["job_id"])
+    assert final["status"] == "completed" and final["stdout"] == "first\n<redacted>\nlast\n", final
+    assert "stdout_tail" not in final

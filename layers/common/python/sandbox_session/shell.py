@@ -47,9 +47,27 @@ def _find_bash():
 BASH = _find_bash()  # the system's (read-only) bash, never one a session put on its PATH
 
 
+def _push(stream):
+    """Let out what a stream holds as far as it is safe now: a redacting stream keeps its rolling
+    hold-back (a token still being written is never split), then its target is flushed; any
+    other stream is flushed. A background job's output is then in its file while it runs."""
+    text, drain, target = getattr(stream, "_text", None), getattr(stream, "_drain", None), None
+    try:
+        if text is not None and callable(drain):
+            text.flush()
+            drain(False)
+            target = getattr(stream, "_out", None)
+        else:
+            target = stream
+        if target is not None:
+            target.flush()
+    except Exception:  # a stream the caller's code broke: what it holds comes out at the end, or never
+        pass
+
+
 class _Relay(threading.Thread):
     """Copies an output pipe into a text stream as UTF-8 text (invalid bytes replaced, as Python's
-    own output would be), flushing after each read so a redactor lets out what is safe."""
+    own output would be), pushing it on after each read (`_push`)."""
 
     def __init__(self, fd, stream):
         super().__init__(daemon=True)
@@ -71,6 +89,8 @@ class _Relay(threading.Thread):
                 if not chunk:
                     break
                 self._write(decoder.decode(chunk))
+                if self.keep:
+                    _push(self.stream)
             self._write(decoder.decode(b"", final=True))
         finally:
             os.close(self.fd)

@@ -24,10 +24,10 @@ status is TIMED_OUT.
 import base64
 import codecs
 import os
+import selectors
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 TIMED_OUT = 124  # the status of a script stopped at its deadline (as coreutils' `timeout` reports it)
@@ -35,6 +35,8 @@ NOT_STARTED = 127  # bash could not be started (as a shell reports a command it 
 # A background child of the script may hold an output pipe open after the script ended: what it
 # writes within this grace is kept, then the relays stop writing (the next call's output is its own).
 RELAY_GRACE_SECONDS = 0.5
+# How often the relay loop looks whether bash ended while a pipe is still open (a background child).
+POLL_SECONDS = 0.05
 
 
 def _find_bash():
@@ -65,51 +67,39 @@ def _push(stream):
         pass
 
 
-class _Relay(threading.Thread):
-    """Copies an output pipe into a text stream as UTF-8 text (invalid bytes replaced, as Python's
-    own output would be), pushing it on after each read (`_push`)."""
+class _Relay:
+    """One output pipe copied into a text stream as UTF-8 text (invalid bytes replaced, as Python's
+    own output would be), pushed on after each read (`_push`)."""
 
     def __init__(self, fd, stream):
-        super().__init__(daemon=True)
         self.fd, self.stream = fd, stream
-        self.keep = True
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def _write(self, text):
-        if text and self.keep:
+        if text:
             try:
                 self.stream.write(text)
             except Exception:  # a stream the caller's code broke: the output is dropped, not raised
                 pass
 
-    def run(self):
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        try:
-            while True:
-                chunk = os.read(self.fd, 65536)
-                if not chunk:
-                    break
-                self._write(decoder.decode(chunk))
-                if self.keep:
-                    _push(self.stream)
-            self._write(decoder.decode(b"", final=True))
-        finally:
-            os.close(self.fd)
+    def read(self):
+        """Copy what the pipe holds now; False at its end."""
+        chunk = os.read(self.fd, 65536)
+        self._write(self.decoder.decode(chunk, final=not chunk))
+        _push(self.stream)
+        return bool(chunk)
 
 
-def _feed(fd, data):
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    except OSError:  # the script ended without reading all of itself
-        pass
-    finally:
-        os.close(fd)
+def run(script, deadline_s=None, out=None, err=None):
+    """Run `script` (bytes) to its end or its deadline; its output into `out` / `err` (default:
+    this process's sys.stdout / sys.stderr). Returns its status as a shell reports it (128 +
+    signal when killed), TIMED_OUT when stopped at the deadline, NOT_STARTED when bash could not
+    start.
 
-
-def start(script, out, err):
-    """Start `script` (bytes) with bash; its stdout / stderr relayed into the text streams `out` /
-    `err`. Returns (process, relays)."""
+    One thread does everything (feeding the script, relaying both streams) with one selector: no
+    thread hand-offs, whose GIL switches would cost more than starting bash."""
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
     script_r, script_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -122,55 +112,83 @@ def start(script, out, err):
             pass_fds=(script_r,),
             start_new_session=True,
         )
-    except OSError:
+    except OSError as exc:
         for fd in (script_r, script_w, out_r, out_w, err_r, err_w):
             os.close(fd)
-        raise
-    for fd in (script_r, out_w, err_w):
-        os.close(fd)
-    threading.Thread(target=_feed, args=(script_w, script), daemon=True).start()
-    relays = [_Relay(out_r, out), _Relay(err_r, err)]
-    for relay in relays:
-        relay.start()
-    return proc, relays
-
-
-def _stop(proc):
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
-
-
-def run(script, deadline_s=None, out=None, err=None):
-    """Run `script` (bytes) to its end or its deadline; its output into `out` / `err` (default:
-    this process's sys.stdout / sys.stderr). Returns its status as a shell reports it (128 +
-    signal when killed), TIMED_OUT when stopped at the deadline, NOT_STARTED when bash could not
-    start."""
-    out = sys.stdout if out is None else out
-    err = sys.stderr if err is None else err
-    try:
-        proc, relays = start(script, out, err)
-    except OSError as exc:
         err.write(f"bash could not be started: {exc}\n")
         return NOT_STARTED
+    for fd in (script_r, out_w, err_w):
+        os.close(fd)
+    os.set_blocking(script_w, False)
+    pending = memoryview(script)
+    selector = selectors.DefaultSelector()
+    relays = {out_r: _Relay(out_r, out), err_r: _Relay(err_r, err)}
+    for fd in relays:
+        selector.register(fd, selectors.EVENT_READ)
+    if pending:
+        selector.register(script_w, selectors.EVENT_WRITE)
+    else:
+        os.close(script_w)
+        script_w = -1
+    started = time.monotonic()
+    deadline = None if deadline_s is None else started + deadline_s
+    timed_out, grace_ends = False, None
     try:
-        code = proc.wait(timeout=deadline_s)
-        status = code if code >= 0 else 128 - code
+        while selector.get_map():
+            now = time.monotonic()
+            if deadline is not None and now >= deadline and not timed_out:
+                timed_out = True
+                _kill(proc)
+                grace_ends = now + RELAY_GRACE_SECONDS
+            if grace_ends is None and proc.poll() is not None:
+                # bash ended; a background child of it may hold a pipe open: keep what it writes
+                # within the grace, then stop (the next call's output is its own)
+                grace_ends = now + RELAY_GRACE_SECONDS
+            if grace_ends is not None and now >= grace_ends:
+                break
+            wait = POLL_SECONDS
+            if deadline is not None and not timed_out:
+                wait = min(wait, max(0.0, deadline - now))
+            if grace_ends is not None:
+                wait = min(wait, max(0.0, grace_ends - now))
+            for key, _ in selector.select(wait):
+                fd = key.fd
+                if fd == script_w:
+                    try:
+                        pending = pending[os.write(fd, pending) :]
+                    except OSError:  # the script ended without reading all of itself
+                        pending = pending[:0]
+                    if not pending:
+                        selector.unregister(fd)
+                        os.close(fd)
+                        script_w = -1
+                elif not relays[fd].read():
+                    selector.unregister(fd)
+    finally:
+        selector.close()
+        for fd in (script_w, *relays):  # each once
+            if fd >= 0:
+                os.close(fd)
+    try:  # both pipes ended; bash may still run (it closed them): its deadline still holds
+        code = proc.wait(None if deadline is None or timed_out else max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
-        _stop(proc)
-        status = TIMED_OUT
-    ends = time.monotonic() + RELAY_GRACE_SECONDS
-    for relay in relays:
-        relay.join(timeout=max(0.0, ends - time.monotonic()))
-        relay.keep = False
+        _kill(proc)
+        timed_out, code = True, proc.wait()
     for stream in (out, err):
         try:
             stream.flush()
         except Exception:
             pass
-    return status
+    if timed_out:
+        return TIMED_OUT
+    return code if code >= 0 else 128 - code
+
+
+def _kill(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def main(script_b64, deadline_s=None):

@@ -48,7 +48,7 @@ from sandbox_common.redaction.catalogue import redact_head
 from sandbox_runtime.interrupted import STATUS_INPROGRESS, InterruptedCalls, deadline_key
 from sandbox_runtime.stored_answer import stored_form, unpack
 
-VALIDATION_JMESPATH = "[code, agent_id, turn_id, template_id, user_id, invocation_source]"
+VALIDATION_JMESPATH = "[code, language, agent_id, turn_id, template_id, user_id, invocation_source]"
 KEY_JMESPATH = "[tenant_id, call_id]"
 KEY_PREFIX = str(n.Action.EXECUTE_CODE)
 # The payload key carrying the attempt's audit identity into the claim (outside both JMESPaths).

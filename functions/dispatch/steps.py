@@ -346,7 +346,11 @@ class Steps:
         """The user code; through the tools driver when it calls tools (§15: may raise ToolCallPaused)."""
         if not tools.uses_tools(req, pf):
             return runner.execute(
-                str(pf.interpreter_id), session_id, req.code, deadline_seconds=deadline_seconds
+                str(pf.interpreter_id),
+                session_id,
+                req.code,
+                deadline_seconds=deadline_seconds,
+                language=req.language,
             )
         return tools.run_code(
             req,

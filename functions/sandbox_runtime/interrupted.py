@@ -59,6 +59,7 @@ _IDENTITY_FIELDS = (
     "turn_id",
     "call_id",
     "invocation_source",
+    "language",
 )
 
 
@@ -83,7 +84,7 @@ def interrupted_outcome(attempt: dict[str, Any], finished_at: datetime) -> Outco
         {
             "action": n.Action.EXECUTE_CODE,
             "code": _PLACEHOLDER_CODE,
-            **{k: attempt[k] for k in _IDENTITY_FIELDS},
+            **{k: attempt[k] for k in _IDENTITY_FIELDS if k in attempt},
         }
     )
     started = _parse_iso(str(attempt["started_at"]))

@@ -34,11 +34,12 @@ from sandbox_common.observability import emit_metric, logger
 from sandbox_common.outcome import Outcome, public
 from sandbox_common.output_log import log_output
 from sandbox_session.jobs import CANCELLED
+from sandbox_common.tool_spec import CODE_LANGUAGE
 
 from .job_store import FINISHING, JobRecord, JobStore, JobStoreUnavailable
 from .kill_switch import Kill
 from .runner import SessionGone, SessionRunner
-from .runner.jobs import JobFailure, JobRunner, JobState, JobUnknownInSession
+from .runner.jobs import JobFailure, JobProgress, JobRunner, JobState, JobUnknownInSession
 from .runner.session import ExecutionResult
 
 # Beyond the in-session supervisor's own grace: how long after a job's deadline dispatch stops
@@ -57,11 +58,13 @@ class JobView:
     status: str  # running | completed | failed | timed_out | cancelled
     elapsed_ms: int
     response: dict[str, Any] | None = None
+    progress: JobProgress | None = None  # a running job's output so far, when its session told it
 
     def to_response(self) -> dict[str, Any]:
         if self.response is not None:
             return dict(self.response)
-        return {"ok": True, "status": self.status, "job_id": self.job_id, "elapsed_ms": self.elapsed_ms}
+        running = {"ok": True, "status": self.status, "job_id": self.job_id, "elapsed_ms": self.elapsed_ms}
+        return running | (self.progress.to_dict() if self.progress is not None else {})
 
 
 class JobCheckFailed(Exception):
@@ -93,6 +96,7 @@ def audit_base(req: Any, *, environment: str | None) -> dict[str, Any]:
         "invocation_source": req.invocation_source,
         "environment": environment,
         "executed_code_hash": audit.code_hash(req.code),
+        "language": getattr(req, "language", CODE_LANGUAGE),
     }
 
 
@@ -198,7 +202,10 @@ def _observe(record: JobRecord, deps: JobDeps, *, cancel: bool) -> JobView:
         raise JobCheckFailed(exc.failure_reason) from None
     if not state.final or state.result is None:
         return JobView(
-            job_id=record.job_id, status="running", elapsed_ms=max(0, now_ms - record.submitted_ms)
+            job_id=record.job_id,
+            status="running",
+            elapsed_ms=max(0, now_ms - record.submitted_ms),
+            progress=state.progress,
         )
     if kill is not None and state.state == CANCELLED:  # ended by the kill switch, not by its owner
         logger.info(
@@ -313,6 +320,7 @@ def _complete(record: JobRecord, deps: JobDeps) -> JobRecord:
         call_id=record.call_id,
         invocation_source=base.get("invocation_source"),
         code="",
+        language=base.get("language", CODE_LANGUAGE),
     )
     started = datetime.fromtimestamp(record.submitted_ms / 1000, UTC)
     finished = datetime.fromtimestamp((record.ended_ms or record.submitted_ms) / 1000, UTC)

@@ -24,6 +24,7 @@ from typing import Any, TypeAlias
 from sandbox_common import limits
 from sandbox_common.errors import SandboxError, SandboxInvalidRequest
 from sandbox_common.models import CancelJobRequest, ExecuteCodeRequest, GetJobRequest
+from sandbox_common.tool_spec import CODE_LANGUAGE
 from sandbox_runtime.job_end import (
     JobCheckFailed,
     JobDeps,
@@ -127,6 +128,7 @@ def launch(
     interpreter_id: str,
     session_left_s: float | None = None,
     reserve_s: int = 0,
+    language: str = CODE_LANGUAGE,
 ) -> dict[str, Any]:
     """Start the reserved job in the session; answers at once. `session_left_s`: the session's
     remaining lifetime (the job's timeout is shortened to fit it, and the answer says so)."""
@@ -143,7 +145,12 @@ def launch(
                 record, session_id=session_id, interpreter_id=interpreter_id, timeout_s=timeout_s
             )
         JobRunner(runner).submit_job(
-            interpreter_id, session_id, job_id=record.job_id, code=code, timeout_s=timeout_s
+            interpreter_id,
+            session_id,
+            job_id=record.job_id,
+            code=code,
+            timeout_s=timeout_s,
+            language=language,
         )
     except (JobStoreUnavailable, JobFailure, SessionGone) as exc:
         release(record, deps)

@@ -79,6 +79,7 @@ def _launch(steps: Steps, req: ExecuteCodeRequest, attempt: Attempt, outcome: Ou
         record,
         deps,
         code=req.code,
+        language=req.language,
         session_id=session_id,
         interpreter_id=interpreter_id,
         session_left_s=settings.session_timeout_seconds - _session_age(steps, turn, session_id),

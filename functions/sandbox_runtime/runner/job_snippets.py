@@ -9,7 +9,8 @@ is written byte-exact to the job's `code.py`, which the in-sandbox supervisor
 - submit: installs the runtime files (supervisor, redaction catalogue, stdio redactor — the very
   modules the host uses) under `<tmp>/sbx-jobs/`, writes the job's code and spec, starts the
   supervisor in its own session and returns at once.
-- status: the job's state; for a final state also the head of stdout/stderr (base64, so the JSON
+- status: the job's state; while it runs, the last JOB_PROGRESS_TAIL_BYTES of each output file and
+  their sizes so far; for a final state also the head of stdout/stderr (base64, so the JSON
   survives the kernel's own redactor intact), their exact byte sizes and the stderr tail.
 - cancel: SIGTERM to the supervisor (which kills the job's process tree and records
   `cancelled`), waiting up to CANCEL_WAIT_SECONDS; if the supervisor does not answer, the snippet
@@ -31,9 +32,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from sandbox_common import limits
 from sandbox_common.redaction import catalogue
+from sandbox_common.tool_spec import CODE_LANGUAGE, COMMAND_LANGUAGE
 from sandbox_session import jobs as jobs_runtime
 from sandbox_session import redactor as stdio_runtime
+from sandbox_session import shell as shell_runtime
 
 JOB_MARKER = "__SANDBOX_JOB__ "
 JOBS_DIR_NAME = "sbx-jobs"
@@ -45,7 +49,7 @@ TAIL_BYTES = 8192
 JOB_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 _SUBMIT = """\
-def _sbx_job_submit(job_id, code_b64, timeout_s, sources, version, values, marker):
+def _sbx_job_submit(job_id, code_b64, language, timeout_s, sources, version, values, marker):
     import base64, json, os, subprocess, sys, tempfile, time
     root = os.path.join(tempfile.gettempdir(), {dir_name!r})
     os.makedirs(root, mode=0o700, exist_ok=True)
@@ -75,7 +79,7 @@ def _sbx_job_submit(job_id, code_b64, timeout_s, sources, version, values, marke
     with open(os.path.join(job_dir, {code_file!r}), "wb") as fh:
         fh.write(base64.b64decode(code_b64))
     spec = {{"job_id": job_id, "timeout_s": timeout_s, "cwd": os.getcwd(), "values": list(values),
-             "submitted_at": time.time()}}
+             "language": language, "submitted_at": time.time()}}
     with open(os.path.join(job_dir, {spec_file!r}), "w", encoding="utf-8") as fh:
         json.dump(spec, fh)
     proc = subprocess.Popen(
@@ -88,12 +92,14 @@ def _sbx_job_submit(job_id, code_b64, timeout_s, sources, version, values, marke
     print(marker + json.dumps({{"job_id": job_id, "state": "running", "supervisor_pid": proc.pid}}))
 
 
-_sbx_job_submit({job_id!r}, {code_b64!r}, {timeout_s!r}, {sources!r}, {version!r}, {values!r}, {marker!r})
+_sbx_job_submit({job_id!r}, {code_b64!r}, {language!r}, {timeout_s!r}, {sources!r}, {version!r}, {values!r},
+                {marker!r})
 del _sbx_job_submit
 """
 
 _STATUS = """\
-def _sbx_job_status(job_id, cancel, out_limit, err_limit, tail_bytes, cancel_wait, grace, marker):
+def _sbx_job_status(job_id, cancel, out_limit, err_limit, tail_bytes, progress_bytes, cancel_wait, grace,
+                    marker):
     import base64, json, os, signal, tempfile, time
     job_dir = os.path.join(tempfile.gettempdir(), {dir_name!r}, job_id)
 
@@ -156,14 +162,14 @@ def _sbx_job_status(job_id, cancel, out_limit, err_limit, tail_bytes, cancel_wai
         os.replace(tmp, os.path.join(job_dir, "state.json"))
         return state
 
-    def head(name, limit):
+    def head(name, limit, last_bytes=tail_bytes):
         path = os.path.join(job_dir, name)
         try:
             size = os.path.getsize(path)
             with open(path, "rb") as fh:
                 first = fh.read(limit)
-                fh.seek(max(0, size - tail_bytes))
-                last = fh.read(tail_bytes)
+                fh.seek(max(0, size - last_bytes))
+                last = fh.read(last_bytes)
         except OSError:
             size, first, last = 0, b"", b""
         return size, base64.b64encode(first).decode("ascii"), base64.b64encode(last).decode("ascii")
@@ -204,9 +210,12 @@ def _sbx_job_status(job_id, cancel, out_limit, err_limit, tail_bytes, cancel_wai
                 except (ProcessLookupError, PermissionError):
                     pass
                 state = finish(state, ("timed_out", "supervisor_overdue"))
-            else:
+            else:  # its output so far: the last progress_bytes of each stream (already redacted here)
+                out, err = head({stdout_file!r}, 0, progress_bytes), head({stderr_file!r}, 0, progress_bytes)
                 print(marker + json.dumps({{"job_id": job_id, "state": "running", "started_at": started,
-                                           "now": time.time()}}))
+                                           "now": time.time(), "stdout_bytes": out[0],
+                                           "stdout_tail_b64": out[2], "stderr_bytes": err[0],
+                                           "stderr_tail_b64": err[2]}}))
                 return
     out = head({stdout_file!r}, out_limit)
     err = head({stderr_file!r}, err_limit)
@@ -215,8 +224,8 @@ def _sbx_job_status(job_id, cancel, out_limit, err_limit, tail_bytes, cancel_wai
     print(marker + json.dumps(state))
 
 
-_sbx_job_status({job_id!r}, {cancel!r}, {out_limit!r}, {err_limit!r}, {tail_bytes!r}, {cancel_wait!r},
-                {grace!r}, {marker!r})
+_sbx_job_status({job_id!r}, {cancel!r}, {out_limit!r}, {err_limit!r}, {tail_bytes!r}, {progress_bytes!r},
+                {cancel_wait!r}, {grace!r}, {marker!r})
 del _sbx_job_status
 """
 
@@ -228,6 +237,7 @@ def runtime_sources() -> dict[str, str]:
         jobs_runtime.RUNTIME_FILE: Path(jobs_runtime.__file__).read_text(encoding="utf-8"),
         jobs_runtime.CATALOGUE_FILE: Path(catalogue.__file__).read_text(encoding="utf-8"),
         jobs_runtime.STDIO_RUNTIME_FILE: Path(stdio_runtime.__file__).read_text(encoding="utf-8"),
+        jobs_runtime.SHELL_RUNTIME_FILE: Path(shell_runtime.__file__).read_text(encoding="utf-8"),
     }
 
 
@@ -247,10 +257,17 @@ def runtime_version() -> str:
 
 
 def submit_source(
-    job_id: str, code: str, timeout_s: int, values: Iterable[str] = (), *, with_runtime: bool = True
+    job_id: str,
+    code: str,
+    timeout_s: int,
+    values: Iterable[str] = (),
+    *,
+    with_runtime: bool = True,
+    language: str = CODE_LANGUAGE,
 ) -> str:
     """The launcher. Without the runtime (`with_runtime=False`, ~5 KB instead of ~55 KB) it
-    answers `runtime_missing` unless this runtime version is already installed in the session."""
+    answers `runtime_missing` unless this runtime version is already installed in the session.
+    `language` "bash": `code` is a shell script, run by the runtime's shell module (SPEC §20)."""
     _checked(job_id)
     return _SUBMIT.format(
         dir_name=JOBS_DIR_NAME,
@@ -259,6 +276,7 @@ def submit_source(
         runtime_file=jobs_runtime.RUNTIME_FILE,
         job_id=job_id,
         code_b64=base64.b64encode(code.encode("utf-8")).decode("ascii"),
+        language=jobs_runtime.BASH if language == COMMAND_LANGUAGE else CODE_LANGUAGE,
         timeout_s=int(timeout_s),
         sources=runtime_sources() if with_runtime else None,
         version=runtime_version(),
@@ -279,6 +297,7 @@ def status_source(job_id: str, *, out_limit: int, err_limit: int, cancel: bool =
         out_limit=int(out_limit),
         err_limit=int(err_limit),
         tail_bytes=TAIL_BYTES,
+        progress_bytes=limits.JOB_PROGRESS_TAIL_BYTES,
         cancel_wait=CANCEL_WAIT_SECONDS,
         grace=DEADLINE_GRACE_SECONDS,
         marker=JOB_MARKER,

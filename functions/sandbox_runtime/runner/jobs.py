@@ -18,14 +18,16 @@ import base64
 import time
 from dataclasses import dataclass
 
+from sandbox_common import limits
 from sandbox_common.errors import SandboxError, SandboxTimeout
+from sandbox_common.tool_spec import CODE_LANGUAGE
 from sandbox_session import jobs as rt
 
 from .classify import classify
 from .errors import SessionGone
 from .finish import ExecutionResult, finish_run
 from .job_snippets import parse_marker, status_source, submit_source
-from .output import REDACTION_MARGIN_BYTES
+from .output import REDACTION_MARGIN_BYTES, last_utf8
 from .session import SESSION_GONE_CODES, SessionRunner
 from .stream import BoundedText
 
@@ -57,13 +59,33 @@ class JobSubmitted:
 
 
 @dataclass(frozen=True)
+class JobProgress:
+    """A running job's output so far (§21): the last ≤ JOB_PROGRESS_TAIL_BYTES of each stream,
+    redacted, and the byte counts written so far."""
+
+    stdout_tail: str
+    stderr_tail: str
+    stdout_bytes: int
+    stderr_bytes: int
+
+    def to_dict(self) -> dict[str, str | int]:
+        return {
+            "stdout_tail": self.stdout_tail,
+            "stderr_tail": self.stderr_tail,
+            "stdout_bytes": self.stdout_bytes,
+            "stderr_bytes": self.stderr_bytes,
+        }
+
+
+@dataclass(frozen=True)
 class JobState:
-    """One observation of a job. `result` is set iff `state` is final."""
+    """One observation of a job. `result` is set iff `state` is final; `progress` while it runs."""
 
     job_id: str
     state: str  # running | completed | failed | timed_out | cancelled
     elapsed_ms: int
     result: ExecutionResult | None = None
+    progress: JobProgress | None = None
 
     @property
     def final(self) -> bool:
@@ -89,18 +111,28 @@ class JobRunner:
         self.runner = runner
 
     def submit_job(
-        self, interpreter_id: str, session_id: str, *, job_id: str, code: str, timeout_s: int
+        self,
+        interpreter_id: str,
+        session_id: str,
+        *,
+        job_id: str,
+        code: str,
+        timeout_s: int,
+        language: str = CODE_LANGUAGE,
     ) -> JobSubmitted:
         # The runtime (~50 KB) travels only when the session does not have this version yet.
         payload, duration_ms = self._call(
             interpreter_id,
             session_id,
-            submit_source(job_id, code, timeout_s, with_runtime=False),
+            submit_source(job_id, code, timeout_s, with_runtime=False, language=language),
             SUBMIT_TIMEOUT_SECONDS,
         )
         if payload.get("state") == "runtime_missing":
             payload, more_ms = self._call(
-                interpreter_id, session_id, submit_source(job_id, code, timeout_s), SUBMIT_TIMEOUT_SECONDS
+                interpreter_id,
+                session_id,
+                submit_source(job_id, code, timeout_s, language=language),
+                SUBMIT_TIMEOUT_SECONDS,
             )
             duration_ms += more_ms
         if payload.get("state") not in ("running", "exists"):
@@ -148,7 +180,9 @@ class JobRunner:
         started = float(payload.get("started_at") or now)
         elapsed_ms = max(0, int(round((now - started) * 1000)))
         if state == "running":
-            return JobState(job_id=job_id, state="running", elapsed_ms=elapsed_ms)
+            return JobState(
+                job_id=job_id, state="running", elapsed_ms=elapsed_ms, progress=self._progress(payload)
+            )
         if state not in rt.TERMINAL_STATES:  # "unknown": the job's files are not in this session
             raise JobUnknownInSession(runner._reason(f"job_unknown_in_session:{state}"))
         duration_ms = int(payload.get("duration_ms") or elapsed_ms)
@@ -157,6 +191,19 @@ class JobRunner:
             state=state,
             elapsed_ms=duration_ms,
             result=self._final_result(payload, state, duration_ms),
+        )
+
+    def _progress(self, payload: dict) -> JobProgress:
+        """The running job's tails, redacted here too (§8 layer 2) and kept within the bound."""
+        tails = []
+        for stream in ("stdout", "stderr"):
+            raw = _decode_tail(payload.get(f"{stream}_tail_b64"))
+            tails.append(last_utf8(self.runner._redact(raw), limits.JOB_PROGRESS_TAIL_BYTES))
+        return JobProgress(
+            stdout_tail=tails[0],
+            stderr_tail=tails[1],
+            stdout_bytes=_count(payload.get("stdout_bytes")),
+            stderr_bytes=_count(payload.get("stderr_bytes")),
         )
 
     def _final_result(self, payload: dict, state: str, duration_ms: int) -> ExecutionResult:
@@ -269,6 +316,26 @@ def _decode(b64: object) -> str:
         return base64.b64decode(b64).decode("utf-8", "replace")
     except ValueError:
         return ""
+
+
+def _decode_tail(b64: object) -> str:
+    """A file's last bytes: a character the cut split at the start is dropped, not mangled."""
+    if not isinstance(b64, str):
+        return ""
+    try:
+        raw = base64.b64decode(b64)
+    except ValueError:
+        return ""
+    for skip in range(min(4, len(raw)) + 1):
+        try:
+            return raw[skip:].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+    return raw.decode("utf-8", "replace")
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def _bounded(b64: object, total: object, cap: int) -> BoundedText:

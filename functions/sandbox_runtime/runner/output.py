@@ -55,6 +55,16 @@ def cut_utf8(text: str, cap_bytes: int) -> str:
     return raw[:cap_bytes].decode("utf-8", "ignore")
 
 
+def last_utf8(text: str, cap_bytes: int) -> str:
+    """The end of `text`: at most cap_bytes of UTF-8, never splitting a character."""
+    if len(text) * 4 <= cap_bytes:
+        return text
+    raw = text.encode("utf-8", "surrogatepass")
+    if len(raw) <= cap_bytes:
+        return text
+    return raw[-cap_bytes:].decode("utf-8", "ignore")
+
+
 def drop_partial_tail(redacted: str) -> str:
     """`redacted` (already redacted) without what may be the head of a token the SOURCE cut off:
     the trailing run of token characters, with any `Authorization: Bearer` words before it. A

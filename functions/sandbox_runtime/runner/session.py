@@ -12,7 +12,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sandbox_common import naming
@@ -20,6 +20,7 @@ from sandbox_common.errors import SandboxError, SandboxProvisioning
 from sandbox_common.messages import ISOLATION_UNAVAILABLE
 from sandbox_common.observability import emit_metric, logger
 
+from . import commands
 from .classify import Classification, classify
 from .credentials import TenantCredentials
 from .errors import CrossTenantInterpreter, SessionGone, failure
@@ -240,11 +241,19 @@ class SessionRunner:
 
     # --- code ---------------------------------------------------------------------------------
     def execute(
-        self, interpreter_id: str, session_id: str, code: str, *, deadline_seconds: float | None = None
+        self,
+        interpreter_id: str,
+        session_id: str,
+        code: str,
+        *,
+        deadline_seconds: float | None = None,
+        language: str = commands.PYTHON,
     ) -> ExecutionResult:
         """Run user code byte-exact in the session, for at most the per-call timeout — or less
         when the caller has less time left (`deadline_seconds`, e.g. the Lambda's remaining time
-        minus what answering needs); either way an overrun is this call's `timeout`.
+        minus what answering needs); either way an overrun is this call's `timeout`. With
+        `language="bash"` the code is a shell script (`commands`), stopped a little before that
+        deadline so that its output so far comes back with the timeout.
 
         Every outcome is a result, except two refusals in which the code certainly did not run:
         CrossTenantInterpreter (before any AWS call) and SessionGone (AgentCore rejected the
@@ -256,9 +265,18 @@ class SessionRunner:
             if deadline_seconds is None
             else min(self.call_timeout_seconds, max(1.0, deadline_seconds))
         )
-        call = self._invoke(interpreter_id, session_id, code, timeout_seconds=limit)
+        inner: float | None = None
+        source = code
+        if language == commands.BASH:
+            inner = commands.inner_deadline(limit)
+            source = commands.command_source(code, inner)
+        call = self._invoke(interpreter_id, session_id, source, timeout_seconds=limit)
         if call.api_error is not None and call.api_error.split(":", 1)[0] in SESSION_GONE_CODES:
             raise SessionGone(session_id, self._reason(f"invoke_failed:{call.api_error}"))
+        if inner is not None and commands.stopped_at_deadline(
+            call.outcome.exit_code, call.duration_ms, inner
+        ):
+            call = replace(call, timed_out=True)
         outcome = call.outcome
         verdict = call.classify(int(limit))
         session_stopped = False
@@ -272,7 +290,7 @@ class SessionRunner:
             verdict,
             stdout=outcome.stdout,
             stderr=outcome.stderr,
-            exit_code=outcome.exit_code,
+            exit_code=None if call.timed_out else outcome.exit_code,
             duration_ms=call.duration_ms,
             session_stopped=session_stopped,
             stdout_cut=source_was_cut(outcome.stdout),

@@ -143,12 +143,19 @@ class JobResult(ExecutionResult):
 
     job_id: str | None = None
     elapsed_ms: int | None = None
+    # A running job's output so far (the last ≤ 32 KiB of each stream, redacted); None otherwise.
+    stdout_tail: str | None = None
+    stderr_tail: str | None = None
 
     @staticmethod
     def of(answer: dict[str, Any]) -> JobResult:
         """Any answer to a job action (a refusal without job fields too) as a JobResult."""
         return JobResult(
-            **_fields(answer), job_id=_str(answer.get("job_id")), elapsed_ms=_int(answer.get("elapsed_ms"))
+            **_fields(answer),
+            job_id=_str(answer.get("job_id")),
+            elapsed_ms=_int(answer.get("elapsed_ms")),
+            stdout_tail=_str(answer.get("stdout_tail")),
+            stderr_tail=_str(answer.get("stderr_tail")),
         )
 
     @property

@@ -198,7 +198,6 @@ def test_mcp_background_job_polled_to_completion_and_job_failures_as_errors(mcp:
     assert unknown.is_error is True and text_of(unknown).startswith("SandboxInvalidRequest: ")
 
 
-@pytest.mark.xfail(strict=True, reason="dispatch does not run language bash yet (SPEC §20)")
 def test_mcp_run_command_runs_a_shell_script(mcp: dict[str, Any]) -> None:
     # Given an MCP call of run_command `echo $((6*7))` / Then bash's output
     result = mcp["command"]

@@ -150,3 +150,22 @@ def test_preview_of_checks_the_bytes_are_what_the_artifact_claims() -> None:
     assert preview_of(text, "é\n".encode()).text == "é\n"  # type: ignore[union-attr]
     assert preview_of(text, b"\xff\xfe") is None
     assert preview_of(text, b"a" * (TEXT_PREVIEW_MAX_BYTES + 1)) is None
+
+
+def test_running_job_result_carries_its_output_so_far() -> None:
+    # Given get_job's answer for a running job with its tails
+    answer = {
+        "ok": True,
+        "status": "running",
+        "job_id": "job-1",
+        "elapsed_ms": 1500,
+        "stdout_tail": "step 3 of 10\n",
+        "stderr_tail": "",
+        "stdout_bytes": 13,
+        "stderr_bytes": 0,
+    }
+    # When typed / Then the tails and the counts so far are fields
+    result = ExecutionResult.from_answer(answer)
+    assert isinstance(result, JobResult)
+    assert (result.stdout_tail, result.stderr_tail) == ("step 3 of 10\n", "")
+    assert (result.stdout_bytes, result.stderr_bytes) == (13, 0)

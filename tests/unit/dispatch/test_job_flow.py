@@ -125,12 +125,17 @@ def test_job_flow_completed_job_answers_final_result_and_one_audit_row(env):
     running = job_flow.poll_job(env["store"].get(record.job_id), env["deps"])
     final = poll_until_final(env, record)
     again = job_flow.poll_job(env["store"].get(record.job_id), env["deps"])
-    # Then: running with elapsed time, then the execute_code result with status completed
+    # Then: running with elapsed time and its output so far (none yet), then the execute_code
+    # result with status completed
     assert running.to_response() == {
         "ok": True,
         "status": "running",
         "job_id": record.job_id,
         "elapsed_ms": running.elapsed_ms,
+        "stdout_tail": "",
+        "stderr_tail": "",
+        "stdout_bytes": 0,
+        "stderr_bytes": 0,
     }
     body = final.to_response()
     assert (body["ok"], body["status"], body["stdout"], body["exit_status"]) == (

@@ -19,8 +19,8 @@ import pytest
 from sandbox_common.redaction import REPLACEMENT
 from sandbox_common.redaction.stdio import check_readiness, preamble_source
 from sandbox_common.tools_protocol import installer_source, resume_source, split_marker, start_source
-from sandbox_runtime.runner import job_snippets
-from sandbox_session import jobs, redactor, tools
+from sandbox_runtime.runner import commands, job_snippets
+from sandbox_session import jobs, redactor, shell, tools
 
 SECRET = "s3cr3t-registered-value"
 TOKEN = "ghp_" + "A1b2C3d4" * 5  # a GitHub token shape of the catalogue
@@ -95,6 +95,8 @@ def test_session_runtime_shipped_text_is_the_package_source() -> None:
     assert repr(source(tools)) in installer
     assert job_files[jobs.RUNTIME_FILE] == source(jobs)
     assert job_files[jobs.STDIO_RUNTIME_FILE] == source(redactor)
+    assert job_files[jobs.SHELL_RUNTIME_FILE] == source(shell)
+    assert repr(source(shell)) in commands.command_source("true", 1.0)
 
 
 def test_redactor_and_tools_run_as_shipped_with_the_stdlib_alone(session: BareSession) -> None:
@@ -130,6 +132,22 @@ def test_redactor_and_tools_run_as_shipped_with_the_stdlib_alone(session: BareSe
     # Then the program's output is its own, and the runtime reports it done after one call
     assert (paused_out, done_out) == ("", "got 42\n")
     assert done is not None and done.state == tools.STATE_DONE and done.calls == 1
+
+
+def test_shell_commands_run_as_shipped_through_the_redactor(session: BareSession) -> None:
+    # Given a bare session that ran the readiness call (its stdout / stderr are the redactor)
+    assert check_readiness(session.run(preamble_source([SECRET]) + "\n" + installer_source()))
+    # When a command prints a token and the registered secret, split across two writes
+    half = len(TOKEN) // 2
+    printed = session.run(
+        commands.command_source(
+            f"printf '%s' token {TOKEN[:half]}; printf '%s\\n' {TOKEN[half:]} && echo secret {SECRET}", 30
+        )
+    )
+    # Then bash's output reached the kernel's stdout through the redactor
+    assert printed == f"token{REPLACEMENT}\nsecret {REPLACEMENT}\n"
+    # When a command outlives its deadline after writing / Then what it wrote before is kept
+    assert session.run(commands.command_source("echo before\nsleep 30\necho never", 0.5)) == "before\n"
 
 
 def test_jobs_run_as_shipped_with_the_stdlib_alone(session: BareSession, tmp_path: Path) -> None:

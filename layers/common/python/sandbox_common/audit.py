@@ -56,6 +56,7 @@ AUDIT_ATTRIBUTES: tuple[str, ...] = (
     "stdout_truncated",
     "stderr_truncated",
     "executed_code_hash",
+    "language",  # §20: python | bash; the hash above is over the script for bash
     TTL_ATTRIBUTE,
     "estimated_cost_usd",  # the SSM price in force for this call; 0 when refused
 )

@@ -28,6 +28,8 @@ TOOLS_MAX_PER_TEMPLATE = 32
 MAX_RUNNING_JOBS_PER_TURN = 3
 DEFAULT_JOB_TIMEOUT_SECONDS = 900
 MAX_JOB_TIMEOUT_SECONDS = 3600
+# §21: get_job on a running job answers the last this-many bytes of each stream written so far.
+JOB_PROGRESS_TAIL_BYTES = 32 * 1024
 
 # --- quota (§5) -----------------------------------------------------------------------------------
 # A counter item's TTL = its window's end + this grace (TTL deletion is lazy anyway; the window is

@@ -71,6 +71,8 @@ class ExecuteCodeRequest(_Strict):
     # limits.DEFAULT_JOB_TIMEOUT_SECONDS, at most 3600) only together with it.
     background: bool = False
     timeout_s: Annotated[int, Field(ge=1, le=MAX_JOB_TIMEOUT_SECONDS)] | None = None
+    # §20: with "bash", `code` is a shell script run in the turn's session (run_command's action).
+    language: Literal["python", "bash"] = "python"
 
     @model_validator(mode="after")
     def _timeout_only_for_jobs(self) -> ExecuteCodeRequest:

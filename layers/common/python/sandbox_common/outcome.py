@@ -37,6 +37,7 @@ from .models import ExecuteCodeRequest
 from .observability import emit_metric, logger
 from .output_log import log_output
 from .redaction.catalogue import redact_head
+from .tool_spec import CODE_LANGUAGE
 from .windows import iso_z_ms, utc_now
 
 # failure_reason prefixes of failures on dispatch's own side (alarmed as dispatch errors).
@@ -55,6 +56,7 @@ LOG_EVENT_KEYS = (
     "agent_id",
     "turn_id",
     "call_id",
+    "language",
     "exit_status",
     "error",
     "duration_ms",
@@ -261,6 +263,7 @@ class Outcome:
             "stdout_truncated": bool(r.stdout_truncated) if r else False,
             "stderr_truncated": bool(r.stderr_truncated) if r else False,
             "executed_code_hash": code_hash(req.code),
+            "language": getattr(req, "language", CODE_LANGUAGE),
             n.TTL_ATTRIBUTE: expires_at(self.started_at, retention_days),
             n.AUDIT_ATTR_COST: self.estimated_cost_usd,
         }

@@ -39,8 +39,10 @@ GET_JOB = str(Action.GET_JOB)
 CANCEL_JOB = str(Action.CANCEL_JOB)
 TOOL_NAMES = (EXECUTE_CODE, RUN_COMMAND, GET_JOB, CANCEL_JOB)  # the order begin_turn lists them in
 TOOL_NAME = EXECUTE_CODE  # the one tool of Part I (`"tool"` in begin_turn's answer)
-# run_command is execute_code with this language and the command as `code` (SPEC §20).
+# run_command is execute_code with this language and the command as `code` (SPEC §20);
+# execute_code's own language is the default.
 COMMAND_LANGUAGE = "bash"
+CODE_LANGUAGE = "python"
 # begin_turn's optional `client_tools`: at most this many names (a client may have more tools
 # than a template allows; only the intersection is listed).
 MAX_CLIENT_TOOLS = 128

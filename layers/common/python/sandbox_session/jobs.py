@@ -49,7 +49,9 @@ STDOUT_FILE = "stdout"
 STDERR_FILE = "stderr"
 CATALOGUE_FILE = "catalogue.py"
 STDIO_RUNTIME_FILE = "stdio_runtime.py"
+SHELL_RUNTIME_FILE = "shell.py"
 RUNTIME_FILE = "runtime.py"
+BASH = "bash"  # the spec's `language` of a shell script (SPEC §20); anything else is Python
 
 RUNNING = "running"
 COMPLETED = "completed"
@@ -251,6 +253,10 @@ def run(job_dir):
     if not _install_redactor(os.path.dirname(job_dir), tuple(spec.get("values") or ())):
         os.write(2, b"The job was not run: the output redactor could not be installed.\n")
         return REDACTOR_UNAVAILABLE_EXIT_CODE
+    if spec.get("language") == BASH:  # a shell script: bash's output through the redactor just installed
+        shell = _load("_sbx_shell", os.path.join(os.path.dirname(job_dir), SHELL_RUNTIME_FILE))
+        with open(os.path.join(job_dir, CODE_FILE), "rb") as fh:
+            return shell.run(fh.read())
     with open(os.path.join(job_dir, CODE_FILE), encoding="utf-8") as fh:
         code = fh.read()
     linecache.cache[_CELL] = (len(code), None, code.splitlines(True), _CELL)

@@ -33,8 +33,8 @@ from sandbox_common import naming as n
 from sandbox_common.observability import emit_metric, logger
 from sandbox_common.outcome import Outcome, public
 from sandbox_common.output_log import log_output
-from sandbox_session.jobs import CANCELLED
 from sandbox_common.tool_spec import CODE_LANGUAGE
+from sandbox_session.jobs import CANCELLED
 
 from .job_store import FINISHING, JobRecord, JobStore, JobStoreUnavailable
 from .kill_switch import Kill

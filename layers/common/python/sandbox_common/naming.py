@@ -569,6 +569,9 @@ RETRY_QUOTA_CONFLICT = "quota_transaction_conflict"
 RETRY_LEDGER_CONFLICT = "session_ledger_conflict"
 # failure_reason of the one row a call gets when its dispatch died mid-call.
 REASON_DISPATCH_INTERRUPTED = "dispatch_interrupted"
+# `reason` of the answer to a retry whose original is still in progress (or whose worker died and
+# whose deadline has not passed yet): answered at once with `retry_after_s`, never awaited.
+REASON_CALL_IN_PROGRESS = "call_in_progress"
 # failure_reason of a paused call ended by end_turn (or a resume after it): SandboxTimeout.
 REASON_TOOL_TURN_ENDED = "tool_wait_ended:turn_ended"
 # The local interpreter refuses Start with this marker at the front of its error message when it

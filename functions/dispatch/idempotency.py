@@ -46,7 +46,7 @@ from sandbox_common.models import ExecuteCodeRequest
 from sandbox_common.observability import logger
 from sandbox_common.outcome import internal_failure
 from sandbox_common.redaction.catalogue import redact_head
-from sandbox_runtime.interrupted import STATUS_INPROGRESS, InterruptedCalls, deadline_key
+from sandbox_runtime.interrupted import STATUS_COMPLETED, STATUS_INPROGRESS, InterruptedCalls, deadline_key
 from sandbox_runtime.stored_answer import stored_form, unpack
 
 VALIDATION_JMESPATH = "[code, agent_id, turn_id, template_id, user_id, invocation_source]"
@@ -359,6 +359,30 @@ class IdempotentCalls:
                 # Without the idempotency store a retry could run twice: fail closed.
                 logger.error("idempotency_store_unavailable", extra={"cause": redact_head(str(exc), 200)})
                 raise IdempotencyStoreUnavailable(redact_head(str(exc), 200)) from None
+
+    def replace_answer(self, request: ExecuteCodeRequest, response: dict[str, Any]) -> None:
+        """A tool-calling call that paused has ended (its row written): its call_id's record, completed
+        with the pause, now holds the final answer, so a retry of the call_id gets that instead of a
+        spent continuation. Never raises (logged): the replayed pause's continuation, resumed
+        again, answers the final result too (`dispatch.tools.store`)."""
+        try:
+            self.store.configure(self.config, key_prefix=KEY_PREFIX)
+            hashed = self.store._get_hashed_idempotency_key(
+                data={"tenant_id": request.tenant_id, "call_id": request.call_id}
+            )
+            self.store.client.update_item(
+                TableName=self.store.table_name,
+                Key=self.store._get_key(hashed),
+                UpdateExpression="SET #d = :d",
+                ConditionExpression="#s = :done",
+                ExpressionAttributeNames={"#d": self.store.data_attr, "#s": self.store.status_attr},
+                ExpressionAttributeValues={
+                    ":d": {"S": json.dumps(stored_form(response), sort_keys=True)},
+                    ":done": {"S": STATUS_COMPLETED},
+                },
+            )
+        except Exception as exc:  # noqa: BLE001 — the call ended and was audited: only the replay is older
+            logger.warning("idempotency_answer_not_replaced", extra={"cause": redact_head(str(exc), 200)})
 
     def _retry_after(self, payload: dict[str, Any]) -> int:
         """Seconds until the original's in-progress deadline (1..RETRY_AFTER_MAX_SECONDS); the

@@ -415,6 +415,8 @@ class Steps:
                     "mark_stopped_failed", extra={"invocation_id": outcome.invocation_id, "cause": str(exc)}
                 )
         self.record(outcome.finish())
+        # a retry of its call_id now replays the final answer, not the pause (§22)
+        self.parts.calls.replace_answer(outcome.request, outcome.response())
 
     def expire_paused(self, tenant_id: str, turn_id: str, *, keep_session: bool) -> int:
         """end_turn: the turn's paused calls end as timeouts, each with its audit row; how many.

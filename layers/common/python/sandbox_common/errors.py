@@ -66,5 +66,5 @@ class StillRunning(Exception):
     (messages.STILL_RUNNING, `reason: call_in_progress`, `retry_after_s`) without one."""
 
     def __init__(self, retry_after_s: int = 1) -> None:
-        super().__init__("call_in_progress")
+        super().__init__(type(self).__name__)
         self.retry_after_s = max(1, int(retry_after_s))

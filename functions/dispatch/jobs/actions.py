@@ -18,7 +18,6 @@ execute_code with `background: true`, in dispatch's order:
 
 from __future__ import annotations
 
-import uuid
 from typing import Any, TypeAlias
 
 from sandbox_common import limits
@@ -32,7 +31,14 @@ from sandbox_runtime.job_end import (
     poll_job,
     running_response,
 )
-from sandbox_runtime.job_store import JobExists, JobNotFound, JobRecord, JobStoreUnavailable, TooManyJobs
+from sandbox_runtime.job_store import (
+    JobExists,
+    JobNotFound,
+    JobRecord,
+    JobStoreUnavailable,
+    TooManyJobs,
+    job_id_for,
+)
 from sandbox_runtime.runner import SessionGone
 from sandbox_runtime.runner.jobs import JobFailure, JobRunner
 
@@ -78,7 +84,7 @@ def reserve(
     (`turn_token_hash`, §16.5: get_job checks the token against it). Raises SandboxInvalidRequest
     (4th running job: nothing written) or SandboxError (store down)."""
     record = JobRecord(
-        job_id=f"job-{uuid.uuid4().hex}",
+        job_id=job_id_for(invocation_id),
         tenant_id=req.tenant_id,
         agent_id=req.agent_id,
         turn_id=req.turn_id,

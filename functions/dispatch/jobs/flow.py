@@ -12,7 +12,6 @@ under the same invocation_id.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from sandbox_common import messages
@@ -38,11 +37,12 @@ def submit(steps: Steps, req: ExecuteCodeRequest, context: Any) -> dict[str, Any
 
 
 def _submit(steps: Steps, req: ExecuteCodeRequest, attempt: Attempt) -> dict[str, Any]:
-    """`attempt.turn`: the caller's turn, already claimed with its token (§16.5)."""
-    outcome = Outcome(request=req, invocation_id=str(uuid.uuid4()), started_at=utc_now())
+    """`attempt.turn`: the caller's turn, already claimed with its token (§16.5). One invocation
+    id for the call: the attempt's (in its idempotency claim), the job's and its one row's."""
+    outcome = Outcome(request=req, invocation_id=attempt.invocation_id, started_at=utc_now())
     with outcome.failures_answered("job_submit_internal_error"):  # execute_code's own wrapper
         return _launch(steps, req, attempt, outcome)
-    steps.record(outcome.finish())  # the failed submit's one row
+    steps.record(outcome.finish(), attempt.beside)  # the failed submit's one row, with its completion
     return outcome.response()
 
 

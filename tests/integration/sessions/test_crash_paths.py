@@ -139,3 +139,73 @@ def test_crash_resume_killed_mid_resume_ends_with_one_row(crash_stack: dict[str,
     again = stack.dispatch(_resume(turn_id, paused))
     assert (again["error_message"], again["invocation_id"]) == (messages.DISPATCH_INTERRUPTED, invocation_id)
     assert [i["status"]["S"] for i in _continuations(stack)] == ["settled"]
+
+
+def _attempt(stack: Stack, call_id: str) -> dict[str, Any] | None:
+    for item in aws.client("dynamodb").scan(
+        TableName=stack.resources.tables[n.IDEMPOTENCY.logical], ConsistentRead=True
+    )["Items"]:
+        if n.IDEMPOTENCY_ATTR_ATTEMPT in item:
+            attempt = json.loads(item[n.IDEMPOTENCY_ATTR_ATTEMPT]["S"])
+            if attempt["call_id"] == call_id:
+                return {**attempt, "deadline_ms": int(item["in_progress_expiration"]["N"])}
+    return None
+
+
+def _jobs(stack: Stack, turn_id: str) -> list[dict[str, Any]]:
+    items = aws.client("dynamodb").scan(TableName=stack.resources.tables[n.JOBS.logical], ConsistentRead=True)
+    return [i for i in items["Items"] if "job_id" in i and i["turn_id"]["S"] == turn_id]
+
+
+def test_crash_background_submit_queued_behind_a_foreground_call_ends_with_one_row(
+    crash_stack: dict[str, Any],
+) -> None:
+    from reaper.interrupted_sweep import finish_interrupted
+    from reaper.job_sweep import end_due_jobs
+    from sandbox_runtime.job_store import job_id_for
+
+    stack = crash_stack["stack"]
+    turn_id = "turn-bg-crash"
+    # Given a turn with a live session, and dispatch as two Lambda worker processes
+    assert stack.dispatch(event(turn_id=turn_id, call_id="c-warm", code="print(1)"))["ok"] is True
+    with dispatch_workers(stack, max_concurrency=2, timeout_seconds=WORKER_TIMEOUT_SECONDS) as workers:
+        ctx = {"stack": stack, "client": workers.client, "name": workers.name}
+        slow = threading.Thread(
+            target=_invoke,
+            args=(ctx, event(turn_id=turn_id, call_id="c-fg", code="import time\ntime.sleep(8)")),
+        )
+        slow.start()
+        until = time.monotonic() + 60
+        while _attempt(stack, "c-fg") is None and time.monotonic() < until:
+            time.sleep(0.1)
+        # When a background submit queued behind that foreground call has created its job, and
+        # the workers are SIGKILLed
+        submit = event(turn_id=turn_id, call_id="c-bg", code="print('bg')", background=True, timeout_s=60)
+        assert _kill_while(ctx, submit, lambda: bool(_jobs(stack, turn_id))) == ["Unhandled"]
+        slow.join(60)
+    attempt = _attempt(stack, "c-bg")
+    assert attempt is not None
+    (job,) = _jobs(stack, turn_id)
+    # Then the job is the submit's, under its one invocation id
+    assert job["job_id"]["S"] == job_id_for(attempt["invocation_id"])
+    # When, past the dead attempts' deadlines, the reaper's sweeps run (twice)
+    deadline = max(attempt["deadline_ms"], _attempt(stack, "c-fg")["deadline_ms"])  # type: ignore[index]
+    time.sleep(max(0.0, deadline / 1000 - time.time()) + 0.5)
+    for _ in range(2):
+        finish_interrupted(time.time())
+        end_due_jobs(time.time())
+    # Then each counted call has exactly one row: the foreground call dispatch_interrupted, the
+    # submit its job's, under the attempt's invocation id
+    rows = [r for r in stack.audit_rows("acme") if r["turn_id"] == turn_id]
+    by_call = {c: [r for r in rows if r["call_id"] == c] for c in ("c-warm", "c-fg", "c-bg")}
+    assert [len(v) for v in by_call.values()] == [1, 1, 1], by_call
+    assert by_call["c-fg"][0]["failure_reason"] == n.REASON_DISPATCH_INTERRUPTED
+    (bg,) = by_call["c-bg"]
+    assert (bg["invocation_id"], bg["background"], bg["job_id"]) == (
+        attempt["invocation_id"],
+        True,
+        job["job_id"]["S"],
+    )
+    # And a retry of the submit answers its job, whose end is that row
+    retried = stack.dispatch(submit)
+    assert (retried["job_id"], retried["invocation_id"]) == (job["job_id"]["S"], attempt["invocation_id"])

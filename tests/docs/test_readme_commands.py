@@ -31,6 +31,7 @@ import anyio
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from sandbox_common.tool_spec import TOOL_NAMES
 
 from infra.local import stack
 from tests.support.local_stack import ctl
@@ -262,5 +263,5 @@ def test_readme_mcp_host_config_starts_a_server_that_lists_execute_code(checkout
     # When a host starts the server exactly as the file says and lists its tools
     names = anyio.run(tools)
     checkout.note_processes()
-    # Then the server answers with the sandbox's tool
-    assert names == ["execute_code"]
+    # Then the server answers with the sandbox's tools (the template's own tools are not listed to a host)
+    assert names == list(TOOL_NAMES)

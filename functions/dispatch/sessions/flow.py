@@ -44,9 +44,8 @@ from dispatch.sessions.activation import Activation
 from dispatch.sessions.source import Acquired, Prepared, SessionSource
 from dispatch.turns.store import Turn, TurnStore, TurnStoreUnavailable
 
-# How long a first call refused at a session cap looks for another call of its turn starting the
-# turn's session (see TurnSessions.prepare); a refusal with none in sight comes this much later.
-CONCURRENT_START_WAIT_SECONDS = 2.0
+# How often a first call refused at a session cap looks again at its turn while another call of
+# the turn holds the turn's session capacity (see TurnSessions.prepare).
 _CONCURRENT_START_POLL_SECONDS = 0.1
 
 
@@ -87,24 +86,33 @@ class TurnSessions:
     def prepare(self, call: SessionCall, turn: Turn, pf: Preflight) -> None:
         """Hold a session's capacity for a turn without a usable session (raises SandboxCapExceeded).
 
-        Concurrent first calls of ONE turn each hold a reservation until one of them has started
-        the turn's one session (the others then give theirs back): at a session cap, the late ones
-        would be refused although the turn needs a single session. So a session-cap refusal is
-        final only if no other call of the turn is starting (or has started) its session within
-        `CONCURRENT_START_WAIT_SECONDS`; if one is, this call goes on without a reservation and
-        the lease protocol hands it that session (nothing was counted while it waited)."""
+        Concurrent first calls of ONE turn each try to hold capacity; at a session cap the late
+        ones are refused although the turn needs a single session. So a session-cap refusal is
+        final only when no other call of the turn holds capacity for it: while one does (its slot
+        reserved in the session ledger, not yet started), this call waits on the state — the turn's
+        session underway (its lease taken, or bound): go on without a reservation, the lease
+        protocol hands it that session (nothing was counted while it waited); the other call's
+        capacity given back (its quota refused, its start failed, its reservation lease expired):
+        try once more to hold capacity of its own, or refuse."""
         if lease.usable_session(self.turns, turn, str(pf.interpreter_id), self.max_session_age_seconds):
             return
         try:
             call.prepared = self._prepare(call, turn, pf, hinted=True)
         except SandboxCapExceeded as refused:
             at_session_cap = refused.fields.get("dimension") in {d.name for d in dimensions.sessions()}
-            if not at_session_cap or not self._session_coming(turn):
+            if not at_session_cap:
+                raise
+            coming = self._session_coming(turn)
+            if coming is None:
+                call.prepared = self._prepare(call, turn, pf)  # the other call gave its capacity back
+            elif not coming:
                 raise
 
-    def _session_coming(self, turn: Turn) -> bool:
-        """Another call of this turn holds its session lease (starting) or bound its session."""
-        deadline = time.monotonic() + CONCURRENT_START_WAIT_SECONDS
+    def _session_coming(self, turn: Turn) -> bool | None:
+        """True: another call of this turn took its session lease (starting) or bound its session.
+        False: no call of this turn holds capacity (the refusal stands). None: one held it and
+        gave it back without a session."""
+        held = False
         while True:
             try:
                 fresh = self.turns.get(turn.tenant_id, turn.turn_id)
@@ -112,8 +120,11 @@ class TurnSessions:
                 return False  # the refusal stands
             if fresh is not None and fresh.session_underway(self.turns.clock()):
                 return True
-            if time.monotonic() >= deadline:
+            if fresh is None or fresh.ended:
                 return False
+            if not self.source.held_for_turn(turn.tenant_id, turn.turn_id):
+                return None if held else False
+            held = True
             time.sleep(_CONCURRENT_START_POLL_SECONDS)
 
     def _prepare(self, call: SessionCall, turn: Turn, pf: Preflight, *, hinted: bool = False) -> Prepared:

@@ -212,6 +212,14 @@ class SessionSource:
             bound=True,
         )
 
+    def held_for_turn(self, tenant_id: str, turn_id: str) -> bool:
+        """Another call of this turn holds session capacity for it (a reserved slot not yet started).
+        False when the ledger cannot be read: a refusal then stands."""
+        try:
+            return self.ledger.holds_for_turn(tenant_id, turn_id)
+        except LedgerUnavailable:
+            return False
+
     def pick_warm(self, *, tenant_id: str, environment: str, interpreter_id: str) -> dict[str, str] | None:
         """A warm session for a turn's hint (begin_turn): one of the pool's claimable sessions at
         random (turns begun together rarely pick the same one), or None. Raises LedgerUnavailable."""

@@ -15,6 +15,7 @@ import pytest
 from mcp.client.session import ClientSession
 from sandbox_client.contract import new_token
 from sandbox_client.turn import SandboxTurn
+from sandbox_common import dimensions
 from sandbox_common import naming as n
 from sandbox_common.tool_spec import tool_definitions
 from strands import Agent
@@ -264,4 +265,4 @@ def test_strands_cap_refusals_are_errors_for_calls_and_jobs(
     results = tool_results(agent.messages)
     assert [r["status"] for r in results] == ["error"] * 3
     assert all(r["content"][0]["text"].startswith("SandboxCapExceeded: ") for r in results)
-    assert last_answer(agent.messages)["dimension"] == n.DIM_AGENT_HOURLY
+    assert last_answer(agent.messages)["dimension"] == dimensions.AGENT_HOURLY.name

@@ -214,7 +214,7 @@ def test_begin_turn_refuses_malformed_client_tools_and_creates_no_turn(
 def test_begin_turn_serves_every_tool_of_the_surface_with_the_stages_limits(
     stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dispatch import dependencies
+    from dispatch import parts as dependencies
     from sandbox_common import settings
     from sandbox_common.tool_spec import TOOL_NAMES, SurfaceLimits, tool_definitions
 

@@ -186,6 +186,32 @@ def test_dispatch_concurrent_first_calls_of_one_turn_share_its_session_at_a_sess
     stack.dispatch(event("end_turn", turn_id="turn-par"))
 
 
+def test_dispatch_concurrent_first_calls_of_one_turn_wait_on_a_slow_lease_winner_at_a_session_cap(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dispatch.sessions import lease
+
+    # Given tenant_sessions = 1 and a turn whose session lease is taken late (a loaded machine:
+    # every call reaches the lease protocol seconds after its reservation)
+    set_session_cap(dimensions.TENANT_SESSIONS.name, 1, "acme")
+    real = lease.acquire_session
+
+    def late(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(3)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lease, "acquire_session", late)
+    # When 3 first calls of the turn arrive together
+    answers = _together(
+        stack, [event(turn_id="turn-slow", call_id=f"slow-{i}", code=f"print({i})") for i in range(3)]
+    )
+    # Then the refused ones waited on the holder's reservation, not a timer: all ran in one session
+    assert [a.get("error") for a in answers] == [None] * 3, answers
+    assert len({a["session_id"] for a in answers}) == 1
+    assert len(slots_of(stack)) == 1
+    stack.dispatch(event("end_turn", turn_id="turn-slow"))
+
+
 def test_dispatch_tenant_sessions_cap_admits_exactly_c_of_n_concurrent_turns(stack: Stack) -> None:
     # Given tenant_sessions = 2 for acme and 5 turns whose first calls arrive together
     set_session_cap(dimensions.TENANT_SESSIONS.name, 2, "acme")
@@ -361,7 +387,7 @@ def test_reaper_stops_ended_turn_session_spares_live_and_job_busy(
     ended = stack.dispatch(event(turn_id="turn-ended", call_id="e1"))["session_id"]
     dependencies.built().turns.end("acme", "turn-ended")
     job = stack.dispatch(
-        event(turn_id="turn-job", call_id="j1", background=True, code="import time\ntime.sleep(20)")
+        event(turn_id="turn-job", call_id="j1", background=True, code="import time\ntime.sleep(600)")
     )
     assert job["status"] == "running"
     assert stack.dispatch(event("end_turn", turn_id="turn-job"))["pending_jobs"] == [job["job_id"]]
@@ -384,7 +410,7 @@ def test_reaper_stops_ended_turn_session_spares_live_and_job_busy(
         "turn_token": event(turn_id="turn-job")["turn_token"],
     }
     assert stack.dispatch(cancel)["status"] == "cancelled"
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while job["session_id"] in stack.live_sessions() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert reaper().run()["sweep"]["by_reason"] == {"turn_ended": 1}

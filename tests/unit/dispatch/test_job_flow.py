@@ -214,7 +214,7 @@ def test_job_flow_session_outlives_end_turn_until_last_job_ends(env):
 def test_job_flow_crash_between_claim_and_audit_is_finished_by_the_reaper_once(env):
     # Given a job whose end was claimed by an observer that died before writing the audit row
     record = submit(env, "print('quick')")
-    time.sleep(1.5)
+    wait_until_done_in_session(env["runner"], env["session"], record)
     state = JobRunner(env["runner"]).job_status(INTERPRETER, env["session"], record.job_id)
     assert state.final and state.result is not None
     env["store"].claim_end(
@@ -445,7 +445,7 @@ def test_job_actions_pending_jobs_lists_running_ones(env):
             record, env["deps"], code=req.code, session_id=env["session"], interpreter_id=INTERPRETER
         )
         records.append(record)
-    time.sleep(2.0)
+    wait_until_done_in_session(env["runner"], env["session"], records[1])
     # When end_turn asks for pending jobs
     pending = job_actions.pending_jobs("acme", "turn-1", env["deps"])
     # Then only the running one is pending; the finished one was ended (and audited) on the way
@@ -521,7 +521,7 @@ def test_job_flow_reaper_goes_on_past_a_tenant_whose_runner_cannot_be_built(env)
 def test_job_flow_reaper_takes_no_job_after_its_time_budget(env):
     # Given a finished job nobody observed
     done = submit(env, "print('later')")
-    time.sleep(1.0)
+    wait_until_done_in_session(env["runner"], env["session"], done)
     # When the sweep runs with its budget already spent, then it leaves the job for the next run
     assert job_flow.finish_due_jobs(env["deps"], until=time.time() - 1) == []
     assert audit_rows(env, done.invocation_id) == []

@@ -465,6 +465,19 @@ class SessionLedger:
         except (ClientError, BotoCoreError) as exc:
             raise LedgerUnavailable(type(exc).__name__) from None
 
+    def holds_for_turn(self, tenant_id: str, turn_id: str) -> bool:
+        """A slot of this turn holds capacity for a session still to be started (`starting`, its
+        lease unexpired: a crashed holder's lapses). One consistent scan (at most global_sessions
+        items)."""
+        now = int(self.clock())
+        return any(
+            slot.tenant_id == tenant_id
+            and slot.turn_id == turn_id
+            and slot.state == "starting"
+            and (slot.lease_expires_at or 0) > now
+            for slot in self.slots()
+        )
+
     def find_session(self, session_id: str) -> Slot | None:
         return next((s for s in self.slots() if s.session_id == session_id), None)
 

@@ -133,9 +133,12 @@ def launch(
     interpreter_id: str,
     session_left_s: float | None = None,
     reserve_s: int = 0,
+    gone_raises: bool = False,
 ) -> dict[str, Any]:
     """Start the reserved job in the session; answers at once. `session_left_s`: the session's
-    remaining lifetime (the job's timeout is shortened to fit it, and the answer says so)."""
+    remaining lifetime (the job's timeout is shortened to fit it, and the answer says so).
+    `gone_raises`: a session found gone raises SessionGone with the slot kept (the caller starts
+    a fresh session and launches again) instead of JobLaunchFailed."""
     runner = deps.runner_for(record.tenant_id)
     timeout_s = effective_timeout(record.timeout_s, session_left_s=session_left_s, reserve_s=reserve_s)
     try:
@@ -151,7 +154,12 @@ def launch(
         JobRunner(runner).submit_job(
             interpreter_id, session_id, job_id=record.job_id, code=code, timeout_s=timeout_s
         )
-    except (JobStoreUnavailable, JobFailure, SessionGone) as exc:
+    except SessionGone:
+        if gone_raises:
+            raise
+        release(record, deps)
+        raise JobLaunchFailed(JOB_LAUNCH_FAILED, failure_reason="job_launch_failed:session_gone") from None
+    except (JobStoreUnavailable, JobFailure) as exc:
         release(record, deps)
         reason = getattr(exc, "failure_reason", None) or f"job_store_unavailable:{exc}"
         raise JobLaunchFailed(JOB_LAUNCH_FAILED, failure_reason=f"job_launch_failed:{reason}") from None

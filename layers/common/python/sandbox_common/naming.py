@@ -577,6 +577,10 @@ REASON_TOOL_TURN_ENDED = "tool_wait_ended:turn_ended"
 # The local interpreter refuses Start with this marker at the front of its error message when it
 # cannot isolate a session; the runner maps it to SandboxProvisioning with this `reason`.
 REASON_ISOLATION_UNAVAILABLE = "isolation_unavailable"
+# The local interpreter starts the stderr of a session process killed by a signal that was not the
+# OOM killer's with this marker, then `:<signal number>`; the runner classifies it SandboxError
+# naming the signal (failure_reason `killed_by_signal:<n>`), not SandboxOOM.
+REASON_KILLED_BY_SIGNAL = "killed_by_signal"
 
 
 # --- reaper hooks: the sweeps that run on the reaper's schedule, and the modules declaring them ---

@@ -102,7 +102,12 @@ def _end_interrupted(
         tools = run.tools_runner(steps.runner(pf), steps.settings.tool_wait_seconds)
     except Exception:  # noqa: BLE001 — no runner: the row still comes; the session's timeout reaps it
         logger.exception("resume_interrupted_no_runner", extra={"invocation_id": outcome.invocation_id})
-    steps.finish_paused(outcome, run.interrupted(tools, claimed), None, None, turn)
+    try:
+        finished = run.interrupted(tools, claimed)
+    except Exception:  # noqa: BLE001 — the stop failed: the row still comes; the session's timeout reaps it
+        logger.exception("resume_interrupted_stop_failed", extra={"invocation_id": outcome.invocation_id})
+        finished = run.interrupted(None, claimed)
+    steps.finish_paused(outcome, finished, None, None, turn)
     response = outcome.response()
     steps.continuations.settle(claimed, response)
     return response
@@ -126,13 +131,15 @@ def expire_due(steps: Steps, *, limit: int = SWEEP_LIMIT) -> dict[str, int]:
     for one in claimed:
         outcome = run.restore_outcome(one.call)
         if one.interrupted:  # its resume died: dispatch_interrupted, not a tool-wait timeout
+            turn_now: Turn | None = None
             try:
-                _end_interrupted(steps, one, outcome, steps.turns.get(one.tenant_id, one.turn_id))
-            except Exception:  # noqa: BLE001 — left due: the next sweep's finish is a no-op row-wise
+                turn_now = steps.turns.get(one.tenant_id, one.turn_id)
+            except Exception:  # noqa: BLE001 — the row still comes; the turn is told by the session sweep
                 logger.exception(
-                    "sweep_interrupted_resume_failed", extra={"invocation_id": outcome.invocation_id}
+                    "sweep_interrupted_resume_turn", extra={"invocation_id": outcome.invocation_id}
                 )
                 failed += 1
+            _end_interrupted(steps, one, outcome, turn_now)
             ended += 1
             continue
         runner: SessionRunner | None = None

@@ -7,8 +7,9 @@ moment the Lambda runtime kills the attempt). The normal completion (`save_succe
 record out of the index in the same UpdateItem that stores the answer.
 
 A background submit is one call under one invocation id: the attempt's, which is also its job's
-(`job_store.job_id_for`) and its row's. A finisher of a submit whose job was created stores the
-submit's answer (the job id) and writes no row: the job's end writes the call's one row.
+(`job_store.job_id_for`) and its row's. A finisher of a submit whose job was created and bound to
+its session stores the submit's answer (the job id) and writes no row: the job's end writes the
+call's one row.
 
 A call whose dispatch died stays INPROGRESS past its deadline. Whoever comes first finishes it:
 - the first retry with the same tenant + call_id after the deadline (`IdempotentCalls.run_once`),
@@ -127,8 +128,9 @@ class InterruptedCalls:
         self.clock = clock
 
     def _job_answer(self, attempt: dict[str, Any]) -> dict[str, Any] | None:
-        """A background submit whose job was created: the submit's answer (the job owns the call's
-        one row, written when it ends, under the same invocation id). None otherwise."""
+        """A background submit whose job was created and bound to its session: the submit's answer
+        (the job owns the call's one row, written when it ends, under the same invocation id).
+        None otherwise."""
         if not attempt.get("background") or not self.jobs_table:
             return None
         # the job store on first use (botocore): only a dead background submit needs it
@@ -138,7 +140,9 @@ class InterruptedCalls:
         job = JobStore(table_name=self.jobs_table, ddb=self.ddb).get(
             job_id_for(str(attempt["invocation_id"]))
         )
-        return None if job is None else running_response(job)
+        # a job never bound to a session never ran: the interrupted row is the call's (the job's
+        # own end, much later, writes under the same id: a no-op)
+        return None if job is None or not job.session_id else running_response(job)
 
     def finish(self, record_id: str) -> dict[str, Any] | None:
         """The interrupted answer if this caller won the record's transition, else None (the call

@@ -31,9 +31,12 @@ def handler(event: Any, context: Any) -> dict[str, Any]:
         emit_metric(n.METRIC_INVALID_REQUEST)
         logger.warning("invalid_request", extra={"reason": exc.message})
         return exc.to_response()
-    except StillRunning:
-        # Not audited here: the original attempt writes this call's one audit row.
-        return _failure(SandboxError(messages.STILL_RUNNING), started)
+    except StillRunning as exc:
+        # Not audited here: the original attempt (or whoever finishes it) writes the call's one row.
+        failure = SandboxError(
+            messages.STILL_RUNNING, reason=n.REASON_CALL_IN_PROGRESS, retry_after_s=exc.retry_after_s
+        )
+        return _failure(failure, started)
     except Exception:  # noqa: BLE001 — the agent gets a named error, never a stack trace
         logger.exception("dispatch_unhandled")
         internal_failure("internal_error:unhandled")

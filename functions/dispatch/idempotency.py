@@ -31,6 +31,7 @@ Three things Powertools does not do for us:
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -45,7 +46,7 @@ from sandbox_common.models import ExecuteCodeRequest
 from sandbox_common.observability import logger
 from sandbox_common.outcome import internal_failure
 from sandbox_common.redaction.catalogue import redact_head
-from sandbox_runtime.interrupted import STATUS_INPROGRESS, InterruptedCalls, deadline_key
+from sandbox_runtime.interrupted import STATUS_COMPLETED, STATUS_INPROGRESS, InterruptedCalls, deadline_key
 from sandbox_runtime.stored_answer import stored_form, unpack
 
 VALIDATION_JMESPATH = "[code, language, agent_id, turn_id, template_id, user_id, invocation_source]"
@@ -56,6 +57,12 @@ ATTEMPT_KEY = "_attempt"
 RECORD_TTL_SECONDS = 24 * 3600
 _IN_PROGRESS_POLL_SECONDS = 0.25
 _ANSWER_MARGIN_SECONDS = 5
+# How long a retry waits for its racing original before it answers call_in_progress: a retry
+# answers within 5 s (SPEC §22), whatever the original does.
+RETRY_WAIT_SECONDS = 3.0
+# The `retry_after_s` of a call_in_progress answer: the time to the original's in-progress
+# deadline (when a dead original can be finished as interrupted), at most this.
+RETRY_AFTER_MAX_SECONDS = 10
 
 TimeLeft = Callable[[], float] | None  # seconds the Lambda has left (None outside Lambda)
 Run = Callable[[TimeLeft], dict[str, Any]]
@@ -313,19 +320,18 @@ class IdempotentCalls:
         context: Any,
         run: Run,
         *,
-        max_wait_seconds: float,
         attempt: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """The call's response: run here, or replayed, or — a retry after the in-progress deadline
         of an attempt that died — the interrupted answer (`interrupted.finish`). `attempt` (see
         `interrupted.attempt_fields`) is stored with the claim. Raises SandboxInvalidRequest
-        (call_id reused for another request), StillRunning, or IdempotencyStoreUnavailable
-        (nothing ran)."""
+        (call_id reused for another request), StillRunning (a retry whose original is still in
+        progress, after at most RETRY_WAIT_SECONDS), or IdempotencyStoreUnavailable (nothing ran)."""
         self.config.register_lambda_context(context)
         time_left = time_left_of(context)
-        # Wait for a racing original at most as long as it can run, and never past our own Lambda
-        # deadline (answering beats being killed by the runtime with no answer at all).
-        wait = max_wait_seconds
+        # Wait for a racing original briefly (a retry answers within seconds, never minutes), and
+        # never past our own Lambda deadline.
+        wait = RETRY_WAIT_SECONDS
         if time_left is not None:
             wait = min(wait, max(0.0, time_left() - _ANSWER_MARGIN_SECONDS))
         deadline = time.monotonic() + wait
@@ -336,9 +342,9 @@ class IdempotentCalls:
             except self.pt.ValidationError:
                 raise SandboxInvalidRequest(messages.CALL_ID_REUSED) from None
             except self.pt.InProgress:
-                # A retry racing its original: wait for the original's result rather than run twice.
+                # A retry racing its original: wait briefly for the original's result (never run twice).
                 if time.monotonic() > deadline:
-                    raise StillRunning from None
+                    raise StillRunning(self._retry_after(payload)) from None
                 time.sleep(_IN_PROGRESS_POLL_SECONDS)
             except self.pt.PastDeadline:
                 # The attempt holding the record died (its deadline passed, still in progress):
@@ -353,6 +359,41 @@ class IdempotentCalls:
                 # Without the idempotency store a retry could run twice: fail closed.
                 logger.error("idempotency_store_unavailable", extra={"cause": redact_head(str(exc), 200)})
                 raise IdempotencyStoreUnavailable(redact_head(str(exc), 200)) from None
+
+    def replace_answer(self, request: ExecuteCodeRequest, response: dict[str, Any]) -> None:
+        """A tool-calling call that paused has ended (its row written): its call_id's record, completed
+        with the pause, now holds the final answer, so a retry of the call_id gets that instead of a
+        spent continuation. Never raises (logged): the replayed pause's continuation, resumed
+        again, answers the final result too (`dispatch.tools.store`)."""
+        try:
+            self.store.configure(self.config, key_prefix=KEY_PREFIX)
+            hashed = self.store._get_hashed_idempotency_key(
+                data={"tenant_id": request.tenant_id, "call_id": request.call_id}
+            )
+            self.store.client.update_item(
+                TableName=self.store.table_name,
+                Key=self.store._get_key(hashed),
+                UpdateExpression="SET #d = :d",
+                ConditionExpression="#s = :done",
+                ExpressionAttributeNames={"#d": self.store.data_attr, "#s": self.store.status_attr},
+                ExpressionAttributeValues={
+                    ":d": {"S": json.dumps(stored_form(response), sort_keys=True)},
+                    ":done": {"S": STATUS_COMPLETED},
+                },
+            )
+        except Exception as exc:  # noqa: BLE001 — the call ended and was audited: only the replay is older
+            logger.warning("idempotency_answer_not_replaced", extra={"cause": redact_head(str(exc), 200)})
+
+    def _retry_after(self, payload: dict[str, Any]) -> int:
+        """Seconds until the original's in-progress deadline (1..RETRY_AFTER_MAX_SECONDS); the
+        most when the record cannot be read (the answer is a hint, never a failure)."""
+        try:
+            key = self.store._get_key(self.store._get_hashed_idempotency_key(data=payload))
+            item = self.store.client.get_item(TableName=self.store.table_name, Key=key, ConsistentRead=True)
+            deadline_ms = int(item["Item"][self.store.in_progress_expiry_attr]["N"])
+        except Exception:  # noqa: BLE001 — no deadline known: the longest hint
+            return RETRY_AFTER_MAX_SECONDS
+        return int(min(RETRY_AFTER_MAX_SECONDS, max(1, math.ceil(deadline_ms / 1000 - time.time()))))
 
     def _finish_interrupted(self, payload: dict[str, Any]) -> dict[str, Any] | None:
         if self.interrupted is None:

@@ -125,6 +125,7 @@ def built() -> Parts:
                 ddb=ddb,
                 audit_writer=audit_writer,
                 retention_days=settings.audit_retention_days,
+                jobs_table=settings.jobs_table,
             ),
         ),
         sessions=turn_sessions(settings, turns, ddb),

@@ -15,6 +15,7 @@ reaches another only through these steps and the stores they hold.
 from __future__ import annotations
 
 import functools
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -62,8 +63,6 @@ from dispatch.turns.store import Turn, TurnStoreUnavailable
 _SESSION_START_WAIT_SECONDS = 90
 # What answering needs after the code: audit write (with retries), output logs, a session stop.
 ANSWER_MARGIN_SECONDS = 15
-# How long a retry waits for its racing original beyond the call timeout.
-_RETRY_WAIT_MARGIN_SECONDS = 90
 # Hands the call's audit row to its idempotency completion (idempotency.CompletionRows.hand).
 RowHandOff = Callable[[dict[str, Any]], None]
 
@@ -425,6 +424,8 @@ class Steps:
                     "mark_stopped_failed", extra={"invocation_id": outcome.invocation_id, "cause": str(exc)}
                 )
         self.record(outcome.finish())
+        # a retry of its call_id now replays the final answer, not the pause (§22)
+        self.parts.calls.replace_answer(outcome.request, outcome.response())
 
     def expire_paused(self, tenant_id: str, turn_id: str, *, keep_session: bool) -> int:
         """end_turn: the turn's paused calls end as timeouts, each with its audit row; how many.
@@ -489,7 +490,6 @@ class Steps:
                     lambda time_left: body(
                         Attempt(_joined(claim, warm), time_left, invocation_id, beside, quota.entered())
                     ),
-                    max_wait_seconds=self.settings.call_timeout_seconds + _RETRY_WAIT_MARGIN_SECONDS,
                     attempt=interrupted.attempt_fields(req, invocation_id, utc_now()),
                 )
                 quota.answered()
@@ -516,6 +516,15 @@ class Steps:
         finally:
             quota.settle()  # a speculative count the call did not reach is undone (dispatch.quota.flow)
             calls.rows.flush(invocation_id, self.parts.audit_writer)  # a row no completion took: on its own
+
+    def deadline_of(self, context: Any) -> float:
+        """When the Lambda runtime kills this invocation (epoch s); outside Lambda, after the longest
+        call and its answer."""
+        time_left = time_left_of(context)
+        left = (
+            self.settings.call_timeout_seconds + ANSWER_MARGIN_SECONDS if time_left is None else time_left()
+        )
+        return time.time() + left
 
     def budget_of(self, context: Any) -> Callable[[], float | None]:
         """The seconds an action outside idempotency (resume) may still wait, from the context."""

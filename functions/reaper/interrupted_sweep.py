@@ -37,6 +37,7 @@ def interrupted_calls(r: Reaper) -> InterruptedCalls:
         ddb=r.ddb,
         audit_writer=writer,
         retention_days=settings.audit_retention_days,
+        jobs_table=settings.jobs_table,
     )
 
 

@@ -6,6 +6,11 @@ call claimed and not yet finished is listed there, ordered by its in-progress de
 moment the Lambda runtime kills the attempt). The normal completion (`save_success`) takes the
 record out of the index in the same UpdateItem that stores the answer.
 
+A background submit is one call under one invocation id: the attempt's, which is also its job's
+(`job_store.job_id_for`) and its row's. A finisher of a submit whose job was created and bound to
+its session stores the submit's answer (the job id) and writes no row: the job's end writes the
+call's one row.
+
 A call whose dispatch died stays INPROGRESS past its deadline. Whoever comes first finishes it:
 - the first retry with the same tenant + call_id after the deadline (`IdempotentCalls.run_once`),
   which answers the agent with the same error the row carries;
@@ -70,6 +75,8 @@ def attempt_fields(request: ExecuteCodeRequest, invocation_id: str, started_at: 
         "invocation_id": invocation_id,
         "started_at": iso_z_ms(started_at),
         "executed_code_hash": audit.code_hash(request.code),
+        # a background submit's job (if it was created) owns the call's row (see `finish`)
+        "background": bool(getattr(request, "background", False)),
     }
 
 
@@ -109,13 +116,34 @@ class InterruptedCalls:
         ddb: Any,
         audit_writer: audit.AuditWriter,
         retention_days: int,
+        jobs_table: str = "",
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """`jobs_table`: where a background submit's job is (its id is `job_store.job_id_for` the
+        attempt's invocation id)."""
         self.table = table_name
         self.ddb = ddb
         self.audit_writer = audit_writer
         self.retention_days = retention_days
+        self.jobs_table = jobs_table
         self.clock = clock
+
+    def _job_answer(self, attempt: dict[str, Any]) -> dict[str, Any] | None:
+        """A background submit whose job was created and bound to its session: the submit's answer
+        (the job owns the call's one row, written when it ends, under the same invocation id).
+        None otherwise."""
+        if not attempt.get("background") or not self.jobs_table:
+            return None
+        # the job store on first use (botocore): only a dead background submit needs it
+        from .job_end import running_response
+        from .job_store import JobStore, job_id_for
+
+        job = JobStore(table_name=self.jobs_table, ddb=self.ddb).get(
+            job_id_for(str(attempt["invocation_id"]))
+        )
+        # a job never bound to a session never ran: the interrupted row is the call's (the job's
+        # own end, much later, writes under the same id: a no-op)
+        return None if job is None or not job.session_id else running_response(job)
 
     def finish(self, record_id: str) -> dict[str, Any] | None:
         """The interrupted answer if this caller won the record's transition, else None (the call
@@ -131,7 +159,8 @@ class InterruptedCalls:
             return None
         attempt = json.loads(current[n.IDEMPOTENCY_ATTR_ATTEMPT]["S"])
         outcome = interrupted_outcome(attempt, now).finish()
-        response = outcome.response()
+        job_answer = self._job_answer(attempt)
+        response = outcome.response() if job_answer is None else job_answer
         try:
             self.ddb.update_item(
                 TableName=self.table,
@@ -158,8 +187,19 @@ class InterruptedCalls:
             if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
                 return None  # completed, not yet due, or another finisher won
             raise
-        self._write_row(record_id, outcome)
+        if job_answer is None:
+            self._write_row(record_id, outcome)
+        else:  # the job's end writes the call's one row
+            self._unlist(record_id)
         return response
+
+    def _unlist(self, record_id: str) -> None:
+        self.ddb.update_item(
+            TableName=self.table,
+            Key={ATTR_ID: {"S": record_id}},
+            UpdateExpression="REMOVE #o, #dl",
+            ExpressionAttributeNames={"#o": n.IDEMPOTENCY_ATTR_OPEN, "#dl": n.IDEMPOTENCY_ATTR_DEADLINE},
+        )
 
     def _write_row(self, record_id: str, outcome: Outcome) -> str:
         """The row (conditional on its invocation id: a repeat is a no-op), then out of the index.
@@ -169,12 +209,7 @@ class InterruptedCalls:
         if written != "duplicate":
             outcome.log(row)
             outcome.emit_metrics(lambda: 0.0)
-        self.ddb.update_item(
-            TableName=self.table,
-            Key={ATTR_ID: {"S": record_id}},
-            UpdateExpression="REMOVE #o, #dl",
-            ExpressionAttributeNames={"#o": n.IDEMPOTENCY_ATTR_OPEN, "#dl": n.IDEMPOTENCY_ATTR_DEADLINE},
-        )
+        self._unlist(record_id)
         logger.warning(
             "dispatch_interrupted_finished",
             extra={
@@ -212,8 +247,11 @@ class InterruptedCalls:
             record_id = item[ATTR_ID]["S"]
             if item.get(ATTR_STATUS, {}).get("S") == STATUS_COMPLETED:
                 attempt = json.loads(item[n.IDEMPOTENCY_ATTR_ATTEMPT]["S"])
-                finished_at = _parse_iso(item[ATTR_FINISHED_AT]["S"])
-                self._write_row(record_id, interrupted_outcome(attempt, finished_at).finish())
+                if self._job_answer(attempt) is not None:  # its job writes the call's row
+                    self._unlist(record_id)
+                else:
+                    finished_at = _parse_iso(item[ATTR_FINISHED_AT]["S"])
+                    self._write_row(record_id, interrupted_outcome(attempt, finished_at).finish())
                 counts["recovered"] += 1
             elif self.finish(record_id) is not None:
                 counts["finished"] += 1

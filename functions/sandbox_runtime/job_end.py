@@ -247,8 +247,9 @@ def _view(record: JobRecord, deps: JobDeps) -> JobView:
 def _end(
     record: JobRecord, final_state: str, result: ExecutionResult, deps: JobDeps, *, kill: Kill | None = None
 ) -> JobRecord:
-    now_ms = int(deps.clock() * 1000)
-    duration_ms = max(0, now_ms - record.submitted_ms)  # the job's real duration: submit to end seen
+    # The job's run time in its session (as the session measured it), not the time until someone
+    # observed its end; a job that never ran, or whose session is gone, carries the time it was given.
+    duration_ms = max(0, int(result.duration_ms))
     response: dict[str, Any] = _response_fields(result)
     response.update(
         status=final_state,
@@ -345,6 +346,8 @@ def _complete(record: JobRecord, deps: JobDeps) -> JobRecord:
     )
     row = ended.audit_row(deps.retention_days)
     row.update(error=fields.get("error"), failure_reason=fields.get("failure_reason"))
+    if "duration_ms" in fields:  # the run time in the session (`_end`), not submit to end seen
+        row["duration_ms"] = int(fields["duration_ms"])
     row.update(
         executed_code_hash=base.get("executed_code_hash") or row["executed_code_hash"],
         background=True,

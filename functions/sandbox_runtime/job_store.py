@@ -23,6 +23,7 @@ Guarantees, each one conditional write:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import zlib
@@ -62,6 +63,13 @@ def iso_ms(epoch_ms: int) -> str:
     return (
         datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     )
+
+
+def job_id_for(invocation_id: str) -> str:
+    """A background submit's job id, from the invocation id its claim carries: the call's one row
+    is the job's (written under that invocation id), and a finisher of a submit whose dispatch
+    died finds the job it may have created (`sandbox_runtime.interrupted`)."""
+    return f"job-{hashlib.sha256(invocation_id.encode('utf-8')).hexdigest()[:32]}"
 
 
 def job_key(job_id: str) -> str:

@@ -18,7 +18,6 @@ execute_code with `background: true`, in dispatch's order:
 
 from __future__ import annotations
 
-import uuid
 from typing import Any, TypeAlias
 
 from sandbox_common import limits
@@ -33,7 +32,14 @@ from sandbox_runtime.job_end import (
     poll_job,
     running_response,
 )
-from sandbox_runtime.job_store import JobExists, JobNotFound, JobRecord, JobStoreUnavailable, TooManyJobs
+from sandbox_runtime.job_store import (
+    JobExists,
+    JobNotFound,
+    JobRecord,
+    JobStoreUnavailable,
+    TooManyJobs,
+    job_id_for,
+)
 from sandbox_runtime.runner import SessionGone
 from sandbox_runtime.runner.jobs import JobFailure, JobRunner
 
@@ -79,7 +85,7 @@ def reserve(
     (`turn_token_hash`, §16.5: get_job checks the token against it). Raises SandboxInvalidRequest
     (4th running job: nothing written) or SandboxError (store down)."""
     record = JobRecord(
-        job_id=f"job-{uuid.uuid4().hex}",
+        job_id=job_id_for(invocation_id),
         tenant_id=req.tenant_id,
         agent_id=req.agent_id,
         turn_id=req.turn_id,
@@ -129,9 +135,12 @@ def launch(
     session_left_s: float | None = None,
     reserve_s: int = 0,
     language: str = CODE_LANGUAGE,
+    gone_raises: bool = False,
 ) -> dict[str, Any]:
     """Start the reserved job in the session; answers at once. `session_left_s`: the session's
-    remaining lifetime (the job's timeout is shortened to fit it, and the answer says so)."""
+    remaining lifetime (the job's timeout is shortened to fit it, and the answer says so).
+    `gone_raises`: a session found gone raises SessionGone with the slot kept (the caller starts
+    a fresh session and launches again) instead of JobLaunchFailed."""
     runner = deps.runner_for(record.tenant_id)
     timeout_s = effective_timeout(record.timeout_s, session_left_s=session_left_s, reserve_s=reserve_s)
     try:
@@ -152,7 +161,12 @@ def launch(
             timeout_s=timeout_s,
             language=language,
         )
-    except (JobStoreUnavailable, JobFailure, SessionGone) as exc:
+    except SessionGone:
+        if gone_raises:
+            raise
+        release(record, deps)
+        raise JobLaunchFailed(JOB_LAUNCH_FAILED, failure_reason="job_launch_failed:session_gone") from None
+    except (JobStoreUnavailable, JobFailure) as exc:
         release(record, deps)
         reason = getattr(exc, "failure_reason", None) or f"job_store_unavailable:{exc}"
         raise JobLaunchFailed(JOB_LAUNCH_FAILED, failure_reason=f"job_launch_failed:{reason}") from None

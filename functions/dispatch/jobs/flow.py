@@ -12,7 +12,6 @@ under the same invocation_id.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from sandbox_common import messages
@@ -21,6 +20,7 @@ from sandbox_common.models import CancelJobRequest, ExecuteCodeRequest, GetJobRe
 from sandbox_common.outcome import Outcome, internal_failure, public
 from sandbox_common.windows import utc_now
 from sandbox_runtime.job_store import JobRecord
+from sandbox_runtime.runner import SessionGone
 
 from dispatch.jobs import actions
 from dispatch.steps import Attempt, Steps
@@ -38,11 +38,12 @@ def submit(steps: Steps, req: ExecuteCodeRequest, context: Any) -> dict[str, Any
 
 
 def _submit(steps: Steps, req: ExecuteCodeRequest, attempt: Attempt) -> dict[str, Any]:
-    """`attempt.turn`: the caller's turn, already claimed with its token (§16.5)."""
-    outcome = Outcome(request=req, invocation_id=str(uuid.uuid4()), started_at=utc_now())
+    """`attempt.turn`: the caller's turn, already claimed with its token (§16.5). One invocation
+    id for the call: the attempt's (in its idempotency claim), the job's and its one row's."""
+    outcome = Outcome(request=req, invocation_id=attempt.invocation_id, started_at=utc_now())
     with outcome.failures_answered("job_submit_internal_error"):  # execute_code's own wrapper
         return _launch(steps, req, attempt, outcome)
-    steps.record(outcome.finish())  # the failed submit's one row
+    steps.record(outcome.finish(), attempt.beside)  # the failed submit's one row, with its completion
     return outcome.response()
 
 
@@ -65,26 +66,36 @@ def _launch(steps: Steps, req: ExecuteCodeRequest, attempt: Attempt, outcome: Ou
         interpreter_id=interpreter_id if live else "",
         turn_token_hash=turn.token_hash,
     )  # the turn was claimed with its token (§16.5)
-    try:
-        with steps.capacity(turn, pf) as call:  # §16.2: a session-cap refusal counts nothing
-            steps.quota(req, outcome)
-            runner = steps.runner(pf)
-            session_id, _ = steps.session(call, turn, pf, runner, outcome.invocation_id, attempt.budget())
-    except BaseException:
-        actions.release(record, deps)
-        raise
-    outcome.session_id = session_id
     settings = steps.settings
-    return actions.launch(
-        record,
-        deps,
-        code=req.code,
-        language=req.language,
-        session_id=session_id,
-        interpreter_id=interpreter_id,
-        session_left_s=settings.session_timeout_seconds - _session_age(steps, turn, session_id),
-        reserve_s=settings.call_timeout_seconds + JOB_SESSION_RESERVE_MARGIN_SECONDS,
-    )
+    for restart in (False, True):
+        try:
+            with steps.capacity(turn, pf) as call:  # §16.2: a session-cap refusal counts nothing
+                steps.quota(req, outcome)  # once per call_id: a restart's check counts nothing more
+                runner = steps.runner(pf)
+                session_id, _ = steps.session(call, turn, pf, runner, outcome.invocation_id, attempt.budget())
+        except BaseException:
+            actions.release(record, deps)
+            raise
+        outcome.session_id = session_id
+        try:
+            return actions.launch(
+                record,
+                deps,
+                code=req.code,
+                language=req.language,
+                session_id=session_id,
+                interpreter_id=interpreter_id,
+                session_left_s=settings.session_timeout_seconds - _session_age(steps, turn, session_id),
+                reserve_s=settings.call_timeout_seconds + JOB_SESSION_RESERVE_MARGIN_SECONDS,
+                gone_raises=not restart,
+            )
+        except SessionGone:
+            # The turn's session was stopped under it (e.g. a job's timeout stopped it): as a
+            # foreground call would, start a fresh one, once (the job record, its slot kept, is
+            # bound to it by the launch).
+            steps.parts.sessions.stopped(None, turn.tenant_id, turn.turn_id, session_id)
+            turn = steps.turns.get(turn.tenant_id, turn.turn_id) or turn
+    raise AssertionError("unreachable: the second launch raises JobLaunchFailed, not SessionGone")
 
 
 def _session_age(steps: Steps, turn: Turn, session_id: str) -> float:

@@ -122,11 +122,14 @@ def start_call(
     return _step(runner, store, owner, call, outcome, invocation_id)
 
 
-def claim(store: ContinuationStore, req: ResumeRequest) -> Continuation:
-    """Consume the continuation (SandboxInvalidRequest for a stale, reused or foreign one: nothing
-    runs, nothing is counted or audited). Split from `resume_call` so dispatch can build the
-    tenant's runner from the claimed call's template in between."""
-    return store.claim(req.continuation, tenant_id=req.tenant_id, agent_id=req.agent_id, turn_id=req.turn_id)
+def claim(store: ContinuationStore, req: ResumeRequest, *, until: float) -> Continuation:
+    """Consume the continuation for a resume that dies at `until` (SandboxInvalidRequest for a
+    stale, reused or foreign one: nothing runs, nothing is counted or audited; see
+    `ContinuationStore.claim` for a retried resume). Split from `resume_call` so dispatch can
+    build the tenant's runner from the claimed call's template in between."""
+    return store.claim(
+        req.continuation, tenant_id=req.tenant_id, agent_id=req.agent_id, turn_id=req.turn_id, until=until
+    )
 
 
 def resume_call(
@@ -144,7 +147,9 @@ def resume_call(
         outcome = runner.resume(
             claimed.state, tool_error=req.tool_error, has_result=False, deadline_seconds=deadline_seconds
         )
-    return _step(runner, store, owner, claimed.call, outcome, str(claimed.call.get("invocation_id", "")))
+    return _step(
+        runner, store, owner, claimed.call, outcome, str(claimed.call.get("invocation_id", "")), claimed
+    )
 
 
 def expire_turn(
@@ -171,6 +176,7 @@ def _step(
     call: dict[str, Any],
     outcome: Paused | Finished,
     invocation_id: str,
+    replaces: Continuation | None = None,
 ) -> ToolStep:
     if isinstance(outcome, Finished):
         return ToolStep(call=call, finished=outcome)
@@ -182,6 +188,7 @@ def _step(
             call=call,
             state=outcome.state,
             wait_seconds=runner.limits.wait_seconds,
+            replaces=replaces,
         )
     except SandboxError as exc:
         reason = str(exc.fields.get("failure_reason") or "continuation_store")

@@ -8,11 +8,15 @@ API's (`Steps.expire_paused`).
    tool call (another `tool_call` answer, no row) or its end: the Outcome of the original
    execute_code is restored from the continuation and gets its one audit row. Never counted: the
    quota unit was taken by the execute_code. A tenant under the kill switch (§22) gets the refusal
-   a new call would get, and the call ends there with its row.
+   a new call would get, and the call ends there with its row. The claim stays in the sweep's index
+   until the resume settles it: a resume whose dispatch died is ended `dispatch_interrupted` (one
+   row) by the sweep or by a retry past its deadline; a retry before it answers call_in_progress, a
+   retry after the call ended gets its final answer.
 2. `sweep_paused_calls(steps, req, context)` — the paused calls, of any turn, whose tool wait
    bound passed and that nobody resumed or ended, end as the late resume would (SandboxTimeout,
    their session stopped and the slot freed — kept when the turn's background jobs still run in
-   it, §17), each with its one audit row. Claimed with the resume's own conditional write, so a
+   it, §17), each with its one audit row; and the claimed calls whose resume died, as
+   `dispatch_interrupted`. Claimed with the resume's own conditional write, so a
    racing resume / end_turn / second sweep ends the call once. Any caller may send it: the counts
    (all tenants') go to dispatch's log, the answer is `{"ok": true}`.
 """
@@ -36,7 +40,7 @@ from sandbox_runtime.runner.tool_calling import Finished, ToolsRunner
 from dispatch.steps import Steps
 from dispatch.tools import calls as tool_calls
 from dispatch.tools import run
-from dispatch.tools.store import Continuation
+from dispatch.tools.store import Answered, Continuation
 from dispatch.turns.store import Turn, TurnStoreUnavailable
 
 SWEEP_LIMIT = 100  # paused calls ended per sweep; the rest are first in the next one
@@ -54,11 +58,16 @@ def resume(steps: Steps, req: ResumeRequest, context: Any) -> dict[str, Any]:
         turn, req.turn_token, tenant_id=req.tenant_id, agent_id=req.agent_id, turn_id=req.turn_id
     )
     try:
-        claimed = tool_calls.claim(steps.continuations, req)  # SandboxInvalidRequest: nothing ran
+        # SandboxInvalidRequest: nothing ran; StillRunning: a retry while its resume is under way
+        claimed = tool_calls.claim(steps.continuations, req, until=steps.deadline_of(context))
+    except Answered as answered:  # a retry of a resume whose call already ended: its final answer
+        return answered.response
     except SandboxError as failure:  # the store is down: nothing claimed, nothing ran; the call stays paused
         return _unavailable(str(failure.fields.get("failure_reason")), failure)
     # From here on the continuation is consumed: the call ends with its one row, whatever happens.
     outcome = run.restore_outcome(claimed.call)
+    if claimed.interrupted:  # a retry past the deadline of a resume whose dispatch died
+        return _end_interrupted(steps, claimed, outcome, turn)
     runner: SessionRunner | None = None
     pf: Preflight | None = None
     tools: ToolsRunner | None = None
@@ -82,7 +91,31 @@ def resume(steps: Steps, req: ResumeRequest, context: Any) -> dict[str, Any]:
         logger.exception("resume_internal_error", extra={"invocation_id": outcome.invocation_id})
         finished = run.abort(tools, claimed, exc)
     steps.finish_paused(outcome, finished, pf, runner, turn)
-    return outcome.response()
+    response = outcome.response()
+    steps.continuations.settle(claimed, response)
+    return response
+
+
+def _end_interrupted(
+    steps: Steps, claimed: Continuation, outcome: Outcome, turn: Turn | None
+) -> dict[str, Any]:
+    """A claimed call whose resume died (its deadline passed): ends `dispatch_interrupted`, its
+    session stopped (the code it was resumed into ran on unobserved), with its one row."""
+    tools: ToolsRunner | None = None
+    try:
+        pf = run.paused_target(steps.runner_target(claimed.tenant_id), claimed, outcome)
+        tools = run.tools_runner(steps.runner(pf), steps.settings.tool_wait_seconds)
+    except Exception:  # noqa: BLE001 — no runner: the row still comes; the session's timeout reaps it
+        logger.exception("resume_interrupted_no_runner", extra={"invocation_id": outcome.invocation_id})
+    try:
+        finished = run.interrupted(tools, claimed)
+    except Exception:  # noqa: BLE001 — the stop failed: the row still comes; the session's timeout reaps it
+        logger.exception("resume_interrupted_stop_failed", extra={"invocation_id": outcome.invocation_id})
+        finished = run.interrupted(None, claimed)
+    steps.finish_paused(outcome, finished, None, None, turn)
+    response = outcome.response()
+    steps.continuations.settle(claimed, response)
+    return response
 
 
 def _killed(
@@ -123,6 +156,18 @@ def expire_due(steps: Steps, *, limit: int = SWEEP_LIMIT) -> dict[str, int]:
     ended = failed = 0
     for one in claimed:
         outcome = run.restore_outcome(one.call)
+        if one.interrupted:  # its resume died: dispatch_interrupted, not a tool-wait timeout
+            turn_now: Turn | None = None
+            try:
+                turn_now = steps.turns.get(one.tenant_id, one.turn_id)
+            except Exception:  # noqa: BLE001 — the row still comes; the turn is told by the session sweep
+                logger.exception(
+                    "sweep_interrupted_resume_turn", extra={"invocation_id": outcome.invocation_id}
+                )
+                failed += 1
+            _end_interrupted(steps, one, outcome, turn_now)
+            ended += 1
+            continue
         runner: SessionRunner | None = None
         pf: Preflight | None = None
         turn: Turn | None = None
@@ -139,6 +184,7 @@ def expire_due(steps: Steps, *, limit: int = SWEEP_LIMIT) -> dict[str, int]:
             finished = run.abort(tools, one, exc)
             failed += 1
         steps.finish_paused(outcome, finished, pf, runner, turn)
+        steps.continuations.settle(one, outcome.response())
         ended += 1
     return {"ended": ended, "failed": failed}
 

@@ -17,6 +17,7 @@ after (an internal failure stops the session: the parked code must never run on 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -30,7 +31,7 @@ from sandbox_common.outcome import Outcome
 from sandbox_common.tool_spec import COMMAND_LANGUAGE
 from sandbox_runtime.preflight import Preflight, PreflightUnavailable
 from sandbox_runtime.runner import ExecutionResult, SessionRunner
-from sandbox_runtime.runner.tool_calling import Finished, ToolLimits, ToolsRunner
+from sandbox_runtime.runner.tool_calling import Finished, ToolLimits, ToolRecord, ToolsRunner
 
 from dispatch.tools import calls as tool_calls
 from dispatch.tools.store import Continuation, ContinuationStore
@@ -150,7 +151,25 @@ def abort(tools: ToolsRunner | None, claimed: Continuation, exc: Exception) -> F
     return tools.abort(claimed.state, reason=reason, message=messages.INTERNAL)
 
 
-def _failed_result(reason: str) -> ExecutionResult:
+def interrupted(tools: ToolsRunner | None, claimed: Continuation) -> Finished:
+    """A claimed call whose resume died: SandboxError `dispatch_interrupted` (the code it was
+    resumed into may or may not have run on), its session stopped when there is a runner. The tool
+    call the dead resume answered is one of its calls (not known to have reached the code: not ok)."""
+    state = claimed.state
+    if state.pending is not None:
+        waited = max(0, int(time.time() * 1000) - state.pending.paused_at_ms)
+        answered = ToolRecord(state.pending.name, state.pending.input_sha256, waited, ok=False)
+        state = replace(state, records=(*state.records, answered), pending=None)
+    if tools is None:
+        return Finished(
+            result=_failed_result(n.REASON_DISPATCH_INTERRUPTED, messages.DISPATCH_INTERRUPTED),
+            tool_calls=len(state.records),
+            records=state.records,
+        )
+    return tools.abort(state, reason=n.REASON_DISPATCH_INTERRUPTED, message=messages.DISPATCH_INTERRUPTED)
+
+
+def _failed_result(reason: str, message: str = messages.INTERNAL) -> ExecutionResult:
     return ExecutionResult(
         exit_status="error",
         exit_code=None,
@@ -162,7 +181,7 @@ def _failed_result(reason: str) -> ExecutionResult:
         stderr_truncated=False,
         duration_ms=0,
         error=SandboxError.__name__,
-        error_message=messages.INTERNAL,
+        error_message=message,
         failure_reason=reason,
         full_stdout="",
         full_stderr="",

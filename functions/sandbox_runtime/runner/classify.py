@@ -3,14 +3,18 @@ timeout → oom → error → ok.
 
 `timeout` is decided by the runner's own deadline and `oom` from what the sandbox reports
 (exit 137 = SIGKILL by the OOM killer, or a traceback ending in MemoryError): both come from
-observable facts of this call, not from host exceptions that never occur (a peer-system bug).
+observable facts of this call, not from host exceptions that never occur (a peer-system bug). A
+process the sandbox reports killed by a signal that was not the OOM killer's
+(`naming.REASON_KILLED_BY_SIGNAL`) is an `error` naming the signal, before the oom rule.
 """
 
 from __future__ import annotations
 
 import re
+import signal
 from dataclasses import dataclass
 
+from sandbox_common import naming as n
 from sandbox_common.errors import SandboxError, SandboxFailure, SandboxOOM, SandboxTimeout
 
 OOM_EXIT_CODE = 137
@@ -19,6 +23,17 @@ OOM_EXIT_CODE = 137
 _EXCEPTION_LINE = re.compile(
     r"^(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt))(?::.*)?$", re.MULTILINE
 )
+
+
+# What the interpreter reports for a process killed by a signal that was not the OOM killer's.
+_KILLED_BY_SIGNAL = re.compile(rf"^{n.REASON_KILLED_BY_SIGNAL}:(\d+):", re.MULTILINE)
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def last_exception(stderr: str) -> str | None:
@@ -57,6 +72,16 @@ def classify(
             f"The code did not finish within the {call_timeout_seconds}-second limit and was stopped. "
             "The sandbox session was reset, so variables and files from earlier calls in this turn are gone.",
             f"deadline_exceeded:{call_timeout_seconds}s",
+        )
+    killed = _KILLED_BY_SIGNAL.search(stderr_tail)
+    if killed is not None and exit_code is not None and exit_code > 128:
+        signum = int(killed.group(1))
+        return Classification(
+            "error",
+            SandboxError,
+            f"The code's process was killed by signal {signum} ({_signal_name(signum)}); the sandbox "
+            "session ended, so variables and files from earlier calls in this turn are gone.",
+            f"{n.REASON_KILLED_BY_SIGNAL}:{signum}",
         )
     if exit_code == OOM_EXIT_CODE or last_exception(stderr_tail) == "MemoryError":
         reason = f"exit_code:{exit_code}" if exit_code == OOM_EXIT_CODE else "memory_error"

@@ -536,10 +536,17 @@ class SessionManager:
             if session.termination is not None and session.termination != "died":
                 raise NotFound(f"Session {session.session_id} not found")
             code = self._exit_status(session)
+            stderr = f"The interpreter process ended unexpectedly (exit status {code}).\n"
+            signum = self._killing_signal(session, code)  # before terminate removes its cgroups
+            if signum is not None:
+                stderr = (
+                    f"{naming.REASON_KILLED_BY_SIGNAL}:{signum}: the interpreter process was killed by "
+                    f"signal {signum} ({signal.Signals(signum).name}), not by the out-of-memory killer.\n"
+                )
             self.terminate(session, "died")
             return InvokeOutcome(
                 stdout="",
-                stderr=f"The interpreter process ended unexpectedly (exit status {code}).\n",
+                stderr=stderr,
                 exit_code=code,
                 execution_time=0.0,
                 died=True,
@@ -609,6 +616,20 @@ class SessionManager:
         elif op not in BLOCK_OPS and frame.raw_length:
             raise worker.ProtocolError(f"{op} answers carry no raw part")
         return outcome
+
+    @staticmethod
+    def _killing_signal(session: Session, status: int) -> int | None:
+        """The signal that killed the session's process when it was not the OOM killer: SIGKILL
+        only when the session's memory cgroup saw no OOM kill (without cgroups it cannot be told
+        apart from one, and stays an OOM); any other signal always."""
+        if status <= 128:
+            return None
+        signum = status - 128
+        if signum not in {int(s) for s in signal.Signals}:
+            return None
+        if signum == signal.SIGKILL and (session.cgroup is None or session.cgroup.oom_kills() > 0):
+            return None
+        return signum
 
     def _exit_status(self, session: Session) -> int:
         """128 + signal for a killed process (137 for SIGKILL, the OOM killer's), else its code."""

@@ -25,8 +25,9 @@ Semantics copied from AgentCore (a Jupyter-like kernel):
   does, and counted like any other output;
 - an uncaught exception gives exit code 1 and the traceback (user frames only) on stderr;
   `sys.exit(n)` gives n; the session survives both;
-- `MemoryError` reaching the top level gives exit code 137 (what an OOM kill reports) and the
-  session is marked fatal: the server kills it, as AgentCore's OOM-killed kernel would be gone.
+- `MemoryError` reaching the top level is an uncaught exception like any other (exit code 1, its
+  traceback on stderr, classified `oom` from it): Python caught it, so the session and its
+  variables survive. A process the kernel's OOM killer (or anything else) kills ends the session.
 
 Output is captured at the file-descriptor level (fd 1 / fd 2 point at per-call pipes), so output
 of subprocesses and C extensions is captured too, and `sys.stdout` / `sys.stderr` stay the *same
@@ -57,6 +58,7 @@ import ast
 import base64
 import builtins
 import codecs
+import contextlib
 import importlib
 import io
 import json
@@ -619,7 +621,7 @@ class Kernel:
     def execute_code(self, args: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
         if args.get("clearContext"):
             self.reset()
-        exit_code, fatal = 0, False
+        exit_code = 0
         started = time.perf_counter()
         importlib.invalidate_caches()  # a package a command just installed is importable now
         with Capture(self.stdout_limit, self.stderr_limit) as cap:
@@ -634,13 +636,17 @@ class Kernel:
                     print(exc.code, file=sys.stderr)
                     exit_code = 1
             except MemoryError as exc:
+                # Python caught it, so the kernel lives on: an uncaught exception like any other
+                # (its traceback names MemoryError: the call is classified oom), variables kept.
                 self._reserve = None
                 self._print_exception(exc)
-                exit_code, fatal = 137, True
+                exit_code = 1
+                with contextlib.suppress(MemoryError):  # the code may still hold what it took
+                    self._reserve = bytearray(1 << 20)
             except BaseException as exc:  # KeyboardInterrupt too: the session carries on
                 self._print_exception(exc)
                 exit_code = 1
-        return self._output(cap, exit_code, started, fatal)
+        return self._output(cap, exit_code, started)
 
     def execute_command(self, args: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
         """`arguments.command`: a shell script, run to its end by bash (see start_script), its

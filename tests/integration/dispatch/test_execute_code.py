@@ -51,6 +51,18 @@ def test_error_and_stderr_are_classified(stack: Stack) -> None:
     assert row["error"] == "SandboxError" and row["exit_status"] == "error" and row["failure_reason"]
 
 
+def test_error_process_killed_by_the_code_itself_is_an_error_naming_the_signal(stack: Stack) -> None:
+    # Given a call whose code SIGKILLs its own process (the memory cgroup saw no OOM kill)
+    code = "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"
+    # When it runs
+    out = stack.dispatch(event(call_id="c-self-kill", code=code))
+    # Then it is a SandboxError naming the signal, not "ran out of memory"
+    assert (out["error"], out["exit_status"]) == ("SandboxError", "error"), out
+    assert "signal 9 (SIGKILL)" in out["error_message"]
+    (row,) = [r for r in stack.audit_rows("acme") if r["call_id"] == "c-self-kill"]
+    assert row["failure_reason"] == f"{n.REASON_KILLED_BY_SIGNAL}:9"
+
+
 def test_cap_two_third_call_refused_and_audited(stack: Stack) -> None:
     # Given a tenant daily cap of 2
     stack.set_cap(dimensions.TENANT_DAILY.name, 2)

@@ -278,3 +278,26 @@ def test_jobs_timeout_fits_the_remaining_life_of_the_turns_session(stack: Stack)
     assert "600 s to" in submitted["notice"]
     final, _ = wait_final(stack, submitted["job_id"])
     assert final["stdout"] == "short\n"
+
+
+def test_jobs_submit_after_a_job_timeout_restarts_the_session_like_a_foreground_call(stack: Stack) -> None:
+    # Given a job whose timeout stopped the turn's session
+    first = stack.dispatch(job("c-times-out", SLEEPER, timeout_s=1))
+    timed_out, _ = wait_final(stack, first["job_id"])
+    assert timed_out["status"] == "timed_out"
+    before = sum(
+        int(i[n.COUNTER_ATTR_COUNT]["N"]) for i in stack.counter_items()[n.TENANT_DAILY_COUNTERS.logical]
+    )
+    # When a background submit comes next in the turn
+    second = stack.dispatch(job("c-after", "print('fresh')"))
+    # Then it started in a fresh session (not JobLaunchFailed), ran, and was counted once
+    assert (second["ok"], second["status"]) == (True, "running"), second
+    assert second["session_id"] != first["session_id"]
+    final, _ = wait_final(stack, second["job_id"])
+    assert (final["status"], final["stdout"]) == ("completed", "fresh\n")
+    after = sum(
+        int(i[n.COUNTER_ATTR_COUNT]["N"]) for i in stack.counter_items()[n.TENANT_DAILY_COUNTERS.logical]
+    )
+    assert after == before + 1
+    rows = [r for r in stack.audit_rows("acme") if r["call_id"] == "c-after"]
+    assert [(r["invocation_id"], r["job_status"]) for r in rows] == [(second["invocation_id"], "completed")]

@@ -365,19 +365,25 @@ def test_tools_foreign_continuation_is_refused_and_nothing_runs(
     assert final["stdout"] == "before after mine\n"
 
 
-def test_tools_continuation_reused_is_refused_and_nothing_runs_again(tools_stack: Stack) -> None:
+def test_tools_continuation_reused_replays_the_final_answer_and_nothing_runs_again(
+    tools_stack: Stack,
+) -> None:
     stack = tools_stack
     # Given a call resumed to its end
     paused = stack.dispatch(call(SIDE_EFFECT, call_id="c-reuse"))
     final = stack.dispatch(resume(paused, tool_result=1))
     assert final["stdout"] == "before after 1\n"
     rows, counters = len(stack.audit_rows()), stack.counter_items()
-    # When its continuation is sent again (and a made-up one)
+    # When its continuation is sent again (a retried resume), and a made-up one
     again = stack.dispatch(resume(paused, tool_result=2))
     made_up = stack.dispatch(resume({"continuation": "A" * 43}, tool_result=2))
-    # Then both are refused with the same sentence, nothing counted, audited or run
-    assert again["error"] == made_up["error"] == "SandboxInvalidRequest"
-    assert again["error_message"] == made_up["error_message"] == messages.CONTINUATION_INVALID
+    # Then the retry gets the call's final answer, the made-up one is refused; nothing counted,
+    # audited or run
+    assert again == final
+    assert (made_up["error"], made_up["error_message"]) == (
+        "SandboxInvalidRequest",
+        messages.CONTINUATION_INVALID,
+    )
     assert len(stack.audit_rows()) == rows and stack.counter_items() == counters
     check = stack.dispatch(event(call_id="c-check", code="print(open('resumed.txt').read())"))
     assert check["stdout"] == "before after\n"
@@ -554,7 +560,7 @@ def test_tools_failure_after_the_claim_still_ends_the_call_with_its_row(tools_st
     assert len(rows) == 1
     assert rows[0]["failure_reason"].startswith("preflight_unavailable:")
     assert rows[0]["invocation_id"] == paused["invocation_id"]
-    assert stack.dispatch(resume(paused, tool_result=1))["error"] == "SandboxInvalidRequest"
+    assert stack.dispatch(resume(paused, tool_result=1)) == answer  # spent: a retry replays its end
 
 
 # --- the paused-calls sweep: a call nobody resumes or ends ends on its own ----------
@@ -590,9 +596,9 @@ def test_tools_sweep_ends_a_paused_call_past_its_wait_bound_once_with_session_st
     assert rows[0]["invocation_id"] == paused["invocation_id"]
     assert paused["session_id"] not in stack.live_sessions()
     assert paused["session_id"] not in _slot_sessions(stack)
-    # And a late resume, and a second sweep, change nothing (the continuation is spent)
+    # And a late resume (answered the call's end), and a second sweep, change nothing
     late = stack.dispatch(resume(paused, tool_result=1))
-    assert late["error"] == "SandboxInvalidRequest"
+    assert (late["error"], late["invocation_id"]) == ("SandboxTimeout", paused["invocation_id"])
     assert _sweep(stack) == {"ok": True}
     assert len([r for r in stack.audit_rows("acme") if r["call_id"] == "c-swept"]) == 1
 
@@ -652,3 +658,18 @@ def test_tools_reaper_hook_asks_dispatch_to_sweep_paused_calls(
     assert out["hooks"][n.REAPER_HOOK_PAUSED] == {"ok": True}, out["hooks"]
     rows = [r for r in stack.audit_rows("acme") if r["call_id"] == "c-reaped"]
     assert [r["exit_status"] for r in rows] == ["timeout"]
+
+
+def test_tools_retry_of_a_finished_call_id_returns_its_final_result(tools_stack: Stack) -> None:
+    stack = tools_stack
+    # Given a tool-calling call resumed to its end
+    paused = stack.dispatch(call(SIDE_EFFECT, call_id="c-finished"))
+    final = stack.dispatch(resume(paused, tool_result=1))
+    assert final["stdout"] == "before after 1\n"
+    rows, counters = len(stack.audit_rows()), stack.counter_items()
+    # When the execute_code is retried with the same call_id
+    retried = stack.dispatch(call(SIDE_EFFECT, call_id="c-finished"))
+    # Then it gets the final result (not the old pause with its spent continuation); nothing
+    # counted, audited or run again
+    assert retried == final
+    assert len(stack.audit_rows()) == rows and stack.counter_items() == counters

@@ -56,9 +56,12 @@ def _rows(stack: Stack, call_id: str) -> list[dict[str, Any]]:
     return [r for r in stack.audit_rows("acme") if r["call_id"] == call_id]
 
 
-def _dead_calls(ctx: dict[str, Any], call_ids: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+def _dead_calls(
+    ctx: dict[str, Any], call_ids: tuple[str, ...], early: dict[str, Any] | None = None
+) -> dict[str, dict[str, Any]]:
     """Each call sent to the dispatch worker, its workers SIGKILLed while the code runs; returns
-    {call_id: attempt} once every call's in-progress deadline has passed."""
+    {call_id: attempt} once every call's in-progress deadline has passed. `early`: the first
+    call's retry sent right after the kill, before its deadline, is answered into it."""
     answers: list[Any] = []
 
     def send(call_id: str) -> None:
@@ -93,6 +96,10 @@ def _dead_calls(ctx: dict[str, Any], call_ids: tuple[str, ...]) -> dict[str, dic
         t.join(60)
     assert answers == ["Unhandled"] * len(call_ids)  # the agent saw no answer from the dead attempts
     assert all(_rows(stack, c) == [] for c in call_ids)  # and nothing audited them
+    if early is not None:
+        first = call_ids[0]
+        early.update(stack.dispatch(event(turn_id=f"turn-{first}", call_id=first, code=SLOW)))
+        early["deadline_passed"] = time.time() * 1000 > attempts[first]["deadline_ms"]
     time.sleep(max(0.0, max(a["deadline_ms"] for a in attempts.values()) / 1000 - time.time()) + 0.5)
     return attempts
 
@@ -140,8 +147,19 @@ def test_dispatch_interrupted_killed_worker_each_call_ends_with_one_row(
     from reaper.interrupted_sweep import finish_interrupted
 
     stack = short_dispatch["stack"]
-    # Given four calls whose dispatch worker was SIGKILLed mid-call, now past their deadlines
-    attempts = _dead_calls(short_dispatch, ("c-retry", "c-swept", "c-race", "c-recover"))
+    # Given four calls whose dispatch worker was SIGKILLed mid-call, c-retry retried at once
+    early: dict[str, Any] = {}
+    attempts = _dead_calls(short_dispatch, ("c-retry", "c-swept", "c-race", "c-recover"), early)
+    # Then that retry, before the dead attempt's deadline, was answered call_in_progress (not
+    # awaited): nothing was finished or written for it
+    assert early["deadline_passed"] is False
+    assert (early["ok"], early["error"], early["reason"]) == (
+        False,
+        "SandboxError",
+        n.REASON_CALL_IN_PROGRESS,
+    )
+    assert 1 <= early["retry_after_s"] <= 10
+    # Given now all four past their deadlines
     # And c-recover's finisher killed after it won the record, before its row was written
     _finisher_killed_before_its_row(stack, "c-recover")
     left = _record_of(stack, "c-recover")

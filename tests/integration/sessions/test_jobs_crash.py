@@ -28,6 +28,7 @@ from tests.support.stack import dispatch_workers
 from .conftest import Stack, event, get_job_event
 
 JOB = "import time\ntime.sleep(2)\nprint('survived')"
+SLEEPS = "import time\ntime.sleep(600)"  # cancelled long before it ends
 
 
 @pytest.fixture
@@ -165,3 +166,40 @@ def test_jobs_crash_worker_killed_while_ending_the_job_row_written_once(
     (row,) = _rows(stack, submitted["invocation_id"])
     assert (row["background"], row["job_status"], row["stdout_bytes"]) == (True, "completed", 9)
     assert store.get(submitted["job_id"]).state == "completed"  # type: ignore[union-attr]
+
+
+def test_jobs_crash_worker_killed_while_cancelling_the_job_row_written_once(
+    worker_dispatch: dict[str, Any],
+) -> None:
+    from reaper.job_sweep import end_due_jobs
+    from sandbox_common import aws
+    from sandbox_runtime.job_store import FINISHING, JobStore
+
+    ctx, stack, proxy = worker_dispatch, worker_dispatch["stack"], worker_dispatch["proxy"]
+    turn_id = "turn-cancel-kill"
+    # Given a running job, and a cancel_job in the dispatch worker ...
+    submitted = _invoke(ctx, event(turn_id=turn_id, call_id="c-job", code=SLEEPS, background=True))
+    assert submitted["status"] == "running", submitted
+    cancel = {**get_job_event(turn_id, submitted["job_id"]), "action": "cancel_job"}
+    answers: list[dict[str, Any]] = []
+    sent = threading.Thread(target=lambda: answers.append(_invoke(ctx, cancel)))
+    sent.start()
+    # ... killed after it claimed the job's end, while its audit PutItem is in flight (dropped)
+    assert proxy.held.wait(60), "the worker never reached the audit write"
+    _kill_worker()
+    sent.join(60)
+    proxy.release(deliver=False)
+    # Then the agent saw no answer, the end is claimed as cancelled, and no row exists yet
+    assert answers and answers[0]["function_error"] == "Unhandled"
+    store = JobStore(table_name=stack.resources.tables[n.JOBS.logical], ddb=aws.client("dynamodb"))
+    claimed = store.get(submitted["job_id"])
+    assert claimed is not None and (claimed.state, claimed.final_state) == (FINISHING, "cancelled")
+    assert _rows(stack, submitted["invocation_id"]) == []
+    # When the reaper's sweep runs, then the agent cancels again, and a second sweep comes
+    swept = end_due_jobs(time.time())
+    again = stack.dispatch(cancel)
+    # Then the job is cancelled, answered from the claimed end, with exactly one row
+    assert swept["ended"] == 1 and end_due_jobs(time.time())["ended"] == 0
+    assert again["status"] == "cancelled"
+    (row,) = _rows(stack, submitted["invocation_id"])
+    assert (row["background"], row["job_status"]) == (True, "cancelled")

@@ -9,13 +9,14 @@ same calls dispatch's handler makes; the final answer is the runner result plus 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import boto3
 import pytest
 from dispatch.tools.calls import Owner, claim, resume_call, start_call
-from dispatch.tools.store import ContinuationStore
+from dispatch.tools.store import Answered, ContinuationStore
 from sandbox_client.turn import SandboxTurn
 from sandbox_common import aws
 from sandbox_common import naming as n
@@ -61,9 +62,12 @@ class Router:
                 )
             else:
                 req = parse_resume_event(event)
-                step = resume_call(self.runner, self.store, claim(self.store, req), req)
+                claimed = claim(self.store, req, until=time.time() + 300)
+                step = resume_call(self.runner, self.store, claimed, req)
         except SandboxFailure as exc:
             return 200, {}, json.dumps(exc.to_response()).encode()
+        except Answered as answered:  # a resume of a call that already ended (as dispatch answers it)
+            return 200, {}, json.dumps(answered.response).encode()
         if step.response is not None:
             return 200, {}, json.dumps(step.response).encode()
         assert step.finished is not None
@@ -76,6 +80,8 @@ class Router:
             "stdout_bytes": result.stdout_bytes,
             "tool_calls": step.finished.tool_calls,
         }
+        if event["action"] == "resume":
+            self.store.settle(claimed, answer)  # the call ended: as dispatch's resume settles it
         return 200, {}, json.dumps(answer).encode()
 
 
@@ -191,9 +197,9 @@ def test_resume_continuation_reused_or_foreign_is_refused_and_runs_nothing(
     done = turn._invoke(base)
     reused = turn._invoke(base)
 
-    # Then the first finished the code once, the reuse was refused and ran nothing
+    # Then the first finished the code once, the reuse got that final answer and ran nothing
     assert (done["ok"], done["tool_calls"]) == (True, 1)
-    assert reused["error"] == "SandboxInvalidRequest"
+    assert reused == done
     assert (
         tools_session.runner.execute(
             tools_session.interpreter_id, tools_session.session_id, "print(count)"
@@ -221,7 +227,12 @@ def test_tool_inputs_and_results_appear_in_no_log_line_nor_stored_item(
     logs = capfd.readouterr()
     assert result.tool_calls == 1
     assert len(items) == 1
-    stored = repr(items) + __import__("zlib").decompress(bytes(items[0]["state"]["B"])).decode()
+    # (the paused state while paused; the final answer once its call ended)
+    stored = repr(items) + "".join(
+        __import__("zlib").decompress(bytes(items[0][k]["B"])).decode()
+        for k in ("state", "answer")
+        if k in items[0]
+    )
     for value in (secret_input, secret_result):
         assert value not in logs.out
         assert value not in logs.err

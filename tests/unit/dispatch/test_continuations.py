@@ -4,17 +4,19 @@ agent and turn, claimed by one conditional write; hashes only."""
 from __future__ import annotations
 
 import threading
+import time
 import zlib
 from typing import Any
 
 import pytest
-from dispatch.tools.store import INVALID_CONTINUATION, ContinuationStore, token_hash
+from dispatch.tools.store import Answered, ContinuationStore, token_hash
 from sandbox_common import naming as n
-from sandbox_common.errors import SandboxError, SandboxInvalidRequest
+from sandbox_common.errors import SandboxError, SandboxInvalidRequest, StillRunning
 from sandbox_runtime.runner.stream import BoundedText
 from sandbox_runtime.runner.tool_calling import PendingCall, ToolCallState, ToolRecord
 
 OWNER = {"tenant_id": "acme", "agent_id": "agent-7", "turn_id": "turn-1"}
+UNTIL = time.time() + 3600  # the claiming resume's deadline: not reached in these tests
 CALL = {"call_id": "call-1", "invocation_id": "inv-1", "template_id": "analyst", "code_sha256": "ab" * 32}
 
 
@@ -46,7 +48,7 @@ def test_continuation_claim_by_its_owner_returns_the_stored_state(store: Continu
     token = _issue(store)
 
     # When its owner claims it
-    claimed = store.claim(token, **OWNER)
+    claimed = store.claim(token, **OWNER, until=UNTIL)
 
     # Then the call context and the whole runner state come back
     assert claimed.call == CALL
@@ -54,17 +56,68 @@ def test_continuation_claim_by_its_owner_returns_the_stored_state(store: Continu
     assert claimed.state.stdout.head == "rows so far\n"
 
 
-def test_continuation_reused_is_refused(store: ContinuationStore) -> None:
-    # Given a continuation already claimed once
+def test_continuation_reused_while_its_resume_runs_is_answered_still_running(
+    store: ContinuationStore,
+) -> None:
+    # Given a continuation claimed once, its resume under way
     token = _issue(store)
-    store.claim(token, **OWNER)
+    store.claim(token, **OWNER, until=time.time() + 30)
 
     # When it is claimed again
-    with pytest.raises(SandboxInvalidRequest) as refused:
-        store.claim(token, **OWNER)
+    with pytest.raises(StillRunning) as running:
+        store.claim(token, **OWNER, until=UNTIL)
 
-    # Then it is refused with the one answer for every bad continuation
-    assert refused.value.message == INVALID_CONTINUATION
+    # Then it is answered "in progress", with the time to the first resume's deadline
+    assert 1 <= running.value.retry_after_s <= 10
+
+
+def test_continuation_reused_after_its_resume_died_is_taken_as_interrupted(store: ContinuationStore) -> None:
+    # Given a continuation whose resume died: its claim's deadline has passed
+    token = _issue(store)
+    store.claim(token, **OWNER, until=time.time() - 1)
+
+    # When it is claimed again, twice
+    taken = store.claim(token, **OWNER, until=UNTIL)
+
+    # Then the first retry takes it as interrupted (its call is to end with its row), once
+    assert taken.interrupted and taken.state.session_id == "sess-1"
+    with pytest.raises(SandboxInvalidRequest):
+        store.claim(token, **OWNER, until=UNTIL)
+    assert store.expire_due(now=time.time() + 3600) == []
+
+
+def test_continuation_settled_with_an_answer_replays_it_to_its_owner_only(store: ContinuationStore) -> None:
+    # Given a claimed continuation whose call ended with an answer
+    token = _issue(store)
+    claimed = store.claim(token, **OWNER, until=UNTIL)
+    assert store.settle(claimed, {"ok": True, "stdout": "done\n"}) is True
+
+    # When its owner, and another turn, present it again
+    with pytest.raises(Answered) as answered:
+        store.claim(token, **OWNER, until=UNTIL)
+    with pytest.raises(SandboxInvalidRequest):
+        store.claim(token, **{**OWNER, "turn_id": "turn-2"}, until=UNTIL)
+
+    # Then the owner gets the stored answer; the sweep has nothing left to end
+    assert answered.value.response == {"ok": True, "stdout": "done\n"}
+    assert store.expire_due(now=time.time() + 3600) == []
+
+
+def test_continuation_claim_of_a_dead_resume_is_swept_once_and_its_late_settle_loses(
+    store: ContinuationStore,
+) -> None:
+    # Given a claim whose resume died, and a paused call not yet due
+    token = _issue(store)
+    dead = store.claim(token, **OWNER, until=time.time() - 1)
+    _issue(store)
+
+    # When the sweep runs (twice)
+    swept = store.expire_due(now=time.time())
+    again = store.expire_due(now=time.time())
+
+    # Then the dead resume's call was taken as interrupted once; the dead resume can't settle it
+    assert [c.interrupted for c in swept] == [True] and again == []
+    assert store.settle(dead, {"ok": True}) is False
 
 
 @pytest.mark.parametrize("other", [{"turn_id": "turn-2"}, {"agent_id": "agent-8"}, {"tenant_id": "globex"}])
@@ -76,10 +129,10 @@ def test_continuation_foreign_claim_is_refused_and_consumes_nothing(
 
     # When another turn, agent or tenant presents it
     with pytest.raises(SandboxInvalidRequest):
-        store.claim(token, **{**OWNER, **other})
+        store.claim(token, **{**OWNER, **other}, until=UNTIL)
 
     # Then it was not consumed: the owner can still claim it
-    assert store.claim(token, **OWNER).state.session_id == "sess-1"
+    assert store.claim(token, **OWNER, until=UNTIL).state.session_id == "sess-1"
 
 
 @pytest.mark.parametrize("token", ["", "short", "x" * 43 + "!", None, 42, "A" * 44])
@@ -91,13 +144,13 @@ def test_continuation_malformed_token_is_refused_without_a_store_call(
 
     # When / Then a malformed token is refused before any AWS call
     with pytest.raises(SandboxInvalidRequest):
-        store.claim(token, **OWNER)
+        store.claim(token, **OWNER, until=UNTIL)
 
 
 def test_continuation_unknown_token_is_refused(store: ContinuationStore) -> None:
     # Given / When a well-formed token that was never issued
     with pytest.raises(SandboxInvalidRequest):
-        store.claim("A" * 43, **OWNER)
+        store.claim("A" * 43, **OWNER, until=UNTIL)
 
 
 def test_continuation_concurrent_claims_exactly_one_wins(store: ContinuationStore) -> None:
@@ -108,10 +161,10 @@ def test_continuation_concurrent_claims_exactly_one_wins(store: ContinuationStor
 
     def claim() -> None:
         try:
-            store.claim(token, **OWNER)
+            store.claim(token, **OWNER, until=UNTIL)
             wins.append("won")
-        except SandboxInvalidRequest:
-            refusals.append("refused")
+        except StillRunning:
+            refusals.append("in progress")
 
     threads = [threading.Thread(target=claim) for _ in range(6)]
     for t in threads:
@@ -144,7 +197,7 @@ def test_continuation_stores_only_the_token_hash_and_no_tool_data(store: Continu
 def test_continuation_expire_for_turn_claims_only_that_turns_paused_calls(store: ContinuationStore) -> None:
     # Given paused calls in turn-1 (one already resumed) and one in turn-2
     resumed = _issue(store)
-    store.claim(resumed, **OWNER)
+    store.claim(resumed, **OWNER, until=UNTIL)
     paused = _issue(store)
     other_turn = _issue(store, turn_id="turn-2")
 
@@ -154,8 +207,8 @@ def test_continuation_expire_for_turn_claims_only_that_turns_paused_calls(store:
     # Then exactly the paused one of turn-1 was taken; it can no longer be resumed
     assert [c.turn_id for c in expired] == ["turn-1"]
     with pytest.raises(SandboxInvalidRequest):
-        store.claim(paused, **OWNER)
-    assert store.claim(other_turn, **{**OWNER, "turn_id": "turn-2"}).turn_id == "turn-2"
+        store.claim(paused, **OWNER, until=UNTIL)
+    assert store.claim(other_turn, **{**OWNER, "turn_id": "turn-2"}, until=UNTIL).turn_id == "turn-2"
 
 
 def test_continuation_store_failure_fails_closed(moto_endpoint: str) -> None:
@@ -167,4 +220,4 @@ def test_continuation_store_failure_fails_closed(moto_endpoint: str) -> None:
         store.issue(**OWNER, call=CALL, state=_state(), wait_seconds=300)
     assert issued.value.fields["failure_reason"] == "continuation_store:ResourceNotFoundException"
     with pytest.raises(SandboxError):
-        store.claim("A" * 43, **OWNER)
+        store.claim("A" * 43, **OWNER, until=UNTIL)

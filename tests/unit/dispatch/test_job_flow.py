@@ -64,7 +64,9 @@ def env(
     credentials.clear_cache()
 
 
-def submit(env: dict[str, Any], code: str, *, timeout_s: int = 30, turn: str = "turn-1") -> JobRecord:
+def submit(
+    env: dict[str, Any], code: str, *, timeout_s: int = 30, turn: str = "turn-1", submitted_ago_s: float = 0.0
+) -> JobRecord:
     record = JobRecord(
         job_id=f"job-{uuid.uuid4().hex[:12]}",
         tenant_id="acme",
@@ -75,7 +77,7 @@ def submit(env: dict[str, Any], code: str, *, timeout_s: int = 30, turn: str = "
         invocation_id=str(uuid.uuid4()),
         call_id=f"call-{uuid.uuid4().hex[:8]}",
         timeout_s=timeout_s,
-        submitted_ms=int(time.time() * 1000),
+        submitted_ms=int((time.time() - submitted_ago_s) * 1000),
         audit_base={
             "user_id": None,
             "template_id": "analyst",
@@ -164,6 +166,18 @@ def test_job_flow_completed_job_answers_final_result_and_one_audit_row(env):
     assert row["executed_code_hash"] == audit.code_hash("import time\ntime.sleep(2.5)\nprint('result', 42)")
     assert env["store"].get(record.job_id).state == "completed"
     assert env["store"].turn_jobs("acme", "turn-1").running == 0
+
+
+def test_job_flow_duration_is_the_run_time_in_the_session_not_the_time_until_polled(env):
+    # Given a short job, first observed long after its submit (submitted 20 s before it ran here)
+    record = submit(env, "import time\ntime.sleep(0.5)", submitted_ago_s=20)
+    wait_until_done_in_session(env["runner"], env["session"], record)
+    # When it is polled
+    final = poll_until_final(env, record).to_response()
+    # Then its answer and its row carry its run time in the session (about 0.5 s), not 20 s+
+    (row,) = audit_rows(env, record.invocation_id)
+    assert 500 <= final["duration_ms"] < 10_000
+    assert row["duration_ms"] == final["duration_ms"]
 
 
 def test_job_flow_timed_out_job_stops_the_session(env):

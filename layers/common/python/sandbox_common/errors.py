@@ -60,6 +60,11 @@ EXIT_STATUSES: tuple[str, ...] = ("ok", "error", "timeout", "oom", "cap_exceeded
 
 
 class StillRunning(Exception):
-    """A retry of an execute_code waited as long as it may for its racing original (same tenant
-    and call_id, still running): the original writes the call's audit row, the retry is answered
-    SandboxError (messages.STILL_RUNNING) without one."""
+    """A retry of a call (an execute_code's call_id, a resume's continuation) whose original is
+    still in progress, or whose worker died before its deadline passed: the original (or whoever
+    finishes it) writes the call's audit row; the retry is answered at once SandboxError
+    (messages.STILL_RUNNING, `reason: call_in_progress`, `retry_after_s`) without one."""
+
+    def __init__(self, retry_after_s: int = 1) -> None:
+        super().__init__(type(self).__name__)
+        self.retry_after_s = max(1, int(retry_after_s))

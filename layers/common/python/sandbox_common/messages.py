@@ -26,7 +26,8 @@ CALL_ID_REUSED = (
     "turn, template or user); use a new call_id."
 )
 STILL_RUNNING = (
-    "This call is still running from an earlier attempt; please retry shortly with the same call_id."
+    "This call is still running from an earlier attempt; please send the same request again after "
+    "retry_after_s seconds."
 )
 DISPATCH_INTERRUPTED = (
     "An earlier attempt of this call was interrupted before it finished, so its result is unknown "

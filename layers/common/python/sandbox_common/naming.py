@@ -569,6 +569,9 @@ RETRY_QUOTA_CONFLICT = "quota_transaction_conflict"
 RETRY_LEDGER_CONFLICT = "session_ledger_conflict"
 # failure_reason of the one row a call gets when its dispatch died mid-call.
 REASON_DISPATCH_INTERRUPTED = "dispatch_interrupted"
+# `reason` of the answer to a retry whose original is still in progress (or whose worker died and
+# whose deadline has not passed yet): answered at once with `retry_after_s`, never awaited.
+REASON_CALL_IN_PROGRESS = "call_in_progress"
 # failure_reason of a paused call ended by end_turn (or a resume after it): SandboxTimeout.
 REASON_TOOL_TURN_ENDED = "tool_wait_ended:turn_ended"
 # The local interpreter refuses Start with this marker at the front of its error message when it
@@ -578,6 +581,10 @@ REASON_ISOLATION_UNAVAILABLE = "isolation_unavailable"
 # refusal's log line, and the `reason` of admitted work it ended (a background job it cancelled
 # answers it; rows carry `kill_switch:<why>`).
 FIELD_KILL_SWITCH = "kill_switch"
+# The local interpreter starts the stderr of a session process killed by a signal that was not the
+# OOM killer's with this marker, then `:<signal number>`; the runner classifies it SandboxError
+# naming the signal (failure_reason `killed_by_signal:<n>`), not SandboxOOM.
+REASON_KILLED_BY_SIGNAL = "killed_by_signal"
 
 
 # --- reaper hooks: the sweeps that run on the reaper's schedule, and the modules declaring them ---

@@ -18,8 +18,8 @@ from sandbox_common import aws
 from sandbox_common import naming as n
 
 from tests.benchmarks._report import emit
-from tests.integration.sessions.test_jobs_crash import _dispatch_workers
 from tests.support import stack as harness
+from tests.support.crash_points import dispatch_worker_pids
 from tests.support.stack import Stack, dispatch_workers, event
 
 pytestmark = pytest.mark.bench
@@ -55,7 +55,7 @@ def test_retry_after_crash(stack: Stack, bench_full: bool) -> None:
             time.sleep(0.1)
         time.sleep(1)  # its session starting or its code under way
         # When the worker is SIGKILLed and the agent retries the call
-        for pid in _dispatch_workers(n.handler_string(n.DISPATCH)):
+        for pid in dispatch_worker_pids(n.handler_string(n.DISPATCH)):
             os.kill(pid, signal.SIGKILL)
         sent.join(60)
         started = time.perf_counter()

@@ -8,9 +8,19 @@ from typing import Any
 from sandbox_common import aws, dimensions
 from sandbox_common import naming as n
 
+from tests.support.crash_points import get_job_event
 from tests.support.stack import Stack, event, interpreter, jsonable, reaper_stack, stack, turn_token_for
 
-__all__ = ["Stack", "event", "interpreter", "jsonable", "stack", "reaper_stack", "turn_token_for"]
+__all__ = [
+    "Stack",
+    "event",
+    "get_job_event",
+    "interpreter",
+    "jsonable",
+    "stack",
+    "reaper_stack",
+    "turn_token_for",
+]
 
 
 def interpreter_id(stack: Stack, tenant: str = "acme", environment: str = "default-public") -> str:
@@ -37,18 +47,6 @@ def set_session_cap(dimension: str, value: int, tenant: str | None = None) -> No
         Type="String",
         Overwrite=True,
     )
-
-
-def get_job_event(turn_id: str, job_id: str) -> dict[str, Any]:
-    """A get_job of acme's agent-7 in `turn_id`, with the turn's token."""
-    return {
-        "action": "get_job",
-        "tenant_id": "acme",
-        "agent_id": "agent-7",
-        "turn_id": turn_id,
-        "job_id": job_id,
-        "turn_token": turn_token_for("acme", turn_id),
-    }
 
 
 def slots_of(stack: Stack) -> list[Any]:

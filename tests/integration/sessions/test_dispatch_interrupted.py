@@ -20,11 +20,11 @@ import pytest
 from sandbox_common import aws, messages
 from sandbox_common import naming as n
 
+from tests.support.crash_points import dispatch_worker_pids
 from tests.support.http import HoldingProxy
 from tests.support.stack import dispatch_workers
 
 from .conftest import Stack, event
-from .test_jobs_crash import _dispatch_workers
 
 # The dispatch worker's Lambda timeout: the in-progress deadline of its calls (≈ claim + this).
 # Above dispatch's answer margin (15 s) by enough that on a loaded machine every call is still
@@ -88,7 +88,7 @@ def _dead_calls(
         time.sleep(0.2)
     assert sorted(attempts) == sorted(call_ids), attempts
     time.sleep(1)  # mid-call: claimed, its session starting or its code under way
-    workers = _dispatch_workers(n.handler_string(n.DISPATCH))
+    workers = dispatch_worker_pids(n.handler_string(n.DISPATCH))
     assert workers
     for pid in workers:
         os.kill(pid, signal.SIGKILL)
@@ -345,7 +345,7 @@ def test_dispatch_interrupted_killed_while_its_completion_is_in_flight_ends_with
         call.start()
         # When the call has run and its completion is in flight, the worker is SIGKILLed
         assert proxy.held.wait(60), "the call never sent its audit row"
-        for pid in _dispatch_workers(n.handler_string(n.DISPATCH)):
+        for pid in dispatch_worker_pids(n.handler_string(n.DISPATCH)):
             os.kill(pid, signal.SIGKILL)
         call.join(60)
         proxy.release(deliver=False)

@@ -14,6 +14,13 @@ _SYMBOL = {
     "skipped": "skipped",
 }
 
+_CRASH_POINTS = (
+    "The dispatch Lambda, a real worker process of the local Lambda emulator, SIGKILLed at one point of a"
+    " counted call; the reaper's sweeps and the agent's next calls (a fresh dispatch container) finish what"
+    " it left. `counted`: the calls with the quota's counted marker; `audit rows`: rows per call_id. See"
+    " `tests/support/crash_points.py` for each scenario."
+)
+
 
 def _held(outcomes: dict[str, str], nodeid: str) -> str:
     return _SYMBOL.get(outcomes.get(nodeid, "?"), outcomes.get(nodeid, "?"))
@@ -27,6 +34,14 @@ def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return lines
+
+
+def _results_table(
+    items: list[dict[str, Any]], outcomes: dict[str, str], headers: list[str], keys: list[str]
+) -> list[str]:
+    """A table of recorded rows: a column per header (its recorded key), then the test's result."""
+    rows = [[r[key] for key in keys] + [_held(outcomes, r["nodeid"])] for r in items]
+    return _table([*headers, "result"], rows)
 
 
 def render(
@@ -69,35 +84,24 @@ def render(
             ),
             "",
         ]
-        rows = [
-            [
-                r["dependency"],
-                r["fault"],
-                r["injected"],
-                r["outcome"],
-                r["audit_rows"],
-                r["dlq_rows"],
-                r["leaked_sessions"],
-                r["counted"],
-                r["expected"],
-                _held(outcomes, r["nodeid"]),
-            ]
-            for r in faults
-        ]
-        out += _table(
-            [
-                "dependency",
-                "fault",
-                "injected",
-                "agent saw",
-                "audit rows",
-                "DLQ rows",
-                "leaked sessions",
-                "counted",
-                "expected (SPEC)",
-                "result",
-            ],
-            rows,
+        out += _results_table(
+            faults,
+            outcomes,
+            ["dependency", "fault", "injected", "agent saw", "audit rows", "DLQ rows", "leaked sessions"]
+            + ["counted", "expected (SPEC)"],
+            ["dependency", "fault", "injected", "outcome", "audit_rows", "dlq_rows", "leaked_sessions"]
+            + ["counted", "expected"],
+        )
+        out.append("")
+
+    crashes = records.get("crash_points", [])
+    if crashes:
+        out += ["## Crash points", "", _CRASH_POINTS, ""]
+        out += _results_table(
+            crashes,
+            outcomes,
+            ["crash point", "where the worker died", "agent saw", "audit rows", "counted", "expected"],
+            ["crash_point", "died", "agent_saw", "audit_rows", "counted", "expected"],
         )
         out.append("")
 

@@ -34,9 +34,8 @@ def _answer(answer: dict[str, Any]) -> str:
     """What an answer told the agent, in a few words."""
     if answer.get("function_error"):
         return f"no answer (Lambda {answer['function_error']})"
-    if answer.get("ok") is False:
-        return " ".join(str(answer[k]) for k in ("error", "reason") if answer.get(k))
-    return str(answer.get("status") or "ok")
+    said = [str(answer[k]) for k in ("status", "error", "reason") if answer.get(k)]
+    return " ".join(said) or "ok"
 
 
 def _audit(stack: Stack) -> tuple[dict[str, int], list[str]]:
@@ -75,7 +74,7 @@ def test_crash_points_resume(reaper_stack: Stack, record: Callable[..., None]) -
         (
             f"resume: {_answer({'function_error': seen['killed'][0]})}",
             f"retry: {_answer(seen['early'])}",
-            f"after the sweep: {seen['again']['error_message']}",
+            f"resume after the sweep: {_answer(seen['again'])}",
         )
     )
     _cell(

@@ -80,12 +80,14 @@ def test_bad_files_are_refused_before_anything_counts(stack: Stack) -> None:
         [{"path": "x", "content_base64": "%%%"}],
         [{"path": "x", "s3_uri": "s3://someone-elses-bucket/data.csv"}],
         [{"path": "x", "s3_uri": f"s3://{n.demo_data_bucket_name('local')}/globex/data.csv"}],
+        [{"path": "x", "s3_uri": f"s3://{n.demo_data_bucket_name('local')}/acme/../globex/data.csv"}],
+        [{"path": "x", "s3_uri": f"s3://{n.demo_data_bucket_name('local')}/acme/%2e%2e/globex/data.csv"}],
     ]
     # When each is sent / Then each is SandboxInvalidRequest, nothing counted, no session, no audit row
     for i, files in enumerate(bad):
         answer = stack.dispatch(event(call_id=f"bad-{i}", code="print(1)", files=files))
         assert answer["ok"] is False and answer["error"] == "SandboxInvalidRequest", (i, answer)
-    assert len(bad) == 8
+    assert len(bad) == 10
     assert counted(stack) == before
     assert stack.live_sessions() == sessions
     assert stack.audit_rows("acme") == []

@@ -165,6 +165,33 @@ class CollectResult:
     failure_reason: str | None = None  # collection failed (the call's own result stands)
 
 
+# What a token shape in an artifact's name becomes: plain letters, because the name is also the
+# S3 key's last part and the file name a download is saved under (no `<` `>` there).
+REDACTED_NAME = "redacted"
+
+
+def safe_filename(filename: str, taken: set[str]) -> str:
+    """The name an artifact is listed, audited, logged and stored under: `filename` with every
+    catalogue token shape replaced by REDACTED_NAME (SPEC §22). A replaced name that another
+    artifact of the call already has, or that is no longer a relative file path, gets a number
+    (`redacted-2.txt`), so two redacted names never share one S3 key. Adds the result to `taken`."""
+    cleaned = catalogue.redact(filename).replace(catalogue.REPLACEMENT, REDACTED_NAME)
+    if cleaned != filename:
+        try:
+            check_relative_path(cleaned)
+        except ValueError:
+            cleaned = REDACTED_NAME
+        folder, _, leaf = cleaned.rpartition("/")
+        stem, dot, suffix = leaf.partition(".")
+        number, candidate = 1, cleaned
+        while candidate in taken:
+            number += 1
+            candidate = f"{folder}/" * bool(folder) + f"{stem}-{number}{dot}{suffix}"
+        cleaned = candidate
+    taken.add(cleaned)
+    return cleaned
+
+
 def content_type(filename: str) -> str:
     guessed, _ = mimetypes.guess_type(filename)
     return guessed or "application/octet-stream"
@@ -336,11 +363,15 @@ def collect_and_store(
     artifacts: list[dict[str, Any]] = []
     stored = 0
     failure: str | None = None
+    # Every name the session reported is taken first: a redacted name never lands on another's.
+    taken = {str(item["filename"]) for item in items if _well_formed(item)}
     for item in items:
         if not _well_formed(item):  # the answer file lives in the session: code there may forge it
             failure = failure or "artifacts:forged_entry"
             continue
-        filename, size = str(item["filename"]), int(item["bytes"])
+        raw_name, size = str(item["filename"]), int(item["bytes"])
+        taken.discard(raw_name)
+        filename = safe_filename(raw_name, taken)
         if size > limits.MAX_ARTIFACT_BYTES or "sha256" not in item:
             listed.append({"filename": filename, "bytes": size, "skipped": n.SKIPPED_TOO_LARGE})
             continue

@@ -267,7 +267,7 @@ class _Assembly:
     The redaction equals `catalogue.redact` of the whole decoded text: no catalogue token
     contains a newline, so whole lines redact independently, and only the lines
     `catalogue.token_lines` names (those holding a token's anchor) are decoded and redacted.
-    Anything that is not UTF-8 is stored byte-exact."""
+    Anything that is not UTF-8 goes through `redact_other` once all of it is there."""
 
     def __init__(self) -> None:
         self.size = 0
@@ -329,14 +329,49 @@ class _Assembly:
         if self._text and self._pending:  # the last line, without a newline
             self._redact_lines(b"".join(self._pending))
             self._pending = []
-        if not self._text or not self._changed:
+        if not self._text:
+            return redact_other(raw)
+        if not self._changed:
             return raw, False
         return b"".join(self._clean), True
 
 
+# Byte-order marks, longest first (UTF-32-LE's starts with UTF-16-LE's).
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+
+
+def redact_other(data: bytes) -> tuple[bytes, bool]:
+    """An artifact that is not UTF-8 (SPEC §22): text behind a UTF-16/UTF-32 byte-order mark is decoded, redacted and encoded back; anything else without
+    a NUL byte is ASCII-compatible text (latin-1, cp1252, UTF-8 with invalid bytes) and is
+    redacted on its bytes, every byte that is not part of a token kept as it is. What is left
+    (NUL bytes, no byte-order mark) is binary and stored byte-exact."""
+    for bom, codec in _BOMS:
+        if data.startswith(bom):
+            width = 4 if "32" in codec else 2
+            body = data[len(bom) :]
+            whole = len(body) - len(body) % width
+            try:
+                text = body[:whole].decode(codec, "surrogatepass")
+            except UnicodeDecodeError:
+                continue  # not UTF-32 after all (a UTF-16-LE text starting with U+0000)
+            cleaned = catalogue.redact(text)
+            if cleaned == text:
+                return data, False
+            return bom + cleaned.encode(codec, "surrogatepass") + body[whole:], True
+    if b"\x00" in data:
+        return data, False
+    cleaned_bytes = catalogue.redact_bytes(data)
+    return cleaned_bytes, cleaned_bytes != data
+
+
 def redact_artifact(data: bytes) -> tuple[bytes, bool]:
     """Text (UTF-8 decodable) through the host-side catalogue redactor (§8 layer 2), anything
-    else byte-exact. Returns (bytes to store, whether redaction changed anything); equal to
+    else through `redact_other`. Returns (bytes to store, whether redaction changed anything); equal to
     `catalogue.redact(data.decode())` for text, computed chunk by chunk on the bytes."""
     assembly = _Assembly()
     assembly.feed(data)

@@ -336,6 +336,9 @@ class _Assembly:
         return b"".join(self._clean), True
 
 
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# PNG chunks that hold free text (keywords and values): `savefig(metadata=...)` writes them.
+PNG_TEXT_CHUNKS = frozenset({b"tEXt", b"zTXt", b"iTXt"})
 # Byte-order marks, longest first (UTF-32-LE's starts with UTF-16-LE's).
 _BOMS = (
     (codecs.BOM_UTF32_LE, "utf-32-le"),
@@ -346,10 +349,14 @@ _BOMS = (
 
 
 def redact_other(data: bytes) -> tuple[bytes, bool]:
-    """An artifact that is not UTF-8 (SPEC §22): text behind a UTF-16/UTF-32 byte-order mark is decoded, redacted and encoded back; anything else without
+    """An artifact that is not UTF-8 (SPEC §22): a PNG loses its text chunks; text behind a
+    UTF-16/UTF-32 byte-order mark is decoded, redacted and encoded back; anything else without
     a NUL byte is ASCII-compatible text (latin-1, cp1252, UTF-8 with invalid bytes) and is
     redacted on its bytes, every byte that is not part of a token kept as it is. What is left
     (NUL bytes, no byte-order mark) is binary and stored byte-exact."""
+    if data.startswith(PNG_SIGNATURE):
+        stripped = strip_png_text(data)
+        return (data, False) if stripped is None else (stripped, stripped != data)
     for bom, codec in _BOMS:
         if data.startswith(bom):
             width = 4 if "32" in codec else 2
@@ -367,6 +374,25 @@ def redact_other(data: bytes) -> tuple[bytes, bool]:
         return data, False
     cleaned_bytes = catalogue.redact_bytes(data)
     return cleaned_bytes, cleaned_bytes != data
+
+
+def strip_png_text(data: bytes) -> bytes | None:
+    """`data` (a PNG) without its tEXt/zTXt/iTXt chunks and without anything after IEND; None
+    when the chunk structure does not parse (the artifact is then stored as it is, like any
+    other binary file)."""
+    kept, at, size = [data[:8]], 8, len(data)
+    while at + 12 <= size:
+        length = int.from_bytes(data[at : at + 4], "big")
+        kind = data[at + 4 : at + 8]
+        end = at + 12 + length
+        if end > size:
+            return None
+        if kind not in PNG_TEXT_CHUNKS:
+            kept.append(data[at:end])
+        at = end
+        if kind == b"IEND":
+            return b"".join(kept)
+    return None
 
 
 def redact_artifact(data: bytes) -> tuple[bytes, bool]:

@@ -8,9 +8,17 @@ from __future__ import annotations
 import codecs
 import hashlib
 import time
+import zlib
 
 import pytest
-from dispatch.files.artifacts import CHUNK_BYTES, READ_BATCH_BYTES, _Assembly, _read_artifact, redact_artifact
+from dispatch.files.artifacts import (
+    CHUNK_BYTES,
+    PNG_SIGNATURE,
+    READ_BATCH_BYTES,
+    _Assembly,
+    _read_artifact,
+    redact_artifact,
+)
 from sandbox_common.redaction.catalogue import REPLACEMENT, redact
 from sandbox_runtime.runner.tools import ToolFailed
 
@@ -204,3 +212,32 @@ def test_read_artifact_failure_of_a_later_batch_is_the_collection_failure() -> N
         for block in _read_artifact(files, "ci", "s", item):  # type: ignore[arg-type]
             got.append(block)
     assert len(got) == READ_BATCH_BYTES // CHUNK_BYTES
+
+
+def _chunk(kind: bytes, body: bytes) -> bytes:
+    return len(body).to_bytes(4, "big") + kind + body + zlib.crc32(kind + body).to_bytes(4, "big")
+
+
+PNG_HEAD = PNG_SIGNATURE + _chunk(b"IHDR", (1).to_bytes(4, "big") * 2 + b"\x08\x00\x00\x00\x00")
+PNG_IMAGE = _chunk(b"IDAT", zlib.compress(b"\x00\x00")) + _chunk(b"IEND", b"")
+
+
+def test_redact_artifact_png_loses_text_chunks_and_what_follows_iend() -> None:
+    # Given a PNG with a token in tEXt, zTXt and iTXt chunks, and the token again after IEND
+    text = (
+        _chunk(b"tEXt", b"Comment\x00" + TOKENS[0].encode())
+        + _chunk(b"zTXt", b"Note\x00\x00" + zlib.compress(TOKENS[0].encode()))
+        + _chunk(b"iTXt", b"Title\x00\x00\x00\x00\x00" + TOKENS[0].encode())
+    )
+    data = PNG_HEAD + text + PNG_IMAGE + TOKENS[0].encode()
+    # When redacted / Then only the image chunks are stored, byte for byte
+    assert redact_artifact(data) == (PNG_HEAD + PNG_IMAGE, True)
+
+
+def test_redact_artifact_png_without_text_is_unchanged_and_a_broken_one_byte_exact() -> None:
+    # Given a PNG without text chunks, and one cut inside a chunk
+    clean = PNG_HEAD + PNG_IMAGE
+    broken = PNG_HEAD + _chunk(b"tEXt", b"Comment\x00" + TOKENS[0].encode())[:-6]
+    # When redacted / Then both are stored as they are
+    assert redact_artifact(clean) == (clean, False)
+    assert redact_artifact(broken) == (broken, False)

@@ -175,30 +175,14 @@ def _observe(record: JobRecord, deps: JobDeps, *, cancel: bool) -> JobView:
         )
     except (SessionGone, JobUnknownInSession):
         if now_ms > record.deadline_ms:
-            return _view(
-                _end(
-                    record,
-                    "timed_out",
-                    jobs.overdue_result(record.timeout_s, now_ms - record.submitted_ms),
-                    deps,
-                ),
-                deps,
-            )
+            return _timed_out(jobs, record, now_ms, deps)
         return _view(
             _end(record, "failed", jobs.session_ended_result(now_ms - record.submitted_ms), deps), deps
         )
     except JobFailure as exc:
         if now_ms > record.deadline_ms + HOST_DEADLINE_GRACE_SECONDS * 1000:
             runner.stop_session(record.interpreter_id, record.session_id)
-            return _view(
-                _end(
-                    record,
-                    "timed_out",
-                    jobs.overdue_result(record.timeout_s, now_ms - record.submitted_ms),
-                    deps,
-                ),
-                deps,
-            )
+            return _timed_out(jobs, record, now_ms, deps)
         raise JobCheckFailed(exc.failure_reason) from None
     if not state.final or state.result is None:
         return JobView(
@@ -240,6 +224,14 @@ def _view(record: JobRecord, deps: JobDeps) -> JobView:
         status=record.final_state or "failed",
         elapsed_ms=int(response.get("duration_ms") or 0),
         response=response,
+    )
+
+
+def _timed_out(jobs: JobRunner, record: JobRecord, now_ms: int, deps: JobDeps) -> JobView:
+    """A job past its deadline whose session cannot tell its end: ended `timed_out`."""
+    return _view(
+        _end(record, "timed_out", jobs.overdue_result(record.timeout_s, now_ms - record.submitted_ms), deps),
+        deps,
     )
 
 

@@ -102,9 +102,11 @@ def test_kill_switch_refuses_a_resume_and_ends_the_paused_call_with_one_row(stac
     assert (_daily_count(stack), stack.markers()) == (counted, markers)
     # and the paused session was stopped (the parked code never runs on)
     assert paused["session_id"] not in stack.live_sessions()
-    # And a second resume finds the continuation spent: no second row
-    assert stack.dispatch(_resume(paused, tool_result=7))["error"] == "SandboxInvalidRequest"
+    # And a second resume gets the ended call's answer again: no second row, nothing counted
+    again = stack.dispatch(_resume(paused, tool_result=7))
+    assert (again["error"], again["invocation_id"]) == (answer["error"], paused["invocation_id"])
     assert len(_rows(stack, "c-kill")) == 1
+    assert (_daily_count(stack), stack.markers()) == (counted, markers)
 
 
 def test_kill_switch_leaves_a_resume_alone_while_the_caps_are_above_zero(stack: Stack) -> None:

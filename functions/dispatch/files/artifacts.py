@@ -165,6 +165,33 @@ class CollectResult:
     failure_reason: str | None = None  # collection failed (the call's own result stands)
 
 
+# What a token shape in an artifact's name becomes: plain letters, because the name is also the
+# S3 key's last part and the file name a download is saved under (no `<` `>` there).
+REDACTED_NAME = "redacted"
+
+
+def safe_filename(filename: str, taken: set[str]) -> str:
+    """The name an artifact is listed, audited, logged and stored under: `filename` with every
+    catalogue token shape replaced by REDACTED_NAME (SPEC §22). A replaced name that another
+    artifact of the call already has, or that is no longer a relative file path, gets a number
+    (`redacted-2.txt`), so two redacted names never share one S3 key. Adds the result to `taken`."""
+    cleaned = catalogue.redact(filename).replace(catalogue.REPLACEMENT, REDACTED_NAME)
+    if cleaned != filename:
+        try:
+            check_relative_path(cleaned)
+        except ValueError:
+            cleaned = REDACTED_NAME
+        folder, _, leaf = cleaned.rpartition("/")
+        stem, dot, suffix = leaf.partition(".")
+        number, candidate = 1, cleaned
+        while candidate in taken:
+            number += 1
+            candidate = f"{folder}/" * bool(folder) + f"{stem}-{number}{dot}{suffix}"
+        cleaned = candidate
+    taken.add(cleaned)
+    return cleaned
+
+
 def content_type(filename: str) -> str:
     guessed, _ = mimetypes.guess_type(filename)
     return guessed or "application/octet-stream"
@@ -240,7 +267,7 @@ class _Assembly:
     The redaction equals `catalogue.redact` of the whole decoded text: no catalogue token
     contains a newline, so whole lines redact independently, and only the lines
     `catalogue.token_lines` names (those holding a token's anchor) are decoded and redacted.
-    Anything that is not UTF-8 is stored byte-exact."""
+    Anything that is not UTF-8 goes through `redact_other` once all of it is there."""
 
     def __init__(self) -> None:
         self.size = 0
@@ -302,14 +329,75 @@ class _Assembly:
         if self._text and self._pending:  # the last line, without a newline
             self._redact_lines(b"".join(self._pending))
             self._pending = []
-        if not self._text or not self._changed:
+        if not self._text:
+            return redact_other(raw)
+        if not self._changed:
             return raw, False
         return b"".join(self._clean), True
 
 
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# PNG chunks that hold free text (keywords and values): `savefig(metadata=...)` writes them.
+PNG_TEXT_CHUNKS = frozenset({b"tEXt", b"zTXt", b"iTXt"})
+# Byte-order marks, longest first (UTF-32-LE's starts with UTF-16-LE's).
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+
+
+def redact_other(data: bytes) -> tuple[bytes, bool]:
+    """An artifact that is not UTF-8 (SPEC §22): a PNG loses its text chunks; text behind a
+    UTF-16/UTF-32 byte-order mark is decoded, redacted and encoded back; anything else without
+    a NUL byte is ASCII-compatible text (latin-1, cp1252, UTF-8 with invalid bytes) and is
+    redacted on its bytes, every byte that is not part of a token kept as it is. What is left
+    (NUL bytes, no byte-order mark) is binary and stored byte-exact."""
+    if data.startswith(PNG_SIGNATURE):
+        stripped = strip_png_text(data)
+        return (data, False) if stripped is None else (stripped, stripped != data)
+    for bom, codec in _BOMS:
+        if data.startswith(bom):
+            width = 4 if "32" in codec else 2
+            body = data[len(bom) :]
+            whole = len(body) - len(body) % width
+            try:
+                text = body[:whole].decode(codec, "surrogatepass")
+            except UnicodeDecodeError:
+                continue  # not UTF-32 after all (a UTF-16-LE text starting with U+0000)
+            cleaned = catalogue.redact(text)
+            if cleaned == text:
+                return data, False
+            return bom + cleaned.encode(codec, "surrogatepass") + body[whole:], True
+    if b"\x00" in data:
+        return data, False
+    cleaned_bytes = catalogue.redact_bytes(data)
+    return cleaned_bytes, cleaned_bytes != data
+
+
+def strip_png_text(data: bytes) -> bytes | None:
+    """`data` (a PNG) without its tEXt/zTXt/iTXt chunks and without anything after IEND; None
+    when the chunk structure does not parse (the artifact is then stored as it is, like any
+    other binary file)."""
+    kept, at, size = [data[:8]], 8, len(data)
+    while at + 12 <= size:
+        length = int.from_bytes(data[at : at + 4], "big")
+        kind = data[at + 4 : at + 8]
+        end = at + 12 + length
+        if end > size:
+            return None
+        if kind not in PNG_TEXT_CHUNKS:
+            kept.append(data[at:end])
+        at = end
+        if kind == b"IEND":
+            return b"".join(kept)
+    return None
+
+
 def redact_artifact(data: bytes) -> tuple[bytes, bool]:
     """Text (UTF-8 decodable) through the host-side catalogue redactor (§8 layer 2), anything
-    else byte-exact. Returns (bytes to store, whether redaction changed anything); equal to
+    else through `redact_other`. Returns (bytes to store, whether redaction changed anything); equal to
     `catalogue.redact(data.decode())` for text, computed chunk by chunk on the bytes."""
     assembly = _Assembly()
     assembly.feed(data)
@@ -336,11 +424,15 @@ def collect_and_store(
     artifacts: list[dict[str, Any]] = []
     stored = 0
     failure: str | None = None
+    # Every name the session reported is taken first: a redacted name never lands on another's.
+    taken = {str(item["filename"]) for item in items if _well_formed(item)}
     for item in items:
         if not _well_formed(item):  # the answer file lives in the session: code there may forge it
             failure = failure or "artifacts:forged_entry"
             continue
-        filename, size = str(item["filename"]), int(item["bytes"])
+        raw_name, size = str(item["filename"]), int(item["bytes"])
+        taken.discard(raw_name)
+        filename = safe_filename(raw_name, taken)
         if size > limits.MAX_ARTIFACT_BYTES or "sha256" not in item:
             listed.append({"filename": filename, "bytes": size, "skipped": n.SKIPPED_TOO_LARGE})
             continue

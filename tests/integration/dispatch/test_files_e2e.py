@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import urllib.request
 
+import pytest
 from sandbox_common import aws, limits
 from sandbox_common import naming as n
 
@@ -80,12 +82,14 @@ def test_bad_files_are_refused_before_anything_counts(stack: Stack) -> None:
         [{"path": "x", "content_base64": "%%%"}],
         [{"path": "x", "s3_uri": "s3://someone-elses-bucket/data.csv"}],
         [{"path": "x", "s3_uri": f"s3://{n.demo_data_bucket_name('local')}/globex/data.csv"}],
+        [{"path": "x", "s3_uri": f"s3://{n.demo_data_bucket_name('local')}/acme/../globex/data.csv"}],
+        [{"path": "x", "s3_uri": f"s3://{n.demo_data_bucket_name('local')}/acme/%2e%2e/globex/data.csv"}],
     ]
     # When each is sent / Then each is SandboxInvalidRequest, nothing counted, no session, no audit row
     for i, files in enumerate(bad):
         answer = stack.dispatch(event(call_id=f"bad-{i}", code="print(1)", files=files))
         assert answer["ok"] is False and answer["error"] == "SandboxInvalidRequest", (i, answer)
-    assert len(bad) == 8
+    assert len(bad) == 10
     assert counted(stack) == before
     assert stack.live_sessions() == sessions
     assert stack.audit_rows("acme") == []
@@ -119,6 +123,51 @@ def test_token_in_text_artifact_is_redacted_in_the_stored_object(stack: Stack) -
     stored = aws.client("s3").get_object(Bucket=stack.resources.artifacts_bucket, Key=key)["Body"].read()
     assert token.encode() not in stored and b"<redacted>" in stored
     assert hashlib.sha256(stored).hexdigest() == entry["sha256"]
+
+
+def test_token_shaped_artifact_name_never_reaches_response_row_log_or_key(
+    stack: Stack, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given code that names an artifact after a token, next to one already called redacted.txt
+    token = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    made = stack.dispatch(
+        event(
+            code=(
+                "import os\nos.makedirs('outputs', exist_ok=True)\n"
+                f"open('outputs/{token}.txt','w').write('one')\n"
+                "open('outputs/redacted.txt','w').write('two')\n"
+            )
+        )
+    )
+    # When it ran through dispatch
+    assert made["ok"] is True, made
+    # Then the token-shaped name is replaced, without landing on the other artifact's name
+    by_name = {f["filename"]: f for f in made["files"]}
+    assert sorted(by_name) == ["redacted-2.txt", "redacted.txt"]
+    assert by_name["redacted-2.txt"]["content_type"] == "text/plain"
+    # And the token is nowhere: response, audit row, anything logged, any S3 key
+    s3 = aws.client("s3")
+    keys = [
+        o["Key"]
+        for o in s3.list_objects_v2(Bucket=stack.resources.artifacts_bucket, Prefix="acme/").get(
+            "Contents", []
+        )
+    ]
+    printed = capfd.readouterr()
+    records = json.dumps([{**vars(r), "msg": r.getMessage()} for r in caplog.records], default=str)
+    for where, text in (
+        ("response", json.dumps(made)),
+        ("audit", json.dumps(stack.audit_rows("acme"), default=str)),
+        ("stdout", printed.out),
+        ("stderr", printed.err),
+        ("log records", records),
+        ("keys", json.dumps(keys)),
+    ):
+        assert token not in text, f"token leaked into {where}"
+    # And each object is at its redacted name's key, holding its own bytes
+    for name, body in (("redacted-2.txt", b"one"), ("redacted.txt", b"two")):
+        key = n.artifact_key("acme", "turn-1", made["invocation_id"], name)
+        assert s3.get_object(Bucket=stack.resources.artifacts_bucket, Key=key)["Body"].read() == body
 
 
 def test_timeout_collects_no_artifacts(stack: Stack, monkeypatch) -> None:

@@ -367,3 +367,52 @@ def test_collection_with_stdout_swallowed_falls_back_to_reading_the_answer(
     # Then the answer file was read as before (no marker is never taken as "nothing"), and it is empty
     assert counting.names == ["executeCode", "readFiles"]
     assert collected.files == [] and collected.failure_reason is None
+
+
+def png_chunk_types(data: bytes) -> list[bytes]:
+    types, at = [], 8
+    while at + 8 <= len(data):
+        length = int.from_bytes(data[at : at + 4], "big")
+        types.append(data[at + 4 : at + 8])
+        at += 12 + length
+    return types
+
+
+def test_png_text_chunks_are_dropped_and_the_png_still_decodes(
+    files_interpreter, acme_session, tools, s3
+) -> None:
+    # Given a matplotlib PNG whose metadata holds a token (tEXt, and iTXt for non-latin-1 text),
+    # and an open figure the collector saves itself
+    made = run(
+        files_interpreter,
+        acme_session,
+        (
+            "import os\nimport matplotlib.pyplot as plt\nos.makedirs('outputs', exist_ok=True)\n"
+            "fig = plt.figure(); plt.plot([1, 2, 3])\n"
+            f"fig.savefig('outputs/plot.png', metadata={{'Comment': {TOKEN!r}, 'Title': '✓ ' + {TOKEN!r}}})\n"
+            "print(open('outputs/plot.png', 'rb').read().count(b'ghp_'))\n"
+        ),
+    )
+    assert int(made["stdout"]) == 2  # the token really is in the file matplotlib wrote
+    # When collected
+    collected = collect(tools, acme_session, s3)
+    by_name = {f["filename"]: f for f in collected.files}
+    assert sorted(by_name) == ["figure-1.png", "plot.png"]
+    for entry in by_name.values():
+        body = stored(s3, entry)
+        # Then no token and no text chunk is stored, the digest is of the stored bytes
+        assert b"ghp_" not in body
+        assert not {b"tEXt", b"zTXt", b"iTXt"} & set(png_chunk_types(body))
+        assert png_chunk_types(body)[-1] == b"IEND"
+        assert entry["sha256"] == hashlib.sha256(body).hexdigest()
+    # And the stored PNG still decodes to the same image
+    tools.write(ACME_CI, acme_session, [("check/plot.png", stored(s3, by_name["plot.png"]))])
+    same = run(
+        files_interpreter,
+        acme_session,
+        (
+            "import matplotlib.image as im, numpy as np\n"
+            "print(np.array_equal(im.imread('check/plot.png'), im.imread('outputs/plot.png')))\n"
+        ),
+    )
+    assert same["stdout"].strip() == "True"

@@ -1,14 +1,24 @@
 """§14.2 host-side redaction of artifacts (§8 layer 2): text artifacts are redacted exactly as the
 catalogue redacts the whole decoded text, computed on the bytes part by part as they arrive
-(`_Assembly`); anything that is not UTF-8 is stored byte-exact."""
+(`_Assembly`); text that is not UTF-8 (single-byte encodings, invalid bytes, a UTF-16/32
+byte-order mark) is redacted too; binary is stored byte-exact."""
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import time
+import zlib
 
 import pytest
-from dispatch.files.artifacts import CHUNK_BYTES, READ_BATCH_BYTES, _Assembly, _read_artifact, redact_artifact
+from dispatch.files.artifacts import (
+    CHUNK_BYTES,
+    PNG_SIGNATURE,
+    READ_BATCH_BYTES,
+    _Assembly,
+    _read_artifact,
+    redact_artifact,
+)
 from sandbox_common.redaction.catalogue import REPLACEMENT, redact
 from sandbox_runtime.runner.tools import ToolFailed
 
@@ -63,10 +73,58 @@ def test_redact_artifact_binary_is_byte_exact() -> None:
     assert changed is False and stored == data
 
 
-def test_redact_artifact_utf8_cut_inside_a_character_is_binary() -> None:
+def test_redact_artifact_utf8_cut_inside_a_character_is_redacted_on_its_bytes() -> None:
     # Given text whose last character is cut in half (not UTF-8 decodable)
     data = ("é" * 10 + TOKENS[0]).encode() + "é".encode()[:1]
-    # When redacted / Then it is treated as binary: byte-exact
+    # When redacted / Then the token is gone and every other byte, the cut one included, kept
+    assert redact_artifact(data) == (("é" * 10 + REPLACEMENT).encode() + b"\xc3", True)
+
+
+SINGLE_BYTE = {
+    "latin-1": ("café résumé\nkey=" + TOKENS[0] + " naïve\n").encode("latin-1"),
+    "cp1252": ("“quoted” — key=" + TOKENS[0] + " €5\n").encode("cp1252"),
+    "utf-8-one-bad-byte": ("ok ✓\n" + TOKENS[0] + "\n").encode() + b"\xff\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SINGLE_BYTE))
+def test_redact_artifact_ascii_compatible_text_not_utf8_is_redacted(name: str, chunk: int | None) -> None:
+    # Given a text artifact in an ASCII-compatible encoding other than UTF-8 holding a token
+    data = SINGLE_BYTE[name]
+    # When redacted (whole, or fed in parts)
+    stored, changed = assemble(data, chunk)
+    # Then the token is gone, replaced in place; the bytes around it are unchanged
+    assert changed is True and TOKENS[0].encode() not in stored
+    assert stored == data.replace(TOKENS[0].encode(), REPLACEMENT.encode())
+
+
+@pytest.mark.parametrize("codec", ["utf-16", "utf-16-le", "utf-16-be", "utf-32"])
+def test_redact_artifact_text_behind_a_byte_order_mark_is_redacted(codec: str, chunk: int | None) -> None:
+    # Given a text artifact with a byte-order mark (UTF-16 either order, UTF-32) holding a token
+    text = "région,clé\nacme," + TOKENS[0] + "\n"
+    bom = {"utf-16-le": codecs.BOM_UTF16_LE, "utf-16-be": codecs.BOM_UTF16_BE}.get(codec, b"")
+    data = bom + text.encode(codec)
+    # When redacted
+    stored, changed = assemble(data, chunk)
+    # Then it is the same encoding, same mark, with the token replaced
+    assert changed is True
+    assert stored == bom + redact(text).encode(codec)
+    assert TOKENS[0] not in stored.decode("utf-16" if "16" in codec else "utf-32")
+
+
+def test_redact_artifact_utf16_with_a_lone_surrogate_and_odd_tail_is_still_redacted() -> None:
+    # Given UTF-16-LE text with an unpaired surrogate and a last odd byte
+    data = codecs.BOM_UTF16_LE + ("x" + TOKENS[0] + " ").encode("utf-16-le") + b"\x00\xd8" + b"!"
+    # When redacted / Then the token is gone and the odd parts are kept byte for byte
+    stored, changed = redact_artifact(data)
+    assert changed is True
+    assert stored == codecs.BOM_UTF16_LE + ("x" + REPLACEMENT + " ").encode("utf-16-le") + b"\x00\xd8!"
+
+
+def test_redact_artifact_binary_with_nul_bytes_is_byte_exact() -> None:
+    # Given binary data (NUL bytes, no byte-order mark) holding a token shape
+    data = b"\x00\x01binary" + TOKENS[0].encode() + bytes(range(256))
+    # When redacted / Then stored unchanged
     assert redact_artifact(data) == (data, False)
 
 
@@ -78,11 +136,11 @@ def test_assembly_non_ascii_cut_anywhere_stays_text(block: int) -> None:
     assert assemble(text.encode(), block) == (redact(text).encode(), True)
 
 
-def test_assembly_invalid_utf8_in_a_late_part_stores_every_byte_unchanged() -> None:
+def test_assembly_invalid_utf8_in_a_late_part_is_still_redacted() -> None:
     # Given text with a token in its first part and a byte that is never UTF-8 in its last
     data = (TOKENS[0] + "\n" + "row\n" * 40_000).encode() + b"\xff tail"
-    # When fed in parts / Then the artifact is binary: stored byte-exact, token included
-    assert assemble(data, 65536) == (data, False)
+    # When fed in parts / Then the token is redacted and the invalid byte kept
+    assert assemble(data, 65536) == (data.replace(TOKENS[0].encode(), REPLACEMENT.encode()), True)
 
 
 def test_assembly_last_line_without_newline_is_redacted() -> None:
@@ -99,8 +157,8 @@ def test_assembly_cut_character_followed_by_an_ascii_part_is_binary() -> None:
     assembly = _Assembly()
     for part in parts:
         assembly.feed(part)
-    # When finished / Then it is not UTF-8: stored byte-exact, token included
-    assert assembly.finish() == (b"".join(parts), False)
+    # When finished / Then it is not UTF-8 (never joined into a valid "é"), and redacted on its bytes
+    assert assembly.finish() == (b"".join(parts).replace(TOKENS[0].encode(), REPLACEMENT.encode()), True)
 
 
 class _RecordingFiles:
@@ -154,3 +212,32 @@ def test_read_artifact_failure_of_a_later_batch_is_the_collection_failure() -> N
         for block in _read_artifact(files, "ci", "s", item):  # type: ignore[arg-type]
             got.append(block)
     assert len(got) == READ_BATCH_BYTES // CHUNK_BYTES
+
+
+def _chunk(kind: bytes, body: bytes) -> bytes:
+    return len(body).to_bytes(4, "big") + kind + body + zlib.crc32(kind + body).to_bytes(4, "big")
+
+
+PNG_HEAD = PNG_SIGNATURE + _chunk(b"IHDR", (1).to_bytes(4, "big") * 2 + b"\x08\x00\x00\x00\x00")
+PNG_IMAGE = _chunk(b"IDAT", zlib.compress(b"\x00\x00")) + _chunk(b"IEND", b"")
+
+
+def test_redact_artifact_png_loses_text_chunks_and_what_follows_iend() -> None:
+    # Given a PNG with a token in tEXt, zTXt and iTXt chunks, and the token again after IEND
+    text = (
+        _chunk(b"tEXt", b"Comment\x00" + TOKENS[0].encode())
+        + _chunk(b"zTXt", b"Note\x00\x00" + zlib.compress(TOKENS[0].encode()))
+        + _chunk(b"iTXt", b"Title\x00\x00\x00\x00\x00" + TOKENS[0].encode())
+    )
+    data = PNG_HEAD + text + PNG_IMAGE + TOKENS[0].encode()
+    # When redacted / Then only the image chunks are stored, byte for byte
+    assert redact_artifact(data) == (PNG_HEAD + PNG_IMAGE, True)
+
+
+def test_redact_artifact_png_without_text_is_unchanged_and_a_broken_one_byte_exact() -> None:
+    # Given a PNG without text chunks, and one cut inside a chunk
+    clean = PNG_HEAD + PNG_IMAGE
+    broken = PNG_HEAD + _chunk(b"tEXt", b"Comment\x00" + TOKENS[0].encode())[:-6]
+    # When redacted / Then both are stored as they are
+    assert redact_artifact(clean) == (clean, False)
+    assert redact_artifact(broken) == (broken, False)

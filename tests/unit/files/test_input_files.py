@@ -9,7 +9,14 @@ import hashlib
 import pytest
 from sandbox_common import limits
 from sandbox_common.errors import SandboxInvalidRequest
-from sandbox_common.files import GetFileRequest, check_s3_inputs, input_record, is_under
+from sandbox_common.files import (
+    GetFileRequest,
+    InputFile,
+    check_s3_inputs,
+    input_record,
+    is_under,
+    parse_s3_uri,
+)
 from sandbox_common.models import ExecuteCodeRequest, parse_dispatch_event
 
 BASE = {
@@ -127,6 +134,59 @@ def test_check_s3_inputs_refuses_any_uri_when_tenant_has_no_data() -> None:
     assert isinstance(request, ExecuteCodeRequest)
     with pytest.raises(SandboxInvalidRequest):
         check_s3_inputs(request.files, [])
+
+
+# Keys a plain prefix test on "s3://acme-data/acme/" accepts but that may name another folder
+# to whatever copies or logs them.
+TRICK_KEYS = {
+    "dotdot": "acme/../globex/x.csv",
+    "dot": "acme/./x.csv",
+    "pct_dotdot": "acme/%2e%2e/globex/x.csv",
+    "pct_dotdot_upper": "acme/%2E%2E/globex/x.csv",
+    "pct_slash": "acme/..%2fglobex/x.csv",
+    "fullwidth_dots": "acme/\uff0e\uff0e/globex/x.csv",
+    "one_dot_leader": "acme/\u2024\u2024/globex/x.csv",
+    "fullwidth_solidus": "acme/..\uff0fglobex/x.csv",
+    "non_nfc": "acme/cafe\u0301.csv",
+    "newline": "acme/x.csv\nglobex/y.csv",
+    "carriage_return": "acme/x\r.csv",
+    "tab": "acme/x\t.csv",
+    "zero_width": "acme/\u200b../globex/x.csv",
+    "empty_segment": "acme//x.csv",
+    "trailing_slash": "acme/x/",
+    "backslash": "acme/..\\globex\\x.csv",
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRICK_KEYS))
+def test_parse_dispatch_event_rejects_s3_key_that_is_not_plain(name: str) -> None:
+    # Given an s3_uri whose key starts with the tenant's prefix but is not plain
+    uri = f"s3://acme-data/{TRICK_KEYS[name]}"
+    assert uri.startswith("s3://acme-data/acme/")
+    # When parsed / Then a named error before anything is counted, and no (bucket, key) to copy
+    with pytest.raises(SandboxInvalidRequest) as info:
+        parse_dispatch_event(with_files({"path": "x.csv", "s3_uri": uri}))
+    assert "files" in info.value.message
+    with pytest.raises(ValueError):
+        parse_s3_uri(uri)
+
+
+@pytest.mark.parametrize("name", sorted(TRICK_KEYS))
+def test_check_s3_inputs_refuses_key_that_is_not_plain(name: str) -> None:
+    # Given an input built without validation (model_construct) carrying a trick key
+    item = InputFile.model_construct(path="x.csv", s3_uri=f"s3://acme-data/{TRICK_KEYS[name]}")
+    # When checked against the tenant's prefix / Then refused: the prefix test is a containment test
+    assert not is_under(item.s3_uri or "", ["s3://acme-data/acme/"])
+    with pytest.raises(SandboxInvalidRequest):
+        check_s3_inputs([item], ["s3://acme-data/acme/"])
+
+
+def test_parse_s3_uri_accepts_plain_keys_with_dots_and_unicode() -> None:
+    # Given keys that are plain: dots inside names, NFC non-ASCII text, spaces
+    for key in ("acme/in/sales.2026.csv", "acme/in/...hidden", "acme/caf\u00e9/x.csv", "acme/a b.csv"):
+        # When parsed / Then kept as is
+        assert parse_s3_uri(f"s3://acme-data/{key}") == ("acme-data", key)
+    assert is_under("s3://acme-data/acme/caf\u00e9/x.csv", ["s3://acme-data/acme/"])
 
 
 def test_is_under_treats_prefix_as_folder() -> None:

@@ -13,6 +13,7 @@ import binascii
 import hashlib
 import json
 import re
+import unicodedata
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
@@ -61,12 +62,32 @@ def check_relative_path(path: str) -> str:
     return path
 
 
+def check_s3_key(key: str) -> str:
+    """A key that means what it reads, so a prefix test on it is a containment test (§22).
+
+    S3 keys are opaque strings, but a tool that copies or logs them may not treat them so: a
+    `..` segment, a `%` escape (`%2e%2e`, `%2f`), a backslash, a control character, an empty
+    segment or text that Unicode normalisation changes (a fullwidth dot U+FF0E is `.` under
+    NFKC) could name another tenant's folder to something downstream. All are refused."""
+    if unicodedata.normalize("NFKC", key) != key:
+        raise ValueError("s3_uri key must be normalised text (NFKC)")
+    if any(unicodedata.category(ch).startswith("C") for ch in key):
+        raise ValueError("s3_uri key must not contain control or format characters")
+    if "%" in key or "\\" in key:
+        raise ValueError("s3_uri key must not contain % escapes or backslashes")
+    segments = key.split("/")
+    if any(segment in ("", ".", "..") for segment in segments):
+        raise ValueError("s3_uri key must not contain empty, '.' or '..' segments")
+    return key
+
+
 def parse_s3_uri(uri: str) -> tuple[str, str]:
-    """(bucket, key) of `s3://bucket/key`; ValueError when it is not one."""
+    """(bucket, key) of `s3://bucket/key`; ValueError when it is not one or its key is not
+    plain (check_s3_key)."""
     match = S3_URI_RE.match(uri)
     if not match or "\x00" in uri:
         raise ValueError("s3_uri must look like s3://bucket/key")
-    return match.group(1), match.group(2)
+    return match.group(1), check_s3_key(match.group(2))
 
 
 def normalize_prefix(prefix: str) -> str:
@@ -77,6 +98,11 @@ def normalize_prefix(prefix: str) -> str:
 
 
 def is_under(uri: str, prefixes: Iterable[str]) -> bool:
+    """A containment test: False for a uri whose key is not plain (check_s3_key)."""
+    try:
+        parse_s3_uri(uri)
+    except ValueError:
+        return False
     return any(uri.startswith(normalize_prefix(p)) for p in prefixes)
 
 

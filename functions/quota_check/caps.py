@@ -198,7 +198,13 @@ def cap_reader() -> CapReader:
         stage=settings.stage,
         ttl_seconds=settings.cache_ttl_seconds,
         provider=SSMProvider(boto3_client=aws.client("ssm")),
+        clock=_clock,
     )
+
+
+def _clock() -> float:
+    """The negative cache's clock (tests move it with the Powertools cache's clock)."""
+    return time.monotonic()
 
 
 def clear_caches() -> None:

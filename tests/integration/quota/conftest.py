@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -115,6 +116,38 @@ def freeze(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], datetime]:
         return moment
 
     return _freeze
+
+
+class CapClock:
+    """The cap cache's two clocks (the reader's negative cache and Powertools' value cache),
+    stopped at the moment the fixture starts and moved only by `advance`."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
+
+
+@pytest.fixture
+def cap_clock(monkeypatch: pytest.MonkeyPatch) -> CapClock:
+    from aws_lambda_powertools.utilities.parameters import base
+    from quota_check import caps
+
+    clock = CapClock()
+    start_wall, start_mono = datetime.now(), time.monotonic()
+    real = base.datetime
+
+    class _Stopped(real):  # type: ignore[valid-type,misc]
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            assert tz is None
+            return start_wall + timedelta(seconds=clock.offset)
+
+    monkeypatch.setattr(base, "datetime", _Stopped)
+    monkeypatch.setattr(caps, "_clock", lambda: start_mono + clock.offset)
+    caps.clear_caches()
+    return clock
 
 
 @pytest.fixture

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from sandbox_common import aws, dimensions, naming
 
@@ -14,10 +12,10 @@ def _named(path: str):
     return lambda body: path.encode() in body
 
 
-def test_caps_changed_value_applies_after_ttl_and_is_cached_before(quota, freeze, count_requests):
-    # Given a 1 s cap cache and a tenant cap of 1, already reached
+def test_caps_changed_value_applies_after_ttl_and_is_cached_before(quota, freeze, count_requests, cap_clock):
+    # Given a 60 s cap cache and a tenant cap of 1, already reached
     freeze("2026-11-21T08:15:00Z")
-    quota.configure(cache_ttl_seconds=1)
+    quota.configure(cache_ttl_seconds=60)
     quota.set_cap(dimensions.TENANT_DAILY.name, 1)
     assert quota.call()["ok"]
     ssm_reads = count_requests("ssm", "GetParameter")
@@ -26,13 +24,16 @@ def test_caps_changed_value_applies_after_ttl_and_is_cached_before(quota, freeze
     quota.set_cap(dimensions.TENANT_DAILY.name, 3)
     within_ttl = quota.call()
     reads_within_ttl = ssm_reads.sent
-    time.sleep(1.2)
+    cap_clock.advance(59)
+    still_within = quota.call()
+    cap_clock.advance(2)
     after_ttl = quota.call()
 
     # Then the cached value (incl. the cached "no override" answers) is used without any SSM
     # read until the TTL passes, and the new cap applies after it
     assert within_ttl["dimension"] == "tenant_daily" and within_ttl["tenant_daily_cap"] == 1
     assert reads_within_ttl == 0
+    assert still_within["dimension"] == "tenant_daily" and still_within["tenant_daily_cap"] == 1
     assert after_ttl == {"ok": True, "tenant_daily_count": 2, "agent_hourly_count": 2}
     assert ssm_reads.sent == 4  # two overrides (absent) + two globals, re-read once
 

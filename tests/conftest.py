@@ -7,6 +7,11 @@ import socket
 
 # jsii (aws_cdk) prints a Node end-of-life banner on every start otherwise.
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+# aws-cdk-lib's built-in CloudFormation validation (a WebAssembly rule engine started by the first
+# synth of every process: ~4 s of CPU, far more on a loaded machine) only ever warns unless
+# @aws-cdk/core:validateAgainstDefaultRules is set, which cdk.json does not: the templates are the
+# same without it, and cdk-nag and cfn-lint still check them. Read by jsii's Node process at start.
+os.environ.setdefault("CDK_VALIDATION", "false")
 from collections.abc import Iterator
 from dataclasses import dataclass
 

@@ -19,6 +19,7 @@ an unchecked command behind them.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
@@ -204,13 +205,20 @@ def run_date(args: list[str]) -> str:
 
 
 # --- sandboxctl --------------------------------------------------------------------------------
-def check_sandboxctl(args: list[str]) -> Any:
+@lru_cache(maxsize=1)
+def _sandboxctl_parser() -> argparse.ArgumentParser:
+    """The real parser, built once: parsing never changes it, and building it per command line
+    (a subparser per command) was most of the runbook checks' time."""
     from infra.sandboxctl.main import build_parser
 
+    return build_parser()
+
+
+def check_sandboxctl(args: list[str]) -> Any:
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr):
-            ns = build_parser().parse_args(args)
+            ns = _sandboxctl_parser().parse_args(args)
     except SystemExit:
         raise RunbookError(f"sandboxctl {' '.join(args)}: {stderr.getvalue().strip()}") from None
     if not (getattr(ns, "stage", None) or getattr(ns, "local", None)):

@@ -10,6 +10,7 @@ itself).
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 import tomllib
 from collections.abc import Iterator
@@ -47,8 +48,24 @@ def project_modules() -> dict[str, Path]:
     return modules
 
 
-def _imports(tree: ast.AST, module: str, is_package: bool) -> Iterator[tuple[str, list[str]]]:
-    """(imported module, names imported from it) for every import statement, at any depth."""
+@functools.cache
+def _parsed(text: str, filename: str) -> ast.Module:
+    return ast.parse(text, filename=filename)
+
+
+def _tree(path: Path) -> ast.Module:
+    """`path` parsed; each text parsed once per process (the tests below walk every module)."""
+    return _parsed(path.read_text(encoding="utf-8"), str(path))
+
+
+@functools.cache
+def _imports(tree: ast.AST, module: str, is_package: bool) -> tuple[tuple[str, list[str]], ...]:
+    """(imported module, names imported from it) for every import statement, at any depth; one
+    walk per tree (a tree from `_tree` stays cached, so its identity is never reused)."""
+    return tuple(_walk_imports(tree, module, is_package))
+
+
+def _walk_imports(tree: ast.AST, module: str, is_package: bool) -> Iterator[tuple[str, list[str]]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -66,7 +83,7 @@ def _imports(tree: ast.AST, module: str, is_package: bool) -> Iterator[tuple[str
 def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = _tree(path)
         for target, names in _imports(tree, name, path.name == "__init__.py"):
             submodules = [f"{target}.{n}" for n in names if f"{target}.{n}" in modules]
             if submodules:
@@ -185,7 +202,7 @@ def layering_violations(modules: dict[str, Path]) -> list[str]:
     """One line per import the parts table does not allow, and per module no part holds."""
     problems = []
     for name, path in sorted(modules.items()):
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = _tree(path)
         if name in p.CONTAINERS:
             if _holds_code(tree):
                 problems.append(f"{name}: a package that only groups rooms holds code")
@@ -222,7 +239,7 @@ def capability_violations(modules: dict[str, Path]) -> list[str]:
         own = capability_of(name)
         if own is None:
             continue
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = _tree(path)
         for imported in _imported_names(tree, name, path.name == "__init__.py"):
             other = capability_of(imported)
             if other is None or other == own:
@@ -238,7 +255,7 @@ def private_name_violations(modules: dict[str, Path]) -> list[str]:
     ours. Dunder names are not private."""
     problems = []
     for name, path in sorted(modules.items()):
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = _tree(path)
         for imported in _imported_names(tree, name, path.name == "__init__.py"):
             owner, _, leaf = imported.rpartition(".")
             private = leaf.startswith("_") and not leaf.startswith("__")

@@ -1,24 +1,16 @@
 """`sandboxctl caps` for session caps, `warm` and `sessions` (SPEC §16.1, §16.2, §16.4) through
-the real console script against a local stack of its own (its reaper is invoked on demand)."""
+the real console script against the module's local stack (tests/cli/conftest.py; its reaper is
+invoked on demand)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from sandbox_common import dimensions
 from sandbox_common import naming as n
 
-from tests.support.local_stack import ctl, ctl_json, running_stack, state_of
-
-
-@pytest.fixture(scope="module")
-def cli_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    with running_stack(tmp_path_factory.mktemp("sandboxctl-sessions"), USER="op-alice") as env:
-        yield env
-
+from tests.support.local_stack import ctl, ctl_json, state_of
 
 _state = state_of
 

@@ -34,6 +34,17 @@ def ctl_json(env: dict[str, str], *args: str) -> Any:
     return json.loads(out.stdout)
 
 
+def assert_one_line_failure(out: subprocess.CompletedProcess[str], code: int, *needles: str) -> None:
+    """`out` failed with exit `code`, no traceback, one line on stderr for a refusal (exit 1),
+    naming each of `needles`."""
+    assert out.returncode == code, (out.returncode, out.stdout, out.stderr)
+    assert "Traceback" not in out.stderr
+    if code == 1:
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    for needle in needles:
+        assert needle in out.stderr, out.stderr
+
+
 def state_of(env: dict[str, str]) -> stack.LocalState:
     """The running stack's state (endpoints, resources, clients) of `env`'s state directory."""
     state = stack.read_state(Path(env["SANDBOX_LOCAL_DIR"]))

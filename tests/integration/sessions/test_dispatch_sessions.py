@@ -1,111 +1,33 @@
-"""Sessions as a managed resource THROUGH DISPATCH (SPEC §16.1, §16.2, §16.3, §16.6), on the shared
-real-parts harness: dispatch in-process, the session ledger and caps in moto, sessions in the local
-interpreter, the quota Lambda in the emulator, the reaper in-process with its CDK environment."""
+"""Sessions as a managed resource THROUGH DISPATCH (SPEC §16.1, §16.3, §16.6): session caps, slots,
+cold starts and their retries, the reaper's stops (warm sessions: test_dispatch_warm.py), on the
+shared real-parts harness: dispatch in-process, the session ledger and caps in moto, sessions in the
+local interpreter, the quota Lambda in the emulator, the reaper in-process with its CDK environment."""
 
 from __future__ import annotations
 
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from sandbox_common import aws, dimensions, limits
+from sandbox_common import aws, dimensions
 from sandbox_common import naming as n
 
 from tests.reliability.faults import aws_response, error_body
 
-from .conftest import Stack, event, interpreter_id, set_session_cap, set_warm, slots_of
-
-
-def _together(stack: Stack, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every event dispatched at the same moment (threads released by one barrier); answers in order."""
-    barrier = threading.Barrier(len(events))
-
-    def send(request: dict[str, Any]) -> dict[str, Any]:
-        barrier.wait()
-        return stack.dispatch(request)
-
-    with ThreadPoolExecutor(max_workers=len(events)) as pool:
-        return list(pool.map(send, events))
-
-
-def _dispatch_runner() -> Any:
-    """The tenant runner dispatch itself uses (its cached clients are the ones dispatch calls)."""
-    from dispatch import parts as dependencies
-
-    d = dependencies.built()
-    return d.runners(d.preflight.check("acme", "analyst"))
-
-
-class AgentCoreLog:
-    """Every Start, and the code of every executeCode, that dispatch's runner sends (real requests)."""
-
-    def __init__(self) -> None:
-        self.starts = 0
-        self.codes: list[str] = []
-        runner = _dispatch_runner()
-        runner.credentials.control_client().meta.events.register(
-            "before-parameter-build.bedrock-agentcore.StartCodeInterpreterSession", self._start
-        )
-        runner.credentials.invoke_client().meta.events.register(
-            "before-parameter-build.bedrock-agentcore.InvokeCodeInterpreter", self._invoke
-        )
-
-    def _start(self, **_: Any) -> None:
-        self.starts += 1
-
-    def _invoke(self, params: dict[str, Any], **_: Any) -> None:
-        self.codes.append(str((params.get("arguments") or {}).get("code", "")))
-
-    def preambles(self) -> int:
-        from sandbox_runtime.runner.session import readiness_source
-
-        return self.codes.count(readiness_source())
-
-
-def _rows(stack: Stack) -> dict[str, dict[str, Any]]:
-    return {r["call_id"]: r for r in stack.audit_rows()}
-
-
-def _daily_count(stack: Stack) -> int:
-    return sum(
-        int(i[n.COUNTER_ATTR_COUNT]["N"]) for i in stack.counter_items()[n.TENANT_DAILY_COUNTERS.logical]
-    )
-
-
-def test_dispatch_warm_first_call_makes_no_start_no_preamble_and_pool_refills(reaper_stack: Stack) -> None:
-    from reaper.service import reaper
-
-    stack = reaper_stack
-    # Given a warm pool of 1 for the template's environment, filled by the reaper
-    set_warm("acme", "default-public", 1)
-    assert reaper().run()["refill"]["started"] == 1
-    (warm,) = slots_of(stack)
-    log = AgentCoreLog()
-    # When a turn's first call arrives through dispatch
-    first = stack.dispatch(event(turn_id="turn-w", call_id="w1", code="print(6 * 7)"))
-    # Then it ran on the warm session: no Start, no readiness preamble, and it says so
-    assert (first["ok"], first["stdout"], first["session_id"]) == (True, "42\n", warm.session_id)
-    assert first[n.FIELD_SESSION_SOURCE] == "warm"
-    assert log.starts == 0
-    assert log.preambles() == 0
-    assert log.codes[0] == "print(6 * 7)"
-    # And the audit row records it too
-    assert _rows(stack)["w1"][n.FIELD_SESSION_SOURCE] == "warm"
-    # And a later call of the turn says nothing about its session's source
-    later = stack.dispatch(event(turn_id="turn-w", call_id="w2", code="print(1)"))
-    assert later["ok"] is True and n.FIELD_SESSION_SOURCE not in later
-    # And the pool refills on the reaper's next run, the claimed session serving its turn
-    assert reaper().run()["refill"]["started"] == 1
-    states = sorted((s.state, s.turn_id or "") for s in slots_of(stack))
-    assert states == [("active", "turn-w"), ("warm", "")]
-    # And end_turn stops the warm session and frees its slot (one turn per warm session)
-    assert stack.dispatch(event("end_turn", turn_id="turn-w")) == {"ok": True, "stopped": True}
-    assert warm.session_id not in stack.live_sessions()
-    assert [s.state for s in slots_of(stack)] == ["warm"]
-    set_warm("acme", "default-public", 0)
-    reaper().run()  # trims the pool: the shared interpreter keeps no session of this test
+from .conftest import (
+    AgentCoreLog,
+    Stack,
+    daily_count,
+    dispatch_runner,
+    event,
+    interpreter_id,
+    on_start,
+    rows_by_call,
+    set_session_cap,
+    slots_of,
+    together,
+    turn_item,
+)
 
 
 def test_dispatch_cold_first_call_starts_with_preamble_and_says_cold(stack: Stack) -> None:
@@ -127,54 +49,12 @@ def test_dispatch_cold_first_call_starts_with_preamble_and_says_cold(stack: Stac
     assert slots_of(stack) == []
 
 
-def test_dispatch_two_concurrent_first_calls_of_two_turns_never_share_a_session(reaper_stack: Stack) -> None:
-    from reaper.service import reaper
-
-    stack = reaper_stack
-    # Given one warm session and two turns whose first calls arrive together
-    set_warm("acme", "default-public", 1)
-    reaper().run()
-    set_warm("acme", "default-public", 0)  # no refill in between
-    # When both run
-    a, b = _together(
-        stack, [event(turn_id=t, call_id=f"{t}-1", code="print('hi')") for t in ("turn-a", "turn-b")]
-    )
-    # Then both ran, on two different sessions: one the warm one, one started cold
-    assert a["ok"] is True and b["ok"] is True
-    assert a["session_id"] != b["session_id"]
-    assert sorted([a[n.FIELD_SESSION_SOURCE], b[n.FIELD_SESSION_SOURCE]]) == ["cold", "warm"]
-    for turn in ("turn-a", "turn-b"):
-        assert stack.dispatch(event("end_turn", turn_id=turn))["stopped"] is True
-    assert slots_of(stack) == []
-
-
-def test_dispatch_never_hands_out_a_warm_session_that_failed_its_preamble(
-    reaper_stack: Stack, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from reaper.service import reaper
-    from sandbox_common.redaction import stdio
-
-    stack = reaper_stack
-    # Given a refill whose started session fails its readiness preamble (no marker printed)
-    with monkeypatch.context() as patch:
-        patch.setattr(stdio, "preamble_source", lambda: "print('no marker here')")
-        set_warm("acme", "default-public", 1)
-        assert reaper().run()["refill"]["failed"] == 1
-    set_warm("acme", "default-public", 0)
-    # When a turn's first call arrives
-    first = stack.dispatch(event(turn_id="turn-p", call_id="p1", code="print(3)"))
-    # Then it did not get that session: it started a mitigated one itself
-    assert first["ok"] is True and first[n.FIELD_SESSION_SOURCE] == "cold"
-    assert [(s.source, s.session_id) for s in slots_of(stack)] == [("cold", first["session_id"])]
-    stack.dispatch(event("end_turn", turn_id="turn-p"))
-
-
 def test_dispatch_concurrent_first_calls_of_one_turn_share_its_session_at_a_session_cap(stack: Stack) -> None:
     # Given tenant_sessions = 1 for acme and 6 first calls of ONE turn arriving together (an
     # agent's parallel tool calls): each would hold a reservation until the turn's session started
     set_session_cap(dimensions.TENANT_SESSIONS.name, 1, "acme")
     live_before = set(stack.live_sessions())
-    answers = _together(
+    answers = together(
         stack, [event(turn_id="turn-par", call_id=f"par-{i}", code=f"print({i})") for i in range(6)]
     )
     # Then none is refused on the session cap: all ran, in the turn's one session, on one slot
@@ -182,7 +62,7 @@ def test_dispatch_concurrent_first_calls_of_one_turn_share_its_session_at_a_sess
     assert len({a["session_id"] for a in answers}) == 1
     assert len(set(stack.live_sessions()) - live_before) == 1
     assert len(slots_of(stack)) == 1
-    assert _daily_count(stack) == 6
+    assert daily_count(stack) == 6
     stack.dispatch(event("end_turn", turn_id="turn-par"))
 
 
@@ -202,7 +82,7 @@ def test_dispatch_concurrent_first_calls_of_one_turn_wait_on_a_slow_lease_winner
 
     monkeypatch.setattr(lease, "acquire_session", late)
     # When 3 first calls of the turn arrive together
-    answers = _together(
+    answers = together(
         stack, [event(turn_id="turn-slow", call_id=f"slow-{i}", code=f"print({i})") for i in range(3)]
     )
     # Then the refused ones waited on the holder's reservation, not a timer: all ran in one session
@@ -220,7 +100,7 @@ def test_dispatch_tenant_sessions_cap_admits_exactly_c_of_n_concurrent_turns(sta
     answers = dict(
         zip(
             turns,
-            _together(stack, [event(turn_id=t, call_id=f"{t}-1", code="print(1)") for t in turns]),
+            together(stack, [event(turn_id=t, call_id=f"{t}-1", code="print(1)") for t in turns]),
             strict=True,
         )
     )
@@ -231,11 +111,11 @@ def test_dispatch_tenant_sessions_cap_admits_exactly_c_of_n_concurrent_turns(sta
     assert [(a["error"], a["dimension"]) for a in refused] == [
         ("SandboxCapExceeded", dimensions.TENANT_SESSIONS.name)
     ] * 3
-    assert _daily_count(stack) == 2
+    assert daily_count(stack) == 2
     assert len(set(stack.live_sessions()) - live_before) == 2
     assert len(slots_of(stack)) == 2
     # And every call left its one audit row, the refused ones as cap_exceeded
-    rows = _rows(stack)
+    rows = rows_by_call(stack)
     assert sorted(r["exit_status"] for r in rows.values()) == ["cap_exceeded"] * 3 + ["ok"] * 2
     for turn in admitted:
         stack.dispatch(event("end_turn", turn_id=turn))
@@ -249,16 +129,16 @@ def test_dispatch_session_cap_zero_refuses_every_first_call_and_counts_nothing(s
 
     dependencies.reset()  # a fresh container: no cap cached
     live_before = stack.live_sessions()
-    counted_before = _daily_count(stack)
+    counted_before = daily_count(stack)
     # When a new turn's first call arrives
     refused = stack.dispatch(event(turn_id="turn-new", call_id="n1", code="print(1)"))
     # Then it is refused on global_sessions, retry in 30 s; nothing counted, no session started
     assert (refused["error"], refused["dimension"]) == ("SandboxCapExceeded", dimensions.GLOBAL_SESSIONS.name)
     assert dimensions.GLOBAL_SESSIONS.name in refused["error_message"]
-    assert _daily_count(stack) == counted_before
+    assert daily_count(stack) == counted_before
     assert stack.live_sessions() == live_before
     assert len(slots_of(stack)) == 1  # the old turn's
-    assert _rows(stack)["n1"]["exit_status"] == "cap_exceeded"
+    assert rows_by_call(stack)["n1"]["exit_status"] == "cap_exceeded"
     # And the turn that has its session goes on (a cap bounds sessions, not calls)
     later = stack.dispatch(event(turn_id="turn-old", call_id="o2", code="print(x)"))
     assert later["ok"] is True and later["stdout"] == "5\n"
@@ -271,7 +151,7 @@ def test_dispatch_background_submit_at_session_cap_zero_counts_nothing_and_holds
     from dispatch import parts as dependencies
 
     dependencies.reset()
-    live_before, counted_before = stack.live_sessions(), _daily_count(stack)
+    live_before, counted_before = stack.live_sessions(), daily_count(stack)
     # When a new turn's first call is a background job
     refused = stack.dispatch(
         event(turn_id="turn-job", call_id="j1", code="print(1)", background=True, timeout_s=60)
@@ -279,12 +159,12 @@ def test_dispatch_background_submit_at_session_cap_zero_counts_nothing_and_holds
     # Then it is refused on global_sessions BEFORE the quota: nothing counted, no session, no job
     assert (refused["error"], refused["dimension"]) == ("SandboxCapExceeded", dimensions.GLOBAL_SESSIONS.name)
     assert "job_id" not in refused
-    assert _daily_count(stack) == counted_before
+    assert daily_count(stack) == counted_before
     assert stack.live_sessions() == live_before
     assert slots_of(stack) == []
     jobs = aws.client("dynamodb").scan(TableName=n.JOBS.physical("local"))["Items"]
     assert [j for j in jobs if n.JOB_ATTR_OPEN in j] == []  # the reserved job slot was given back
-    assert _rows(stack)["j1"]["exit_status"] == "cap_exceeded"
+    assert rows_by_call(stack)["j1"]["exit_status"] == "cap_exceeded"
 
 
 def test_dispatch_stopped_session_frees_its_slot_on_end_turn(stack: Stack) -> None:
@@ -340,7 +220,7 @@ def test_dispatch_reaped_session_restart_is_a_visible_retry(stack: Stack) -> Non
     ]
     assert second["events"][0]["at"].endswith("Z")
     # And the audit row records the same retries; the reaped session's slot is freed
-    rows = _rows(stack)
+    rows = rows_by_call(stack)
     assert rows["r2"][n.AUDIT_ATTR_RETRIES] == second["events"]
     assert rows["r1"][n.AUDIT_ATTR_RETRIES] == []
     assert [s.session_id for s in slots_of(stack)] == [second["session_id"]]
@@ -362,7 +242,7 @@ def test_dispatch_throttled_start_is_a_visible_retry(stack: Stack) -> None:
         left[0] -= 1
         return aws_response(request.url, *error_body("rest-json", "throttling"))
 
-    _dispatch_runner().credentials.control_client().meta.events.register(
+    dispatch_runner().credentials.control_client().meta.events.register(
         "before-send.bedrock-agentcore", throttle
     )
     # When a turn's first call starts its session
@@ -370,7 +250,7 @@ def test_dispatch_throttled_start_is_a_visible_retry(stack: Stack) -> None:
     # Then it ran, and the retried Start is in its events and its audit row
     assert first["ok"] is True and left == [0]
     assert [(e["reason"], e["attempt"]) for e in first["events"]] == [(n.RETRY_START_THROTTLED, 1)]
-    assert _rows(stack)["t1"][n.AUDIT_ATTR_RETRIES] == first["events"]
+    assert rows_by_call(stack)["t1"][n.AUDIT_ATTR_RETRIES] == first["events"]
     stack.dispatch(event("end_turn", turn_id="turn-t"))
 
 
@@ -425,213 +305,6 @@ def test_reaper_stops_ended_turn_session_spares_live_and_job_busy(
     assert live not in stack.live_sessions()
 
 
-def test_dispatch_quota_refusal_gives_the_warm_session_back(reaper_stack: Stack) -> None:
-    from reaper.service import reaper
-
-    stack = reaper_stack
-    # Given one warm session and a tenant at its daily call cap (0 = kill switch)
-    set_warm("acme", "default-public", 1)
-    reaper().run()
-    set_warm("acme", "default-public", 0)
-    (warm,) = slots_of(stack)
-    stack.set_cap(dimensions.TENANT_DAILY.name, 0)
-    # When a turn's first call is refused by the quota
-    refused = stack.dispatch(event(turn_id="turn-q", call_id="q1"))
-    assert (refused["error"], refused["dimension"]) == ("SandboxCapExceeded", dimensions.TENANT_DAILY.name)
-    # Then the warm session is back in its pool, unclaimed, and still running
-    (slot,) = slots_of(stack)
-    assert (slot.slot_id, slot.state, slot.turn_id) == (warm.slot_id, "warm", None)
-    assert warm.session_id in stack.live_sessions()
-    # And once calls are allowed again, the turn's next call gets that very session
-    stack.set_cap(dimensions.TENANT_DAILY.name, 1000)
-    again = stack.dispatch(event(turn_id="turn-q", call_id="q2"))
-    assert (again["ok"], again["session_id"], again[n.FIELD_SESSION_SOURCE]) == (
-        True,
-        warm.session_id,
-        "warm",
-    )
-    stack.dispatch(event("end_turn", turn_id="turn-q"))
-
-
-def test_dispatch_concurrent_first_calls_of_one_turn_share_one_session(reaper_stack: Stack) -> None:
-    from reaper.service import reaper
-
-    stack = reaper_stack
-    # Given two warm sessions and two first calls of the SAME turn arriving together
-    set_warm("acme", "default-public", 2)
-    reaper().run()
-    set_warm("acme", "default-public", 0)
-    a, b = _together(stack, [event(turn_id="turn-s", call_id=c, code="print('x')") for c in ("s1", "s2")])
-    # Then both ran in one session (the turn's only one); the other warm session went back
-    assert a["ok"] is True and b["ok"] is True
-    assert a["session_id"] == b["session_id"]
-    states = sorted((s.state, s.turn_id or "") for s in slots_of(stack))
-    assert states == [("active", "turn-s"), ("warm", "")]
-    assert _daily_count(stack) == 2
-    stack.dispatch(event("end_turn", turn_id="turn-s"))
-    set_warm("acme", "default-public", 0)
-    reaper().run()  # trims the returned warm session
-    assert slots_of(stack) == []
-
-
-def test_dispatch_failed_warm_binding_never_returns_the_session_to_the_pool(reaper_stack: Stack) -> None:
-    from reaper.service import reaper
-
-    stack = reaper_stack
-    # Given one warm session, and the turn-state write that binds it failing once (the write may
-    # have applied or not: the caller cannot know)
-    set_warm("acme", "default-public", 1)
-    reaper().run()
-    set_warm("acme", "default-public", 0)
-    (warm,) = slots_of(stack)
-    failed = [0]
-
-    def fail_bind(request: Any, **_: Any) -> Any:
-        if n.TURN_ATTR_SLOT_ID.encode() in (request.body or b"") and failed[0] == 0:
-            failed[0] += 1
-            return aws_response(request.url, *error_body("json", "access_denied"))
-        return None
-
-    aws.client("dynamodb").meta.events.register("before-send.dynamodb.UpdateItem", fail_bind)
-    # When a turn's first call claims it
-    answer = stack.dispatch(event(turn_id="turn-b", call_id="b1"))
-    # Then the call fails (audited), and the session is stopped and freed, never offered again
-    assert failed == [1]
-    assert answer["ok"] is False and answer["error"] == "SandboxError"
-    assert slots_of(stack) == []
-    assert warm.session_id not in stack.live_sessions()
-    # And the turn's next call gets a fresh session
-    again = stack.dispatch(event(turn_id="turn-b", call_id="b2", code="print(5)"))
-    assert again["ok"] is True and again["session_id"] != warm.session_id
-    stack.dispatch(event("end_turn", turn_id="turn-b"))
-
-
-def _turn_item(turn_id: str) -> Any:
-    from dispatch import parts as dependencies
-
-    return dependencies.built().turns.get("acme", turn_id)
-
-
-def test_dispatch_begun_turns_first_calls_against_a_smaller_pool_get_distinct_sessions(
-    reaper_stack: Stack,
-) -> None:
-    from reaper.service import reaper
-
-    stack = reaper_stack
-    # Given a pool of 2 warm sessions and 4 turns begun before any call (each noted a hint)
-    set_warm("acme", "default-public", 2)
-    assert reaper().run()["refill"]["started"] == 2
-    set_warm("acme", "default-public", 0)  # no refill in between
-    pool = {s.session_id for s in slots_of(stack)}
-    turns = [f"turn-h{i}" for i in range(4)]
-    for turn in turns:
-        assert stack.dispatch(event("begin_turn", turn_id=turn))["ok"] is True
-    hints = [_turn_item(t).warm_hint for t in turns]
-    assert len(hints) == 4 and all(h is not None and h["session_id"] in pool for h in hints), hints
-    log = AgentCoreLog()
-    # When their first calls arrive together
-    answers = _together(stack, [event(turn_id=t, call_id=f"{t}-1", code="print('hi')") for t in turns])
-    # Then all ran, each on its own session: the 2 warm ones went to 2 turns, 2 turns started cold
-    assert [a["ok"] for a in answers] == [True] * 4, answers
-    assert len({a["session_id"] for a in answers}) == 4
-    warm = [a for a in answers if a[n.FIELD_SESSION_SOURCE] == "warm"]
-    assert {a["session_id"] for a in warm} == pool
-    assert log.starts == 2
-    # And every session's slot names exactly the turn that runs in it
-    by_session = {s.session_id: s.turn_id for s in slots_of(stack)}
-    assert {by_session[a["session_id"]] for a in answers} == set(turns)
-    for turn in turns:
-        assert stack.dispatch(event("end_turn", turn_id=turn))["stopped"] is True
-    assert slots_of(stack) == []
-
-
-def test_dispatch_hinted_warm_claim_refused_by_quota_stays_the_turns_session(reaper_stack: Stack) -> None:
-    from reaper.service import reaper
-
-    stack = reaper_stack
-    # Given one warm session, a turn begun (hinted at it) and a tenant at its daily call cap
-    set_warm("acme", "default-public", 1)
-    reaper().run()
-    set_warm("acme", "default-public", 0)
-    (warm,) = slots_of(stack)
-    assert stack.dispatch(event("begin_turn", turn_id="turn-q"))["ok"] is True
-    stack.set_cap(dimensions.TENANT_DAILY.name, 0)
-    before = _daily_count(stack)
-    # When its first call is refused by the quota
-    refused = stack.dispatch(event(turn_id="turn-q", call_id="q1"))
-    assert (refused["error"], refused["dimension"]) == ("SandboxCapExceeded", dimensions.TENANT_DAILY.name)
-    # Then nothing was counted, and the session the claim bound stays the turn's (a concurrent call
-    # of the turn may run in it, so it never goes back to a pool another turn claims from)
-    assert _daily_count(stack) == before
-    (slot,) = slots_of(stack)
-    assert (slot.slot_id, slot.state, slot.turn_id) == (warm.slot_id, "active", "turn-q")
-    assert _turn_item("turn-q").session_id == warm.session_id
-    # And once calls are allowed again, the turn's next call runs in that very session
-    stack.set_cap(dimensions.TENANT_DAILY.name, 1000)
-    again = stack.dispatch(event(turn_id="turn-q", call_id="q2"))
-    assert (again["ok"], again["session_id"]) == (True, warm.session_id)
-    assert stack.dispatch(event("end_turn", turn_id="turn-q"))["stopped"] is True
-    assert slots_of(stack) == []
-
-
-def test_dispatch_first_call_after_begin_turn_found_the_pool_empty_does_not_read_it_again(
-    reaper_stack: Stack,
-) -> None:
-    from reaper.service import reaper
-
-    stack = reaper_stack
-    # Given two turns begun while the pool was empty (each noted "empty", no hint)
-    for turn in ("turn-e", "turn-g"):
-        assert stack.dispatch(event("begin_turn", turn_id=turn))["ok"] is True
-        noted = _turn_item(turn)
-        assert noted.warm_hint is None and noted.pool_empty is not None
-    # And a warm session started since, and one turn's note aged past its window
-    set_warm("acme", "default-public", 1)
-    assert reaper().run()["refill"]["started"] == 1
-    set_warm("acme", "default-public", 0)
-    (warm,) = slots_of(stack)
-    from dispatch import parts as dependencies
-
-    table = dependencies.built().turns.table
-    aged = str(int(time.time()) - limits.WARM_POOL_EMPTY_MARK_SECONDS - 5)
-    aws.client("dynamodb").update_item(
-        TableName=table,
-        Key={n.TURNS.pk: {"S": "acme"}, n.TURNS.sort_key: {"S": "turn-g"}},
-        UpdateExpression=f"SET {n.TURN_ATTR_POOL_EMPTY}.checked_at = :old",
-        ExpressionAttributeValues={":old": {"S": aged}},
-    )
-    # When the fresh-noted turn's first call arrives
-    fresh = stack.dispatch(event(turn_id="turn-e", call_id="e1", code="print(1)"))
-    # Then it trusted the note: a cold start, the warm session left in its pool
-    assert (fresh["ok"], fresh[n.FIELD_SESSION_SOURCE]) == (True, "cold")
-    assert {s.slot_id: s.state for s in slots_of(stack)}[warm.slot_id] == "warm"
-    # And the aged note is not trusted: that turn's first call reads the pool and claims the session
-    aged_call = stack.dispatch(event(turn_id="turn-g", call_id="g1", code="print(2)"))
-    assert (aged_call["ok"], aged_call[n.FIELD_SESSION_SOURCE], aged_call["session_id"]) == (
-        True,
-        "warm",
-        warm.session_id,
-    )
-    for turn in ("turn-e", "turn-g"):
-        assert stack.dispatch(event("end_turn", turn_id=turn))["stopped"] is True
-    assert slots_of(stack) == []
-
-
-def _on_start(action: Any) -> list[int]:
-    """Run `action()` once, when dispatch's runner sends its next StartCodeInterpreterSession."""
-    ran: list[int] = []
-
-    def hook(**_: Any) -> None:
-        if not ran:
-            ran.append(1)
-            action()
-
-    _dispatch_runner().credentials.control_client().meta.events.register(
-        "before-parameter-build.bedrock-agentcore.StartCodeInterpreterSession", hook
-    )
-    return ran
-
-
 def test_dispatch_cold_first_call_whose_turn_ended_during_start_fails_closed_and_leaks_nothing(
     stack: Stack,
 ) -> None:
@@ -640,7 +313,7 @@ def test_dispatch_cold_first_call_whose_turn_ended_during_start_fails_closed_and
     # Given a turn begun with an empty pool, and end_turn landing while its first call starts a session
     assert stack.dispatch(event("begin_turn", turn_id="turn-x"))["ok"] is True
     log = AgentCoreLog()
-    ended = _on_start(lambda: dependencies.built().turns.end("acme", "turn-x"))
+    ended = on_start(lambda: dependencies.built().turns.end("acme", "turn-x"))
     # When the first call runs (its "active" write travels beside the user code)
     answer = stack.dispatch(event(turn_id="turn-x", call_id="x1", code="print('ran')"))
     # Then the code was sent beside the activation (not after it), and the call failed closed:
@@ -649,12 +322,12 @@ def test_dispatch_cold_first_call_whose_turn_ended_during_start_fails_closed_and
     assert "print('ran')" in log.codes
     assert (answer["ok"], answer["error"]) == (False, "SandboxError")
     assert "stdout" not in answer or answer["stdout"] in ("", None)
-    row = _rows(stack)["x1"]
+    row = rows_by_call(stack)["x1"]
     assert row["failure_reason"] == "turn_store_unavailable:session lease lost before activation"
     # And nothing leaked: the session is stopped, its slot freed, the turn points at no live session
     assert answer["session_id"] not in stack.live_sessions()
     assert slots_of(stack) == []
-    turn = _turn_item("turn-x")
+    turn = turn_item("turn-x")
     assert turn.ended and not turn.live_session and turn.lease_owner is None
 
 
@@ -669,18 +342,18 @@ def test_dispatch_cold_first_call_whose_slot_was_released_during_start_fails_clo
         assert dependencies.built().sessions.source.ledger.release(slot.slot_id)
 
     log = AgentCoreLog()
-    released = _on_start(reaper_releases)
+    released = on_start(reaper_releases)
     # When the first call runs (its slot activation travels beside the user code)
     answer = stack.dispatch(event(turn_id="turn-l", call_id="l1", code="print('ran')"))
     # Then the code was sent, and the call failed closed: the session ran unaccounted for a moment only
     assert released == [1]
     assert "print('ran')" in log.codes
     assert (answer["ok"], answer["error"]) == (False, "SandboxError")
-    assert _rows(stack)["l1"]["failure_reason"] == "session_slot_lost"
+    assert rows_by_call(stack)["l1"]["failure_reason"] == "session_slot_lost"
     # And nothing leaked: the session is stopped, no slot is held, the turn points away from it
     assert answer["session_id"] not in stack.live_sessions()
     assert slots_of(stack) == []
-    assert not _turn_item("turn-l").live_session
+    assert not turn_item("turn-l").live_session
     # And the turn's next call gets a fresh session, accounted in the ledger
     again = stack.dispatch(event(turn_id="turn-l", call_id="l2", code="print(3)"))
     assert (again["ok"], again["stdout"]) == (True, "3\n")
@@ -695,7 +368,7 @@ def test_dispatch_concurrent_cold_first_calls_of_one_begun_turn_share_one_sessio
     # Given a turn begun with an empty pool and two first calls of it arriving together
     assert stack.dispatch(event("begin_turn", turn_id="turn-2c"))["ok"] is True
     log = AgentCoreLog()
-    a, b = _together(stack, [event(turn_id="turn-2c", call_id=c, code="print('x')") for c in ("c1", "c2")])
+    a, b = together(stack, [event(turn_id="turn-2c", call_id=c, code="print('x')") for c in ("c1", "c2")])
     # Then both ran in one cold session (the waiter ran once the winner's "active" write, sent
     # beside its code, landed); one Start, one slot, the loser's reservation given back
     assert (a["ok"], b["ok"]) == (True, True), (a, b)
@@ -703,6 +376,6 @@ def test_dispatch_concurrent_cold_first_calls_of_one_begun_turn_share_one_sessio
     assert log.starts == 1 and log.preambles() == 1
     (slot,) = slots_of(stack)
     assert (slot.state, slot.session_id, slot.turn_id) == ("active", a["session_id"], "turn-2c")
-    assert _daily_count(stack) == 2
+    assert daily_count(stack) == 2
     assert stack.dispatch(event("end_turn", turn_id="turn-2c"))["stopped"] is True
     assert slots_of(stack) == []

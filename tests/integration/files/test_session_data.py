@@ -130,17 +130,24 @@ def test_session_reaches_the_relay_and_no_other_local_port(
         "        out[name] = 'open'\n"
         "    except OSError as exc:\n"
         "        out[name] = type(exc).__name__\n"
+        "try:\n"
+        f"    socket.create_server(('127.0.0.1', {SESSION_PORT + 1})).close()\n"
+        "    out['bind_low_port'] = 'bound'\n"
+        "except OSError as exc:\n"
+        "    out['bind_low_port'] = type(exc).__name__\n"
         "print(json.dumps(out))\n"
     )
     for interpreter in (ACME_PUB, ACME_SBX):
         # When a session of either network mode connects to each of them on 127.0.0.1
         seen = run(data_interpreter, interpreter, code)
         # Then only its relay answers: the emulated S3 itself and the interpreter stay unreachable
-        assert seen == {
+        assert {k: seen[k] for k in ports} == {
             "relay": "open",
             "moto": "ConnectionRefusedError",
             "interpreter": "ConnectionRefusedError",
         }
+        # And it cannot listen on a port of the relay's range itself
+        assert seen["bind_low_port"] == "PermissionError"
 
 
 def test_session_of_an_interpreter_without_a_grant_has_no_data_endpoint(

@@ -62,6 +62,8 @@ LIST_QUERY = {
     "fetch-owner",
 }
 CLONE_NEWNET = 0x40000000
+MAX_CONNECTIONS = 16  # per session: above s3transfer's 10 concurrent ranged GETs of one download
+IDLE_SECONDS = 30
 UPSTREAM_TIMEOUT = 60
 
 
@@ -207,6 +209,7 @@ def _error_body(code: str, message: str) -> bytes:
 class _Handler(BaseHTTPRequestHandler):
     server: S3Relay
     protocol_version = "HTTP/1.1"
+    timeout = IDLE_SECONDS  # the session's socket: an idle or stalled connection is closed
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
         pass
@@ -221,7 +224,6 @@ class _Handler(BaseHTTPRequestHandler):
     do_PUT = do_POST = do_DELETE = do_PATCH = do_OPTIONS = do_GET
 
     def _refuse(self, message: str) -> None:
-        self.server.refused += 1
         body = _error_body("AccessDenied", message)
         self.send_response(403)
         self.send_header("Content-Type", "application/xml")
@@ -247,7 +249,6 @@ class _Handler(BaseHTTPRequestHandler):
             return self._refuse(
                 f"Access Denied: this session's role may not {wanted.action} {wanted.resource}"
             )
-        self.server.relayed += 1
         upstream = urllib.parse.urlsplit(self.server.grant.endpoint)
         conn = http.client.HTTPConnection(
             upstream.hostname or "127.0.0.1", upstream.port, timeout=UPSTREAM_TIMEOUT
@@ -276,7 +277,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class S3Relay(ThreadingHTTPServer):
-    """One session's relay on an already bound, listening socket."""
+    """One session's relay on an already bound, listening socket. It serves at most
+    MAX_CONNECTIONS connections at a time (one thread each, in the server shared by every session):
+    a connection beyond them is closed at once, and one idle for IDLE_SECONDS is closed."""
 
     daemon_threads = True
 
@@ -286,8 +289,7 @@ class S3Relay(ThreadingHTTPServer):
         self.socket = sock
         self.server_address = sock.getsockname()[:2]
         self.grant = grant
-        self.relayed = 0
-        self.refused = 0
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self._thread = threading.Thread(target=self.serve_forever, name="lci-s3relay", daemon=True)
         self._thread.start()
 
@@ -298,6 +300,25 @@ class S3Relay(ThreadingHTTPServer):
         )
         S3SigV4Auth(Credentials(PLACEHOLDER_KEY, PLACEHOLDER_KEY), "s3", self.grant.region).add_auth(request)
         return dict(request.headers.items())
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A session dropping its connection is its own business: no traceback on the server's stderr."""
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     @property
     def port(self) -> int:
@@ -314,7 +335,7 @@ def listen_here(port: int = 0) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(("127.0.0.1", port))
-        sock.listen(16)
+        sock.listen(64)
     except OSError:
         sock.close()
         raise
@@ -363,6 +384,11 @@ def session_env(port: int, region: str) -> dict[str, str]:
 
 
 def stop(relay: S3Relay | None) -> None:
+    """Stop a relay without waiting for its loop's next poll (the session's end does not wait)."""
     if relay is not None:
-        with contextlib.suppress(OSError):
-            relay.stop()
+
+        def close() -> None:
+            with contextlib.suppress(OSError):
+                relay.stop()
+
+        threading.Thread(target=close, name="lci-s3relay-stop", daemon=True).start()

@@ -13,7 +13,7 @@ import boto3
 import pytest
 
 from infra.local.interpreter import LocalInterpreterServer
-from infra.local.interpreter.s3relay import SESSION_PORT, DataGrant
+from infra.local.interpreter.s3relay import MAX_CONNECTIONS, SESSION_PORT, DataGrant
 from tests.integration.interpreter._helpers import invoke, make_client
 
 from .conftest import SESSION_PYTHON
@@ -165,3 +165,28 @@ def test_session_of_an_interpreter_without_a_grant_has_no_data_endpoint(
     )
     # Then there is none
     assert run(data_interpreter, GLOBEX_PUB, code) == {"endpoint": None, "relay": "ConnectionRefusedError"}
+
+
+def test_session_holds_at_most_a_bounded_number_of_relay_connections(
+    data_interpreter: LocalInterpreterServer, bucket: Any
+) -> None:
+    # When a session opens many more connections to its relay than it may hold, then asks on each
+    request = f"HEAD /{BUCKET}/acme/sales.csv HTTP/1.1\r\nHost: s3\r\n\r\n".encode()
+    code = (
+        "import json, socket\n"
+        f"conns = [socket.create_connection(('127.0.0.1', {SESSION_PORT}), timeout=20)"
+        f" for _ in range({MAX_CONNECTIONS + 8})]\n"
+        "served, errors = 0, []\n"
+        "for c in conns:\n"
+        "    try:\n"
+        f"        c.sendall({request!r})\n"
+        "        served += c.recv(12).startswith(b'HTTP/1.')\n"
+        "    except OSError as exc:\n"
+        "        errors.append(repr(exc))\n"
+        "for c in conns:\n"
+        "    c.close()\n"
+        "print(json.dumps({'served': served, 'errors': errors[:3]}))\n"
+    )
+    seen = run(data_interpreter, ACME_PUB, code)
+    # Then only the bounded number were served (one server thread each); the rest were closed
+    assert 1 <= seen["served"] <= MAX_CONNECTIONS, seen

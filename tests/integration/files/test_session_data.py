@@ -190,3 +190,25 @@ def test_session_holds_at_most_a_bounded_number_of_relay_connections(
     seen = run(data_interpreter, ACME_PUB, code)
     # Then only the bounded number were served (one server thread each); the rest were closed
     assert 1 <= seen["served"] <= MAX_CONNECTIONS, seen
+
+
+def test_unisolated_session_reads_its_tenants_prefix_through_a_relay_on_a_host_port(
+    moto_server: str, bucket: Any
+) -> None:
+    # Given an interpreter run unisolated (SANDBOX_LOCAL_UNISOLATED=1: sessions share the host's network)
+    grant = DataGrant(moto_server, ACME_READ)
+    with LocalInterpreterServer(
+        interpreters={ACME_PUB: "PUBLIC"},
+        python=str(SESSION_PYTHON),
+        isolation="unisolated",
+        data_grants={ACME_PUB: grant},
+    ) as server:
+        # When its session runs the same probe
+        seen = run(server, ACME_PUB, PROBE)
+    # Then its relay listens on a free port of the host, and applies the same grant
+    assert (
+        seen["endpoint"].startswith("http://127.0.0.1:")
+        and seen["endpoint"] != f"http://127.0.0.1:{SESSION_PORT}"
+    )
+    assert seen["own"] == "region,amount\neu,3\nus,4\n"
+    assert (seen["other"], seen["write"]) == ("AccessDenied", "AccessDenied")

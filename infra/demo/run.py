@@ -197,8 +197,44 @@ def files_step(target: Any, turn: str) -> list[str]:
         )
         if not ok:
             problems.append(f"{entry['filename']}: downloaded bytes do not match the artifact's size/sha256")
+    problems += s3_input_step(target, event)
     ops.invoke(target, {"action": "end_turn", "tenant_id": TENANT, "turn_id": turn, "turn_token": token})
     return problems
+
+
+S3_KEY = f"{TENANT}/2026/sales.csv"  # under acme's data.read prefix (the local stage's config)
+S3_CODE = """import pandas as pd
+sales = pd.read_csv('data/sales.csv')
+print('total sales', sales['amount'].sum())
+"""
+
+
+def s3_input_step(target: Any, files_event: dict[str, Any]) -> list[str]:
+    """The same CSV from the tenant's own data: an s3_uri under its data.read prefix, copied into the
+    session with the tenant's grant (in the emulated S3 here, with the execution role on AWS)."""
+    from sandbox_common import naming as n
+
+    from infra.sandboxctl import ops
+
+    bucket = n.demo_data_bucket_name(target.stage)
+    print(
+        f"\n9. the tenant's own data: the CSV put at s3://{bucket}/{S3_KEY} (acme's data.read prefix),"
+        " then execute_code with it as an s3_uri"
+    )
+    target.client("s3").put_object(Bucket=bucket, Key=S3_KEY, Body=DEMO_CSV.encode())
+    event = {
+        **files_event,
+        "call_id": f"{files_event['call_id']}-s3",
+        "code": S3_CODE,
+        "files": [{"path": "data/sales.csv", "s3_uri": f"s3://{bucket}/{S3_KEY}"}],
+    }
+    _show("request", event)
+    response = ops.invoke(target, event)
+    _show("response", response)
+    expected = sum(int(line.rsplit(",", 1)[1]) for line in DEMO_CSV.splitlines()[1:])
+    if response.get("stdout") != f"total sales {expected}\n":
+        return [f"the s3_uri call did not print the total: {response}"]
+    return []
 
 
 JOB_CODE = """import time
@@ -217,7 +253,7 @@ def jobs_step(target: Any) -> list[str]:
 
     from infra.sandboxctl import ops
 
-    print("\n10. a fourth turn: a background job (execute_code with background: true), polled until it ends")
+    print("\n11. a fourth turn: a background job (execute_code with background: true), polled until it ends")
     turn = SandboxTurn(
         target.dispatch_function,
         tenant_id=TENANT,
@@ -294,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         problems += show_audit_and_counters(target, facts)
         problems += files_step(target, f"{facts['turn_id']}-files")
         print(
-            "\n9. a third turn: programmatic tool calling — the code calls the agent's query_sales tool in a"
+            "\n10. a third turn: programmatic tool calling — the code calls the agent's query_sales tool in a"
             " loop; each call pauses the code, the agent runtime runs the tool and resumes it"
         )
         problems += demo_tools.run_tools_step(target, f"{facts['turn_id']}-tools", _show)
@@ -318,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "\nDEMO OK: one turn, two calls sharing state in one session, two audit rows, two counted calls;"
         " a CSV in, a summary CSV and a chart out, both downloaded with matching sha256;"
+        " the same CSV read from the tenant's own data in S3 (an s3_uri);"
         " one program calling the agent's tool 3 times, answered by 3 resumes, one audit row;"
         " a background job polled while running, its result and its one audit row."
     )

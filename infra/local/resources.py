@@ -22,8 +22,10 @@ from infra.cdk.constructs.definitions import (
     global_parameters,
     interpreter_names,
     runner_trust,
+    tenant_data_statements,
     tenant_substrate,
 )
+from infra.local.interpreter.s3relay import DataGrant
 
 LOCAL_ACCOUNT = "123456789012"  # moto's default account
 LOCAL_REGION = "us-east-1"
@@ -195,6 +197,18 @@ def create_resources(config: StageConfig, clients: Any, *, region: str = LOCAL_R
         artifacts_bucket=artifacts_bucket,
         data_bucket=data_bucket,
     )
+
+
+def data_grants(config: StageConfig, s3_endpoint: str, region: str = LOCAL_REGION) -> dict[str, DataGrant]:
+    """interpreter id -> what its sessions may read of the emulated S3: the IAM statements the
+    tenant's interpreter execution roles get on AWS (SPEC §14.4), one definition for both."""
+    grants = {}
+    for tenant in config.tenants:
+        statements = tuple(tenant_data_statements(tenant))
+        if statements:
+            for interpreter_id in interpreter_names(config, tenant).values():
+                grants[interpreter_id] = DataGrant(s3_endpoint, statements, region)
+    return grants
 
 
 def create_buckets(config: StageConfig, s3: Any) -> tuple[str, str]:

@@ -29,7 +29,8 @@ from typing import Any
 from sandbox_common.aws import SINGLE_ATTEMPT
 from sandbox_common.naming import ENV_LOCAL_UNISOLATED, ENV_SESSION_PYTHON
 
-from infra.local.resources import LOCAL_REGION, LocalResources
+from infra.local.interpreter.s3relay import grants_to_json
+from infra.local.resources import LOCAL_REGION, LocalResources, data_grants
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STATE_FILE = "state.json"
@@ -424,10 +425,21 @@ def _start(directory: Path, stage: str, max_concurrency: int) -> LocalState:
         for t in config.tenants
         for e in t.environments
     ]
+    # each tenant's sessions read its data from moto as its role would (s3relay.py)
+    grants_file = directory / "data-grants.json"
+    grants_file.write_text(grants_to_json(data_grants(config, moto["endpoint"])), encoding="utf-8")
     interp = _spawn(
         directory,
         "interpreter",
-        [sys.executable, "-m", "infra.local.interpreter", "--port", str(port), *registrations],
+        [
+            sys.executable,
+            "-m",
+            "infra.local.interpreter",
+            "--port",
+            str(port),
+            f"--data-grants={grants_file}",
+            *registrations,
+        ],
         {**session_runtime_env(), **env},  # an operator's own SANDBOX_SESSION_PYTHON wins
     )
     interp["endpoint"] = f"http://127.0.0.1:{port}"

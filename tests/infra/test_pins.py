@@ -31,3 +31,12 @@ def test_deps_requirements_keep_the_layer_lean() -> None:
     # Given the layer requirements / Then no extras (the tracer extra drags a second botocore in)
     text = (REPO / "layers/deps/requirements.txt").read_text()
     assert "[" not in "".join(line for line in text.splitlines() if not line.startswith("#"))
+
+
+def test_session_runtime_pins_the_projects_aws_sdk() -> None:
+    # Given the local session runtime's pins (its boto3 copies s3_uri inputs, as on AgentCore)
+    session = _pins((REPO / "infra/local/interpreter/session-requirements.txt").read_text().splitlines())
+    project = _pins((REPO / "constraints.txt").read_text().splitlines())
+    sdk = ("boto3", "botocore", "s3transfer", "jmespath", "python-dateutil", "urllib3", "six")
+    # Then the SDK and its dependencies are there, at the versions the project itself runs
+    assert {k: session.get(k) for k in sdk} == {k: project[k] for k in sdk}

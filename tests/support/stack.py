@@ -25,7 +25,7 @@ from infra.cdk.config import build_config
 from infra.cdk.function_env import function_environment
 from infra.local.interpreter import LocalInterpreterServer
 from infra.local.lambda_emulator import FunctionSpec, LambdaEmulator
-from infra.local.resources import LocalResources, create_resources
+from infra.local.resources import LocalResources, create_resources, data_grants
 from infra.local.stack import lambda_function_specs
 from tests.conftest import LambdaContext, free_port
 from tests.support.moto_snapshot import MotoSnapshot
@@ -260,8 +260,9 @@ def open_stack(
     """Create the stage's resources in moto, start the emulator (quota Lambda, dispatch) and point this
     process (dispatch in-process) at all of it through `setenv`."""
     resources = stage_resources(moto_endpoint)
+    grants = data_grants(build_config("local"), moto_endpoint)
     for spec in resources.interpreters:
-        interpreter.register_interpreter(spec["id"], spec["network_mode"])
+        interpreter.register_interpreter(spec["id"], spec["network_mode"], grants.get(spec["id"]))
     emulator = _emulator(resources, moto_endpoint, interpreter)
     stack = Stack(resources, interpreter, emulator, moto_endpoint)
     apply_dispatch_env(stack, setenv)

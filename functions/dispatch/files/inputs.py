@@ -6,6 +6,8 @@ default credentials there: the role AgentCore gives the session), so neither dis
 session-runner role ever reads tenant data; dispatch has already checked that every uri lies
 under the tenant's `data.read` prefixes (sandbox_common.files.check_s3_inputs) and the execution
 role can reach nothing else. The snippet refuses an object over 100 MiB before downloading it.
+When S3 refuses an object (HEAD answers 403 or 404), the snippet answers the error's code and
+the call fails as `inputs:s3:<code>` (`inputs:s3:AccessDenied`, `inputs:s3:NoSuchKey`).
 
 One entry point: `write_inputs(files, interpreter_id, session_id, inputs) -> list[record]`, the
 records being the audit row's `input_files` (path, bytes, sha256).
@@ -14,6 +16,7 @@ records being the audit row's `input_files` (path, bytes, sha256).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from sandbox_common import limits
@@ -21,15 +24,25 @@ from sandbox_common.files import InputFile, input_record, parse_s3_uri
 from sandbox_runtime.runner.tools import SessionFiles, ToolFailed
 
 ANSWER_PATH = ".sandbox/inputs.json"
+S3_ERROR_CODE = re.compile(r"[A-Za-z0-9]{1,64}")  # AccessDenied, NoSuchKey, ...: no free text
 
 _COPY_SOURCE = r"""
 def __sandbox_copy_inputs(items, answer, max_bytes):
     import hashlib, json, os
     import boto3
+    from botocore.exceptions import ClientError
     s3 = boto3.client("s3")
     records = []
+    os.makedirs(os.path.dirname(answer), exist_ok=True)
     for path, bucket, key in items:
-        head = s3.head_object(Bucket=bucket, Key=key)
+        try:
+            head = s3.head_object(Bucket=bucket, Key=key)
+        except ClientError as exc:
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            code = {403: "AccessDenied", 404: "NoSuchKey"}.get(status, exc.response["Error"].get("Code"))
+            with open(answer, "w") as fh:
+                json.dump({"error": str(code)}, fh)
+            return
         if head["ContentLength"] > max_bytes:
             size = head["ContentLength"]
             raise ValueError("%s is %d bytes, over the %d-byte limit" % (path, size, max_bytes))
@@ -42,7 +55,6 @@ def __sandbox_copy_inputs(items, answer, max_bytes):
             for block in iter(lambda: fh.read(1 << 20), b""):
                 digest.update(block)
         records.append({"path": path, "bytes": os.path.getsize(path), "sha256": digest.hexdigest()})
-    os.makedirs(os.path.dirname(answer), exist_ok=True)
     with open(answer, "w") as fh:
         json.dump(records, fh)
 
@@ -77,6 +89,9 @@ def write_inputs(
         files.write(interpreter_id, session_id, inline)
         if remote:
             copied = files.run_helper(interpreter_id, session_id, copy_source(remote), ANSWER_PATH)
+            if isinstance(copied, dict):  # S3 refused one object: its error code, checked (session text)
+                code = str(copied.get("error"))
+                raise InputsFailed(f"inputs:s3:{code if S3_ERROR_CODE.fullmatch(code) else 'unknown'}")
             records.update(
                 {
                     str(r["path"]): {"path": r["path"], "bytes": int(r["bytes"]), "sha256": r["sha256"]}

@@ -13,12 +13,14 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 
 from sandbox_common import naming
 
 from infra.local.interpreter import Limits, LocalInterpreterServer
 from infra.local.interpreter.disk import KINDS
 from infra.local.interpreter.isolation import STRATEGIES, IsolationUnavailable
+from infra.local.interpreter.s3relay import grants_from_json
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,6 +37,12 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="ID=MODE",
         help="register an interpreter (repeatable), e.g. sbx_local_acme_pub=PUBLIC",
+    )
+    parser.add_argument(
+        "--data-grants",
+        metavar="FILE",
+        help='JSON {"<interpreter id>": {"endpoint", "region", "statements"}}: what its sessions may read'
+        " of the emulated S3 (the tenant role's statements)",
     )
     parser.add_argument(
         "--isolation",
@@ -75,6 +83,13 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--interpreter expects ID=MODE, got {item!r}")
         interpreters[interpreter_id] = mode
     try:
+        grants = (
+            grants_from_json(Path(opts.data_grants).read_text(encoding="utf-8")) if opts.data_grants else {}
+        )
+    except (OSError, ValueError) as exc:
+        print(f"local interpreter: {exc}", file=sys.stderr)
+        return 1
+    try:
         server = LocalInterpreterServer(
             opts.port,
             interpreters=interpreters,
@@ -90,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             disk_kind=opts.disk,
             max_sessions=opts.max_sessions,
             python=opts.python,
+            data_grants=grants,
         ).start()
     except (OSError, ValueError, IsolationUnavailable) as exc:
         print(f"local interpreter: {exc}", file=sys.stderr)

@@ -481,9 +481,11 @@ def build_command(
     info_fd: int | None = None,
     resolv_conf: str | None = None,
     cgroup_procs: list[str] | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> WorkerCommand:
     """argv (and cwd) that start one worker under `plan` (check() it first). `root` is the
-    session's directory on the host, `template` the directory holding the Python layer."""
+    session's directory on the host, `template` the directory holding the Python layer;
+    `extra_env` is added to the session's environment (its data endpoint, s3relay.py)."""
     plan.check(network_mode)
     if plan.strategy != "bwrap":
         # Unisolated: the session's directories on the host (sessions.py lays them out).
@@ -494,7 +496,7 @@ def build_command(
             tmp=os.path.join(root, "tmp"),
             python_dir=layer,
             runtime_bin=runtime_bin(python),
-        )
+        ) | (extra_env or {})
         return WorkerCommand(
             [f"{layer}/bin/python", "-I", str(WORKER_PATH), *worker], os.path.join(root, "workspace"), env
         )
@@ -505,7 +507,7 @@ def build_command(
     binds = [*_system_binds(python), *dns, "--ro-bind", str(WORKER_PATH), SANDBOX_WORKER_PATH]
     env = session_env(
         home=SANDBOX_WORKDIR, tmp="/tmp", python_dir=disk.SANDBOX_PYTHON_DIR, runtime_bin=runtime_bin(python)
-    )
+    ) | (extra_env or {})
     own = [
         *("--bind", disk.mounted(root, "tmp"), "/tmp"),
         *("--bind", disk.mounted(root, "workspace"), SANDBOX_WORKDIR),

@@ -78,6 +78,7 @@ from sandbox_common import naming
 
 from infra.local.eventstream import event_frame, event_payload_frame, event_payload_head
 from infra.local.interpreter.isolation import IsolationUnavailable, Limits
+from infra.local.interpreter.s3relay import DataGrant
 from infra.local.interpreter.sessions import (
     MAX_SESSION_TIMEOUT,
     NETWORK_MODES,
@@ -533,6 +534,7 @@ class LocalInterpreterServer:
         reap_interval: float = 0.2,
         disk_kind: str = "auto",
         uids: UidAllocator | None = None,
+        data_grants: dict[str, DataGrant] | None = None,
     ) -> None:
         self._port = port
         self.manager = SessionManager(
@@ -546,6 +548,7 @@ class LocalInterpreterServer:
             reap_interval=reap_interval,
             disk_kind=disk_kind,
             uids=uids,
+            data_grants=data_grants,
         )
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -554,8 +557,10 @@ class LocalInterpreterServer:
     def isolation(self) -> str:
         return self.manager.isolation
 
-    def register_interpreter(self, interpreter_id: str, network_mode: str) -> None:
-        self.manager.register_interpreter(interpreter_id, network_mode)
+    def register_interpreter(
+        self, interpreter_id: str, network_mode: str, data: DataGrant | None = None
+    ) -> None:
+        self.manager.register_interpreter(interpreter_id, network_mode, data)
 
     def session(self, session_id: str) -> Session | None:
         """Introspection for the local stack and tests (state, termination reason, process)."""

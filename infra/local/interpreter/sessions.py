@@ -37,7 +37,7 @@ from typing import Any
 
 from sandbox_common import naming
 
-from infra.local.interpreter import cgroups, disk, isolation, network, worker
+from infra.local.interpreter import cgroups, disk, isolation, network, s3relay, worker
 from infra.local.interpreter.isolation import IsolationUnavailable, Limits
 from infra.local.interpreter.uids import NoFreeUid, UidAllocator, UidLease
 
@@ -98,6 +98,7 @@ class Session:
     uid_lease: UidLease | None = None
     cgroup: cgroups.SessionCgroup | None = None
     slirp: network.Slirp | None = None
+    relay: s3relay.S3Relay | None = None  # the tenant's data, scoped like its role
     exec_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def describe(self) -> dict[str, Any]:
@@ -179,6 +180,7 @@ class SessionManager:
         reap_interval: float = 0.2,
         disk_kind: str = "auto",
         uids: UidAllocator | None = None,
+        data_grants: dict[str, s3relay.DataGrant] | None = None,
     ) -> None:
         self.limits = limits or Limits()
         if allow_unisolated is None:  # the operator's explicit escape hatch (SPEC §18)
@@ -205,6 +207,8 @@ class SessionManager:
         self.base_dir = base_dir
         self._lock = threading.RLock()
         self._interpreters: dict[str, str] = {}
+        # interpreter id -> what its sessions may read of the emulated S3 (s3relay.py)
+        self._grants: dict[str, s3relay.DataGrant] = dict(data_grants or {})
         self._sessions: dict[str, Session] = {}
         self._tombstones: OrderedDict[str, Session] = OrderedDict()
         self._client_tokens: OrderedDict[tuple[str, str], str] = OrderedDict()
@@ -224,7 +228,10 @@ class SessionManager:
         self._reaper.start()
 
     # --- interpreters ---------------------------------------------------------------------------
-    def register_interpreter(self, interpreter_id: str, network_mode: str) -> None:
+    def register_interpreter(
+        self, interpreter_id: str, network_mode: str, data: s3relay.DataGrant | None = None
+    ) -> None:
+        """`data`: what its sessions may read of the emulated S3 (s3relay.py)."""
         if network_mode not in NETWORK_MODES:
             raise ValueError(f"network_mode must be one of {NETWORK_MODES}, got {network_mode!r}")
         if not interpreter_id or "/" in interpreter_id:
@@ -233,6 +240,8 @@ class SessionManager:
             raise ValueError(f"{interpreter_id} is built in (a PUBLIC interpreter of no tenant)")
         with self._lock:
             self._interpreters[interpreter_id] = network_mode
+            if data is not None:
+                self._grants[interpreter_id] = data
 
     def interpreters(self) -> dict[str, str]:
         self._load_registry()
@@ -345,6 +354,15 @@ class SessionManager:
             _widen_pipe(fd)
         info_r, info_w = os.pipe() if self.plan.strategy == "bwrap" else (-1, -1)
         ours = [fd for fd in (req_r, req_w, resp_r, resp_w, info_r, info_w) if fd >= 0]
+        with self._lock:
+            grant = self._grants.get(session.interpreter_id)
+        data_env: dict[str, str] = {}
+        if grant is not None and grant.statements:
+            port = s3relay.SESSION_PORT
+            if self.plan.strategy != "bwrap":  # the host's own network: a free port of the host
+                session.relay = s3relay.S3Relay(s3relay.listen_here(), grant)
+                port = session.relay.port
+            data_env = s3relay.session_env(port, grant.region)
         try:
             cmd = isolation.build_command(
                 plan=self.plan,
@@ -360,6 +378,7 @@ class SessionManager:
                 info_fd=info_w if info_w >= 0 else None,
                 resolv_conf=self._resolv_conf(session),
                 cgroup_procs=session.cgroup.procs_files if session.cgroup else None,
+                extra_env=data_env,
             )
             with open(os.path.join(session.root, "worker.log"), "ab") as log_file:
                 session.proc = subprocess.Popen(
@@ -385,7 +404,7 @@ class SessionManager:
                 os.close(fd)
         session.req_fd, session.resp_fd = req_w, resp_r
         if info_r >= 0:
-            self._attach_network(session, info_r)
+            self._attach_network(session, info_r, grant if data_env else None)
         try:
             hello = worker.recv_frame(resp_r, max_json=worker.MAX_JSON)
         except (OSError, ValueError) as exc:
@@ -434,9 +453,10 @@ class SessionManager:
             fh.write(network.RESOLV_CONF)
         return path
 
-    def _attach_network(self, session: Session, info_r: int) -> None:
-        """Read bwrap's info (the sandbox's host pid); give a PUBLIC session its fenced egress
-        before the worker can be sent any code."""
+    def _attach_network(self, session: Session, info_r: int, grant: s3relay.DataGrant | None) -> None:
+        """Read bwrap's info (the sandbox's host pid); give the session its relay to the tenant's
+        data (when its interpreter has a grant) and a PUBLIC session its fenced egress, before the
+        worker can be sent any code."""
         try:
             with os.fdopen(info_r, "rb") as info_file:
                 raw = info_file.read()
@@ -444,6 +464,12 @@ class SessionManager:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             self._kill(session)
             raise WorkerFailure(f"the sandbox did not start: {self._worker_log(session)}") from exc
+        if grant is not None:
+            try:
+                session.relay = s3relay.S3Relay(s3relay.listen_in_netns(child_pid), grant)
+            except OSError as exc:
+                self._kill(session)
+                raise WorkerFailure(f"the session's way to its data could not be set up: {exc}") from exc
         if session.network_mode != "PUBLIC":
             return
         try:
@@ -674,6 +700,8 @@ class SessionManager:
             session.cgroup.destroy()
         if session.slirp is not None:
             session.slirp.stop()
+        s3relay.stop(session.relay)
+        session.relay = None
         # Close our pipe ends only once no call is reading them (the process is dead, so a
         # reader sees EOF at once and releases the lock).
         acquired = session.exec_lock.acquire(timeout=10)

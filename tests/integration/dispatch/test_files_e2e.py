@@ -1,6 +1,7 @@
 """SPEC §14 end to end through dispatch on the shared local stack.
 
-Input files written before the code, artifacts collected after it into the artifacts bucket,
+Input files written before the code (inline, and copied from the emulated S3 under the tenant's
+grant), artifacts collected after it into the artifacts bucket,
 `files` in the response, audit `input_files`/`artifacts`, `get_file` tenant-scoped, bad files
 refused before anything counts, nothing collected after a timeout.
 """
@@ -11,12 +12,20 @@ import base64
 import hashlib
 import json
 import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from dispatch.files.flow import INPUTS_FAILED_MESSAGE
 from sandbox_common import aws, limits
 from sandbox_common import naming as n
 
+from infra.local.interpreter import LocalInterpreterServer
+from tests.support.stack import close_stack, open_stack
+
 from .conftest import Stack, event
+
+SESSION_PYTHON = Path(__file__).resolve().parents[3] / n.SESSION_VENV_DIR / "bin" / "python"
 
 CSV = b"region,amount\neu,3\nus,4\neu,5\n"
 CODE = (
@@ -191,17 +200,67 @@ def test_timeout_collects_no_artifacts(stack: Stack, monkeypatch) -> None:
     assert keys == []
 
 
-def test_s3_input_under_the_tenants_prefix_passes_the_check_and_fails_placement_locally(stack: Stack) -> None:
-    # Given an s3 input under acme's data.read prefix (docs/local-stack.md: locally the in-session copy has
-    # neither the execution role's credentials nor a route to the emulated S3)
-    uri = f"s3://{n.demo_data_bucket_name('local')}/acme/sales.csv"
+@pytest.fixture(scope="module")
+def runtime_interpreter() -> Iterator[LocalInterpreterServer]:
+    """The interpreter as `sandboxctl local up` runs it: sessions on the session runtime (§14.5)."""
+    assert SESSION_PYTHON.exists(), "the session runtime is missing: run `make session-runtime`"
+    server = LocalInterpreterServer(python=str(SESSION_PYTHON)).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def runtime_stack(
+    moto_endpoint: str, runtime_interpreter: LocalInterpreterServer, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Stack]:
+    stack = open_stack(moto_endpoint, runtime_interpreter, monkeypatch.setenv)
+    yield stack
+    close_stack(stack)
+
+
+def test_s3_input_under_the_tenants_prefix_is_copied_in_and_read(runtime_stack: Stack) -> None:
+    # Given a CSV in the emulated S3 under acme's data.read prefix
+    stack = runtime_stack
+    bucket = n.demo_data_bucket_name("local")
+    aws.client("s3").put_object(Bucket=bucket, Key="acme/2026/sales.csv", Body=CSV)
     before = counted(stack)
-    # When it is sent with code that would leave a mark
-    result = stack.dispatch(event(code="print('ran')", files=[{"path": "data/sales.csv", "s3_uri": uri}]))
-    # Then it was not refused as a bad request (the prefix is the tenant's): it was counted, then
-    # placing it failed, so no code ran, and the audit row says why
-    assert result["ok"] is False and result["error"] == "SandboxError", result
-    assert result.get("stdout", "") == ""
+    # When execute_code names it as an s3_uri and reads it with pandas
+    code = "import pandas as pd\ndf = pd.read_csv('data/sales.csv')\nprint(int(df['amount'].sum()))\n"
+    files = [{"path": "data/sales.csv", "s3_uri": f"s3://{bucket}/acme/2026/sales.csv"}]
+    result = stack.dispatch(event(code=code, files=files))
+    # Then the code ran on the copied file, and the call was counted once and audited with its input
+    assert result["ok"] is True, result
+    assert result["stdout"] == "12\n"
     assert counted(stack) == before + 1
     (row,) = stack.audit_rows("acme")
-    assert str(row["failure_reason"]).startswith("inputs:")
+    assert row["input_files"] == [
+        {"path": "data/sales.csv", "bytes": len(CSV), "sha256": hashlib.sha256(CSV).hexdigest()}
+    ]
+
+
+def test_s3_input_of_another_tenant_past_a_wrong_data_read_is_refused_in_the_session(
+    runtime_stack: Stack,
+) -> None:
+    # Given acme's configuration wrongly naming globex's folder as readable (the dispatch-side check
+    # then passes), while acme's role grants only its own folder, and an object of globex's there
+    stack = runtime_stack
+    bucket = n.demo_data_bucket_name("local")
+    aws.client("s3").put_object(Bucket=bucket, Key="globex/secret.csv", Body=b"globex-only\n")
+    ssm = aws.client("ssm")
+    name = n.tenant_substrate_parameter("local", "acme")
+    substrate = json.loads(ssm.get_parameter(Name=name)["Parameter"]["Value"])
+    substrate["data_read"] = [*substrate["data_read"], f"s3://{bucket}/globex/"]
+    ssm.put_parameter(Name=name, Value=json.dumps(substrate), Type="String", Overwrite=True)
+    before = counted(stack)
+    # When acme sends globex's object as an s3_uri
+    files = [{"path": "data/x.csv", "s3_uri": f"s3://{bucket}/globex/secret.csv"}]
+    result = stack.dispatch(event(code="print(open('data/x.csv').read())", files=files))
+    # Then the copy in the session is refused as the role refuses it: a named error, no code run,
+    # counted once, one audit row saying why
+    assert result["ok"] is False and result["error"] == "SandboxError", result
+    assert result["error_message"] == INPUTS_FAILED_MESSAGE
+    assert "globex-only" not in json.dumps(result)
+    assert counted(stack) == before + 1
+    (row,) = stack.audit_rows("acme")
+    assert row["failure_reason"] == "inputs:s3:AccessDenied"
+    assert "globex-only" not in json.dumps(row, default=str)

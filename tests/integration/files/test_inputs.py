@@ -104,3 +104,13 @@ def test_copy_helper_refuses_object_over_the_limit_before_downloading(data_bucke
     with pytest.raises(ValueError, match="over the 100-byte limit"):
         _run_helper(copy_source([("big.bin", "acme-data", "in/big.bin")], max_bytes=100), tmp_path)
     assert not (tmp_path / "big.bin").exists()
+
+
+def test_copy_helper_answers_the_s3_error_code_of_an_object_it_may_not_read(
+    data_bucket, tmp_path: Path
+) -> None:
+    # Given no object at the key
+    # When the helper runs / Then its answer names S3's refusal (the call fails as inputs:s3:<code>)
+    _run_helper(copy_source([("x.csv", "acme-data", "in/missing.csv")]), tmp_path)
+    assert json.loads((tmp_path / ANSWER_PATH).read_text()) == {"error": "NoSuchKey"}
+    assert not (tmp_path / "x.csv").exists()

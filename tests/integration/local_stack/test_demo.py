@@ -32,6 +32,8 @@ def test_demo_runs_one_turn_end_to_end_and_stops_its_stack() -> None:
     # and the files step got a summary CSV and a chart back, both downloaded with matching hashes
     assert "summary.csv" in out.stdout and "figure-1.png" in out.stdout
     assert out.stdout.count("matches") == 2 and "MISMATCH" not in out.stdout
+    # and the same CSV came in as an s3_uri from the tenant's data, read with pandas
+    assert '"stdout": "total sales 550\\n"' in out.stdout
     # and the tools step: one program, three tool calls answered by resumes, one final summary
     assert out.stdout.count('"action": "resume"') == 3
     assert '"stdout": "total sales 400\\n"' in out.stdout and '"tool_calls": 3' in out.stdout

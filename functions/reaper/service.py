@@ -3,6 +3,11 @@
 Sessions are stopped and started only through the shared run time's session runner
 (sandbox_runtime.runner) with the tenant's own session-runner role (§6.4): the reaper ships that
 package (see infra/cdk/constructs/compute.py SHARED_PACKAGES) instead of a second AgentCore client.
+
+Cold start: importing this module (and so the handler) loads the sweep, the refill, the ledger
+and the jobs table, and no pydantic. What needs pydantic — the settings, the pre-flight reader,
+the kill switch, the session runner, a tenant's substrate — and the sweeps plugged into `hooks`
+load when a run first builds or uses them (`reaper()`, `_runner`, `Reaper._substrate`).
 """
 
 from __future__ import annotations
@@ -11,20 +16,22 @@ import json
 import time
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox_common import aws
 from sandbox_common import naming as n
-from sandbox_common.models import TenantSubstrate
 from sandbox_common.sessions.caps import SessionCapReader
 from sandbox_common.sessions.ledger import SessionLedger, Slot
-from sandbox_common.settings import ReaperSettings, reaper_settings
 from sandbox_runtime.job_store import JobStore
-from sandbox_runtime.kill_switch import KillSwitch
-from sandbox_runtime.preflight import PreflightReader
-from sandbox_runtime.runner import SessionRunner
 
 from . import hooks, refill, sweep
+
+if TYPE_CHECKING:
+    from sandbox_common.models import TenantSubstrate
+    from sandbox_common.settings import ReaperSettings
+    from sandbox_runtime.kill_switch import KillSwitch
+    from sandbox_runtime.preflight import PreflightReader
+    from sandbox_runtime.runner import SessionRunner
 
 
 @dataclass
@@ -65,6 +72,9 @@ class Reaper:
         return interpreter_id, session_id
 
     def _substrate(self, tenant_id: str) -> TenantSubstrate | None:
+        # Imported here for cold start alone: the tenant models (pydantic) load at the first warm start.
+        from sandbox_common.models import TenantSubstrate
+
         try:
             raw = self.ssm.get_parameter(Name=n.tenant_substrate_parameter(self.settings.stage, tenant_id))
             return TenantSubstrate.model_validate(json.loads(raw["Parameter"]["Value"]))
@@ -112,6 +122,11 @@ class Reaper:
 def _runner(
     tenant_id: str, role_arn: str, allowed: tuple[str, ...], session_timeout: int, call_timeout: int
 ) -> SessionRunner:
+    # Imported here for cold start alone: the session runner loads when a run first stops or
+    # starts a session.
+    from sandbox_common.settings import reaper_settings
+    from sandbox_runtime.runner import SessionRunner
+
     # The stage's output caps, as dispatch's runner has them: a job the reaper ends is answered
     # (a later get_job) and audited from this runner's shaping of its output.
     settings = reaper_settings()
@@ -128,6 +143,12 @@ def _runner(
 
 @lru_cache(maxsize=1)
 def reaper() -> Reaper:
+    # Imported here for cold start alone: the settings, the pre-flight reader and the kill switch
+    # need pydantic, which the handler's import does not load.
+    from sandbox_common.settings import reaper_settings
+    from sandbox_runtime.kill_switch import KillSwitch
+    from sandbox_runtime.preflight import PreflightReader
+
     hooks.load()  # the sweeps other modules plug in (hooks.SWEEP_MODULES)
     settings = reaper_settings()
     ddb = aws.client("dynamodb")

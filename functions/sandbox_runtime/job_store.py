@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
-from sandbox_common import limits
+from sandbox_common import ddb_item, limits
 from sandbox_common import naming as n
 
 RUNNING, FINISHING = "running", "finishing"
@@ -136,11 +136,7 @@ class JobRecord:
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> JobRecord:
-        def s(key: str) -> str | None:
-            return item[key]["S"] if key in item and "S" in item[key] else None
-
-        def i(key: str) -> int | None:
-            return int(item[key]["N"]) if key in item and "N" in item[key] else None
+        s, i = ddb_item.readers(item)
 
         outcome = None
         if "outcome" in item and "B" in item["outcome"]:

@@ -305,7 +305,8 @@ class TurnSessions:
     def _use_bound(
         self, call: SessionCall, turn: Turn, *, runner: Any, interpreter_id: str, invocation_id: str
     ) -> str:
-        """The warm session the claim already bound to the turn (one write, `prepare`)."""
+        """The warm session already bound to the turn: by the claim's one write (`prepare`), or by
+        `_bind_warm`."""
         prepared, call.prepared = call.prepared, None
         assert prepared is not None
         acquired = self.source.start(
@@ -350,17 +351,9 @@ class TurnSessions:
             raise
         if not bound:
             return None
-        call.prepared = None
-        acquired = self.source.start(
-            prepared,
-            runner=runner,
-            interpreter_id=interpreter_id,
-            invocation_id=invocation_id,
-            retries=call.retries,
+        return self._use_bound(
+            call, turn, runner=runner, interpreter_id=interpreter_id, invocation_id=invocation_id
         )
-        call.source, call.slot_id = acquired.source, acquired.slot_id
-        self._stop_replaced(turn, runner)
-        return acquired.session_id
 
     def stopped(self, call: SessionCall | None, tenant_id: str, turn_id: str, session_id: str) -> bool:
         """The turn's session `session_id` is gone: the turn stops pointing at it (False if it had

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import ClientError
-from sandbox_common import limits
+from sandbox_common import ddb_item, limits
 from sandbox_common import naming as n
 
 _TURN_TTL_SECONDS = 2 * 86_400
@@ -58,11 +58,7 @@ class Turn:
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> Turn:
-        def s(key: str) -> str | None:
-            return item[key]["S"] if key in item and "S" in item[key] else None
-
-        def i(key: str) -> int | None:
-            return int(item[key]["N"]) if key in item and "N" in item[key] else None
+        s, i = ddb_item.readers(item)
 
         return cls(
             turn_id=item["turn_id"]["S"],

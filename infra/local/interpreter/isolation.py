@@ -7,15 +7,17 @@ that cannot be isolated (`IsolationUnavailable`, answered as `isolation_unavaila
 Strategy `bwrap` (bubblewrap, run by root):
 - new mount, pid, ipc, uts, cgroup and network namespaces. The file system is an empty root with
   read-only binds of the system directories, a short list of /etc files (never /etc/shadow), the
-  session's Python installation and the worker script only: not the repository, not the host's
-  home, not the local stack's state directory, not another session's workspace. /workspace (mode
+  session's Python installation, the worker script and the shell runtime it loads
+  (`sandbox_session/shell.py`) only: not the repository, not the host's home, not the local
+  stack's state directory, not another session's workspace. /workspace (mode
   0700, owned by its uid), /tmp and /opt/session-python (its Python layer) are parts of the
   session's own disk (disk.py: one file system bounded in bytes and files, mounted in a mount
   namespace of the session's own before bubblewrap starts). /proc shows the session's own pid
   namespace only. The environment is cleared and set (session_env).
 - the worker runs as an unprivileged uid of its own (uids.py: unique per live session on this
   machine), with no capabilities (empty bounding set) and no_new_privs, so it cannot write the
-  read-only binds (worker.py included), raise its limits, or gain privileges through setuid files.
+  read-only binds (worker.py and shell.py included), raise its limits, or gain privileges
+  through setuid files.
 - in a user namespace of its own that maps only that uid (to itself), created last, as that uid,
   by a second bwrap with --disable-userns: code in the session cannot create a user namespace
   (nor the unprivileged mounts and namespace capabilities one would bring), and the kernel
@@ -48,11 +50,15 @@ from pathlib import Path
 from typing import Any
 
 from sandbox_common import naming
+from sandbox_session import shell as shell_runtime
 
 from infra.local.interpreter import cgroups, disk, network
 
 WORKER_PATH = Path(__file__).with_name("worker.py")
 SANDBOX_WORKER_PATH = "/opt/local-interpreter/worker.py"
+# The session runtime's shell (bash's launch), which the worker loads from its source (--shell).
+SHELL_PATH = Path(shell_runtime.__file__)
+SANDBOX_SHELL_PATH = "/opt/local-interpreter/shell.py"
 SANDBOX_WORKDIR = "/workspace"
 SETPRIV = "/usr/bin/setpriv"  # under /usr, so the same path inside the sandbox
 
@@ -359,10 +365,14 @@ def runtime_bin(python: str) -> str | None:
     return os.path.join(venv, "bin") if os.path.isfile(os.path.join(venv, "pyvenv.cfg")) else None
 
 
-def _worker_args(session_id: str, req_fd: int, resp_fd: int, limits: Limits, *, nproc: bool) -> list[str]:
+def _worker_args(
+    session_id: str, req_fd: int, resp_fd: int, limits: Limits, *, nproc: bool, shell: str
+) -> list[str]:
     return [
         "--session",
         session_id,
+        "--shell",
+        shell,
         "--req-fd",
         str(req_fd),
         "--resp-fd",
@@ -490,7 +500,7 @@ def build_command(
     if plan.strategy != "bwrap":
         # Unisolated: the session's directories on the host (sessions.py lays them out).
         layer = os.path.join(root, "python")
-        worker = _worker_args(session_id, req_fd, resp_fd, limits, nproc=False)
+        worker = _worker_args(session_id, req_fd, resp_fd, limits, nproc=False, shell=str(SHELL_PATH))
         env = session_env(
             home=os.path.join(root, "workspace"),
             tmp=os.path.join(root, "tmp"),
@@ -502,9 +512,14 @@ def build_command(
         )
     if uid is None or info_fd is None or plan.disk is None:
         raise ValueError("bwrap needs the session's uid, an info fd and a disk kind")
-    worker = _worker_args(session_id, req_fd, resp_fd, limits, nproc=True)
+    worker = _worker_args(session_id, req_fd, resp_fd, limits, nproc=True, shell=SANDBOX_SHELL_PATH)
     dns = ["--ro-bind", resolv_conf, "/etc/resolv.conf"] if resolv_conf else []
-    binds = [*_system_binds(python), *dns, "--ro-bind", str(WORKER_PATH), SANDBOX_WORKER_PATH]
+    binds = [
+        *_system_binds(python),
+        *dns,
+        *("--ro-bind", str(WORKER_PATH), SANDBOX_WORKER_PATH),
+        *("--ro-bind", str(SHELL_PATH), SANDBOX_SHELL_PATH),
+    ]
     env = session_env(
         home=SANDBOX_WORKDIR, tmp="/tmp", python_dir=disk.SANDBOX_PYTHON_DIR, runtime_bin=runtime_bin(python)
     ) | (extra_env or {})

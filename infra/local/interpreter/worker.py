@@ -2,7 +2,9 @@
 
 This file is executed *inside* the sandbox (bubblewrap) as a script, so it is stdlib-only and
 imports nothing from the project. The server imports it only for the frame helpers
-(`send_frame`, `recv_frame`, `Frame`), which both sides must agree on.
+(`send_frame`, `recv_frame`, `Frame`), which both sides must agree on. Commands start bash with
+the session runtime's own launch (`sandbox_session.shell.launch`), which the worker loads from
+that module's source file (`--shell`, bound read-only into the sandbox beside this one).
 
 Protocol: requests and answers are frames on two dedicated pipe fds, never on stdout/stderr, so
 nothing user code prints can corrupt the channel: [u32 big-endian JSON length][u32 raw length]
@@ -71,6 +73,7 @@ import sys
 import threading
 import time
 import traceback
+import types
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -330,14 +333,13 @@ def _join_all(drains: list[Any], seconds: float) -> None:
 
 
 # --- commands ---------------------------------------------------------------------------------
-def _find_bash() -> str:
-    for candidate in ("/usr/bin/bash", "/bin/bash"):
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return "bash"
-
-
-BASH = _find_bash()  # the system's (read-only) bash, never one a session installed on its PATH
+def load_shell(path: str) -> Any:
+    """The session runtime's shell module (`sandbox_session.shell`: bash's launch and exit status),
+    executed from its source file as a session executes it: no package of ours is importable here."""
+    module = types.ModuleType("_sbx_shell")
+    with open(path, encoding="utf-8") as source:
+        exec(compile(source.read(), path, "exec"), module.__dict__)
+    return module
 
 
 class _Relay(threading.Thread):
@@ -393,33 +395,14 @@ def _push(stream: Any) -> None:
 
 
 def start_script(
-    script: str, out: Any, err: Any, out_fd: int, err_fd: int, push: bool = False
+    shell: Any, script: str, out: Any, err: Any, out_fd: int, err_fd: int, push: bool = False
 ) -> tuple[subprocess.Popen[bytes], list[_Relay]]:
-    """Run `script` with bash, as a child of this process: in its working directory, with its
-    environment, stdin /dev/null; the script travels on a pipe (`bash /dev/fd/N`), so it is never
-    an argument (Linux caps one at 128 KiB) and never stdin (which the script may read). Its
-    stdout / stderr are relayed into `out` / `err`. Its own process group, so it can be stopped
-    with everything it started."""
-    script_r, script_w = os.pipe()
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    try:
-        proc = subprocess.Popen(
-            [BASH, f"/dev/fd/{script_r}"],
-            stdin=subprocess.DEVNULL,
-            stdout=out_w,
-            stderr=err_w,
-            pass_fds=(script_r,),
-            cwd=os.getcwd(),
-            env=dict(os.environ),
-            start_new_session=True,
-        )
-    except OSError:
-        for fd in (script_r, script_w, out_r, out_w, err_r, err_w):
-            os.close(fd)
-        raise
-    for fd in (script_r, out_w, err_w):
-        os.close(fd)
+    """Run `script` with bash (`shell.launch`), as a child of this process: in its working
+    directory, with its environment, stdin /dev/null; the script travels on a pipe (`bash
+    /dev/fd/N`), so it is never an argument (Linux caps one at 128 KiB) and never stdin (which the
+    script may read). Its stdout / stderr are relayed into `out` / `err`. Its own process group,
+    so it can be stopped with everything it started. Raises OSError when bash could not start."""
+    proc, script_w, out_r, err_r = shell.launch()
     data = script.encode("utf-8", errors="surrogateescape")
 
     def feed() -> None:
@@ -435,11 +418,6 @@ def start_script(
     for relay in relays:
         relay.start()
     return proc, relays
-
-
-def _status(returncode: int) -> int:
-    """A process exit status as a shell reports it (128 + signal when killed)."""
-    return returncode if returncode >= 0 else 128 - returncode
 
 
 class _Sink(io.RawIOBase):
@@ -499,8 +477,8 @@ def _redacting_like(stream: Any, sink: _Sink) -> Any:
 class Task:
     """A command started by startCommandExecution, running in the background of the session."""
 
-    def __init__(self, task_id: str, script: str, stdout_limit: int, stderr_limit: int) -> None:
-        self.task_id = task_id
+    def __init__(self, shell: Any, task_id: str, script: str, stdout_limit: int, stderr_limit: int) -> None:
+        self.shell, self.task_id = shell, task_id
         self.sinks = (_Sink(stdout_limit), _Sink(stderr_limit))
         self.streams = (
             _redacting_like(sys.stdout, self.sinks[0]),
@@ -509,7 +487,9 @@ class Task:
         self.started = time.perf_counter()
         self.ended: float | None = None
         self.canceled = False
-        self.proc, self.relays = start_script(script, self.streams[0], self.streams[1], -1, -1, push=True)
+        self.proc, self.relays = start_script(
+            shell, script, self.streams[0], self.streams[1], -1, -1, push=True
+        )
 
     def poll(self) -> int | None:
         code = self.proc.poll()
@@ -550,7 +530,7 @@ class Task:
             "fatal": False,
         }
         if code is not None:
-            result["exit_code"] = _status(code)
+            result["exit_code"] = self.shell.status(code)
         result["is_error"] = status == "failed"
         return result, [sink.kept() for sink in self.sinks]
 
@@ -566,8 +546,9 @@ def _message(text: str) -> str:
 
 
 class Kernel:
-    def __init__(self, stdout_limit: int, stderr_limit: int) -> None:
+    def __init__(self, stdout_limit: int, stderr_limit: int, shell: Any) -> None:
         self.stdout_limit, self.stderr_limit = stdout_limit, stderr_limit
+        self.shell = shell  # sandbox_session.shell (load_shell)
         self.cell = 0
         self.namespace: dict[str, Any] = {}
         self.reset()
@@ -655,11 +636,11 @@ class Kernel:
         started = time.perf_counter()
         with Capture(self.stdout_limit, self.stderr_limit) as cap:
             try:
-                proc, relays = start_script(args.get("command", ""), sys.stdout, sys.stderr, 1, 2)
+                proc, relays = start_script(self.shell, args.get("command", ""), sys.stdout, sys.stderr, 1, 2)
             except OSError as exc:
                 os.write(2, f"bash could not start: {exc}\n".encode())
                 return self._output(cap, 127, started)
-            code = _status(proc.wait())
+            code = self.shell.status(proc.wait())
             _join_all(relays, 0.5)  # a background child of the script may keep a pipe open
         return self._output(cap, code, started)
 
@@ -671,7 +652,9 @@ class Kernel:
         finished = [k for k, t in self.tasks.items() if t.poll() is not None]
         for key in finished[: max(0, len(self.tasks) - MAX_TASKS_KEPT + 1)]:
             del self.tasks[key]
-        task = Task(str(uuid.uuid4()), args.get("command", ""), self.stdout_limit, self.stderr_limit)
+        task = Task(
+            self.shell, str(uuid.uuid4()), args.get("command", ""), self.stdout_limit, self.stderr_limit
+        )
         self.tasks[task.task_id] = task
         return task.answer()
 
@@ -823,6 +806,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stdout-kept", type=int, default=1 << 18)
     parser.add_argument("--stderr-kept", type=int, default=1 << 15)
     parser.add_argument("--max-processes", type=int, default=0)
+    parser.add_argument("--shell", required=True)  # sandbox_session/shell.py, as the sandbox sees it
     opts = parser.parse_args(argv)
 
     # Protocol fds must not leak into subprocesses that user code starts.
@@ -834,7 +818,7 @@ def main(argv: list[str] | None = None) -> int:
 
     apply_limits(opts.memory_mb, opts.cpu_seconds, opts.file_size_mb, opts.max_processes)
     threading.stack_size(512 * 1024)  # capture threads must fit comfortably under RLIMIT_AS
-    kernel = Kernel(opts.stdout_kept, opts.stderr_kept)
+    kernel = Kernel(opts.stdout_kept, opts.stderr_kept, load_shell(opts.shell))
     ops = {
         "executeCode": kernel.execute_code,
         "executeCommand": kernel.execute_command,

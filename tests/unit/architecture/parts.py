@@ -64,7 +64,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     COMMON: {SESSION_RUNTIME},
     SESSION_RUNTIME: set(),
     CLIENT: set(),
-    LOCAL: {COMMON, CDK},
+    # Local: the interpreter's worker runs the session runtime's shell launch (from its source)
+    LOCAL: {COMMON, CDK, SESSION_RUNTIME},
     CLI: {CLIENT, LOCAL, COMMON, CDK},
     DEMO: {CLIENT, CLI, LOCAL, COMMON},
     TESTS: set(PARTS) - {TESTS},

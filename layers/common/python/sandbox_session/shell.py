@@ -100,25 +100,11 @@ def run(script, deadline_s=None, out=None, err=None):
     thread hand-offs, whose GIL switches would cost more than starting bash."""
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
-    script_r, script_w = os.pipe()
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
     try:
-        proc = subprocess.Popen(
-            [BASH, f"/dev/fd/{script_r}"],
-            stdin=subprocess.DEVNULL,
-            stdout=out_w,
-            stderr=err_w,
-            pass_fds=(script_r,),
-            start_new_session=True,
-        )
+        proc, script_w, out_r, err_r = launch()
     except OSError as exc:
-        for fd in (script_r, script_w, out_r, out_w, err_r, err_w):
-            os.close(fd)
         err.write(f"bash could not be started: {exc}\n")
         return NOT_STARTED
-    for fd in (script_r, out_w, err_w):
-        os.close(fd)
     os.set_blocking(script_w, False)
     pending = memoryview(script)
     selector = selectors.DefaultSelector()
@@ -181,7 +167,39 @@ def run(script, deadline_s=None, out=None, err=None):
             pass
     if timed_out:
         return TIMED_OUT
-    return code if code >= 0 else 128 - code
+    return status(code)
+
+
+def launch():
+    """Start bash on a script it reads from a pipe (`bash /dev/fd/N`): stdin /dev/null, this
+    process's working directory and environment, a process group of its own. Returns (proc,
+    script_w, out_r, err_r): the caller writes the script into script_w and closes it, and reads
+    the script's stdout / stderr from out_r / err_r. Raises OSError, every pipe closed, when bash
+    could not be started."""
+    script_r, script_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            [BASH, f"/dev/fd/{script_r}"],
+            stdin=subprocess.DEVNULL,
+            stdout=out_w,
+            stderr=err_w,
+            pass_fds=(script_r,),
+            start_new_session=True,
+        )
+    except OSError:
+        for fd in (script_r, script_w, out_r, out_w, err_r, err_w):
+            os.close(fd)
+        raise
+    for fd in (script_r, out_w, err_w):
+        os.close(fd)
+    return proc, script_w, out_r, err_r
+
+
+def status(returncode):
+    """A process's exit status as a shell reports it (128 + signal when killed)."""
+    return returncode if returncode >= 0 else 128 - returncode
 
 
 def _kill(proc):

@@ -26,7 +26,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from .. import dimensions, limits
+from .. import ddb_item, dimensions, limits
 from .. import naming as n
 
 _CONDITION_FAILED = "ConditionalCheckFailed"
@@ -85,11 +85,7 @@ class Slot:
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> Slot:
-        def s(key: str) -> str | None:
-            return item[key]["S"] if key in item and "S" in item[key] else None
-
-        def i(key: str) -> int | None:
-            return int(item[key]["N"]) if key in item and "N" in item[key] else None
+        s, i = ddb_item.readers(item)
 
         return cls(
             slot_id=item[n.SESSIONS.pk]["S"][len(n.SESSION_SLOT_PREFIX) :],

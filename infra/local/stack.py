@@ -197,7 +197,10 @@ def _spawn(directory: Path, name: str, argv: list[str], env: dict[str, str]) -> 
 
 def _wait_http(url: str, process: dict[str, Any], deadline: float) -> None:
     while time.time() < deadline:
-        if not process_alive(process["pid"], process["marker"]):
+        # pid_alive, not process_alive: between fork and exec the child's command line is still
+        # the parent's, and a loaded machine can show that; our child that exits stays a zombie
+        # (never reaped here), so its pid cannot be recycled while we wait
+        if not pid_alive(process["pid"]):
             tail = Path(process["log"]).read_text(errors="replace")[-600:].strip().splitlines()
             raise LocalStackError(
                 f"{process['marker']} exited during start-up: {(tail or ['no output'])[-1]}"

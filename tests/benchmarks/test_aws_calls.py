@@ -148,9 +148,17 @@ def tables_in(params: dict[str, Any]) -> tuple[str, ...]:
     return tuple(sorted(set(found)))
 
 
+_ATTEMPT = re.compile(r"attempt=(\d+)")
+
+
 def describe_wire_request(environ: dict[str, Any]) -> Call | None:
-    """The AWS call one HTTP request to moto carries (None for moto's own /moto-api)."""
+    """The AWS call one HTTP request to moto carries (None for moto's own /moto-api, and for
+    botocore's retry of a request already counted: a loaded machine can time out a first attempt
+    that moto still served, and an API call is counted once, as the client-side hook counts it)."""
     if environ.get("PATH_INFO", "").startswith("/moto-api"):
+        return None
+    attempt = _ATTEMPT.search(environ.get("HTTP_AMZ_SDK_REQUEST", ""))
+    if attempt and int(attempt.group(1)) > 1:
         return None
     length = int(environ.get("CONTENT_LENGTH") or 0)
     body = environ["wsgi.input"].read(length) if length else b""
@@ -373,6 +381,11 @@ def test_describe_wire_request_json_query_and_origin() -> None:
     assert sts_call == Call(DISPATCH, "sts", "AssumeRole")
     assert ddb["wsgi.input"].read() == ddb_body and sts["wsgi.input"].read() == sts_body
     assert describe_wire_request({"PATH_INFO": "/moto-api/reset", "wsgi.input": io.BytesIO()}) is None
+    # And botocore's second attempt of the same request is not a second call
+    retried = dict(ddb, HTTP_AMZ_SDK_REQUEST="attempt=2; max=3", **{"wsgi.input": io.BytesIO(ddb_body)})
+    first = dict(ddb, HTTP_AMZ_SDK_REQUEST="attempt=1; max=3", **{"wsgi.input": io.BytesIO(ddb_body)})
+    assert describe_wire_request(retried) is None
+    assert describe_wire_request(first) == ddb_call
 
 
 def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire_log: WireLog) -> None:

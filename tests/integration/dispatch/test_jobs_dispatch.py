@@ -153,8 +153,9 @@ def test_jobs_of_another_turn_or_tenant_refused_like_unknown(stack: Stack) -> No
 
 
 def test_jobs_end_turn_with_running_job_keeps_session_until_job_ends(stack: Stack) -> None:
-    # Given a running job that ends in 2 s
-    submitted = stack.dispatch(job("c1", "import time\ntime.sleep(2)\nprint('late')"))
+    # Given a running job that ends in 4 s (end_turn below must find it running, also on a loaded
+    # machine)
+    submitted = stack.dispatch(job("c1", "import time\ntime.sleep(4)\nprint('late')"))
     session_id = submitted["session_id"]
     # When the turn ends
     ended = stack.dispatch(event("end_turn"))

@@ -285,15 +285,28 @@ def _slot_sessions(stack: Stack) -> list[str | None]:
     return [slot.session_id for slot in ledger.slots()]
 
 
-@pytest.fixture
-def short_wait(tools_stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Stack:
-    """A 1-second tool wait bound (the stage's tool_wait_seconds)."""
+def _tool_wait_bound(monkeypatch: pytest.MonkeyPatch, seconds: int) -> None:
+    """Set the stage's tool_wait_seconds for the dispatch built next."""
     from dispatch import parts
     from sandbox_common import settings
 
-    monkeypatch.setenv(n.ENV_TOOL_WAIT_SECONDS, "1")
+    monkeypatch.setenv(n.ENV_TOOL_WAIT_SECONDS, str(seconds))
     settings.clear_caches()
     parts.reset()
+
+
+@pytest.fixture
+def short_wait(tools_stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Stack:
+    """A 1-second tool wait bound (the stage's tool_wait_seconds)."""
+    _tool_wait_bound(monkeypatch, 1)
+    return tools_stack
+
+
+@pytest.fixture
+def early_sweep_wait(tools_stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Stack:
+    """A 5-second tool wait bound: a sweep right after the pause falls inside it, also on a
+    loaded machine."""
+    _tool_wait_bound(monkeypatch, 5)
     return tools_stack
 
 
@@ -572,10 +585,10 @@ def _sweep(stack: Stack) -> dict[str, Any]:
 
 
 def test_tools_sweep_ends_a_paused_call_past_its_wait_bound_once_with_session_stopped(
-    short_wait: Stack,
+    early_sweep_wait: Stack,
 ) -> None:
-    stack = short_wait
-    # Given a call paused on a tool, inside its 1 s wait bound
+    stack = early_sweep_wait
+    # Given a call paused on a tool, inside its 5 s wait bound
     paused = stack.dispatch(call(PAUSE, call_id="c-swept"))
     assert paused["status"] == n.STATUS_TOOL_CALL
     # When the sweep runs before the bound passed
@@ -585,13 +598,13 @@ def test_tools_sweep_ends_a_paused_call_past_its_wait_bound_once_with_session_st
     assert paused["session_id"] in stack.live_sessions()
     assert not [r for r in stack.audit_rows("acme") if r["call_id"] == "c-swept"]
     # When nobody resumes it and the sweep runs after the bound
-    time.sleep(1.5)
+    time.sleep(5.5)
     swept = _sweep(stack)
     # Then it ended as SandboxTimeout with one row, its session stopped and its slot freed
     assert swept == {"ok": True}
     rows = [r for r in stack.audit_rows("acme") if r["call_id"] == "c-swept"]
     assert [(r["exit_status"], r["failure_reason"], r["tool_calls"]) for r in rows] == [
-        ("timeout", "tool_wait_expired:1s", 1)
+        ("timeout", "tool_wait_expired:5s", 1)
     ]
     assert rows[0]["invocation_id"] == paused["invocation_id"]
     assert paused["session_id"] not in stack.live_sessions()

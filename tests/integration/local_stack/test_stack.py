@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -234,3 +235,23 @@ def test_up_restarts_dead_parts_keeping_state_and_down_leaves_no_process_behind(
     assert [p for p in everything if stack.pid_alive(p)] == []
     assert stack.read_state(tmp_path) is None
     assert stack.status(tmp_path)["running"] is False
+
+
+def test_start_up_wait_names_the_last_log_line_of_a_part_that_exits(tmp_path: Path) -> None:
+    # Given a part that writes a line and exits before it answers HTTP
+    process = stack._spawn(
+        tmp_path, "broken", [sys.executable, "-c", "print('port 1 is taken', flush=True)", "broken-part"], {}
+    )
+    # When start-up waits for it / Then the wait ends with the part's last words, not a timeout
+    with pytest.raises(stack.LocalStackError, match="exited during start-up: port 1 is taken"):
+        stack._wait_http("http://127.0.0.1:9/", process, time.time() + 120)
+
+
+def test_start_up_wait_keeps_waiting_while_the_child_has_not_exec_ed_yet(tmp_path: Path) -> None:
+    # Given our own live process whose command line does not (yet) hold the part's marker, as a
+    # child shows between fork and exec on a loaded machine
+    process = {"pid": os.getpid(), "marker": "no-such-marker", "log": str(tmp_path / "x.log")}
+    # When start-up waits on an address that never answers, for a short while
+    # Then it is not reported as exited: it waits until its deadline
+    with pytest.raises(stack.LocalStackError, match="did not answer"):
+        stack._wait_http("http://127.0.0.1:9/", process, time.time() + 0.5)

@@ -58,12 +58,15 @@ def _first_session(stack: Stack, turn: str, retries: RetryLog | None = None) -> 
 
 
 def _count_starts(stack: Stack) -> list[str]:
-    """Record every Start and every executeCode the runner's clients send (real requests)."""
+    """Record every Start and every executeCode the runner's clients send (real requests; a
+    botocore retry of one request, which a loaded machine can cause, is the same call)."""
     seen: list[str] = []
     runner = _runner(stack)
 
     def hook(request: Any, event_name: str = "", **_: Any) -> None:
-        seen.append(event_name.rsplit(".", 1)[-1])
+        attempt = request.headers.get("amz-sdk-request", "attempt=1;")
+        if "attempt=1;" in (attempt.decode() if isinstance(attempt, bytes) else attempt):
+            seen.append(event_name.rsplit(".", 1)[-1])
 
     runner.credentials.control_client().meta.events.register("before-send.bedrock-agentcore", hook)
     runner.credentials.invoke_client().meta.events.register("before-send.bedrock-agentcore", hook)

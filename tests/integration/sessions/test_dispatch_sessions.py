@@ -14,6 +14,7 @@ from sandbox_common import aws, dimensions, limits
 from sandbox_common import naming as n
 
 from tests.reliability.faults import aws_response, error_body
+from tests.support.runner import cell_arguments
 
 from .conftest import Stack, event, interpreter_id, set_session_cap, set_warm, slots_of
 
@@ -38,6 +39,9 @@ def _dispatch_runner() -> Any:
     return d.runners(d.preflight.check("acme", "analyst"))
 
 
+CELL_DRIVER_START = "def _sbx_cell("
+
+
 class AgentCoreLog:
     """Every Start, and the code of every executeCode, that dispatch's runner sends (real requests)."""
 
@@ -56,7 +60,11 @@ class AgentCoreLog:
         self.starts += 1
 
     def _invoke(self, params: dict[str, Any], **_: Any) -> None:
-        self.codes.append(str((params.get("arguments") or {}).get("code", "")))
+        """The code sent; for a Python call, the user code its driver carries."""
+        code = str((params.get("arguments") or {}).get("code", ""))
+        if code.startswith(CELL_DRIVER_START):
+            code = cell_arguments(code)[1]
+        self.codes.append(code)
 
     def preambles(self) -> int:
         from sandbox_runtime.runner.session import readiness_source
@@ -314,8 +322,10 @@ def test_dispatch_session_stopped_by_timeout_frees_its_slot(
     settings.clear_caches()
     dependencies.reset()
     set_session_cap(dimensions.TENANT_SESSIONS.name, 1, "acme")
-    # When turn-1's call runs past the deadline (the runner stops its session)
-    slow = stack.dispatch(event(turn_id="turn-1", call_id="a1", code="import time\ntime.sleep(30)"))
+    # When turn-1's call runs past the deadline with the session's own stop blocked (so the runner's
+    # deadline ends it and stops its session)
+    code = "import signal, time\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\ntime.sleep(30)"
+    slow = stack.dispatch(event(turn_id="turn-1", call_id="a1", code=code))
     assert slow["exit_status"] == "timeout"
     # Then the slot is free: another turn gets a session
     assert slots_of(stack) == []

@@ -81,8 +81,10 @@ def _disarm():
 
 
 def _user_traceback(tb):
-    """Drop this runtime's frames: the traceback starts where the code does."""
-    while tb is not None and tb.tb_frame.f_code.co_filename == _OWN:
+    """Drop every frame before the code's first (this runtime's, and the stdlib's: a SyntaxError is
+    raised inside ast.parse, whose frame names a host path): the traceback starts where the code
+    does. A SyntaxError keeps no frame at all; Python prints its file and line from the exception."""
+    while tb is not None and not tb.tb_frame.f_code.co_filename.startswith(CELL_PREFIX):
         tb = tb.tb_next
     return tb
 
@@ -106,7 +108,7 @@ def _flush():
             pass
 
 
-_OWN = _user_traceback.__code__.co_filename  # the file name this runtime was compiled under
+_OWN = _flush.__code__.co_filename  # the file name this runtime was compiled under
 
 
 def run(code_b64, deadline_s, namespace):

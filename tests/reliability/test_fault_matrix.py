@@ -11,6 +11,7 @@ the fault armed, then checks what SPEC §4.2/§5.1/§6/§7 promise:
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -154,9 +155,7 @@ def replay_target(stack: Stack) -> Any:
     )
 
 
-def _arm(
-    dependency: str, fault: str, stack: Stack, hooks: HookFaults, proxy: FaultProxy, marker: str
-) -> None:
+def _arm(dependency: str, fault: str, stack: Stack, hooks: HookFaults, proxy: FaultProxy, code: str) -> None:
     from dispatch.quota import client as quota_client
     from sandbox_runtime.runner import credentials
 
@@ -198,7 +197,7 @@ def _arm(
             "bedrock-agentcore",
             fault,
             operations={"InvokeCodeInterpreter"},
-            match=lambda r: marker.encode() not in (r.body or b""),
+            match=lambda r: not _carries(r, code),
         )
     elif dependency == "invoke":
         hooks.arm(
@@ -206,13 +205,18 @@ def _arm(
             "bedrock-agentcore",
             fault,
             operations={"InvokeCodeInterpreter"},
-            match=lambda r: marker.encode() in (r.body or b""),
+            match=lambda r: _carries(r, code),
             hang=True,
         )
     elif dependency == "stop":
         hooks.arm(agentcore, "bedrock-agentcore", fault, operations={"StopCodeInterpreterSession"})
     else:  # pragma: no cover
         raise AssertionError(dependency)
+
+
+def _carries(request: Any, code: str) -> bool:
+    """The request is the user's executeCode: its driver carries the code as base64."""
+    return base64.b64encode(code.encode()).decode().encode() in (request.body or b"")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -263,7 +267,7 @@ def test_fault(
     started = datetime.now(UTC)
 
     # Given the fault armed on one dependency
-    _arm(dependency, fault, stack, hooks, proxy, marker)
+    _arm(dependency, fault, stack, hooks, proxy, code)
     # When one execute_code of a fresh turn runs (and, for Stop, the end_turn after it)
     end: dict[str, Any] | None = None
     try:

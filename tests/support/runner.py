@@ -7,6 +7,8 @@ and credentials dispatch reads before the first runner exists.
 
 from __future__ import annotations
 
+import ast
+import base64
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +21,16 @@ if TYPE_CHECKING:
 
 ACME_INTERPRETER = "sbx_test_acme_pub"
 ACME_RUNNER_ROLE = "arn:aws:iam::123456789012:role/thinkwork-test-sbx-runner-acme"
+
+
+def cell_arguments(source: str) -> tuple[str, str, float]:
+    """What the driver of a Python call (`sandbox_runtime.runner.cells`) carries: the runtime's
+    source, the user code (decoded) and the inner deadline."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "_sbx_cell":
+            runtime, code, deadline = (ast.literal_eval(arg) for arg in node.args[:3])
+            return runtime, base64.b64decode(code).decode("utf-8"), float(deadline)
+    raise AssertionError("not a Python call's driver")
 
 
 def session_runner(**overrides: Any) -> SessionRunner:

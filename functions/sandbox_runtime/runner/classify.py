@@ -1,11 +1,12 @@
 """Outcome classification (SPEC §6.3), first match wins:
 timeout → oom → error → ok.
 
-`timeout` is decided by the runner's own deadline and `oom` from what the sandbox reports
-(exit 137 = SIGKILL by the OOM killer, or a traceback ending in MemoryError): both come from
-observable facts of this call, not from host exceptions that never occur (a peer-system bug). A
-process the sandbox reports killed by a signal that was not the OOM killer's
-(`naming.REASON_KILLED_BY_SIGNAL`) is an `error` naming the signal, before the oom rule.
+`timeout` is decided by the runner's deadline (or the session's inner deadline before it) and
+`oom` from what the sandbox reports (exit 137 = SIGKILL by the OOM killer, or a traceback ending
+in MemoryError): both come from observable facts of this call, not from host exceptions that
+never occur (a peer-system bug). A process the sandbox reports killed by a signal that was not the
+OOM killer's (`naming.REASON_KILLED_BY_SIGNAL`) is an `error` naming the signal, before the oom
+rule.
 """
 
 from __future__ import annotations
@@ -18,6 +19,16 @@ from sandbox_common import naming as n
 from sandbox_common.errors import SandboxError, SandboxFailure, SandboxOOM, SandboxTimeout
 
 OOM_EXIT_CODE = 137
+
+# What a timeout did to the session: Python code the session stopped at its inner deadline keeps
+# it; the runner's own deadline (and a shell script's timeout) stops it.
+_SESSION_KEPT = (
+    "Its output until then is shown; the sandbox session was kept, so variables and files from earlier "
+    "calls in this turn are still there."
+)
+_SESSION_RESET = (
+    "The sandbox session was reset, so variables and files from earlier calls in this turn are gone."
+)
 
 # A traceback's final line: "pkg.mod.SomeError: message" or a bare "MemoryError", at column 0.
 _EXCEPTION_LINE = re.compile(
@@ -57,6 +68,7 @@ def classify(
     *,
     timed_out: bool,
     call_timeout_seconds: int,
+    session_kept: bool = False,
     exit_code: int | None,
     stderr_tail: str,
     is_error: bool,
@@ -70,8 +82,9 @@ def classify(
             "timeout",
             SandboxTimeout,
             f"The code did not finish within the {call_timeout_seconds}-second limit and was stopped. "
-            "The sandbox session was reset, so variables and files from earlier calls in this turn are gone.",
-            f"deadline_exceeded:{call_timeout_seconds}s",
+            + (_SESSION_KEPT if session_kept else _SESSION_RESET),
+            f"deadline_exceeded:{call_timeout_seconds}s"
+            + (f":{n.REASON_STOPPED_IN_SESSION}" if session_kept else ""),
         )
     killed = _KILLED_BY_SIGNAL.search(stderr_tail)
     if killed is not None and exit_code is not None and exit_code > 128:

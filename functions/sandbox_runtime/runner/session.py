@@ -20,7 +20,7 @@ from sandbox_common.errors import SandboxError, SandboxProvisioning
 from sandbox_common.messages import ISOLATION_UNAVAILABLE
 from sandbox_common.observability import emit_metric, logger
 
-from . import commands
+from . import cells, commands
 from .classify import Classification, classify
 from .credentials import TenantCredentials
 from .errors import CrossTenantInterpreter, SessionGone, failure
@@ -67,12 +67,13 @@ class _Invocation:
     api_error: str | None  # ClientError code / BotoCoreError class before the stream began
     duration_ms: int
 
-    def classify(self, call_timeout_seconds: int) -> Classification:
+    def classify(self, call_timeout_seconds: int, *, session_kept: bool = False) -> Classification:
         """The verdict on this executeCode (the one mapping of an invocation onto §6.4's classes)."""
         outcome = self.outcome
         return classify(
             timed_out=self.timed_out,
             call_timeout_seconds=call_timeout_seconds,
+            session_kept=session_kept,
             exit_code=outcome.exit_code,
             stderr_tail=outcome.stderr.tail,
             is_error=outcome.is_error,
@@ -251,9 +252,10 @@ class SessionRunner:
     ) -> ExecutionResult:
         """Run user code byte-exact in the session, for at most the per-call timeout — or less
         when the caller has less time left (`deadline_seconds`, e.g. the Lambda's remaining time
-        minus what answering needs); either way an overrun is this call's `timeout`. With
-        `language="bash"` the code is a shell script (`commands`), stopped a little before that
-        deadline so that its output so far comes back with the timeout.
+        minus what answering needs); either way an overrun is this call's `timeout`. The session
+        stops the code a little before that deadline, so that its output so far comes back with
+        the timeout: Python code through the cell runtime (`cells`), which keeps the session, and
+        with `language="bash"` a shell script (`commands`), after which the session is reset.
 
         Every outcome is a result, except two refusals in which the code certainly did not run:
         CrossTenantInterpreter (before any AWS call) and SessionGone (AgentCore rejected the
@@ -265,22 +267,27 @@ class SessionRunner:
             if deadline_seconds is None
             else min(self.call_timeout_seconds, max(1.0, deadline_seconds))
         )
-        inner: float | None = None
-        source = code
+        inner = commands.inner_deadline(limit)
         if language == commands.BASH:
-            inner = commands.inner_deadline(limit)
             source = commands.command_source(code, inner)
+        else:
+            source = cells.cell_source(code, inner)
         call = self._invoke(interpreter_id, session_id, source, timeout_seconds=limit)
         if call.api_error is not None and call.api_error.split(":", 1)[0] in SESSION_GONE_CODES:
             raise SessionGone(session_id, self._reason(f"invoke_failed:{call.api_error}"))
-        if inner is not None and commands.stopped_at_deadline(
+        # Stopped in the session at the inner deadline: a Python cell was interrupted there and
+        # its session carries on; a script was killed, and its session is reset like after any
+        # timeout (docs/tool-surface.md).
+        kept = False
+        if not call.timed_out and commands.stopped_at_deadline(
             call.outcome.exit_code, call.duration_ms, inner
         ):
             call = replace(call, timed_out=True)
+            kept = language != commands.BASH
         outcome = call.outcome
-        verdict = call.classify(int(limit))
+        verdict = call.classify(int(limit), session_kept=kept)
         session_stopped = False
-        if call.timed_out:
+        if call.timed_out and not kept:
             # The code may still be running: stop it so it cannot outlive the call, and make
             # the next call of the turn start (and announce) a fresh session.
             self.stop_session(interpreter_id, session_id)

@@ -185,18 +185,6 @@ def test_language_outside_python_and_bash_is_refused_before_anything_counts(stac
     assert counted(stack) == before and stack.audit_rows("acme") == []
 
 
-@pytest.fixture
-def short_deadline(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Stack:
-    """A 3 s per-call deadline."""
-    from dispatch import parts as dependencies
-    from sandbox_common import settings
-
-    monkeypatch.setenv(n.ENV_CALL_TIMEOUT, "3")
-    settings.clear_caches()
-    dependencies.reset()
-    return stack
-
-
 def test_bash_timeout_keeps_the_output_written_before_it(short_deadline: Stack) -> None:
     stack = short_deadline
     # Given a 3 s per-call deadline and a script that writes, leaks a token, then never ends

@@ -1,6 +1,6 @@
-"""Session rules of §4.5/§6.3 through the real path: a timeout stops the session and the next
-call of the turn starts a fresh one and says so; a session reaped by AgentCore is replaced
-before the code runs (the code runs once)."""
+"""Session rules of §4.5/§6.3 through the real path: a timeout the runner's deadline ends stops the
+session and the next call of the turn starts a fresh one and says so; a session reaped by
+AgentCore is replaced before the code runs (the code runs once)."""
 
 from __future__ import annotations
 
@@ -25,8 +25,10 @@ def test_timeout_stops_session_and_next_call_restarts(short_deadline: Stack) -> 
     stack = short_deadline
     # Given a turn with state in its session
     assert stack.dispatch(event(call_id="c1", code="x = 1"))["ok"] is True
-    # When a call runs past the per-call deadline
-    slow = stack.dispatch(event(call_id="c2", code="import time\ntime.sleep(30)"))
+    # When a call runs past the per-call deadline, blocking the signal the session would stop it with
+    # (so the runner's own deadline ends it)
+    code = "import signal, time\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\ntime.sleep(30)"
+    slow = stack.dispatch(event(call_id="c2", code=code))
     # Then it is a timeout, and the session it ran in is gone
     assert slow["error"] == "SandboxTimeout" and slow["exit_status"] == "timeout"
     old_session = slow["session_id"]
@@ -84,12 +86,13 @@ def test_call_is_cut_to_the_lambdas_remaining_time_and_still_answers(stack: Stac
     # When the code would run for 30 s
     started = time.monotonic()
     result = handler(event(call_id="slow", code="import time\ntime.sleep(30)"), context)
-    # Then it ends as a timeout with time to spare, audited, its session stopped
+    # Then it ends as a timeout with time to spare, audited, stopped in its session, which is kept
     assert result["error"] == "SandboxTimeout" and result["exit_status"] == "timeout"
     assert time.monotonic() - started < 15
-    assert {r["call_id"]: r["exit_status"] for r in stack.audit_rows()}["slow"] == "timeout"
-    gone = stack.interpreter.session(result["session_id"])
-    assert gone is None or gone.status == "TERMINATED"
+    row = {r["call_id"]: r for r in stack.audit_rows()}["slow"]
+    assert row["exit_status"] == "timeout"
+    assert row["failure_reason"].endswith(":" + n.REASON_STOPPED_IN_SESSION)
+    assert result["session_id"] in stack.live_sessions()
 
 
 def test_ended_turn_starts_no_new_session(stack: Stack) -> None:

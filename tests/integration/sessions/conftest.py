@@ -11,6 +11,7 @@ from sandbox_common import aws, dimensions
 from sandbox_common import naming as n
 
 from tests.support.crash_points import get_job_event
+from tests.support.runner import cell_arguments
 from tests.support.stack import Stack, event, interpreter, jsonable, reaper_stack, stack, turn_token_for
 
 __all__ = [
@@ -80,6 +81,9 @@ def dispatch_runner() -> Any:
     return d.runners(d.preflight.check("acme", "analyst"))
 
 
+CELL_DRIVER_START = "def _sbx_cell("
+
+
 class AgentCoreLog:
     """Every Start, and the code of every executeCode, that dispatch's runner sends (real requests)."""
 
@@ -98,7 +102,11 @@ class AgentCoreLog:
         self.starts += 1
 
     def _invoke(self, params: dict[str, Any], **_: Any) -> None:
-        self.codes.append(str((params.get("arguments") or {}).get("code", "")))
+        """The code sent; for a Python call, the user code its driver carries."""
+        code = str((params.get("arguments") or {}).get("code", ""))
+        if code.startswith(CELL_DRIVER_START):
+            code = cell_arguments(code)[1]
+        self.codes.append(code)
 
     def preambles(self) -> int:
         from sandbox_runtime.runner.session import readiness_source

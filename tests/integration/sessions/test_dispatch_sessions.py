@@ -194,8 +194,10 @@ def test_dispatch_session_stopped_by_timeout_frees_its_slot(
     settings.clear_caches()
     dependencies.reset()
     set_session_cap(dimensions.TENANT_SESSIONS.name, 1, "acme")
-    # When turn-1's call runs past the deadline (the runner stops its session)
-    slow = stack.dispatch(event(turn_id="turn-1", call_id="a1", code="import time\ntime.sleep(30)"))
+    # When turn-1's call runs past the deadline with the session's own stop blocked (so the runner's
+    # deadline ends it and stops its session)
+    code = "import signal, time\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\ntime.sleep(30)"
+    slow = stack.dispatch(event(turn_id="turn-1", call_id="a1", code=code))
     assert slow["exit_status"] == "timeout"
     # Then the slot is free: another turn gets a session
     assert slots_of(stack) == []

@@ -54,13 +54,45 @@ def test_local_interpreter_turn_keeps_state_and_redacts_bypassed_output(runner):
     assert stopped is True
 
 
-def test_local_interpreter_timeout_stops_session_then_session_gone(runner):
+def test_local_interpreter_timeout_keeps_output_and_session(runner):
+    # Given a running session holding a variable
+    session_id = runner.start_session(INTERPRETER)
+    try:
+        assert runner.execute(INTERPRETER, session_id, "x = 21").exit_status == "ok"
+        # When code prints, leaks a token, then sleeps past the 2 s deadline
+        result = runner.execute(
+            INTERPRETER,
+            session_id,
+            f'print("before"); print("{GITHUB_TOKEN}"); import sys; print("err", file=sys.stderr)\n'
+            "import time; time.sleep(600)",
+        )
+        # Then the session stopped it at its inner deadline (1 s) and the output so far is kept,
+        # redacted and counted
+        assert (result.exit_status, result.error, result.exit_code) == ("timeout", "SandboxTimeout", None)
+        assert result.stdout == "before\n<redacted>\n" and result.stderr == "err\n"
+        assert result.stdout_bytes == len("before\n<redacted>\n")
+        assert result.failure_reason == "deadline_exceeded:2s:stopped_in_session"
+        assert "still there" in (result.error_message or "")
+        # And the session was kept: a later call reads the variable set before the timeout
+        assert result.session_stopped is False
+        after = runner.execute(INTERPRETER, session_id, "print(x * 2)")
+        assert (after.exit_status, after.stdout) == ("ok", "42\n")
+    finally:
+        runner.stop_session(INTERPRETER, session_id)
+
+
+def test_local_interpreter_timeout_the_session_cannot_stop_stops_session_then_session_gone(runner):
     # Given a running session
     session_id = runner.start_session(INTERPRETER)
-    # When code outlives the 2 s deadline
-    result = runner.execute(INTERPRETER, session_id, "import time\ntime.sleep(30)")
-    # Then the runner timed out and stopped the session: the next invoke is refused as gone
+    # When code blocks the signal of the inner deadline, then outlives the 2 s deadline
+    result = runner.execute(
+        INTERPRETER,
+        session_id,
+        "import signal, time\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\ntime.sleep(30)",
+    )
+    # Then the runner's own deadline ended it and stopped the session: the next invoke is refused as gone
     assert (result.exit_status, result.session_stopped) == ("timeout", True)
+    assert result.failure_reason == "deadline_exceeded:2s"
     assert 2000 <= result.duration_ms < 4000
     with pytest.raises(SessionGone):
         runner.execute(INTERPRETER, session_id, "print(1)")

@@ -13,6 +13,7 @@ from sandbox_runtime.runner.session import readiness_source
 
 from infra.local import eventstream as es
 from tests.support.emf import metric_names
+from tests.support.runner import cell_arguments
 
 
 def test_start_session_runs_real_preamble_as_its_own_call(fake_agentcore, make_runner):
@@ -27,7 +28,7 @@ def test_start_session_runs_real_preamble_as_its_own_call(fake_agentcore, make_r
     preamble, user = fake_agentcore.ops("InvokeCodeInterpreter")
     assert preamble.code == readiness_source()
     assert preamble.code.startswith(preamble_source())
-    assert user.code == "print(6*7)"
+    assert cell_arguments(user.code)[1] == "print(6*7)"
     assert preamble.session_id == user.session_id == session_id
     start = fake_agentcore.ops("StartCodeInterpreterSession")[0]
     assert start.body["sessionTimeoutSeconds"] == 900 and start.body["name"] == "turn-123"

@@ -8,10 +8,11 @@ from datetime import timedelta
 import pytest
 from sandbox_common import aws, naming
 from sandbox_common.errors import SandboxError, SandboxProvisioning
-from sandbox_runtime.runner import CrossTenantInterpreter, SessionGone, credentials
+from sandbox_runtime.runner import CrossTenantInterpreter, SessionGone, cells, credentials
 
 from infra.local import eventstream as es
 from tests.support.emf import metric_names
+from tests.support.runner import cell_arguments
 
 SESSION = "sess0001"
 
@@ -175,9 +176,12 @@ def test_execute_sends_user_code_byte_exact(fake_agentcore, make_runner):
     fake_agentcore.script_invoke(fake_agentcore.result(stdout="", exit_code=0))
     # When
     make_runner().execute(fake_agentcore.INTERPRETER, SESSION, code)
-    # Then the request carried exactly that code, alone
+    # Then the request is one executeCode whose driver carries exactly that code, alone, and the
+    # cell runtime with an inner deadline before the runner's (120 s: 5 s before)
     (invoke,) = fake_agentcore.ops("InvokeCodeInterpreter")
-    assert invoke.body == {"name": "executeCode", "arguments": {"language": "python", "code": code}}
+    assert invoke.body["name"] == "executeCode" and invoke.body["arguments"]["language"] == "python"
+    runtime, sent, deadline = cell_arguments(invoke.body["arguments"]["code"])
+    assert sent == code and runtime == cells.runtime_source() and deadline == 115.0
     assert invoke.session_id == SESSION
     assert invoke.interpreter_id == fake_agentcore.INTERPRETER
 

@@ -19,8 +19,8 @@ import pytest
 from sandbox_common.redaction import REPLACEMENT
 from sandbox_common.redaction.stdio import check_readiness, preamble_source
 from sandbox_common.tools_protocol import installer_source, resume_source, split_marker, start_source
-from sandbox_runtime.runner import commands, job_snippets
-from sandbox_session import jobs, redactor, shell, tools
+from sandbox_runtime.runner import cells, commands, job_snippets
+from sandbox_session import cell, jobs, redactor, shell, tools
 
 SECRET = "s3cr3t-registered-value"
 TOKEN = "ghp_" + "A1b2C3d4" * 5  # a GitHub token shape of the catalogue
@@ -36,8 +36,8 @@ for line in sys.stdin:
         exec(compile(json.loads(line), "<cell>", "exec"), namespace)
     except BaseException:
         traceback.print_exc()
-    print({END!r}, flush=True)
     sys.stderr.flush()
+    print({END!r}, flush=True)
 """
 
 
@@ -65,6 +65,11 @@ class BareSession:
                 return "".join(lines)
             lines.append(line)
         raise AssertionError(f"the session ended: {self.proc.wait()}")
+
+    def errors(self) -> str:
+        """What the kernel printed on stderr so far (the tracebacks of the cells)."""
+        self._stderr.flush()
+        return Path(self._stderr.name).read_text(encoding="utf-8")
 
     def close(self) -> None:
         assert self.proc.stdin is not None
@@ -97,6 +102,7 @@ def test_session_runtime_shipped_text_is_the_package_source() -> None:
     assert job_files[jobs.STDIO_RUNTIME_FILE] == source(redactor)
     assert job_files[jobs.SHELL_RUNTIME_FILE] == source(shell)
     assert repr(source(shell)) in commands.command_source("true", 1.0)
+    assert repr(source(cell)) in cells.cell_source("pass", 1.0)
 
 
 def test_redactor_and_tools_run_as_shipped_with_the_stdlib_alone(session: BareSession) -> None:
@@ -148,6 +154,38 @@ def test_shell_commands_run_as_shipped_through_the_redactor(session: BareSession
     assert printed == f"token{REPLACEMENT}\nsecret {REPLACEMENT}\n"
     # When a command outlives its deadline after writing / Then what it wrote before is kept
     assert session.run(commands.command_source("echo before\nsleep 30\necho never", 0.5)) == "before\n"
+
+
+def test_python_cells_run_as_shipped_stop_at_their_deadline_and_keep_the_session(
+    session: BareSession,
+) -> None:
+    # Given a bare session that ran the readiness call (its stdout / stderr are the redactor)
+    assert check_readiness(session.run(preamble_source([SECRET]) + "\n" + installer_source()))
+    # When a cell sets a variable, prints a token, then sleeps past its 0.2 s deadline
+    code = f"x = 21\nprint('before', {TOKEN!r})\nimport time\ntime.sleep(60)"
+    printed = session.run(cells.cell_source(code, 0.2))
+    # Then it was stopped there: what it printed is kept, redacted, and the cell ended with status 124
+    assert printed == f"before {REPLACEMENT}\n"
+    assert session.errors().rstrip().endswith(f"SystemExit: {cell.TIMED_OUT}")
+    # And the session carries on: the variable is there, a trailing expression is displayed
+    assert session.run(cells.cell_source("x * 2", 5)) == "42\n"
+    # When code swallows the stop, it is raised again until the code gives up
+    swallowing = (
+        "n = 0\nwhile n < 2:\n    try:\n        time.sleep(60)\n    except BaseException:\n        n += 1"
+    )
+    assert (
+        session.run(cells.cell_source(swallowing + "\nprint('gave up after', n)", 0.1)) == "gave up after 2\n"
+    )
+    # When code raises, the traceback shows the code's frames, not the runtime's
+    before = len(session.errors())
+    assert session.run(cells.cell_source("def f():\n    return 1 / 0\nf()", 5)) == ""
+    traceback = session.errors()[before:]
+    assert "ZeroDivisionError" in traceback and 'File "<code-' in traceback and "_sbx_cell>" not in traceback
+    # And after all of it, the SIGALRM handler is the one before, and the runtime was compiled once
+    # (its cell counter went on across the four cells)
+    probe = "import signal, sys\nprint(signal.getsignal(signal.SIGALRM) is signal.SIG_DFL)\n"
+    probe += f"print(sys.modules[{cells.MODULE!r}]._STATE['cell'])"
+    assert session.run(probe) == "True\n4\n"
 
 
 def test_jobs_run_as_shipped_with_the_stdlib_alone(session: BareSession, tmp_path: Path) -> None:

@@ -585,6 +585,9 @@ FIELD_KILL_SWITCH = "kill_switch"
 # OOM killer's with this marker, then `:<signal number>`; the runner classifies it SandboxError
 # naming the signal (failure_reason `killed_by_signal:<n>`), not SandboxOOM.
 REASON_KILLED_BY_SIGNAL = "killed_by_signal"
+# failure_reason suffix of a Python call the session stopped at its inner deadline, its session kept
+# (`deadline_exceeded:<n>s:stopped_in_session`); without it, the runner's own deadline stopped the session.
+REASON_STOPPED_IN_SESSION = "stopped_in_session"
 
 
 # --- reaper hooks: the sweeps that run on the reaper's schedule, and the modules declaring them ---

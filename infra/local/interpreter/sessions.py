@@ -411,8 +411,8 @@ class SessionManager:
             hello = None
             log.warning("session %s: bad hello: %s", session.session_id, exc)
         if hello is None or hello.obj.get("ready") is not True or hello.raw_length:
+            detail = self._start_failure(session)
             self._kill(session)
-            detail = self._worker_log(session)
             raise WorkerFailure(f"the interpreter process did not start: {detail}")
 
     # --- isolation of one session (bwrap) --------------------------------------------------------
@@ -462,8 +462,9 @@ class SessionManager:
                 raw = info_file.read()
             child_pid = int(json.loads(raw or b"{}")["child-pid"])
         except (OSError, ValueError, KeyError, TypeError) as exc:
+            detail = self._start_failure(session)
             self._kill(session)
-            raise WorkerFailure(f"the sandbox did not start: {self._worker_log(session)}") from exc
+            raise WorkerFailure(f"the sandbox did not start: {detail}") from exc
         if grant is not None:
             try:
                 session.relay = s3relay.S3Relay(s3relay.listen_in_netns(child_pid), grant)
@@ -721,6 +722,13 @@ class SessionManager:
         shutil.rmtree(session.root, ignore_errors=True)
         if session.uid_lease is not None:  # its processes are gone: the uid may serve another session
             session.uid_lease.release()
+
+    def _start_failure(self, session: Session) -> str:
+        """What a session that failed to start left: its log's tail and, if its process ended, the
+        exit status. Read before `_kill`, which deletes the session's directory with the log."""
+        detail = self._worker_log(session)
+        status = session.proc.poll() if session.proc is not None else None
+        return detail if status is None else f"{detail} (exit status {status})"
 
     def _worker_log(self, session: Session) -> str:
         try:

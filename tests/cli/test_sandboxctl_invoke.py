@@ -80,8 +80,8 @@ def _big_event(turn: str) -> str:
     return json.dumps({"action": "execute_code", **base, "call_id": f"c-{turn}", "code": code})
 
 
-def test_invoke_dash_reads_a_250_kib_event_from_stdin(cli_env: dict[str, str]) -> None:
-    # Given a ~250 KiB execute_code event (too big for one argument)
+def _begin_big_turn(cli_env: dict[str, str]) -> str:
+    """A fresh turn of agent-big, begun through `sandboxctl invoke`; its id."""
     turn = f"turn-{uuid.uuid4().hex[:8]}"
     begin = {
         "action": "begin_turn",
@@ -92,6 +92,12 @@ def test_invoke_dash_reads_a_250_kib_event_from_stdin(cli_env: dict[str, str]) -
         "turn_token": turn_token_for("acme", turn),
     }
     ctl_json(cli_env, "invoke", json.dumps(begin))
+    return turn
+
+
+def test_invoke_dash_reads_a_250_kib_event_from_stdin(cli_env: dict[str, str]) -> None:
+    # Given a ~250 KiB execute_code event (too big for one argument)
+    turn = _begin_big_turn(cli_env)
     event = _big_event(turn)
     assert len(event) > 128 * 1024
     # When it is piped to `sandboxctl invoke -`
@@ -122,16 +128,7 @@ def test_invoke_dash_reads_a_250_kib_event_from_stdin(cli_env: dict[str, str]) -
 
 def test_invoke_at_path_reads_the_event_from_a_file(cli_env: dict[str, str], tmp_path: Path) -> None:
     # Given the same ~250 KiB event in a file
-    turn = f"turn-{uuid.uuid4().hex[:8]}"
-    begin = {
-        "action": "begin_turn",
-        "tenant_id": "acme",
-        "agent_id": "agent-big",
-        "template_id": "analyst",
-        "turn_id": turn,
-        "turn_token": turn_token_for("acme", turn),
-    }
-    ctl_json(cli_env, "invoke", json.dumps(begin))
+    turn = _begin_big_turn(cli_env)
     path = tmp_path / "event.json"
     path.write_text(_big_event(turn))
     # When invoked as `sandboxctl invoke @PATH`

@@ -28,7 +28,7 @@ import pytest
 
 from tests.benchmarks._report import emit
 from tests.support import stack as harness
-from tests.support.stack import Stack, event, turn_token_for
+from tests.support.stack import Stack, event, get_job_event
 
 pytestmark = pytest.mark.bench
 
@@ -84,17 +84,6 @@ def counted(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Sta
     yield stack, calls
 
 
-def _job_action(action: str, job_id: str) -> dict[str, Any]:
-    return {
-        "action": action,
-        "tenant_id": "acme",
-        "agent_id": "agent-7",
-        "turn_id": "turn-1",
-        "job_id": job_id,
-        "turn_token": turn_token_for("acme", "turn-1"),
-    }
-
-
 def _timed(stack: Stack, request: dict[str, Any]) -> tuple[dict[str, Any], float]:
     started = time.perf_counter()
     answer = stack.dispatch(request)
@@ -105,7 +94,7 @@ def test_job_submit_latency(stack: Stack, bench_full: bool) -> None:
     # Given a turn with a live session that already ran a job (the runtime travels once per session)
     assert stack.dispatch(event(call_id="warm-0", code="pass"))["ok"] is True
     first = stack.dispatch(event(call_id="warm-1", code="pass", background=True))
-    stack.dispatch(_job_action("cancel_job", first["job_id"]))
+    stack.dispatch(get_job_event("turn-1", first["job_id"], "cancel_job"))
     rounds = 7 if bench_full else 2
     submit_s: list[float] = []
     plain_s: list[float] = []
@@ -114,7 +103,7 @@ def test_job_submit_latency(stack: Stack, bench_full: bool) -> None:
         answer, took = _timed(stack, event(call_id=f"job-{i}", code=SLEEPER, background=True))
         assert answer["status"] == "running", answer
         submit_s.append(took)
-        stack.dispatch(_job_action("cancel_job", answer["job_id"]))
+        stack.dispatch(get_job_event("turn-1", answer["job_id"], "cancel_job"))
         plain, took = _timed(stack, event(call_id=f"pass-{i}", code="pass"))
         assert plain["ok"] is True
         plain_s.append(took)
@@ -139,11 +128,11 @@ def test_job_poll_cost(counted: tuple[Stack, Calls]) -> None:
     # Given a running job, polled once by this container (credentials and clients cached)
     assert stack.dispatch(event(call_id="c0", code="x = 1"))["ok"] is True
     submitted = stack.dispatch(event(call_id="c1", code=SLEEPER, background=True))
-    assert stack.dispatch(_job_action("get_job", submitted["job_id"]))["status"] == "running"
+    assert stack.dispatch(get_job_event("turn-1", submitted["job_id"], "get_job"))["status"] == "running"
     # When it is polled while running
     before, polls = len(log.calls), 5
     for _ in range(polls):
-        assert stack.dispatch(_job_action("get_job", submitted["job_id"]))["status"] == "running"
+        assert stack.dispatch(get_job_event("turn-1", submitted["job_id"], "get_job"))["status"] == "running"
     made = log.calls[before:]
     # Then each poll costs at most two AWS calls: the job item and one status call to the session
     per_poll = len(made) / polls
@@ -155,7 +144,7 @@ def test_job_poll_cost(counted: tuple[Stack, Calls]) -> None:
         by_operation=dict(Counter(made)),
         scope="through Dispatcher.handle",
     )
-    stack.dispatch(_job_action("cancel_job", submitted["job_id"]))
+    stack.dispatch(get_job_event("turn-1", submitted["job_id"], "cancel_job"))
     assert len(made) >= polls  # the hook saw the calls
     assert Counter(made) == {"dynamodb:GetItem": polls, "bedrock-agentcore:InvokeCodeInterpreter": polls}
     assert per_poll <= TARGET_POLL_CALLS

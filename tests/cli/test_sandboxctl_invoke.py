@@ -95,6 +95,16 @@ def _begin_big_turn(cli_env: dict[str, str]) -> str:
     return turn
 
 
+def _end_turn(cli_env: dict[str, str], turn: str) -> None:
+    end = {
+        "action": "end_turn",
+        "tenant_id": "acme",
+        "turn_id": turn,
+        "turn_token": turn_token_for("acme", turn),
+    }
+    ctl_json(cli_env, "invoke", json.dumps(end))
+
+
 def test_invoke_dash_reads_a_250_kib_event_from_stdin(cli_env: dict[str, str]) -> None:
     # Given a ~250 KiB execute_code event (too big for one argument)
     turn = _begin_big_turn(cli_env)
@@ -112,18 +122,7 @@ def test_invoke_dash_reads_a_250_kib_event_from_stdin(cli_env: dict[str, str]) -
     # Then dispatch ran it
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["stdout"] == "42\n"
-    ctl_json(
-        cli_env,
-        "invoke",
-        json.dumps(
-            {
-                "action": "end_turn",
-                "tenant_id": "acme",
-                "turn_id": turn,
-                "turn_token": turn_token_for("acme", turn),
-            }
-        ),
-    )
+    _end_turn(cli_env, turn)
 
 
 def test_invoke_at_path_reads_the_event_from_a_file(cli_env: dict[str, str], tmp_path: Path) -> None:
@@ -135,18 +134,7 @@ def test_invoke_at_path_reads_the_event_from_a_file(cli_env: dict[str, str], tmp
     response = ctl_json(cli_env, "invoke", f"@{path}")
     # Then dispatch ran it
     assert response["stdout"] == "42\n"
-    ctl_json(
-        cli_env,
-        "invoke",
-        json.dumps(
-            {
-                "action": "end_turn",
-                "tenant_id": "acme",
-                "turn_id": turn,
-                "turn_token": turn_token_for("acme", turn),
-            }
-        ),
-    )
+    _end_turn(cli_env, turn)
 
 
 def test_invoke_at_missing_path_is_a_one_line_failure(cli_env: dict[str, str], tmp_path: Path) -> None:

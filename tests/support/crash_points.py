@@ -21,7 +21,14 @@ from sandbox_common import aws
 from sandbox_common import naming as n
 
 from tests.support.http import HoldingProxy
-from tests.support.stack import Stack, Workers, dispatch_workers, event, put_tools_template, turn_token_for
+from tests.support.stack import (
+    Stack,
+    Workers,
+    dispatch_workers,
+    event,
+    get_job_event,
+    put_tools_template,
+)
 
 # The dispatch worker's Lambda timeout in the resume and background-submit scenarios: a resume
 # claimed in it is due for the sweep this long after its claim. Above the 15 s answer margin by
@@ -136,18 +143,6 @@ def attempt_of(stack: Stack, call_id: str) -> dict[str, Any] | None:
 def jobs_of(stack: Stack, turn_id: str) -> list[dict[str, Any]]:
     items = aws.client("dynamodb").scan(TableName=stack.resources.tables[n.JOBS.logical], ConsistentRead=True)
     return [i for i in items["Items"] if "job_id" in i and i["turn_id"]["S"] == turn_id]
-
-
-def get_job_event(turn_id: str, job_id: str) -> dict[str, Any]:
-    """A get_job of acme's agent-7 in `turn_id`, with the turn's token."""
-    return {
-        "action": "get_job",
-        "tenant_id": "acme",
-        "agent_id": "agent-7",
-        "turn_id": turn_id,
-        "job_id": job_id,
-        "turn_token": turn_token_for("acme", turn_id),
-    }
 
 
 def _sleep_past(deadline_ms: int) -> None:

@@ -340,6 +340,18 @@ def turn_token_for(tenant_id: str, turn_id: str) -> str:
     return base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
 
 
+def get_job_event(turn_id: str, job_id: str, action: str = "get_job") -> dict[str, Any]:
+    """A get_job (or cancel_job) of acme's agent-7 in `turn_id`, with the turn's token."""
+    return {
+        "action": action,
+        "tenant_id": "acme",
+        "agent_id": "agent-7",
+        "turn_id": turn_id,
+        "job_id": job_id,
+        "turn_token": turn_token_for("acme", turn_id),
+    }
+
+
 def event(action: str = "execute_code", **over: Any) -> dict[str, Any]:
     """A dispatch event; turn actions carry the (tenant, turn)'s deterministic token unless the
     caller passes turn_token=... (None = send none)."""

@@ -16,7 +16,7 @@ import pytest
 from sandbox_common import dimensions, messages
 from sandbox_common import naming as n
 
-from tests.support.stack import KILLS, kill, put_tools_template, turn_token_for
+from tests.support.stack import KILLS, get_job_event, kill, put_tools_template
 
 from .conftest import Stack, event
 
@@ -44,17 +44,6 @@ def _resume(paused: dict[str, Any], **answer: Any) -> dict[str, Any]:
     out = event("resume", continuation=paused["continuation"], **answer)
     out.pop("template_id", None)
     return out
-
-
-def _get_job(job_id: str, action: str = "get_job") -> dict[str, Any]:
-    return {
-        "action": action,
-        "tenant_id": "acme",
-        "agent_id": "agent-7",
-        "turn_id": "turn-1",
-        "job_id": job_id,
-        "turn_token": turn_token_for("acme", "turn-1"),
-    }
 
 
 def _expect_refusal(answer: dict[str, Any], how: str) -> None:
@@ -128,12 +117,12 @@ def test_kill_switch_cancels_a_running_job_at_its_next_get_job_with_one_row(stac
     # Given a background job that runs for two minutes (counted once at submit)
     submitted = stack.dispatch(event(call_id="c-job", code=SLEEPER, background=True))
     assert submitted["status"] == "running", submitted
-    assert stack.dispatch(_get_job(submitted["job_id"]))["status"] == "running"
+    assert stack.dispatch(get_job_event("turn-1", submitted["job_id"]))["status"] == "running"
     counted = _daily_count(stack)
     # When the kill switch is thrown for the tenant and the agent polls the job once it took effect
     kill(stack, how)
     _fresh_container()
-    answer = stack.dispatch(_get_job(submitted["job_id"]))
+    answer = stack.dispatch(get_job_event("turn-1", submitted["job_id"]))
     # Then the job is cancelled by the kill switch: status cancelled, reason kill_switch, and the
     # refusal a new call would get
     assert (answer["status"], answer["reason"], answer["ok"]) == ("cancelled", n.FIELD_KILL_SWITCH, False)
@@ -148,7 +137,7 @@ def test_kill_switch_cancels_a_running_job_at_its_next_get_job_with_one_row(stac
     # and nothing counted again
     assert _daily_count(stack) == counted
     # And later polls answer the same end without another row
-    again = stack.dispatch(_get_job(submitted["job_id"]))
+    again = stack.dispatch(get_job_event("turn-1", submitted["job_id"]))
     assert (again["status"], again["reason"]) == ("cancelled", n.FIELD_KILL_SWITCH)
     assert len([r for r in stack.audit_rows("acme") if r["invocation_id"] == submitted["invocation_id"]]) == 1
 

@@ -10,9 +10,17 @@ from typing import Any
 from sandbox_common import aws, dimensions
 from sandbox_common import naming as n
 
-from tests.support.crash_points import get_job_event
 from tests.support.runner import cell_arguments
-from tests.support.stack import Stack, event, interpreter, jsonable, reaper_stack, stack, turn_token_for
+from tests.support.stack import (
+    Stack,
+    event,
+    get_job_event,
+    interpreter,
+    jsonable,
+    reaper_stack,
+    stack,
+    turn_token_for,
+)
 
 __all__ = [
     "Stack",

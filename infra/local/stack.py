@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sandbox_common import aws
 from sandbox_common.aws import SINGLE_ATTEMPT
 from sandbox_common.naming import ENV_LOCAL_UNISOLATED, ENV_SESSION_PYTHON
 
@@ -71,7 +72,6 @@ class LocalState:
         }
 
     def client(self, service: str) -> Any:
-        import boto3
         from botocore.config import Config
 
         endpoint = (
@@ -79,7 +79,7 @@ class LocalState:
             if service == "lambda"
             else (self.endpoint("interpreter") if service == "bedrock-agentcore" else self.endpoint("moto"))
         )
-        return boto3.session.Session(
+        return aws.session(
             aws_access_key_id=FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
             aws_secret_access_key=FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
             region_name=self.data["region"],
@@ -543,8 +543,6 @@ def lambda_schedules(resources: LocalResources) -> list[dict[str, Any]]:
 
 
 def _moto_client(endpoint: str, service: str) -> Any:
-    import boto3
-
-    return boto3.session.Session(
+    return aws.session(
         aws_access_key_id="testing", aws_secret_access_key="testing", region_name=LOCAL_REGION
     ).client(service, endpoint_url=endpoint)

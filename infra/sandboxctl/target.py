@@ -93,11 +93,11 @@ def local_target(state: Any) -> Target:
 
 
 def _deployed_target(stage: str) -> Target:
-    import boto3
     from botocore.config import Config
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
+    from sandbox_common import aws
 
-    session = boto3.session.Session()
+    session = aws.session()
 
     def make_client(service: str) -> Any:
         return session.client(service, config=Config(read_timeout=900, retries={"mode": "standard"}))

@@ -33,10 +33,9 @@ INPUTS_FAILED_MESSAGE = (
 def s3_client() -> Any:
     """S3 for artifacts: SigV4 always (presigned GETs of SSE-KMS objects need it), endpoint from
     boto3's configuration like every other client (aws.client), created lazily once."""
-    import boto3
     from botocore.config import Config
 
-    return boto3.session.Session().client(
+    return aws.session().client(
         "s3",
         config=Config(
             signature_version="s3v4", retries=dict(aws.RETRY_CONFIG), connect_timeout=3, read_timeout=60

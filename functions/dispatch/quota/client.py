@@ -14,7 +14,7 @@ from functools import lru_cache
 from typing import Any, Protocol
 
 from pydantic import ValidationError
-from sandbox_common import dimensions
+from sandbox_common import aws, dimensions
 from sandbox_common import naming as n
 from sandbox_common.aws import SINGLE_ATTEMPT
 from sandbox_common.models import (
@@ -50,10 +50,9 @@ class QuotaDecision:
 
 @lru_cache(maxsize=1)
 def lambda_client() -> Any:
-    import boto3
     from botocore.config import Config
 
-    return boto3.session.Session().client(
+    return aws.session().client(
         "lambda",
         config=Config(
             retries=dict(SINGLE_ATTEMPT), connect_timeout=3, read_timeout=QUOTA_READ_TIMEOUT_SECONDS

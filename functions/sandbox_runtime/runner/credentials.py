@@ -63,12 +63,10 @@ def _now() -> datetime:
 
 @lru_cache(maxsize=1)
 def _shared_session() -> Any:
-    """One boto3 session for every tenant's clients: its loader caches the parsed service model,
-    so a credential refresh builds clients without re-reading botocore's JSON. Credentials are
-    passed per client, never stored on the session."""
-    import boto3
-
-    return boto3.session.Session()
+    """One boto3 session for every tenant's clients (with the process's shared data loader, so a
+    credential refresh builds clients without re-reading botocore's JSON). Credentials are passed
+    per client, never stored on the session."""
+    return aws.session()
 
 
 def new_client(service: str, config: Any, creds: dict[str, Any]) -> Any:

@@ -1,0 +1,86 @@
+"""`sandbox_common.aws.session`: every boto3 session of ours shares the process's botocore data
+loader, so a cold container builds its clients without parsing botocore's data files once per
+client."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import boto3
+import botocore.loaders
+from sandbox_common import aws
+
+ROOT = Path(__file__).resolve().parents[3]
+
+# Run in a fresh interpreter: the test process hands every botocore Session the shared loader
+# (tests/support/botocore_models.py), which would hide a session of ours that built its own.
+_COLD_PROCESS = """
+import json
+import botocore.loaders
+from sandbox_common import aws
+
+reads = []
+original = botocore.loaders.JSONFileLoader.load_file
+def counted(self, file_path):
+    reads.append(str(file_path))
+    return original(self, file_path)
+botocore.loaders.JSONFileLoader.load_file = counted
+
+first, second = aws.session(region_name="us-east-1"), aws.session(region_name="us-east-1")
+first.client("dynamodb")
+second.client("dynamodb")
+loader = first._session.get_component("data_loader")
+print(json.dumps({
+    "shared": second._session.get_component("data_loader") is loader,
+    "model_reads": sum(path.endswith("/dynamodb/2012-08-10/service-2") for path in reads),
+    "endpoint_reads": sum(path.endswith("endpoints") for path in reads),
+}))
+"""
+
+
+def test_aws_session_two_sessions_of_a_cold_process_parse_the_model_once() -> None:
+    # Given a fresh process (nothing loaded yet)
+    # When two sessions from aws.session each make a DynamoDB client
+    out = subprocess.run(
+        [sys.executable, "-c", _COLD_PROCESS],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(ROOT / "layers/common/python"), "PATH": "/usr/bin:/bin"},
+        check=True,
+    )
+    seen = json.loads(out.stdout)
+    # Then they share one loader, which read the service model and the endpoints once
+    assert seen == {"shared": True, "model_reads": 1, "endpoint_reads": 1}
+
+
+def test_aws_session_search_path_stays_one_sessions_path() -> None:
+    # Given a cold session's search path (botocore's own plus boto3's data directory)
+    expected = [*botocore.loaders.create_loader().search_paths, str(Path(boto3.__file__).parent / "data")]
+    # When many sessions append boto3's data directory to the shared loader
+    for _ in range(5):
+        aws.session()
+    paths = aws.session()._session.get_component("data_loader").search_paths
+    # Then each directory is on it once, in one session's order
+    assert list(paths) == expected
+
+
+def test_aws_session_clients_keep_their_own_endpoint_credentials_and_hooks(moto_endpoint: str) -> None:
+    # Given two clients of one service from two sessions, one pointed elsewhere with other keys
+    seen: list[str] = []
+    local = aws.session(region_name="us-east-1", aws_access_key_id="a", aws_secret_access_key="b").client(
+        "sqs", endpoint_url=moto_endpoint
+    )
+    other = aws.session(region_name="us-east-1", aws_access_key_id="c", aws_secret_access_key="d").client(
+        "sqs", endpoint_url="http://127.0.0.1:9"
+    )
+    local.meta.events.register("before-send", lambda request, **_: seen.append(request.url))
+    # When the first one calls moto
+    local.create_queue(QueueName="q1")
+    # Then only its hook saw the call, and the other keeps its own endpoint and credentials
+    assert seen and all(url.startswith(moto_endpoint) for url in seen)
+    assert other.meta.endpoint_url == "http://127.0.0.1:9"
+    assert other._request_signer._credentials.access_key == "c"

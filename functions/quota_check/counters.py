@@ -189,7 +189,7 @@ def _condition_check(guard: TurnGuard) -> dict[str, Any]:
     return {
         "ConditionCheck": {
             "TableName": guard.table,
-            "Key": {naming.TURNS.pk: {"S": guard.tenant_id}, naming.TURNS.sort_key: {"S": guard.turn_id}},
+            "Key": naming.TURNS.key(guard.tenant_id, guard.turn_id),
             "ConditionExpression": f"attribute_exists(#t) AND #a = :agent AND "
             f"(attribute_not_exists(#e) OR #e = :false) AND {token}",
             "ExpressionAttributeNames": names,
@@ -274,7 +274,7 @@ def release(marker_table: str, marker: str) -> bool:
     ddb = aws.client("dynamodb")
     try:
         got = ddb.get_item(
-            TableName=marker_table, Key={naming.TENANT_DAILY_COUNTERS.pk: {"S": marker}}, ConsistentRead=True
+            TableName=marker_table, Key=naming.TENANT_DAILY_COUNTERS.key(marker), ConsistentRead=True
         ).get("Item")
         if not got:
             return False
@@ -284,7 +284,7 @@ def release(marker_table: str, marker: str) -> bool:
             return {
                 "Update": {
                     "TableName": settings.counters_table(dimension.table),
-                    "Key": {dimension.table.pk: {"S": key}},
+                    "Key": dimension.table.key(key),
                     "UpdateExpression": "SET #c = #c - :one",
                     "ConditionExpression": "#c > :zero",
                     "ExpressionAttributeNames": {"#c": naming.COUNTER_ATTR_COUNT},
@@ -297,7 +297,7 @@ def release(marker_table: str, marker: str) -> bool:
                 {
                     "Delete": {
                         "TableName": marker_table,
-                        "Key": {naming.TENANT_DAILY_COUNTERS.pk: {"S": marker}},
+                        "Key": naming.TENANT_DAILY_COUNTERS.key(marker),
                         "ConditionExpression": "attribute_exists(#pk)",
                         "ExpressionAttributeNames": {"#pk": naming.TENANT_DAILY_COUNTERS.pk},
                     }

@@ -42,7 +42,7 @@ class TurnView:
 
 def read_turn(ddb: Any, turns_table: str, tenant_id: str, turn_id: str) -> TurnView | None:
     """Turns are keyed by (tenant, turn) (naming.TURNS)."""
-    key = {n.TURNS.pk: {"S": tenant_id}, n.TURNS.sort_key: {"S": turn_id}}
+    key = n.TURNS.key(tenant_id, turn_id)
     out = ddb.get_item(TableName=turns_table, Key=key, ConsistentRead=True)
     item = out.get("Item")
     if item is None:

@@ -213,7 +213,7 @@ class JobStore:
                     {
                         "Update": {
                             "TableName": self.table,
-                            "Key": {n.JOBS.pk: {"S": turn_key(record.tenant_id, record.turn_id)}},
+                            "Key": n.JOBS.key(turn_key(record.tenant_id, record.turn_id)),
                             "UpdateExpression": (
                                 "SET #r = if_not_exists(#r, :zero) + :one, tenant_id = :t, turn_id = :u, "
                                 "expires_at = :exp ADD open_jobs :ids"
@@ -260,7 +260,7 @@ class JobStore:
                     {
                         "Delete": {
                             "TableName": self.table,
-                            "Key": {n.JOBS.pk: {"S": job_key(record.job_id)}},
+                            "Key": n.JOBS.key(job_key(record.job_id)),
                             "ConditionExpression": "#s = :running",
                             "ExpressionAttributeNames": {"#s": "state"},
                             "ExpressionAttributeValues": {":running": {"S": RUNNING}},
@@ -288,7 +288,7 @@ class JobStore:
         try:
             self.ddb.update_item(
                 TableName=self.table,
-                Key={n.JOBS.pk: {"S": job_key(record.job_id)}},
+                Key=n.JOBS.key(job_key(record.job_id)),
                 UpdateExpression="SET session_id = :s, interpreter_id = :i, timeout_s = :t, deadline_at = :d",
                 ConditionExpression="#s = :running",
                 ExpressionAttributeNames={"#s": "state"},
@@ -308,7 +308,7 @@ class JobStore:
     def get(self, job_id: str) -> JobRecord | None:
         try:
             out = self.ddb.get_item(
-                TableName=self.table, Key={n.JOBS.pk: {"S": job_key(job_id)}}, ConsistentRead=True
+                TableName=self.table, Key=n.JOBS.key(job_key(job_id)), ConsistentRead=True
             )
         except Exception as exc:  # noqa: BLE001
             raise JobStoreUnavailable(type(exc).__name__) from None
@@ -330,7 +330,7 @@ class JobStore:
         try:
             out = self.ddb.get_item(
                 TableName=self.table,
-                Key={n.JOBS.pk: {"S": turn_key(tenant_id, turn_id)}},
+                Key=n.JOBS.key(turn_key(tenant_id, turn_id)),
                 ConsistentRead=True,
             )
         except Exception as exc:  # noqa: BLE001
@@ -403,7 +403,7 @@ class JobStore:
                     {
                         "Update": {
                             "TableName": self.table,
-                            "Key": {n.JOBS.pk: {"S": job_key(record.job_id)}},
+                            "Key": n.JOBS.key(job_key(record.job_id)),
                             "UpdateExpression": (
                                 "SET #s = :finishing, final_state = :f, outcome = :o, ended_ms = :e"
                             ),
@@ -441,7 +441,7 @@ class JobStore:
         try:
             self.ddb.update_item(
                 TableName=self.table,
-                Key={n.JOBS.pk: {"S": job_key(record.job_id)}},
+                Key=n.JOBS.key(job_key(record.job_id)),
                 UpdateExpression="SET #s = :f REMOVE #o",
                 ConditionExpression="#s = :finishing",
                 ExpressionAttributeNames={"#s": "state", "#o": n.JOB_ATTR_OPEN},
@@ -457,7 +457,7 @@ class JobStore:
         return {
             "Update": {
                 "TableName": self.table,
-                "Key": {n.JOBS.pk: {"S": turn_key(record.tenant_id, record.turn_id)}},
+                "Key": n.JOBS.key(turn_key(record.tenant_id, record.turn_id)),
                 "UpdateExpression": "SET #r = #r - :one DELETE open_jobs :ids",
                 "ConditionExpression": "#r > :zero",
                 "ExpressionAttributeNames": {"#r": "running"},

@@ -173,7 +173,7 @@ class PreflightReader:
     def _policy(self, tenant_id: str) -> dict[str, Any] | None:
         from boto3.dynamodb.types import TypeDeserializer
 
-        key = {n.TENANTS.pk: {"S": tenant_id}, n.TENANTS.sk: {"S": n.TENANT_POLICY_ITEM}}
+        key = n.TENANTS.key(tenant_id, n.TENANT_POLICY_ITEM)
         try:
             out = self.ddb.get_item(TableName=self.tenants_table, Key=key, ConsistentRead=True)
         except Exception as exc:  # noqa: BLE001
@@ -188,8 +188,8 @@ class PreflightReader:
         from boto3.dynamodb.types import TypeDeserializer
 
         keys = [
-            {n.TENANTS.pk: {"S": tenant_id}, n.TENANTS.sk: {"S": n.TENANT_POLICY_ITEM}},
-            {n.TENANTS.pk: {"S": tenant_id}, n.TENANTS.sk: {"S": n.TEMPLATE_ITEM_PREFIX + template_id}},
+            n.TENANTS.key(tenant_id, n.TENANT_POLICY_ITEM),
+            n.TENANTS.key(tenant_id, n.TEMPLATE_ITEM_PREFIX + template_id),
         ]
         try:
             out = self.ddb.batch_get_item(

@@ -351,9 +351,7 @@ def counters_show(target: Target, tenant_id: str, agent_id: str | None = None) -
     ddb = target.client("dynamodb")
 
     def count(spec: n.TableSpec, key: str) -> int:
-        item = ddb.get_item(TableName=target.table(spec), Key={spec.pk: {"S": key}}, ConsistentRead=True).get(
-            "Item"
-        )
+        item = ddb.get_item(TableName=target.table(spec), Key=spec.key(key), ConsistentRead=True).get("Item")
         return int(item[n.COUNTER_ATTR_COUNT]["N"]) if item and n.COUNTER_ATTR_COUNT in item else 0
 
     caps = caps_get(target, tenant_id)["effective"]
@@ -455,7 +453,7 @@ def audit_get(target: Target, invocation_id: str) -> dict[str, Any] | None:
         target.client("dynamodb")
         .get_item(
             TableName=target.table(n.INVOCATIONS),
-            Key={n.INVOCATIONS.pk: {"S": invocation_id}},
+            Key=n.INVOCATIONS.key(invocation_id),
             ConsistentRead=True,
         )
         .get("Item")

@@ -338,7 +338,7 @@ class ContinuationStore:
         try:
             answer = self.client.update_item(
                 TableName=self.table_name,
-                Key={n.CONTINUATIONS.pk: {"S": key}},
+                Key=n.CONTINUATIONS.key(key),
                 UpdateExpression=update,
                 ConditionExpression=condition,
                 ExpressionAttributeNames=names,
@@ -380,7 +380,7 @@ def _settled(store: ContinuationStore, claimed: Continuation) -> dict[str, Any]:
     """The Update that settles a claimed continuation without an answer (it paused again)."""
     return {
         "TableName": store.table_name,
-        "Key": {n.CONTINUATIONS.pk: {"S": claimed.key}},
+        "Key": n.CONTINUATIONS.key(claimed.key),
         "UpdateExpression": "SET #s = :settled REMOVE #open, #due, #state, stdout_head, stderr_head",
         "ConditionExpression": "#ref = :ref",
         "ExpressionAttributeNames": {

@@ -118,7 +118,7 @@ def _strings(value: dict[str, Any] | None, names: tuple[str, ...]) -> dict[str, 
 
 
 def _key(tenant_id: str, turn_id: str) -> dict[str, Any]:
-    return {n.TURNS.pk: {"S": tenant_id}, n.TURNS.sort_key: {"S": turn_id}}
+    return n.TURNS.key(tenant_id, turn_id)
 
 
 def _code(exc: ClientError) -> str:

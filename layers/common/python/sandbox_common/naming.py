@@ -93,6 +93,16 @@ class TableSpec:
             raise ValueError(f"table {self.logical} has no sort key")
         return self.sk
 
+    def key(self, pk: str, sk: str | None = None) -> dict[str, dict[str, str]]:
+        """An item's key in DynamoDB's wire form (string attributes), given the sort key's value iff
+        the table has one."""
+        if (sk is None) != (self.sk is None):
+            raise ValueError(f"table {self.logical}: key needs {'a' if self.sk else 'no'} sort key value")
+        key = {self.pk: {"S": pk}}
+        if self.sk is not None and sk is not None:
+            key[self.sk] = {"S": sk}
+        return key
+
     @property
     def ttl(self) -> str:
         if self.ttl_attribute is None:

@@ -105,14 +105,14 @@ class Slot:
 
 
 def _slot_key(slot_id: str) -> dict[str, Any]:
-    return {n.SESSIONS.pk: {"S": n.SESSION_SLOT_PREFIX + slot_id}}
+    return n.SESSIONS.key(n.SESSION_SLOT_PREFIX + slot_id)
 
 
 def _tenant_key(tenant_id: str) -> dict[str, Any]:
-    return {n.SESSIONS.pk: {"S": n.SESSION_TENANT_COUNTER_PREFIX + tenant_id}}
+    return n.SESSIONS.key(n.SESSION_TENANT_COUNTER_PREFIX + tenant_id)
 
 
-_GLOBAL_KEY = {n.SESSIONS.pk: {"S": n.SESSION_GLOBAL_COUNTER_KEY}}
+_GLOBAL_KEY = n.SESSIONS.key(n.SESSION_GLOBAL_COUNTER_KEY)
 
 
 def pool_key(tenant_id: str, environment: str) -> str:

@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,17 @@ def invoke(workers: Workers, payload: dict[str, Any]) -> dict[str, Any]:
     out = workers.client.invoke(FunctionName=workers.name, Payload=json.dumps(payload).encode())
     body = json.loads(out["Payload"].read())
     return {"function_error": out.get("FunctionError"), **(body if isinstance(body, dict) else {})}
+
+
+def warm(workers: Workers, turn_id: str, count: int) -> None:
+    """`count` warm dispatch containers: as many concurrent calls with a wrong turn token (refused
+    after the turn read: nothing counted, nothing run), so each starts a worker while the others
+    are starting. A scenario then runs on warm workers, and a cold start on a loaded machine
+    cannot eat the budget of a call that must still be running when its worker is killed."""
+    refused = event(turn_id=turn_id, call_id="c-warm-up", code="pass", turn_token="x" * 43)
+    with ThreadPoolExecutor(count) as pool:
+        answers = list(pool.map(lambda _: invoke(workers, refused), range(count)))
+    assert all(a["function_error"] is None and a["ok"] is False for a in answers), answers
 
 
 def kill_while(workers: Workers, payload: dict[str, Any], reached: Callable[[], bool]) -> list[Any]:
@@ -198,6 +210,7 @@ def kill_queued_background_submit(stack: Stack, turn_id: str) -> dict[str, Any]:
     assert stack.dispatch(event(turn_id=turn_id, call_id="c-warm", code="print(1)"))["ok"] is True
     submit = event(turn_id=turn_id, call_id="c-bg", code="print('bg')", background=True, timeout_s=60)
     with dispatch_workers(stack, max_concurrency=2, timeout_seconds=WORKER_TIMEOUT_SECONDS) as workers:
+        warm(workers, turn_id, 2)
         slow = threading.Thread(
             target=invoke,
             args=(workers, event(turn_id=turn_id, call_id="c-fg", code="import time\ntime.sleep(8)")),

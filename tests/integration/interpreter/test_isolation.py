@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,16 @@ def outside() -> Iterator[tuple[str, int, str]]:
     link_local = f"169.254.{secrets.randbelow(250) + 1}.2"
 
     def ip(*args: str) -> None:
-        subprocess.run(["ip", *args], check=True, capture_output=True)
+        # `link set ... up` is idempotent and has failed once under heavy load (exit 255): try it
+        # again; every other step runs once, and a failure names the command and its stderr.
+        tries = 3 if args[-1] == "up" else 1
+        for attempt in range(tries):
+            done = subprocess.run(["ip", *args], capture_output=True, text=True)
+            if done.returncode == 0:
+                return
+            if attempt + 1 < tries:
+                time.sleep(0.2 * (attempt + 1))
+        raise AssertionError(f"ip {' '.join(args)}: exit {done.returncode}: {done.stderr.strip()}")
 
     ip("netns", "add", netns)
     server = None

@@ -61,21 +61,24 @@ import base64
 import builtins
 import codecs
 import contextlib
+import fcntl
 import importlib
 import io
 import json
 import linecache
 import os
+import select
 import signal
 import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 import traceback
 import types
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 # Frames from the worker are read by the server under these bounds before anything is buffered:
@@ -93,6 +96,9 @@ _CELL_PREFIX = "<cell-"  # user code cells are compiled as "<cell-N>"
 _HEADER = struct.Struct(">II")  # JSON length, raw length
 _BLOCK = struct.Struct(">I")  # each raw block: its length, then its bytes
 BLOCK_HEADER = _BLOCK.size
+# How long a call's end waits at most for a pipe reader that is never scheduled (see _join_all).
+READERS_BOUND_SECONDS = 30.0
+_READ_CHUNK = 65536  # one read of a capture or relay pipe
 
 
 class ProtocolError(ValueError):
@@ -243,29 +249,58 @@ def apply_limits(memory_mb: int, cpu_seconds: int, file_size_mb: int, max_proces
 
 
 # --- output capture ---------------------------------------------------------------------------
-class _Drain(threading.Thread):
+class _PipeReader(threading.Thread):
+    """Reads one pipe to its EOF in a thread of its own, handing each chunk to `handle` (and EOF
+    to `at_eof`) while holding `lock`, so `_join_all` can tell when every byte read is handled.
+    After `keep` is cleared it reads on and drops what it reads, so a background child that still
+    holds the pipe never blocks on a full pipe."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__(daemon=True)
+        self.fd = fd
+        self.keep = True
+        self.lock = threading.Lock()
+        self.consumed = 0  # bytes read and handled
+
+    def handle(self, chunk: bytes) -> None:
+        raise NotImplementedError
+
+    def at_eof(self) -> None:
+        pass
+
+    def run(self) -> None:
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN)
+        try:
+            while True:
+                # Wait outside the lock; the read after it cannot block (this is the only reader).
+                poller.poll()
+                with self.lock:
+                    chunk = os.read(self.fd, _READ_CHUNK)
+                    if not chunk:
+                        self.at_eof()
+                        return
+                    if self.keep:
+                        self.handle(chunk)
+                    self.consumed += len(chunk)
+        finally:
+            os.close(self.fd)
+
+
+class _Drain(_PipeReader):
     """Reads one capture pipe: counts every byte, keeps the first `limit` (bounded memory)."""
 
     def __init__(self, fd: int, limit: int) -> None:
-        super().__init__(daemon=True)
-        self.fd, self.limit = fd, limit
+        super().__init__(fd)
+        self.limit = limit
         self.buf = bytearray()
-        self.total = 0  # every byte written to the pipe, kept or not
-        self.keep = True
+        self.total = 0  # every byte written to the pipe while kept
 
-    def run(self) -> None:
-        try:
-            while True:
-                chunk = os.read(self.fd, 65536)
-                if not chunk:
-                    break
-                if self.keep:
-                    self.total += len(chunk)
-                    room = self.limit - len(self.buf)
-                    if room > 0:
-                        self.buf += chunk[:room]
-        finally:
-            os.close(self.fd)
+    def handle(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.limit - len(self.buf)
+        if room > 0:
+            self.buf += chunk[:room]
 
 
 def _flush_std() -> None:
@@ -310,7 +345,7 @@ class Capture:
             os.close(saved)
         # EOF arrives at once unless a background child still holds a pipe; do not wait for it
         # past one short shared deadline: keep (and count) what arrived, then drain to nothing.
-        _join_all(self.drains, 0.5)
+        _join_all(self.drains)
 
     @property
     def blocks(self) -> list[bytes]:
@@ -325,11 +360,37 @@ class Capture:
         return self.drains[1].total
 
 
-def _join_all(drains: list[Any], seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    for drain in drains:
-        drain.join(timeout=max(0.0, deadline - time.monotonic()))
-        drain.keep = False
+def _pipe_state(fd: int) -> tuple[int, bool]:
+    """(bytes waiting in pipe `fd`, every writer gone); (0, True) once it is closed."""
+    try:
+        unread = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        hung_up = any(events & select.POLLHUP for _, events in poller.poll(0))
+    except OSError:
+        return 0, True
+    return unread, hung_up
+
+
+def _join_all(readers: Sequence[_PipeReader]) -> None:
+    """Until each pipe reader has handled every byte in its pipe now, then it keeps nothing more.
+    Waits on the readers' state, never on a clock window (a reader a loaded machine has not
+    scheduled yet still gets its bytes): a reader is done at its EOF; when its pipe is empty but a
+    background child still holds it (what the child writes later is not this call's); or once it
+    has handled as many bytes as the pipe held when this began (that child writes without pause).
+    READERS_BOUND_SECONDS bounds a reader that never runs at all."""
+    deadline = time.monotonic() + READERS_BOUND_SECONDS
+    for reader in readers:
+        target: int | None = None
+        while reader.is_alive() and time.monotonic() < deadline:
+            with reader.lock:  # the reader is between chunks: every byte it read is handled
+                unread, hung_up = _pipe_state(reader.fd)
+                if target is None:
+                    target = reader.consumed + unread
+                if not hung_up and (unread == 0 or reader.consumed >= target):
+                    break
+            reader.join(0.01)
+        reader.keep = False
 
 
 # --- commands ---------------------------------------------------------------------------------
@@ -342,18 +403,18 @@ def load_shell(path: str) -> Any:
     return module
 
 
-class _Relay(threading.Thread):
+class _Relay(_PipeReader):
     """Copies a command's output pipe into a text stream — `sys.stdout` / `sys.stderr` of this
     process, i.e. through the in-session redactor when the readiness preamble installed it — as
     UTF-8 text (invalid bytes replaced, as Python's own output would be), flushed at EOF."""
 
     def __init__(self, fd: int, stream: Any, raw_fd: int, push: bool = False) -> None:
-        super().__init__(daemon=True)
-        self.fd, self.stream, self.raw_fd, self.push = fd, stream, raw_fd, push
-        self.keep = True
+        super().__init__(fd)
+        self.stream, self.raw_fd, self.push = stream, raw_fd, push
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def _write(self, text: str) -> None:
-        if not text or not self.keep:
+        if not text:
             return
         try:
             self.stream.write(text)
@@ -361,24 +422,19 @@ class _Relay(threading.Thread):
             if self.raw_fd >= 0:
                 os.write(self.raw_fd, text.encode("utf-8", errors="replace"))
 
-    def run(self) -> None:
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    def handle(self, chunk: bytes) -> None:
+        self._write(self.decoder.decode(chunk))
+        if self.push:
+            _push(self.stream)
+
+    def at_eof(self) -> None:
+        if not self.keep:
+            return
+        self._write(self.decoder.decode(b"", final=True))
         try:
-            while True:
-                chunk = os.read(self.fd, 65536)
-                if not chunk:
-                    break
-                self._write(decoder.decode(chunk))
-                if self.push:
-                    _push(self.stream)
-            self._write(decoder.decode(b"", final=True))
-            if self.keep:
-                try:
-                    self.stream.flush()
-                except Exception:
-                    pass
-        finally:
-            os.close(self.fd)
+            self.stream.flush()
+        except Exception:
+            pass
 
 
 def _push(stream: Any) -> None:
@@ -494,7 +550,7 @@ class Task:
     def poll(self) -> int | None:
         code = self.proc.poll()
         if code is not None and self.ended is None:
-            _join_all(self.relays, 0.5)
+            _join_all(self.relays)
             for stream in self.streams:
                 try:
                     stream.flush()
@@ -641,7 +697,7 @@ class Kernel:
                 os.write(2, f"bash could not start: {exc}\n".encode())
                 return self._output(cap, 127, started)
             code = self.shell.status(proc.wait())
-            _join_all(relays, 0.5)  # a background child of the script may keep a pipe open
+            _join_all(relays)  # a background child of the script may keep a pipe open
         return self._output(cap, code, started)
 
     # Background commands (startCommandExecution / getTask / stopTask).

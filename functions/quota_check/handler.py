@@ -12,8 +12,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from sandbox_common import naming
 from sandbox_common import windows as clock
 from sandbox_common.errors import SandboxInvalidRequest
-from sandbox_common.models import parse_quota_event
 from sandbox_common.observability import emit_metric, logger
+from sandbox_common.quota_contract import parse_quota_event
 from sandbox_common.windows import Windows
 
 from . import logic

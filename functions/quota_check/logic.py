@@ -15,8 +15,8 @@ from datetime import datetime
 from typing import Any
 
 from sandbox_common import dimensions, limits, naming
-from sandbox_common.models import QuotaAdmitted, QuotaRefused, QuotaRequest, QuotaTurnRefused
 from sandbox_common.observability import emit_metric, logger
+from sandbox_common.quota_contract import QuotaAdmitted, QuotaRefused, QuotaRequest, QuotaTurnRefused
 from sandbox_common.settings import quota_settings
 from sandbox_common.windows import Windows, iso_z
 

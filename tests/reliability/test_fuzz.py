@@ -264,7 +264,7 @@ def test_fuzz_dispatch_handler(offline: RequestCounter, examples: int, record: A
 def test_fuzz_quota_handler(offline: RequestCounter, examples: int, record: Any, capsys: Any) -> None:
     from quota_check.handler import handler
     from sandbox_common.errors import SandboxInvalidRequest
-    from sandbox_common.models import parse_quota_event
+    from sandbox_common.quota_contract import parse_quota_event
 
     seen = {"examples": 0, "invalid": 0, "valid": 0, "unhandled": 0, "side_effects": 0}
     events = st.one_of(

@@ -17,14 +17,14 @@ from pydantic import ValidationError
 from sandbox_common import aws, dimensions
 from sandbox_common import naming as n
 from sandbox_common.aws import SINGLE_ATTEMPT
-from sandbox_common.models import (
+from sandbox_common.observability import emit_metric, logger
+from sandbox_common.quota_contract import (
     QuotaAdmitted,
     QuotaRequest,
     QuotaTurnGuard,
     QuotaTurnRefused,
     parse_quota_response,
 )
-from sandbox_common.observability import emit_metric, logger
 from sandbox_common.windows import Windows, iso_z
 
 QUOTA_READ_TIMEOUT_SECONDS = 15
@@ -106,7 +106,7 @@ def check_quota(
     """`counts=False`: the admission need not report the counts (the quota Lambda then skips its
     read-back, one sequential request less); they come back as None. `call_id`: counted at most
     once per call_id; `turn`: counted only if the turn guard holds (else `turn_refused`);
-    `release`: undo `call_id`'s count. See sandbox_common.models.QuotaRequest."""
+    `release`: undo `call_id`'s count. See sandbox_common.quota_contract.QuotaRequest."""
     request = QuotaRequest(
         tenant_id=tenant_id, agent_id=agent_id, counts=counts, call_id=call_id, turn=turn, release=release
     )

@@ -5,7 +5,7 @@ Speculative check. Dispatch cannot know whether a call is the first of its turn 
 the turn, so every eligible execute_code (not background, turn token well formed or absent where
 the stage allows it, pre-flight cached and ready) sends its quota check at t=0, beside the
 idempotency claim and the turn read. The check is turn-guarded and once-per-call_id (see
-sandbox_common.models.QuotaRequest): the quota Lambda's one transaction counts only if the turn
+sandbox_common.quota_contract.QuotaRequest): the quota Lambda's one transaction counts only if the turn
 exists, is this agent's, is not ended and is bound to the request's token hash, and only if this
 call_id was not counted before. So a wrong token, an ended or foreign turn counts nothing, and a
 retry or a racing duplicate of a call_id never counts twice.
@@ -35,8 +35,9 @@ from concurrent.futures import Future
 from typing import Protocol
 
 from sandbox_common import naming as n
-from sandbox_common.models import ExecuteCodeRequest, QuotaTurnGuard
+from sandbox_common.models import ExecuteCodeRequest
 from sandbox_common.observability import logger
+from sandbox_common.quota_contract import QuotaTurnGuard
 from sandbox_common.retries import RetryLog
 from sandbox_common.settings import DispatchSettings
 from sandbox_common.turn_token import TurnTokenRejected, token_hash

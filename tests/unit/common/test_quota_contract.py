@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from quota_check.logic import Admitted, Refused
 from sandbox_common import dimensions
 from sandbox_common.errors import SandboxInvalidRequest
-from sandbox_common.models import QuotaAdmitted, QuotaRefused, parse_quota_response
+from sandbox_common.quota_contract import QuotaAdmitted, QuotaRefused, parse_quota_response
 
 
 def test_quota_contract_round_trips_both_answers_of_the_quota_lambda() -> None:

@@ -11,9 +11,9 @@ from sandbox_common.models import (
     ExecuteCodeRequest,
     parse_dispatch_event,
     parse_job_event,
-    parse_quota_event,
     parse_resume_event,
 )
+from sandbox_common.quota_contract import parse_quota_event
 
 GOOD = {
     "action": "execute_code",

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 from sandbox_common.errors import SandboxInvalidRequest
-from sandbox_common.models import parse_dispatch_event, parse_quota_event
+from sandbox_common.models import parse_dispatch_event
+from sandbox_common.quota_contract import parse_quota_event
 
 GOOD = {
     "action": "execute_code",

@@ -1,5 +1,5 @@
 """The cap dimensions (SPEC §5, §16.2): one entry per dimension, from which everything that names a
-dimension derives — the quota Lambda's counters and its contract (`models.QuotaAdmitted` /
+dimension derives — the quota Lambda's counters and its contract (`quota_contract.QuotaAdmitted` /
 `QuotaRefused`), the SSM parameters, the refusal the agent reads, the `SandboxCapExceeded`
 metric, `sandboxctl caps` (choices, columns) and `counters`, the stage config's caps and the CDK
 parameters made from them, and the pilot's checks.

@@ -4,33 +4,26 @@ are rejected; ids must match REQUEST_ID_RE; code is non-empty and at most 256 Ki
 
 from __future__ import annotations
 
-import json
-import re
-from typing import Annotated, Any, ClassVar, Literal, Self
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
-    Discriminator,
     Field,
     JsonValue,
     StringConstraints,
-    Tag,
-    TypeAdapter,
     ValidationError,
     field_validator,
     model_validator,
 )
 
-from . import dimensions
 from .errors import SandboxInvalidRequest
 from .files import GetFileRequest, InputFiles
 from .limits import MAX_CODE_BYTES, MAX_JOB_TIMEOUT_SECONDS
-from .naming import AGENT_ACTIONS, REQUEST_ID_RE, TOOL_NAME_RE, Action
-from .redaction.catalogue import redact
+from .naming import AGENT_ACTIONS, TOOL_NAME_RE, Action
 from .tool_spec import MAX_CLIENT_TOOLS
+from .validation import Id, StrictModel, describe_validation_error, load_event
 
-Id = Annotated[str, StringConstraints(pattern=REQUEST_ID_RE.pattern)]
 InvocationSource = Literal["chat", "scheduled", "composition"]
 # The turn token (§16.5) is checked by sandbox_common.turn_token, not here, so a malformed token is
 # counted as a token rejection; the model only bounds its size.
@@ -38,11 +31,7 @@ TurnToken = Annotated[str, StringConstraints(max_length=256)]
 ToolName = Annotated[str, StringConstraints(pattern=TOOL_NAME_RE.pattern)]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class BeginTurnRequest(_Strict):
+class BeginTurnRequest(StrictModel):
     action: Literal[Action.BEGIN_TURN]
     tenant_id: Id
     agent_id: Id
@@ -55,7 +44,7 @@ class BeginTurnRequest(_Strict):
     client_tools: Annotated[list[ToolName], Field(max_length=MAX_CLIENT_TOOLS)] | None = None
 
 
-class ExecuteCodeRequest(_Strict):
+class ExecuteCodeRequest(StrictModel):
     action: Literal[Action.EXECUTE_CODE]
     tenant_id: Id
     agent_id: Id
@@ -97,14 +86,14 @@ class ExecuteCodeRequest(_Strict):
         return code
 
 
-class EndTurnRequest(_Strict):
+class EndTurnRequest(StrictModel):
     action: Literal[Action.END_TURN]
     tenant_id: Id
     turn_id: Id
     turn_token: TurnToken | None = None
 
 
-class GetJobRequest(_Strict):
+class GetJobRequest(StrictModel):
     """A job's state (`running` + elapsed_ms) or its final result."""
 
     action: Literal[Action.GET_JOB]
@@ -115,7 +104,7 @@ class GetJobRequest(_Strict):
     turn_token: TurnToken | None = None
 
 
-class CancelJobRequest(_Strict):
+class CancelJobRequest(StrictModel):
     action: Literal[Action.CANCEL_JOB]
     tenant_id: Id
     agent_id: Id
@@ -129,7 +118,7 @@ CONTINUATION_PATTERN = r"^[A-Za-z0-9_-]{43}$"  # 32 random bytes, URL-safe base6
 MAX_TOOL_ERROR_CHARS = 64 * 1024
 
 
-class ResumeRequest(_Strict):
+class ResumeRequest(StrictModel):
     """`resume`: answer a paused call's tool_call with `tool_result` (any JSON value, null
     included) or `tool_error` (the tool's message) — exactly one of them."""
 
@@ -155,7 +144,7 @@ class ResumeRequest(_Strict):
         return "tool_result" in self.model_fields_set
 
 
-class SweepPausedCallsRequest(_Strict):
+class SweepPausedCallsRequest(StrictModel):
     """Internal, sent by the reaper's paused-calls hook: end the paused tool calls past
     their wait bound. Any caller may send it: it ends only what §15 has already ended (the bound
     passed), and answers a count."""
@@ -185,83 +174,13 @@ REQUEST_MODELS: dict[Action, type[AnyDispatchRequest]] = {
 DISPATCH_ACTIONS: tuple[str, ...] = tuple(AGENT_ACTIONS)
 
 
-class QuotaRequest(_Strict):
-    tenant_id: Id
-    agent_id: Id
-    # §5.3's counts cost one more read after the counter transaction. Dispatch asks for them only
-    # when a daily budget needs the count (nothing the agent does not need waits on its
-    # critical path); an admission without them answers both counts as null.
-    counts: bool = True
-    # The call's idempotency identity. With it the count is written once per
-    # call_id (a "counted" marker in the same transaction): a retry or a racing duplicate of the
-    # same call is answered `already_counted` and counts nothing.
-    call_id: Id | None = None
-    # With it the count is turn-guarded: a ConditionCheck on the turn in the same transaction,
-    # so a missing/ended/foreign turn or a wrong token counts nothing (`QuotaTurnRefused`).
-    turn: QuotaTurnGuard | None = None
-    # Undo this call_id's count (dispatch counted speculatively, then refused before running).
-    release: bool = False
-
-
-class QuotaTurnGuard(_Strict):
-    turn_id: Id
-    # SHA-256 hex of the request's turn token (sandbox_common.turn_token.token_hash), or "" for
-    # a token-less call on a stage that does not require one: the turn's stored hash must equal it
-    # ("" also matches a turn item without the attribute, as turn_token.verify does).
-    token_sha256: Annotated[str, StringConstraints(pattern=r"^([0-9a-f]{64})?$")]
-
-
-QuotaRequest.model_rebuild()
-
-
-# A location part echoed as is: short lowercase identifiers (every field name we declare). No
-# catalogue token fits this shape (each needs an upper-case letter, a digit run, `-` or `.`, or
-# is longer than 32 chars), so an unknown field named after a secret is never echoed.
-_ECHOABLE_LOC = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
-
-
-def _loc_part(part: object) -> str:
-    if isinstance(part, int):
-        return str(part)
-    text = str(part)
-    return text if _ECHOABLE_LOC.match(text) else "<field>"
-
-
-def describe_validation_error(exc: ValidationError, prefix: str | None = None) -> str:
-    """A sentence an agent can relay: field locations and reasons, never the offending input.
-
-    Locations come from the input for unknown fields (their names): only identifier-shaped
-    names are echoed, any other is `<field>`; the whole sentence is redacted as well. `prefix`:
-    the action whose model was validated, put before every location (`execute_code.code`).
-    """
-    parts = []
-    for err in exc.errors(include_input=False, include_url=False)[:5]:
-        loc = (
-            ".".join([*([prefix] if prefix else []), *(_loc_part(p) for p in err.get("loc", ()))])
-            or "request"
-        )
-        parts.append(f"{loc}: {redact(str(err.get('msg', 'invalid')))}")
-    more = len(exc.errors()) - len(parts)
-    suffix = f" (+{more} more)" if more > 0 else ""
-    return "Invalid request: " + "; ".join(parts) + suffix
-
-
-def _load(event: Any) -> Any:
-    if isinstance(event, (str, bytes, bytearray)):
-        try:
-            return json.loads(event)
-        except (ValueError, UnicodeDecodeError):
-            raise SandboxInvalidRequest("Invalid request: the event is not valid JSON.") from None
-    return event
-
-
 def parse_dispatch_event(event: Any) -> AnyDispatchRequest:
     """The event as its action's request model (REQUEST_MODELS), validated once."""
     return _parse_as(event, REQUEST_MODELS)
 
 
 def _parse_as(event: Any, models: dict[Action, type[AnyDispatchRequest]]) -> AnyDispatchRequest:
-    event = _load(event)
+    event = load_event(event)
     if not isinstance(event, dict):
         raise SandboxInvalidRequest("Invalid request: the event must be a JSON object.")
     raw = event.get("action")
@@ -277,16 +196,6 @@ def _parse_as(event: Any, models: dict[Action, type[AnyDispatchRequest]]) -> Any
         return model.model_validate(event)
     except ValidationError as exc:
         raise SandboxInvalidRequest(describe_validation_error(exc, prefix=action)) from None
-
-
-def parse_quota_event(event: Any) -> QuotaRequest:
-    event = _load(event)
-    if not isinstance(event, dict):
-        raise SandboxInvalidRequest("Invalid request: the event must be a JSON object.")
-    try:
-        return QuotaRequest.model_validate(event)
-    except ValidationError as exc:
-        raise SandboxInvalidRequest(describe_validation_error(exc)) from None
 
 
 class TenantSubstrate(BaseModel):
@@ -307,114 +216,13 @@ class TenantSubstrate(BaseModel):
     data_read: tuple[str, ...] = ()  # the tenant's data.read S3 prefixes (§14.4): s3_uri inputs
 
 
-# --- the quota contract: dispatch -> sandbox-quota-check, one pair of models --------------------
-# `QuotaRequest` above is the request; these are the answers (§5.3). The quota Lambda renders them
-# with `model_dump()`, dispatch parses them with `parse_quota_response` (anything else -> the
-# breaker fails closed). The per-dimension fields come from the dimensions registry
-# (`{name}_count` when admitted, `{name}_cap` when refused, one per calls dimension): a field
-# that names no calls dimension is off-contract.
-class _PerDimension(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
-    __pydantic_extra__: dict[str, int | None] = Field(init=False)  # type: ignore[assignment]
-    _FIELD: ClassVar[str]  # "count_field" | "cap_field": the Dimension property naming the field
-
-    @model_validator(mode="after")
-    def _fields_of_calls_dimensions(self) -> Self:
-        allowed = {getattr(d, self._FIELD) for d in dimensions.calls()}
-        unknown = sorted(set(self.model_extra or {}) - allowed)
-        if unknown:
-            raise ValueError(f"fields of no calls dimension: {', '.join(unknown)}")
-        return self
-
-    def _of(self, dimension: str) -> int | None:
-        found = dimensions.get(dimension)
-        return None if found is None else (self.model_extra or {}).get(getattr(found, self._FIELD))
-
-
-class QuotaAdmitted(_PerDimension):
-    _FIELD = "count_field"
-    ok: Literal[True] = True
-    already_counted: bool = False  # this call_id was counted before: proceed, nothing counted now
-    retries: int = Field(default=0, ge=0)  # transaction conflicts retried (§16.6, shown to the agent)
-    released: bool = False  # answer to `release`: True when a count was undone
-
-    @classmethod
-    def of(cls, counts: dict[str, int | None], **flags: Any) -> QuotaAdmitted:
-        return cls.model_validate(
-            {**{d.count_field: counts.get(d.name) for d in dimensions.calls()}, **flags}
-        )
-
-    def count(self, dimension: str) -> int | None:
-        """This call's count in `dimension`'s window, when read back."""
-        return self._of(dimension)
-
-
-class QuotaTurnRefused(_Strict):
-    """The turn guard failed: nothing counted. `turn_exists` False = no such turn yet (a first
-    call: dispatch falls back to the sequential check after creating it)."""
-
-    ok: Literal[False] = False
-    turn_refused: Literal[True] = True
-    turn_exists: bool
-
-
-class QuotaRefused(_PerDimension):
-    _FIELD = "cap_field"
-    ok: Literal[False] = False
-    dimension: str  # a dimension's name (`sandbox_common.dimensions`) or `unknown`
-    resets_at: Annotated[str, StringConstraints(pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")]
-
-    @field_validator("dimension")
-    @classmethod
-    def _a_dimension(cls, name: str) -> str:
-        if name != dimensions.UNKNOWN and dimensions.get(name) is None:
-            raise ValueError("not a cap dimension")
-        return name
-
-    @classmethod
-    def of(cls, dimension: str, resets_at: str, caps: dict[str, int | None]) -> QuotaRefused:
-        fields = {d.cap_field: caps.get(d.name) for d in dimensions.calls()}
-        return cls.model_validate({"dimension": dimension, "resets_at": resets_at, **fields})
-
-    def cap(self, dimension: str) -> int | None:
-        return self._of(dimension)
-
-
-def _quota_kind(value: Any) -> str:
-    if isinstance(value, dict):
-        if value.get("ok") is True:
-            return "admitted"
-        return "turn" if "turn_refused" in value else "refused"
-    return (
-        "turn"
-        if isinstance(value, QuotaTurnRefused)
-        else "admitted"
-        if isinstance(value, QuotaAdmitted)
-        else "refused"
-    )
-
-
-QuotaResponse = Annotated[
-    Annotated[QuotaAdmitted, Tag("admitted")]
-    | Annotated[QuotaRefused, Tag("refused")]
-    | Annotated[QuotaTurnRefused, Tag("turn")],
-    Discriminator(_quota_kind),
-]
-_QUOTA_RESPONSE: TypeAdapter[QuotaAdmitted | QuotaRefused | QuotaTurnRefused] = TypeAdapter(QuotaResponse)
-
-
-def parse_quota_response(payload: bytes | str) -> QuotaAdmitted | QuotaRefused | QuotaTurnRefused:
-    """The quota Lambda's answer; raises pydantic.ValidationError for anything off-contract."""
-    return _QUOTA_RESPONSE.validate_json(payload)
-
-
 # --- background jobs (§17): execute_code carries `background` / `timeout_s` itself ---------------
 JOB_ACTIONS: tuple[Action, ...] = (Action.EXECUTE_CODE, Action.GET_JOB, Action.CANCEL_JOB)
 
 
 def parse_job_event(event: Any) -> ExecuteCodeRequest | GetJobRequest | CancelJobRequest:
     """The job-aware parse of execute_code / get_job / cancel_job (same errors as the main parser)."""
-    event = _load(event)
+    event = load_event(event)
     if not isinstance(event, dict) or event.get("action") not in JOB_ACTIONS:
         *first, last = JOB_ACTIONS
         raise SandboxInvalidRequest(f"Invalid request: expected {', '.join(first)} or {last}.")
@@ -423,7 +231,7 @@ def parse_job_event(event: Any) -> ExecuteCodeRequest | GetJobRequest | CancelJo
 
 # --- programmatic tool calling (§15): ResumeRequest is defined above ------------------------------
 def parse_resume_event(event: Any) -> ResumeRequest:
-    event = _load(event)
+    event = load_event(event)
     if not isinstance(event, dict):
         raise SandboxInvalidRequest("Invalid request: the event must be a JSON object.")
     try:

@@ -68,6 +68,18 @@ class WorkerFailure(Exception):
     """The worker could not be started."""
 
 
+# bubblewrap's set-up of a session's network namespace fails now and then while the kernel is
+# busy creating and tearing down many of them ("bwrap: loopback: Failed RTM_NEWADDR: No child
+# processes", seen with dozens of sessions starting at once on 2 cores). Such a start is made
+# again with a new session, up to this many tries in all; any other start failure is final.
+_START_TRIES = 3
+_TRANSIENT_START_FAILURES = ("bwrap: loopback: Failed RTM_NEWADDR",)
+
+
+def _transient_start_failure(exc: BaseException) -> bool:
+    return isinstance(exc, WorkerFailure) and any(text in str(exc) for text in _TRANSIENT_START_FAILURES)
+
+
 def new_session_id() -> str:
     """A ULID (26 Crockford base-32 chars), the shape AgentCore session ids have."""
     value = (int(time.time() * 1000) << 80) | secrets.randbits(80)
@@ -302,31 +314,37 @@ class SessionManager:
         with self._lock:
             if client_token and (interpreter_id, client_token) in self._client_tokens:
                 previous = self._client_tokens[(interpreter_id, client_token)]
-                session = self._sessions.get(previous) or self._tombstones.get(previous)
-                if session is not None:
-                    return session
-            if len(self._sessions) >= self.max_sessions:
-                raise QuotaExceeded(f"Maximum number of active sessions ({self.max_sessions}) reached")
-            timeout = timeout_seconds or DEFAULT_SESSION_TIMEOUT
-            session_id = new_session_id()
-            session = Session(
-                session_id=session_id,
-                interpreter_id=interpreter_id,
-                network_mode=mode,
-                name=name,
-                timeout_seconds=timeout,
-                created_at=utc_now(),
-                expires_at=time.monotonic() + timeout,
-                root=tempfile.mkdtemp(prefix=f"lci-{session_id}-", dir=self.base_dir),
-            )
-            self._sessions[session_id] = session  # counted against max_sessions while it starts
-        try:
-            self._spawner.submit(self._spawn, session).result()
-        except BaseException:
+                earlier = self._sessions.get(previous) or self._tombstones.get(previous)
+                if earlier is not None:
+                    return earlier
+        timeout = timeout_seconds or DEFAULT_SESSION_TIMEOUT
+        for attempt in range(1, _START_TRIES + 1):
             with self._lock:
-                self._sessions.pop(session_id, None)
-            self._kill(session)  # its process, cgroups, network helper, directory and uid
-            raise
+                if len(self._sessions) >= self.max_sessions:
+                    raise QuotaExceeded(f"Maximum number of active sessions ({self.max_sessions}) reached")
+                session_id = new_session_id()
+                session = Session(
+                    session_id=session_id,
+                    interpreter_id=interpreter_id,
+                    network_mode=mode,
+                    name=name,
+                    timeout_seconds=timeout,
+                    created_at=utc_now(),
+                    expires_at=time.monotonic() + timeout,
+                    root=tempfile.mkdtemp(prefix=f"lci-{session_id}-", dir=self.base_dir),
+                )
+                self._sessions[session_id] = session  # counted against max_sessions while it starts
+            try:
+                self._spawner.submit(self._spawn, session).result()
+            except BaseException as exc:
+                with self._lock:
+                    self._sessions.pop(session_id, None)
+                self._kill(session)  # its process, cgroups, network helper, directory and uid
+                if attempt < _START_TRIES and _transient_start_failure(exc):
+                    log.warning("session %s: %s; starting a new one", session_id, exc)
+                    continue
+                raise
+            break
         with self._lock:
             if client_token:
                 self._client_tokens[(interpreter_id, client_token)] = session_id

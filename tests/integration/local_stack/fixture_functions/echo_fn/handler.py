@@ -14,6 +14,14 @@ def handler(event, context):
         raise ValueError(event["raise"])
     if event.get("sleep"):
         time.sleep(float(event["sleep"]))
+    met = None
+    if event.get("meet"):  # a rendezvous: wait (within the time left) until `party` calls arrived
+        folder = event["meet"]
+        open(os.path.join(folder, str(os.getpid())), "w").close()
+        while not (met := len(os.listdir(folder)) >= event["party"]):
+            if context.get_remaining_time_in_millis() < 300:
+                break
+            time.sleep(0.01)
     if event.get("exit"):
         os._exit(3)
     if event.get("sigkill"):  # what the kernel's OOM killer (or an operator's kill -9) does
@@ -26,4 +34,5 @@ def handler(event, context):
         "function_name": context.function_name,
         "request_id": context.aws_request_id,
         "remaining_ms": context.get_remaining_time_in_millis(),
+        "met": met,
     }

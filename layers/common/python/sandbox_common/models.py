@@ -22,7 +22,7 @@ from .files import GetFileRequest, InputFiles
 from .limits import MAX_CODE_BYTES, MAX_JOB_TIMEOUT_SECONDS
 from .naming import AGENT_ACTIONS, TOOL_NAME_RE, Action
 from .tool_spec import MAX_CLIENT_TOOLS
-from .validation import Id, StrictModel, describe_validation_error, load_event
+from .validation import Id, StrictModel, describe_validation_error, load_event, validate_event
 
 InvocationSource = Literal["chat", "scheduled", "composition"]
 # The turn token (§16.5) is checked by sandbox_common.turn_token, not here, so a malformed token is
@@ -231,10 +231,4 @@ def parse_job_event(event: Any) -> ExecuteCodeRequest | GetJobRequest | CancelJo
 
 # --- programmatic tool calling (§15): ResumeRequest is defined above ------------------------------
 def parse_resume_event(event: Any) -> ResumeRequest:
-    event = load_event(event)
-    if not isinstance(event, dict):
-        raise SandboxInvalidRequest("Invalid request: the event must be a JSON object.")
-    try:
-        return ResumeRequest.model_validate(event)
-    except ValidationError as exc:
-        raise SandboxInvalidRequest(describe_validation_error(exc)) from None
+    return validate_event(ResumeRequest, event)

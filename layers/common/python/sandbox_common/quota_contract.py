@@ -13,14 +13,12 @@ from pydantic import (
     StringConstraints,
     Tag,
     TypeAdapter,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
 from . import dimensions
-from .errors import SandboxInvalidRequest
-from .validation import Id, StrictModel, describe_validation_error, load_event
+from .validation import Id, StrictModel, validate_event
 
 
 class QuotaRequest(StrictModel):
@@ -53,13 +51,7 @@ QuotaRequest.model_rebuild()
 
 
 def parse_quota_event(event: Any) -> QuotaRequest:
-    event = load_event(event)
-    if not isinstance(event, dict):
-        raise SandboxInvalidRequest("Invalid request: the event must be a JSON object.")
-    try:
-        return QuotaRequest.model_validate(event)
-    except ValidationError as exc:
-        raise SandboxInvalidRequest(describe_validation_error(exc)) from None
+    return validate_event(QuotaRequest, event)
 
 
 # The answers (§5.3). The quota Lambda renders them

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 
@@ -14,6 +14,7 @@ from .naming import REQUEST_ID_RE
 from .redaction.catalogue import redact
 
 Id = Annotated[str, StringConstraints(pattern=REQUEST_ID_RE.pattern)]
+Model = TypeVar("Model", bound=BaseModel)
 
 
 class StrictModel(BaseModel):
@@ -62,3 +63,15 @@ def load_event(event: Any) -> Any:
         except (ValueError, UnicodeDecodeError):
             raise SandboxInvalidRequest("Invalid request: the event is not valid JSON.") from None
     return event
+
+
+def validate_event(model: type[Model], event: Any) -> Model:
+    """`event` (a dict, or JSON text of one) as `model`; SandboxInvalidRequest with the sentence
+    of describe_validation_error when it is not one."""
+    event = load_event(event)
+    if not isinstance(event, dict):
+        raise SandboxInvalidRequest("Invalid request: the event must be a JSON object.")
+    try:
+        return model.model_validate(event)
+    except ValidationError as exc:
+        raise SandboxInvalidRequest(describe_validation_error(exc)) from None

@@ -76,8 +76,8 @@ _START_TRIES = 3
 _TRANSIENT_START_FAILURES = ("bwrap: loopback: Failed RTM_NEWADDR",)
 
 
-def _transient_start_failure(exc: BaseException) -> bool:
-    return isinstance(exc, WorkerFailure) and any(text in str(exc) for text in _TRANSIENT_START_FAILURES)
+def _transient_start_failure(exc: WorkerFailure) -> bool:
+    return any(text in str(exc) for text in _TRANSIENT_START_FAILURES)
 
 
 def new_session_id() -> str:
@@ -319,32 +319,14 @@ class SessionManager:
                     return earlier
         timeout = timeout_seconds or DEFAULT_SESSION_TIMEOUT
         for attempt in range(1, _START_TRIES + 1):
-            with self._lock:
-                if len(self._sessions) >= self.max_sessions:
-                    raise QuotaExceeded(f"Maximum number of active sessions ({self.max_sessions}) reached")
-                session_id = new_session_id()
-                session = Session(
-                    session_id=session_id,
-                    interpreter_id=interpreter_id,
-                    network_mode=mode,
-                    name=name,
-                    timeout_seconds=timeout,
-                    created_at=utc_now(),
-                    expires_at=time.monotonic() + timeout,
-                    root=tempfile.mkdtemp(prefix=f"lci-{session_id}-", dir=self.base_dir),
-                )
-                self._sessions[session_id] = session  # counted against max_sessions while it starts
             try:
-                self._spawner.submit(self._spawn, session).result()
-            except BaseException as exc:
-                with self._lock:
-                    self._sessions.pop(session_id, None)
-                self._kill(session)  # its process, cgroups, network helper, directory and uid
-                if attempt < _START_TRIES and _transient_start_failure(exc):
-                    log.warning("session %s: %s; starting a new one", session_id, exc)
-                    continue
-                raise
-            break
+                session = self._start_one(interpreter_id, mode, name, timeout)
+                break
+            except WorkerFailure as exc:
+                if attempt == _START_TRIES or not _transient_start_failure(exc):
+                    raise
+                log.warning("session start failed: %s; starting a new one", exc)
+        session_id = session.session_id
         with self._lock:
             if client_token:
                 self._client_tokens[(interpreter_id, client_token)] = session_id
@@ -358,6 +340,33 @@ class SessionManager:
                 naming.ENV_LOCAL_UNISOLATED,
             )
         log.info("session %s started on %s (%s, %s)", session_id, interpreter_id, mode, self.isolation)
+        return session
+
+    def _start_one(self, interpreter_id: str, mode: str, name: str | None, timeout: int) -> Session:
+        """A new session, counted against max_sessions while it starts; on a failed start,
+        removed with its process, cgroups, network helper, directory and uid."""
+        with self._lock:
+            if len(self._sessions) >= self.max_sessions:
+                raise QuotaExceeded(f"Maximum number of active sessions ({self.max_sessions}) reached")
+            session_id = new_session_id()
+            session = Session(
+                session_id=session_id,
+                interpreter_id=interpreter_id,
+                network_mode=mode,
+                name=name,
+                timeout_seconds=timeout,
+                created_at=utc_now(),
+                expires_at=time.monotonic() + timeout,
+                root=tempfile.mkdtemp(prefix=f"lci-{session_id}-", dir=self.base_dir),
+            )
+            self._sessions[session_id] = session
+        try:
+            self._spawner.submit(self._spawn, session).result()
+        except BaseException:
+            with self._lock:
+                self._sessions.pop(session_id, None)
+            self._kill(session)
+            raise
         return session
 
     def _spawn(self, session: Session) -> None:

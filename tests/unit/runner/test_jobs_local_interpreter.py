@@ -12,6 +12,7 @@ import pytest
 from sandbox_runtime.runner import SessionGone, SessionRunner, credentials
 from sandbox_runtime.runner.jobs import JobRunner, JobState
 
+from tests.integration.interpreter._helpers import wait_until
 from tests.support.runner import ACME_INTERPRETER, session_runner
 
 INTERPRETER = ACME_INTERPRETER
@@ -131,8 +132,7 @@ def test_job_timeout_enforced_inside_the_session(runner, session, server):
     assert (final.result.exit_status, final.result.error) == ("timeout", "SandboxTimeout")
     assert 1000 <= final.elapsed_ms < 60_000
     assert len(during) >= len(before) + 2  # supervisor and job were running
-    while session_pids(server, session) != before and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: session_pids(server, session) == before, timeout=30)
     assert session_pids(server, session) == before  # and nothing of the job is left
 
 
@@ -255,7 +255,5 @@ def test_job_cancelled_right_after_submit_ends_it_and_leaves_nothing(runner, ses
     final = jobs.cancel_job(INTERPRETER, session, "job-early")
     # Then it ended cancelled (long before its minute) and nothing of it is left
     assert final.state == "cancelled"
-    deadline = time.monotonic() + 30
-    while session_pids(server, session) != before and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: session_pids(server, session) == before, timeout=30)
     assert session_pids(server, session) == before

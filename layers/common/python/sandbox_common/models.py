@@ -22,7 +22,7 @@ from .files import GetFileRequest, InputFiles
 from .limits import MAX_CODE_BYTES, MAX_JOB_TIMEOUT_SECONDS
 from .naming import AGENT_ACTIONS, TOOL_NAME_RE, Action
 from .tool_spec import MAX_CLIENT_TOOLS
-from .validation import Id, StrictModel, describe_validation_error, load_event, validate_event
+from .validation import Id, StrictModel, describe_validation_error, load_event, load_object, validate_event
 
 InvocationSource = Literal["chat", "scheduled", "composition"]
 # The turn token (§16.5) is checked by sandbox_common.turn_token, not here, so a malformed token is
@@ -180,9 +180,7 @@ def parse_dispatch_event(event: Any) -> AnyDispatchRequest:
 
 
 def _parse_as(event: Any, models: dict[Action, type[AnyDispatchRequest]]) -> AnyDispatchRequest:
-    event = load_event(event)
-    if not isinstance(event, dict):
-        raise SandboxInvalidRequest("Invalid request: the event must be a JSON object.")
+    event = load_object(event)
     raw = event.get("action")
     try:
         action = Action(raw if isinstance(raw, str) else "")

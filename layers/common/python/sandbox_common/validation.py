@@ -65,12 +65,18 @@ def load_event(event: Any) -> Any:
     return event
 
 
-def validate_event(model: type[Model], event: Any) -> Model:
-    """`event` (a dict, or JSON text of one) as `model`; SandboxInvalidRequest with the sentence
-    of describe_validation_error when it is not one."""
+def load_object(event: Any) -> dict[str, Any]:
+    """`event` as a JSON object (a dict, or JSON text of one); SandboxInvalidRequest otherwise."""
     event = load_event(event)
     if not isinstance(event, dict):
         raise SandboxInvalidRequest("Invalid request: the event must be a JSON object.")
+    return event
+
+
+def validate_event(model: type[Model], event: Any) -> Model:
+    """`event` (a dict, or JSON text of one) as `model`; SandboxInvalidRequest with the sentence
+    of describe_validation_error when it is not one."""
+    event = load_object(event)
     try:
         return model.model_validate(event)
     except ValidationError as exc:

@@ -308,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from infra.demo import tools_step as demo_tools
     from infra.local import stack
+    from infra.local.state import LocalStackError
     from infra.sandboxctl.errors import CtlError
     from infra.sandboxctl.target import local_target
 
@@ -335,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         problems += demo_tools.run_tools_step(target, f"{facts['turn_id']}-tools", _show)
         problems += jobs_step(target)
-    except (CtlError, stack.LocalStackError) as exc:
+    except (CtlError, LocalStackError) as exc:
         problems.append(str(exc))
     except Exception as exc:  # noqa: BLE001 - the demo reports, it never dumps a traceback on a newcomer
         problems.append(f"{type(exc).__name__}: {exc}")

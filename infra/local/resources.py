@@ -9,7 +9,6 @@ stage to the same shapes.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sandbox_common import naming as n
@@ -26,34 +25,7 @@ from infra.cdk.constructs.definitions import (
     tenant_substrate,
 )
 from infra.local.interpreter.s3relay import DataGrant
-
-LOCAL_ACCOUNT = "123456789012"  # moto's default account
-LOCAL_REGION = "us-east-1"
-
-
-@dataclass(frozen=True)
-class LocalResources:
-    """What the local stack created: the same facts a deployed stage exposes as stack outputs."""
-
-    stage: str
-    region: str
-    account: str
-    tables: dict[str, str]  # TableSpec.logical -> physical
-    functions: dict[str, str]  # logical -> physical function name
-    audit_dlq_url: str
-    security_topic_arn: str
-    interpreters: list[dict[str, str]] = field(default_factory=list)  # tenant, environment, id, network_mode
-    runner_roles: dict[str, str] = field(default_factory=dict)  # tenant -> role ARN
-    log_groups: list[str] = field(default_factory=list)
-    artifacts_bucket: str = ""  # §14.2
-    data_bucket: str = ""  # the demo tenant data bucket (§14.4 stand-in)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> LocalResources:
-        return cls(**data)
+from infra.local.state import LOCAL_ACCOUNT, LOCAL_REGION, LocalResources
 
 
 def _put_new_parameter(ssm: Any, name: str, value: str) -> None:

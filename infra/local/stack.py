@@ -22,80 +22,28 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sandbox_common import aws
-from sandbox_common.aws import SINGLE_ATTEMPT
 from sandbox_common.naming import ENV_LOCAL_UNISOLATED, ENV_SESSION_PYTHON
 
-from infra.local.interpreter.s3relay import grants_to_json
-from infra.local.resources import LOCAL_REGION, LocalResources, data_grants
+from infra.local.state import (
+    FAKE_CREDENTIALS,
+    LOCAL_REGION,
+    REPO_ROOT,
+    STATE_FILE,
+    LocalResources,
+    LocalStackError,
+    LocalState,
+    pid_alive,
+    process_alive,
+    read_state,
+    state_dir,
+)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-STATE_FILE = "state.json"
-FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 COMPONENTS = ("moto", "interpreter", "lambda")
 START_TIMEOUT_SECONDS = 60
-
-
-class LocalStackError(Exception):
-    """The local stack could not be started/inspected; the message says why (one line)."""
-
-
-def state_dir() -> Path:
-    return Path(os.environ.get("SANDBOX_LOCAL_DIR") or REPO_ROOT / ".local").resolve()
-
-
-@dataclass
-class LocalState:
-    directory: Path
-    data: dict[str, Any]
-
-    @property
-    def resources(self) -> LocalResources:
-        return LocalResources.from_dict(self.data["resources"])
-
-    def endpoint(self, component: str) -> str:
-        return str(self.data["processes"][component]["endpoint"])
-
-    def client_environment(self) -> dict[str, str]:
-        """The variables that point an unmodified boto3 at this stack (what the Lambdas get)."""
-        return {
-            "AWS_ENDPOINT_URL": self.endpoint("moto"),
-            "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE": self.endpoint("interpreter"),
-            "AWS_ENDPOINT_URL_LAMBDA": self.endpoint("lambda"),
-            "AWS_REGION": self.data["region"],
-            "AWS_DEFAULT_REGION": self.data["region"],
-            **FAKE_CREDENTIALS,
-        }
-
-    def client(self, service: str) -> Any:
-        from botocore.config import Config
-
-        endpoint = (
-            self.endpoint("lambda")
-            if service == "lambda"
-            else (self.endpoint("interpreter") if service == "bedrock-agentcore" else self.endpoint("moto"))
-        )
-        return aws.session(
-            aws_access_key_id=FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-            region_name=self.data["region"],
-        ).client(
-            service, endpoint_url=endpoint, config=Config(read_timeout=900, retries=dict(SINGLE_ATTEMPT))
-        )
-
-
-def read_state(directory: Path | None = None) -> LocalState | None:
-    directory = directory or state_dir()
-    try:
-        return LocalState(directory, json.loads((directory / STATE_FILE).read_text()))
-    except FileNotFoundError:
-        return None
-    except ValueError as exc:
-        raise LocalStackError(f"state file {directory / STATE_FILE} is not valid JSON: {exc}") from None
 
 
 def _write_state(directory: Path, data: dict[str, Any]) -> None:
@@ -121,19 +69,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def process_alive(pid: int, marker: str) -> bool:
-    """True iff `pid` runs and is still the process we started (its command line holds `marker`),
-    so a recycled pid is never mistaken for ours — and never signalled."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
-                return False
-        with open(f"/proc/{pid}/cmdline", "rb") as cmd:
-            return marker.encode() in cmd.read()
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
 
 
 def _proc_table() -> dict[int, tuple[str, int, int]]:
@@ -169,14 +104,6 @@ def descendants(pid: int) -> list[int]:
             found.append(current)
         todo.extend(children.get(current, []))
     return sorted(found)
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
 
 
 def _spawn(directory: Path, name: str, argv: list[str], env: dict[str, str]) -> dict[str, Any]:
@@ -393,8 +320,9 @@ def _start(directory: Path, stage: str, max_concurrency: int) -> LocalState:
     from sandbox_common import naming as n
 
     from infra.cdk.config import build_config
+    from infra.local.interpreter.s3relay import grants_to_json
     from infra.local.lambda_emulator import HEALTH_PATH
-    from infra.local.resources import create_resources
+    from infra.local.resources import create_resources, data_grants
 
     config = build_config(stage)
     deadline = time.time() + START_TIMEOUT_SECONDS

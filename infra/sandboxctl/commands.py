@@ -11,6 +11,7 @@ from typing import Any
 from sandbox_common import dimensions
 from sandbox_common import naming as n
 
+from infra.local.state import LocalStackError
 from infra.sandboxctl import render, sessions_cli
 from infra.sandboxctl.errors import EXIT_FAILURE, EXIT_OK, CtlError
 
@@ -111,7 +112,7 @@ def _local(args: argparse.Namespace) -> int:
                     )
                 ),
             )
-    except stack.LocalStackError as exc:
+    except LocalStackError as exc:
         raise CtlError(str(exc)) from None
     return EXIT_OK
 

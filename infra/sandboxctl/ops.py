@@ -13,18 +13,20 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from itertools import chain, islice
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 from sandbox_common import dimensions, limits
 from sandbox_common import naming as n
 from sandbox_common.audit import AuditWriter, drain_spool
-from sandbox_common.models import TenantSubstrate
 from sandbox_common.tool_spec import validate_tool_names
 from sandbox_common.windows import Windows, iso_z, iso_z_ms, utc_now
 
 from infra.sandboxctl.errors import CtlError
 from infra.sandboxctl.target import Target
+
+if TYPE_CHECKING:
+    from sandbox_common.models import TenantSubstrate
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -118,6 +120,9 @@ def substrate(target: Target, tenant_id: str) -> TenantSubstrate | None:
         if _code(exc) == "ParameterNotFound":
             return None
         raise
+    # Imported here for the CLI's start-up: no other command loads pydantic.
+    from sandbox_common.models import TenantSubstrate
+
     return TenantSubstrate.model_validate(json.loads(raw["Parameter"]["Value"]))
 
 

@@ -59,14 +59,13 @@ def resolve(stage: str, local: bool) -> Target:
 
 
 def _local_target(stage: str) -> Target:
-    from infra.local.stack import LocalStackError, read_state, state_dir, status
+    from infra.local.state import LocalStackError, read_state, state_dir
 
     try:
         state = read_state()
-        running = status()["running"]
     except LocalStackError as exc:
         raise CtlError(str(exc)) from None
-    if state is None or not running:
+    if state is None or not state.running():
         raise CtlError(
             f"the local stack is not running (state dir {state_dir()}); start it with `sandboxctl local up`"
         )
@@ -76,7 +75,7 @@ def _local_target(stage: str) -> Target:
 
 
 def local_target(state: Any) -> Target:
-    """A target for a running local stack (`infra.local.stack.LocalState`)."""
+    """A target for a running local stack (`infra.local.state.LocalState`)."""
     resources = state.resources
     return Target(
         stage=resources.stage,

@@ -55,6 +55,32 @@ def test_local_up_names_the_dispatch_function_beside_the_endpoints(cli_env: dict
     assert data["endpoints"]["lambda"] in text.stdout
 
 
+# What an everyday `--local` command must not load: reading the stack's state is not starting
+# one (infra.local.stack, the interpreter, the CDK configuration), and only `tenant show` and
+# the commands that start a stack need pydantic.
+NOT_LOADED_BY_EVERYDAY_COMMANDS = ("pydantic", "infra.local.stack", "infra.local.interpreter", "infra.cdk")
+
+
+@pytest.mark.parametrize(
+    "args", [("caps", "get", "--tenant", "acme"), ("audit", "list", "--tenant", "acme", "--limit", "1")]
+)
+def test_everyday_local_command_loads_only_what_it_uses(
+    cli_env: dict[str, str], args: tuple[str, ...]
+) -> None:
+    # Given the module's running stack
+    # When an everyday command runs with Python reporting every module it imports
+    out = ctl({**cli_env, "PYTHONPROFILEIMPORTTIME": "1"}, "--local", *args)
+    # Then it succeeded, and it imported none of the start-up code
+    assert out.returncode == 0, out.stderr
+    loaded = {
+        line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")
+    }
+    assert "infra.local.state" in loaded and "boto3" in loaded
+    assert not {
+        m for m in loaded if m.split(".")[0] == "pydantic" or m.startswith(NOT_LOADED_BY_EVERYDAY_COMMANDS)
+    }
+
+
 # --- usage -----------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "args",

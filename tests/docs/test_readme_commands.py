@@ -34,6 +34,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from sandbox_common.tool_spec import TOOL_NAMES
 
 from infra.local import stack
+from infra.local.state import pid_alive, read_state
 from tests.support.local_stack import ctl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -158,11 +159,11 @@ class Checkout:
     seen: set[int]  # every process of the stack seen running
 
     def note_processes(self) -> None:
-        state = stack.read_state(self.path / ".local")
+        state = read_state(self.path / ".local")
         if state is not None:
             pids = [p["pid"] for p in state.data["processes"].values()]
-            self.seen |= {d for pid in pids if stack.pid_alive(pid) for d in stack.descendants(pid)}
-            self.seen |= {pid for pid in pids if stack.pid_alive(pid)}
+            self.seen |= {d for pid in pids if pid_alive(pid) for d in stack.descendants(pid)}
+            self.seen |= {pid for pid in pids if pid_alive(pid)}
 
     def up(self) -> None:
         out = ctl(self.env, "local", "up")
@@ -184,7 +185,7 @@ def checkout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Checkout]:
         made.note_processes()
         down = ctl(env, "local", "down", timeout=60)
     assert down.returncode == 0, down.stderr
-    assert [pid for pid in made.seen if stack.pid_alive(pid)] == []
+    assert [pid for pid in made.seen if pid_alive(pid)] == []
 
 
 # --- the tests -----------------------------------------------------------------------------------------
@@ -231,7 +232,7 @@ def test_readme_shell_blocks_run_twice_against_a_local_stack(checkout: Checkout)
             check(out.stdout, runs)
             runs.append(out.stdout)
     # and the last block stopped every process the stack ran
-    assert [pid for pid in checkout.seen if stack.pid_alive(pid)] == []
+    assert [pid for pid in checkout.seen if pid_alive(pid)] == []
 
 
 def test_readme_mcp_host_config_starts_a_server_that_lists_the_surface_tools(checkout: Checkout) -> None:

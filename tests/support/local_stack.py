@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.local import stack
+from infra.local.state import LocalState, pid_alive, read_state
 
 SANDBOXCTL = str(Path(sys.executable).with_name("sandboxctl"))
 
@@ -45,9 +46,9 @@ def assert_one_line_failure(out: subprocess.CompletedProcess[str], code: int, *n
         assert needle in out.stderr, out.stderr
 
 
-def state_of(env: dict[str, str]) -> stack.LocalState:
+def state_of(env: dict[str, str]) -> LocalState:
     """The running stack's state (endpoints, resources, clients) of `env`'s state directory."""
-    state = stack.read_state(Path(env["SANDBOX_LOCAL_DIR"]))
+    state = read_state(Path(env["SANDBOX_LOCAL_DIR"]))
     assert state is not None
     return state
 
@@ -69,5 +70,5 @@ def running_stack(directory: Path, **env_extra: str) -> Iterator[dict[str, str]]
         down = ctl(env, "--json", "local", "down", timeout=60)
     assert down.returncode == 0, down.stderr
     assert sorted(s["pid"] for s in json.loads(down.stdout)["stopped"]) == sorted(pids)
-    assert [p for p in tree if stack.pid_alive(p)] == []
+    assert [p for p in tree if pid_alive(p)] == []
     assert ctl_json(env, "local", "status")["running"] is False

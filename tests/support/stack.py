@@ -25,8 +25,9 @@ from infra.cdk.config import build_config
 from infra.cdk.function_env import function_environment
 from infra.local.interpreter import LocalInterpreterServer
 from infra.local.lambda_emulator import FunctionSpec, LambdaEmulator
-from infra.local.resources import LocalResources, create_resources, data_grants
+from infra.local.resources import create_resources, data_grants
 from infra.local.stack import lambda_function_specs
+from infra.local.state import LocalResources
 from tests.conftest import LambdaContext, free_port
 from tests.support.moto_snapshot import MotoSnapshot
 

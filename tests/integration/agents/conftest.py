@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from infra.local import stack
+from infra.local.state import LocalState
 from tests.support.local_stack import running_stack, state_of
 
 
@@ -18,5 +18,5 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
 
 
 @pytest.fixture(scope="session")
-def state(env: dict[str, str]) -> stack.LocalState:
+def state(env: dict[str, str]) -> LocalState:
     return state_of(env)

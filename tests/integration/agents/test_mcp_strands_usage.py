@@ -23,7 +23,7 @@ from sandbox_client.turn import SandboxTurn
 from sandbox_common import dimensions
 from sandbox_common import naming as n
 
-from infra.local import stack
+from infra.local.state import LocalState
 from tests.support.local_stack import SANDBOXCTL, ctl
 from tests.support.mcp_client import mcp_args, run_mcp, text_of
 
@@ -31,7 +31,7 @@ TENANT, TEMPLATE = "acme", "analyst"
 CAP_TENANT = "globex"  # only the cap-breach test uses it: its kill switch touches nobody else
 
 
-def _session_status(state: stack.LocalState, tenant_id: str, session_id: str) -> str:
+def _session_status(state: LocalState, tenant_id: str, session_id: str) -> str:
     interpreter = next(
         i["id"]
         for i in state.resources.interpreters
@@ -53,7 +53,7 @@ _text = text_of
 
 
 def test_mcp_execute_code_shares_state_across_calls_and_shutdown_stops_the_session(
-    env: dict[str, str], state: stack.LocalState
+    env: dict[str, str], state: LocalState
 ) -> None:
     # Given one MCP session (one turn)
     async def script(session: ClientSession) -> Any:
@@ -106,7 +106,7 @@ def test_mcp_cap_breach_arrives_as_a_tool_error_naming_sandbox_cap_exceeded(env:
 
 
 def test_mcp_sigterm_still_ends_the_turn_and_stops_its_session(
-    env: dict[str, str], state: stack.LocalState
+    env: dict[str, str], state: LocalState
 ) -> None:
     # Given `sandboxctl mcp` speaking raw JSON-RPC over its pipes, after one execute_code call
     proc = subprocess.Popen(
@@ -208,7 +208,7 @@ def test_mcp_file_links_map_artifacts_to_resource_links() -> None:
 
 
 def test_mcp_resources_list_and_read_this_sessions_artifacts_tenant_scoped(
-    env: dict[str, str], state: stack.LocalState
+    env: dict[str, str], state: LocalState
 ) -> None:
     from dispatch.files.artifacts import ArtifactContext, ArtifactStore
     from mcp.shared.exceptions import MCPError
@@ -269,7 +269,7 @@ def test_mcp_resources_list_and_read_this_sessions_artifacts_tenant_scoped(
 
 # --- Strands ---------------------------------------------------------------------------------------
 @pytest.fixture
-def turn(state: stack.LocalState) -> Iterator[SandboxTurn]:
+def turn(state: LocalState) -> Iterator[SandboxTurn]:
     sandbox_turn = SandboxTurn(
         state.resources.functions[n.DISPATCH],
         tenant_id=TENANT,
@@ -318,7 +318,7 @@ def test_strands_success_python_error_and_empty_code(turn: SandboxTurn) -> None:
     assert "/usr/" not in stderr and '.py"' not in stderr and str(Path.cwd()) not in stderr
 
 
-def test_strands_cap_refusal_is_a_strands_error(state: stack.LocalState, env: dict[str, str]) -> None:
+def test_strands_cap_refusal_is_a_strands_error(state: LocalState, env: dict[str, str]) -> None:
     # Given globex at an hourly cap of 0 and a real Agent with a globex turn's tool
     assert ctl(env, "caps", "set", "agent_hourly", "0", "--tenant", CAP_TENANT).returncode == 0
     with SandboxTurn(
@@ -337,7 +337,7 @@ def test_strands_cap_refusal_is_a_strands_error(state: stack.LocalState, env: di
 
 
 def test_strands_next_turn_is_one_call_and_stops_the_previous_session(
-    turn: SandboxTurn, state: stack.LocalState
+    turn: SandboxTurn, state: LocalState
 ) -> None:
     # Given a tool whose turn has a live session
     tool = turn.strands_tool()
@@ -357,7 +357,7 @@ def test_strands_next_turn_is_one_call_and_stops_the_previous_session(
 
 # --- usage -----------------------------------------------------------------------------------------
 def test_usage_cli_totals_equal_a_hand_count_of_the_audit_rows(
-    env: dict[str, str], state: stack.LocalState, tmp_path: Path
+    env: dict[str, str], state: LocalState, tmp_path: Path
 ) -> None:
     # Given acme's audit rows (the calls above, plus two here)
     with SandboxTurn(

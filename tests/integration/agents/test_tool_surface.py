@@ -20,7 +20,7 @@ from sandbox_common import naming as n
 from sandbox_common.tool_spec import tool_definitions
 from strands import Agent
 
-from infra.local import stack
+from infra.local.state import LocalState
 from tests.support.local_stack import ctl
 from tests.support.mcp_client import image_bytes, mcp_args, png_size, run_mcp, text_of
 from tests.support.strands_model import ScriptedModel, call, last_answer, poll, tool_results
@@ -41,7 +41,7 @@ CHART_SIZE = (400, 300)
 SUM_SALES = "import csv\nprint(sum(int(r['amount']) for r in csv.DictReader(open('data/sales.csv'))))"
 
 
-def _turn(state: stack.LocalState, tenant_id: str = TENANT, **extra: Any) -> SandboxTurn:
+def _turn(state: LocalState, tenant_id: str = TENANT, **extra: Any) -> SandboxTurn:
     return SandboxTurn(
         state.resources.functions[n.DISPATCH],
         tenant_id=tenant_id,
@@ -92,7 +92,7 @@ def mcp(env: dict[str, str]) -> dict[str, Any]:
 
 # --- one definition --------------------------------------------------------------------------------
 def test_one_definition_begin_turn_mcp_and_strands_serve_the_same_tools(
-    state: stack.LocalState, mcp: dict[str, Any]
+    state: LocalState, mcp: dict[str, Any]
 ) -> None:
     # Given begin_turn's tools for an agent-client turn, and the Strands tools a real Agent offers
     # its model
@@ -119,7 +119,7 @@ def test_one_definition_begin_turn_mcp_and_strands_serve_the_same_tools(
 
 
 def test_template_tools_are_listed_only_to_clients_that_can_answer_them(
-    env: dict[str, str], state: stack.LocalState
+    env: dict[str, str], state: LocalState
 ) -> None:
     # Given a template whose code may call query_sales and lookup
     put = ctl(
@@ -207,7 +207,7 @@ def test_mcp_run_command_runs_a_shell_script(mcp: dict[str, Any]) -> None:
 
 # --- Strands ---------------------------------------------------------------------------------------
 def test_strands_agent_sees_the_chart_as_an_image_and_every_failure_as_an_error(
-    state: stack.LocalState,
+    state: LocalState,
 ) -> None:
     # Given a real Agent with the turn's tools (the surface's and the job tools of before it), and
     # a model that draws a chart, then runs jobs that fail and asks for jobs that do not exist
@@ -246,9 +246,7 @@ def test_strands_agent_sees_the_chart_as_an_image_and_every_failure_as_an_error(
     assert results[-1]["content"][0]["text"].startswith("SandboxInvalidRequest: ")
 
 
-def test_strands_cap_refusals_are_errors_for_calls_and_jobs(
-    env: dict[str, str], state: stack.LocalState
-) -> None:
+def test_strands_cap_refusals_are_errors_for_calls_and_jobs(env: dict[str, str], state: LocalState) -> None:
     # Given globex's agents at an hourly cap of 0, and a real Agent with a globex turn's tools
     assert ctl(env, "caps", "set", "agent_hourly", "0", "--tenant", CAP_TENANT).returncode == 0
     script = [

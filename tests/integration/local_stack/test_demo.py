@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from infra.local import stack
+from infra.local.state import pid_alive
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -43,4 +43,4 @@ def test_demo_runs_one_turn_end_to_end_and_stops_its_stack() -> None:
     # and none of the processes it printed is still running
     pids = [int(line.split("pid")[1].split()[0]) for line in out.stdout.splitlines() if " pid " in line]
     assert len(pids) == 3
-    assert [p for p in pids if stack.pid_alive(p)] == []
+    assert [p for p in pids if pid_alive(p)] == []

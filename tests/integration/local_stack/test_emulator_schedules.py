@@ -10,8 +10,8 @@ from sandbox_common import naming as n
 
 from infra.cdk.config import build_config
 from infra.local.lambda_emulator import FunctionSpec, LambdaEmulator, Schedule
-from infra.local.resources import LocalResources
 from infra.local.stack import lambda_schedules
+from infra.local.state import LocalResources
 
 FIXTURES = Path(__file__).with_name("fixture_functions")
 

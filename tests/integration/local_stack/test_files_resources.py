@@ -11,7 +11,8 @@ from sandbox_common import naming as n
 
 from infra.cdk.config import build_config
 from infra.cdk.constructs.definitions import artifacts_bucket_settings
-from infra.local.resources import LOCAL_ACCOUNT, create_resources
+from infra.local.resources import create_resources
+from infra.local.state import LOCAL_ACCOUNT
 
 
 @pytest.fixture

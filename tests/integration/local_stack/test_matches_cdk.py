@@ -12,8 +12,9 @@ import pytest
 from sandbox_common import naming as n
 
 from infra.cdk.config import build_config
-from infra.local.resources import LocalResources, create_resources
+from infra.local.resources import create_resources
 from infra.local.stack import lambda_function_specs
+from infra.local.state import LocalResources
 
 LOCAL_ONLY_ENV = {
     "AWS_ENDPOINT_URL",

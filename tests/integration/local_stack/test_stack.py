@@ -18,7 +18,7 @@ from sandbox_common.models import TenantSubstrate
 from infra.cdk.config import build_config
 from infra.cdk.function_env import function_environment
 from infra.local import stack
-from infra.local.stack import LocalState
+from infra.local.state import LocalStackError, LocalState, pid_alive, process_alive, read_state
 from infra.sandboxctl import ops
 from infra.sandboxctl.target import local_target
 
@@ -33,7 +33,7 @@ def stack_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture
 def state(stack_dir: Path) -> LocalState:
-    current = stack.read_state(stack_dir)
+    current = read_state(stack_dir)
     assert current is not None
     return current
 
@@ -146,7 +146,7 @@ def test_function_workers_run_with_exactly_their_cdk_environment(state: LocalSta
 
 def _kill(process: dict) -> None:
     os.killpg(process["pgid"], 9)
-    while stack.process_alive(process["pid"], process["marker"]):
+    while process_alive(process["pid"], process["marker"]):
         time.sleep(0.02)
 
 
@@ -154,7 +154,7 @@ def test_up_restarts_dead_parts_keeping_state_and_down_leaves_no_process_behind(
     # (last test of the module: it restarts parts of, then stops, the module's stack)
     # Given the stack holds emulated AWS state, and its interpreter and Lambda emulator died
     tmp_path = stack_dir
-    first = stack.read_state(stack_dir)
+    first = read_state(stack_dir)
     assert first is not None
     first.client("ssm").put_parameter(Name="/issue10/kept", Type="String", Value="still here")
     old = first.data["processes"]
@@ -232,8 +232,8 @@ def test_up_restarts_dead_parts_keeping_state_and_down_leaves_no_process_behind(
     # Then every process it started (also those outside its process groups) is gone, and the state file too
     assert {s["component"] for s in result["stopped"]} == {"moto", "interpreter", "lambda"}
     assert all(stack.group_members(g) == [] for g in pgids)
-    assert [p for p in everything if stack.pid_alive(p)] == []
-    assert stack.read_state(tmp_path) is None
+    assert [p for p in everything if pid_alive(p)] == []
+    assert read_state(tmp_path) is None
     assert stack.status(tmp_path)["running"] is False
 
 
@@ -243,7 +243,7 @@ def test_start_up_wait_names_the_last_log_line_of_a_part_that_exits(tmp_path: Pa
         tmp_path, "broken", [sys.executable, "-c", "print('port 1 is taken', flush=True)", "broken-part"], {}
     )
     # When start-up waits for it / Then the wait ends with the part's last words, not a timeout
-    with pytest.raises(stack.LocalStackError, match="exited during start-up: port 1 is taken"):
+    with pytest.raises(LocalStackError, match="exited during start-up: port 1 is taken"):
         stack._wait_http("http://127.0.0.1:9/", process, time.time() + 120)
 
 
@@ -253,5 +253,5 @@ def test_start_up_wait_keeps_waiting_while_the_child_has_not_exec_ed_yet(tmp_pat
     process = {"pid": os.getpid(), "marker": "no-such-marker", "log": str(tmp_path / "x.log")}
     # When start-up waits on an address that never answers, for a short while
     # Then it is not reported as exited: it waits until its deadline
-    with pytest.raises(stack.LocalStackError, match="did not answer"):
+    with pytest.raises(LocalStackError, match="did not answer"):
         stack._wait_http("http://127.0.0.1:9/", process, time.time() + 0.5)

@@ -12,7 +12,8 @@ from moto.backends import get_backend
 from sandbox_common import aws
 
 from infra.cdk.config import build_config
-from infra.local.resources import LocalResources, create_resources
+from infra.local.resources import create_resources
+from infra.local.state import LocalResources
 from tests.support.moto_snapshot import MotoSnapshot
 from tests.support.stack import STAGE_SERVICES
 

@@ -1,0 +1,133 @@
+"""What a running local stack is: its state file (which process runs where, and the resources it
+created in moto) and whether its processes still live.
+
+`sandboxctl --local` reads this on every command, so it is stdlib only: reading the state of a
+stack loads none of the code that starts one (`infra.local.stack`), nor the interpreter, the CDK
+configuration or pydantic.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sandbox_common import aws
+from sandbox_common.aws import SINGLE_ATTEMPT
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+STATE_FILE = "state.json"
+FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+LOCAL_ACCOUNT = "123456789012"  # moto's default account
+LOCAL_REGION = "us-east-1"
+
+
+class LocalStackError(Exception):
+    """The local stack could not be started/inspected; the message says why (one line)."""
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("SANDBOX_LOCAL_DIR") or REPO_ROOT / ".local").resolve()
+
+
+@dataclass(frozen=True)
+class LocalResources:
+    """What the local stack created: the same facts a deployed stage exposes as stack outputs."""
+
+    stage: str
+    region: str
+    account: str
+    tables: dict[str, str]  # TableSpec.logical -> physical
+    functions: dict[str, str]  # logical -> physical function name
+    audit_dlq_url: str
+    security_topic_arn: str
+    interpreters: list[dict[str, str]] = field(default_factory=list)  # tenant, environment, id, network_mode
+    runner_roles: dict[str, str] = field(default_factory=dict)  # tenant -> role ARN
+    log_groups: list[str] = field(default_factory=list)
+    artifacts_bucket: str = ""  # §14.2
+    data_bucket: str = ""  # the demo tenant data bucket (§14.4 stand-in)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LocalResources:
+        return cls(**data)
+
+
+@dataclass
+class LocalState:
+    directory: Path
+    data: dict[str, Any]
+
+    @property
+    def resources(self) -> LocalResources:
+        return LocalResources.from_dict(self.data["resources"])
+
+    def endpoint(self, component: str) -> str:
+        return str(self.data["processes"][component]["endpoint"])
+
+    def running(self) -> bool:
+        """Every process the stack started is alive (and is still the process it started)."""
+        processes = self.data["processes"].values()
+        return bool(processes) and all(process_alive(int(p["pid"]), p["marker"]) for p in processes)
+
+    def client_environment(self) -> dict[str, str]:
+        """The variables that point an unmodified boto3 at this stack (what the Lambdas get)."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint("moto"),
+            "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE": self.endpoint("interpreter"),
+            "AWS_ENDPOINT_URL_LAMBDA": self.endpoint("lambda"),
+            "AWS_REGION": self.data["region"],
+            "AWS_DEFAULT_REGION": self.data["region"],
+            **FAKE_CREDENTIALS,
+        }
+
+    def client(self, service: str) -> Any:
+        from botocore.config import Config
+
+        endpoint = (
+            self.endpoint("lambda")
+            if service == "lambda"
+            else (self.endpoint("interpreter") if service == "bedrock-agentcore" else self.endpoint("moto"))
+        )
+        return aws.session(
+            aws_access_key_id=FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            region_name=self.data["region"],
+        ).client(
+            service, endpoint_url=endpoint, config=Config(read_timeout=900, retries=dict(SINGLE_ATTEMPT))
+        )
+
+
+def read_state(directory: Path | None = None) -> LocalState | None:
+    directory = directory or state_dir()
+    try:
+        return LocalState(directory, json.loads((directory / STATE_FILE).read_text()))
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise LocalStackError(f"state file {directory / STATE_FILE} is not valid JSON: {exc}") from None
+
+
+def process_alive(pid: int, marker: str) -> bool:
+    """True iff `pid` runs and is still the process we started (its command line holds `marker`),
+    so a recycled pid is never mistaken for ours — and never signalled."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return False
+        with open(f"/proc/{pid}/cmdline", "rb") as cmd:
+            return marker.encode() in cmd.read()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False

@@ -471,6 +471,10 @@ def lambda_schedules(resources: LocalResources) -> list[dict[str, Any]]:
 
 
 def _moto_client(endpoint: str, service: str) -> Any:
-    return aws.session(
-        aws_access_key_id="testing", aws_secret_access_key="testing", region_name=LOCAL_REGION
-    ).client(service, endpoint_url=endpoint)
+    return aws.new_client(
+        service,
+        endpoint_url=endpoint,
+        region_name=LOCAL_REGION,
+        aws_access_key_id=FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+    )

@@ -93,12 +93,13 @@ class LocalState:
             if service == "lambda"
             else (self.endpoint("interpreter") if service == "bedrock-agentcore" else self.endpoint("moto"))
         )
-        return aws.session(
+        return aws.new_client(
+            service,
+            endpoint_url=endpoint,
+            region_name=self.data["region"],
             aws_access_key_id=FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
             aws_secret_access_key=FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-            region_name=self.data["region"],
-        ).client(
-            service, endpoint_url=endpoint, config=Config(read_timeout=900, retries=dict(SINGLE_ATTEMPT))
+            config=Config(read_timeout=900, retries=dict(SINGLE_ATTEMPT)),
         )
 
 

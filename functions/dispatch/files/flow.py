@@ -35,7 +35,7 @@ def s3_client() -> Any:
     boto3's configuration like every other client (aws.client), created lazily once."""
     from botocore.config import Config
 
-    return aws.session().client(
+    return aws.new_client(
         "s3",
         config=Config(
             signature_version="s3v4", retries=dict(aws.RETRY_CONFIG), connect_timeout=3, read_timeout=60

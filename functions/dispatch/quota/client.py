@@ -52,7 +52,7 @@ class QuotaDecision:
 def lambda_client() -> Any:
     from botocore.config import Config
 
-    return aws.session().client(
+    return aws.new_client(
         "lambda",
         config=Config(
             retries=dict(SINGLE_ATTEMPT), connect_timeout=3, read_timeout=QUOTA_READ_TIMEOUT_SECONDS

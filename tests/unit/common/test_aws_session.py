@@ -84,3 +84,68 @@ def test_aws_session_clients_keep_their_own_endpoint_credentials_and_hooks(moto_
     assert seen and all(url.startswith(moto_endpoint) for url in seen)
     assert other.meta.endpoint_url == "http://127.0.0.1:9"
     assert other._request_signer._credentials.access_key == "c"
+
+
+_ONE_SESSION_PROCESS = """
+import json
+import botocore.session
+from sandbox_common import aws
+
+made = []
+original = botocore.session.Session.__init__
+def counted(self, *args, **kwargs):
+    made.append(1)
+    original(self, *args, **kwargs)
+botocore.session.Session.__init__ = counted
+
+aws.client("dynamodb")
+aws.client("ssm")
+aws.new_client("sqs", region_name="us-east-1", aws_access_key_id="a", aws_secret_access_key="b")
+after_three = len(made)
+aws.clear_clients()
+aws.client("dynamodb")
+print(json.dumps({"sessions_for_three_clients": after_three, "after_clear": len(made) - after_three}))
+"""
+
+
+def test_aws_new_client_builds_every_client_of_a_process_from_one_session() -> None:
+    # Given a fresh process
+    # When it builds three clients (two cached, one with its own keys), then clears the cache and builds one
+    out = subprocess.run(
+        [sys.executable, "-c", _ONE_SESSION_PROCESS],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            "PYTHONPATH": str(ROOT / "layers/common/python"),
+            "PATH": "/usr/bin:/bin",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        },
+        check=True,
+    )
+    # Then one session made the three clients, and a cleared cache makes a new one (a fresh container)
+    assert json.loads(out.stdout) == {"sessions_for_three_clients": 1, "after_clear": 1}
+
+
+def test_aws_new_client_keeps_each_clients_own_endpoint_and_credentials(moto_endpoint: str) -> None:
+    # Given two clients of one service from the shared session, one pointed elsewhere with other keys
+    local = aws.new_client(
+        "sqs",
+        endpoint_url=moto_endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="a",
+        aws_secret_access_key="b",
+    )
+    other = aws.new_client(
+        "sqs",
+        endpoint_url="http://127.0.0.1:9",
+        region_name="us-east-1",
+        aws_access_key_id="c",
+        aws_secret_access_key="d",
+    )
+    # When the first one calls moto
+    local.create_queue(QueueName="q-shared-session")
+    # Then each keeps its own endpoint and credentials
+    assert local.meta.endpoint_url == moto_endpoint and other.meta.endpoint_url == "http://127.0.0.1:9"
+    assert local._request_signer._credentials.access_key == "a"
+    assert other._request_signer._credentials.access_key == "c"

@@ -3,14 +3,21 @@
 Endpoints come from boto3's own configuration (AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_<SERVICE>),
 which is how the local stack points the unmodified clients at moto and the local interpreter.
 
-Every boto3 session of ours comes from `session()`: a new session (sessions are not thread-safe,
-so each caller keeps its own) whose botocore data loader is one per process. The loader holds
-botocore's parsed JSON (service models, endpoints, retry rules), which is the same for every
-session; without it each new session parses it again, about 0.15 s of CPU per client.
+Every boto3 session of ours comes from `session()`, and its botocore data loader is one per
+process. The loader holds botocore's parsed JSON (service models, endpoints, retry rules), which
+is the same for every session; without it each new session parses it again, about 0.15 s of CPU
+per client.
+
+The function's own clients (`client`, `new_client`) come from one session per process, made
+once: a new session registers botocore's ~130 event handlers again, about 17 ms of CPU per
+client. boto3 sessions are not thread-safe (its clients are), so every use of that session is
+under one lock; credentials, region and endpoint passed to `new_client` belong to that client
+alone.
 """
 
 from __future__ import annotations
 
+import threading
 from functools import cache
 from typing import Any
 
@@ -51,14 +58,30 @@ def session(**kwargs: Any) -> Any:
     return boto3.session.Session(botocore_session=core, **kwargs)
 
 
+_shared_session_lock = threading.Lock()
+
+
+@cache
+def _shared_session() -> Any:
+    return session()
+
+
+def new_client(service: str, **kwargs: Any) -> Any:
+    """A new client (`kwargs` as for boto3's `Session.client`: config, endpoint_url, region_name,
+    credentials) built from the process's one shared session."""
+    with _shared_session_lock:
+        return _shared_session().client(service, **kwargs)
+
+
 @cache
 def client(service: str) -> Any:
     from botocore.config import Config
 
-    return session().client(
-        service, config=Config(retries=dict(RETRY_CONFIG), connect_timeout=3, read_timeout=10)
-    )
+    return new_client(service, config=Config(retries=dict(RETRY_CONFIG), connect_timeout=3, read_timeout=10))
 
 
 def clear_clients() -> None:
+    """Forget the cached clients and the shared session (a test's fresh container)."""
     client.cache_clear()
+    with _shared_session_lock:
+        _shared_session.cache_clear()

@@ -165,7 +165,7 @@ def _arm(dependency: str, fault: str, stack: Stack, hooks: HookFaults, proxy: Fa
         return lambda request: tables[logical] in tables_in(request.body)
 
     ddb = aws.client("dynamodb").meta.events
-    agentcore = credentials._shared_session().events  # every runner client is built from it
+    agentcore = credentials.tenant_session.events  # every runner client is built from it
     if dependency == "ssm_caps":
         stack.restart_quota(proxy.endpoint)  # fresh containers: no cap value cached yet
         proxy.set(fault, {"GetParameter", "GetParameters", "GetParametersByPath"})

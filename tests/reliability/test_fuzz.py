@@ -183,7 +183,7 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> Iterator[RequestCounter]:
     counter.arm(
         *(aws.client(s).meta.events for s in ("dynamodb", "ssm", "sqs", "sts", "logs", "cloudwatch")),
         quota_client.lambda_client().meta.events,
-        credentials._shared_session().events,
+        credentials.tenant_session.events,
     )
     logging.getLogger().setLevel(logging.CRITICAL)
     yield counter

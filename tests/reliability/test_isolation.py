@@ -27,7 +27,7 @@ def test_isolation_runner_refuses_other_tenants_interpreter_before_any_aws_call(
     stack = live
     # Given acme's runner (acme's role and interpreter list), with every AWS request counted
     counter = RequestCounter()
-    counter.arm(aws.client("sts").meta.events, credentials._shared_session().events)
+    counter.arm(aws.client("sts").meta.events, credentials.tenant_session.events)
     runner = session_runner(
         allowed_interpreter_ids=_interpreters(stack, "acme"),
         runner_role_arn=stack.resources.runner_roles["acme"],
@@ -179,7 +179,7 @@ def test_isolation_ids_never_reach_paths_expressions_or_log_format(
 
     for emitter in [aws.client(s).meta.events for s in ("dynamodb", "ssm", "sqs", "sts")] + [
         quota_client.lambda_client().meta.events,
-        credentials._shared_session().events,
+        credentials.tenant_session.events,
     ]:
         emitter.register("before-send", capture)
     capsys.readouterr()

@@ -25,7 +25,6 @@ import re
 import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from functools import lru_cache
 from typing import Any
 
 from sandbox_common import aws
@@ -61,18 +60,16 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-@lru_cache(maxsize=1)
-def _shared_session() -> Any:
-    """One boto3 session for every tenant's clients (with the process's shared data loader, so a
-    credential refresh builds clients without re-reading botocore's JSON). Credentials are passed
-    per client, never stored on the session."""
-    return aws.session()
+# One boto3 session for every tenant's clients (with the process's shared data loader, so a
+# credential refresh builds clients without re-reading botocore's JSON). Credentials are passed
+# per client, never stored on the session.
+tenant_session = aws.SharedSession()
 
 
 def new_client(service: str, config: Any, creds: dict[str, Any]) -> Any:
     """The one place runner clients are built: endpoint and region come from boto3's own
     configuration (AWS_ENDPOINT_URL_BEDROCK_AGENTCORE for the local interpreter)."""
-    return _shared_session().client(
+    return tenant_session.client(
         service,
         config=config,
         aws_access_key_id=creds["AccessKeyId"],
@@ -95,7 +92,7 @@ _lock = threading.Lock()
 def clear_cache() -> None:
     with _lock:
         _cache.clear()
-    _shared_session.cache_clear()
+    tenant_session.reset()
 
 
 class TenantCredentials:

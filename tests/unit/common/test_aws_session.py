@@ -7,7 +7,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import boto3
 import botocore.loaders
@@ -149,3 +153,41 @@ def test_aws_new_client_keeps_each_clients_own_endpoint_and_credentials(moto_end
     assert local.meta.endpoint_url == moto_endpoint and other.meta.endpoint_url == "http://127.0.0.1:9"
     assert local._request_signer._credentials.access_key == "a"
     assert other._request_signer._credentials.access_key == "c"
+
+
+def test_shared_session_is_made_once_and_builds_one_client_at_a_time(monkeypatch: Any) -> None:
+    # Given a SharedSession whose boto3 session records how many client builds overlap
+    made: list[Any] = []
+    inside, most = [0], [0]
+    guard = threading.Lock()
+
+    class Recording:
+        def __init__(self, real: Any) -> None:
+            self.real = real
+
+        def client(self, service: str, **kwargs: Any) -> Any:
+            with guard:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+            time.sleep(0.05)  # long enough that unguarded builds would overlap
+            try:
+                return self.real.client(service, **kwargs)
+            finally:
+                with guard:
+                    inside[0] -= 1
+
+    real_session = aws.session
+    monkeypatch.setattr(aws, "session", lambda: made.append(1) or Recording(real_session()))
+    shared = aws.SharedSession()
+    start = threading.Barrier(8)
+
+    def build() -> Any:
+        start.wait()
+        return shared.client("sqs", region_name="us-east-1", endpoint_url="http://127.0.0.1:9")
+
+    # When eight threads build a client at the same moment
+    with ThreadPoolExecutor(8) as pool:
+        clients = list(pool.map(lambda _: build(), range(8)))
+    # Then one session built all eight, one at a time
+    assert len(made) == 1 and most[0] == 1
+    assert len({id(c) for c in clients}) == 8

@@ -58,19 +58,44 @@ def session(**kwargs: Any) -> Any:
     return boto3.session.Session(botocore_session=core, **kwargs)
 
 
-_shared_session_lock = threading.Lock()
+class SharedSession:
+    """One boto3 session that many threads build clients from: made on first use, and used only
+    under its lock (boto3 sessions are not thread-safe; the clients they make are)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._session: Any = None
+
+    def _current(self) -> Any:
+        if self._session is None:
+            self._session = session()
+        return self._session
+
+    def client(self, service: str, **kwargs: Any) -> Any:
+        """A new client (`kwargs` as for boto3's `Session.client`: config, endpoint_url,
+        region_name, credentials; they belong to this client alone)."""
+        with self._lock:
+            return self._current().client(service, **kwargs)
+
+    @property
+    def events(self) -> Any:
+        """The session's event hooks, which each client copies when it is built."""
+        with self._lock:
+            return self._current().events
+
+    def reset(self) -> None:
+        """The next client comes from a new session (a test's fresh container)."""
+        with self._lock:
+            self._session = None
 
 
-@cache
-def _shared_session() -> Any:
-    return session()
+_shared = SharedSession()
 
 
 def new_client(service: str, **kwargs: Any) -> Any:
-    """A new client (`kwargs` as for boto3's `Session.client`: config, endpoint_url, region_name,
-    credentials) built from the process's one shared session."""
-    with _shared_session_lock:
-        return _shared_session().client(service, **kwargs)
+    """A new client of the function's own (`kwargs` as for `SharedSession.client`), built from
+    the process's one session."""
+    return _shared.client(service, **kwargs)
 
 
 @cache
@@ -83,5 +108,4 @@ def client(service: str) -> Any:
 def clear_clients() -> None:
     """Forget the cached clients and the shared session (a test's fresh container)."""
     client.cache_clear()
-    with _shared_session_lock:
-        _shared_session.cache_clear()
+    _shared.reset()

@@ -2,10 +2,10 @@
 background processes, plus the stage's resources created in moto.
 
 State lives in one JSON file under the state directory (`.local/` in the repo, or
-`$SANDBOX_LOCAL_DIR`): pids, endpoints, resource names. `up` is idempotent (a healthy stack is
-reused), `down` stops exactly the process groups `up` started (each component is started as
-its own session leader, so its Lambda workers and interpreter sessions go with it), `status`
-reports them. `sandboxctl local ...` and `python -m infra.demo` are the callers.
+`$SANDBOX_LOCAL_DIR`): pids, endpoints, resource names; `infra.local.state` reads it. `up` is
+idempotent (a healthy stack is reused), `down` stops exactly the process groups `up` started (each
+component is started as its own session leader, so its Lambda workers and interpreter sessions go
+with it), `status` reports them. `sandboxctl local ...` and `python -m infra.demo` are the callers.
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ def status(directory: Path | None = None) -> dict[str, Any]:
     }
     interpreter = processes.get("interpreter")
     return {
-        "running": bool(processes) and all(p["alive"] for p in processes.values()),
+        "running": state.running(),
         "state_dir": str(state.directory),
         "stage": state.data["stage"],
         "processes": processes,

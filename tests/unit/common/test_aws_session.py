@@ -19,6 +19,20 @@ from sandbox_common import aws
 
 ROOT = Path(__file__).resolve().parents[3]
 
+
+def _in_a_fresh_process(source: str, **env: str) -> Any:
+    """What `source` prints as JSON, run in a new interpreter with only the common layer on its path."""
+    out = subprocess.run(
+        [sys.executable, "-c", source],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(ROOT / "layers/common/python"), "PATH": "/usr/bin:/bin", **env},
+        check=True,
+    )
+    return json.loads(out.stdout)
+
+
 # Run in a fresh interpreter: the test process hands every botocore Session the shared loader
 # (tests/support/botocore_models.py), which would hide a session of ours that built its own.
 _COLD_PROCESS = """
@@ -48,15 +62,7 @@ print(json.dumps({
 def test_aws_session_two_sessions_of_a_cold_process_parse_the_model_once() -> None:
     # Given a fresh process (nothing loaded yet)
     # When two sessions from aws.session each make a DynamoDB client
-    out = subprocess.run(
-        [sys.executable, "-c", _COLD_PROCESS],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={"PYTHONPATH": str(ROOT / "layers/common/python"), "PATH": "/usr/bin:/bin"},
-        check=True,
-    )
-    seen = json.loads(out.stdout)
+    seen = _in_a_fresh_process(_COLD_PROCESS)
     # Then they share one loader, which read the service model and the endpoints once
     assert seen == {"shared": True, "model_reads": 1, "endpoint_reads": 1}
 
@@ -115,20 +121,9 @@ print(json.dumps({"sessions_for_three_clients": after_three, "after_clear": len(
 def test_aws_new_client_builds_every_client_of_a_process_from_one_session() -> None:
     # Given a fresh process
     # When it builds three clients (two cached, one with its own keys), then clears the cache and builds one
-    out = subprocess.run(
-        [sys.executable, "-c", _ONE_SESSION_PROCESS],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={
-            "PYTHONPATH": str(ROOT / "layers/common/python"),
-            "PATH": "/usr/bin:/bin",
-            "AWS_DEFAULT_REGION": "us-east-1",
-        },
-        check=True,
-    )
+    seen = _in_a_fresh_process(_ONE_SESSION_PROCESS, AWS_DEFAULT_REGION="us-east-1")
     # Then one session made the three clients, and a cleared cache makes a new one (a fresh container)
-    assert json.loads(out.stdout) == {"sessions_for_three_clients": 1, "after_clear": 1}
+    assert seen == {"sessions_for_three_clients": 1, "after_clear": 1}
 
 
 def test_aws_new_client_keeps_each_clients_own_endpoint_and_credentials(moto_endpoint: str) -> None:

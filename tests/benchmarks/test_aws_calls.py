@@ -553,15 +553,20 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
 
 def _fill_warm_pool(stack: Stack) -> None:
     """One warm session for acme's default-public environment, started by the reaper in-process
-    (its calls fall between the measured phases; the pool size is reset to 0 so nothing refills)."""
+    with its own environment (its calls fall between the measured phases; the pool size is reset
+    to 0 so nothing refills)."""
     from reaper import service
-    from sandbox_common import aws
+    from sandbox_common import aws, settings
 
     name = n.warm_sessions_parameter("local", "acme", "default-public")
     aws.client("ssm").put_parameter(Name=name, Value="1", Type="String", Overwrite=True)
-    service.reset()
     try:
-        assert service.reaper().run()["refill"]["started"] == 1
+        with pytest.MonkeyPatch.context() as reaper_env:
+            harness.apply_reaper_env(stack, reaper_env.setenv)
+            run = service.reaper().run()
+        assert run["refill"]["started"] == 1
+        assert all(result["ok"] for result in run.get("hooks", {}).values()), run
     finally:
         aws.client("ssm").put_parameter(Name=name, Value="0", Type="String", Overwrite=True)
         service.reset()
+        settings.clear_caches()  # dispatch's own environment again

@@ -296,6 +296,18 @@ def apply_dispatch_env(stack: Stack, setenv: Callable[[str, str], None]) -> None
     quota_client.lambda_client.cache_clear()
 
 
+def apply_reaper_env(stack: Stack, setenv: Callable[[str, str], None]) -> None:
+    """The reaper's CDK environment, and a fresh reaper container, in this process."""
+    from reaper import service
+    from sandbox_common import settings
+
+    env = function_environment(build_config("local"), n.REAPER, tables=stack.resources.tables)
+    for key, value in env.items():
+        setenv(key, value)
+    settings.clear_caches()
+    service.reset()
+
+
 def close_stack(stack: Stack) -> None:
     from dispatch import parts as dependencies
     from dispatch.quota import client as quota_client
@@ -320,13 +332,8 @@ def stack(
 def reaper_stack(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
     """The stack, with this process also holding the reaper's environment (a fresh container)."""
     from reaper import service
-    from sandbox_common import settings
 
-    env = function_environment(build_config("local"), n.REAPER, tables=stack.resources.tables)
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    settings.clear_caches()
-    service.reset()
+    apply_reaper_env(stack, monkeypatch.setenv)
     yield stack
     service.reset()
 

@@ -120,7 +120,7 @@ def substrate(target: Target, tenant_id: str) -> TenantSubstrate | None:
         if _code(exc) == "ParameterNotFound":
             return None
         raise
-    # Imported here for the CLI's start-up: no other command loads pydantic.
+    # Imported here for the CLI's start-up: the everyday commands do not load pydantic.
     from sandbox_common.models import TenantSubstrate
 
     return TenantSubstrate.model_validate(json.loads(raw["Parameter"]["Value"]))

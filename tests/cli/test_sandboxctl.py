@@ -56,8 +56,8 @@ def test_local_up_names_the_dispatch_function_beside_the_endpoints(cli_env: dict
 
 
 # What an everyday `--local` command must not load: reading the stack's state is not starting
-# one (infra.local.stack, the interpreter, the CDK configuration), and only `tenant show` and
-# the commands that start a stack need pydantic.
+# one (infra.local.stack, the interpreter, the CDK configuration), and pydantic is for the
+# commands that validate with it (`tenant show`, the file pointers, `pilot`, `mcp`, `local up`).
 NOT_LOADED_BY_EVERYDAY_COMMANDS = ("pydantic", "infra.local.stack", "infra.local.interpreter", "infra.cdk")
 
 

@@ -27,6 +27,9 @@ from tests.support.runner import ACME_INTERPRETER, ACME_RUNNER_ROLE, session_run
 
 INTERPRETER = ACME_INTERPRETER
 RUNNER_ROLE = ACME_RUNNER_ROLE
+# The runner's per-call deadline, generous: no test here is about it, and on a loaded machine a new
+# session's readiness check alone can take more than 2 s.
+CALL_TIMEOUT_SECONDS = 15
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
@@ -37,7 +40,9 @@ def env(
     server = acme_interpreter
     monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_AGENTCORE", server.endpoint)
     credentials.clear_cache()
-    runner = session_runner(call_timeout_seconds=2, stdout_cap_bytes=4096, stderr_cap_bytes=1024)
+    runner = session_runner(
+        call_timeout_seconds=CALL_TIMEOUT_SECONDS, stdout_cap_bytes=4096, stderr_cap_bytes=1024
+    )
     store = JobStore(table_name=tables[n.JOBS.logical], ddb=ddb)
     closed: set[tuple[str, str]] = set()
     deps = job_flow.JobDeps(
@@ -271,7 +276,8 @@ _SUBMITTER = textwrap.dedent("""
     from sandbox_common import aws
     args = json.loads(sys.argv[1])
     runner = session_runner(allowed_interpreter_ids=[args["interpreter"]], runner_role_arn=args["role"],
-                            call_timeout_seconds=2, stdout_cap_bytes=4096, stderr_cap_bytes=1024)
+                            call_timeout_seconds=args["call_timeout_seconds"], stdout_cap_bytes=4096,
+                            stderr_cap_bytes=1024)
     record = JobRecord(**args["record"])
     JobStore(table_name=args["table"], ddb=aws.client("dynamodb")).create(record)
     JobRunner(runner).submit_job(args["interpreter"], record.session_id, job_id=record.job_id,
@@ -300,6 +306,7 @@ def test_job_flow_dispatch_killed_while_job_runs_job_still_ends_and_is_audited_o
     args = {
         "interpreter": INTERPRETER,
         "role": RUNNER_ROLE,
+        "call_timeout_seconds": CALL_TIMEOUT_SECONDS,
         "record": record,
         "code": code,
         "table": env["tables"][n.JOBS.logical],

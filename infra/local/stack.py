@@ -36,6 +36,7 @@ from infra.local.state import (
     LocalResources,
     LocalStackError,
     LocalState,
+    all_running,
     pid_alive,
     process_alive,
     read_state,
@@ -197,13 +198,11 @@ def status(directory: Path | None = None) -> dict[str, Any]:
     state = read_state(directory)
     if state is None:
         return {"running": False, "state_dir": str(directory or state_dir()), "processes": {}}
-    processes = {
-        name: {**proc, "alive": process_alive(int(proc["pid"]), proc["marker"])}
-        for name, proc in state.data["processes"].items()
-    }
+    alive = state.alive()
+    processes = {name: {**proc, "alive": alive[name]} for name, proc in state.data["processes"].items()}
     interpreter = processes.get("interpreter")
     return {
-        "running": state.running(),
+        "running": all_running(alive),
         "state_dir": str(state.directory),
         "stage": state.data["stage"],
         "processes": processes,

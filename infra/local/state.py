@@ -69,10 +69,15 @@ class LocalState:
     def endpoint(self, component: str) -> str:
         return str(self.data["processes"][component]["endpoint"])
 
+    def alive(self) -> dict[str, bool]:
+        """Each process the stack started: alive, and still the process it started."""
+        return {
+            name: process_alive(int(process["pid"]), process["marker"])
+            for name, process in self.data["processes"].items()
+        }
+
     def running(self) -> bool:
-        """Every process the stack started is alive (and is still the process it started)."""
-        processes = self.data["processes"].values()
-        return bool(processes) and all(process_alive(int(p["pid"]), p["marker"]) for p in processes)
+        return all_running(self.alive())
 
     def client_environment(self) -> dict[str, str]:
         """The variables that point an unmodified boto3 at this stack (what the Lambdas get)."""
@@ -88,14 +93,10 @@ class LocalState:
     def client(self, service: str) -> Any:
         from botocore.config import Config
 
-        endpoint = (
-            self.endpoint("lambda")
-            if service == "lambda"
-            else (self.endpoint("interpreter") if service == "bedrock-agentcore" else self.endpoint("moto"))
-        )
+        component = {"lambda": "lambda", "bedrock-agentcore": "interpreter"}.get(service, "moto")
         return aws.new_client(
             service,
-            endpoint_url=endpoint,
+            endpoint_url=self.endpoint(component),
             region_name=self.data["region"],
             aws_access_key_id=FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
             aws_secret_access_key=FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
@@ -113,16 +114,20 @@ def read_state(directory: Path | None = None) -> LocalState | None:
         raise LocalStackError(f"state file {directory / STATE_FILE} is not valid JSON: {exc}") from None
 
 
+def all_running(alive: dict[str, bool]) -> bool:
+    """A stack runs when it started processes and every one of them is alive."""
+    return bool(alive) and all(alive.values())
+
+
 def process_alive(pid: int, marker: str) -> bool:
     """True iff `pid` runs and is still the process we started (its command line holds `marker`),
     so a recycled pid is never mistaken for ours — and never signalled."""
+    if not pid_alive(pid):
+        return False
     try:
-        with open(f"/proc/{pid}/stat") as stat:
-            if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
-                return False
         with open(f"/proc/{pid}/cmdline", "rb") as cmd:
             return marker.encode() in cmd.read()
-    except (FileNotFoundError, ProcessLookupError, IndexError):
+    except (FileNotFoundError, ProcessLookupError):
         return False
 
 

@@ -45,8 +45,9 @@ SLEEPS = "import time\ntime.sleep(600)"  # cancelled long before it ends
 
 # --- the dispatch worker and its killing ----------------------------------------------------------
 def dispatch_worker_pids(handler: str) -> list[int]:
-    """Pids of this process's emulator workers running `handler` (the Lambda containers)."""
-    found = []
+    """Pids of this process's emulator workers running `handler` (the Lambda containers): the
+    children of its fork servers for `handler` (and workers it spawned itself, if any)."""
+    table: dict[int, tuple[int, list[bytes]]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -55,14 +56,11 @@ def dispatch_worker_pids(handler: str) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        ppid = int(stat[stat.rfind(b")") + 2 :].split()[1])
-        if (
-            ppid == os.getpid()
-            and handler.encode() in cmdline
-            and any(b"lambda_worker" in c for c in cmdline)
-        ):
-            found.append(int(entry.name))
-    return found
+        if handler.encode() in cmdline and any(b"lambda_worker" in c for c in cmdline):
+            table[int(entry.name)] = (int(stat[stat.rfind(b")") + 2 :].split()[1]), cmdline)
+    ours = {pid for pid, (ppid, _) in table.items() if ppid == os.getpid()}
+    servers = {pid for pid in ours if b"--fork-server" in table[pid][1]}
+    return sorted((ours - servers) | {pid for pid, (ppid, _) in table.items() if ppid in servers})
 
 
 def kill_dispatch_workers() -> list[int]:

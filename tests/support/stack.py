@@ -102,9 +102,7 @@ class Stack:
     def restart_quota(self, aws_endpoint: str | None = None) -> None:
         """Fresh quota-Lambda containers on the same Lambda endpoint; `aws_endpoint` (default
         moto) is where they send their DynamoDB/SSM calls — e.g. a fault-injecting proxy."""
-        port = int(self.emulator.endpoint.rsplit(":", 1)[1])
-        self.emulator.stop()
-        self.emulator = _emulator(self.resources, aws_endpoint or self.moto, self.interpreter, port=port)
+        self.emulator = _emulator(self.resources, aws_endpoint or self.moto, self.interpreter)
 
 
 # The kill switch (SPEC §5.1, §22), one way per row: a call cap at 0 (a tenant's override, or the
@@ -162,6 +160,27 @@ def lambda_env(*, aws_endpoint: str, interpreter_endpoint: str, lambda_endpoint:
     }
 
 
+def function_specs(
+    resources: LocalResources,
+    functions: Collection[str],
+    *,
+    aws_endpoint: str,
+    interpreter_endpoint: str,
+    lambda_endpoint: str,
+    **spec_overrides: Any,
+) -> list[FunctionSpec]:
+    """`functions` (physical names) with their CDK environments and the local endpoints;
+    `spec_overrides` change every function's spec (e.g. timeout_seconds, max_concurrency)."""
+    env = lambda_env(
+        aws_endpoint=aws_endpoint, interpreter_endpoint=interpreter_endpoint, lambda_endpoint=lambda_endpoint
+    )
+    return [
+        FunctionSpec.from_dict({**s, **spec_overrides})
+        for s in lambda_function_specs(build_config("local"), resources, env)
+        if s["name"] in functions
+    ]
+
+
 def start_emulator(
     resources: LocalResources,
     functions: Collection[str],
@@ -169,35 +188,45 @@ def start_emulator(
     aws_endpoint: str,
     interpreter_endpoint: str,
     lambda_endpoint: str | None = None,
-    port: int | None = None,
     **spec_overrides: Any,
 ) -> LambdaEmulator:
-    """A Lambda emulator running `functions` (physical names) with their CDK environments; its own
-    endpoint is their Lambda API unless `lambda_endpoint` names another; `spec_overrides` change
-    every function's spec (e.g. timeout_seconds, max_concurrency)."""
-    port = port or free_port()
-    env = lambda_env(
+    """A Lambda emulator running `functions` (see function_specs); its own endpoint is their Lambda
+    API unless `lambda_endpoint` names another."""
+    port = free_port()
+    specs = function_specs(
+        resources,
+        functions,
         aws_endpoint=aws_endpoint,
         interpreter_endpoint=interpreter_endpoint,
         lambda_endpoint=lambda_endpoint or f"http://127.0.0.1:{port}",
+        **spec_overrides,
     )
-    specs = [
-        FunctionSpec.from_dict({**s, **spec_overrides})
-        for s in lambda_function_specs(build_config("local"), resources, env)
-        if s["name"] in functions
-    ]
     return LambdaEmulator(specs, port=port).start()
 
 
-def _emulator(
-    resources: LocalResources, moto: str, interpreter: LocalInterpreterServer, port: int | None = None
-) -> LambdaEmulator:
-    # The quota Lambda (dispatch in-process calls it) and dispatch itself (the reaper's paused-calls
-    # hook invokes it); a function's workers start only when it is first invoked.
+_stack_emulator: LambdaEmulator | None = None  # one per test process, kept on its port
+
+
+def _emulator(resources: LocalResources, moto: str, interpreter: LocalInterpreterServer) -> LambdaEmulator:
+    """The stacks' emulator of this process, now serving fresh pools (no warm container, no cached
+    cap) of the quota Lambda (dispatch in-process calls it) and dispatch (the reaper's paused-calls
+    hook invokes it); a function's workers start only when it is first invoked. It stays on one
+    endpoint, so the functions' environments are the same from test to test and their workers
+    come from the same fork servers (lambda_emulator)."""
+    global _stack_emulator
+    if _stack_emulator is None:
+        _stack_emulator = LambdaEmulator([], port=free_port()).start()
     emulated = (resources.functions[n.QUOTA_CHECK], resources.functions[n.DISPATCH])
-    return start_emulator(
-        resources, emulated, aws_endpoint=moto, interpreter_endpoint=interpreter.endpoint, port=port
+    _stack_emulator.replace_functions(
+        function_specs(
+            resources,
+            emulated,
+            aws_endpoint=moto,
+            interpreter_endpoint=interpreter.endpoint,
+            lambda_endpoint=_stack_emulator.endpoint,
+        )
     )
+    return _stack_emulator
 
 
 @contextmanager
@@ -313,7 +342,7 @@ def close_stack(stack: Stack) -> None:
     from dispatch.quota import client as quota_client
     from sandbox_runtime.runner import clear_cache
 
-    stack.emulator.stop()
+    stack.emulator.replace_functions([])
     dependencies.reset()
     clear_cache()
     quota_client.lambda_client.cache_clear()

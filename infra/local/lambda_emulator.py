@@ -17,6 +17,7 @@ function the CDK stack uses) plus the variables the Lambda runtime itself sets.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import queue
@@ -115,7 +116,10 @@ class _ForkServer:
         except OSError:
             ready = b""
         if not ready:
-            self.close()
+            proc = self.close()
+            if proc is not None:
+                proc.kill()
+                proc.wait()
             raise WorkerGone(f"fork server for {self._argv[-1]} did not start")
         return ours
 
@@ -141,17 +145,18 @@ class _ForkServer:
                     os.close(fd)
                 if answer:
                     raise _ForkRefused(reply.get("error", "no pid"))
-                self.close()
+                if (dead := self.close()) is not None:
+                    dead.wait()
             raise WorkerGone(f"fork server for {self._argv[-1]} exited")
 
-    def close(self) -> None:
-        """End the server: it forks no more, and exits once its workers have."""
+    def close(self) -> subprocess.Popen[bytes] | None:
+        """End the server: it forks no more, and exits once its workers have. Its process, for the
+        caller to wait for."""
         if self._sock is not None:
             self._sock.close()
             self._sock = None
         proc, self._proc = self._proc, None
-        if proc is not None:
-            threading.Thread(target=proc.wait, daemon=True).start()
+        return proc
 
 
 class _ForkRefused(WorkerGone):
@@ -165,6 +170,24 @@ _fork_servers: OrderedDict[tuple[str, ...], _ForkServer] = OrderedDict()
 _fork_servers_lock = threading.Lock()
 
 
+@atexit.register
+def _close_fork_servers() -> None:
+    """At exit: end every fork server, and wait a few seconds at most for them to exit."""
+    with _fork_servers_lock:
+        servers = list(_fork_servers.values())
+        _fork_servers.clear()
+    procs = []
+    for server in servers:
+        with server._lock:
+            procs.append(server.close())
+    for proc in procs:
+        if proc is not None:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass  # a worker still busy keeps its server: both end with its call
+
+
 def _fork_server(spec: FunctionSpec, env: dict[str, str]) -> _ForkServer:
     key = (spec.task_root, spec.layer_root, spec.handler, *sorted(f"{k}={v}" for k, v in env.items()))
     with _fork_servers_lock:
@@ -173,7 +196,9 @@ def _fork_server(spec: FunctionSpec, env: dict[str, str]) -> _ForkServer:
         evicted = _fork_servers.popitem(last=False)[1] if len(_fork_servers) > _MAX_FORK_SERVERS else None
     if evicted is not None:
         with evicted._lock:
-            evicted.close()
+            proc = evicted.close()
+        if proc is not None:
+            threading.Thread(target=proc.wait, daemon=True).start()
     return server
 
 

@@ -110,7 +110,8 @@ def serve(handler: Handler | None, init_error: dict[str, Any] | None, proto_in: 
         proto_out.flush()
 
 
-def _reap_children(_signum: int = 0, _frame: Any = None) -> None:
+def reap_children(_signum: int = 0, _frame: Any = None) -> None:
+    """Reap every child that has exited (a fork server's SIGCHLD handler)."""
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
@@ -163,7 +164,7 @@ def fork_server(handler_path: str, control: socket.socket) -> None:
     if threading.active_count() > 1:
         names = sorted(t.name for t in threading.enumerate() if t is not threading.current_thread())
         refusal = f"importing {handler_path} started threads {names}; a forked worker would not have them"
-    signal.signal(signal.SIGCHLD, _reap_children)
+    signal.signal(signal.SIGCHLD, reap_children)
     control.send(json.dumps({"ready": True}).encode())
     while True:
         try:

@@ -1,5 +1,6 @@
-"""`sandboxctl` for the local stack, usage errors, caps, tenants and templates: the real console
-script (`.venv/bin/sandboxctl`, a subprocess) against the module's local stack (tests/cli/conftest.py)."""
+"""`sandboxctl` for the local stack, usage errors, caps, tenants and templates: the real CLI, each command a
+process of its own (`ctl`, tests/support/ctl_server.py), against the module's local stack
+(tests/cli/conftest.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from sandbox_common import dimensions
 from sandbox_common import naming as n
 
-from tests.support.local_stack import assert_one_line_failure, ctl, ctl_json, state_of
+from tests.support.local_stack import assert_one_line_failure, ctl, ctl_json, ctl_process, state_of
 
 _state = state_of
 
@@ -68,8 +69,8 @@ def test_everyday_local_command_loads_only_what_it_uses(
     cli_env: dict[str, str], args: tuple[str, ...]
 ) -> None:
     # Given the module's running stack
-    # When an everyday command runs with Python reporting every module it imports
-    out = ctl({**cli_env, "PYTHONPROFILEIMPORTTIME": "1"}, "--local", *args)
+    # When an everyday command runs as a new process, with Python reporting every module it imports
+    out = ctl_process({**cli_env, "PYTHONPROFILEIMPORTTIME": "1"}, "--local", *args)
     # Then it succeeded, and it imported none of the start-up code
     assert out.returncode == 0, out.stderr
     loaded = {

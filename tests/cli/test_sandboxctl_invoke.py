@@ -1,5 +1,6 @@
-"""`sandboxctl invoke` and `pilot` through the real dispatch function: the real console script
-(`.venv/bin/sandboxctl`, a subprocess) against the module's local stack (tests/cli/conftest.py)."""
+"""`sandboxctl invoke` and `pilot` through the real dispatch function: the real CLI, each command a process
+of its own (`ctl`, tests/support/ctl_server.py; `invoke -` as the installed console script), against the
+module's local stack (tests/cli/conftest.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""`sandboxctl` for audit rows, counters, findings, files and background jobs: the real console
-script (`.venv/bin/sandboxctl`, a subprocess) against the module's local stack (tests/cli/conftest.py)."""
+"""`sandboxctl` for audit rows, counters, findings, files and background jobs: the real CLI, each command a
+process of its own (`ctl`, tests/support/ctl_server.py), against the module's local stack
+(tests/cli/conftest.py)."""
 
 from __future__ import annotations
 

@@ -19,12 +19,20 @@ from typing import Any
 
 from infra.local import stack
 from infra.local.state import LocalState, pid_alive, read_state
+from tests.support import ctl_server
 
 SANDBOXCTL = str(Path(sys.executable).with_name("sandboxctl"))
 
 
 def ctl(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    """`sandboxctl ARGS` in `env`."""
+    """`sandboxctl ARGS` in `env`, a process of its own forked from a server that has imported the
+    CLI (`tests/support/ctl_server.py`)."""
+    return ctl_server.run([SANDBOXCTL, *args], env, timeout)
+
+
+def ctl_process(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """`sandboxctl ARGS` in `env` as a new process of the installed console script: for what only a
+    fresh process shows (its start-up, the modules it loads)."""
     return subprocess.run([SANDBOXCTL, *args], env=env, capture_output=True, text=True, timeout=timeout)
 
 

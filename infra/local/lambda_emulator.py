@@ -145,8 +145,9 @@ class _ForkServer:
                     os.close(fd)
                 if answer:
                     raise _ForkRefused(reply.get("error", "no pid"))
-                if (dead := self.close()) is not None:
-                    dead.wait()
+                if (gone := self.close()) is not None:  # dead, or hung past the socket's timeout
+                    gone.kill()
+                    gone.wait()
             raise WorkerGone(f"fork server for {self._argv[-1]} exited")
 
     def close(self) -> subprocess.Popen[bytes] | None:

@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import pytest
 from botocore.config import Config
 
+from infra.local import lambda_emulator
 from infra.local.lambda_emulator import FunctionSpec, LambdaEmulator
 from infra.local.state import pid_alive
 
@@ -137,6 +139,27 @@ def test_fork_server_killed_from_outside_is_started_again(tmp_path: Path) -> Non
     # Then a new fork server imported the handler and forked it
     assert body["imported_by"] != server
     assert _imports(log) == [server, body["imported_by"]]
+
+
+def test_fork_server_that_stops_answering_is_killed_and_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a function's fork server (it must answer within 2 s), stopped after its first worker
+    monkeypatch.setattr(lambda_emulator, "_START_SECONDS", 2)
+    spec, log = _spec(tmp_path / "imports"), tmp_path / "imports"
+    with _emulator(spec) as lam:
+        server = _invoke(lam)["imported_by"]
+    os.kill(server, signal.SIGSTOP)
+    try:
+        # When the function starts another worker
+        with _emulator(spec) as lam:
+            body = _invoke(lam)
+    finally:
+        if pid_alive(server):
+            os.kill(server, signal.SIGCONT)
+    # Then the stopped server was killed, and a new one imported the handler and forked it
+    assert not pid_alive(server)
+    assert body["imported_by"] != server and _imports(log) == [server, body["imported_by"]]
 
 
 def test_handler_leaving_a_thread_after_import_gets_workers_of_their_own(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 
 class LambdaContext:
@@ -150,12 +150,17 @@ def _become_worker(
         traceback.print_exc()
         code = 1
     finally:
-        for stream_ in (sys.stdout, sys.stderr):
-            try:
-                stream_.flush()
-            except Exception:  # noqa: BLE001, S110 - exiting anyway
-                pass
-        os._exit(code)
+        exit_forked_child(code)
+
+
+def exit_forked_child(code: int) -> NoReturn:
+    """End a forked child at once, its standard streams flushed: never back into its server."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001, S110 - exiting anyway
+            pass
+    os._exit(code)
 
 
 def fork_server(handler_path: str, control: socket.socket) -> None:

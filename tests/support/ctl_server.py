@@ -30,7 +30,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from infra.local.lambda_worker import reap_children
+from infra.local.lambda_worker import exit_forked_child, reap_children
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _MAX_MESSAGE = 1 << 20
@@ -71,17 +71,12 @@ def _run_command(control: socket.socket, request: dict[str, Any], fds: list[int]
         traceback.print_exc()
         code = 1
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001, S110 - exiting anyway
-                pass
         if report is not None:
             try:
                 report.send(json.dumps({"returncode": code}).encode())
             except OSError:
                 pass  # the test gave up on this command
-        os._exit(code)
+        exit_forked_child(code)
 
 
 def _preload() -> None:

@@ -116,7 +116,7 @@ class _ForkServer:
         except OSError:
             ready = b""
         if not ready:
-            proc = self.close()
+            proc = self._end()
             if proc is not None:
                 proc.kill()
                 proc.wait()
@@ -127,8 +127,12 @@ class _ForkServer:
         """(pid, pidfd, the worker's stdin to write, its protocol out to read) of a new worker."""
         with self._lock:
             for _ in range(2):  # a server that died (killed from outside) is started once more
-                sock = self._sock if self._proc is not None and self._proc.poll() is None else None
-                sock = sock or self._start()
+                if self._proc is None or self._proc.poll() is not None:
+                    self._end()  # its socket too: a restart must not leave the old one open
+                    sock = self._start()
+                else:
+                    assert self._sock is not None
+                    sock = self._sock
                 stdin_r, stdin_w = os.pipe()
                 out_r, out_w = os.pipe()
                 try:
@@ -145,7 +149,7 @@ class _ForkServer:
                     os.close(fd)
                 if answer:
                     raise _ForkRefused(reply.get("error", "no pid"))
-                if (gone := self.close()) is not None:  # dead, or hung past the socket's timeout
+                if (gone := self._end()) is not None:  # dead, or hung past the socket's timeout
                     gone.kill()
                     gone.wait()
             raise WorkerGone(f"fork server for {self._argv[-1]} exited")
@@ -153,6 +157,10 @@ class _ForkServer:
     def close(self) -> subprocess.Popen[bytes] | None:
         """End the server: it forks no more, and exits once its workers have. Its process, for the
         caller to wait for."""
+        with self._lock:
+            return self._end()
+
+    def _end(self) -> subprocess.Popen[bytes] | None:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
@@ -179,8 +187,7 @@ def _close_fork_servers() -> None:
         _fork_servers.clear()
     procs = []
     for server in servers:
-        with server._lock:
-            procs.append(server.close())
+        procs.append(server.close())
     for proc in procs:
         if proc is not None:
             try:
@@ -196,9 +203,7 @@ def _fork_server(spec: FunctionSpec, env: dict[str, str]) -> _ForkServer:
         _fork_servers[key] = server
         evicted = _fork_servers.popitem(last=False)[1] if len(_fork_servers) > _MAX_FORK_SERVERS else None
     if evicted is not None:
-        with evicted._lock:
-            proc = evicted.close()
-        if proc is not None:
+        if (proc := evicted.close()) is not None:
             threading.Thread(target=proc.wait, daemon=True).start()
     return server
 

@@ -157,6 +157,8 @@ def _current_server() -> _Server:
     global _server
     with _server_lock:
         if _server is None or _server.proc.poll() is not None:
+            if _server is not None:
+                _server.sock.close()  # the dead server's: a restart must not leave it open
             _server = _Server()
         return _server
 

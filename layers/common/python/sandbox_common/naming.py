@@ -28,6 +28,8 @@ INTERPRETER_NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]{0,47}$")  # AgentCore n
 TURN_TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{43,128}$")
 # A tool name as agent frameworks spell them (Anthropic/Strands: letters, digits, _ and -).
 TOOL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+# A tenant secret's short name (`crm-token`), as egress credential templates name it.
+SECRET_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 
 
 # --- actions ----------------------------------------------------------------------------------------
@@ -51,10 +53,22 @@ AGENT_ACTIONS: tuple[Action, ...] = tuple(a for a in Action if a is not Action.S
 
 
 # --- environments and compliance tiers --------------------------------------------------------------
-Environment = Literal["default-public", "internal-only"]
-ENVIRONMENTS: tuple[str, ...] = ("default-public", "internal-only")
-NETWORK_MODE: dict[str, str] = {"default-public": "PUBLIC", "internal-only": "SANDBOX"}
-_ENV_SHORT = {"default-public": "pub", "internal-only": "int"}
+Environment = Literal["default-public", "internal-only", "default-allowlist"]
+ENVIRONMENTS: tuple[str, ...] = ("default-public", "internal-only", "default-allowlist")
+# The Code Interpreter network mode each environment is created with (create-only on AWS) ...
+NETWORK_MODE: dict[str, str] = {
+    "default-public": "PUBLIC",
+    "internal-only": "SANDBOX",
+    "default-allowlist": "VPC",
+}
+# ... and its egress (sandbox_common.egress_policy): `public` goes anywhere, `none` nowhere, and
+# `allowlist` only through the stage's egress proxy, by the tenant's policy for that environment.
+EGRESS_MODE: dict[str, str] = {
+    "default-public": "public",
+    "internal-only": "none",
+    "default-allowlist": "allowlist",
+}
+_ENV_SHORT = {"default-public": "pub", "internal-only": "int", "default-allowlist": "alw"}
 
 ComplianceTier = Literal["standard", "regulated", "hipaa"]
 COMPLIANCE_TIERS: tuple[str, ...] = ("standard", "regulated", "hipaa")
@@ -246,6 +260,19 @@ CONTINUATIONS = TableSpec(
     indexes=(CONTINUATIONS_BY_TURN, CONTINUATIONS_BY_WAIT_DUE),
 )
 
+# The egress proxy's per-session state (sandbox_common.egress_policy; docs/egress.md), one item
+# collection per session:
+#   item "credential"        the session's proxy credential: tenant_id, environment, secret_sha256,
+#                            issued_at, expires_at, revoked_at (set when the session stops), source
+#                            (the client address bound at the readiness call)
+#   item "counters"          allowed, denied, bytes_out, bytes_in, the last denied hosts with their
+#                            sequence numbers, and cap_refused (a cap dimension that refused)
+#   item "conn#{at}#{n}"     one connection or request: host, port, decision, reason, bytes
+EGRESS = TableSpec("sandbox_egress", pk="session_id", sk="item", ttl_attribute=TTL_ATTRIBUTE)
+EGRESS_CREDENTIAL_ITEM = "credential"
+EGRESS_COUNTERS_ITEM = "counters"
+EGRESS_CONNECTION_PREFIX = "conn#"
+
 ALL_TABLES: tuple[TableSpec, ...] = (
     TENANT_DAILY_COUNTERS,
     AGENT_HOURLY_COUNTERS,
@@ -333,6 +360,39 @@ def tenant_daily_budget_parameter(stage: str, tenant_id: str) -> str:
     """Optional daily budget in USD (a non-negative decimal); absent = no budget. Crossing it is
     reported (metric + alarm), never refused: the caps are the refusal mechanism."""
     return _tenant_parameter(stage, tenant_id, "daily_budget_usd")
+
+
+def egress_policy_parameter(stage: str, tenant_id: str, environment: str) -> str:
+    """One tenant × environment's egress policy (JSON, sandbox_common.egress_policy): written by
+    CDK from the stage's tenants, replaced by `sandboxctl egress set`, read by the egress proxy."""
+    if environment not in ENVIRONMENTS:
+        raise ValueError(f"unknown environment {environment!r}")
+    return _tenant_parameter(stage, tenant_id, f"egress/{environment}")
+
+
+# --- Secrets Manager: the tenants' own secrets and the egress proxy's CA ---------------------------
+def tenant_secrets_prefix(stage: str, tenant_id: str) -> str:
+    """Every secret of one tenant is named under it; an egress credential reads only these."""
+    if not REQUEST_ID_RE.match(tenant_id):
+        raise ValueError("tenant id not valid for a secret name")
+    return f"{PROJECT}/{stage}/tenants/{tenant_id}/"
+
+
+def tenant_secret_name(stage: str, tenant_id: str, name: str) -> str:
+    """A tenant secret by its short name (`crm-token`)."""
+    if not SECRET_NAME_RE.match(name):
+        raise ValueError(f"secret name {name!r} must match {SECRET_NAME_RE.pattern}")
+    return f"{tenant_secrets_prefix(stage, tenant_id)}{name}"
+
+
+def egress_ca_cert_secret_name(stage: str) -> str:
+    """The egress proxy's CA certificate (PEM), given to the allowlist interpreters' `certificates`."""
+    return f"{PROJECT}/{stage}/egress/ca-cert"
+
+
+def egress_ca_key_secret_name(stage: str) -> str:
+    """The CA's private key (PEM): read by the proxy only."""
+    return f"{PROJECT}/{stage}/egress/ca-key"
 
 
 # --- Lambda functions -----------------------------------------------------------------------------
@@ -430,6 +490,18 @@ ENV_STDERR_CAP = "STDERR_CAP_BYTES"
 ENV_CACHE_TTL = "CONFIG_CACHE_TTL_SECONDS"
 ENV_REQUIRE_TURN_TOKEN = "REQUIRE_TURN_TOKEN"
 ENV_TOOL_WAIT_SECONDS = "TOOL_WAIT_SECONDS"  # the stage's tool wait bound (§15)
+ENV_EGRESS_TABLE = "EGRESS_TABLE"
+# How a session of an `allowlist` environment reaches the egress proxy (a URL without credentials;
+# the session's own credential is added at its start), where the proxy's CA bundle is inside the
+# session, and the stage's package index as the session's pip sees it.
+ENV_EGRESS_PROXY_URL = "SANDBOX_EGRESS_PROXY_URL"
+ENV_EGRESS_CA_BUNDLE = "SANDBOX_EGRESS_CA_BUNDLE"
+ENV_EGRESS_INDEX_URL = "SANDBOX_EGRESS_INDEX_URL"
+# Local stack only, read by `sandboxctl local up` for the local egress proxy: `name=127.0.0.1:PORT,...`
+# sends an allowed name to a loopback server, whose TLS is verified against the PEM file
+# SANDBOX_EGRESS_TEST_CA. Without a route, loopback and private addresses are refused.
+ENV_EGRESS_TEST_ROUTES = "SANDBOX_EGRESS_TEST_ROUTES"
+ENV_EGRESS_TEST_CA = "SANDBOX_EGRESS_TEST_CA"
 # Local stack only: the file the audit writer appends a row to when both the table and the
 # dead-letter queue are unreachable (they live in the same emulated AWS); `audit replay` drains it.
 ENV_AUDIT_SPOOL = "SANDBOX_AUDIT_SPOOL"

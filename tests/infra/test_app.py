@@ -32,9 +32,7 @@ def test_synth_stage_every_stage_has_core_and_shards(all_stages, stage: str) -> 
     # When it is synthesized (cdk-nag runs inside synth and raises on any finding)
     templates = all_stages[stage]
     # Then there is the core stack and one stack per shard, nothing else
-    expected = {n.stack_name(stage, "Core")} | {
-        n.shard_stack_name(stage, i) for i in range(len(config.shards()))
-    }
+    expected = {n.stack_name(stage, "Core")} | {n.shard_stack_name(stage, i) for i, _ in config.shards()}
     assert set(templates) == expected
 
 

@@ -43,8 +43,9 @@ class LocalResources:
     functions: dict[str, str]  # logical -> physical function name
     audit_dlq_url: str
     security_topic_arn: str
-    interpreters: list[dict[str, str]] = field(default_factory=list)  # tenant, environment, id, network_mode
-    runner_roles: dict[str, str] = field(default_factory=dict)  # tenant -> role ARN
+    # tenant_id, environment, id, arn, network_mode of each interpreter
+    interpreters: list[dict[str, str]] = field(default_factory=list)
+    runner_role: str = ""  # the stage's one session-runner role (ARN)
     log_groups: list[str] = field(default_factory=list)
     artifacts_bucket: str = ""  # §14.2
     data_bucket: str = ""  # the demo tenant data bucket (§14.4 stand-in)

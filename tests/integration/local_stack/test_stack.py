@@ -86,13 +86,15 @@ def test_resources_follow_the_shared_definitions(state: LocalState) -> None:
     for dim in dimensions.calls():
         value = ssm.get_parameter(Name=dim.parameter("local"))["Parameter"]["Value"]
         assert value == str(config.caps.of(dim.name))
-    # and each tenant has a runner role and a substrate naming its interpreters
+    # and each tenant has a substrate naming its interpreters (ids and ARNs) and the stage's one
+    # runner role
+    role = iam.get_role(RoleName=n.runner_role_name("local"))["Role"]
     assert config.tenants  # the loop below must run
     for tenant in config.tenants:
         raw = ssm.get_parameter(Name=n.tenant_substrate_parameter("local", tenant.id))["Parameter"]["Value"]
         sub = TenantSubstrate.model_validate_json(raw)
         assert sub.interpreters == {e: n.interpreter_name("local", tenant.id, e) for e in tenant.environments}
-        role = iam.get_role(RoleName=n.runner_role_name("local", tenant.id))["Role"]
+        assert {e: a.rsplit("/", 1)[1] for e, a in sub.interpreter_arns.items()} == sub.interpreters
         assert sub.runner_role_arn == role["Arn"]
 
 

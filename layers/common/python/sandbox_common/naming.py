@@ -410,8 +410,9 @@ FUNCTION_PACKAGES: dict[str, str] = {
 }
 # What dispatch and the reaper both run, shipped beside each one's own package (functions/).
 SHARED_RUNTIME_PACKAGE = "sandbox_runtime"
-# The session tag dispatch sets at AssumeRole of a tenant's session-runner role, from the tenant
-# record it routes on; each runner role's trust policy requires it to equal its own tenant.
+# The session tag dispatch and the reaper set at AssumeRole of the session-runner role: the tenant
+# the credentials serve (their session policy names that tenant's interpreters only). The role's
+# trust requires it, so every runner session in CloudTrail says which tenant it was for.
 RUNNER_SESSION_TAG_TENANT = "tenant_id"
 
 
@@ -438,17 +439,31 @@ def findings_audit_log_group(stage: str) -> str:
     return f"/{PROJECT}/{stage}/sandbox/data-protection-findings"
 
 
-def runner_role_name(stage: str, tenant_id: str) -> str:
-    """IAM role names are ≤ 64 chars: long tenant ids keep a prefix plus a hash suffix."""
-    name = f"{runner_role_name_prefix(stage)}{tenant_id}"
+def runner_role_name(stage: str) -> str:
+    """The stage's one session-runner role: dispatch and the reaper assume it with a session
+    policy naming only the serving tenant's interpreters (`sandbox_common.runner_policy`)."""
+    return f"{PROJECT}-{stage}-sbx-runner"
+
+
+def shared_execution_role_name(stage: str) -> str:
+    """The interpreter execution role of every tenant without data grants: no permission at all
+    (code in the sandbox gets no AWS access). A tenant with data grants has one of its own."""
+    return f"{PROJECT}-{stage}-sbx-interpreter"
+
+
+def tenant_execution_role_name(stage: str, tenant_id: str) -> str:
+    """A tenant's own interpreter execution role (only a tenant with data grants has one).
+    IAM role names are ≤ 64 chars: long tenant ids keep a prefix plus a hash suffix."""
+    name = f"{PROJECT}-{stage}-sbx-data-{tenant_id}"
     if len(name) > 64:
         digest = hashlib.sha256(f"{stage}/{tenant_id}".encode()).hexdigest()[:10]
         name = f"{name[:53]}-{digest}"
     return name
 
 
-def runner_role_name_prefix(stage: str) -> str:
-    return f"{PROJECT}-{stage}-sbx-runner-"
+def interpreter_name_prefix(stage: str) -> str:
+    """What every Code Interpreter name of the stage starts with (the runner role's resources)."""
+    return f"sbx_{stage}_".replace("-", "_")
 
 
 def interpreter_name(stage: str, tenant_id: str, environment: str) -> str:
@@ -457,7 +472,7 @@ def interpreter_name(stage: str, tenant_id: str, environment: str) -> str:
     Hyphens are not allowed (a lesson from the peer system), so they become underscores; a name
     that would be too long keeps a readable prefix and a hash suffix so it stays unique.
     """
-    base = f"sbx_{stage}_{tenant_id}_{_ENV_SHORT[environment]}".replace("-", "_")
+    base = f"{interpreter_name_prefix(stage)}{tenant_id}_{_ENV_SHORT[environment]}".replace("-", "_")
     if len(base) > 48:
         digest = hashlib.sha256(f"{stage}/{tenant_id}/{environment}".encode()).hexdigest()[:10]
         base = f"{base[:37]}_{digest}"

@@ -294,6 +294,7 @@ def test_ssm_parameters_and_outputs_match_definitions(all_stages, stage: str) ->
         n.OUTPUT_AUDIT_DLQ_URL,
         n.OUTPUT_SECURITY_TOPIC,
         n.OUTPUT_ARTIFACTS_BUCKET,
+        n.OUTPUT_AGENT_INVOKE_POLICY,
     }
     assert expected | {n.table_output_key(s.logical) for s in n.ALL_TABLES} == set(outputs)
     assert all(re.fullmatch(r"[A-Za-z0-9]+", k) for k in outputs)

@@ -11,6 +11,7 @@ from typing import Any
 
 from sandbox_common import dimensions
 from sandbox_common import naming as n
+from sandbox_common.agent_scope import alias_for
 from sandbox_common.runner_policy import RUNNER_ACTIONS
 
 from infra.cdk.config import StageConfig, TenantConfig
@@ -84,6 +85,12 @@ def stage_roles(config: StageConfig) -> int:
     execution role, and one per tenant with data grants (tests/infra holds this to the synthesized
     templates; `sandboxctl doctor` compares it with the account's role quota)."""
     return len(n.FUNCTIONS) + STAGE_FIXED_EXTRA_ROLES + sum(has_own_execution_role(t) for t in config.tenants)
+
+
+def dispatch_aliases(config: StageConfig) -> tuple[str, ...]:
+    """The aliases of dispatch: one per tenant some scoped agent principal acts for (each points
+    to $LATEST; its resource policy names the principals scoped to that tenant)."""
+    return tuple(alias_for(t) for t in config.scoped_tenants())
 
 
 def function_timeout_seconds(config: StageConfig, logical: str) -> int:

@@ -9,6 +9,7 @@ from constructs import Construct
 from sandbox_common import naming as n
 
 from infra.cdk.config import StageConfig
+from infra.cdk.constructs.agent_access import AgentAccessConstruct
 from infra.cdk.constructs.artifacts import ArtifactsConstruct
 from infra.cdk.constructs.compute import ComputeConstruct
 from infra.cdk.constructs.layer import LayersConstruct
@@ -31,6 +32,10 @@ class CoreStack(cdk.Stack):
             "RunnerRoles",
             config=config,
             assumed_by=[self.compute.roles[n.DISPATCH], self.compute.roles[n.REAPER]],
+        )
+        # Agent runtimes' grants: resource policies, per-tenant aliases, managed policies.
+        self.agent_access = AgentAccessConstruct(
+            self, "AgentAccess", config=config, dispatch=self.compute.dispatch
         )
         self.artifacts = ArtifactsConstruct(self, "Artifacts", config=config)
         self.artifacts.grant_dispatch(self.compute.roles[n.DISPATCH])

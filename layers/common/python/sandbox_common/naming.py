@@ -621,6 +621,8 @@ OUTPUT_AUDIT_DLQ_URL = "AuditDlqUrl"
 OUTPUT_SECURITY_TOPIC = "SecurityAlertsTopicArn"
 OUTPUT_ARTIFACTS_BUCKET = "ArtifactsBucketName"
 OUTPUT_TABLE_PREFIX = "Table"  # table outputs: f"{OUTPUT_TABLE_PREFIX}{spec.logical}"
+# The managed policy a same-account agent runtime's role attaches to invoke dispatch (every tenant).
+OUTPUT_AGENT_INVOKE_POLICY = "AgentInvokePolicyArn"
 
 
 def stack_name(stage: str, part: str) -> str:
@@ -629,6 +631,13 @@ def stack_name(stage: str, part: str) -> str:
 
 def shard_stack_name(stage: str, shard: int) -> str:
     return stack_name(stage, f"Tenants{shard:03d}")
+
+
+def agent_invoke_policy_name(stage: str, tenant_id: str | None = None) -> str:
+    """The managed policy that lets a same-account agent runtime invoke dispatch: every tenant
+    (the function), or one tenant's scope (that tenant's alias of dispatch)."""
+    base = f"{PROJECT}-{stage}-invoke-dispatch"
+    return base if tenant_id is None else f"{base}-{tenant_id}"
 
 
 def security_topic_name(stage: str) -> str:
@@ -685,6 +694,9 @@ REASON_KILLED_BY_SIGNAL = "killed_by_signal"
 # failure_reason suffix of a Python call the session stopped at its inner deadline, its session kept
 # (`deadline_exceeded:<n>s:stopped_in_session`); without it, the runner's own deadline stopped the session.
 REASON_STOPPED_IN_SESSION = "stopped_in_session"
+# `reason` (and failure_reason) of a call refused because the agent invoked dispatch through a
+# tenant-scoped alias for a tenant outside that scope (sandbox_common.agent_scope).
+REASON_OUT_OF_SCOPE = "tenant_out_of_scope"
 
 
 # --- reaper hooks: the sweeps that run on the reaper's schedule, and the modules declaring them ---

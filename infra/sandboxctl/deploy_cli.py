@@ -6,6 +6,7 @@ resolved. Kept beside main.py so the parser stays cheap to import."""
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from sandbox_common import naming as n
@@ -68,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
 
         report = doctor.run(args.stage, region=args.region)
         print(render.to_json(report.as_dict()) if args.json else report.human())
+        if not report.ok:
+            print(f"sandboxctl: doctor: failed: {', '.join(report.failed)}", file=sys.stderr)
         return EXIT_OK if report.ok else EXIT_FAILURE
     from infra.sandboxctl import tenants_file
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,10 @@ class LocalResources:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LocalResources:
-        return cls(**data)
+        # Only the fields this version knows: a state file written by an older checkout (a stack
+        # still running across an update) is read, not refused; `local down` then stops it.
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 @dataclass

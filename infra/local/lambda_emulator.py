@@ -564,7 +564,7 @@ def _make_handler(emulator: LambdaEmulator) -> type[BaseHTTPRequestHandler]:
             name = unquote(path[len(_INVOKE_PREFIX) : -len(_INVOKE_SUFFIX)])
             function, qualifier = split_function_name(name)
             query = parse_qs(self.path.split("?", 1)[1]) if "?" in self.path else {}
-            given = (query.get("Qualifier") or [None])[0]
+            given: str | None = query["Qualifier"][0] if query.get("Qualifier") else None
             if given is not None and qualifier is not None and given != qualifier:
                 # Two qualifiers that disagree: refused, never one of them guessed.
                 message = (

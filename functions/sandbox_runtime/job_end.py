@@ -7,12 +7,13 @@ invocation id), log the full redacted output, then mark it final. A crash anywhe
 is finished by the next observer from the *stored* outcome, so the row is written once and
 always from the first observed outcome.
 
-Sessions: a job whose `timeout_s` passed ends `timed_out` and its session is stopped (as after a
-foreground timeout); otherwise the session is stopped when the turn has ended and this was its
-last running job (the session outlives `end_turn` until then). A job whose session vanished
-before its end was seen ends `failed` (`job_session_ended`). A job still not final DEADLINE_GRACE
-after its deadline (its supervisor gone or the session unreachable) is ended `timed_out` by
-stopping its session: no job outlives its deadline by more than the grace plus one reaper period.
+Sessions: a job whose `timeout_s` passed ends `timed_out`: its supervisor stopped the job's
+processes, and the session with its variables and files stays. The session is stopped when the
+turn has ended and this was its last running job (the session outlives `end_turn` until then). A
+job whose session vanished before its end was seen ends `failed` (`job_session_ended`). A job
+still not final DEADLINE_GRACE after its deadline (its supervisor gone or the session unreachable)
+is ended `timed_out` by stopping its session: no job outlives its deadline by more than the grace
+plus one reaper period.
 
 The kill switch (§22, `JobDeps.killed`): an observer that finds the job's tenant killed (a call
 cap at 0, the tenant disabled) cancels the job instead of only asking its state; it ends
@@ -374,11 +375,13 @@ def _complete(record: JobRecord, deps: JobDeps) -> JobRecord:
 
 
 def _settle_session(record: JobRecord, deps: JobDeps, *, stopped_already: bool) -> None:
-    """timed_out → stop the session; turn ended and no running job left → stop the session."""
+    """Turn ended and no running job left → stop the session. A job that reached its own
+    timeout_s was stopped in its session by its supervisor (its process tree alone): the session,
+    its variables and files stay for the turn."""
     if stopped_already:
         return
-    stop = record.final_state == "timed_out"
-    if not stop and deps.turn_closed(record.tenant_id, record.turn_id):
+    stop = False
+    if deps.turn_closed(record.tenant_id, record.turn_id):
         stop = deps.store.turn_jobs(record.tenant_id, record.turn_id).running == 0
     if stop and record.session_id:
         deps.runner_for(record.tenant_id).stop_session(record.interpreter_id, record.session_id)

@@ -281,11 +281,13 @@ def test_jobs_timeout_fits_the_remaining_life_of_the_turns_session(stack: Stack)
     assert final["stdout"] == "short\n"
 
 
-def test_jobs_submit_after_a_job_timeout_restarts_the_session_like_a_foreground_call(stack: Stack) -> None:
-    # Given a job whose timeout stopped the turn's session
-    first = stack.dispatch(job("c-times-out", SLEEPER, timeout_s=1))
-    timed_out, _ = wait_final(stack, first["job_id"])
-    assert timed_out["status"] == "timed_out"
+def test_jobs_submit_after_the_session_was_stopped_restarts_it_like_a_foreground_call(stack: Stack) -> None:
+    # Given a turn whose session was stopped under it (reaped, or stopped by an operator)
+    first = stack.dispatch(event(call_id="c-first", code="x = 1"))
+    assert first["ok"] is True
+    stack.interpreter.manager.stop(
+        stack.interpreter.manager.lookup(first["session_id"]).interpreter_id, first["session_id"]
+    )
     before = sum(
         int(i[n.COUNTER_ATTR_COUNT]["N"]) for i in stack.counter_items()[n.TENANT_DAILY_COUNTERS.logical]
     )
@@ -302,3 +304,32 @@ def test_jobs_submit_after_a_job_timeout_restarts_the_session_like_a_foreground_
     assert after == before + 1
     rows = [r for r in stack.audit_rows("acme") if r["call_id"] == "c-after"]
     assert [(r["invocation_id"], r["job_status"]) for r in rows] == [(second["invocation_id"], "completed")]
+
+
+def test_jobs_trailing_expression_is_shown_like_a_foreground_call(stack: Stack) -> None:
+    # Given a job whose code ends in an expression, when it runs to its end
+    submitted = stack.dispatch(job("expr", "6*7"))
+    final, _ = wait_final(stack, submitted["job_id"])
+    # Then its value is shown as a foreground call shows it, and counted
+    foreground = stack.dispatch(event(call_id="expr-fg", code="6*7"))
+    assert (final["status"], final["stdout"], final["stdout_bytes"]) == ("completed", "42\n", 3)
+    assert foreground["stdout"] == final["stdout"]
+
+
+def test_jobs_timeout_stops_the_job_only_the_turns_variables_and_files_stay(stack: Stack) -> None:
+    # Given a turn with a variable and a file in its session
+    setup = stack.dispatch(event(call_id="v0", code="x = 41\nopen('kept.txt', 'w').write('still here')"))
+    assert setup["ok"] is True
+    # When a job of that turn reaches its own 1 s timeout
+    submitted = stack.dispatch(job("v1", "import time\ntime.sleep(60)", timeout_s=1))
+    timed_out, _ = wait_final(stack, submitted["job_id"])
+    assert (timed_out["status"], timed_out["error"]) == ("timed_out", "SandboxTimeout")
+    assert "variables and files" in timed_out["error_message"] and "still there" in timed_out["error_message"]
+    # Then the session is the same, with its variable and its file
+    after = stack.dispatch(event(call_id="v2", code="print(x + 1, open('kept.txt').read())"))
+    assert (after["ok"], after["stdout"], after["session_id"]) == (
+        True,
+        "42 still here\n",
+        setup["session_id"],
+    )
+    assert setup["session_id"] in stack.live_sessions()

@@ -31,6 +31,7 @@ the host still redacts, truncates and bounds: dispatch ends a job whose deadline
 passed without a final state by stopping the session (see functions/dispatch/jobs.py).
 """
 
+import ast
 import builtins
 import ctypes
 import json
@@ -248,6 +249,18 @@ def _user_tb(tb):
     return tb
 
 
+def _body(code, namespace):
+    """Run the job's code as a notebook cell: a trailing expression is shown (its repr on
+    sys.stdout, through the redactor, counted like any output), as a foreground call shows it."""
+    tree = ast.parse(code, filename=_CELL, mode="exec")
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(body=tree.body.pop().value)
+    exec(compile(tree, _CELL, "exec", dont_inherit=True), namespace)
+    if last is not None:
+        sys.displayhook(eval(compile(last, _CELL, "eval", dont_inherit=True), namespace))
+
+
 def run(job_dir):
     spec = read_json(os.path.join(job_dir, SPEC_FILE)) or {}
     if not _install_redactor(os.path.dirname(job_dir), tuple(spec.get("values") or ())):
@@ -264,7 +277,7 @@ def run(job_dir):
     reserve = bytearray(1 << 20)  # freed on MemoryError so the traceback can still be printed
     exit_code = 0
     try:
-        exec(compile(code, _CELL, "exec"), namespace)
+        _body(code, namespace)
     except SystemExit as exc:
         if exc.code is None:
             exit_code = 0

@@ -41,6 +41,7 @@ from sandbox_common.retries import RetryLog
 from sandbox_common.settings import DispatchSettings
 from sandbox_common.windows import utc_now
 from sandbox_runtime import interrupted
+from sandbox_runtime.artifacts import ArtifactContext
 from sandbox_runtime.job_end import JobDeps
 from sandbox_runtime.kill_switch import Kill
 from sandbox_runtime.preflight import Preflight, PreflightUnavailable
@@ -49,7 +50,6 @@ from sandbox_runtime.runner.tool_calling import Finished
 
 from dispatch import parallel, parts
 from dispatch.files import flow as files
-from dispatch.files.artifacts import ArtifactContext
 from dispatch.idempotency import IdempotencyStoreUnavailable, TimeLeft, time_left_of
 from dispatch.quota.flow import QuotaCheck
 from dispatch.sessions.activation import Activation

@@ -81,6 +81,7 @@ def function_environment(
             stderr_cap_bytes=config.stderr_cap_bytes,
             idempotency_table=tables[n.IDEMPOTENCY.logical],  # interrupted_sweep
             dispatch_function_name=n.function_name(config.name, n.DISPATCH),  # paused_sweep
+            artifacts_bucket=artifacts_bucket,  # job_sweep: an ended job's files
         )
     else:
         raise ValueError(f"unknown function {logical!r}")

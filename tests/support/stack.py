@@ -330,7 +330,12 @@ def apply_reaper_env(stack: Stack, setenv: Callable[[str, str], None]) -> None:
     from reaper import service
     from sandbox_common import settings
 
-    env = function_environment(build_config("local"), n.REAPER, tables=stack.resources.tables)
+    env = function_environment(
+        build_config("local"),
+        n.REAPER,
+        tables=stack.resources.tables,
+        artifacts_bucket=stack.resources.artifacts_bucket,
+    )
     for key, value in env.items():
         setenv(key, value)
     settings.clear_caches()

@@ -95,6 +95,7 @@ class JobState:
     elapsed_ms: int
     result: ExecutionResult | None = None
     progress: JobProgress | None = None
+    outputs: int = 0  # how many files under outputs/ the ended job left (its final answer's files)
 
     @property
     def final(self) -> bool:
@@ -200,6 +201,7 @@ class JobRunner:
             state=state,
             elapsed_ms=duration_ms,
             result=self._final_result(payload, state, duration_ms),
+            outputs=_count(payload.get("outputs_count")),
         )
 
     def _progress(self, payload: dict) -> JobProgress:

@@ -11,7 +11,8 @@ import time
 import zlib
 
 import pytest
-from dispatch.files.artifacts import (
+from sandbox_common.redaction.catalogue import REPLACEMENT, redact
+from sandbox_runtime.artifacts import (
     CHUNK_BYTES,
     PNG_SIGNATURE,
     READ_BATCH_BYTES,
@@ -19,7 +20,6 @@ from dispatch.files.artifacts import (
     _read_artifact,
     redact_artifact,
 )
-from sandbox_common.redaction.catalogue import REPLACEMENT, redact
 from sandbox_runtime.runner.tools import ToolFailed
 
 from tests.benchmarks.test_host_redaction import TOKENS, realistic_stdout

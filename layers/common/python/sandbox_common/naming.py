@@ -290,6 +290,14 @@ ALL_TABLES: tuple[TableSpec, ...] = (
 # --- S3 objects: artifacts (§14) ------------------------------------------------------------------
 OUTPUTS_DIR = "outputs"  # artifacts are collected from here, relative to the working directory
 FIGURE_NAME = "figure-{n}.png"  # open matplotlib figures saved under this name (§14.2)
+# Which version of each file under OUTPUTS_DIR the turn's calls have returned (path -> [size,
+# mtime_ns]), kept in the session by the artifact collector and read by a job's supervisor (a job
+# returns only what no call returned): relative to the working directory.
+OUTPUTS_STATE_DIR = ".sandbox"
+OUTPUTS_STATE_FILE = f"{OUTPUTS_STATE_DIR}/outputs-state.json"
+# The in-session module in which each call's driver records when the call started (`started_ns`,
+# the session's clock): files changed under OUTPUTS_DIR since then are the call's, not a job's.
+CALL_START_MODULE = "_sbx_call"
 SKIPPED_TOO_MANY = "too_many"
 SKIPPED_TOO_LARGE = "too_large"
 FILE_ID_PREFIX = "file-"

@@ -91,6 +91,8 @@ class ReaperSettings(_Settings):
     idempotency_table: str = Field(alias=n.ENV_IDEMPOTENCY_TABLE, default="")
     # Paused tool calls: the reaper asks dispatch to end those past their wait bound.
     dispatch_function_name: str = Field(alias=n.ENV_DISPATCH_FUNCTION, default="")
+    # Jobs the reaper ends: their files are stored as artifacts here, as dispatch stores them.
+    artifacts_bucket: str = Field(alias=n.ENV_ARTIFACTS_BUCKET, default="")
 
 
 class BackstopSettings(_Settings):

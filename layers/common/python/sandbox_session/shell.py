@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 
 TIMED_OUT = 124  # the status of a script stopped at its deadline (as coreutils' `timeout` reports it)
 NOT_STARTED = 127  # bash could not be started (as a shell reports a command it cannot run)
@@ -37,6 +38,7 @@ NOT_STARTED = 127  # bash could not be started (as a shell reports a command it 
 RELAY_GRACE_SECONDS = 0.5
 # How often the relay loop looks whether bash ended while a pipe is still open (a background child).
 POLL_SECONDS = 0.05
+CALL_START_MODULE = "_sbx_call"  # sandbox_common.naming.CALL_START_MODULE (this file imports nothing of ours)
 
 
 def _find_bash():
@@ -209,8 +211,19 @@ def _kill(proc):
         pass
 
 
+def _mark_call_start():
+    """Record when this call started, on the session's clock: the artifact collector returns the
+    files changed under outputs/ since then with this call, not with a background job."""
+    module = sys.modules.get(CALL_START_MODULE)
+    if module is None:
+        module = types.ModuleType(CALL_START_MODULE)
+        sys.modules[CALL_START_MODULE] = module
+    module.started_ns = time.time_ns()
+
+
 def main(script_b64, deadline_s=None):
     """A command in the session's kernel: run the script, end like a process with its status."""
+    _mark_call_start()
     status = run(base64.b64decode(script_b64), deadline_s)
     if status:
         raise SystemExit(status)

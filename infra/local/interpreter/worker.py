@@ -9,8 +9,11 @@ that module's source file (`--shell`, bound read-only into the sandbox beside th
 Protocol: requests and answers are frames on two dedicated pipe fds, never on stdout/stderr, so
 nothing user code prints can corrupt the channel: [u32 big-endian JSON length][u32 raw length]
 [ASCII JSON][raw part], the raw part a sequence of blocks, each [u32 length][bytes]. The first
-frame the worker sends is `{"ready": true, "pid": ...}`. An answer's JSON holds scalars and short
-messages only (at most MAX_JSON); its raw blocks hold what may be large:
+frame the worker sends is `{"ready": true, "pid": ...}`. Each request carries the server's
+sequence number `seq` and its answer carries it back, so an answer is only ever taken for the call
+that asked: a frame left in the channel (written there by user code) is off by at least one. An
+answer's JSON holds scalars and short messages only (at most MAX_JSON); its raw blocks hold what
+may be large:
 - executeCode, executeCommand and the task tools: two blocks, the kept stdout and stderr bytes
   (at most --stdout-kept / --stderr-kept: the caps plus a redaction margin), the exact counts in
   the JSON;
@@ -155,7 +158,7 @@ def recv_frame(fd: int, max_json: int = MAX_REQUEST) -> Frame | None:
         return None
     try:
         obj = json.loads(payload.decode("utf-8"))
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # nested deeper than the parser goes is no frame either
         raise ProtocolError("a frame's JSON part does not parse") from exc
     if not isinstance(obj, dict):
         raise ProtocolError("a frame's JSON part is not an object")
@@ -892,7 +895,7 @@ def main(argv: list[str] | None = None) -> int:
         if request is None:  # the server closed the channel: the session is over
             return 0
         result, blocks = ops[request.obj["op"]](request.obj.get("arguments") or {})
-        send_frame(opts.resp_fd, result, blocks)
+        send_frame(opts.resp_fd, {**result, "seq": request.obj.get("seq")}, blocks)
         if result.get("fatal"):
             return 137
 

@@ -348,8 +348,8 @@ def test_jobs_outputs_file_comes_back_with_the_jobs_final_answer_and_not_a_later
     # When a job writes a file under outputs/ and ends
     content = b"region,amount\neu,3\n"
     code = (
-        "import os\nos.makedirs('outputs', exist_ok=True)\nopen('outputs/report.csv', 'wb').write(%r)"
-        % content
+        "import os\nos.makedirs('outputs', exist_ok=True)\n"
+        f"open('outputs/report.csv', 'wb').write({content!r})"
     )
     submitted = stack.dispatch(job("o1", code))
     final, _ = wait_final(stack, submitted["job_id"])
@@ -372,8 +372,9 @@ def test_jobs_file_a_running_job_wrote_is_not_a_concurrent_calls_and_the_calls_o
 ) -> None:
     # Given a running job that wrote outputs/early.txt and then waits for a file named `go`
     code = (
-        "import os, time\nos.makedirs('outputs', exist_ok=True)\nopen('outputs/early.txt', 'w').write('job')\n"
-        "print('early written', flush=True)\nwhile not os.path.exists('go'):\n    time.sleep(0.05)\n"
+        "import os, time\nos.makedirs('outputs', exist_ok=True)\n"
+        "open('outputs/early.txt', 'w').write('job')\nprint('early written', flush=True)\n"
+        "while not os.path.exists('go'):\n    time.sleep(0.05)\n"
     )
     submitted = stack.dispatch(job("c1", code))
     deadline = time.monotonic() + 30

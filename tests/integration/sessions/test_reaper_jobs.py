@@ -180,7 +180,10 @@ def test_reaper_ending_a_job_stores_its_outputs_files_for_its_final_answer(reape
     stack = reaper_stack
     # Given a turn that ended while its job, which writes a file under outputs/, still ran
     session_id = _turn_with_slot(stack, "turn-rf")
-    code = "import os, time\ntime.sleep(1)\nos.makedirs('outputs', exist_ok=True)\nopen('outputs/r.txt', 'w').write('r')"
+    code = (
+        "import os, time\ntime.sleep(1)\nos.makedirs('outputs', exist_ok=True)\n"
+        "open('outputs/r.txt', 'w').write('r')"
+    )
     submitted = _submit(stack, "turn-rf", "c-file", code)
     assert _end_turn(stack, "turn-rf")["pending_jobs"] == [submitted["job_id"]]
     # When the reaper sees the job's end (nobody polled it) and its session is stopped

@@ -53,7 +53,9 @@ killed), isError iff exitCode != 0, the exact byte counts. `startCommandExecutio
 way in the background (its own process group): the answer carries taskId and taskStatus
 `working`; `getTask` answers the output so far (redacted by a copy of the session's redactor,
 pushed out as it is written, never splitting a token), then `completed` / `failed` with exitCode;
-`stopTask` kills the task and everything it started (`canceled`).
+`stopTask` kills the task and everything it started (`canceled`). What an executeCommand's
+script leaves running ends with its call, as for a command dispatch sends
+(`sandbox_session.shell.end_leftovers`).
 """
 
 from __future__ import annotations
@@ -693,14 +695,22 @@ class Kernel:
         output relayed through this process's sys.stdout / sys.stderr, so through the in-session
         redactor exactly like Python output, and counted as it leaves it."""
         started = time.perf_counter()
-        with Capture(self.stdout_limit, self.stderr_limit) as cap:
-            try:
-                proc, relays = start_script(self.shell, args.get("command", ""), sys.stdout, sys.stderr, 1, 2)
-            except OSError as exc:
-                os.write(2, f"bash could not start: {exc}\n".encode())
-                return self._output(cap, 127, started)
-            code = self.shell.status(proc.wait())
-            _join_all(relays)  # a background child of the script may keep a pipe open
+        # what the script leaves running ends with the call (sandbox_session.shell.end_leftovers)
+        before, reaper = self.shell.processes_below(), self.shell.subreaper(True)
+        try:
+            with Capture(self.stdout_limit, self.stderr_limit) as cap:
+                try:
+                    proc, relays = start_script(
+                        self.shell, args.get("command", ""), sys.stdout, sys.stderr, 1, 2
+                    )
+                except OSError as exc:
+                    os.write(2, f"bash could not start: {exc}\n".encode())
+                    return self._output(cap, 127, started)
+                code = self.shell.status(proc.wait())
+                _join_all(relays)  # a background child of the script may keep a pipe open
+        finally:
+            self.shell.end_leftovers(before, pgid=None)
+            self.shell.subreaper(reaper)
         return self._output(cap, code, started)
 
     # Background commands (startCommandExecution / getTask / stopTask).

@@ -34,3 +34,53 @@ def test_hardening_unparseable_frame_ends_the_session_and_no_later_call_answers_
         later = stack.dispatch(event(call_id=f"f{n_call}", code=f"print('call {n_call}')"))
         assert (later["ok"], later["stdout"]) == (True, f"call {n_call}\n"), later
         assert later["session_id"] != first["session_id"]
+
+
+_FORK_BOMB = ":(){ :|:& };:"
+_COUNT_PROCESSES = "import os\nprint(sum(1 for p in os.listdir('/proc') if p.isdigit()))"
+
+
+def test_hardening_fork_bomb_in_a_command_is_cleaned_up_when_its_call_ends(stack: Stack) -> None:
+    # Given a turn with a live session and the processes it runs at rest
+    at_rest = stack.dispatch(event(call_id="b0", code=_COUNT_PROCESSES))
+    assert at_rest["ok"] is True, at_rest
+    # When a command of the turn is a fork bomb (bounded by the session's task limit)
+    bomb = stack.dispatch(event(call_id="b1", code=_FORK_BOMB, language="bash"))
+    assert bomb["session_id"] == at_rest["session_id"]
+    # Then the next calls of the turn run normally in the same session, a command included, and
+    # nothing of the bomb is left
+    after = stack.dispatch(event(call_id="b2", code="echo still here", language="bash"))
+    assert (after["ok"], after["stdout"], after["session_id"]) == (
+        True,
+        "still here\n",
+        at_rest["session_id"],
+    )
+    counted = stack.dispatch(event(call_id="b3", code=_COUNT_PROCESSES))
+    assert int(counted["stdout"]) <= int(at_rest["stdout"]), (at_rest["stdout"], counted["stdout"])
+
+
+def test_hardening_a_commands_leftover_processes_end_with_it_but_not_earlier_ones(stack: Stack) -> None:
+    # Given a process an earlier Python call of the turn started and keeps
+    kept = stack.dispatch(
+        event(call_id="k0", code="import subprocess\nserver = subprocess.Popen(['sleep', '300'])")
+    )
+    assert kept["ok"] is True, kept
+    # When a command leaves processes of its own behind, one of them in a new session (setsid)
+    left = stack.dispatch(
+        event(call_id="k1", code="sleep 300 &\nsetsid sleep 301 &\necho started", language="bash")
+    )
+    assert left["stdout"] == "started\n"
+    # Then the command's processes ended with its call, and the earlier call's one still runs
+    survivors = stack.dispatch(
+        event(
+            call_id="k2",
+            code=(
+                "import os\nnames = []\nfor p in os.listdir('/proc'):\n"
+                "    try:\n        names.append(open(f'/proc/{p}/cmdline', 'rb').read())\n"
+                "    except OSError:\n        pass\n"
+                "print(sorted(n.replace(b'\\0', b' ').decode().strip() for n in names if b'sleep' in n))\n"
+                "print(server.poll())"
+            ),
+        )
+    )
+    assert survivors["stdout"] == "['sleep 300']\nNone\n", survivors

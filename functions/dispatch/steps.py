@@ -205,6 +205,13 @@ class Steps:
     ) -> None:
         """The call's count: the speculative check sent at t=0 joined, else checked now."""
         decision = (check or QuotaCheck(self.parts, req, None)).decide(retries)
+        if decision.tenant_disabled:
+            # the count's transaction read the tenant's policy: this container's pre-flight cache
+            # is older than it, and is read again by the next call
+            self.parts.preflight.forget(req.tenant_id)
+            raise SandboxProvisioning(
+                messages.TENANT_DISABLED, reason="tenant_disabled", failure_reason="tenant_disabled"
+            )
         if not decision.allowed:
             raise SandboxCapExceeded(
                 messages.cap_exceeded(str(decision.dimension), str(decision.resets_at)),

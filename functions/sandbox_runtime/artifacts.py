@@ -517,8 +517,8 @@ def redact_other(data: bytes) -> tuple[bytes, bool]:
     if data.startswith(PNG_SIGNATURE):
         stripped = strip_png_text(data)
         if stripped is None:  # not an image any decoder reads whole: no chunk of it is trusted
-            cleaned = redact_utf16_runs(catalogue.redact_bytes(data))
-            return cleaned, cleaned != data
+            on_bytes = redact_utf16_runs(catalogue.redact_bytes(data))
+            return on_bytes, on_bytes != data
         return stripped, stripped != data
     for bom, codec in _BOMS:
         if data.startswith(bom):

@@ -62,6 +62,7 @@ def function_environment(
             tenant_daily_table=tables[n.TENANT_DAILY_COUNTERS.logical],
             agent_hourly_table=tables[n.AGENT_HOURLY_COUNTERS.logical],
             turns_table=tables[n.TURNS.logical],
+            tenants_table=tables[n.TENANTS.logical],
         )
     elif logical == n.BACKSTOP:
         settings = BackstopSettings(stage=config.name, findings_table=tables[n.FINDINGS.logical])

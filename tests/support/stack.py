@@ -65,7 +65,7 @@ class Stack:
             spec.logical: [
                 i
                 for i in ddb.scan(TableName=self.resources.tables[spec.logical])["Items"]
-                if not i[spec.pk]["S"].startswith(n.QUOTA_MARKER_PREFIX)
+                if not i[spec.pk]["S"].startswith((n.QUOTA_MARKER_PREFIX, n.QUOTA_BREAKER_PREFIX))
             ]
             for spec in (n.TENANT_DAILY_COUNTERS, n.AGENT_HOURLY_COUNTERS)
         }

@@ -224,6 +224,15 @@ class ComputeConstruct(Construct):
                 resources=[self._state.tables[n.TURNS.logical].table_arn],
             )
         )
+        # A disabled tenant is refused inside the count's transaction (a ConditionCheck on its
+        # policy item, strongly consistent): no container's older pre-flight cache admits it.
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="TenantPolicyConditionCheck",
+                actions=["dynamodb:ConditionCheckItem"],
+                resources=[self._state.tables[n.TENANTS.logical].table_arn],
+            )
+        )
         role.add_to_policy(
             iam.PolicyStatement(
                 sid="CountedMarkers",

@@ -4,6 +4,8 @@ found, then what holds now."""
 
 from __future__ import annotations
 
+import pytest
+
 from .conftest import Stack, event
 
 # The session's code writes a frame of its own to the worker's answer channel: 60,000 nested
@@ -84,3 +86,45 @@ def test_hardening_a_commands_leftover_processes_end_with_it_but_not_earlier_one
         )
     )
     assert survivors["stdout"] == "['sleep 300']\nNone\n", survivors
+
+
+def test_hardening_tenant_disable_seen_as_a_refusal_is_not_undone_by_a_container_with_an_older_cache(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dispatch import parts as dependencies
+
+    from tests.support.stack import kill
+
+    # Given dispatch container B, whose pre-flight cache says acme is enabled
+    assert stack.dispatch(event(call_id="d0", code="x = 1"))["ok"] is True
+    stale = dependencies.built()
+    counted = _daily_count(stack)
+    # When the operator disables acme and a fresh container A refuses acme's next call
+    kill(stack, "tenant_disabled")
+    dependencies.reset()
+    refused = stack.dispatch(event(call_id="d1"))
+    assert (refused["error"], refused["reason"]) == ("SandboxProvisioning", "tenant_disabled"), refused
+
+    # Then container B, whose cache is older, refuses acme's later calls too, counting nothing
+    def container_b() -> dependencies.Parts:
+        return stale
+
+    container_b.cache_clear = lambda: None  # type: ignore[attr-defined]  # parts.reset() calls it
+    monkeypatch.setattr(dependencies, "built", container_b)
+    for call_id in ("d2", "d3"):
+        again = stack.dispatch(event(call_id=call_id))
+        assert (again["ok"], again["error"], again["reason"]) == (
+            False,
+            "SandboxProvisioning",
+            "tenant_disabled",
+        )
+    assert _daily_count(stack) == counted
+    rows = {r["call_id"]: r for r in stack.audit_rows("acme")}
+    assert rows["d2"]["exit_status"] == rows["d3"]["exit_status"] == "provisioning"
+
+
+def _daily_count(stack: Stack) -> int:
+    from sandbox_common import naming as n
+
+    items = stack.counter_items()[n.TENANT_DAILY_COUNTERS.logical]
+    return sum(int(i[n.COUNTER_ATTR_COUNT]["N"]) for i in items)

@@ -138,6 +138,11 @@ COUNTER_ATTR_TENANT = "tenant_id"
 COUNTER_ATTR_AGENT = "agent_id"  # items of a dimension keyed by agent only
 COUNTER_ATTR_WINDOW = "window"  # "2026-11-21" (daily) or "2026-11-21T08" (hourly)
 QUOTA_MARKER_PREFIX = "counted#"
+# A tenant's breaker version, also in the tenant-daily table: when a quota container refused a call
+# of the tenant on caps it read at time T (epoch ms), the item holds T, and a container whose caps
+# are older reads them again before it may admit (docs/circuit-breakers.md). Not a counter item.
+QUOTA_BREAKER_PREFIX = "breaker#"
+QUOTA_BREAKER_ATTR_SEEN = "caps_read_ms"
 QUOTA_MARKER_ATTR_DAILY_KEY = "daily_key"  # the counter items this call's count went to,
 QUOTA_MARKER_ATTR_HOURLY_KEY = "hourly_key"  # so a release undoes exactly that count
 
@@ -184,6 +189,9 @@ TENANT_POLICY_ITEM = "policy"
 TEMPLATE_ITEM_PREFIX = "template#"
 HISTORY_ITEM_PREFIX = "history#"
 TEMPLATE_TOOLS_ATTRIBUTE = "tools"  # a template's tool allowlist (§15), beside `environment`
+POLICY_ATTR_ENABLED = "sandbox_enabled"  # the operator's switch (sandboxctl tenant enable|disable)
+POLICY_ATTR_TIER = "compliance_tier"  # standard | regulated | hipaa: only standard runs a sandbox
+TIER_STANDARD = "standard"
 
 # Powertools idempotency persistence layer defaults: key `id`, TTL `expiration`. On the record of
 # an execute_code, written with the claim itself (one PutItem): the call's audit identity (JSON)

@@ -148,14 +148,23 @@ def cancel_job(record: JobRecord, deps: JobDeps) -> JobView:
     return _observe(record, deps, cancel=True)
 
 
-def finish_due_jobs(deps: JobDeps, *, limit: int = 200, until: float | None = None) -> list[tuple[str, str]]:
+def finish_due_jobs(
+    deps: JobDeps,
+    *,
+    limit: int = 200,
+    until: float | None = None,
+    tenants: Callable[[str], bool] = lambda _tenant_id: True,
+) -> list[tuple[str, str]]:
     """For the scheduled reaper: observe every job that is not final yet and end those that ended
     (or are overdue, or whose session is gone). Returns [(job_id, status)] of the jobs it ended.
     Never raises for one job: a failure is logged and the job is left for the next run. `until`
     (epoch seconds, deps.clock): no job is started on after it — the rest wait for the next run,
-    earliest deadline first, so the reaper's other work always gets its turn."""
+    earliest deadline first, so the reaper's other work always gets its turn. `tenants`: only the
+    jobs of the tenants it picks (the kill switch's run)."""
     ended: list[tuple[str, str]] = []
     for record in deps.store.open_jobs(limit=limit):
+        if not tenants(record.tenant_id):
+            continue
         if until is not None and deps.clock() >= until:
             logger.info("job_reap_budget_spent", extra={"ended": len(ended)})
             break

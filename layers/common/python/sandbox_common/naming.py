@@ -96,6 +96,7 @@ class TableSpec:
     ttl_attribute: str | None = None
     indexes: tuple[Index, ...] = field(default_factory=tuple)
     pitr: bool = True
+    stream: str | None = None  # a DynamoDB stream's view type (KEYS_ONLY, ...), when it has one
 
     def physical(self, stage: str) -> str:
         return f"{PROJECT}-{stage}-{self.logical}"
@@ -184,7 +185,9 @@ TURN_ATTR_POOL_EMPTY = "warm_pool_empty"
 TURN_SESSION_STARTING, TURN_SESSION_ACTIVE, TURN_SESSION_STOPPED = "starting", "active", "stopped"
 
 # Tenant policy, template sandbox blocks and the policy change history, one item collection per tenant.
-TENANTS = TableSpec("sandbox_tenants", pk="tenant_id", sk="item", pitr=True)
+# Its stream (keys only) tells the reaper that a tenant's policy item changed, whoever wrote it:
+# the kill switch then reaches the tenant's running work at once.
+TENANTS = TableSpec("sandbox_tenants", pk="tenant_id", sk="item", pitr=True, stream="KEYS_ONLY")
 TENANT_POLICY_ITEM = "policy"
 TEMPLATE_ITEM_PREFIX = "template#"
 HISTORY_ITEM_PREFIX = "history#"
@@ -698,6 +701,11 @@ REAPER_PAUSED_SWEEP_MODULE = "reaper.paused_sweep"
 # The reaper's event that refills one pool (`{"refill": {"tenant_id", "environment"}}`): sent by
 # `sandboxctl warm set` so a new size takes effect at once, not at the next scheduled run.
 REFILL_EVENT_KEY = "refill"
+# The reaper's event that lets the kill switch reach a tenant's admitted work now
+# (`{"kill_switch": {"tenant_id": T}}`, `{}` inside for every tenant): sent by `sandboxctl caps set`
+# / `tenant disable` when the change kills; on AWS the same run follows a change of a caps
+# parameter (an EventBridge rule) or of a tenant's policy item (the tenants table's stream).
+KILL_SWITCH_EVENT_KEY = "kill_switch"
 # The reaper's pure-JSON log line per session it stops (its message and `event`; runbooks query it).
 REAPER_EVENT_SESSION_REAPED = "session_reaped"
 

@@ -302,6 +302,7 @@ class SessionRunner:
             session_stopped=session_stopped,
             stdout_cut=source_was_cut(outcome.stdout),
             stderr_cut=source_was_cut(outcome.stderr),
+            language=language,
         )
 
     # --- internals ----------------------------------------------------------------------------

@@ -54,7 +54,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 
 from .contract import FILE_ID_RE, FILE_NOT_FOUND, INVALID_REQUEST, MCP_SERVER_NAME
-from .errors import ArtifactMismatch, ArtifactUnavailable, DispatchUnavailable
+from .errors import ArtifactMismatch, ArtifactUnavailable, DispatchUnavailable, SandboxRefused
 from .results import Artifact, ExecutionResult, is_texty
 from .tool_input import failure_text, input_problem
 from .turn import SandboxTurn
@@ -163,6 +163,8 @@ class McpSandbox:
                 self.begin_error = None
             except DispatchUnavailable as exc:
                 self._begin_failed(self.what_to_fix(exc))
+            except SandboxRefused as refused:  # e.g. an id dispatch refuses: nothing to retry into
+                self._begin_failed(f"{refused.error}: {refused.error_message}")
 
     def _begin_failed(self, reason: str) -> None:
         self.begin_error = reason
@@ -188,7 +190,7 @@ class McpSandbox:
             self._ending_thread = threading.get_ident()
             try:
                 self.turn.end()
-            except DispatchUnavailable as exc:
+            except (DispatchUnavailable, SandboxRefused) as exc:
                 print(f"sandboxctl mcp: end_turn failed: {exc}", file=sys.stderr)
             finally:
                 self._ending_thread = None
@@ -228,6 +230,8 @@ class McpSandbox:
             return _error(f"{INVALID_REQUEST}: {problem}")
         try:
             result = turn.call_tool(name, tool_input)
+        except SandboxRefused as refused:  # the model sees it as any `ok: false` answer
+            result = refused.result
         except DispatchUnavailable as exc:
             return _error(self.what_to_fix(exc))
         return self.tool_result(turn, result)

@@ -17,7 +17,9 @@ from sandbox_common import naming as n
         (contract.MCP_SERVER_NAME, f"{n.PROJECT}-sandbox"),  # the server is named after the project
         (contract.INVALID_REQUEST, errors.SandboxInvalidRequest.__name__),
         (contract.PROVISIONING, errors.SandboxProvisioning.__name__),
+        (contract.CAP_EXCEEDED, errors.SandboxCapExceeded.__name__),
         (contract.SANDBOX_ERROR, errors.SandboxError.__name__),
+        (contract.REASON_TURN_TOKEN_MISMATCH, n.REASON_TURN_TOKEN_MISMATCH),
         (contract.FILE_ID_RE.pattern, files.FILE_ID_RE.pattern),
         (contract.FILE_NOT_FOUND, messages.FILE_NOT_FOUND),
         (contract.SINGLE_ATTEMPT, aws.SINGLE_ATTEMPT),

@@ -61,3 +61,15 @@ def test_the_client_holds_no_sentence_of_the_tool_definitions() -> None:
     # When the client's sources are read / Then none of them is spelled there: it serves begin_turn's
     sources = {p.name: p.read_text() for p in Path(sandbox_client.__file__).parent.glob("*.py")}
     assert [(s, f) for s in sentences for f, text in sources.items() if s[:40] in text] == []
+
+
+def test_the_packaged_definitions_are_dispatchs_with_the_default_figures() -> None:
+    # Given the copy the client packages (its MCP server lists it before dispatch can be reached)
+    from sandbox_client import definitions
+
+    # Then it is exactly what begin_turn answers for a template without callable tools at the
+    # default figures: `make client-definitions` rewrites it after tool_spec changes
+    assert definitions.packaged() == tool_spec.tool_definitions(limits=tool_spec.SurfaceLimits()), (
+        "the client's tool_definitions.json is stale: run `make client-definitions`"
+    )
+    assert [d["name"] for d in definitions.packaged()] == list(tool_spec.TOOL_NAMES)

@@ -14,7 +14,9 @@ endpoint changed (request signatures are not checked):
 | GetCodeInterpreterSession | GET sessions/get | query sessionId |
 | ListCodeInterpreterSessions | POST sessions/list | body: maxResults, nextToken, status |
 
-Every tool of the model's ToolName enum is implemented: executeCode (python), executeCommand,
+Every tool of the model's ToolName enum is implemented: executeCode (python; javascript and
+typescript with Node.js, each call a fresh process sharing the session's files, as AgentCore's
+`nodejs` runtime runs them: worker.py), executeCommand,
 readFiles, writeFiles, listFiles, removeFiles, and the background commands startCommandExecution
 (`arguments.command`) / getTask / stopTask (`arguments.taskId`); worker.py says what each does.
 `{id}` may be a registered interpreter, its ARN, or `aws.codeinterpreter.v1`, AgentCore's system
@@ -53,8 +55,8 @@ Sources (checked with the docs search, Nov 2026):
   sessions per interpreter); statuses READY|TERMINATED (model enum, boto/boto3#4701).
 Assumed where nothing public says it (change here if AWS is observed to differ): error message
 texts; `taskStatus` "failed" for a non-zero exit; which text goes in content blocks (stdout, then
-stderr); Stop of an already-terminated session → ResourceNotFoundException; language other than
-python → ValidationException (AgentCore runs JS/TS; this local one does not); the task tools'
+stderr); Stop of an already-terminated session → ResourceNotFoundException; `runtime` deno →
+ValidationException (AgentCore offers it; this local one runs Node.js only); the task tools'
 answers (start: taskStatus `working`; getTask of a running task: its output so far, no exitCode;
 an unknown taskId: a tool error, isError true, naming it).
 """
@@ -103,6 +105,11 @@ SESSION_HEADER = "x-amzn-code-interpreter-session-id"
 CHUNK_CHARS = 64 * 1024  # text per content-only event when output is long
 MAX_BODY = 128 * 1024 * 1024
 SESSION_ID_RE = re.compile(r"^[0-9a-zA-Z]{1,40}$")
+# executeCode's languages (the model's enum) and the one runtime each runs with here (AgentCore also
+# offers deno for JavaScript and TypeScript).
+PYTHON = "python"
+LANGUAGES = (PYTHON, "javascript", "typescript")
+RUNTIMES = {PYTHON: "python", "javascript": "nodejs", "typescript": "nodejs"}
 # ToolName enum of the model; the local worker implements every one.
 TOOLS = (
     "executeCode",
@@ -478,8 +485,15 @@ class _Handler(BaseHTTPRequestHandler):
 
         if name == "executeCode":
             need("code", str)
-            if arguments.get("language", "python") != "python":
-                raise validation("the local interpreter runs python only", "arguments.language")
+            language = arguments.get("language", PYTHON)
+            if language not in LANGUAGES:
+                raise validation(
+                    f"arguments.language must be one of {', '.join(LANGUAGES)}", "arguments.language"
+                )
+            runtime = arguments.get("runtime")
+            if runtime is not None and runtime != RUNTIMES[language]:
+                runs = f"the local interpreter runs {language} with runtime {RUNTIMES[language]} only"
+                raise validation(f"{runs}, not {runtime!r}", "arguments.runtime")
         elif name in ("executeCommand", "startCommandExecution"):
             need("command", str)
         elif name in ("getTask", "stopTask"):

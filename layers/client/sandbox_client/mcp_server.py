@@ -13,8 +13,9 @@ client (`definitions.packaged`: dispatch's with the default figures), so a host 
 once, at start, has them; each call meanwhile answers a tool error saying what to fix, and works
 as soon as dispatch answers, without a restart. When the tools `begin_turn` then gives differ from
 those listed (other figures, or none), the server sends `notifications/tools/list_changed`
-(declared as the `tools.listChanged` capability) with the answer of the call that found it. begin_turn is told `client_tools: []`: an MCP host cannot
-answer the template's tools from code (§15), so no description lists them. Each call is
+(declared as the `tools.listChanged` capability) with the answer of the call that found it.
+begin_turn is told `client_tools: []`: an MCP host cannot answer the template's tools from code
+(§15), so no description lists them. Each call is
 validated against its definition, then mapped to its dispatch action by the agent client
 (`SandboxTurn.call_tool`). Results:
 - the dispatch answer as JSON text and as `structuredContent`; for each artifact in its `files`

@@ -511,6 +511,10 @@ ENV_LOCAL_UNISOLATED = "SANDBOX_LOCAL_UNISOLATED"
 # The Python that runs session code (a venv's python or a base interpreter); default: the local
 # interpreter's own base interpreter. Bound read-only into the sandbox with its base installation.
 ENV_SESSION_PYTHON = "SANDBOX_SESSION_PYTHON"
+# In a session's environment: the Node.js and the `typescript` package its JavaScript and TypeScript
+# programs run with (read by sandbox_session.node; the local interpreter sets them).
+ENV_SESSION_NODE = "SANDBOX_NODE"
+ENV_SESSION_TYPESCRIPT = "SANDBOX_TYPESCRIPT"
 
 
 # --- metrics (namespace METRICS_NAMESPACE) --------------------------------------------------------

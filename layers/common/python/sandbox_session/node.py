@@ -1,0 +1,196 @@
+"""JavaScript and TypeScript INSIDE the session: a Node.js program run as a child of the session's
+Python process, its output relayed through that process's `sys.stdout` / `sys.stderr`.
+
+STDLIB ONLY and self-contained, like the rest of `sandbox_session`: the session runner ships this
+file's source with each JavaScript or TypeScript call (`sandbox_runtime.runner.programs`), the
+job runtime writes it into the session beside its own, and the local interpreter's worker loads
+it for the AgentCore SDK's own `executeCode` of `javascript` / `typescript`. It does not import the
+shell runtime (`sandbox_session.shell`): whoever runs a program hands that module in, and its
+`run` starts, feeds, relays and stops Node.js exactly as it does bash.
+
+As AgentCore's `nodejs` runtime runs them: JavaScript as a CommonJS program, TypeScript as an
+ECMAScript module. Each call is a fresh Node.js process in the session's working directory and
+environment (the same files as Python and bash; no variables survive between calls), reading its
+program from a pipe on stdin (`node -`, never an argument, which Linux caps at 128 KiB), in a
+process group of its own that a deadline stops with everything it started. `require` and `import`
+resolve from the working directory.
+
+Why through the Python process: the in-session redactor (the readiness preamble's, SPEC §8 layer 1)
+wraps `sys.stdout` / `sys.stderr` of the session's interpreter. Node writes to its pipes, which are
+read here and written as text into those streams, so every byte a program prints passes the same
+redactor as Python output — a token split across two `process.stdout.write` calls too, since the
+redactor's rolling buffer joins what arrives in pieces — and is counted as it leaves it.
+
+TypeScript is transpiled first (types removed, no type check: `typescript`'s `transpileModule`,
+reporting syntax errors only) by a short Node.js step whose output is kept here, not relayed; a
+syntax error is reported like Node reports one (`SyntaxError: <message> (TS<code>)` with its
+line), and the program never runs. The `typescript` package is looked up at
+`$SANDBOX_TYPESCRIPT` (the local interpreter binds its pinned copy there), then as Node resolves
+`typescript`, then beside the Node.js installation (`<prefix>/lib/node_modules`). Node.js itself is
+`$SANDBOX_NODE`, else the system's, else the first `node` on PATH.
+"""
+
+import base64
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+JAVASCRIPT = "javascript"
+TYPESCRIPT = "typescript"
+LANGUAGES = (JAVASCRIPT, TYPESCRIPT)
+ENV_NODE = "SANDBOX_NODE"
+ENV_TYPESCRIPT = "SANDBOX_TYPESCRIPT"
+SYNTAX_ERROR = 1  # the status of a TypeScript program that does not parse (as Node's own)
+NOT_STARTED = 127  # Node.js or the TypeScript transpiler is not there (as a shell reports it)
+TIMED_OUT = 124  # as the shell runtime's
+_SYSTEM_NODES = ("/usr/bin/node", "/usr/local/bin/node")
+
+# The transpile step: TypeScript on stdin, JavaScript (an ES module) on stdout; the first syntax
+# error on stderr in Node's own shape (location, source line, caret, `SyntaxError: ...`, frame).
+TRANSPILER = r"""
+const path = require("path");
+function load() {
+  const found = [process.env.SANDBOX_TYPESCRIPT, "typescript",
+    path.join(path.dirname(process.execPath), "..", "lib", "node_modules", "typescript")];
+  for (const where of found) {
+    if (!where) continue;
+    try { return require(where); } catch (e) { /* the next place */ }
+  }
+  return null;
+}
+const ts = load();
+if (ts === null) {
+  process.stderr.write("TypeScript is not available in this session: no `typescript` package was found\n");
+  process.exit(127);
+}
+const source = require("fs").readFileSync(0, "utf8");
+const out = ts.transpileModule(source, {
+  fileName: "code.ts",
+  reportDiagnostics: true,
+  compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022, isolatedModules: true,
+                     esModuleInterop: true, sourceMap: false },
+});
+const errors = (out.diagnostics || []).filter((d) => d.category === ts.DiagnosticCategory.Error);
+if (errors.length) {
+  const d = errors[0];
+  const message = ts.flattenDiagnosticMessageText(d.messageText, " ");
+  let line = 1, column = 0, text = "";
+  if (d.file && d.start !== undefined) {
+    const at = d.file.getLineAndCharacterOfPosition(d.start);
+    line = at.line + 1; column = at.character; text = source.split(/\r?\n/)[at.line] || "";
+  }
+  process.stderr.write(`[stdin]:${line}\n${text}\n${" ".repeat(column)}^\n\n` +
+    `SyntaxError: ${message} (TS${d.code})\n    at [stdin]:${line}:${column + 1}\n`);
+  process.exit(1);
+}
+process.stdout.write(out.outputText);
+"""
+
+
+def find_node():
+    """The Node.js to run: $SANDBOX_NODE, else the system's, else the first `node` on PATH."""
+    configured = os.environ.get(ENV_NODE)
+    if configured:
+        return configured
+    for candidate in _SYSTEM_NODES:
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return shutil.which("node") or "node"
+
+
+def argv(language, node=None):
+    """Node's command line for a program of `language` read from stdin."""
+    node = node or find_node()
+    if language == TYPESCRIPT:
+        return [node, "--input-type=module", "-"]
+    return [node, "-"]
+
+
+def launch(command):
+    """Start `command` (a Node.js reading its program from stdin) as the shell runtime's `launch`
+    starts bash: its stdout / stderr on pipes, this process's working directory and environment,
+    a process group of its own. Returns (proc, program_w, out_r, err_r): the caller writes the
+    program into program_w and closes it. Raises OSError, every pipe closed, when Node.js could
+    not be started."""
+    program_r, program_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            command,
+            stdin=program_r,
+            stdout=out_w,
+            stderr=err_w,
+            start_new_session=True,
+        )
+    except OSError:
+        for fd in (program_r, program_w, out_r, out_w, err_r, err_w):
+            os.close(fd)
+        raise
+    for fd in (program_r, out_w, err_w):
+        os.close(fd)
+    return proc, program_w, out_r, err_r
+
+
+def transpile(source, deadline_s, err, node=None):
+    """TypeScript `source` (bytes) as JavaScript: (0, javascript) or (status, None) with the reason
+    written to `err` (SYNTAX_ERROR, NOT_STARTED, TIMED_OUT when the step outlived `deadline_s`)."""
+    try:
+        done = subprocess.run(
+            [node or find_node(), "-e", TRANSPILER],
+            input=source,
+            capture_output=True,
+            timeout=deadline_s,
+            start_new_session=True,
+        )
+    except subprocess.TimeoutExpired:
+        return TIMED_OUT, None
+    except OSError as exc:
+        _write(err, f"node could not be started: {exc}\n")
+        return NOT_STARTED, None
+    if done.returncode != 0:
+        _write(err, done.stderr.decode("utf-8", errors="replace"))
+        return (NOT_STARTED if done.returncode == NOT_STARTED else SYNTAX_ERROR), None
+    return 0, done.stdout
+
+
+def run(shell, source, language, deadline_s=None, out=None, err=None):
+    """Run `source` (bytes) of `language` to its end or its deadline with the shell runtime's
+    `run` (`shell`: sandbox_session.shell as loaded by the caller); its output into `out` / `err`
+    (default: sys.stdout / sys.stderr). Returns its exit status (128 + signal when killed),
+    TIMED_OUT when stopped at the deadline, SYNTAX_ERROR for TypeScript that does not parse,
+    NOT_STARTED when Node.js or the transpiler is not there."""
+    err = sys.stderr if err is None else err
+    node = find_node()
+    started = time.monotonic()
+    if language == TYPESCRIPT:
+        status, source = transpile(source, deadline_s, err, node)
+        if source is None:
+            _flush(err)
+            return status
+    remaining = None if deadline_s is None else max(0.0, deadline_s - (time.monotonic() - started))
+    command = argv(language, node)
+    return shell.run(source, remaining, out, err, start=lambda: launch(command), name="node")
+
+
+def _write(stream, text):
+    try:
+        stream.write(text)
+    except Exception:  # a stream the caller's code broke: the message is dropped, not raised
+        pass
+
+
+def _flush(stream):
+    try:
+        stream.flush()
+    except Exception:
+        pass
+
+
+def main(shell, code_b64, language, deadline_s=None):
+    """A program in the session's kernel: run it, end like a process with its status."""
+    status = run(shell, base64.b64decode(code_b64), language, deadline_s)
+    if status:
+        raise SystemExit(status)

@@ -36,6 +36,11 @@ streamed the same way, one content-only event per file, copied from the session'
 socket in bounded pieces. A session whose answer breaks the channel's bounds is ended, and the
 call answers exitCode 1 with the reason on stderr.
 
+The control plane's CreateCodeInterpreter, GetCodeInterpreter, ListCodeInterpreters and
+DeleteCodeInterpreter (the `bedrock-agentcore-control` client, which the local stack's exported
+environment points here) answer 400 `UnsupportedOperationException` with a sentence naming the
+local stack and what it offers instead: this interpreter serves the stage's interpreters only.
+
 Local additions, not part of AgentCore: `GET /ping` (health, 200),
 `POST /_local/interpreters` (`{"interpreterId": ..., "networkMode": "PUBLIC"|"SANDBOX"}`),
 `GET /_local/isolation` (the isolation in force, isolation.IsolationPlan.describe), the response
@@ -128,6 +133,32 @@ class ApiError(Exception):
     def __init__(self, status: int, error_type: str, message: str, **extra: Any) -> None:
         super().__init__(message)
         self.status, self.error_type, self.message, self.extra = status, error_type, message, extra
+
+
+# The control plane (`bedrock-agentcore-control`, which boto3 reaches here when the local stack's
+# environment is exported): by (method, path parts), the operations AgentCore offers and this
+# interpreter does not, since its interpreters are the stage's, created by `sandboxctl local up`.
+CONTROL_PLANE = {
+    ("PUT", 1): "CreateCodeInterpreter",
+    ("POST", 1): "ListCodeInterpreters",
+    ("GET", 2): "GetCodeInterpreter",
+    ("DELETE", 2): "DeleteCodeInterpreter",
+}
+UNSUPPORTED = "UnsupportedOperationException"
+
+
+def unsupported(operation: str) -> ApiError:
+    """A control-plane call the local stack does not offer: a JSON error botocore parses into a
+    ClientError (code UnsupportedOperationException), saying what the local stack offers instead."""
+    return ApiError(
+        400,
+        UNSUPPORTED,
+        f"{operation} is not offered by the local AgentCore Code Interpreter of the local stack "
+        "(sandboxctl local up): its code interpreters are the ones the local stage declares, created when "
+        "the stack starts, plus the SDK's default aws.codeinterpreter.v1. Sessions and their tools work "
+        "as on AgentCore: StartCodeInterpreterSession, InvokeCodeInterpreter, StopCodeInterpreterSession, "
+        "GetCodeInterpreterSession, ListCodeInterpreterSessions.",
+    )
 
 
 def not_found(message: str) -> ApiError:
@@ -237,6 +268,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         self._dispatch("POST")
 
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._dispatch("DELETE")
+
     # --- plumbing -------------------------------------------------------------------------------
     def _read_body(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)
@@ -319,6 +353,8 @@ class _Handler(BaseHTTPRequestHandler):
                 if handler is not None:
                     handler(parts[1], self._json(body), query)
                     return
+            if parts[0] == "code-interpreters" and (method, len(parts)) in CONTROL_PLANE:
+                raise unsupported(CONTROL_PLANE[(method, len(parts))])
             raise ApiError(404, "UnknownOperationException", f"No operation for {method} {url.path}")
         except ApiError as err:
             self._send_error(err)

@@ -698,7 +698,9 @@ class Kernel:
         or a syntax error); clearContext, Python's, does not apply."""
         started = time.perf_counter()
         with Capture(self.stdout_limit, self.stderr_limit) as cap:
-            status = self.node.run(self.shell, code.encode("utf-8", errors="surrogateescape"), language)
+            status = self.node.run(
+                self.shell, code.encode("utf-8", errors="surrogateescape"), language, keep_spare=True
+            )
         return self._output(cap, status, started)
 
     def execute_command(self, args: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:

@@ -21,6 +21,14 @@ read here and written as text into those streams, so every byte a program prints
 redactor as Python output — a token split across two `process.stdout.write` calls too, since the
 redactor's rolling buffer joins what arrives in pieces — and is counted as it leaves it.
 
+Starting Node.js costs about 40 ms, paid ahead: once a program has run in the session's kernel,
+the next Node.js process is started at once and waits, its program not yet given, reading its stdin
+(`prepare`); the next call of the same kind gives it its program instead of starting one (`start`).
+It is still a fresh process per call: it has run nothing before its program. It is used only while
+the working directory and environment it was started in are still the kernel's; otherwise it is
+stopped and a new one started. One waits per kind of program (and one TypeScript transpiler, with
+`typescript` loaded); it ends with the session.
+
 TypeScript is transpiled first (types removed, no type check: `typescript`'s `transpileModule`,
 reporting syntax errors only) by a short Node.js step whose output is kept here, not relayed; a
 syntax error is reported like Node reports one (`SyntaxError: <message> (TS<code>)` with its
@@ -32,7 +40,9 @@ line), and the program never runs. The `typescript` package is looked up at
 
 import base64
 import os
+import selectors
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -134,45 +144,160 @@ def launch(command):
     return proc, program_w, out_r, err_r
 
 
-def transpile(source, deadline_s, err, node=None):
-    """TypeScript `source` (bytes) as JavaScript: (0, javascript) or (status, None) with the reason
-    written to `err` (SYNTAX_ERROR, NOT_STARTED, TIMED_OUT when the step outlived `deadline_s`)."""
+# One Node.js started ahead per command line, waiting for its program: (proc, fds, context).
+_SPARES = {}
+
+
+def _context():
+    """What a process started now inherits that a program may depend on: working directory and
+    environment (None when the working directory is gone)."""
     try:
-        done = subprocess.run(
-            [node or find_node(), "-e", TRANSPILER],
-            input=source,
-            capture_output=True,
-            timeout=deadline_s,
-            start_new_session=True,
-        )
+        return os.getcwd(), dict(os.environ)
+    except OSError:
+        return None
+
+
+def prepare(command):
+    """Start the next Node.js of `command` now, to wait for its program (`start` gives it one)."""
+    key = tuple(command)
+    if key in _SPARES:
+        return
+    context = _context()
+    if context is None:
+        return
+    try:
+        proc, *fds = launch(command)
+    except OSError:
+        return
+    _SPARES[key] = (proc, fds, context)
+
+
+def start(command):
+    """A Node.js of `command` for a program, as `launch` answers it: the one `prepare` started
+    when it is still waiting and was started in the kernel's present working directory and
+    environment, else a new one."""
+    spare = _SPARES.pop(tuple(command), None)
+    if spare is not None:
+        proc, fds, context = spare
+        if proc.poll() is None and context == _context():
+            return (proc, *fds)
+        _discard(proc, fds)
+    return launch(command)
+
+
+def _discard(proc, fds):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    try:
+        proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
-        return TIMED_OUT, None
+        pass
+
+
+def transpile(source, deadline_s, err, node=None, keep_spare=False):
+    """TypeScript `source` (bytes) as JavaScript: (0, javascript) or (status, None) with the reason
+    written to `err` (SYNTAX_ERROR, NOT_STARTED, TIMED_OUT when the step outlived `deadline_s`).
+    The transpiler loads `typescript` before it reads its input, so one started ahead (`prepare`,
+    with `keep_spare`) has it loaded already."""
+    command = [node or find_node(), "-e", TRANSPILER]
+    try:
+        proc, source_w, out_r, err_r = start(command)
     except OSError as exc:
         _write(err, f"node could not be started: {exc}\n")
         return NOT_STARTED, None
-    if done.returncode != 0:
-        _write(err, done.stderr.decode("utf-8", errors="replace"))
-        return (NOT_STARTED if done.returncode == NOT_STARTED else SYNTAX_ERROR), None
-    return 0, done.stdout
+    try:
+        outputs = _communicate(proc, source_w, (out_r, err_r), source, deadline_s)
+    finally:
+        if keep_spare:
+            prepare(command)
+    if outputs is None:
+        return TIMED_OUT, None
+    (javascript, diagnostics), code = outputs
+    if code != 0:
+        _write(err, diagnostics.decode("utf-8", errors="replace"))
+        return (NOT_STARTED if code == NOT_STARTED else SYNTAX_ERROR), None
+    return 0, javascript
 
 
-def run(shell, source, language, deadline_s=None, out=None, err=None):
+def _communicate(proc, source_w, readers, data, deadline_s):
+    """Feed `data` to `proc` and read its two output pipes to their end, all on one selector (a
+    large output on one pipe never blocks the other); (outputs, status), or None (the process
+    group killed) when `deadline_s` passed first. Every fd is closed."""
+    deadline = None if deadline_s is None else time.monotonic() + deadline_s
+    outputs = {fd: bytearray() for fd in readers}
+    pending = memoryview(data)
+    selector = selectors.DefaultSelector()
+    os.set_blocking(source_w, False)
+    for fd in readers:
+        selector.register(fd, selectors.EVENT_READ)
+    selector.register(source_w, selectors.EVENT_WRITE)
+    timed_out = False
+    try:
+        while selector.get_map():
+            wait = None if deadline is None else deadline - time.monotonic()
+            if wait is not None and wait <= 0:
+                timed_out = True
+                break
+            for key, _ in selector.select(wait):
+                if key.fd == source_w:
+                    try:
+                        pending = pending[os.write(source_w, pending) :]
+                    except OSError:
+                        pending = pending[:0]
+                    if not pending:
+                        selector.unregister(source_w)
+                        os.close(source_w)
+                        source_w = -1
+                    continue
+                chunk = os.read(key.fd, 65536)
+                if chunk:
+                    outputs[key.fd] += chunk
+                else:
+                    selector.unregister(key.fd)
+    finally:
+        selector.close()
+        for fd in (source_w, *readers):
+            if fd >= 0:
+                os.close(fd)
+    if timed_out:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()
+        return None
+    return tuple(bytes(outputs[fd]) for fd in readers), proc.wait()
+
+
+def run(shell, source, language, deadline_s=None, out=None, err=None, keep_spare=False):
     """Run `source` (bytes) of `language` to its end or its deadline with the shell runtime's
     `run` (`shell`: sandbox_session.shell as loaded by the caller); its output into `out` / `err`
     (default: sys.stdout / sys.stderr). Returns its exit status (128 + signal when killed),
     TIMED_OUT when stopped at the deadline, SYNTAX_ERROR for TypeScript that does not parse,
-    NOT_STARTED when Node.js or the transpiler is not there."""
+    NOT_STARTED when Node.js or the transpiler is not there. `keep_spare`: a process that runs
+    more programs (the session's kernel) starts the next Node.js ahead (`prepare`)."""
     err = sys.stderr if err is None else err
     node = find_node()
     started = time.monotonic()
     if language == TYPESCRIPT:
-        status, source = transpile(source, deadline_s, err, node)
+        status, source = transpile(source, deadline_s, err, node, keep_spare)
         if source is None:
             _flush(err)
             return status
     remaining = None if deadline_s is None else max(0.0, deadline_s - (time.monotonic() - started))
     command = argv(language, node)
-    return shell.run(source, remaining, out, err, start=lambda: launch(command), name="node")
+    try:
+        return shell.run(source, remaining, out, err, start=lambda: start(command), name="node")
+    finally:
+        if keep_spare:
+            prepare(command)
 
 
 def _write(stream, text):
@@ -191,6 +316,6 @@ def _flush(stream):
 
 def main(shell, code_b64, language, deadline_s=None):
     """A program in the session's kernel: run it, end like a process with its status."""
-    status = run(shell, base64.b64decode(code_b64), language, deadline_s)
+    status = run(shell, base64.b64decode(code_b64), language, deadline_s, keep_spare=True)
     if status:
         raise SystemExit(status)

@@ -5,7 +5,7 @@ Python call and shell command uses, on AgentCore and on the local interpreter al
 loads the session runtime's Node.js runner (`sandbox_session.node`) and shell runtime
 (`sandbox_session.shell`), both shipped as their source and kept by the session while unchanged,
 and hands them the program, which travels as base64 data and reaches Node.js byte-exact on a pipe —
-never joined with anything (§6.1). Its output is relayed through the session's `sys.stdout` /
+never joined with anything. Its output is relayed through the session's `sys.stdout` /
 `sys.stderr`, so through the in-session redactor, like Python output and a shell script's
 (docs/decisions.md says why this, and not AgentCore's own `javascript` / `typescript` executeCode).
 

@@ -15,11 +15,12 @@ program from a pipe on stdin (`node -`, never an argument, which Linux caps at 1
 process group of its own that a deadline stops with everything it started. `require` and `import`
 resolve from the working directory.
 
-Why through the Python process: the in-session redactor (the readiness preamble's, SPEC §8 layer 1)
-wraps `sys.stdout` / `sys.stderr` of the session's interpreter. Node writes to its pipes, which are
-read here and written as text into those streams, so every byte a program prints passes the same
-redactor as Python output — a token split across two `process.stdout.write` calls too, since the
-redactor's rolling buffer joins what arrives in pieces — and is counted as it leaves it.
+Why through the Python process: the in-session redactor (the readiness preamble's: the first
+redaction layer, docs/redaction.md) wraps `sys.stdout` / `sys.stderr` of the session's
+interpreter. Node writes to its pipes, which are read here and written as text into those streams,
+so every byte a program prints passes the same redactor as Python output — a token split across
+two `process.stdout.write` calls too, since the redactor's rolling buffer joins what arrives in
+pieces — and is counted as it leaves it.
 
 Starting Node.js costs about 40 ms, paid ahead: once a program has run in the session's kernel,
 the next Node.js process is started at once and waits, its program not yet given, reading its stdin

@@ -146,7 +146,7 @@ def launch(command):
 
 
 # One Node.js started ahead per command line, waiting for its program: (proc, fds, context).
-_SPARES = {}
+_SPARES: dict[tuple, tuple] = {}
 
 
 def _context():

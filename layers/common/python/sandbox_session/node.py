@@ -27,8 +27,9 @@ the next Node.js process is started at once and waits, its program not yet given
 (`prepare`); the next call of the same kind gives it its program instead of starting one (`start`).
 It is still a fresh process per call: it has run nothing before its program. It is used only while
 the working directory and environment it was started in are still the kernel's; otherwise it is
-stopped and a new one started. One waits per kind of program (and one TypeScript transpiler, with
-`typescript` loaded); it ends with the session.
+stopped and a new one started. Only the language last run keeps its waiting processes (one Node.js
+for JavaScript, about 40 MB and 7 threads; for TypeScript also a transpiler with `typescript`
+loaded, about 90 MB): they count against the session's memory and task limits, and end with it.
 
 TypeScript is transpiled first (types removed, no type check: `typescript`'s `transpileModule`,
 reporting syntax errors only) by a short Node.js step whose output is kept here, not relayed; a
@@ -173,6 +174,14 @@ def prepare(command):
     _SPARES[key] = (proc, fds, context)
 
 
+def keep_only(commands):
+    """Stop the waiting Node.js processes of every other command line (another language's)."""
+    keep = {tuple(command) for command in commands}
+    for key in [k for k in _SPARES if k not in keep]:
+        proc, fds, _ = _SPARES.pop(key)
+        _discard(proc, fds)
+
+
 def start(command):
     """A Node.js of `command` for a program, as `launch` answers it: the one `prepare` started
     when it is still waiting and was started in the kernel's present working directory and
@@ -202,12 +211,17 @@ def _discard(proc, fds):
         pass
 
 
+def transpiler(node=None):
+    """The transpile step's command line."""
+    return [node or find_node(), "-e", TRANSPILER]
+
+
 def transpile(source, deadline_s, err, node=None, keep_spare=False):
     """TypeScript `source` (bytes) as JavaScript: (0, javascript) or (status, None) with the reason
     written to `err` (SYNTAX_ERROR, NOT_STARTED, TIMED_OUT when the step outlived `deadline_s`).
     The transpiler loads `typescript` before it reads its input, so one started ahead (`prepare`,
     with `keep_spare`) has it loaded already."""
-    command = [node or find_node(), "-e", TRANSPILER]
+    command = transpiler(node)
     try:
         proc, source_w, out_r, err_r = start(command)
     except OSError as exc:
@@ -287,13 +301,15 @@ def run(shell, source, language, deadline_s=None, out=None, err=None, keep_spare
     err = sys.stderr if err is None else err
     node = find_node()
     started = time.monotonic()
+    command = argv(language, node)
+    if keep_spare:  # this language's waiting processes only
+        keep_only([command, transpiler(node)] if language == TYPESCRIPT else [command])
     if language == TYPESCRIPT:
         status, source = transpile(source, deadline_s, err, node, keep_spare)
         if source is None:
             _flush(err)
             return status
     remaining = None if deadline_s is None else max(0.0, deadline_s - (time.monotonic() - started))
-    command = argv(language, node)
     try:
         return shell.run(source, remaining, out, err, start=lambda: start(command), name="node")
     finally:

@@ -241,3 +241,14 @@ def test_a_background_program_completes_redacted_with_one_row(stack: Stack, lang
     rows = {r["call_id"]: r for r in stack.audit_rows("acme")}
     assert rows[f"{language}-job"]["language"] == language and rows[f"{language}-job"]["background"] is True
     assert TOKEN not in json.dumps(rows, default=str)
+
+
+def test_a_background_program_that_throws_fails_the_job_with_what_it_threw(stack: Stack) -> None:
+    submitted = stack.dispatch(
+        program("js-job-throw", "console.log('partial');\nthrow new TypeError('bad job')", background=True)
+    )
+    assert submitted["ok"] is True, submitted
+    final = _wait_final(stack, submitted["job_id"])
+    assert final["ok"] is False and final["status"] == "failed", final
+    assert final["stdout"] == "partial\n" and final["exit_code"] == 1
+    assert (final["exception"]["name"], final["exception"]["value"]) == ("TypeError", "bad job")

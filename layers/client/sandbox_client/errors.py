@@ -55,6 +55,10 @@ class SandboxRefused(Exception):
         self.reason = reason if isinstance(reason, str) else None
         super().__init__(self.error_message or self.error)
 
+    def __reduce__(self) -> tuple[type[SandboxRefused], tuple[dict[str, Any]]]:
+        # pickled (a worker process, a task queue) and copied from the answer it carries
+        return type(self), (self.raw,)
+
     @property
     def result(self) -> ExecutionResult:
         """The refusal as the typed answer (`ok` false): what the MCP server and the Strands tools

@@ -93,11 +93,15 @@ class ExecutionError(str):
     traceback: str | None
 
     def __new__(
-        cls, error_class: str, *, name: str, value: str, traceback: str | None = None
+        cls, error_class: str, *, name: str | None = None, value: str = "", traceback: str | None = None
     ) -> ExecutionError:
         self = super().__new__(cls, error_class)
-        self.name, self.value, self.traceback = name, value, traceback
+        self.name, self.value, self.traceback = name or str(error_class), value, traceback
         return self
+
+    def __getnewargs_ex__(self) -> tuple[tuple[str], dict[str, Any]]:
+        # copy, deepcopy (dataclasses.asdict) and pickle rebuild it with its fields
+        return (str(self),), {"name": self.name, "value": self.value, "traceback": self.traceback}
 
     @classmethod
     def of(cls, answer: dict[str, Any]) -> ExecutionError | None:

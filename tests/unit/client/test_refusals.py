@@ -113,6 +113,15 @@ def test_cap_refusal_raises_sandbox_cap_exceeded_with_dimension_and_resets_at(di
     assert (exc.dimension, exc.resets_at) == ("tenant_daily", "2026-11-24T00:00:00Z")
     assert exc.error == "SandboxCapExceeded" and str(exc) == CAP["error_message"]
     assert exc.raw == CAP and exc.result.ok is False  # the answer as sent, also typed
+    # And it survives a trip through pickle (a worker process, a task queue), fields and all
+    import pickle
+
+    again = pickle.loads(pickle.dumps(exc))
+    assert type(again) is SandboxCapExceeded and (again.dimension, again.resets_at, again.raw) == (
+        "tenant_daily",
+        "2026-11-24T00:00:00Z",
+        CAP,
+    )
 
 
 @pytest.mark.parametrize(

@@ -9,11 +9,12 @@ import sys
 import time
 
 from sandbox_common import naming as n
-from sandbox_session import cell, shell, tools
+from sandbox_session import cell, node, shell, tools
 
 
 def test_call_start_every_runtime_names_the_module_the_collector_reads() -> None:
-    assert cell.CALL_START_MODULE == shell.CALL_START_MODULE == tools.CALL_START_MODULE == n.CALL_START_MODULE
+    names = {runtime.CALL_START_MODULE for runtime in (cell, shell, tools, node)}
+    assert names == {n.CALL_START_MODULE}
 
 
 def test_call_start_a_cell_records_its_start_on_the_sessions_clock() -> None:

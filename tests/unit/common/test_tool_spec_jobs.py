@@ -35,5 +35,5 @@ def test_tool_spec_execute_code_says_variables_persist_only_between_calls() -> N
     persist = next(i for i, s in enumerate(sentences) if "persist" in s)
     background = next(i for i, s in enumerate(sentences) if "background: true" in s)
     job = next(i for i, s in enumerate(sentences) if "fresh process" in s)
-    assert "between calls" in sentences[persist]
+    assert re.search(r"persist between (Python )?calls", sentences[persist]), sentences[persist]
     assert persist < background < job == background + 1

@@ -248,16 +248,17 @@ class EgressStore:
             seq = int(out["Attributes"][n.EGRESS_ATTR_DENIED]["N"])
             old = seq - n.EGRESS_DENIED_HOSTS_KEPT
             names = {"#h": n.EGRESS_ATTR_DENIED_HOSTS, "#s": str(seq)}
-            expression = "SET #h.#s = :host"
+            expression = "SET #h.#s = :entry"
             if old > 0:
                 names["#o"] = str(old)
                 expression += " REMOVE #h.#o"
+            entry = {"M": {"host": {"S": host}, "seq": {"N": str(seq)}}}
             ddb.update_item(
                 TableName=self.egress_table,
                 Key=key,
                 UpdateExpression=expression,
                 ExpressionAttributeNames=names,
-                ExpressionAttributeValues={":host": {"S": host}},
+                ExpressionAttributeValues={":entry": entry},
             )
             if connection is not None:
                 self._put_connection(session_id, connection[0], connection[1], expires_at)
@@ -266,20 +267,28 @@ class EgressStore:
         return seq
 
     def record_cap_refused(self, session_id: str, dimension: str, at: int, expires_at: int) -> None:
-        self.client("dynamodb").update_item(
+        """`cap_refused` = {dimension, count, at}: the dimension that last refused the session a
+        connection, how many refusals there were in all, and when the last one was."""
+        ddb = self.client("dynamodb")
+        key = n.EGRESS.key(session_id, n.EGRESS_COUNTERS_ITEM)
+        ddb.update_item(
             TableName=self.egress_table,
-            Key=n.EGRESS.key(session_id, n.EGRESS_COUNTERS_ITEM),
-            UpdateExpression="SET #c = :c, #a = :a, #e = :e",
+            Key=key,
+            UpdateExpression="SET #c = if_not_exists(#c, :empty), #e = :e",
+            ExpressionAttributeNames={"#c": n.EGRESS_ATTR_CAP_REFUSED, "#e": n.TTL_ATTRIBUTE},
+            ExpressionAttributeValues={":empty": {"M": {}}, ":e": {"N": str(expires_at)}},
+        )
+        ddb.update_item(
+            TableName=self.egress_table,
+            Key=key,
+            UpdateExpression="SET #c.#d = :d, #c.#a = :a ADD #c.#n :one",
             ExpressionAttributeNames={
                 "#c": n.EGRESS_ATTR_CAP_REFUSED,
-                "#a": n.EGRESS_ATTR_CAP_REFUSED_AT,
-                "#e": n.TTL_ATTRIBUTE,
+                "#d": "dimension",
+                "#a": "at",
+                "#n": "count",
             },
-            ExpressionAttributeValues={
-                ":c": {"S": dimension},
-                ":a": {"N": str(at)},
-                ":e": {"N": str(expires_at)},
-            },
+            ExpressionAttributeValues={":d": {"S": dimension}, ":a": {"N": str(at)}, ":one": {"N": "1"}},
         )
 
     def flush(self, deltas: Mapping[str, SessionDelta], windows: Windows) -> None:

@@ -281,17 +281,18 @@ EGRESS_ATTR_ISSUED_AT = "issued_at"  # epoch seconds
 EGRESS_ATTR_REVOKED_AT = "revoked_at"  # epoch seconds; present = revoked
 EGRESS_ATTR_SOURCE = "source"  # the client address the credential is bound to
 # The counters item's attributes (written by the proxy, read into each call's audit row): numbers
-# that only grow, so a call's share is its counters after minus before. `denied_hosts` maps a
-# denial's sequence number (the value of `denied` it made, as a string) to its host, redacted; the
-# proxy keeps the last EGRESS_DENIED_HOSTS_KEPT of them. `cap_refused` names the cap dimension
-# that refused a connection (egress_daily_bytes), with `cap_refused_at` (epoch seconds).
+# that only grow, so a call's share is its counters after minus before. `denied_hosts` is a map
+# from a denial's sequence number (as a string) to {"host" (redacted), "seq"}: seq is the value
+# `denied` took with that denial; the proxy keeps the last EGRESS_DENIED_HOSTS_KEPT of them (a
+# flood's denials beyond the ones written one by one are counted without a host). `cap_refused` is
+# {"dimension", "count", "at"}: the cap dimension that last refused the session a connection
+# (egress_daily_bytes), how many refusals in all, and when the last was (epoch seconds).
 EGRESS_ATTR_ALLOWED = "allowed"
 EGRESS_ATTR_DENIED = "denied"
 EGRESS_ATTR_BYTES_OUT = "bytes_out"
 EGRESS_ATTR_BYTES_IN = "bytes_in"
 EGRESS_ATTR_DENIED_HOSTS = "denied_hosts"
 EGRESS_ATTR_CAP_REFUSED = "cap_refused"
-EGRESS_ATTR_CAP_REFUSED_AT = "cap_refused_at"
 EGRESS_DENIED_HOSTS_KEPT = 32
 # The name the proxy answers itself (never forwarded): a session binds its credential to its
 # address with a request to http(s)://egress.sandbox.internal/bind through the proxy.

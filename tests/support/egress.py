@@ -371,3 +371,32 @@ def wait_for(predicate: Any, *, timeout: float, interval: float = 0.5, what: str
             return last
         time.sleep(interval)
     raise AssertionError(f"{what} not reached within {timeout}s (last: {last!r})")
+
+
+class Tunnel:
+    """One CONNECT tunnel kept open, its requests sent one after another on the same connection
+    (what an open session's keep-alive connection does): `get(path)` -> Answer."""
+
+    def __init__(
+        self, proxy: Proxy, session_id: str, secret: str, host: str, *, source: str = "127.0.0.1"
+    ) -> None:
+        self.host = host
+        self.sock = socket.create_connection((proxy.host, proxy.port), timeout=30, source_address=(source, 0))
+        self.sock.sendall(
+            f"CONNECT {host}:443 HTTP/1.1\r\nHost: {host}:443\r\n"
+            f"Proxy-Authorization: {proxy.authorization(session_id, secret)}\r\n\r\n".encode()
+        )
+        head = _read_head(self.sock)
+        assert head.startswith(b"HTTP/1.1 200"), head
+        context = ssl.create_default_context(cafile=proxy.ca_cert)
+        self.conn = http.client.HTTPConnection(host, 443, timeout=30)
+        self.conn.sock = context.wrap_socket(self.sock, server_hostname=host)
+
+    def get(self, path: str) -> Answer:
+        self.conn.request("GET", path)
+        response = self.conn.getresponse()
+        return Answer(response.status, {k.lower(): v for k, v in response.getheaders()}, response.read())
+
+    def close(self) -> None:
+        self.conn.close()
+        self.sock.close()

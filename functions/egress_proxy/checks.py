@@ -143,7 +143,7 @@ def first_public(addresses: Iterable[str]) -> tuple[str | None, str | None]:
 
 def head_size(method: str, target: str, headers: Iterable[tuple[bytes, bytes]]) -> int:
     """The bytes of a request's line and headers as HTTP/1 writes them."""
-    size = len(method) + len(target) + len(" HTTP/1.1\r\n") + 2
+    size = len(method) + 1 + len(target) + len(" HTTP/1.1\r\n") + 2
     for name, value in headers:
         size += len(name) + len(value) + 4
     return size

@@ -143,12 +143,19 @@ def egress_stack(
     names: list[str],
     resolve: str = "",
     uncertified: tuple[str, ...] = (),
+    routes_extra: str = "",
     **env_extra: str,
 ) -> Iterator[tuple[dict[str, str], HttpsTestServer]]:
     """A local stack whose proxy routes `names` to a test HTTPS server (started first). The
-    `uncertified` names are routed to the same server, whose certificate does not name them."""
+    `uncertified` names are routed to the same server, whose certificate does not name them;
+    `routes_extra` adds routes of the test's own (`name=127.0.0.1:PORT,...`)."""
     server = HttpsTestServer(certs.make_ca("egress test CA"), names, directory / "server").start()
-    routes = ",".join([server.routes(), *(f"{name}=127.0.0.1:{server.port}" for name in uncertified)])
+    routes = ",".join(
+        filter(
+            None,
+            [server.routes(), *(f"{name}=127.0.0.1:{server.port}" for name in uncertified), routes_extra],
+        )
+    )
     extra = {
         n.ENV_EGRESS_TEST_ROUTES: routes,
         n.ENV_EGRESS_TEST_CA: str(server.ca_file),

@@ -231,7 +231,7 @@ class EgressAddon:
             self.engine.add_bytes(state, conn, out=len(message.content))
         else:
             self.engine.add_bytes(state, conn, into=len(message.content))
-        closed = self.engine.gate_cached(state.credential)
+        closed = self.engine.gate_cached(state.credential, flow.request.host, flow.request.port)
         if closed is not None:  # a breaker closed the scope: the websocket ends here
             message.drop()
             logger.warning("egress_websocket_closed", extra={"reason": closed.reason})

@@ -144,12 +144,14 @@ def egress_stack(
     resolve: str = "",
     uncertified: tuple[str, ...] = (),
     routes_extra: str = "",
+    ca: certs.KeyPair | None = None,
     **env_extra: str,
 ) -> Iterator[tuple[dict[str, str], HttpsTestServer]]:
     """A local stack whose proxy routes `names` to a test HTTPS server (started first). The
     `uncertified` names are routed to the same server, whose certificate does not name them;
-    `routes_extra` adds routes of the test's own (`name=127.0.0.1:PORT,...`)."""
-    server = HttpsTestServer(certs.make_ca("egress test CA"), names, directory / "server").start()
+    `routes_extra` adds routes of the test's own (`name=127.0.0.1:PORT,...`), to servers whose
+    certificates `ca` (given, else made here) signed."""
+    server = HttpsTestServer(ca or certs.make_ca("egress test CA"), names, directory / "server").start()
     routes = ",".join(
         filter(
             None,

@@ -12,7 +12,7 @@ from sandbox_common import dimensions
 from sandbox_common import naming as n
 
 from infra.local.state import LocalStackError
-from infra.sandboxctl import render, sessions_cli
+from infra.sandboxctl import egress_cli, render, sessions_cli
 from infra.sandboxctl.errors import EXIT_FAILURE, EXIT_OK, CtlError
 
 
@@ -46,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
         "warm": sessions_cli.run_warm,
         "sessions": sessions_cli.run_sessions,
         "usage": _usage,
+        "egress": egress_cli.run_egress,
+        "secrets": egress_cli.run_secrets,
     }[args.command]
     return handler(args, target)
 
@@ -109,6 +111,7 @@ def _local(args: argparse.Namespace) -> int:
                     + f" (state {data['state_dir']})\n"
                     + render.table(rows, ["component", "pid", "alive", "endpoint", "log"])
                     + _isolation_line(data.get("isolation"))
+                    + _egress_line(data.get("egress"))
                     + (
                         "\ninterpreters: " + ", ".join(data["interpreters"])
                         if data.get("interpreters")
@@ -119,6 +122,16 @@ def _local(args: argparse.Namespace) -> int:
     except LocalStackError as exc:
         raise CtlError(str(exc)) from None
     return EXIT_OK
+
+
+def _egress_line(egress: dict[str, Any] | None) -> str:
+    """The egress proxy sessions of allowlist environments go through, and the CA they trust."""
+    if not egress:
+        return "\negress proxy: none (make egress-runtime); allowlist sessions cannot start"
+    return (
+        f"\negress proxy: {egress['proxy']} (CA certificate {egress['ca_cert']});"
+        f" package index {egress['index_url']}"
+    )
 
 
 def _isolation_line(isolation: dict[str, Any] | None) -> str:
@@ -151,6 +164,13 @@ def _invoke(args: argparse.Namespace, target: Any) -> int:
         raise CtlError(f"the event is not valid JSON: {exc}") from None
     response = ops.invoke(target, event)
     print(json.dumps(response, indent=None if args.json else 2, sort_keys=True))
+    if isinstance(response, dict) and response.get("ok") is False:
+        # The answer is printed whole; a script sees the failure in the exit status, a person the
+        # named class and its sentence on stderr.
+        error = response.get("error") or "SandboxError"
+        message = " ".join(str(response.get("error_message") or "").split())
+        print(f"sandboxctl: dispatch answered ok: false: {error}: {message}".rstrip(": "), file=sys.stderr)
+        return EXIT_FAILURE
     return EXIT_OK
 
 
@@ -196,7 +216,7 @@ def _caps(args: argparse.Namespace, target: Any) -> int:
             data,
             lambda: (
                 f"{data['parameter']} = {data['value']} (was"
-                f" {'unset' if data['previous'] is None else data['previous']})"
+                f" {'unset' if data['previous'] is None else data['previous']})" + _kill_line(data)
             ),
         )
     else:
@@ -241,8 +261,20 @@ def _tenant(args: argparse.Namespace, target: Any) -> int:
         data = ops.tenant_set(target, args.tenant, enabled=False)
     else:
         data = ops.tenant_set(target, args.tenant, tier=args.tier)
-    _out(args, data, lambda: f"{data['tenant_id']}: {data['action']}: {data['before']} -> {data['after']}")
+    _out(
+        args,
+        data,
+        lambda: (
+            f"{data['tenant_id']}: {data['action']}: {data['before']} -> {data['after']}" + _kill_line(data)
+        ),
+    )
     return EXIT_OK
+
+
+def _kill_line(data: dict[str, Any]) -> str:
+    """What a change that kills did about the admitted work (ops.kill_switch_now)."""
+    said = data.get(n.KILL_SWITCH_EVENT_KEY)
+    return f"\nrunning jobs and warm sessions: stop {said}" if said else ""
 
 
 def _template(args: argparse.Namespace, target: Any) -> int:

@@ -16,6 +16,7 @@ from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_destinations as destinations
+from aws_cdk import aws_lambda_event_sources as lambda_event_sources
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
@@ -39,6 +40,11 @@ SHARED_PACKAGES: dict[str, tuple[str, ...]] = {
     n.DISPATCH: (n.SHARED_RUNTIME_PACKAGE,),
     n.REAPER: (n.SHARED_RUNTIME_PACKAGE,),
 }
+
+# What the session runner does to the egress table (functions/sandbox_runtime): put a credential,
+# set its `revoked_at`, read the `counters` item. The proxy's own role (the egress construct) is the
+# only one that writes counters and connections.
+EGRESS_SESSION_ACTIONS: tuple[str, ...] = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
 
 _RETENTION: dict[int, logs.RetentionDays] = {
     1: logs.RetentionDays.ONE_DAY,
@@ -75,7 +81,11 @@ def function_code(logical: str, functions_dir: Path = FUNCTIONS_DIR) -> lambda_.
     """`functions/` as Lambda sees it (/var/task), minus the other functions' packages, so each
     function ships only its own code and its asset hash changes only when that code does."""
     shipped = {n.FUNCTION_PACKAGES[logical], *SHARED_PACKAGES.get(logical, ())}
-    packages = {*n.FUNCTION_PACKAGES.values(), *(pkg for pkgs in SHARED_PACKAGES.values() for pkg in pkgs)}
+    packages = {
+        *n.FUNCTION_PACKAGES.values(),
+        *(pkg for pkgs in SHARED_PACKAGES.values() for pkg in pkgs),
+        n.EGRESS_PROXY_PACKAGE,  # the egress proxy's container ships it, never a Lambda
+    }
     others = sorted(packages - shipped)
     return lambda_.Code.from_asset(str(functions_dir), exclude=[*others, *ASSET_EXCLUDES])
 
@@ -121,6 +131,7 @@ class ComputeConstruct(Construct):
         )  # a reaped job's row
         self._grant_reaper(reaper)
         self.reaper_schedule = self._build_reaper_schedule(reaper)
+        self.kill_switch_rule = self._build_kill_switch_triggers(reaper)
 
     @property
     def dispatch(self) -> lambda_.Function:
@@ -225,6 +236,15 @@ class ComputeConstruct(Construct):
                 resources=[self._state.tables[n.TURNS.logical].table_arn],
             )
         )
+        # A disabled tenant is refused inside the count's transaction (a ConditionCheck on its
+        # policy item, strongly consistent): no container's older pre-flight cache admits it.
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="TenantPolicyConditionCheck",
+                actions=["dynamodb:ConditionCheckItem"],
+                resources=[self._state.tables[n.TENANTS.logical].table_arn],
+            )
+        )
         role.add_to_policy(
             iam.PolicyStatement(
                 sid="CountedMarkers",
@@ -288,6 +308,9 @@ class ComputeConstruct(Construct):
                 n.IDEMPOTENCY,
                 ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"],
             ),
+            # an allowlist session's proxy credential: issued (conditional put) when its session
+            # starts, revoked when it stops, and its counters read around each call
+            ("EgressCredentials", n.EGRESS, list(EGRESS_SESSION_ACTIONS)),
         ):
             role.add_to_policy(
                 iam.PolicyStatement(sid=sid, actions=actions, resources=[tables[spec.logical].table_arn])
@@ -390,6 +413,55 @@ class ComputeConstruct(Construct):
         rule.add_target(targets.LambdaFunction(fn, retry_attempts=0))  # the next run is 5 minutes away
         return rule
 
+    def _build_kill_switch_triggers(self, fn: lambda_.Function) -> events.Rule:
+        """The kill switch reaches admitted work at once, not at the reaper's next scheduled run:
+        any change of a caps parameter (EventBridge's `Parameter Store Change`) and any write of a
+        tenant's policy item (the tenants table's stream, keys only, policy items only) invoke the
+        reaper with the change; it reads the kill switch afresh and stops what is killed
+        (`reaper.kill_switch_run`). `sandboxctl` sends the same run itself; these cover a change
+        made any other way."""
+        rule = events.Rule(
+            self,
+            "KillSwitchCapsChange",
+            event_pattern=events.EventPattern(
+                source=["aws.ssm"],
+                detail_type=["Parameter Store Change"],
+                detail={"name": events.Match.prefix(f"{n.ssm_prefix(self._config.name)}/caps/")},
+            ),
+            description="A caps parameter changed: the reaper stops the work of tenants a cap of 0 kills",
+        )
+        rule.add_target(targets.LambdaFunction(fn, retry_attempts=2))
+        tenants = self._state.tables[n.TENANTS.logical]
+        fn.add_event_source(
+            lambda_event_sources.DynamoEventSource(
+                tenants,
+                starting_position=lambda_.StartingPosition.LATEST,
+                batch_size=25,
+                max_batching_window=cdk.Duration.seconds(0),
+                retry_attempts=2,
+                filters=[
+                    lambda_.FilterCriteria.filter(
+                        {
+                            "dynamodb": {
+                                "Keys": {
+                                    n.TENANTS.sort_key: {
+                                        "S": lambda_.FilterRule.is_equal(n.TENANT_POLICY_ITEM)
+                                    }
+                                }
+                            }
+                        }
+                    )
+                ],
+            )
+        )
+        acknowledge(
+            self.roles[n.REAPER],
+            "AwsSolutions-IAM5[Resource::*]",
+            "dynamodb:ListStreams, which the stream's event source mapping needs, has no resource-level "
+            "permission; the stream itself is read only on the tenants table's stream ARN.",
+        )
+        return rule
+
     def _grant_reaper(self, fn: lambda_.Function) -> None:
         role = self.roles[n.REAPER]
         tables = self._state.tables
@@ -415,6 +487,15 @@ class ComputeConstruct(Construct):
                 sid="ReadTurns",
                 actions=["dynamodb:GetItem"],
                 resources=[tables[n.TURNS.logical].table_arn],
+            )
+        )
+        # Sessions the reaper starts (warm pools) or stops: their egress credentials, and the
+        # counters a job's end reads for its row.
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="EgressCredentials",
+                actions=list(EGRESS_SESSION_ACTIONS),
+                resources=[tables[n.EGRESS.logical].table_arn],
             )
         )
         # The kill switch (§22): a disabled tenant's jobs are cancelled and its warm pool emptied;

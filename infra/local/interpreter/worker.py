@@ -9,8 +9,11 @@ that module's source file (`--shell`, bound read-only into the sandbox beside th
 Protocol: requests and answers are frames on two dedicated pipe fds, never on stdout/stderr, so
 nothing user code prints can corrupt the channel: [u32 big-endian JSON length][u32 raw length]
 [ASCII JSON][raw part], the raw part a sequence of blocks, each [u32 length][bytes]. The first
-frame the worker sends is `{"ready": true, "pid": ...}`. An answer's JSON holds scalars and short
-messages only (at most MAX_JSON); its raw blocks hold what may be large:
+frame the worker sends is `{"ready": true, "pid": ...}`. Each request carries the server's
+sequence number `seq` and its answer carries it back, so an answer is only ever taken for the call
+that asked: a frame left in the channel (written there by user code) is off by at least one. An
+answer's JSON holds scalars and short messages only (at most MAX_JSON); its raw blocks hold what
+may be large:
 - executeCode, executeCommand and the task tools: two blocks, the kept stdout and stderr bytes
   (at most --stdout-kept / --stderr-kept: the caps plus a redaction margin), the exact counts in
   the JSON;
@@ -50,7 +53,9 @@ killed), isError iff exitCode != 0, the exact byte counts. `startCommandExecutio
 way in the background (its own process group): the answer carries taskId and taskStatus
 `working`; `getTask` answers the output so far (redacted by a copy of the session's redactor,
 pushed out as it is written, never splitting a token), then `completed` / `failed` with exitCode;
-`stopTask` kills the task and everything it started (`canceled`).
+`stopTask` kills the task and everything it started (`canceled`). What an executeCommand's
+script leaves running ends with its call, as for a command dispatch sends
+(`sandbox_session.shell.end_leftovers`).
 """
 
 from __future__ import annotations
@@ -155,7 +160,7 @@ def recv_frame(fd: int, max_json: int = MAX_REQUEST) -> Frame | None:
         return None
     try:
         obj = json.loads(payload.decode("utf-8"))
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # nested deeper than the parser goes is no frame either
         raise ProtocolError("a frame's JSON part does not parse") from exc
     if not isinstance(obj, dict):
         raise ProtocolError("a frame's JSON part is not an object")
@@ -394,10 +399,11 @@ def _join_all(readers: Sequence[_PipeReader]) -> None:
 
 
 # --- commands ---------------------------------------------------------------------------------
-def load_shell(path: str) -> Any:
-    """The session runtime's shell module (`sandbox_session.shell`: bash's launch and exit status),
-    executed from its source file as a session executes it: no package of ours is importable here."""
-    module = types.ModuleType("_sbx_shell")
+def load_shell(path: str, name: str = "_sbx_shell") -> Any:
+    """A session runtime module from its source file, executed as a session executes it (no
+    package of ours is importable here): the shell runtime (`sandbox_session.shell`: bash's launch
+    and exit status) or the Node.js runner (`sandbox_session.node`)."""
+    module = types.ModuleType(name)
     with open(path, encoding="utf-8") as source:
         exec(compile(source.read(), path, "exec"), module.__dict__)
     return module
@@ -602,9 +608,10 @@ def _message(text: str) -> str:
 
 
 class Kernel:
-    def __init__(self, stdout_limit: int, stderr_limit: int, shell: Any) -> None:
+    def __init__(self, stdout_limit: int, stderr_limit: int, shell: Any, node: Any) -> None:
         self.stdout_limit, self.stderr_limit = stdout_limit, stderr_limit
         self.shell = shell  # sandbox_session.shell (load_shell)
+        self.node = node  # sandbox_session.node (load_shell), JavaScript and TypeScript
         self.cell = 0
         self.namespace: dict[str, Any] = {}
         self.reset()
@@ -656,6 +663,9 @@ class Kernel:
         }, cap.blocks
 
     def execute_code(self, args: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
+        language = args.get("language") or "python"
+        if language in self.node.LANGUAGES:
+            return self.execute_program(str(args.get("code", "")), language)
         if args.get("clearContext"):
             self.reset()
         exit_code = 0
@@ -685,19 +695,40 @@ class Kernel:
                 exit_code = 1
         return self._output(cap, exit_code, started)
 
+    def execute_program(self, code: str, language: str) -> tuple[dict[str, Any], list[bytes]]:
+        """executeCode of `javascript` / `typescript`: a fresh Node.js process running `code` to
+        its end (`sandbox_session.node.run`: the program on a pipe, its output relayed through
+        this process's sys.stdout / sys.stderr, so through the in-session redactor when it is
+        installed, and counted as it leaves it). The exit code is Node's (1 for an uncaught error
+        or a syntax error); clearContext, Python's, does not apply."""
+        started = time.perf_counter()
+        with Capture(self.stdout_limit, self.stderr_limit) as cap:
+            status = self.node.run(
+                self.shell, code.encode("utf-8", errors="surrogateescape"), language, keep_spare=True
+            )
+        return self._output(cap, status, started)
+
     def execute_command(self, args: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
         """`arguments.command`: a shell script, run to its end by bash (see start_script), its
         output relayed through this process's sys.stdout / sys.stderr, so through the in-session
         redactor exactly like Python output, and counted as it leaves it."""
         started = time.perf_counter()
-        with Capture(self.stdout_limit, self.stderr_limit) as cap:
-            try:
-                proc, relays = start_script(self.shell, args.get("command", ""), sys.stdout, sys.stderr, 1, 2)
-            except OSError as exc:
-                os.write(2, f"bash could not start: {exc}\n".encode())
-                return self._output(cap, 127, started)
-            code = self.shell.status(proc.wait())
-            _join_all(relays)  # a background child of the script may keep a pipe open
+        # what the script leaves running ends with the call (sandbox_session.shell.end_leftovers)
+        before, reaper = self.shell.processes_below(), self.shell.subreaper(True)
+        try:
+            with Capture(self.stdout_limit, self.stderr_limit) as cap:
+                try:
+                    proc, relays = start_script(
+                        self.shell, args.get("command", ""), sys.stdout, sys.stderr, 1, 2
+                    )
+                except OSError as exc:
+                    os.write(2, f"bash could not start: {exc}\n".encode())
+                    return self._output(cap, 127, started)
+                code = self.shell.status(proc.wait())
+                _join_all(relays)  # a background child of the script may keep a pipe open
+        finally:
+            self.shell.end_leftovers(before, pgid=None)
+            self.shell.subreaper(reaper)
         return self._output(cap, code, started)
 
     # Background commands (startCommandExecution / getTask / stopTask).
@@ -863,6 +894,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stderr-kept", type=int, default=1 << 15)
     parser.add_argument("--max-processes", type=int, default=0)
     parser.add_argument("--shell", required=True)  # sandbox_session/shell.py, as the sandbox sees it
+    parser.add_argument("--node", required=True)  # sandbox_session/node.py, as the sandbox sees it
     opts = parser.parse_args(argv)
 
     # Protocol fds must not leak into subprocesses that user code starts.
@@ -874,7 +906,9 @@ def main(argv: list[str] | None = None) -> int:
 
     apply_limits(opts.memory_mb, opts.cpu_seconds, opts.file_size_mb, opts.max_processes)
     threading.stack_size(512 * 1024)  # capture threads must fit comfortably under RLIMIT_AS
-    kernel = Kernel(opts.stdout_kept, opts.stderr_kept, load_shell(opts.shell))
+    kernel = Kernel(
+        opts.stdout_kept, opts.stderr_kept, load_shell(opts.shell), load_shell(opts.node, "_sbx_node")
+    )
     ops = {
         "executeCode": kernel.execute_code,
         "executeCommand": kernel.execute_command,
@@ -892,7 +926,7 @@ def main(argv: list[str] | None = None) -> int:
         if request is None:  # the server closed the channel: the session is over
             return 0
         result, blocks = ops[request.obj["op"]](request.obj.get("arguments") or {})
-        send_frame(opts.resp_fd, result, blocks)
+        send_frame(opts.resp_fd, {**result, "seq": request.obj.get("seq")}, blocks)
         if result.get("fatal"):
             return 137
 

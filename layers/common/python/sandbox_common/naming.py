@@ -96,6 +96,7 @@ class TableSpec:
     ttl_attribute: str | None = None
     indexes: tuple[Index, ...] = field(default_factory=tuple)
     pitr: bool = True
+    stream: str | None = None  # a DynamoDB stream's view type (KEYS_ONLY, ...), when it has one
 
     def physical(self, stage: str) -> str:
         return f"{PROJECT}-{stage}-{self.logical}"
@@ -137,7 +138,13 @@ COUNTER_ATTR_COUNT = "call_count"  # not "count": that is a DynamoDB reserved wo
 COUNTER_ATTR_TENANT = "tenant_id"
 COUNTER_ATTR_AGENT = "agent_id"  # items of a dimension keyed by agent only
 COUNTER_ATTR_WINDOW = "window"  # "2026-11-21" (daily) or "2026-11-21T08" (hourly)
+COUNTER_ATTR_BYTES = "byte_count"  # a bytes dimension's counter (egress_daily_bytes), added by the proxy
 QUOTA_MARKER_PREFIX = "counted#"
+# A tenant's breaker version, also in the tenant-daily table: when a quota container refused a call
+# of the tenant on caps it read at time T (epoch ms), the item holds T, and a container whose caps
+# are older reads them again before it may admit (docs/circuit-breakers.md). Not a counter item.
+QUOTA_BREAKER_PREFIX = "breaker#"
+QUOTA_BREAKER_ATTR_SEEN = "caps_read_ms"
 QUOTA_MARKER_ATTR_DAILY_KEY = "daily_key"  # the counter items this call's count went to,
 QUOTA_MARKER_ATTR_HOURLY_KEY = "hourly_key"  # so a release undoes exactly that count
 
@@ -179,11 +186,16 @@ TURN_ATTR_POOL_EMPTY = "warm_pool_empty"
 TURN_SESSION_STARTING, TURN_SESSION_ACTIVE, TURN_SESSION_STOPPED = "starting", "active", "stopped"
 
 # Tenant policy, template sandbox blocks and the policy change history, one item collection per tenant.
-TENANTS = TableSpec("sandbox_tenants", pk="tenant_id", sk="item", pitr=True)
+# Its stream (keys only) tells the reaper that a tenant's policy item changed, whoever wrote it:
+# the kill switch then reaches the tenant's running work at once.
+TENANTS = TableSpec("sandbox_tenants", pk="tenant_id", sk="item", pitr=True, stream="KEYS_ONLY")
 TENANT_POLICY_ITEM = "policy"
 TEMPLATE_ITEM_PREFIX = "template#"
 HISTORY_ITEM_PREFIX = "history#"
 TEMPLATE_TOOLS_ATTRIBUTE = "tools"  # a template's tool allowlist (§15), beside `environment`
+POLICY_ATTR_ENABLED = "sandbox_enabled"  # the operator's switch (sandboxctl tenant enable|disable)
+POLICY_ATTR_TIER = "compliance_tier"  # standard | regulated | hipaa: only standard runs a sandbox
+TIER_STANDARD = "standard"
 
 # Powertools idempotency persistence layer defaults: key `id`, TTL `expiration`. On the record of
 # an execute_code, written with the claim itself (one PutItem): the call's audit identity (JSON)
@@ -272,6 +284,35 @@ EGRESS = TableSpec("sandbox_egress", pk="session_id", sk="item", ttl_attribute=T
 EGRESS_CREDENTIAL_ITEM = "credential"
 EGRESS_COUNTERS_ITEM = "counters"
 EGRESS_CONNECTION_PREFIX = "conn#"
+# The credential item's attributes (written by the session runner, read and bound by the proxy).
+EGRESS_ATTR_TENANT = "tenant_id"
+EGRESS_ATTR_ENVIRONMENT = "environment"
+EGRESS_ATTR_SECRET_SHA256 = "secret_sha256"
+EGRESS_ATTR_ISSUED_AT = "issued_at"  # epoch seconds
+EGRESS_ATTR_REVOKED_AT = "revoked_at"  # epoch seconds; present = revoked
+EGRESS_ATTR_SOURCE = "source"  # the client address the credential is bound to
+# The counters item's attributes (written by the proxy, read into each call's audit row): numbers
+# that only grow, so a call's share is its counters after minus before. `denied_hosts` is a map
+# from a denial's sequence number (as a string) to {"host" (redacted), "seq"}: seq is the value
+# `denied` took with that denial; the proxy keeps the last EGRESS_DENIED_HOSTS_KEPT of them (a
+# flood's denials beyond the ones written one by one are counted without a host). `cap_refused` is
+# {"dimension", "count", "at"}: the cap dimension that last refused the session a connection
+# (egress_daily_bytes), how many refusals in all, and when the last was (epoch seconds).
+EGRESS_ATTR_ALLOWED = "allowed"
+EGRESS_ATTR_DENIED = "denied"
+EGRESS_ATTR_BYTES_OUT = "bytes_out"
+EGRESS_ATTR_BYTES_IN = "bytes_in"
+EGRESS_ATTR_DENIED_HOSTS = "denied_hosts"
+EGRESS_ATTR_CAP_REFUSED = "cap_refused"
+EGRESS_DENIED_HOSTS_KEPT = 32
+# The name the proxy answers itself (never forwarded): a session binds its credential to its
+# address with a request to http(s)://egress.sandbox.internal/bind through the proxy.
+EGRESS_PSEUDO_HOST = "egress.sandbox.internal"
+EGRESS_BIND_PATH = "/bind"
+# The local stack's package index, as sessions name it (the local egress proxy routes it to the
+# stack's own index server; on AWS the index is the stage's CodeArtifact repository).
+LOCAL_PACKAGE_INDEX_HOST = "packages.sandbox.internal"
+LOCAL_PACKAGE_INDEX_URL = f"https://{LOCAL_PACKAGE_INDEX_HOST}/simple/"
 
 ALL_TABLES: tuple[TableSpec, ...] = (
     TENANT_DAILY_COUNTERS,
@@ -284,12 +325,21 @@ ALL_TABLES: tuple[TableSpec, ...] = (
     JOBS,
     SESSIONS,
     CONTINUATIONS,
+    EGRESS,
 )
 
 
 # --- S3 objects: artifacts (§14) ------------------------------------------------------------------
 OUTPUTS_DIR = "outputs"  # artifacts are collected from here, relative to the working directory
 FIGURE_NAME = "figure-{n}.png"  # open matplotlib figures saved under this name (§14.2)
+# Which version of each file under OUTPUTS_DIR the turn's calls have returned (path -> [size,
+# mtime_ns]), kept in the session by the artifact collector and read by a job's supervisor (a job
+# returns only what no call returned): relative to the working directory.
+OUTPUTS_STATE_DIR = ".sandbox"
+OUTPUTS_STATE_FILE = f"{OUTPUTS_STATE_DIR}/outputs-state.json"
+# The in-session module in which each call's driver records when the call started (`started_ns`,
+# the session's clock): files changed under OUTPUTS_DIR since then are the call's, not a job's.
+CALL_START_MODULE = "_sbx_call"
 SKIPPED_TOO_MANY = "too_many"
 SKIPPED_TOO_LARGE = "too_large"
 FILE_ID_PREFIX = "file-"
@@ -410,6 +460,10 @@ FUNCTION_PACKAGES: dict[str, str] = {
 }
 # What dispatch and the reaper both run, shipped beside each one's own package (functions/).
 SHARED_RUNTIME_PACKAGE = "sandbox_runtime"
+# The egress proxy (functions/egress_proxy): run by the local stack and the stage's proxy
+# container under its own virtual environment, never shipped in a Lambda.
+EGRESS_PROXY_PACKAGE = "egress_proxy"
+EGRESS_VENV_DIR = ".venv-egress"
 # The session tag dispatch and the reaper set at AssumeRole of the session-runner role: the tenant
 # the credentials serve (their session policy names that tenant's interpreters only). The role's
 # trust requires it, so every runner session in CloudTrail says which tenant it was for.
@@ -517,6 +571,9 @@ ENV_EGRESS_INDEX_URL = "SANDBOX_EGRESS_INDEX_URL"
 # SANDBOX_EGRESS_TEST_CA. Without a route, loopback and private addresses are refused.
 ENV_EGRESS_TEST_ROUTES = "SANDBOX_EGRESS_TEST_ROUTES"
 ENV_EGRESS_TEST_CA = "SANDBOX_EGRESS_TEST_CA"
+# Local stack only (tests): `name=ADDRESS,...` fixed answers the local proxy uses instead of DNS,
+# checked like DNS answers (a name answered with a private or link-local address is refused).
+ENV_EGRESS_TEST_RESOLVE = "SANDBOX_EGRESS_TEST_RESOLVE"
 # Local stack only: the file the audit writer appends a row to when both the table and the
 # dead-letter queue are unreachable (they live in the same emulated AWS); `audit replay` drains it.
 ENV_AUDIT_SPOOL = "SANDBOX_AUDIT_SPOOL"
@@ -526,6 +583,10 @@ ENV_LOCAL_UNISOLATED = "SANDBOX_LOCAL_UNISOLATED"
 # The Python that runs session code (a venv's python or a base interpreter); default: the local
 # interpreter's own base interpreter. Bound read-only into the sandbox with its base installation.
 ENV_SESSION_PYTHON = "SANDBOX_SESSION_PYTHON"
+# In a session's environment: the Node.js and the `typescript` package its JavaScript and TypeScript
+# programs run with (read by sandbox_session.node; the local interpreter sets them).
+ENV_SESSION_NODE = "SANDBOX_NODE"
+ENV_SESSION_TYPESCRIPT = "SANDBOX_TYPESCRIPT"
 
 
 # --- metrics (namespace METRICS_NAMESPACE) --------------------------------------------------------
@@ -551,6 +612,9 @@ METRIC_TURN_TOKEN_REJECTED = "SandboxTurnTokenRejected"
 METRIC_WARM_CLAIMED = "SandboxWarmSessionClaimed"  # first calls, by source warm|cold
 METRIC_DAILY_BUDGET_CROSSED = "SandboxDailyBudgetCrossed"
 METRIC_BUDGET_PARAMETER_INVALID = "SandboxBudgetParameterInvalid"
+# A connection or request the egress proxy refused (stage-wide for the alarm, and by tenant to say
+# whose; the proxy's log line of each denial carries the reason).
+METRIC_EGRESS_DENIED = "SandboxEgressDenied"
 # What each metric is emitted with (alarms and dashboards use the same): a metric emitted under
 # two dimension sets is emitted twice (once per set).
 METRIC_DIMENSIONS: dict[str, tuple[tuple[str, ...], ...]] = {
@@ -574,6 +638,7 @@ METRIC_DIMENSIONS: dict[str, tuple[tuple[str, ...], ...]] = {
     METRIC_WARM_CLAIMED: (("source",),),
     METRIC_DAILY_BUDGET_CROSSED: ((), ("tenant_id",)),
     METRIC_BUDGET_PARAMETER_INVALID: ((),),
+    METRIC_EGRESS_DENIED: ((), ("tenant_id",)),
 }
 
 
@@ -597,6 +662,7 @@ class Alarm(StrEnum):
     SESSIONS_REAPED = "sessions-reaped"
     TURN_TOKEN_REJECTED = "turn-token-rejected"
     DAILY_BUDGET_CROSSED = "daily-budget-crossed"
+    EGRESS_DENIED_BURST = "egress-denied-burst"
 
 
 # Each alarm's runbook: runbooks/alarm-{key}.md.
@@ -678,6 +744,9 @@ REASON_DISPATCH_INTERRUPTED = "dispatch_interrupted"
 # `reason` of the answer to a retry whose original is still in progress (or whose worker died and
 # whose deadline has not passed yet): answered at once with `retry_after_s`, never awaited.
 REASON_CALL_IN_PROGRESS = "call_in_progress"
+# `reason` of the SandboxInvalidRequest answering an action whose turn_token is missing or does not
+# match the turn's (the agent client raises it as TurnTokenMismatch).
+REASON_TURN_TOKEN_MISMATCH = "turn_token_mismatch"
 # failure_reason of a paused call ended by end_turn (or a resume after it): SandboxTimeout.
 REASON_TOOL_TURN_ENDED = "tool_wait_ended:turn_ended"
 # The local interpreter refuses Start with this marker at the front of its error message when it
@@ -709,6 +778,11 @@ REAPER_PAUSED_SWEEP_MODULE = "reaper.paused_sweep"
 # The reaper's event that refills one pool (`{"refill": {"tenant_id", "environment"}}`): sent by
 # `sandboxctl warm set` so a new size takes effect at once, not at the next scheduled run.
 REFILL_EVENT_KEY = "refill"
+# The reaper's event that lets the kill switch reach a tenant's admitted work now
+# (`{"kill_switch": {"tenant_id": T}}`, `{}` inside for every tenant): sent by `sandboxctl caps set`
+# / `tenant disable` when the change kills; on AWS the same run follows a change of a caps
+# parameter (an EventBridge rule) or of a tenant's policy item (the tenants table's stream).
+KILL_SWITCH_EVENT_KEY = "kill_switch"
 # The reaper's pure-JSON log line per session it stops (its message and `event`; runbooks query it).
 REAPER_EVENT_SESSION_REAPED = "session_reaped"
 

@@ -71,6 +71,7 @@ class EgressAddon:
         self.engine = engine
         self.states: dict[str, ClientState] = {}
         self._flusher: asyncio.Task[None] | None = None
+        self._names: dict[str, tuple[str, int]] = {}  # server connection id -> the name it was asked as
 
     # --- lifecycle ---------------------------------------------------------------------------
     def running(self) -> None:
@@ -280,7 +281,22 @@ class EgressAddon:
             return
         if server.sni is None:
             server.sni = host
+        self._names[server.id] = (host, port)
         server.address = resolved
+
+    def server_connected(self, data: ServerConnectionHookData) -> None:
+        """Connected to the checked address: the connection takes its name back. mitmproxy finds an
+        open upstream connection for a client's next request by (address, TLS, via), the address
+        being the request's host; left at the checked address, no request would ever match it, each
+        would open a connection of its own, and the sixth would wait forever on mitmproxy's limit of
+        five per address. mitmproxy refuses a new address on an open connection (no addon may think
+        it redirects one); this only names it, and `peername` keeps the address connected to."""
+        name = self._names.pop(data.server.id, None)
+        if name is not None:
+            object.__setattr__(data.server, "address", name)
+
+    def server_connect_error(self, data: ServerConnectionHookData) -> None:
+        self._names.pop(data.server.id, None)
 
 
 def _head_bytes(response: http.Response) -> int:

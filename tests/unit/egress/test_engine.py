@@ -175,7 +175,7 @@ def test_engine_keeps_only_the_last_denied_hosts_and_counts_a_flood_in_the_flush
     async def flood() -> None:
         for i in range(n.EGRESS_DENIED_HOSTS_KEPT + 10):
             now[0] = 1_000_000.0 + i // 25  # 20 written per second, the rest counted in the flush
-            await engine.deny(
+            await engine.counters.deny(
                 state, state.credential, f"h{i}.example.com", 443, checks.Denied(checks.NOT_ALLOWED)
             )  # type: ignore[arg-type]
 
@@ -183,7 +183,7 @@ def test_engine_keeps_only_the_last_denied_hosts_and_counts_a_flood_in_the_flush
     counters = _item("s1", n.EGRESS_COUNTERS_ITEM)
     assert counters["denied"] == n.EGRESS_DENIED_HOSTS_KEPT + 5  # five of the first second wait for the flush
     assert len(counters["denied_hosts"]) == n.EGRESS_DENIED_HOSTS_KEPT
-    asyncio.run(engine.flush([state]))
+    asyncio.run(engine.counters.flush([state]))
     assert _item("s1", n.EGRESS_COUNTERS_ITEM)["denied"] == n.EGRESS_DENIED_HOSTS_KEPT + 10
 
 
@@ -309,8 +309,8 @@ def test_engine_bytes_are_flushed_and_the_daily_cap_refuses_new_connections(engi
     auth = _issue("s1")
     state, _ = _tunnel(engine, auth, "api.example.com")
     answer = asyncio.run(engine.admit_request(state, _request("api.example.com")))
-    engine.add_bytes(state, answer.conn, out=600, into=1_000)
-    asyncio.run(engine.flush([state]))
+    engine.counters.add_bytes(state, answer.conn, out=600, into=1_000)
+    asyncio.run(engine.counters.flush([state]))
     counters = _item("s1", n.EGRESS_COUNTERS_ITEM)
     assert (counters["allowed"], counters["bytes_out"], counters["bytes_in"]) == (1, 600, 1_000)
     dim = dimensions.EGRESS_DAILY_BYTES

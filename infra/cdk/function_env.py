@@ -6,11 +6,30 @@ sandbox_common.settings, so a Lambda reads back exactly what this writes.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from sandbox_common import naming as n
 from sandbox_common.settings import BackstopSettings, DispatchSettings, QuotaSettings, ReaperSettings
 
 from infra.cdk.config import StageConfig
+
+
+@dataclass(frozen=True)
+class EgressEndpoints:
+    """How a session of an allowlist environment reaches the egress path: the proxy's URL (no
+    credential), the proxy CA bundle's path inside the session, the package index URL."""
+
+    proxy_url: str = ""
+    ca_bundle: str = ""
+    index_url: str = ""
+
+    def as_env(self) -> dict[str, str]:
+        return {
+            n.ENV_EGRESS_PROXY_URL: self.proxy_url,
+            n.ENV_EGRESS_CA_BUNDLE: self.ca_bundle,
+            n.ENV_EGRESS_INDEX_URL: self.index_url,
+        }
+
 
 SERVICE_NAMES: dict[str, str] = {
     n.DISPATCH: "sandbox-dispatch",
@@ -28,8 +47,11 @@ def function_environment(
     quota_function_name: str = "",
     audit_dlq_url: str = "",
     artifacts_bucket: str = "",
+    egress: EgressEndpoints | None = None,
 ) -> dict[str, str]:
-    """`tables` maps TableSpec.logical -> physical name (or token)."""
+    """`tables` maps TableSpec.logical -> physical name (or token); `egress`, how sessions reach
+    the stage's egress proxy (none: the stage has no egress path)."""
+    egress = egress or EgressEndpoints()
     common = {
         "POWERTOOLS_SERVICE_NAME": SERVICE_NAMES[logical],
         "POWERTOOLS_METRICS_NAMESPACE": n.METRICS_NAMESPACE,
@@ -55,6 +77,9 @@ def function_environment(
             require_turn_token=config.require_turn_token,
             continuations_table=tables[n.CONTINUATIONS.logical],
             tool_wait_seconds=config.tool_wait_seconds,
+            egress_proxy_url=egress.proxy_url,
+            egress_ca_bundle=egress.ca_bundle,
+            egress_index_url=egress.index_url,
         )
     elif logical == n.QUOTA_CHECK:
         settings = QuotaSettings(
@@ -81,7 +106,29 @@ def function_environment(
             stderr_cap_bytes=config.stderr_cap_bytes,
             idempotency_table=tables[n.IDEMPOTENCY.logical],  # interrupted_sweep
             dispatch_function_name=n.function_name(config.name, n.DISPATCH),  # paused_sweep
+            egress_proxy_url=egress.proxy_url,
+            egress_ca_bundle=egress.ca_bundle,
+            egress_index_url=egress.index_url,
         )
     else:
         raise ValueError(f"unknown function {logical!r}")
     return {**common, **settings.to_env()}
+
+
+PROXY_SERVICE_NAME = "sandbox-egress-proxy"
+
+
+def proxy_environment(config: StageConfig, *, tables: Mapping[str, str], index_url: str) -> dict[str, str]:
+    """The egress proxy container's environment: names only (its secrets come from Secrets
+    Manager). `tables` maps TableSpec.logical -> physical name (or token)."""
+    return {
+        "POWERTOOLS_SERVICE_NAME": PROXY_SERVICE_NAME,
+        "POWERTOOLS_METRICS_NAMESPACE": n.METRICS_NAMESPACE,
+        "POWERTOOLS_LOG_LEVEL": "INFO",
+        n.ENV_STAGE: config.name,
+        n.ENV_EGRESS_TABLE: n.EGRESS.physical(config.name),
+        n.ENV_TENANTS_TABLE: tables[n.TENANTS.logical],
+        n.ENV_TENANT_DAILY_TABLE: tables[n.TENANT_DAILY_COUNTERS.logical],
+        n.ENV_EGRESS_INDEX_URL: index_url,
+        n.ENV_EGRESS_LISTEN_PORT: str(config.egress.proxy_port if config.egress else 0),
+    }

@@ -15,6 +15,7 @@ from sandbox_common.redaction.cloudwatch import data_protection_policy, subscrip
 
 from infra.cdk.config import build_config
 from infra.cdk.constructs.definitions import global_parameters
+from infra.cdk.constructs.egress_setup import setup_function_name
 from infra.cdk.constructs.state import AUDIT_DENIED_ACTIONS
 from infra.cdk.function_env import function_environment
 from tests.infra._cfn import (
@@ -134,7 +135,9 @@ def test_lambda_functions_resolve_to_importable_handlers(all_stages, stage: str)
         r["Properties"]["FunctionName"]: r["Properties"]
         for r in resources(core, "AWS::Lambda::Function").values()
     }
-    assert set(functions) == {n.function_name(stage, f) for f in n.FUNCTIONS}
+    # (a stage with an egress path also has its deploy-time custom resource, tests/infra/test_egress)
+    setup = {setup_function_name(stage)} if config.egress is not None else set()
+    assert set(functions) == {n.function_name(stage, f) for f in n.FUNCTIONS} | setup
     for logical in n.FUNCTIONS:
         props = functions[n.function_name(stage, logical)]
         # Given the deployed handler string / When it is imported the way Lambda does it
@@ -276,8 +279,11 @@ def test_security_topic_is_encrypted_and_ssl_only(all_stages, stage: str) -> Non
 def test_ssm_parameters_and_outputs_match_definitions(all_stages, stage: str) -> None:
     config = build_config(stage)
     core = _core(all_stages, stage)
+    egress = {n.egress_network_parameter(stage, leaf) for leaf in n.EGRESS_NETWORK_PARAMETERS}
     params = {
-        r["Properties"]["Name"]: r["Properties"] for r in resources(core, "AWS::SSM::Parameter").values()
+        r["Properties"]["Name"]: r["Properties"]
+        for r in resources(core, "AWS::SSM::Parameter").values()
+        if r["Properties"]["Name"] not in egress  # what the egress path publishes: test_egress_infra
     }
     # Given the shared definitions / Then the caps and price are deployed as String parameters
     assert {k: v["Value"] for k, v in params.items()} == global_parameters(config)
@@ -295,6 +301,8 @@ def test_ssm_parameters_and_outputs_match_definitions(all_stages, stage: str) ->
         n.OUTPUT_SECURITY_TOPIC,
         n.OUTPUT_ARTIFACTS_BUCKET,
     }
+    if config.egress is not None:
+        expected |= {n.OUTPUT_EGRESS_PROXY_URL, n.OUTPUT_PACKAGE_INDEX_URL}
     assert expected | {n.table_output_key(s.logical) for s in n.ALL_TABLES} == set(outputs)
     assert all(re.fullmatch(r"[A-Za-z0-9]+", k) for k in outputs)
     assert outputs[n.OUTPUT_STAGE]["Value"] == stage

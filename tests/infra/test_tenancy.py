@@ -49,7 +49,11 @@ def test_interpreters_one_per_tenant_environment_with_network_mode(all_stages, s
             # Then each has an AgentCore-valid name, the explicit network mode and its own role
             assert props["Name"] == n.interpreter_name(stage, tenant, env)
             assert n.INTERPRETER_NAME_RE.match(props["Name"])
-            assert props["NetworkConfiguration"] == {"NetworkMode": n.NETWORK_MODE[env]}
+            assert props["NetworkConfiguration"]["NetworkMode"] == n.NETWORK_MODE[env]
+            # (a VPC-mode interpreter's subnets, groups and CA: tests/infra/test_egress_infra.py)
+            if n.NETWORK_MODE[env] != "VPC":
+                assert props["NetworkConfiguration"] == {"NetworkMode": n.NETWORK_MODE[env]}
+                assert "Certificates" not in props
             assert "Fn::GetAtt" in props["ExecutionRoleArn"]
     assert sorted(found) == sorted(expected)
 

@@ -370,6 +370,29 @@ def egress_policy_parameter(stage: str, tenant_id: str, environment: str) -> str
     return _tenant_parameter(stage, tenant_id, f"egress/{environment}")
 
 
+def egress_network_parameter(stage: str, leaf: str) -> str:
+    """What the core stack publishes about the stage's egress path for the tenant shards to read
+    at deploy (shards take them as SSM-typed stack parameters, so adding a tenant needs no
+    cross-stack export): see EGRESS_NETWORK_PARAMETERS."""
+    if leaf not in EGRESS_NETWORK_PARAMETERS:
+        raise ValueError(f"unknown egress network parameter {leaf!r}")
+    return f"{ssm_prefix(stage)}/egress/{leaf}"
+
+
+# The sessions VPC's isolated subnets (StringList) and id, the managed prefix list of the region's
+# S3 gateway endpoint, and the ARN of the proxy CA's certificate secret.
+EGRESS_SESSION_SUBNETS = "session-subnets"
+EGRESS_SESSIONS_VPC = "sessions-vpc"
+EGRESS_S3_PREFIX_LIST = "s3-prefix-list"
+EGRESS_CA_CERT_ARN = "ca-cert-secret-arn"
+EGRESS_NETWORK_PARAMETERS: tuple[str, ...] = (
+    EGRESS_SESSION_SUBNETS,
+    EGRESS_SESSIONS_VPC,
+    EGRESS_S3_PREFIX_LIST,
+    EGRESS_CA_CERT_ARN,
+)
+
+
 # --- Secrets Manager: the tenants' own secrets and the egress proxy's CA ---------------------------
 def tenant_secrets_prefix(stage: str, tenant_id: str) -> str:
     """Every secret of one tenant is named under it; an egress credential reads only these."""
@@ -393,6 +416,25 @@ def egress_ca_cert_secret_name(stage: str) -> str:
 def egress_ca_key_secret_name(stage: str) -> str:
     """The CA's private key (PEM): read by the proxy only."""
     return f"{PROJECT}/{stage}/egress/ca-key"
+
+
+# --- the egress proxy service (ECS on Fargate) and the stage's package index (CodeArtifact) -------
+def egress_proxy_name(stage: str) -> str:
+    """The proxy's ECS cluster and service, and its load balancer (≤ 32 characters)."""
+    return f"{PROJECT}-{stage}-egress"[:32]
+
+
+def egress_proxy_log_group(stage: str) -> str:
+    return f"/{PROJECT}/{stage}/sandbox/egress-proxy"
+
+
+def package_index_domain(stage: str) -> str:
+    """CodeArtifact domain: lower-case letters, digits and hyphens, unique per account and region."""
+    return f"{PROJECT}-{stage}"
+
+
+PACKAGE_INDEX_REPOSITORY = "pypi"  # its one repository, with an external connection to public PyPI
+PACKAGE_INDEX_UPSTREAM = "public:pypi"
 
 
 # --- Lambda functions -----------------------------------------------------------------------------
@@ -497,6 +539,8 @@ ENV_EGRESS_TABLE = "EGRESS_TABLE"
 ENV_EGRESS_PROXY_URL = "SANDBOX_EGRESS_PROXY_URL"
 ENV_EGRESS_CA_BUNDLE = "SANDBOX_EGRESS_CA_BUNDLE"
 ENV_EGRESS_INDEX_URL = "SANDBOX_EGRESS_INDEX_URL"
+# The egress proxy's container on AWS: the port it listens on (its load balancer forwards to it).
+ENV_EGRESS_LISTEN_PORT = "SANDBOX_EGRESS_LISTEN_PORT"
 # Local stack only, read by `sandboxctl local up` for the local egress proxy: `name=127.0.0.1:PORT,...`
 # sends an allowed name to a loopback server, whose TLS is verified against the PEM file
 # SANDBOX_EGRESS_TEST_CA. Without a route, loopback and private addresses are refused.
@@ -606,6 +650,9 @@ OUTPUT_AUDIT_DLQ_URL = "AuditDlqUrl"
 OUTPUT_SECURITY_TOPIC = "SecurityAlertsTopicArn"
 OUTPUT_ARTIFACTS_BUCKET = "ArtifactsBucketName"
 OUTPUT_TABLE_PREFIX = "Table"  # table outputs: f"{OUTPUT_TABLE_PREFIX}{spec.logical}"
+# A stage with an egress path: the proxy's URL as sessions use it, and the package index URL.
+OUTPUT_EGRESS_PROXY_URL = "EgressProxyUrl"
+OUTPUT_PACKAGE_INDEX_URL = "PackageIndexUrl"
 
 
 def stack_name(stage: str, part: str) -> str:

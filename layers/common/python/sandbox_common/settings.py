@@ -65,6 +65,10 @@ class DispatchSettings(_Settings):
     tool_wait_seconds: int = Field(
         alias=n.ENV_TOOL_WAIT_SECONDS, default=limits.TOOLS_WAIT_SECONDS, ge=1, le=limits.TOOLS_WAIT_SECONDS
     )
+    # How sessions of allowlist environments reach the stage's egress proxy ("" = the stage has none)
+    egress_proxy_url: str = Field(alias=n.ENV_EGRESS_PROXY_URL, default="")
+    egress_ca_bundle: str = Field(alias=n.ENV_EGRESS_CA_BUNDLE, default="")
+    egress_index_url: str = Field(alias=n.ENV_EGRESS_INDEX_URL, default="")
 
 
 class ReaperSettings(_Settings):
@@ -91,6 +95,10 @@ class ReaperSettings(_Settings):
     idempotency_table: str = Field(alias=n.ENV_IDEMPOTENCY_TABLE, default="")
     # Paused tool calls: the reaper asks dispatch to end those past their wait bound.
     dispatch_function_name: str = Field(alias=n.ENV_DISPATCH_FUNCTION, default="")
+    # Warm sessions of allowlist environments are started like dispatch's (see DispatchSettings).
+    egress_proxy_url: str = Field(alias=n.ENV_EGRESS_PROXY_URL, default="")
+    egress_ca_bundle: str = Field(alias=n.ENV_EGRESS_CA_BUNDLE, default="")
+    egress_index_url: str = Field(alias=n.ENV_EGRESS_INDEX_URL, default="")
 
 
 class BackstopSettings(_Settings):

@@ -274,7 +274,8 @@ class StageConfig(_Model):
     # §16.5: a stage may accept token-less turns for callers not yet upgraded (default: required)
     require_turn_token: bool = True
     # Tenants are sharded in config order: append new tenants at the end so only the last shard changes.
-    tenants_per_shard: int = Field(default=40, ge=1, le=50)
+    # 40 tenants with every environment (11 resources each) stay under 450 resources a stack.
+    tenants_per_shard: int = Field(default=40, ge=1, le=40)
     # The egress path of `allowlist` environments; None = no VPC, proxy or package index (then no
     # tenant may declare an allowlist environment).
     egress: EgressStage | None = EgressStage()

@@ -14,9 +14,9 @@ TARGET_RATIO = 10.0
 
 
 def _tenants(count: int) -> tuple[dict, ...]:
-    both = ("default-public", "internal-only")  # the most resources a tenant can cost
+    every = ("default-public", "internal-only", "default-allowlist")  # the most resources a tenant costs
     return tuple(
-        {"id": f"t-{i:04d}", "environments": both, "templates": {"analyst": "default-public"}}
+        {"id": f"t-{i:04d}", "environments": every, "templates": {"analyst": "default-public"}}
         for i in range(count)
     )
 

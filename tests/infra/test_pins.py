@@ -40,3 +40,12 @@ def test_session_runtime_pins_the_projects_aws_sdk() -> None:
     sdk = ("boto3", "botocore", "s3transfer", "jmespath", "python-dateutil", "urllib3", "six")
     # Then the SDK and its dependencies are there, at the versions the project itself runs
     assert {k: session.get(k) for k in sdk} == {k: project[k] for k in sdk}
+
+
+def test_egress_setup_layer_pins_the_projects_cryptography() -> None:
+    # Given the egress setup layer's pins (it makes the proxy CA with cryptography)
+    layer = _pins((REPO / "layers/egress_setup/requirements.txt").read_text().splitlines())
+    project = _pins((REPO / "constraints.txt").read_text().splitlines())
+    # Then it pins cryptography and its dependencies, at the versions the tests make the CA with
+    assert set(layer) == {"cryptography", "cffi", "pycparser"}
+    assert {k: project[k] for k in layer} == layer

@@ -220,7 +220,10 @@ class EgressNetworkConstruct(Construct):
         # Which host and port may be reached is the proxy's policy decision (an allow rule may list
         # any port); the group lets TCP out, the proxy subnets' route sends it to the NAT gateways.
         proxy.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.all_tcp(), "Allowlisted hosts, through NAT")
-        nlb.add_egress_rule(proxy, ec2.Port.tcp(port), "Forward to the proxy tasks")
+        # Inline CIDR rules: a group whose only egress rules reference other groups (separate
+        # resources) would keep EC2's default allow-all egress.
+        for subnet in self.proxy_subnets:
+            nlb.add_egress_rule(ec2.Peer.ipv4(subnet.ipv4_cidr_block), ec2.Port.tcp(port), "The proxy tasks")
         return nlb, proxy
 
     def _build_flow_logs(self) -> None:

@@ -294,6 +294,24 @@ def test_proxy_runs_on_fargate_behind_an_internal_nlb_that_keeps_client_ips(all_
     assert container["PortMappings"] == [{"ContainerPort": egress.proxy_port, "Protocol": "tcp"}]
     assert "container-assets" in json.dumps(container["Image"])
     assert container["LogConfiguration"]["LogDriver"] == "awslogs"
+    # And it runs the proxy on its port, with the stage's CA, tables and package index
+    args = [render(a) for a in container["Command"]]
+    flags = {"--ca-from-secrets"}  # the options without a value
+    assert flags <= set(args)
+    rest = [a for a in args if a not in flags]
+    options = dict(zip(rest[::2], rest[1::2], strict=True))
+    assert (options["--listen-host"], options["--port"], options["--stage"]) == (
+        "0.0.0.0",
+        str(egress.proxy_port),
+        stage,
+    )
+    tables = {
+        r["Properties"]["TableName"]: f"<{rid}>" for rid, r in resources(core, "AWS::DynamoDB::Table").items()
+    }
+    assert options["--counters-table"] == tables[n.TENANT_DAILY_COUNTERS.physical(stage)]
+    assert options["--tenants-table"] == tables[n.TENANTS.physical(stage)]
+    assert options["--index-url"].endswith(f"/pypi/{n.PACKAGE_INDEX_REPOSITORY}/simple/")
+    assert options["--codeartifact"] == f"{n.package_index_domain(stage)}:<AWS::AccountId>"
     # And the load balancer is an internal NLB in the proxy subnets
     nlb = _one(core, "AWS::ElasticLoadBalancingV2::LoadBalancer")[1]["Properties"]
     assert (nlb["Type"], nlb["Scheme"]) == ("network", "internal")

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import aws_cdk as cdk
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
+from sandbox_common import naming as n
 
 from infra.cdk.config import EgressStage, StageConfig
 from infra.cdk.constructs.egress_dns import EgressDnsConstruct
@@ -19,7 +21,7 @@ from infra.cdk.constructs.egress_network import EgressNetworkConstruct
 from infra.cdk.constructs.egress_proxy import EgressProxyConstruct
 from infra.cdk.constructs.egress_setup import EgressSetupConstruct
 from infra.cdk.constructs.package_index import PackageIndexConstruct
-from infra.cdk.function_env import proxy_environment
+from infra.cdk.function_env import proxy_command, proxy_environment
 
 # Where a session's programs find the proxy CA. AgentCore documents that `certificates` go into the
 # session's OS trust store, not the file: this is the OpenSSL bundle of Debian-family systems (on
@@ -51,7 +53,15 @@ class EgressConstruct(Construct):
             egress=egress,
             network=self.network,
             index=self.index,
-            environment=proxy_environment(config, tables=tables, index_url=self.index.index_url),
+            environment=proxy_environment(cdk.Stack.of(self).region),
+            command=proxy_command(
+                config,
+                tables=tables,
+                port=egress.proxy_port,
+                index_url=self.index.index_url,
+                codeartifact_domain=n.package_index_domain(config.name),
+                account=cdk.Stack.of(self).account,
+            ),
         )
         self.setup.restrict_key_to(self.proxy.task_role)
         self.dns = EgressDnsConstruct(

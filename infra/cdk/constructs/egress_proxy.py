@@ -15,7 +15,7 @@ egress VPC's private subnets, scaled on CPU.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
@@ -77,6 +77,7 @@ class EgressProxyConstruct(Construct):
         network: EgressNetworkConstruct,
         index: PackageIndexConstruct,
         environment: Mapping[str, str],
+        command: Sequence[str],
     ) -> None:
         super().__init__(scope, id_)
         self._config = config
@@ -97,14 +98,16 @@ class EgressProxyConstruct(Construct):
             "Container Insights would bill custom metrics for every task at rest; the service's CPU and "
             "memory utilisation (free) drive scaling, and the proxy's decisions are its own metrics.",
         )
-        self.task_definition = self._build_task_definition(environment)
+        self.task_definition = self._build_task_definition(environment, command)
         self.service = self._build_service()
         self.load_balancer, self.target_group = self._build_load_balancer()
         self._build_scaling()
         self.proxy_url = f"http://{self.load_balancer.load_balancer_dns_name}:{egress.proxy_port}"
 
     # --- task ------------------------------------------------------------------------------------
-    def _build_task_definition(self, environment: Mapping[str, str]) -> ecs.FargateTaskDefinition:
+    def _build_task_definition(
+        self, environment: Mapping[str, str], command: Sequence[str]
+    ) -> ecs.FargateTaskDefinition:
         arm = self._config.architecture == "arm64"
         task = ecs.FargateTaskDefinition(
             self,
@@ -129,6 +132,7 @@ class EgressProxyConstruct(Construct):
             image=proxy_image(self._config.architecture),
             logging=ecs.LogDrivers.aws_logs(stream_prefix="proxy", log_group=log_group),
             environment=dict(environment),
+            command=list(command),
             port_mappings=[
                 ecs.PortMapping(container_port=self._egress.proxy_port, protocol=ecs.Protocol.TCP)
             ],
@@ -144,8 +148,8 @@ class EgressProxyConstruct(Construct):
         acknowledge(
             task,
             "AwsSolutions-ECS2",
-            "The container's environment holds names only (stage, table names, the package index URL); "
-            "every secret (tenant credentials, the CA key) is read from Secrets Manager at run time.",
+            "The container's environment holds the region and the logger's names only; every secret "
+            "(tenant credentials, the CA key) is read from Secrets Manager at run time.",
         )
         execution_role = task.obtain_execution_role()
         acknowledge(

@@ -11,14 +11,15 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     HOME=/tmp
 
 WORKDIR /app
-# The proxy's pinned requirements (mitmproxy and its dependencies), installed before the code so a
-# code change rebuilds one layer.
+# The proxy's requirements, every transitive dependency pinned (binary wheels exist for every one
+# on linux/arm64 and linux/amd64), installed before the code so a code change rebuilds one layer.
 COPY functions/egress_proxy/requirements.txt /app/requirements.txt
-RUN pip install --no-compile -r /app/requirements.txt
+RUN pip install --no-compile --no-deps --only-binary=:all: -r /app/requirements.txt && pip check
 
 COPY layers/common/python/sandbox_common /app/sandbox_common
 COPY functions/egress_proxy /app/egress_proxy
 
 # No root, no writable root file system (the task mounts /tmp): the CA is written there at start.
+# The task definition gives the arguments (infra/cdk/function_env.py: proxy_command).
 USER 10001:10001
 ENTRYPOINT ["python", "-m", "egress_proxy"]

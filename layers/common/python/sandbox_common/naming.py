@@ -539,8 +539,6 @@ ENV_EGRESS_TABLE = "EGRESS_TABLE"
 ENV_EGRESS_PROXY_URL = "SANDBOX_EGRESS_PROXY_URL"
 ENV_EGRESS_CA_BUNDLE = "SANDBOX_EGRESS_CA_BUNDLE"
 ENV_EGRESS_INDEX_URL = "SANDBOX_EGRESS_INDEX_URL"
-# The egress proxy's container on AWS: the port it listens on (its load balancer forwards to it).
-ENV_EGRESS_LISTEN_PORT = "SANDBOX_EGRESS_LISTEN_PORT"
 # Local stack only, read by `sandboxctl local up` for the local egress proxy: `name=127.0.0.1:PORT,...`
 # sends an allowed name to a loopback server, whose TLS is verified against the PEM file
 # SANDBOX_EGRESS_TEST_CA. Without a route, loopback and private addresses are refused.

@@ -261,12 +261,14 @@ class EgressProxyConstruct(Construct):
             )
 
         policies = ssm(f"{n.tenant_parameters_prefix(stage)}*/egress/*")
+        # a tenant's tier (sandbox_common.tenant_access): a tenant off the standard tier has no egress
+        substrates = ssm(f"{n.tenant_parameters_prefix(stage)}*/substrate")
         caps = f"{n.ssm_prefix(stage)}/caps"
         role.add_to_policy(
             iam.PolicyStatement(
-                sid="ReadEgressPoliciesAndCaps",
-                actions=["ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath"],
-                resources=[policies, ssm(caps), ssm(f"{caps}/*")],
+                sid="ReadEgressPoliciesTenantsAndCaps",
+                actions=["ssm:GetParameter", "ssm:GetParameters"],
+                resources=[policies, substrates, ssm(f"{caps}/*")],
             )
         )
         tenant_secrets = stack.format_arn(
@@ -285,8 +287,8 @@ class EgressProxyConstruct(Construct):
             iam.PolicyStatement(
                 sid="SessionEgressState",
                 # Read a credential, bind it to its source (conditional update), count, record each
-                # connection; list a session's connections.
-                actions=["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"],
+                # connection.
+                actions=["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"],
                 resources=[egress_table],
             )
         )
@@ -340,6 +342,11 @@ class EgressProxyConstruct(Construct):
                 f"Resource::{finding_arn(self, policies)}",
                 "One egress policy per tenant and allowlist environment, added with the tenant's shard "
                 "and replaced by `sandboxctl egress set`: all under this stage's tenants path.",
+            ),
+            (
+                f"Resource::{finding_arn(self, substrates)}",
+                "Every tenant's substrate (its tier), published by its shard stack as tenants are added: "
+                "the proxy closes egress of a tenant that may not use a sandbox.",
             ),
             (
                 f"Resource::{finding_arn(self, ssm(f'{caps}/*'))}",

@@ -432,8 +432,10 @@ def test_ca_key_is_readable_by_the_proxy_only_and_the_certificate_by_session_run
     assert render(allow["Condition"]["ArnLike"]["aws:PrincipalArn"]).endswith(
         f":role/{n.runner_role_name_prefix('dev')}*"
     )
-    # And the custom resource that makes the CA is given both secrets
-    _, ca = _one(core, "Custom::EgressCa")
+    # And the custom resource that makes the CA is given both secrets, before any proxy task starts
+    ca_id, ca = _one(core, "Custom::EgressCa")
+    _, service = _one(core, "AWS::ECS::Service")
+    assert ca_id in service["DependsOn"]
     assert ca["Properties"]["CertSecretArn"] == {"Ref": secrets[n.egress_ca_cert_secret_name("dev")]}
     assert ca["Properties"]["KeySecretArn"] == {"Ref": secrets[n.egress_ca_key_secret_name("dev")]}
 

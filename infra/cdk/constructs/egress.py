@@ -64,6 +64,9 @@ class EgressConstruct(Construct):
             ),
         )
         self.setup.restrict_key_to(self.proxy.task_role)
+        # A task reads the CA when it starts: the service waits for the custom resource that
+        # writes it (a task started on the placeholder would fail, and the deploy roll back).
+        self.proxy.service.node.add_dependency(self.setup.ca)
         self.dns = EgressDnsConstruct(
             self,
             "SessionDns",

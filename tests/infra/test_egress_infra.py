@@ -627,3 +627,21 @@ def test_adding_an_allowlist_tenant_changes_only_its_shard() -> None:
     changed = {name for name in after if before.get(name) != after[name]}
     assert changed == {n.shard_stack_name("dev", 1)}
     assert not any("Export" in o for t in after.values() for o in t.get("Outputs", {}).values())
+
+
+def test_synth_with_a_known_account_and_region_looks_nothing_up(tmp_path, monkeypatch) -> None:
+    import json as json_
+
+    from infra.cdk.app_factory import OFFLINE_CONTEXT, build_app
+
+    # Given the account and region the CDK CLI passes when it has credentials
+    monkeypatch.setenv("CDK_DEFAULT_ACCOUNT", "123456789012")
+    monkeypatch.setenv("CDK_DEFAULT_REGION", "us-east-1")
+    # When dev is synthesized
+    build_app("dev", context=OFFLINE_CONTEXT, outdir=str(tmp_path)).synth()
+    manifest = json_.loads((tmp_path / "manifest.json").read_text())
+    # Then no context lookup is asked for (the VPCs' AZs are CloudFormation's Fn::GetAZs)
+    assert manifest.get("missing") is None
+    core = json_.loads((tmp_path / f"{n.stack_name('dev', 'Core')}.template.json").read_text())
+    zones = [r["Properties"]["AvailabilityZone"] for r in resources(core, "AWS::EC2::Subnet").values()]
+    assert zones and all("Fn::GetAZs" in json_.dumps(z) for z in zones)

@@ -18,6 +18,9 @@ from infra.cdk.constructs.parameters import ParametersConstruct
 from infra.cdk.constructs.state import StateConstruct
 from infra.cdk.function_env import EgressEndpoints
 
+# The most AZs a stage uses (EgressStage.availability_zones).
+MAX_AVAILABILITY_ZONES = 3
+
 
 class CoreStack(cdk.Stack):
     def __init__(self, scope: Construct, id_: str, *, config: StageConfig, **kwargs: Any) -> None:
@@ -34,6 +37,13 @@ class CoreStack(cdk.Stack):
         )
         self.egress = self._build_egress(config)
         self._build_outputs(config)
+
+    @property
+    def availability_zones(self) -> list[str]:
+        """The region's AZs as CloudFormation picks them (Fn::GetAZs), also when the stack knows its
+        account and region: CDK would otherwise look them up in the account at synth (a context
+        lookup, with credentials) for the egress VPCs."""
+        return [cdk.Fn.select(i, cdk.Fn.get_azs()) for i in range(MAX_AVAILABILITY_ZONES)]
 
     def _build_egress(self, config: StageConfig) -> EgressConstruct | None:
         """The egress path of allowlist environments, if the stage has one; dispatch and the reaper

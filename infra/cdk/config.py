@@ -184,6 +184,7 @@ FARGATE_MEMORY_MIB: dict[int, range] = {
     1024: range(2048, 8193, 1024),
 }
 AZ_ID_RE = re.compile(r"^[a-z]{2,6}[0-9]-az[0-9]{1,2}$")
+MAX_AVAILABILITY_ZONES = 3
 
 
 class EgressStage(_Model):
@@ -193,7 +194,7 @@ class EgressStage(_Model):
 
     sessions_cidr: str = "10.64.0.0/16"
     egress_cidr: str = "10.65.0.0/16"
-    availability_zones: int = Field(default=2, ge=2, le=3)
+    availability_zones: int = Field(default=2, ge=2, le=MAX_AVAILABILITY_ZONES)
     # AgentCore places VPC-mode sessions only in the AZ IDs it supports in the region (use1-az1,
     # use1-az2, use1-az4 in us-east-1): name them here (`aws ec2 describe-availability-zones`);
     # empty = the region's first AZs by name, which differ per account.

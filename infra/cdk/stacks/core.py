@@ -8,7 +8,7 @@ import aws_cdk as cdk
 from constructs import Construct
 from sandbox_common import naming as n
 
-from infra.cdk.config import StageConfig
+from infra.cdk.config import MAX_AVAILABILITY_ZONES, StageConfig
 from infra.cdk.constructs.artifacts import ArtifactsConstruct
 from infra.cdk.constructs.compute import ComputeConstruct
 from infra.cdk.constructs.egress import EgressConstruct
@@ -17,9 +17,6 @@ from infra.cdk.constructs.observability import ObservabilityConstruct
 from infra.cdk.constructs.parameters import ParametersConstruct
 from infra.cdk.constructs.state import StateConstruct
 from infra.cdk.function_env import EgressEndpoints
-
-# The most AZs a stage uses (EgressStage.availability_zones).
-MAX_AVAILABILITY_ZONES = 3
 
 
 class CoreStack(cdk.Stack):

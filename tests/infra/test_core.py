@@ -108,10 +108,24 @@ def test_counters_are_written_only_by_the_quota_role(all_stages, stage: str) -> 
         "dynamodb:BatchWriteItem",
         "dynamodb:PartiQLUpdate",
     )
+    # The egress proxy adds its tenants' egress bytes to their own items of the tenant-daily
+    # table, and only those (its statement's LeadingKeys condition: tests/infra/test_egress_infra.py).
+    proxy_roles = {
+        r["Properties"]["TaskRoleArn"]["Fn::GetAtt"][0]
+        for r in resources(core, "AWS::ECS::TaskDefinition").values()
+    }
     for spec in (n.TENANT_DAILY_COUNTERS, n.AGENT_HOURLY_COUNTERS):
-        # Given a counter table / Then only the quota role may write it
+        # Given a counter table / Then only the quota role may write it (and the proxy its byte items)
         grants = _grants_on(core, _table_ids(core)[spec.physical(stage)], writes)
-        assert grants and {owner for owner, _ in grants} == {quota_role}
+        others = {owner for owner, _ in grants} - {quota_role}
+        assert grants and quota_role in {owner for owner, _ in grants}
+        assert others <= (proxy_roles if spec is n.TENANT_DAILY_COUNTERS else set())
+        table = f"<{_table_ids(core)[spec.physical(stage)]}.Arn>"
+        for owner, st in policy_statements(core):
+            if owner in others and table in statement_resources(st):
+                assert st["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"] == [
+                    "*#egress_daily_bytes#*"
+                ]
 
 
 @pytest.mark.parametrize("stage", STAGES)

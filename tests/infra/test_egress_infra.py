@@ -540,7 +540,9 @@ def test_proxy_task_role_grants_only_what_the_proxy_does(all_stages) -> None:
     ]
     assert statement_resources(by_sid["SessionEgressState"])[0].endswith(f":table/{n.EGRESS.physical('dev')}")
     counters = by_sid["CountEgressBytes"]
-    assert statement_resources(counters)[0].endswith(f":table/{n.TENANT_DAILY_COUNTERS.physical('dev')}")
+    tables = {r["Properties"]["TableName"]: rid for rid, r in resources(core, "AWS::DynamoDB::Table").items()}
+    assert statement_resources(counters) == [f"<{tables[n.TENANT_DAILY_COUNTERS.physical('dev')]}.Arn>"]
+    assert statement_resources(by_sid["ReadTenantPolicy"]) == [f"<{tables[n.TENANTS.physical('dev')]}.Arn>"]
     assert counters["Condition"] == {
         "ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["*#egress_daily_bytes#*"]}
     }

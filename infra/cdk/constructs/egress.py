@@ -31,7 +31,7 @@ AGENTCORE_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 
 class EgressConstruct(Construct):
     """Attributes: `network`, `setup`, `index`, `proxy`, `dns`, `proxy_url`, `ca_bundle`,
-    `index_url`, `parameters`."""
+    `index_url`, `parameters`. `tables` and `table_arns` map TableSpec.logical -> name / ARN."""
 
     def __init__(
         self,
@@ -41,6 +41,7 @@ class EgressConstruct(Construct):
         config: StageConfig,
         egress: EgressStage,
         tables: Mapping[str, str],
+        table_arns: Mapping[str, str],
     ) -> None:
         super().__init__(scope, id_)
         self.network = EgressNetworkConstruct(self, "Network", config=config, egress=egress)
@@ -62,6 +63,7 @@ class EgressConstruct(Construct):
                 codeartifact_domain=n.package_index_domain(config.name),
                 account=cdk.Stack.of(self).account,
             ),
+            table_arns=table_arns,
         )
         self.setup.restrict_key_to(self.proxy.task_role)
         # A task reads the CA when it starts: the service waits for the custom resource that

@@ -78,12 +78,14 @@ class EgressProxyConstruct(Construct):
         index: PackageIndexConstruct,
         environment: Mapping[str, str],
         command: Sequence[str],
+        table_arns: Mapping[str, str],
     ) -> None:
         super().__init__(scope, id_)
         self._config = config
         self._egress = egress
         self._network = network
         self._index = index
+        self._table_arns = table_arns
         self.task_role = self._build_task_role()
         self.cluster = ecs.Cluster(
             self,
@@ -282,7 +284,11 @@ class EgressProxyConstruct(Construct):
                 sid="ReadTenantSecrets", actions=["secretsmanager:GetSecretValue"], resources=[tenant_secrets]
             )
         )
-        egress_table = _table_arn(stack, n.EGRESS.physical(stage))
+
+        def table(spec: n.TableSpec) -> str:
+            return self._table_arns.get(spec.logical) or _table_arn(stack, spec.physical(stage))
+
+        egress_table = table(n.EGRESS)
         role.add_to_policy(
             iam.PolicyStatement(
                 sid="SessionEgressState",
@@ -296,7 +302,7 @@ class EgressProxyConstruct(Construct):
             iam.PolicyStatement(
                 sid="CountEgressBytes",
                 actions=["dynamodb:GetItem", "dynamodb:UpdateItem"],
-                resources=[_table_arn(stack, n.TENANT_DAILY_COUNTERS.physical(stage))],
+                resources=[table(n.TENANT_DAILY_COUNTERS)],
                 # Only the byte counters (`{tenant}#egress_daily_bytes#{day}`): never a call counter.
                 conditions={
                     "ForAllValues:StringLike": {"dynamodb:LeadingKeys": list(egress_byte_counter_keys())}
@@ -307,7 +313,7 @@ class EgressProxyConstruct(Construct):
             iam.PolicyStatement(
                 sid="ReadTenantPolicy",  # a disabled tenant's egress closes
                 actions=["dynamodb:GetItem"],
-                resources=[_table_arn(stack, n.TENANTS.physical(stage))],
+                resources=[table(n.TENANTS)],
             )
         )
         role.add_to_policy(

@@ -48,7 +48,12 @@ class CoreStack(cdk.Stack):
         if config.egress is None:
             return None
         egress = EgressConstruct(
-            self, "Egress", config=config, egress=config.egress, tables=self.state.table_names
+            self,
+            "Egress",
+            config=config,
+            egress=config.egress,
+            tables=self.state.table_names,
+            table_arns={logical: table.table_arn for logical, table in self.state.tables.items()},
         )
         endpoints = EgressEndpoints(
             proxy_url=egress.proxy_url, ca_bundle=egress.ca_bundle, index_url=egress.index_url

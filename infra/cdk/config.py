@@ -175,6 +175,7 @@ class AlarmThresholds(_Model):
     session_stop_failures: int = Field(default=1, ge=1)
     sessions_reaped: int = Field(default=10, ge=1)  # leaked sessions stopped by the reaper per 5 min
     turn_token_rejected: int = Field(default=20, ge=1)  # turn-token refusals per 5 min (a spike)
+    egress_denied_burst: int = Field(default=20, ge=1)  # egress proxy refusals per 5 min, all tenants
 
 
 # Fargate's valid memory sizes (MiB) for each CPU size (units of 1/1024 vCPU).

@@ -12,7 +12,7 @@ from sandbox_common import dimensions
 from sandbox_common import naming as n
 
 from infra.local.state import LocalStackError
-from infra.sandboxctl import render, sessions_cli
+from infra.sandboxctl import egress_cli, render, sessions_cli
 from infra.sandboxctl.errors import EXIT_FAILURE, EXIT_OK, CtlError
 
 
@@ -42,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
         "warm": sessions_cli.run_warm,
         "sessions": sessions_cli.run_sessions,
         "usage": _usage,
+        "egress": egress_cli.run_egress,
+        "secrets": egress_cli.run_secrets,
     }[args.command]
     return handler(args, target)
 
@@ -105,6 +107,7 @@ def _local(args: argparse.Namespace) -> int:
                     + f" (state {data['state_dir']})\n"
                     + render.table(rows, ["component", "pid", "alive", "endpoint", "log"])
                     + _isolation_line(data.get("isolation"))
+                    + _egress_line(data.get("egress"))
                     + (
                         "\ninterpreters: " + ", ".join(data["interpreters"])
                         if data.get("interpreters")
@@ -115,6 +118,16 @@ def _local(args: argparse.Namespace) -> int:
     except LocalStackError as exc:
         raise CtlError(str(exc)) from None
     return EXIT_OK
+
+
+def _egress_line(egress: dict[str, Any] | None) -> str:
+    """The egress proxy sessions of allowlist environments go through, and the CA they trust."""
+    if not egress:
+        return "\negress proxy: none (make egress-runtime); allowlist sessions cannot start"
+    return (
+        f"\negress proxy: {egress['proxy']} (CA certificate {egress['ca_cert']});"
+        f" package index {egress['index_url']}"
+    )
 
 
 def _isolation_line(isolation: dict[str, Any] | None) -> str:

@@ -31,6 +31,10 @@ def test_local_status_shows_the_isolation_in_force(cli_env: dict[str, str]) -> N
     assert text.returncode == 0
     assert "isolation: bwrap; uid: one unprivileged uid per session" in text.stdout
     assert "network PUBLIC: own namespace + slirp4netns egress" in text.stdout
+    # and the egress proxy allowlist sessions go through, with the CA certificate they trust
+    egress = data["egress"]
+    assert egress["proxy"].startswith("127.0.0.1:") and egress["ca_cert"].endswith("egress-ca-cert.pem")
+    assert f"egress proxy: {egress['proxy']} (CA certificate {egress['ca_cert']})" in text.stdout
 
 
 def test_local_up_twice_is_idempotent(cli_env: dict[str, str]) -> None:
@@ -41,7 +45,8 @@ def test_local_up_twice_is_idempotent(cli_env: dict[str, str]) -> None:
     # Then nothing was started and the same processes and endpoints are reported
     assert again["started"] is False
     assert again["pids"] == {k: v["pid"] for k, v in before["processes"].items()}
-    assert before["running"] is True and set(again["endpoints"]) == {"moto", "interpreter", "lambda"}
+    assert before["running"] is True
+    assert set(again["endpoints"]) == {"moto", "interpreter", "lambda", "egress", "index"}
 
 
 def test_local_up_names_the_dispatch_function_beside_the_endpoints(cli_env: dict[str, str]) -> None:
@@ -124,6 +129,7 @@ def test_caps_get_shows_configured_defaults(cli_env: dict[str, str]) -> None:
         "agent_hourly": 100,
         "tenant_sessions": 20,
         "global_sessions": 200,
+        "egress_daily_bytes": 1 << 30,
     }
 
 
@@ -141,6 +147,7 @@ def test_caps_set_tenant_override_is_read_back_and_unset(cli_env: dict[str, str]
         "agent_hourly": 7,
         "tenant_sessions": 20,
         "global_sessions": 200,
+        "egress_daily_bytes": 1 << 30,
     }
     assert caps["global"]["agent_hourly"] == 100
     # and unset restores the global value

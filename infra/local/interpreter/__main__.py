@@ -72,10 +72,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu-seconds", type=int, default=Limits.cpu_seconds)
     parser.add_argument("--max-processes", type=int, default=Limits.max_processes)
     parser.add_argument("--max-sessions", type=int, default=64)
+    parser.add_argument(
+        "--egress-proxy",
+        metavar="HOST:PORT",
+        help="the local egress proxy: the one way out of a VPC session (an allowlist environment)",
+    )
+    parser.add_argument(
+        "--egress-ca-cert",
+        metavar="PATH",
+        help="the egress proxy's CA certificate (PEM, no key): what VPC sessions trust",
+    )
     parser.add_argument("--log-level", default="WARNING")
     opts = parser.parse_args(argv)
     logging.basicConfig(level=opts.log_level.upper(), stream=sys.stderr)
 
+    if (opts.egress_proxy is None) != (opts.egress_ca_cert is None):
+        parser.error("--egress-proxy and --egress-ca-cert go together")
+    if opts.egress_proxy is not None:
+        host, sep, port = opts.egress_proxy.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            parser.error(f"--egress-proxy expects HOST:PORT, got {opts.egress_proxy!r}")
     interpreters: dict[str, str] = {}
     for item in opts.interpreter:
         interpreter_id, sep, mode = item.partition("=")
@@ -106,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             max_sessions=opts.max_sessions,
             python=opts.python,
             data_grants=grants,
+            egress_proxy=opts.egress_proxy,
+            egress_ca_cert=opts.egress_ca_cert,
         ).start()
     except (OSError, ValueError, IsolationUnavailable) as exc:
         print(f"local interpreter: {exc}", file=sys.stderr)

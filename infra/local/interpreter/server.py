@@ -585,8 +585,13 @@ class LocalInterpreterServer:
         disk_kind: str = "auto",
         uids: UidAllocator | None = None,
         data_grants: dict[str, DataGrant] | None = None,
+        egress_proxy: str | None = None,
+        egress_ca_cert: str | None = None,
     ) -> None:
         self._port = port
+        # The local egress proxy (HOST:PORT) and its CA certificate: a VPC session's way out.
+        self.egress_proxy = egress_proxy
+        self.egress_ca_cert = egress_ca_cert
         self.manager = SessionManager(
             interpreters=interpreters,
             registry_file=registry_file,

@@ -110,3 +110,41 @@ def test_dockerfile_copies_only_what_the_context_holds() -> None:
     # And the base image is pinned to a release, not a moving tag
     (base,) = re.findall(r"^FROM (\S+)", (REPO / DOCKERFILE).read_text(), re.M)
     assert re.search(r":\d+\.\d+\.\d+-", base), base
+
+
+def test_proxy_command_is_what_the_proxy_parses() -> None:
+    from egress_proxy.config import from_args
+    from sandbox_common import naming as n
+
+    from infra.cdk.config import build_config
+    from infra.cdk.constructs.package_index import index_url
+    from infra.cdk.function_env import PROXY_CONFDIR, proxy_command
+
+    # Given the arguments the stage's task definition gives the proxy, with concrete values
+    config = build_config("dev")
+    tables = {spec.logical: spec.physical("dev") for spec in n.ALL_TABLES}
+    url = index_url(n.package_index_domain("dev"), "123456789012", "us-east-1")
+    args = proxy_command(
+        config,
+        tables=tables,
+        port=8080,
+        index_url=url,
+        codeartifact_domain="thinkwork-dev",
+        account="123456789012",
+    )
+    # When the proxy's own command line parses them (functions/egress_proxy/config.py)
+    proxy = from_args(args)
+    # Then it listens on the task's address and port, reads the CA from Secrets Manager into /tmp,
+    # uses the stage's tables, and adds the CodeArtifact token to the index's requests
+    assert (proxy.stage, proxy.listen_host, proxy.listen_port) == ("dev", "0.0.0.0", 8080)
+    assert proxy.ca_from_secrets and proxy.confdir == PROXY_CONFDIR and PROXY_CONFDIR.startswith("/tmp/")
+    assert (proxy.egress_table, proxy.counters_table, proxy.tenants_table) == (
+        n.EGRESS.physical("dev"),
+        n.TENANT_DAILY_COUNTERS.physical("dev"),
+        n.TENANTS.physical("dev"),
+    )
+    assert proxy.index is not None
+    assert proxy.index.host == "thinkwork-dev-123456789012.d.codeartifact.us-east-1.amazonaws.com"
+    assert proxy.index.base_path == f"/pypi/{n.PACKAGE_INDEX_REPOSITORY}/simple/"
+    assert proxy.index.codeartifact == ("thinkwork-dev", "123456789012")
+    assert not proxy.routes and proxy.route_ca is None  # no local-stack shortcut on AWS

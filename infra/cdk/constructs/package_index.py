@@ -14,9 +14,16 @@ from infra.cdk.config import StageConfig
 from infra.cdk.constructs.state import removal_policy
 
 
+def index_url(domain: str, account: str, region: str) -> str:
+    """The repository's pip index, as `aws codeartifact get-repository-endpoint` gives it plus
+    `simple/` (CodeArtifact's PyPI layout); pip reaches it without credentials, the proxy adds them."""
+    host = f"{domain}-{account}.d.codeartifact.{region}.amazonaws.com"
+    return f"https://{host}/pypi/{n.PACKAGE_INDEX_REPOSITORY}/simple/"
+
+
 class PackageIndexConstruct(Construct):
-    """Attributes: `domain`, `repository` (L1), `index_url` and `index_host` (tokens),
-    `domain_arn`, `repository_arn`."""
+    """Attributes: `domain`, `repository` (L1), `index_url` (a token), `domain_arn`,
+    `repository_arn`."""
 
     def __init__(self, scope: Construct, id_: str, *, config: StageConfig) -> None:
         super().__init__(scope, id_)
@@ -35,7 +42,4 @@ class PackageIndexConstruct(Construct):
         self.repository.apply_removal_policy(removal_policy(config))
         self.domain_arn = self.domain.attr_arn
         self.repository_arn = self.repository.attr_arn
-        # CodeArtifact's repository endpoint, as `aws codeartifact get-repository-endpoint` gives it.
-        domain = n.package_index_domain(config.name)
-        self.index_host = f"{domain}-{stack.account}.d.codeartifact.{stack.region}.amazonaws.com"
-        self.index_url = f"https://{self.index_host}/pypi/{n.PACKAGE_INDEX_REPOSITORY}/simple/"
+        self.index_url = index_url(n.package_index_domain(config.name), stack.account, stack.region)

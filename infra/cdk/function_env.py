@@ -87,6 +87,7 @@ def function_environment(
             tenant_daily_table=tables[n.TENANT_DAILY_COUNTERS.logical],
             agent_hourly_table=tables[n.AGENT_HOURLY_COUNTERS.logical],
             turns_table=tables[n.TURNS.logical],
+            tenants_table=tables[n.TENANTS.logical],
         )
     elif logical == n.BACKSTOP:
         settings = BackstopSettings(stage=config.name, findings_table=tables[n.FINDINGS.logical])
@@ -109,6 +110,7 @@ def function_environment(
             egress_proxy_url=egress.proxy_url,
             egress_ca_bundle=egress.ca_bundle,
             egress_index_url=egress.index_url,
+            artifacts_bucket=artifacts_bucket,  # job_sweep: an ended job's files
         )
     else:
         raise ValueError(f"unknown function {logical!r}")

@@ -212,7 +212,7 @@ def _caps(args: argparse.Namespace, target: Any) -> int:
             data,
             lambda: (
                 f"{data['parameter']} = {data['value']} (was"
-                f" {'unset' if data['previous'] is None else data['previous']})"
+                f" {'unset' if data['previous'] is None else data['previous']})" + _kill_line(data)
             ),
         )
     else:
@@ -257,8 +257,20 @@ def _tenant(args: argparse.Namespace, target: Any) -> int:
         data = ops.tenant_set(target, args.tenant, enabled=False)
     else:
         data = ops.tenant_set(target, args.tenant, tier=args.tier)
-    _out(args, data, lambda: f"{data['tenant_id']}: {data['action']}: {data['before']} -> {data['after']}")
+    _out(
+        args,
+        data,
+        lambda: (
+            f"{data['tenant_id']}: {data['action']}: {data['before']} -> {data['after']}" + _kill_line(data)
+        ),
+    )
     return EXIT_OK
+
+
+def _kill_line(data: dict[str, Any]) -> str:
+    """What a change that kills did about the admitted work (ops.kill_switch_now)."""
+    said = data.get(n.KILL_SWITCH_EVENT_KEY)
+    return f"\nrunning jobs and warm sessions: stop {said}" if said else ""
 
 
 def _template(args: argparse.Namespace, target: Any) -> int:

@@ -65,7 +65,7 @@ class Stack:
             spec.logical: [
                 i
                 for i in ddb.scan(TableName=self.resources.tables[spec.logical])["Items"]
-                if not i[spec.pk]["S"].startswith(n.QUOTA_MARKER_PREFIX)
+                if not i[spec.pk]["S"].startswith((n.QUOTA_MARKER_PREFIX, n.QUOTA_BREAKER_PREFIX))
             ]
             for spec in (n.TENANT_DAILY_COUNTERS, n.AGENT_HOURLY_COUNTERS)
         }
@@ -330,7 +330,12 @@ def apply_reaper_env(stack: Stack, setenv: Callable[[str, str], None]) -> None:
     from reaper import service
     from sandbox_common import settings
 
-    env = function_environment(build_config("local"), n.REAPER, tables=stack.resources.tables)
+    env = function_environment(
+        build_config("local"),
+        n.REAPER,
+        tables=stack.resources.tables,
+        artifacts_bucket=stack.resources.artifacts_bucket,
+    )
     for key, value in env.items():
         setenv(key, value)
     settings.clear_caches()

@@ -19,8 +19,10 @@ def main() -> int:
             f"missing stage: pass -c stage=NAME; known stages: {', '.join(sorted(STAGES))}", file=sys.stderr
         )
         return 2
+    # `-c tenants_file=PATH` deploys the stage with tenants kept elsewhere (docs/tenants.md).
+    tenants_file = app.node.try_get_context("tenants_file")
     try:
-        config = build_config(str(stage))
+        config = build_config(str(stage), {"tenants_file": str(tenants_file)} if tenants_file else None)
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return 2

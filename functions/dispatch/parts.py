@@ -44,17 +44,18 @@ class Runners:
 
     def __init__(self, settings: DispatchSettings) -> None:
         self._settings = settings
-        self._runners: dict[tuple[str, str, tuple[str, ...]], SessionRunner] = {}
+        self._runners: dict[tuple[str, str, tuple[str, ...], tuple[str, ...]], SessionRunner] = {}
         self._lock = threading.Lock()
 
     def __call__(self, pf: Preflight) -> SessionRunner:
-        key = (pf.tenant_id, str(pf.runner_role_arn), pf.allowed_interpreter_ids)
+        key = (pf.tenant_id, str(pf.runner_role_arn), pf.allowed_interpreter_ids, pf.allowed_interpreter_arns)
         with self._lock:
             runner = self._runners.get(key)
             if runner is None:
                 runner = self._runners[key] = SessionRunner(
                     tenant_id=pf.tenant_id,
                     allowed_interpreter_ids=pf.allowed_interpreter_ids,
+                    allowed_interpreter_arns=pf.allowed_interpreter_arns,
                     runner_role_arn=str(pf.runner_role_arn),
                     session_timeout_seconds=self._settings.session_timeout_seconds,
                     call_timeout_seconds=self._settings.call_timeout_seconds,

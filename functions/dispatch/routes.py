@@ -25,6 +25,8 @@ from typing import Any
 from sandbox_common.models import AnyDispatchRequest, parse_dispatch_event
 from sandbox_common.naming import Action
 
+from dispatch import scope
+
 Answer = Callable[[Any, Any, Any], dict[str, Any]]  # (steps, request, context) -> response
 
 
@@ -58,7 +60,11 @@ def parse(event: Any) -> AnyDispatchRequest:
 
 
 def answer(request: AnyDispatchRequest, context: Any) -> dict[str, Any]:
-    """The response of a validated request, from its route's function."""
+    """The response of a validated request, from its route's function; a request for a tenant
+    outside the invoking agent's scope is refused before its route runs (`dispatch.scope`)."""
+    refused = scope.refusal(request, context, _steps)
+    if refused is not None:
+        return refused
     function = ROUTES[request.action].function(request)
     return function(_steps(), request, context)
 

@@ -50,6 +50,7 @@ class Reaper:
             tenant_id,
             str(target.runner_role_arn),
             target.allowed_interpreter_ids,
+            target.allowed_interpreter_arns,
             self.settings.session_timeout_seconds,
             self.settings.call_timeout_seconds,
         )
@@ -120,7 +121,12 @@ class Reaper:
 
 @lru_cache(maxsize=64)
 def _runner(
-    tenant_id: str, role_arn: str, allowed: tuple[str, ...], session_timeout: int, call_timeout: int
+    tenant_id: str,
+    role_arn: str,
+    allowed: tuple[str, ...],
+    arns: tuple[str, ...],
+    session_timeout: int,
+    call_timeout: int,
 ) -> SessionRunner:
     # Imported here for cold start alone: the session runner loads when a run first stops or
     # starts a session.
@@ -133,6 +139,7 @@ def _runner(
     return SessionRunner(
         tenant_id=tenant_id,
         allowed_interpreter_ids=allowed,
+        allowed_interpreter_arns=arns,
         runner_role_arn=role_arn,
         session_timeout_seconds=session_timeout,
         call_timeout_seconds=call_timeout,

@@ -41,6 +41,8 @@ class Preflight:
     interpreter_id: str | None = None
     runner_role_arn: str | None = None
     allowed_interpreter_ids: tuple[str, ...] = field(default_factory=tuple)
+    # The tenant's interpreter ARNs: the runner's credentials are confined to these (session policy)
+    allowed_interpreter_arns: tuple[str, ...] = field(default_factory=tuple)
     reason: str | None = None
     data_read: tuple[str, ...] = ()  # the tenant's data.read S3 prefixes (§14.4): s3_uri inputs
     tools: tuple[str, ...] = field(default_factory=tuple)  # the template's tool allowlist (§15)
@@ -70,6 +72,7 @@ def decide(
     interpreter_id = interpreters.get(environment)
     runner_role_arn = substrate.runner_role_arn if substrate else None
     allowed = tuple(sorted(set(interpreters.values())))
+    arns = tuple(sorted(set(substrate.interpreter_arns.values()))) if substrate else ()
     if not interpreter_id or not runner_role_arn:
         return Preflight(
             "provisioning",
@@ -86,6 +89,7 @@ def decide(
         interpreter_id=interpreter_id,
         runner_role_arn=runner_role_arn,
         allowed_interpreter_ids=allowed,
+        allowed_interpreter_arns=arns,
         data_read=tuple(substrate.data_read) if substrate else (),
         tools=template_tools(template_item),
     )
@@ -148,6 +152,7 @@ class PreflightReader:
             tenant_id,
             runner_role_arn=substrate.runner_role_arn,
             allowed_interpreter_ids=tuple(sorted(set(substrate.interpreters.values()))),
+            allowed_interpreter_arns=tuple(sorted(set(substrate.interpreter_arns.values()))),
         )
 
     def _load(self, tenant_id: str, template_id: str) -> Preflight:

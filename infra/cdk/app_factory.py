@@ -48,7 +48,7 @@ def compose(app: cdk.App, config: StageConfig) -> dict[str, cdk.Stack]:
         description=f"Thinkwork sandbox core ({config.name})",
     )
     stacks: dict[str, cdk.Stack] = {core_name: core}
-    for index, tenants in enumerate(config.shards()):
+    for index, tenants in config.shards():
         name = n.shard_stack_name(config.name, index)
         shard = TenantShardStack(
             app,

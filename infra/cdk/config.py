@@ -1,12 +1,19 @@
-"""Typed per-stage configuration, validated at synth (§2). Stage differences are data here,
-never `if prod:` in the stacks.
+"""Typed per-stage configuration, validated at synth. Stage differences are data here, never
+`if prod:` in the stacks.
+
+A stage's tenants and agent principals are deployment data, not code: each stage names a JSON
+file (`tenants_file`, under `infra/tenants/`) that `build_config` reads and validates through the
+same models; `docs/tenants.md` describes the file. Every refusal names the field at fault
+(`tenants[2].environments[0]: ...`).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import re
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -137,12 +144,56 @@ class TenantConfig(_Model):
     def _templates_use_declared_environments(self) -> TenantConfig:
         for template, env in self.templates.items():
             if not n.REQUEST_ID_RE.match(template):
-                raise ValueError(f"template id {template!r} must match {n.REQUEST_ID_RE.pattern}")
+                raise ValueError(f"templates.{template}: template id must match {n.REQUEST_ID_RE.pattern}")
             if env is not None and env not in self.environments:
                 raise ValueError(
-                    f"template {template!r} uses environment {env!r} not declared for the tenant"
+                    f"templates.{template}: environment {env!r} is not declared in the tenant's "
+                    f"environments ({', '.join(self.environments)})"
                 )
         return self
+
+
+ROLE_ARN_RE = re.compile(r"^arn:aws[a-z-]*:iam::(?P<account>\d{12}):role/(?:[\w+=,.@-]+/)*[\w+=,.@-]{1,64}$")
+
+
+class AgentPrincipal(_Model):
+    """An agent runtime allowed to invoke dispatch: the IAM role it runs as (this account or
+    another), and optionally the tenants it may act for. A scoped principal is granted only the
+    per-tenant aliases of dispatch (`sandbox_common.agent_scope`); dispatch refuses a call through
+    such an alias for any other tenant. `tenants` omitted = every tenant (the unqualified function).
+    """
+
+    principal: str
+    tenants: tuple[str, ...] | None = None
+
+    @field_validator("principal")
+    @classmethod
+    def _role_arn(cls, value: str) -> str:
+        if not ROLE_ARN_RE.match(value):
+            raise ValueError(
+                f"{value!r} is not an IAM role ARN (arn:aws:iam::<12-digit account>:role/<name>)"
+            )
+        return value
+
+    @field_validator("tenants")
+    @classmethod
+    def _scope(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("an empty scope grants nothing; omit `tenants` to allow every tenant")
+        for index, tenant in enumerate(value):
+            if not n.TENANT_ID_RE.match(tenant):
+                raise ValueError(f"[{index}] {tenant!r} is not a tenant id ({n.TENANT_ID_RE.pattern})")
+        if len(set(value)) != len(value):
+            raise ValueError("tenants must not repeat")
+        return value
+
+    @property
+    def account(self) -> str:
+        match = ROLE_ARN_RE.match(self.principal)
+        assert match is not None  # validated
+        return match["account"]
 
 
 class Caps(_Model):
@@ -276,8 +327,14 @@ class StageConfig(_Model):
     # §16.5: a stage may accept token-less turns for callers not yet upgraded (default: required)
     require_turn_token: bool = True
     # Tenants are sharded in config order: append new tenants at the end so only the last shard changes.
-    # 40 tenants with every environment (11 resources each) stay under 450 resources a stack.
-    tenants_per_shard: int = Field(default=40, ge=1, le=40)
+    tenants_per_shard: int = Field(default=40, ge=1, le=50)
+    # Agent runtimes granted lambda:InvokeFunction on dispatch (see AgentPrincipal).
+    agents: tuple[AgentPrincipal, ...] = ()
+    # Where the stage's tenants and agents come from (repo-relative JSON; None = given inline).
+    tenants_file: str | None = None
+    # Every tenant id of the tenants file in order, removed ones included: a removed tenant keeps
+    # its slot, so no later tenant moves to another shard stack (empty = the order of `tenants`).
+    tenant_slots: tuple[str, ...] = ()
     # The egress path of `allowlist` environments; None = no VPC, proxy or package index (then no
     # tenant may declare an allowlist environment).
     egress: EgressStage | None = EgressStage()
@@ -291,14 +348,38 @@ class StageConfig(_Model):
             )
         return value
 
-    @field_validator("tenants")
-    @classmethod
-    def _unique_tenants(cls, value: tuple[TenantConfig, ...]) -> tuple[TenantConfig, ...]:
-        ids = [t.id for t in value]
-        dupes = sorted({i for i in ids if ids.count(i) > 1})
-        if dupes:
-            raise ValueError(f"tenant ids repeat: {', '.join(dupes)}")
-        return value
+    @model_validator(mode="after")
+    def _unique_tenants(self) -> StageConfig:
+        first: dict[str, int] = {}
+        for index, tenant in enumerate(self.tenants):
+            if tenant.id in first:
+                raise ValueError(
+                    f"tenants[{index}].id: tenant id {tenant.id!r} repeats tenants[{first[tenant.id]}]"
+                )
+            first[tenant.id] = index
+        missing = [t.id for t in self.tenants if self.tenant_slots and t.id not in self.tenant_slots]
+        if missing or len(set(self.tenant_slots)) != len(self.tenant_slots):
+            raise ValueError(f"tenant_slots: must list every tenant once (missing {missing})")
+        return self
+
+    @model_validator(mode="after")
+    def _agents_name_known_tenants(self) -> StageConfig:
+        """A scope naming a tenant the stage does not deploy would grant an alias that cannot exist."""
+        known = {t.id for t in self.tenants}
+        seen: dict[str, int] = {}
+        for index, agent in enumerate(self.agents):
+            if agent.principal in seen:
+                raise ValueError(
+                    f"agents[{index}].principal: {agent.principal!r} repeats agents[{seen[agent.principal]}]"
+                )
+            seen[agent.principal] = index
+            for position, tenant in enumerate(agent.tenants or ()):
+                if tenant not in known:
+                    raise ValueError(
+                        f"agents[{index}].tenants[{position}]: unknown tenant {tenant!r} "
+                        "(not one of this stage's tenants)"
+                    )
+        return self
 
     @model_validator(mode="after")
     def _data_prefixes_do_not_overlap(self) -> StageConfig:
@@ -316,7 +397,7 @@ class StageConfig(_Model):
             for i, tenant in enumerate(self.tenants):
                 if tenant.allowlist_environments:
                     raise ValueError(
-                        f"tenants.{i}.environments: tenant {tenant.id!r} declares "
+                        f"tenants[{i}].environments: tenant {tenant.id!r} declares "
                         f"{tenant.allowlist_environments[0]!r} (egress allowlist) but the stage has no "
                         "egress (egress: null)"
                     )
@@ -328,53 +409,42 @@ class StageConfig(_Model):
             raise ValueError("call_timeout_seconds must be shorter than session_timeout_seconds")
         return self
 
-    def shards(self) -> list[tuple[TenantConfig, ...]]:
+    def shards(self) -> list[tuple[int, tuple[TenantConfig, ...]]]:
+        """(shard index, its tenants) in slot order, shards left empty by removals omitted."""
+        by_id = {t.id: t for t in self.tenants}
+        slots = self.tenant_slots or tuple(by_id)
         size = self.tenants_per_shard
-        return [self.tenants[i : i + size] for i in range(0, len(self.tenants), size)]
+        shards = []
+        for index, start in enumerate(range(0, len(slots), size)):
+            tenants = tuple(by_id[i] for i in slots[start : start + size] if i in by_id)
+            if tenants:
+                shards.append((index, tenants))
+        return shards
+
+    def shard_of(self, tenant_id: str) -> int:
+        """The shard index a tenant's slot falls in (its stack is naming.shard_stack_name)."""
+        slots = self.tenant_slots or tuple(t.id for t in self.tenants)
+        return slots.index(tenant_id) // self.tenants_per_shard
+
+    def scoped_tenants(self) -> tuple[str, ...]:
+        """Tenants some scoped agent principal may act for: each gets its alias of dispatch."""
+        return tuple(sorted({t for a in self.agents for t in (a.tenants or ())}))
 
     def tenant(self, tenant_id: str) -> TenantConfig | None:
         return next((t for t in self.tenants if t.id == tenant_id), None)
 
 
-_DEMO_TENANTS = (
-    TenantConfig(
-        id="acme", environments=("default-public", "internal-only"), templates={"analyst": "default-public"}
-    ),
-    TenantConfig(id="globex", environments=("default-public",), templates={"analyst": "default-public"}),
-    # `sandboxctl pilot --tenant canary` (the post-deploy canary) temporarily lowers this tenant's
-    # agent_hourly cap to prove the breaker; a dedicated tenant keeps that off real tenants.
-    TenantConfig(id="canary", environments=("default-public",), templates={"analyst": "default-public"}),
-)
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TENANTS_DIR = "infra/tenants"
 
-# The local stage's acme may read its folder of the demo data bucket the local stack creates (§14.4).
-_LOCAL_TENANTS = tuple(
-    t.model_copy(update={"data": TenantData(read=(f"s3://{n.demo_data_bucket_name('local')}/{t.id}/",))})
-    if t.id == "acme"
-    else t
-    for t in _DEMO_TENANTS
-)
-
-# dev's acme also has the allowlist environment, with a template bound to it; its policy starts
-# empty (nothing allowed) until `sandboxctl egress set` lists hosts.
-_DEV_TENANTS = tuple(
-    t.model_copy(
-        update={
-            "environments": (*t.environments, "default-allowlist"),
-            "templates": {**t.templates, "allowlisted": "default-allowlist"},
-        }
-    )
-    if t.id == "acme"
-    else t
-    for t in _DEMO_TENANTS
-)
-
-# Raw stage data. Everything not named takes the StageConfig default (= SPEC §12 defaults).
-STAGES: dict[str, dict] = {
-    "local": {"tenants": _LOCAL_TENANTS},
-    "dev": {"tenants": _DEV_TENANTS, "log_retention_days": 14},
-    "staging": {"tenants": _DEMO_TENANTS, "log_retention_days": 30},
+# Raw stage data. Everything not named takes the StageConfig default; the tenants and agent
+# principals come from each stage's tenants file (`docs/tenants.md`).
+STAGES: dict[str, dict[str, Any]] = {
+    "local": {"tenants_file": f"{TENANTS_DIR}/local.json"},
+    "dev": {"tenants_file": f"{TENANTS_DIR}/dev.json", "log_retention_days": 14},
+    "staging": {"tenants_file": f"{TENANTS_DIR}/staging.json", "log_retention_days": 30},
     "prod": {
-        "tenants": _DEMO_TENANTS,
+        "tenants_file": f"{TENANTS_DIR}/prod.json",
         "log_retention_days": 90,
         "removal_policy": "retain",
         "audit_retention_days": 30,
@@ -385,24 +455,125 @@ STAGES: dict[str, dict] = {
         ),
     },
 }
+# The keys of a tenants file (anything else is refused, like any unknown field).
+TENANTS_FILE_KEYS = ("tenants", "agents")
 
 
-def build_config(name: str, overrides: dict | None = None) -> StageConfig:
-    """Validate one stage. Unknown stage or invalid data -> ConfigError naming the fix."""
+def tenants_file_path(path: str) -> Path:
+    """A tenants file named in a stage's config: relative to the repository, or absolute."""
+    candidate = Path(path)
+    return candidate if candidate.is_absolute() else REPO_ROOT / candidate
+
+
+def read_tenants_file(path: str) -> dict[str, Any]:
+    """The file's raw document: `{"tenants": [...], "agents": [...]}`; ConfigError if unreadable."""
+    file = tenants_file_path(path)
+    try:
+        document = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError("not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"unreadable ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"not JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(document, dict):
+        raise ConfigError("must be a JSON object with `tenants` and `agents`")
+    unknown = sorted(set(document) - set(TENANTS_FILE_KEYS))
+    if unknown:
+        raise ConfigError(f"{unknown[0]}: unknown key (expected tenants, agents)")
+    return document
+
+
+def stage_data(document: dict[str, Any]) -> tuple[dict[str, Any], list[int]]:
+    """StageConfig fields from a tenants file: the tenants in order (removed ones, written
+    `{"id": ..., "removed": true}`, leave only their slot) and the agents; and for each tenant
+    kept, its index in the file (so a refusal names the entry as written)."""
+    raw = document.get("tenants", [])
+    if not isinstance(raw, list):
+        raise ConfigError("tenants: must be a list")
+    tenants: list[Any] = []
+    positions: list[int] = []
+    slots: list[Any] = []
+    first: dict[str, int] = {}
+    for index, entry in enumerate(raw):
+        if not isinstance(entry, dict):
+            raise ConfigError(f"tenants[{index}]: must be an object with an `id`")
+        tenant_id = entry.get("id")
+        if isinstance(tenant_id, str) and tenant_id in first:
+            raise ConfigError(
+                f"tenants[{index}].id: tenant id {tenant_id!r} repeats tenants[{first[tenant_id]}]"
+            )
+        if isinstance(tenant_id, str):
+            first[tenant_id] = index
+        if "removed" in entry:
+            if entry["removed"] is not True or set(entry) != {"id", "removed"}:
+                raise ConfigError(
+                    f'tenants[{index}]: a removed tenant is written {{"id": ..., "removed": true}} only'
+                )
+        else:
+            tenants.append(entry)
+            positions.append(index)
+        slots.append(tenant_id)
+    return {"tenants": tenants, "agents": document.get("agents", []), "tenant_slots": slots}, positions
+
+
+def _describe(errors: list[Any], positions: list[int] | None = None) -> str:
+    """Pydantic errors as `field.path: problem`, the path as written in the file (`positions`:
+    a kept tenant's index in the file)."""
+    problems = []
+    for error in errors:
+        path = ""
+        loc = list(error["loc"])
+        if positions and len(loc) > 1 and loc[0] == "tenants" and isinstance(loc[1], int):
+            loc[1] = positions[loc[1]]
+        for part in loc:
+            path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if error["type"] == "literal_error":
+            message = f"{error['input']!r} is not one of {error['ctx']['expected']}"
+        sub = _SUBPATH_RE.match(message)
+        if sub:  # a model-level check that names the field it refuses
+            path = f"{path}{'' if sub['path'].startswith('[') or not path else '.'}{sub['path']}"
+            message = message[sub.end() :]
+        problems.append(f"{path or 'config'}: {message}")
+    return "; ".join(problems)
+
+
+_SUBPATH_RE = re.compile(r"^(?P<path>(?:[a-z_]+|\[\d+\])(?:\[\d+\]|\.[A-Za-z0-9_.:-]+?)*): ")
+
+
+def build_config(name: str, overrides: dict | None = None, *, document: dict | None = None) -> StageConfig:
+    """Validate one stage. Unknown stage or invalid data -> ConfigError naming the fix.
+
+    The stage's tenants file is read unless `overrides` gives the tenants (tests, benchmarks);
+    `overrides["tenants_file"]` points the stage at another file (`cdk synth -c tenants_file=`);
+    `document` is a tenants file's content not yet written (`sandboxctl tenant add` checks it)."""
     if name not in STAGES:
         raise ConfigError(f"unknown stage {name!r}; known stages: {', '.join(sorted(STAGES))}")
-    data = {
+    data: dict[str, Any] = {
         "name": name,
         "account": os.environ.get("CDK_DEFAULT_ACCOUNT"),
         "region": os.environ.get("CDK_DEFAULT_REGION"),
         **STAGES[name],
         **(overrides or {}),
     }
+    source = ""
+    positions: list[int] | None = None
+    if data.get("tenants_file") and "tenants" not in (overrides or {}):
+        try:
+            fields, positions = stage_data(
+                read_tenants_file(data["tenants_file"]) if document is None else document
+            )
+        except ConfigError as exc:
+            raise ConfigError(f"stage {name!r} tenants file {data['tenants_file']}: {exc}") from None
+        data.update(fields)
+        source = f" (tenants file {data['tenants_file']})"
+    elif "tenants" in (overrides or {}):
+        data["tenants_file"] = None  # given inline: `sandboxctl tenant add` has no file to edit
     try:
         return StageConfig.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}"
-            for e in exc.errors(include_url=False)
-        )
-        raise ConfigError(f"stage {name!r} configuration is invalid: {problems}") from None
+        raise ConfigError(
+            f"stage {name!r} configuration is invalid{source}: "
+            + _describe(exc.errors(include_url=False), positions)
+        ) from None

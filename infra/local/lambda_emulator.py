@@ -7,6 +7,14 @@ RequestResponse (200 + payload), `X-Amz-Function-Error: Unhandled` + the runtime
 an unhandled exception, Event (202) and DryRun (204); unknown function -> 404
 ResourceNotFoundException; non-JSON payload -> 400 InvalidRequestContentException.
 
+Qualifiers as Lambda has them: a FunctionName may be a name, a full or partial ARN, each
+optionally ending in `:<qualifier>`, or the qualifier comes as the `Qualifier` query parameter. A
+function's aliases (the ones its spec declares; each points to `$LATEST`, there are no published
+versions locally) and `$LATEST` resolve; any other qualifier is 404 ResourceNotFoundException
+naming the qualified ARN, as Lambda answers. The handler's `context.invoked_function_arn` is the
+ARN the caller invoked, qualifier included (the Python runtime's context: "indicates if the invoker
+specified a version number or alias"), and `X-Amz-Executed-Version` the version that ran.
+
 Each function has a pool of warm worker subprocesses (`lambda_worker.py`), spawned on demand up
 to `max_concurrency`, so concurrent invocations really run concurrently and module-level caches
 behave as in Lambda containers. Every worker starts with exactly the environment in the
@@ -34,7 +42,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import IO, Any
-from urllib.parse import unquote
+from urllib.parse import parse_qs, unquote
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKER_SCRIPT = Path(__file__).with_name("lambda_worker.py")
@@ -60,10 +68,11 @@ class FunctionSpec:
     max_concurrency: int = 4
     task_root: str = str(TASK_ROOT)
     layer_root: str = str(LAYER_ROOT)
+    aliases: tuple[str, ...] = ()  # each points to $LATEST
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FunctionSpec:
-        return cls(**data)
+        return cls(**{**data, "aliases": tuple(data.get("aliases", ()))})
 
 
 class WorkerGone(Exception):
@@ -342,14 +351,21 @@ class FunctionPool:
                 worker.kill()
             self._cond.notify()
 
-    def invoke(self, payload: str, request_id: str) -> tuple[bool, str]:
+    def qualified_arn(self, qualifier: str | None) -> str:
+        return f"{self.arn}:{qualifier}" if qualifier else self.arn
+
+    def serves(self, qualifier: str | None) -> bool:
+        """An unqualified call, `$LATEST` or one of the function's aliases."""
+        return qualifier in (None, LATEST) or qualifier in self.spec.aliases
+
+    def invoke(self, payload: str, request_id: str, qualifier: str | None = None) -> tuple[bool, str]:
         """(True, result JSON) or (False, runtime error JSON)."""
         deadline = time.time() + self.spec.timeout_seconds
         request = {
             "request_id": request_id,
             "payload": payload,
             "function_name": self.spec.name,
-            "invoked_function_arn": self.arn,
+            "invoked_function_arn": self.qualified_arn(qualifier),
             "memory_limit_in_mb": self.spec.memory_mb,
             "log_group_name": f"/aws/lambda/{self.spec.name}",
             "log_stream_name": "",
@@ -384,6 +400,19 @@ class FunctionPool:
             idle, self._idle = self._idle, []
         for worker in idle:
             worker.kill()
+
+
+LATEST = "$LATEST"
+
+
+def split_function_name(name: str) -> tuple[str, str | None]:
+    """(function name, qualifier or None) of an Invoke FunctionName: `name`, `name:qualifier`,
+    `arn:aws:lambda:region:account:function:name[:qualifier]` or
+    `account:function:name[:qualifier]`."""
+    if ":function:" in name:
+        name = name.split(":function:", 1)[1]
+    function, _, qualifier = name.partition(":")
+    return function, qualifier or None
 
 
 @dataclass(frozen=True)
@@ -460,11 +489,8 @@ class LambdaEmulator:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def resolve(self, name: str) -> FunctionPool | None:
-        # FunctionName may be a name, a full or partial ARN, optionally with a qualifier.
-        if ":function:" in name:
-            name = name.split(":function:", 1)[1]
-        name = name.split(":")[0]
-        return self.pools.get(name)
+        """The pool of a FunctionName (name, full or partial ARN, with or without a qualifier)."""
+        return self.pools.get(split_function_name(name)[0])
 
     def start(self) -> LambdaEmulator:
         self._thread = threading.Thread(
@@ -536,9 +562,21 @@ def _make_handler(emulator: LambdaEmulator) -> type[BaseHTTPRequestHandler]:
                 self._error(404, "UnknownOperationException", "Unknown operation", request_id)
                 return
             name = unquote(path[len(_INVOKE_PREFIX) : -len(_INVOKE_SUFFIX)])
-            pool = emulator.resolve(name)
-            if pool is None:
-                arn = f"arn:aws:lambda:{emulator.region}:{emulator.account}:function:{name}"
+            function, qualifier = split_function_name(name)
+            query = parse_qs(self.path.split("?", 1)[1]) if "?" in self.path else {}
+            given: str | None = query["Qualifier"][0] if query.get("Qualifier") else None
+            if given is not None and qualifier is not None and given != qualifier:
+                # Two qualifiers that disagree: refused, never one of them guessed.
+                message = (
+                    "The derived qualifier from the function name does not match the specified qualifier."
+                )
+                self._error(400, "InvalidParameterValueException", message, request_id)
+                return
+            qualifier = qualifier or given
+            pool = emulator.pools.get(function)
+            if pool is None or not pool.serves(qualifier):
+                arn = f"arn:aws:lambda:{emulator.region}:{emulator.account}:function:{function}"
+                arn = f"{arn}:{qualifier}" if qualifier else arn
                 self._error(404, "ResourceNotFoundException", f"Function not found: {arn}", request_id)
                 return
             if len(raw) > MAX_PAYLOAD_BYTES:
@@ -577,11 +615,14 @@ def _make_handler(emulator: LambdaEmulator) -> type[BaseHTTPRequestHandler]:
                 self._send(204, b"", {"x-amzn-RequestId": request_id})
                 return
             if invocation_type == "Event":
-                threading.Thread(target=pool.invoke, args=(payload, request_id), daemon=True).start()
+                threading.Thread(
+                    target=pool.invoke, args=(payload, request_id, qualifier), daemon=True
+                ).start()
                 self._send(202, b"", {"x-amzn-RequestId": request_id})
                 return
-            ok, body = pool.invoke(payload, request_id)
-            headers = {"x-amzn-RequestId": request_id, "X-Amz-Executed-Version": "$LATEST"}
+            ok, body = pool.invoke(payload, request_id, qualifier)
+            # every alias points to $LATEST: the version that ran
+            headers = {"x-amzn-RequestId": request_id, "X-Amz-Executed-Version": LATEST}
             if not ok:
                 headers["X-Amz-Function-Error"] = "Unhandled"
             self._send(200, body.encode("utf-8"), headers)

@@ -1,7 +1,7 @@
 """Create one stage's AWS resources in moto from the SAME definitions the CDK stacks use:
 `naming.ALL_TABLES` (keys, GSIs, TTL, PITR), `infra.cdk.constructs.definitions` (the stage-wide SSM
-parameters, each tenant's interpreter names and substrate JSON), one runner role per tenant,
-the audit DLQ, the `security-alerts` topic and the log groups.
+parameters, each tenant's interpreter names and substrate JSON), the stage's one session-runner
+role (its trust and policy), the audit DLQ, the `security-alerts` topic and the log groups.
 `tests/integration/local_stack/test_matches_cdk.py` holds this module and the synthesized `local`
 stage to the same shapes.
 """
@@ -16,10 +16,11 @@ from sandbox_common.models import TenantSubstrate
 
 from infra.cdk.config import StageConfig
 from infra.cdk.constructs.definitions import (
-    RUNNER_ACTIONS,
     artifacts_bucket_settings,
     global_parameters,
+    interpreter_arn_patterns,
     interpreter_names,
+    runner_role_statements,
     runner_trust,
     tenant_data_statements,
     tenant_substrate,
@@ -99,34 +100,26 @@ def create_resources(config: StageConfig, clients: Any, *, region: str = LOCAL_R
 
     dispatch_role_arn = f"arn:aws:iam::{LOCAL_ACCOUNT}:role/{n.function_role_name(stage, n.DISPATCH)}"
     reaper_role_arn = f"arn:aws:iam::{LOCAL_ACCOUNT}:role/{n.function_role_name(stage, n.REAPER)}"
-    runner_roles: dict[str, str] = {}
+    # The same trust and policy the CDK stack gives the runner role (one definition).
+    runner_role = iam.create_role(
+        RoleName=n.runner_role_name(stage),
+        AssumeRolePolicyDocument=json.dumps(runner_trust({"AWS": [dispatch_role_arn, reaper_role_arn]})),
+    )["Role"]
+    patterns = interpreter_arn_patterns(stage, partition="aws", region=region, account=LOCAL_ACCOUNT)
+    iam.put_role_policy(
+        RoleName=runner_role["RoleName"],
+        PolicyName="StageInterpreters",
+        PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": runner_role_statements(patterns)}),
+    )
     interpreters: list[dict[str, str]] = []
     for tenant in config.tenants:
         ids = interpreter_names(config, tenant)
-        arns = [
-            f"arn:aws:bedrock-agentcore:{region}:{LOCAL_ACCOUNT}:code-interpreter/{i}" for i in ids.values()
-        ]
-        role = iam.create_role(
-            RoleName=n.runner_role_name(stage, tenant.id),
-            # The same trust policy the CDK stack gives it (one definition).
-            AssumeRolePolicyDocument=json.dumps(
-                runner_trust({"AWS": [dispatch_role_arn, reaper_role_arn]}, tenant.id)
-            ),
-        )["Role"]
-        iam.put_role_policy(
-            RoleName=role["RoleName"],
-            PolicyName="interpreters",
-            PolicyDocument=json.dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [{"Effect": "Allow", "Action": list(RUNNER_ACTIONS), "Resource": arns}],
-                }
-            ),
-        )
-        runner_roles[tenant.id] = role["Arn"]
+        arns = {env: local_interpreter_arn(i, region=region) for env, i in ids.items()}
         # Validated through the model dispatch reads it with, so a drift fails here first.
         substrate = TenantSubstrate.model_validate(
-            tenant_substrate(config, tenant, interpreters=ids, runner_role_arn=role["Arn"])
+            tenant_substrate(
+                config, tenant, interpreters=ids, interpreter_arns=arns, runner_role_arn=runner_role["Arn"]
+            )
         )
         ssm.put_parameter(
             Name=n.tenant_substrate_parameter(stage, tenant.id),
@@ -139,6 +132,7 @@ def create_resources(config: StageConfig, clients: Any, *, region: str = LOCAL_R
                     "tenant_id": tenant.id,
                     "environment": env,
                     "id": interpreter_id,
+                    "arn": arns[env],
                     "network_mode": n.NETWORK_MODE[env],
                 }
             )
@@ -166,11 +160,16 @@ def create_resources(config: StageConfig, clients: Any, *, region: str = LOCAL_R
         audit_dlq_url=queue_url,
         security_topic_arn=topic_arn,
         interpreters=interpreters,
-        runner_roles=runner_roles,
+        runner_role=runner_role["Arn"],
         log_groups=log_groups,
         artifacts_bucket=artifacts_bucket,
         data_bucket=data_bucket,
     )
+
+
+def local_interpreter_arn(interpreter_id: str, *, region: str = LOCAL_REGION) -> str:
+    """A local interpreter's ARN, shaped as AgentCore shapes a custom interpreter's."""
+    return f"arn:aws:bedrock-agentcore:{region}:{LOCAL_ACCOUNT}:code-interpreter-custom/{interpreter_id}"
 
 
 def data_grants(config: StageConfig, s3_endpoint: str, region: str = LOCAL_REGION) -> dict[str, DataGrant]:

@@ -485,7 +485,7 @@ def lambda_function_specs(
     defines them (`function_environment`, the same builder), plus the local endpoints."""
     from sandbox_common import naming as n
 
-    from infra.cdk.constructs.definitions import function_timeout_seconds
+    from infra.cdk.constructs.definitions import dispatch_aliases, function_timeout_seconds
     from infra.cdk.function_env import function_environment
 
     specs = []
@@ -505,6 +505,8 @@ def lambda_function_specs(
                 "environment": {**cdk_env, **endpoints},
                 "timeout_seconds": function_timeout_seconds(config, logical),
                 "max_concurrency": max_concurrency,
+                # the aliases the stage declares (agent scopes), as the CDK stack creates them
+                "aliases": list(dispatch_aliases(config)) if logical == n.DISPATCH else [],
             }
         )
     return specs

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +43,9 @@ class LocalResources:
     functions: dict[str, str]  # logical -> physical function name
     audit_dlq_url: str
     security_topic_arn: str
-    interpreters: list[dict[str, str]] = field(default_factory=list)  # tenant, environment, id, network_mode
-    runner_roles: dict[str, str] = field(default_factory=dict)  # tenant -> role ARN
+    # tenant_id, environment, id, arn, network_mode of each interpreter
+    interpreters: list[dict[str, str]] = field(default_factory=list)
+    runner_role: str = ""  # the stage's one session-runner role (ARN)
     log_groups: list[str] = field(default_factory=list)
     artifacts_bucket: str = ""  # §14.2
     data_bucket: str = ""  # the demo tenant data bucket (§14.4 stand-in)
@@ -54,7 +55,10 @@ class LocalResources:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LocalResources:
-        return cls(**data)
+        # Only the fields this version knows: a state file written by an older checkout (a stack
+        # still running across an update) is read, not refused; `local down` then stops it.
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 @dataclass

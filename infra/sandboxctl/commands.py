@@ -25,6 +25,10 @@ def run(args: argparse.Namespace) -> int:
         return _local(args)
     if args.command == "mcp":
         return _mcp(args)  # serves even when its target cannot be reached (it says what to fix)
+    from infra.sandboxctl import deploy_cli
+
+    if deploy_cli.handles(args):  # the stage's data and its account, not a running stack
+        return deploy_cli.run(args)
     from infra.sandboxctl import target as target_mod
 
     target = target_mod.resolve(args.stage, args.local)

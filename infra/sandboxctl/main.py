@@ -141,6 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     set_tier.add_argument("tenant", type=_tenant_id)
     set_tier.add_argument("tier", choices=n.COMPLIANCE_TIERS)
+    from infra.sandboxctl import deploy_cli  # argparse only: as cheap as this module
+
+    deploy_cli.add_tenant_commands(tenant_cmd, late, tenant_id=_tenant_id)
+    deploy_cli.add_doctor(commands, late)
 
     template = commands.add_parser("template", help="templates' sandbox blocks")
     template_cmd = template.add_subparsers(dest="template_command", metavar="ACTION", required=True)

@@ -32,9 +32,7 @@ def test_synth_stage_every_stage_has_core_and_shards(all_stages, stage: str) -> 
     # When it is synthesized (cdk-nag runs inside synth and raises on any finding)
     templates = all_stages[stage]
     # Then there is the core stack and one stack per shard, nothing else
-    expected = {n.stack_name(stage, "Core")} | {
-        n.shard_stack_name(stage, i) for i in range(len(config.shards()))
-    }
+    expected = {n.stack_name(stage, "Core")} | {n.shard_stack_name(stage, i) for i, _ in config.shards()}
     assert set(templates) == expected
 
 
@@ -134,3 +132,19 @@ def test_synth_stage_is_deterministic_including_asset_hashes() -> None:
     ]
     functions = len(n.FUNCTIONS) + 1  # and the egress path's deploy-time custom resource
     assert len(code_keys) == functions and len(set(code_keys)) == functions  # own asset each
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_templates_require_the_bootstrap_version_doctor_checks(all_stages, stage: str) -> None:
+    from infra.sandboxctl.doctor import BOOTSTRAP_QUALIFIER, MIN_BOOTSTRAP_VERSION
+
+    # Given every template of the stage / Then each reads the bootstrap version `doctor` reads and
+    # refuses exactly the versions below the one `doctor` requires
+    for template in all_stages[stage].values():
+        assert (
+            template["Parameters"]["BootstrapVersion"]["Default"]
+            == f"/cdk-bootstrap/{BOOTSTRAP_QUALIFIER}/version"
+        )
+        (assertion,) = template["Rules"]["CheckBootstrapVersion"]["Assertions"]
+        refused = assertion["Assert"]["Fn::Not"][0]["Fn::Contains"][0]
+        assert refused == [str(v) for v in range(1, MIN_BOOTSTRAP_VERSION)]

@@ -335,6 +335,7 @@ def test_ssm_parameters_and_outputs_match_definitions(all_stages, stage: str) ->
         n.OUTPUT_AUDIT_DLQ_URL,
         n.OUTPUT_SECURITY_TOPIC,
         n.OUTPUT_ARTIFACTS_BUCKET,
+        n.OUTPUT_AGENT_INVOKE_POLICY,
     }
     if config.egress is not None:
         expected |= {n.OUTPUT_EGRESS_PROXY_URL, n.OUTPUT_PACKAGE_INDEX_URL}
@@ -348,9 +349,22 @@ def test_removal_policy_and_dlq_follow_stage_data(all_stages, stage: str) -> Non
     config = build_config(stage)
     core = _core(all_stages, stage)
     expected = "Retain" if config.removal_policy == "retain" else "Delete"
-    # Given the stage's removal policy / Then stateful resources follow it (prod differs by data)
+    # Given the stage's removal policy / Then stateful resources follow it (prod differs by data),
+    # but for what every stage keeps: the audit table, the artifacts bucket and its key
+    audit = n.INVOCATIONS.physical(stage)
     for rid, r in resources(core, "AWS::DynamoDB::Table").items():
-        assert r["DeletionPolicy"] == expected, rid
+        kept = r["Properties"]["TableName"] == audit
+        assert r["DeletionPolicy"] == ("Retain" if kept else expected), rid
+        assert r["UpdateReplacePolicy"] == ("Retain" if kept else expected), rid
+    (bucket,) = [
+        r
+        for r in resources(core, "AWS::S3::Bucket").values()
+        if "BucketName" in r["Properties"] and "artifacts" in render(r["Properties"]["BucketName"])
+    ]
+    keys = [
+        r for r in resources(core, "AWS::KMS::Key").values() if "artifacts" in r["Properties"]["Description"]
+    ]
+    assert bucket["DeletionPolicy"] == "Retain" and [k["DeletionPolicy"] for k in keys] == ["Retain"]
     # Both queues (the audit DLQ and the backstop's on-failure queue) follow it too, encrypted
     # and SSL-only
     queues = {r["Properties"]["QueueName"]: r for r in resources(core, "AWS::SQS::Queue").values()}

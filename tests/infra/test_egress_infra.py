@@ -430,8 +430,8 @@ def test_ca_key_is_readable_by_the_proxy_only_and_the_certificate_by_session_run
     # with the caller's credentials)
     (allow,) = policies[secrets[n.egress_ca_cert_secret_name("dev")]]["Statement"]
     assert allow["Effect"] == "Allow"
-    assert render(allow["Condition"]["ArnLike"]["aws:PrincipalArn"]).endswith(
-        f":role/{n.runner_role_name_prefix('dev')}*"
+    assert render(allow["Condition"]["ArnEquals"]["aws:PrincipalArn"]).endswith(
+        f":role/{n.runner_role_name('dev')}"
     )
     # And the custom resource that makes the CA is given both secrets, before any proxy task starts
     ca_id, ca = _one(core, "Custom::EgressCa")

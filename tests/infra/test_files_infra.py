@@ -174,13 +174,17 @@ def test_dispatch_and_runner_roles_cannot_read_tenant_data(data_templates) -> No
                         readers.append((owner, action, res))
     # Then no role but the tenants' execution roles names tenant data (or S3 on *)
     assert readers == []
-    runner_s3 = [
-        a
-        for st in _tenant_statements(data_templates, "acme", "SessionRunnerRole")
-        for a in allowed_actions(st)
-        if a.startswith("s3:")
+    # And the session-runner role (core stack) holds no S3 action at all
+    core = data_templates[n.stack_name("dev", "Core")]
+    (runner,) = [
+        rid
+        for rid, r in core["Resources"].items()
+        if r["Type"] == "AWS::IAM::Role" and r["Properties"].get("RoleName") == n.runner_role_name("dev")
     ]
-    assert runner_s3 == []
+    runner_actions = [
+        a for owner, st in policy_statements(core) if owner == runner for a in allowed_actions(st)
+    ]
+    assert runner_actions and not [a for a in runner_actions if a.startswith("s3:")]
 
 
 @pytest.mark.parametrize(

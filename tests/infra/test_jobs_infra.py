@@ -1,6 +1,6 @@
 """Background jobs in the synthesized stages: the reaper's job sweep holds exactly what
 it calls — the jobs table and its by_open index, append-only audit rows, the audit DLQ, the
-tenant runner roles with the session tag — and gets the environment that names them."""
+session-runner role with the tenant session tag — and gets the environment that names them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Tenant isolation (§6.4, §4.5, §7.2, §5.1) and hostile ids (§11) through the real stack."""
+"""Tenant isolation (the runner's credentials, turns, audit rows, counters) and hostile ids through
+the real stack."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from typing import Any
 
 from sandbox_common import aws
 from sandbox_common import naming as n
+from sandbox_common.runner_policy import RUNNER_ACTIONS
 
+from tests.support.iam_eval import Request, decide, effective
 from tests.support.runner import session_runner
 from tests.support.stack import Stack, event
 
@@ -17,6 +20,10 @@ from .test_fuzz import RequestCounter
 
 def _interpreters(stack: Stack, tenant: str) -> list[str]:
     return [i["id"] for i in stack.resources.interpreters if i["tenant_id"] == tenant]
+
+
+def _interpreter_arns(stack: Stack, tenant: str) -> list[str]:
+    return [i["arn"] for i in stack.resources.interpreters if i["tenant_id"] == tenant]
 
 
 def test_isolation_runner_refuses_other_tenants_interpreter_before_any_aws_call(
@@ -30,7 +37,8 @@ def test_isolation_runner_refuses_other_tenants_interpreter_before_any_aws_call(
     counter.arm(aws.client("sts").meta.events, credentials.tenant_session.events)
     runner = session_runner(
         allowed_interpreter_ids=_interpreters(stack, "acme"),
-        runner_role_arn=stack.resources.runner_roles["acme"],
+        allowed_interpreter_arns=_interpreter_arns(stack, "acme"),
+        runner_role_arn=stack.resources.runner_role,
         call_timeout_seconds=10,
         stdout_cap_bytes=1024,
         stderr_cap_bytes=1024,
@@ -59,32 +67,54 @@ def test_isolation_runner_refuses_other_tenants_interpreter_before_any_aws_call(
     assert counter.count == 0
 
 
-def test_isolation_runner_role_policies_name_only_own_interpreters(live: Stack, record: Any) -> None:
+def test_isolation_effective_runner_policy_for_acme_denies_every_runner_action_on_globex(
+    live: Stack, record: Any
+) -> None:
     stack = live
+    # Given the stage's one runner role as the local stack created it (moto's IAM)
     iam = aws.client("iam")
-    checked = []
-    for tenant, role_arn in stack.resources.runner_roles.items():
-        role = role_arn.rsplit("/", 1)[1]
-        statements = []
-        for name in iam.list_role_policies(RoleName=role)["PolicyNames"]:
-            doc = iam.get_role_policy(RoleName=role, PolicyName=name)["PolicyDocument"]
-            doc = json.loads(doc) if isinstance(doc, str) else doc
-            statements += doc["Statement"]
-        resources = {
-            r
-            for s in statements
-            for r in ([s["Resource"]] if isinstance(s["Resource"], str) else s["Resource"])
-        }
-        own = {r for r in resources if r.rsplit("/", 1)[-1] in _interpreters(stack, tenant)}
-        checked.append(f"{tenant}: {len(resources)} resources, {len(own)} own")
-        assert resources and resources == own, (tenant, resources)
-        assert not any("*" in r for r in resources)
+    role = stack.resources.runner_role.rsplit("/", 1)[1]
+    role_policies = []
+    for name in iam.list_role_policies(RoleName=role)["PolicyNames"]:
+        doc = iam.get_role_policy(RoleName=role, PolicyName=name)["PolicyDocument"]
+        role_policies.append(json.loads(doc) if isinstance(doc, str) else doc)
+    # And the session policy acme's runner sends to STS when it really starts a session
+    sent: list[str] = []
+    aws.client("sts").meta.events.register(
+        "provide-client-params.sts.AssumeRole", lambda params, **kw: sent.append(params["Policy"])
+    )
+    runner = session_runner(
+        allowed_interpreter_ids=_interpreters(stack, "acme"),
+        allowed_interpreter_arns=_interpreter_arns(stack, "acme"),
+        runner_role_arn=stack.resources.runner_role,
+        call_timeout_seconds=30,
+        stdout_cap_bytes=1024,
+        stderr_cap_bytes=1024,
+    )
+    acme_pub = n.interpreter_name("local", "acme", "default-public")
+    session_id = runner.start_session(acme_pub)
+    assert runner.stop_session(acme_pub, session_id) is True
+    assert sent  # the runner assumed the role (once, then cached)
+    session = json.loads(sent[-1])
+    # When IAM evaluates acme's session (role policy ∩ session policy) on every interpreter
+    globex, acme = _interpreter_arns(stack, "globex"), _interpreter_arns(stack, "acme")
+    verdicts = {
+        (action, arn): effective(role_policies, session, Request(action, arn))
+        for action in RUNNER_ACTIONS
+        for arn in globex + acme
+    }
+    denied = sum(verdicts[(a, arn)] != "allow" for a in RUNNER_ACTIONS for arn in globex)
     record(
         "isolation",
-        check="runner role policies (local stack IAM) name only the tenant's interpreters",
-        figures="; ".join(checked),
+        check="acme's runner session (role policy ∩ session policy) on globex's interpreters",
+        figures=f"{denied} of {len(RUNNER_ACTIONS) * len(globex)} runner actions denied",
     )
-    assert len(checked) == len(stack.resources.runner_roles) >= 2  # every tenant's role was checked
+    # Then every runner action on globex's interpreters is denied, every one on acme's allowed
+    assert globex and acme
+    assert denied == len(RUNNER_ACTIONS) * len(globex)
+    assert all(verdicts[(a, arn)] == "allow" for a in RUNNER_ACTIONS for arn in acme)
+    # And the role's own policy alone would reach globex: the session policy is what confines it
+    assert all(decide(role_policies, Request(a, arn)) == "allow" for a in RUNNER_ACTIONS for arn in globex)
 
 
 def _counters_of(stack: Stack, tenant: str) -> list[dict[str, Any]]:

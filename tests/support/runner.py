@@ -20,7 +20,10 @@ if TYPE_CHECKING:
     from sandbox_runtime.runner import SessionRunner
 
 ACME_INTERPRETER = "sbx_test_acme_pub"
-ACME_RUNNER_ROLE = "arn:aws:iam::123456789012:role/thinkwork-test-sbx-runner-acme"
+ACME_INTERPRETER_ARN = (
+    f"arn:aws:bedrock-agentcore:us-east-1:123456789012:code-interpreter-custom/{ACME_INTERPRETER}"
+)
+ACME_RUNNER_ROLE = "arn:aws:iam::123456789012:role/thinkwork-test-sbx-runner"
 
 
 def cell_arguments(source: str) -> tuple[str, str, float]:
@@ -39,6 +42,7 @@ def session_runner(**overrides: Any) -> SessionRunner:
     params: dict[str, Any] = {
         "tenant_id": "acme",
         "allowed_interpreter_ids": [ACME_INTERPRETER],
+        "allowed_interpreter_arns": [ACME_INTERPRETER_ARN],
         "runner_role_arn": ACME_RUNNER_ROLE,
         "session_timeout_seconds": 900,
         "call_timeout_seconds": 120,

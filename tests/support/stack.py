@@ -9,6 +9,7 @@ Shared by tests/integration/dispatch and tests/reliability (import the fixtures 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 from collections.abc import Callable, Collection, Iterator
@@ -348,6 +349,13 @@ def close_stack(stack: Stack) -> None:
     from sandbox_runtime.runner import clear_cache
 
     stack.emulator.replace_functions([])
+    # The interpreter serves every test of this process (at most 64 live sessions): the sessions a
+    # test's turns left open would otherwise live out their 900 s and refuse a later test's start.
+    manager = stack.interpreter.manager
+    for session_id in stack.live_sessions():
+        for spec in stack.resources.interpreters:
+            with contextlib.suppress(Exception):
+                manager.stop(spec["id"], session_id)
     dependencies.reset()
     clear_cache()
     quota_client.lambda_client.cache_clear()

@@ -20,9 +20,10 @@ from sandbox_runtime.runner import credentials as runner_credentials
 from sandbox_runtime.runner.tool_calling import ToolLimits, ToolsRunner
 
 from infra.local.interpreter import LocalInterpreterServer
-from tests.support.runner import ACME_RUNNER_ROLE, session_runner
+from tests.support.runner import ACME_INTERPRETER, ACME_INTERPRETER_ARN, ACME_RUNNER_ROLE, session_runner
 
 INTERPRETER = "sbx_test_acme_tools"
+INTERPRETER_ARN = ACME_INTERPRETER_ARN.replace(ACME_INTERPRETER, INTERPRETER)
 RUNNER_ROLE = ACME_RUNNER_ROLE
 
 
@@ -49,15 +50,21 @@ def tools_session(
     # Given the local interpreter, this tenant's interpreter registered, credentials cached
     interpreter.register_interpreter(INTERPRETER, "PUBLIC")
     monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_AGENTCORE", interpreter.endpoint)
+    runner = session_runner(
+        allowed_interpreter_ids=[INTERPRETER],
+        allowed_interpreter_arns=[INTERPRETER_ARN],
+        session_timeout_seconds=300,
+        call_timeout_seconds=60,
+    )
+    credentials = runner.credentials  # keyed as the runner looks them up: role, tenant, its ARNs
     with runner_credentials._lock:
         runner_credentials._cache.clear()
-        runner_credentials._cache[(RUNNER_ROLE, "acme")] = runner_credentials._Entry(
+        runner_credentials._cache[
+            (credentials.role_arn, credentials.tenant_id, credentials.interpreter_arns)
+        ] = runner_credentials._Entry(
             expires_at=datetime.now(UTC) + timedelta(hours=1),
             creds={"AccessKeyId": "ASIASEEDED0000000000", "SecretAccessKey": "x", "SessionToken": "y"},
         )
-    runner = session_runner(
-        allowed_interpreter_ids=[INTERPRETER], session_timeout_seconds=300, call_timeout_seconds=60
-    )
     # and a session that passed the real readiness preamble (redactor + tools runtime)
     session_id = runner.start_session(INTERPRETER, name="tools-test")
 

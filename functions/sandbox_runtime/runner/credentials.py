@@ -1,16 +1,24 @@
-"""Tenant-scoped AgentCore clients (SPEC §6.4).
+"""Tenant-scoped AgentCore clients.
 
-The dispatch role holds no interpreter permission at all: the runner assumes the tenant's
-session-runner role, whose policy names only that tenant's interpreters, and calls AgentCore
-with those credentials. AssumeRole carries the session tag `tenant_id` (naming
-RUNNER_SESSION_TAG_TENANT) set from the tenant the runner serves, and each runner role's trust
-policy requires that tag to name its own tenant: a runner of tenant B handed tenant A's role ARN
-(a mixed-up tenant record, a stale cache) is refused by STS. Residual: a bug that routes a call
-to the wrong tenant record altogether gets that tenant's role AND tag, so it is not caught here.
+The dispatch role holds no interpreter permission at all. The stage has one session-runner role,
+whose own policy allows the runner's actions on the stage's interpreters; the runner assumes it
+with a session policy naming only the serving tenant's interpreter ARNs
+(`sandbox_common.runner_policy`), so the credentials it gets reach that tenant's interpreters and
+no other (a session's permissions are the role's policy intersected with its session policy).
+AssumeRole also carries the session tag `tenant_id` (naming RUNNER_SESSION_TAG_TENANT), which the
+role's trust requires, so each runner session says in CloudTrail which tenant it served. Without
+the tenant's interpreter ARNs there is no session policy, and the runner never assumes the role
+(it would get every tenant's interpreters).
 
-Credentials are cached per (role ARN, tenant) until shortly before they expire, so a warm container does
-one AssumeRole per tenant per ~10 minutes, not one per call. The two clients built from them
-differ on purpose:
+Residual: the dispatch and reaper roles may assume the runner role with any session policy (IAM
+has no condition key that requires one), so a bug that routes a call to the wrong tenant record
+altogether gets that tenant's ARNs and reaches its interpreters; so would code running as the
+dispatch role. The runner's own check of every interpreter id against the tenant's list stands in
+front of that (SessionRunner._check_owned).
+
+Credentials are cached per (role ARN, tenant, interpreter ARNs) until shortly before they expire,
+so a warm container does one AssumeRole per tenant per ~10 minutes, not one per call. The two
+clients built from them differ on purpose:
 
 - control (Start/Stop/Get): standard retries. Start carries an idempotency token that botocore
   fills in once and reuses on retry, so a retried Start cannot leave a second session.
@@ -31,6 +39,7 @@ from sandbox_common import aws
 from sandbox_common import naming as n
 from sandbox_common.aws import SINGLE_ATTEMPT
 from sandbox_common.errors import SandboxError
+from sandbox_common.runner_policy import SessionPolicyError, session_policy_json
 
 from .errors import failure
 
@@ -85,7 +94,7 @@ class _Entry:
     clients: dict[tuple[str, int], Any] = field(default_factory=dict)
 
 
-_cache: dict[tuple[str, str], _Entry] = {}
+_cache: dict[tuple[str, str, tuple[str, ...]], _Entry] = {}
 _lock = threading.Lock()
 
 
@@ -98,9 +107,12 @@ def clear_cache() -> None:
 class TenantCredentials:
     """AgentCore clients acting as one tenant's session-runner role."""
 
-    def __init__(self, *, tenant_id: str, role_arn: str, call_timeout_seconds: int) -> None:
+    def __init__(
+        self, *, tenant_id: str, role_arn: str, interpreter_arns: tuple[str, ...], call_timeout_seconds: int
+    ) -> None:
         self.tenant_id = tenant_id
         self.role_arn = role_arn
+        self.interpreter_arns = tuple(sorted(set(interpreter_arns)))
         self.call_timeout_seconds = call_timeout_seconds
 
     def control_client(self) -> Any:
@@ -127,9 +139,9 @@ class TenantCredentials:
             return entry.clients.setdefault(key, built)
 
     def _entry(self) -> _Entry:
-        # Keyed by the tenant too: credentials obtained with tenant A's tag are never handed to a
-        # runner of tenant B, even for the same role ARN.
-        key = (self.role_arn, self.tenant_id)
+        # Keyed by the tenant and its interpreter ARNs: credentials confined to tenant A's
+        # interpreters are never handed to a runner of tenant B, although the role is the same.
+        key = (self.role_arn, self.tenant_id, self.interpreter_arns)
         with _lock:
             entry = _cache.get(key)
             if entry is not None and _now() < entry.expires_at - REFRESH_BEFORE_EXPIRY:
@@ -139,14 +151,24 @@ class TenantCredentials:
             _cache[key] = fresh
         return fresh
 
+    def session_policy(self) -> str:
+        """The session policy this tenant's credentials are issued with: the runner's actions on
+        its own interpreter ARNs only (raises SessionPolicyError without any)."""
+        return session_policy_json(self.interpreter_arns)
+
     def _assume(self) -> _Entry:
         from botocore.exceptions import BotoCoreError, ClientError
 
+        try:
+            policy = self.session_policy()
+        except SessionPolicyError as exc:
+            raise failure(SandboxError, _NO_CREDENTIALS, failure_reason=f"no_session_policy:{exc}") from None
         try:
             answer = aws.client("sts").assume_role(
                 RoleArn=self.role_arn,
                 RoleSessionName=role_session_name(self.tenant_id),
                 DurationSeconds=ASSUME_ROLE_SECONDS,
+                Policy=policy,
                 Tags=[{"Key": n.RUNNER_SESSION_TAG_TENANT, "Value": self.tenant_id}],
             )
         except ClientError as exc:

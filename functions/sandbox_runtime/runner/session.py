@@ -91,6 +91,7 @@ class SessionRunner:
         tenant_id: str,
         allowed_interpreter_ids: Collection[str],
         runner_role_arn: str,
+        allowed_interpreter_arns: Collection[str] = (),
         session_timeout_seconds: int,
         call_timeout_seconds: int,
         stdout_cap_bytes: int,
@@ -110,7 +111,10 @@ class SessionRunner:
         self._clock = clock
         self._redact = _redact_function(redactor)
         self.credentials = TenantCredentials(
-            tenant_id=tenant_id, role_arn=runner_role_arn, call_timeout_seconds=call_timeout_seconds
+            tenant_id=tenant_id,
+            role_arn=runner_role_arn,
+            interpreter_arns=tuple(allowed_interpreter_arns),
+            call_timeout_seconds=call_timeout_seconds,
         )
 
     # --- sessions -----------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from sandbox_common import naming as n
 from infra.cdk.config import StageConfig
 from infra.cdk.constructs.definitions import artifacts_bucket_settings
 from infra.cdk.constructs.nag import acknowledge
-from infra.cdk.constructs.state import removal_policy
+from infra.cdk.constructs.state import ALWAYS_RETAINED, removal_policy
 
 # What dispatch does with artifacts: put (collect) and get (the get_file pointer; presigned GETs
 # are signed with its credentials, so the URL can read only what dispatch may read).
@@ -42,7 +42,7 @@ class ArtifactsConstruct(Construct):
             "Key",
             description=f"Thinkwork sandbox artifacts ({config.name})",
             enable_key_rotation=True,
-            removal_policy=removal_policy(config),
+            removal_policy=ALWAYS_RETAINED,
         )
         self.access_logs = self._build_access_logs()
         self.bucket = s3.Bucket(
@@ -65,7 +65,7 @@ class ArtifactsConstruct(Construct):
             ],
             server_access_logs_bucket=self.access_logs,
             server_access_logs_prefix="artifacts/",
-            removal_policy=removal_policy(config),
+            removal_policy=ALWAYS_RETAINED,
         )
 
     def _build_access_logs(self) -> s3.Bucket:

@@ -2,7 +2,8 @@
 
 Permissions are granted here, next to the wiring that needs them (a lesson from the peer system:
 a runtime role that lacks what the code calls). Dispatch holds NO bedrock-agentcore permission:
-it reaches interpreters only through a tenant's session-runner role (SPEC §6.4).
+it reaches interpreters only through the session-runner role, assumed per tenant with a session
+policy naming that tenant's interpreters (`constructs/runner_roles.py`).
 """
 
 from __future__ import annotations
@@ -405,32 +406,11 @@ class ComputeConstruct(Construct):
                 resources=[sandbox_params],
             )
         )
-        runner_roles = cdk.Stack.of(self).format_arn(
-            service="iam",
-            region="",
-            resource="role",
-            resource_name=f"{n.runner_role_name_prefix(self._config.name)}*",
-            arn_format=cdk.ArnFormat.SLASH_RESOURCE_NAME,
-        )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                # TagSession: AssumeRole carries the tenant session tag the runner roles require.
-                sid="AssumeTenantRunnerRoles",
-                actions=["sts:AssumeRole", "sts:TagSession"],
-                resources=[runner_roles],
-            )
-        )
         _acknowledge_wildcard(
             role,
             f"Resource::{_nag_arn(self, sandbox_params)}",
             "Tenant substrates (tenants/<id>/substrate) are published by shard stacks as tenants are "
             "added; dispatch reads them and the cost price, all under this stage's sandbox prefix.",
-        )
-        _acknowledge_wildcard(
-            role,
-            f"Resource::{_nag_arn(self, runner_roles)}",
-            "One session-runner role per tenant, added with the tenant's shard; each runner role trusts "
-            "only this role and may reach only its own tenant's interpreters (SPEC §6.4).",
         )
 
     def _build_reaper_schedule(self, fn: lambda_.Function) -> events.Rule:
@@ -557,21 +537,6 @@ class ComputeConstruct(Construct):
                 resources=[self._ssm_arn(sandbox_path), sandbox_params],
             )
         )
-        runner_roles = cdk.Stack.of(self).format_arn(
-            service="iam",
-            region="",
-            resource="role",
-            resource_name=f"{n.runner_role_name_prefix(self._config.name)}*",
-            arn_format=cdk.ArnFormat.SLASH_RESOURCE_NAME,
-        )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                # TagSession: the runner's AssumeRole carries the tenant session tag the runner roles require.
-                sid="AssumeTenantRunnerRoles",
-                actions=["sts:AssumeRole", "sts:TagSession"],
-                resources=[runner_roles],
-            )
-        )
         self._grant_reaper_jobs(role)
         self._grant_reaper_interrupted(role)
         self._grant_reaper_paused(role)
@@ -580,12 +545,6 @@ class ComputeConstruct(Construct):
             f"Resource::{_nag_arn(self, sandbox_params)}",
             "Warm-pool sizes (tenants/<id>/warm/<env>), session caps and tenant substrates are added per "
             "tenant at run time under this stage's sandbox prefix; the reaper only reads them.",
-        )
-        _acknowledge_wildcard(
-            role,
-            f"Resource::{_nag_arn(self, runner_roles)}",
-            "One session-runner role per tenant, added with the tenant's shard; the reaper stops leaked "
-            "sessions and starts warm ones only through a tenant's own runner role (SPEC §6.4).",
         )
 
     def _grant_reaper_jobs(self, role: iam.Role) -> None:

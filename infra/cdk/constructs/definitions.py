@@ -11,6 +11,8 @@ from typing import Any
 
 from sandbox_common import dimensions
 from sandbox_common import naming as n
+from sandbox_common.agent_scope import alias_for
+from sandbox_common.runner_policy import RUNNER_ACTIONS
 
 from infra.cdk.config import StageConfig, TenantConfig
 
@@ -21,22 +23,13 @@ CALL_TIMEOUT_MARGIN_SECONDS = 120
 LAMBDA_MAX_TIMEOUT_SECONDS = 900
 
 
-# What a tenant's session-runner role may do, on its own tenant's interpreter ARNs only (§6.4).
-# List is there so a Start whose answer was lost can be found by name and stopped (no orphan).
-RUNNER_ACTIONS: tuple[str, ...] = (
-    "bedrock-agentcore:StartCodeInterpreterSession",
-    "bedrock-agentcore:InvokeCodeInterpreter",
-    "bedrock-agentcore:StopCodeInterpreterSession",
-    "bedrock-agentcore:ListCodeInterpreterSessions",
-)
-
-
-def runner_trust(principal: Mapping[str, object], tenant_id: str) -> dict[str, object]:
-    """Trust policy of a tenant's session-runner role: `principal` (the dispatch and reaper roles)
-    may assume it only while tagging the session `tenant_id` = this tenant. `sts:TagSession` must be
-    allowed for a tagged AssumeRole; the condition on `aws:RequestTag` makes the tag required
-    (an untagged or differently tagged request does not match), and `aws:TagKeys` allows no
-    other tag."""
+def runner_trust(principal: Mapping[str, object]) -> dict[str, object]:
+    """Trust policy of the stage's session-runner role: `principal` (the dispatch and reaper roles)
+    may assume it only while tagging the session with the tenant it serves (`sts:TagSession` must
+    be allowed for a tagged AssumeRole; `Null: false` makes the tag required, `aws:TagKeys` allows
+    no other tag). The tag is for the audit trail: what confines a session to one tenant is the
+    session policy every AssumeRole carries (`sandbox_common.runner_policy`)."""
+    tag = f"aws:RequestTag/{n.RUNNER_SESSION_TAG_TENANT}"
     return {
         "Version": "2012-10-17",
         "Statement": [
@@ -45,12 +38,68 @@ def runner_trust(principal: Mapping[str, object], tenant_id: str) -> dict[str, o
                 "Principal": principal,
                 "Action": ["sts:AssumeRole", "sts:TagSession"],
                 "Condition": {
-                    "StringEquals": {f"aws:RequestTag/{n.RUNNER_SESSION_TAG_TENANT}": tenant_id},
+                    "Null": {tag: "false"},
                     "ForAllValues:StringEquals": {"aws:TagKeys": [n.RUNNER_SESSION_TAG_TENANT]},
                 },
             }
         ],
     }
+
+
+def runner_role_statements(interpreter_arn_patterns: list[str]) -> list[dict[str, Any]]:
+    """The runner role's own policy: RUNNER_ACTIONS on the stage's interpreters (by name prefix).
+    Never used alone: every AssumeRole narrows it to one tenant with a session policy."""
+    return [
+        {
+            "Sid": "StageInterpreters",
+            "Effect": "Allow",
+            "Action": list(RUNNER_ACTIONS),
+            "Resource": interpreter_arn_patterns,
+        }
+    ]
+
+
+def interpreter_arn_patterns(stage: str, *, partition: str, region: str, account: str) -> list[str]:
+    """Every interpreter ARN of the stage. A custom interpreter's ARN is
+    `...:code-interpreter-custom/{id}` (the control plane's pattern allows `code-interpreter` too,
+    the service's IAM examples use it), and its id starts with its name."""
+    prefix = n.interpreter_name_prefix(stage)
+    return [
+        f"arn:{partition}:bedrock-agentcore:{region}:{account}:{kind}/{prefix}*"
+        for kind in ("code-interpreter-custom", "code-interpreter")
+    ]
+
+
+def has_own_execution_role(tenant: TenantConfig) -> bool:
+    """Only a tenant with data grants needs a role of its own; the others share the stage's
+    no-permission execution role."""
+    return bool(tenant_data_statements(tenant))
+
+
+# Besides the function roles: the session-runner role and the shared execution role (Core stack).
+STAGE_FIXED_EXTRA_ROLES = 2
+# A stage with an egress path adds: the VPC flow logs', the setup custom resource's, and the proxy
+# task's and task execution roles (infra/cdk/constructs/egress*.py).
+EGRESS_ROLES = 4
+
+
+def stage_roles(config: StageConfig) -> int:
+    """IAM roles the stage creates: one per function, the session-runner role, the shared
+    execution role, the egress path's (if any), and one per tenant with data grants (tests/infra holds this to the synthesized
+    templates; `sandboxctl doctor` compares it with the account's role quota)."""
+    egress = EGRESS_ROLES if config.egress is not None else 0
+    return (
+        len(n.FUNCTIONS)
+        + STAGE_FIXED_EXTRA_ROLES
+        + egress
+        + sum(has_own_execution_role(t) for t in config.tenants)
+    )
+
+
+def dispatch_aliases(config: StageConfig) -> tuple[str, ...]:
+    """The aliases of dispatch: one per tenant some scoped agent principal acts for (each points
+    to $LATEST; its resource policy names the principals scoped to that tenant)."""
+    return tuple(alias_for(t) for t in config.scoped_tenants())
 
 
 def function_timeout_seconds(config: StageConfig, logical: str) -> int:
@@ -79,11 +128,13 @@ def tenant_substrate(
     tenant: TenantConfig,
     *,
     interpreters: dict[str, Any],
+    interpreter_arns: dict[str, Any],
     runner_role_arn: Any,
 ) -> dict[str, Any]:
     """The JSON body of naming.tenant_substrate_parameter (fields of models.TenantSubstrate).
 
-    `interpreters` / `runner_role_arn` are CDK tokens in the stack and concrete ids locally.
+    `interpreters` / `interpreter_arns` / `runner_role_arn` are CDK tokens in the stack and
+    concrete values locally. The ARNs are what the runner's session policy names.
     """
     return {
         "tenant_id": tenant.id,
@@ -91,6 +142,7 @@ def tenant_substrate(
         "environments": list(tenant.environments),
         "templates": dict(tenant.templates),
         "interpreters": dict(interpreters),
+        "interpreter_arns": dict(interpreter_arns),
         "runner_role_arn": runner_role_arn,
         "data_read": list(tenant.data.read),  # §14.4: where s3_uri inputs may come from
     }

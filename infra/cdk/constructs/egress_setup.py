@@ -95,14 +95,14 @@ class EgressSetupConstruct(Construct):
         return secret
 
     def _allow_runners_to_read_certificate(self) -> None:
-        """AgentCore reads a `certificates` secret with its caller's credentials: the session runner
-        roles that start sessions (by their name prefix, so adding a tenant changes no core resource)."""
+        """AgentCore reads a `certificates` secret with its caller's credentials: the stage's
+        session-runner role (its fixed name: the core stack builds it) may read the certificate."""
         stack = cdk.Stack.of(self)
-        runners = stack.format_arn(
+        runner = stack.format_arn(
             service="iam",
             region="",
             resource="role",
-            resource_name=f"{n.runner_role_name_prefix(self._config.name)}*",
+            resource_name=n.runner_role_name(self._config.name),
             arn_format=cdk.ArnFormat.SLASH_RESOURCE_NAME,
         )
         secretsmanager.CfnResourcePolicy(
@@ -114,14 +114,14 @@ class EgressSetupConstruct(Construct):
                 "Version": "2012-10-17",
                 "Statement": [
                     {
-                        "Sid": "SessionRunnersReadTheCaCertificate",
+                        "Sid": "SessionRunnerReadsTheCaCertificate",
                         "Effect": "Allow",
                         "Principal": {"AWS": "*"},
                         "Action": "secretsmanager:GetSecretValue",
                         "Resource": "*",
                         "Condition": {
                             "StringEquals": {"aws:PrincipalAccount": stack.account},
-                            "ArnLike": {"aws:PrincipalArn": runners},
+                            "ArnEquals": {"aws:PrincipalArn": runner},
                         },
                     }
                 ],

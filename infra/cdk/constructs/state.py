@@ -35,6 +35,13 @@ def removal_policy(config: StageConfig) -> cdk.RemovalPolicy:
     return cdk.RemovalPolicy.RETAIN if config.removal_policy == "retain" else cdk.RemovalPolicy.DESTROY
 
 
+# What `cdk destroy` keeps in every stage, whatever its removal policy: the audit trail (an
+# append-only record no principal may delete must not vanish with the stack), the artifacts bucket
+# (tenants' outputs, kept as long as the audit rows that name them) and the key that encrypts it
+# (without it the kept artifacts could never be read). docs/deploy.md says how to remove them.
+ALWAYS_RETAINED = cdk.RemovalPolicy.RETAIN
+
+
 class StateConstruct(Construct):
     """Attributes: `tables` (TableSpec.logical -> Table), `audit_dlq`."""
 
@@ -67,7 +74,7 @@ class StateConstruct(Construct):
             ),
             time_to_live_attribute=spec.ttl_attribute,
             stream=dynamodb.StreamViewType(spec.stream) if spec.stream else None,
-            removal_policy=removal_policy(self._config),
+            removal_policy=ALWAYS_RETAINED if spec is n.INVOCATIONS else removal_policy(self._config),
             resource_policy=self._audit_resource_policy(physical) if spec is n.INVOCATIONS else None,
         )
         for index in spec.indexes:

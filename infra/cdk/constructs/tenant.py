@@ -1,7 +1,9 @@
-"""Everything one tenant owns (SPEC §3, §6.4): a Code Interpreter per environment, each with its
-own execution role; the tenant's session-runner role, allowed to reach only those interpreters
-and trusted only by the dispatch and reaper roles; the published substrate (SSM JSON) dispatch reads; and
-the tenant's cap-breach-spike alarm.
+"""Everything one tenant owns: a Code Interpreter per environment; an execution role of its own
+only when it has data grants (else its interpreters use the stage's shared no-permission role);
+the published substrate (SSM JSON) dispatch reads, with its interpreter ids and ARNs and the
+stage's session-runner role; and the tenant's cap-breach-spike alarm. A tenant costs at most one
+IAM role: the session runner is the stage's one role, confined per tenant by a session policy
+(`constructs/runner_roles.py`).
 """
 
 from __future__ import annotations
@@ -19,33 +21,20 @@ from sandbox_common import naming as n
 
 from infra.cdk.config import StageConfig, TenantConfig
 from infra.cdk.constructs.definitions import (
-    RUNNER_ACTIONS,
     interpreter_names,
-    runner_trust,
     tenant_data_statements,
     tenant_substrate,
 )
 from infra.cdk.constructs.nag import acknowledge
 from infra.cdk.constructs.observability import cap_breach_spike_alarm_props
+from infra.cdk.constructs.runner_roles import agentcore_trust, role_arn
 
-AGENTCORE_SERVICE = "bedrock-agentcore.amazonaws.com"
-# Construct id of each environment's interpreter and role (the logical ids of deployed ones).
+# Construct id of each environment's interpreter (the logical ids of deployed ones).
 INTERPRETER_IDS: dict[str, str] = {
     "default-public": "Public",
     "internal-only": "Internal",
     "default-allowlist": "Allowlist",
 }
-
-
-def dispatch_role_arn(scope: Construct, stage: str, logical: str = n.DISPATCH) -> str:
-    """A function role's ARN from its fixed name: no cross-stack export to pin the core stack."""
-    return cdk.Stack.of(scope).format_arn(
-        service="iam",
-        region="",
-        resource="role",
-        resource_name=n.function_role_name(stage, logical),
-        arn_format=cdk.ArnFormat.SLASH_RESOURCE_NAME,
-    )
 
 
 class EgressInputs:
@@ -90,24 +79,10 @@ class ShardShared:
         self._config = config
         self._egress: EgressInputs | None = None
         self.account = stack.account
-        # Interpreter execution roles: AgentCore of this account only (no confused deputy).
-        self.agentcore_trust = _trust(
-            {"Service": AGENTCORE_SERVICE},
-            {
-                "StringEquals": {"aws:SourceAccount": stack.account},
-                "ArnLike": {
-                    "aws:SourceArn": stack.format_arn(
-                        service="bedrock-agentcore", resource="*", arn_format=cdk.ArnFormat.NO_RESOURCE_NAME
-                    )
-                },
-            },
-        )
-        # Session-runner roles: trusted by the dispatch role and the session reaper only (the
-        # reaper stops leaked sessions and starts warm ones with the tenant's own role, §16), and
-        # only with the session tag naming the role's own tenant (see `runner_trust`).
-        self.dispatch_principal = {
-            "AWS": [dispatch_role_arn(stack, config.name), dispatch_role_arn(stack, config.name, n.REAPER)]
-        }
+        self.agentcore_trust = agentcore_trust(stack)
+        # The Core stack's roles, by their fixed names (the shard stack depends on the core stack).
+        self.runner_role_arn = role_arn(stack, n.runner_role_name(config.name))
+        self.shared_execution_role_arn = role_arn(stack, n.shared_execution_role_name(config.name))
         self.alarm_action_arns = alarm_action_arns
 
     @property
@@ -119,16 +94,9 @@ class ShardShared:
         return self._egress
 
 
-def _trust(principal: dict[str, object], condition: dict[str, object] | None = None) -> dict[str, object]:
-    statement: dict[str, object] = {"Effect": "Allow", "Principal": principal, "Action": "sts:AssumeRole"}
-    if condition:
-        statement["Condition"] = condition
-    return {"Version": "2012-10-17", "Statement": [statement]}
-
-
 class TenantConstruct(Construct):
-    """Attributes: `interpreters` and `execution_roles` (environment -> resource),
-    `runner_role`, `substrate_parameter`, `cap_alarm` (all L1 resources)."""
+    """Attributes: `interpreters` (environment -> interpreter), `execution_role` (the tenant's own
+    role, None when it shares the stage's), `substrate_parameter`, `cap_alarm` (all L1)."""
 
     def __init__(
         self,
@@ -144,34 +112,37 @@ class TenantConstruct(Construct):
         self._tenant = tenant
         self._shared = shared
         self.interpreters: dict[str, agentcore.CfnCodeInterpreterCustom] = {}
-        self.execution_roles: dict[str, iam.CfnRole] = {}
         self.security_groups: dict[str, ec2.CfnSecurityGroup] = {}
         self.egress_policies: dict[str, ssm.CfnParameter] = {}
+        self.execution_role = self._build_execution_role()
+        execution_role_arn = (
+            self.execution_role.attr_arn
+            if self.execution_role is not None
+            else shared.shared_execution_role_arn
+        )
         for env, name in interpreter_names(config, tenant).items():
-            self._build_interpreter(env, name)
+            self._build_interpreter(env, name, execution_role_arn)
         for env in tenant.allowlist_environments:
             self.egress_policies[env] = self._build_egress_policy(env)
-        self.runner_role = self._build_runner_role()
         self.substrate_parameter = self._build_substrate()
         self.cap_alarm = self._build_cap_alarm()
 
-    def _build_interpreter(self, env: str, name: str) -> None:
-        cid = INTERPRETER_IDS[env]
-        # Minimal execution role: code in the sandbox gets no AWS permissions (the sandbox is pure
-        # compute, §0) except the tenant's own declared data prefixes (§14.4), nothing else. The
-        # confused-deputy conditions pin it to this account's AgentCore.
+    def _build_execution_role(self) -> iam.CfnRole | None:
+        """Code in the sandbox gets no AWS permission (the sandbox is pure compute) except the
+        tenant's own declared data prefixes: only such a tenant needs a role of its own, one for
+        all its environments. The confused-deputy conditions pin it to this account's AgentCore."""
         data = tenant_data_statements(self._tenant, partition=cdk.Aws.PARTITION)
+        if not data:
+            return None
         role = iam.CfnRole(
             self,
-            f"{cid}ExecutionRole",
+            "ExecutionRole",
+            role_name=n.tenant_execution_role_name(self._config.name, self._tenant.id),
             assume_role_policy_document=self._shared.agentcore_trust,
-            description=f"Execution role of Code Interpreter {name} (tenant {self._tenant.id}, {env}); "
-            + ("its data prefixes only" if data else "no permissions"),
-            policies=(
-                [{"policyName": "TenantData", "policyDocument": {"Version": "2012-10-17", "Statement": data}}]
-                if data
-                else None
-            ),
+            description=f"Execution role of tenant {self._tenant.id}'s interpreters: its data prefixes only",
+            policies=[
+                {"policyName": "TenantData", "policyDocument": {"Version": "2012-10-17", "Statement": data}}
+            ],
         )
         for resource in sorted(
             {
@@ -186,8 +157,12 @@ class TenantConstruct(Construct):
                 role,
                 f"AwsSolutions-IAM5[Resource::{finding}]",
                 f"Objects under a prefix tenant {self._tenant.id} declared in its `data` config "
-                "(s3://bucket/path/ grants bucket/path/*): SPEC §14.4, exactly those, nobody else.",
+                "(s3://bucket/path/ grants bucket/path/*): exactly those, nobody else.",
             )
+        return role
+
+    def _build_interpreter(self, env: str, name: str, execution_role_arn: str) -> None:
+        cid = INTERPRETER_IDS[env]
         network: dict[str, object] = {"networkMode": n.NETWORK_MODE[env]}
         certificates = None
         if n.NETWORK_MODE[env] == "VPC":
@@ -206,7 +181,7 @@ class TenantConstruct(Construct):
             # Always explicit: the L2's default is PUBLIC, which must never be an accident.
             network_configuration=network,
             certificates=certificates,
-            execution_role_arn=role.attr_arn,
+            execution_role_arn=execution_role_arn,
             description=(
                 f"Thinkwork sandbox: tenant {self._tenant.id}, environment {env}, stage {self._config.name}"
             ),
@@ -217,7 +192,6 @@ class TenantConstruct(Construct):
             },
         )
         self.interpreters[env] = interpreter
-        self.execution_roles[env] = role
 
     def _build_session_security_group(self, env: str, cid: str, egress: EgressInputs) -> ec2.CfnSecurityGroup:
         """One group per VPC-mode interpreter: its sessions may open connections to the egress
@@ -269,33 +243,6 @@ class TenantConstruct(Construct):
             description=f"Egress policy of tenant {self._tenant.id}, environment {env} (the proxy reads it)",
         )
 
-    def _build_runner_role(self) -> iam.CfnRole:
-        arns = [i.attr_code_interpreter_arn for i in self.interpreters.values()]
-        return iam.CfnRole(
-            self,
-            "SessionRunnerRole",
-            role_name=n.runner_role_name(self._config.name, self._tenant.id),
-            assume_role_policy_document=runner_trust(self._shared.dispatch_principal, self._tenant.id),
-            max_session_duration=3600,
-            description=f"Session runner for tenant {self._tenant.id}: only this tenant's interpreters",
-            policies=[
-                {
-                    "policyName": "TenantInterpreters",
-                    "policyDocument": {
-                        "Version": "2012-10-17",
-                        "Statement": [
-                            {
-                                "Sid": "OwnInterpretersOnly",
-                                "Effect": "Allow",
-                                "Action": list(RUNNER_ACTIONS),
-                                "Resource": arns,
-                            }
-                        ],
-                    },
-                }
-            ],
-        )
-
     def _build_substrate(self) -> ssm.CfnParameter:
         # Every value is a plain string or a string token, so json.dumps embeds the tokens and
         # CloudFormation joins them (Fn::Join) exactly as Stack.to_json_string would, one jsii
@@ -304,7 +251,8 @@ class TenantConstruct(Construct):
             self._config,
             self._tenant,
             interpreters={env: i.attr_code_interpreter_id for env, i in self.interpreters.items()},
-            runner_role_arn=self.runner_role.attr_arn,
+            interpreter_arns={env: i.attr_code_interpreter_arn for env, i in self.interpreters.items()},
+            runner_role_arn=self._shared.runner_role_arn,
         )
         return ssm.CfnParameter(
             self,

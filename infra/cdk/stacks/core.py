@@ -9,12 +9,14 @@ from constructs import Construct
 from sandbox_common import naming as n
 
 from infra.cdk.config import MAX_AVAILABILITY_ZONES, StageConfig
+from infra.cdk.constructs.agent_access import AgentAccessConstruct
 from infra.cdk.constructs.artifacts import ArtifactsConstruct
 from infra.cdk.constructs.compute import ComputeConstruct
 from infra.cdk.constructs.egress import EgressConstruct
 from infra.cdk.constructs.layer import LayersConstruct
 from infra.cdk.constructs.observability import ObservabilityConstruct
 from infra.cdk.constructs.parameters import ParametersConstruct
+from infra.cdk.constructs.runner_roles import RunnerRolesConstruct
 from infra.cdk.constructs.state import StateConstruct
 from infra.cdk.function_env import EgressEndpoints
 
@@ -26,6 +28,17 @@ class CoreStack(cdk.Stack):
         self.parameters = ParametersConstruct(self, "Parameters", config=config)
         self.layers = LayersConstruct(self, "Layers", config=config)
         self.compute = ComputeConstruct(self, "Compute", config=config, state=self.state, layers=self.layers)
+        # One session-runner role and one shared execution role for the whole stage.
+        self.runner_roles = RunnerRolesConstruct(
+            self,
+            "RunnerRoles",
+            config=config,
+            assumed_by=[self.compute.roles[n.DISPATCH], self.compute.roles[n.REAPER]],
+        )
+        # Agent runtimes' grants: resource policies, per-tenant aliases, managed policies.
+        self.agent_access = AgentAccessConstruct(
+            self, "AgentAccess", config=config, dispatch=self.compute.dispatch
+        )
         self.artifacts = ArtifactsConstruct(self, "Artifacts", config=config)
         self.artifacts.grant_dispatch(self.compute.roles[n.DISPATCH])
         self.compute.dispatch.add_environment(n.ENV_ARTIFACTS_BUCKET, self.artifacts.bucket.bucket_name)

@@ -52,6 +52,7 @@ def emulator() -> Iterator[LambdaEmulator]:
         task_root=str(FIXTURES),
         timeout_seconds=2,
         max_concurrency=2,
+        aliases=("live", "scope_acme"),
     )
     emu = LambdaEmulator([spec]).start()
     yield emu
@@ -128,6 +129,59 @@ def test_emulator_accepts_function_arn_and_qualifier(lam: Any) -> None:
     out, body = _invoke(lam, {"via": "arn"}, name=arn)
     # Then it is the same function
     assert "FunctionError" not in out and body["event"] == {"via": "arn"}
+
+
+ECHO_ARN = "arn:aws:lambda:us-east-1:123456789012:function:echo"
+
+
+@pytest.mark.parametrize(
+    ("name", "qualifier", "invoked"),
+    [
+        ("echo", None, ECHO_ARN),  # unqualified: the function's own ARN
+        ("echo", "scope_acme", f"{ECHO_ARN}:scope_acme"),  # Qualifier parameter
+        ("echo:scope_acme", None, f"{ECHO_ARN}:scope_acme"),  # name:alias
+        (f"{ECHO_ARN}:live", None, f"{ECHO_ARN}:live"),  # full alias ARN
+        ("123456789012:function:echo:live", None, f"{ECHO_ARN}:live"),  # partial ARN
+        (f"{ECHO_ARN}:scope_acme", "scope_acme", f"{ECHO_ARN}:scope_acme"),  # both, agreeing
+        ("echo", "$LATEST", f"{ECHO_ARN}:$LATEST"),
+    ],
+)
+def test_emulator_reports_the_invoked_arn_with_its_qualifier_as_lambda_does(
+    lam: Any, name: str, qualifier: str | None, invoked: str
+) -> None:
+    # Given the function with aliases `live` and `scope_acme` (both to $LATEST)
+    # When it is invoked by this name (and Qualifier)
+    extra = {"Qualifier": qualifier} if qualifier else {}
+    out = lam.invoke(FunctionName=name, Payload=b"{}", **extra)
+    body = json.loads(out["Payload"].read())
+    # Then the handler's context.invoked_function_arn is the ARN invoked, qualifier included (the
+    # Python runtime's context: "indicates if the invoker specified a version number or alias"),
+    # and the version that ran is the one the alias points to
+    assert body["invoked_function_arn"] == invoked
+    assert body["function_version"] == "$LATEST" and out["ExecutedVersion"] == "$LATEST"
+
+
+@pytest.mark.parametrize(
+    ("name", "qualifier", "code", "status", "arn"),
+    [
+        ("echo:nope", None, "ResourceNotFoundException", 404, f"{ECHO_ARN}:nope"),
+        ("echo", "scope_globex", "ResourceNotFoundException", 404, f"{ECHO_ARN}:scope_globex"),
+        ("echo", "1", "ResourceNotFoundException", 404, f"{ECHO_ARN}:1"),  # no published versions
+        ("echo:live", "scope_acme", "InvalidParameterValueException", 400, None),  # two that disagree
+    ],
+)
+def test_emulator_unknown_or_conflicting_qualifier_is_refused_and_runs_nothing(
+    lam: Any, name: str, qualifier: str | None, code: str, status: int, arn: str | None
+) -> None:
+    extra = {"Qualifier": qualifier} if qualifier else {}
+    # When invoked with a qualifier the function does not have (or two that disagree)
+    with pytest.raises(ClientError) as err:
+        lam.invoke(FunctionName=name, Payload=b"{}", **extra)
+    # Then Lambda's error, naming the qualified ARN it did not find
+    assert err.value.response["Error"]["Code"] == code
+    assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] == status
+    if arn:
+        assert err.value.response["Error"]["Message"] == f"Function not found: {arn}"
 
 
 def test_emulator_reuses_warm_workers(lam: Any) -> None:

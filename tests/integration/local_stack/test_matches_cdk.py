@@ -139,5 +139,34 @@ def test_queue_topic_roles_and_log_groups_match_the_synthesized_stage(
     # Then each local resource has a synthesized twin
     assert resources.audit_dlq_url.rsplit("/", 1)[1] in queues
     assert resources.security_topic_arn.rsplit(":", 1)[1] in topics
-    assert {arn.rsplit("/", 1)[1] for arn in resources.runner_roles.values()} <= roles
+    assert resources.runner_role.rsplit("/", 1)[1] in roles
     assert set(resources.log_groups) <= groups, set(resources.log_groups) - groups
+
+
+def test_runner_role_trust_and_policy_match_the_synthesized_stage(
+    templates: dict[str, dict[str, Any]], local: tuple[LocalResources, Any]
+) -> None:
+    import json
+
+    # Given the synthesized runner role and the local one (moto's IAM)
+    (cdk_role,) = [
+        p for p in _resources(templates, "AWS::IAM::Role") if p.get("RoleName") == n.runner_role_name("local")
+    ]
+    resources, client = local
+    iam = client("iam")
+    name = resources.runner_role.rsplit("/", 1)[1]
+    local_trust = iam.get_role(RoleName=name)["Role"]["AssumeRolePolicyDocument"]
+    local_policy = iam.get_role_policy(RoleName=name, PolicyName="StageInterpreters")["PolicyDocument"]
+    local_policy = json.loads(local_policy) if isinstance(local_policy, str) else local_policy
+    (cdk_statement,) = cdk_role["AssumeRolePolicyDocument"]["Statement"]
+    (local_statement,) = local_trust["Statement"]
+    (cdk_policy,) = cdk_role["Policies"]
+    # Then the trust conditions and actions, and the policy's actions, are the same definitions;
+    # the local policy names the local stage's interpreters by the same name prefix
+    assert local_statement["Condition"] == cdk_statement["Condition"]
+    assert local_statement["Action"] == cdk_statement["Action"]
+    assert [s["Action"] for s in local_policy["Statement"]] == [
+        s["Action"] for s in cdk_policy["PolicyDocument"]["Statement"]
+    ]
+    resources_ = [r for s in local_policy["Statement"] for r in s["Resource"]]
+    assert resources_ and all(r.endswith(f"/{n.interpreter_name_prefix('local')}*") for r in resources_)

@@ -96,13 +96,15 @@ def test_resources_follow_the_shared_definitions(state: LocalState) -> None:
     for dim in dimensions.calls():
         value = ssm.get_parameter(Name=dim.parameter("local"))["Parameter"]["Value"]
         assert value == str(config.caps.of(dim.name))
-    # and each tenant has a runner role and a substrate naming its interpreters
+    # and each tenant has a substrate naming its interpreters (ids and ARNs) and the stage's one
+    # runner role
+    role = iam.get_role(RoleName=n.runner_role_name("local"))["Role"]
     assert config.tenants  # the loop below must run
     for tenant in config.tenants:
         raw = ssm.get_parameter(Name=n.tenant_substrate_parameter("local", tenant.id))["Parameter"]["Value"]
         sub = TenantSubstrate.model_validate_json(raw)
         assert sub.interpreters == {e: n.interpreter_name("local", tenant.id, e) for e in tenant.environments}
-        role = iam.get_role(RoleName=n.runner_role_name("local", tenant.id))["Role"]
+        assert {e: a.rsplit("/", 1)[1] for e, a in sub.interpreter_arns.items()} == sub.interpreters
         assert sub.runner_role_arn == role["Arn"]
 
 
@@ -152,6 +154,49 @@ def test_function_workers_run_with_exactly_their_cdk_environment(state: LocalSta
     assert quota_env["AWS_ENDPOINT_URL_BEDROCK_AGENTCORE"] == state.endpoint("interpreter")
     assert quota_env["AWS_ENDPOINT_URL_LAMBDA"] == state.endpoint("lambda")
     assert "SANDBOX_LOCAL_DIR" not in quota_env and "PYTEST_CURRENT_TEST" not in quota_env
+
+
+def test_scoped_alias_refuses_an_out_of_scope_tenant_with_one_audit_row_and_nothing_counted(
+    state: LocalState,
+) -> None:
+    from sandbox_common.agent_scope import alias_for
+
+    from tests.support.stack import event
+
+    # Given the local stage's agent scoped to acme, served through dispatch's alias scope_acme
+    # (the emulator resolves the aliases the stage declares and reports the invoked ARN)
+    lam = state.client("lambda")
+    alias = f"{state.resources.functions[n.DISPATCH]}:{alias_for('acme')}"
+    target = local_target(state)
+
+    def invoke(body: dict) -> dict:
+        out = lam.invoke(FunctionName=alias, Payload=json.dumps(body).encode())
+        assert out["ExecutedVersion"] == "$LATEST" and "FunctionError" not in out
+        return json.loads(out["Payload"].read())
+
+    def counted(tenant: str) -> int:
+        table = state.resources.tables[n.TENANT_DAILY_COUNTERS.logical]
+        items = state.client("dynamodb").scan(TableName=table)["Items"]
+        return sum(1 for i in items if i.get(n.COUNTER_ATTR_TENANT, {}).get("S") == tenant)
+
+    before = counted("globex")
+    # When it sends globex's execute_code (and begin_turn) through that alias
+    refused = invoke(event(tenant_id="globex", turn_id="scope-t", call_id="scope-c", agent_id="scoped"))
+    begun = invoke(event("begin_turn", tenant_id="globex", turn_id="scope-t2", agent_id="scoped"))
+    # Then the call is refused as SandboxProvisioning, out of scope
+    assert refused["ok"] is False and refused["error"] == "SandboxProvisioning", refused
+    assert refused["reason"] == n.REASON_OUT_OF_SCOPE and refused["exit_status"] == "provisioning"
+    assert begun["sandbox"]["status"] == "disabled" and begun["sandbox"]["reason"] == n.REASON_OUT_OF_SCOPE
+    # And it left exactly one audit row, counted nothing, and started no session
+    rows = [r for r in ops.audit_list(target, tenant_id="globex") if r.get("call_id") == "scope-c"]
+    assert len(rows) == 1
+    assert rows[0]["exit_status"] == "provisioning" and rows[0]["failure_reason"] == n.REASON_OUT_OF_SCOPE
+    assert rows[0]["invocation_id"] == refused["invocation_id"] and not rows[0].get("session_id")
+    assert counted("globex") == before
+    # And the same alias serves the tenant in its scope (the alias itself works)
+    allowed = invoke(event(turn_id="scope-t3", call_id="scope-c3", agent_id="scoped"))
+    assert allowed["ok"] is True and allowed["stdout"] == "2\n", allowed
+    invoke(event("end_turn", turn_id="scope-t3"))
 
 
 def _kill(process: dict) -> None:

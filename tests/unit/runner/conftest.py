@@ -29,7 +29,7 @@ from botocore.awsrequest import AWSResponse
 from sandbox_runtime.runner import credentials as runner_credentials
 
 from infra.local import eventstream as es
-from tests.support.runner import ACME_INTERPRETER, ACME_RUNNER_ROLE, session_runner
+from tests.support.runner import ACME_INTERPRETER, ACME_INTERPRETER_ARN, ACME_RUNNER_ROLE, session_runner
 from tests.support.runner import acme_interpreter as acme_interpreter  # a fixture of this directory
 
 INTERPRETER = ACME_INTERPRETER
@@ -205,7 +205,8 @@ def _run_for_real(code: str) -> Invoke:
     )
 
 
-OTHER_RUNNER_ROLE = "arn:aws:iam::123456789012:role/thinkwork-test-sbx-runner-globex"
+OTHER_RUNNER_ROLE = ACME_RUNNER_ROLE  # the stage has one runner role; globex differs by session policy
+OTHER_TENANT_INTERPRETER_ARN = ACME_INTERPRETER_ARN.replace(ACME_INTERPRETER, OTHER_TENANT_INTERPRETER)
 
 
 @pytest.fixture
@@ -227,9 +228,13 @@ def fake_agentcore(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAgentCore]:
 
     monkeypatch.setattr(runner_credentials, "new_client", new_client)
     _forget_credentials()
-    # Keyed (role ARN, tenant): credentials obtained with one tenant's session tag serve only it.
-    for number, (role, tenant) in enumerate(((RUNNER_ROLE, "acme"), (OTHER_RUNNER_ROLE, "globex"))):
-        runner_credentials._cache[(role, tenant)] = runner_credentials._Entry(
+    # Keyed (role ARN, tenant, interpreter ARNs): credentials confined to one tenant serve only it.
+    seeded = (
+        (RUNNER_ROLE, "acme", (ACME_INTERPRETER_ARN,)),
+        (OTHER_RUNNER_ROLE, "globex", (OTHER_TENANT_INTERPRETER_ARN,)),
+    )
+    for number, key in enumerate(seeded):
+        runner_credentials._cache[key] = runner_credentials._Entry(
             expires_at=datetime.now(UTC) + timedelta(hours=1),
             creds={"AccessKeyId": f"ASIASEEDED{number:010d}", "SecretAccessKey": "x", "SessionToken": "y"},
         )

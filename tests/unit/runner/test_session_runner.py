@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import timedelta
 
 import pytest
 from sandbox_common import aws, naming
 from sandbox_common.errors import SandboxError, SandboxProvisioning
+from sandbox_common.runner_policy import RUNNER_ACTIONS, session_policy
 from sandbox_runtime.runner import CrossTenantInterpreter, SessionGone, cells, credentials
 
+from infra.cdk.constructs.definitions import interpreter_arn_patterns, runner_role_statements
 from infra.local import eventstream as es
 from tests.support.emf import metric_names
-from tests.support.runner import cell_arguments
+from tests.support.iam_eval import Request, decide, effective
+from tests.support.runner import ACME_INTERPRETER_ARN, cell_arguments
+from tests.unit.runner.conftest import OTHER_TENANT_INTERPRETER_ARN
 
 SESSION = "sess0001"
 
@@ -86,13 +91,13 @@ def test_credentials_refreshed_five_minutes_before_expiry(
     assert assume_role_calls() == 2
 
 
-def test_credentials_other_tenant_gets_its_own_role(fake_agentcore, make_runner, assume_role_calls):
-    # Given runners of two tenants
+def test_credentials_other_tenant_gets_its_own_credentials(fake_agentcore, make_runner, assume_role_calls):
+    # Given runners of two tenants (one runner role, each with its own interpreters)
     acme = make_runner()
     globex = make_runner(
         tenant_id="globex",
         allowed_interpreter_ids=[fake_agentcore.OTHER_TENANT_INTERPRETER],
-        runner_role_arn="arn:aws:iam::123456789012:role/thinkwork-test-sbx-runner-globex",
+        allowed_interpreter_arns=[OTHER_TENANT_INTERPRETER_ARN],
     )
     # When
     acme.execute(fake_agentcore.INTERPRETER, SESSION, "print(1)")
@@ -312,12 +317,71 @@ def test_credentials_assume_role_carries_the_tenant_session_tag(fake_agentcore, 
 def test_credentials_not_shared_between_tenants_of_one_role_arn(
     fake_agentcore, make_runner, assume_role_calls
 ):
-    # Given a routing mix-up: a runner of globex handed acme's runner role ARN
+    # Given acme's runner has credentials (for the stage's one runner role)
     make_runner().execute(fake_agentcore.INTERPRETER, SESSION, "print(1)")
-    # When the globex runner asks for credentials for that role
+    # When a globex runner asks for credentials for that same role
     make_runner(tenant_id="globex", allowed_interpreter_ids=[fake_agentcore.INTERPRETER]).execute(
         fake_agentcore.INTERPRETER, SESSION, "print(1)"
     )
-    # Then it does not reuse acme's tagged credentials: it makes its own AssumeRole (tagged
-    # globex), which the role's trust policy refuses in AWS
+    # Then it does not reuse acme's credentials: it makes its own AssumeRole (tagged globex)
     assert assume_role_calls() == 2
+
+
+def test_credentials_assume_role_carries_a_session_policy_naming_only_the_tenants_interpreters(
+    fake_agentcore, sts, make_runner
+):
+    # Given acme's runner, and the AssumeRole requests made through moto's STS
+    sent: list[dict] = []
+    aws.client("sts").meta.events.register(
+        "provide-client-params.sts.AssumeRole", lambda params, **kw: sent.append(dict(params))
+    )
+    # When it runs code
+    make_runner().execute(fake_agentcore.INTERPRETER, SESSION, "print(1)")
+    # Then the one AssumeRole carried the session policy of acme's interpreter ARNs, nothing wider
+    (params,) = sent
+    assert json.loads(params["Policy"]) == session_policy([ACME_INTERPRETER_ARN])
+    assert "*" not in params["Policy"]
+
+
+@pytest.mark.parametrize(
+    "arns", [[], ["arn:aws:bedrock-agentcore:us-east-1:123456789012:code-interpreter-custom/*"]]
+)
+def test_credentials_without_the_tenants_interpreter_arns_never_assume_the_role(
+    fake_agentcore, make_runner, assume_role_calls, arns
+):
+    # Given a runner whose tenant record has no interpreter ARNs (or only a wildcard)
+    runner = make_runner(allowed_interpreter_arns=arns)
+    # When it would run code
+    result = runner.execute(fake_agentcore.INTERPRETER, SESSION, "print(1)")
+    # Then it fails closed before STS: no credentials for the role's stage-wide policy
+    assert result.exit_status == "error" and result.error == "SandboxError"
+    assert "no_session_policy" in result.failure_reason
+    assert assume_role_calls() == 0
+    assert fake_agentcore.ops("InvokeCodeInterpreter") == []
+
+
+def test_credentials_effective_policy_for_acme_denies_every_runner_action_on_globex(
+    fake_agentcore, sts, make_runner
+):
+    # Given the runner role's own policy as the stack deploys it (every interpreter of the stage)
+    patterns = interpreter_arn_patterns("test", partition="aws", region="us-east-1", account="123456789012")
+    role_policy = {"Version": "2012-10-17", "Statement": runner_role_statements(patterns)}
+    # And the session policy acme's runner really sends to STS
+    sent: list[str] = []
+    aws.client("sts").meta.events.register(
+        "provide-client-params.sts.AssumeRole", lambda params, **kw: sent.append(params["Policy"])
+    )
+    make_runner().execute(fake_agentcore.INTERPRETER, SESSION, "print(1)")
+    (session,) = [json.loads(p) for p in sent]
+    # When IAM evaluates acme's session (role policy ∩ session policy) on each interpreter
+    verdicts = {
+        (action, arn): effective([role_policy], session, Request(action, arn))
+        for action in RUNNER_ACTIONS
+        for arn in (ACME_INTERPRETER_ARN, OTHER_TENANT_INTERPRETER_ARN)
+    }
+    # Then every runner action on globex's interpreter is denied, and allowed on acme's
+    assert {v for (_, arn), v in verdicts.items() if arn == OTHER_TENANT_INTERPRETER_ARN} == {"implicit_deny"}
+    assert {v for (_, arn), v in verdicts.items() if arn == ACME_INTERPRETER_ARN} == {"allow"}
+    # And the role alone (no session policy) would have allowed globex: the session policy is what
+    # confines it
+    assert decide([role_policy], Request(RUNNER_ACTIONS[0], OTHER_TENANT_INTERPRETER_ARN)) == "allow"

@@ -43,7 +43,7 @@ def _described(resources: LocalResources) -> dict[str, Any]:
     out["parameters"] = ssm.get_parameters_by_path(Path="/", Recursive=True)["Parameters"]
     out["roles"] = iam.list_roles()["Roles"]
     out["role_policies"] = {
-        r["RoleName"]: iam.get_role_policy(RoleName=r["RoleName"], PolicyName="interpreters")[
+        r["RoleName"]: iam.get_role_policy(RoleName=r["RoleName"], PolicyName="StageInterpreters")[
             "PolicyDocument"
         ]
         for r in out["roles"]

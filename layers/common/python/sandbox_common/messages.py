@@ -21,6 +21,10 @@ PREFLIGHT_UNAVAILABLE = (
     "I couldn't confirm that code execution is allowed right now; please try again shortly."
 )
 INTERNAL = "The code sandbox had an internal problem running this call; please try again."
+OUT_OF_SCOPE = (
+    "This assistant is not allowed to use the code sandbox for this workspace, so I can't run code "
+    "here. An administrator can grant it access."
+)
 CALL_ID_REUSED = (
     "Invalid request: call_id was already used for a different request (other code, agent, "
     "turn, template or user); use a new call_id."

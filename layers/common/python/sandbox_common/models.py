@@ -211,6 +211,7 @@ class TenantSubstrate(BaseModel):
     environments: tuple[str, ...] = ()
     templates: dict[str, str | None] = {}
     interpreters: dict[str, str] = {}  # environment -> code interpreter id
+    interpreter_arns: dict[str, str] = {}  # environment -> its ARN (the runner's session policy)
     runner_role_arn: str | None = None
     data_read: tuple[str, ...] = ()  # the tenant's data.read S3 prefixes (§14.4): s3_uri inputs
 

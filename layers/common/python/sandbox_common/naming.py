@@ -506,8 +506,9 @@ SHARED_RUNTIME_PACKAGE = "sandbox_runtime"
 # container under its own virtual environment, never shipped in a Lambda.
 EGRESS_PROXY_PACKAGE = "egress_proxy"
 EGRESS_VENV_DIR = ".venv-egress"
-# The session tag dispatch sets at AssumeRole of a tenant's session-runner role, from the tenant
-# record it routes on; each runner role's trust policy requires it to equal its own tenant.
+# The session tag dispatch and the reaper set at AssumeRole of the session-runner role: the tenant
+# the credentials serve (their session policy names that tenant's interpreters only). The role's
+# trust requires it, so every runner session in CloudTrail says which tenant it was for.
 RUNNER_SESSION_TAG_TENANT = "tenant_id"
 
 
@@ -534,17 +535,31 @@ def findings_audit_log_group(stage: str) -> str:
     return f"/{PROJECT}/{stage}/sandbox/data-protection-findings"
 
 
-def runner_role_name(stage: str, tenant_id: str) -> str:
-    """IAM role names are ≤ 64 chars: long tenant ids keep a prefix plus a hash suffix."""
-    name = f"{runner_role_name_prefix(stage)}{tenant_id}"
+def runner_role_name(stage: str) -> str:
+    """The stage's one session-runner role: dispatch and the reaper assume it with a session
+    policy naming only the serving tenant's interpreters (`sandbox_common.runner_policy`)."""
+    return f"{PROJECT}-{stage}-sbx-runner"
+
+
+def shared_execution_role_name(stage: str) -> str:
+    """The interpreter execution role of every tenant without data grants: no permission at all
+    (code in the sandbox gets no AWS access). A tenant with data grants has one of its own."""
+    return f"{PROJECT}-{stage}-sbx-interpreter"
+
+
+def tenant_execution_role_name(stage: str, tenant_id: str) -> str:
+    """A tenant's own interpreter execution role (only a tenant with data grants has one).
+    IAM role names are ≤ 64 chars: long tenant ids keep a prefix plus a hash suffix."""
+    name = f"{PROJECT}-{stage}-sbx-data-{tenant_id}"
     if len(name) > 64:
         digest = hashlib.sha256(f"{stage}/{tenant_id}".encode()).hexdigest()[:10]
         name = f"{name[:53]}-{digest}"
     return name
 
 
-def runner_role_name_prefix(stage: str) -> str:
-    return f"{PROJECT}-{stage}-sbx-runner-"
+def interpreter_name_prefix(stage: str) -> str:
+    """What every Code Interpreter name of the stage starts with (the runner role's resources)."""
+    return f"sbx_{stage}_".replace("-", "_")
 
 
 def interpreter_name(stage: str, tenant_id: str, environment: str) -> str:
@@ -553,7 +568,7 @@ def interpreter_name(stage: str, tenant_id: str, environment: str) -> str:
     Hyphens are not allowed (a lesson from the peer system), so they become underscores; a name
     that would be too long keeps a readable prefix and a hash suffix so it stays unique.
     """
-    base = f"sbx_{stage}_{tenant_id}_{_ENV_SHORT[environment]}".replace("-", "_")
+    base = f"{interpreter_name_prefix(stage)}{tenant_id}_{_ENV_SHORT[environment]}".replace("-", "_")
     if len(base) > 48:
         digest = hashlib.sha256(f"{stage}/{tenant_id}/{environment}".encode()).hexdigest()[:10]
         base = f"{base[:37]}_{digest}"
@@ -717,6 +732,8 @@ OUTPUT_TABLE_PREFIX = "Table"  # table outputs: f"{OUTPUT_TABLE_PREFIX}{spec.log
 # A stage with an egress path: the proxy's URL as sessions use it, and the package index URL.
 OUTPUT_EGRESS_PROXY_URL = "EgressProxyUrl"
 OUTPUT_PACKAGE_INDEX_URL = "PackageIndexUrl"
+# The managed policy a same-account agent runtime's role attaches to invoke dispatch (every tenant).
+OUTPUT_AGENT_INVOKE_POLICY = "AgentInvokePolicyArn"
 
 
 def stack_name(stage: str, part: str) -> str:
@@ -725,6 +742,13 @@ def stack_name(stage: str, part: str) -> str:
 
 def shard_stack_name(stage: str, shard: int) -> str:
     return stack_name(stage, f"Tenants{shard:03d}")
+
+
+def agent_invoke_policy_name(stage: str, tenant_id: str | None = None) -> str:
+    """The managed policy that lets a same-account agent runtime invoke dispatch: every tenant
+    (the function), or one tenant's scope (that tenant's alias of dispatch)."""
+    base = f"{PROJECT}-{stage}-invoke-dispatch"
+    return base if tenant_id is None else f"{base}-{tenant_id}"
 
 
 def security_topic_name(stage: str) -> str:
@@ -784,6 +808,9 @@ REASON_KILLED_BY_SIGNAL = "killed_by_signal"
 # failure_reason suffix of a Python call the session stopped at its inner deadline, its session kept
 # (`deadline_exceeded:<n>s:stopped_in_session`); without it, the runner's own deadline stopped the session.
 REASON_STOPPED_IN_SESSION = "stopped_in_session"
+# `reason` (and failure_reason) of a call refused because the agent invoked dispatch through a
+# tenant-scoped alias for a tenant outside that scope (sandbox_common.agent_scope).
+REASON_OUT_OF_SCOPE = "tenant_out_of_scope"
 
 
 # --- reaper hooks: the sweeps that run on the reaper's schedule, and the modules declaring them ---

@@ -32,6 +32,8 @@ def handler(event, context):
         "pid": os.getpid(),
         "calls_in_this_worker": _COLD["calls"],
         "function_name": context.function_name,
+        "invoked_function_arn": context.invoked_function_arn,
+        "function_version": context.function_version,
         "request_id": context.aws_request_id,
         "remaining_ms": context.get_remaining_time_in_millis(),
         "met": met,

@@ -85,8 +85,9 @@ EGRESS_ROLES = 4
 
 def stage_roles(config: StageConfig) -> int:
     """IAM roles the stage creates: one per function, the session-runner role, the shared
-    execution role, the egress path's (if any), and one per tenant with data grants (tests/infra holds this to the synthesized
-    templates; `sandboxctl doctor` compares it with the account's role quota)."""
+    execution role, the egress path's (if any), and one per tenant with data grants (tests/infra
+    holds this to the synthesized templates; `sandboxctl doctor` compares it with the account's
+    role quota)."""
     egress = EGRESS_ROLES if config.egress is not None else 0
     return (
         len(n.FUNCTIONS)

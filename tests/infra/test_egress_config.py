@@ -101,7 +101,7 @@ def test_build_config_refuses_bad_egress_policy_naming_the_field(tenant, field: 
         build_config("dev", overrides={"tenants": (tenant,)})
     # Then synth stops with the stage, the tenant and the field named, and the reason
     text = str(caught.value)
-    assert text.startswith("stage 'dev' configuration is invalid: tenants.0")
+    assert text.startswith("stage 'dev' configuration is invalid: tenants[0]")
     assert field in text
     assert re.search(message, text), text
 
@@ -134,7 +134,7 @@ def test_an_allowlist_environment_needs_the_stage_egress_path() -> None:
     # Given a stage whose egress path is off and a tenant that declares an allowlist environment
     # When built / Then it is refused, naming the tenant's environments
     with pytest.raises(
-        ConfigError, match=r"tenants\.0\.environments: tenant 'acme' declares 'default-allowlist'"
+        ConfigError, match=r"tenants\[0\]\.environments: tenant 'acme' declares 'default-allowlist'"
     ):
         build_config("dev", overrides={"egress": None, "tenants": (_tenant(),)})
 

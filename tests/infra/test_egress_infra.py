@@ -17,6 +17,7 @@ from infra.cdk.config import build_config
 from infra.cdk.constructs.egress import AGENTCORE_CA_BUNDLE
 from infra.cdk.constructs.egress_dns import BLOCK_EVERYTHING
 from infra.cdk.constructs.egress_network import SESSION_S3_ACTIONS
+from infra.cdk.constructs.egress_setup import setup_function_name
 from tests.infra._cfn import (
     allowed_actions,
     as_list,
@@ -426,13 +427,26 @@ def test_ca_key_is_readable_by_the_proxy_only_and_the_certificate_by_session_run
         "secretsmanager:GetSecretValue",
     )
     assert deny["Condition"] == {"StringNotEquals": {"aws:PrincipalArn": task_role}}
-    # And the certificate is readable by this account's session-runner roles (AgentCore reads it
-    # with the caller's credentials)
-    (allow,) = policies[secrets[n.egress_ca_cert_secret_name("dev")]]["Statement"]
-    assert allow["Effect"] == "Allow"
-    assert render(allow["Condition"]["ArnEquals"]["aws:PrincipalArn"]).endswith(
-        f":role/{n.runner_role_name('dev')}"
-    )
+    # And the certificate has no resource policy: the stage's runner role reads it by its own policy
+    # (AgentCore reads a `certificates` secret with the caller's credentials), nobody else is given it
+    assert secrets[n.egress_ca_cert_secret_name("dev")] not in policies
+    roles = {
+        r["Properties"]["RoleName"]: rid
+        for rid, r in resources(core, "AWS::IAM::Role").items()
+        if "RoleName" in r["Properties"]
+    }
+    (setup_role,) = [
+        r["Properties"]["Role"]["Fn::GetAtt"][0]
+        for r in resources(core, "AWS::Lambda::Function").values()
+        if r["Properties"]["FunctionName"] == setup_function_name("dev")
+    ]
+    certificate = f"<{secrets[n.egress_ca_cert_secret_name('dev')]}>"
+    readers = {
+        owner
+        for owner, st in policy_statements(core)
+        if certificate in statement_resources(st) and "secretsmanager:GetSecretValue" in allowed_actions(st)
+    }
+    assert readers == {roles[n.runner_role_name("dev")], task_role["Fn::GetAtt"][0], setup_role}
     # And the custom resource that makes the CA is given both secrets, before any proxy task starts
     ca_id, ca = _one(core, "Custom::EgressCa")
     _, service = _one(core, "AWS::ECS::Service")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 from sandbox_common import naming as n
@@ -31,7 +32,8 @@ AGENTCORE_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 
 class EgressConstruct(Construct):
     """Attributes: `network`, `setup`, `index`, `proxy`, `dns`, `proxy_url`, `ca_bundle`,
-    `index_url`, `parameters`. `tables` and `table_arns` map TableSpec.logical -> name / ARN."""
+    `index_url`, `parameters`. `tables` and `table_arns` map TableSpec.logical -> name / ARN;
+    `runner_role` is the stage's session-runner role (it reads the CA certificate)."""
 
     def __init__(
         self,
@@ -42,6 +44,7 @@ class EgressConstruct(Construct):
         egress: EgressStage,
         tables: Mapping[str, str],
         table_arns: Mapping[str, str],
+        runner_role: iam.CfnRole,
     ) -> None:
         super().__init__(scope, id_)
         self.network = EgressNetworkConstruct(self, "Network", config=config, egress=egress)
@@ -66,6 +69,7 @@ class EgressConstruct(Construct):
             table_arns=table_arns,
         )
         self.setup.restrict_key_to(self.proxy.task_role)
+        self.setup.grant_certificate_to(runner_role)
         # A task reads the CA when it starts: the service waits for the custom resource that
         # writes it (a task started on the placeholder would fail, and the deploy roll back).
         self.proxy.service.node.add_dependency(self.setup.ca)

@@ -3,9 +3,9 @@ Secrets Manager secrets, and the id of the region's S3 managed prefix list, both
 resource Lambda (`functions/egress_setup`, Python and `cryptography` from a pip-built layer: no
 Docker). The tenant shards read the CA certificate's ARN and the prefix list id from SSM.
 
-Who reads what: the certificate is public material, readable by the tenants' session-runner
-roles (AgentCore fetches a `certificates` entry with the caller's credentials); the key is readable
-by the proxy's task role only, which the key secret's resource policy enforces against every other
+Who reads what: the certificate is public material, readable by the stage's session-runner role
+(AgentCore fetches a `certificates` entry with the caller's credentials); the key is readable by
+the proxy's task role only, which the key secret's resource policy enforces against every other
 principal of the account.
 """
 
@@ -53,7 +53,6 @@ class EgressSetupConstruct(Construct):
         self.key_secret = self._build_secret(
             "CaKey", n.egress_ca_key_secret_name(config.name), "private key (PEM)"
         )
-        self._allow_runners_to_read_certificate()
         self.function = self._build_function()
         self.ca = cdk.CustomResource(
             self,
@@ -94,35 +93,23 @@ class EgressSetupConstruct(Construct):
         )
         return secret
 
-    def _allow_runners_to_read_certificate(self) -> None:
+    def grant_certificate_to(self, runner_role: iam.CfnRole) -> iam.CfnPolicy:
         """AgentCore reads a `certificates` secret with its caller's credentials: the stage's
-        session-runner role (its fixed name: the core stack builds it) may read the certificate."""
-        stack = cdk.Stack.of(self)
-        runner = stack.format_arn(
-            service="iam",
-            region="",
-            resource="role",
-            resource_name=n.runner_role_name(self._config.name),
-            arn_format=cdk.ArnFormat.SLASH_RESOURCE_NAME,
-        )
-        secretsmanager.CfnResourcePolicy(
+        session-runner role may read the certificate (its session policy allows the same secret,
+        `sandbox_common.runner_policy.ca_certificate_statement`)."""
+        return iam.CfnPolicy(
             self,
-            "CaCertificatePolicy",
-            secret_id=self.cert_secret.ref,
-            block_public_policy=True,
-            resource_policy={
+            "RunnerReadsCaCertificate",
+            policy_name="EgressCaCertificate",
+            roles=[runner_role.ref],
+            policy_document={
                 "Version": "2012-10-17",
                 "Statement": [
                     {
-                        "Sid": "SessionRunnerReadsTheCaCertificate",
+                        "Sid": "EgressCaCertificate",
                         "Effect": "Allow",
-                        "Principal": {"AWS": "*"},
                         "Action": "secretsmanager:GetSecretValue",
-                        "Resource": "*",
-                        "Condition": {
-                            "StringEquals": {"aws:PrincipalAccount": stack.account},
-                            "ArnEquals": {"aws:PrincipalArn": runner},
-                        },
+                        "Resource": self.cert_secret.ref,
                     }
                 ],
             },

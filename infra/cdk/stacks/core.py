@@ -71,6 +71,7 @@ class CoreStack(cdk.Stack):
             egress=config.egress,
             tables=self.state.table_names,
             table_arns={logical: table.table_arn for logical, table in self.state.tables.items()},
+            runner_role=self.runner_roles.runner_role,
         )
         endpoints = EgressEndpoints(
             proxy_url=egress.proxy_url, ca_bundle=egress.ca_bundle, index_url=egress.index_url

@@ -541,6 +541,16 @@ def runner_role_name(stage: str) -> str:
     return f"{PROJECT}-{stage}-sbx-runner"
 
 
+def stage_of_runner_role(role_arn: str) -> str | None:
+    """The stage whose session-runner role this is (`runner_role_name`), None for any other ARN."""
+    name = role_arn.rpartition(":role/")[2]
+    prefix, suffix = f"{PROJECT}-", "-sbx-runner"
+    if not (name.startswith(prefix) and name.endswith(suffix)) or len(name) <= len(prefix + suffix):
+        return None
+    stage = name[len(prefix) : -len(suffix)]
+    return stage if runner_role_name(stage) == name else None
+
+
 def shared_execution_role_name(stage: str) -> str:
     """The interpreter execution role of every tenant without data grants: no permission at all
     (code in the sandbox gets no AWS access). A tenant with data grants has one of its own."""

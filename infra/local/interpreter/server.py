@@ -35,7 +35,7 @@ socket in bounded pieces. A session whose answer breaks the channel's bounds is 
 call answers exitCode 1 with the reason on stderr.
 
 Local additions, not part of AgentCore: `GET /ping` (health, 200),
-`POST /_local/interpreters` (`{"interpreterId": ..., "networkMode": "PUBLIC"|"SANDBOX"}`),
+`POST /_local/interpreters` (`{"interpreterId": ..., "networkMode": "PUBLIC"|"SANDBOX"|"VPC"}`),
 `GET /_local/isolation` (the isolation in force, isolation.IsolationPlan.describe), the response
 headers `x-sandbox-local-stdout-bytes` / `-stderr-bytes` (exact byte counts, SPEC §19), and Start
 refused with AccessDeniedException (403) `isolation_unavailable: ...` when the session cannot be
@@ -77,6 +77,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from sandbox_common import naming
 
 from infra.local.eventstream import event_frame, event_payload_frame, event_payload_head
+from infra.local.interpreter.egress import EgressProxy
 from infra.local.interpreter.isolation import IsolationUnavailable, Limits
 from infra.local.interpreter.s3relay import DataGrant
 from infra.local.interpreter.sessions import (
@@ -495,7 +496,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _register(self, body: dict[str, Any]) -> None:
         interpreter_id, mode = body.get("interpreterId"), body.get("networkMode")
         if not isinstance(interpreter_id, str) or mode not in NETWORK_MODES:
-            raise validation("interpreterId and networkMode (PUBLIC|SANDBOX) are required")
+            raise validation(f"interpreterId and networkMode ({'|'.join(NETWORK_MODES)}) are required")
         try:
             self._manager.register_interpreter(interpreter_id, mode)
         except ValueError as exc:
@@ -535,6 +536,7 @@ class LocalInterpreterServer:
         disk_kind: str = "auto",
         uids: UidAllocator | None = None,
         data_grants: dict[str, DataGrant] | None = None,
+        egress_proxy: EgressProxy | None = None,
     ) -> None:
         self._port = port
         self.manager = SessionManager(
@@ -549,6 +551,7 @@ class LocalInterpreterServer:
             disk_kind=disk_kind,
             uids=uids,
             data_grants=data_grants,
+            egress_proxy=egress_proxy,
         )
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None

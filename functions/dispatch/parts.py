@@ -27,6 +27,7 @@ from sandbox_runtime.interrupted import InterruptedCalls
 from sandbox_runtime.kill_switch import KillSwitch
 from sandbox_runtime.preflight import Preflight, PreflightReader
 from sandbox_runtime.runner import SessionRunner
+from sandbox_runtime.runner.egress import SessionEgress, session_egress_from
 
 from dispatch.idempotency import IdempotentCalls
 from dispatch.quota.budget import BudgetReader, UsageAccounting
@@ -42,13 +43,14 @@ class Runners:
     """One SessionRunner per tenant (and its published substrate): it holds the tenant's cached
     STS credentials and clients, so later calls reuse them."""
 
-    def __init__(self, settings: DispatchSettings) -> None:
+    def __init__(self, settings: DispatchSettings, egress: SessionEgress | None = None) -> None:
         self._settings = settings
-        self._runners: dict[tuple[str, str, tuple[str, ...]], SessionRunner] = {}
+        self.egress = egress  # allowlist sessions' credentials and proxy (runner/egress.py)
+        self._runners: dict[tuple[object, ...], SessionRunner] = {}
         self._lock = threading.Lock()
 
     def __call__(self, pf: Preflight) -> SessionRunner:
-        key = (pf.tenant_id, str(pf.runner_role_arn), pf.allowed_interpreter_ids)
+        key = (pf.tenant_id, str(pf.runner_role_arn), pf.allowed_interpreter_ids, pf.egress_interpreters)
         with self._lock:
             runner = self._runners.get(key)
             if runner is None:
@@ -60,6 +62,8 @@ class Runners:
                     call_timeout_seconds=self._settings.call_timeout_seconds,
                     stdout_cap_bytes=self._settings.stdout_cap_bytes,
                     stderr_cap_bytes=self._settings.stderr_cap_bytes,
+                    egress=self.egress,
+                    egress_interpreters=dict(pf.egress_interpreters),
                 )
             return runner
 
@@ -115,7 +119,7 @@ def built() -> Parts:
         preflight=preflight,
         turns=turns,
         audit_writer=audit_writer,
-        runners=Runners(settings),
+        runners=Runners(settings, session_egress_from(settings, ddb)),
         calls=IdempotentCalls(
             table_name=settings.idempotency_table,
             ddb=ddb,

@@ -659,6 +659,9 @@ REASON_TOOL_TURN_ENDED = "tool_wait_ended:turn_ended"
 # The local interpreter refuses Start with this marker at the front of its error message when it
 # cannot isolate a session; the runner maps it to SandboxProvisioning with this `reason`.
 REASON_ISOLATION_UNAVAILABLE = "isolation_unavailable"
+# An `allowlist` session could not be given its egress proxy credential (or no proxy is
+# configured): the session was stopped before any code ran (SandboxProvisioning).
+REASON_EGRESS_UNAVAILABLE = "egress_unavailable"
 # The kill switch (§5.1: a call cap at 0; §22: or the tenant disabled): the boolean field of a
 # refusal's log line, and the `reason` of admitted work it ended (a background job it cancelled
 # answers it; rows carry `kill_switch:<why>`).

@@ -23,6 +23,7 @@ from sandbox_common.sessions.caps import SessionCapReader
 from sandbox_common.sessions.ledger import SessionLedger, claim_min_life_seconds
 from sandbox_common.settings import DispatchSettings, dispatch_settings
 from sandbox_runtime.cache import TtlCache
+from sandbox_runtime.egress_store import EgressStore
 from sandbox_runtime.interrupted import InterruptedCalls
 from sandbox_runtime.kill_switch import KillSwitch
 from sandbox_runtime.preflight import Preflight, PreflightReader
@@ -80,6 +81,7 @@ class Parts:
     accounting: UsageAccounting
     kill_switch: KillSwitch  # §22: a resume and a running job stop when their tenant is killed
     quota: CheckQuota = check_quota
+    egress: EgressStore | None = None  # allowlist sessions' credentials and counters (None: no egress)
 
 
 @lru_cache(maxsize=1)
@@ -114,12 +116,13 @@ def built() -> Parts:
         ssm=aws.client("ssm"),
         ddb=ddb,
     )
+    session_egress = session_egress_from(settings, ddb)
     return Parts(
         settings=settings,
         preflight=preflight,
         turns=turns,
         audit_writer=audit_writer,
-        runners=Runners(settings, session_egress_from(settings, ddb)),
+        runners=Runners(settings, session_egress),
         calls=IdempotentCalls(
             table_name=settings.idempotency_table,
             ddb=ddb,
@@ -144,6 +147,7 @@ def built() -> Parts:
             ssm=aws.client("ssm"),
             ddb=ddb,
         ),
+        egress=session_egress.store if session_egress is not None else None,
     )
 
 

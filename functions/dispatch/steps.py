@@ -26,6 +26,7 @@ from typing import Any
 
 from sandbox_common import dimensions, messages
 from sandbox_common import naming as n
+from sandbox_common.egress_usage import Baseline
 from sandbox_common.errors import (
     SandboxCapExceeded,
     SandboxError,
@@ -52,6 +53,7 @@ from dispatch.files import flow as files
 from dispatch.files.artifacts import ArtifactContext
 from dispatch.idempotency import IdempotencyStoreUnavailable, TimeLeft, time_left_of
 from dispatch.quota.flow import QuotaCheck
+from dispatch.sessions import egress
 from dispatch.sessions.activation import Activation
 from dispatch.sessions.flow import SessionCall
 from dispatch.tools import run as tools
@@ -79,9 +81,14 @@ class Attempt:
     invocation_id: str
     beside: RowHandOff
     quota: QuotaCheck
+    egress_before: Future[Baseline | None] | None = None  # sent ahead with the turn claim
 
     def budget(self) -> float | None:
         return _budget(self.time_left)
+
+    def egress_baseline(self) -> Baseline | None:
+        """The turn's allowlist session's counters before the code (dispatch.sessions.egress)."""
+        return egress.baseline(self.egress_before)
 
 
 class Steps:
@@ -364,7 +371,15 @@ class Steps:
 
     # --- files ----------------------------------------------------------------------------------
     def collect(self, outcome: Outcome, pf: Preflight, runner: SessionRunner, exit_status: str) -> None:
-        """§14.2: new/changed outputs/ files and open figures, after any outcome but timeout."""
+        """§14.2: new/changed outputs/ files and open figures, after any outcome but timeout; an
+        allowlist session's egress counters are read beside them (dispatch.sessions.egress)."""
+        after = egress.start_after(self.parts.egress, outcome)
+        try:
+            self._artifacts(outcome, pf, runner, exit_status)
+        finally:
+            egress.settle(outcome, after)
+
+    def _artifacts(self, outcome: Outcome, pf: Preflight, runner: SessionRunner, exit_status: str) -> None:
         req = outcome.request
         ctx = ArtifactContext(
             req.tenant_id, req.turn_id, outcome.invocation_id, self.settings.artifacts_bucket
@@ -415,6 +430,8 @@ class Steps:
         outcome.ran(result, result.failure() if result.error else None)
         if pf is not None and runner is not None and not result.session_stopped:  # a stopped one has none
             self.collect(outcome, pf, runner, result.exit_status)
+        else:  # no artifacts to collect; what the session sent is still the call's
+            egress.settle(outcome, egress.start_after(self.parts.egress, outcome))
         if result.session_stopped and turn is not None and outcome.session_id:
             try:
                 # the turn stops pointing at it and its session slot is freed (§16.2)
@@ -474,6 +491,8 @@ class Steps:
         StillRunning (a retry whose original is still running)."""
         claim = parallel.start(self.claim, req)
         warm = parallel.start(self.parts.preflight.check, req.tenant_id, req.template_id)
+        # an allowlist session's counters before the call, read as soon as the turn names it
+        before = parallel.start(egress.read_before, self.parts.egress, self.parts.preflight, claim, warm)
         # the turn-guarded, once-per-call_id quota check goes out with them (dispatch.quota.flow)
         quota = QuotaCheck.start(self.parts, req)
         # The attempt's invocation id travels in the idempotency claim, so a dead attempt is
@@ -488,7 +507,9 @@ class Steps:
                     req,
                     context,
                     lambda time_left: body(
-                        Attempt(_joined(claim, warm), time_left, invocation_id, beside, quota.entered())
+                        Attempt(
+                            _joined(claim, warm), time_left, invocation_id, beside, quota.entered(), before
+                        )
                     ),
                     attempt=interrupted.attempt_fields(req, invocation_id, utc_now()),
                 )
@@ -567,6 +588,7 @@ def _run_steps(
     with steps.capacity(turn, pf, call):  # §16.2: a session-cap refusal counts nothing
         steps.quota(req, outcome, attempt.quota, call.retries)
         runner = steps.runner(pf)
+        outcome.egress_baseline = attempt.egress_baseline()  # joined before the code runs
         result = steps.run(req, outcome, turn, pf, runner, call, attempt.budget)
     outcome.ran(result, result.failure() if result.error else None)
     steps.collect(outcome, pf, runner, result.exit_status)

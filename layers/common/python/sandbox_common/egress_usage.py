@@ -96,6 +96,44 @@ class Counters:
 ZERO = Counters()
 
 
+@dataclass(frozen=True)
+class Baseline:
+    """The reading a call starts from: its session's counters before its code ran. A call whose
+    session was started for it (or claimed warm) starts from ZERO: nothing went through the proxy
+    before its first call but the readiness call's /bind, which the proxy answers itself."""
+
+    session_id: str
+    counters: Counters
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON, for a call that pauses (a tool call) or a background job: kept with it."""
+        c = self.counters
+        out: dict[str, Any] = {"session_id": self.session_id, **{f: getattr(c, f) for f in FIELDS}}
+        if c.cap_refused is not None:
+            out["cap_refused"] = {"dimension": c.cap_refused[0], "count": c.cap_refused[1]}
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Baseline | None:
+        if not isinstance(data, Mapping) or not isinstance(data.get("session_id"), str):
+            return None
+        return cls(data["session_id"], Counters.from_item(data))
+
+
+def usage(
+    environment: str | None, session_id: str | None, baseline: Baseline | None, after: Counters
+) -> dict[str, Any]:
+    """A row's `egress`: `after` since the baseline read for this very session (else since zero)."""
+    before = baseline.counters if baseline is not None and baseline.session_id == session_id else ZERO
+    return after.since(before, mode_of(environment))
+
+
+def cap_refused(session_id: str | None, baseline: Baseline | None, after: Counters) -> str | None:
+    """The cap dimension that refused this session a connection during the call, if one did."""
+    before = baseline.counters if baseline is not None and baseline.session_id == session_id else ZERO
+    return after.cap_refused_since(before)
+
+
 def _count(value: Any) -> int:
     """A non-negative integer from a number (DynamoDB numbers deserialize as Decimal)."""
     try:

@@ -152,6 +152,9 @@ INVOCATIONS = TableSpec(
 )
 AUDIT_ATTR_RETRIES = "retries"  # the call's visible retries (§16.6)
 AUDIT_ATTR_COST = "estimated_cost_usd"  # the price in force when the code ran, else 0 (§9)
+# What left the sandbox during the call: {mode, allowed, denied, denied_hosts, bytes_out, bytes_in}
+# (sandbox_common.egress_usage), on every row.
+AUDIT_ATTR_EGRESS = "egress"
 AUDIT_TOOL_CALLS = "tool_calls"  # a tool-calling call's count of tool calls (§15) ...
 AUDIT_TOOL_CALL_RECORDS = "tool_call_records"  # ... and {name, input_sha256, duration_ms, ok} each
 # `sandboxctl usage --by`: the audit attribute each grouping reads (day = started_at's UTC date).

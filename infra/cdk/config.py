@@ -206,9 +206,17 @@ _DEMO_TENANTS = (
     TenantConfig(id="canary", environments=("default-public",), templates={"analyst": "default-public"}),
 )
 
-# The local stage's acme may read its folder of the demo data bucket the local stack creates (§14.4).
+# The local stage's acme may read its folder of the demo data bucket the local stack creates (§14.4),
+# and has the governed egress environment (`default-allowlist`, VPC network mode, an empty allow
+# list until `sandboxctl egress set`) with its template `allowlisted`.
 _LOCAL_TENANTS = tuple(
-    t.model_copy(update={"data": TenantData(read=(f"s3://{n.demo_data_bucket_name('local')}/{t.id}/",))})
+    t.model_copy(
+        update={
+            "data": TenantData(read=(f"s3://{n.demo_data_bucket_name('local')}/{t.id}/",)),
+            "environments": (*t.environments, "default-allowlist"),
+            "templates": {**t.templates, "allowlisted": "default-allowlist"},
+        }
+    )
     if t.id == "acme"
     else t
     for t in _DEMO_TENANTS

@@ -6,11 +6,23 @@ sandbox_common.settings, so a Lambda reads back exactly what this writes.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from sandbox_common import naming as n
 from sandbox_common.settings import BackstopSettings, DispatchSettings, QuotaSettings, ReaperSettings
 
 from infra.cdk.config import StageConfig
+
+
+@dataclass(frozen=True)
+class EgressEndpoints:
+    """How a stage's `allowlist` sessions see the egress proxy: its URL without credentials
+    (`http://HOST:PORT`), the path of the proxy's CA bundle inside the session, the package index."""
+
+    proxy_url: str
+    ca_bundle: str
+    index_url: str = ""
+
 
 SERVICE_NAMES: dict[str, str] = {
     n.DISPATCH: "sandbox-dispatch",
@@ -28,8 +40,17 @@ def function_environment(
     quota_function_name: str = "",
     audit_dlq_url: str = "",
     artifacts_bucket: str = "",
+    egress: EgressEndpoints | None = None,
 ) -> dict[str, str]:
-    """`tables` maps TableSpec.logical -> physical name (or token)."""
+    """`tables` maps TableSpec.logical -> physical name (or token). `egress`: where the stage's
+    `allowlist` sessions reach the egress proxy (None: the stage has none, and such sessions are
+    refused); dispatch and the reaper give those sessions their credentials and proxy settings."""
+    egress_env = {
+        "egress_table": tables.get(n.EGRESS.logical, ""),
+        "egress_proxy_url": egress.proxy_url if egress else "",
+        "egress_ca_bundle": egress.ca_bundle if egress else "",
+        "egress_index_url": egress.index_url if egress else "",
+    }
     common = {
         "POWERTOOLS_SERVICE_NAME": SERVICE_NAMES[logical],
         "POWERTOOLS_METRICS_NAMESPACE": n.METRICS_NAMESPACE,
@@ -55,6 +76,7 @@ def function_environment(
             require_turn_token=config.require_turn_token,
             continuations_table=tables[n.CONTINUATIONS.logical],
             tool_wait_seconds=config.tool_wait_seconds,
+            **egress_env,
         )
     elif logical == n.QUOTA_CHECK:
         settings = QuotaSettings(
@@ -81,6 +103,7 @@ def function_environment(
             stderr_cap_bytes=config.stderr_cap_bytes,
             idempotency_table=tables[n.IDEMPOTENCY.logical],  # interrupted_sweep
             dispatch_function_name=n.function_name(config.name, n.DISPATCH),  # paused_sweep
+            **egress_env,  # warm sessions of allowlist environments get their credentials too
         )
     else:
         raise ValueError(f"unknown function {logical!r}")

@@ -102,7 +102,7 @@ class TenantConstruct(Construct):
         self.cap_alarm = self._build_cap_alarm()
 
     def _build_interpreter(self, env: str, name: str) -> None:
-        cid = "Public" if env == "default-public" else "Internal"
+        cid = {"default-public": "Public", "internal-only": "Internal", "default-allowlist": "Allowlist"}[env]
         # Minimal execution role: code in the sandbox gets no AWS permissions (the sandbox is pure
         # compute, §0) except the tenant's own declared data prefixes (§14.4), nothing else. The
         # confused-deputy conditions pin it to this account's AgentCore.

@@ -8,12 +8,13 @@ export PYTHONDONTWRITEBYTECODE := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_VERSION_CHECK := 1
 
-.PHONY: help install os-deps session-runtime demo test synth synth-all bench lint reliability client-layer clean
+.PHONY: help install os-deps session-runtime egress-runtime demo test synth synth-all bench lint reliability client-layer clean
 
 help:
 	@echo "make demo        install, synthesize every stage, run one agent turn on the local stack"
 	@echo "make test        install and run the test suite (benchmarks as a quick smoke)"
 	@echo "make session-runtime   the local sessions' pinned Python venv (.venv-session: numpy, pandas, ...)"
+	@echo "make egress-runtime    the egress proxy's pinned Python venv (.venv-egress: mitmproxy, ...)"
 	@echo "make synth STAGE=dev   synthesize one stage with the pinned CDK CLI"
 	@echo "make bench       full benchmarks (JSON lines)"
 	@echo "make lint        ruff format --check, ruff (E501 at 110 columns), mypy"
@@ -76,6 +77,22 @@ $(SESSION_VENV)/.installed: $(SESSION_REQUIREMENTS)
 	printf '\nbackend: Agg\n' >> "$$($(SESSION_VENV)/bin/python -c 'import matplotlib; print(matplotlib.get_data_path())')/matplotlibrc"
 	touch $@
 
+# The egress proxy's own venv (functions/egress_proxy): mitmproxy 12 and what the proxy imports of
+# the common layer, every version pinned in one requirements file (the proxy image installs the
+# same file). Built from the same Python >= 3.12 as the session runtime.
+EGRESS_VENV := .venv-egress
+EGRESS_REQUIREMENTS := functions/egress_proxy/requirements.txt
+
+egress-runtime: $(EGRESS_VENV)/.installed
+
+$(EGRESS_VENV)/.installed: $(EGRESS_REQUIREMENTS)
+	@test -n "$(SESSION_BASE_PYTHON)" || { echo "The egress proxy needs Python >= 3.12 (python3.12 or python3.13); install one or set SESSION_BASE_PYTHON=/path/to/python3.12" >&2; exit 1; }
+	rm -rf $(EGRESS_VENV)
+	$(SESSION_BASE_PYTHON) -m venv $(EGRESS_VENV)
+	$(EGRESS_VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r $(EGRESS_REQUIREMENTS)
+	$(EGRESS_VENV)/bin/pip check
+	touch $@
+
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
@@ -90,21 +107,21 @@ synth-all: install
 	  ls cdk.out/$$s/*.template.json | sed 's/^/   /'; \
 	done
 
-demo: os-deps install session-runtime synth-all
+demo: os-deps install session-runtime egress-runtime synth-all
 	$(PY) -m infra.demo
 
 # Four workers on a 2-core machine: most of a test's time is spent waiting (interpreter sessions,
 # Lambda workers, deadlines), so two workers left the cores half idle (measured here: 2 workers
 # kept 0.9 of the 2 cores busy, 4 workers about 1.5).
-test: os-deps install session-runtime
+test: os-deps install session-runtime egress-runtime
 	$(PY) -m pytest -q -n 4 --dist loadfile
 
-bench: os-deps install session-runtime
+bench: os-deps install session-runtime egress-runtime
 	$(PY) -m pytest -q tests/benchmarks --bench-full -s
 
 # --reliability-full also runs the property tests sized by tests/support/sizes.py at full size.
 RELIABILITY_FULL_SIZED := tests/unit/redaction/test_prefilter.py
-reliability: os-deps install session-runtime
+reliability: os-deps install session-runtime egress-runtime
 	$(PY) -m pytest -q tests/reliability $(RELIABILITY_FULL_SIZED) --reliability-full
 
 # The agent client as a Lambda layer for agent runtimes on Lambda (pip, no Docker; boto3 is the
@@ -118,4 +135,4 @@ lint: install
 	.venv/bin/mypy layers/common/python/sandbox_common layers/common/python/sandbox_session layers/client/sandbox_client functions infra
 
 clean:
-	rm -rf .venv $(SESSION_VENV) node_modules cdk.out .build .local
+	rm -rf .venv $(SESSION_VENV) $(EGRESS_VENV) node_modules cdk.out .build .local

@@ -54,10 +54,10 @@ class EgressStore:
         now = int(self.clock())
         item = {
             **n.EGRESS.key(session_id, n.EGRESS_CREDENTIAL_ITEM),
-            "tenant_id": {"S": tenant_id},
-            "environment": {"S": environment},
-            "secret_sha256": {"S": secret_sha256(secret)},
-            "issued_at": {"N": str(now)},
+            n.EGRESS_ATTR_TENANT: {"S": tenant_id},
+            n.EGRESS_ATTR_ENVIRONMENT: {"S": environment},
+            n.EGRESS_ATTR_SECRET_SHA256: {"S": secret_sha256(secret)},
+            n.EGRESS_ATTR_ISSUED_AT: {"N": str(now)},
             n.TTL_ATTRIBUTE: {"N": str(now + lifetime_seconds + CREDENTIAL_EXPIRY_MARGIN_SECONDS)},
         }
         try:
@@ -84,7 +84,7 @@ class EgressStore:
                 Key=n.EGRESS.key(session_id, n.EGRESS_CREDENTIAL_ITEM),
                 UpdateExpression="SET #r = :now",
                 ConditionExpression="attribute_exists(#pk) AND attribute_not_exists(#r)",
-                ExpressionAttributeNames={"#pk": n.EGRESS.pk, "#r": "revoked_at"},
+                ExpressionAttributeNames={"#pk": n.EGRESS.pk, "#r": n.EGRESS_ATTR_REVOKED_AT},
                 ExpressionAttributeValues={":now": {"N": str(int(self.clock()))}},
             )
         except ClientError as exc:

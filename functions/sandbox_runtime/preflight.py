@@ -10,13 +10,17 @@ The environment always comes from the template, never from the agent.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from botocore.exceptions import ClientError
 from sandbox_common import naming as n
 from sandbox_common.models import TenantSubstrate
+from sandbox_common.tenant_access import (
+    TenantStateUnavailable,
+    enabled,
+    read_policy,
+    read_substrate,
+)
 from sandbox_common.tool_spec import validate_tool_names
 
 from .cache import TtlCache
@@ -24,9 +28,9 @@ from .cache import TtlCache
 Status = Literal["ready", "provisioning", "disabled", "not_requested"]
 _UNSET = object()
 
-
-class PreflightUnavailable(Exception):
-    """A dependency of pre-flight failed; callers fail closed."""
+# A dependency of pre-flight failed; callers fail closed. The tenant-wide reads (substrate, policy
+# item) are Common's (`sandbox_common.tenant_access`), shared with the egress proxy.
+PreflightUnavailable = TenantStateUnavailable
 
 
 @dataclass(frozen=True)
@@ -97,18 +101,6 @@ def egress_interpreters(interpreters: dict[str, str]) -> tuple[tuple[str, str], 
     return tuple(sorted((i, e) for e, i in interpreters.items() if n.EGRESS_MODE.get(e) == "allowlist"))
 
 
-def enabled(substrate: TenantSubstrate | None, policy: dict[str, Any] | None) -> bool:
-    """May the tenant use a sandbox at all: known, on the standard tier, and not switched off by
-    the operator (`sandbox_enabled`, default on for the standard tier)."""
-    if substrate is None and policy is None:
-        return False  # unknown tenant
-    tier = (policy or {}).get("compliance_tier") or (substrate.compliance_tier if substrate else "standard")
-    on = (policy or {}).get("sandbox_enabled")
-    if on is None:
-        on = tier == "standard"
-    return bool(on) and tier == "standard"
-
-
 def template_tools(template_item: dict[str, Any] | None) -> tuple[str, ...]:
     """The operator-set allowlist of a template (§15); anything unreadable allows nothing."""
     raw = (template_item or {}).get(n.TEMPLATE_TOOLS_ATTRIBUTE)
@@ -175,32 +167,10 @@ class PreflightReader:
         return decide(tenant_id, template_id, substrate, policy, template_item)
 
     def _substrate(self, tenant_id: str) -> TenantSubstrate | None:
-        try:
-            raw = self.ssm.get_parameter(Name=n.tenant_substrate_parameter(self.stage, tenant_id))
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ParameterNotFound":
-                return None
-            raise PreflightUnavailable(f"ssm:{exc.response.get('Error', {}).get('Code')}") from None
-        except Exception as exc:  # noqa: BLE001 — endpoint errors, timeouts
-            raise PreflightUnavailable(f"ssm:{type(exc).__name__}") from None
-        try:
-            return TenantSubstrate.model_validate(json.loads(raw["Parameter"]["Value"]))
-        except (KeyError, TypeError, ValueError):  # unreadable answer or value: fail closed
-            raise PreflightUnavailable("substrate parameter unreadable") from None
+        return read_substrate(self.ssm, self.stage, tenant_id)
 
     def _policy(self, tenant_id: str) -> dict[str, Any] | None:
-        from boto3.dynamodb.types import TypeDeserializer
-
-        key = n.TENANTS.key(tenant_id, n.TENANT_POLICY_ITEM)
-        try:
-            out = self.ddb.get_item(TableName=self.tenants_table, Key=key, ConsistentRead=True)
-        except Exception as exc:  # noqa: BLE001
-            raise PreflightUnavailable(f"tenants:{type(exc).__name__}") from None
-        item = out.get("Item")
-        if item is None:
-            return None
-        deser = TypeDeserializer()
-        return {k: deser.deserialize(v) for k, v in item.items()}
+        return read_policy(self.ddb, self.tenants_table, tenant_id)
 
     def _policy_and_template(self, tenant_id: str, template_id: str) -> tuple[dict | None, dict | None]:
         from boto3.dynamodb.types import TypeDeserializer

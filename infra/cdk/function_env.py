@@ -9,7 +9,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sandbox_common import naming as n
-from sandbox_common.settings import BackstopSettings, DispatchSettings, QuotaSettings, ReaperSettings
+from sandbox_common.settings import (
+    BackstopSettings,
+    DispatchSettings,
+    EgressSettings,
+    QuotaSettings,
+    ReaperSettings,
+)
 
 from infra.cdk.config import StageConfig
 
@@ -45,12 +51,12 @@ def function_environment(
     """`tables` maps TableSpec.logical -> physical name (or token). `egress`: where the stage's
     `allowlist` sessions reach the egress proxy (None: the stage has none, and such sessions are
     refused); dispatch and the reaper give those sessions their credentials and proxy settings."""
-    egress_env = {
-        "egress_table": tables.get(n.EGRESS.logical, ""),
-        "egress_proxy_url": egress.proxy_url if egress else "",
-        "egress_ca_bundle": egress.ca_bundle if egress else "",
-        "egress_index_url": egress.index_url if egress else "",
-    }
+    egress_env = EgressSettings(
+        egress_table=tables.get(n.EGRESS.logical, ""),
+        egress_proxy_url=egress.proxy_url if egress else "",
+        egress_ca_bundle=egress.ca_bundle if egress else "",
+        egress_index_url=egress.index_url if egress else "",
+    ).model_dump()
     common = {
         "POWERTOOLS_SERVICE_NAME": SERVICE_NAMES[logical],
         "POWERTOOLS_METRICS_NAMESPACE": n.METRICS_NAMESPACE,

@@ -1,5 +1,6 @@
-"""The local stack (SPEC §10): moto server, local interpreter and Lambda emulator as detached
-background processes, plus the stage's resources created in moto.
+"""The local stack (SPEC §10): moto server, local interpreter, Lambda emulator, and the egress
+proxy with the local package index it routes to (infra/local/egress.py), as detached background
+processes, plus the stage's resources created in moto.
 
 State lives in one JSON file under the state directory (`.local/` in the repo, or
 `$SANDBOX_LOCAL_DIR`): pids, endpoints, resource names; `infra.local.state` reads it. `up` is
@@ -23,7 +24,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox_common import aws
 from sandbox_common.naming import ENV_LOCAL_UNISOLATED, ENV_SESSION_PYTHON
@@ -43,7 +44,10 @@ from infra.local.state import (
     state_dir,
 )
 
-COMPONENTS = ("moto", "interpreter", "lambda")
+if TYPE_CHECKING:
+    from infra.cdk.function_env import EgressEndpoints
+
+COMPONENTS = ("moto", "interpreter", "lambda", "egress", "index")
 START_TIMEOUT_SECONDS = 60
 
 
@@ -124,7 +128,7 @@ def _spawn(directory: Path, name: str, argv: list[str], env: dict[str, str]) -> 
     return {"pid": proc.pid, "pgid": proc.pid, "marker": argv[2], "log": str(log), "argv": argv, "env": env}
 
 
-def _wait_http(url: str, process: dict[str, Any], deadline: float) -> None:
+def _wait_http(url: str, process: dict[str, Any], deadline: float, context: Any = None) -> None:
     while time.time() < deadline:
         # pid_alive, not process_alive: between fork and exec the child's command line is still
         # the parent's, and a loaded machine can show that; our child that exits stays a zombie
@@ -135,7 +139,7 @@ def _wait_http(url: str, process: dict[str, Any], deadline: float) -> None:
                 f"{process['marker']} exited during start-up: {(tail or ['no output'])[-1]}"
             )
         try:
-            with urllib.request.urlopen(url, timeout=2):
+            with urllib.request.urlopen(url, timeout=2, context=context):
                 return
         except urllib.error.HTTPError:
             return  # it answers HTTP: up
@@ -211,6 +215,9 @@ def status(directory: Path | None = None) -> dict[str, Any]:
         ),
         # The interpreter ids the local AgentCore serves (from the state file).
         "interpreters": [i["id"] for i in state.data.get("resources", {}).get("interpreters", [])],
+        # The egress proxy's address, its CA certificate, the package index sessions use (None:
+        # the stack runs without a proxy, so allowlist sessions cannot start).
+        "egress": state.data.get("egress"),
     }
 
 
@@ -260,7 +267,16 @@ def _health_url(component: str, endpoint: str) -> str:
     # stack do not pay for the emulator's imports.
     from infra.local.lambda_emulator import HEALTH_PATH
 
-    return endpoint + {"moto": "/moto-api/", "interpreter": "/ping", "lambda": HEALTH_PATH}[component]
+    # the egress proxy answers any request without a credential (407): it is up
+    paths = {"moto": "/moto-api/", "interpreter": "/ping", "lambda": HEALTH_PATH, "egress": "/", "index": "/"}
+    return endpoint + paths[component]
+
+
+def _health_context(component: str) -> Any:
+    """The index serves HTTPS for its own name; its liveness is asked on loopback, unverified."""
+    import ssl
+
+    return ssl._create_unverified_context() if component == "index" else None  # noqa: S323
 
 
 def _restart_dead_parts(directory: Path, current: dict[str, Any], stage: str) -> LocalState | None:
@@ -273,14 +289,15 @@ def _restart_dead_parts(directory: Path, current: dict[str, Any], stage: str) ->
         state is None
         or state.data.get("stage") != stage
         or "resources" not in state.data
-        or set(processes) != set(COMPONENTS)
+        or not set(processes) <= set(COMPONENTS)
+        or "moto" not in processes
         or not processes["moto"]["alive"]
         or any("argv" not in p for p in state.data["processes"].values())
     ):
         return None
     deadline = time.time() + START_TIMEOUT_SECONDS
     for name in COMPONENTS:
-        if processes[name]["alive"]:
+        if name not in processes or processes[name]["alive"]:
             continue
         old = state.data["processes"][name]
         _stop_group(old)  # whatever the dead part left behind (its sessions, its workers)
@@ -289,7 +306,7 @@ def _restart_dead_parts(directory: Path, current: dict[str, Any], stage: str) ->
         state.data["processes"][name] = fresh
         _write_state(directory, state.data)
         try:
-            _wait_http(_health_url(name, fresh["endpoint"]), fresh, deadline)
+            _wait_http(_health_url(name, fresh["endpoint"]), fresh, deadline, _health_context(name))
         except LocalStackError:
             return None
     return state
@@ -344,7 +361,20 @@ def _start(directory: Path, stage: str, max_concurrency: int) -> LocalState:
     data["processes"]["moto"] = moto
     _write_state(directory, data)
 
-    # 2. the local AgentCore interpreter (started now, in parallel with moto's start-up), with this
+    # 2. the egress proxy's CA, the local index's wheels and certificate, the test routes: made
+    # before the parts that are given their paths start (infra/local/egress.py)
+    from infra.local import egress
+    from infra.local.interpreter.egress import session_endpoints
+
+    plan = egress.prepare(
+        directory,
+        proxy_port=_free_port(),
+        index_port=_free_port(),
+        test=egress.read_test_routes(),
+    )
+    data["egress"] = plan.state() if plan is not None else None
+
+    # 3. the local AgentCore interpreter (started now, in parallel with moto's start-up), with this
     # stage's interpreters registered: ids and network modes come from the config alone.
     port = _free_port()
     registrations = [
@@ -365,6 +395,11 @@ def _start(directory: Path, stage: str, max_concurrency: int) -> LocalState:
             "--port",
             str(port),
             f"--data-grants={grants_file}",
+            *(
+                ["--egress-proxy", plan.proxy_address, "--egress-ca-cert", str(plan.ca_cert)]
+                if plan is not None
+                else []
+            ),
             *registrations,
         ],
         {**session_runtime_env(), **env},  # an operator's own SANDBOX_SESSION_PYTHON wins
@@ -373,14 +408,34 @@ def _start(directory: Path, stage: str, max_concurrency: int) -> LocalState:
     data["processes"]["interpreter"] = interp
     _write_state(directory, data)
 
-    # 3. resources, from the same definitions as the CDK stacks
+    # 4. the local package index and the egress proxy (it reads moto's tables per request)
+    if plan is not None:
+        index = _spawn(directory, "index", egress.index_argv(plan, sys.executable), env)
+        index["endpoint"] = f"https://127.0.0.1:{plan.index_port}"
+        data["processes"]["index"] = index
+        tables = {spec.logical: spec.physical(stage) for spec in n.ALL_TABLES}
+        proxy = _spawn(
+            directory,
+            "egress",
+            egress.proxy_argv(plan, stage, tables),
+            egress.proxy_env(env, moto["endpoint"]),
+        )
+        proxy["endpoint"] = f"http://{plan.proxy_address}"
+        data["processes"]["egress"] = proxy
+        _write_state(directory, data)
+
+    # 5. resources, from the same definitions as the CDK stacks
     _wait_http(f"{moto['endpoint']}/moto-api/", moto, deadline)
     state = LocalState(directory, data)
     resources = create_resources(config, lambda service: _moto_client(moto["endpoint"], service))
     data["resources"] = resources.to_dict()
     _wait_http(f"{interp['endpoint']}/ping", interp, deadline)
+    for name in ("index", "egress"):
+        if name in data["processes"]:
+            part = data["processes"][name]
+            _wait_http(_health_url(name, part["endpoint"]), part, deadline, _health_context(name))
 
-    # 4. the Lambda emulator; each function gets exactly its CDK environment + local endpoints
+    # 6. the Lambda emulator; each function gets exactly its CDK environment + local endpoints
     port = _free_port()
     lambda_endpoint = f"http://127.0.0.1:{port}"
     endpoints = {
@@ -393,7 +448,14 @@ def _start(directory: Path, stage: str, max_concurrency: int) -> LocalState:
         "AWS_REGION": LOCAL_REGION,
         "AWS_DEFAULT_REGION": LOCAL_REGION,
     }
-    functions = lambda_function_specs(config, resources, endpoints, max_concurrency=max_concurrency)
+    functions = lambda_function_specs(
+        config,
+        resources,
+        endpoints,
+        max_concurrency=max_concurrency,
+        # how allowlist sessions see the proxy, its CA and the index (none without a proxy)
+        egress=session_endpoints(n.LOCAL_PACKAGE_INDEX_URL) if plan is not None else None,
+    )
     emulator_config = directory / "lambda-functions.json"
     emulator_config.write_text(
         json.dumps(
@@ -428,10 +490,16 @@ def _start(directory: Path, stage: str, max_concurrency: int) -> LocalState:
 
 
 def lambda_function_specs(
-    config: Any, resources: LocalResources, endpoints: dict[str, str], *, max_concurrency: int = 4
+    config: Any,
+    resources: LocalResources,
+    endpoints: dict[str, str],
+    *,
+    max_concurrency: int = 4,
+    egress: EgressEndpoints | None = None,
 ) -> list[dict[str, Any]]:
     """The emulator's function definitions: handler and environment exactly as the CDK stack
-    defines them (`function_environment`, the same builder), plus the local endpoints."""
+    defines them (`function_environment`, the same builder), plus the local endpoints; `egress`:
+    where allowlist sessions see the local egress proxy (interpreter/egress.py)."""
     from sandbox_common import naming as n
 
     from infra.cdk.constructs.definitions import function_timeout_seconds
@@ -446,6 +514,7 @@ def lambda_function_specs(
             quota_function_name=resources.functions[n.QUOTA_CHECK],
             audit_dlq_url=resources.audit_dlq_url,
             artifacts_bucket=resources.artifacts_bucket,
+            egress=egress,
         )
         specs.append(
             {

@@ -395,6 +395,17 @@ def counters_show(target: Target, tenant_id: str, agent_id: str | None = None) -
             for a, c in sorted(agents.items())
         ]
         result[f"{d.name}_cap"], result[f"{d.name}_resets_at"] = caps[d.name], resets_at
+    for d in dimensions.byte_counts():  # counted by the egress proxy, one item per tenant and window
+        assert d.table is not None
+        key = d.counter_key({n.COUNTER_ATTR_TENANT: tenant_id}, windows)
+        item = ddb.get_item(TableName=target.table(d.table), Key=d.table.key(key), ConsistentRead=True)
+        counted = (item.get("Item") or {}).get(n.COUNTER_ATTR_BYTES, {}).get("N")
+        result[d.name] = {
+            "window": d.window_label(windows),
+            "count": int(counted) if counted is not None else 0,
+            "cap": caps[d.name],
+            "resets_at": iso_z(d.resets_at(windows)),
+        }
     return result
 
 
@@ -402,7 +413,7 @@ def counter_rows(counters: dict[str, Any]) -> list[dict[str, Any]]:
     """`counters_show`'s answer as table rows: one per counter (dimension, key, window, count, cap,
     resets_at)."""
     rows: list[dict[str, Any]] = []
-    for d in dimensions.calls():
+    for d in (*dimensions.calls(), *dimensions.byte_counts()):
         shown = counters[d.name]
         if isinstance(shown, dict):
             rows.append({"dimension": d.name, "key": counters["tenant_id"], **shown})

@@ -74,7 +74,11 @@ def function_code(logical: str, functions_dir: Path = FUNCTIONS_DIR) -> lambda_.
     """`functions/` as Lambda sees it (/var/task), minus the other functions' packages, so each
     function ships only its own code and its asset hash changes only when that code does."""
     shipped = {n.FUNCTION_PACKAGES[logical], *SHARED_PACKAGES.get(logical, ())}
-    packages = {*n.FUNCTION_PACKAGES.values(), *(pkg for pkgs in SHARED_PACKAGES.values() for pkg in pkgs)}
+    packages = {
+        *n.FUNCTION_PACKAGES.values(),
+        *(pkg for pkgs in SHARED_PACKAGES.values() for pkg in pkgs),
+        n.EGRESS_PROXY_PACKAGE,  # the egress proxy's container ships it, never a Lambda
+    }
     others = sorted(packages - shipped)
     return lambda_.Code.from_asset(str(functions_dir), exclude=[*others, *ASSET_EXCLUDES])
 

@@ -30,6 +30,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from infra.cdk.function_env import EgressEndpoints
+
 # Inside a session's own network namespace: a privileged port, so the session cannot bind it itself.
 SESSION_PORT = 881
 # Where the proxy's CA certificate is inside every VPC session (read-only).
@@ -93,6 +95,12 @@ def install_ca_cert(proxy: EgressProxy, directory: str) -> str:
     shutil.copyfile(proxy.ca_cert, target)
     os.chmod(target, 0o644)
     return target
+
+
+def session_endpoints(index_url: str) -> EgressEndpoints:
+    """How a VPC session of this interpreter sees the proxy, its CA and the package index: what
+    the local stack gives dispatch and the reaper (their EGRESS_* environment)."""
+    return EgressEndpoints(f"http://127.0.0.1:{SESSION_PORT}", SANDBOX_CA_PATH, index_url)
 
 
 def source_address(offset: int) -> str:

@@ -539,6 +539,8 @@ class LocalInterpreterServer:
         egress_proxy: EgressProxy | None = None,
     ) -> None:
         self._port = port
+        # The local egress proxy and its CA certificate: a VPC session's way out (egress.py).
+        self.egress_proxy = egress_proxy
         self.manager = SessionManager(
             interpreters=interpreters,
             registry_file=registry_file,

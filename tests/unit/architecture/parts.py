@@ -22,6 +22,7 @@ CLIENT = "Client"
 LOCAL = "Local"
 CLI = "CLI"
 DEMO = "Demo"
+EGRESS = "Egress"
 TESTS = "Tests"
 
 LAMBDAS = (DISPATCH, QUOTA_CHECK, REAPER, BACKSTOP)
@@ -38,6 +39,7 @@ PARTS: dict[str, tuple[str, ...]] = {
     SHARED_RUN_TIME: ("sandbox_runtime",),
     COMMON: ("sandbox_common",),  # layers/common/python: what the Lambdas share
     SESSION_RUNTIME: ("sandbox_session",),  # layers/common/python: shipped into sessions as source
+    EGRESS: ("egress_proxy",),  # functions/egress_proxy: the egress proxy's addon and its logic
     CLIENT: ("sandbox_client",),  # layers/client: the agent client distribution
     LOCAL: ("infra.local",),  # moto server, local interpreter, Lambda emulator, local resources
     CLI: ("infra.sandboxctl",),
@@ -64,8 +66,10 @@ MAY_IMPORT: dict[str, set[str]] = {
     COMMON: {SESSION_RUNTIME},
     SESSION_RUNTIME: set(),
     CLIENT: set(),
+    # Egress: the proxy container ships it alone, with Common
+    EGRESS: {COMMON},
     # Local: the interpreter's worker runs the session runtime's shell launch (from its source)
-    LOCAL: {COMMON, CDK, SESSION_RUNTIME},
+    LOCAL: {COMMON, CDK, SESSION_RUNTIME, EGRESS},
     CLI: {CLIENT, LOCAL, COMMON, CDK},
     DEMO: {CLIENT, CLI, LOCAL, COMMON},
     TESTS: set(PARTS) - {TESTS},
@@ -83,6 +87,13 @@ NEVER: tuple[tuple[str, str], ...] = (
     (CDK, CLI),
     *((SESSION_RUNTIME, other) for other in PARTS if other != SESSION_RUNTIME),
     *((CLIENT, other) for other in PARTS if other != CLIENT),
+    # the egress proxy ships alone in its container: no Lambda, local stack, CLI, client or CDK
+    *(
+        (EGRESS, other)
+        for other in (*LAMBDAS, SHARED_RUN_TIME, LOCAL, CLI, CLIENT, CDK, DEMO, SESSION_RUNTIME)
+    ),
+    # nothing of the Lambdas, Common or the CDK reaches into the proxy
+    *((other, EGRESS) for other in (*LAMBDAS, SHARED_RUN_TIME, COMMON, CDK, CLIENT, SESSION_RUNTIME)),
     *((other, TESTS) for other in PARTS if other != TESTS),
 )
 
@@ -100,9 +111,17 @@ CLIENT_THIRD_PARTY: dict[str, str] = {
     "anyio": "anyio",
     "jsonschema": "jsonschema",
 }
+# The egress proxy: the engine and what its requirements file pins for it (boto3 for its store).
+EGRESS_THIRD_PARTY: dict[str, str] = {
+    "mitmproxy": "mitmproxy",
+    "boto3": "boto3",
+    "botocore": "botocore",
+    "certifi": "certifi",  # mitmproxy's own default trust, extended by a route CA
+}
 THIRD_PARTY_ALLOWED: dict[str, frozenset[str]] = {
     SESSION_RUNTIME: frozenset(),
     CLIENT: frozenset(CLIENT_THIRD_PARTY),
+    EGRESS: frozenset(EGRESS_THIRD_PARTY),
 }
 # The session runtime's modules are executed one by one from their source text: none may import
 # another module of ours, its own package's included.

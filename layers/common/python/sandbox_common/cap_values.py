@@ -107,3 +107,10 @@ class CallCapValues(CapValues):
     counts; this view serves whoever must know whether a cap is 0 (the kill switch)."""
 
     KIND = dimensions.Kind.CALLS
+
+
+class ByteCapValues(CapValues):
+    """The byte caps (egress_daily_bytes) in force for a tenant: the egress proxy counts them and
+    refuses a tenant's new connections at its cap."""
+
+    KIND = dimensions.Kind.BYTES

@@ -4,14 +4,18 @@ dimension derives — the quota Lambda's counters and its contract (`quota_contr
 metric, `sandboxctl caps` (choices, columns) and `counters`, the stage config's caps and the CDK
 parameters made from them, and the pilot's checks.
 
-Two kinds, told apart by the entry, never by the name:
+Three kinds, told apart by the entry, never by the name:
 - `Kind.CALLS`: every admitted call counts one in a window (a UTC day or hour), in one counter per
   value of the entry's `key` (request fields); sandbox-quota-check counts all of them in ONE
   transaction and refuses when any is at its cap (the first in `DIMENSIONS` order is the one
   named);
 - `Kind.SESSIONS`: live sessions in the session ledger (§16.2), one counter per tenant (`key`
   = tenant_id) or for the whole stage (`key` = ()); a new session is refused when it would
-  exceed the cap.
+  exceed the cap;
+- `Kind.BYTES`: bytes the egress proxy carried for a tenant in a window (a UTC day), counted by
+  the proxy itself (functions/egress_proxy), not by the quota Lambda, in one counter item per
+  tenant and window in the entry's counters table (its key names the dimension: `{tenant}#{name}#
+  {day}`); at the cap the proxy refuses the tenant's new connections.
 
 A dimension keyed by tenant_id may have a per-tenant override (`/…/caps/tenants/{t}/{name}`);
 every dimension has its stage-wide value (`/…/caps/{name}`, written by CDK from the stage
@@ -40,6 +44,7 @@ UNKNOWN = "unknown"  # what a refusal names when a cap could not be known (fail 
 class Kind(StrEnum):
     CALLS = "calls"
     SESSIONS = "sessions"
+    BYTES = "bytes"
 
 
 class Window(StrEnum):
@@ -51,6 +56,7 @@ class Window(StrEnum):
 # dimension is named literally), `when` the reset time (HH:MM UTC) and `resets_at` its ISO form.
 _REFUSALS: dict[Kind, str] = {
     Kind.CALLS: "{what}; please try again at {when} UTC ({resets_at}). (cap: {name})",
+    Kind.BYTES: "{what}; please try again at {when} UTC ({resets_at}). (cap: {name})",
     Kind.SESSIONS: (
         "I can't start a code sandbox session: {what} ({name}); please try again at {when} UTC ({resets_at})."
     ),
@@ -64,18 +70,19 @@ class Dimension:
     default: int  # the stage's cap when its config names none
     wording: str  # what the refusal says happened (see _REFUSALS)
     key: tuple[str, ...] = (n.COUNTER_ATTR_TENANT,)  # request fields that key one counter
-    # calls: the window counted in, the counters table, and the "counted" marker's attribute that
-    # holds this call's counter key (a release takes one off exactly that counter)
+    # calls and bytes: the window counted in and the counters table; calls also the "counted"
+    # marker's attribute that holds this call's counter key (a release takes one off exactly that
+    # counter)
     window: Window | None = None
     table: n.TableSpec | None = None
     marker_attribute: str | None = None
 
     def __post_init__(self) -> None:
-        counted = [v is not None for v in (self.window, self.table, self.marker_attribute)]
-        if counted != [self.kind is Kind.CALLS] * len(counted):
-            raise ValueError(
-                f"{self.name}: a window, counters table and marker attribute iff it counts calls"
-            )
+        windowed = self.kind in (Kind.CALLS, Kind.BYTES)
+        if (self.window is not None, self.table is not None) != (windowed, windowed):
+            raise ValueError(f"{self.name}: a window and counters table iff it counts calls or bytes")
+        if (self.marker_attribute is not None) != (self.kind is Kind.CALLS):
+            raise ValueError(f"{self.name}: a marker attribute iff it counts calls")
 
     @property
     def per_tenant(self) -> bool:
@@ -101,8 +108,11 @@ class Dimension:
         return windows.day_resets_at if self.window is Window.DAY else windows.hour_resets_at
 
     def counter_key(self, values: Mapping[str, str], windows: Windows) -> str:
-        """`{tenant}#{day}`, `{tenant}#{agent}#{hour}`, ...: the key's values, then the window."""
-        return "#".join([*(values[field] for field in self.key), self.window_label(windows)])
+        """`{tenant}#{day}`, `{tenant}#{agent}#{hour}`, ...: the key's values, then the window. A
+        bytes counter shares its table with call counters, so its key also names the dimension
+        (`{tenant}#egress_daily_bytes#{day}`)."""
+        named = [self.name] if self.kind is Kind.BYTES else []
+        return "#".join([*(values[field] for field in self.key), *named, self.window_label(windows)])
 
     @property
     def count_field(self) -> str:
@@ -153,9 +163,25 @@ GLOBAL_SESSIONS = Dimension(
     key=(),
 )
 
+EGRESS_DAILY_BYTES = Dimension(
+    "egress_daily_bytes",
+    Kind.BYTES,
+    default=1 << 30,  # 1 GiB a UTC day, out and in
+    wording="this workspace has sent and received as much over the network today as it may",
+    key=(n.COUNTER_ATTR_TENANT,),
+    window=Window.DAY,
+    table=n.TENANT_DAILY_COUNTERS,
+)
+
 # Every dimension, in refusal priority order (when several calls counters are at their caps at
 # once, the first is the one named: tenant_daily before agent_hourly, §5.1).
-DIMENSIONS: tuple[Dimension, ...] = (TENANT_DAILY, AGENT_HOURLY, TENANT_SESSIONS, GLOBAL_SESSIONS)
+DIMENSIONS: tuple[Dimension, ...] = (
+    TENANT_DAILY,
+    AGENT_HOURLY,
+    TENANT_SESSIONS,
+    GLOBAL_SESSIONS,
+    EGRESS_DAILY_BYTES,
+)
 
 
 def dimensions() -> tuple[Dimension, ...]:
@@ -168,6 +194,10 @@ def calls() -> tuple[Dimension, ...]:
 
 def sessions() -> tuple[Dimension, ...]:
     return of_kind(Kind.SESSIONS)
+
+
+def byte_counts() -> tuple[Dimension, ...]:
+    return of_kind(Kind.BYTES)
 
 
 def names() -> tuple[str, ...]:

@@ -11,9 +11,11 @@ session sends meanwhile is in the figures too; the row says what the session sen
 ran.
 
 The counters item, as the proxy writes it (functions/egress_proxy): numbers `allowed`, `denied`,
-`bytes_out`, `bytes_in`; `denied_hosts`, the latest denials, each `{"host", "seq"}` where `seq` is
-the value `denied` took with that denial; and `cap_refused`, `{"dimension", "count"}`, the cap
-dimension that last refused the session a connection and how many times one did.
+`bytes_out`, `bytes_in`; `denied_hosts`, the latest denials (a map by sequence number), each
+`{"host", "seq"}` where `seq` is the value `denied` took with that denial; and `cap_refused`,
+`{"dimension", "count", "at"}`, the cap dimension that last refused the session a connection and
+how many times one did. The proxy writes a denial before it answers it, and adds allowed requests
+and bytes about once a second: bytes of a call's last moments can show in the next call's row.
 
 Pure (no I/O); dispatch, the jobs' end and the interrupted-call sweep render rows with it.
 """
@@ -30,7 +32,7 @@ from .redaction.catalogue import redact
 MAX_DENIED_HOSTS = 10
 MAX_HOST_CHARS = 253
 NONE_MODE = "none"
-FIELDS = ("allowed", "denied", "bytes_out", "bytes_in")
+FIELDS = (n.EGRESS_ATTR_ALLOWED, n.EGRESS_ATTR_DENIED, n.EGRESS_ATTR_BYTES_OUT, n.EGRESS_ATTR_BYTES_IN)
 
 
 def mode_of(environment: str | None) -> str:
@@ -66,10 +68,12 @@ class Counters:
             return ZERO
         numbers = {f: _count(item.get(f)) for f in FIELDS}
         hosts: list[tuple[int, str]] = []
-        for entry in item.get("denied_hosts") or ():
+        raw_hosts = item.get(n.EGRESS_ATTR_DENIED_HOSTS) or ()
+        # a map keyed by sequence number (the proxy trims it by key); a list reads the same
+        for entry in raw_hosts.values() if isinstance(raw_hosts, Mapping) else raw_hosts:
             if isinstance(entry, Mapping) and isinstance(entry.get("host"), str):
                 hosts.append((_count(entry.get("seq")), entry["host"]))
-        refused = item.get("cap_refused")
+        refused = item.get(n.EGRESS_ATTR_CAP_REFUSED)
         cap: tuple[str, int] | None = None
         if isinstance(refused, Mapping) and isinstance(refused.get("dimension"), str):
             cap = (refused["dimension"], _count(refused.get("count")))

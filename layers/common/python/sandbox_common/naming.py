@@ -137,6 +137,7 @@ COUNTER_ATTR_COUNT = "call_count"  # not "count": that is a DynamoDB reserved wo
 COUNTER_ATTR_TENANT = "tenant_id"
 COUNTER_ATTR_AGENT = "agent_id"  # items of a dimension keyed by agent only
 COUNTER_ATTR_WINDOW = "window"  # "2026-11-21" (daily) or "2026-11-21T08" (hourly)
+COUNTER_ATTR_BYTES = "byte_count"  # a bytes dimension's counter (egress_daily_bytes), added by the proxy
 QUOTA_MARKER_PREFIX = "counted#"
 QUOTA_MARKER_ATTR_DAILY_KEY = "daily_key"  # the counter items this call's count went to,
 QUOTA_MARKER_ATTR_HOURLY_KEY = "hourly_key"  # so a release undoes exactly that count
@@ -275,6 +276,35 @@ EGRESS = TableSpec("sandbox_egress", pk="session_id", sk="item", ttl_attribute=T
 EGRESS_CREDENTIAL_ITEM = "credential"
 EGRESS_COUNTERS_ITEM = "counters"
 EGRESS_CONNECTION_PREFIX = "conn#"
+# The credential item's attributes (written by the session runner, read and bound by the proxy).
+EGRESS_ATTR_TENANT = "tenant_id"
+EGRESS_ATTR_ENVIRONMENT = "environment"
+EGRESS_ATTR_SECRET_SHA256 = "secret_sha256"
+EGRESS_ATTR_ISSUED_AT = "issued_at"  # epoch seconds
+EGRESS_ATTR_REVOKED_AT = "revoked_at"  # epoch seconds; present = revoked
+EGRESS_ATTR_SOURCE = "source"  # the client address the credential is bound to
+# The counters item's attributes (written by the proxy, read into each call's audit row): numbers
+# that only grow, so a call's share is its counters after minus before. `denied_hosts` is a map
+# from a denial's sequence number (as a string) to {"host" (redacted), "seq"}: seq is the value
+# `denied` took with that denial; the proxy keeps the last EGRESS_DENIED_HOSTS_KEPT of them (a
+# flood's denials beyond the ones written one by one are counted without a host). `cap_refused` is
+# {"dimension", "count", "at"}: the cap dimension that last refused the session a connection
+# (egress_daily_bytes), how many refusals in all, and when the last was (epoch seconds).
+EGRESS_ATTR_ALLOWED = "allowed"
+EGRESS_ATTR_DENIED = "denied"
+EGRESS_ATTR_BYTES_OUT = "bytes_out"
+EGRESS_ATTR_BYTES_IN = "bytes_in"
+EGRESS_ATTR_DENIED_HOSTS = "denied_hosts"
+EGRESS_ATTR_CAP_REFUSED = "cap_refused"
+EGRESS_DENIED_HOSTS_KEPT = 32
+# The name the proxy answers itself (never forwarded): a session binds its credential to its
+# address with a request to http(s)://egress.sandbox.internal/bind through the proxy.
+EGRESS_PSEUDO_HOST = "egress.sandbox.internal"
+EGRESS_BIND_PATH = "/bind"
+# The local stack's package index, as sessions name it (the local egress proxy routes it to the
+# stack's own index server; on AWS the index is the stage's CodeArtifact repository).
+LOCAL_PACKAGE_INDEX_HOST = "packages.sandbox.internal"
+LOCAL_PACKAGE_INDEX_URL = f"https://{LOCAL_PACKAGE_INDEX_HOST}/simple/"
 
 ALL_TABLES: tuple[TableSpec, ...] = (
     TENANT_DAILY_COUNTERS,
@@ -287,6 +317,7 @@ ALL_TABLES: tuple[TableSpec, ...] = (
     JOBS,
     SESSIONS,
     CONTINUATIONS,
+    EGRESS,
 )
 
 
@@ -413,6 +444,10 @@ FUNCTION_PACKAGES: dict[str, str] = {
 }
 # What dispatch and the reaper both run, shipped beside each one's own package (functions/).
 SHARED_RUNTIME_PACKAGE = "sandbox_runtime"
+# The egress proxy (functions/egress_proxy): run by the local stack and the stage's proxy
+# container under its own virtual environment, never shipped in a Lambda.
+EGRESS_PROXY_PACKAGE = "egress_proxy"
+EGRESS_VENV_DIR = ".venv-egress"
 # The session tag dispatch sets at AssumeRole of a tenant's session-runner role, from the tenant
 # record it routes on; each runner role's trust policy requires it to equal its own tenant.
 RUNNER_SESSION_TAG_TENANT = "tenant_id"
@@ -539,6 +574,9 @@ METRIC_TURN_TOKEN_REJECTED = "SandboxTurnTokenRejected"
 METRIC_WARM_CLAIMED = "SandboxWarmSessionClaimed"  # first calls, by source warm|cold
 METRIC_DAILY_BUDGET_CROSSED = "SandboxDailyBudgetCrossed"
 METRIC_BUDGET_PARAMETER_INVALID = "SandboxBudgetParameterInvalid"
+# A connection or request the egress proxy refused (stage-wide for the alarm, and by tenant to say
+# whose; the proxy's log line of each denial carries the reason).
+METRIC_EGRESS_DENIED = "SandboxEgressDenied"
 # What each metric is emitted with (alarms and dashboards use the same): a metric emitted under
 # two dimension sets is emitted twice (once per set).
 METRIC_DIMENSIONS: dict[str, tuple[tuple[str, ...], ...]] = {
@@ -562,6 +600,7 @@ METRIC_DIMENSIONS: dict[str, tuple[tuple[str, ...], ...]] = {
     METRIC_WARM_CLAIMED: (("source",),),
     METRIC_DAILY_BUDGET_CROSSED: ((), ("tenant_id",)),
     METRIC_BUDGET_PARAMETER_INVALID: ((),),
+    METRIC_EGRESS_DENIED: ((), ("tenant_id",)),
 }
 
 
@@ -585,6 +624,7 @@ class Alarm(StrEnum):
     SESSIONS_REAPED = "sessions-reaped"
     TURN_TOKEN_REJECTED = "turn-token-rejected"
     DAILY_BUDGET_CROSSED = "daily-budget-crossed"
+    EGRESS_DENIED_BURST = "egress-denied-burst"
 
 
 # Each alarm's runbook: runbooks/alarm-{key}.md.

@@ -1,0 +1,304 @@
+"""The mitmproxy addon: each hook turns mitmproxy's objects into the engine's plain values, awaits
+its decision and applies it. Nothing is decided here.
+
+    client_connected / client_disconnected   per-source limits, the first-head deadline
+    http_connect                             a CONNECT: credential, breakers, policy (407 / 403)
+    tls_clienthello                          the tunnel's SNI against its CONNECT host
+    requestheaders                           every request: credential, Host, breakers, policy,
+                                             the credential header, the index token
+    responseheaders / response               bytes in; a credential host's response buffered and
+                                             scrubbed, a pinned package's page filtered
+    websocket_message                        bytes both ways; a closed scope ends the websocket
+    tcp_start                                anything but HTTP in a tunnel is refused
+    server_connect                           the name resolved and checked here, and the checked
+                                             address is the one connected to
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+from mitmproxy import connection, http, tcp, tls
+from mitmproxy.proxy import commands, events
+from mitmproxy.proxy.layers.http import _http1
+from mitmproxy.proxy.server_hooks import ServerConnectionHookData
+from sandbox_common.observability import logger
+
+from . import checks, packages
+from .checks import Denied
+from .engine import DENIED_HEADER, PROXY_AUTHENTICATE, Answer, ClientState, Engine, RequestView
+
+ANSWER = "egress_answer"  # flow.metadata key: the engine's Answer of a forwarded request
+_log = logging.getLogger(__name__)
+
+
+def bound_request_heads(limit: int = checks.MAX_HEAD_BYTES) -> None:
+    """mitmproxy buffers an HTTP/1 request head until its blank line, with no bound (its own
+    "FIXME: protect against header size DoS"): a head still incomplete past `limit` bytes is
+    answered 431 and its connection closed."""
+    server = _http1.Http1Server
+    if getattr(server, "_egress_bounded", False):
+        return
+    original = server.read_headers
+
+    def read_headers(self: Any, event: events.ConnectionEvent) -> Any:
+        yield from original(self, event)
+        if self.state == self.read_headers and len(self.buf) > limit:
+            yield commands.SendData(
+                self.conn, _http1.make_error_response(431, "request header fields too large")
+            )
+            yield commands.CloseConnection(self.conn)
+            self.state = self.done
+
+    server.read_headers = read_headers  # type: ignore[method-assign]
+    server._egress_bounded = True  # type: ignore[attr-defined]
+
+
+def refusal(denied: Denied, host: str = "") -> http.Response:
+    body = json.dumps({"egress": "denied", "reason": denied.reason, "host": host}).encode()
+    headers = {"Content-Type": "application/json", DENIED_HEADER: denied.reason, "Connection": "close"}
+    if denied.status == 407:
+        headers["Proxy-Authenticate"] = PROXY_AUTHENTICATE
+    return http.Response.make(denied.status, body, headers)
+
+
+class EgressAddon:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.states: dict[str, ClientState] = {}
+        self._flusher: asyncio.Task[None] | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def running(self) -> None:
+        if self._flusher is None:
+            self._flusher = asyncio.get_running_loop().create_task(
+                self.engine.flush_forever(lambda: list(self.states.values()))
+            )
+
+    async def done(self) -> None:
+        await self.engine.flush(list(self.states.values()))
+
+    # --- client connections ------------------------------------------------------------------
+    def client_connected(self, client: connection.Client) -> None:
+        peer = str(client.peername[0]) if client.peername else ""
+        denied = self.engine.client_connected(peer)
+        if denied is not None:
+            client.error = f"egress denied: {denied.reason}"
+            return
+        self.states[client.id] = ClientState(peer=peer, opened=time.time())
+        self._expect_head(client, 0)
+
+    def client_disconnected(self, client: connection.Client) -> None:
+        state = self.states.pop(client.id, None)
+        if state is not None:
+            self.engine.client_closed(state)
+
+    def _expect_head(self, client: connection.Client, heads: int) -> None:
+        """Close the client unless it sends a request head within the handshake timeout (a slow
+        client must not hold a connection slot without asking for anything)."""
+
+        def check() -> None:
+            state = self.states.get(client.id)
+            if state is not None and state.heads <= heads:
+                logger.warning("egress_slow_client_closed", extra={"source": state.peer})
+                _close_client(client)
+
+        asyncio.get_running_loop().call_later(self.engine.config.handshake_timeout, check)
+
+    # --- CONNECT ------------------------------------------------------------------------------
+    async def http_connect(self, flow: http.HTTPFlow) -> None:
+        state = self.states.get(flow.client_conn.id)
+        if state is None:
+            flow.response = refusal(Denied(checks.TOO_MANY_CONNECTIONS, 429))
+            return
+        denied = await self.engine.open_tunnel(
+            state, flow.request.host, flow.request.port, flow.request.headers.get("Proxy-Authorization")
+        )
+        if denied is not None:
+            flow.response = refusal(denied, flow.request.host)
+        else:
+            self._expect_head(flow.client_conn, state.heads)
+
+    async def tls_clienthello(self, data: tls.ClientHelloData) -> None:
+        state = self.states.get(data.context.client.id)
+        if state is None or state.tunnel is None or state.pseudo:
+            return
+        denied = self.engine.tls_client_hello(state, data.client_hello.sni)
+        if denied is not None and state.credential is not None:
+            await self.engine.deny(
+                state, state.credential, data.client_hello.sni or "", state.tunnel[1], denied
+            )
+
+    # --- requests -----------------------------------------------------------------------------
+    async def requestheaders(self, flow: http.HTTPFlow) -> None:
+        request = flow.request
+        if request.method == "CONNECT" or flow.response is not None:
+            return
+        state = self.states.get(flow.client_conn.id)
+        if state is None:
+            flow.response = refusal(Denied(checks.TOO_MANY_CONNECTIONS, 429))
+            return
+        view = RequestView(
+            method=request.method,
+            scheme=request.scheme,
+            host=request.host,
+            port=request.port,
+            path=request.path,
+            host_header=request.host_header,
+            authority=request.authority,
+            proxy_authorization=request.headers.get("Proxy-Authorization"),
+            upgrade=request.headers.get("Upgrade"),
+            head_bytes=checks.head_size(request.method, request.path, request.headers.fields),
+            sni=flow.client_conn.sni,
+        )
+        answer = await self.engine.admit_request(state, view)
+        if answer.denied is not None:
+            flow.response = refusal(answer.denied, request.host)
+            return
+        if answer.respond is not None:
+            status, body, headers = answer.respond
+            flow.response = http.Response.make(status, body, headers)
+            return
+        request.headers.pop("Proxy-Authorization", None)  # the session's credential stays here
+        request.headers.pop("Proxy-Connection", None)
+        for name, value in answer.set_headers.items():
+            request.headers[name] = value
+        flow.metadata[ANSWER] = answer
+        conn = answer.conn
+        self.engine.add_bytes(state, conn, out=view.head_bytes)
+        request.stream = _counter(self.engine, state, answer, outbound=True)
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        answer: Answer | None = flow.metadata.get(ANSWER)
+        response = flow.response
+        if answer is None or response is None:
+            return
+        state = self.states.get(flow.client_conn.id)
+        if state is not None:
+            self.engine.add_bytes(state, answer.conn, into=_head_bytes(response))
+        if answer.scrubber is not None or answer.pinned_version is not None:
+            # buffered whole: a secret split across two chunks must not slip through
+            length = response.headers.get("Content-Length", "")
+            if length.isdigit() and int(length) > self.engine.config.max_scrubbed_body:
+                logger.warning("egress_response_too_large_to_scrub", extra={"host": flow.request.host})
+                flow.kill()
+            response.stream = False
+            return
+        if state is not None:
+            response.stream = _counter(self.engine, state, answer, outbound=False)
+
+    async def response(self, flow: http.HTTPFlow) -> None:
+        answer: Answer | None = flow.metadata.get(ANSWER)
+        response = flow.response
+        if answer is None or response is None or response.stream:
+            return
+        state = self.states.get(flow.client_conn.id)
+        if state is not None:
+            self.engine.add_bytes(state, answer.conn, into=len(response.raw_content or b""))
+        try:
+            if answer.pinned_version is not None and response.status_code == 200:
+                response.text = packages.pinned_page(
+                    response.get_text(strict=True) or "", answer.pinned_version
+                )
+            if answer.scrubber is not None:
+                _scrub(response, answer)
+        except ValueError:  # an encoding the proxy cannot read: it cannot be scrubbed either
+            denied = Denied(checks.RESPONSE_NOT_SCRUBBABLE, 502)
+            if state is not None and state.credential is not None:
+                await self.engine.deny(state, state.credential, flow.request.host, flow.request.port, denied)
+            flow.response = refusal(denied, flow.request.host)
+
+    # --- websockets, raw TCP -------------------------------------------------------------------
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        state = self.states.get(flow.client_conn.id)
+        if flow.websocket is None or state is None or state.credential is None:
+            return
+        message = flow.websocket.messages[-1]
+        answer: Answer | None = flow.metadata.get(ANSWER)
+        conn = answer.conn if answer else None
+        if message.from_client:
+            self.engine.add_bytes(state, conn, out=len(message.content))
+        else:
+            self.engine.add_bytes(state, conn, into=len(message.content))
+        closed = self.engine.gate_cached(state.credential)
+        if closed is not None:  # a breaker closed the scope: the websocket ends here
+            message.drop()
+            logger.warning("egress_websocket_closed", extra={"reason": closed.reason})
+            _close_client(flow.client_conn)
+
+    async def tcp_start(self, flow: tcp.TCPFlow) -> None:
+        state = self.states.get(flow.client_conn.id)
+        if state is not None and state.credential is not None and state.tunnel is not None:
+            await self.engine.deny(
+                state, state.credential, state.tunnel[0], state.tunnel[1], Denied(checks.NOT_HTTP)
+            )
+        flow.kill()
+
+    # --- upstream connections -----------------------------------------------------------------
+    async def server_connect(self, data: ServerConnectionHookData) -> None:
+        server = data.server
+        if server.address is None:
+            return
+        host, port = str(server.address[0]), int(server.address[1])
+        state = self.states.get(data.client.id)
+        resolved = await self.engine.resolve(state, host, port)
+        if isinstance(resolved, Denied):
+            server.error = f"egress denied: {resolved.reason}"
+            return
+        if server.sni is None:
+            server.sni = host
+        server.address = resolved
+
+
+def _head_bytes(response: http.Response) -> int:
+    return len(response.reason or "") + 15 + sum(len(k) + len(v) + 4 for k, v in response.headers.fields)
+
+
+def _counter(engine: Engine, state: ClientState, answer: Answer, *, outbound: bool) -> Any:
+    """A stream function that passes chunks through and counts them."""
+
+    def count(chunk: bytes) -> bytes:
+        if outbound:
+            engine.add_bytes(state, answer.conn, out=len(chunk))
+        else:
+            engine.add_bytes(state, answer.conn, into=len(chunk))
+        return chunk
+
+    return count
+
+
+def _scrub(response: http.Response, answer: Answer) -> None:
+    scrubber = answer.scrubber
+    assert scrubber is not None
+    total = 0
+    for part in (response.headers, response.trailers):
+        if part is None:
+            continue
+        fields = []
+        for name, value in part.fields:
+            cleaned, count = scrubber.bytes(value)
+            total += count
+            fields.append((name, cleaned))
+        part.fields = tuple(fields)
+    body = response.get_content(strict=True)
+    if body:
+        cleaned_body, count = scrubber.bytes(body)
+        if count:
+            response.set_content(cleaned_body)
+            total += count
+    if total:
+        logger.info("egress_response_scrubbed", extra={"replaced": total})
+
+
+def _close_client(client: connection.Client) -> None:
+    """Close a client connection from outside its own flow (mitmproxy's idle-timeout path)."""
+    from mitmproxy import ctx
+
+    proxyserver: Any = ctx.master.addons.get("proxyserver")
+    handler = proxyserver.connections.get(client.id) if proxyserver is not None else None
+    if handler is not None:
+        asyncio.get_running_loop().create_task(handler.on_timeout())

@@ -1,0 +1,725 @@
+"""The proxy's decisions for one connection or request, its counters and its breakers — asyncio,
+no mitmproxy. The addon turns mitmproxy's hooks into calls of this module and applies the answers.
+
+Every blocking read (DynamoDB, SSM, Secrets Manager, CodeArtifact) runs in a worker thread behind a
+TTL cache, so the event loop that carries every session's bytes never waits on I/O:
+
+    credential item   CREDENTIAL_CACHE_SECONDS (a revocation is seen within seconds)
+    policy, breakers  cache_seconds (≤ 30: a policy, cap or tenant change applies within 60 s)
+    tenant's secrets  SECRET_CACHE_SECONDS
+    tenant's bytes    TENANT_BYTES_CACHE_SECONDS (plus what this proxy counted since)
+
+A denial is written to the session's counters (and its connection item) before the refusal is
+answered, so the call whose code was refused sees it in its audit row; allowed requests and bytes
+are added in batches every FLUSH_SECONDS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import functools
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandbox_common import dimensions, redaction
+from sandbox_common import naming as n
+from sandbox_common.egress_policy import ALLOWLIST, AllowRule, EgressPolicy
+from sandbox_common.observability import emit_metric, logger
+from sandbox_common.windows import Windows, utc_now
+
+from . import checks, packages
+from .caches import AsyncTtlCache
+from .checks import Denied
+from .config import (
+    CREDENTIAL_CACHE_SECONDS,
+    FLUSH_SECONDS,
+    SECRET_CACHE_SECONDS,
+    TENANT_BYTES_CACHE_SECONDS,
+    ProxyConfig,
+)
+from .credentials import Credential, Presented, parse_proxy_authorization, verify
+from .scrub import Scrubber
+from .store import ITEMS_OUTLIVE_CREDENTIAL_SECONDS, EgressStore, SessionDelta, StoreUnavailable
+
+PROXY_AUTHENTICATE = 'Basic realm="sandbox egress"'
+DENIED_HEADER = "X-Sandbox-Egress-Denied"
+MAX_CONNECTION_ITEMS = 500  # per session: the connection log of a flood stops growing here
+RESOLVE_TIMEOUT = 5.0
+DENIALS_WRITTEN_PER_SECOND = 20
+
+
+@dataclass
+class ConnRecord:
+    """One connection of a session to one host:port (a CONNECT tunnel, or plain HTTP requests to
+    that host on one client connection): its `conn#...` item."""
+
+    sk: str
+    host: str
+    port: int
+    opened_at: int
+    decision: str = "allowed"
+    reason: str = ""
+    requests: int = 0
+    bytes_out: int = 0
+    bytes_in: int = 0
+    closed_at: int | None = None
+    dirty: bool = True
+
+    def item(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "host": self.host,
+            "port": self.port,
+            "opened_at": self.opened_at,
+            "decision": self.decision,
+            "requests": self.requests,
+            "bytes_out": self.bytes_out,
+            "bytes_in": self.bytes_in,
+        }
+        if self.reason:
+            out["reason"] = self.reason
+        if self.closed_at is not None:
+            out["closed_at"] = self.closed_at
+        return out
+
+
+@dataclass
+class ClientState:
+    """One client connection to the proxy."""
+
+    peer: str
+    opened: float
+    heads: int = 0  # request heads seen (CONNECT included): the slow-client deadline counts them
+    credential: Credential | None = None
+    presented: Presented | None = None
+    tunnel: tuple[str, int] | None = None  # the CONNECT target, once admitted
+    pseudo: bool = False  # a CONNECT to the proxy's own name
+    refused: Denied | None = None  # every request on this connection is refused (e.g. SNI ≠ host)
+    counted_for: str | None = None  # the session whose connection count this client holds
+    conns: dict[tuple[str, int], ConnRecord] = field(default_factory=dict)
+
+
+@dataclass
+class RequestView:
+    """What the addon tells the engine about a request (no mitmproxy types)."""
+
+    method: str
+    scheme: str  # http | https
+    host: str  # where mitmproxy would send it (from the URL, else the Host header)
+    port: int
+    path: str
+    host_header: str | None
+    authority: str
+    proxy_authorization: str | None
+    upgrade: str | None
+    head_bytes: int
+    sni: str | None = None
+
+
+@dataclass
+class Answer:
+    """The engine's answer to a request: refuse it, answer it itself, or forward it with these
+    header changes (and, for a credential host, scrub its response with `scrubber`)."""
+
+    denied: Denied | None = None
+    respond: tuple[int, bytes, dict[str, str]] | None = None
+    set_headers: dict[str, str] = field(default_factory=dict)
+    scrubber: Scrubber | None = None
+    pinned_version: str | None = None  # a pinned package's project page: filtered to this version
+    conn: ConnRecord | None = None
+
+
+class Engine:
+    def __init__(
+        self,
+        config: ProxyConfig,
+        store: EgressStore,
+        *,
+        clock: Callable[[], float] = time.time,
+        resolver: Callable[[str, int], Any] | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.clock = clock
+        self._resolver = resolver
+        ttl = config.cache_seconds
+        self.credentials: AsyncTtlCache[dict[str, Any] | None] = AsyncTtlCache(CREDENTIAL_CACHE_SECONDS)
+        self.policies: AsyncTtlCache[EgressPolicy] = AsyncTtlCache(ttl)
+        self.enabled: AsyncTtlCache[bool] = AsyncTtlCache(ttl)
+        self.zero_caps: AsyncTtlCache[str | None] = AsyncTtlCache(ttl)
+        self.byte_caps: AsyncTtlCache[int] = AsyncTtlCache(ttl)
+        self.tenant_bytes: AsyncTtlCache[int] = AsyncTtlCache(TENANT_BYTES_CACHE_SECONDS)
+        self.secrets: AsyncTtlCache[str | None] = AsyncTtlCache(SECRET_CACHE_SECONDS)
+        self.index_token: AsyncTtlCache[tuple[str, float]] = AsyncTtlCache(600)
+        self._pending: dict[str, SessionDelta] = {}
+        self._unflushed_tenant_bytes: dict[str, int] = {}  # counted here, not yet in the table
+        self._live: dict[str, int] = {}  # session id -> live client connections
+        self._conn_items: dict[str, int] = {}  # session id -> connection items written
+        self._sources: dict[str, int] = {}  # peer address -> live client connections
+        self._seq = 0
+        self._flush_lock = asyncio.Lock()
+        self._denial_writes: dict[str, tuple[int, int]] = {}
+
+    # --- client connections ------------------------------------------------------------------
+    def client_connected(self, peer: str) -> Denied | None:
+        if self._sources.get(peer, 0) >= self.config.max_connections_per_source:
+            self._log_denial(None, "", 0, checks.TOO_MANY_CONNECTIONS, peer)
+            return Denied(checks.TOO_MANY_CONNECTIONS, 429)
+        self._sources[peer] = self._sources.get(peer, 0) + 1
+        return None
+
+    def client_closed(self, state: ClientState) -> None:
+        left = self._sources.get(state.peer, 1) - 1
+        if left > 0:
+            self._sources[state.peer] = left
+        else:
+            self._sources.pop(state.peer, None)
+        if state.counted_for is not None:
+            live = self._live.get(state.counted_for, 1) - 1
+            if live > 0:
+                self._live[state.counted_for] = live
+            else:
+                self._live.pop(state.counted_for, None)
+        now = int(self.clock())
+        for conn in state.conns.values():
+            if conn.sk:
+                conn.closed_at, conn.dirty = now, True
+                if state.credential is not None:
+                    self._delta(state.credential).connections[conn.sk] = conn.item()
+                    conn.dirty = False
+
+    # --- the credential ----------------------------------------------------------------------
+    async def authenticate(
+        self, header: str | None, peer: str, *, binding: bool = False
+    ) -> tuple[Credential | None, Presented | None, Denied | None]:
+        presented = parse_proxy_authorization(header)
+        if presented is None:
+            return None, None, self._auth_denied(None, checks.NO_CREDENTIAL, peer)
+        credential, denied = await self._check_credential(presented, peer, binding=binding)
+        return credential, presented, denied
+
+    async def _check_credential(
+        self, presented: Presented, peer: str, *, binding: bool = False
+    ) -> tuple[Credential | None, Denied | None]:
+        try:
+            item = await self.credentials.get(
+                presented.session_id, lambda: self.store.credential_item(presented.session_id)
+            )
+        except StoreUnavailable as exc:
+            logger.error("egress_store_unavailable", extra={"cause": str(exc)})
+            return None, Denied(checks.POLICY_UNAVAILABLE, 503)
+        credential = Credential.from_item(presented.session_id, item) if item is not None else None
+        reason = verify(credential, presented, peer=peer, now=self.clock(), binding=binding)
+        if reason is not None:
+            return credential, self._auth_denied(credential, reason, peer)
+        return credential, None
+
+    def _auth_denied(self, credential: Credential | None, reason: str, peer: str) -> Denied:
+        """A credential that admits nothing: 407, logged and counted in the metric (by tenant when
+        the credential is known), never on the session's counters (the caller is not it)."""
+        self._log_denial(credential, "", 0, reason, peer)
+        return Denied(reason, 407)
+
+    async def recheck(self, state: ClientState) -> Denied | None:
+        """An open tunnel's credential, again (cached seconds): revoked or expired ends it."""
+        if state.presented is None:
+            return Denied(checks.NO_CREDENTIAL, 407)
+        credential, denied = await self._check_credential(state.presented, state.peer)
+        if denied is not None:
+            return Denied(denied.reason, 403)
+        state.credential = credential
+        return None
+
+    async def bind(self, state: ClientState, header: str | None) -> tuple[int, bytes]:
+        """The pseudo-host's `/bind`: record the caller's address on its credential, once."""
+        presented = parse_proxy_authorization(header) if header else state.presented
+        if presented is None:
+            return 407, b'{"bound": false, "reason": "no_credential"}'
+        credential, denied = await self._check_credential(presented, state.peer, binding=True)
+        if denied is not None or credential is None:
+            reason = denied.reason if denied else checks.CREDENTIAL_INVALID
+            return (409 if reason == checks.BIND_CONFLICT else 407), (
+                f'{{"bound": false, "reason": "{reason}"}}'.encode()
+            )
+        if credential.source is None:
+            try:
+                bound = await asyncio.to_thread(
+                    self.store.bind_source, credential.session_id, credential.secret_sha256, state.peer
+                )
+            except StoreUnavailable:
+                return 503, b'{"bound": false, "reason": "policy_unavailable"}'
+            self.credentials.drop(credential.session_id)
+            if not bound:  # someone bound it in between: admitted only if that was this address
+                credential, denied = await self._check_credential(presented, state.peer, binding=True)
+                if denied is not None:
+                    return 409, f'{{"bound": false, "reason": "{denied.reason}"}}'.encode()
+        logger.info("egress_bound", extra={"session_id": presented.session_id, "source": state.peer})
+        return 200, f'{{"bound": true, "source": "{state.peer}"}}'.encode()
+
+    # --- breakers and policy -----------------------------------------------------------------
+    async def gate(self, credential: Credential) -> tuple[EgressPolicy | None, Denied | None]:
+        """The tenant × environment's policy, unless a breaker closes the scope: the tenant
+        disabled, a calls cap in force at 0, the stored policy `none`. Fails closed."""
+        tenant, env = credential.tenant_id, credential.environment
+        if n.EGRESS_MODE.get(env) != ALLOWLIST:
+            return None, Denied(checks.EGRESS_CLOSED)
+        try:
+            policy = await self.policies.get((tenant, env), lambda: self.store.policy(tenant, env))
+            enabled = await self.enabled.get(tenant, lambda: self.store.tenant_enabled(tenant))
+            zero = await self.zero_caps.get(tenant, lambda: self.store.calls_cap_at_zero(tenant))
+        except StoreUnavailable as exc:
+            logger.error("egress_policy_unavailable", extra={"tenant_id": tenant, "cause": str(exc)})
+            return None, Denied(checks.POLICY_UNAVAILABLE, 503)
+        if not enabled:
+            return None, Denied(checks.TENANT_DISABLED)
+        if zero is not None:
+            return None, Denied(checks.CAP_ZERO, 403, zero)
+        if policy.closed:
+            return None, Denied(checks.EGRESS_CLOSED)
+        return policy, None
+
+    def gate_cached(self, credential: Credential) -> Denied | None:
+        """The breakers from the caches only (a websocket message must not wait): a closed scope
+        whose state is cached refuses; an expired entry is refreshed in the background."""
+        tenant, env = credential.tenant_id, credential.environment
+        policy = self.policies.peek((tenant, env))
+        if self.enabled.peek(tenant) is False:
+            return Denied(checks.TENANT_DISABLED)
+        if self.zero_caps.peek(tenant):
+            return Denied(checks.CAP_ZERO)
+        if policy is not None and policy.closed:
+            return Denied(checks.EGRESS_CLOSED)
+        if not (
+            self.policies.fresh((tenant, env)) and self.enabled.fresh(tenant) and self.zero_caps.fresh(tenant)
+        ):
+            with contextlib.suppress(RuntimeError):
+                asyncio.get_running_loop().create_task(self.gate(credential))
+        return None
+
+    async def _new_connection(self, state: ClientState, credential: Credential) -> Denied | None:
+        """A new connection of the session: its connection count and the tenant's daily bytes."""
+        if state.counted_for is None:
+            if self._live.get(credential.session_id, 0) >= self.config.max_connections_per_credential:
+                return Denied(checks.TOO_MANY_CONNECTIONS, 429)
+            self._live[credential.session_id] = self._live.get(credential.session_id, 0) + 1
+            state.counted_for = credential.session_id
+        tenant = credential.tenant_id
+        windows = Windows.at(utc_now())
+        try:
+            cap = await self.byte_caps.get(tenant, lambda: self.store.byte_cap(tenant))
+            used = await self.tenant_bytes.get(
+                (tenant, windows.day), lambda: self.store.tenant_bytes(tenant, windows)
+            )
+        except StoreUnavailable as exc:
+            logger.error("egress_caps_unavailable", extra={"tenant_id": tenant, "cause": str(exc)})
+            return Denied(checks.POLICY_UNAVAILABLE, 503)
+        if used + self._unflushed_tenant_bytes.get(tenant, 0) >= cap:
+            dim = dimensions.EGRESS_DAILY_BYTES
+            try:
+                await asyncio.to_thread(
+                    self.store.record_cap_refused,
+                    credential.session_id,
+                    dim.name,
+                    int(self.clock()),
+                    self._items_expire(credential),
+                )
+            except Exception as exc:  # noqa: BLE001 — the refusal stands; the record is best effort
+                logger.error("egress_cap_record_failed", extra={"cause": type(exc).__name__})
+            return Denied(checks.CAP_EXCEEDED, 403, dim.name)
+        return None
+
+    # --- CONNECT -----------------------------------------------------------------------------
+    async def open_tunnel(
+        self, state: ClientState, raw_host: str, port: int, header: str | None
+    ) -> Denied | None:
+        state.heads += 1
+        try:
+            host = checks.check_host(raw_host)
+        except checks.HostRefused as exc:
+            credential, _, auth = await self.authenticate(header, state.peer, binding=True)
+            if auth is not None:
+                return auth
+            assert credential is not None
+            return await self.deny(state, credential, raw_host, port, Denied(exc.reason))
+        binding = host == n.EGRESS_PSEUDO_HOST
+        credential, presented, denied = await self.authenticate(header, state.peer, binding=binding)
+        if denied is not None:
+            return denied
+        assert credential is not None
+        state.credential, state.presented = credential, presented
+        if binding:
+            state.pseudo, state.tunnel = True, (host, port)
+            return None
+        policy, closed = await self.gate(credential)
+        if closed is not None:
+            return await self.deny(state, credential, host, port, closed)
+        assert policy is not None
+        refused = self._target_refusal(policy, host, port)
+        if refused is not None:
+            return await self.deny(state, credential, host, port, refused)
+        full = await self._new_connection(state, credential)
+        if full is not None:
+            return await self.deny(state, credential, host, port, full)
+        state.tunnel = (host, port)
+        self._conn(state, credential, host, port)
+        return None
+
+    def tls_client_hello(self, state: ClientState, sni: str | None) -> Denied | None:
+        """The tunnel's TLS SNI must be its CONNECT host: otherwise every request on it is
+        refused (nothing was forwarded: upstream connections are made per allowed request)."""
+        if state.tunnel is None:
+            return None
+        if sni is None or checks.normalize_host(sni) != state.tunnel[0]:
+            state.refused = Denied(checks.SNI_MISMATCH, 403, f"SNI {sni!r} is not {state.tunnel[0]}")
+        return state.refused
+
+    def _target_refusal(self, policy: EgressPolicy, host: str, port: int) -> Denied | None:
+        index = self.config.index
+        if index is not None and host == index.host:
+            return None if policy.packages and port == 443 else Denied(checks.PACKAGE_NOT_LISTED)
+        if policy.rule_for(host, port) is not None:
+            return None
+        if any(r.matches(host, r.ports[0]) for r in policy.allow):
+            return Denied(checks.PORT_NOT_ALLOWED)
+        return Denied(checks.NOT_ALLOWED)
+
+    # --- requests ----------------------------------------------------------------------------
+    async def admit_request(self, state: ClientState, req: RequestView) -> Answer:
+        state.heads += 1
+        if req.head_bytes > checks.MAX_HEAD_BYTES:
+            return await self._refuse_request(state, req, Denied(checks.HEADERS_TOO_LARGE, 431))
+        if state.tunnel is None:  # plain HTTP through the proxy: this request carries the credential
+            host = req.host
+            binding = _host_or_none(host) == n.EGRESS_PSEUDO_HOST
+            credential, presented, denied = await self.authenticate(
+                req.proxy_authorization, state.peer, binding=binding
+            )
+            if denied is not None:
+                return Answer(denied=denied)
+            state.credential, state.presented = credential, presented
+        else:
+            if state.refused is not None:  # counted once, when it was found
+                return Answer(denied=state.refused)
+            if not state.pseudo:
+                stale = await self.recheck(state)
+                if stale is not None:
+                    return await self._refuse_request(state, req, stale)
+        credential = state.credential
+        assert credential is not None
+        try:
+            host = checks.check_host(req.host)
+            if "@" in req.authority:
+                raise checks.HostRefused(checks.USERINFO, f"{req.authority!r} carries userinfo")
+            if req.host_header is not None:
+                named, named_port = checks.split_host_header(req.host_header, req.port)
+                if (named, named_port) != (host, req.port):
+                    raise checks.HostRefused(checks.HOST_MISMATCH, f"Host {req.host_header!r} is not {host}")
+        except checks.HostRefused as exc:
+            return await self._refuse_request(state, req, Denied(exc.reason))
+        if state.tunnel is not None:
+            if (host, req.port) != state.tunnel:
+                return await self._refuse_request(state, req, Denied(checks.HOST_MISMATCH))
+            if req.scheme == "https" and (req.sni is None or checks.normalize_host(req.sni) != host):
+                return await self._refuse_request(state, req, Denied(checks.SNI_MISMATCH))
+        if host == n.EGRESS_PSEUDO_HOST:
+            if req.path.split("?", 1)[0] == n.EGRESS_BIND_PATH and req.method in ("GET", "POST"):
+                status, body = await self.bind(state, req.proxy_authorization)
+                return Answer(respond=(status, body, {"Content-Type": "application/json"}))
+            return Answer(respond=(404, b'{"error": "not found"}', {"Content-Type": "application/json"}))
+        upgrade = (req.upgrade or "").strip().lower()
+        if upgrade and upgrade != "websocket":
+            return await self._refuse_request(state, req, Denied(checks.UPGRADE_NOT_ALLOWED))
+        policy, closed = await self.gate(credential)
+        if closed is not None:
+            return await self._refuse_request(state, req, closed)
+        assert policy is not None
+        refused = self._target_refusal(policy, host, req.port)
+        if refused is not None:
+            return await self._refuse_request(state, req, refused)
+        if state.tunnel is None and (host, req.port) not in state.conns:
+            full = await self._new_connection(state, credential)
+            if full is not None:
+                return await self._refuse_request(state, req, full)
+        answer = Answer()
+        index = self.config.index
+        if index is not None and host == index.host:
+            refused = await self._index_request(policy, req, answer)
+        else:
+            rule = policy.rule_for(host, req.port)
+            assert rule is not None
+            refused = await self._credential(credential, rule, req, answer, upgrade)
+        if refused is not None:
+            return await self._refuse_request(state, req, refused)
+        conn = self._conn(state, credential, host, req.port)
+        conn.requests += 1
+        conn.dirty = True
+        self._delta(credential).allowed += 1
+        answer.conn = conn
+        return answer
+
+    async def _index_request(self, policy: EgressPolicy, req: RequestView, answer: Answer) -> Denied | None:
+        index = self.config.index
+        assert index is not None
+        if req.method not in ("GET", "HEAD") or req.scheme != "https":
+            return Denied(checks.PACKAGE_NOT_LISTED)
+        wanted = packages.parse_index_path(req.path, index.base_path)
+        if wanted is None or not packages.allows(policy, wanted):
+            # pip reads a 404 on a project page as "no such project" and says so in its own words
+            return Denied(checks.PACKAGE_NOT_LISTED, 404)
+        listed = policy.package(wanted.project)
+        if wanted.version is None and listed is not None and listed.version is not None:
+            answer.pinned_version = listed.version
+            answer.set_headers["Accept"] = packages.PROJECT_PAGE_ACCEPT
+        if index.codeartifact is not None:
+            try:
+                token, _ = await self.index_token.get("token", self.store.index_token)
+            except StoreUnavailable as exc:
+                logger.error("egress_index_token_unavailable", extra={"cause": str(exc)})
+                return Denied(checks.POLICY_UNAVAILABLE, 503)
+            basic = base64.b64encode(f"aws:{token}".encode()).decode("ascii")
+            answer.set_headers["Authorization"] = f"Basic {basic}"
+            answer.scrubber = Scrubber([token, basic])
+        return None
+
+    async def _credential(
+        self, credential: Credential, rule: AllowRule, req: RequestView, answer: Answer, upgrade: str
+    ) -> Denied | None:
+        if rule.credential is None:
+            return None
+        if req.scheme != "https":
+            return Denied(checks.CREDENTIAL_OVER_HTTP)
+        if upgrade:
+            return Denied(checks.WEBSOCKET_WITH_CREDENTIAL)
+        tenant = credential.tenant_id
+        values: dict[str, str] = {}
+        try:
+            for name in rule.credential.secrets:
+                value = await self.secrets.get(
+                    (tenant, name), functools.partial(self.store.secret, tenant, name)
+                )
+                if value is None:
+                    return Denied(checks.SECRET_UNAVAILABLE, 502, name)
+                values[name] = value
+        except StoreUnavailable as exc:
+            logger.error("egress_secret_unavailable", extra={"tenant_id": tenant, "cause": str(exc)})
+            return Denied(checks.SECRET_UNAVAILABLE, 502)
+        rendered = rule.credential.render(values)
+        answer.set_headers[rule.credential.header] = rendered
+        answer.scrubber = Scrubber([*values.values(), rendered])
+        return None
+
+    async def _refuse_request(self, state: ClientState, req: RequestView, denied: Denied) -> Answer:
+        credential = state.credential
+        if credential is None:
+            self._log_denial(None, req.host, req.port, denied.reason, state.peer)
+            return Answer(denied=denied)
+        return Answer(denied=await self.deny(state, credential, req.host, req.port, denied))
+
+    # --- resolution: the address that was checked is the one connected to --------------------
+    async def resolve(self, state: ClientState | None, host: str, port: int) -> tuple[str, int] | Denied:
+        route = self.config.routes_by_host.get(host)
+        if route is not None:
+            return route.address, route.port
+        try:
+            name = checks.check_host(host)
+        except checks.HostRefused as exc:
+            return await self._resolve_denied(state, host, port, Denied(exc.reason))
+        try:
+            addresses = await asyncio.wait_for(self._resolve(name, port), RESOLVE_TIMEOUT)
+        except (OSError, TimeoutError, UnicodeError):
+            return await self._resolve_denied(state, host, port, Denied(checks.UNRESOLVABLE, 502))
+        index = self.config.index
+        if index is not None and name == index.host and addresses:
+            return addresses[0], port  # the stage's own index: reached as the stage's network says
+        chosen, why = checks.first_public(addresses)
+        if chosen is None:
+            return await self._resolve_denied(
+                state, host, port, Denied(checks.NON_PUBLIC_ADDRESS, 403, why or "")
+            )
+        return chosen, port
+
+    async def _resolve(self, host: str, port: int) -> list[str]:
+        if self._resolver is not None:
+            return list(await self._resolver(host, port))
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        return [str(info[4][0]) for info in infos]
+
+    async def _resolve_denied(
+        self, state: ClientState | None, host: str, port: int, denied: Denied
+    ) -> Denied:
+        if state is None or state.credential is None:
+            self._log_denial(None, host, port, denied.reason, state.peer if state else "")
+            return denied
+        return await self.deny(state, state.credential, host, port, denied)
+
+    # --- counting ----------------------------------------------------------------------------
+    async def deny(
+        self, state: ClientState, credential: Credential, host: str, port: int, denied: Denied
+    ) -> Denied:
+        """Write the denial to the session's counters (and its connection item), then log it and
+        count the metric; the caller answers the refusal after this returns."""
+        shown = redaction.redact(host)[:253]
+        if not self._may_write_denial(credential.session_id):
+            # a flood: counted in the next flush (within FLUSH_SECONDS), its hosts not kept
+            self._delta(credential).denied += 1
+            self._log_denial(credential, shown, port, denied.reason, state.peer, denied.detail)
+            return denied
+        conn = None
+        if self._conn_items.get(credential.session_id, 0) < MAX_CONNECTION_ITEMS:
+            self._conn_items[credential.session_id] = self._conn_items.get(credential.session_id, 0) + 1
+            record = ConnRecord(
+                self._conn_sk(), shown, port, int(self.clock()), decision="denied", reason=denied.reason
+            )
+            conn = (record.sk, record.item())
+        try:
+            await asyncio.to_thread(
+                self.store.record_denial, credential.session_id, shown, self._items_expire(credential), conn
+            )
+        except StoreUnavailable as exc:  # the refusal stands; the count is what could not be written
+            logger.error("egress_denial_record_failed", extra={"cause": str(exc)})
+        self._log_denial(credential, shown, port, denied.reason, state.peer, denied.detail)
+        return denied
+
+    def _may_write_denial(self, session_id: str) -> bool:
+        """At most DENIALS_WRITTEN_PER_SECOND denials of a session are written one by one: a flood
+        of refusals must not queue store writes ahead of other sessions' reads."""
+        second = int(self.clock())
+        window, count = self._denial_writes.get(session_id, (second, 0))
+        if window != second:
+            window, count = second, 0
+        if count >= DENIALS_WRITTEN_PER_SECOND:
+            return False
+        self._denial_writes[session_id] = (window, count + 1)
+        return True
+
+    def _log_denial(
+        self, credential: Credential | None, host: str, port: int, reason: str, peer: str, detail: str = ""
+    ) -> None:
+        fields: dict[str, Any] = {
+            "event": "egress_denied",
+            "reason": reason,
+            "host": redaction.redact(host)[:253],
+            "port": port,
+            "source": peer,
+        }
+        if detail:
+            fields["detail"] = redaction.redact(detail)[:300]
+        dims: list[dict[str, str]] = [{}]
+        if credential is not None:
+            fields.update(
+                tenant_id=credential.tenant_id,
+                environment=credential.environment,
+                session_id=credential.session_id,
+            )
+            dims.append({"tenant_id": credential.tenant_id})
+        logger.warning("egress_denied", extra=fields)
+        for dimension_set in dims:
+            emit_metric(n.METRIC_EGRESS_DENIED, dimensions=dimension_set)
+
+    def add_bytes(self, state: ClientState, conn: ConnRecord | None, *, out: int = 0, into: int = 0) -> None:
+        credential = state.credential
+        if credential is None or (out <= 0 and into <= 0):
+            return
+        delta = self._delta(credential)
+        delta.bytes_out += max(out, 0)
+        delta.bytes_in += max(into, 0)
+        tenant = credential.tenant_id
+        self._unflushed_tenant_bytes[tenant] = self._unflushed_tenant_bytes.get(tenant, 0) + out + into
+        if conn is not None:
+            conn.bytes_out += max(out, 0)
+            conn.bytes_in += max(into, 0)
+            conn.dirty = True
+
+    def _delta(self, credential: Credential) -> SessionDelta:
+        delta = self._pending.get(credential.session_id)
+        if delta is None:
+            delta = SessionDelta(credential.tenant_id, self._items_expire(credential))
+            self._pending[credential.session_id] = delta
+        return delta
+
+    def _conn(self, state: ClientState, credential: Credential, host: str, port: int) -> ConnRecord:
+        conn = state.conns.get((host, port))
+        if conn is None:
+            conn = ConnRecord(self._conn_sk(), host, port, int(self.clock()))
+            state.conns[(host, port)] = conn
+            if self._conn_items.get(credential.session_id, 0) >= MAX_CONNECTION_ITEMS:
+                conn.dirty = False
+                conn.sk = ""  # not logged: counted in the counters only
+            else:
+                self._conn_items[credential.session_id] = self._conn_items.get(credential.session_id, 0) + 1
+        return conn
+
+    def _conn_sk(self) -> str:
+        self._seq += 1
+        return f"{n.EGRESS_CONNECTION_PREFIX}{int(self.clock() * 1000):013d}#{self._seq:06d}"
+
+    @staticmethod
+    def _items_expire(credential: Credential) -> int:
+        return credential.expires_at + ITEMS_OUTLIVE_CREDENTIAL_SECONDS
+
+    def collect(self, states: list[ClientState]) -> dict[str, SessionDelta]:
+        """Take what was counted since the last flush (connection items that changed included)."""
+        for state in states:
+            credential = state.credential
+            if credential is None:
+                continue
+            for conn in state.conns.values():
+                if conn.dirty and conn.sk:
+                    self._delta(credential).connections[conn.sk] = conn.item()
+                    conn.dirty = False
+        pending = {k: v for k, v in self._pending.items() if not v.empty}
+        self._pending = {}
+        return pending
+
+    async def flush(self, states: list[ClientState]) -> None:
+        async with self._flush_lock:
+            pending = self.collect(states)
+            if not pending:
+                return
+            moved = {t: b for t, b in self._unflushed_tenant_bytes.items()}
+            try:
+                await asyncio.to_thread(self.store.flush, pending, Windows.at(utc_now()))
+            except Exception as exc:  # noqa: BLE001 — kept for the next flush
+                logger.error("egress_flush_failed", extra={"cause": type(exc).__name__})
+                for session_id, delta in pending.items():
+                    self._merge_back(session_id, delta)
+                return
+            for tenant, count in moved.items():
+                left = self._unflushed_tenant_bytes.get(tenant, 0) - count
+                if left > 0:
+                    self._unflushed_tenant_bytes[tenant] = left
+                else:
+                    self._unflushed_tenant_bytes.pop(tenant, None)
+                self.tenant_bytes.drop_where(functools.partial(_of_tenant, tenant))
+
+    def _merge_back(self, session_id: str, delta: SessionDelta) -> None:
+        current = self._pending.get(session_id)
+        if current is None:
+            self._pending[session_id] = delta
+            return
+        current.allowed += delta.allowed
+        current.denied += delta.denied
+        current.bytes_out += delta.bytes_out
+        current.bytes_in += delta.bytes_in
+        for sk, item in delta.connections.items():
+            current.connections.setdefault(sk, item)
+
+    async def flush_forever(self, states: Callable[[], list[ClientState]]) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_SECONDS)
+            await self.flush(states())
+
+
+def _of_tenant(tenant: str, key: Any) -> bool:
+    return isinstance(key, tuple) and key[0] == tenant
+
+
+def _host_or_none(raw: str) -> str | None:
+    try:
+        return checks.check_host(raw)
+    except checks.HostRefused:
+        return None

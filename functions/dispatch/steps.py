@@ -370,14 +370,22 @@ class Steps:
         )
 
     # --- files ----------------------------------------------------------------------------------
-    def collect(self, outcome: Outcome, pf: Preflight, runner: SessionRunner, exit_status: str) -> None:
+    def collect(
+        self, outcome: Outcome, pf: Preflight, runner: SessionRunner, exit_status: str
+    ) -> Future[bool] | None:
         """§14.2: new/changed outputs/ files and open figures, after any outcome but timeout; an
-        allowlist session's egress counters are read beside them (dispatch.sessions.egress)."""
+        allowlist session's egress counters are read beside them (dispatch.sessions.egress).
+        Returns the write of that reading, to join after the record (`egress.finish`)."""
         after = egress.start_after(self.parts.egress, outcome)
         try:
             self._artifacts(outcome, pf, runner, exit_status)
         finally:
-            egress.settle(outcome, after)
+            mark = self.egress_settle(outcome, after)
+        return mark
+
+    def egress_settle(self, outcome: Outcome, after: Future[Any] | None) -> Future[bool] | None:
+        """An allowlist call's egress figures and the egress cap's refusal (dispatch.sessions.egress)."""
+        return egress.settle(outcome, after, self.parts.egress, self.settings.session_timeout_seconds)
 
     def _artifacts(self, outcome: Outcome, pf: Preflight, runner: SessionRunner, exit_status: str) -> None:
         req = outcome.request
@@ -429,9 +437,10 @@ class Steps:
         result = tools.finished_result(outcome, finished)
         outcome.ran(result, result.failure() if result.error else None)
         if pf is not None and runner is not None and not result.session_stopped:  # a stopped one has none
-            self.collect(outcome, pf, runner, result.exit_status)
+            mark = self.collect(outcome, pf, runner, result.exit_status)
         else:  # no artifacts to collect; what the session sent is still the call's
-            egress.settle(outcome, egress.start_after(self.parts.egress, outcome))
+            mark = self.egress_settle(outcome, egress.start_after(self.parts.egress, outcome))
+        egress.finish(mark)
         if result.session_stopped and turn is not None and outcome.session_id:
             try:
                 # the turn stops pointing at it and its session slot is freed (§16.2)
@@ -573,6 +582,7 @@ def _call(steps: Steps, req: ExecuteCodeRequest, attempt: Attempt) -> dict[str, 
         return paused.response
     call.render(outcome)  # session_source, events / retries (§16.1, §16.6)
     steps.record(outcome.finish(), attempt.beside)
+    egress.finish(call.egress_mark)  # sent beside the record
     return outcome.response()
 
 
@@ -591,7 +601,7 @@ def _run_steps(
         outcome.egress_baseline = attempt.egress_baseline()  # joined before the code runs
         result = steps.run(req, outcome, turn, pf, runner, call, attempt.budget)
     outcome.ran(result, result.failure() if result.error else None)
-    steps.collect(outcome, pf, runner, result.exit_status)
+    call.egress_mark = steps.collect(outcome, pf, runner, result.exit_status)
     if result.session_stopped:  # timeout: the runner stopped it; the next call starts fresh
         steps.parts.sessions.stopped(call, turn.tenant_id, turn.turn_id, str(outcome.session_id))
 

@@ -7,7 +7,11 @@ reading of its counters.
   is conditional on no credential existing for that session, so a session id never gets two.
 - `revoke`: the session stopped; `revoked_at` is set once and the proxy refuses the credential
   from then on.
-- `counters`: the session's `counters` item, which only the proxy writes (sandbox_common.egress_usage).
+- `counters`: the session's `counters` item, which only the proxy writes (sandbox_common.egress_usage);
+- `attributed` / `attribute`: the counters as far as the session's calls' rows have taken them.
+  The proxy adds allowed requests and bytes to `counters` about once a second, so a reading at a
+  call's end can miss its last moments; the next call starts from the last reading a row took
+  (not from a fresh one), so those bytes are in the next row rather than in none.
 
 Written by the session runner (dispatch and the reaper, with their own roles, not the tenant's
 runner role); read by dispatch and a job's end. The secret is handed to the session once, in its
@@ -23,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sandbox_common import naming as n
-from sandbox_common.egress_usage import Counters
+from sandbox_common.egress_usage import FIELDS, Counters
 
 CREDENTIAL_EXPIRY_MARGIN_SECONDS = 60  # clocks differ a little between the runner and the proxy
 
@@ -97,19 +101,67 @@ class EgressStore:
 
     def counters(self, session_id: str) -> Counters:
         """The session's counters now (zero before the proxy wrote any). Raises EgressStoreUnavailable."""
+        return self._read(session_id, n.EGRESS_COUNTERS_ITEM)
+
+    def attributed(self, session_id: str) -> Counters:
+        """The counters the session's calls' rows have taken (zero before its first call ended)."""
+        return self._read(session_id, n.EGRESS_ATTRIBUTED_ITEM)
+
+    def attribute(self, session_id: str, counters: Counters, lifetime_seconds: int) -> bool:
+        """Record that rows have taken the session's counters up to `counters`; never moves back
+        (a call that read earlier and ends later leaves a later reading in place). False when a
+        later reading was there already. Raises EgressStoreUnavailable."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        values = {f: getattr(counters, f) for f in FIELDS}
+        item = {
+            **n.EGRESS.key(session_id, n.EGRESS_ATTRIBUTED_ITEM),
+            **{f: {"N": str(v)} for f, v in values.items()},
+            n.TTL_ATTRIBUTE: {
+                "N": str(int(self.clock()) + lifetime_seconds + CREDENTIAL_EXPIRY_MARGIN_SECONDS)
+            },
+        }
+        if counters.cap_refused is not None:
+            item[n.EGRESS_ATTR_CAP_REFUSED] = {
+                "M": {
+                    "dimension": {"S": counters.cap_refused[0]},
+                    "count": {"N": str(counters.cap_refused[1])},
+                }
+            }
+        names = {f"#f{i}": f for i, f in enumerate(FIELDS)}
+        condition = (
+            "attribute_not_exists(#pk) OR ("
+            + " AND ".join(f"#f{i} <= :f{i}" for i in range(len(FIELDS)))
+            + ")"
+        )
+        try:
+            self.ddb.put_item(
+                TableName=self.table_name,
+                Item=item,
+                ConditionExpression=condition,
+                ExpressionAttributeNames={"#pk": n.EGRESS.pk, **names},
+                ExpressionAttributeValues={f":f{i}": {"N": str(values[f])} for i, f in enumerate(FIELDS)},
+            )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise EgressStoreUnavailable(f"attribute:{_code(exc)}") from None
+        except BotoCoreError as exc:
+            raise EgressStoreUnavailable(f"attribute:{type(exc).__name__}") from None
+        return True
+
+    def _read(self, session_id: str, item_name: str) -> Counters:
         from boto3.dynamodb.types import TypeDeserializer
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
             answer = self.ddb.get_item(
-                TableName=self.table_name,
-                Key=n.EGRESS.key(session_id, n.EGRESS_COUNTERS_ITEM),
-                ConsistentRead=True,
+                TableName=self.table_name, Key=n.EGRESS.key(session_id, item_name), ConsistentRead=True
             )
         except ClientError as exc:
-            raise EgressStoreUnavailable(f"counters:{_code(exc)}") from None
+            raise EgressStoreUnavailable(f"{item_name}:{_code(exc)}") from None
         except BotoCoreError as exc:
-            raise EgressStoreUnavailable(f"counters:{type(exc).__name__}") from None
+            raise EgressStoreUnavailable(f"{item_name}:{type(exc).__name__}") from None
         item = answer.get("Item")
         if not item:
             return Counters()

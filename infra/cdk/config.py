@@ -206,21 +206,24 @@ _DEMO_TENANTS = (
     TenantConfig(id="canary", environments=("default-public",), templates={"analyst": "default-public"}),
 )
 
-# The local stage's acme may read its folder of the demo data bucket the local stack creates (§14.4),
-# and has the governed egress environment (`default-allowlist`, VPC network mode, an empty allow
-# list until `sandboxctl egress set`) with its template `allowlisted`.
-_LOCAL_TENANTS = tuple(
-    t.model_copy(
-        update={
-            "data": TenantData(read=(f"s3://{n.demo_data_bucket_name('local')}/{t.id}/",)),
-            "environments": (*t.environments, "default-allowlist"),
-            "templates": {**t.templates, "allowlisted": "default-allowlist"},
-        }
-    )
-    if t.id == "acme"
-    else t
-    for t in _DEMO_TENANTS
-)
+# The local stage's acme may read its folder of the demo data bucket the local stack creates (§14.4).
+# acme and globex have the governed egress environment (`default-allowlist`, VPC network mode, an
+# empty allow list until `sandboxctl egress set`) with its template `allowlisted`: two tenants, so
+# that one tenant's policy and credentials are seen never to serve the other.
+_ALLOWLISTED = ("acme", "globex")
+
+
+def _local(tenant: TenantConfig) -> TenantConfig:
+    update: dict = {}
+    if tenant.id == "acme":
+        update["data"] = TenantData(read=(f"s3://{n.demo_data_bucket_name('local')}/{tenant.id}/",))
+    if tenant.id in _ALLOWLISTED:
+        update["environments"] = (*tenant.environments, "default-allowlist")
+        update["templates"] = {**tenant.templates, "allowlisted": "default-allowlist"}
+    return tenant.model_copy(update=update)
+
+
+_LOCAL_TENANTS = tuple(_local(t) for t in _DEMO_TENANTS)
 
 # Raw stage data. Everything not named takes the StageConfig default (= SPEC §12 defaults).
 STAGES: dict[str, dict] = {

@@ -1,13 +1,19 @@
 """What an allowlist session sent during one call: the audit row's `egress`, and the egress cap's
 refusal (sandbox_common.egress_usage).
 
-The proxy counts per session, in the session's `counters` item. A call's figures are that item's
+The proxy counts per session, in the session's `counters` item. A call's figures are the
 difference between two readings, placed so that the call gets no deeper:
 - `read_before`, sent ahead at t=0 with the turn claim and the pre-flight read: once the turn
   says which session the call will use (and the tenant's substrate says that session is an
-  allowlist one), one GetItem of its counters — in parallel with the quota hop, which is as deep;
-  it is joined right before the code runs (`baseline`);
-- `start_after`, sent beside the artifact helper once the code has answered, joined after it.
+  allowlist one), one GetItem of the session's `attributed` item — the counters as far as earlier
+  calls' rows took them — in parallel with the quota hop, which is as deep; it is joined right
+  before the code runs (`baseline`);
+- `start_after`, one GetItem of `counters`, sent beside the artifact helper once the code has
+  answered and joined after it; the reading is then written as `attributed` (`settle`), sent
+  beside the call's record and joined after it (`finish`).
+Why `attributed` and not a fresh reading at the start: the proxy adds allowed requests and bytes
+about once a second, so the end reading can miss a call's last moments; starting the next call
+from what the rows took puts those bytes in the next row instead of in none.
 A call whose session was started or claimed for it starts from zero (egress_usage.Baseline).
 A reading that fails leaves the call's figures as the session's since its start (the baseline
 zero) or, at the end, zeros: the figures are a record, never a reason to fail the call.
@@ -34,6 +40,8 @@ from sandbox_runtime.preflight import PreflightReader
 from dispatch import parallel
 from dispatch.turns.store import Turn
 
+FINISH_WAIT_SECONDS = 10
+
 
 def read_before(
     store: EgressStore | None, preflight: PreflightReader, claim: Future[Turn], warm: Future[Any]
@@ -52,7 +60,7 @@ def read_before(
     if not egress_usage.is_allowlist(environment):
         return None
     try:
-        return Baseline(turn.session_id, store.counters(turn.session_id))
+        return Baseline(turn.session_id, store.attributed(turn.session_id))
     except EgressStoreUnavailable as exc:
         logger.warning("egress_counters_unread", extra={"failure_reason": exc.reason, "at": "start"})
         return None
@@ -75,19 +83,21 @@ def start_after(store: EgressStore | None, outcome: Outcome) -> Future[Counters]
     return parallel.start(store.counters, str(outcome.session_id))
 
 
-def settle(outcome: Outcome, after: Future[Counters] | None) -> None:
-    """The call's `egress` from the two readings, and the cap refusal when the proxy recorded one."""
-    if after is None:
-        return
+def settle(
+    outcome: Outcome, after: Future[Counters] | None, store: EgressStore | None, lifetime_seconds: int
+) -> Future[bool] | None:
+    """The call's `egress` from the two readings, and the cap refusal when the proxy recorded one;
+    returns the write of the end reading as the session's `attributed` (join it with `finish`)."""
+    if after is None or store is None:
+        return None
     try:
         counters = after.result()
     except EgressStoreUnavailable as exc:
         logger.warning("egress_counters_unread", extra={"failure_reason": exc.reason, "at": "end"})
-        return
-    outcome.egress = egress_usage.usage(
-        outcome.environment, outcome.session_id, outcome.egress_baseline, counters
-    )
-    dimension = egress_usage.cap_refused(outcome.session_id, outcome.egress_baseline, counters)
+        return None
+    session_id = str(outcome.session_id)
+    outcome.egress = egress_usage.usage(outcome.environment, session_id, outcome.egress_baseline, counters)
+    dimension = egress_usage.cap_refused(session_id, outcome.egress_baseline, counters)
     if dimension is not None:
         resets_at = iso_z(Windows.at(utc_now()).day_resets_at)  # egress caps count per UTC day
         outcome.fail(
@@ -98,3 +108,15 @@ def settle(outcome: Outcome, after: Future[Counters] | None) -> None:
                 failure_reason=f"cap_exceeded:{dimension}",
             )
         )
+    return parallel.start(store.attribute, session_id, counters, lifetime_seconds)
+
+
+def finish(mark: Future[bool] | None) -> None:
+    """Join the write of the `attributed` reading (its failure only means the next call's figures
+    start from an earlier reading: more in that row, nothing lost)."""
+    if mark is None:
+        return
+    try:
+        mark.result(timeout=FINISH_WAIT_SECONDS)
+    except Exception as exc:  # noqa: BLE001 — a record of figures, never a reason to fail the call
+        logger.warning("egress_attributed_unwritten", extra={"cause": type(exc).__name__})

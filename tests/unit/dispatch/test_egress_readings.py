@@ -61,13 +61,13 @@ def _turn(interpreter_id: str | None, session_id: str | None = "s1") -> Turn:
     )
 
 
-def _counters(session_id: str, **fields: Any) -> None:
-    """The counters item as the proxy writes it."""
-    item: dict[str, Any] = {**n.EGRESS.key(session_id, n.EGRESS_COUNTERS_ITEM)}
+def _counters(session_id: str, item_name: str = n.EGRESS_COUNTERS_ITEM, **fields: Any) -> None:
+    """The counters item as the proxy writes it (or `attributed`, as dispatch writes it)."""
+    item: dict[str, Any] = {**n.EGRESS.key(session_id, item_name)}
     for name in ("allowed", "denied", "bytes_out", "bytes_in"):
         item[name] = {"N": str(fields.get(name, 0))}
-    item["denied_hosts"] = {
-        "L": [{"M": {"host": {"S": h}, "seq": {"N": str(s)}}} for s, h in fields.get("hosts", [])]
+    item["denied_hosts"] = {  # a map by sequence number, as the proxy keeps it
+        "M": {str(s): {"M": {"host": {"S": h}, "seq": {"N": str(s)}}} for s, h in fields.get("hosts", [])}
     }
     if fields.get("cap"):
         item["cap_refused"] = {
@@ -95,7 +95,8 @@ def test_read_before_reads_only_the_turns_live_allowlist_session(
     parts: tuple[EgressStore, PreflightReader],
 ) -> None:
     store, reader = parts
-    _counters("s1", allowed=4, bytes_out=40)
+    _counters("s1", n.EGRESS_ATTRIBUTED_ITEM, allowed=4, bytes_out=40)
+    _counters("s1", allowed=9, bytes_out=90)  # what the proxy counted since: the call's
     # Given turns on the allowlist interpreter, on the public one, without a session
     on_allowlist = egress.read_before(store, reader, _done(_turn("sbx_alw")), _done(None))
     on_public = egress.read_before(store, reader, _done(_turn("sbx_pub")), _done(None))
@@ -127,7 +128,7 @@ def test_the_row_gets_the_difference_and_the_egress_cap_refuses_the_answer(
     outcome = _outcome()
     outcome.egress_baseline = Baseline("s1", Counters(allowed=2, denied=2, bytes_out=100, bytes_in=1000))
     # When the end reading goes out beside the artifacts and is settled
-    egress.settle(outcome, egress.start_after(store, outcome))
+    egress.finish(egress.settle(outcome, egress.start_after(store, outcome), store, 900))
     # Then the row's egress is the difference, and the answer is the cap refusal naming it
     assert outcome.egress == {
         "mode": "allowlist",
@@ -142,6 +143,20 @@ def test_the_row_gets_the_difference_and_the_egress_cap_refuses_the_answer(
     tomorrow = (datetime.now(UTC) + timedelta(days=1)).strftime("%Y-%m-%dT00:00:00Z")
     assert (body["dimension"], body["resets_at"]) == ("egress_daily_bytes", tomorrow)
     assert outcome.exit_status == "cap_exceeded"
+    # And the next call of the session starts where this row ended
+    assert store.attributed("s1") == Counters(
+        allowed=5, denied=3, bytes_out=500, bytes_in=7000, cap_refused=("egress_daily_bytes", 1)
+    )
+
+
+def test_attributed_never_moves_back(parts: tuple[EgressStore, PreflightReader]) -> None:
+    store, _ = parts
+    # Given a later reading recorded first (a call that read later but ended sooner)
+    assert store.attribute("s1", Counters(allowed=5, bytes_out=50), 900) is True
+    # When an earlier reading comes / Then it is refused, and a later one still lands
+    assert store.attribute("s1", Counters(allowed=4, bytes_out=60), 900) is False
+    assert store.attributed("s1") == Counters(allowed=5, bytes_out=50)
+    assert store.attribute("s1", Counters(allowed=6, bytes_out=70), 900) is True
 
 
 def test_a_public_call_reads_nothing_and_an_unreadable_end_leaves_zeros(
@@ -154,6 +169,6 @@ def test_a_public_call_reads_nothing_and_an_unreadable_end_leaves_zeros(
     outcome = _outcome()
     broken = EgressStore(table_name="no-such-table", ddb=aws.client("dynamodb"))
     # When settled / Then the call keeps its answer and its row says zeros
-    egress.settle(outcome, egress.start_after(broken, outcome))
+    assert egress.settle(outcome, egress.start_after(broken, outcome), broken, 900) is None
     assert outcome.egress is None and outcome.failure is None
     assert outcome.finish().audit_row(30)[n.AUDIT_ATTR_EGRESS]["allowed"] == 0

@@ -272,9 +272,12 @@ CONTINUATIONS = TableSpec(
 #   item "counters"          allowed, denied, bytes_out, bytes_in, the last denied hosts with their
 #                            sequence numbers, and cap_refused (a cap dimension that refused)
 #   item "conn#{at}#{n}"     one connection or request: host, port, decision, reason, bytes
+#   item "attributed"        the counters as far as the session's calls' audit rows took them
+#                            (written by dispatch after each call; the next call starts from it)
 EGRESS = TableSpec("sandbox_egress", pk="session_id", sk="item", ttl_attribute=TTL_ATTRIBUTE)
 EGRESS_CREDENTIAL_ITEM = "credential"
 EGRESS_COUNTERS_ITEM = "counters"
+EGRESS_ATTRIBUTED_ITEM = "attributed"
 EGRESS_CONNECTION_PREFIX = "conn#"
 # The credential item's attributes (written by the session runner, read and bound by the proxy).
 EGRESS_ATTR_TENANT = "tenant_id"

@@ -567,6 +567,11 @@ class LocalInterpreterServer:
     ) -> None:
         self.manager.register_interpreter(interpreter_id, network_mode, data)
 
+    def attach_egress(self, proxy: EgressProxy) -> None:
+        """The egress proxy VPC sessions started from now on reach (sessions.SessionManager)."""
+        self.egress_proxy = proxy
+        self.manager.attach_egress(proxy)
+
     def session(self, session_id: str) -> Session | None:
         """Introspection for the local stack and tests (state, termination reason, process)."""
         return self.manager.lookup(session_id)

@@ -217,16 +217,14 @@ class SessionManager:
                     f" run: {exc}"
                 ) from exc
         self._uids = uids or UidAllocator()
-        # VPC sessions reach the egress proxy, and only it (egress.py); without one they are refused.
-        self.egress_proxy = egress_proxy
-        self._egress_ca: str | None = None
-        if egress_proxy is not None and self.plan.strategy == "bwrap":
-            self._egress_ca = egress.install_ca_cert(
-                egress_proxy, tempfile.mkdtemp(prefix="lci-egress-", dir=base_dir)
-            )
         self.max_sessions = max_sessions
         self.base_dir = base_dir
         self._lock = threading.RLock()
+        # VPC sessions reach the egress proxy, and only it (egress.py); without one they are refused.
+        self.egress_proxy: egress.EgressProxy | None = None
+        self._egress_ca: str | None = None
+        if egress_proxy is not None:
+            self.attach_egress(egress_proxy)
         self._interpreters: dict[str, str] = {}
         # interpreter id -> what its sessions may read of the emulated S3 (s3relay.py)
         self._grants: dict[str, s3relay.DataGrant] = dict(data_grants or {})
@@ -247,6 +245,18 @@ class SessionManager:
         self._reap_interval = reap_interval
         self._reaper = threading.Thread(target=self._reap_loop, name="lci-reaper", daemon=True)
         self._reaper.start()
+
+    def attach_egress(self, proxy: egress.EgressProxy) -> None:
+        """Where VPC sessions started from now on reach the egress proxy (and its CA certificate);
+        a session already running keeps the relay it was given."""
+        ca = None
+        if self.plan.strategy == "bwrap":
+            ca = egress.install_ca_cert(proxy, tempfile.mkdtemp(prefix="lci-egress-", dir=self.base_dir))
+        with self._lock:
+            # a running session's bind mount keeps the file it was given, deleted or not
+            previous, self.egress_proxy, self._egress_ca = self._egress_ca, proxy, ca
+        if previous is not None:
+            shutil.rmtree(os.path.dirname(previous), ignore_errors=True)
 
     # --- interpreters ---------------------------------------------------------------------------
     def register_interpreter(

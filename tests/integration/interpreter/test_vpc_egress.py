@@ -257,7 +257,9 @@ def test_vpc_stop_closes_the_relayed_connections_and_bounds_them(
     assert wait_until(lambda: proxy.ended - before >= egress_relay.MAX_CONNECTIONS, timeout=30)
 
 
-def test_vpc_sessions_refused_without_the_egress_proxy() -> None:
+def test_vpc_sessions_refused_without_the_egress_proxy_and_start_once_it_is_attached(
+    proxy: StandInProxy, ca_cert: str
+) -> None:
     # Given a server with a VPC interpreter but no egress proxy
     with LocalInterpreterServer(interpreters={VPC_CI: "VPC"}) as srv:
         client = make_client(srv.endpoint)
@@ -265,13 +267,18 @@ def test_vpc_sessions_refused_without_the_egress_proxy() -> None:
         with pytest.raises(ClientError) as exc:
             _start(client)
         listed = client.list_code_interpreter_sessions(codeInterpreterIdentifier=VPC_CI)["items"]
-    # Then it is refused as isolation_unavailable, naming what is missing, and nothing started
+        # and again once the proxy is attached
+        srv.attach_egress(EgressProxy.parse(f"127.0.0.1:{proxy.port}", ca_cert))
+        reached = json.loads(invoke(client, VPC_CI, _start(client), _RELAY_PEER)[0]["stdout"])["relay"]
+    # Then the first is refused as isolation_unavailable, naming what is missing, and nothing
+    # started; the second reaches the proxy
     error = exc.value.response["Error"]
     assert error["Code"] == "AccessDeniedException"
     assert error["Message"].startswith(
         f"{naming.REASON_ISOLATION_UNAVAILABLE}: VPC sessions need the egress proxy"
     )
     assert listed == []
+    assert reached.startswith("peer=127.77.")
 
 
 def test_vpc_sessions_refused_when_sessions_run_unisolated(

@@ -26,7 +26,7 @@ from typing import Any
 
 from sandbox_common import dimensions, messages
 from sandbox_common import naming as n
-from sandbox_common.egress_usage import Baseline
+from sandbox_common.egress_usage import Baseline, Counters
 from sandbox_common.errors import (
     SandboxCapExceeded,
     SandboxError,
@@ -66,7 +66,7 @@ _SESSION_START_WAIT_SECONDS = 90
 # What answering needs after the code: audit write (with retries), output logs, a session stop.
 ANSWER_MARGIN_SECONDS = 15
 # Hands the call's audit row to its idempotency completion (idempotency.CompletionRows.hand).
-RowHandOff = Callable[[dict[str, Any]], None]
+RowHandOff = Callable[..., None]  # (row) or (row, extra transaction items)
 
 
 @dataclass(frozen=True)
@@ -372,20 +372,23 @@ class Steps:
     # --- files ----------------------------------------------------------------------------------
     def collect(
         self, outcome: Outcome, pf: Preflight, runner: SessionRunner, exit_status: str
-    ) -> Future[bool] | None:
+    ) -> Counters | None:
         """§14.2: new/changed outputs/ files and open figures, after any outcome but timeout; an
-        allowlist session's egress counters are read beside them (dispatch.sessions.egress).
-        Returns the write of that reading, to join after the record (`egress.finish`)."""
+        allowlist session's egress counters are read beside them (dispatch.sessions.egress), the
+        call's figures and the egress cap's refusal made from them. Returns that reading, for
+        the record to carry (`egress_items`)."""
         after = egress.start_after(self.parts.egress, outcome)
         try:
             self._artifacts(outcome, pf, runner, exit_status)
         finally:
-            mark = self.egress_settle(outcome, after)
-        return mark
+            reading = egress.settle(outcome, after)
+        return reading
 
-    def egress_settle(self, outcome: Outcome, after: Future[Any] | None) -> Future[bool] | None:
-        """An allowlist call's egress figures and the egress cap's refusal (dispatch.sessions.egress)."""
-        return egress.settle(outcome, after, self.parts.egress, self.settings.session_timeout_seconds)
+    def egress_items(self, outcome: Outcome, reading: Counters | None) -> list[dict[str, Any]]:
+        """The end reading as the session's `attributed`, riding the record's transaction."""
+        return egress.attributed_items(
+            self.parts.egress, outcome, reading, self.settings.session_timeout_seconds
+        )
 
     def _artifacts(self, outcome: Outcome, pf: Preflight, runner: SessionRunner, exit_status: str) -> None:
         req = outcome.request
@@ -402,9 +405,12 @@ class Steps:
             )
 
     # --- record: audit row, logs, metrics -------------------------------------------------------
-    def record(self, outcome: Outcome, beside: RowHandOff | None = None) -> None:
+    def record(
+        self, outcome: Outcome, beside: RowHandOff | None = None, extra: list[dict[str, Any]] | None = None
+    ) -> None:
         """The call's one audit row. With `beside` it is not written here: it is handed to the
-        idempotency completion, which writes it in the same transaction."""
+        idempotency completion, which writes it in the same transaction, with `extra` items (an
+        allowlist call's egress reading; `egress_items`)."""
         # Every row carries its price: the SSM price when the code ran, else 0; the cost metric
         # reports the same value.
         outcome.estimated_cost_usd = self.parts.accounting.cost(outcome.ran_code)
@@ -413,6 +419,8 @@ class Steps:
         outcome.emit_metrics(lambda: outcome.estimated_cost_usd)
         if beside is None:
             self.parts.audit_writer.write(row)
+        elif extra:
+            beside(row, extra)
         else:
             beside(row)
 
@@ -437,10 +445,10 @@ class Steps:
         result = tools.finished_result(outcome, finished)
         outcome.ran(result, result.failure() if result.error else None)
         if pf is not None and runner is not None and not result.session_stopped:  # a stopped one has none
-            mark = self.collect(outcome, pf, runner, result.exit_status)
+            reading = self.collect(outcome, pf, runner, result.exit_status)
         else:  # no artifacts to collect; what the session sent is still the call's
-            mark = self.egress_settle(outcome, egress.start_after(self.parts.egress, outcome))
-        egress.finish(mark)
+            reading = egress.settle(outcome, egress.start_after(self.parts.egress, outcome))
+        egress.attribute_now(self.parts.egress, outcome, reading, self.settings.session_timeout_seconds)
         if result.session_stopped and turn is not None and outcome.session_id:
             try:
                 # the turn stops pointing at it and its session slot is freed (§16.2)
@@ -581,8 +589,7 @@ def _call(steps: Steps, req: ExecuteCodeRequest, attempt: Attempt) -> dict[str, 
     except tools.ToolCallPaused as paused:  # counted, no audit row until it ends
         return paused.response
     call.render(outcome)  # session_source, events / retries (§16.1, §16.6)
-    steps.record(outcome.finish(), attempt.beside)
-    egress.finish(call.egress_mark)  # sent beside the record
+    steps.record(outcome.finish(), attempt.beside, steps.egress_items(outcome, call.egress_reading))
     return outcome.response()
 
 
@@ -601,7 +608,7 @@ def _run_steps(
         outcome.egress_baseline = attempt.egress_baseline()  # joined before the code runs
         result = steps.run(req, outcome, turn, pf, runner, call, attempt.budget)
     outcome.ran(result, result.failure() if result.error else None)
-    call.egress_mark = steps.collect(outcome, pf, runner, result.exit_status)
+    call.egress_reading = steps.collect(outcome, pf, runner, result.exit_status)
     if result.session_stopped:  # timeout: the runner stopped it; the next call starts fresh
         steps.parts.sessions.stopped(call, turn.tenant_id, turn.turn_id, str(outcome.session_id))
 

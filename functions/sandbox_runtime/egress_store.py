@@ -107,16 +107,21 @@ class EgressStore:
         """The counters the session's calls' rows have taken (zero before its first call ended)."""
         return self._read(session_id, n.EGRESS_ATTRIBUTED_ITEM)
 
-    def attribute(self, session_id: str, counters: Counters, lifetime_seconds: int) -> bool:
-        """Record that rows have taken the session's counters up to `counters`; never moves back
-        (a call that read earlier and ends later leaves a later reading in place). False when a
-        later reading was there already. Raises EgressStoreUnavailable."""
-        from botocore.exceptions import BotoCoreError, ClientError
+    def attribute_put(self, session_id: str, counters: Counters, lifetime_seconds: int) -> dict[str, Any]:
+        """The same record as a TransactWriteItems Put, unconditional: it rides a call's record
+        transaction, which no condition of its own may cancel (two calls of one turn ending out of
+        order can leave the earlier reading: the next row then counts a little twice, never less)."""
+        return {
+            "Put": {
+                "TableName": self.table_name,
+                "Item": self._attributed_item(session_id, counters, lifetime_seconds),
+            }
+        }
 
-        values = {f: getattr(counters, f) for f in FIELDS}
+    def _attributed_item(self, session_id: str, counters: Counters, lifetime_seconds: int) -> dict[str, Any]:
         item = {
             **n.EGRESS.key(session_id, n.EGRESS_ATTRIBUTED_ITEM),
-            **{f: {"N": str(v)} for f, v in values.items()},
+            **{f: {"N": str(getattr(counters, f))} for f in FIELDS},
             n.TTL_ATTRIBUTE: {
                 "N": str(int(self.clock()) + lifetime_seconds + CREDENTIAL_EXPIRY_MARGIN_SECONDS)
             },
@@ -128,6 +133,16 @@ class EgressStore:
                     "count": {"N": str(counters.cap_refused[1])},
                 }
             }
+        return item
+
+    def attribute(self, session_id: str, counters: Counters, lifetime_seconds: int) -> bool:
+        """Record that rows have taken the session's counters up to `counters`; never moves back
+        (a call that read earlier and ends later leaves a later reading in place). False when a
+        later reading was there already. Raises EgressStoreUnavailable."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        values = {f: getattr(counters, f) for f in FIELDS}
+        item = self._attributed_item(session_id, counters, lifetime_seconds)
         names = {f"#f{i}": f for i, f in enumerate(FIELDS)}
         condition = (
             "attribute_not_exists(#pk) OR ("

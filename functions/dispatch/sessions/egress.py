@@ -9,8 +9,8 @@ difference between two readings, placed so that the call gets no deeper:
   calls' rows took them — in parallel with the quota hop, which is as deep; it is joined right
   before the code runs (`baseline`);
 - `start_after`, one GetItem of `counters`, sent beside the artifact helper once the code has
-  answered and joined after it; the reading is then written as `attributed` (`settle`), sent
-  beside the call's record and joined after it (`finish`).
+  answered and joined after it; the reading is then written as `attributed` inside the call's
+  record transaction (`attributed_items`): no request of its own.
 Why `attributed` and not a fresh reading at the start: the proxy adds allowed requests and bytes
 about once a second, so the end reading can miss a call's last moments; starting the next call
 from what the rows took puts those bytes in the next row instead of in none.
@@ -39,8 +39,6 @@ from sandbox_runtime.preflight import PreflightReader
 
 from dispatch import parallel
 from dispatch.turns.store import Turn
-
-FINISH_WAIT_SECONDS = 10
 
 
 def read_before(
@@ -83,12 +81,10 @@ def start_after(store: EgressStore | None, outcome: Outcome) -> Future[Counters]
     return parallel.start(store.counters, str(outcome.session_id))
 
 
-def settle(
-    outcome: Outcome, after: Future[Counters] | None, store: EgressStore | None, lifetime_seconds: int
-) -> Future[bool] | None:
+def settle(outcome: Outcome, after: Future[Counters] | None) -> Counters | None:
     """The call's `egress` from the two readings, and the cap refusal when the proxy recorded one;
-    returns the write of the end reading as the session's `attributed` (join it with `finish`)."""
-    if after is None or store is None:
+    returns the end reading, which the call's record carries as the session's `attributed`."""
+    if after is None:
         return None
     try:
         counters = after.result()
@@ -108,15 +104,28 @@ def settle(
                 failure_reason=f"cap_exceeded:{dimension}",
             )
         )
-    return parallel.start(store.attribute, session_id, counters, lifetime_seconds)
+    return counters
 
 
-def finish(mark: Future[bool] | None) -> None:
-    """Join the write of the `attributed` reading (its failure only means the next call's figures
-    start from an earlier reading: more in that row, nothing lost)."""
-    if mark is None:
+def attributed_items(
+    store: EgressStore | None, outcome: Outcome, reading: Counters | None, lifetime_seconds: int
+) -> list[dict[str, Any]]:
+    """The end reading as the session's `attributed` item, a Put that rides the call's record
+    transaction (idempotency completion + audit row): no request of its own. If that transaction
+    does not go out, the write is dropped and the next call's figures start from an earlier
+    reading: more in that row, nothing lost."""
+    if store is None or reading is None or not outcome.session_id:
+        return []
+    return [store.attribute_put(str(outcome.session_id), reading, lifetime_seconds)]
+
+
+def attribute_now(
+    store: EgressStore | None, outcome: Outcome, reading: Counters | None, lifetime_seconds: int
+) -> None:
+    """The same write on its own, for a call whose record has no transaction (a paused call's end)."""
+    if store is None or reading is None or not outcome.session_id:
         return
     try:
-        mark.result(timeout=FINISH_WAIT_SECONDS)
-    except Exception as exc:  # noqa: BLE001 — a record of figures, never a reason to fail the call
-        logger.warning("egress_attributed_unwritten", extra={"cause": type(exc).__name__})
+        store.attribute(str(outcome.session_id), reading, lifetime_seconds)
+    except EgressStoreUnavailable as exc:
+        logger.warning("egress_attributed_unwritten", extra={"failure_reason": exc.reason})

@@ -128,7 +128,9 @@ def test_the_row_gets_the_difference_and_the_egress_cap_refuses_the_answer(
     outcome = _outcome()
     outcome.egress_baseline = Baseline("s1", Counters(allowed=2, denied=2, bytes_out=100, bytes_in=1000))
     # When the end reading goes out beside the artifacts and is settled
-    egress.finish(egress.settle(outcome, egress.start_after(store, outcome), store, 900))
+    reading = egress.settle(outcome, egress.start_after(store, outcome))
+    for item in egress.attributed_items(store, outcome, reading, 900):  # what the record carries
+        aws.client("dynamodb").put_item(**item["Put"])
     # Then the row's egress is the difference, and the answer is the cap refusal naming it
     assert outcome.egress == {
         "mode": "allowlist",
@@ -169,6 +171,7 @@ def test_a_public_call_reads_nothing_and_an_unreadable_end_leaves_zeros(
     outcome = _outcome()
     broken = EgressStore(table_name="no-such-table", ddb=aws.client("dynamodb"))
     # When settled / Then the call keeps its answer and its row says zeros
-    assert egress.settle(outcome, egress.start_after(broken, outcome), broken, 900) is None
+    assert egress.settle(outcome, egress.start_after(broken, outcome)) is None
+    assert egress.attributed_items(broken, outcome, None, 900) == []
     assert outcome.egress is None and outcome.failure is None
     assert outcome.finish().audit_row(30)[n.AUDIT_ATTR_EGRESS]["allowed"] == 0

@@ -115,8 +115,14 @@ class EgressAddon:
         if state is None:
             flow.response = refusal(Denied(checks.TOO_MANY_CONNECTIONS, 429))
             return
+        request = flow.request
         denied = await self.engine.open_tunnel(
-            state, flow.request.host, flow.request.port, flow.request.headers.get("Proxy-Authorization")
+            state,
+            request.host,
+            request.port,
+            request.headers.get("Proxy-Authorization"),
+            checks.head_size(request.method, request.authority, request.headers.fields),
+            request.http_version,
         )
         if denied is not None:
             flow.response = refusal(denied, flow.request.host)
@@ -154,6 +160,7 @@ class EgressAddon:
             upgrade=request.headers.get("Upgrade"),
             head_bytes=checks.head_size(request.method, request.path, request.headers.fields),
             sni=flow.client_conn.sni,
+            http_version=request.http_version,
         )
         answer = await self.engine.admit_request(state, view)
         if answer.denied is not None:

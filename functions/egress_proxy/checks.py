@@ -21,6 +21,7 @@ CREDENTIAL_UNBOUND = "credential_unbound"  # used before the session bound it to
 WRONG_SOURCE = "wrong_source"  # used from another address than the one it is bound to
 BIND_CONFLICT = "bind_conflict"  # a bind from another address than the one already bound
 BAD_HOST = "bad_host"
+BAD_REQUEST = "bad_request"  # an HTTP version or request line the proxy does not speak
 USERINFO = "userinfo"
 IP_LITERAL = "ip_literal"
 NOT_ALLOWED = "not_allowed"
@@ -45,6 +46,7 @@ NOT_HTTP = "not_http"  # a tunnel that carried something other than HTTP
 RESPONSE_NOT_SCRUBBABLE = "response_not_scrubbable"
 
 MAX_HEAD_BYTES = 32 * 1024  # a request's line and headers, together
+HTTP_VERSIONS = frozenset({"HTTP/1.0", "HTTP/1.1", "HTTP/2.0"})
 MAX_HOST_CHARS = 253
 _HOST_RE = re.compile(r"^(?=.{1,253}$)(?!-)[a-z0-9-]{1,63}(?<!-)(\.(?!-)[a-z0-9-]{1,63}(?<!-))+$")
 
@@ -141,7 +143,7 @@ def first_public(addresses: Iterable[str]) -> tuple[str | None, str | None]:
 
 def head_size(method: str, target: str, headers: Iterable[tuple[bytes, bytes]]) -> int:
     """The bytes of a request's line and headers as HTTP/1 writes them."""
-    size = len(method) + len(target) + len(" HTTP/1.1\r\n") + 2
+    size = len(method) + 1 + len(target) + len(" HTTP/1.1\r\n") + 2
     for name, value in headers:
         size += len(name) + len(value) + 4
     return size

@@ -62,6 +62,9 @@ class ProxyConfig:
     idle_timeout: int = 60
     max_scrubbed_body: int = 32 * 1024 * 1024  # a credential host's response, buffered to be scrubbed
     ca_from_secrets: bool = False  # write the stage's CA from Secrets Manager into confdir first
+    # Fixed answers for names (tests of the local stack): checked like any DNS answer, so a name
+    # whose answer is loopback, private or link-local is refused as it would be from DNS.
+    resolve: dict[str, str] = field(default_factory=dict)
     routes_by_host: dict[str, Route] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -91,6 +94,22 @@ def parse_routes(text: str) -> tuple[Route, ...]:
     return tuple(routes)
 
 
+def parse_resolve(text: str) -> dict[str, str]:
+    """`name=ADDRESS[,...]`; ValueError naming the bad entry."""
+    answers: dict[str, str] = {}
+    for entry in filter(None, (e.strip() for e in text.split(","))):
+        name, sep, address = entry.partition("=")
+        try:
+            host = checks.check_host(name)
+            ipaddress.ip_address(address)
+        except (checks.HostRefused, ValueError):
+            raise ValueError(f"resolve {entry!r}: expected name=ADDRESS") from None
+        if not sep:
+            raise ValueError(f"resolve {entry!r}: expected name=ADDRESS")
+        answers[host] = address
+    return answers
+
+
 def parse_index_url(url: str, codeartifact: str | None) -> IndexSettings:
     parsed = urllib.parse.urlsplit(url)
     if parsed.scheme != "https" or not parsed.hostname or parsed.username or parsed.query:
@@ -116,6 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tenants-table", required=True)
     parser.add_argument("--routes", default="", help="name=127.0.0.1:PORT[,...] (local stack only)")
     parser.add_argument("--route-ca", help="PEM verifying routed servers (added to the default trust)")
+    parser.add_argument(
+        "--resolve", default="", help="name=ADDRESS[,...]: fixed answers, checked like DNS answers (tests)"
+    )
     parser.add_argument("--index-url", help="the stage's package index, https://HOST/PATH/simple/")
     parser.add_argument("--codeartifact", help="DOMAIN:ACCOUNT whose token the proxy adds to index requests")
     parser.add_argument("--cache-seconds", type=int, default=DEFAULT_CACHE_SECONDS)
@@ -136,6 +158,7 @@ def from_args(argv: Sequence[str] | None = None) -> ProxyConfig:
     opts = parser.parse_args(argv)
     try:
         routes = parse_routes(opts.routes)
+        resolve = parse_resolve(opts.resolve)
         index = parse_index_url(opts.index_url, opts.codeartifact) if opts.index_url else None
     except ValueError as exc:
         parser.error(str(exc))
@@ -158,6 +181,7 @@ def from_args(argv: Sequence[str] | None = None) -> ProxyConfig:
         handshake_timeout=opts.handshake_timeout,
         idle_timeout=opts.idle_timeout,
         ca_from_secrets=opts.ca_from_secrets,
+        resolve=resolve,
     )
 
 

@@ -118,6 +118,7 @@ class RequestView:
     upgrade: str | None
     head_bytes: int
     sni: str | None = None
+    http_version: str = "HTTP/1.1"
 
 
 @dataclass
@@ -222,7 +223,8 @@ class Engine:
         """A credential that admits nothing: 407, logged and counted in the metric (by tenant when
         the credential is known), never on the session's counters (the caller is not it)."""
         self._log_denial(credential, "", 0, reason, peer)
-        return Denied(reason, 407)
+        # a bind from another address than the bound one conflicts; anything else asks for a credential
+        return Denied(reason, 409 if reason == checks.BIND_CONFLICT else 407)
 
     async def recheck(self, state: ClientState) -> Denied | None:
         """An open tunnel's credential, again (cached seconds): revoked or expired ends it."""
@@ -334,9 +336,21 @@ class Engine:
 
     # --- CONNECT -----------------------------------------------------------------------------
     async def open_tunnel(
-        self, state: ClientState, raw_host: str, port: int, header: str | None
+        self,
+        state: ClientState,
+        raw_host: str,
+        port: int,
+        header: str | None,
+        head_bytes: int = 0,
+        http_version: str = "HTTP/1.1",
     ) -> Denied | None:
         state.heads += 1
+        if http_version not in ("HTTP/1.0", "HTTP/1.1"):
+            self._log_denial(None, raw_host, port, checks.BAD_REQUEST, state.peer, http_version)
+            return Denied(checks.BAD_REQUEST, 400)
+        if head_bytes > checks.MAX_HEAD_BYTES:
+            self._log_denial(None, raw_host, port, checks.HEADERS_TOO_LARGE, state.peer)
+            return Denied(checks.HEADERS_TOO_LARGE, 431)
         try:
             host = checks.check_host(raw_host)
         except checks.HostRefused as exc:
@@ -390,6 +404,8 @@ class Engine:
     # --- requests ----------------------------------------------------------------------------
     async def admit_request(self, state: ClientState, req: RequestView) -> Answer:
         state.heads += 1
+        if req.http_version not in checks.HTTP_VERSIONS:
+            return await self._refuse_request(state, req, Denied(checks.BAD_REQUEST, 400))
         if req.head_bytes > checks.MAX_HEAD_BYTES:
             return await self._refuse_request(state, req, Denied(checks.HEADERS_TOO_LARGE, 431))
         if state.tunnel is None:  # plain HTTP through the proxy: this request carries the credential
@@ -543,6 +559,9 @@ class Engine:
         return chosen, port
 
     async def _resolve(self, host: str, port: int) -> list[str]:
+        fixed = self.config.resolve.get(host)
+        if fixed is not None:
+            return [fixed]
         if self._resolver is not None:
             return list(await self._resolver(host, port))
         infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)

@@ -127,6 +127,7 @@ class AlarmThresholds(_Model):
     session_stop_failures: int = Field(default=1, ge=1)
     sessions_reaped: int = Field(default=10, ge=1)  # leaked sessions stopped by the reaper per 5 min
     turn_token_rejected: int = Field(default=20, ge=1)  # turn-token refusals per 5 min (a spike)
+    egress_denied_burst: int = Field(default=20, ge=1)  # egress proxy refusals per 5 min, all tenants
 
 
 class StageConfig(_Model):

@@ -315,8 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     directory = Path(tempfile.mkdtemp(prefix="sandbox-demo-"))
     print("== execute_code demo on the local stack ==")
     print(
-        "Starting moto (DynamoDB, SSM, SQS, ...), the local AgentCore Code Interpreter and the Lambda"
-        " emulator..."
+        "Starting moto (DynamoDB, SSM, SQS, ...), the local AgentCore Code Interpreter, the Lambda"
+        " emulator and the egress proxy with its package index..."
     )
     started = time.monotonic()
     problems: list[str] = []

@@ -52,6 +52,7 @@ def python_path() -> str:
 class TestRoutes:
     routes: str  # as the proxy's --routes takes them ("" = none)
     ca_pem: str  # "" = none
+    resolve: str = ""  # as the proxy's --resolve takes them ("" = none)
 
 
 def read_test_routes(environ: dict[str, str] | os._Environ[str] = os.environ) -> TestRoutes:
@@ -77,7 +78,12 @@ def read_test_routes(environ: dict[str, str] | os._Environ[str] = os.environ) ->
             raise LocalStackError(f"{n.ENV_EGRESS_TEST_CA}: cannot read {ca_path}: {exc}") from None
         if "BEGIN CERTIFICATE" not in ca_pem or "PRIVATE KEY" in ca_pem:
             raise LocalStackError(f"{n.ENV_EGRESS_TEST_CA}: {ca_path} is not a certificate-only PEM file")
-    return TestRoutes(routes, ca_pem)
+    resolve = environ.get(n.ENV_EGRESS_TEST_RESOLVE, "").strip()
+    for entry in filter(None, (e.strip() for e in resolve.split(","))):
+        name, sep, address = entry.partition("=")
+        if not sep or not name or not address:
+            raise LocalStackError(f"{n.ENV_EGRESS_TEST_RESOLVE}: {entry!r} is not name=ADDRESS")
+    return TestRoutes(routes, ca_pem, resolve)
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,7 @@ class EgressPlan:
     index_key: Path
     route_ca: Path
     routes: str
+    resolve: str = ""
 
     @property
     def proxy_address(self) -> str:
@@ -160,6 +167,7 @@ def prepare(directory: Path, *, proxy_port: int, index_port: int, test: TestRout
         index_key=index_key,
         route_ca=route_ca,
         routes=routes,
+        resolve=test.resolve,
     )
 
 
@@ -187,6 +195,7 @@ def proxy_argv(plan: EgressPlan, stage: str, tables: dict[str, str]) -> list[str
         str(plan.route_ca),
         "--index-url",
         n.LOCAL_PACKAGE_INDEX_URL,
+        *(["--resolve", plan.resolve] if plan.resolve else []),
     ]
 
 

@@ -12,7 +12,7 @@ from sandbox_common import dimensions
 from sandbox_common import naming as n
 
 from infra.local.state import LocalStackError
-from infra.sandboxctl import render, sessions_cli
+from infra.sandboxctl import egress_cli, render, sessions_cli
 from infra.sandboxctl.errors import EXIT_FAILURE, EXIT_OK, CtlError
 
 
@@ -42,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
         "warm": sessions_cli.run_warm,
         "sessions": sessions_cli.run_sessions,
         "usage": _usage,
+        "egress": egress_cli.run_egress,
+        "secrets": egress_cli.run_secrets,
     }[args.command]
     return handler(args, target)
 

@@ -219,11 +219,12 @@ def build_parser() -> argparse.ArgumentParser:
     pilot.add_argument(
         "--cap-wait", type=int, default=90, help="seconds to wait for a cap change to apply (caches ≤ 60 s)"
     )
-    from infra.sandboxctl import sessions_cli  # argparse only: as cheap as this module
+    from infra.sandboxctl import egress_cli, sessions_cli  # argparse only: as cheap as this module
 
     sessions_cli.add_commands(
         commands, late, tenant_id=_tenant_id, non_negative=_non_negative_int, request_id=_request_id
     )
+    egress_cli.add_commands(commands, late, tenant_id=_tenant_id, request_id=_request_id)
     _add_usage_and_mcp(commands, late)
     return parser
 

@@ -41,7 +41,8 @@ def test_local_up_twice_is_idempotent(cli_env: dict[str, str]) -> None:
     # Then nothing was started and the same processes and endpoints are reported
     assert again["started"] is False
     assert again["pids"] == {k: v["pid"] for k, v in before["processes"].items()}
-    assert before["running"] is True and set(again["endpoints"]) == {"moto", "interpreter", "lambda"}
+    assert before["running"] is True
+    assert set(again["endpoints"]) == {"moto", "interpreter", "lambda", "egress", "index"}
 
 
 def test_local_up_names_the_dispatch_function_beside_the_endpoints(cli_env: dict[str, str]) -> None:
@@ -124,6 +125,7 @@ def test_caps_get_shows_configured_defaults(cli_env: dict[str, str]) -> None:
         "agent_hourly": 100,
         "tenant_sessions": 20,
         "global_sessions": 200,
+        "egress_daily_bytes": 1 << 30,
     }
 
 
@@ -141,6 +143,7 @@ def test_caps_set_tenant_override_is_read_back_and_unset(cli_env: dict[str, str]
         "agent_hourly": 7,
         "tenant_sessions": 20,
         "global_sessions": 200,
+        "egress_daily_bytes": 1 << 30,
     }
     assert caps["global"]["agent_hourly"] == 100
     # and unset restores the global value

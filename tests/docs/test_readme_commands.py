@@ -124,6 +124,10 @@ def _check_operate(out: str, runs: list[str]) -> None:
         "globex: enable: {'sandbox_enabled': False",
         "usage of tenant acme",
         "STARTED_AT",
+        "thinkwork/local/tenants/acme/crm-token",
+        "applies it within 60 s",
+        "allow: api.example.com ports 443 credential Authorization: Bearer {secret:crm-token}",
+        "packages: sandbox-hello",
     ):
         assert expected in out, (expected, out)
     assert re.search(r"^tenant_daily +acme +\d{4}-\d\d-\d\d +\d+ +1000 ", out, re.M), out

@@ -40,3 +40,24 @@ def test_session_runtime_pins_the_projects_aws_sdk() -> None:
     sdk = ("boto3", "botocore", "s3transfer", "jmespath", "python-dateutil", "urllib3", "six")
     # Then the SDK and its dependencies are there, at the versions the project itself runs
     assert {k: session.get(k) for k in sdk} == {k: project[k] for k in sdk}
+
+
+def test_egress_proxy_pins_mitmproxy_as_the_project_does() -> None:
+    # Given the egress proxy's requirements (its venv, its image) and the project's constraints
+    egress = _pins((REPO / "functions/egress_proxy/requirements.txt").read_text().splitlines())
+    project = _pins((REPO / "constraints.txt").read_text().splitlines())
+    # Then the engine is pinned once, to one version, and the shared AWS SDK pins agree
+    assert egress["mitmproxy"] == project["mitmproxy"]
+    assert {k: egress[k] for k in ("boto3", "botocore", "aws_lambda_powertools", "pydantic")} == {
+        "boto3": project["boto3"],
+        "botocore": project["botocore"],
+        "aws_lambda_powertools": project["aws_lambda_powertools"],
+        "pydantic": project["pydantic"],
+    }
+    # And every line is an exact pin (installed with --no-deps)
+    lines = [
+        line
+        for line in (REPO / "functions/egress_proxy/requirements.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
+    assert all(re.match(r"^[A-Za-z0-9_.-]+==\S+$", line) for line in lines)

@@ -724,6 +724,8 @@ DOMAIN_FIELDS = {
     "job_id",  # background jobs: job_ended lines of dispatch and the reaper
     "ended",
     "failed",  # dispatch's sweep_paused_calls line
+    "host",  # the egress proxy's egress_denied lines (with reason, source, session and tenant)
+    "port",
 }
 INSIGHTS_COMMANDS = {"fields", "filter", "stats", "sort", "limit", "display", "parse", "dedup"}
 INSIGHTS_FUNCTIONS = {

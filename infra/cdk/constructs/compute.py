@@ -39,6 +39,11 @@ SHARED_PACKAGES: dict[str, tuple[str, ...]] = {
     n.REAPER: (n.SHARED_RUNTIME_PACKAGE,),
 }
 
+# What the session runner does to the egress table (functions/sandbox_runtime): put a credential,
+# set its `revoked_at`, read the `counters` item. The proxy's own role (the egress construct) is the
+# only one that writes counters and connections.
+EGRESS_SESSION_ACTIONS: tuple[str, ...] = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
+
 _RETENTION: dict[int, logs.RetentionDays] = {
     1: logs.RetentionDays.ONE_DAY,
     3: logs.RetentionDays.THREE_DAYS,
@@ -291,6 +296,9 @@ class ComputeConstruct(Construct):
                 n.IDEMPOTENCY,
                 ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"],
             ),
+            # an allowlist session's proxy credential: issued (conditional put) when its session
+            # starts, revoked when it stops, and its counters read around each call
+            ("EgressCredentials", n.EGRESS, list(EGRESS_SESSION_ACTIONS)),
         ):
             role.add_to_policy(
                 iam.PolicyStatement(sid=sid, actions=actions, resources=[tables[spec.logical].table_arn])
@@ -439,6 +447,15 @@ class ComputeConstruct(Construct):
                 sid="ReadTurns",
                 actions=["dynamodb:GetItem"],
                 resources=[tables[n.TURNS.logical].table_arn],
+            )
+        )
+        # Sessions the reaper starts (warm pools) or stops: their egress credentials, and the
+        # counters a job's end reads for its row.
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="EgressCredentials",
+                actions=list(EGRESS_SESSION_ACTIONS),
+                resources=[tables[n.EGRESS.logical].table_arn],
             )
         )
         # The kill switch (§22): a disabled tenant's jobs are cancelled and its warm pool emptied;

@@ -376,6 +376,16 @@ class ObservabilityConstruct(Construct):
             sandbox_metric(n.METRIC_TURN_TOKEN_REJECTED),
             th.turn_token_rejected,
         )
+        # the egress proxy refused a burst of connections or requests (metric by tenant says whose)
+        self._alarm(
+            n.Alarm.EGRESS_DENIED_BURST,
+            f"The egress proxy refused {th.egress_denied_burst}+ connections or requests in 5 minutes:"
+            " possible exfiltration attempt (code trying hosts its policy does not allow) or a policy"
+            " missing a host. SandboxEgressDenied by tenant_id and the proxy's egress_denied log lines"
+            " say whose and what.",
+            sandbox_metric(n.METRIC_EGRESS_DENIED),
+            th.egress_denied_burst,
+        )
         # a tenant's estimated spend crossed its daily budget (reported, never refused)
         self._alarm(
             n.Alarm.DAILY_BUDGET_CROSSED,

@@ -43,16 +43,26 @@ def _environ(pid: int) -> dict[str, str]:
     return dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
 
 
-def test_up_starts_three_detached_components(state: LocalState) -> None:
+def test_up_starts_five_detached_components(state: LocalState) -> None:
     # Given a started stack
     # When its status is read
     status = stack.status(state.directory)
-    # Then moto, the interpreter and the Lambda emulator run, each leading its own process group
+    # Then moto, the interpreter, the Lambda emulator, the egress proxy and the package index run,
+    # each leading its own process group
     assert status["running"] is True
-    assert set(status["processes"]) == {"moto", "interpreter", "lambda"}
+    assert set(status["processes"]) == {"moto", "interpreter", "lambda", "egress", "index"}
     for proc in status["processes"].values():
         assert proc["alive"] and os.getpgid(proc["pid"]) == proc["pid"]
-        assert proc["endpoint"].startswith("http://127.0.0.1:")
+        assert proc["endpoint"].startswith(("http://127.0.0.1:", "https://127.0.0.1:"))
+    # and the interpreter was given the proxy and the CA certificate (never its key) it records
+    egress = status["egress"]
+    interpreter = status["processes"]["interpreter"]["argv"]
+    assert interpreter[interpreter.index("--egress-proxy") + 1] == egress["proxy"]
+    assert interpreter[interpreter.index("--egress-ca-cert") + 1] == egress["ca_cert"]
+    pem = Path(egress["ca_cert"]).read_text()
+    assert "BEGIN CERTIFICATE" in pem and "PRIVATE KEY" not in pem
+    assert (Path(egress["ca_cert"]).stat().st_mode & 0o777) == 0o644
+    assert (state.directory / "egress").stat().st_mode & 0o777 == 0o700
 
 
 def test_up_is_idempotent(state: LocalState) -> None:
@@ -230,7 +240,7 @@ def test_up_restarts_dead_parts_keeping_state_and_down_leaves_no_process_behind(
     # When it is brought down
     result = stack.down(tmp_path)
     # Then every process it started (also those outside its process groups) is gone, and the state file too
-    assert {s["component"] for s in result["stopped"]} == {"moto", "interpreter", "lambda"}
+    assert {s["component"] for s in result["stopped"]} == set(stack.COMPONENTS)
     assert all(stack.group_members(g) == [] for g in pgids)
     assert [p for p in everything if pid_alive(p)] == []
     assert read_state(tmp_path) is None

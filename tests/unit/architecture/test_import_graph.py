@@ -446,6 +446,42 @@ VIOLATIONS = [
         "infra.demo.a (Demo) imports tests.support.stack (Tests)",
     ),
     (
+        "the egress proxy never imports a Lambda",
+        "egress_proxy/a.py",
+        "from dispatch.handler import handler\n",
+        "egress_proxy.a (Egress) imports dispatch.handler.handler (Lambda dispatch)",
+    ),
+    (
+        "the egress proxy never imports the local stack",
+        "egress_proxy/a.py",
+        "def f():\n    from infra.local import stack\n",
+        "egress_proxy.a (Egress) imports infra.local.stack (Local)",
+    ),
+    (
+        "the egress proxy never imports the CLI",
+        "egress_proxy/a.py",
+        "import infra.sandboxctl.ops\n",
+        "egress_proxy.a (Egress) imports infra.sandboxctl.ops (CLI)",
+    ),
+    (
+        "the egress proxy never imports the client",
+        "egress_proxy/a.py",
+        "from sandbox_client import turn\n",
+        "egress_proxy.a (Egress) imports sandbox_client.turn (Client)",
+    ),
+    (
+        "the egress proxy imports only the third-party packages its requirements pin",
+        "egress_proxy/a.py",
+        "import requests\n",
+        "egress_proxy.a (Egress) imports requests: third-party, not declared",
+    ),
+    (
+        "a Lambda never imports the egress proxy",
+        "dispatch/a.py",
+        "from egress_proxy import engine\n",
+        "dispatch.a (Lambda dispatch) imports egress_proxy.engine (Egress)",
+    ),
+    (
         "every module belongs to a part",
         "functions_extra/a.py",
         "",
@@ -478,6 +514,7 @@ def test_layering_violations_catch_a_broken_rule(
         "sandbox_common/naming.py",
         "sandbox_session/b.py",
         "tests/support/stack.py",
+        "egress_proxy/engine.py",
     ]
     modules = _fake_tree(tmp_path, {**{t: "" for t in targets}, path: source})
     # When the parts table is applied / Then exactly that violation is reported
@@ -498,6 +535,8 @@ def test_layering_violations_allow_what_the_table_allows(tmp_path: Path) -> None
             "sandbox_session/b.py": "import json, os\n",
             "sandbox_client/turn.py": "import boto3\nfrom botocore import config\nfrom . import contract\n",
             "sandbox_client/contract.py": "import secrets\n",
+            "egress_proxy/addon.py": "import mitmproxy.http\nimport boto3\nfrom sandbox_common import n\n",
+            "infra/local/egress.py": "from egress_proxy import config\n",
         },
     )
     # Then nothing is reported
@@ -565,3 +604,12 @@ def test_dispatch_rules_catch_a_broken_rule(
     modules = _fake_tree(tmp_path, {**allowed, path: source})
     # When the rule is checked / Then exactly that violation is reported
     assert check(modules) == [violation], rule
+
+
+def test_parts_table_egress_imports_only_what_its_requirements_pin() -> None:
+    # Given the egress proxy's requirements file (its venv and its container install exactly it)
+    text = (ROOT / "functions" / "egress_proxy" / "requirements.txt").read_text()
+    pinned = {line.split("==")[0].strip().lower() for line in text.splitlines() if "==" in line}
+    # Then every third-party import the table allows the proxy comes with one of them
+    assert {d.lower() for d in p.EGRESS_THIRD_PARTY.values()} <= pinned
+    assert "mitmproxy" in pinned

@@ -543,6 +543,9 @@ ENV_EGRESS_INDEX_URL = "SANDBOX_EGRESS_INDEX_URL"
 # SANDBOX_EGRESS_TEST_CA. Without a route, loopback and private addresses are refused.
 ENV_EGRESS_TEST_ROUTES = "SANDBOX_EGRESS_TEST_ROUTES"
 ENV_EGRESS_TEST_CA = "SANDBOX_EGRESS_TEST_CA"
+# Local stack only (tests): `name=ADDRESS,...` fixed answers the local proxy uses instead of DNS,
+# checked like DNS answers (a name answered with a private or link-local address is refused).
+ENV_EGRESS_TEST_RESOLVE = "SANDBOX_EGRESS_TEST_RESOLVE"
 # Local stack only: the file the audit writer appends a row to when both the table and the
 # dead-letter queue are unreachable (they live in the same emulated AWS); `audit replay` drains it.
 ENV_AUDIT_SPOOL = "SANDBOX_AUDIT_SPOOL"

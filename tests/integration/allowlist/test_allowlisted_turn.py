@@ -16,6 +16,7 @@ import hashlib
 import json
 import secrets
 import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,7 +29,7 @@ from sandbox_common import naming as n
 
 from infra.local.certs import make_ca, make_leaf
 from infra.local.state import LocalState
-from tests.support.local_stack import ctl, running_stack, state_of
+from tests.support.local_stack import SANDBOXCTL, ctl, running_stack, state_of
 
 HOST = "api.partner.test"
 SECRET_NAME = "crm-token"
@@ -101,8 +102,9 @@ def env(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Iterato
 class Local:
     """The running stack as the tests use it: dispatch, the tenant's secret and policy, the rows."""
 
-    def __init__(self, state: LocalState) -> None:
+    def __init__(self, state: LocalState, env: dict[str, str]) -> None:
         self.state = state
+        self.env = env
         self.resources = state.resources
         self.lambda_client = state.client("lambda")
         self.ddb = state.client("dynamodb")
@@ -115,19 +117,24 @@ class Local:
         return dict(json.loads(out["Payload"].read()))
 
     def put_secret(self, tenant_id: str, name: str, value: str) -> None:
-        """What `sandboxctl secrets put --tenant T NAME` stores (the emulated Secrets Manager)."""
-        self.state.client("secretsmanager").create_secret(
-            Name=n.tenant_secret_name("local", tenant_id, name), SecretString=value
+        """`sandboxctl secrets put --tenant T NAME`, the value on its standard input."""
+        out = subprocess.run(
+            [SANDBOXCTL, "secrets", "put", "--tenant", tenant_id, name],
+            input=value,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
+        assert out.returncode == 0, out.stderr
 
-    def set_policy(self, tenant_id: str, policy: dict[str, Any]) -> None:
-        """What `sandboxctl egress set --tenant T --environment default-allowlist ...` writes."""
-        self.state.client("ssm").put_parameter(
-            Name=n.egress_policy_parameter("local", tenant_id, "default-allowlist"),
-            Value=json.dumps(policy),
-            Type="String",
-            Overwrite=True,
+    def set_policy(self, tenant_id: str, *args: str) -> None:
+        """`sandboxctl egress set --tenant T --environment default-allowlist ARGS` (no --allow: an
+        empty list)."""
+        out = ctl(
+            self.env, "egress", "set", "--tenant", tenant_id, "--environment", "default-allowlist", *args
         )
+        assert out.returncode == 0, out.stderr
 
     def row(self, invocation_id: str) -> dict[str, Any]:
         from sandbox_common.audit import from_item
@@ -149,25 +156,19 @@ class Local:
         return dict(found.get("Item") or {})
 
 
-ACME_POLICY = {
-    "egress": "allowlist",
-    "allow": [
-        {
-            "host": HOST,
-            "ports": [443],
-            "credential": {"header": "Authorization", "template": f"Bearer {{secret:{SECRET_NAME}}}"},
-        }
-    ],
-    "packages": ["sandbox-hello"],
-}
+ACME_POLICY = (
+    *("--allow", HOST),
+    *("--credential", f"{HOST}=Authorization:Bearer {{secret:{SECRET_NAME}}}"),
+    *("--packages", "sandbox-hello"),
+)
 
 
 @pytest.fixture(scope="module")
 def local(env: dict[str, str]) -> Local:
-    stack = Local(state_of(env))
+    stack = Local(state_of(env), env)
     assert stack.state.data.get("egress"), "the stack runs without its egress proxy (make egress-runtime)"
     stack.put_secret("acme", SECRET_NAME, stack.secret)
-    stack.set_policy("acme", ACME_POLICY)
+    stack.set_policy("acme", *ACME_POLICY)
     return stack
 
 
@@ -440,10 +441,13 @@ def test_egress_set_with_an_empty_list_closes_the_allowed_host_within_60_s(
     # Then its requests are refused within the bound, without a deploy
     try:
         _closes_within_the_bound(
-            local, upstream, "/policy", lambda: local.set_policy("acme", {"egress": "allowlist", "allow": []})
+            local,
+            upstream,
+            "/policy",
+            lambda: local.set_policy("acme"),  # `egress set` with an empty list
         )
     finally:
-        local.set_policy("acme", ACME_POLICY)
+        local.set_policy("acme", *ACME_POLICY)
 
 
 @pytest.mark.parametrize("breaker", ["cap_0", "tenant_disabled"])

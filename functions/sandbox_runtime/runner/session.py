@@ -503,7 +503,7 @@ def readiness_source(values: tuple[str, ...] = ()) -> str:
     from sandbox_common.redaction.stdio import preamble_source
     from sandbox_common.tools_protocol import installer_source
 
-    return preamble_source(values) + "\n" + installer_source()
+    return (preamble_source(values) if values else preamble_source()) + "\n" + installer_source()
 
 
 def _exact_byte_counts(answer: Any) -> tuple[int, int] | None:

@@ -8,7 +8,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_VERSION_CHECK := 1
 
-.PHONY: help install os-deps session-runtime egress-runtime demo test synth synth-all bench lint reliability client-layer clean
+.PHONY: help install os-deps session-runtime egress-runtime demo test synth synth-all bench lint reliability client-layer client-definitions clean
 
 help:
 	@echo "make demo        install, synthesize every stage, run one agent turn on the local stack"
@@ -20,6 +20,7 @@ help:
 	@echo "make lint        ruff format --check, ruff (E501 at 110 columns), mypy"
 	@echo "make reliability full fault/fuzz/concurrency suite; writes tests/reliability/REPORT.md"
 	@echo "make client-layer  the agent client (layers/client) as a Lambda layer zip: .build/sandbox-client-layer.zip"
+	@echo "make client-definitions  rewrite the agent client's packaged copy of the tool definitions"
 
 install: .venv/.installed node_modules/.installed
 
@@ -128,6 +129,13 @@ reliability: os-deps install session-runtime egress-runtime
 # runtime's own).
 client-layer: install
 	$(PY) -m infra.cdk.client_layer
+
+# The tool definitions the agent client packages (its MCP server lists them before dispatch can be
+# reached): sandbox_common.tool_spec's with the default figures. tests/unit/client/test_contract.py
+# checks the copy equals them; this target rewrites it after the definitions change.
+CLIENT_DEFINITIONS := layers/client/sandbox_client/tool_definitions.json
+client-definitions: install
+	$(PY) -c 'import json; from sandbox_common.tool_spec import tool_definitions; print(json.dumps(tool_definitions(), indent=2, ensure_ascii=False))' > $(CLIENT_DEFINITIONS)
 
 lint: install
 	.venv/bin/ruff format --check .

@@ -305,6 +305,8 @@ def _response_fields(result: ExecutionResult) -> dict[str, Any]:
     }
     if not result.ok:
         body.update(error=result.error, error_message=result.error_message)
+        if result.exception is not None:  # what the job's code raised: name, value, traceback
+            body["exception"] = result.exception
     return body
 
 

@@ -249,6 +249,7 @@ print('result: 42')
 def jobs_step(target: Any) -> list[str]:
     """A background job (§17) through the agent client: submitted (answers at once), polled with a
     progress callback while it runs, its result; end_turn then has nothing pending; one audit row."""
+    from sandbox_client.errors import SandboxRefused
     from sandbox_client.results import JobResult
     from sandbox_client.turn import SandboxTurn
 
@@ -268,7 +269,11 @@ def jobs_step(target: Any) -> list[str]:
         "request",
         {"action": "execute_code", "background": True, "timeout_s": 60, "code": JOB_CODE, "...": "ids"},
     )
-    submitted = turn.submit(JOB_CODE, timeout_s=60)
+    try:
+        submitted = turn.submit(JOB_CODE, timeout_s=60)
+    except SandboxRefused as refused:  # a cap, a disabled tenant: the client raises what dispatch refused
+        _show("response", refused.raw)
+        return [f"the job was not started: {refused.error}: {refused.error_message}"]
     _show("response", submitted.raw)
     if not submitted.running or submitted.job_id is None:
         return [f"the job was not started: {submitted.error}: {submitted.error_message}"]

@@ -84,6 +84,9 @@ class LocalState:
         return {
             "AWS_ENDPOINT_URL": self.endpoint("moto"),
             "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE": self.endpoint("interpreter"),
+            # the control plane too: the interpreter says which of its calls it does not offer
+            # (moto, the fallback of AWS_ENDPOINT_URL, would answer an HTML 500)
+            "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE_CONTROL": self.endpoint("interpreter"),
             "AWS_ENDPOINT_URL_LAMBDA": self.endpoint("lambda"),
             "AWS_REGION": self.data["region"],
             "AWS_DEFAULT_REGION": self.data["region"],

@@ -149,6 +149,13 @@ def _invoke(args: argparse.Namespace, target: Any) -> int:
         raise CtlError(f"the event is not valid JSON: {exc}") from None
     response = ops.invoke(target, event)
     print(json.dumps(response, indent=None if args.json else 2, sort_keys=True))
+    if isinstance(response, dict) and response.get("ok") is False:
+        # The answer is printed whole; a script sees the failure in the exit status, a person the
+        # named class and its sentence on stderr.
+        error = response.get("error") or "SandboxError"
+        message = " ".join(str(response.get("error_message") or "").split())
+        print(f"sandboxctl: dispatch answered ok: false: {error}: {message}".rstrip(": "), file=sys.stderr)
+        return EXIT_FAILURE
     return EXIT_OK
 
 

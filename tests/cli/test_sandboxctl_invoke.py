@@ -65,6 +65,47 @@ def test_invoke_rejects_non_json_event(cli_env: dict[str, str]) -> None:
     assert_one_line_failure(out, 1, "not valid JSON")
 
 
+def test_invoke_exits_1_on_an_answer_with_ok_false_and_still_prints_it(cli_env: dict[str, str]) -> None:
+    # Given an execute_code event dispatch refuses (empty code: SandboxInvalidRequest)
+    turn = f"turn-{uuid.uuid4().hex[:8]}"
+    event = {
+        "action": "execute_code",
+        "tenant_id": "acme",
+        "agent_id": "agent-cli",
+        "template_id": "analyst",
+        "turn_id": turn,
+        "turn_token": turn_token_for("acme", turn),
+        "call_id": "c-empty",
+        "code": "   ",
+    }
+    # When invoked
+    out = ctl(cli_env, "--json", "invoke", json.dumps(event))
+    # Then exit 1 with the named class on one line of stderr, and the whole answer on stdout
+    assert_one_line_failure(out, 1, "ok: false", "SandboxInvalidRequest")
+    answer = json.loads(out.stdout)
+    assert answer["ok"] is False and answer["error"] == "SandboxInvalidRequest"
+    assert answer["error_message"] in out.stderr.replace("\n", " ")
+
+
+def test_invoke_exits_1_when_the_code_failed(cli_env: dict[str, str]) -> None:
+    # Given code that raises in the session (a result of running code, not a refusal)
+    turn = f"turn-{uuid.uuid4().hex[:8]}"
+    base = {
+        "tenant_id": "acme",
+        "agent_id": "agent-cli",
+        "template_id": "analyst",
+        "turn_id": turn,
+        "turn_token": turn_token_for("acme", turn),
+    }
+    event = {"action": "execute_code", **base, "call_id": "c-raise", "code": "raise ValueError('bad')"}
+    # When invoked / Then exit 1, the answer printed with what the code raised
+    out = ctl(cli_env, "--json", "invoke", json.dumps(event))
+    assert_one_line_failure(out, 1, "SandboxError", "ValueError")
+    answer = json.loads(out.stdout)
+    assert answer["exception"]["name"] == "ValueError" and answer["exception"]["value"] == "bad"
+    _end_turn(cli_env, turn)
+
+
 def _big_event(turn: str) -> str:
     # ~250 KiB of code: over the 128 KiB one argument may hold, under the 256 KiB code limit.
     code = (

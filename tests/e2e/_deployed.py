@@ -135,21 +135,28 @@ class Deployed:
         )
 
     def execute(
-        self, tenant: str, agent: str, turn: str, code: str, call: str | None = None
+        self,
+        tenant: str,
+        agent: str,
+        turn: str,
+        code: str,
+        call: str | None = None,
+        language: str | None = None,
     ) -> dict[str, Any]:
-        return self.dispatch(
-            {
-                "action": "execute_code",
-                "tenant_id": tenant,
-                "agent_id": agent,
-                "template_id": self.template,
-                "turn_id": turn,
-                "call_id": call or new_id("call"),
-                "code": code,
-                "invocation_source": "scheduled",
-                "turn_token": turn_token(tenant, turn),
-            }
-        )
+        event = {
+            "action": "execute_code",
+            "tenant_id": tenant,
+            "agent_id": agent,
+            "template_id": self.template,
+            "turn_id": turn,
+            "call_id": call or new_id("call"),
+            "code": code,
+            "invocation_source": "scheduled",
+            "turn_token": turn_token(tenant, turn),
+        }
+        if language is not None:
+            event["language"] = language
+        return self.dispatch(event)
 
     def end_turn(self, tenant: str, turn: str) -> dict[str, Any]:
         return self.dispatch(

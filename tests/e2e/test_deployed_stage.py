@@ -129,6 +129,34 @@ def test_leaked_token_never_reaches_the_agent(stage):
     assert result["stdout"].count("<redacted>") == 2
 
 
+def test_javascript_and_typescript_run_in_the_turns_session_redacted(stage):
+    # Given a turn on the deployed stage, whose AgentCore sessions carry Node.js (and TypeScript)
+    agent, turn = new_id("agent"), new_id("turn")
+    token_js = (
+        f"process.stdout.write('{FAKE_TOKEN[:10]}'); console.log('{FAKE_TOKEN[10:]}'); console.log(6*7)"
+    )
+    try:
+        # When a Python, a JavaScript and a TypeScript call run in it
+        python = stage.execute(stage.tenant, agent, turn, "open('shared.txt', 'w').write('from python')")
+        javascript = stage.execute(stage.tenant, agent, turn, token_js, language="javascript")
+        typescript = stage.execute(
+            stage.tenant,
+            agent,
+            turn,
+            "import fs from 'node:fs';\nconst said: string = fs.readFileSync('shared.txt', 'utf8');\n"
+            "console.log(said)",
+            language="typescript",
+        )
+    finally:
+        stage.end_turn(stage.tenant, turn)
+    # Then both ran with Node.js in the same session, the token redacted before it left the session
+    assert javascript["ok"], javascript
+    assert javascript["stdout"] == "<redacted>\n42\n" and FAKE_TOKEN not in json.dumps(javascript)
+    assert typescript["ok"], typescript
+    assert typescript["stdout"] == "from python\n"
+    assert python["session_id"] == javascript["session_id"] == typescript["session_id"]
+
+
 def test_backstop_records_a_token_in_a_subscribed_log_without_storing_it(stage):
     # Given a subscription delivery (as CloudWatch Logs sends it) whose event holds a token.
     # Logs masks data-protection matches before subscription filters, so the deployed path only

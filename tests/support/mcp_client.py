@@ -27,12 +27,25 @@ def mcp_args(
     return args + (["--turn", turn_id] if turn_id else [])
 
 
-def run_mcp(env: dict[str, str], args: list[str], script: Callable[[ClientSession], Awaitable[Any]]) -> Any:
-    """Run `script(session)` inside one initialized MCP session with `sandboxctl ARGS` (stdio)."""
+def run_mcp(
+    env: dict[str, str],
+    args: list[str],
+    script: Callable[[ClientSession], Awaitable[Any]],
+    notifications: list[Any] | None = None,
+) -> Any:
+    """Run `script(session)` inside one initialized MCP session with `sandboxctl ARGS` (stdio);
+    the server's notifications are appended to `notifications` when given."""
     params = StdioServerParameters(command=SANDBOXCTL, env=env, args=args)
 
+    async def record(message: Any) -> None:
+        if notifications is not None and not isinstance(message, Exception):
+            notifications.append(message)
+
     async def main() -> Any:
-        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        async with (
+            stdio_client(params) as (read, write),
+            ClientSession(read, write, message_handler=record) as session,
+        ):
             await session.initialize()
             return await script(session)
 

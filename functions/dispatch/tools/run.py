@@ -29,7 +29,7 @@ from sandbox_common.egress_usage import Baseline
 from sandbox_common.errors import SandboxError
 from sandbox_common.models import ExecuteCodeRequest
 from sandbox_common.outcome import Outcome
-from sandbox_common.tool_spec import COMMAND_LANGUAGE
+from sandbox_common.tool_spec import CODE_LANGUAGE
 from sandbox_runtime.preflight import Preflight, PreflightUnavailable
 from sandbox_runtime.runner import ExecutionResult, SessionRunner
 from sandbox_runtime.runner.tool_calling import Finished, ToolLimits, ToolRecord, ToolsRunner
@@ -52,9 +52,9 @@ class ToolCallPaused(Exception):
 
 
 def uses_tools(req: ExecuteCodeRequest, pf: Preflight) -> bool:
-    """Through the tools driver: Python code (a shell script cannot call tools) of a template that
-    allows tools, naming the module."""
-    return req.language != COMMAND_LANGUAGE and bool(pf.tools) and n.TOOLS_MODULE in req.code
+    """Through the tools driver: Python code (a shell script or a Node.js program cannot call tools)
+    of a template that allows tools, naming the module."""
+    return req.language == CODE_LANGUAGE and bool(pf.tools) and n.TOOLS_MODULE in req.code
 
 
 def tools_runner(runner: SessionRunner, wait_seconds: float) -> ToolsRunner:

@@ -1,7 +1,8 @@
 """The turn-token check of every turn action (SPEC §16.5), before anything is counted or touched.
 
 `check(...)` answers the hash the turn must be bound to (first action) or is bound to, or raises
-SandboxInvalidRequest after one pure-JSON log line and the `SandboxTurnTokenRejected` metric.
+SandboxInvalidRequest (`reason: turn_token_mismatch`) after one pure-JSON log line and the
+`SandboxTurnTokenRejected` metric.
 The token itself is never logged or stored: only its SHA-256 (turn_token.token_hash).
 """
 
@@ -37,4 +38,6 @@ def check(
             },
         )
         emit_metric(n.METRIC_TURN_TOKEN_REJECTED)
-        raise SandboxInvalidRequest(messages.TURN_TOKEN_REJECTED) from None
+        raise SandboxInvalidRequest(
+            messages.TURN_TOKEN_REJECTED, reason=n.REASON_TURN_TOKEN_MISMATCH
+        ) from None

@@ -4,20 +4,26 @@ Every runner that ends a call — `SessionRunner.execute` (one executeCode), `To
 of slices, SPEC §15) and `JobRunner` (a background job's final poll, SPEC §17) — ends it here, so
 the agent-visible result always has one shape and one order of operations:
 host-side redaction before truncation (§8 layer 2, §6.5), exact raw byte counts, the
-classification's error class, a redacted error message and a redacted, cut failure reason.
+classification's error class, a redacted error message and a redacted, cut failure reason, and
+what the code raised (`raised.raised`: name, value, traceback), read from the redacted stderr.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from sandbox_common.errors import EXIT_STATUS_ERRORS, SandboxError, SandboxFailure
+from sandbox_common.tool_spec import CODE_LANGUAGE
 
 from .classify import Classification
 from .output import shape
+from .raised import raised, raised_message
 from .stream import BoundedText
+
+# Outcomes whose code may have ended with an uncaught exception (an OOM's is MemoryError).
+_RAISING_STATUSES = ("error", "oom")
 
 
 class Runner(Protocol):
@@ -48,6 +54,9 @@ class ExecutionResult:
     full_stdout: str  # redacted, untruncated up to the log cap: dispatch logs it chunked
     full_stderr: str
     session_stopped: bool  # the session is gone: the next call of the turn needs a fresh one
+    # What the code raised, when it ended with an uncaught exception: {name, value, traceback}
+    # (redacted), the answer's `exception`.
+    exception: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -75,9 +84,12 @@ def finish_run(
     session_stopped: bool,
     stdout_cut: bool = False,
     stderr_cut: bool = False,
+    language: str = CODE_LANGUAGE,
 ) -> ExecutionResult:
     """The result of a run whose outcome is decided. `*_cut`: the producer cut that stream before
-    we got it (its end may be half a token, dropped after redaction)."""
+    we got it (its end may be half a token, dropped after redaction). `language`: how to read what
+    the code raised from its stderr (`raised.raised`). A SandboxError whose code raised an
+    exception says which in its message."""
     out = shape(
         stdout,
         cap_bytes=runner.stdout_cap_bytes,
@@ -92,6 +104,9 @@ def finish_run(
         redact=runner._redact,
         source_cut=stderr_cut,
     )
+    exception = raised(err.full, language) if exit_status in _RAISING_STATUSES else None
+    if exception is not None and error == SandboxError.__name__:
+        message = raised_message(exception)
     return ExecutionResult(
         exit_status=exit_status,
         exit_code=exit_code,
@@ -108,6 +123,7 @@ def finish_run(
         full_stdout=out.full,
         full_stderr=err.full,
         session_stopped=session_stopped,
+        exception=exception,
     )
 
 
@@ -122,6 +138,7 @@ def finish_classified(
     session_stopped: bool,
     stdout_cut: bool = False,
     stderr_cut: bool = False,
+    language: str = CODE_LANGUAGE,
 ) -> ExecutionResult:
     """`finish_run` with the outcome a `classify()` verdict decided."""
     return finish_run(
@@ -137,4 +154,5 @@ def finish_classified(
         session_stopped=session_stopped,
         stdout_cut=stdout_cut,
         stderr_cut=stderr_cut,
+        language=language,
     )

@@ -6,9 +6,9 @@ JOB_MARKER + JSON. User code is never concatenated with anything: it travels as 
 is written byte-exact to the job's `code.py`, which the in-sandbox supervisor
 (`sandbox_session.jobs`) runs in a new process under the stdio redactor.
 
-- submit: installs the runtime files (supervisor, redaction catalogue, stdio redactor — the very
-  modules the host uses) under `<tmp>/sbx-jobs/`, writes the job's code and spec, starts the
-  supervisor in its own session and returns at once.
+- submit: installs the runtime files (supervisor, redaction catalogue, stdio redactor, shell
+  runtime and Node.js runner — the very modules the host uses) under `<tmp>/sbx-jobs/`, writes the
+  job's code and spec, starts the supervisor in its own session and returns at once.
 - status: the job's state; while it runs, the last JOB_PROGRESS_TAIL_BYTES of each output file and
   their sizes so far; for a final state also the head of stdout/stderr (base64, so the JSON
   survives the kernel's own redactor intact), their exact byte sizes and the stderr tail.
@@ -34,8 +34,9 @@ from typing import Any
 
 from sandbox_common import limits
 from sandbox_common.redaction import catalogue
-from sandbox_common.tool_spec import CODE_LANGUAGE, COMMAND_LANGUAGE
+from sandbox_common.tool_spec import CODE_LANGUAGE, LANGUAGES
 from sandbox_session import jobs as jobs_runtime
+from sandbox_session import node as node_runtime
 from sandbox_session import redactor as stdio_runtime
 from sandbox_session import shell as shell_runtime
 
@@ -220,7 +221,7 @@ def _sbx_job_status(job_id, cancel, out_limit, err_limit, tail_bytes, progress_b
     out = head({stdout_file!r}, out_limit)
     err = head({stderr_file!r}, err_limit)
     state.update(stdout_bytes=out[0], stdout_b64=out[1], stderr_bytes=err[0], stderr_b64=err[1],
-                 stderr_tail_b64=err[2], now=time.time())
+                 stderr_tail_b64=err[2], now=time.time(), language=spec.get("language"))
     print(marker + json.dumps(state))
 
 
@@ -238,6 +239,7 @@ def runtime_sources() -> dict[str, str]:
         jobs_runtime.CATALOGUE_FILE: Path(catalogue.__file__).read_text(encoding="utf-8"),
         jobs_runtime.STDIO_RUNTIME_FILE: Path(stdio_runtime.__file__).read_text(encoding="utf-8"),
         jobs_runtime.SHELL_RUNTIME_FILE: Path(shell_runtime.__file__).read_text(encoding="utf-8"),
+        jobs_runtime.NODE_RUNTIME_FILE: Path(node_runtime.__file__).read_text(encoding="utf-8"),
     }
 
 
@@ -267,7 +269,8 @@ def submit_source(
 ) -> str:
     """The launcher. Without the runtime (`with_runtime=False`, ~5 KB instead of ~55 KB) it
     answers `runtime_missing` unless this runtime version is already installed in the session.
-    `language` "bash": `code` is a shell script, run by the runtime's shell module (SPEC §20)."""
+    `language` "bash": `code` is a shell script, run by the runtime's shell module (SPEC §20);
+    "javascript" / "typescript": a Node.js program, run by the runtime's Node.js runner."""
     _checked(job_id)
     return _SUBMIT.format(
         dir_name=JOBS_DIR_NAME,
@@ -276,7 +279,7 @@ def submit_source(
         runtime_file=jobs_runtime.RUNTIME_FILE,
         job_id=job_id,
         code_b64=base64.b64encode(code.encode("utf-8")).decode("ascii"),
-        language=jobs_runtime.BASH if language == COMMAND_LANGUAGE else CODE_LANGUAGE,
+        language=language if language in LANGUAGES else CODE_LANGUAGE,
         timeout_s=int(timeout_s),
         sources=runtime_sources() if with_runtime else None,
         version=runtime_version(),

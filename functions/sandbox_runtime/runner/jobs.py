@@ -258,6 +258,7 @@ class JobRunner:
             reason=reason,
             duration_ms=duration_ms,
             session_stopped=False,
+            language=str(payload.get("language") or CODE_LANGUAGE),
         )
 
     def _failure_result(

@@ -22,7 +22,7 @@ from sandbox_common.observability import emit_metric, logger
 
 from sandbox_runtime.egress_store import EgressStoreUnavailable
 
-from . import cells, commands
+from . import cells, commands, programs
 from .classify import Classification, classify
 from .credentials import TenantCredentials
 from .egress import SessionEgress, bind_problem, setup_source
@@ -321,7 +321,8 @@ class SessionRunner:
         minus what answering needs); either way an overrun is this call's `timeout`. The session
         stops the code a little before that deadline, so that its output so far comes back with
         the timeout: Python code through the cell runtime (`cells`), which keeps the session, and
-        with `language="bash"` a shell script (`commands`), after which the session is reset.
+        with `language="bash"` a shell script (`commands`), with "javascript" / "typescript" a
+        Node.js program (`programs`), after which the session is reset.
 
         Every outcome is a result, except two refusals in which the code certainly did not run:
         CrossTenantInterpreter (before any AWS call) and SessionGone (AgentCore rejected the
@@ -336,20 +337,22 @@ class SessionRunner:
         inner = commands.inner_deadline(limit)
         if language == commands.BASH:
             source = commands.command_source(code, inner)
+        elif language in programs.LANGUAGES:
+            source = programs.program_source(code, language, inner)
         else:
             source = cells.cell_source(code, inner)
         call = self._invoke(interpreter_id, session_id, source, timeout_seconds=limit)
         if call.api_error is not None and call.api_error.split(":", 1)[0] in SESSION_GONE_CODES:
             raise SessionGone(session_id, self._reason(f"invoke_failed:{call.api_error}"))
         # Stopped in the session at the inner deadline: a Python cell was interrupted there and
-        # its session carries on; a script was killed, and its session is reset like after any
-        # timeout (docs/tool-surface.md).
+        # its session carries on; a script or a Node.js program was killed, and its session is
+        # reset like after any timeout (docs/tool-surface.md).
         kept = False
         if not call.timed_out and commands.stopped_at_deadline(
             call.outcome.exit_code, call.duration_ms, inner
         ):
             call = replace(call, timed_out=True)
-            kept = language != commands.BASH
+            kept = language == commands.PYTHON
         outcome = call.outcome
         verdict = call.classify(int(limit), session_kept=kept)
         session_stopped = False
@@ -368,6 +371,7 @@ class SessionRunner:
             session_stopped=session_stopped,
             stdout_cut=source_was_cut(outcome.stdout),
             stderr_cut=source_was_cut(outcome.stderr),
+            language=language,
         )
 
     # --- internals ----------------------------------------------------------------------------

@@ -7,8 +7,9 @@ that cannot be isolated (`IsolationUnavailable`, answered as `isolation_unavaila
 Strategy `bwrap` (bubblewrap, run by root):
 - new mount, pid, ipc, uts, cgroup and network namespaces. The file system is an empty root with
   read-only binds of the system directories, a short list of /etc files (never /etc/shadow), the
-  session's Python installation, the worker script and the shell runtime it loads
-  (`sandbox_session/shell.py`) only: not the repository, not the host's home, not the local
+  session's Python installation, the worker script and the shell runtime and Node.js runner it
+  loads (`sandbox_session/shell.py`, `node.py`), Node.js and the pinned TypeScript package (node.py
+  beside this file) only: not the repository, not the host's home, not the local
   stack's state directory, not another session's workspace. /workspace (mode
   0700, owned by its uid), /tmp and /opt/session-python (its Python layer) are parts of the
   session's own disk (disk.py: one file system bounded in bytes and files, mounted in a mount
@@ -53,15 +54,20 @@ from pathlib import Path
 from typing import Any
 
 from sandbox_common import naming
+from sandbox_session import node as node_runner
 from sandbox_session import shell as shell_runtime
 
 from infra.local.interpreter import cgroups, disk, egress, network
+from infra.local.interpreter import node as node_install
 
 WORKER_PATH = Path(__file__).with_name("worker.py")
 SANDBOX_WORKER_PATH = "/opt/local-interpreter/worker.py"
 # The session runtime's shell (bash's launch), which the worker loads from its source (--shell).
 SHELL_PATH = Path(shell_runtime.__file__)
 SANDBOX_SHELL_PATH = "/opt/local-interpreter/shell.py"
+# The session runtime's Node.js runner (JavaScript and TypeScript), which the worker loads too (--node).
+NODE_RUNNER_PATH = Path(node_runner.__file__)
+SANDBOX_NODE_RUNNER_PATH = "/opt/local-interpreter/node.py"
 SANDBOX_WORKDIR = "/workspace"
 SETPRIV = "/usr/bin/setpriv"  # under /usr, so the same path inside the sandbox
 
@@ -384,13 +390,15 @@ def runtime_bin(python: str) -> str | None:
 
 
 def _worker_args(
-    session_id: str, req_fd: int, resp_fd: int, limits: Limits, *, nproc: bool, shell: str
+    session_id: str, req_fd: int, resp_fd: int, limits: Limits, *, nproc: bool, shell: str, node: str
 ) -> list[str]:
     return [
         "--session",
         session_id,
         "--shell",
         shell,
+        "--node",
+        node,
         "--req-fd",
         str(req_fd),
         "--resp-fd",
@@ -520,31 +528,61 @@ def build_command(
     if plan.strategy != "bwrap":
         # Unisolated: the session's directories on the host (sessions.py lays them out).
         layer = os.path.join(root, "python")
-        worker = _worker_args(session_id, req_fd, resp_fd, limits, nproc=False, shell=str(SHELL_PATH))
-        env = session_env(
-            home=os.path.join(root, "workspace"),
-            tmp=os.path.join(root, "tmp"),
-            python_dir=layer,
-            runtime_bin=runtime_bin(python),
-        ) | (extra_env or {})
+        worker = _worker_args(
+            session_id,
+            req_fd,
+            resp_fd,
+            limits,
+            nproc=False,
+            shell=str(SHELL_PATH),
+            node=str(NODE_RUNNER_PATH),
+        )
+        env = (
+            session_env(
+                home=os.path.join(root, "workspace"),
+                tmp=os.path.join(root, "tmp"),
+                python_dir=layer,
+                runtime_bin=runtime_bin(python),
+            )
+            | node_install.find().env(sandboxed=False)
+            | (extra_env or {})
+        )
         return WorkerCommand(
             [f"{layer}/bin/python", "-I", str(WORKER_PATH), *worker], os.path.join(root, "workspace"), env
         )
     if uid is None or info_fd is None or plan.disk is None:
         raise ValueError("bwrap needs the session's uid, an info fd and a disk kind")
-    worker = _worker_args(session_id, req_fd, resp_fd, limits, nproc=True, shell=SANDBOX_SHELL_PATH)
+    worker = _worker_args(
+        session_id,
+        req_fd,
+        resp_fd,
+        limits,
+        nproc=True,
+        shell=SANDBOX_SHELL_PATH,
+        node=SANDBOX_NODE_RUNNER_PATH,
+    )
     dns = ["--ro-bind", resolv_conf, "/etc/resolv.conf"] if resolv_conf else []
     ca = ["--ro-bind", egress_ca, egress.SANDBOX_CA_PATH] if egress_ca else []
+    node = node_install.find()
     binds = [
         *_system_binds(python),
         *dns,
         *ca,
         *("--ro-bind", str(WORKER_PATH), SANDBOX_WORKER_PATH),
         *("--ro-bind", str(SHELL_PATH), SANDBOX_SHELL_PATH),
+        *("--ro-bind", str(NODE_RUNNER_PATH), SANDBOX_NODE_RUNNER_PATH),
+        *node.binds(_SYSTEM_DIRS),
     ]
-    env = session_env(
-        home=SANDBOX_WORKDIR, tmp="/tmp", python_dir=disk.SANDBOX_PYTHON_DIR, runtime_bin=runtime_bin(python)
-    ) | (extra_env or {})
+    env = (
+        session_env(
+            home=SANDBOX_WORKDIR,
+            tmp="/tmp",
+            python_dir=disk.SANDBOX_PYTHON_DIR,
+            runtime_bin=runtime_bin(python),
+        )
+        | node.env(sandboxed=True)
+        | (extra_env or {})
+    )
     own = [
         *("--bind", disk.mounted(root, "tmp"), "/tmp"),
         *("--bind", disk.mounted(root, "workspace"), SANDBOX_WORKDIR),

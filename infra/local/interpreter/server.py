@@ -14,7 +14,9 @@ endpoint changed (request signatures are not checked):
 | GetCodeInterpreterSession | GET sessions/get | query sessionId |
 | ListCodeInterpreterSessions | POST sessions/list | body: maxResults, nextToken, status |
 
-Every tool of the model's ToolName enum is implemented: executeCode (python), executeCommand,
+Every tool of the model's ToolName enum is implemented: executeCode (python; javascript and
+typescript with Node.js, each call a fresh process sharing the session's files, as AgentCore's
+`nodejs` runtime runs them: worker.py), executeCommand,
 readFiles, writeFiles, listFiles, removeFiles, and the background commands startCommandExecution
 (`arguments.command`) / getTask / stopTask (`arguments.taskId`); worker.py says what each does.
 `{id}` may be a registered interpreter, its ARN, or `aws.codeinterpreter.v1`, AgentCore's system
@@ -33,6 +35,11 @@ twice — exactly the bug the runner must not have. File tools' answers over one
 streamed the same way, one content-only event per file, copied from the session's channel to the
 socket in bounded pieces. A session whose answer breaks the channel's bounds is ended, and the
 call answers exitCode 1 with the reason on stderr.
+
+The control plane's CreateCodeInterpreter, GetCodeInterpreter, ListCodeInterpreters and
+DeleteCodeInterpreter (the `bedrock-agentcore-control` client, which the local stack's exported
+environment points here) answer 400 `UnsupportedOperationException` with a sentence naming the
+local stack and what it offers instead: this interpreter serves the stage's interpreters only.
 
 Local additions, not part of AgentCore: `GET /ping` (health, 200),
 `POST /_local/interpreters` (`{"interpreterId": ..., "networkMode": "PUBLIC"|"SANDBOX"|"VPC"}`),
@@ -53,8 +60,8 @@ Sources (checked with the docs search, Nov 2026):
   sessions per interpreter); statuses READY|TERMINATED (model enum, boto/boto3#4701).
 Assumed where nothing public says it (change here if AWS is observed to differ): error message
 texts; `taskStatus` "failed" for a non-zero exit; which text goes in content blocks (stdout, then
-stderr); Stop of an already-terminated session → ResourceNotFoundException; language other than
-python → ValidationException (AgentCore runs JS/TS; this local one does not); the task tools'
+stderr); Stop of an already-terminated session → ResourceNotFoundException; `runtime` deno →
+ValidationException (AgentCore offers it; this local one runs Node.js only); the task tools'
 answers (start: taskStatus `working`; getTask of a running task: its output so far, no exitCode;
 an unknown taskId: a tool error, isError true, naming it).
 """
@@ -104,6 +111,11 @@ SESSION_HEADER = "x-amzn-code-interpreter-session-id"
 CHUNK_CHARS = 64 * 1024  # text per content-only event when output is long
 MAX_BODY = 128 * 1024 * 1024
 SESSION_ID_RE = re.compile(r"^[0-9a-zA-Z]{1,40}$")
+# executeCode's languages (the model's enum) and the one runtime each runs with here (AgentCore also
+# offers deno for JavaScript and TypeScript).
+PYTHON = "python"
+LANGUAGES = (PYTHON, "javascript", "typescript")
+RUNTIMES = {PYTHON: "python", "javascript": "nodejs", "typescript": "nodejs"}
 # ToolName enum of the model; the local worker implements every one.
 TOOLS = (
     "executeCode",
@@ -122,6 +134,32 @@ class ApiError(Exception):
     def __init__(self, status: int, error_type: str, message: str, **extra: Any) -> None:
         super().__init__(message)
         self.status, self.error_type, self.message, self.extra = status, error_type, message, extra
+
+
+# The control plane (`bedrock-agentcore-control`, which boto3 reaches here when the local stack's
+# environment is exported): by (method, path parts), the operations AgentCore offers and this
+# interpreter does not, since its interpreters are the stage's, created by `sandboxctl local up`.
+CONTROL_PLANE = {
+    ("PUT", 1): "CreateCodeInterpreter",
+    ("POST", 1): "ListCodeInterpreters",
+    ("GET", 2): "GetCodeInterpreter",
+    ("DELETE", 2): "DeleteCodeInterpreter",
+}
+UNSUPPORTED = "UnsupportedOperationException"
+
+
+def unsupported(operation: str) -> ApiError:
+    """A control-plane call the local stack does not offer: a JSON error botocore parses into a
+    ClientError (code UnsupportedOperationException), saying what the local stack offers instead."""
+    return ApiError(
+        400,
+        UNSUPPORTED,
+        f"{operation} is not offered by the local AgentCore Code Interpreter of the local stack "
+        "(sandboxctl local up): its code interpreters are the ones the local stage declares, created when "
+        "the stack starts, plus the SDK's default aws.codeinterpreter.v1. Sessions and their tools work "
+        "as on AgentCore: StartCodeInterpreterSession, InvokeCodeInterpreter, StopCodeInterpreterSession, "
+        "GetCodeInterpreterSession, ListCodeInterpreterSessions.",
+    )
 
 
 def not_found(message: str) -> ApiError:
@@ -231,6 +269,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         self._dispatch("POST")
 
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._dispatch("DELETE")
+
     # --- plumbing -------------------------------------------------------------------------------
     def _read_body(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)
@@ -313,6 +354,8 @@ class _Handler(BaseHTTPRequestHandler):
                 if handler is not None:
                     handler(parts[1], self._json(body), query)
                     return
+            if parts[0] == "code-interpreters" and (method, len(parts)) in CONTROL_PLANE:
+                raise unsupported(CONTROL_PLANE[(method, len(parts))])
             raise ApiError(404, "UnknownOperationException", f"No operation for {method} {url.path}")
         except ApiError as err:
             self._send_error(err)
@@ -479,8 +522,15 @@ class _Handler(BaseHTTPRequestHandler):
 
         if name == "executeCode":
             need("code", str)
-            if arguments.get("language", "python") != "python":
-                raise validation("the local interpreter runs python only", "arguments.language")
+            language = arguments.get("language", PYTHON)
+            if language not in LANGUAGES:
+                raise validation(
+                    f"arguments.language must be one of {', '.join(LANGUAGES)}", "arguments.language"
+                )
+            runtime = arguments.get("runtime")
+            if runtime is not None and runtime != RUNTIMES[language]:
+                runs = f"the local interpreter runs {language} with runtime {RUNTIMES[language]} only"
+                raise validation(f"{runs}, not {runtime!r}", "arguments.runtime")
         elif name in ("executeCommand", "startCommandExecution"):
             need("command", str)
         elif name in ("getTask", "stopTask"):

@@ -394,10 +394,11 @@ def _join_all(readers: Sequence[_PipeReader]) -> None:
 
 
 # --- commands ---------------------------------------------------------------------------------
-def load_shell(path: str) -> Any:
-    """The session runtime's shell module (`sandbox_session.shell`: bash's launch and exit status),
-    executed from its source file as a session executes it: no package of ours is importable here."""
-    module = types.ModuleType("_sbx_shell")
+def load_shell(path: str, name: str = "_sbx_shell") -> Any:
+    """A session runtime module from its source file, executed as a session executes it (no
+    package of ours is importable here): the shell runtime (`sandbox_session.shell`: bash's launch
+    and exit status) or the Node.js runner (`sandbox_session.node`)."""
+    module = types.ModuleType(name)
     with open(path, encoding="utf-8") as source:
         exec(compile(source.read(), path, "exec"), module.__dict__)
     return module
@@ -602,9 +603,10 @@ def _message(text: str) -> str:
 
 
 class Kernel:
-    def __init__(self, stdout_limit: int, stderr_limit: int, shell: Any) -> None:
+    def __init__(self, stdout_limit: int, stderr_limit: int, shell: Any, node: Any) -> None:
         self.stdout_limit, self.stderr_limit = stdout_limit, stderr_limit
         self.shell = shell  # sandbox_session.shell (load_shell)
+        self.node = node  # sandbox_session.node (load_shell), JavaScript and TypeScript
         self.cell = 0
         self.namespace: dict[str, Any] = {}
         self.reset()
@@ -656,6 +658,9 @@ class Kernel:
         }, cap.blocks
 
     def execute_code(self, args: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
+        language = args.get("language") or "python"
+        if language in self.node.LANGUAGES:
+            return self.execute_program(str(args.get("code", "")), language)
         if args.get("clearContext"):
             self.reset()
         exit_code = 0
@@ -684,6 +689,19 @@ class Kernel:
                 self._print_exception(exc)
                 exit_code = 1
         return self._output(cap, exit_code, started)
+
+    def execute_program(self, code: str, language: str) -> tuple[dict[str, Any], list[bytes]]:
+        """executeCode of `javascript` / `typescript`: a fresh Node.js process running `code` to
+        its end (`sandbox_session.node.run`: the program on a pipe, its output relayed through
+        this process's sys.stdout / sys.stderr, so through the in-session redactor when it is
+        installed, and counted as it leaves it). The exit code is Node's (1 for an uncaught error
+        or a syntax error); clearContext, Python's, does not apply."""
+        started = time.perf_counter()
+        with Capture(self.stdout_limit, self.stderr_limit) as cap:
+            status = self.node.run(
+                self.shell, code.encode("utf-8", errors="surrogateescape"), language, keep_spare=True
+            )
+        return self._output(cap, status, started)
 
     def execute_command(self, args: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
         """`arguments.command`: a shell script, run to its end by bash (see start_script), its
@@ -863,6 +881,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stderr-kept", type=int, default=1 << 15)
     parser.add_argument("--max-processes", type=int, default=0)
     parser.add_argument("--shell", required=True)  # sandbox_session/shell.py, as the sandbox sees it
+    parser.add_argument("--node", required=True)  # sandbox_session/node.py, as the sandbox sees it
     opts = parser.parse_args(argv)
 
     # Protocol fds must not leak into subprocesses that user code starts.
@@ -874,7 +893,9 @@ def main(argv: list[str] | None = None) -> int:
 
     apply_limits(opts.memory_mb, opts.cpu_seconds, opts.file_size_mb, opts.max_processes)
     threading.stack_size(512 * 1024)  # capture threads must fit comfortably under RLIMIT_AS
-    kernel = Kernel(opts.stdout_kept, opts.stderr_kept, load_shell(opts.shell))
+    kernel = Kernel(
+        opts.stdout_kept, opts.stderr_kept, load_shell(opts.shell), load_shell(opts.node, "_sbx_node")
+    )
     ops = {
         "executeCode": kernel.execute_code,
         "executeCommand": kernel.execute_command,

@@ -13,10 +13,14 @@ import re
 import secrets
 
 STATUS_TOOL_CALL = "tool_call"  # an execute_code answer paused at a tool call (SPEC §15)
-# Named error classes (an answer's `error`) the client itself puts on a refusal it words.
+# Named error classes (an answer's `error`): the governance refusals the client raises as
+# exceptions (errors.SandboxRefused), and the class it puts on a failure it words itself.
 INVALID_REQUEST = "SandboxInvalidRequest"
 PROVISIONING = "SandboxProvisioning"
+CAP_EXCEEDED = "SandboxCapExceeded"
 SANDBOX_ERROR = "SandboxError"
+# The `reason` of an invalid request whose turn_token was missing or did not match.
+REASON_TURN_TOKEN_MISMATCH = "turn_token_mismatch"
 # The tools of the one surface (SPEC §21): the client maps a call of each to its dispatch action;
 # their definitions are begin_turn's, never the client's.
 EXECUTE_CODE = "execute_code"

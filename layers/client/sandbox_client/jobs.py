@@ -5,8 +5,10 @@
 
 Every answer is a `results.JobResult`. `submit` answers at once (status running, job_id, ...);
 `wait` polls `get_job` until the job is no longer running and returns its final result (the
-execute_code fields plus `status`: completed | failed | timed_out | cancelled). Imports only the
-stdlib, like the client itself.
+execute_code fields plus `status`: completed | failed | timed_out | cancelled, also when the kill
+switch cancelled it). A refusal (a cap at submit, an unknown job_id, another turn's token) raises
+`errors.SandboxRefused`, as every call of the client does. Imports only the stdlib, like the
+client itself.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from .errors import SandboxRefused, raise_refusal
 from .results import ExecutionResult, JobResult, Preview
 
 DEFAULT_POLL_SECONDS = 5.0
@@ -38,8 +41,8 @@ class JobsMixin:
         call_id: str | None = None,
         language: str | None = None,
     ) -> JobResult:
-        """Start `code` as a background job in this turn's session; answers at once. `language`
-        "bash" runs it as a shell script (SPEC §20)."""
+        """Start `code` as a background job in this turn's session; answers at once. `language` as
+        for execute_code ("bash": a shell script; "javascript" / "typescript": a Node.js program)."""
         event = {
             "action": "execute_code",
             **self._ids(),
@@ -53,13 +56,13 @@ class JobsMixin:
             event["language"] = language
         if self.invocation_source:
             event["invocation_source"] = self.invocation_source
-        return JobResult.of(self._invoke(event))
+        return JobResult.of(raise_refusal(self._invoke(event)))
 
     def get_job(self, job_id: str) -> JobResult:
-        return JobResult.of(self._invoke(self._job_event("get_job", job_id)))
+        return JobResult.of(raise_refusal(self._invoke(self._job_event("get_job", job_id))))
 
     def cancel_job(self, job_id: str) -> JobResult:
-        return JobResult.of(self._invoke(self._job_event("cancel_job", job_id)))
+        return JobResult.of(raise_refusal(self._invoke(self._job_event("cancel_job", job_id))))
 
     def wait(
         self,
@@ -71,8 +74,8 @@ class JobsMixin:
         sleep: Callable[[float], None] = time.sleep,
     ) -> JobResult:
         """Poll until the job ends; `progress(answer)` is called with every `running` answer.
-        A refusal (ok false without a job status) is returned as is; `timeout_s` bounds the wait
-        (the job keeps running: the last `running` answer is returned)."""
+        A refusal raises (get_job's); `timeout_s` bounds the wait (the job keeps running: the last
+        `running` answer is returned)."""
         started = time.monotonic()
         while True:
             answer = self.get_job(job_id)
@@ -112,7 +115,12 @@ class JobsMixin:
                 code: Python source to run as a background job.
                 timeout_s: seconds after which the job is stopped (at most 3600).
             """
-            return dict(strands_result(turn, "", turn.submit(code, timeout_s=timeout_s)))
+            answer: ExecutionResult
+            try:
+                answer = turn.submit(code, timeout_s=timeout_s)
+            except SandboxRefused as refused:
+                answer = refused.result
+            return dict(strands_result(turn, "", answer))
 
         @tool(name="check_background_job")
         def check_background_job(job_id: str, wait_seconds: int = 0) -> dict[str, Any]:
@@ -122,10 +130,14 @@ class JobsMixin:
                 job_id: the id start_background_job returned.
                 wait_seconds: wait up to this long for the job to end before answering.
             """
-            if wait_seconds > 0:
-                answer = turn.wait(job_id, timeout_s=wait_seconds, poll_seconds=min(5.0, wait_seconds))
-            else:
-                answer = turn.get_job(job_id)
+            answer: ExecutionResult
+            try:
+                if wait_seconds > 0:
+                    answer = turn.wait(job_id, timeout_s=wait_seconds, poll_seconds=min(5.0, wait_seconds))
+                else:
+                    answer = turn.get_job(job_id)
+            except SandboxRefused as refused:
+                answer = refused.result
             return dict(strands_result(turn, "", answer))
 
         return [start_background_job, check_background_job]

@@ -7,8 +7,15 @@ session is stopped with the MCP session and never left to the interpreter's time
 
 Tools: every tool `begin_turn` returned (SPEC §21: execute_code, run_command, get_job,
 cancel_job — the one definition, built by dispatch), exactly as it defined them, or none when the
-tenant/template has no sandbox (§4.1). begin_turn is told `client_tools: []`: an MCP host cannot
-answer the template's tools from code (§15), so no description lists them. Each call is
+tenant/template has no sandbox (§4.1). Until `begin_turn` has answered (dispatch unreachable: the
+stack not up yet, no region or credentials), the server lists the definitions packaged with the
+client (`definitions.packaged`: dispatch's with the default figures), so a host that lists tools
+once, at start, has them; each call meanwhile answers a tool error saying what to fix, and works
+as soon as dispatch answers, without a restart. When the tools `begin_turn` then gives differ from
+those listed (other figures, or none), the server sends `notifications/tools/list_changed`
+(declared as the `tools.listChanged` capability) with the answer of the call that found it.
+begin_turn is told `client_tools: []`: an MCP host cannot answer the template's tools from code
+(§15), so no description lists them. Each call is
 validated against its definition, then mapped to its dispatch action by the agent client
 (`SandboxTurn.call_tool`). Results:
 - the dispatch answer as JSON text and as `structuredContent`; for each artifact in its `files`
@@ -49,12 +56,13 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-from mcp.server.lowlevel import Server
+from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 
+from . import definitions as packaged_definitions
 from .contract import FILE_ID_RE, FILE_NOT_FOUND, INVALID_REQUEST, MCP_SERVER_NAME
-from .errors import ArtifactMismatch, ArtifactUnavailable, DispatchUnavailable
+from .errors import ArtifactMismatch, ArtifactUnavailable, DispatchUnavailable, SandboxRefused
 from .results import Artifact, ExecutionResult, is_texty
 from .tool_input import failure_text, input_problem
 from .turn import SandboxTurn
@@ -133,6 +141,7 @@ class McpSandbox:
         self._ending_thread: int | None = None
         self.artifacts: dict[str, types.ResourceLink] = {}  # uri -> link, this session's artifacts
         self._artifacts_lock = threading.Lock()
+        self._listed: str | None = None  # the definitions tools/list last answered (as JSON)
 
     # --- the turn ---------------------------------------------------------------------------------
     def begin(self) -> None:
@@ -163,6 +172,8 @@ class McpSandbox:
                 self.begin_error = None
             except DispatchUnavailable as exc:
                 self._begin_failed(self.what_to_fix(exc))
+            except SandboxRefused as refused:  # e.g. an id dispatch refuses: nothing to retry into
+                self._begin_failed(f"{refused.error}: {refused.error_message}")
 
     def _begin_failed(self, reason: str) -> None:
         self.begin_error = reason
@@ -188,7 +199,7 @@ class McpSandbox:
             self._ending_thread = threading.get_ident()
             try:
                 self.turn.end()
-            except DispatchUnavailable as exc:
+            except (DispatchUnavailable, SandboxRefused) as exc:
                 print(f"sandboxctl mcp: end_turn failed: {exc}", file=sys.stderr)
             finally:
                 self._ending_thread = None
@@ -198,13 +209,32 @@ class McpSandbox:
         return self._ending_thread == threading.get_ident()
 
     # --- tools --------------------------------------------------------------------------------------
+    def definitions(self) -> list[dict[str, Any]]:
+        """What this session serves: begin_turn's tools once it answered (none without a sandbox),
+        the packaged definitions until then."""
+        if self.turn is not None and self.turn.began is not None:
+            return self.turn.definitions
+        return packaged_definitions.packaged()
+
     def tools(self) -> list[types.Tool]:
         self.begin()
-        definitions = self.turn.definitions if self.turn is not None else []
+        served = self.definitions()
+        self._listed = json.dumps(served, sort_keys=True)
         return [
             types.Tool(name=d["name"], description=d["description"], input_schema=d["input_schema"])
-            for d in definitions
+            for d in served
         ]
+
+    def tools_changed(self) -> bool:
+        """The tools served now differ from those tools/list last answered (once per change: the
+        host is told, and lists again)."""
+        if self._listed is None:
+            return False
+        now = json.dumps(self.definitions(), sort_keys=True)
+        if now == self._listed:
+            return False
+        self._listed = now
+        return True
 
     def unavailable(self) -> str:
         """Why there is no tool: what to fix when dispatch is unreachable, else begin_turn's own
@@ -228,6 +258,8 @@ class McpSandbox:
             return _error(f"{INVALID_REQUEST}: {problem}")
         try:
             result = turn.call_tool(name, tool_input)
+        except SandboxRefused as refused:  # the model sees it as any `ok: false` answer
+            result = refused.result
         except DispatchUnavailable as exc:
             return _error(self.what_to_fix(exc))
         return self.tool_result(turn, result)
@@ -303,9 +335,12 @@ def build_server(sandbox: McpSandbox) -> Server[Any]:
         # begin_turn may be tried again here (blocking boto3): off the event loop
         return types.ListToolsResult(tools=await anyio.to_thread.run_sync(sandbox.tools))
 
-    async def call_tool(_ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         # Blocking boto3 call: off the event loop, so pings and other calls are still answered.
-        return await anyio.to_thread.run_sync(sandbox.call, params.name, params.arguments)
+        result = await anyio.to_thread.run_sync(sandbox.call, params.name, params.arguments)
+        if sandbox.tools_changed():  # begin_turn answered other tools than those listed
+            await ctx.session.send_tool_list_changed()
+        return result
 
     async def list_resources(
         _ctx: Any, _params: types.PaginatedRequestParams | None
@@ -363,7 +398,8 @@ def serve(
 
     async def main() -> None:
         async with stdio_server() as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, server.create_initialization_options())
+            options = server.create_initialization_options(NotificationOptions(tools_changed=True))
+            await server.run(read_stream, write_stream, options)
 
     previous = signal.signal(signal.SIGTERM, sigterm_handler(sandbox))
     try:

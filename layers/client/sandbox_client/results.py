@@ -22,8 +22,9 @@ TEXT_PREVIEW_MAX_BYTES = 16 * 1024
 PNG_TYPE = "image/png"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _TEXT_TYPES = ("application/json", "application/xml", "application/csv", "application/javascript")
-# statuses of an answer about a background job (SPEC §17)
-JOB_STATUSES = frozenset({"running", "completed", "failed", "timed_out", "cancelled"})
+# statuses of an answer about a background job (SPEC §17); the final ones end it
+FINAL_JOB_STATUSES = frozenset({"completed", "failed", "timed_out", "cancelled"})
+JOB_STATUSES = FINAL_JOB_STATUSES | {"running"}
 
 
 def is_texty(content_type: str | None) -> bool:
@@ -78,16 +79,60 @@ class Artifact:
         return is_texty(self.content_type) and self.bytes <= TEXT_PREVIEW_MAX_BYTES
 
 
+class ExecutionError(str):
+    """The `error` of a result with `ok` false: the named class dispatch answered (`SandboxError`,
+    `SandboxTimeout`, `SandboxOOM`; it compares equal to that string, as `error` always did), and,
+    like a notebook's error output or E2B's `Execution.error`, what the code raised: `name`
+    (`ValueError`), `value` (its message) and `traceback` (as printed, redacted) — from the answer's
+    `exception`, which dispatch fills when the code ended with an uncaught exception. For a failure
+    without one (a timeout, a non-zero exit, a killed process) `name` is the class, `value` the
+    sentence and `traceback` None."""
+
+    name: str
+    value: str
+    traceback: str | None
+
+    def __new__(
+        cls, error_class: str, *, name: str | None = None, value: str = "", traceback: str | None = None
+    ) -> ExecutionError:
+        self = super().__new__(cls, error_class)
+        self.name, self.value, self.traceback = name or str(error_class), value, traceback
+        return self
+
+    def __getnewargs_ex__(self) -> tuple[tuple[str], dict[str, Any]]:
+        # copy, deepcopy (dataclasses.asdict) and pickle rebuild it with its fields
+        return (str(self),), {"name": self.name, "value": self.value, "traceback": self.traceback}
+
+    @classmethod
+    def of(cls, answer: dict[str, Any]) -> ExecutionError | None:
+        error = _str(answer.get("error"))
+        if error is None:
+            return None
+        exception = answer.get("exception")
+        if isinstance(exception, dict) and isinstance(exception.get("name"), str):
+            return cls(
+                error,
+                name=exception["name"],
+                value=_str(exception.get("value")) or "",
+                traceback=_str(exception.get("traceback")),
+            )
+        return cls(error, name=error, value=_str(answer.get("error_message")) or "")
+
+    def __repr__(self) -> str:
+        return f"ExecutionError({str(self)!r}, name={self.name!r}, value={self.value!r})"
+
+
 @dataclass(frozen=True)
 class ExecutionResult:
-    """One execute_code (or run_command) answer. `ok` false: `error` is the named class and
-    `error_message` the sentence to relay."""
+    """One execute_code (or run_command) answer: the code ran. `ok` false: `error` is the named
+    class with what the code raised (`ExecutionError`), `error_message` the sentence to relay.
+    (A call dispatch refused raises `errors.SandboxRefused` instead.)"""
 
     ok: bool
     stdout: str = ""
     stderr: str = ""
     files: tuple[Artifact, ...] = ()
-    error: str | None = None
+    error: ExecutionError | None = None
     error_message: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
     status: str | None = None  # tool_call while paused (§15); a job's status (§17)
@@ -109,11 +154,6 @@ class ExecutionResult:
         if answer.get("job_id") or answer.get("status") in JOB_STATUSES:
             return JobResult.of(answer)
         return ExecutionResult(**_fields(answer))
-
-    @staticmethod
-    def refusal(error: str, message: str) -> ExecutionResult:
-        """A refusal the client words itself (nothing was sent to dispatch)."""
-        return ExecutionResult.from_answer({"ok": False, "error": error, "error_message": message})
 
     @property
     def previewable(self) -> list[Artifact]:
@@ -169,7 +209,7 @@ def _fields(answer: dict[str, Any]) -> dict[str, Any]:
         "stdout": _str(answer.get("stdout")) or "",
         "stderr": _str(answer.get("stderr")) or "",
         "files": tuple(Artifact.from_entry(f) for f in answer.get("files") or () if isinstance(f, dict)),
-        "error": _str(answer.get("error")),
+        "error": ExecutionError.of(answer),
         "error_message": _str(answer.get("error_message")),
         "raw": answer,
         "status": _str(answer.get("status")),

@@ -10,8 +10,9 @@
   `additionalProperties: false` and the byte limit like every other caller.
 - Input is validated against that schema before anything is sent (`tool_input.input_problem`):
   `code=""` is a Strands error naming `SandboxInvalidRequest`, and dispatch never sees it.
-- Every `ok: false` answer (a failed run, a failed or unknown job, a cap refusal) is a Strands
-  `status: "error"` whose text starts with the named class (`SandboxCapExceeded: ...`), so
+- Every `ok: false` answer (a failed run, a failed or unknown job, a cap refusal — which the
+  client raises as `errors.SandboxRefused`, and which is shown here as the answer it carries) is a
+  Strands `status: "error"` whose text starts with the named class (`SandboxCapExceeded: ...`), so
   Strands' hooks, metrics and retry logic count it as a failure; dispatch itself failing is
   `DispatchUnavailable: ...`. Success is `status: "success"` with the answer as JSON text.
 - Either way, each small artifact comes back for the model to see (`SandboxTurn.previews`): a
@@ -27,7 +28,7 @@ from strands.tools.tools import PythonAgentTool
 from strands.types.tools import ToolResult, ToolResultContent, ToolSpec, ToolUse
 
 from .contract import INVALID_REQUEST
-from .errors import DispatchUnavailable, ToolUnavailable
+from .errors import DispatchUnavailable, SandboxRefused, ToolUnavailable
 from .results import ExecutionResult, Preview
 from .tool_input import failure_text, input_problem
 
@@ -88,6 +89,8 @@ class SandboxStrandsTool(PythonAgentTool):
             return _error(tool_use_id, f"{INVALID_REQUEST}: {problem}")
         try:
             result = self.turn.call_tool(self.tool_name, dict(tool_input))  # type: ignore[arg-type]
+        except SandboxRefused as refused:  # the model sees it as any `ok: false` answer
+            result = refused.result
         except (DispatchUnavailable, ToolUnavailable) as exc:
             return _error(tool_use_id, f"{type(exc).__name__}: {exc}")
         return strands_result(self.turn, tool_use_id, result)

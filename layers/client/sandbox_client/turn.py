@@ -8,7 +8,10 @@
 Every action carries the turn's `turn_token` (§16.5), generated here once per turn.
 `execute_code` generates a fresh call_id per call unless given one (pass the same call_id to
 retry safely: dispatch answers a retry with the first result). Calls return typed results
-(`results.ExecutionResult`, `results.JobResult` for background jobs).
+(`results.ExecutionResult`, `results.JobResult` for background jobs) for code that ran, whatever
+its outcome (a code error is `ok` false with a structured `error`: `result.error.name ==
+"ValueError"`); a call dispatch refused raises (`errors.SandboxRefused`: SandboxCapExceeded with
+`dimension` and `resets_at`, SandboxProvisioning, SandboxInvalidRequest, TurnTokenMismatch).
 
 The tool surface (SPEC §21): `turn.definitions` are the tools begin_turn returned (execute_code,
 run_command, get_job, cancel_job), served as they are; `turn.call_tool(name, input)` runs a model's
@@ -43,7 +46,14 @@ from .contract import (
     STATUS_TOOL_CALL,
     new_token,
 )
-from .errors import ArtifactMismatch, ArtifactUnavailable, DispatchUnavailable, ToolUnavailable
+from .errors import (
+    ArtifactMismatch,
+    ArtifactUnavailable,
+    DispatchUnavailable,
+    SandboxInvalidRequest,
+    ToolUnavailable,
+    raise_refusal,
+)
 from .jobs import JobsMixin
 from .results import ExecutionResult, Preview, preview_of
 
@@ -114,9 +124,12 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
     # --- the three actions ----------------------------------------------------------------------
     def begin(self) -> dict[str, Any]:
         """begin_turn; it is told the names of this client's tools (`client_tools`, SPEC §21), so
-        the tool descriptions list only template tools this client can answer."""
+        the tool descriptions list only template tools this client can answer. Raises
+        SandboxRefused when dispatch refuses it (e.g. an invalid id, another turn's token); a tenant
+        or template without a sandbox is an answer (`tool` is then None, `no_tool_reason()` says
+        why)."""
         event = {"action": "begin_turn", **self._ids(), "client_tools": sorted(self.tools)}
-        response = self._invoke(event)
+        response = raise_refusal(self._invoke(event))
         self.began = response
         self._told = frozenset(self.tools)
         self.sandbox = response.get("sandbox", {}) if response.get("ok") else {}
@@ -130,8 +143,10 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
         files: list[dict[str, str]] | None = None,
         language: str | None = None,
     ) -> ExecutionResult:
-        """`files`: §14.1 entries, {"path", "content_base64"} or {"path", "s3_uri"}; `language`
-        "bash" runs `code` as a shell script (what run_command sends, SPEC §20)."""
+        """`files`: §14.1 entries, {"path", "content_base64"} or {"path", "s3_uri"}; `language`:
+        "python" (the default), "javascript" or "typescript" (a Node.js program), or "bash" (a
+        shell script, what run_command sends). Raises SandboxRefused when dispatch refuses the
+        call; any run of the code is a result."""
         options: dict[str, Any] = {"files": files} if files else {}
         if language is not None:
             options["language"] = language
@@ -158,8 +173,9 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
         return ExecutionResult.from_answer(self._run_to_end(self._invoke(event)))
 
     def _run_to_end(self, response: dict[str, Any]) -> dict[str, Any]:
-        """Answer every `tool_call` pause (SPEC §15) until the call's final result."""
-        while response.get("ok") and response.get("status") == STATUS_TOOL_CALL:
+        """Answer every `tool_call` pause (SPEC §15) until the call's final result; a refusal (of
+        the call, or of a resume under the kill switch) is raised."""
+        while raise_refusal(response).get("ok") and response.get("status") == STATUS_TOOL_CALL:
             response = self._invoke(self._resume_event(response))
         return response
 
@@ -222,13 +238,16 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
         return answer
 
     def end(self) -> dict[str, Any]:
-        return self._invoke(
-            {
-                "action": "end_turn",
-                "tenant_id": self.tenant_id,
-                "turn_id": self.turn_id,
-                "turn_token": self.turn_token,
-            }
+        """end_turn (stops the turn's session); raises SandboxRefused when dispatch refuses it."""
+        return raise_refusal(
+            self._invoke(
+                {
+                    "action": "end_turn",
+                    "tenant_id": self.tenant_id,
+                    "turn_id": self.turn_id,
+                    "turn_token": self.turn_token,
+                }
+            )
         )
 
     @property
@@ -274,13 +293,15 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
         execute_code as is, run_command as execute_code with language bash and the command as
         `code`, get_job / cancel_job as those actions. Input is not validated here (the MCP server
         and the Strands tools check it against the definition first: `tool_input.input_problem`);
-        dispatch validates it again. A name begin_turn did not define is refused here
-        (SandboxInvalidRequest), or ToolUnavailable when begin_turn gave no tool at all."""
+        dispatch validates it again. A name begin_turn did not define is refused here (raises
+        SandboxInvalidRequest, nothing sent), or ToolUnavailable when begin_turn gave no tool at
+        all; a refusal from dispatch raises like any call's."""
         if not self.definitions:
             raise ToolUnavailable(self.no_tool_reason())
         if self.definition(name) is None:
             names = ", ".join(str(d.get("name")) for d in self.definitions)
-            return ExecutionResult.refusal(INVALID_REQUEST, f"unknown tool {name!r}; this turn has: {names}")
+            message = f"unknown tool {name!r}; this turn has: {names}"
+            raise SandboxInvalidRequest({"ok": False, "error": INVALID_REQUEST, "error_message": message})
         if name == RUN_COMMAND:
             fields = {k: v for k, v in tool_input.items() if k != "command"}
             return self._execute({**fields, "language": COMMAND_LANGUAGE, "code": tool_input.get("command")})

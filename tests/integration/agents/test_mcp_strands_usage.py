@@ -18,6 +18,7 @@ import anyio
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from sandbox_client import SandboxCapExceeded, SandboxRefused
 from sandbox_client.contract import MCP_SERVER_NAME
 from sandbox_client.turn import SandboxTurn
 from sandbox_common import dimensions
@@ -84,8 +85,12 @@ def test_mcp_python_error_and_invalid_input_are_tool_errors_naming_the_class(env
     raised, empty, extra = _mcp(env, TENANT, f"mcp-err-{uuid.uuid4().hex[:8]}", script)
     # Then each is an MCP tool error whose text starts with the named class
     assert raised.is_error is True
-    assert _text(raised).startswith("SandboxError: ")
+    assert _text(raised).startswith("SandboxError: The code raised ZeroDivisionError: division by zero")
     assert "ZeroDivisionError" in raised.structured_content["stderr"]
+    # And what the code raised is structured, as dispatch answered it
+    exception = raised.structured_content["exception"]
+    assert (exception["name"], exception["value"]) == ("ZeroDivisionError", "division by zero")
+    assert exception["traceback"].endswith("ZeroDivisionError: division by zero\n")
     assert empty.is_error is True and _text(empty).startswith("SandboxInvalidRequest: code: ")
     assert extra.is_error is True and _text(extra).startswith("SandboxInvalidRequest: ")
 
@@ -103,6 +108,7 @@ def test_mcp_cap_breach_arrives_as_a_tool_error_naming_sandbox_cap_exceeded(env:
     assert result.is_error is True
     assert _text(result).startswith("SandboxCapExceeded: ")
     assert result.structured_content["dimension"] == dimensions.AGENT_HOURLY.name
+    assert result.structured_content["resets_at"].endswith("Z")
 
 
 def test_mcp_sigterm_still_ends_the_turn_and_stops_its_session(
@@ -310,6 +316,8 @@ def test_strands_success_python_error_and_empty_code(turn: SandboxTurn) -> None:
     assert ok["status"] == "success" and json.loads(ok["content"][0]["text"])["stdout"] == "5\n"
     assert raised["status"] == "error" and raised["content"][0]["text"].startswith("SandboxError: ")
     assert "ValueError: boom" in raised["content"][0]["text"]
+    raised_answer = json.loads(raised["content"][0]["text"].split("\n", 1)[1])
+    assert (raised_answer["exception"]["name"], raised_answer["exception"]["value"]) == ("ValueError", "boom")
     assert empty["status"] == "error" and empty["content"][0]["text"].startswith("SandboxInvalidRequest: ")
     assert syntax["status"] == "error" and syntax["content"][0]["text"].startswith("SandboxError: ")
     # And the syntax error's stderr names the cell, not a file of the host
@@ -331,9 +339,38 @@ def test_strands_cap_refusal_is_a_strands_error(state: LocalState, env: dict[str
         agent = _agent(capped.strands_tool())
         # When the agent calls the tool
         result = agent.tool.execute_code(code="print(1)")
-    # Then Strands sees an error whose text starts with SandboxCapExceeded
+    # Then Strands sees an error whose text starts with SandboxCapExceeded, the answer's fields after it
     assert result["status"] == "error"
     assert result["content"][0]["text"].startswith("SandboxCapExceeded: ")
+    answer = json.loads(result["content"][0]["text"].split("\n", 1)[1])
+    assert answer["dimension"] == dimensions.AGENT_HOURLY.name and answer["resets_at"].endswith("Z")
+
+
+def test_client_raises_cap_exceeded_and_returns_a_code_error_as_a_result(
+    state: LocalState, env: dict[str, str], turn: SandboxTurn
+) -> None:
+    # Given globex at an hourly cap of 0, and an acme turn
+    assert ctl(env, "caps", "set", "agent_hourly", "0", "--tenant", CAP_TENANT).returncode == 0
+    capped = SandboxTurn(
+        state.resources.functions[n.DISPATCH],
+        tenant_id=CAP_TENANT,
+        agent_id="client-agent",
+        template_id=TEMPLATE,
+        lambda_client=state.client("lambda"),
+    )
+    capped.begin()
+    # When the capped turn runs code / Then the client raises the refusal with its fields
+    with pytest.raises(SandboxCapExceeded) as refused:
+        capped.execute_code("print(1)")
+    assert isinstance(refused.value, SandboxRefused)
+    assert refused.value.dimension == dimensions.AGENT_HOURLY.name
+    assert refused.value.resets_at is not None and refused.value.resets_at.endswith(":00:00Z")
+    capped.end()
+    # When acme's code raises ValueError / Then a result: ok false, the error says what was raised
+    result = turn.execute_code("def f(x):\n    raise ValueError(f'bad {x}')\nf(7)")
+    assert result.ok is False and result.error == "SandboxError"
+    assert result.error is not None and (result.error.name, result.error.value) == ("ValueError", "bad 7")
+    assert result.error.traceback is not None and "in f" in result.error.traceback
 
 
 def test_strands_next_turn_is_one_call_and_stops_the_previous_session(

@@ -38,6 +38,9 @@ CHART = (
     "open('outputs/big.txt', 'w').write('x' * 20000)\n"
 )
 CHART_SIZE = (400, 300)
+READ_SALES_JS = (
+    "const fs = require('fs');\nconsole.log(fs.readFileSync('data/sales.csv', 'utf8').split('\\n')[1])"
+)
 SUM_SALES = "import csv\nprint(sum(int(r['amount']) for r in csv.DictReader(open('data/sales.csv'))))"
 
 
@@ -85,6 +88,21 @@ def mcp(env: dict[str, str]) -> dict[str, Any]:
         seen["failed"] = await poll_job(session, failing.structured_content["job_id"])
         seen["unknown"] = await session.call_tool("get_job", {"job_id": "job-unknown"})
         seen["command"] = await session.call_tool("run_command", {"command": "echo $((6*7))"})
+        seen["javascript"] = await session.call_tool(
+            "execute_code",
+            {
+                "code": READ_SALES_JS,
+                "language": "javascript",
+            },
+        )
+        seen["typescript"] = await session.call_tool(
+            "execute_code",
+            {"code": "const answer: number = 6 * 7;\nconsole.log(answer);", "language": "typescript"},
+        )
+        seen["js_error"] = await session.call_tool(
+            "execute_code", {"code": "throw new TypeError('bad')", "language": "javascript"}
+        )
+        seen["bad_language"] = await session.call_tool("execute_code", {"code": "puts 1", "language": "ruby"})
         return seen
 
     return dict(run_mcp(env, mcp_args(TENANT, TEMPLATE), script))
@@ -203,6 +221,60 @@ def test_mcp_run_command_runs_a_shell_script(mcp: dict[str, Any]) -> None:
     result = mcp["command"]
     assert result.is_error is False, text_of(result)
     assert result.structured_content["stdout"] == "42\n"
+
+
+def test_mcp_runs_javascript_and_typescript_in_the_turns_session(mcp: dict[str, Any]) -> None:
+    # Given MCP calls of execute_code with a language / Then Node.js ran them in the turn's session
+    # (the file an earlier call sent is there), a thrown error is a tool error saying what was thrown
+    js, ts = mcp["javascript"], mcp["typescript"]
+    assert js.is_error is False and js.structured_content["stdout"] == "eu,5\n", text_of(js)
+    assert ts.is_error is False and ts.structured_content["stdout"] == "42\n", text_of(ts)
+    assert js.structured_content["session_id"] == mcp["read"].structured_content["session_id"]
+    error = mcp["js_error"]
+    assert error.is_error is True and text_of(error).startswith(
+        "SandboxError: The code raised TypeError: bad"
+    )
+    assert error.structured_content["exception"]["name"] == "TypeError"
+    # And a language the definition does not offer is refused before anything is sent
+    bad = mcp["bad_language"]
+    assert bad.is_error is True and text_of(bad).startswith("SandboxInvalidRequest: language: ")
+
+
+def test_strands_and_the_client_run_javascript_and_a_background_typescript_job(state: LocalState) -> None:
+    # Given a real Agent whose model runs JavaScript, then TypeScript in the background
+    script = [
+        call(
+            "execute_code",
+            {"code": "console.log([1, 2, 3].map((x) => x * 14).pop())", "language": "javascript"},
+        ),
+        call(
+            "execute_code",
+            {
+                "code": "const x: number = 6 * 7; console.log(x);",
+                "language": "typescript",
+                "background": True,
+            },
+        ),
+        poll("get_job", lambda answer: {"job_id": answer["job_id"]}),
+    ]
+    with _turn(state) as turn:
+        agent = _agent(ScriptedModel(script), turn.strands_tools())
+        agent("run the programs")
+        # And the agent client's own calls
+        direct = turn.execute_code("console.log(6 * 7)", language="javascript")
+        job = turn.submit("console.log('from a job')", language="javascript", timeout_s=120)
+        final = turn.wait(str(job.job_id), poll_seconds=0.2, timeout_s=120)
+    results = tool_results(agent.messages)
+    # Then Strands saw both programs' answers as successes
+    assert (
+        results[0]["status"] == "success" and json.loads(results[0]["content"][0]["text"])["stdout"] == "42\n"
+    )
+    answers = [json.loads(r["content"][0]["text"]) for r in results[1:]]
+    assert answers[0]["status"] == "running" and answers[-1]["status"] == "completed"
+    assert answers[-1]["stdout"] == "42\n" and results[-1]["status"] == "success"
+    # And the client's call and background job ran in the same turn's session
+    assert direct.ok is True and direct.stdout == "42\n"
+    assert (final.status, final.stdout) == ("completed", "from a job\n")
 
 
 # --- Strands ---------------------------------------------------------------------------------------

@@ -176,11 +176,11 @@ def test_bash_background_job_exit_status_fails_the_job(stack: Stack) -> None:
     assert final["exit_code"] == 3 and final["stdout"] == "before\n"
 
 
-def test_language_outside_python_and_bash_is_refused_before_anything_counts(stack: Stack) -> None:
+def test_language_outside_the_known_ones_is_refused_before_anything_counts(stack: Stack) -> None:
     # Given the counters before
     before = counted(stack)
     # When a call names another language / Then it is invalid, nothing counted, no row
-    answer = stack.dispatch(event(call_id="js-1", code="console.log(1)", language="javascript"))
+    answer = stack.dispatch(event(call_id="rb-1", code="puts 1", language="ruby"))
     assert answer["ok"] is False and answer["error"] == "SandboxInvalidRequest"
     assert counted(stack) == before and stack.audit_rows("acme") == []
 

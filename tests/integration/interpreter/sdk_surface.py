@@ -27,8 +27,6 @@ REGION = "us-east-1"
 CUSTOM = sys.argv[2] if len(sys.argv) > 2 else DEFAULT_IDENTIFIER
 # check name -> why the local interpreter does not offer it
 UNSUPPORTED = {
-    "execute_code javascript": "the local session runtime is Python (AgentCore also runs JavaScript)",
-    "execute_code typescript": "the local session runtime is Python (AgentCore also runs TypeScript)",
     "create_code_interpreter": "control plane: local interpreters come from the stage configuration",
     "get_code_interpreter": "control plane: local interpreters come from the stage configuration",
     "list_code_interpreters": "control plane: local interpreters come from the stage configuration",

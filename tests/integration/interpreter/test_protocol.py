@@ -342,11 +342,20 @@ def test_invoke_without_session_id_is_validation_error(client: Any) -> None:
     assert exc.value.response["reason"] == "FieldValidationFailed"
 
 
-@pytest.mark.parametrize("arguments", [{"language": "python"}, {"language": "javascript", "code": "1"}])
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"language": "python"},
+        {"language": "ruby", "code": "1"},
+        {"language": "typescript", "code": "1", "runtime": "deno"},
+        {"language": "python", "code": "1", "runtime": "nodejs"},
+    ],
+)
 def test_invoke_bad_arguments_are_validation_errors(
     client: Any, session: str, arguments: dict[str, Any]
 ) -> None:
-    # Given / When executeCode without code, or in a language the local interpreter does not run
+    # Given / When executeCode without code, in a language outside the model's enum, or with a
+    # runtime the local interpreter does not run that language with
     with pytest.raises(ClientError) as exc:
         invoke(client, PUBLIC_CI, session, "", arguments=arguments)
 

@@ -33,6 +33,7 @@ def sdk_server() -> Iterator[LocalInterpreterServer]:
 @pytest.fixture
 def code_client(sdk_server: LocalInterpreterServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_AGENTCORE", sdk_server.endpoint)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_AGENTCORE_CONTROL", sdk_server.endpoint)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
@@ -89,6 +90,68 @@ def test_sdk_upload_download_list_remove(code_client) -> None:
     assert seen_by_code["structuredContent"]["stdout"].strip() == "['b.bin']"
 
 
+def test_sdk_execute_code_javascript_and_typescript(code_client) -> None:
+    # Given an SDK session / When JavaScript and TypeScript run through the SDK's own execute_code
+    js = _structured(code_client.execute_code("console.log(6*7)", language="javascript"))
+    ts = _structured(
+        code_client.execute_code("const n: number = 6 * 7;\nconsole.log(n)", language="typescript")
+    )
+    # Then Node.js ran them in the session, sharing its files with Python (not its variables)
+    code_client.execute_code("x = 1\nopen('from_python.txt', 'w').write('hi')")
+    shared = _structured(
+        code_client.execute_code(
+            "console.log(require('fs').readFileSync('from_python.txt', 'utf8'), typeof x)",
+            language="javascript",
+        )
+    )
+    assert (js["structuredContent"]["stdout"], js["isError"]) == ("42\n", False)
+    assert (ts["structuredContent"]["stdout"], ts["isError"]) == ("42\n", False)
+    assert shared["structuredContent"]["stdout"] == "hi undefined\n"
+
+
+def test_sdk_javascript_bad_input(code_client) -> None:
+    # A syntax error: Node's report on stderr, exit code 1, isError
+    syntax = _structured(code_client.execute_code("console.log(", language="javascript"))
+    assert syntax["isError"] is True and syntax["structuredContent"]["exitCode"] == 1
+    assert "SyntaxError: Unexpected end of input" in syntax["structuredContent"]["stderr"]
+    ts = _structured(code_client.execute_code("let x: = 1", language="typescript"))
+    assert (
+        ts["isError"] is True and "SyntaxError: Type expected. (TS1110)" in ts["structuredContent"]["stderr"]
+    )
+    # An unknown language, or a runtime the local interpreter does not run: ValidationException
+    from botocore.exceptions import ClientError
+
+    for arguments in (
+        {"language": "ruby", "code": "puts 1"},
+        {"language": "javascript", "code": "1", "runtime": "deno"},
+    ):
+        with pytest.raises(ClientError) as refused:
+            code_client.invoke("executeCode", arguments)
+        assert refused.value.response["Error"]["Code"] == "ValidationException"
+
+
+def test_sdk_control_plane_calls_answer_unsupported_naming_the_local_stack(code_client) -> None:
+    from botocore.exceptions import ClientError
+
+    cp = code_client.control_plane_client
+    for call in (
+        lambda: cp.create_code_interpreter(
+            name="x",
+            executionRoleArn="arn:aws:iam::123456789012:role/r",
+            networkConfiguration={"networkMode": "PUBLIC"},
+        ),
+        lambda: cp.get_code_interpreter(codeInterpreterId="x"),
+        lambda: cp.list_code_interpreters(),
+        lambda: cp.delete_code_interpreter(codeInterpreterId="x"),
+    ):
+        with pytest.raises(ClientError) as refused:
+            call()
+        error = refused.value.response["Error"]
+        assert error["Code"] == "UnsupportedOperationException"
+        assert "local stack" in error["Message"] and "<html" not in error["Message"].lower()
+        assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+
+
 def test_sdk_session_stop_terminates(code_client) -> None:
     session_id = code_client.session_id
     code_client.stop()
@@ -99,6 +162,8 @@ SURFACE = Path(__file__).with_name("sdk_surface.py")
 # The SDK calls that must pass against the local interpreter (SPEC §20).
 REQUIRED = (
     "code_session default identifier",
+    "execute_code javascript",
+    "execute_code typescript",
     "install_packages",
     "installed package importable in code",
     "execute_command python --version",
@@ -138,7 +203,9 @@ def test_sdk_whole_public_surface_unpatched(sdk_server: LocalInterpreterServer, 
         f" {report['supported_passed']} of {report['supported_total']};"
         f" not offered: {sorted(report['unsupported'])}"
     )
-    # Then every call the local interpreter offers works, and what fails is exactly what it does not offer
+    # Then every call the local interpreter offers works, and what fails is exactly what it does not
+    # offer, each with a ClientError saying so (never an HTML page)
     assert set(failed) == set(report["unsupported"]), failed
-    assert report["supported_passed"] == report["supported_total"] >= 45
+    assert all("UnsupportedOperationException" in detail for detail in failed.values()), failed
+    assert report["supported_passed"] == report["supported_total"] >= 47
     assert set(REQUIRED) <= {r["check"] for r in report["checks"] if r["ok"]}

@@ -17,7 +17,9 @@ from sandbox_common import naming as n
         (contract.MCP_SERVER_NAME, f"{n.PROJECT}-sandbox"),  # the server is named after the project
         (contract.INVALID_REQUEST, errors.SandboxInvalidRequest.__name__),
         (contract.PROVISIONING, errors.SandboxProvisioning.__name__),
+        (contract.CAP_EXCEEDED, errors.SandboxCapExceeded.__name__),
         (contract.SANDBOX_ERROR, errors.SandboxError.__name__),
+        (contract.REASON_TURN_TOKEN_MISMATCH, n.REASON_TURN_TOKEN_MISMATCH),
         (contract.FILE_ID_RE.pattern, files.FILE_ID_RE.pattern),
         (contract.FILE_NOT_FOUND, messages.FILE_NOT_FOUND),
         (contract.SINGLE_ATTEMPT, aws.SINGLE_ATTEMPT),
@@ -59,3 +61,15 @@ def test_the_client_holds_no_sentence_of_the_tool_definitions() -> None:
     # When the client's sources are read / Then none of them is spelled there: it serves begin_turn's
     sources = {p.name: p.read_text() for p in Path(sandbox_client.__file__).parent.glob("*.py")}
     assert [(s, f) for s in sentences for f, text in sources.items() if s[:40] in text] == []
+
+
+def test_the_packaged_definitions_are_dispatchs_with_the_default_figures() -> None:
+    # Given the copy the client packages (its MCP server lists it before dispatch can be reached)
+    from sandbox_client import definitions
+
+    # Then it is exactly what begin_turn answers for a template without callable tools at the
+    # default figures: `make client-definitions` rewrites it after tool_spec changes
+    assert definitions.packaged() == tool_spec.tool_definitions(limits=tool_spec.SurfaceLimits()), (
+        "the client's tool_definitions.json is stale: run `make client-definitions`"
+    )
+    assert [d["name"] for d in definitions.packaged()] == list(tool_spec.TOOL_NAMES)

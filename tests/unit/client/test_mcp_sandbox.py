@@ -11,7 +11,7 @@ from typing import Any
 import boto3
 from sandbox_client.mcp_server import McpSandbox
 from sandbox_client.turn import DispatchUnavailable
-from sandbox_common.tool_spec import tool_definitions
+from sandbox_common.tool_spec import SurfaceLimits, tool_definitions
 
 from tests.support.http import http_endpoint
 
@@ -48,8 +48,10 @@ def test_mcp_sandbox_unreachable_then_reachable_answers_what_to_fix_then_serves(
         # When the host lists tools and calls one
         listed = sandbox.tools()
         refused = sandbox.call("execute_code", {"code": "print(1+1)"})
-        # Then no tool, and the call is a tool error saying what to fix; nothing reached dispatch
-        assert listed == [] and seen == []
+        # Then the packaged tools (dispatch's at the default figures), and the call is a tool error
+        # saying what to fix; nothing reached dispatch
+        assert [t.name for t in listed] == [d["name"] for d in definitions] and seen == []
+        assert [t.input_schema for t in listed] == [d["input_schema"] for d in definitions]
         assert refused.is_error is True
         assert refused.content[0].text == f"DispatchUnavailable: {FIX}"  # type: ignore[union-attr]
         # When dispatch becomes reachable / Then the next call begins the turn (told no client
@@ -63,3 +65,32 @@ def test_mcp_sandbox_unreachable_then_reachable_answers_what_to_fix_then_serves(
         ]
         assert [t.name for t in sandbox.tools()] == [d["name"] for d in definitions]
         assert [e["action"] for e in seen].count("begin_turn") == 1  # begun once it worked
+        assert sandbox.tools_changed() is False  # begin_turn served what was listed: nothing to announce
+
+
+def test_mcp_sandbox_announces_once_when_begin_turn_serves_other_tools() -> None:
+    # Given a stage whose begin_turn answers other figures than the packaged copy's
+    other = tool_definitions(limits=SurfaceLimits(call_timeout_seconds=30))
+
+    def answer(path: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        reply = {"ok": True, "sandbox": {"status": "ready", "tool": other[0], "tools": other}}
+        return 200, {}, json.dumps(reply).encode()
+
+    with http_endpoint(answer) as endpoint:
+        reachable = {"now": False}
+
+        def connect() -> tuple[Any, str]:
+            if not reachable["now"]:
+                raise DispatchUnavailable(FIX)
+            return boto3.client("lambda", endpoint_url=endpoint), "fn"
+
+        sandbox = McpSandbox(connect, tenant_id="acme", agent_id="a1", template_id="analyst")
+        listed = sandbox.tools()  # the packaged copy, while dispatch is unreachable
+        assert sandbox.tools_changed() is False
+        # When dispatch becomes reachable and begin_turn answers
+        reachable["now"] = True
+        sandbox.begin()
+        # Then the change is reported once, and the next list serves begin_turn's
+        assert sandbox.tools_changed() is True and sandbox.tools_changed() is False
+        assert [t.description for t in sandbox.tools()] == [d["description"] for d in other]
+        assert [t.description for t in listed] != [d["description"] for d in other]

@@ -169,3 +169,50 @@ def test_running_job_result_carries_its_output_so_far() -> None:
     assert isinstance(result, JobResult)
     assert (result.stdout_tail, result.stderr_tail) == ("step 3 of 10\n", "")
     assert (result.stdout_bytes, result.stderr_bytes) == (13, 0)
+
+
+def test_execution_error_is_the_class_string_and_survives_copies() -> None:
+    import copy
+    import dataclasses
+    import json
+    import pickle
+
+    from sandbox_client.results import ExecutionError
+
+    # Given a failed run whose code raised ValueError
+    answer = {
+        "ok": False,
+        "error": "SandboxError",
+        "error_message": "The code raised ValueError: bad; see stderr for the traceback.",
+        "exception": {"name": "ValueError", "value": "bad", "traceback": "Traceback ...\nValueError: bad\n"},
+    }
+    result = ExecutionResult.from_answer(answer)
+    error = result.error
+    # Then `error` reads as the class it always was, and says what was raised
+    assert (
+        isinstance(error, ExecutionError)
+        and error == "SandboxError"
+        and json.dumps(error) == '"SandboxError"'
+    )
+    assert (error.name, error.value) == ("ValueError", "bad")
+    # And copies keep both (asdict deep-copies every field)
+    for copied in (
+        copy.deepcopy(error),
+        pickle.loads(pickle.dumps(error)),
+        dataclasses.asdict(result)["error"],
+    ):
+        assert copied == "SandboxError" and (copied.name, copied.value, copied.traceback) == (
+            "ValueError",
+            "bad",
+            "Traceback ...\nValueError: bad\n",
+        )
+    # And a success has no error; an answer without `exception` names its class
+    assert ExecutionResult.from_answer({"ok": True}).error is None
+    plain = ExecutionResult.from_answer(
+        {"ok": False, "error": "SandboxTimeout", "error_message": "late"}
+    ).error
+    assert plain is not None and (plain.name, plain.value, plain.traceback) == (
+        "SandboxTimeout",
+        "late",
+        None,
+    )

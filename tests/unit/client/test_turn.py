@@ -7,6 +7,7 @@ from typing import Any
 
 import boto3
 import pytest
+from sandbox_client.errors import SandboxInvalidRequest
 from sandbox_client.turn import DispatchUnavailable, SandboxTurn, ToolUnavailable
 
 from tests.support.http import http_endpoint
@@ -309,10 +310,11 @@ def test_call_tool_refuses_a_tool_begin_turn_did_not_define_without_sending(surf
         turn.call_tool("execute_code", {"code": "print(1)"})
     turn.begin()
     # When the model names a tool begin_turn did not define
-    result = turn.call_tool("delete_everything", {})
+    with pytest.raises(SandboxInvalidRequest) as refused:
+        turn.call_tool("delete_everything", {})
     # Then a refusal the client words (named class first), and only begin_turn was sent
-    assert (result.ok, result.error) == (False, "SandboxInvalidRequest")
-    assert result.error_message is not None and "run_command" in result.error_message
+    assert (refused.value.result.ok, refused.value.error) == (False, "SandboxInvalidRequest")
+    assert "run_command" in refused.value.error_message
     assert [e["action"] for e in seen] == ["begin_turn"]
 
 

@@ -19,8 +19,8 @@ import pytest
 from sandbox_common.redaction import REPLACEMENT
 from sandbox_common.redaction.stdio import check_readiness, preamble_source
 from sandbox_common.tools_protocol import installer_source, resume_source, split_marker, start_source
-from sandbox_runtime.runner import cells, commands, job_snippets
-from sandbox_session import cell, jobs, redactor, shell, tools
+from sandbox_runtime.runner import cells, commands, job_snippets, programs
+from sandbox_session import cell, jobs, node, redactor, shell, tools
 
 SECRET = "s3cr3t-registered-value"
 TOKEN = "ghp_" + "A1b2C3d4" * 5  # a GitHub token shape of the catalogue
@@ -103,6 +103,9 @@ def test_session_runtime_shipped_text_is_the_package_source() -> None:
     assert job_files[jobs.SHELL_RUNTIME_FILE] == source(shell)
     assert repr(source(shell)) in commands.command_source("true", 1.0)
     assert repr(source(cell)) in cells.cell_source("pass", 1.0)
+    assert job_files[jobs.NODE_RUNTIME_FILE] == source(node)
+    program = programs.program_source("console.log(1)", "javascript", 1.0)
+    assert repr(source(node)) in program and repr(source(shell)) in program
 
 
 def test_redactor_and_tools_run_as_shipped_with_the_stdlib_alone(session: BareSession) -> None:

@@ -60,8 +60,9 @@ class ExecuteCodeRequest(StrictModel):
     # limits.DEFAULT_JOB_TIMEOUT_SECONDS, at most 3600) only together with it.
     background: bool = False
     timeout_s: Annotated[int, Field(ge=1, le=MAX_JOB_TIMEOUT_SECONDS)] | None = None
-    # §20: with "bash", `code` is a shell script run in the turn's session (run_command's action).
-    language: Literal["python", "bash"] = "python"
+    # §20: with "bash", `code` is a shell script run in the turn's session (run_command's action);
+    # with "javascript" / "typescript", a Node.js program run there (tool_spec.LANGUAGES).
+    language: Literal["python", "javascript", "typescript", "bash"] = "python"
 
     @model_validator(mode="after")
     def _timeout_only_for_jobs(self) -> ExecuteCodeRequest:

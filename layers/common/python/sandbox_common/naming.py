@@ -555,6 +555,10 @@ ENV_LOCAL_UNISOLATED = "SANDBOX_LOCAL_UNISOLATED"
 # The Python that runs session code (a venv's python or a base interpreter); default: the local
 # interpreter's own base interpreter. Bound read-only into the sandbox with its base installation.
 ENV_SESSION_PYTHON = "SANDBOX_SESSION_PYTHON"
+# In a session's environment: the Node.js and the `typescript` package its JavaScript and TypeScript
+# programs run with (read by sandbox_session.node; the local interpreter sets them).
+ENV_SESSION_NODE = "SANDBOX_NODE"
+ENV_SESSION_TYPESCRIPT = "SANDBOX_TYPESCRIPT"
 
 
 # --- metrics (namespace METRICS_NAMESPACE) --------------------------------------------------------
@@ -703,6 +707,9 @@ REASON_DISPATCH_INTERRUPTED = "dispatch_interrupted"
 # `reason` of the answer to a retry whose original is still in progress (or whose worker died and
 # whose deadline has not passed yet): answered at once with `retry_after_s`, never awaited.
 REASON_CALL_IN_PROGRESS = "call_in_progress"
+# `reason` of the SandboxInvalidRequest answering an action whose turn_token is missing or does not
+# match the turn's (the agent client raises it as TurnTokenMismatch).
+REASON_TURN_TOKEN_MISMATCH = "turn_token_mismatch"
 # failure_reason of a paused call ended by end_turn (or a resume after it): SandboxTimeout.
 REASON_TOOL_TURN_ENDED = "tool_wait_ended:turn_ended"
 # The local interpreter refuses Start with this marker at the front of its error message when it

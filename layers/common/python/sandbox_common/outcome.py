@@ -113,6 +113,9 @@ class RunResult(Protocol):
     def failure_reason(self) -> str | None: ...
 
     @property
+    def exception(self) -> dict[str, Any] | None: ...
+
+    @property
     def full_stdout(self) -> str: ...
 
     @property
@@ -231,6 +234,8 @@ class Outcome:
             )
             if not r.ok and (self.failure is None or self.failure.error == r.error):
                 body.update(error=r.error, error_message=r.error_message)
+                if r.exception is not None:  # what the code raised: name, value, traceback
+                    body["exception"] = r.exception
         else:
             body["exit_code"] = None
         body.update(

@@ -4,7 +4,8 @@
 callers); the MCP server, the Strands tools and the agent client serve exactly what begin_turn
 returned, never a definition of their own. Four tools:
 
-- `execute_code` (`code`, optional `files`, `background`, `timeout_s`): Python in the turn's session;
+- `execute_code` (`code`, optional `language`, `files`, `background`, `timeout_s`): Python in the
+  turn's session, or with `language` a JavaScript or TypeScript program run by Node.js there;
 - `run_command` (`command`, same options): a bash script, the same dispatch action with
   `"language": "bash"` and `code` = the command (SPEC §20);
 - `get_job` / `cancel_job` (`job_id`): a background job of the turn (SPEC §17).
@@ -43,6 +44,10 @@ TOOL_NAME = EXECUTE_CODE  # the one tool of Part I (`"tool"` in begin_turn's ans
 # execute_code's own language is the default.
 COMMAND_LANGUAGE = "bash"
 CODE_LANGUAGE = "python"
+# execute_code's other languages, as AgentCore's executeCode offers them: a Node.js program.
+NODE_LANGUAGES = ("javascript", "typescript")
+CODE_LANGUAGES = (CODE_LANGUAGE, *NODE_LANGUAGES)  # execute_code's `language` values
+LANGUAGES = (*CODE_LANGUAGES, COMMAND_LANGUAGE)  # every `language` dispatch takes
 # begin_turn's optional `client_tools`: at most this many names (a client may have more tools
 # than a template allows; only the intersection is listed).
 MAX_CLIENT_TOOLS = 128
@@ -71,9 +76,9 @@ class SurfaceLimits:
 
 # --- what the model reads: each sentence once ---------------------------------------------------
 EXECUTE_CODE_LEAD = (
-    "Run Python in this conversation's isolated sandbox and get back stdout, stderr and an exit status. "
-    "Variables, imports and files persist between calls of this conversation. A trailing expression is "
-    "shown like a notebook cell."
+    "Run Python (or, with language, JavaScript or TypeScript) in this conversation's isolated sandbox and "
+    "get back stdout, stderr and an exit status. Variables, imports and files persist between Python calls "
+    "of this conversation. A trailing expression is shown like a notebook cell."
 )
 RUN_COMMAND_LEAD = (
     "Run a bash script in this conversation's isolated sandbox and get back stdout, stderr and its exit "
@@ -101,7 +106,12 @@ GET_JOB_LEAD = (
     "cancelled."
 )
 CANCEL_JOB_LEAD = "Stop a running background job of this conversation; answers its final result."
-CODE_FIELD = "Python source to execute (at most {max_bytes} bytes)."
+CODE_FIELD = "Source to execute, in `language` (at most {max_bytes} bytes)."
+LANGUAGE_FIELD = (
+    "python (the default), javascript (run by Node.js as CommonJS) or typescript (run by Node.js as an ES "
+    "module; types are removed, not checked). A JavaScript or TypeScript program runs as a fresh Node.js "
+    "process in this session: it shares the working directory and files, not variables."
+)
 COMMAND_FIELD = "The bash script to run (at most {max_bytes} bytes)."
 FILES_FIELD = (
     "Files written into the working directory before the call runs (at most {max_files}): each "
@@ -147,12 +157,16 @@ def _files_schema() -> dict[str, Any]:
     }
 
 
-def _run_schema(field: str, field_description: str) -> dict[str, Any]:
-    """execute_code's and run_command's input: the source field, files, background, timeout_s."""
+def _run_schema(
+    field: str, field_description: str, *, language: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """execute_code's and run_command's input: the source field, its `language` when it has a
+    choice of them, files, background, timeout_s."""
     return {
         "type": "object",
         "properties": {
             field: {"type": "string", "minLength": 1, "description": field_description},
+            **({"language": language} if language is not None else {}),
             "files": _files_schema(),
             "background": {"type": "boolean", "description": BACKGROUND_FIELD},
             "timeout_s": {
@@ -197,11 +211,13 @@ def tool_definition(tools: Sequence[str] = (), *, limits: SurfaceLimits = Surfac
     description = f"{EXECUTE_CODE_LEAD} {_run_tail(limits)}"
     if tools:
         description += " " + CALLABLE_TOOLS.format(max_calls=TOOLS_MAX_CALLS, names=", ".join(sorted(tools)))
-    return {
-        "name": EXECUTE_CODE,
-        "description": description,
-        "input_schema": _run_schema("code", CODE_FIELD.format(max_bytes=MAX_CODE_BYTES)),
-    }
+    language = {"type": "string", "enum": list(CODE_LANGUAGES), "default": CODE_LANGUAGE}
+    schema = _run_schema(
+        "code",
+        CODE_FIELD.format(max_bytes=MAX_CODE_BYTES),
+        language=language | {"description": LANGUAGE_FIELD},
+    )
+    return {"name": EXECUTE_CODE, "description": description, "input_schema": schema}
 
 
 def tool_definitions(

@@ -50,8 +50,10 @@ STDERR_FILE = "stderr"
 CATALOGUE_FILE = "catalogue.py"
 STDIO_RUNTIME_FILE = "stdio_runtime.py"
 SHELL_RUNTIME_FILE = "shell.py"
+NODE_RUNTIME_FILE = "node.py"
 RUNTIME_FILE = "runtime.py"
-BASH = "bash"  # the spec's `language` of a shell script (SPEC §20); anything else is Python
+BASH = "bash"  # the spec's `language` of a shell script (SPEC §20)
+NODE_LANGUAGES = ("javascript", "typescript")  # a Node.js program's; anything else is Python
 
 RUNNING = "running"
 COMPLETED = "completed"
@@ -257,6 +259,12 @@ def run(job_dir):
         shell = _load("_sbx_shell", os.path.join(os.path.dirname(job_dir), SHELL_RUNTIME_FILE))
         with open(os.path.join(job_dir, CODE_FILE), "rb") as fh:
             return shell.run(fh.read())
+    if spec.get("language") in NODE_LANGUAGES:  # a Node.js program: its output through that redactor too
+        root = os.path.dirname(job_dir)
+        shell = _load("_sbx_shell", os.path.join(root, SHELL_RUNTIME_FILE))
+        node = _load("_sbx_node", os.path.join(root, NODE_RUNTIME_FILE))
+        with open(os.path.join(job_dir, CODE_FILE), "rb") as fh:
+            return node.run(shell, fh.read(), spec["language"])
     with open(os.path.join(job_dir, CODE_FILE), encoding="utf-8") as fh:
         code = fh.read()
     linecache.cache[_CELL] = (len(code), None, code.splitlines(True), _CELL)

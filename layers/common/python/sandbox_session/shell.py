@@ -90,20 +90,24 @@ class _Relay:
         return bool(chunk)
 
 
-def run(script, deadline_s=None, out=None, err=None):
+def run(script, deadline_s=None, out=None, err=None, start=None, name="bash"):
     """Run `script` (bytes) to its end or its deadline; its output into `out` / `err` (default:
     this process's sys.stdout / sys.stderr). Returns its status as a shell reports it (128 +
     signal when killed), TIMED_OUT when stopped at the deadline, NOT_STARTED when bash could not
     start.
+
+    `start` (default `launch`, bash) starts the program and answers what `launch` answers: another
+    interpreter reading its program from the pipe (`sandbox_session.node` starts Node.js so), run
+    and relayed the same way; `name` is what the not-started message calls it.
 
     One thread does everything (feeding the script, relaying both streams) with one selector: no
     thread hand-offs, whose GIL switches would cost more than starting bash."""
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
     try:
-        proc, script_w, out_r, err_r = launch()
+        proc, script_w, out_r, err_r = (start or launch)()
     except OSError as exc:
-        err.write(f"bash could not be started: {exc}\n")
+        err.write(f"{name} could not be started: {exc}\n")
         return NOT_STARTED
     os.set_blocking(script_w, False)
     pending = memoryview(script)

@@ -207,7 +207,8 @@ _DEMO_TENANTS = (
     TenantConfig(id="canary", environments=("default-public",), templates={"analyst": "default-public"}),
 )
 
-# The local stage's acme may read its folder of the demo data bucket the local stack creates (§14.4).
+# The local stage's acme may read its folder of the demo data bucket the local stack creates
+# (docs/files.md).
 # acme and globex have the governed egress environment (`default-allowlist`, VPC network mode, an
 # empty allow list until `sandboxctl egress set`) with its template `allowlisted`: two tenants, so
 # that one tenant's policy and credentials are seen never to serve the other.

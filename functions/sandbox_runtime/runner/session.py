@@ -500,10 +500,10 @@ class SessionRunner:
 
 
 def readiness_source(values: tuple[str, ...] = ()) -> str:
-    """The readiness call's code: the stdio redactor's preamble (§6.2), with exact `values` to
-    redact too (an allowlist session's proxy secret), then the tools runtime's installer (§15),
-    which prints nothing on success and whose failure only disables tool calls, never the
-    redactor or its readiness marker."""
+    """The readiness call's code: the stdio redactor's preamble, with exact `values` to redact
+    too (an allowlist session's proxy secret), then the tools runtime's installer (programmatic
+    tool calling), which prints nothing on success and whose failure only disables tool calls,
+    never the redactor or its readiness marker."""
     from sandbox_common.redaction.stdio import preamble_source
     from sandbox_common.tools_protocol import installer_source
 

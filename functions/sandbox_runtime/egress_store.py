@@ -119,7 +119,7 @@ class EgressStore:
         }
 
     def _attributed_item(self, session_id: str, counters: Counters, lifetime_seconds: int) -> dict[str, Any]:
-        item = {
+        item: dict[str, Any] = {
             **n.EGRESS.key(session_id, n.EGRESS_ATTRIBUTED_ITEM),
             **{f: {"N": str(getattr(counters, f))} for f in FIELDS},
             n.TTL_ATTRIBUTE: {

@@ -42,6 +42,7 @@ from sandbox_common.retries import RetryLog
 from sandbox_common.settings import DispatchSettings
 from sandbox_common.windows import utc_now
 from sandbox_runtime import interrupted
+from sandbox_runtime.artifacts import ArtifactContext
 from sandbox_runtime.job_end import JobDeps
 from sandbox_runtime.kill_switch import Kill
 from sandbox_runtime.preflight import Preflight, PreflightUnavailable
@@ -50,7 +51,6 @@ from sandbox_runtime.runner.tool_calling import Finished
 
 from dispatch import parallel, parts
 from dispatch.files import flow as files
-from dispatch.files.artifacts import ArtifactContext
 from dispatch.idempotency import IdempotencyStoreUnavailable, TimeLeft, time_left_of
 from dispatch.quota.flow import QuotaCheck
 from dispatch.sessions import egress
@@ -212,6 +212,13 @@ class Steps:
     ) -> None:
         """The call's count: the speculative check sent at t=0 joined, else checked now."""
         decision = (check or QuotaCheck(self.parts, req, None)).decide(retries)
+        if decision.tenant_disabled:
+            # the count's transaction read the tenant's policy: this container's pre-flight cache
+            # is older than it, and is read again by the next call
+            self.parts.preflight.forget(req.tenant_id)
+            raise SandboxProvisioning(
+                messages.TENANT_DISABLED, reason="tenant_disabled", failure_reason="tenant_disabled"
+            )
         if not decision.allowed:
             raise SandboxCapExceeded(
                 messages.cap_exceeded(str(decision.dimension), str(decision.resets_at)),

@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from .store import EgressStore
 CA_FILE = "mitmproxy-ca.pem"  # key + certificate: never leaves the proxy's directory
 CA_CERT_FILE = "mitmproxy-ca-cert.pem"  # the certificate alone: what sessions trust
 UPSTREAM_TRUST_FILE = "upstream-trust.pem"
+STORE_THREADS = 32  # store.py's clients keep as many connections each
 
 
 class Ready:
@@ -130,6 +132,11 @@ async def serve(config: ProxyConfig) -> int:
         ssl_verify_upstream_trusted_ca=upstream_trust(config),
     )
     loop = asyncio.get_running_loop()
+    # the store's blocking reads and writes run here (asyncio.to_thread), never on the loop; as
+    # many threads as the store's clients have connections
+    loop.set_default_executor(
+        ThreadPoolExecutor(max_workers=STORE_THREADS, thread_name_prefix="egress-store")
+    )
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, master.shutdown)
     await master.run()

@@ -231,7 +231,7 @@ class EgressAddon:
             self.engine.add_bytes(state, conn, out=len(message.content))
         else:
             self.engine.add_bytes(state, conn, into=len(message.content))
-        closed = self.engine.gate_cached(state.credential)
+        closed = self.engine.gate_cached(state.credential, flow.request.host, flow.request.port)
         if closed is not None:  # a breaker closed the scope: the websocket ends here
             message.drop()
             logger.warning("egress_websocket_closed", extra={"reason": closed.reason})
@@ -244,6 +244,28 @@ class EgressAddon:
                 state, state.credential, state.tunnel[0], state.tunnel[1], Denied(checks.NOT_HTTP)
             )
         flow.kill()
+
+    # --- errors: logged (the client already has mitmproxy's error answer or a closed connection) --
+    def error(self, flow: http.HTTPFlow) -> None:
+        if flow.error is not None and flow.request is not None:
+            state = self.states.get(flow.client_conn.id)
+            logger.warning(
+                "egress_request_failed",
+                extra={
+                    "host": flow.request.host,
+                    "session_id": state.credential.session_id if state and state.credential else None,
+                    "cause": str(flow.error.msg)[:300],
+                },
+            )
+
+    def tls_failed_client(self, data: tls.TlsData) -> None:
+        # typically a client that does not trust the proxy's CA (a session without its bundle)
+        logger.warning("egress_client_tls_failed", extra={"sni": data.context.client.sni})
+
+    def tls_failed_server(self, data: tls.TlsData) -> None:
+        # the upstream's certificate did not verify (or its TLS failed): nothing was sent to it
+        error = data.conn.error if data.conn is not None else None
+        logger.warning("egress_upstream_tls_failed", extra={"sni": data.conn.sni, "cause": str(error)[:300]})
 
     # --- upstream connections -----------------------------------------------------------------
     async def server_connect(self, data: ServerConnectionHookData) -> None:

@@ -284,9 +284,10 @@ class Engine:
             return None, Denied(checks.EGRESS_CLOSED)
         return policy, None
 
-    def gate_cached(self, credential: Credential) -> Denied | None:
-        """The breakers from the caches only (a websocket message must not wait): a closed scope
-        whose state is cached refuses; an expired entry is refreshed in the background."""
+    def gate_cached(self, credential: Credential, host: str, port: int) -> Denied | None:
+        """The breakers and the policy from the caches only (a websocket message must not wait):
+        a closed scope, or a policy that no longer allows `host`, refuses once it is cached; an
+        expired entry is refreshed in the background."""
         tenant, env = credential.tenant_id, credential.environment
         policy = self.policies.peek((tenant, env))
         if self.enabled.peek(tenant) is False:
@@ -295,6 +296,8 @@ class Engine:
             return Denied(checks.CAP_ZERO)
         if policy is not None and policy.closed:
             return Denied(checks.EGRESS_CLOSED)
+        if policy is not None and self._target_refusal(policy, host, port) is not None:
+            return Denied(checks.NOT_ALLOWED)
         if not (
             self.policies.fresh((tenant, env)) and self.enabled.fresh(tenant) and self.zero_caps.fresh(tenant)
         ):

@@ -59,9 +59,15 @@ class _Unreadable(Exception):
 
 
 class Caps(dimensions.Caps):
-    """A tenant's call caps, one per calls dimension (`sandbox_common.dimensions.calls()`)."""
+    """A tenant's call caps, one per calls dimension (`sandbox_common.dimensions.calls()`).
+    `read_at_ms`: when the oldest of the values they come from was read from SSM (epoch ms of
+    this container's clock; 0 when unknown) — how old this container's view of them is."""
 
     KIND = dimensions.Kind.CALLS
+
+    def __init__(self, *values: int, read_at_ms: int = 0) -> None:
+        super().__init__(*values)
+        self.read_at_ms = read_at_ms
 
 
 def parse_cap(raw: Any) -> int | None:
@@ -94,16 +100,34 @@ class CapReader:
         self._absent_until: dict[str, float] = {}
         self._last_known: dict[str, int | _Absent] = {}
         self._invalid_reported_at: dict[str, float] = {}
+        # path -> (until when, on self._clock, the value read is fresh; when it was read, epoch ms)
+        self._fetched: dict[str, tuple[float, int]] = {}
 
     def caps_for(self, tenant_id: str) -> Caps:
         """Raises CapsUnavailable when any cap cannot be known (fail closed)."""
-        return Caps(*(self._cap(tenant_id, dimension) for dimension in dimensions.calls()))
+        paths: list[str] = []
+        values = [self._cap(tenant_id, dimension, paths) for dimension in dimensions.calls()]
+        with self._lock:
+            read_at = min((self._fetched.get(path, (0.0, 0))[1] for path in paths), default=0)
+        return Caps(*values, read_at_ms=read_at)
 
-    def _cap(self, tenant_id: str, dimension: dimensions.Dimension) -> int:
+    def refresh(self, tenant_id: str) -> None:
+        """Read the tenant's caps from SSM again at the next `caps_for`, whatever their age (a
+        container that refused the tenant on newer caps says this one's are stale)."""
+        with self._lock:
+            for dimension in dimensions.calls():
+                for path in {dimension.parameter(self._stage, tenant_id), dimension.parameter(self._stage)}:
+                    self._fetched.pop(path, None)
+                    self._absent_until.pop(path, None)
+
+    def _cap(self, tenant_id: str, dimension: dimensions.Dimension, paths: list[str]) -> int:
         if dimension.per_tenant:
-            override = self._resolve(dimension.parameter(self._stage, tenant_id), required=False)
+            path = dimension.parameter(self._stage, tenant_id)
+            paths.append(path)
+            override = self._resolve(path, required=False)
             if not isinstance(override, _Absent):
                 return override
+        paths.append(dimension.parameter(self._stage))
         value = self._resolve(dimension.parameter(self._stage), required=True)
         assert not isinstance(value, _Absent)  # required=True never answers ABSENT
         return value
@@ -140,16 +164,25 @@ class CapReader:
         with self._lock:
             if self._absent_until.get(path, 0.0) > now:
                 return ABSENT
+            # Past its TTL on this reader's clock, a value is fetched for sure (not from Powertools'
+            # cache), so its read time below is the time SSM answered.
+            fetch = self._fetched.get(path, (0.0, 0))[0] <= now
+        read_at = int(time.time() * 1000)
         try:
-            raw = self._provider.get(path, max_age=self._ttl)
+            raw = self._provider.get(path, max_age=self._ttl, force_fetch=fetch)
         except Exception as exc:  # Powertools wraps every SDK error in GetParameterError
             if _is_parameter_not_found(exc):
-                if self._ttl > 0:
-                    with self._lock:
+                with self._lock:
+                    if self._ttl > 0:
                         self._absent_until[path] = now + self._ttl
+                    self._fetched[path] = (now + self._ttl, read_at)
                 return ABSENT
             raise _Unreadable(_describe(exc)) from exc
         value = parse_cap(raw)
+        if fetch:  # a malformed value is not news: the last good one, and its read time, stay
+            with self._lock:
+                last = self._fetched.get(path, (0.0, 0))[1]
+                self._fetched[path] = (now + self._ttl, read_at if value is not None else last)
         if value is None:
             self._report_invalid(path, now)
         return value

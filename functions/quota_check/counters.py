@@ -169,6 +169,102 @@ class AlreadyCounted(Exception):
     """This call_id's marker exists (and has not expired): it was counted before."""
 
 
+@dataclass(frozen=True)
+class PolicyCheck:
+    """The ConditionCheck on the tenant's policy item (the operator's switch), read strongly
+    consistent inside the count's transaction: a tenant disabled (`sandbox_enabled` false, or a
+    tier that is not standard) is refused from the moment its policy is written, whichever
+    container's cache says what — no flip back. No item: the tenant's defaults (dispatch's
+    pre-flight reads those)."""
+
+    table: str
+    tenant_id: str
+
+
+@dataclass(frozen=True)
+class BreakerCheck:
+    """The ConditionCheck on the tenant's breaker version: the caps this container admits on
+    must be read no earlier than the caps another container refused the tenant on
+    (docs/circuit-breakers.md)."""
+
+    table: str
+    tenant_id: str
+    caps_read_ms: int
+
+    @property
+    def key(self) -> str:
+        return breaker_key(self.tenant_id)
+
+
+class TenantDisabled(Exception):
+    """The tenant's policy item says it is disabled: nothing counted."""
+
+
+class BreakerStale(Exception):
+    """This container's caps are older than the caps a refusal of the tenant was decided on:
+    nothing counted; read them again, then decide."""
+
+
+def breaker_key(tenant_id: str) -> str:
+    return f"{naming.QUOTA_BREAKER_PREFIX}{tenant_id}"
+
+
+def _policy_check(policy: PolicyCheck) -> dict[str, Any]:
+    return {
+        "ConditionCheck": {
+            "TableName": policy.table,
+            "Key": naming.TENANTS.key(policy.tenant_id, naming.TENANT_POLICY_ITEM),
+            "ConditionExpression": "attribute_not_exists(#pk) OR ((attribute_not_exists(#on) OR #on = :true)"
+            " AND (attribute_not_exists(#tier) OR #tier = :standard))",
+            "ExpressionAttributeNames": {
+                "#pk": naming.TENANTS.pk,
+                "#on": naming.POLICY_ATTR_ENABLED,
+                "#tier": naming.POLICY_ATTR_TIER,
+            },
+            "ExpressionAttributeValues": {":true": {"BOOL": True}, ":standard": {"S": naming.TIER_STANDARD}},
+        }
+    }
+
+
+def _breaker_check(breaker: BreakerCheck) -> dict[str, Any]:
+    return {
+        "ConditionCheck": {
+            "TableName": breaker.table,
+            "Key": naming.TENANT_DAILY_COUNTERS.key(breaker.key),
+            "ConditionExpression": "attribute_not_exists(#seen) OR #seen <= :read",
+            "ExpressionAttributeNames": {"#seen": naming.QUOTA_BREAKER_ATTR_SEEN},
+            "ExpressionAttributeValues": {":read": {"N": str(breaker.caps_read_ms)}},
+        }
+    }
+
+
+def publish_breaker(table: str, tenant_id: str, caps_read_ms: int, *, ttl_seconds: int) -> bool:
+    """Raise the tenant's breaker version to `caps_read_ms` (never lower it): a refusal was
+    decided on caps read then. False when it already was as high; raises CounterStoreError."""
+    try:
+        aws.client("dynamodb").update_item(
+            TableName=table,
+            Key=naming.TENANT_DAILY_COUNTERS.key(breaker_key(tenant_id)),
+            UpdateExpression="SET #seen = :read, #exp = :exp",
+            ConditionExpression="attribute_not_exists(#seen) OR #seen < :read",
+            ExpressionAttributeNames={
+                "#seen": naming.QUOTA_BREAKER_ATTR_SEEN,
+                "#exp": naming.TENANT_DAILY_COUNTERS.ttl,
+            },
+            ExpressionAttributeValues={
+                ":read": {"N": str(caps_read_ms)},
+                ":exp": {"N": str(int(time.time()) + ttl_seconds)},
+            },
+        )
+        return True
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+            return False
+        raise CounterStoreError(str(exc.response.get("Error", {}).get("Code") or "ClientError")) from exc
+    except BotoCoreError as exc:
+        raise CounterStoreError(type(exc).__name__) from exc
+
+
 def marker_key(tenant_id: str, call_id: str) -> str:
     return f"{naming.QUOTA_MARKER_PREFIX}{tenant_id}#{call_id}"
 
@@ -228,18 +324,30 @@ def increment_all(
     sleep: Any = time.sleep,
     guard: TurnGuard | None = None,
     marker: Marker | None = None,
+    policy: PolicyCheck | None = None,
+    breaker: BreakerCheck | None = None,
     now: int | None = None,
 ) -> int:
     """Add one to every window atomically; answers how many transaction conflicts were retried
-    (§16.6). Raises TurnRefused > AlreadyCounted > CapReached (that precedence when several
-    conditions fail at once), or CounterStoreError. Transaction order: [turn check], [marker],
-    then the counters in dimension order — CancellationReasons come back in the same order."""
+    (§16.6). Raises TurnRefused > AlreadyCounted > TenantDisabled > BreakerStale > CapReached
+    (that precedence when several conditions fail at once), or CounterStoreError. Transaction
+    order: [turn check], [marker], [policy check], [breaker check], then the counters in
+    dimension order — CancellationReasons come back in the same order."""
     items = keys.in_order()
     head: list[dict[str, Any]] = []
+    kinds: list[type[Exception]] = []  # what a failed condition of each head item means
     if guard is not None:
         head.append(_condition_check(guard))
+        kinds.append(TurnRefused)
     if marker is not None:
         head.append(_marker_put(marker, keys, int(time.time()) if now is None else now))
+        kinds.append(AlreadyCounted)
+    if policy is not None:
+        head.append(_policy_check(policy))
+        kinds.append(TenantDisabled)
+    if breaker is not None:
+        head.append(_breaker_check(breaker))
+        kinds.append(BreakerStale)
     for attempt in range(CONFLICT_ATTEMPTS):
         try:
             aws.client("dynamodb").transact_write_items(
@@ -255,10 +363,12 @@ def increment_all(
                 sleep(random.uniform(0, 0.025 * 2**attempt))
                 continue
             if len(reasons) == len(head) + len(items):
-                if guard is not None and reasons[0].get("Code") == _CONDITION_FAILED:
-                    raise TurnRefused(exists=bool(reasons[0].get("Item"))) from exc
-                if marker is not None and reasons[len(head) - 1].get("Code") == _CONDITION_FAILED:
-                    raise AlreadyCounted() from exc
+                for kind, reason in zip(kinds, reasons, strict=False):  # in precedence order
+                    if reason.get("Code") != _CONDITION_FAILED:
+                        continue
+                    if kind is TurnRefused:
+                        raise TurnRefused(exists=bool(reason.get("Item"))) from exc
+                    raise kind() from exc
                 reasons = reasons[len(head) :]
             raise _classify_cancellation(items, reasons) from exc
         except BotoCoreError as exc:  # endpoint down, read timeout, ...

@@ -9,6 +9,7 @@ the `SandboxCapExceeded` metric per dimension set of `naming.METRIC_DIMENSIONS`.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,7 +17,13 @@ from typing import Any
 
 from sandbox_common import dimensions, limits, naming
 from sandbox_common.observability import emit_metric, logger
-from sandbox_common.quota_contract import QuotaAdmitted, QuotaRefused, QuotaRequest, QuotaTurnRefused
+from sandbox_common.quota_contract import (
+    QuotaAdmitted,
+    QuotaRefused,
+    QuotaRequest,
+    QuotaTenantRefused,
+    QuotaTurnRefused,
+)
 from sandbox_common.settings import quota_settings
 from sandbox_common.windows import Windows, iso_z
 
@@ -52,6 +59,12 @@ class TurnRefusal:
         return QuotaTurnRefused(turn_exists=self.turn_exists).model_dump()
 
 
+@dataclass(frozen=True)
+class TenantRefusal:
+    def to_response(self) -> dict[str, object]:
+        return QuotaTenantRefused().model_dump()
+
+
 class Refused:
     """Refused on `dimension` (or `unknown`), with the caps in force (in dimension order; None
     when not known)."""
@@ -71,7 +84,15 @@ def _by_dimension(values: tuple[int | None, ...]) -> dict[str, int | None]:
     return dict(zip(names, values, strict=True))
 
 
-QuotaDecision = Admitted | Refused | TurnRefusal
+QuotaDecision = Admitted | Refused | TurnRefusal | TenantRefusal
+
+# How long a tenant's breaker version is kept (DynamoDB TTL): far beyond any cache's lifetime,
+# after which no container can still hold caps older than it.
+BREAKER_TTL_SECONDS = 3600
+# The highest breaker version this container published per tenant: a refusal on caps read at the
+# same time publishes once, not once per refused call.
+_published: dict[str, int] = {}
+_published_lock = threading.Lock()
 
 
 def _guard_and_marker(request: QuotaRequest) -> tuple[counters.TurnGuard | None, counters.Marker | None]:
@@ -113,13 +134,15 @@ def release(request: QuotaRequest, windows: Windows) -> QuotaDecision:
     return Admitted.uncounted(released=done)
 
 
-def check_and_increment(request: QuotaRequest, windows: Windows) -> QuotaDecision:
+def check_and_increment(request: QuotaRequest, windows: Windows, *, fresh: bool = False) -> QuotaDecision:
     """Admit the call (both counters +1) or refuse it (nothing counted).
 
-    `windows` is built from the one clock read of this call: keys and resets_at agree.
+    `windows` is built from the one clock read of this call: keys and resets_at agree. `fresh`:
+    the caps were just read again because another container refused this tenant on newer ones.
     """
+    reader = caps_module.cap_reader()
     try:
-        caps = caps_module.cap_reader().caps_for(request.tenant_id)
+        caps = reader.caps_for(request.tenant_id)
     except caps_module.CapsUnavailable as exc:
         return fail_closed(request, windows, reason=exc.reason, caps=None)
 
@@ -130,7 +153,16 @@ def check_and_increment(request: QuotaRequest, windows: Windows) -> QuotaDecisio
 
     try:
         guard, marker = _guard_and_marker(request)
-        retries = counters.increment_all(keys, caps, guard=guard, marker=marker)
+        retries = counters.increment_all(
+            keys,
+            caps,
+            guard=guard,
+            marker=marker,
+            policy=_policy_check(request),
+            breaker=counters.BreakerCheck(
+                quota_settings().tenant_daily_table, request.tenant_id, caps.read_at_ms
+            ),
+        )
     except counters.TurnRefused as exc:  # nothing counted; dispatch decides what the agent hears
         logger.info(
             "quota turn guard refused", extra={"tenant_id": request.tenant_id, "turn_exists": exc.exists}
@@ -138,6 +170,17 @@ def check_and_increment(request: QuotaRequest, windows: Windows) -> QuotaDecisio
         return TurnRefusal(turn_exists=exc.exists)
     except counters.AlreadyCounted:  # a retry / duplicate of a counted call_id: proceed, count nothing
         return Admitted.uncounted(already_counted=True)
+    except counters.TenantDisabled:
+        logger.info("quota refused: tenant disabled by its policy", extra={"tenant_id": request.tenant_id})
+        return TenantRefusal()
+    except counters.BreakerStale:
+        # Another container refused this tenant on caps read after ours: read them again and
+        # decide on those (once; caps still older than that refusal cannot be trusted to admit).
+        if fresh:
+            return fail_closed(request, windows, reason="caps older than the breaker version", caps=caps)
+        logger.info("quota caps stale: read again", extra={"tenant_id": request.tenant_id})
+        reader.refresh(request.tenant_id)
+        return check_and_increment(request, windows, fresh=True)
     except counters.CapReached as exc:
         return _refuse(request, windows, exc.dimension, caps, counts=exc.counts)
     except counters.CounterStoreError as exc:
@@ -149,6 +192,32 @@ def check_and_increment(request: QuotaRequest, windows: Windows) -> QuotaDecisio
     if None in counts.values():
         logger.warning("admitted; counter read-back incomplete", extra={"tenant_id": request.tenant_id})
     return Admitted(*(counts[d.name] for d in dimensions.calls()), retries=retries)
+
+
+def _policy_check(request: QuotaRequest) -> counters.PolicyCheck | None:
+    table = quota_settings().tenants_table
+    return counters.PolicyCheck(table, request.tenant_id) if table else None
+
+
+def _publish(request: QuotaRequest, caps: caps_module.Caps) -> None:
+    """A refusal on these caps: raise the tenant's breaker version to when they were read, so a
+    container holding older caps reads them again before it admits this tenant. Best effort: a
+    failure is logged and the refusal stands."""
+    read_at = caps.read_at_ms
+    with _published_lock:
+        if not read_at or _published.get(request.tenant_id, 0) >= read_at:
+            return
+    try:
+        counters.publish_breaker(
+            quota_settings().tenant_daily_table, request.tenant_id, read_at, ttl_seconds=BREAKER_TTL_SECONDS
+        )
+    except counters.CounterStoreError as exc:
+        logger.warning(
+            "breaker version not published", extra={"tenant_id": request.tenant_id, "cause": exc.code}
+        )
+        return
+    with _published_lock:
+        _published[request.tenant_id] = max(read_at, _published.get(request.tenant_id, 0))
 
 
 def _kill_switch(
@@ -189,6 +258,7 @@ def _refuse(
 ) -> Refused:
     decision = Refused(dimension, _resets_at(windows, dimension), *caps.as_dict().values())
     _record_refusal(request, decision, counts=counts, kill_switch=kill_switch)
+    _publish(request, caps)
     return decision
 
 

@@ -8,7 +8,8 @@ ends the job once and writes its one audit row once; a sweep killed half-way lea
 `finishing` with its outcome stored, and the next observer completes it from there.
 
 The parts are the reaper's own: its ledger's DynamoDB client, the tenant's session-runner role
-(Reaper.runner, the stage's output caps), an audit writer on the stage's audit table and DLQ.
+(Reaper.runner, the stage's output caps), an audit writer on the stage's audit table and DLQ, and
+the stage's artifacts bucket for the files an ended job left (PutObject only).
 A turn is closed when its item says `ended`: only then (or on timeout) is a job's session stopped.
 """
 
@@ -19,7 +20,8 @@ from typing import Any
 
 from sandbox_common import audit, aws
 from sandbox_common import naming as n
-from sandbox_runtime.job_end import JobDeps, finish_due_jobs
+from sandbox_runtime.artifacts import s3_client
+from sandbox_runtime.job_end import JobDeps, finish_due_jobs, job_files
 
 from . import sweep
 from .service import Reaper, reaper
@@ -45,6 +47,10 @@ def job_deps(r: Reaper) -> JobDeps:
         retention_days=settings.audit_retention_days,
         turn_closed=turn_closed,
         killed=r.kill_switch.check,
+        # an ended job's files come back with its final answer, also when the reaper saw its end
+        collect_files=job_files(r.runner, settings.artifacts_bucket, s3_client())
+        if settings.artifacts_bucket
+        else None,
     )
 
 

@@ -45,3 +45,9 @@ class TtlCache(Generic[V]):
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
+
+    def drop(self, which: Callable[[Hashable], bool]) -> None:
+        """Forget every entry whose key `which` picks."""
+        with self._lock:
+            for key in [k for k in self._items if which(k)]:
+                del self._items[key]

@@ -7,12 +7,13 @@ invocation id), log the full redacted output, then mark it final. A crash anywhe
 is finished by the next observer from the *stored* outcome, so the row is written once and
 always from the first observed outcome.
 
-Sessions: a job whose `timeout_s` passed ends `timed_out` and its session is stopped (as after a
-foreground timeout); otherwise the session is stopped when the turn has ended and this was its
-last running job (the session outlives `end_turn` until then). A job whose session vanished
-before its end was seen ends `failed` (`job_session_ended`). A job still not final DEADLINE_GRACE
-after its deadline (its supervisor gone or the session unreachable) is ended `timed_out` by
-stopping its session: no job outlives its deadline by more than the grace plus one reaper period.
+Sessions: a job whose `timeout_s` passed ends `timed_out`: its supervisor stopped the job's
+processes, and the session with its variables and files stays. The session is stopped when the
+turn has ended and this was its last running job (the session outlives `end_turn` until then). A
+job whose session vanished before its end was seen ends `failed` (`job_session_ended`). A job
+still not final DEADLINE_GRACE after its deadline (its supervisor gone or the session unreachable)
+is ended `timed_out` by stopping its session: no job outlives its deadline by more than the grace
+plus one reaper period.
 
 The kill switch (§22, `JobDeps.killed`): an observer that finds the job's tenant killed (a call
 cap at 0, the tenant disabled) cancels the job instead of only asking its state; it ends
@@ -36,6 +37,7 @@ from sandbox_common.output_log import log_output
 from sandbox_common.tool_spec import CODE_LANGUAGE
 from sandbox_session.jobs import CANCELLED
 
+from .artifacts import ArtifactContext, ArtifactStore, CollectResult, collect_and_store, session_files
 from .job_store import FINISHING, JobRecord, JobStore, JobStoreUnavailable
 from .kill_switch import Kill
 from .runner import SessionGone, SessionRunner
@@ -47,6 +49,7 @@ _EGRESS_BEFORE = "egress_before"  # audit_base key: the session's egress counter
 # Beyond the in-session supervisor's own grace: how long after a job's deadline dispatch stops
 # waiting for the session to report it and stops the session instead.
 HOST_DEADLINE_GRACE_SECONDS = 60
+NO_FILES = CollectResult([], [])
 # A job reserved (slot taken) whose dispatch died before binding it to a session: after this long
 # (far beyond any submit, bounded by the Lambda timeout) it is ended `failed`, audited, slot freed.
 UNBOUND_JOB_GRACE_SECONDS = 900
@@ -88,6 +91,29 @@ class JobDeps:
     # §22: tenant_id -> the Kill in force (a call cap at 0, the tenant disabled) or None; an
     # observer that finds its job's tenant killed cancels the job (`reason: "kill_switch"`).
     killed: Callable[[str], Kill | None] = lambda _tenant_id: None
+    # The files an ended job left under outputs/, read from its session and stored as artifacts
+    # (`job_files`); None where no artifacts bucket is configured (the answer's `files` is []).
+    collect_files: Callable[[JobRecord], CollectResult] | None = None
+
+
+def job_files(
+    runner_for: Callable[[str], SessionRunner], bucket: str, s3: Any
+) -> Callable[[JobRecord], CollectResult]:
+    """JobDeps.collect_files for a stage's artifacts bucket: the ended job's files, read from its
+    session with its tenant's runner and stored under its submit's invocation id, as a call's are."""
+
+    def collect(record: JobRecord) -> CollectResult:
+        ctx = ArtifactContext(record.tenant_id, record.turn_id, record.invocation_id, bucket)
+        return collect_and_store(
+            session_files(runner_for(record.tenant_id)),
+            record.interpreter_id,
+            record.session_id,
+            ctx,
+            ArtifactStore(s3),
+            job_id=record.job_id,
+        )
+
+    return collect
 
 
 def audit_base(
@@ -147,14 +173,23 @@ def cancel_job(record: JobRecord, deps: JobDeps) -> JobView:
     return _observe(record, deps, cancel=True)
 
 
-def finish_due_jobs(deps: JobDeps, *, limit: int = 200, until: float | None = None) -> list[tuple[str, str]]:
+def finish_due_jobs(
+    deps: JobDeps,
+    *,
+    limit: int = 200,
+    until: float | None = None,
+    tenants: Callable[[str], bool] = lambda _tenant_id: True,
+) -> list[tuple[str, str]]:
     """For the scheduled reaper: observe every job that is not final yet and end those that ended
     (or are overdue, or whose session is gone). Returns [(job_id, status)] of the jobs it ended.
     Never raises for one job: a failure is logged and the job is left for the next run. `until`
     (epoch seconds, deps.clock): no job is started on after it — the rest wait for the next run,
-    earliest deadline first, so the reaper's other work always gets its turn."""
+    earliest deadline first, so the reaper's other work always gets its turn. `tenants`: only the
+    jobs of the tenants it picks (the kill switch's run)."""
     ended: list[tuple[str, str]] = []
     for record in deps.store.open_jobs(limit=limit):
+        if not tenants(record.tenant_id):
+            continue
         if until is not None and deps.clock() >= until:
             logger.info("job_reap_budget_spent", extra={"ended": len(ended)})
             break
@@ -216,6 +251,7 @@ def _observe(record: JobRecord, deps: JobDeps, *, cancel: bool) -> JobView:
             elapsed_ms=max(0, now_ms - record.submitted_ms),
             progress=state.progress,
         )
+    files = _files(record, state, deps)
     if kill is not None and state.state == CANCELLED:  # ended by the kill switch, not by its owner
         logger.info(
             "job_cancelled_kill_switch",
@@ -225,8 +261,28 @@ def _observe(record: JobRecord, deps: JobDeps, *, cancel: bool) -> JobView:
                 "failure_reason": kill.failure_reason,
             },
         )
-        return _view(_end(record, CANCELLED, _killed_result(state.result, kill), deps, kill=kill), deps)
-    return _view(_end(record, state.state, state.result, deps), deps)
+        return _view(
+            _end(record, CANCELLED, _killed_result(state.result, kill), deps, kill=kill, files=files), deps
+        )
+    return _view(_end(record, state.state, state.result, deps, files=files), deps)
+
+
+def _files(record: JobRecord, state: JobState, deps: JobDeps) -> CollectResult:
+    """The ended job's files, collected before its end is claimed (every observer then answers
+    the same `files`). Never raises: a collection problem is logged and the job's result stands."""
+    if not state.outputs or deps.collect_files is None:
+        return NO_FILES
+    collected = deps.collect_files(record)
+    if collected.failure_reason:
+        logger.warning(
+            "artifact_collection_failed",
+            extra={
+                "invocation_id": record.invocation_id,
+                "job_id": record.job_id,
+                "failure_reason": collected.failure_reason,
+            },
+        )
+    return collected
 
 
 def _killed_result(result: ExecutionResult, kill: Kill) -> ExecutionResult:
@@ -262,7 +318,13 @@ def _timed_out(jobs: JobRunner, record: JobRecord, now_ms: int, deps: JobDeps) -
 
 # --- ending, exactly once -----------------------------------------------------------------------
 def _end(
-    record: JobRecord, final_state: str, result: ExecutionResult, deps: JobDeps, *, kill: Kill | None = None
+    record: JobRecord,
+    final_state: str,
+    result: ExecutionResult,
+    deps: JobDeps,
+    *,
+    kill: Kill | None = None,
+    files: CollectResult | None = None,
 ) -> JobRecord:
     # The job's run time in its session (as the session measured it), not the time until someone
     # observed its end; a job that never ran, or whose session is gone, carries the time it was given.
@@ -275,13 +337,18 @@ def _end(
         session_id=record.session_id,
         duration_ms=duration_ms,
         background=True,
+        files=(files or NO_FILES).files,
     )
     if kill is not None:  # §22: the refusal's own fields (dimension, resets_at), reason kill_switch
         fields = public(kill.failure())
         response.update({k: v for k, v in fields.items() if k not in response}, reason=n.FIELD_KILL_SWITCH)
     outcome = {
         "response": response,
-        "audit": {**_audit_fields(result), "duration_ms": duration_ms},
+        "audit": {
+            **_audit_fields(result),
+            "duration_ms": duration_ms,
+            "artifacts": (files or NO_FILES).artifacts,
+        },
         "session_stopped": result.session_stopped,
         "full_stdout": result.full_stdout,
         "full_stderr": result.full_stderr,
@@ -373,6 +440,7 @@ def _complete(record: JobRecord, deps: JobDeps) -> JobRecord:
         background=True,
         job_id=record.job_id,
         job_status=record.final_state,
+        artifacts=list(fields.get("artifacts") or []),
     )
     written = deps.audit_writer.write(row)
     if written == "written":  # the first completer logs the output; a re-completion does not repeat it
@@ -402,11 +470,13 @@ def _complete(record: JobRecord, deps: JobDeps) -> JobRecord:
 
 
 def _settle_session(record: JobRecord, deps: JobDeps, *, stopped_already: bool) -> None:
-    """timed_out → stop the session; turn ended and no running job left → stop the session."""
+    """Turn ended and no running job left → stop the session. A job that reached its own
+    timeout_s was stopped in its session by its supervisor (its process tree alone): the session,
+    its variables and files stay for the turn."""
     if stopped_already:
         return
-    stop = record.final_state == "timed_out"
-    if not stop and deps.turn_closed(record.tenant_id, record.turn_id):
+    stop = False
+    if deps.turn_closed(record.tenant_id, record.turn_id):
         stop = deps.store.turn_jobs(record.tenant_id, record.turn_id).running == 0
     if stop and record.session_id:
         deps.runner_for(record.tenant_id).stop_session(record.interpreter_id, record.session_id)

@@ -86,8 +86,12 @@ class KillSwitch:
             ),
         )
 
-    def check(self, tenant_id: str) -> Kill | None:
-        """The Kill in force for the tenant, or None (also when it cannot be known: logged)."""
+    def check(self, tenant_id: str, *, fresh: bool = False) -> Kill | None:
+        """The Kill in force for the tenant, or None (also when it cannot be known: logged).
+        `fresh`: read the caps and the policy now, not from the cache (a change was announced)."""
+        if fresh:
+            self.caps.forget(tenant_id)
+            self.preflight.forget(tenant_id)
         try:
             values = self.caps.values_for(tenant_id)
         except CapsUnavailable as exc:

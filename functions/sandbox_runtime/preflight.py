@@ -129,6 +129,13 @@ class PreflightReader:
         """The cached decision, or None when it would take a read (the speculative quota check asks this)."""
         return self._cache.peek((tenant_id, template_id))
 
+    def forget(self, tenant_id: str) -> None:
+        """Drop the tenant's cached decisions (its policy changed: the count's transaction saw it
+        disabled, or the kill switch was announced), so that the next call reads them again."""
+        self._cache.drop(lambda key: isinstance(key, tuple) and key[0] == tenant_id)
+        self._enabled.drop(lambda key: key == tenant_id)
+        self._substrates.drop(lambda key: key == tenant_id)
+
     def tenant_enabled(self, tenant_id: str) -> bool:
         """The tenant-wide half of the decision (`enabled`), whatever the template: the kill
         switch's view of a disabled tenant. Cached like `check`; raises PreflightUnavailable."""

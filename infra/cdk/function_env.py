@@ -98,6 +98,7 @@ def function_environment(
             tenant_daily_table=tables[n.TENANT_DAILY_COUNTERS.logical],
             agent_hourly_table=tables[n.AGENT_HOURLY_COUNTERS.logical],
             turns_table=tables[n.TURNS.logical],
+            tenants_table=tables[n.TENANTS.logical],
         )
     elif logical == n.BACKSTOP:
         settings = BackstopSettings(stage=config.name, findings_table=tables[n.FINDINGS.logical])
@@ -117,6 +118,7 @@ def function_environment(
             stderr_cap_bytes=config.stderr_cap_bytes,
             idempotency_table=tables[n.IDEMPOTENCY.logical],  # interrupted_sweep
             dispatch_function_name=n.function_name(config.name, n.DISPATCH),  # paused_sweep
+            artifacts_bucket=artifacts_bucket,  # job_sweep: an ended job's files
             **egress_env,  # warm sessions of allowlist environments get their credentials too
         )
     else:

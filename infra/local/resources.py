@@ -52,6 +52,8 @@ def create_table_request(spec: n.TableSpec, stage: str) -> dict[str, Any]:
         "KeySchema": [{"AttributeName": spec.pk, "KeyType": "HASH"}]
         + ([{"AttributeName": spec.sk, "KeyType": "RANGE"}] if spec.sk else []),
     }
+    if spec.stream:
+        request["StreamSpecification"] = {"StreamEnabled": True, "StreamViewType": spec.stream}
     if spec.indexes:
         request["GlobalSecondaryIndexes"] = [
             {

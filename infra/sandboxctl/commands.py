@@ -107,6 +107,7 @@ def _local(args: argparse.Namespace) -> int:
                     + f" (state {data['state_dir']})\n"
                     + render.table(rows, ["component", "pid", "alive", "endpoint", "log"])
                     + _isolation_line(data.get("isolation"))
+                    + _egress_line(data.get("egress"))
                     + (
                         "\ninterpreters: " + ", ".join(data["interpreters"])
                         if data.get("interpreters")
@@ -117,6 +118,16 @@ def _local(args: argparse.Namespace) -> int:
     except LocalStackError as exc:
         raise CtlError(str(exc)) from None
     return EXIT_OK
+
+
+def _egress_line(egress: dict[str, Any] | None) -> str:
+    """The egress proxy sessions of allowlist environments go through, and the CA they trust."""
+    if not egress:
+        return "\negress proxy: none (make egress-runtime); allowlist sessions cannot start"
+    return (
+        f"\negress proxy: {egress['proxy']} (CA certificate {egress['ca_cert']});"
+        f" package index {egress['index_url']}"
+    )
 
 
 def _isolation_line(isolation: dict[str, Any] | None) -> str:
@@ -201,7 +212,7 @@ def _caps(args: argparse.Namespace, target: Any) -> int:
             data,
             lambda: (
                 f"{data['parameter']} = {data['value']} (was"
-                f" {'unset' if data['previous'] is None else data['previous']})"
+                f" {'unset' if data['previous'] is None else data['previous']})" + _kill_line(data)
             ),
         )
     else:
@@ -246,8 +257,20 @@ def _tenant(args: argparse.Namespace, target: Any) -> int:
         data = ops.tenant_set(target, args.tenant, enabled=False)
     else:
         data = ops.tenant_set(target, args.tenant, tier=args.tier)
-    _out(args, data, lambda: f"{data['tenant_id']}: {data['action']}: {data['before']} -> {data['after']}")
+    _out(
+        args,
+        data,
+        lambda: (
+            f"{data['tenant_id']}: {data['action']}: {data['before']} -> {data['after']}" + _kill_line(data)
+        ),
+    )
     return EXIT_OK
+
+
+def _kill_line(data: dict[str, Any]) -> str:
+    """What a change that kills did about the admitted work (ops.kill_switch_now)."""
+    said = data.get(n.KILL_SWITCH_EVENT_KEY)
+    return f"\nrunning jobs and warm sessions: stop {said}" if said else ""
 
 
 def _template(args: argparse.Namespace, target: Any) -> int:

@@ -15,7 +15,7 @@ from decimal import Decimal
 from itertools import chain, islice
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 from sandbox_common import dimensions, limits
 from sandbox_common import naming as n
 from sandbox_common.audit import AuditWriter, drain_spool
@@ -224,7 +224,10 @@ def tenant_set(
     after = {"sandbox_enabled": new_enabled, "compliance_tier": new_tier}
     policy = {n.TENANTS.pk: tenant_id, n.TENANTS.sort_key: n.TENANT_POLICY_ITEM, **after}
     _write_with_history(target, tenant_id, policy, {"action": action, "before": before, "after": after})
-    return {"tenant_id": tenant_id, "action": action, "before": before, "after": after}
+    done = {"tenant_id": tenant_id, "action": action, "before": before, "after": after}
+    if not new_enabled:  # the tenant's running jobs and warm sessions stop now, not at the next run
+        done[n.KILL_SWITCH_EVENT_KEY] = kill_switch_now(target, tenant_id)
+    return done
 
 
 def template_put(
@@ -336,7 +339,37 @@ def caps_set(target: Target, dimension: str, value: int, tenant_id: str | None =
             raise
         previous = None
     ssm.put_parameter(Name=name, Value=str(value), Type="String", Overwrite=True)
-    return {"parameter": name, "value": value, "previous": None if previous is None else _cap_value(previous)}
+    done = {"parameter": name, "value": value, "previous": None if previous is None else _cap_value(previous)}
+    found = dimensions.get(dimension)
+    if value == 0 and found is not None and found.kind is dimensions.Kind.CALLS:
+        # the kill switch: the scope's running jobs and warm sessions stop now
+        done[n.KILL_SWITCH_EVENT_KEY] = kill_switch_now(target, tenant_id)
+    return done
+
+
+_SCHEDULED_KILL = (
+    f"the reaper's next scheduled run (every {limits.REAPER_SCHEDULE_MINUTES} minutes), or the next call"
+    " of the tenant that looks, stops its running jobs"
+)
+
+
+def kill_switch_now(target: Target, tenant_id: str | None) -> str:
+    """Ask the stage's reaper to stop the admitted work of `tenant_id` (None: every tenant) now,
+    off the CLI's path (an asynchronous invoke with its kill-switch event): "started", or why not.
+    The reaper reads the kill switch afresh, so an ask that turns out not to kill stops nothing."""
+    if not target.reaper_function:
+        return f"not started (no reaper known); {_SCHEDULED_KILL}"
+    scope = {} if tenant_id is None else {"tenant_id": tenant_id}
+    try:
+        target.client("lambda").invoke(
+            FunctionName=target.reaper_function,
+            InvocationType="Event",
+            Payload=json.dumps({n.KILL_SWITCH_EVENT_KEY: scope}).encode(),
+        )
+    except (ClientError, BotoCoreError) as exc:
+        code = _code(exc) if isinstance(exc, ClientError) else type(exc).__name__
+        return f"not started ({code}); {_SCHEDULED_KILL}"
+    return "started"
 
 
 def caps_unset(target: Target, dimension: str, tenant_id: str) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import boto3
 import pytest
-from dispatch.files.artifacts import (
+from sandbox_runtime.artifacts import (
     CHUNK_BYTES,
     READ_BATCH_BYTES,
     ArtifactContext,

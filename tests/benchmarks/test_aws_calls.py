@@ -64,7 +64,7 @@ COMPLETION = (
     f"[{'+'.join(sorted((n.IDEMPOTENCY.logical, n.INVOCATIONS.logical)))}]"
 )
 _COUNTER_TRANSACTION = "+".join(
-    t.logical for t in (n.AGENT_HOURLY_COUNTERS, n.TENANT_DAILY_COUNTERS, n.TURNS)
+    sorted(t.logical for t in (n.AGENT_HOURLY_COUNTERS, n.TENANT_DAILY_COUNTERS, n.TENANTS, n.TURNS))
 )
 # A later call of a turn, every call justified. Keys: origin:service:Operation[logical table].
 LATER_CALL_ALLOWED: dict[str, tuple[int, str]] = {
@@ -87,7 +87,8 @@ LATER_CALL_ALLOWED: dict[str, tuple[int, str]] = {
     COMPLETION: (1, "the completed idempotency record and the audit row (§7), one transaction"),
     f"{QUOTA}:dynamodb:TransactWriteItems[{_COUNTER_TRANSACTION}]": (
         1,
-        "the counter transaction (§5.1) with the turn guard's ConditionCheck and the call's counted marker",
+        "the counter transaction (§5.1) with the turn guard's, the tenant policy's and the breaker "
+        "version's ConditionChecks and the call's counted marker",
     ),
 }
 # What the first call of a turn (after begin_turn, warm container) adds, exactly.

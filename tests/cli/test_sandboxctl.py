@@ -31,6 +31,10 @@ def test_local_status_shows_the_isolation_in_force(cli_env: dict[str, str]) -> N
     assert text.returncode == 0
     assert "isolation: bwrap; uid: one unprivileged uid per session" in text.stdout
     assert "network PUBLIC: own namespace + slirp4netns egress" in text.stdout
+    # and the egress proxy allowlist sessions go through, with the CA certificate they trust
+    egress = data["egress"]
+    assert egress["proxy"].startswith("127.0.0.1:") and egress["ca_cert"].endswith("egress-ca-cert.pem")
+    assert f"egress proxy: {egress['proxy']} (CA certificate {egress['ca_cert']})" in text.stdout
 
 
 def test_local_up_twice_is_idempotent(cli_env: dict[str, str]) -> None:

@@ -199,7 +199,7 @@ def test_findings_list_honours_since(cli_env: dict[str, str]) -> None:
 
 # --- files (SPEC §14.3) ----------------------------------------------------------------
 def _put_artifact(env: dict[str, str], tenant: str, turn: str, data: bytes) -> dict[str, Any]:
-    from dispatch.files.artifacts import ArtifactContext, ArtifactStore
+    from sandbox_runtime.artifacts import ArtifactContext, ArtifactStore
 
     state = _state(env)
     ctx = ArtifactContext(

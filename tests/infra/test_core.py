@@ -114,6 +114,27 @@ def test_counters_are_written_only_by_the_quota_role(all_stages, stage: str) -> 
 
 
 @pytest.mark.parametrize("stage", STAGES)
+def test_quota_role_may_only_condition_check_the_tenants_policy(all_stages, stage: str) -> None:
+    # Given the quota role (its transaction refuses a disabled tenant on the policy item)
+    core = _core(all_stages, stage)
+    roles = {
+        r["Properties"]["RoleName"]: rid
+        for rid, r in resources(core, "AWS::IAM::Role").items()
+        if "RoleName" in r["Properties"]
+    }
+    quota_role = roles[n.function_role_name(stage, n.QUOTA_CHECK)]
+    tenants = f"<{_table_ids(core)[n.TENANTS.physical(stage)]}.Arn>"
+    granted = {
+        a
+        for owner, st in policy_statements(core)
+        if owner == quota_role and tenants in statement_resources(st)
+        for a in allowed_actions(st)
+    }
+    # Then on the tenants table it may check a condition, and nothing else (no read, no write)
+    assert granted == {"dynamodb:ConditionCheckItem"}
+
+
+@pytest.mark.parametrize("stage", STAGES)
 def test_no_function_role_uses_managed_policies_or_wildcard_actions(all_stages, stage: str) -> None:
     core = _core(all_stages, stage)
     roles, statements = resources(core, "AWS::IAM::Role"), list(policy_statements(core))

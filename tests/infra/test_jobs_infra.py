@@ -87,3 +87,30 @@ def test_reaper_environment_names_jobs_and_audit(all_stages, stage: str) -> None
     assert env[n.ENV_JOBS_TABLE] == {"Ref": _table_id(core, n.JOBS, stage)}
     assert env[n.ENV_INVOCATIONS_TABLE] == {"Ref": _table_id(core, n.INVOCATIONS, stage)}
     assert env[n.ENV_AUDIT_DLQ_URL] != ""
+
+
+@pytest.mark.parametrize("stage", sorted(STAGES))
+def test_reaper_may_only_put_artifacts_of_jobs_it_ends_and_knows_the_bucket(all_stages, stage: str) -> None:
+    # Given the reaper (it stores the files of a background job whose end it observes)
+    core, role_id, fn = _reaper(all_stages, stage)
+    statements = [st for owner, st in policy_statements(core) if owner == role_id]
+    (bucket_id,) = [
+        rid
+        for rid, r in resources(core, "AWS::S3::Bucket").items()
+        if "BucketEncryption" in r["Properties"]
+        and r["Properties"].get("BucketName", {}) != {}
+        and "LoggingConfiguration" in r["Properties"]
+    ]
+    on_objects = {
+        a
+        for st in statements
+        for a in allowed_actions(st)
+        if any(f"<{bucket_id}.Arn>" in r for r in statement_resources(st))
+    }
+    # Then it may put objects of the artifacts bucket and nothing else there (no Get, List, Delete)
+    assert on_objects == {"s3:PutObject"}
+    # And use the bucket's key to encrypt only
+    key_actions = {a for st in statements for a in allowed_actions(st) if a.startswith("kms:")}
+    assert key_actions == {"kms:Encrypt", "kms:GenerateDataKey"}
+    # And its environment names the bucket
+    assert fn["Properties"]["Environment"]["Variables"][n.ENV_ARTIFACTS_BUCKET] == {"Ref": bucket_id}

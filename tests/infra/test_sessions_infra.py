@@ -25,9 +25,44 @@ def test_reaper_runs_every_five_minutes(all_stages, stage: str) -> None:
         for rid, r in resources(core, "AWS::Lambda::Function").items()
         if r["Properties"]["FunctionName"] == n.function_name(stage, n.REAPER)
     )
-    assert len(rules) == 1
-    assert rules[0]["Properties"]["ScheduleExpression"] == f"rate({limits.REAPER_SCHEDULE_MINUTES} minutes)"
-    assert rules[0]["Properties"]["Targets"][0]["Arn"] == {"Fn::GetAtt": [reaper_id, "Arn"]}
+    (schedule,) = [r for r in rules if "ScheduleExpression" in r["Properties"]]
+    assert schedule["Properties"]["ScheduleExpression"] == f"rate({limits.REAPER_SCHEDULE_MINUTES} minutes)"
+    assert schedule["Properties"]["Targets"][0]["Arn"] == {"Fn::GetAtt": [reaper_id, "Arn"]}
+
+
+@pytest.mark.parametrize("stage", sorted(STAGES))
+def test_reaper_hears_every_change_that_may_kill_a_tenant(all_stages, stage: str) -> None:
+    # Given the reaper of a stage
+    core = _core(all_stages, stage)
+    reaper_id = next(
+        rid
+        for rid, r in resources(core, "AWS::Lambda::Function").items()
+        if r["Properties"]["FunctionName"] == n.function_name(stage, n.REAPER)
+    )
+    # Then a rule sends it every change of the stage's caps parameters (any writer)
+    (changes,) = [
+        r for r in resources(core, "AWS::Events::Rule").values() if "EventPattern" in r["Properties"]
+    ]
+    assert changes["Properties"]["EventPattern"] == {
+        "source": ["aws.ssm"],
+        "detail-type": ["Parameter Store Change"],
+        "detail": {"name": [{"prefix": f"{n.ssm_prefix(stage)}/caps/"}]},
+    }
+    assert changes["Properties"]["Targets"][0]["Arn"] == {"Fn::GetAtt": [reaper_id, "Arn"]}
+    # And the tenants table's stream (keys only) sends it every write of a tenant's policy item
+    tenants_id, tenants = next(
+        (rid, r)
+        for rid, r in resources(core, "AWS::DynamoDB::Table").items()
+        if r["Properties"]["TableName"] == n.TENANTS.physical(stage)
+    )
+    assert tenants["Properties"]["StreamSpecification"] == {"StreamViewType": "KEYS_ONLY"}
+    (mapping,) = resources(core, "AWS::Lambda::EventSourceMapping").values()
+    props = mapping["Properties"]
+    assert props["EventSourceArn"] == {"Fn::GetAtt": [tenants_id, "StreamArn"]}
+    assert props["FunctionName"] == {"Ref": reaper_id}
+    assert props["FilterCriteria"] == {
+        "Filters": [{"Pattern": '{"dynamodb":{"Keys":{"item":{"S":["policy"]}}}}'}]
+    }
 
 
 @pytest.mark.parametrize("stage", sorted(STAGES))

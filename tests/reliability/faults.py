@@ -15,6 +15,8 @@ What each fault means on the wire:
                 socket that never answers, so the runner's own deadline fires
 - access_denied 400/403 AccessDenied*; not applied
 - malformed     the request IS applied, then the answer is a 200 with an unparseable body
+- nested        the request IS applied, then the answer is a 200 nested deeper than any parser goes
+                (60,000 brackets; for an event stream, as one result event's payload)
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ from urllib.parse import urlsplit, urlunsplit
 from tests.support.http import DROP, Proxy
 
 FAULTS = ("throttling", "5xx", "timeout", "access_denied", "malformed")
-FORWARDED = frozenset({"5xx", "malformed"})  # the server acted before the answer went wrong
+# Faults of some cells only (test_fault_matrix.EXTRA_CELLS): where a crash path of its own exists.
+NESTED = "nested"
+FORWARDED = frozenset({"5xx", "malformed", NESTED})  # the server acted before the answer went wrong
 
 # (status, error code) per protocol family and fault.
 _ERRORS: dict[str, dict[str, tuple[int, str]]] = {
@@ -69,6 +73,17 @@ PROTOCOL = {
 def error_body(protocol: str, fault: str) -> tuple[int, dict[str, str], bytes]:
     """(status, headers, body) of the service's own error shape for `fault`."""
     request_id = str(uuid.uuid4())
+    if fault == NESTED:
+        deep = b"[" * 60_000 + b"]" * 60_000
+        if protocol == "rest-json":
+            from infra.local.eventstream import event_payload_frame
+
+            return (
+                200,
+                {"Content-Type": "application/vnd.amazon.eventstream"},
+                event_payload_frame("result", deep),
+            )
+        return 200, {"Content-Type": "application/x-amz-json-1.0"}, deep
     if fault == "malformed":
         if protocol == "query":
             return 200, {"Content-Type": "text/xml"}, b"<AssumeRoleResponse><AssumeRoleResult><Cred"

@@ -24,7 +24,7 @@ from sandbox_common import naming as n
 
 from tests.support.stack import Stack, event
 
-from .faults import FAULTS, FaultProxy, HookFaults, black_hole, hanging_socket, tables_in
+from .faults import FAULTS, NESTED, FaultProxy, HookFaults, black_hole, hanging_socket, tables_in
 
 DEPENDENCIES = (
     "ssm_caps",
@@ -117,7 +117,12 @@ QUICK_CELLS = {(d, FAULTS[i % len(FAULTS)]) for i, d in enumerate(DEPENDENCIES)}
 QUICK_CELLS |= {("audit", fault) for fault in FAULTS}
 DISABLED_TENANT = "globex"  # the tenants cells: a pre-flight fault must never let a disabled tenant run
 
-CELLS = [(d, f) for d in DEPENDENCIES for f in FAULTS]
+# Cells beyond dependency x fault, each where a crash path of its own lives: an answer of the
+# session's own channel nested deeper than the parser goes is a protocol error that ends the
+# session (the next call starts a fresh one), for the user's code and for the readiness preamble.
+EXTRA_CELLS = [("invoke", NESTED), ("readiness", NESTED)]
+QUICK_CELLS |= set(EXTRA_CELLS)
+CELLS = [(d, f) for d in DEPENDENCIES for f in FAULTS] + EXTRA_CELLS
 
 
 @pytest.fixture(scope="module")

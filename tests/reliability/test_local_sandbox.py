@@ -459,6 +459,52 @@ def test_local_sandbox_forged_frame_is_refused_unbuffered_and_ends_the_session(
     assert after_rss - before_rss < 8 << 10
 
 
+# User code writes a whole frame to the worker's answer channel before the worker answers: one the
+# server's JSON parser cannot take (nested deeper than it goes), or a well-formed answer of its own.
+_UNPARSEABLE = """
+import json, os, struct, sys
+fd = int(sys.argv[sys.argv.index("--resp-fd") + 1])
+if KIND == "nested":
+    payload = b"[" * 60000
+else:  # a plausible answer with no sequence number: the next call would read the real one
+    payload = json.dumps({"exit_code": 0, "stdout_bytes": 6, "stderr_bytes": 0, "execution_time": 0.1,
+                          "fatal": False}).encode()
+os.write(fd, struct.pack(">II", len(payload), 0) + payload)
+print("stored")
+"""
+
+
+@pytest.mark.parametrize("kind", ["nested", "well_formed"])
+def test_local_sandbox_frame_the_server_cannot_take_ends_the_session_and_no_call_gets_a_stale_answer(
+    server_process: tuple[subprocess.Popen[str], str], kind: str, record: Any
+) -> None:
+    _, endpoint = server_process
+    client = make_client(endpoint)
+    session_id = _start(client, SANDBOX_CI)
+    invoke(client, SANDBOX_CI, session_id, "print('first')")
+    # When the code writes a frame of its own to its answer channel
+    result, _, _ = invoke(client, SANDBOX_CI, session_id, f"KIND = {kind!r}\n" + _UNPARSEABLE)
+    status = client.get_code_interpreter_session(codeInterpreterIdentifier=SANDBOX_CI, sessionId=session_id)
+    # and the turn goes on calling that session
+    later: list[str] = []
+    for n_call in range(2):
+        try:
+            later.append(invoke(client, SANDBOX_CI, session_id, f"print('later {n_call}')")[0]["stdout"])
+        except client.exceptions.ResourceNotFoundException:
+            later.append("ResourceNotFoundException")
+    record(
+        "local_isolation",
+        attack=f"write a {kind.replace('_', '-')} frame of its own to the worker's answer channel",
+        mode="SANDBOX",
+        observed=f"exit {result['exitCode']}, session {status['status']}; later calls: {', '.join(later)}",
+    )
+    # Then the call fails naming the protocol, the session is ended, and no later call answers with
+    # an earlier call's output (they find the session gone)
+    assert result["exitCode"] == 1 and "protocol" in result["stderr"], result
+    assert status["status"] == "TERMINATED"
+    assert later == ["ResourceNotFoundException"] * 2
+
+
 # Raw syscalls (no keyutils in the session): add_key / keyctl numbers per architecture.
 _KEYS = """
 import ctypes, json, os, platform

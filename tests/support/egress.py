@@ -138,12 +138,28 @@ class HttpsTestServer:
 
 @contextmanager
 def egress_stack(
-    directory: Path, *, names: list[str], resolve: str = "", **env_extra: str
+    directory: Path,
+    *,
+    names: list[str],
+    resolve: str = "",
+    uncertified: tuple[str, ...] = (),
+    routes_extra: str = "",
+    ca: certs.KeyPair | None = None,
+    **env_extra: str,
 ) -> Iterator[tuple[dict[str, str], HttpsTestServer]]:
-    """A local stack whose proxy routes `names` to a test HTTPS server (started first)."""
-    server = HttpsTestServer(certs.make_ca("egress test CA"), names, directory / "server").start()
+    """A local stack whose proxy routes `names` to a test HTTPS server (started first). The
+    `uncertified` names are routed to the same server, whose certificate does not name them;
+    `routes_extra` adds routes of the test's own (`name=127.0.0.1:PORT,...`), to servers whose
+    certificates `ca` (given, else made here) signed."""
+    server = HttpsTestServer(ca or certs.make_ca("egress test CA"), names, directory / "server").start()
+    routes = ",".join(
+        filter(
+            None,
+            [server.routes(), *(f"{name}=127.0.0.1:{server.port}" for name in uncertified), routes_extra],
+        )
+    )
     extra = {
-        n.ENV_EGRESS_TEST_ROUTES: server.routes(),
+        n.ENV_EGRESS_TEST_ROUTES: routes,
         n.ENV_EGRESS_TEST_CA: str(server.ca_file),
         **({n.ENV_EGRESS_TEST_RESOLVE: resolve} if resolve else {}),
         **env_extra,

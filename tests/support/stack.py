@@ -70,7 +70,7 @@ class Stack:
             spec.logical: [
                 i
                 for i in ddb.scan(TableName=self.resources.tables[spec.logical])["Items"]
-                if not i[spec.pk]["S"].startswith(n.QUOTA_MARKER_PREFIX)
+                if not i[spec.pk]["S"].startswith((n.QUOTA_MARKER_PREFIX, n.QUOTA_BREAKER_PREFIX))
             ]
             for spec in (n.TENANT_DAILY_COUNTERS, n.AGENT_HOURLY_COUNTERS)
         }
@@ -337,7 +337,11 @@ def apply_reaper_env(stack: Stack, setenv: Callable[[str, str], None]) -> None:
     from sandbox_common import settings
 
     env = function_environment(
-        build_config("local"), n.REAPER, tables=stack.resources.tables, egress=LOCAL_EGRESS
+        build_config("local"),
+        n.REAPER,
+        tables=stack.resources.tables,
+        artifacts_bucket=stack.resources.artifacts_bucket,
+        egress=LOCAL_EGRESS,
     )
     for key, value in env.items():
         setenv(key, value)

@@ -12,44 +12,25 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
-from sandbox_common import aws
 from sandbox_common.errors import SandboxError
 from sandbox_common.files import check_s3_inputs
 from sandbox_common.models import ExecuteCodeRequest
-from sandbox_runtime.runner.tools import SessionFiles
+from sandbox_runtime.artifacts import (
+    ArtifactContext,
+    ArtifactStore,
+    CollectResult,
+    collect_and_store,
+    s3_client,
+    session_files,
+)
 
-from dispatch.files.artifacts import ArtifactContext, ArtifactStore, CollectResult, collect_and_store
 from dispatch.files.inputs import InputsFailed, write_inputs
 
 INPUTS_FAILED_MESSAGE = (
     "The input files could not be placed in the sandbox, so no code was run; please check them and try again."
 )
-
-
-@functools.cache
-def s3_client() -> Any:
-    """S3 for artifacts: SigV4 always (presigned GETs of SSE-KMS objects need it), endpoint from
-    boto3's configuration like every other client (aws.client), created lazily once."""
-    from botocore.config import Config
-
-    return aws.new_client(
-        "s3",
-        config=Config(
-            signature_version="s3v4", retries=dict(aws.RETRY_CONFIG), connect_timeout=3, read_timeout=60
-        ),
-    )
-
-
-def session_files(runner: Any) -> SessionFiles:
-    """File tools bound to a SessionRunner's tenant, interpreters and credentials."""
-    return SessionFiles(
-        tenant_id=runner.tenant_id,
-        allowed_interpreter_ids=runner.allowed_interpreter_ids,
-        credentials=runner.credentials,
-    )
 
 
 def check_inputs(request: ExecuteCodeRequest, data_read: tuple[str, ...]) -> None:

@@ -1,11 +1,12 @@
 """The JobDeps of background jobs, built from dispatch's own parts, so dispatch's call sites and
 the scheduled session reaper (`sandbox_runtime.job_end.finish_due_jobs`) use the same store,
-runners (the tenant's session-runner credentials), audit writer and turn state."""
+runners (the tenant's session-runner credentials), audit writer, turn state and artifacts bucket."""
 
 from __future__ import annotations
 
 from sandbox_common import aws
-from sandbox_runtime.job_end import JobDeps
+from sandbox_runtime.artifacts import s3_client
+from sandbox_runtime.job_end import JobDeps, job_files
 from sandbox_runtime.job_store import JobStore
 from sandbox_runtime.runner import SessionRunner
 
@@ -31,4 +32,7 @@ def job_deps_for(parts: Parts) -> JobDeps:
         retention_days=settings.audit_retention_days,
         turn_closed=turn_closed,
         killed=parts.kill_switch.check,
+        collect_files=job_files(runner_for, settings.artifacts_bucket, s3_client())
+        if settings.artifacts_bucket
+        else None,
     )

@@ -21,6 +21,7 @@ from sandbox_common.observability import emit_metric, logger
 from sandbox_common.quota_contract import (
     QuotaAdmitted,
     QuotaRequest,
+    QuotaTenantRefused,
     QuotaTurnGuard,
     QuotaTurnRefused,
     parse_quota_response,
@@ -40,6 +41,7 @@ class QuotaDecision:
     retries: int = 0  # transaction conflicts the quota Lambda retried (§16.6)
     turn_refused: bool = False  # the turn guard failed: nothing counted
     turn_exists: bool = True  # with turn_refused: False = no such turn (a first call)
+    tenant_disabled: bool = False  # the tenant's policy said disabled inside the transaction: nothing counted
     released: bool = False  # answer to a release: a count was undone
 
     @property
@@ -125,6 +127,8 @@ def check_quota(
         return _fail_closed(windows, tenant_id, type(exc).__name__, release=release)
     if isinstance(answer, QuotaTurnRefused):
         return QuotaDecision(False, turn_refused=True, turn_exists=answer.turn_exists)
+    if isinstance(answer, QuotaTenantRefused):
+        return QuotaDecision(False, tenant_disabled=True)
     if isinstance(answer, QuotaAdmitted):
         return QuotaDecision(
             True,

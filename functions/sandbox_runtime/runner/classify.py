@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from sandbox_common import naming as n
 from sandbox_common.errors import SandboxError, SandboxFailure, SandboxOOM, SandboxTimeout
 
+from .stream import PROTOCOL_ERROR
+
 OOM_EXIT_CODE = 137
 
 # What a timeout did to the session: Python code the session stopped at its inner deadline keeps
@@ -110,6 +112,14 @@ def classify(
             SandboxError,
             "The sandbox could not run the code because of a service error; please try again.",
             f"invoke_failed:{api_error}",
+        )
+    if stream_error == PROTOCOL_ERROR:
+        return Classification(
+            "error",
+            SandboxError,
+            "The sandbox's answer could not be read, so its session was ended; the next call starts a "
+            "fresh one.",
+            f"protocol_error:{stream_error_message}".rstrip(":"),
         )
     if stream_error is not None:
         return Classification(

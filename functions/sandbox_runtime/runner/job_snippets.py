@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox_common import limits
+from sandbox_common import naming as n
 from sandbox_common.redaction import catalogue
 from sandbox_common.tool_spec import CODE_LANGUAGE, LANGUAGES
 from sandbox_session import jobs as jobs_runtime
@@ -46,11 +47,18 @@ CANCEL_WAIT_SECONDS = 5.0
 # The supervisor enforces timeout_s; the status snippet steps in only if it is gone or stuck.
 DEADLINE_GRACE_SECONDS = 10.0
 TAIL_BYTES = 8192
+# Where the job's supervisor finds the outputs/ directory, the turn's calls' record of what they
+# returned, and the name of a figure the job leaves open (sandbox_session.jobs.job_outputs).
+JOB_FILES = {
+    "outputs_dir": n.OUTPUTS_DIR,
+    "calls_state": n.OUTPUTS_STATE_FILE,
+    "figure_name": n.FIGURE_NAME,
+}
 # Job ids become directory names in the session: only ids dispatch generates are accepted.
 JOB_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 _SUBMIT = """\
-def _sbx_job_submit(job_id, code_b64, language, timeout_s, sources, version, values, marker):
+def _sbx_job_submit(job_id, code_b64, language, timeout_s, sources, version, values, marker, files):
     import base64, json, os, subprocess, sys, tempfile, time
     root = os.path.join(tempfile.gettempdir(), {dir_name!r})
     os.makedirs(root, mode=0o700, exist_ok=True)
@@ -80,7 +88,7 @@ def _sbx_job_submit(job_id, code_b64, language, timeout_s, sources, version, val
     with open(os.path.join(job_dir, {code_file!r}), "wb") as fh:
         fh.write(base64.b64decode(code_b64))
     spec = {{"job_id": job_id, "timeout_s": timeout_s, "cwd": os.getcwd(), "values": list(values),
-             "language": language, "submitted_at": time.time()}}
+             "language": language, "submitted_at": time.time(), **files}}
     with open(os.path.join(job_dir, {spec_file!r}), "w", encoding="utf-8") as fh:
         json.dump(spec, fh)
     proc = subprocess.Popen(
@@ -94,7 +102,7 @@ def _sbx_job_submit(job_id, code_b64, language, timeout_s, sources, version, val
 
 
 _sbx_job_submit({job_id!r}, {code_b64!r}, {language!r}, {timeout_s!r}, {sources!r}, {version!r}, {values!r},
-                {marker!r})
+                {marker!r}, {files!r})
 del _sbx_job_submit
 """
 
@@ -222,6 +230,8 @@ def _sbx_job_status(job_id, cancel, out_limit, err_limit, tail_bytes, progress_b
     err = head({stderr_file!r}, err_limit)
     state.update(stdout_bytes=out[0], stdout_b64=out[1], stderr_bytes=err[0], stderr_b64=err[1],
                  stderr_tail_b64=err[2], now=time.time(), language=spec.get("language"))
+    # the job's files by count only: their names would pass the kernel's redactor here
+    state["outputs_count"] = len(state.pop("outputs", None) or ())
     print(marker + json.dumps(state))
 
 
@@ -285,6 +295,7 @@ def submit_source(
         version=runtime_version(),
         values=tuple(v for v in values if v),
         marker=JOB_MARKER,
+        files=JOB_FILES,
     )
 
 

@@ -43,6 +43,15 @@ JOB_SESSION_ENDED_MESSAGE = (
 
 
 def job_timeout_message(timeout_s: int) -> str:
+    """A job its session stopped at its own timeout: the job alone ended, the session stays."""
+    return (
+        f"The background job did not finish within its {timeout_s}-second limit and was stopped. "
+        "Only the job was stopped: variables and files of this turn's session are still there."
+    )
+
+
+def job_overdue_message(timeout_s: int) -> str:
+    """A job whose session could not stop it (or report its end) in time: the session was stopped."""
     return (
         f"The background job did not finish within its {timeout_s}-second limit and was stopped. "
         "The sandbox session was reset, so variables and files from earlier calls in this turn are gone."
@@ -86,6 +95,7 @@ class JobState:
     elapsed_ms: int
     result: ExecutionResult | None = None
     progress: JobProgress | None = None
+    outputs: int = 0  # how many files under outputs/ the ended job left (its final answer's files)
 
     @property
     def final(self) -> bool:
@@ -159,7 +169,7 @@ class JobRunner:
         return self._failure_result(
             SandboxTimeout.__name__,
             "timeout",
-            job_timeout_message(timeout_s),
+            job_overdue_message(timeout_s),
             f"job_deadline_exceeded:{timeout_s}s",
             duration_ms,
             session_stopped=True,
@@ -191,6 +201,7 @@ class JobRunner:
             state=state,
             elapsed_ms=duration_ms,
             result=self._final_result(payload, state, duration_ms),
+            outputs=_count(payload.get("outputs_count")),
         )
 
     def _progress(self, payload: dict) -> JobProgress:

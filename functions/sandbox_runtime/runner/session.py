@@ -29,7 +29,7 @@ from .egress import SessionEgress, bind_problem, setup_source
 from .errors import CrossTenantInterpreter, SessionGone, failure
 from .finish import ExecutionResult, finish_classified
 from .output import DEFAULT_LOG_CAP_BYTES, cut_utf8, head_limit_bytes, redact_by_lines, source_was_cut
-from .stream import StreamAccumulator, StreamOutcome, consume
+from .stream import PROTOCOL_ERROR, StreamAccumulator, StreamOutcome, consume
 
 EXECUTE_CODE = "executeCode"
 LANGUAGE = "python"
@@ -356,9 +356,10 @@ class SessionRunner:
         outcome = call.outcome
         verdict = call.classify(int(limit), session_kept=kept)
         session_stopped = False
-        if call.timed_out and not kept:
+        if (call.timed_out and not kept) or outcome.stream_error == PROTOCOL_ERROR:
             # The code may still be running: stop it so it cannot outlive the call, and make
-            # the next call of the turn start (and announce) a fresh session.
+            # the next call of the turn start (and announce) a fresh session. A stream that could
+            # not be read is a protocol error: nothing more of that session is trusted.
             self.stop_session(interpreter_id, session_id)
             session_stopped = True
         return finish_classified(

@@ -19,6 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 TAIL_CHARS = 8192
+# A stream that cannot be read as events at all (e.g. an event nested deeper than the JSON parser
+# goes: RecursionError), unlike a modeled exception event: nothing the session sends on that
+# channel is trusted again, so the runner stops the session (SessionRunner.execute).
+PROTOCOL_ERROR = "protocolError"
 
 
 class BoundedText:
@@ -175,8 +179,11 @@ class StreamAccumulator:
 
 
 def consume(stream: Any, accumulator: StreamAccumulator, *, cancelled: threading.Event) -> None:
-    """Iterate a botocore EventStream into the accumulator; exception events become `fail`."""
+    """Iterate a botocore EventStream into the accumulator; exception events become `fail`, and
+    so does a stream that cannot be parsed (PROTOCOL_ERROR)."""
+    from botocore.eventstream import ParserError
     from botocore.exceptions import EventStreamError
+    from botocore.parsers import ResponseParserError
 
     try:
         for event in stream:
@@ -186,3 +193,5 @@ def consume(stream: Any, accumulator: StreamAccumulator, *, cancelled: threading
     except EventStreamError as exc:
         error = exc.response.get("Error", {}) if isinstance(exc.response, dict) else {}
         accumulator.fail(str(error.get("Code") or "unknownException"), str(error.get("Message") or ""))
+    except (RecursionError, ValueError, ParserError, ResponseParserError) as exc:
+        accumulator.fail(PROTOCOL_ERROR, type(exc).__name__)

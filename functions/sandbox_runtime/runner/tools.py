@@ -65,7 +65,9 @@ class SessionFiles:
         self.credentials = credentials
 
     def call(self, interpreter_id: str, session_id: str, name: str, arguments: dict[str, Any]) -> ToolAnswer:
+        from botocore.eventstream import ParserError
         from botocore.exceptions import BotoCoreError, ClientError  # lazy: cold start (as session.py)
+        from botocore.parsers import ResponseParserError
 
         if interpreter_id not in self.allowed_interpreter_ids:
             raise CrossTenantInterpreter("The code sandbox is not available for this request.")
@@ -87,6 +89,8 @@ class SessionFiles:
             raise ToolFailed(f"{name}_failed:{code}") from None
         except BotoCoreError as exc:  # EventStreamError is a ClientError; this is transport
             raise ToolFailed(f"{name}_failed:{type(exc).__name__}") from None
+        except (RecursionError, ValueError, ParserError, ResponseParserError) as exc:  # an unreadable stream
+            raise ToolFailed(f"{name}_failed:protocol_error:{type(exc).__name__}") from None
         if answer.is_error:
             raise ToolFailed(f"{name}_failed:is_error")
         return answer

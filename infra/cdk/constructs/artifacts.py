@@ -3,7 +3,8 @@
 SSE-KMS with a key of its own (rotated), public access blocked, TLS only, versioning off (an
 artifact is written once), lifecycle expiry = the audit retention, so an artifact never outlives
 the audit row that names it; server access logs go to a log bucket of their own. Dispatch gets
-exactly PutObject + GetObject on it (and the key's use for those) — no List, no Delete.
+exactly PutObject + GetObject on it (and the key's use for those) — no List, no Delete; the
+reaper, which stores the files of background jobs whose end it observes, PutObject alone.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from infra.cdk.constructs.state import removal_policy
 # are signed with its credentials, so the URL can read only what dispatch may read).
 DISPATCH_ARTIFACT_ACTIONS: tuple[str, ...] = ("s3:PutObject", "s3:GetObject")
 DISPATCH_KEY_ACTIONS: tuple[str, ...] = ("kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey")
+# What the reaper does with artifacts: store the files of a background job whose end it observed.
+REAPER_ARTIFACT_ACTIONS: tuple[str, ...] = ("s3:PutObject",)
+REAPER_KEY_ACTIONS: tuple[str, ...] = ("kms:Encrypt", "kms:GenerateDataKey")
 
 
 class ArtifactsConstruct(Construct):
@@ -88,17 +92,21 @@ class ArtifactsConstruct(Construct):
         return logs
 
     def grant_dispatch(self, role: iam.IRole) -> None:
+        self._grant(role, "ArtifactsPutGet", DISPATCH_ARTIFACT_ACTIONS, DISPATCH_KEY_ACTIONS)
+
+    def grant_reaper(self, role: iam.IRole) -> None:
+        self._grant(role, "ArtifactsPut", REAPER_ARTIFACT_ACTIONS, REAPER_KEY_ACTIONS)
+
+    def _grant(
+        self, role: iam.IRole, sid: str, object_actions: tuple[str, ...], key_actions: tuple[str, ...]
+    ) -> None:
         role.add_to_principal_policy(
             iam.PolicyStatement(
-                sid="ArtifactsPutGet",
-                actions=list(DISPATCH_ARTIFACT_ACTIONS),
-                resources=[self.bucket.arn_for_objects("*")],
+                sid=sid, actions=list(object_actions), resources=[self.bucket.arn_for_objects("*")]
             )
         )
         role.add_to_principal_policy(
-            iam.PolicyStatement(
-                sid="ArtifactsKey", actions=list(DISPATCH_KEY_ACTIONS), resources=[self.key.key_arn]
-            )
+            iam.PolicyStatement(sid="ArtifactsKey", actions=list(key_actions), resources=[self.key.key_arn])
         )
         stack = cdk.Stack.of(self)
         bucket_id = stack.get_logical_id(self.bucket.node.default_child)  # type: ignore[arg-type]
@@ -106,5 +114,6 @@ class ArtifactsConstruct(Construct):
             role,
             f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/*]",
             "Artifacts are written and read at {tenant}/{turn}/{invocation}/{filename}, keys known only at "
-            "run time; dispatch may only Put and Get objects of this one bucket (no List, no Delete).",
+            "run time; dispatch may only Put and Get objects of this one bucket, the reaper only Put (no "
+            "List, no Delete).",
         )

@@ -15,6 +15,7 @@ from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_destinations as destinations
+from aws_cdk import aws_lambda_event_sources as lambda_event_sources
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
@@ -129,6 +130,7 @@ class ComputeConstruct(Construct):
         )  # a reaped job's row
         self._grant_reaper(reaper)
         self.reaper_schedule = self._build_reaper_schedule(reaper)
+        self.kill_switch_rule = self._build_kill_switch_triggers(reaper)
 
     @property
     def dispatch(self) -> lambda_.Function:
@@ -231,6 +233,15 @@ class ComputeConstruct(Construct):
                 sid="TurnGuardConditionCheck",
                 actions=["dynamodb:ConditionCheckItem"],
                 resources=[self._state.tables[n.TURNS.logical].table_arn],
+            )
+        )
+        # A disabled tenant is refused inside the count's transaction (a ConditionCheck on its
+        # policy item, strongly consistent): no container's older pre-flight cache admits it.
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="TenantPolicyConditionCheck",
+                actions=["dynamodb:ConditionCheckItem"],
+                resources=[self._state.tables[n.TENANTS.logical].table_arn],
             )
         )
         role.add_to_policy(
@@ -420,6 +431,55 @@ class ComputeConstruct(Construct):
             description="Session reaper: stop leaked sessions, free capacity, refill warm pools",
         )
         rule.add_target(targets.LambdaFunction(fn, retry_attempts=0))  # the next run is 5 minutes away
+        return rule
+
+    def _build_kill_switch_triggers(self, fn: lambda_.Function) -> events.Rule:
+        """The kill switch reaches admitted work at once, not at the reaper's next scheduled run:
+        any change of a caps parameter (EventBridge's `Parameter Store Change`) and any write of a
+        tenant's policy item (the tenants table's stream, keys only, policy items only) invoke the
+        reaper with the change; it reads the kill switch afresh and stops what is killed
+        (`reaper.kill_switch_run`). `sandboxctl` sends the same run itself; these cover a change
+        made any other way."""
+        rule = events.Rule(
+            self,
+            "KillSwitchCapsChange",
+            event_pattern=events.EventPattern(
+                source=["aws.ssm"],
+                detail_type=["Parameter Store Change"],
+                detail={"name": events.Match.prefix(f"{n.ssm_prefix(self._config.name)}/caps/")},
+            ),
+            description="A caps parameter changed: the reaper stops the work of tenants a cap of 0 kills",
+        )
+        rule.add_target(targets.LambdaFunction(fn, retry_attempts=2))
+        tenants = self._state.tables[n.TENANTS.logical]
+        fn.add_event_source(
+            lambda_event_sources.DynamoEventSource(
+                tenants,
+                starting_position=lambda_.StartingPosition.LATEST,
+                batch_size=25,
+                max_batching_window=cdk.Duration.seconds(0),
+                retry_attempts=2,
+                filters=[
+                    lambda_.FilterCriteria.filter(
+                        {
+                            "dynamodb": {
+                                "Keys": {
+                                    n.TENANTS.sort_key: {
+                                        "S": lambda_.FilterRule.is_equal(n.TENANT_POLICY_ITEM)
+                                    }
+                                }
+                            }
+                        }
+                    )
+                ],
+            )
+        )
+        acknowledge(
+            self.roles[n.REAPER],
+            "AwsSolutions-IAM5[Resource::*]",
+            "dynamodb:ListStreams, which the stream's event source mapping needs, has no resource-level "
+            "permission; the stream itself is read only on the tenants table's stream ARN.",
+        )
         return rule
 
     def _grant_reaper(self, fn: lambda_.Function) -> None:

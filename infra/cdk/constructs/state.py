@@ -66,6 +66,7 @@ class StateConstruct(Construct):
                 point_in_time_recovery_enabled=spec.pitr
             ),
             time_to_live_attribute=spec.ttl_attribute,
+            stream=dynamodb.StreamViewType(spec.stream) if spec.stream else None,
             removal_policy=removal_policy(self._config),
             resource_policy=self._audit_resource_policy(physical) if spec is n.INVOCATIONS else None,
         )

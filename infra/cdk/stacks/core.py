@@ -27,6 +27,10 @@ class CoreStack(cdk.Stack):
         self.artifacts = ArtifactsConstruct(self, "Artifacts", config=config)
         self.artifacts.grant_dispatch(self.compute.roles[n.DISPATCH])
         self.compute.dispatch.add_environment(n.ENV_ARTIFACTS_BUCKET, self.artifacts.bucket.bucket_name)
+        self.artifacts.grant_reaper(self.compute.roles[n.REAPER])
+        self.compute.functions[n.REAPER].add_environment(
+            n.ENV_ARTIFACTS_BUCKET, self.artifacts.bucket.bucket_name
+        )
         self.observability = ObservabilityConstruct(
             self, "Observability", config=config, state=self.state, compute=self.compute
         )

@@ -113,6 +113,7 @@ class Session:
     relay: s3relay.S3Relay | None = None  # the tenant's data, scoped like its role
     egress_relay: egress.EgressRelay | None = None  # VPC: its one way out, to the egress proxy
     exec_lock: threading.Lock = field(default_factory=threading.Lock)
+    seq: int = 0  # the last request's sequence number: its answer must carry it back
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -587,21 +588,23 @@ class SessionManager:
 
         The answer is read under bounds before anything is buffered (worker.recv_frame): its JSON
         part is small, output blocks are at most what the worker keeps per stream, a file tool's
-        blocks are each at most one file's encoding. A file tool's blocks over SMALL_RAW are not
-        buffered at all: `on_blocks(outcome, frame)` streams them on to the caller, block by
-        block, while the session is held. An answer that breaks the protocol ends the session
-        (it is not trusted again) and the call answers ProtocolViolation's outcome."""
+        blocks are each at most one file's encoding; it must answer this request (its `seq`). A
+        file tool's blocks over SMALL_RAW are not buffered at all: `on_blocks(outcome, frame)`
+        streams them on to the caller, block by block, while the session is held. An answer that
+        breaks the protocol ends the session (it is not trusted again) and the call answers
+        ProtocolViolation's outcome."""
         violation: str | None = None
         outcome: InvokeOutcome | None = None
         gone = False
         with session.exec_lock:
             if session.status != READY:
                 raise NotFound(f"Session {session.session_id} not found")
+            session.seq += 1
             try:
-                worker.send_frame(session.req_fd, {"op": op, "arguments": arguments})
+                worker.send_frame(session.req_fd, {"op": op, "arguments": arguments, "seq": session.seq})
                 frame = worker.recv_frame(session.resp_fd, max_json=worker.MAX_JSON)
                 if frame is not None:
-                    outcome = self._answer(op, frame)
+                    outcome = self._answer(op, frame, session.seq)
                     if outcome.content_blocks is None and op in BLOCK_OPS:
                         if frame.raw_length <= SMALL_RAW:
                             outcome.content_blocks = self._small_blocks(op, frame)
@@ -660,9 +663,13 @@ class SessionManager:
             blocks.append(frame.read(length))
         return blocks
 
-    def _answer(self, op: str, frame: worker.Frame) -> InvokeOutcome:
-        """The worker's answer, checked: anything malformed is a ProtocolError."""
+    def _answer(self, op: str, frame: worker.Frame, seq: int) -> InvokeOutcome:
+        """The worker's answer, checked: anything malformed is a ProtocolError, and so is an
+        answer to another request than this one (`seq`): a frame user code left in the channel
+        would otherwise answer this call, and the worker's own answer the next one."""
         obj = frame.obj
+        if obj.get("seq") != seq or isinstance(obj.get("seq"), bool):
+            raise worker.ProtocolError(f"an answer to request {obj.get('seq')!r}, not to {seq}")
         try:
             exit_code = obj.get("exit_code")
             if exit_code is not None and (not isinstance(exit_code, int) or isinstance(exit_code, bool)):

@@ -9,8 +9,11 @@ that module's source file (`--shell`, bound read-only into the sandbox beside th
 Protocol: requests and answers are frames on two dedicated pipe fds, never on stdout/stderr, so
 nothing user code prints can corrupt the channel: [u32 big-endian JSON length][u32 raw length]
 [ASCII JSON][raw part], the raw part a sequence of blocks, each [u32 length][bytes]. The first
-frame the worker sends is `{"ready": true, "pid": ...}`. An answer's JSON holds scalars and short
-messages only (at most MAX_JSON); its raw blocks hold what may be large:
+frame the worker sends is `{"ready": true, "pid": ...}`. Each request carries the server's
+sequence number `seq` and its answer carries it back, so an answer is only ever taken for the call
+that asked: a frame left in the channel (written there by user code) is off by at least one. An
+answer's JSON holds scalars and short messages only (at most MAX_JSON); its raw blocks hold what
+may be large:
 - executeCode, executeCommand and the task tools: two blocks, the kept stdout and stderr bytes
   (at most --stdout-kept / --stderr-kept: the caps plus a redaction margin), the exact counts in
   the JSON;
@@ -50,7 +53,9 @@ killed), isError iff exitCode != 0, the exact byte counts. `startCommandExecutio
 way in the background (its own process group): the answer carries taskId and taskStatus
 `working`; `getTask` answers the output so far (redacted by a copy of the session's redactor,
 pushed out as it is written, never splitting a token), then `completed` / `failed` with exitCode;
-`stopTask` kills the task and everything it started (`canceled`).
+`stopTask` kills the task and everything it started (`canceled`). What an executeCommand's
+script leaves running ends with its call, as for a command dispatch sends
+(`sandbox_session.shell.end_leftovers`).
 """
 
 from __future__ import annotations
@@ -155,7 +160,7 @@ def recv_frame(fd: int, max_json: int = MAX_REQUEST) -> Frame | None:
         return None
     try:
         obj = json.loads(payload.decode("utf-8"))
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # nested deeper than the parser goes is no frame either
         raise ProtocolError("a frame's JSON part does not parse") from exc
     if not isinstance(obj, dict):
         raise ProtocolError("a frame's JSON part is not an object")
@@ -708,14 +713,22 @@ class Kernel:
         output relayed through this process's sys.stdout / sys.stderr, so through the in-session
         redactor exactly like Python output, and counted as it leaves it."""
         started = time.perf_counter()
-        with Capture(self.stdout_limit, self.stderr_limit) as cap:
-            try:
-                proc, relays = start_script(self.shell, args.get("command", ""), sys.stdout, sys.stderr, 1, 2)
-            except OSError as exc:
-                os.write(2, f"bash could not start: {exc}\n".encode())
-                return self._output(cap, 127, started)
-            code = self.shell.status(proc.wait())
-            _join_all(relays)  # a background child of the script may keep a pipe open
+        # what the script leaves running ends with the call (sandbox_session.shell.end_leftovers)
+        before, reaper = self.shell.processes_below(), self.shell.subreaper(True)
+        try:
+            with Capture(self.stdout_limit, self.stderr_limit) as cap:
+                try:
+                    proc, relays = start_script(
+                        self.shell, args.get("command", ""), sys.stdout, sys.stderr, 1, 2
+                    )
+                except OSError as exc:
+                    os.write(2, f"bash could not start: {exc}\n".encode())
+                    return self._output(cap, 127, started)
+                code = self.shell.status(proc.wait())
+                _join_all(relays)  # a background child of the script may keep a pipe open
+        finally:
+            self.shell.end_leftovers(before, pgid=None)
+            self.shell.subreaper(reaper)
         return self._output(cap, code, started)
 
     # Background commands (startCommandExecution / getTask / stopTask).
@@ -913,7 +926,7 @@ def main(argv: list[str] | None = None) -> int:
         if request is None:  # the server closed the channel: the session is over
             return 0
         result, blocks = ops[request.obj["op"]](request.obj.get("arguments") or {})
-        send_frame(opts.resp_fd, result, blocks)
+        send_frame(opts.resp_fd, {**result, "seq": request.obj.get("seq")}, blocks)
         if result.get("fatal"):
             return 137
 

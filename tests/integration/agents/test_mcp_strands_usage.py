@@ -216,9 +216,9 @@ def test_mcp_file_links_map_artifacts_to_resource_links() -> None:
 def test_mcp_resources_list_and_read_this_sessions_artifacts_tenant_scoped(
     env: dict[str, str], state: LocalState
 ) -> None:
-    from dispatch.files.artifacts import ArtifactContext, ArtifactStore
     from mcp.shared.exceptions import MCPError
     from sandbox_common.messages import FILE_NOT_FOUND
+    from sandbox_runtime.artifacts import ArtifactContext, ArtifactStore
 
     # Given another tenant's real artifact in the same bucket
     foreign = ArtifactStore(state.client("s3")).put(

@@ -281,11 +281,13 @@ def test_jobs_timeout_fits_the_remaining_life_of_the_turns_session(stack: Stack)
     assert final["stdout"] == "short\n"
 
 
-def test_jobs_submit_after_a_job_timeout_restarts_the_session_like_a_foreground_call(stack: Stack) -> None:
-    # Given a job whose timeout stopped the turn's session
-    first = stack.dispatch(job("c-times-out", SLEEPER, timeout_s=1))
-    timed_out, _ = wait_final(stack, first["job_id"])
-    assert timed_out["status"] == "timed_out"
+def test_jobs_submit_after_the_session_was_stopped_restarts_it_like_a_foreground_call(stack: Stack) -> None:
+    # Given a turn whose session was stopped under it (reaped, or stopped by an operator)
+    first = stack.dispatch(event(call_id="c-first", code="x = 1"))
+    assert first["ok"] is True
+    stack.interpreter.manager.stop(
+        stack.interpreter.manager.lookup(first["session_id"]).interpreter_id, first["session_id"]
+    )
     before = sum(
         int(i[n.COUNTER_ATTR_COUNT]["N"]) for i in stack.counter_items()[n.TENANT_DAILY_COUNTERS.logical]
     )
@@ -302,3 +304,91 @@ def test_jobs_submit_after_a_job_timeout_restarts_the_session_like_a_foreground_
     assert after == before + 1
     rows = [r for r in stack.audit_rows("acme") if r["call_id"] == "c-after"]
     assert [(r["invocation_id"], r["job_status"]) for r in rows] == [(second["invocation_id"], "completed")]
+
+
+def test_jobs_trailing_expression_is_shown_like_a_foreground_call(stack: Stack) -> None:
+    # Given a job whose code ends in an expression, when it runs to its end
+    submitted = stack.dispatch(job("expr", "6*7"))
+    final, _ = wait_final(stack, submitted["job_id"])
+    # Then its value is shown as a foreground call shows it, and counted
+    foreground = stack.dispatch(event(call_id="expr-fg", code="6*7"))
+    assert (final["status"], final["stdout"], final["stdout_bytes"]) == ("completed", "42\n", 3)
+    assert foreground["stdout"] == final["stdout"]
+
+
+def test_jobs_timeout_stops_the_job_only_the_turns_variables_and_files_stay(stack: Stack) -> None:
+    # Given a turn with a variable and a file in its session
+    setup = stack.dispatch(event(call_id="v0", code="x = 41\nopen('kept.txt', 'w').write('still here')"))
+    assert setup["ok"] is True
+    # When a job of that turn reaches its own 1 s timeout
+    submitted = stack.dispatch(job("v1", "import time\ntime.sleep(60)", timeout_s=1))
+    timed_out, _ = wait_final(stack, submitted["job_id"])
+    assert (timed_out["status"], timed_out["error"]) == ("timed_out", "SandboxTimeout")
+    assert "variables and files" in timed_out["error_message"] and "still there" in timed_out["error_message"]
+    # Then the session is the same, with its variable and its file
+    after = stack.dispatch(event(call_id="v2", code="print(x + 1, open('kept.txt').read())"))
+    assert (after["ok"], after["stdout"], after["session_id"]) == (
+        True,
+        "42 still here\n",
+        setup["session_id"],
+    )
+    assert setup["session_id"] in stack.live_sessions()
+
+
+def _row(stack: Stack, invocation_id: str) -> dict[str, Any]:
+    (row,) = [r for r in stack.audit_rows("acme") if r["invocation_id"] == invocation_id]
+    return row
+
+
+def test_jobs_outputs_file_comes_back_with_the_jobs_final_answer_and_not_a_later_call(stack: Stack) -> None:
+    import hashlib
+
+    # Given a turn whose calls already collected once
+    assert stack.dispatch(event(call_id="o0", code="x = 1"))["files"] == []
+    # When a job writes a file under outputs/ and ends
+    content = b"region,amount\neu,3\n"
+    code = (
+        "import os\nos.makedirs('outputs', exist_ok=True)\n"
+        f"open('outputs/report.csv', 'wb').write({content!r})"
+    )
+    submitted = stack.dispatch(job("o1", code))
+    final, _ = wait_final(stack, submitted["job_id"])
+    # Then its final answer carries the file, stored as an artifact of the job's invocation
+    assert final["status"] == "completed", final
+    assert [(f["filename"], f["bytes"]) for f in final["files"]] == [("report.csv", len(content))]
+    got = stack.dispatch({"action": "get_file", "tenant_id": "acme", "file_id": final["files"][0]["file_id"]})
+    assert (got["ok"], got["sha256"]) == (True, hashlib.sha256(content).hexdigest())
+    assert [a["file_id"] for a in _row(stack, submitted["invocation_id"])["artifacts"]] == [
+        final["files"][0]["file_id"]
+    ]
+    # And a later foreground call, which reads it, does not return it; the job's answer stays the same
+    later = stack.dispatch(event(call_id="o2", code="print(open('outputs/report.csv').read())"))
+    assert (later["ok"], later["files"]) == (True, [])
+    assert stack.dispatch(get_job(submitted["job_id"]))["files"] == final["files"]
+
+
+def test_jobs_file_a_running_job_wrote_is_not_a_concurrent_calls_and_the_calls_own_file_is_not_the_jobs(
+    stack: Stack,
+) -> None:
+    # Given a running job that wrote outputs/early.txt and then waits for a file named `go`
+    code = (
+        "import os, time\nos.makedirs('outputs', exist_ok=True)\n"
+        "open('outputs/early.txt', 'w').write('job')\nprint('early written', flush=True)\n"
+        "while not os.path.exists('go'):\n    time.sleep(0.05)\n"
+    )
+    submitted = stack.dispatch(job("c1", code))
+    deadline = time.monotonic() + 30
+    while "early written" not in stack.dispatch(get_job(submitted["job_id"])).get("stdout_tail", ""):
+        assert time.monotonic() < deadline, "the job never wrote its file"
+        time.sleep(0.2)
+    # When a foreground call writes its own file under outputs/ and lets the job end
+    mine = stack.dispatch(
+        event(call_id="c2", code="open('outputs/mine.txt', 'w').write('call')\nopen('go', 'w')")
+    )
+    final, _ = wait_final(stack, submitted["job_id"])
+    # Then the call returned only its own file, and the job only its own
+    assert [f["filename"] for f in mine["files"]] == ["mine.txt"]
+    assert (final["status"], [f["filename"] for f in final["files"]]) == ("completed", ["early.txt"])
+    # and no later call returns either
+    later = stack.dispatch(event(call_id="c3", code="import os\nprint(sorted(os.listdir('outputs')))"))
+    assert (later["stdout"], later["files"]) == ("['early.txt', 'mine.txt']\n", [])

@@ -12,7 +12,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,7 @@ from tests.support.egress import HttpsTestServer, Proxy, egress_stack, wait_for
 from tests.support.local_stack import ctl, ctl_json
 
 SECRET = "tok-ABCDEF-1234567890-zyx"
-ROUTED = ["api.example.com", "open.example.com", "plain.example.com"]
+ROUTED = ["api.example.com", "open.example.com"]
 ACME_POLICY = {
     "egress": "allowlist",
     "allow": [
@@ -57,9 +59,49 @@ class Setup:
         return self.proxy.get(self.session, self.secret, url, **kwargs)  # type: ignore[arg-type]
 
 
+class PlainServer:
+    """A plain-HTTP server recording the headers of every request it gets."""
+
+    def __init__(self) -> None:
+        seen: list[dict[str, str]] = []
+        self.seen = seen
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802 - stdlib name
+                seen.append(dict(self.headers.items()))
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])
+
+
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
-    with egress_stack(tmp_path_factory.mktemp("egress-flows"), names=ROUTED) as (env, server):
+def plain_server() -> Iterator[PlainServer]:
+    server = PlainServer()
+    yield server
+    server.server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory, plain_server: PlainServer) -> Iterator[Setup]:
+    routes = f"plain.example.com=127.0.0.1:{plain_server.port}"
+    with egress_stack(tmp_path_factory.mktemp("egress-flows"), names=ROUTED, routes_extra=routes) as (
+        env,
+        server,
+    ):
         # globex's byte cap is set before its first connection (the proxy caches caps ≤ 30 s)
         assert (
             ctl(env, "caps", "set", "egress_daily_bytes", str(BYTES_CAP), "--tenant", "globex").returncode
@@ -107,6 +149,17 @@ def test_egress_credential_never_goes_over_plain_http(setup: Setup) -> None:
     # Then refused: the header is only ever added after TLS
     assert answer.status == 403 and answer.reason == "credential_over_http"
     assert not any(s.path == "/echo?plain" for s in setup.server.seen)
+
+
+def test_egress_plain_http_request_never_carries_the_proxy_credential_upstream(
+    setup: Setup, plain_server: PlainServer
+) -> None:
+    # Given an allowed plain-HTTP host (port 80 in its rule); when the session asks through the proxy
+    answer = setup.proxy.plain(setup.session, setup.secret, "http://plain.example.com/x")
+    # Then it is forwarded, without the session's Proxy-Authorization (its credential stays here)
+    assert answer.status == 200 and answer.body == b"ok"
+    assert plain_server.seen and all("Proxy-Authorization" not in h for h in plain_server.seen)
+    assert all(setup.secret not in value for h in plain_server.seen for value in h.values())
 
 
 def test_egress_credential_whose_secret_is_missing_refuses_the_request(setup: Setup) -> None:
@@ -247,9 +300,19 @@ def test_egress_daily_bytes_cap_refuses_new_connections_at_the_cap(setup: Setup)
     assert refused.reason == "cap_exceeded"
     cap = proxy.counters(session)["cap_refused"]
     assert cap["dimension"] == dimensions.EGRESS_DAILY_BYTES.name and cap["count"] >= 1
-    # And the tenant's counter shows in `sandboxctl counters show` beside the call caps
-    counters = ctl_json(setup.env, "counters", "show", "--tenant", "globex")
-    assert counters["egress_daily_bytes"]["count"] >= BYTES_CAP
+    # And the tenant's counter (flushed within a second) shows in `sandboxctl counters show`
+    # beside the call caps
+    counters = wait_for(
+        lambda: (
+            (c := ctl_json(setup.env, "counters", "show", "--tenant", "globex"))["egress_daily_bytes"][
+                "count"
+            ]
+            >= BYTES_CAP
+            and c
+        ),
+        timeout=30,
+        what="the tenant's bytes flushed",
+    )
     assert counters["egress_daily_bytes"]["cap"] == BYTES_CAP
     # And acme, another tenant, is not affected
     assert setup.get("https://open.example.com/echo?acme-after-cap").status == 200

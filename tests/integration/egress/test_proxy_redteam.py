@@ -40,6 +40,7 @@ ACME_POLICY = {
             "credential": {"header": "Authorization", "template": "Bearer {secret:crm-token}"},
         },
         {"host": "open.example.com"},
+        {"host": "forged.example.com"},
         *({"host": name} for name in NON_PUBLIC),
     ],
 }
@@ -75,10 +76,12 @@ class Setup:
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     resolve = ",".join(f"{name}={address}" for name, address in NON_PUBLIC.items())
-    with egress_stack(tmp_path_factory.mktemp("egress-redteam"), names=ROUTED, resolve=resolve) as (
-        env,
-        server,
-    ):
+    with egress_stack(
+        tmp_path_factory.mktemp("egress-redteam"),
+        names=ROUTED,
+        resolve=resolve,
+        uncertified=("forged.example.com",),
+    ) as (env, server):
         made = Setup(env, server)
         # the allowed path works, so every refusal below is the check's and not a broken setup
         ok = made.get("https://open.example.com/echo?baseline")
@@ -301,6 +304,17 @@ def test_proxy_name_resolving_to_a_non_public_address_is_refused(setup: Setup, n
     hosts = setup.proxy.counters(setup.acme)["denied_hosts"]
     assert setup.denied() == before + 1
     assert name in {entry["host"] for entry in hosts.values()}
+
+
+def test_proxy_verifies_upstream_tls_and_forwards_nothing_to_a_server_whose_certificate_fails(
+    setup: Setup,
+) -> None:
+    # Given an allowed name whose server's certificate does not name it
+    # When a session asks for it
+    answer = setup.get("https://forged.example.com/echo?forged")
+    # Then the proxy's upstream TLS fails verification, the request is not sent, the session gets 502
+    assert answer.status == 502  # type: ignore[attr-defined]
+    assert not setup.reached("/echo?forged")
 
 
 # --- HTTP/2, h2c and websockets ---------------------------------------------------------------------

@@ -10,10 +10,10 @@ import os
 from typing import Any
 
 import pytest
-from dispatch.files.artifacts import ArtifactContext, ArtifactStore, collect_and_store
 from sandbox_common import limits
 from sandbox_common import naming as n
 from sandbox_common.files import input_record
+from sandbox_runtime.artifacts import ArtifactContext, ArtifactStore, collect_and_store
 from sandbox_runtime.runner.errors import CrossTenantInterpreter
 from sandbox_runtime.runner.tools import SessionFiles
 

@@ -9,11 +9,11 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from dispatch.files.access import get_file
-from dispatch.files.artifacts import ArtifactContext, ArtifactStore, new_file_id
 from sandbox_common import limits
 from sandbox_common.errors import SandboxInvalidRequest
 from sandbox_common.files import GetFileRequest
 from sandbox_common.files import list_pointers as list_files
+from sandbox_runtime.artifacts import ArtifactContext, ArtifactStore, new_file_id
 
 from tests.integration.files.conftest import BUCKET
 

@@ -68,6 +68,8 @@ def test_tables_match_the_synthesized_stage(
         local_gsis = {g["IndexName"]: g["KeySchema"] for g in described.get("GlobalSecondaryIndexes", [])}
         cdk_gsis = {g["IndexName"]: g["KeySchema"] for g in cdk.get("GlobalSecondaryIndexes", [])}
         assert local_gsis == cdk_gsis, logical
+        local_stream = described.get("StreamSpecification", {}).get("StreamViewType")
+        assert local_stream == cdk.get("StreamSpecification", {}).get("StreamViewType"), logical
         ttl = ddb.describe_time_to_live(TableName=physical)["TimeToLiveDescription"].get("AttributeName")
         assert ttl == cdk.get("TimeToLiveSpecification", {}).get("AttributeName"), logical
         pitr = ddb.describe_continuous_backups(TableName=physical)["ContinuousBackupsDescription"]

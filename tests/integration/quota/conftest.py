@@ -83,6 +83,21 @@ class QuotaStack:
         return self.invoke({"tenant_id": tenant, "agent_id": agent})
 
     def items(self, spec: naming.TableSpec) -> list[dict[str, Any]]:
+        """Counter items and call markers (a tenant's breaker version is no counter: `breakers`)."""
+        return [i for i in self._scan(spec) if not i[spec.pk]["S"].startswith(naming.QUOTA_BREAKER_PREFIX)]
+
+    def breakers(self) -> dict[str, int]:
+        """tenant -> its breaker version (the caps read time of the latest refusal, epoch ms)."""
+        spec = naming.TENANT_DAILY_COUNTERS
+        return {
+            i[spec.pk]["S"].removeprefix(naming.QUOTA_BREAKER_PREFIX): int(
+                i[naming.QUOTA_BREAKER_ATTR_SEEN]["N"]
+            )
+            for i in self._scan(spec)
+            if i[spec.pk]["S"].startswith(naming.QUOTA_BREAKER_PREFIX)
+        }
+
+    def _scan(self, spec: naming.TableSpec) -> list[dict[str, Any]]:
         return aws.client("dynamodb").scan(TableName=spec.physical(STAGE), ConsistentRead=True)["Items"]
 
     def count(self, spec: naming.TableSpec, key: str) -> int | None:

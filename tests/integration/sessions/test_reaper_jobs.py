@@ -174,3 +174,26 @@ def test_reaper_spares_ended_turns_sessions_when_jobs_cannot_be_read(
     assert _running(stack, session_id)
     # And the job sweep's failure is reported, not hidden
     assert out["hooks"][n.REAPER_HOOK_JOBS]["ok"] is False
+
+
+def test_reaper_ending_a_job_stores_its_outputs_files_for_its_final_answer(reaper_stack: Stack) -> None:
+    stack = reaper_stack
+    # Given a turn that ended while its job, which writes a file under outputs/, still ran
+    session_id = _turn_with_slot(stack, "turn-rf")
+    code = (
+        "import os, time\ntime.sleep(1)\nos.makedirs('outputs', exist_ok=True)\n"
+        "open('outputs/r.txt', 'w').write('r')"
+    )
+    submitted = _submit(stack, "turn-rf", "c-file", code)
+    assert _end_turn(stack, "turn-rf")["pending_jobs"] == [submitted["job_id"]]
+    # When the reaper sees the job's end (nobody polled it) and its session is stopped
+    late = _reap_until_a_job_ended()
+    assert late["hooks"][n.REAPER_HOOK_JOBS]["by_status"] == {"completed": 1}
+    assert not _running(stack, session_id)
+    # Then the job's final answer still carries its file, stored, and its row names it
+    final = _get_job(stack, "turn-rf", submitted["job_id"])
+    assert [f["filename"] for f in final["files"]] == ["r.txt"]
+    got = stack.dispatch({"action": "get_file", "tenant_id": "acme", "file_id": final["files"][0]["file_id"]})
+    assert (got["ok"], got["bytes"]) == (True, 1)
+    (row,) = _rows(stack, submitted["invocation_id"])
+    assert [a["filename"] for a in row["artifacts"]] == ["r.txt"]

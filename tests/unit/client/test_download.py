@@ -11,10 +11,10 @@ import boto3
 import pytest
 from botocore.config import Config
 from dispatch.files.access import get_file
-from dispatch.files.artifacts import ArtifactContext, ArtifactStore
 from sandbox_client.turn import ArtifactMismatch, ArtifactUnavailable, SandboxTurn
 from sandbox_common.errors import SandboxInvalidRequest
 from sandbox_common.files import GetFileRequest
+from sandbox_runtime.artifacts import ArtifactContext, ArtifactStore
 
 from tests.support.http import http_endpoint
 

@@ -185,12 +185,12 @@ def test_job_flow_duration_is_the_run_time_in_the_session_not_the_time_until_pol
     assert row["duration_ms"] == final["duration_ms"]
 
 
-def test_job_flow_timed_out_job_stops_the_session(env):
+def test_job_flow_timed_out_job_stops_the_job_only_and_keeps_the_session(env):
     # Given a job with a 1 s timeout that would run for a minute
     record = submit(env, "import time\ntime.sleep(60)", timeout_s=1)
     # When it is observed after its deadline
     view = poll_until_final(env, record)
-    # Then it is timed_out, audited as timeout, and its session was stopped
+    # Then it is timed_out, audited as timeout, and its session is still there
     body = view.to_response()
     assert (view.status, body["ok"], body["error"], body["exit_status"]) == (
         "timed_out",
@@ -198,7 +198,7 @@ def test_job_flow_timed_out_job_stops_the_session(env):
         "SandboxTimeout",
         "timeout",
     )
-    assert env["server"].session(env["session"]).status == "TERMINATED"
+    assert env["server"].session(env["session"]).status == "READY"
     assert audit_rows(env, record.invocation_id)[0]["exit_status"] == "timeout"
 
 

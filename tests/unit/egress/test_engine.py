@@ -326,3 +326,40 @@ def test_engine_bytes_are_flushed_and_the_daily_cap_refuses_new_connections(engi
     # Then a new connection is refused and the session's counters name the dimension
     assert _tunnel(engine, auth, "api.example.com")[1] == checks.Denied(checks.CAP_EXCEEDED, 403, dim.name)
     assert _item("s1", n.EGRESS_COUNTERS_ITEM)["cap_refused"]["dimension"] == dim.name
+
+
+def test_engine_adds_the_codeartifact_token_to_index_requests(engine: Engine) -> None:
+    # Given a stage whose index is a CodeArtifact repository (the token call pinned to botocore's
+    # model of GetAuthorizationToken: its parameters are validated, its answer as documented)
+    from datetime import UTC, datetime, timedelta
+
+    from botocore.stub import Stubber
+    from egress_proxy.config import IndexSettings
+
+    engine.config = ProxyConfig(
+        **{
+            **engine.config.__dict__,
+            "index": IndexSettings(INDEX.host, "/simple/", ("thinkwork-prod", "123456789012")),
+        }
+    )  # type: ignore[arg-type]
+    engine.store.codeartifact = ("thinkwork-prod", "123456789012")
+    client = aws.new_client("codeartifact", region_name="us-east-1")
+    engine.store._clients["codeartifact"] = client
+    with Stubber(client) as stub:
+        stub.add_response(
+            "get_authorization_token",
+            {
+                "authorizationToken": "ca-token-value-123",
+                "expiration": datetime.now(UTC) + timedelta(hours=1),
+            },
+            {"domain": "thinkwork-prod", "domainOwner": "123456789012", "durationSeconds": 3600},
+        )
+        state, _ = _tunnel(engine, _issue("s1"), INDEX.host)
+        first = asyncio.run(engine.admit_request(state, _request(INDEX.host, "/simple/sandbox-hello/")))
+        second = asyncio.run(engine.admit_request(state, _request(INDEX.host, "/simple/sandbox-hello/")))
+    # Then each index request carries it as pip's Basic credential (one token call, cached), and
+    # an answer that echoes it is scrubbed
+    assert first.denied is None, first.denied
+    expected = "Basic " + base64.b64encode(b"aws:ca-token-value-123").decode()
+    assert first.set_headers["Authorization"] == second.set_headers["Authorization"] == expected
+    assert first.scrubber is not None and first.scrubber.bytes(b"ca-token-value-123")[1] == 1

@@ -11,7 +11,8 @@ import time
 import zlib
 
 import pytest
-from dispatch.files.artifacts import (
+from sandbox_common.redaction.catalogue import REPLACEMENT, redact
+from sandbox_runtime.artifacts import (
     CHUNK_BYTES,
     PNG_SIGNATURE,
     READ_BATCH_BYTES,
@@ -19,7 +20,6 @@ from dispatch.files.artifacts import (
     _read_artifact,
     redact_artifact,
 )
-from sandbox_common.redaction.catalogue import REPLACEMENT, redact
 from sandbox_runtime.runner.tools import ToolFailed
 
 from tests.benchmarks.test_host_redaction import TOKENS, realistic_stdout
@@ -65,12 +65,13 @@ def test_redact_artifact_clean_text_is_the_same_object(chunk: int) -> None:
         assert stored is data
 
 
-def test_redact_artifact_binary_is_byte_exact() -> None:
-    # Given bytes that are not UTF-8 but contain a token shape
+def test_redact_artifact_png_whose_chunks_do_not_parse_is_redacted_on_its_bytes() -> None:
+    # Given bytes with a PNG's signature whose chunks do not parse, holding a token shape
     data = b"\x89PNG\r\n\x1a\n" + TOKENS[0].encode() + bytes(range(256))
-    # When redacted / Then stored unchanged (binary is never rewritten)
+    # When redacted / Then the token shape is replaced in place and every other byte kept (no
+    # decoder reads it as an image whole, so no chunk of it is kept unread)
     stored, changed = redact_artifact(data)
-    assert changed is False and stored == data
+    assert (stored, changed) == (data.replace(TOKENS[0].encode(), REPLACEMENT.encode()), True)
 
 
 def test_redact_artifact_utf8_cut_inside_a_character_is_redacted_on_its_bytes() -> None:
@@ -234,10 +235,59 @@ def test_redact_artifact_png_loses_text_chunks_and_what_follows_iend() -> None:
     assert redact_artifact(data) == (PNG_HEAD + PNG_IMAGE, True)
 
 
-def test_redact_artifact_png_without_text_is_unchanged_and_a_broken_one_byte_exact() -> None:
-    # Given a PNG without text chunks, and one cut inside a chunk
+def test_redact_artifact_png_without_text_is_unchanged_and_a_broken_one_redacted_on_its_bytes() -> None:
+    # Given a PNG without text chunks, and one cut inside a chunk that holds a token
     clean = PNG_HEAD + PNG_IMAGE
     broken = PNG_HEAD + _chunk(b"tEXt", b"Comment\x00" + TOKENS[0].encode())[:-6]
-    # When redacted / Then both are stored as they are
+    # When redacted / Then the clean one is stored as it is, the broken one without the token
     assert redact_artifact(clean) == (clean, False)
-    assert redact_artifact(broken) == (broken, False)
+    stored, changed = redact_artifact(broken)
+    assert changed is True and TOKENS[0][:20].encode() not in stored
+
+
+@pytest.mark.parametrize("codec", ["utf-16-le", "utf-16-be"])
+def test_redact_artifact_utf16_without_a_byte_order_mark_is_redacted_like_with_one(
+    codec: str, chunk: int | None
+) -> None:
+    # Given ASCII text in UTF-16 without a byte-order mark (every other byte NUL) holding a token
+    text = "region,key\nacme," + TOKENS[0] + "\n"
+    data = text.encode(codec)
+    # When redacted (whole, or fed in parts)
+    stored, changed = assemble(data, chunk)
+    # Then it is redacted as it would be behind a mark: same encoding, the token replaced
+    assert changed is True
+    assert stored == redact(text).encode(codec)
+    assert TOKENS[0] not in stored.decode(codec)
+
+
+def test_redact_artifact_utf16_text_inside_binary_is_redacted_and_the_rest_kept() -> None:
+    # Given binary bytes with a UTF-16-LE string holding a token in the middle
+    head, tail = b"\x00\x01\x02binary", bytes(range(256))
+    data = head + ("token=" + TOKENS[0]).encode("utf-16-le") + tail
+    # When redacted / Then only the string changed
+    assert redact_artifact(data) == (head + ("token=" + REPLACEMENT).encode("utf-16-le") + tail, True)
+
+
+_IMAGE_CHUNKS = (b"PLTE", b"tRNS", b"gAMA", b"cHRM", b"sRGB", b"pHYs")
+
+
+def test_redact_artifact_png_keeps_only_the_chunks_an_image_needs() -> None:
+    # Given a PNG with the chunks an image may need, and an eXIf and private chunks holding a token
+    needed = b"".join(_chunk(kind, b"\x00\x00\x00\x01") for kind in _IMAGE_CHUNKS)
+    exif = _chunk(b"eXIf", b"MM\x00*" + TOKENS[0].encode())
+    private = _chunk(b"prVt", TOKENS[0].encode()) + _chunk(b"tIME", b"\x07\xe8\x01\x01\x00\x00\x00")
+    data = PNG_HEAD + exif + needed + private + PNG_IMAGE
+    # When redacted / Then eXIf, the private and every other ancillary chunk are dropped, the rest kept
+    assert redact_artifact(data) == (PNG_HEAD + needed + PNG_IMAGE, True)
+
+
+def test_redact_artifact_png_icc_profile_kept_with_a_token_free_name() -> None:
+    # Given a PNG whose iCCP chunk (kept: it is colour) names its profile with a token
+    profile = zlib.compress(b"profile bytes")
+    named = _chunk(b"iCCP", TOKENS[0].encode()[:79] + b"\x00\x00" + profile)
+    plain = _chunk(b"iCCP", b"sRGB IEC61966-2.1\x00\x00" + profile)
+    # When redacted / Then a plain name stays as it is, a token-shaped one is replaced (valid CRC)
+    assert redact_artifact(PNG_HEAD + plain + PNG_IMAGE) == (PNG_HEAD + plain + PNG_IMAGE, False)
+    stored, changed = redact_artifact(PNG_HEAD + named + PNG_IMAGE)
+    assert changed is True and TOKENS[0][:20].encode() not in stored
+    assert stored == PNG_HEAD + _chunk(b"iCCP", b"ICC profile\x00\x00" + profile) + PNG_IMAGE

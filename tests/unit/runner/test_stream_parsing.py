@@ -252,3 +252,17 @@ def test_execute_multibyte_utf8_is_cut_on_a_character_boundary(fake_agentcore, m
     next_char = text[len(result.stdout)]
     assert len(visible) + len(next_char.encode()) > cap
     assert result.stdout_bytes == len(text.encode()) and result.stdout_truncated is True
+
+
+def test_execute_event_nested_deeper_than_the_parser_goes_ends_the_session(fake_agentcore, make_runner):
+    # Given an event stream whose result event is 60,000 nested brackets (no parser takes it)
+    fake_agentcore.script_invoke(
+        fake_agentcore.Invoke(frames=[es.event_payload_frame("result", b"[" * 60_000 + b"]" * 60_000)])
+    )
+    # When the code runs
+    result = make_runner().execute(fake_agentcore.INTERPRETER, SESSION, "print(1)")
+    # Then it is a protocol error that failed the call and stopped its session (nothing of it is trusted)
+    assert (result.exit_status, result.error) == ("error", "SandboxError")
+    assert "protocol" in (result.failure_reason or ""), result.failure_reason
+    assert result.session_stopped is True
+    assert [r.session_id for r in fake_agentcore.ops("StopCodeInterpreterSession")] == [SESSION]

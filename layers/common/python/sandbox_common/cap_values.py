@@ -78,6 +78,11 @@ class CapValues:
             self._cache[tenant_id] = (now + self.ttl, caps)
         return dict(caps)
 
+    def forget(self, tenant_id: str) -> None:
+        """The tenant's caps are read from SSM at the next `values_for`, whatever their age."""
+        with self._lock:
+            self._cache.pop(tenant_id, None)
+
     def _value(self, path: str, values: dict[str, Any], *, required: bool) -> int | None:
         if path not in values:
             if not required:

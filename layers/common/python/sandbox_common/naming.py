@@ -96,6 +96,7 @@ class TableSpec:
     ttl_attribute: str | None = None
     indexes: tuple[Index, ...] = field(default_factory=tuple)
     pitr: bool = True
+    stream: str | None = None  # a DynamoDB stream's view type (KEYS_ONLY, ...), when it has one
 
     def physical(self, stage: str) -> str:
         return f"{PROJECT}-{stage}-{self.logical}"
@@ -139,6 +140,11 @@ COUNTER_ATTR_AGENT = "agent_id"  # items of a dimension keyed by agent only
 COUNTER_ATTR_WINDOW = "window"  # "2026-11-21" (daily) or "2026-11-21T08" (hourly)
 COUNTER_ATTR_BYTES = "byte_count"  # a bytes dimension's counter (egress_daily_bytes), added by the proxy
 QUOTA_MARKER_PREFIX = "counted#"
+# A tenant's breaker version, also in the tenant-daily table: when a quota container refused a call
+# of the tenant on caps it read at time T (epoch ms), the item holds T, and a container whose caps
+# are older reads them again before it may admit (docs/circuit-breakers.md). Not a counter item.
+QUOTA_BREAKER_PREFIX = "breaker#"
+QUOTA_BREAKER_ATTR_SEEN = "caps_read_ms"
 QUOTA_MARKER_ATTR_DAILY_KEY = "daily_key"  # the counter items this call's count went to,
 QUOTA_MARKER_ATTR_HOURLY_KEY = "hourly_key"  # so a release undoes exactly that count
 
@@ -183,11 +189,16 @@ TURN_ATTR_POOL_EMPTY = "warm_pool_empty"
 TURN_SESSION_STARTING, TURN_SESSION_ACTIVE, TURN_SESSION_STOPPED = "starting", "active", "stopped"
 
 # Tenant policy, template sandbox blocks and the policy change history, one item collection per tenant.
-TENANTS = TableSpec("sandbox_tenants", pk="tenant_id", sk="item", pitr=True)
+# Its stream (keys only) tells the reaper that a tenant's policy item changed, whoever wrote it:
+# the kill switch then reaches the tenant's running work at once.
+TENANTS = TableSpec("sandbox_tenants", pk="tenant_id", sk="item", pitr=True, stream="KEYS_ONLY")
 TENANT_POLICY_ITEM = "policy"
 TEMPLATE_ITEM_PREFIX = "template#"
 HISTORY_ITEM_PREFIX = "history#"
 TEMPLATE_TOOLS_ATTRIBUTE = "tools"  # a template's tool allowlist (§15), beside `environment`
+POLICY_ATTR_ENABLED = "sandbox_enabled"  # the operator's switch (sandboxctl tenant enable|disable)
+POLICY_ATTR_TIER = "compliance_tier"  # standard | regulated | hipaa: only standard runs a sandbox
+TIER_STANDARD = "standard"
 
 # Powertools idempotency persistence layer defaults: key `id`, TTL `expiration`. On the record of
 # an execute_code, written with the claim itself (one PutItem): the call's audit identity (JSON)
@@ -327,6 +338,14 @@ ALL_TABLES: tuple[TableSpec, ...] = (
 # --- S3 objects: artifacts (§14) ------------------------------------------------------------------
 OUTPUTS_DIR = "outputs"  # artifacts are collected from here, relative to the working directory
 FIGURE_NAME = "figure-{n}.png"  # open matplotlib figures saved under this name (§14.2)
+# Which version of each file under OUTPUTS_DIR the turn's calls have returned (path -> [size,
+# mtime_ns]), kept in the session by the artifact collector and read by a job's supervisor (a job
+# returns only what no call returned): relative to the working directory.
+OUTPUTS_STATE_DIR = ".sandbox"
+OUTPUTS_STATE_FILE = f"{OUTPUTS_STATE_DIR}/outputs-state.json"
+# The in-session module in which each call's driver records when the call started (`started_ns`,
+# the session's clock): files changed under OUTPUTS_DIR since then are the call's, not a job's.
+CALL_START_MODULE = "_sbx_call"
 SKIPPED_TOO_MANY = "too_many"
 SKIPPED_TOO_LARGE = "too_large"
 FILE_ID_PREFIX = "file-"
@@ -741,6 +760,11 @@ REAPER_PAUSED_SWEEP_MODULE = "reaper.paused_sweep"
 # The reaper's event that refills one pool (`{"refill": {"tenant_id", "environment"}}`): sent by
 # `sandboxctl warm set` so a new size takes effect at once, not at the next scheduled run.
 REFILL_EVENT_KEY = "refill"
+# The reaper's event that lets the kill switch reach a tenant's admitted work now
+# (`{"kill_switch": {"tenant_id": T}}`, `{}` inside for every tenant): sent by `sandboxctl caps set`
+# / `tenant disable` when the change kills; on AWS the same run follows a change of a caps
+# parameter (an EventBridge rule) or of a tenant's policy item (the tenants table's stream).
+KILL_SWITCH_EVENT_KEY = "kill_switch"
 # The reaper's pure-JSON log line per session it stops (its message and `event`; runbooks query it).
 REAPER_EVENT_SESSION_REAPED = "session_reaped"
 

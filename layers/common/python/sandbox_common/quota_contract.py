@@ -104,6 +104,14 @@ class QuotaTurnRefused(StrictModel):
     turn_exists: bool
 
 
+class QuotaTenantRefused(StrictModel):
+    """The tenant's policy item said it is disabled when the count's transaction read it:
+    nothing counted (dispatch answers SandboxProvisioning, reason tenant_disabled)."""
+
+    ok: Literal[False] = False
+    tenant_disabled: Literal[True] = True
+
+
 class QuotaRefused(_PerDimension):
     _FIELD = "cap_field"
     ok: Literal[False] = False
@@ -130,7 +138,11 @@ def _quota_kind(value: Any) -> str:
     if isinstance(value, dict):
         if value.get("ok") is True:
             return "admitted"
+        if "tenant_disabled" in value:
+            return "tenant"
         return "turn" if "turn_refused" in value else "refused"
+    if isinstance(value, QuotaTenantRefused):
+        return "tenant"
     return (
         "turn"
         if isinstance(value, QuotaTurnRefused)
@@ -143,12 +155,14 @@ def _quota_kind(value: Any) -> str:
 QuotaResponse = Annotated[
     Annotated[QuotaAdmitted, Tag("admitted")]
     | Annotated[QuotaRefused, Tag("refused")]
-    | Annotated[QuotaTurnRefused, Tag("turn")],
+    | Annotated[QuotaTurnRefused, Tag("turn")]
+    | Annotated[QuotaTenantRefused, Tag("tenant")],
     Discriminator(_quota_kind),
 ]
-_QUOTA_RESPONSE: TypeAdapter[QuotaAdmitted | QuotaRefused | QuotaTurnRefused] = TypeAdapter(QuotaResponse)
+QuotaAnswer = QuotaAdmitted | QuotaRefused | QuotaTurnRefused | QuotaTenantRefused
+_QUOTA_RESPONSE: TypeAdapter[QuotaAnswer] = TypeAdapter(QuotaResponse)
 
 
-def parse_quota_response(payload: bytes | str) -> QuotaAdmitted | QuotaRefused | QuotaTurnRefused:
+def parse_quota_response(payload: bytes | str) -> QuotaAnswer:
     """The quota Lambda's answer; raises pydantic.ValidationError for anything off-contract."""
     return _QUOTA_RESPONSE.validate_json(payload)

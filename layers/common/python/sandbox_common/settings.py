@@ -28,6 +28,9 @@ class QuotaSettings(_Settings):
     cache_ttl_seconds: int = Field(alias=n.ENV_CACHE_TTL, default=60, ge=0, le=60)
     # the turn guard's ConditionCheck (read only: ConditionCheckItem)
     turns_table: str = Field(alias=n.ENV_TURNS_TABLE, default="")
+    # the tenant policy's ConditionCheck (read only: ConditionCheckItem): a disabled tenant is
+    # refused inside the count's transaction
+    tenants_table: str = Field(alias=n.ENV_TENANTS_TABLE, default="")
 
     def counters_table(self, spec: n.TableSpec) -> str:
         """The stage's name of a counters table (a calls dimension's `table`)."""
@@ -102,6 +105,8 @@ class ReaperSettings(EgressSettings):
     idempotency_table: str = Field(alias=n.ENV_IDEMPOTENCY_TABLE, default="")
     # Paused tool calls: the reaper asks dispatch to end those past their wait bound.
     dispatch_function_name: str = Field(alias=n.ENV_DISPATCH_FUNCTION, default="")
+    # Jobs the reaper ends: their files are stored as artifacts here, as dispatch stores them.
+    artifacts_bucket: str = Field(alias=n.ENV_ARTIFACTS_BUCKET, default="")
 
 
 class BackstopSettings(_Settings):

@@ -89,6 +89,11 @@ DEADLINE = (
     "Each call must finish within {seconds} s or it is stopped; for longer work set background: true "
     "(a job of up to {max_job} s) and check on it with get_job."
 )
+# Why the first sentence of execute_code and DEADLINE do not contradict each other: a job is a new process.
+JOB_PROCESS = (
+    "A background job runs as a fresh process in this session: it shares the working directory and files, "
+    "not the variables or imports of earlier calls."
+)
 OUTPUT_CAPS = "Output is truncated (stdout {stdout}, stderr {stderr}) and secrets are redacted."
 FILES_BACK = (
     "Files written under outputs/ and matplotlib figures still open at the end of the call come back as "
@@ -195,10 +200,11 @@ def _job_schema() -> dict[str, Any]:
 
 
 def _run_tail(limits: SurfaceLimits) -> str:
-    """The sentences execute_code and run_command share: deadline, output caps, files back."""
+    """The sentences execute_code and run_command share: deadline, what a job is, output caps, files back."""
     return " ".join(
         (
             DEADLINE.format(seconds=limits.call_timeout_seconds, max_job=MAX_JOB_TIMEOUT_SECONDS),
+            JOB_PROCESS,
             OUTPUT_CAPS.format(stdout=_size(limits.stdout_cap_bytes), stderr=_size(limits.stderr_cap_bytes)),
             FILES_BACK,
         )

@@ -31,10 +31,13 @@ import base64
 import linecache
 import signal
 import sys
+import time
+import types
 
 TIMED_OUT = 124  # the status of code stopped at its deadline (as coreutils' `timeout` reports it)
 REPEAT_SECONDS = 0.5  # while the code swallows DeadlinePassed, it is raised again this often
 CELL_PREFIX = "<code-"
+CALL_START_MODULE = "_sbx_call"  # sandbox_common.naming.CALL_START_MODULE (this file imports nothing of ours)
 
 _STATE = {"armed": False, "fired": False, "ours": False, "previous": None, "cell": 0}
 
@@ -108,12 +111,23 @@ def _flush():
             pass
 
 
+def _mark_call_start():
+    """Record when this call started, on the session's clock: the artifact collector returns the
+    files changed under outputs/ since then with this call, not with a background job."""
+    module = sys.modules.get(CALL_START_MODULE)
+    if module is None:
+        module = types.ModuleType(CALL_START_MODULE)
+        sys.modules[CALL_START_MODULE] = module
+    module.started_ns = time.time_ns()
+
+
 _OWN = _flush.__code__.co_filename  # the file name this runtime was compiled under
 
 
 def run(code_b64, deadline_s, namespace):
     """Run the code (base64 of its UTF-8 bytes) in `namespace`, stopped at `deadline_s` seconds.
     Returns what the driver raises: None, the code's exception, or SystemExit(TIMED_OUT)."""
+    _mark_call_start()
     code = base64.b64decode(code_b64).decode("utf-8")
     _STATE["cell"] += 1
     filename = f"{CELL_PREFIX}{_STATE['cell']}>"

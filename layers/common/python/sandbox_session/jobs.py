@@ -22,8 +22,18 @@ tree (process group, then every remaining descendant: the supervisor is a child 
 orphans of the job are re-parented to it). It then writes `state.json` atomically (write + rename).
 
 State file: {"job_id", "state": running|completed|failed|timed_out|cancelled, "pid",
-"supervisor_pid", "started_at", "ended_at", "duration_ms", "exit_code", "timeout_s"}; times are
-epoch seconds (float) of the session's clock.
+"supervisor_pid", "started_at", "started_ns", "ended_at", "duration_ms", "exit_code", "timeout_s",
+"outputs"}; times are epoch seconds (float; `started_ns` integer nanoseconds) of the session's
+clock.
+
+The job's files (`outputs` in its final state: relative path -> [size, mtime_ns]) are the regular
+files under the session's `outputs/` that changed while it ran: the supervisor lists `outputs/`
+before it starts the job and again once the job's processes are gone, and keeps what differs,
+less what a foreground call of the session already returned at that same size and time (the
+foreground collector's state file, whose path the spec names) and what another job that ended
+first claimed. A Python job's matplotlib figures still open at its end are saved there first, as
+`figure-N.png`. The host reads them with the job's final answer; the foreground collector leaves
+them to the job (functions/sandbox_runtime/artifacts.py).
 
 Everything here runs with the session's own privileges: code in the session could tamper with
 its own job's files or kill its own supervisor. That falsifies nothing but its own result, which
@@ -31,12 +41,14 @@ the host still redacts, truncates and bounds: dispatch ends a job whose deadline
 passed without a final state by stopping the session (see functions/dispatch/jobs.py).
 """
 
+import ast
 import builtins
 import ctypes
 import json
 import linecache
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -165,6 +177,84 @@ def _become_subreaper():
         pass
 
 
+# --- the job's files ---------------------------------------------------------------------------
+def snapshot(directory):
+    """Relative path -> [size, mtime_ns] of every regular file under `directory` (symlinks are
+    not followed nor listed); {} when it does not exist."""
+    found = {}
+    for root, dirs, files in os.walk(directory, followlinks=False):
+        dirs.sort()
+        for name in files:
+            full = os.path.join(root, name)
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                found[os.path.relpath(full, directory)] = [st.st_size, st.st_mtime_ns]
+    return found
+
+
+def _claimed_by_others(job_dir):
+    """Files other jobs of the session, already ended, returned: path -> [size, mtime_ns]."""
+    claimed = {}
+    root = os.path.dirname(job_dir)
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return claimed
+    for name in names:
+        other = os.path.join(root, name)
+        if other == job_dir or not os.path.isdir(other):
+            continue
+        state = read_json(os.path.join(other, STATE_FILE)) or {}
+        if state.get("state") in TERMINAL_STATES and isinstance(state.get("outputs"), dict):
+            claimed.update(state["outputs"])
+    return claimed
+
+
+def job_outputs(spec, job_dir, before):
+    """The job's files: changed under outputs/ since `before`, not returned by a foreground call,
+    not claimed by another job."""
+    cwd = spec.get("cwd") or os.getcwd()
+    outputs = spec.get("outputs_dir")
+    if not outputs:
+        return {}
+    changed = {rel: st for rel, st in snapshot(os.path.join(cwd, outputs)).items() if before.get(rel) != st}
+    if not changed:
+        return {}
+    returned = (
+        read_json(os.path.join(cwd, spec.get("calls_state") or "")) if spec.get("calls_state") else None
+    )
+    returned = returned if isinstance(returned, dict) else {}
+    claimed = _claimed_by_others(job_dir)
+    return {
+        rel: st
+        for rel, st in changed.items()
+        if list(returned.get(rel) or [])[:2] != st and claimed.get(rel) != st
+    }
+
+
+def _save_figures(outputs_dir, figure_name):
+    """Open matplotlib figures of the job's process, saved under outputs/ as a call's are."""
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None or not outputs_dir or not figure_name:
+        return
+    try:
+        numbers = plt.get_fignums()
+        if not numbers:
+            return
+        os.makedirs(outputs_dir, exist_ok=True)
+        for num in numbers:
+            k = num
+            while os.path.exists(os.path.join(outputs_dir, figure_name.format(n=k))):
+                k += 1
+            plt.figure(num).savefig(os.path.join(outputs_dir, figure_name.format(n=k)), format="png")
+        plt.close("all")
+    except Exception:  # a figure that cannot be saved is not the job's failure
+        traceback.print_exc()
+
+
 # --- supervise --------------------------------------------------------------------------------
 def supervise(job_dir):
     spec = read_json(os.path.join(job_dir, SPEC_FILE)) or {}
@@ -174,7 +264,10 @@ def supervise(job_dir):
     cancelled = []
     signal.signal(signal.SIGTERM, lambda *_: cancelled.append(True))
     runtime = os.path.join(os.path.dirname(job_dir), RUNTIME_FILE)
-    started = time.time()
+    outputs_dir = spec.get("outputs_dir")
+    before = snapshot(os.path.join(spec.get("cwd") or os.getcwd(), outputs_dir)) if outputs_dir else {}
+    started_ns = time.time_ns()
+    started = started_ns / 1e9
     with (
         open(os.path.join(job_dir, STDOUT_FILE), "wb") as out,
         open(os.path.join(job_dir, STDERR_FILE), "wb") as err,
@@ -193,6 +286,7 @@ def supervise(job_dir):
         "pid": child.pid,
         "supervisor_pid": os.getpid(),
         "started_at": started,
+        "started_ns": started_ns,
         "timeout_s": timeout_s,
     }
     write_json_atomic(state_path, state)
@@ -216,8 +310,16 @@ def supervise(job_dir):
     elif code is not None and code < 0:
         code = 128 - code  # killed by a signal (OOM killer, its own kill): SIGKILL -> 137
     ended = time.time()
+    try:
+        outputs = job_outputs(spec, job_dir, before)
+    except Exception:  # noqa: BLE001 - the job's end is recorded whatever its files are
+        outputs = {}
     state.update(
-        state=final, exit_code=code, ended_at=ended, duration_ms=int(round((ended - started) * 1000))
+        state=final,
+        exit_code=code,
+        ended_at=ended,
+        duration_ms=int(round((ended - started) * 1000)),
+        outputs=outputs,
     )
     write_json_atomic(state_path, state)
     return 0
@@ -250,6 +352,18 @@ def _user_tb(tb):
     return tb
 
 
+def _body(code, namespace):
+    """Run the job's code as a notebook cell: a trailing expression is shown (its repr on
+    sys.stdout, through the redactor, counted like any output), as a foreground call shows it."""
+    tree = ast.parse(code, filename=_CELL, mode="exec")
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(body=tree.body.pop().value)
+    exec(compile(tree, _CELL, "exec", dont_inherit=True), namespace)
+    if last is not None:
+        sys.displayhook(eval(compile(last, _CELL, "eval", dont_inherit=True), namespace))
+
+
 def run(job_dir):
     spec = read_json(os.path.join(job_dir, SPEC_FILE)) or {}
     if not _install_redactor(os.path.dirname(job_dir), tuple(spec.get("values") or ())):
@@ -272,7 +386,7 @@ def run(job_dir):
     reserve = bytearray(1 << 20)  # freed on MemoryError so the traceback can still be printed
     exit_code = 0
     try:
-        exec(compile(code, _CELL, "exec"), namespace)
+        _body(code, namespace)
     except SystemExit as exc:
         if exc.code is None:
             exit_code = 0
@@ -288,6 +402,8 @@ def run(job_dir):
     except BaseException as exc:
         traceback.print_exception(type(exc), exc, _user_tb(exc.__traceback__))
         exit_code = 1
+    outputs_dir = spec.get("outputs_dir")
+    _save_figures(outputs_dir and os.path.join(os.getcwd(), outputs_dir), spec.get("figure_name"))
     return exit_code
 
 

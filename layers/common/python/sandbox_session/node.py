@@ -48,6 +48,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 
 JAVASCRIPT = "javascript"
 TYPESCRIPT = "typescript"
@@ -57,6 +58,7 @@ ENV_TYPESCRIPT = "SANDBOX_TYPESCRIPT"
 SYNTAX_ERROR = 1  # the status of a TypeScript program that does not parse (as Node's own)
 NOT_STARTED = 127  # Node.js or the TypeScript transpiler is not there (as a shell reports it)
 TIMED_OUT = 124  # as the shell runtime's
+CALL_START_MODULE = "_sbx_call"  # sandbox_common.naming.CALL_START_MODULE (this file imports nothing of ours)
 _SYSTEM_NODES = ("/usr/bin/node", "/usr/local/bin/node")
 
 # The transpile step: TypeScript on stdin, JavaScript (an ES module) on stdout; the first syntax
@@ -331,8 +333,19 @@ def _flush(stream):
         pass
 
 
+def _mark_call_start():
+    """Record when this call started, on the session's clock: the artifact collector returns the
+    files changed under outputs/ since then with this call, not with a background job."""
+    module = sys.modules.get(CALL_START_MODULE)
+    if module is None:
+        module = types.ModuleType(CALL_START_MODULE)
+        sys.modules[CALL_START_MODULE] = module
+    module.started_ns = time.time_ns()
+
+
 def main(shell, code_b64, language, deadline_s=None):
     """A program in the session's kernel: run it, end like a process with its status."""
+    _mark_call_start()
     status = run(shell, base64.b64decode(code_b64), language, deadline_s, keep_spare=True)
     if status:
         raise SystemExit(status)

@@ -19,16 +19,27 @@ environment (the session's: same files, PATH with the session's `python`, `pytho
 first), in its own process group, so that a deadline stops it with everything it started. Output
 written before a deadline is kept: the script is stopped, what it wrote is relayed, and the
 status is TIMED_OUT.
+
+A command's processes end with its call, at its deadline or at its end: whatever it started and
+left running (a `&` child, a daemon that left its process group with `setsid`, the copies of a
+fork bomb) is killed before the call answers, so the next call of the turn finds the session as
+the call found it. While the script runs, the calling process is a child subreaper: orphans of the
+script stay in its process tree instead of moving to the session's init, so they can be found —
+every process below the caller that was not there when the script started, and is not below a
+process that was (an earlier call's own subprocess lives on). Work meant to outlive a call is a
+background job.
 """
 
 import base64
 import codecs
+import ctypes
 import os
 import selectors
 import signal
 import subprocess
 import sys
 import time
+import types
 
 TIMED_OUT = 124  # the status of a script stopped at its deadline (as coreutils' `timeout` reports it)
 NOT_STARTED = 127  # bash could not be started (as a shell reports a command it cannot run)
@@ -37,6 +48,10 @@ NOT_STARTED = 127  # bash could not be started (as a shell reports a command it 
 RELAY_GRACE_SECONDS = 0.5
 # How often the relay loop looks whether bash ended while a pipe is still open (a background child).
 POLL_SECONDS = 0.05
+# How long the end of a call keeps killing what its script left (a fork bomb forks while it dies).
+LEFTOVERS_BOUND_SECONDS = 5.0
+_PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
+CALL_START_MODULE = "_sbx_call"  # sandbox_common.naming.CALL_START_MODULE (this file imports nothing of ours)
 
 
 def _find_bash():
@@ -104,11 +119,25 @@ def run(script, deadline_s=None, out=None, err=None, start=None, name="bash"):
     thread hand-offs, whose GIL switches would cost more than starting bash."""
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
+    before, reaper = processes_below(), subreaper(True)
+    try:
+        return _run(script, deadline_s, out, err, start, name, before)
+    finally:
+        end_leftovers(before)
+        subreaper(reaper)
+
+
+def _run(script, deadline_s, out, err, start, name, before):
     try:
         proc, script_w, out_r, err_r = (start or launch)()
     except OSError as exc:
         err.write(f"{name} could not be started: {exc}\n")
         return NOT_STARTED
+    # The program's process may have been started ahead of the call (a waiting Node.js): it and
+    # what it starts are the call's all the same, not spared as what was there before.
+    started = _stat(proc.pid)
+    if started is not None:
+        before.discard((proc.pid, started[1]))
     os.set_blocking(script_w, False)
     pending = memoryview(script)
     selector = selectors.DefaultSelector()
@@ -213,8 +242,110 @@ def _kill(proc):
         pass
 
 
+# --- a call's processes end with it ------------------------------------------------------------
+def _stat(pid):
+    """(parent pid, start time in clock ticks, zombie) of a process, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ')'.
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    try:
+        return int(fields[1]), int(fields[19]), fields[0] == b"Z"
+    except (IndexError, ValueError):
+        return None
+
+
+def _table():
+    """pid -> (parent pid, start time, zombie) of every process this one can see."""
+    table = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return table
+    for name in names:
+        if name.isdigit():
+            found = _stat(int(name))
+            if found is not None:
+                table[int(name)] = found
+    return table
+
+
+def processes_below(root=None, table=None, spare=frozenset()):
+    """{(pid, start time)} of the processes below `root` (default: this one), zombies included,
+    leaving out every process of `spare` and what is below it."""
+    root = os.getpid() if root is None else root
+    table = _table() if table is None else table
+    children = {}
+    for pid, (parent, started, _) in table.items():
+        children.setdefault(parent, []).append((pid, started))
+    found, todo = set(), [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in spare:
+                found.add(child)
+                todo.append(child[0])
+    return found
+
+
+def end_leftovers(before, pgid=None):
+    """Kill every process below this one that was not there at `before` (a processes_below()),
+    nor is below one that was, until none is left or LEFTOVERS_BOUND_SECONDS passed; reap those
+    that became our children. `pgid`: a process group to kill first (a script's)."""
+    me, deadline = os.getpid(), time.monotonic() + LEFTOVERS_BOUND_SECONDS
+    while True:
+        if pgid is not None:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pgid = None  # the group is gone: nothing can join it any more
+        table = _table()
+        left = processes_below(me, table, spare=before)
+        alive = [pid for pid, _ in left if not table[pid][2]]
+        for pid in alive:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for pid, _ in left:
+            if table[pid][0] == me:  # an orphan re-parented to us (a subreaper), or our own child
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
+        if not left or time.monotonic() >= deadline:
+            return
+        time.sleep(0.01)
+
+
+def subreaper(on):
+    """Make this process a child subreaper (True) or set it back (what this returned before);
+    returns what it was. Without prctl (not Linux) the process group kill alone applies."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        was = ctypes.c_int(0)
+        libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(was), 0, 0, 0)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, int(bool(on)), 0, 0, 0)
+        return bool(was.value)
+    except (OSError, AttributeError):
+        return False
+
+
+def _mark_call_start():
+    """Record when this call started, on the session's clock: the artifact collector returns the
+    files changed under outputs/ since then with this call, not with a background job."""
+    module = sys.modules.get(CALL_START_MODULE)
+    if module is None:
+        module = types.ModuleType(CALL_START_MODULE)
+        sys.modules[CALL_START_MODULE] = module
+    module.started_ns = time.time_ns()
+
+
 def main(script_b64, deadline_s=None):
     """A command in the session's kernel: run the script, end like a process with its status."""
+    _mark_call_start()
     status = run(base64.b64decode(script_b64), deadline_s)
     if status:
         raise SystemExit(status)

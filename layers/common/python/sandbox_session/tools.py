@@ -40,11 +40,13 @@ import json
 import linecache
 import sys
 import threading
+import time
 import types
 
 MARKER = "__SANDBOX_TOOLS__ "
 PUBLIC_MODULE = "sandbox_tools"
 PRIVATE_MODULE = "_sbx_tools_runtime"
+CALL_START_MODULE = "_sbx_call"  # sandbox_common.naming.CALL_START_MODULE (this file imports nothing of ours)
 PUMP_SECONDS = 0.05
 WORKER_STACK_BYTES = 8 << 20  # the main thread's usual stack: deep user recursion behaves the same
 
@@ -264,12 +266,23 @@ def _drive(run):
     return None
 
 
+def _mark_call_start():
+    """Record when this call started, on the session's clock: the artifact collector returns the
+    files changed under outputs/ since then with this call, not with a background job."""
+    module = sys.modules.get(CALL_START_MODULE)
+    if module is None:
+        module = types.ModuleType(CALL_START_MODULE)
+        sys.modules[CALL_START_MODULE] = module
+    module.started_ns = time.time_ns()
+
+
 def start(code_b64, config, namespace):
     """Run user code (base64 of its UTF-8 bytes) with tools; drive it to a tool call or the end."""
     current = _STATE["run"]
     if current is not None and not current.finished:
         _emit({"state": STATE_BUSY, "seq": current.pending.seq if current.pending else 0})
         return None
+    _mark_call_start()
     code = base64.b64decode(code_b64).decode("utf-8")
     run = _Run(config.get("allow", ()), int(config["max_calls"]), int(config["max_input_bytes"]))
     _STATE["cell"] += 1

@@ -690,4 +690,5 @@ def test_aws_calls_per_allowlist_execute_code(
     # a cold first call is one request deeper at most: the credential between Start and readiness
     best_public = min(depths["later_public"], depths["later_2_public"])
     assert min(depths["later_allowlist"], depths["later_2_allowlist"]) <= best_public + 1, depths
-    assert depths["first_allowlist"] <= depths["first_public"] + 1 + 1, depths
+    # (a cold first call sends more pairs together, so load splits more of them: two allowed)
+    assert depths["first_allowlist"] <= depths["first_public"] + 1 + 2, depths

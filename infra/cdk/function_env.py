@@ -9,7 +9,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sandbox_common import naming as n
-from sandbox_common.settings import BackstopSettings, DispatchSettings, QuotaSettings, ReaperSettings
+from sandbox_common.settings import (
+    BackstopSettings,
+    DispatchSettings,
+    EgressSettings,
+    QuotaSettings,
+    ReaperSettings,
+)
 
 from infra.cdk.config import StageConfig
 
@@ -17,7 +23,8 @@ from infra.cdk.config import StageConfig
 @dataclass(frozen=True)
 class EgressEndpoints:
     """How a session of an allowlist environment reaches the egress path: the proxy's URL (no
-    credential), the proxy CA bundle's path inside the session, the package index URL."""
+    credential, `http://HOST:PORT`), the proxy CA bundle's path inside the session, the package
+    index URL."""
 
     proxy_url: str = ""
     ca_bundle: str = ""
@@ -49,9 +56,15 @@ def function_environment(
     artifacts_bucket: str = "",
     egress: EgressEndpoints | None = None,
 ) -> dict[str, str]:
-    """`tables` maps TableSpec.logical -> physical name (or token); `egress`, how sessions reach
-    the stage's egress proxy (none: the stage has no egress path)."""
-    egress = egress or EgressEndpoints()
+    """`tables` maps TableSpec.logical -> physical name (or token). `egress`: where the stage's
+    `allowlist` sessions reach the egress proxy (None: the stage has none, and such sessions are
+    refused); dispatch and the reaper give those sessions their credentials and proxy settings."""
+    egress_env = EgressSettings(
+        egress_table=tables.get(n.EGRESS.logical, ""),
+        egress_proxy_url=egress.proxy_url if egress else "",
+        egress_ca_bundle=egress.ca_bundle if egress else "",
+        egress_index_url=egress.index_url if egress else "",
+    ).model_dump()
     common = {
         "POWERTOOLS_SERVICE_NAME": SERVICE_NAMES[logical],
         "POWERTOOLS_METRICS_NAMESPACE": n.METRICS_NAMESPACE,
@@ -77,9 +90,7 @@ def function_environment(
             require_turn_token=config.require_turn_token,
             continuations_table=tables[n.CONTINUATIONS.logical],
             tool_wait_seconds=config.tool_wait_seconds,
-            egress_proxy_url=egress.proxy_url,
-            egress_ca_bundle=egress.ca_bundle,
-            egress_index_url=egress.index_url,
+            **egress_env,
         )
     elif logical == n.QUOTA_CHECK:
         settings = QuotaSettings(
@@ -107,10 +118,8 @@ def function_environment(
             stderr_cap_bytes=config.stderr_cap_bytes,
             idempotency_table=tables[n.IDEMPOTENCY.logical],  # interrupted_sweep
             dispatch_function_name=n.function_name(config.name, n.DISPATCH),  # paused_sweep
-            egress_proxy_url=egress.proxy_url,
-            egress_ca_bundle=egress.ca_bundle,
-            egress_index_url=egress.index_url,
             artifacts_bucket=artifacts_bucket,  # job_sweep: an ended job's files
+            **egress_env,  # warm sessions of allowlist environments get their credentials too
         )
     else:
         raise ValueError(f"unknown function {logical!r}")

@@ -159,6 +159,9 @@ INVOCATIONS = TableSpec(
 )
 AUDIT_ATTR_RETRIES = "retries"  # the call's visible retries (§16.6)
 AUDIT_ATTR_COST = "estimated_cost_usd"  # the price in force when the code ran, else 0 (§9)
+# What left the sandbox during the call: {mode, allowed, denied, denied_hosts, bytes_out, bytes_in}
+# (sandbox_common.egress_usage), on every row.
+AUDIT_ATTR_EGRESS = "egress"
 AUDIT_TOOL_CALLS = "tool_calls"  # a tool-calling call's count of tool calls (§15) ...
 AUDIT_TOOL_CALL_RECORDS = "tool_call_records"  # ... and {name, input_sha256, duration_ms, ok} each
 # `sandboxctl usage --by`: the audit attribute each grouping reads (day = started_at's UTC date).
@@ -280,9 +283,12 @@ CONTINUATIONS = TableSpec(
 #   item "counters"          allowed, denied, bytes_out, bytes_in, the last denied hosts with their
 #                            sequence numbers, and cap_refused (a cap dimension that refused)
 #   item "conn#{at}#{n}"     one connection or request: host, port, decision, reason, bytes
+#   item "attributed"        the counters as far as the session's calls' audit rows took them
+#                            (written by dispatch after each call; the next call starts from it)
 EGRESS = TableSpec("sandbox_egress", pk="session_id", sk="item", ttl_attribute=TTL_ATTRIBUTE)
 EGRESS_CREDENTIAL_ITEM = "credential"
 EGRESS_COUNTERS_ITEM = "counters"
+EGRESS_ATTRIBUTED_ITEM = "attributed"
 EGRESS_CONNECTION_PREFIX = "conn#"
 # The credential item's attributes (written by the session runner, read and bound by the proxy).
 EGRESS_ATTR_TENANT = "tenant_id"
@@ -807,6 +813,9 @@ REASON_TOOL_TURN_ENDED = "tool_wait_ended:turn_ended"
 # The local interpreter refuses Start with this marker at the front of its error message when it
 # cannot isolate a session; the runner maps it to SandboxProvisioning with this `reason`.
 REASON_ISOLATION_UNAVAILABLE = "isolation_unavailable"
+# An `allowlist` session could not be given its egress proxy credential (or no proxy is
+# configured): the session was stopped before any code ran (SandboxProvisioning).
+REASON_EGRESS_UNAVAILABLE = "egress_unavailable"
 # The kill switch (§5.1: a call cap at 0; §22: or the tenant disabled): the boolean field of a
 # refusal's log line, and the `reason` of admitted work it ended (a background job it cancelled
 # answers it; rows carry `kill_switch:<why>`).

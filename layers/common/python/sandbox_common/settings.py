@@ -41,7 +41,18 @@ class QuotaSettings(_Settings):
         return tables[spec.logical]
 
 
-class DispatchSettings(_Settings):
+class EgressSettings(_Settings):
+    """Where `allowlist` sessions go out (empty: no egress proxy in this stage, and such sessions
+    cannot start): the per-session egress table, the proxy URL as sessions see it (no credential),
+    the proxy's CA bundle inside the session and the stage's package index."""
+
+    egress_table: str = Field(alias=n.ENV_EGRESS_TABLE, default="")
+    egress_proxy_url: str = Field(alias=n.ENV_EGRESS_PROXY_URL, default="")
+    egress_ca_bundle: str = Field(alias=n.ENV_EGRESS_CA_BUNDLE, default="")
+    egress_index_url: str = Field(alias=n.ENV_EGRESS_INDEX_URL, default="")
+
+
+class DispatchSettings(EgressSettings):
     stage: str = Field(alias=n.ENV_STAGE)
     turns_table: str = Field(alias=n.ENV_TURNS_TABLE)
     tenants_table: str = Field(alias=n.ENV_TENANTS_TABLE)
@@ -68,13 +79,9 @@ class DispatchSettings(_Settings):
     tool_wait_seconds: int = Field(
         alias=n.ENV_TOOL_WAIT_SECONDS, default=limits.TOOLS_WAIT_SECONDS, ge=1, le=limits.TOOLS_WAIT_SECONDS
     )
-    # How sessions of allowlist environments reach the stage's egress proxy ("" = the stage has none)
-    egress_proxy_url: str = Field(alias=n.ENV_EGRESS_PROXY_URL, default="")
-    egress_ca_bundle: str = Field(alias=n.ENV_EGRESS_CA_BUNDLE, default="")
-    egress_index_url: str = Field(alias=n.ENV_EGRESS_INDEX_URL, default="")
 
 
-class ReaperSettings(_Settings):
+class ReaperSettings(EgressSettings):
     """The reaper (§16.3) and warm-pool refill: what it reads and whom it may stop."""
 
     stage: str = Field(alias=n.ENV_STAGE)
@@ -100,10 +107,6 @@ class ReaperSettings(_Settings):
     dispatch_function_name: str = Field(alias=n.ENV_DISPATCH_FUNCTION, default="")
     # Jobs the reaper ends: their files are stored as artifacts here, as dispatch stores them.
     artifacts_bucket: str = Field(alias=n.ENV_ARTIFACTS_BUCKET, default="")
-    # Warm sessions of allowlist environments are started like dispatch's (see DispatchSettings).
-    egress_proxy_url: str = Field(alias=n.ENV_EGRESS_PROXY_URL, default="")
-    egress_ca_bundle: str = Field(alias=n.ENV_EGRESS_CA_BUNDLE, default="")
-    egress_index_url: str = Field(alias=n.ENV_EGRESS_INDEX_URL, default="")
 
 
 class BackstopSettings(_Settings):

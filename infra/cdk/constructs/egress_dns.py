@@ -26,14 +26,9 @@ BLOCK_EVERYTHING = "*"
 
 
 def s3_names(region: str) -> list[str]:
-    """The names an S3 client uses in a region (path-style and virtual-hosted), IPv4 only: the
-    gateway endpoint carries no dual-stack traffic."""
-    return [
-        "s3.amazonaws.com",
-        "*.s3.amazonaws.com",
-        f"s3.{region}.amazonaws.com",
-        f"*.s3.{region}.amazonaws.com",
-    ]
+    """The names an S3 client uses in a region and their subdomains (virtual-hosted buckets), IPv4
+    only: the gateway endpoint carries no dual-stack traffic."""
+    return [name for base in n.s3_endpoint_names(region) for name in (base, f"*.{base}")]
 
 
 class EgressDnsConstruct(Construct):

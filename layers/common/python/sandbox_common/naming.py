@@ -426,6 +426,14 @@ def egress_policy_parameter(stage: str, tenant_id: str, environment: str) -> str
     return _tenant_parameter(stage, tenant_id, f"egress/{environment}")
 
 
+def s3_endpoint_names(region: str) -> tuple[str, ...]:
+    """The names an S3 client uses in a region (global and regional; a bucket's virtual host is a
+    subdomain of either): what an allowlist session reaches directly, through the sessions VPC's
+    S3 gateway endpoint (its DNS Firewall allows them and their subdomains, and the session's
+    NO_PROXY names them) instead of through the egress proxy."""
+    return ("s3.amazonaws.com", f"s3.{region}.amazonaws.com")
+
+
 def egress_network_parameter(stage: str, leaf: str) -> str:
     """What the core stack publishes about the stage's egress path for the tenant shards to read
     at deploy (shards take them as SSM-typed stack parameters, so adding a tenant needs no

@@ -117,6 +117,12 @@ def _clear_caches() -> None:
         clear_cap_caches()
     except ImportError:  # pragma: no cover
         pass
+    try:  # the artifacts' S3 client (its endpoint is the moto server the test that made it used)
+        from sandbox_runtime.artifacts import s3_client
+
+        s3_client.cache_clear()
+    except ImportError:  # pragma: no cover
+        pass
     try:
         from aws_lambda_powertools.utilities import parameters
 

@@ -34,7 +34,7 @@ import json
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from types import SimpleNamespace
 from typing import Any
@@ -76,15 +76,24 @@ class CompletionRows:
 
     def __init__(self) -> None:
         self._rows: dict[str, dict[str, Any]] = {}
+        self._extra: dict[str, tuple[dict[str, Any], ...]] = {}
         self._lock = threading.Lock()
 
-    def hand(self, invocation_id: str, row: dict[str, Any]) -> None:
+    def hand(self, invocation_id: str, row: dict[str, Any], extra: Sequence[dict[str, Any]] = ()) -> None:
+        """`extra`: more TransactWriteItems items that ride the same transaction if it goes out
+        (an allowlist call's egress reading, dispatch.sessions.egress); dropped if it does not."""
         with self._lock:
             self._rows[invocation_id] = row
+            self._extra[invocation_id] = tuple(extra)
 
     def take(self, invocation_id: str) -> dict[str, Any] | None:
         with self._lock:
+            self._extra.pop(invocation_id, None)
             return self._rows.pop(invocation_id, None)
+
+    def take_with_extra(self, invocation_id: str) -> tuple[dict[str, Any] | None, tuple[dict[str, Any], ...]]:
+        with self._lock:
+            return self._rows.pop(invocation_id, None), self._extra.pop(invocation_id, ())
 
     def flush(self, invocation_id: str, writer: Any) -> None:
         row = self.take(invocation_id)
@@ -127,6 +136,7 @@ def _powertools() -> Any:
             super().__init__(*args, **kwargs)
             self.rows, self.audit_writer = rows, audit_writer
             self._rows_by_key: dict[str, dict[str, Any]] = {}  # the row a completion in progress carries
+            self._extra_by_key: dict[str, tuple[dict[str, Any], ...]] = {}  # ... and what rides with it
 
         def save_inprogress(self, data: dict[str, Any], remaining_time_in_millis: int | None = None) -> None:
             key = self._get_hashed_idempotency_key(data=data)
@@ -211,9 +221,10 @@ def _powertools() -> Any:
             if row is None:
                 self.client.update_item(**completion)
                 return
+            extra = list(self._extra_by_key.pop(key, ()))
             try:  # the completed record and the call's audit row: both land or neither
                 self.client.transact_write_items(
-                    TransactItems=[{"Update": completion}, self.audit_writer.transact_put(row)]
+                    TransactItems=[{"Update": completion}, self.audit_writer.transact_put(row), *extra]
                 )
             except ClientError as exc:
                 reasons = exc.response.get("CancellationReasons") or []  # type: ignore[typeddict-item]
@@ -240,10 +251,15 @@ def _powertools() -> Any:
 
         def save_success(self, data: dict[str, Any], result: dict) -> None:
             invocation_id = str((data.get(ATTEMPT_KEY) or {}).get("invocation_id") or "")
-            row = self.rows.take(invocation_id) if self.rows is not None and invocation_id else None
+            row, extra = (
+                self.rows.take_with_extra(invocation_id)
+                if self.rows is not None and invocation_id
+                else (None, ())
+            )
             key = self._get_hashed_idempotency_key(data=data) if row is not None else None
             if key is not None and row is not None:
                 self._rows_by_key[key] = row
+                self._extra_by_key[key] = extra
             try:
                 super().save_success(data, result)
             except CompletionLost:
@@ -252,6 +268,8 @@ def _powertools() -> Any:
                 logger.error("idempotency_save_failed", extra={"cause": redact_head(str(exc), 200)})
                 internal_failure("idempotency_store_unavailable:save")
             finally:
+                if key is not None:
+                    self._extra_by_key.pop(key, None)
                 unsent = self._rows_by_key.pop(key, None) if key is not None else None
                 if unsent is not None:  # the completion did not carry it: written on its own, still once
                     self.audit_writer.write(unsent)

@@ -23,10 +23,12 @@ from sandbox_common.sessions.caps import SessionCapReader
 from sandbox_common.sessions.ledger import SessionLedger, claim_min_life_seconds
 from sandbox_common.settings import DispatchSettings, dispatch_settings
 from sandbox_runtime.cache import TtlCache
+from sandbox_runtime.egress_store import EgressStore
 from sandbox_runtime.interrupted import InterruptedCalls
 from sandbox_runtime.kill_switch import KillSwitch
 from sandbox_runtime.preflight import Preflight, PreflightReader
 from sandbox_runtime.runner import SessionRunner
+from sandbox_runtime.runner.egress import SessionEgress, session_egress_from
 
 from dispatch.idempotency import IdempotentCalls
 from dispatch.quota.budget import BudgetReader, UsageAccounting
@@ -42,13 +44,20 @@ class Runners:
     """One SessionRunner per tenant (and its published substrate): it holds the tenant's cached
     STS credentials and clients, so later calls reuse them."""
 
-    def __init__(self, settings: DispatchSettings) -> None:
+    def __init__(self, settings: DispatchSettings, egress: SessionEgress | None = None) -> None:
         self._settings = settings
-        self._runners: dict[tuple[str, str, tuple[str, ...], tuple[str, ...]], SessionRunner] = {}
+        self.egress = egress  # allowlist sessions' credentials and proxy (runner/egress.py)
+        self._runners: dict[tuple[object, ...], SessionRunner] = {}
         self._lock = threading.Lock()
 
     def __call__(self, pf: Preflight) -> SessionRunner:
-        key = (pf.tenant_id, str(pf.runner_role_arn), pf.allowed_interpreter_ids, pf.allowed_interpreter_arns)
+        key = (
+            pf.tenant_id,
+            str(pf.runner_role_arn),
+            pf.allowed_interpreter_ids,
+            pf.allowed_interpreter_arns,
+            pf.egress_interpreters,
+        )
         with self._lock:
             runner = self._runners.get(key)
             if runner is None:
@@ -61,6 +70,8 @@ class Runners:
                     call_timeout_seconds=self._settings.call_timeout_seconds,
                     stdout_cap_bytes=self._settings.stdout_cap_bytes,
                     stderr_cap_bytes=self._settings.stderr_cap_bytes,
+                    egress=self.egress,
+                    egress_interpreters=dict(pf.egress_interpreters),
                 )
             return runner
 
@@ -77,6 +88,7 @@ class Parts:
     accounting: UsageAccounting
     kill_switch: KillSwitch  # §22: a resume and a running job stop when their tenant is killed
     quota: CheckQuota = check_quota
+    egress: EgressStore | None = None  # allowlist sessions' credentials and counters (None: no egress)
 
 
 @lru_cache(maxsize=1)
@@ -111,12 +123,13 @@ def built() -> Parts:
         ssm=aws.client("ssm"),
         ddb=ddb,
     )
+    session_egress = session_egress_from(settings, ddb)
     return Parts(
         settings=settings,
         preflight=preflight,
         turns=turns,
         audit_writer=audit_writer,
-        runners=Runners(settings),
+        runners=Runners(settings, session_egress),
         calls=IdempotentCalls(
             table_name=settings.idempotency_table,
             ddb=ddb,
@@ -141,6 +154,7 @@ def built() -> Parts:
             ssm=aws.client("ssm"),
             ddb=ddb,
         ),
+        egress=session_egress.store if session_egress is not None else None,
     )
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from sandbox_common import dimensions, messages
 from sandbox_common import naming as n
+from sandbox_common.egress_usage import Baseline, Counters
 from sandbox_common.errors import (
     SandboxCapExceeded,
     SandboxError,
@@ -52,6 +53,7 @@ from dispatch import parallel, parts
 from dispatch.files import flow as files
 from dispatch.idempotency import IdempotencyStoreUnavailable, TimeLeft, time_left_of
 from dispatch.quota.flow import QuotaCheck
+from dispatch.sessions import egress
 from dispatch.sessions.activation import Activation
 from dispatch.sessions.flow import SessionCall
 from dispatch.tools import run as tools
@@ -64,7 +66,7 @@ _SESSION_START_WAIT_SECONDS = 90
 # What answering needs after the code: audit write (with retries), output logs, a session stop.
 ANSWER_MARGIN_SECONDS = 15
 # Hands the call's audit row to its idempotency completion (idempotency.CompletionRows.hand).
-RowHandOff = Callable[[dict[str, Any]], None]
+RowHandOff = Callable[..., None]  # (row) or (row, extra transaction items)
 
 
 @dataclass(frozen=True)
@@ -79,9 +81,14 @@ class Attempt:
     invocation_id: str
     beside: RowHandOff
     quota: QuotaCheck
+    egress_before: Future[Baseline | None] | None = None  # sent ahead with the turn claim
 
     def budget(self) -> float | None:
         return _budget(self.time_left)
+
+    def egress_baseline(self) -> Baseline | None:
+        """The turn's allowlist session's counters before the code (dispatch.sessions.egress)."""
+        return egress.baseline(self.egress_before)
 
 
 class Steps:
@@ -370,8 +377,27 @@ class Steps:
         )
 
     # --- files ----------------------------------------------------------------------------------
-    def collect(self, outcome: Outcome, pf: Preflight, runner: SessionRunner, exit_status: str) -> None:
-        """§14.2: new/changed outputs/ files and open figures, after any outcome but timeout."""
+    def collect(
+        self, outcome: Outcome, pf: Preflight, runner: SessionRunner, exit_status: str
+    ) -> Counters | None:
+        """§14.2: new/changed outputs/ files and open figures, after any outcome but timeout; an
+        allowlist session's egress counters are read beside them (dispatch.sessions.egress), the
+        call's figures and the egress cap's refusal made from them. Returns that reading, for
+        the record to carry (`egress_items`)."""
+        after = egress.start_after(self.parts.egress, outcome)
+        try:
+            self._artifacts(outcome, pf, runner, exit_status)
+        finally:
+            reading = egress.settle(outcome, after)
+        return reading
+
+    def egress_items(self, outcome: Outcome, reading: Counters | None) -> list[dict[str, Any]]:
+        """The end reading as the session's `attributed`, riding the record's transaction."""
+        return egress.attributed_items(
+            self.parts.egress, outcome, reading, self.settings.session_timeout_seconds
+        )
+
+    def _artifacts(self, outcome: Outcome, pf: Preflight, runner: SessionRunner, exit_status: str) -> None:
         req = outcome.request
         ctx = ArtifactContext(
             req.tenant_id, req.turn_id, outcome.invocation_id, self.settings.artifacts_bucket
@@ -386,9 +412,12 @@ class Steps:
             )
 
     # --- record: audit row, logs, metrics -------------------------------------------------------
-    def record(self, outcome: Outcome, beside: RowHandOff | None = None) -> None:
+    def record(
+        self, outcome: Outcome, beside: RowHandOff | None = None, extra: list[dict[str, Any]] | None = None
+    ) -> None:
         """The call's one audit row. With `beside` it is not written here: it is handed to the
-        idempotency completion, which writes it in the same transaction."""
+        idempotency completion, which writes it in the same transaction, with `extra` items (an
+        allowlist call's egress reading; `egress_items`)."""
         # Every row carries its price: the SSM price when the code ran, else 0; the cost metric
         # reports the same value.
         outcome.estimated_cost_usd = self.parts.accounting.cost(outcome.ran_code)
@@ -397,6 +426,8 @@ class Steps:
         outcome.emit_metrics(lambda: outcome.estimated_cost_usd)
         if beside is None:
             self.parts.audit_writer.write(row)
+        elif extra:
+            beside(row, extra)
         else:
             beside(row)
 
@@ -421,7 +452,10 @@ class Steps:
         result = tools.finished_result(outcome, finished)
         outcome.ran(result, result.failure() if result.error else None)
         if pf is not None and runner is not None and not result.session_stopped:  # a stopped one has none
-            self.collect(outcome, pf, runner, result.exit_status)
+            reading = self.collect(outcome, pf, runner, result.exit_status)
+        else:  # no artifacts to collect; what the session sent is still the call's
+            reading = egress.settle(outcome, egress.start_after(self.parts.egress, outcome))
+        egress.attribute_now(self.parts.egress, outcome, reading, self.settings.session_timeout_seconds)
         if result.session_stopped and turn is not None and outcome.session_id:
             try:
                 # the turn stops pointing at it and its session slot is freed (§16.2)
@@ -481,6 +515,8 @@ class Steps:
         StillRunning (a retry whose original is still running)."""
         claim = parallel.start(self.claim, req)
         warm = parallel.start(self.parts.preflight.check, req.tenant_id, req.template_id)
+        # an allowlist session's counters before the call, read as soon as the turn names it
+        before = parallel.start(egress.read_before, self.parts.egress, self.parts.preflight, claim, warm)
         # the turn-guarded, once-per-call_id quota check goes out with them (dispatch.quota.flow)
         quota = QuotaCheck.start(self.parts, req)
         # The attempt's invocation id travels in the idempotency claim, so a dead attempt is
@@ -495,7 +531,9 @@ class Steps:
                     req,
                     context,
                     lambda time_left: body(
-                        Attempt(_joined(claim, warm), time_left, invocation_id, beside, quota.entered())
+                        Attempt(
+                            _joined(claim, warm), time_left, invocation_id, beside, quota.entered(), before
+                        )
                     ),
                     attempt=interrupted.attempt_fields(req, invocation_id, utc_now()),
                 )
@@ -558,7 +596,7 @@ def _call(steps: Steps, req: ExecuteCodeRequest, attempt: Attempt) -> dict[str, 
     except tools.ToolCallPaused as paused:  # counted, no audit row until it ends
         return paused.response
     call.render(outcome)  # session_source, events / retries (§16.1, §16.6)
-    steps.record(outcome.finish(), attempt.beside)
+    steps.record(outcome.finish(), attempt.beside, steps.egress_items(outcome, call.egress_reading))
     return outcome.response()
 
 
@@ -574,9 +612,10 @@ def _run_steps(
     with steps.capacity(turn, pf, call):  # §16.2: a session-cap refusal counts nothing
         steps.quota(req, outcome, attempt.quota, call.retries)
         runner = steps.runner(pf)
+        outcome.egress_baseline = attempt.egress_baseline()  # joined before the code runs
         result = steps.run(req, outcome, turn, pf, runner, call, attempt.budget)
     outcome.ran(result, result.failure() if result.error else None)
-    steps.collect(outcome, pf, runner, result.exit_status)
+    call.egress_reading = steps.collect(outcome, pf, runner, result.exit_status)
     if result.session_stopped:  # timeout: the runner stopped it; the next call starts fresh
         steps.parts.sessions.stopped(call, turn.tenant_id, turn.turn_id, str(outcome.session_id))
 

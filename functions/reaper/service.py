@@ -53,6 +53,7 @@ class Reaper:
             target.allowed_interpreter_arns,
             self.settings.session_timeout_seconds,
             self.settings.call_timeout_seconds,
+            target.egress_interpreters,
         )
 
     def stop(self, slot: Slot) -> bool:
@@ -127,11 +128,13 @@ def _runner(
     arns: tuple[str, ...],
     session_timeout: int,
     call_timeout: int,
+    egress_interpreters: tuple[tuple[str, str], ...] = (),
 ) -> SessionRunner:
     # Imported here for cold start alone: the session runner loads when a run first stops or
     # starts a session.
     from sandbox_common.settings import reaper_settings
     from sandbox_runtime.runner import SessionRunner
+    from sandbox_runtime.runner.egress import session_egress_from
 
     # The stage's output caps, as dispatch's runner has them: a job the reaper ends is answered
     # (a later get_job) and audited from this runner's shaping of its output.
@@ -145,6 +148,10 @@ def _runner(
         call_timeout_seconds=call_timeout,
         stdout_cap_bytes=settings.stdout_cap_bytes,
         stderr_cap_bytes=settings.stderr_cap_bytes,
+        # a warm session of an allowlist environment gets its proxy credential like any other,
+        # and a stopped one has it revoked
+        egress=session_egress_from(settings, aws.client("dynamodb")),
+        egress_interpreters=dict(egress_interpreters),
     )
 
 

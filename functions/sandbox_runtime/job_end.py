@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
-from sandbox_common import audit, messages
+from sandbox_common import audit, egress_usage, messages
 from sandbox_common import naming as n
 from sandbox_common.observability import emit_metric, logger
 from sandbox_common.outcome import Outcome, public
@@ -43,6 +43,8 @@ from .kill_switch import Kill
 from .runner import SessionGone, SessionRunner
 from .runner.jobs import JobFailure, JobProgress, JobRunner, JobState, JobUnknownInSession
 from .runner.session import ExecutionResult
+
+_EGRESS_BEFORE = "egress_before"  # audit_base key: the session's egress counters at submit
 
 # Beyond the in-session supervisor's own grace: how long after a job's deadline dispatch stops
 # waiting for the session to report it and stops the session instead.
@@ -114,9 +116,12 @@ def job_files(
     return collect
 
 
-def audit_base(req: Any, *, environment: str | None) -> dict[str, Any]:
-    """The audit fields known at submit (the code itself is not stored, only its hash)."""
-    return {
+def audit_base(
+    req: Any, *, environment: str | None, egress_before: egress_usage.Baseline | None = None
+) -> dict[str, Any]:
+    """The audit fields known at submit (the code itself is not stored, only its hash), and an
+    allowlist session's egress counters before the job (its row's `egress` is the difference)."""
+    base = {
         "user_id": req.user_id,
         "template_id": req.template_id,
         "invocation_source": req.invocation_source,
@@ -124,6 +129,26 @@ def audit_base(req: Any, *, environment: str | None) -> dict[str, Any]:
         "executed_code_hash": audit.code_hash(req.code),
         "language": getattr(req, "language", CODE_LANGUAGE),
     }
+    if egress_before is not None:
+        base[_EGRESS_BEFORE] = egress_before.as_dict()
+    return base
+
+
+def _egress(record: JobRecord, deps: JobDeps, environment: str | None) -> dict[str, Any] | None:
+    """What the job's allowlist session sent from its submit to its end (None: no proxy in its path,
+    or its counters could not be read: the row then says zeros)."""
+    if not record.session_id or not egress_usage.is_allowlist(environment):
+        return None
+    try:
+        egress = deps.runner_for(record.tenant_id).egress
+        if egress is None:
+            return None
+        after = egress.store.counters(record.session_id)
+    except Exception as exc:  # noqa: BLE001 — the figures are a record: never a reason to lose the row
+        logger.warning("egress_counters_unread", extra={"job_id": record.job_id, "cause": type(exc).__name__})
+        return None
+    baseline = egress_usage.Baseline.from_dict(record.audit_base.get(_EGRESS_BEFORE))
+    return egress_usage.usage(environment, record.session_id, baseline, after)
 
 
 def running_response(record: JobRecord) -> dict[str, Any]:
@@ -404,6 +429,7 @@ def _complete(record: JobRecord, deps: JobDeps) -> JobRecord:
         result=run,
         session_id=record.session_id or None,
         environment=base.get("environment"),
+        egress=_egress(record, deps, base.get("environment")),
     )
     row = ended.audit_row(deps.retention_days)
     row.update(error=fields.get("error"), failure_reason=fields.get("failure_reason"))

@@ -46,6 +46,9 @@ class Preflight:
     reason: str | None = None
     data_read: tuple[str, ...] = ()  # the tenant's data.read S3 prefixes (§14.4): s3_uri inputs
     tools: tuple[str, ...] = field(default_factory=tuple)  # the template's tool allowlist (§15)
+    # (interpreter id, environment) of the tenant's `allowlist` environments: their sessions go out
+    # through the egress proxy only, with a credential the runner issues (runner/egress.py)
+    egress_interpreters: tuple[tuple[str, str], ...] = field(default_factory=tuple)
 
 
 def decide(
@@ -81,6 +84,7 @@ def decide(
             allowed_interpreter_ids=allowed,
             reason="interpreter_not_ready",
             tools=template_tools(template_item),
+            egress_interpreters=egress_interpreters(interpreters),
         )
     return Preflight(
         "ready",
@@ -92,7 +96,13 @@ def decide(
         allowed_interpreter_arns=arns,
         data_read=tuple(substrate.data_read) if substrate else (),
         tools=template_tools(template_item),
+        egress_interpreters=egress_interpreters(interpreters),
     )
+
+
+def egress_interpreters(interpreters: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """(interpreter id, environment) of every `allowlist` environment among `interpreters`."""
+    return tuple(sorted((i, e) for e, i in interpreters.items() if n.EGRESS_MODE.get(e) == "allowlist"))
 
 
 def template_tools(template_item: dict[str, Any] | None) -> tuple[str, ...]:
@@ -153,7 +163,15 @@ class PreflightReader:
             runner_role_arn=substrate.runner_role_arn,
             allowed_interpreter_ids=tuple(sorted(set(substrate.interpreters.values()))),
             allowed_interpreter_arns=tuple(sorted(set(substrate.interpreter_arns.values()))),
+            egress_interpreters=egress_interpreters(substrate.interpreters),
         )
+
+    def interpreter_environment(self, tenant_id: str, interpreter_id: str) -> str | None:
+        """The environment a tenant's interpreter serves (from its cached substrate), None if unknown."""
+        substrate = self._substrates.get_or_load(tenant_id, lambda: self._substrate(tenant_id))
+        if substrate is None:
+            return None
+        return next((e for e, i in substrate.interpreters.items() if i == interpreter_id), None)
 
     def _load(self, tenant_id: str, template_id: str) -> Preflight:
         substrate = self._substrates.get_or_load(tenant_id, lambda: self._substrate(tenant_id))

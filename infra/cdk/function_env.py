@@ -6,11 +6,37 @@ sandbox_common.settings, so a Lambda reads back exactly what this writes.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from sandbox_common import naming as n
-from sandbox_common.settings import BackstopSettings, DispatchSettings, QuotaSettings, ReaperSettings
+from sandbox_common.settings import (
+    BackstopSettings,
+    DispatchSettings,
+    EgressSettings,
+    QuotaSettings,
+    ReaperSettings,
+)
 
 from infra.cdk.config import StageConfig
+
+
+@dataclass(frozen=True)
+class EgressEndpoints:
+    """How a session of an allowlist environment reaches the egress path: the proxy's URL (no
+    credential, `http://HOST:PORT`), the proxy CA bundle's path inside the session, the package
+    index URL."""
+
+    proxy_url: str = ""
+    ca_bundle: str = ""
+    index_url: str = ""
+
+    def as_env(self) -> dict[str, str]:
+        return {
+            n.ENV_EGRESS_PROXY_URL: self.proxy_url,
+            n.ENV_EGRESS_CA_BUNDLE: self.ca_bundle,
+            n.ENV_EGRESS_INDEX_URL: self.index_url,
+        }
+
 
 SERVICE_NAMES: dict[str, str] = {
     n.DISPATCH: "sandbox-dispatch",
@@ -28,8 +54,17 @@ def function_environment(
     quota_function_name: str = "",
     audit_dlq_url: str = "",
     artifacts_bucket: str = "",
+    egress: EgressEndpoints | None = None,
 ) -> dict[str, str]:
-    """`tables` maps TableSpec.logical -> physical name (or token)."""
+    """`tables` maps TableSpec.logical -> physical name (or token). `egress`: where the stage's
+    `allowlist` sessions reach the egress proxy (None: the stage has none, and such sessions are
+    refused); dispatch and the reaper give those sessions their credentials and proxy settings."""
+    egress_env = EgressSettings(
+        egress_table=tables.get(n.EGRESS.logical, ""),
+        egress_proxy_url=egress.proxy_url if egress else "",
+        egress_ca_bundle=egress.ca_bundle if egress else "",
+        egress_index_url=egress.index_url if egress else "",
+    ).model_dump()
     common = {
         "POWERTOOLS_SERVICE_NAME": SERVICE_NAMES[logical],
         "POWERTOOLS_METRICS_NAMESPACE": n.METRICS_NAMESPACE,
@@ -55,6 +90,7 @@ def function_environment(
             require_turn_token=config.require_turn_token,
             continuations_table=tables[n.CONTINUATIONS.logical],
             tool_wait_seconds=config.tool_wait_seconds,
+            **egress_env,
         )
     elif logical == n.QUOTA_CHECK:
         settings = QuotaSettings(
@@ -83,7 +119,61 @@ def function_environment(
             idempotency_table=tables[n.IDEMPOTENCY.logical],  # interrupted_sweep
             dispatch_function_name=n.function_name(config.name, n.DISPATCH),  # paused_sweep
             artifacts_bucket=artifacts_bucket,  # job_sweep: an ended job's files
+            **egress_env,  # warm sessions of allowlist environments get their credentials too
         )
     else:
         raise ValueError(f"unknown function {logical!r}")
     return {**common, **settings.to_env()}
+
+
+PROXY_SERVICE_NAME = "sandbox-egress-proxy"
+# Inside the proxy's container: the only writable directory is /tmp (its root file system is
+# read-only); the CA is written there from Secrets Manager at start.
+PROXY_CONFDIR = "/tmp/egress-ca"
+
+
+def proxy_environment(region: str) -> dict[str, str]:
+    """The egress proxy container's environment: what its logger, metrics and AWS clients read
+    (the proxy's own settings are its command line, `proxy_command`)."""
+    return {
+        "POWERTOOLS_SERVICE_NAME": PROXY_SERVICE_NAME,
+        "POWERTOOLS_METRICS_NAMESPACE": n.METRICS_NAMESPACE,
+        "POWERTOOLS_LOG_LEVEL": "INFO",
+        "AWS_REGION": region,
+        "AWS_DEFAULT_REGION": region,
+    }
+
+
+def proxy_command(
+    config: StageConfig,
+    *,
+    tables: Mapping[str, str],
+    port: int,
+    index_url: str,
+    codeartifact_domain: str,
+    account: str,
+) -> list[str]:
+    """`python -m egress_proxy`'s arguments on AWS (functions/egress_proxy/config.py): listen on
+    every address of the task, read the CA from Secrets Manager, add the CodeArtifact token to the
+    index's requests. `tables` maps TableSpec.logical -> physical name (or token)."""
+    return [
+        "--stage",
+        config.name,
+        "--listen-host",
+        "0.0.0.0",  # noqa: S104 - the task's own ENI; its security group admits the load balancer only
+        "--port",
+        str(port),
+        "--confdir",
+        PROXY_CONFDIR,
+        "--ca-from-secrets",
+        "--egress-table",
+        tables.get(n.EGRESS.logical, n.EGRESS.physical(config.name)),
+        "--counters-table",
+        tables[n.TENANT_DAILY_COUNTERS.logical],
+        "--tenants-table",
+        tables[n.TENANTS.logical],
+        "--index-url",
+        index_url,
+        "--codeartifact",
+        f"{codeartifact_domain}:{account}",
+    ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -311,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="leave the stack running (prints its state dir)")
     args = parser.parse_args(argv)
 
+    from infra.demo import egress_step as demo_egress
     from infra.demo import tools_step as demo_tools
     from infra.local import stack
     from infra.local.state import LocalStackError
@@ -325,7 +327,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     started = time.monotonic()
     problems: list[str] = []
+    # the partner API of the allowlisted turn: an HTTPS server of the demo's own, on loopback,
+    # which the egress proxy reaches through the stack's test route (egress_step.py)
+    api = demo_egress.DemoApi()
+    routed = {k: os.environ.get(k) for k in api.routes()}
     try:
+        os.environ.update(api.routes())  # read by `local up`
         state, _ = stack.up(directory)
         for name, proc in state.data["processes"].items():
             print(f"  {name:<12} pid {proc['pid']:<7} {proc['endpoint']}")
@@ -341,11 +348,18 @@ def main(argv: list[str] | None = None) -> int:
         )
         problems += demo_tools.run_tools_step(target, f"{facts['turn_id']}-tools", _show)
         problems += jobs_step(target)
+        problems += demo_egress.run_egress_step(target, api, f"{facts['turn_id']}-egress", _show)
     except (CtlError, LocalStackError) as exc:
         problems.append(str(exc))
     except Exception as exc:  # noqa: BLE001 - the demo reports, it never dumps a traceback on a newcomer
         problems.append(f"{type(exc).__name__}: {exc}")
     finally:
+        api.close()
+        for key, value in routed.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         if args.keep:
             print(f"\nThe stack keeps running: SANDBOX_LOCAL_DIR={directory} sandboxctl --local local down")
         else:
@@ -362,7 +376,9 @@ def main(argv: list[str] | None = None) -> int:
         " a CSV in, a summary CSV and a chart out, both downloaded with matching sha256;"
         " the same CSV read from the tenant's own data in S3 (an s3_uri);"
         " one program calling the agent's tool 3 times, answered by 3 resumes, one audit row;"
-        " a background job polled while running, its result and its one audit row."
+        " a background job polled while running, its result and its one audit row;"
+        " an allowlisted turn reaching a partner API with the tenant's credential added at the egress,"
+        " a host not allowed refused and named in its audit row."
     )
     return 0
 

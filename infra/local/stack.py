@@ -24,7 +24,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox_common import aws
 from sandbox_common.naming import ENV_LOCAL_UNISOLATED, ENV_SESSION_PYTHON
@@ -43,6 +43,9 @@ from infra.local.state import (
     read_state,
     state_dir,
 )
+
+if TYPE_CHECKING:
+    from infra.cdk.function_env import EgressEndpoints
 
 COMPONENTS = ("moto", "interpreter", "lambda", "egress", "index")
 START_TIMEOUT_SECONDS = 60
@@ -361,6 +364,7 @@ def _start(directory: Path, stage: str, max_concurrency: int) -> LocalState:
     # 2. the egress proxy's CA, the local index's wheels and certificate, the test routes: made
     # before the parts that are given their paths start (infra/local/egress.py)
     from infra.local import egress
+    from infra.local.interpreter.egress import session_endpoints
 
     plan = egress.prepare(
         directory,
@@ -444,7 +448,14 @@ def _start(directory: Path, stage: str, max_concurrency: int) -> LocalState:
         "AWS_REGION": LOCAL_REGION,
         "AWS_DEFAULT_REGION": LOCAL_REGION,
     }
-    functions = lambda_function_specs(config, resources, endpoints, max_concurrency=max_concurrency)
+    functions = lambda_function_specs(
+        config,
+        resources,
+        endpoints,
+        max_concurrency=max_concurrency,
+        # how allowlist sessions see the proxy, its CA and the index (none without a proxy)
+        egress=session_endpoints(n.LOCAL_PACKAGE_INDEX_URL) if plan is not None else None,
+    )
     emulator_config = directory / "lambda-functions.json"
     emulator_config.write_text(
         json.dumps(
@@ -479,10 +490,16 @@ def _start(directory: Path, stage: str, max_concurrency: int) -> LocalState:
 
 
 def lambda_function_specs(
-    config: Any, resources: LocalResources, endpoints: dict[str, str], *, max_concurrency: int = 4
+    config: Any,
+    resources: LocalResources,
+    endpoints: dict[str, str],
+    *,
+    max_concurrency: int = 4,
+    egress: EgressEndpoints | None = None,
 ) -> list[dict[str, Any]]:
     """The emulator's function definitions: handler and environment exactly as the CDK stack
-    defines them (`function_environment`, the same builder), plus the local endpoints."""
+    defines them (`function_environment`, the same builder), plus the local endpoints; `egress`:
+    where allowlist sessions see the local egress proxy (interpreter/egress.py)."""
     from sandbox_common import naming as n
 
     from infra.cdk.constructs.definitions import dispatch_aliases, function_timeout_seconds
@@ -497,6 +514,7 @@ def lambda_function_specs(
             quota_function_name=resources.functions[n.QUOTA_CHECK],
             audit_dlq_url=resources.audit_dlq_url,
             artifacts_bucket=resources.artifacts_bucket,
+            egress=egress,
         )
         specs.append(
             {

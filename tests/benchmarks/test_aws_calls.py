@@ -571,3 +571,124 @@ def _fill_warm_pool(stack: Stack) -> None:
         aws.client("ssm").put_parameter(Name=name, Value="0", Type="String", Overwrite=True)
         service.reset()
         settings.clear_caches()  # dispatch's own environment again
+
+
+@pytest.fixture(scope="module")
+def module_egress(
+    moto_server: str, interpreter: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    """The real egress proxy against this module's moto, attached to the local interpreter."""
+    from infra.local.egress import TestRoutes
+    from tests.support.egress_proxy import running_proxy
+
+    with running_proxy(tmp_path_factory.mktemp("egress"), moto_server, TestRoutes("", "")) as running:
+        interpreter.attach_egress(running.proxy)
+        yield running
+
+
+EGRESS_TABLE = n.EGRESS.logical
+# An allowlist call's record transaction also carries its end reading as the session's `attributed`.
+ALLOWLIST_COMPLETION = (
+    f"{DISPATCH}:dynamodb:TransactWriteItems"
+    f"[{'+'.join(sorted((EGRESS_TABLE, n.IDEMPOTENCY.logical, n.INVOCATIONS.logical)))}]"
+)
+# What an allowlist session's later call adds to the same call of a public session, exactly.
+ALLOWLIST_LATER_EXTRA: dict[str, tuple[int, str]] = {
+    f"{DISPATCH}:dynamodb:GetItem[{EGRESS_TABLE}]": (
+        2,
+        "the session's counters as the last row took them (sent ahead, chained on the turn read) "
+        "and as the proxy has them now (beside the artifact helper); the end reading rides the "
+        "record's transaction",
+    ),
+}
+# ... its first call (a cold session): the credential, and the end reading
+ALLOWLIST_FIRST_EXTRA: dict[str, tuple[int, str]] = {
+    f"{DISPATCH}:dynamodb:PutItem[{EGRESS_TABLE}]": (
+        1,
+        "the session's proxy credential, between Start and readiness",
+    ),
+    f"{DISPATCH}:dynamodb:GetItem[{EGRESS_TABLE}]": (1, "the counters beside the artifact helper"),
+}
+# ... and its end_turn: the credential revoked before the stop
+ALLOWLIST_END_EXTRA: dict[str, tuple[int, str]] = {
+    f"{DISPATCH}:dynamodb:UpdateItem[{EGRESS_TABLE}]": (1, "the session's credential revoked"),
+}
+
+
+def test_aws_calls_per_allowlist_execute_code(
+    counted_stack: tuple[Stack, ClientLog], wire_log: WireLog, module_egress: Any
+) -> None:
+    stack, clients = counted_stack
+    logical_of = {physical: logical for logical, physical in stack.resources.tables.items()}
+    phases: dict[str, Counter[str]] = {}
+    depths: dict[str, int] = {}
+
+    def measured(phase: str, request: dict[str, Any]) -> dict[str, Any]:
+        c0, w0, s0, ws0 = len(clients.calls), len(wire_log.calls), len(clients.spans), len(wire_log.spans)
+        result = stack.dispatch(request)
+        depths[phase] = critical_path_depth(
+            clients.spans[s0:], [s for s in wire_log.spans[ws0:] if s[2].origin == QUOTA]
+        )
+        calls = clients.calls[c0:] + [c for c in wire_log.calls[w0:] if c.origin == QUOTA]
+        phases[phase] = Counter(breakdown(calls, logical_of))
+        return result
+
+    # Given a warm container (caps, pre-flight and both tenants' clients cached by a first turn of each)
+    for template in ("analyst", "allowlisted"):
+        warm_up = f"turn-warm-{template}"
+        assert (
+            stack.dispatch(event(turn_id=warm_up, call_id=f"w-{template}", template_id=template))["ok"]
+            is True
+        )
+        stack.dispatch(event("end_turn", turn_id=warm_up))
+    # and a public turn and an allowlisted one, side by side (the same container, the same steps)
+    for kind, template in (("public", "analyst"), ("allowlist", "allowlisted")):
+        turn = f"turn-{kind}"
+        assert (
+            measured(f"begin_{kind}", event("begin_turn", turn_id=turn, template_id=template))["ok"] is True
+        )
+        # When each runs a first call, two later calls and ends
+        for step, code in (("first", "x = 1"), ("later", "x += 1"), ("later_2", "print(x)")):
+            answer = measured(
+                f"{step}_{kind}",
+                event(turn_id=turn, call_id=f"{kind}-{step}", template_id=template, code=code),
+            )
+            assert answer["ok"] is True, answer
+        assert measured(f"end_{kind}", event("end_turn", turn_id=turn)) == {"ok": True, "stopped": True}
+    rows = {r["call_id"]: r for r in stack.audit_rows("acme")}
+    assert rows["allowlist-later"]["egress"]["mode"] == "allowlist"
+    assert rows["public-later"]["egress"]["mode"] == "public"
+
+    def extra(phase: str) -> dict[str, int]:
+        base, more = phases[f"{phase}_public"], Counter(phases[f"{phase}_allowlist"])
+        if phase != "end":  # the one record transaction, with one more item
+            assert more.pop(ALLOWLIST_COMPLETION) == base[COMPLETION] == 1, (phase, more, base)
+            more[COMPLETION] = 1
+        assert base <= more, (phase, base, more)  # an allowlist call makes every call a public one does
+        return dict(more - base)
+
+    emit(
+        "aws_calls_allowlist",
+        target="later allowlist call: + 2 GetItem of the egress table (the end reading rides the record), "
+        "no deeper; first call + 1 (the credential)",
+        ratio=sum(phases["later_allowlist"].values()) / sum(phases["later_public"].values()),
+        later_extra=extra("later"),
+        first_extra=extra("first"),
+        end_turn_extra=extra("end"),
+        depth_later_public=min(depths["later_public"], depths["later_2_public"]),
+        depth_later_allowlist=min(depths["later_allowlist"], depths["later_2_allowlist"]),
+        depth_first_public=depths["first_public"],
+        depth_first_allowlist=depths["first_allowlist"],
+    )
+    # Then a later call adds exactly the two readings (the write rides the record), the first call
+    # the credential and the end reading, end_turn the revocation
+    assert extra("later") == extra("later_2") == {k: v[0] for k, v in ALLOWLIST_LATER_EXTRA.items()}
+    assert extra("first") == {k: v[0] for k, v in ALLOWLIST_FIRST_EXTRA.items()}
+    assert extra("end") == {k: v[0] for k, v in ALLOWLIST_END_EXTRA.items()}
+    # And a later call is no deeper (the readings go beside requests already sent; the depth is
+    # measured from timings, so one split pair is allowed as in the public benchmark above), and
+    # a cold first call is one request deeper at most: the credential between Start and readiness
+    best_public = min(depths["later_public"], depths["later_2_public"])
+    assert min(depths["later_allowlist"], depths["later_2_allowlist"]) <= best_public + 1, depths
+    # (a cold first call sends more pairs together, so load splits more of them: two allowed)
+    assert depths["first_allowlist"] <= depths["first_public"] + 1 + 2, depths

@@ -18,11 +18,12 @@ from typing import Any
 
 import pytest
 
+from tests.support.egress_proxy import egress_proxy
 from tests.support.stack import Stack, apply_dispatch_env, close_stack, interpreter, open_stack
 
 from . import report
 
-__all__ = ["interpreter"]
+__all__ = ["egress_proxy", "interpreter"]
 
 REPO = Path(__file__).resolve().parents[2]
 _RECORDS: dict[str, list[dict[str, Any]]] = defaultdict(list)

@@ -9,15 +9,18 @@ without a row.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from sandbox_common import naming as n
 
 from tests.support.crash_points import (
     WORKER_TIMEOUT_SECONDS,
     add_tools_template,
     audit_held_workers,
+    kill_after_the_credential_issue,
     kill_mid_resume,
     kill_queued_background_submit,
     kill_while_cancelling,
@@ -132,3 +135,30 @@ def test_crash_points_job(
         died=died,
         agent_saw=f"{killed}: {_answer(seen['answers'][0])}; {after}",
     )
+
+
+@pytest.mark.parametrize("write", ["dropped", "lands_late"])
+def test_crash_points_egress_credential(
+    reaper_stack: Stack, egress_proxy: Any, record: Callable[..., None], write: str, reliability_full: bool
+) -> None:
+    if write == "dropped" and not reliability_full:
+        pytest.skip("`make reliability` only: the quick run keeps the credential that lands")
+    stack = reaper_stack
+    # Given an allowlisted turn's first call, its worker killed once it has started the session
+    # and sent the session's proxy credential (the write dropped, or landing late)
+    # When the reaper's interrupted-calls sweep and the agent's retry come
+    seen = kill_after_the_credential_issue(stack, "turn-cell-egress", deliver=write == "lands_late")
+    _cell(
+        record,
+        stack,
+        crash_point="allowlist session start: its credential written, no readiness yet",
+        died=f"dispatch (SIGKILL), the credential's write {write.replace('_', ' ')}",
+        agent_saw=f"execute_code: {_answer({'function_error': seen['killed'][0]})}; "
+        f"the retry: {_answer(seen['retried'])}",
+    )
+    # Then a credential that did land was never bound: only the dead worker ever held its secret,
+    # and without a bound address the proxy admits nothing but a bind; it ends with the session
+    assert len(seen["credentials"]) == (1 if write == "lands_late" else 0), seen["credentials"]
+    for item in seen["credentials"]:
+        assert n.EGRESS_ATTR_SOURCE not in item
+        assert int(item[n.TTL_ATTRIBUTE]["N"]) <= time.time() + 900 + 120

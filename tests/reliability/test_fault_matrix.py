@@ -41,7 +41,12 @@ DEPENDENCIES = (
     "readiness",
     "invoke",
     "stop",
+    # an allowlist session's egress (its cells run the `allowlisted` template, with the real proxy)
+    "egress_credential",
+    "egress_counters",
+    "egress_revoke",
 )
+EGRESS_DEPENDENCIES = ("egress_credential", "egress_counters", "egress_revoke")
 INVOKE_TIMEOUT_SECONDS = 3  # the runner's per-call deadline in the invoke/timeout cell
 
 
@@ -81,6 +86,10 @@ EXPECT: dict[str, Expect] = {
     "readiness": Expect("SandboxProvisioning", "provisioning", 1, reason="readiness_check_failed"),  # §6.2
     "invoke": _RUNNER_ERROR,
     "stop": _OK,  # the call itself is fine; end_turn must still answer
+    # no credential, no session: stopped before any code, a start failure (counted, not refunded)
+    "egress_credential": Expect("SandboxProvisioning", "provisioning", 1, reason="egress_unavailable"),
+    "egress_counters": _OK,  # the row's egress figures are a record: never the call's failure
+    "egress_revoke": _OK,  # end_turn still stops the session (the credential ends at its expiry)
 }
 _CAP_UNKNOWN_COUNTED = Expect("SandboxCapExceeded", "cap_exceeded", 1, dimension=dimensions.UNKNOWN)
 OVERRIDES: dict[tuple[str, str], Expect] = {
@@ -94,6 +103,7 @@ OVERRIDES: dict[tuple[str, str], Expect] = {
     ("counters", "malformed"): _OK,
     ("turns", "malformed"): _OK,
     ("idempotency", "malformed"): _OK,
+    ("egress_credential", "malformed"): _OK,
 }
 # Cells that fail today because of a product bug (strict xfail: a fix turns them into failures
 # until this list is updated). Each is described, with the fix, in the report below the matrix.
@@ -215,8 +225,29 @@ def _arm(dependency: str, fault: str, stack: Stack, hooks: HookFaults, proxy: Fa
         )
     elif dependency == "stop":
         hooks.arm(agentcore, "bedrock-agentcore", fault, operations={"StopCodeInterpreterSession"})
+    elif dependency == "egress_credential":  # the runner's issue of the session's credential
+        hooks.arm(ddb, "dynamodb", fault, operations={"PutItem"}, match=_egress_item(tables, "credential"))
+    elif dependency == "egress_counters":  # the reading of the session's counters after the code
+        hooks.arm(ddb, "dynamodb", fault, operations={"GetItem"}, match=_egress_item(tables, "counters"))
+    elif dependency == "egress_revoke":  # the revocation before end_turn's stop
+        hooks.arm(ddb, "dynamodb", fault, operations={"UpdateItem"}, match=_egress_item(tables, "credential"))
     else:  # pragma: no cover
         raise AssertionError(dependency)
+
+
+def _egress_item(tables: dict[str, str], item: str) -> Any:
+    """A request for one item of the egress table (naming.EGRESS: `credential`, `counters`)."""
+
+    def match(request: Any) -> bool:
+        try:
+            doc = json.loads(request.body or b"{}")
+        except ValueError:
+            return False
+        key = doc.get("Key") or doc.get("Item") or {}
+        named = key.get(n.EGRESS.sort_key, {}).get("S") if isinstance(key, dict) else None
+        return doc.get("TableName") == tables[n.EGRESS.logical] and named == item
+
+    return match
 
 
 def _carries(request: Any, code: str) -> bool:
@@ -255,6 +286,9 @@ def test_fault(
         dependencies.reset()
     cell = f"{dependency}-{fault}".replace("_", "-")
     ids = {"agent_id": f"ag-{cell}", "turn_id": f"tu-{cell}", "call_id": f"ca-{cell}"}
+    if dependency in EGRESS_DEPENDENCIES:
+        request.getfixturevalue("egress_proxy")  # the real proxy: the session's readiness binds there
+        ids["template_id"] = "allowlisted"
     tenant = {"tenant_id": DISABLED_TENANT} if dependency == "tenants" else {}
     if tenant:
         aws.client("dynamodb").put_item(
@@ -277,7 +311,7 @@ def test_fault(
     end: dict[str, Any] | None = None
     try:
         response = stack.dispatch(event(code=code, **ids, **tenant))
-        if dependency == "stop":
+        if dependency in ("stop", "egress_revoke"):
             end = stack.dispatch(event("end_turn", turn_id=ids["turn_id"]))
     finally:
         injected = hooks.injected + proxy.injected

@@ -311,3 +311,53 @@ def kill_while_cancelling(
     seen["again"] = stack.dispatch(cancel)
     seen["swept_again"] = end_due_jobs(time.time())
     return seen
+
+
+def kill_after_the_credential_issue(stack: Stack, turn_id: str, *, deliver: bool) -> dict[str, Any]:
+    """The first call of an allowlisted turn in a dispatch worker whose AWS calls go through a
+    HoldingProxy that holds the session's credential PutItem: the worker is killed there (Start
+    done, the credential's write held, no readiness yet); the write is then dropped or (`deliver`)
+    lands late; past the dead attempt's deadline the reaper's interrupted-calls sweep runs (twice)
+    and the agent retries. The egress proxy must be attached (tests/support/egress_proxy.py)."""
+    from reaper.interrupted_sweep import finish_interrupted
+
+    egress_table = stack.resources.tables[n.EGRESS.logical]
+
+    def credential_write(target: str, body: bytes) -> bool:
+        if not target.endswith(".PutItem"):  # other services' bodies are not JSON
+            return False
+        doc = json.loads(body or b"{}")
+        item = doc.get("Item") or {}
+        return (
+            doc.get("TableName") == egress_table
+            and item.get(n.EGRESS.sort_key, {}).get("S") == n.EGRESS_CREDENTIAL_ITEM
+        )
+
+    call = event(turn_id=turn_id, call_id="c-alw", template_id="allowlisted", code="print('allowlisted')")
+    proxy = HoldingProxy(stack.moto, credential_write)
+    try:
+        with dispatch_workers(
+            stack, aws_endpoint=proxy.endpoint, max_concurrency=1, timeout_seconds=WORKER_TIMEOUT_SECONDS
+        ) as workers:
+            killed = kill_while(workers, call, proxy.held.is_set)
+            proxy.release(deliver=deliver)
+            if deliver:
+                assert proxy.delivered.wait(30)
+    finally:
+        proxy.close()
+    attempt = attempt_of(stack, "c-alw")
+    assert attempt is not None
+    _sleep_past(attempt["deadline_ms"])
+    for _ in range(2):
+        finish_interrupted(time.time())
+    credentials = [
+        item
+        for item in aws.client("dynamodb").scan(TableName=egress_table, ConsistentRead=True)["Items"]
+        if item[n.EGRESS.sort_key]["S"] == n.EGRESS_CREDENTIAL_ITEM
+    ]
+    return {
+        "killed": killed,
+        "attempt": attempt,
+        "credentials": credentials,
+        "retried": stack.dispatch(call),
+    }

@@ -25,12 +25,17 @@ from sandbox_common import naming as n
 from infra.cdk.config import build_config
 from infra.cdk.function_env import function_environment
 from infra.local.interpreter import LocalInterpreterServer
+from infra.local.interpreter.egress import session_endpoints
 from infra.local.lambda_emulator import FunctionSpec, LambdaEmulator
 from infra.local.resources import create_resources, data_grants
 from infra.local.stack import lambda_function_specs
 from infra.local.state import LocalResources
 from tests.conftest import LambdaContext, free_port
 from tests.support.moto_snapshot import MotoSnapshot
+
+# Where allowlist sessions see the egress proxy, as the local stack tells dispatch and the reaper
+# (their sessions start once a test attaches the real proxy: tests/support/egress_proxy.py).
+LOCAL_EGRESS = session_endpoints(n.LOCAL_PACKAGE_INDEX_URL)
 
 
 @pytest.fixture(scope="session")
@@ -177,7 +182,7 @@ def function_specs(
     )
     return [
         FunctionSpec.from_dict({**s, **spec_overrides})
-        for s in lambda_function_specs(build_config("local"), resources, env)
+        for s in lambda_function_specs(build_config("local"), resources, env, egress=LOCAL_EGRESS)
         if s["name"] in functions
     ]
 
@@ -314,6 +319,7 @@ def apply_dispatch_env(stack: Stack, setenv: Callable[[str, str], None]) -> None
         quota_function_name=stack.resources.functions[n.QUOTA_CHECK],
         audit_dlq_url=stack.resources.audit_dlq_url,
         artifacts_bucket=stack.resources.artifacts_bucket,
+        egress=LOCAL_EGRESS,
     )
     for key, value in env.items():
         setenv(key, value)
@@ -336,6 +342,7 @@ def apply_reaper_env(stack: Stack, setenv: Callable[[str, str], None]) -> None:
         n.REAPER,
         tables=stack.resources.tables,
         artifacts_bucket=stack.resources.artifacts_bucket,
+        egress=LOCAL_EGRESS,
     )
     for key, value in env.items():
         setenv(key, value)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any, TypeAlias
 
 from sandbox_common import limits
+from sandbox_common.egress_usage import Baseline
 from sandbox_common.errors import SandboxError, SandboxInvalidRequest
 from sandbox_common.models import CancelJobRequest, ExecuteCodeRequest, GetJobRequest
 from sandbox_common.tool_spec import CODE_LANGUAGE
@@ -79,6 +80,7 @@ def reserve(
     session_id: str = "",
     interpreter_id: str = "",
     turn_token_hash: str | None = None,
+    egress_before: Baseline | None = None,
 ) -> JobRecord:
     """Take a slot and create the job record — with the turn's live session if it has one (then
     `launch` needs no second write when the job runs there) and the hash its turn is bound to
@@ -95,7 +97,7 @@ def reserve(
         call_id=req.call_id,
         timeout_s=timeout_of(req),
         submitted_ms=int(deps.clock() * 1000),
-        audit_base=audit_base(req, environment=environment),
+        audit_base=audit_base(req, environment=environment, egress_before=egress_before),
         turn_token_hash=turn_token_hash,
     )
     try:

@@ -65,6 +65,7 @@ def _launch(steps: Steps, req: ExecuteCodeRequest, attempt: Attempt, outcome: Ou
         session_id=str(turn.session_id) if live else "",
         interpreter_id=interpreter_id if live else "",
         turn_token_hash=turn.token_hash,
+        egress_before=attempt.egress_baseline(),  # an allowlist session's counters at submit
     )  # the turn was claimed with its token (§16.5)
     settings = steps.settings
     for restart in (False, True):

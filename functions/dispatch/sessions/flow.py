@@ -32,6 +32,7 @@ from typing import Any
 
 from sandbox_common import dimensions, messages
 from sandbox_common import naming as n
+from sandbox_common.egress_usage import Counters
 from sandbox_common.errors import SandboxCapExceeded, SandboxError
 from sandbox_common.observability import logger
 from sandbox_common.outcome import Outcome
@@ -60,6 +61,9 @@ class SessionCall:
     # set by a caller that runs the code right after `acquire`: a new cold session's activation
     # writes travel beside the code and are joined by `confirm` (dispatch.sessions.activation)
     activation: Activation | None = None
+    # an allowlist session's counters as this call's row took them: the record carries them as
+    # the session's `attributed` reading (dispatch.sessions.egress)
+    egress_reading: Counters | None = None
 
     def render(self, outcome: Outcome) -> None:
         """§16.1 `session_source` (response and audit row) and §16.6 `events` / `retries`."""

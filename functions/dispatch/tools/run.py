@@ -25,6 +25,7 @@ from typing import Any
 
 from sandbox_common import messages
 from sandbox_common import naming as n
+from sandbox_common.egress_usage import Baseline
 from sandbox_common.errors import SandboxError
 from sandbox_common.models import ExecuteCodeRequest
 from sandbox_common.outcome import Outcome
@@ -38,6 +39,7 @@ from dispatch.tools.store import Continuation, ContinuationStore
 
 AUDIT_EXECUTED_CODE_HASH = "executed_code_hash"  # the §7.1 attribute, restored from the continuation
 _EXTRA = "extra"  # key of the call context holding the Outcome's extras at the pause
+_EGRESS_BEFORE = "egress_before"  # ... and its session's egress counters before the code (allowlist)
 
 
 class ToolCallPaused(Exception):
@@ -82,6 +84,8 @@ def run_code(
     )
     # What earlier steps added for the final answer/row (input_files, session facts): kept with the pause.
     call[_EXTRA] = {"response": dict(outcome.response_extra), "audit": dict(outcome.audit_extra)}
+    if outcome.egress_baseline is not None:
+        call[_EGRESS_BEFORE] = outcome.egress_baseline.as_dict()
     step = tool_calls.start_call(
         tools_runner(runner, wait_seconds),
         continuations,
@@ -125,6 +129,7 @@ def restore_outcome(call: dict[str, Any]) -> Outcome:
     outcome.response_extra.update(extra.get("response") or {})
     outcome.audit_extra.update(extra.get("audit") or {})
     outcome.audit_extra[AUDIT_EXECUTED_CODE_HASH] = call["executed_code_hash"]
+    outcome.egress_baseline = Baseline.from_dict(call.get(_EGRESS_BEFORE))
     return outcome
 
 

@@ -11,7 +11,7 @@ import functools
 import re
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -20,9 +20,12 @@ from sandbox_common.errors import SandboxError, SandboxProvisioning
 from sandbox_common.messages import ISOLATION_UNAVAILABLE
 from sandbox_common.observability import emit_metric, logger
 
+from sandbox_runtime.egress_store import EgressStoreUnavailable
+
 from . import cells, commands, programs
 from .classify import Classification, classify
 from .credentials import TenantCredentials
+from .egress import SessionEgress, bind_problem, setup_source
 from .errors import CrossTenantInterpreter, SessionGone, failure
 from .finish import ExecutionResult, finish_classified
 from .output import DEFAULT_LOG_CAP_BYTES, cut_utf8, head_limit_bytes, redact_by_lines, source_was_cut
@@ -51,6 +54,9 @@ _PROVISIONING_MESSAGE = (
 )
 _READINESS_MESSAGE = (
     "The code sandbox could not be verified as safe to use, so no code was run; please try again shortly."
+)
+_EGRESS_MESSAGE = (
+    "The code sandbox's network access could not be set up, so no code was run; please try again shortly."
 )
 
 
@@ -99,9 +105,15 @@ class SessionRunner:
         redactor: Any = None,
         clock: Callable[[], float] = time.monotonic,
         log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES,
+        egress: SessionEgress | None = None,
+        egress_interpreters: Mapping[str, str] | None = None,
     ) -> None:
+        """`egress_interpreters`: the tenant's interpreters of `allowlist` environments (id ->
+        environment); their sessions get a proxy credential (runner/egress.py) from `egress`."""
         self.tenant_id = tenant_id
         self.allowed_interpreter_ids = frozenset(allowed_interpreter_ids)
+        self.egress = egress
+        self.egress_interpreters = dict(egress_interpreters or {})
         self.session_timeout_seconds = session_timeout_seconds
         self.call_timeout_seconds = call_timeout_seconds
         self.stdout_cap_bytes = stdout_cap_bytes
@@ -128,8 +140,11 @@ class SessionRunner:
         (5xx, timeout, unreadable) the session may exist without us knowing its id, so the runner
         looks it up by name and stops it — a lost answer never leaves an orphaned session.
 
-        Raises SandboxProvisioning (reason interpreter_not_ready / readiness_check_failed),
-        SandboxError, or CrossTenantInterpreter (before any AWS call).
+        A session of an `allowlist` environment gets its proxy credential before the readiness
+        call, which sets its proxy configuration and must bind the credential at the proxy.
+
+        Raises SandboxProvisioning (reason interpreter_not_ready / readiness_check_failed /
+        egress_unavailable), SandboxError, or CrossTenantInterpreter (before any AWS call).
         """
         from botocore.exceptions import BotoCoreError, ClientError
 
@@ -187,8 +202,44 @@ class SessionRunner:
                 "The code sandbox could not start a session; please try again.",
                 failure_reason=f"start_failed:{type(exc).__name__}",
             ) from None
-        self._check_readiness(interpreter_id, session_id)
+        secret = None
+        environment = self.egress_interpreters.get(interpreter_id)
+        if environment is not None:
+            secret = self._issue_credential(interpreter_id, session_id, environment)
+        self._check_readiness(interpreter_id, session_id, secret)
         return session_id
+
+    def allowlist(self, interpreter_id: str) -> bool:
+        """Sessions of this interpreter go out through the egress proxy only (`allowlist`)."""
+        return interpreter_id in self.egress_interpreters
+
+    def _issue_credential(self, interpreter_id: str, session_id: str, environment: str) -> str:
+        """The new session's proxy credential; on any failure the session is stopped and the start
+        fails as a provisioning failure: an allowlist session never runs without its credential."""
+        if self.egress is None or self.egress.endpoints is None:
+            problem = "not_configured"
+        else:
+            try:
+                return self.egress.store.issue(
+                    session_id,
+                    tenant_id=self.tenant_id,
+                    environment=environment,
+                    lifetime_seconds=self.session_timeout_seconds,
+                )
+            except EgressStoreUnavailable as exc:
+                problem = exc.reason
+        self.stop_session(interpreter_id, session_id)
+        reason = f"{naming.REASON_EGRESS_UNAVAILABLE}:{problem}"
+        logger.warning(
+            "egress credential not issued; session stopped",
+            extra={"session_id": session_id, "tenant_id": self.tenant_id, "failure_reason": reason},
+        )
+        raise failure(
+            SandboxProvisioning,
+            _EGRESS_MESSAGE,
+            failure_reason=reason,
+            reason=naming.REASON_EGRESS_UNAVAILABLE,
+        )
 
     def _stop_orphans(self, interpreter_id: str, name: str) -> None:
         """Stop READY sessions of this start attempt (found by its unique name). Best effort:
@@ -222,6 +273,8 @@ class SessionRunner:
                 "session stop refused: interpreter not owned by tenant", extra={"tenant_id": self.tenant_id}
             )
             return False
+        if self.allowlist(interpreter_id):
+            self._revoke_credential(session_id)
         try:
             self.credentials.control_client().stop_code_interpreter_session(
                 codeInterpreterIdentifier=interpreter_id, sessionId=session_id
@@ -243,6 +296,19 @@ class SessionRunner:
         )
         emit_metric(naming.METRIC_SESSION_STOP_FAILED)
         return False
+
+    def _revoke_credential(self, session_id: str) -> None:
+        """Before the stop: from now on the proxy refuses this session's credential. A failure is
+        logged; the credential still ends at its expiry (the session's time-to-live)."""
+        if self.egress is None:
+            return
+        try:
+            self.egress.store.revoke(session_id)
+        except EgressStoreUnavailable as exc:
+            logger.warning(
+                "egress credential revoke failed",
+                extra={"session_id": session_id, "tenant_id": self.tenant_id, "failure_reason": exc.reason},
+            )
 
     # --- code ---------------------------------------------------------------------------------
     def execute(
@@ -318,15 +384,25 @@ class SessionRunner:
         if interpreter_id not in self.allowed_interpreter_ids:
             raise CrossTenantInterpreter("The code sandbox is not available for this request.")
 
-    def _check_readiness(self, interpreter_id: str, session_id: str) -> None:
+    def _check_readiness(self, interpreter_id: str, session_id: str, secret: str | None = None) -> None:
+        """The readiness call (its preamble, and for an allowlist session with its proxy credential
+        `secret`, the egress set-up and the bind); stops the session and raises unless it passed."""
         from sandbox_common.redaction.stdio import check_readiness
 
+        code = readiness_source()
+        if secret is not None:
+            assert self.egress is not None and self.egress.endpoints is not None  # issued from them
+            code = (
+                readiness_source(values=(secret,))
+                + "\n"
+                + setup_source(self.egress.endpoints, session_id, secret, bind_scheme=self.egress.bind_scheme)
+            )
         # The preamble is tiny: its own short deadline, so a hung readiness check cannot eat the
         # time the user's code (and the answer) need.
         call = self._invoke(
             interpreter_id,
             session_id,
-            readiness_source(),
+            code,
             timeout_seconds=min(READINESS_TIMEOUT_SECONDS, self.call_timeout_seconds),
         )
         outcome = call.outcome
@@ -344,6 +420,8 @@ class SessionRunner:
             problem = f"exit_code:{outcome.exit_code}"
         elif not check_readiness(outcome.stdout.head):
             problem = "marker_missing_or_not_installed"
+        elif secret is not None and (bound := bind_problem(outcome.stdout.head)) is not None:
+            problem = bound
         else:
             return
         self.stop_session(interpreter_id, session_id)
@@ -426,14 +504,15 @@ class SessionRunner:
         return cut_utf8(self._redact(text), FAILURE_REASON_MAX_CHARS)
 
 
-def readiness_source() -> str:
-    """The readiness call's code: the stdio redactor's preamble (§6.2), then the tools runtime's
-    installer (§15), which prints nothing on success and whose failure only disables tool calls,
+def readiness_source(values: tuple[str, ...] = ()) -> str:
+    """The readiness call's code: the stdio redactor's preamble, with exact `values` to redact
+    too (an allowlist session's proxy secret), then the tools runtime's installer (programmatic
+    tool calling), which prints nothing on success and whose failure only disables tool calls,
     never the redactor or its readiness marker."""
     from sandbox_common.redaction.stdio import preamble_source
     from sandbox_common.tools_protocol import installer_source
 
-    return preamble_source() + "\n" + installer_source()
+    return (preamble_source(values) if values else preamble_source()) + "\n" + installer_source()
 
 
 def _exact_byte_counts(answer: Any) -> tuple[int, int] | None:

@@ -19,6 +19,7 @@ from sandbox_common import naming
 
 from infra.local.interpreter import Limits, LocalInterpreterServer
 from infra.local.interpreter.disk import KINDS
+from infra.local.interpreter.egress import EgressProxy
 from infra.local.interpreter.isolation import STRATEGIES, IsolationUnavailable
 from infra.local.interpreter.s3relay import grants_from_json
 
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (0: any free port)")
     parser.add_argument(
-        "--registry", help='JSON file {"<interpreter id>": "PUBLIC"|"SANDBOX"}, re-read on change'
+        "--registry", help='JSON file {"<interpreter id>": "PUBLIC"|"SANDBOX"|"VPC"}, re-read on change'
     )
     parser.add_argument(
         "--interpreter",
@@ -43,6 +44,16 @@ def main(argv: list[str] | None = None) -> int:
         metavar="FILE",
         help='JSON {"<interpreter id>": {"endpoint", "region", "statements"}}: what its sessions may read'
         " of the emulated S3 (the tenant role's statements)",
+    )
+    parser.add_argument(
+        "--egress-proxy",
+        metavar="HOST:PORT",
+        help="the egress proxy on this host's loopback: the one thing VPC sessions can reach (egress.py)",
+    )
+    parser.add_argument(
+        "--egress-ca-cert",
+        metavar="PATH",
+        help="the egress proxy's CA certificate (PEM, no key), shown read-only to VPC sessions",
     )
     parser.add_argument(
         "--isolation",
@@ -72,32 +83,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu-seconds", type=int, default=Limits.cpu_seconds)
     parser.add_argument("--max-processes", type=int, default=Limits.max_processes)
     parser.add_argument("--max-sessions", type=int, default=64)
-    parser.add_argument(
-        "--egress-proxy",
-        metavar="HOST:PORT",
-        help="the local egress proxy: the one way out of a VPC session (an allowlist environment)",
-    )
-    parser.add_argument(
-        "--egress-ca-cert",
-        metavar="PATH",
-        help="the egress proxy's CA certificate (PEM, no key): what VPC sessions trust",
-    )
     parser.add_argument("--log-level", default="WARNING")
     opts = parser.parse_args(argv)
     logging.basicConfig(level=opts.log_level.upper(), stream=sys.stderr)
 
-    if (opts.egress_proxy is None) != (opts.egress_ca_cert is None):
-        parser.error("--egress-proxy and --egress-ca-cert go together")
-    if opts.egress_proxy is not None:
-        host, sep, port = opts.egress_proxy.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            parser.error(f"--egress-proxy expects HOST:PORT, got {opts.egress_proxy!r}")
     interpreters: dict[str, str] = {}
     for item in opts.interpreter:
         interpreter_id, sep, mode = item.partition("=")
         if not sep:
             parser.error(f"--interpreter expects ID=MODE, got {item!r}")
         interpreters[interpreter_id] = mode
+    if bool(opts.egress_proxy) != bool(opts.egress_ca_cert):
+        parser.error("--egress-proxy and --egress-ca-cert go together")
+    try:
+        egress_proxy = (
+            EgressProxy.parse(opts.egress_proxy, opts.egress_ca_cert) if opts.egress_proxy else None
+        )
+    except ValueError as exc:
+        print(f"local interpreter: {exc}", file=sys.stderr)
+        return 1
     try:
         grants = (
             grants_from_json(Path(opts.data_grants).read_text(encoding="utf-8")) if opts.data_grants else {}
@@ -122,8 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             max_sessions=opts.max_sessions,
             python=opts.python,
             data_grants=grants,
-            egress_proxy=opts.egress_proxy,
-            egress_ca_cert=opts.egress_ca_cert,
+            egress_proxy=egress_proxy,
         ).start()
     except (OSError, ValueError, IsolationUnavailable) as exc:
         print(f"local interpreter: {exc}", file=sys.stderr)

@@ -26,7 +26,9 @@ Strategy `bwrap` (bubblewrap, run by root):
   latter) belong to that namespace: they die with the session and a later session given the
   same uid starts with empty ones.
 - network: its own namespace; nothing but loopback for SANDBOX; user-mode egress for PUBLIC
-  (network.py: slirp4netns with the host's loopback and the host's own addresses fenced off).
+  (network.py: slirp4netns with the host's loopback and the host's own addresses fenced off);
+  for VPC (an allowlist egress) loopback plus one relayed port to the egress proxy, and the
+  proxy's CA certificate bound read-only (egress.py).
 - limits: memory summed over all the session's processes and a task count by cgroup v1 when this
   host allows it (cgroups.py); always RLIMIT_AS (per process), RLIMIT_NPROC (per uid, so per
   session), RLIMIT_CPU, RLIMIT_FSIZE, no core dumps (set by the worker on itself, worker.py).
@@ -35,8 +37,9 @@ Without a working bubblewrap (or not running as root, which the per-session uid,
 the network fence need), sessions are refused, unless the operator sets
 `SANDBOX_LOCAL_UNISOLATED=1`: then strategy `unisolated` runs the worker as a plain child process
 of the server (no file-system, network, uid or whole-session limits; the rlimits still apply) and
-every session start logs a warning. A PUBLIC session also needs slirp4netns, nsenter and ip; without
-them PUBLIC sessions are refused (never given the host's network) while SANDBOX ones still run.
+every session start logs a warning; VPC sessions are refused there (nothing would hold their
+egress to the proxy). A PUBLIC session also needs slirp4netns, nsenter and ip; without them PUBLIC
+sessions are refused (never given the host's network) while SANDBOX ones still run.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ from sandbox_common import naming
 from sandbox_session import node as node_runner
 from sandbox_session import shell as shell_runtime
 
-from infra.local.interpreter import cgroups, disk, network
+from infra.local.interpreter import cgroups, disk, egress, network
 from infra.local.interpreter import node as node_install
 
 WORKER_PATH = Path(__file__).with_name("worker.py")
@@ -133,6 +136,14 @@ class IsolationPlan:
         """Raise IsolationUnavailable unless a session in `network_mode` can start as promised."""
         if self.strategy == "unavailable":
             raise IsolationUnavailable(f"{naming.REASON_ISOLATION_UNAVAILABLE}: {self.unavailable}")
+        if self.strategy == "unisolated" and network_mode == "VPC":
+            # An allowlist egress is enforced or the session does not start: unisolated code has
+            # the host's network, so nothing would hold it to the egress proxy.
+            raise IsolationUnavailable(
+                f"{naming.REASON_ISOLATION_UNAVAILABLE}: VPC sessions (allowlist egress) need bubblewrap;"
+                f" {naming.ENV_LOCAL_UNISOLATED}=1 runs sessions with the host's network, which no"
+                " allowlist can hold"
+            )
         if self.strategy == "bwrap" and network_mode == "PUBLIC" and self.public_unavailable:
             raise IsolationUnavailable(f"{naming.REASON_ISOLATION_UNAVAILABLE}: {self.public_unavailable}")
 
@@ -154,7 +165,14 @@ class IsolationPlan:
             return {
                 "strategy": "bwrap",
                 "isolated": True,
-                "network": {"SANDBOX": "own namespace, loopback only", "PUBLIC": public},
+                "network": {
+                    "SANDBOX": "own namespace, loopback only",
+                    "PUBLIC": public,
+                    "VPC": (
+                        "own namespace, loopback only, plus a relay to the egress proxy from its own"
+                        " loopback address"
+                    ),
+                },
                 "uid": "one unprivileged uid per session (no capabilities)",
                 "limits": {
                     "mechanism": self.limits_mechanism,
@@ -500,10 +518,12 @@ def build_command(
     resolv_conf: str | None = None,
     cgroup_procs: list[str] | None = None,
     extra_env: dict[str, str] | None = None,
+    egress_ca: str | None = None,
 ) -> WorkerCommand:
     """argv (and cwd) that start one worker under `plan` (check() it first). `root` is the
     session's directory on the host, `template` the directory holding the Python layer;
-    `extra_env` is added to the session's environment (its data endpoint, s3relay.py)."""
+    `extra_env` is added to the session's environment (its data endpoint, s3relay.py);
+    `egress_ca` is the egress proxy's CA certificate a VPC session sees at egress.SANDBOX_CA_PATH."""
     plan.check(network_mode)
     if plan.strategy != "bwrap":
         # Unisolated: the session's directories on the host (sessions.py lays them out).
@@ -542,10 +562,12 @@ def build_command(
         node=SANDBOX_NODE_RUNNER_PATH,
     )
     dns = ["--ro-bind", resolv_conf, "/etc/resolv.conf"] if resolv_conf else []
+    ca = ["--ro-bind", egress_ca, egress.SANDBOX_CA_PATH] if egress_ca else []
     node = node_install.find()
     binds = [
         *_system_binds(python),
         *dns,
+        *ca,
         *("--ro-bind", str(WORKER_PATH), SANDBOX_WORKER_PATH),
         *("--ro-bind", str(SHELL_PATH), SANDBOX_SHELL_PATH),
         *("--ro-bind", str(NODE_RUNNER_PATH), SANDBOX_NODE_RUNNER_PATH),

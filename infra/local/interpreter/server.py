@@ -42,7 +42,7 @@ environment points here) answer 400 `UnsupportedOperationException` with a sente
 local stack and what it offers instead: this interpreter serves the stage's interpreters only.
 
 Local additions, not part of AgentCore: `GET /ping` (health, 200),
-`POST /_local/interpreters` (`{"interpreterId": ..., "networkMode": "PUBLIC"|"SANDBOX"}`),
+`POST /_local/interpreters` (`{"interpreterId": ..., "networkMode": "PUBLIC"|"SANDBOX"|"VPC"}`),
 `GET /_local/isolation` (the isolation in force, isolation.IsolationPlan.describe), the response
 headers `x-sandbox-local-stdout-bytes` / `-stderr-bytes` (exact byte counts, SPEC §19), and Start
 refused with AccessDeniedException (403) `isolation_unavailable: ...` when the session cannot be
@@ -84,6 +84,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from sandbox_common import naming
 
 from infra.local.eventstream import event_frame, event_payload_frame, event_payload_head
+from infra.local.interpreter.egress import EgressProxy
 from infra.local.interpreter.isolation import IsolationUnavailable, Limits
 from infra.local.interpreter.s3relay import DataGrant
 from infra.local.interpreter.sessions import (
@@ -545,7 +546,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _register(self, body: dict[str, Any]) -> None:
         interpreter_id, mode = body.get("interpreterId"), body.get("networkMode")
         if not isinstance(interpreter_id, str) or mode not in NETWORK_MODES:
-            raise validation("interpreterId and networkMode (PUBLIC|SANDBOX) are required")
+            raise validation(f"interpreterId and networkMode ({'|'.join(NETWORK_MODES)}) are required")
         try:
             self._manager.register_interpreter(interpreter_id, mode)
         except ValueError as exc:
@@ -585,13 +586,11 @@ class LocalInterpreterServer:
         disk_kind: str = "auto",
         uids: UidAllocator | None = None,
         data_grants: dict[str, DataGrant] | None = None,
-        egress_proxy: str | None = None,
-        egress_ca_cert: str | None = None,
+        egress_proxy: EgressProxy | None = None,
     ) -> None:
         self._port = port
-        # The local egress proxy (HOST:PORT) and its CA certificate: a VPC session's way out.
+        # The local egress proxy and its CA certificate: a VPC session's way out (egress.py).
         self.egress_proxy = egress_proxy
-        self.egress_ca_cert = egress_ca_cert
         self.manager = SessionManager(
             interpreters=interpreters,
             registry_file=registry_file,
@@ -604,6 +603,7 @@ class LocalInterpreterServer:
             disk_kind=disk_kind,
             uids=uids,
             data_grants=data_grants,
+            egress_proxy=egress_proxy,
         )
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -616,6 +616,11 @@ class LocalInterpreterServer:
         self, interpreter_id: str, network_mode: str, data: DataGrant | None = None
     ) -> None:
         self.manager.register_interpreter(interpreter_id, network_mode, data)
+
+    def attach_egress(self, proxy: EgressProxy) -> None:
+        """The egress proxy VPC sessions started from now on reach (sessions.SessionManager)."""
+        self.egress_proxy = proxy
+        self.manager.attach_egress(proxy)
 
     def session(self, session_id: str) -> Session | None:
         """Introspection for the local stack and tests (state, termination reason, process)."""

@@ -37,13 +37,13 @@ from typing import Any
 
 from sandbox_common import naming
 
-from infra.local.interpreter import cgroups, disk, isolation, network, s3relay, worker
+from infra.local.interpreter import cgroups, disk, egress, isolation, network, s3relay, worker
 from infra.local.interpreter.isolation import IsolationUnavailable, Limits
 from infra.local.interpreter.uids import NoFreeUid, UidAllocator, UidLease
 
 log = logging.getLogger("local-interpreter")
 
-NETWORK_MODES = ("PUBLIC", "SANDBOX")
+NETWORK_MODES = ("PUBLIC", "SANDBOX", "VPC")
 # AgentCore's system interpreter, the official SDK's default identifier: built into every local
 # interpreter as a PUBLIC one (docs/decisions.md). It is no tenant's interpreter: the local stack
 # registers each tenant's own, and nothing may register this name.
@@ -111,6 +111,7 @@ class Session:
     cgroup: cgroups.SessionCgroup | None = None
     slirp: network.Slirp | None = None
     relay: s3relay.S3Relay | None = None  # the tenant's data, scoped like its role
+    egress_relay: egress.EgressRelay | None = None  # VPC: its one way out, to the egress proxy
     exec_lock: threading.Lock = field(default_factory=threading.Lock)
     seq: int = 0  # the last request's sequence number: its answer must carry it back
 
@@ -194,6 +195,7 @@ class SessionManager:
         disk_kind: str = "auto",
         uids: UidAllocator | None = None,
         data_grants: dict[str, s3relay.DataGrant] | None = None,
+        egress_proxy: egress.EgressProxy | None = None,
     ) -> None:
         self.limits = limits or Limits()
         if allow_unisolated is None:  # the operator's explicit escape hatch (SPEC §18)
@@ -219,6 +221,11 @@ class SessionManager:
         self.max_sessions = max_sessions
         self.base_dir = base_dir
         self._lock = threading.RLock()
+        # VPC sessions reach the egress proxy, and only it (egress.py); without one they are refused.
+        self.egress_proxy: egress.EgressProxy | None = None
+        self._egress_ca: str | None = None
+        if egress_proxy is not None:
+            self.attach_egress(egress_proxy)
         self._interpreters: dict[str, str] = {}
         # interpreter id -> what its sessions may read of the emulated S3 (s3relay.py)
         self._grants: dict[str, s3relay.DataGrant] = dict(data_grants or {})
@@ -239,6 +246,18 @@ class SessionManager:
         self._reap_interval = reap_interval
         self._reaper = threading.Thread(target=self._reap_loop, name="lci-reaper", daemon=True)
         self._reaper.start()
+
+    def attach_egress(self, proxy: egress.EgressProxy) -> None:
+        """Where VPC sessions started from now on reach the egress proxy (and its CA certificate);
+        a session already running keeps the relay it was given."""
+        ca = None
+        if self.plan.strategy == "bwrap":
+            ca = egress.install_ca_cert(proxy, tempfile.mkdtemp(prefix="lci-egress-", dir=self.base_dir))
+        with self._lock:
+            # a running session's bind mount keeps the file it was given, deleted or not
+            previous, self.egress_proxy, self._egress_ca = self._egress_ca, proxy, ca
+        if previous is not None:
+            shutil.rmtree(os.path.dirname(previous), ignore_errors=True)
 
     # --- interpreters ---------------------------------------------------------------------------
     def register_interpreter(
@@ -312,6 +331,12 @@ class SessionManager:
     ) -> Session:
         interpreter_id, mode = self.resolve_interpreter(identifier)
         self.plan.check(mode)  # isolated or refused: nothing is created for a refused session
+        if mode == "VPC" and self._egress_ca is None:
+            raise IsolationUnavailable(
+                f"{naming.REASON_ISOLATION_UNAVAILABLE}: VPC sessions need the egress proxy; start the"
+                " local interpreter with --egress-proxy HOST:PORT --egress-ca-cert PATH (sandboxctl local up"
+                " does)"
+            )
         with self._lock:
             if client_token and (interpreter_id, client_token) in self._client_tokens:
                 previous = self._client_tokens[(interpreter_id, client_token)]
@@ -407,6 +432,7 @@ class SessionManager:
                 resolv_conf=self._resolv_conf(session),
                 cgroup_procs=session.cgroup.procs_files if session.cgroup else None,
                 extra_env=data_env,
+                egress_ca=self._egress_ca if session.network_mode == "VPC" else None,
             )
             with open(os.path.join(session.root, "worker.log"), "ab") as log_file:
                 session.proc = subprocess.Popen(
@@ -499,6 +525,21 @@ class SessionManager:
             except OSError as exc:
                 self._kill(session)
                 raise WorkerFailure(f"the session's way to its data could not be set up: {exc}") from exc
+        if session.network_mode == "VPC":
+            assert self.egress_proxy is not None and session.uid is not None  # start() checked both
+            offset = (session.uid - self._uids.base) % egress.SOURCE_ADDRESSES
+            try:
+                session.egress_relay = egress.EgressRelay(
+                    s3relay.listen_in_netns(child_pid, egress.SESSION_PORT),
+                    self.egress_proxy,
+                    egress.source_address(offset),
+                )
+            except OSError as exc:
+                self._kill(session)
+                raise WorkerFailure(
+                    f"the session's way to the egress proxy could not be set up: {exc}"
+                ) from exc
+            return
         if session.network_mode != "PUBLIC":
             return
         try:
@@ -737,6 +778,8 @@ class SessionManager:
             session.slirp.stop()
         s3relay.stop(session.relay)
         session.relay = None
+        egress.stop(session.egress_relay)
+        session.egress_relay = None
         # Close our pipe ends only once no call is reading them (the process is dead, so a
         # reader sees EOF at once and releases the lock).
         acquired = session.exec_lock.acquire(timeout=10)
@@ -799,3 +842,5 @@ class SessionManager:
         self._reaper.join(timeout=5)
         if self.template is not None:
             shutil.rmtree(self.template, ignore_errors=True)
+        if self._egress_ca is not None:
+            shutil.rmtree(os.path.dirname(self._egress_ca), ignore_errors=True)

@@ -41,6 +41,13 @@ def test_demo_runs_one_turn_end_to_end_and_stops_its_stack() -> None:
     # and the jobs step: submitted, polled while running, its result, one background audit row
     assert "get_job -> running, elapsed" in out.stdout and "result: 42" in out.stdout
     assert "the job's audit row: 1 (background: True, job_status: completed)" in out.stdout
+    # and the allowlisted turn: the partner API got the tenant's credential from the proxy, the
+    # session's answer did not, and the host not allowed is named in the call's audit row
+    assert "orders from the partner API: [1042, 1043]" in out.stdout
+    assert "the partner API received: Authorization: Bearer demo-" in out.stdout
+    assert re.search(
+        r'egress: \{"mode": "allowlist", .*"denied_hosts": \["exfil\.example\.net"\]', out.stdout
+    )
     # and none of the processes it printed is still running
     pids = [int(line.split("pid")[1].split()[0]) for line in out.stdout.splitlines() if " pid " in line]
     assert len(pids) == 5  # moto, the interpreter, the Lambda emulator, the egress proxy, its index

@@ -26,7 +26,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from .naming import METRIC_AUDIT_DEAD_LETTERED, TTL_ATTRIBUTE
+from .naming import AUDIT_ATTR_EGRESS, METRIC_AUDIT_DEAD_LETTERED, TTL_ATTRIBUTE
 
 AUDIT_RETENTION_CEILING_DAYS = 180
 WRITE_ATTEMPTS = 3
@@ -59,6 +59,7 @@ AUDIT_ATTRIBUTES: tuple[str, ...] = (
     "language",  # §20: python | bash; the hash above is over the script for bash
     TTL_ATTRIBUTE,
     "estimated_cost_usd",  # the SSM price in force for this call; 0 when refused
+    AUDIT_ATTR_EGRESS,  # what left the sandbox during the call (sandbox_common.egress_usage)
 )
 
 
@@ -92,8 +93,13 @@ def from_item(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def _plain(value: Any) -> Any:
+    """DynamoDB's Decimals as ints (or floats), also inside maps and lists (`egress`, `artifacts`)."""
     if isinstance(value, Decimal):
         return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
     return value
 
 

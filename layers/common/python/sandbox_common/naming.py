@@ -159,6 +159,9 @@ INVOCATIONS = TableSpec(
 )
 AUDIT_ATTR_RETRIES = "retries"  # the call's visible retries (§16.6)
 AUDIT_ATTR_COST = "estimated_cost_usd"  # the price in force when the code ran, else 0 (§9)
+# What left the sandbox during the call: {mode, allowed, denied, denied_hosts, bytes_out, bytes_in}
+# (sandbox_common.egress_usage), on every row.
+AUDIT_ATTR_EGRESS = "egress"
 AUDIT_TOOL_CALLS = "tool_calls"  # a tool-calling call's count of tool calls (§15) ...
 AUDIT_TOOL_CALL_RECORDS = "tool_call_records"  # ... and {name, input_sha256, duration_ms, ok} each
 # `sandboxctl usage --by`: the audit attribute each grouping reads (day = started_at's UTC date).
@@ -280,9 +283,12 @@ CONTINUATIONS = TableSpec(
 #   item "counters"          allowed, denied, bytes_out, bytes_in, the last denied hosts with their
 #                            sequence numbers, and cap_refused (a cap dimension that refused)
 #   item "conn#{at}#{n}"     one connection or request: host, port, decision, reason, bytes
+#   item "attributed"        the counters as far as the session's calls' audit rows took them
+#                            (written by dispatch after each call; the next call starts from it)
 EGRESS = TableSpec("sandbox_egress", pk="session_id", sk="item", ttl_attribute=TTL_ATTRIBUTE)
 EGRESS_CREDENTIAL_ITEM = "credential"
 EGRESS_COUNTERS_ITEM = "counters"
+EGRESS_ATTRIBUTED_ITEM = "attributed"
 EGRESS_CONNECTION_PREFIX = "conn#"
 # The credential item's attributes (written by the session runner, read and bound by the proxy).
 EGRESS_ATTR_TENANT = "tenant_id"
@@ -420,6 +426,37 @@ def egress_policy_parameter(stage: str, tenant_id: str, environment: str) -> str
     return _tenant_parameter(stage, tenant_id, f"egress/{environment}")
 
 
+def s3_endpoint_names(region: str) -> tuple[str, ...]:
+    """The names an S3 client uses in a region (global and regional; a bucket's virtual host is a
+    subdomain of either): what an allowlist session reaches directly, through the sessions VPC's
+    S3 gateway endpoint (its DNS Firewall allows them and their subdomains, and the session's
+    NO_PROXY names them) instead of through the egress proxy."""
+    return ("s3.amazonaws.com", f"s3.{region}.amazonaws.com")
+
+
+def egress_network_parameter(stage: str, leaf: str) -> str:
+    """What the core stack publishes about the stage's egress path for the tenant shards to read
+    at deploy (shards take them as SSM-typed stack parameters, so adding a tenant needs no
+    cross-stack export): see EGRESS_NETWORK_PARAMETERS."""
+    if leaf not in EGRESS_NETWORK_PARAMETERS:
+        raise ValueError(f"unknown egress network parameter {leaf!r}")
+    return f"{ssm_prefix(stage)}/egress/{leaf}"
+
+
+# The sessions VPC's isolated subnets (StringList) and id, the managed prefix list of the region's
+# S3 gateway endpoint, and the ARN of the proxy CA's certificate secret.
+EGRESS_SESSION_SUBNETS = "session-subnets"
+EGRESS_SESSIONS_VPC = "sessions-vpc"
+EGRESS_S3_PREFIX_LIST = "s3-prefix-list"
+EGRESS_CA_CERT_ARN = "ca-cert-secret-arn"
+EGRESS_NETWORK_PARAMETERS: tuple[str, ...] = (
+    EGRESS_SESSION_SUBNETS,
+    EGRESS_SESSIONS_VPC,
+    EGRESS_S3_PREFIX_LIST,
+    EGRESS_CA_CERT_ARN,
+)
+
+
 # --- Secrets Manager: the tenants' own secrets and the egress proxy's CA ---------------------------
 def tenant_secrets_prefix(stage: str, tenant_id: str) -> str:
     """Every secret of one tenant is named under it; an egress credential reads only these."""
@@ -443,6 +480,25 @@ def egress_ca_cert_secret_name(stage: str) -> str:
 def egress_ca_key_secret_name(stage: str) -> str:
     """The CA's private key (PEM): read by the proxy only."""
     return f"{PROJECT}/{stage}/egress/ca-key"
+
+
+# --- the egress proxy service (ECS on Fargate) and the stage's package index (CodeArtifact) -------
+def egress_proxy_name(stage: str) -> str:
+    """The proxy's ECS cluster and service, and its load balancer (≤ 32 characters)."""
+    return f"{PROJECT}-{stage}-egress"[:32]
+
+
+def egress_proxy_log_group(stage: str) -> str:
+    return f"/{PROJECT}/{stage}/sandbox/egress-proxy"
+
+
+def package_index_domain(stage: str) -> str:
+    """CodeArtifact domain: lower-case letters, digits and hyphens, unique per account and region."""
+    return f"{PROJECT}-{stage}"
+
+
+PACKAGE_INDEX_REPOSITORY = "pypi"  # its one repository, with an external connection to public PyPI
+PACKAGE_INDEX_UPSTREAM = "public:pypi"
 
 
 # --- Lambda functions -----------------------------------------------------------------------------
@@ -497,6 +553,16 @@ def runner_role_name(stage: str) -> str:
     """The stage's one session-runner role: dispatch and the reaper assume it with a session
     policy naming only the serving tenant's interpreters (`sandbox_common.runner_policy`)."""
     return f"{PROJECT}-{stage}-sbx-runner"
+
+
+def stage_of_runner_role(role_arn: str) -> str | None:
+    """The stage whose session-runner role this is (`runner_role_name`), None for any other ARN."""
+    name = role_arn.rpartition(":role/")[2]
+    prefix, suffix = f"{PROJECT}-", "-sbx-runner"
+    if not (name.startswith(prefix) and name.endswith(suffix)) or len(name) <= len(prefix + suffix):
+        return None
+    stage = name[len(prefix) : -len(suffix)]
+    return stage if runner_role_name(stage) == name else None
 
 
 def shared_execution_role_name(stage: str) -> str:
@@ -687,6 +753,9 @@ OUTPUT_AUDIT_DLQ_URL = "AuditDlqUrl"
 OUTPUT_SECURITY_TOPIC = "SecurityAlertsTopicArn"
 OUTPUT_ARTIFACTS_BUCKET = "ArtifactsBucketName"
 OUTPUT_TABLE_PREFIX = "Table"  # table outputs: f"{OUTPUT_TABLE_PREFIX}{spec.logical}"
+# A stage with an egress path: the proxy's URL as sessions use it, and the package index URL.
+OUTPUT_EGRESS_PROXY_URL = "EgressProxyUrl"
+OUTPUT_PACKAGE_INDEX_URL = "PackageIndexUrl"
 # The managed policy a same-account agent runtime's role attaches to invoke dispatch (every tenant).
 OUTPUT_AGENT_INVOKE_POLICY = "AgentInvokePolicyArn"
 
@@ -752,6 +821,9 @@ REASON_TOOL_TURN_ENDED = "tool_wait_ended:turn_ended"
 # The local interpreter refuses Start with this marker at the front of its error message when it
 # cannot isolate a session; the runner maps it to SandboxProvisioning with this `reason`.
 REASON_ISOLATION_UNAVAILABLE = "isolation_unavailable"
+# An `allowlist` session could not be given its egress proxy credential (or no proxy is
+# configured): the session was stopped before any code ran (SandboxProvisioning).
+REASON_EGRESS_UNAVAILABLE = "egress_unavailable"
 # The kill switch (§5.1: a call cap at 0; §22: or the tenant disabled): the boolean field of a
 # refusal's log line, and the `reason` of admitted work it ended (a background job it cancelled
 # answers it; rows carry `kill_switch:<why>`).

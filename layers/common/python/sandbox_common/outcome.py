@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from . import messages
+from . import egress_usage, messages
 from . import naming as n
 from .audit import code_hash, expires_at
 from .errors import SandboxError, SandboxFailure, SandboxInvalidRequest
@@ -147,6 +147,11 @@ class Outcome:
     estimated_cost_usd: float = 0  # the call's price: set by dispatch, 0 unless billed
     response_extra: dict[str, Any] = field(default_factory=dict)  # agent response only
     audit_extra: dict[str, Any] = field(default_factory=dict)  # audit row and log event
+    # What left the sandbox during the call (sandbox_common.egress_usage); None: nothing measured,
+    # the row says zeros for the environment's egress mode.
+    egress: dict[str, Any] | None = None
+    # Its session's egress counters before its code ran (an allowlist session; None: not read)
+    egress_baseline: egress_usage.Baseline | None = None
 
     # --- filling it ---------------------------------------------------------------------------
     def fail(self, failure: SandboxFailure) -> None:
@@ -217,7 +222,8 @@ class Outcome:
             body = SandboxError(messages.INTERNAL).to_response()
         if r is not None:
             body.update(
-                ok=r.ok,
+                # a call refused after its code ran (the egress cap) fails though its code did not
+                ok=r.ok and self.failure is None,
                 stdout=r.stdout,
                 stderr=r.stderr,
                 exit_code=r.exit_code,
@@ -226,7 +232,7 @@ class Outcome:
                 stdout_truncated=r.stdout_truncated,
                 stderr_truncated=r.stderr_truncated,
             )
-            if not r.ok:
+            if not r.ok and (self.failure is None or self.failure.error == r.error):
                 body.update(error=r.error, error_message=r.error_message)
                 if r.exception is not None:  # what the code raised: name, value, traceback
                     body["exception"] = r.exception
@@ -271,6 +277,11 @@ class Outcome:
             "language": getattr(req, "language", CODE_LANGUAGE),
             n.TTL_ATTRIBUTE: expires_at(self.started_at, retention_days),
             n.AUDIT_ATTR_COST: self.estimated_cost_usd,
+            n.AUDIT_ATTR_EGRESS: (
+                self.egress
+                if self.egress is not None
+                else egress_usage.empty(egress_usage.mode_of(self.environment))
+            ),
         }
         if self.session_id is None:
             del row["session_id"]

@@ -41,7 +41,18 @@ class QuotaSettings(_Settings):
         return tables[spec.logical]
 
 
-class DispatchSettings(_Settings):
+class EgressSettings(_Settings):
+    """Where `allowlist` sessions go out (empty: no egress proxy in this stage, and such sessions
+    cannot start): the per-session egress table, the proxy URL as sessions see it (no credential),
+    the proxy's CA bundle inside the session and the stage's package index."""
+
+    egress_table: str = Field(alias=n.ENV_EGRESS_TABLE, default="")
+    egress_proxy_url: str = Field(alias=n.ENV_EGRESS_PROXY_URL, default="")
+    egress_ca_bundle: str = Field(alias=n.ENV_EGRESS_CA_BUNDLE, default="")
+    egress_index_url: str = Field(alias=n.ENV_EGRESS_INDEX_URL, default="")
+
+
+class DispatchSettings(EgressSettings):
     stage: str = Field(alias=n.ENV_STAGE)
     turns_table: str = Field(alias=n.ENV_TURNS_TABLE)
     tenants_table: str = Field(alias=n.ENV_TENANTS_TABLE)
@@ -70,7 +81,7 @@ class DispatchSettings(_Settings):
     )
 
 
-class ReaperSettings(_Settings):
+class ReaperSettings(EgressSettings):
     """The reaper (§16.3) and warm-pool refill: what it reads and whom it may stop."""
 
     stage: str = Field(alias=n.ENV_STAGE)

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from egress_proxy import checks
 from egress_proxy.config import IndexSettings, ProxyConfig, Route
-from egress_proxy.engine import ClientState, Engine, RequestView
+from egress_proxy.engine import Engine
+from egress_proxy.model import ClientState, RequestView
 from egress_proxy.store import EgressStore
 from sandbox_common import aws, dimensions
 from sandbox_common import naming as n

@@ -264,6 +264,11 @@ def secrets_put(target: Target, tenant_id: str, name: str, value: str) -> dict[s
         )
     if len(value.encode("utf-8")) > MAX_SECRET_BYTES or "\0" in value:
         raise CtlError(f"refused: a secret is at most {MAX_SECRET_BYTES} bytes of text")
+    if any((ord(c) < 32 and c != "\t") or ord(c) == 127 or c in "\x85\u2028\u2029" for c in value):
+        raise CtlError(
+            "refused: the value on standard input holds a line break or another control character;"
+            " the proxy writes a secret into one header line, so a secret is one line of text"
+        )
     secret_id = n.tenant_secret_name(target.stage, tenant_id, name)
     client = target.client("secretsmanager")
     try:

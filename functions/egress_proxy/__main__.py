@@ -24,7 +24,13 @@ from mitmproxy.addons import core, disable_h2c, next_layer, proxyserver, tlsconf
 from mitmproxy.master import Master
 from sandbox_common import naming as n
 
-from .addon import EgressAddon, answer_trailers, bound_buffered_responses, bound_request_heads
+from .addon import (
+    EgressAddon,
+    answer_trailers,
+    bound_buffered_responses,
+    bound_request_heads,
+    withhold_upstream_bytes_in_errors,
+)
 from .config import ProxyConfig, from_args
 from .engine import Engine
 from .store import EgressStore
@@ -97,6 +103,7 @@ async def serve(config: ProxyConfig) -> int:
     bound_request_heads()
     bound_buffered_responses()
     answer_trailers()
+    withhold_upstream_bytes_in_errors()
     opts = options.Options(
         listen_host=config.listen_host,
         listen_port=config.listen_port,

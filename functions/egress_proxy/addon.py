@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 from typing import Any
 
@@ -27,6 +28,7 @@ from mitmproxy.proxy import commands, events
 from mitmproxy.proxy.layers import http as http_layers
 from mitmproxy.proxy.layers.http import _http1
 from mitmproxy.proxy.layers.http._base import ReceiveHttp
+from mitmproxy.proxy.layers.http._events import ResponseProtocolError
 from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 from sandbox_common.observability import logger
 
@@ -39,6 +41,7 @@ ANSWER = "egress_answer"  # flow.metadata key: the engine's Answer of a forwarde
 PROXY_AUTHENTICATE = 'Basic realm="sandbox egress"'
 DENIED_HEADER = "X-Sandbox-Egress-Denied"
 _log = logging.getLogger(__name__)
+_QUOTED_BYTES = re.compile(r"""b['"]""")  # where mitmproxy quotes a peer's bytes in an error (repr)
 
 
 def bound_request_heads(limit: int = checks.MAX_HEAD_BYTES) -> None:
@@ -105,6 +108,30 @@ def answer_trailers() -> None:
 
     connection_class.read_body = read_body  # type: ignore[method-assign]
     connection_class._egress_trailers = True  # type: ignore[attr-defined]
+
+
+def withhold_upstream_bytes_in_errors() -> None:
+    """mitmproxy's answer to a response it cannot read quotes the offending bytes (a status or
+    header line, a chunk size, what the server sent before it closed), and so does the error the
+    addon logs: from a credential host those bytes may hold the secret the proxy added, where no
+    scrubbing reaches them. Such an error keeps mitmproxy's words up to the quoted bytes, scrubbed."""
+    stream = http_layers.HttpStream
+    if getattr(stream, "_egress_withheld", False):
+        return
+    original = stream.handle_protocol_error
+
+    def handle_protocol_error(self: Any, event: Any) -> Any:
+        answer: Answer | None = self.flow.metadata.get(ANSWER)
+        if isinstance(event, ResponseProtocolError) and answer is not None and answer.scrubber is not None:
+            quoted = _QUOTED_BYTES.search(event.message)
+            if quoted is not None:
+                kept = event.message[: quoted.start()].rstrip(": ")
+                event.message = f"{kept} (what the server sent is not shown: it may hold the credential)"
+            event.message = answer.scrubber.text(event.message)[0]
+        return (yield from original(self, event))
+
+    stream.handle_protocol_error = handle_protocol_error  # type: ignore[method-assign]
+    stream._egress_withheld = True  # type: ignore[attr-defined]
 
 
 def ascii_host(host: str) -> str:

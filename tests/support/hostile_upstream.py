@@ -84,6 +84,10 @@ MODES = (
     "gzip-twice",
     "range",
     "cookie",
+    "bad-status-line",
+    "bad-header-line",
+    "bad-chunk-size",
+    "garbage-then-close",
 )
 
 
@@ -166,6 +170,8 @@ class HostileUpstream:
                     _websocket_echo(conn, headers, buffer)
                     return
                 for part in self._answer(method, target, headers, body):
+                    if part == _CLOSE:
+                        return
                     conn.sendall(part)
                     if part is _PAUSE:
                         time.sleep(0.3)
@@ -212,6 +218,7 @@ class HostileUpstream:
 
 
 _PAUSE = b""  # a marker between parts: the server waits a moment (a chunk boundary in time too)
+_CLOSE = b"<close>"  # a marker: the server closes the connection here
 
 
 def _response(status: int, body: bytes, headers: dict[str, str], reason: str = "OK") -> bytes:
@@ -256,6 +263,15 @@ def _reflect(mode: str, auth: str, token: str, headers: dict[str, str]) -> list[
         return [_response(200, zlib.compress(document), {"Content-Encoding": "deflate"})]
     if mode == "gzip-twice":
         return [_response(200, gzip.compress(gzip.compress(document)), {"Content-Encoding": "gzip, gzip"})]
+    # malformed answers, the token in the part a parser quotes back in its error message
+    if mode == "bad-status-line":
+        return [f"HTTP/1.1 2x0 {token}\r\nContent-Length: 0\r\n\r\n".encode()]
+    if mode == "bad-header-line":
+        return [f"HTTP/1.1 200 OK\r\n{token}\r\nContent-Length: 0\r\n\r\n".encode()]
+    if mode == "bad-chunk-size":
+        return [f"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz{token}\r\n".encode(), _CLOSE]
+    if mode == "garbage-then-close":
+        return [f"XTTP {token}".encode(), _CLOSE]
     if mode == "range":
         # a server that honours Range on any answer (as static and caching servers do)
         wanted = headers.get("range", "")

@@ -554,6 +554,77 @@ print(json.dumps(out))
     assert not opened, out
 
 
+LOOPBACK_PROBE = r"""
+import json, socket
+out = {}
+def tcp(host, port):
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    s = socket.socket(family, socket.SOCK_STREAM); s.settimeout(3)
+    try:
+        s.connect((host, port)); return "CONNECTED"
+    except OSError as e:
+        return type(e).__name__
+    finally:
+        s.close()
+for service, port in SERVICES.items():
+    for host in ("127.0.0.1", "10.0.2.2", "::1", "127.1.2.3"):
+        out[f"tcp {host} {service}"] = tcp(host, port)
+    if VIA_PROXY:
+        for target in (f"127.0.0.1:{port}", f"localhost:{port}", f"localhost.:{port}", f"[::1]:{port}",
+                       f"0:{port}", f"2130706433:{port}", f"packages.sandbox.internal:{port}"):
+            out[f"CONNECT {target} {service}"] = connect_head(target)[0].split(b"\r\n", 1)[0].decode()
+        # the proxy's own name takes a CONNECT on any port: what answers inside is the proxy itself
+        pseudo = "egress.sandbox.internal"
+        probe = f"GET /probe HTTP/1.1\r\nHost: {pseudo}\r\nConnection: close\r\n\r\n".encode()
+        inside = tunnel(pseudo, probe, port)
+        own = inside.startswith(b"HTTP/1.1 404") and b'"not found"' in inside
+        out[f"inside {pseudo}:{port} {service}"] = "own 404" if own else inside[:60].decode("latin-1")
+        for url in (f"http://127.0.0.1:{port}/", f"http://localhost:{port}/",
+                    f"http://packages.sandbox.internal:{port}/", f"http://egress.sandbox.internal:{port}/"):
+            head = f"GET {url} HTTP/1.1\r\nHost: {url.split('/')[2]}\r\n" + proxy_auth()
+            head += "Connection: close\r\n\r\n"
+            out[f"GET {url} {service}"] = status_of(plain(head.encode()))[0]
+print(json.dumps(out))
+"""
+
+
+def _services(red: RedStack) -> dict[str, int]:
+    """The local stack's own loopback services (moto, the interpreter, the Lambda emulator, the
+    package index, the proxy): their ports."""
+    processes = red.state.data["processes"]
+    return {name: int(processes[name]["endpoint"].rsplit(":", 1)[1]) for name in processes}
+
+
+def test_red_the_stacks_loopback_services_are_out_of_reach_of_a_session(
+    red: RedStack, turn: Turn, record: Any
+) -> None:
+    services = _services(red)
+    assert {"moto", "interpreter", "lambda", "egress"} <= set(services), services
+    # When an allowlisted session tries moto, the interpreter's control API, the Lambda emulator,
+    # the package index and the proxy by TCP on the host's loopback names, and through the proxy by
+    # every spelling of a loopback target; and a public session tries them by TCP
+    probe = LOOPBACK_PROBE.replace("SERVICES", repr(services))
+    out = turn.json(probe.replace("VIA_PROXY", "True"))
+    public = red.turn("acme", "analyst")
+    try:
+        out |= {f"public {k}": v for k, v in public.json(probe.replace("VIA_PROXY", "False")).items()}
+    finally:
+        public.end()
+    reached = {k: v for k, v in out.items() if v == "CONNECTED" or " 200 " in v or " 101 " in v}
+    record(
+        "red_team",
+        attack=f"the local stack's services ({', '.join(sorted(services))}) by TCP on loopback names"
+        " and through the proxy as literals, loopback names and the proxy's own names",
+        surface="VPC and public sessions, egress proxy",
+        observed="none reached" if not reached else f"reached: {reached}",
+        finding="",
+    )
+    # Then none is reached (inside a CONNECT to the proxy's own name only the proxy answers)
+    assert not reached, reached
+    assert all(v == "own 404" for k, v in out.items() if k.startswith("inside ")), out
+    assert len(out) >= len(services) * 4
+
+
 def test_red_the_proxys_own_name_answers_only_the_bind(red: RedStack, turn: Turn, record: Any) -> None:
     code = (
         "import json\n"
@@ -709,6 +780,58 @@ def _tunnel_bytes(tunnel: Tunnel, path: str) -> int:
     except (OSError, ConnectionError, __import__("http.client").client.HTTPException):
         return 0
     return len(answer.body) if answer.status == 200 else 0
+
+
+FETCH_OPEN = (
+    "import json, urllib.request\n"
+    f"answer = urllib.request.urlopen('https://{OPEN}/bytes?n=10', timeout=20)\n"
+    "print(json.dumps({'status': answer.status}))\n"
+)
+
+
+def test_red_a_cap_of_0_on_egress_daily_bytes_refuses_every_byte_and_names_the_cap(
+    red: RedStack, record: Any
+) -> None:
+    # Given globex's allowlisted turn reaching its allowed host (a cap put back earlier applies)
+    turn = red.turn("globex", "allowlisted")
+    assert turn.begun["sandbox"]["status"] == "ready", turn.begun
+    wait_for(
+        lambda: turn.run(FETCH_OPEN).get("ok") is True,
+        timeout=PROXY_WAIT + 30,
+        what="the allowed host reached",
+    )
+    # When the operator sets egress_daily_bytes to 0 for globex
+    assert red.ctl("caps", "set", "egress_daily_bytes", "0", "--tenant", "globex").returncode == 0
+    try:
+        refused = wait_for(
+            lambda: (a := turn.run(FETCH_OPEN)).get("error") == "SandboxCapExceeded" and a,
+            timeout=PROXY_WAIT + 30,
+            what="the cap of 0 refusing the call",
+        )
+        quiet = turn.run("print(6 * 7)")
+        fresh = red.turn("globex", "allowlisted")
+        started = fresh.begun.get("sandbox", {}).get("status")
+        fresh_answer = fresh.run(FETCH_OPEN)
+        fresh.end()
+    finally:
+        assert (
+            red.ctl("caps", "set", "egress_daily_bytes", str(1 << 30), "--tenant", "globex").returncode == 0
+        )
+        turn.end()
+    record(
+        "red_team",
+        attack="egress_daily_bytes set to 0: calls that send bytes, a call that sends none, a new session",
+        surface="egress proxy, dispatch",
+        observed=f"{refused.get('error')} ({refused.get('dimension')}); quiet call ok={quiet.get('ok')};"
+        f" new session {started}, its fetch {fresh_answer.get('error') or fresh_answer.get('ok')}",
+        finding="",
+    )
+    # Then a call that sends bytes is refused naming the cap; a call that sends none runs; a new
+    # session still starts, and its first byte is refused the same way
+    assert refused["dimension"] == "egress_daily_bytes" and refused["exit_status"] == "cap_exceeded", refused
+    assert quiet.get("ok") is True and quiet["stdout"].strip() == "42", quiet
+    assert started == "ready"
+    assert fresh_answer.get("error") == "SandboxCapExceeded", fresh_answer
 
 
 def test_red_a_flood_of_invented_credentials_does_not_stop_another_tenants_requests(

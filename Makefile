@@ -8,11 +8,12 @@ export PYTHONDONTWRITEBYTECODE := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_VERSION_CHECK := 1
 
-.PHONY: help install os-deps session-runtime egress-runtime demo test synth synth-all bench lint reliability client-layer client-definitions clean
+.PHONY: help install os-deps session-runtime egress-runtime demo test test-quick synth synth-all bench lint reliability client-layer client-definitions clean
 
 help:
 	@echo "make demo        install, synthesize every stage, run one agent turn on the local stack"
-	@echo "make test        install and run the test suite (benchmarks as a quick smoke)"
+	@echo "make test        install and run the whole test suite (what CI runs; benchmarks as a quick smoke)"
+	@echo "make test-quick  the tests that start no process (tests/unit, the docs checks): the inner loop"
 	@echo "make session-runtime   the local sessions' pinned Python venv (.venv-session: numpy, pandas, ...)"
 	@echo "make egress-runtime    the egress proxy's pinned Python venv (.venv-egress: mitmproxy, ...)"
 	@echo "make synth STAGE=dev   synthesize one stage with the pinned CDK CLI"
@@ -116,6 +117,12 @@ demo: os-deps install session-runtime egress-runtime synth-all
 # kept 0.9 of the 2 cores busy, 4 workers about 1.5).
 test: os-deps install session-runtime egress-runtime
 	$(PY) -m pytest -q -n 4 --dist loadfile
+
+# The inner loop: the tests that start no process (tests/unit/conftest.py fails a unit test that
+# does), CPU-bound, so one worker per core.
+QUICK_TESTS := tests/unit tests/docs --ignore=tests/docs/test_readme_commands.py
+test-quick: .venv/.installed
+	$(PY) -m pytest -q -n 2 $(QUICK_TESTS)
 
 bench: os-deps install session-runtime egress-runtime
 	$(PY) -m pytest -q tests/benchmarks --bench-full -s

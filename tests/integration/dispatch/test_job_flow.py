@@ -24,6 +24,9 @@ from sandbox_runtime.runner import SessionRunner, credentials
 from sandbox_runtime.runner.jobs import JobRunner
 
 from tests.support.runner import ACME_INTERPRETER, ACME_RUNNER_ROLE, session_runner
+from tests.support.runner import acme_interpreter as acme_interpreter  # fixtures of this module
+from tests.support.tables import ddb as ddb
+from tests.support.tables import tables as tables
 
 INTERPRETER = ACME_INTERPRETER
 RUNNER_ROLE = ACME_RUNNER_ROLE

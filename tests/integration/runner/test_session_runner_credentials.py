@@ -1,5 +1,5 @@
 """The session runner's credentials: the tenant role assumed through moto's STS with the tenant's
-session tag and a session policy naming only its interpreters, one AssumeRole per tenant shared by
+session tag and a session policy naming only its interpreters (and the stage's egress CA certificate), one AssumeRole per tenant shared by
 its runners, never shared across tenants, refreshed five minutes before expiry. The AgentCore
 double runs each call's code in a real `python -c` (tests/support/agentcore_double.py)."""
 
@@ -117,9 +117,10 @@ def test_credentials_assume_role_carries_a_session_policy_naming_only_the_tenant
     )
     # When it runs code
     make_runner().execute(fake_agentcore.INTERPRETER, SESSION, "print(1)")
-    # Then the one AssumeRole carried the session policy of acme's interpreter ARNs, nothing wider
+    # Then the one AssumeRole carried the session policy of acme's interpreter ARNs (and the
+    # stage's egress CA certificate, which AgentCore reads with these credentials), nothing wider
     (params,) = sent
-    assert json.loads(params["Policy"]) == session_policy([ACME_INTERPRETER_ARN])
+    assert json.loads(params["Policy"]) == session_policy([ACME_INTERPRETER_ARN], stage="test")
     assert "*" not in params["Policy"]
 
 
@@ -148,3 +149,35 @@ def test_credentials_effective_policy_for_acme_denies_every_runner_action_on_glo
     # And the role alone (no session policy) would have allowed globex: the session policy is what
     # confines it
     assert decide([role_policy], Request(RUNNER_ACTIONS[0], OTHER_TENANT_INTERPRETER_ARN)) == "allow"
+
+
+def test_credentials_session_may_read_the_stages_ca_certificate_and_nothing_else_of_secrets(
+    fake_agentcore, sts, make_runner
+):
+    # Given the runner role's own policy as the stack deploys it, with the egress path's grant of
+    # the stage's CA certificate (infra/cdk/constructs/egress_setup.py), and acme's session policy
+    certificate = "arn:aws:secretsmanager:us-east-1:123456789012:secret:thinkwork/test/egress/ca-cert-Ab12Cd"
+    role_policy = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Action": "secretsmanager:GetSecretValue", "Resource": certificate}
+        ],
+    }
+    sent: list[str] = []
+    aws.client("sts").meta.events.register(
+        "provide-client-params.sts.AssumeRole", lambda params, **kw: sent.append(params["Policy"])
+    )
+    make_runner().execute(fake_agentcore.INTERPRETER, SESSION, "print(1)")
+    (session,) = [json.loads(p) for p in sent]
+    read = "secretsmanager:GetSecretValue"
+    # When IAM evaluates the session on the certificate, the CA's key, another stage's certificate
+    # and a tenant's secret / Then only the certificate is readable
+    assert effective([role_policy], session, Request(read, certificate)) == "allow"
+    wide = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": read, "Resource": "*"}]}
+    for other in (
+        certificate.replace("ca-cert", "ca-key"),
+        certificate.replace("/test/", "/prod/"),
+        "arn:aws:secretsmanager:us-east-1:123456789012:secret:thinkwork/test/tenants/acme/crm-token-Ab12Cd",
+    ):
+        # (even if the role's own policy allowed every secret, the session policy does not)
+        assert effective([wide], session, Request(read, other)) == "implicit_deny", other

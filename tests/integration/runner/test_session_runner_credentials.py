@@ -1,7 +1,8 @@
 """The session runner's credentials: the tenant role assumed through moto's STS with the tenant's
-session tag and a session policy naming only its interpreters (and the stage's egress CA certificate), one AssumeRole per tenant shared by
-its runners, never shared across tenants, refreshed five minutes before expiry. The AgentCore
-double runs each call's code in a real `python -c` (tests/support/agentcore_double.py)."""
+session tag and a session policy naming only its interpreters (and the stage's egress CA
+certificate), one AssumeRole per tenant shared by its runners, never shared across tenants,
+refreshed five minutes before expiry. The AgentCore double runs each call's code in a real
+`python -c` (tests/support/agentcore_double.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Agent client (§4.6) against a real HTTP endpoint speaking the Lambda Invoke API."""
+"""Agent client against a real HTTP endpoint speaking the Lambda Invoke API."""
 
 from __future__ import annotations
 
@@ -220,7 +220,7 @@ def test_begin_tells_dispatch_the_tools_this_client_answers(surface_dispatch: An
     # Given a turn with two agent tools, and one with none
     _turn(client, tools={"query_sales": len, "lookup": len}).begin()
     _turn(client).begin()
-    # When each begins / Then begin_turn names exactly the tools each can answer from code (§21)
+    # When each begins / Then begin_turn names exactly the tools each can answer from code
     assert [e["client_tools"] for e in seen] == [["lookup", "query_sales"], []]
 
 

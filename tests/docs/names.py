@@ -14,7 +14,8 @@ How a dotted name resolves:
   module defines or imports, a class's method, attribute or field (its own or a base's of ours);
 - its first part is the last part of modules of ours (`aws.new_client`, `routes.ROUTES`): the rest
   resolves in one of them, or names a method or attribute of a class one of them defines (the doc
-  speaking of an instance, `turn.strands_tools()`);
+  speaking of an instance, `turn.strands_tools()`), or the first part is also a library's module
+  (`http.server` beside `tests/support/http.py`);
 - its first part is a class of ours (`SessionRunner.execute`): the rest resolves on one of them;
 - otherwise, a module Python can find (`os.write`, `boto3.client`) or a lowercase name that is no
   code of ours (`context.invoked_function_arn`: an object in prose) is not checked, and a
@@ -27,8 +28,10 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import importlib.util
 import os
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -221,6 +224,8 @@ class Repository:
                 return None
             if any(self._class_member_in(m, parts[1]) for m in candidates):
                 return None  # an instance of a class the module defines
+            if _is_library_module(first):
+                return None  # `http.server` while tests/support/http.py exists: the library's
             return self._unresolved(text)
         if first in self.classes:
             if any(self._in_class(m, c, parts[1:]) for m, c in self.classes[first]):
@@ -349,6 +354,17 @@ class Repository:
         package = module.name.split(".") if module.is_package else module.name.split(".")[:-1]
         base = package[: len(package) - (node.level - 1)] if node.level > 1 else package
         return ".".join([*base, *([node.module] if node.module else [])])
+
+
+def _is_library_module(name: str) -> bool:
+    """Whether `name` is a top-level module of the standard library or of an installed package.
+    Finding a top-level spec runs no module code."""
+    if name in sys.stdlib_module_names:
+        return True
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _python_files(base: Path, *, top_only: bool) -> Iterator[Path]:

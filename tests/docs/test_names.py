@@ -67,6 +67,9 @@ def _fake_repository(root: Path) -> Repository:
         "infra/__init__.py": "",
         "infra/local/__init__.py": "",
         "infra/local/state.py": "def read():\n    pass\n",
+        "tests/__init__.py": "",
+        "tests/support/__init__.py": "",
+        "tests/support/http.py": "def serve():\n    pass\n",
         "docs/page.md": "",
     }
     for relative, text in files.items():
@@ -81,12 +84,13 @@ Resolves: `pkg.mod.Thing.run`, `pkg.mod.make`, `mod.CONSTANT`, `Thing.count`, `T
 `common_pkg.CONSTANT`, `infra.local.state.read`, `mod.inner`, `mod.count` (an instance),
 `functions/pkg/mod.py`, `functions/pkg/`, `infra/local/*.py`, `pkg/mod.py`, `mod.py`,
 `functions/pkg/mod.py::Thing`, `docs/page.md`.
-Not names of ours: `os.write`, `context.aws_request_id`, `egress.sandbox.internal`, `/opt/python`.
+Not names of ours: `os.write`, `context.aws_request_id`, `egress.sandbox.internal`, `/opt/python`,
+`http.server` (the library's, beside our `http.serve`).
 Not cited: `sandboxctl caps get acme`, `aws.client("sts")`, `{tenant}/x.json`, `"pkg.mod.x"`,
 `make test`, `outputs/figure-1.png`, `s3://bucket/key`.
 Does not resolve: `pkg.mod.gone`, `pkg.missing`, `mod.gone`, `Thing.gone`, `Child.gone`,
 `common_pkg.naming.OTHER`, `infra.local.gone`, `functions/pkg/nope.py`, `tests/nowhere/`,
-`nope.py`, `gone/mod.py`, `functions/pkg/mod.py::gone`, `Unknown.attr`.
+`nope.py`, `gone/mod.py`, `functions/pkg/mod.py::gone`, `Unknown.attr`, `state.gone`.
 """
 
 
@@ -111,11 +115,12 @@ def test_names_parser_and_resolver_on_a_fake_doc(tmp_path: Path) -> None:
         "gone/mod.py",
         "functions/pkg/mod.py::gone",
         "Unknown.attr",
+        "state.gone",
     }
     texts = {c.text for c in cites}
-    assert {"pkg.mod.Thing.run", "Thing.size", "functions/pkg/", "mod.py", "os.write"} <= texts
+    assert {"pkg.mod.Thing.run", "Thing.size", "functions/pkg/", "mod.py", "os.write", "http.server"} <= texts
     for not_cited in ("sandboxctl caps get acme", 'aws.client("sts")', "{tenant}/x.json", "make test"):
         assert not_cited not in texts
     assert not any(t.startswith(("outputs/", "s3:", "/opt", '"')) for t in texts)
     # and every cite carries its line
-    assert Cited("name", "pkg.mod.gone", 10) in cites
+    assert Cited("name", "pkg.mod.gone", 11) in cites

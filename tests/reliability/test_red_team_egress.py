@@ -653,6 +653,40 @@ def test_red_the_proxys_own_name_answers_only_the_bind(red: RedStack, turn: Turn
 
 
 # --- stolen credentials -------------------------------------------------------------------------------
+PRINT_PROXY = {
+    "python": "import os\nprint(os.environ['HTTPS_PROXY'])",
+    "bash": 'echo "$HTTPS_PROXY"; env | grep -i "^https_proxy="',
+    "javascript": "console.log(process.env.HTTPS_PROXY);",
+}
+
+
+@pytest.mark.parametrize("language", list(PRINT_PROXY))
+def test_red_the_sessions_proxy_credential_printed_by_a_job_is_redacted(
+    red: RedStack, turn: Turn, language: str, record: Any
+) -> None:
+    # Given the session's own proxy credential (its secret, as the session's code can read it)
+    secret = turn.json(
+        "import os, json, urllib.parse\nprint(json.dumps("
+        "{'r': urllib.parse.urlsplit(os.environ['HTTPS_PROXY']).password[::-1]}))"
+    )["r"][::-1]
+    # When a foreground call and a background job print it
+    foreground = turn.run(PRINT_PROXY[language], language=language)
+    _, job = turn.job(PRINT_PROXY[language], language=language, timeout_s=30)
+    leaked = [name for name, a in (("foreground", foreground), ("job", job)) if secret in json.dumps(a)]
+    record(
+        "red_team",
+        attack=f"the session's proxy credential printed by {language}, in a call and in a background job",
+        surface="front door (jobs), egress credential",
+        observed=f"in the answer of: {leaked}" if leaked else "redacted in both",
+        finding="low: a background job's answer held the credential in the clear"
+        " (its redactor did not know it)",
+    )
+    # Then neither answer holds it
+    assert foreground.get("ok") is True and job.get("status") == "completed", (foreground, job)
+    assert "<redacted>" in job.get("stdout", ""), job
+    assert not leaked
+
+
 def test_red_a_stolen_credential_is_refused_in_another_session_of_the_same_tenant(
     red: RedStack, turn: Turn, record: Any
 ) -> None:

@@ -403,6 +403,37 @@ def test_red_an_allowed_internationalized_name_is_reachable_by_its_ascii_form(
     assert " 200 " in status, got[:300]
 
 
+def test_red_the_credential_goes_to_its_host_only_and_replaces_the_sessions_own(
+    red: RedStack, turn: Turn, record: Any
+) -> None:
+    secret: str = red.secret  # type: ignore[attr-defined]
+    # When the credential host redirects to another allowed host and urllib follows; and the
+    # session sends the credential host an Authorization of its own, twice, in two spellings
+    followed = turn.json(
+        "import json, urllib.request\n"
+        f"url = 'https://{API}/redirect?to=https://{OPEN}/echo%3Ffollowed-from-api'\n"
+        "print(json.dumps({'status': urllib.request.urlopen(url, timeout=20).status}))\n"
+    )
+    own = "Authorization: Bearer chosen-by-the-session\\r\\nauthorization: Basic c2Vzc2lvbg==\\r\\n"
+    _got(turn, _get("/echo?own-authorization", extra=own))
+    at_open = red.upstream.saw("?followed-from-api")
+    at_api = red.upstream.saw("?own-authorization")
+    sent = [line for s in at_api for line in s.lines if line.lower().startswith("authorization:")]
+    record(
+        "red_team",
+        attack="a redirect off the credential host, followed; the session's own Authorization to it",
+        surface="egress proxy (credentials)",
+        observed=f"followed {followed}; the other host saw authorization:"
+        f" {any('authorization' in s.headers for s in at_open)}; the credential host saw {len(sent)}"
+        " Authorization line(s)",
+        finding="",
+    )
+    # Then the other host saw no credential, and the credential host exactly the tenant's, once
+    assert followed["status"] == 200 and at_open, followed
+    assert not any("authorization" in s.headers for s in at_open), at_open
+    assert sent == [f"Authorization: Bearer {secret}"], sent
+
+
 def test_red_redirect_from_an_allowed_host_to_a_denied_one_is_not_followed_out(
     red: RedStack, turn: Turn, record: Any
 ) -> None:

@@ -256,6 +256,71 @@ def test_red_another_agents_ids_inside_its_own_scope_reach_nothing_of_theirs(
     _victim_intact(red, victim)
 
 
+def test_red_another_agent_of_the_same_tenant_reaches_nothing_of_its_turn(
+    red: RedStack, victim: dict[str, Any], record: Any
+) -> None:
+    turn = victim["turn"]
+    other = red.turn("globex", "analyst", agent_id="globex-other")
+    assert other.begun["sandbox"]["status"] == "ready", other.begun
+    job_id = victim["job_id"]
+    theirs = {"tenant_id": "globex", "turn_id": turn.turn_id}
+    mine = {"turn_token": other.token, "agent_id": "globex-other"}
+    code = "print(open('outputs/private.txt').read())"
+    # When globex's other agent uses the first agent's job id from its own turn, the first agent's
+    # turn id with its own token, and the first agent's turn id and token under its own agent id
+    seen = {
+        "own turn: get_job": other.dispatch("get_job", job_id=job_id),
+        "own turn: cancel_job": other.dispatch("cancel_job", job_id=job_id),
+        "their turn, own token: get_job": red.dispatch(
+            {"action": "get_job", **theirs, **mine, "job_id": job_id}
+        ),
+        "their turn, own token: execute_code": red.dispatch(
+            {
+                "action": "execute_code",
+                **theirs,
+                **mine,
+                "template_id": "analyst",
+                "call_id": f"{turn.turn_id}-other",
+                "code": code,
+            }
+        ),
+        "their turn, own token: end_turn": red.dispatch(
+            {"action": "end_turn", **theirs, "turn_token": other.token}
+        ),
+        "their turn and token, own agent id: get_job": red.dispatch(
+            {
+                "action": "get_job",
+                **theirs,
+                "turn_token": turn.token,
+                "agent_id": "globex-other",
+                "job_id": job_id,
+            }
+        ),
+        "their turn and token, own agent id: cancel_job": red.dispatch(
+            {
+                "action": "cancel_job",
+                **theirs,
+                "turn_token": turn.token,
+                "agent_id": "globex-other",
+                "job_id": job_id,
+            }
+        ),
+    }
+    other.end()
+    record(
+        "red_team",
+        attack="another agent of the same tenant: the first agent's job id, turn id and token",
+        surface="dispatch",
+        observed=", ".join(f"{k}: {_outcome(v)}" for k, v in seen.items()),
+        finding="",
+    )
+    # Then each is refused, nothing of the first agent's comes back, and its turn, job and files
+    # are as they were
+    assert all(a.get("ok") is not True and a.get("error") for a in seen.values()), seen
+    assert "globex-private-data" not in json.dumps(seen)
+    _victim_intact(red, victim)
+
+
 def test_red_the_agent_client_raises_the_scope_refusal(red: RedStack, record: Any) -> None:
     from sandbox_client import SandboxProvisioning, SandboxTurn
 

@@ -57,7 +57,8 @@ def red(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedStack]:
         )
         assert out.returncode == 0, out.stderr
         out = stack.ctl(
-            "egress", "set", "--tenant", "globex", "--environment", "default-allowlist", "--allow", OPEN
+            *("egress", "set", "--tenant", "globex", "--environment", "default-allowlist", "--allow", OPEN),
+            *("--packages", "sandbox-hello==1.0.0"),
         )
         assert out.returncode == 0, out.stderr
         yield stack
@@ -502,6 +503,66 @@ def test_red_pip_and_index_tricks_fetch_no_unlisted_package(red: RedStack, turn:
     )
     assert not got_through, lines
     assert not any(s for s in red.upstream.seen if "/simple" in s.target)  # the denied host saw no pip
+
+
+PINNED_PROBE = r"""
+import io, json, subprocess, sys, zipfile
+INDEX = "packages.sandbox.internal"
+def fetch(path, accept=""):
+    head = f"GET {path} HTTP/1.1\r\nHost: {INDEX}\r\n" + (f"Accept: {accept}\r\n" if accept else "")
+    got = tunnel(INDEX, (head + "Connection: close\r\n\r\n").encode())
+    body = got.partition(b"\r\n\r\n")[2]
+    versions = []
+    try:
+        with zipfile.ZipFile(io.BytesIO(body)) as z:
+            text = b"".join(z.read(n) for n in z.namelist())
+            versions = [v for v in ("1.0.0", "1.1.0") if f'VERSION = "{v}"'.encode() in text]
+    except zipfile.BadZipFile:
+        versions = [v for v in ("1.0.0", "1.1.0") if v.encode() in body]
+    return {"status": status_of(got)[0], "versions": versions}
+W = "sandbox_hello-{v}-py3-none-any.whl"
+out = {name: fetch(path) for name, path in {
+    "the pinned file": "/simple/sandbox-hello/1.0.0/" + W.format(v="1.0.0"),
+    "another version": "/simple/sandbox-hello/1.1.0/" + W.format(v="1.1.0"),
+    "the name spelled otherwise": "/simple/Sandbox_Hello/1.1.0/" + W.format(v="1.1.0"),
+    "escaped traversal": "/simple/sandbox-hello/1.0.0/%2e%2e/1.1.0/" + W.format(v="1.1.0"),
+    "double-escaped traversal": "/simple/sandbox-hello/1.0.0/%252e%252e/1.1.0/" + W.format(v="1.1.0"),
+    "an escaped slash in the version": "/simple/sandbox-hello/1.0.0%2f..%2f1.1.0/" + W.format(v="1.1.0"),
+    "the pinned directory, another file": "/simple/sandbox-hello/1.0.0/" + W.format(v="1.1.0"),
+    "a double slash": "/simple/sandbox-hello//1.1.0/" + W.format(v="1.1.0"),
+    "the project page": "/simple/sandbox-hello/",
+}.items()}
+out["the project page as JSON"] = fetch("/simple/sandbox-hello/", "application/vnd.pypi.simple.v1+json")
+pip = [sys.executable, "-m", "pip", "install", "--no-cache-dir", "-q"]
+for spec in ("sandbox-hello==1.1.0", "sandbox-hello"):
+    out[f"pip install {spec}"] = subprocess.run(pip + [spec], capture_output=True).returncode
+show = [sys.executable, "-c", "import sandbox_hello; print(sandbox_hello.VERSION)"]
+out["installed"] = subprocess.run(show, capture_output=True, text=True).stdout.strip()
+print(json.dumps(out))
+"""
+
+
+def test_red_a_pinned_package_yields_only_its_pinned_version(red: RedStack, record: Any) -> None:
+    # Given globex's policy pins sandbox-hello to 1.0.0 (the index also has 1.1.0)
+    turn = red.turn("globex", "allowlisted")
+    try:
+        # When its session asks the index for 1.1.0 by every path it can spell, and pip for it
+        out = turn.json(SESSION_RAW + PINNED_PROBE)
+    finally:
+        turn.end()
+    newer = {k: v for k, v in out.items() if isinstance(v, dict) and "1.1.0" in v["versions"]}
+    record(
+        "red_team",
+        attack=f"a pinned package's other version: {len(out) - 3} index paths, pip with and without the pin",
+        surface="egress proxy (packages)",
+        observed="only the pinned version" if not newer and out["installed"] == "1.0.0" else f"{newer}",
+        finding="",
+    )
+    # Then only the pinned file comes, pip gets nothing newer, and installs the pinned version
+    assert not newer, newer
+    assert " 200 " in out["the pinned file"]["status"] and out["the pinned file"]["versions"] == ["1.0.0"]
+    assert out["pip install sandbox-hello==1.1.0"] != 0 and out["pip install sandbox-hello"] == 0, out
+    assert out["installed"] == "1.0.0", out
 
 
 # --- no other way out ----------------------------------------------------------------------------------

@@ -395,6 +395,11 @@ EGRESS_SET_REFUSALS = {
     ),
     "a package with a marker": ("--packages", "sandbox-hello; os_name=='posix'"),
     "a package with a URL": ("--packages", "sandbox-hello @ https://evil.test/x.whl"),
+    # 100 rules (the most a policy has) of long names: past the 8 KB an SSM parameter holds, which
+    # AWS refuses and moto stores
+    "a policy past an SSM parameter's 8 KB": tuple(
+        arg for i in range(100) for arg in ("--allow", f"{'a' * 60}.{i:03d}{'b' * 20}.partner.test")
+    ),
 }
 
 
@@ -436,7 +441,9 @@ def test_red_egress_set_refuses_bad_input_and_changes_nothing(
         attack=f"sandboxctl egress set with {case}",
         surface="sandboxctl",
         observed=f"exit {out.returncode}: {out.stderr.strip()[:90]}",
-        finding="",
+        finding="low: stored locally (moto sets no limit), refused by a stage's SSM"
+        if "8 KB" in case
+        else "",
     )
     assert out.returncode in (1, 2) and "Traceback" not in out.stderr, (out.returncode, out.stderr)
     assert after == before

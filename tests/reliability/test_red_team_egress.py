@@ -1021,3 +1021,47 @@ def test_red_a_flood_of_invented_credentials_does_not_stop_another_tenants_reque
         finding="",
     )
     assert proxy.answers()
+
+
+# --- what the stack keeps -------------------------------------------------------------------------
+def test_red_no_log_or_table_of_the_stack_holds_a_secret(red: RedStack, turn: Turn, record: Any) -> None:
+    # Given the tenant's credential (rendered by the proxy into every call to its host above), the
+    # session's own proxy credential (carried once by its readiness call), and after every attack
+    secret: str = red.secret  # type: ignore[attr-defined]
+    proxy_secret = turn.json(
+        "import os, json, urllib.parse\n"
+        "print(json.dumps({'r': urllib.parse.urlsplit(os.environ['HTTPS_PROXY']).password[::-1]}))"
+    )["r"][::-1]
+    values = {"tenant credential": secret, "session proxy credential": proxy_secret}
+    # When every log of the stack's processes and every item of its tables is read
+    found: dict[str, list[str]] = {}
+    scanned = []
+    for path in sorted(red.state.directory.rglob("*.log")):
+        if path.name == "moto.log":  # the AWS stand-in's own log, which AWS does not have
+            continue
+        scanned.append(path.name)
+        text = path.read_bytes()
+        for what, value in values.items():
+            if value.encode() in text:
+                found.setdefault(what, []).append(path.name)
+    for logical, table in red.state.resources.tables.items():
+        kwargs: dict[str, Any] = {"TableName": table}
+        while True:
+            page = red.ddb.scan(**kwargs)
+            text = json.dumps(page.get("Items", []))
+            for what, value in values.items():
+                if value in text:
+                    found.setdefault(what, []).append(logical)
+            if "LastEvaluatedKey" not in page:
+                break
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    record(
+        "red_team",
+        attack="the tenant's credential and a session's proxy credential in the stack's logs and tables",
+        surface="egress proxy, dispatch, local interpreter",
+        observed=f"found: {found}" if found else "in none",
+        finding="",
+    )
+    # Then neither is in any of them
+    assert {"egress.log", "interpreter.log", "lambda.log"} <= set(scanned), scanned
+    assert not found, found

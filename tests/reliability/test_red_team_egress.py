@@ -108,10 +108,11 @@ def _body(answer: bytes) -> bytes:
         ),
         b"",
     )
-    if encoding == b"gzip":
-        body = gzip.decompress(body)
-    elif encoding == b"deflate":
-        body = zlib.decompress(body)
+    for coding in reversed([c.strip() for c in encoding.split(b",") if c.strip()]):  # applied last first
+        if coding == b"gzip":
+            body = gzip.decompress(body)
+        elif coding == b"deflate":
+            body = zlib.decompress(body)
     return body
 
 
@@ -125,6 +126,7 @@ REFLECTIONS = {
     "chunked-split": "held",
     "gzip": "held",
     "deflate": "held",
+    "gzip-twice": "held",
     "reason": "medium: the status line's reason phrase was not scrubbed",
     "hex-upper": "low: upper-case hex of the secret was not a scrubbed form",
     "b64-offset1": "low: base64 of the secret inside a larger base64 text was not a scrubbed form",
@@ -159,7 +161,8 @@ def test_red_reflected_credential_never_reaches_the_session(
         "red_team",
         attack=f"credential reflected by the allowed host: {mode}",
         surface="egress proxy",
-        observed="secret recovered" if leaked else "scrubbed",
+        observed=got.split(b"\r\n", 1)[0].decode("latin-1")
+        + ("; secret recovered" if leaked else "; none of it"),
         finding=REFLECTIONS[mode],
     )
     assert not leaked, got[:300]

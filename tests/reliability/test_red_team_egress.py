@@ -1069,3 +1069,79 @@ def test_red_no_log_or_table_of_the_stack_holds_a_secret(red: RedStack, turn: Tu
     # Then neither is in any of them
     assert {"egress.log", "interpreter.log", "lambda.log"} <= set(scanned), scanned
     assert not found, found
+
+
+# --- a job's descendants --------------------------------------------------------------------------
+ORPHAN_JOB = r"""
+import os, signal, time, urllib.request
+def daemon(tag):
+    if os.fork():
+        return
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    with open(f"/tmp/{tag}.pid", "w") as fh:
+        fh.write(str(os.getpid()))
+    for i in range(600):
+        try:
+            urllib.request.urlopen(f"https://OPEN/echo?{tag}-{i}", timeout=5).read()
+        except Exception:
+            pass
+        time.sleep(0.3)
+    os._exit(0)
+daemon("TAG")
+time.sleep(300)
+"""
+
+
+def test_red_a_cancelled_jobs_detached_daemon_sends_nothing_more(red: RedStack, record: Any) -> None:
+    tag = "orphan-" + secrets.token_hex(4)
+    turn = red.turn("acme", "allowlisted")
+    try:
+        # Given a background job whose double-forked, setsid'd daemon ignores SIGTERM and calls an
+        # allowed host every 0.3 s
+        submitted = turn.run(ORPHAN_JOB.replace("OPEN", OPEN).replace("TAG", tag), background=True)
+        assert submitted.get("status") == "running", submitted
+        wait_for(lambda: red.upstream.saw(f"?{tag}-"), timeout=60, what="the daemon's first call")
+        # When the job is cancelled
+        cancelled = turn.dispatch("cancel_job", job_id=submitted["job_id"])
+        final = wait_for(
+            lambda: (
+                (a := turn.dispatch("get_job", job_id=submitted["job_id"])).get("status") != "running" and a
+            ),
+            timeout=60,
+            what="the job's end",
+        )
+        # (state, not a clock: the session's processes as a foreground call sees them, twice)
+        survivors = []
+        for _ in range(2):
+            survivors = turn.json(
+                "import json, os\n"
+                f"pid = int(open('/tmp/{tag}.pid').read())\n"
+                "try:\n"
+                "    state = open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[0]\n"
+                "except OSError:\n"
+                "    state = 'gone'\n"
+                "print(json.dumps([] if state in ('gone', 'Z', 'X') else [pid]))\n"
+            )
+        seen_then = len(red.upstream.saw(f"?{tag}-"))
+        again = turn.run("print('still here')")
+        seen_after = len(red.upstream.saw(f"?{tag}-"))
+    finally:
+        turn.end()
+    record(
+        "red_team",
+        attack="a background job's detached daemon (double fork, setsid, SIGTERM ignored) calling out,"
+        " then the job cancelled",
+        surface="front door (jobs), egress",
+        observed=f"job {final.get('status')}; daemon processes left {survivors}; calls after the end"
+        f" {seen_after - seen_then}",
+        finding="",
+    )
+    # Then the job is cancelled, no daemon is left in the session, and it calls out no more
+    assert cancelled.get("status") in ("cancelled", "running") and final["status"] == "cancelled", final
+    assert again.get("ok") is True
+    assert survivors == [], survivors
+    assert seen_after == seen_then, (seen_then, seen_after)

@@ -11,6 +11,7 @@ row of the report's "Red team" section; what got through is a finding there, wit
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 import secrets
@@ -118,11 +119,12 @@ def _body(answer: bytes) -> bytes:
 
 # --- the credential, reflected by the allowed host --------------------------------------------------
 QUOTED_BYTES = "medium: mitmproxy's 502 for an unreadable answer quoted the server's bytes, secret included"
+QUOTED_MODES = ("bad-status-line", "bad-header-line", "bad-chunk-size", "garbage-then-close")
 REFLECTIONS = {
     "body": "held",
     "location": "held",
     "cookie": "held",
-    "early-hints": "held",
+    "early-hints": "low: the 103 was taken for the final answer (an HTTP/1 client got only the 103)",
     "chunked-split": "held",
     "gzip": "held",
     "deflate": "held",
@@ -166,6 +168,8 @@ def test_red_reflected_credential_never_reaches_the_session(
         finding=REFLECTIONS[mode],
     )
     assert not leaked, got[:300]
+    if mode == "early-hints":  # the informational answer is dropped, the final one follows
+        assert got.startswith(b"HTTP/1.1 200 "), got[:300]
 
 
 def test_red_the_proxys_log_never_holds_the_credential(red: RedStack, turn: Turn, record: Any) -> None:
@@ -1145,3 +1149,41 @@ def test_red_a_cancelled_jobs_detached_daemon_sends_nothing_more(red: RedStack, 
     assert again.get("ok") is True
     assert survivors == [], survivors
     assert seen_after == seen_then, (seen_then, seen_after)
+
+
+# --- HTTP/2 between the session and the proxy -----------------------------------------------------
+H2_MODES = ("body", "location", "cookie", "early-hints", "chunked-split", "gzip", *QUOTED_MODES)
+
+
+def test_red_reflections_over_http2_from_the_session_are_scrubbed_too(
+    red: RedStack, turn: Turn, record: Any
+) -> None:
+    secret: str = red.secret  # type: ignore[attr-defined]
+    # Given curl in the session speaking HTTP/2 to the proxy (ALPN h2 on the intercepted TLS)
+    script = "\n".join(
+        f"curl -s -i --http2 --compressed --max-time 20 -w '\\n%{{http_version}}\\n' https://{API}/reflect/{mode}"
+        f" | base64 -w0; echo ' {mode}'"
+        for mode in H2_MODES
+    )
+    # When it asks the credential host for each reflection
+    answer = turn.run(script, language="bash")
+    assert answer.get("ok") is True, answer
+    got = {
+        line.rsplit(" ", 1)[1]: base64.b64decode(line.rsplit(" ", 1)[0])
+        for line in answer["stdout"].strip().splitlines()
+    }
+    versions = {mode: out.rstrip().rsplit(b"\n", 1)[-1].decode("latin-1") for mode, out in got.items()}
+    durations = answer.get("duration_ms")
+    leaked = [mode for mode, out in got.items() if secret.encode() in out]
+    record(
+        "red_team",
+        attack=f"{len(H2_MODES)} reflections of the credential asked over HTTP/2 (curl --http2)",
+        surface="egress proxy",
+        observed=f"HTTP versions {sorted(set(versions.values()))}; leaked in {leaked or 'none'};"
+        f" {durations} ms in all",
+        finding="low: a 103 Early Hints left the HTTP/2 client without an answer until its timeout",
+    )
+    # Then each went over HTTP/2, and none brought the secret back
+    assert set(got) == set(H2_MODES), answer["stdout"][-300:]
+    assert set(versions.values()) == {"2"}, json.dumps(versions)
+    assert not leaked, {mode: got[mode][:300] for mode in leaked}

@@ -540,6 +540,48 @@ def test_red_secrets_put_refuses_values_the_proxy_cannot_send(
     assert name not in names
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "../globex/globex-token",
+        "globex-token/../../globex/globex-token",
+        "Crm-Token",
+        "-x",
+        "a" * 65,
+        "crm token",
+    ],
+)
+def test_red_secrets_put_refuses_names_that_are_not_one_plain_name(
+    operator: RedStack, name: str, record: Any
+) -> None:
+    def listed(tenant: str) -> list[str]:
+        out = operator.ctl("--json", "secrets", "list", "--tenant", tenant)
+        return list(json.loads(out.stdout)["secrets"])
+
+    before = {tenant: listed(tenant) for tenant in ("acme", "globex")}
+    # When the operator puts acme's secret under a name with a path, capitals, a leading dash,
+    # 65 characters or a space
+    out = operator.ctl("secrets", "put", "--tenant", "acme", name, stdin="tok-" + secrets.token_hex(12))
+    after = {tenant: listed(tenant) for tenant in ("acme", "globex")}
+    record(
+        "red_team",
+        attack=f"sandboxctl secrets put named {name[:40]!r}",
+        surface="sandboxctl",
+        observed=f"exit {out.returncode}: {out.stderr.strip()[:90]}",
+        finding="",
+    )
+    # Then it is refused in one line and neither tenant's secrets changed (the store read directly:
+    # `secrets list` shows only well-formed names)
+    stored = [
+        entry["Name"]
+        for page in operator.state.client("secretsmanager").get_paginator("list_secrets").paginate()
+        for entry in page["SecretList"]
+    ]
+    assert out.returncode in (1, 2) and "Traceback" not in out.stderr, (out.returncode, out.stderr)
+    assert after == before
+    assert not [entry for entry in stored if entry.endswith(name)], stored
+
+
 # --- JavaScript and TypeScript at the front door --------------------------------------------------------
 JS_LEAKS = f"""
 const T = {TOKEN[:10]!r} + {TOKEN[10:]!r};

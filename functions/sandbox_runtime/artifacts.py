@@ -701,12 +701,3 @@ def s3_client() -> Any:
             signature_version="s3v4", retries=dict(aws.RETRY_CONFIG), connect_timeout=3, read_timeout=60
         ),
     )
-
-
-def session_files(runner: Any) -> SessionFiles:
-    """File tools bound to a SessionRunner's tenant, interpreters and credentials."""
-    return SessionFiles(
-        tenant_id=runner.tenant_id,
-        allowed_interpreter_ids=runner.allowed_interpreter_ids,
-        credentials=runner.credentials,
-    )

@@ -37,12 +37,11 @@ from sandbox_common.output_log import log_output
 from sandbox_common.tool_spec import CODE_LANGUAGE
 from sandbox_session.jobs import CANCELLED
 
-from .artifacts import ArtifactContext, ArtifactStore, CollectResult, collect_and_store, session_files
+from .artifacts import ArtifactContext, ArtifactStore, CollectResult, collect_and_store
 from .job_store import FINISHING, JobRecord, JobStore, JobStoreUnavailable
 from .kill_switch import Kill
-from .runner import SessionGone, SessionRunner
+from .runner import ExecutionResult, SessionGone, SessionRunner
 from .runner.jobs import JobFailure, JobProgress, JobRunner, JobState, JobUnknownInSession
-from .runner.session import ExecutionResult
 
 _EGRESS_BEFORE = "egress_before"  # audit_base key: the session's egress counters at submit
 
@@ -105,7 +104,7 @@ def job_files(
     def collect(record: JobRecord) -> CollectResult:
         ctx = ArtifactContext(record.tenant_id, record.turn_id, record.invocation_id, bucket)
         return collect_and_store(
-            session_files(runner_for(record.tenant_id)),
+            runner_for(record.tenant_id).files,
             record.interpreter_id,
             record.session_id,
             ctx,

@@ -184,7 +184,9 @@ class PreflightReader:
     def _policy(self, tenant_id: str) -> dict[str, Any] | None:
         return read_policy(self.ddb, self.tenants_table, tenant_id)
 
-    def _policy_and_template(self, tenant_id: str, template_id: str) -> tuple[dict | None, dict | None]:
+    def _policy_and_template(
+        self, tenant_id: str, template_id: str
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         from boto3.dynamodb.types import TypeDeserializer
 
         keys = [

@@ -23,7 +23,6 @@ from sandbox_runtime.artifacts import (
     CollectResult,
     collect_and_store,
     s3_client,
-    session_files,
 )
 
 from dispatch.files.inputs import InputsFailed, write_inputs
@@ -41,7 +40,7 @@ def place_inputs(
     runner: Any, interpreter_id: str, session_id: str, request: ExecuteCodeRequest
 ) -> list[dict[str, Any]]:
     try:
-        return write_inputs(session_files(runner), interpreter_id, session_id, request.files)
+        return write_inputs(runner.files, interpreter_id, session_id, request.files)
     except InputsFailed as exc:
         raise SandboxError(INPUTS_FAILED_MESSAGE, failure_reason=exc.reason) from None
 
@@ -52,6 +51,4 @@ def collect(
     """None after a timeout (nothing is collected); else the collection's result."""
     if exit_status == "timeout" or not ctx.bucket:
         return None
-    return collect_and_store(
-        session_files(runner), interpreter_id, session_id, ctx, ArtifactStore(s3 or s3_client())
-    )
+    return collect_and_store(runner.files, interpreter_id, session_id, ctx, ArtifactStore(s3 or s3_client()))

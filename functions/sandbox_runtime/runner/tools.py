@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from .credentials import TenantCredentials
 from .errors import CrossTenantInterpreter
 
 WRITE_FILES = "writeFiles"
@@ -59,7 +60,9 @@ class ToolAnswer:
 class SessionFiles:
     """File tools on one tenant's sessions. `credentials` is the runner's TenantCredentials."""
 
-    def __init__(self, *, tenant_id: str, allowed_interpreter_ids: frozenset[str], credentials: Any) -> None:
+    def __init__(
+        self, *, tenant_id: str, allowed_interpreter_ids: frozenset[str], credentials: TenantCredentials
+    ) -> None:
         self.tenant_id = tenant_id
         self.allowed_interpreter_ids = allowed_interpreter_ids
         self.credentials = credentials

@@ -29,7 +29,7 @@ from sandbox_common.redaction.cloudwatch import (
     subscription_filter_pattern,
 )
 from sandbox_common.redaction.stdio import preamble_source
-from sandbox_runtime.runner.session import _redact_function
+from sandbox_runtime.runner.execution import host_redactor
 
 from tests.support.redaction_corpus import CONTEXTS, LENGTHS, corpus, leak, mask
 
@@ -59,7 +59,7 @@ def test_corpus_leak_check_flags_a_surviving_fragment():
 
 def test_layer2_host_redaction_leaves_no_token_of_the_corpus():
     # Given the session runner's redaction (the catalogue, line-chunked)
-    redact = _redact_function(None)
+    redact = host_redactor(None)
     # When every case is redacted
     outputs = {i: redact(case.text) for i, case in enumerate(CASES)}
     # Then nothing survives
@@ -102,7 +102,7 @@ def test_layer1_stdio_redactor_leaves_no_token_of_the_corpus(chunk, tmp_path):
     assert sorted(outputs) == list(range(len(CASES)))
     assert _leaks(outputs) == []
     # and the stream wrote exactly what redacting each whole text gives (no over-redaction)
-    redact = _redact_function(None)
+    redact = host_redactor(None)
     assert [c.name for i, c in enumerate(CASES) if outputs[i] != redact(c.text)] == []
 
 

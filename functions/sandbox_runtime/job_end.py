@@ -315,6 +315,27 @@ def _timed_out(jobs: JobRunner, record: JobRecord, now_ms: int, deps: JobDeps) -
     )
 
 
+def pending_jobs(tenant_id: str, turn_id: str, deps: JobDeps) -> list[str]:
+    """end_turn (and a resume or sweep deciding whether a session may stop): observe the turn's
+    running jobs (ending those that ended) and list those still running; while the list is not
+    empty the session must not be stopped (a job's end stops it when the last one ends)."""
+    try:
+        open_ids = deps.store.turn_jobs(tenant_id, turn_id).open_jobs
+    except JobStoreUnavailable:
+        return []
+    pending = []
+    for job_id in open_ids:
+        try:
+            record = deps.store.get(job_id)
+            if record is None:
+                continue
+            if poll_job(record, deps).status == "running":
+                pending.append(job_id)
+        except (JobCheckFailed, JobStoreUnavailable):
+            pending.append(job_id)  # unknown: keep the session, the reaper settles it
+    return pending
+
+
 # --- ending, exactly once -----------------------------------------------------------------------
 def _end(
     record: JobRecord,

@@ -22,8 +22,7 @@ from sandbox_common.tenant_access import (
     read_substrate,
 )
 from sandbox_common.tool_spec import validate_tool_names
-
-from .cache import TtlCache
+from sandbox_common.ttl_cache import TtlCache
 
 Status = Literal["ready", "provisioning", "disabled", "not_requested"]
 _UNSET = object()
@@ -122,21 +121,23 @@ class PreflightReader:
         self.tenants_table = tenants_table
         self.ssm = ssm
         self.ddb = ddb
-        self._cache: TtlCache[Preflight] = TtlCache(ttl_seconds)
+        self.decisions: TtlCache[Preflight] = TtlCache(ttl_seconds)  # (tenant, template) -> decision
         self._substrates: TtlCache[TenantSubstrate | None] = TtlCache(ttl_seconds)
         self._enabled: TtlCache[bool] = TtlCache(ttl_seconds)
 
     def check(self, tenant_id: str, template_id: str) -> Preflight:
-        return self._cache.get_or_load((tenant_id, template_id), lambda: self._load(tenant_id, template_id))
+        return self.decisions.get_or_load(
+            (tenant_id, template_id), lambda: self._load(tenant_id, template_id)
+        )
 
     def cached(self, tenant_id: str, template_id: str) -> Preflight | None:
         """The cached decision, or None when it would take a read (the speculative quota check asks this)."""
-        return self._cache.peek((tenant_id, template_id))
+        return self.decisions.peek((tenant_id, template_id))
 
     def forget(self, tenant_id: str) -> None:
         """Drop the tenant's cached decisions (its policy changed: the count's transaction saw it
         disabled, or the kill switch was announced), so that the next call reads them again."""
-        self._cache.drop(lambda key: isinstance(key, tuple) and key[0] == tenant_id)
+        self.decisions.drop(lambda key: isinstance(key, tuple) and key[0] == tenant_id)
         self._enabled.drop(lambda key: key == tenant_id)
         self._substrates.drop(lambda key: key == tenant_id)
 

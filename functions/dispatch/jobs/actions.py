@@ -213,24 +213,3 @@ def answer(record: JobRecord, deps: JobDeps, *, cancel: bool) -> dict[str, Any]:
     except JobStoreUnavailable as exc:
         raise SandboxError(JOBS_UNAVAILABLE, failure_reason=f"job_store_unavailable:{exc}") from None
     return view.to_response()
-
-
-def pending_jobs(tenant_id: str, turn_id: str, deps: JobDeps) -> list[str]:
-    """end_turn: observe the turn's running jobs (ending those that ended) and list those still
-    running; while the list is not empty the session must not be stopped (job_end stops it when
-    the last one ends)."""
-    try:
-        open_ids = deps.store.turn_jobs(tenant_id, turn_id).open_jobs
-    except JobStoreUnavailable:
-        return []
-    pending = []
-    for job_id in open_ids:
-        try:
-            record = deps.store.get(job_id)
-            if record is None:
-                continue
-            if poll_job(record, deps).status == "running":
-                pending.append(job_id)
-        except (JobCheckFailed, JobStoreUnavailable):
-            pending.append(job_id)  # unknown: keep the session, the reaper settles it
-    return pending

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -55,6 +55,13 @@ class Turn:
     # begin_turn found the pool empty — environment, interpreter_id, checked_at (strings).
     # The first call then reserves a cold slot without reading the pool again.
     pool_empty: dict[str, str] | None = None
+    # the turn has its live session (a fact of the item, read wherever the turn goes)
+    live_session: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "live_session", self.session_state == n.TURN_SESSION_ACTIVE and bool(self.session_id)
+        )
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> Turn:
@@ -76,10 +83,6 @@ class Turn:
             warm_hint=_hint(item.get(n.TURN_ATTR_WARM_HINT)),
             pool_empty=_strings(item.get(n.TURN_ATTR_POOL_EMPTY), _POOL_EMPTY_FIELDS),
         )
-
-    @property
-    def live_session(self) -> bool:
-        return self.session_state == n.TURN_SESSION_ACTIVE and bool(self.session_id)
 
     def session_underway(self, now: float) -> bool:
         """The turn has its session, or a caller holds an unexpired lease starting it (§4.5)."""

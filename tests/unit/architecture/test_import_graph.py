@@ -157,7 +157,7 @@ def test_import_graph_of_the_project_has_no_cycle() -> None:
     graph = import_graph(modules)
     # Then the graph is real (the dispatch handler reaches its logic) and acyclic
     assert "dispatch.routes" in graph["dispatch.handler"]
-    assert "dispatch.steps" in graph["dispatch.routes"]
+    assert "dispatch.line" in graph["dispatch.routes"]
     assert len(modules) > 80
     assert cycles(graph) == []
 
@@ -233,7 +233,8 @@ def capability_of(name: str) -> str | None:
 
 def capability_violations(modules: dict[str, Path]) -> list[str]:
     """One line per import from one dispatch capability package into another's modules other than
-    its store (they meet through dispatch.steps and the stores)."""
+    its store (they meet on the call's state, dispatch.call, in the lines that nest their stages,
+    dispatch.line, and through the stores)."""
     problems = []
     for name, path in sorted(modules.items()):
         own = capability_of(name)
@@ -299,10 +300,11 @@ def test_import_graph_of_the_project_keeps_to_the_parts_table() -> None:
     assert layering_violations(modules) == []
 
 
-def test_import_graph_capabilities_meet_only_through_the_steps_and_stores() -> None:
+def test_import_graph_capabilities_meet_only_on_the_call_and_through_stores() -> None:
     # Given every module of the project
     modules = project_modules()
-    # Then the capability packages are there and reach each other only through steps and stores
+    # Then the capability packages are there and reach each other only through the call's state,
+    # the lines and the stores
     assert {capability_of(m) for m in modules} >= set(p.DISPATCH_CAPABILITIES)
     assert capability_violations(modules) == []
 
@@ -569,9 +571,9 @@ DISPATCH_VIOLATIONS = [
     (
         "no module imports a private module of another",
         private_name_violations,
-        "dispatch/steps.py",
+        "dispatch/line.py",
         "import sandbox_runtime._hidden\n",
-        "dispatch.steps imports sandbox_runtime._hidden: a private name of sandbox_runtime",
+        "dispatch.line imports sandbox_runtime._hidden: a private name of sandbox_runtime",
     ),
 ]
 
@@ -584,16 +586,16 @@ DISPATCH_VIOLATIONS = [
 def test_dispatch_rules_catch_a_broken_rule(
     tmp_path: Path, rule: str, check: Any, path: str, source: str, violation: str
 ) -> None:
-    # Given a tiny tree: allowed meetings (steps, another capability's store, its own modules, a
-    # dunder name) and one file that breaks the rule
+    # Given a tiny tree: allowed meetings (the call's state, another capability's store, its own
+    # modules, a dunder name) and one file that breaks the rule
     allowed = {
         "dispatch/__init__.py": "",
-        "dispatch/steps.py": "",
+        "dispatch/call.py": "",
         "dispatch/turns/__init__.py": "",
         "dispatch/turns/flow.py": "def claim(): pass\n",
         "dispatch/turns/store.py": "def _key(): pass\n",
         "dispatch/sessions/__init__.py": "",
-        "dispatch/sessions/flow.py": "from dispatch.turns.store import Turn\nfrom dispatch import steps\n",
+        "dispatch/sessions/flow.py": "from dispatch.turns.store import Turn\nfrom dispatch import call\n",
         "dispatch/jobs/__init__.py": "",
         "dispatch/jobs/flow.py": "from dispatch.turns import store\nfrom dispatch.jobs import b\n",
         "dispatch/jobs/b.py": "from dispatch.turns.store import __doc__\n",

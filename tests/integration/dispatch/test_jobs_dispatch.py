@@ -231,13 +231,12 @@ def test_jobs_token_checked_against_the_hash_kept_on_the_job_and_older_items_rea
 ) -> None:
     import hashlib
 
-    from dispatch import parts
     from dispatch import parts as dependencies
     from sandbox_common import aws, messages
 
     # Given a running job of turn-1 (bound to its token)
     submitted = stack.dispatch(job("h1", "import time\ntime.sleep(2)\nprint('hashed')"))
-    store = parts.built().jobs.store
+    store = dependencies.built().jobs.store
     token = turn_token_for("acme", "turn-1")
     # Then the job item keeps the turn's token hash, the very one the turn item holds
     turn = dependencies.built().turns.get("acme", "turn-1")

@@ -30,9 +30,12 @@ from sandbox_common.observability import logger
 
 from . import checks, packages
 from .checks import Denied
-from .engine import DENIED_HEADER, PROXY_AUTHENTICATE, Answer, ClientState, Engine, RequestView
+from .engine import Engine
+from .model import Answer, ClientState, RequestView
 
 ANSWER = "egress_answer"  # flow.metadata key: the engine's Answer of a forwarded request
+PROXY_AUTHENTICATE = 'Basic realm="sandbox egress"'
+DENIED_HEADER = "X-Sandbox-Egress-Denied"
 _log = logging.getLogger(__name__)
 
 
@@ -71,16 +74,17 @@ class EgressAddon:
         self.engine = engine
         self.states: dict[str, ClientState] = {}
         self._flusher: asyncio.Task[None] | None = None
+        self._names: dict[str, tuple[str, int]] = {}  # server connection id -> the name it was asked as
 
     # --- lifecycle ---------------------------------------------------------------------------
     def running(self) -> None:
         if self._flusher is None:
             self._flusher = asyncio.get_running_loop().create_task(
-                self.engine.flush_forever(lambda: list(self.states.values()))
+                self.engine.counters.flush_forever(lambda: list(self.states.values()))
             )
 
     async def done(self) -> None:
-        await self.engine.flush(list(self.states.values()))
+        await self.engine.counters.flush(list(self.states.values()))
 
     # --- client connections ------------------------------------------------------------------
     def client_connected(self, client: connection.Client) -> None:
@@ -135,7 +139,7 @@ class EgressAddon:
             return
         denied = self.engine.tls_client_hello(state, data.client_hello.sni)
         if denied is not None and state.credential is not None:
-            await self.engine.deny(
+            await self.engine.counters.deny(
                 state, state.credential, data.client_hello.sni or "", state.tunnel[1], denied
             )
 
@@ -176,7 +180,7 @@ class EgressAddon:
             request.headers[name] = value
         flow.metadata[ANSWER] = answer
         conn = answer.conn
-        self.engine.add_bytes(state, conn, out=view.head_bytes)
+        self.engine.counters.add_bytes(state, conn, out=view.head_bytes)
         request.stream = _counter(self.engine, state, answer, outbound=True)
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
@@ -186,7 +190,7 @@ class EgressAddon:
             return
         state = self.states.get(flow.client_conn.id)
         if state is not None:
-            self.engine.add_bytes(state, answer.conn, into=_head_bytes(response))
+            self.engine.counters.add_bytes(state, answer.conn, into=_head_bytes(response))
         if answer.scrubber is not None or answer.pinned_version is not None:
             # buffered whole: a secret split across two chunks must not slip through
             length = response.headers.get("Content-Length", "")
@@ -205,7 +209,7 @@ class EgressAddon:
             return
         state = self.states.get(flow.client_conn.id)
         if state is not None:
-            self.engine.add_bytes(state, answer.conn, into=len(response.raw_content or b""))
+            self.engine.counters.add_bytes(state, answer.conn, into=len(response.raw_content or b""))
         try:
             if answer.pinned_version is not None and response.status_code == 200:
                 response.text = packages.pinned_page(
@@ -216,7 +220,9 @@ class EgressAddon:
         except ValueError:  # an encoding the proxy cannot read: it cannot be scrubbed either
             denied = Denied(checks.RESPONSE_NOT_SCRUBBABLE, 502)
             if state is not None and state.credential is not None:
-                await self.engine.deny(state, state.credential, flow.request.host, flow.request.port, denied)
+                await self.engine.counters.deny(
+                    state, state.credential, flow.request.host, flow.request.port, denied
+                )
             flow.response = refusal(denied, flow.request.host)
 
     # --- websockets, raw TCP -------------------------------------------------------------------
@@ -228,9 +234,9 @@ class EgressAddon:
         answer: Answer | None = flow.metadata.get(ANSWER)
         conn = answer.conn if answer else None
         if message.from_client:
-            self.engine.add_bytes(state, conn, out=len(message.content))
+            self.engine.counters.add_bytes(state, conn, out=len(message.content))
         else:
-            self.engine.add_bytes(state, conn, into=len(message.content))
+            self.engine.counters.add_bytes(state, conn, into=len(message.content))
         closed = self.engine.gate_cached(state.credential, flow.request.host, flow.request.port)
         if closed is not None:  # a breaker closed the scope: the websocket ends here
             message.drop()
@@ -240,7 +246,7 @@ class EgressAddon:
     async def tcp_start(self, flow: tcp.TCPFlow) -> None:
         state = self.states.get(flow.client_conn.id)
         if state is not None and state.credential is not None and state.tunnel is not None:
-            await self.engine.deny(
+            await self.engine.counters.deny(
                 state, state.credential, state.tunnel[0], state.tunnel[1], Denied(checks.NOT_HTTP)
             )
         flow.kill()
@@ -280,7 +286,22 @@ class EgressAddon:
             return
         if server.sni is None:
             server.sni = host
+        self._names[server.id] = (host, port)
         server.address = resolved
+
+    def server_connected(self, data: ServerConnectionHookData) -> None:
+        """Connected to the checked address: the connection takes its name back. mitmproxy finds an
+        open upstream connection for a client's next request by (address, TLS, via), the address
+        being the request's host; left at the checked address, no request would ever match it, each
+        would open a connection of its own, and the sixth would wait forever on mitmproxy's limit of
+        five per address. mitmproxy refuses a new address on an open connection (no addon may think
+        it redirects one); this only names it, and `peername` keeps the address connected to."""
+        name = self._names.pop(data.server.id, None)
+        if name is not None:
+            object.__setattr__(data.server, "address", name)
+
+    def server_connect_error(self, data: ServerConnectionHookData) -> None:
+        self._names.pop(data.server.id, None)
 
 
 def _head_bytes(response: http.Response) -> int:
@@ -288,16 +309,19 @@ def _head_bytes(response: http.Response) -> int:
 
 
 def _counter(engine: Engine, state: ClientState, answer: Answer, *, outbound: bool) -> Any:
-    """A stream function that passes chunks through and counts them."""
+    """A stream function that passes chunks through and counts them: one call of in-memory
+    additions per chunk, nothing written (the counters are flushed in batches)."""
+    add, conn = engine.counters.add_bytes, answer.conn
 
-    def count(chunk: bytes) -> bytes:
-        if outbound:
-            engine.add_bytes(state, answer.conn, out=len(chunk))
-        else:
-            engine.add_bytes(state, answer.conn, into=len(chunk))
+    def count_out(chunk: bytes) -> bytes:
+        add(state, conn, out=len(chunk))
         return chunk
 
-    return count
+    def count_in(chunk: bytes) -> bytes:
+        add(state, conn, into=len(chunk))
+        return chunk
+
+    return count_out if outbound else count_in
 
 
 def _scrub(response: http.Response, answer: Answer) -> None:

@@ -1,5 +1,6 @@
-"""The proxy's decisions for one connection or request, its counters and its breakers — asyncio,
-no mitmproxy. The addon turns mitmproxy's hooks into calls of this module and applies the answers.
+"""The proxy's decisions for one connection or request, and its breakers — asyncio, no mitmproxy.
+The addon turns mitmproxy's hooks into calls of this module and applies the answers; what is
+counted and written per session is `counters.py`'s.
 
 Every blocking read (DynamoDB, SSM, Secrets Manager, CodeArtifact) runs in a worker thread behind a
 TTL cache, so the event loop that carries every session's bytes never waits on I/O:
@@ -8,10 +9,6 @@ TTL cache, so the event loop that carries every session's bytes never waits on I
     policy, breakers  cache_seconds (≤ 30: a policy, cap or tenant change applies within 60 s)
     tenant's secrets  SECRET_CACHE_SECONDS
     tenant's bytes    TENANT_BYTES_CACHE_SECONDS (plus what this proxy counted since)
-
-A denial is written to the session's counters (and its connection item) before the refusal is
-answered, so the call whose code was refused sees it in its audit row; allowed requests and bytes
-are added in batches every FLUSH_SECONDS.
 """
 
 from __future__ import annotations
@@ -23,115 +20,24 @@ import functools
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox_common import dimensions, redaction
+from sandbox_common import dimensions
 from sandbox_common import naming as n
 from sandbox_common.egress_policy import ALLOWLIST, AllowRule, EgressPolicy
-from sandbox_common.observability import emit_metric, logger
-from sandbox_common.windows import Windows, utc_now
+from sandbox_common.observability import logger
 
 from . import checks, packages
 from .caches import AsyncTtlCache
 from .checks import Denied
-from .config import (
-    CREDENTIAL_CACHE_SECONDS,
-    FLUSH_SECONDS,
-    SECRET_CACHE_SECONDS,
-    TENANT_BYTES_CACHE_SECONDS,
-    ProxyConfig,
-)
+from .config import CREDENTIAL_CACHE_SECONDS, SECRET_CACHE_SECONDS, ProxyConfig
+from .counters import Counters
 from .credentials import Credential, Presented, parse_proxy_authorization, verify
+from .model import Answer, ClientState, RequestView
 from .scrub import Scrubber
-from .store import ITEMS_OUTLIVE_CREDENTIAL_SECONDS, EgressStore, SessionDelta, StoreUnavailable
+from .store import EgressStore, StoreUnavailable
 
-PROXY_AUTHENTICATE = 'Basic realm="sandbox egress"'
-DENIED_HEADER = "X-Sandbox-Egress-Denied"
-MAX_CONNECTION_ITEMS = 500  # per session: the connection log of a flood stops growing here
 RESOLVE_TIMEOUT = 5.0
-DENIALS_WRITTEN_PER_SECOND = 20
-
-
-@dataclass
-class ConnRecord:
-    """One connection of a session to one host:port (a CONNECT tunnel, or plain HTTP requests to
-    that host on one client connection): its `conn#...` item."""
-
-    sk: str
-    host: str
-    port: int
-    opened_at: int
-    decision: str = "allowed"
-    reason: str = ""
-    requests: int = 0
-    bytes_out: int = 0
-    bytes_in: int = 0
-    closed_at: int | None = None
-    dirty: bool = True
-
-    def item(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "host": self.host,
-            "port": self.port,
-            "opened_at": self.opened_at,
-            "decision": self.decision,
-            "requests": self.requests,
-            "bytes_out": self.bytes_out,
-            "bytes_in": self.bytes_in,
-        }
-        if self.reason:
-            out["reason"] = self.reason
-        if self.closed_at is not None:
-            out["closed_at"] = self.closed_at
-        return out
-
-
-@dataclass
-class ClientState:
-    """One client connection to the proxy."""
-
-    peer: str
-    opened: float
-    heads: int = 0  # request heads seen (CONNECT included): the slow-client deadline counts them
-    credential: Credential | None = None
-    presented: Presented | None = None
-    tunnel: tuple[str, int] | None = None  # the CONNECT target, once admitted
-    pseudo: bool = False  # a CONNECT to the proxy's own name
-    refused: Denied | None = None  # every request on this connection is refused (e.g. SNI ≠ host)
-    counted_for: str | None = None  # the session whose connection count this client holds
-    conns: dict[tuple[str, int], ConnRecord] = field(default_factory=dict)
-
-
-@dataclass
-class RequestView:
-    """What the addon tells the engine about a request (no mitmproxy types)."""
-
-    method: str
-    scheme: str  # http | https
-    host: str  # where mitmproxy would send it (from the URL, else the Host header)
-    port: int
-    path: str
-    host_header: str | None
-    authority: str
-    proxy_authorization: str | None
-    upgrade: str | None
-    head_bytes: int
-    sni: str | None = None
-    http_version: str = "HTTP/1.1"
-
-
-@dataclass
-class Answer:
-    """The engine's answer to a request: refuse it, answer it itself, or forward it with these
-    header changes (and, for a credential host, scrub its response with `scrubber`)."""
-
-    denied: Denied | None = None
-    respond: tuple[int, bytes, dict[str, str]] | None = None
-    set_headers: dict[str, str] = field(default_factory=dict)
-    scrubber: Scrubber | None = None
-    pinned_version: str | None = None  # a pinned package's project page: filtered to this version
-    conn: ConnRecord | None = None
 
 
 class Engine:
@@ -153,22 +59,16 @@ class Engine:
         self.enabled: AsyncTtlCache[bool] = AsyncTtlCache(ttl)
         self.zero_caps: AsyncTtlCache[str | None] = AsyncTtlCache(ttl)
         self.byte_caps: AsyncTtlCache[int] = AsyncTtlCache(ttl)
-        self.tenant_bytes: AsyncTtlCache[int] = AsyncTtlCache(TENANT_BYTES_CACHE_SECONDS)
         self.secrets: AsyncTtlCache[str | None] = AsyncTtlCache(SECRET_CACHE_SECONDS)
         self.index_token: AsyncTtlCache[tuple[str, float]] = AsyncTtlCache(600)
-        self._pending: dict[str, SessionDelta] = {}
-        self._unflushed_tenant_bytes: dict[str, int] = {}  # counted here, not yet in the table
+        self.counters = Counters(store, lambda: self.clock())
         self._live: dict[str, int] = {}  # session id -> live client connections
-        self._conn_items: dict[str, int] = {}  # session id -> connection items written
         self._sources: dict[str, int] = {}  # peer address -> live client connections
-        self._seq = 0
-        self._flush_lock = asyncio.Lock()
-        self._denial_writes: dict[str, tuple[int, int]] = {}
 
     # --- client connections ------------------------------------------------------------------
     def client_connected(self, peer: str) -> Denied | None:
         if self._sources.get(peer, 0) >= self.config.max_connections_per_source:
-            self._log_denial(None, "", 0, checks.TOO_MANY_CONNECTIONS, peer)
+            self.counters.log_denial(None, "", 0, checks.TOO_MANY_CONNECTIONS, peer)
             return Denied(checks.TOO_MANY_CONNECTIONS, 429)
         self._sources[peer] = self._sources.get(peer, 0) + 1
         return None
@@ -185,13 +85,7 @@ class Engine:
                 self._live[state.counted_for] = live
             else:
                 self._live.pop(state.counted_for, None)
-        now = int(self.clock())
-        for conn in state.conns.values():
-            if conn.sk:
-                conn.closed_at, conn.dirty = now, True
-                if state.credential is not None:
-                    self._delta(state.credential).connections[conn.sk] = conn.item()
-                    conn.dirty = False
+        self.counters.close_connections(state)
 
     # --- the credential ----------------------------------------------------------------------
     async def authenticate(
@@ -222,7 +116,7 @@ class Engine:
     def _auth_denied(self, credential: Credential | None, reason: str, peer: str) -> Denied:
         """A credential that admits nothing: 407, logged and counted in the metric (by tenant when
         the credential is known), never on the session's counters (the caller is not it)."""
-        self._log_denial(credential, "", 0, reason, peer)
+        self.counters.log_denial(credential, "", 0, reason, peer)
         # a bind from another address than the bound one conflicts; anything else asks for a credential
         return Denied(reason, 409 if reason == checks.BIND_CONFLICT else 407)
 
@@ -313,27 +207,15 @@ class Engine:
             self._live[credential.session_id] = self._live.get(credential.session_id, 0) + 1
             state.counted_for = credential.session_id
         tenant = credential.tenant_id
-        windows = Windows.at(utc_now())
         try:
             cap = await self.byte_caps.get(tenant, lambda: self.store.byte_cap(tenant))
-            used = await self.tenant_bytes.get(
-                (tenant, windows.day), lambda: self.store.tenant_bytes(tenant, windows)
-            )
+            used = await self.counters.tenant_bytes_today(tenant)
         except StoreUnavailable as exc:
             logger.error("egress_caps_unavailable", extra={"tenant_id": tenant, "cause": str(exc)})
             return Denied(checks.POLICY_UNAVAILABLE, 503)
-        if used + self._unflushed_tenant_bytes.get(tenant, 0) >= cap:
+        if used >= cap:
             dim = dimensions.EGRESS_DAILY_BYTES
-            try:
-                await asyncio.to_thread(
-                    self.store.record_cap_refused,
-                    credential.session_id,
-                    dim.name,
-                    int(self.clock()),
-                    self._items_expire(credential),
-                )
-            except Exception as exc:  # noqa: BLE001 — the refusal stands; the record is best effort
-                logger.error("egress_cap_record_failed", extra={"cause": type(exc).__name__})
+            await self.counters.record_cap_refused(credential, dim.name)
             return Denied(checks.CAP_EXCEEDED, 403, dim.name)
         return None
 
@@ -349,10 +231,10 @@ class Engine:
     ) -> Denied | None:
         state.heads += 1
         if http_version not in ("HTTP/1.0", "HTTP/1.1"):
-            self._log_denial(None, raw_host, port, checks.BAD_REQUEST, state.peer, http_version)
+            self.counters.log_denial(None, raw_host, port, checks.BAD_REQUEST, state.peer, http_version)
             return Denied(checks.BAD_REQUEST, 400)
         if head_bytes > checks.MAX_HEAD_BYTES:
-            self._log_denial(None, raw_host, port, checks.HEADERS_TOO_LARGE, state.peer)
+            self.counters.log_denial(None, raw_host, port, checks.HEADERS_TOO_LARGE, state.peer)
             return Denied(checks.HEADERS_TOO_LARGE, 431)
         try:
             host = checks.check_host(raw_host)
@@ -361,7 +243,7 @@ class Engine:
             if auth is not None:
                 return auth
             assert credential is not None
-            return await self.deny(state, credential, raw_host, port, Denied(exc.reason))
+            return await self.counters.deny(state, credential, raw_host, port, Denied(exc.reason))
         binding = host == n.EGRESS_PSEUDO_HOST
         credential, presented, denied = await self.authenticate(header, state.peer, binding=binding)
         if denied is not None:
@@ -373,16 +255,16 @@ class Engine:
             return None
         policy, closed = await self.gate(credential)
         if closed is not None:
-            return await self.deny(state, credential, host, port, closed)
+            return await self.counters.deny(state, credential, host, port, closed)
         assert policy is not None
         refused = self._target_refusal(policy, host, port)
         if refused is not None:
-            return await self.deny(state, credential, host, port, refused)
+            return await self.counters.deny(state, credential, host, port, refused)
         full = await self._new_connection(state, credential)
         if full is not None:
-            return await self.deny(state, credential, host, port, full)
+            return await self.counters.deny(state, credential, host, port, full)
         state.tunnel = (host, port)
-        self._conn(state, credential, host, port)
+        self.counters.connection(state, credential, host, port)
         return None
 
     def tls_client_hello(self, state: ClientState, sni: str | None) -> Denied | None:
@@ -473,11 +355,7 @@ class Engine:
             refused = await self._credential(credential, rule, req, answer, upgrade)
         if refused is not None:
             return await self._refuse_request(state, req, refused)
-        conn = self._conn(state, credential, host, req.port)
-        conn.requests += 1
-        conn.dirty = True
-        self._delta(credential).allowed += 1
-        answer.conn = conn
+        answer.conn = self.counters.allowed(state, credential, host, req.port)
         return answer
 
     async def _index_request(self, policy: EgressPolicy, req: RequestView, answer: Answer) -> Denied | None:
@@ -534,9 +412,9 @@ class Engine:
     async def _refuse_request(self, state: ClientState, req: RequestView, denied: Denied) -> Answer:
         credential = state.credential
         if credential is None:
-            self._log_denial(None, req.host, req.port, denied.reason, state.peer)
+            self.counters.log_denial(None, req.host, req.port, denied.reason, state.peer)
             return Answer(denied=denied)
-        return Answer(denied=await self.deny(state, credential, req.host, req.port, denied))
+        return Answer(denied=await self.counters.deny(state, credential, req.host, req.port, denied))
 
     # --- resolution: the address that was checked is the one connected to --------------------
     async def resolve(self, state: ClientState | None, host: str, port: int) -> tuple[str, int] | Denied:
@@ -574,170 +452,9 @@ class Engine:
         self, state: ClientState | None, host: str, port: int, denied: Denied
     ) -> Denied:
         if state is None or state.credential is None:
-            self._log_denial(None, host, port, denied.reason, state.peer if state else "")
+            self.counters.log_denial(None, host, port, denied.reason, state.peer if state else "")
             return denied
-        return await self.deny(state, state.credential, host, port, denied)
-
-    # --- counting ----------------------------------------------------------------------------
-    async def deny(
-        self, state: ClientState, credential: Credential, host: str, port: int, denied: Denied
-    ) -> Denied:
-        """Write the denial to the session's counters (and its connection item), then log it and
-        count the metric; the caller answers the refusal after this returns."""
-        shown = redaction.redact(host)[:253]
-        if not self._may_write_denial(credential.session_id):
-            # a flood: counted in the next flush (within FLUSH_SECONDS), its hosts not kept
-            self._delta(credential).denied += 1
-            self._log_denial(credential, shown, port, denied.reason, state.peer, denied.detail)
-            return denied
-        conn = None
-        if self._conn_items.get(credential.session_id, 0) < MAX_CONNECTION_ITEMS:
-            self._conn_items[credential.session_id] = self._conn_items.get(credential.session_id, 0) + 1
-            record = ConnRecord(
-                self._conn_sk(), shown, port, int(self.clock()), decision="denied", reason=denied.reason
-            )
-            conn = (record.sk, record.item())
-        try:
-            await asyncio.to_thread(
-                self.store.record_denial, credential.session_id, shown, self._items_expire(credential), conn
-            )
-        except StoreUnavailable as exc:  # the refusal stands; the count is what could not be written
-            logger.error("egress_denial_record_failed", extra={"cause": str(exc)})
-        self._log_denial(credential, shown, port, denied.reason, state.peer, denied.detail)
-        return denied
-
-    def _may_write_denial(self, session_id: str) -> bool:
-        """At most DENIALS_WRITTEN_PER_SECOND denials of a session are written one by one: a flood
-        of refusals must not queue store writes ahead of other sessions' reads."""
-        second = int(self.clock())
-        window, count = self._denial_writes.get(session_id, (second, 0))
-        if window != second:
-            window, count = second, 0
-        if count >= DENIALS_WRITTEN_PER_SECOND:
-            return False
-        self._denial_writes[session_id] = (window, count + 1)
-        return True
-
-    def _log_denial(
-        self, credential: Credential | None, host: str, port: int, reason: str, peer: str, detail: str = ""
-    ) -> None:
-        fields: dict[str, Any] = {
-            "event": "egress_denied",
-            "reason": reason,
-            "host": redaction.redact(host)[:253],
-            "port": port,
-            "source": peer,
-        }
-        if detail:
-            fields["detail"] = redaction.redact(detail)[:300]
-        dims: list[dict[str, str]] = [{}]
-        if credential is not None:
-            fields.update(
-                tenant_id=credential.tenant_id,
-                environment=credential.environment,
-                session_id=credential.session_id,
-            )
-            dims.append({"tenant_id": credential.tenant_id})
-        logger.warning("egress_denied", extra=fields)
-        for dimension_set in dims:
-            emit_metric(n.METRIC_EGRESS_DENIED, dimensions=dimension_set)
-
-    def add_bytes(self, state: ClientState, conn: ConnRecord | None, *, out: int = 0, into: int = 0) -> None:
-        credential = state.credential
-        if credential is None or (out <= 0 and into <= 0):
-            return
-        delta = self._delta(credential)
-        delta.bytes_out += max(out, 0)
-        delta.bytes_in += max(into, 0)
-        tenant = credential.tenant_id
-        self._unflushed_tenant_bytes[tenant] = self._unflushed_tenant_bytes.get(tenant, 0) + out + into
-        if conn is not None:
-            conn.bytes_out += max(out, 0)
-            conn.bytes_in += max(into, 0)
-            conn.dirty = True
-
-    def _delta(self, credential: Credential) -> SessionDelta:
-        delta = self._pending.get(credential.session_id)
-        if delta is None:
-            delta = SessionDelta(credential.tenant_id, self._items_expire(credential))
-            self._pending[credential.session_id] = delta
-        return delta
-
-    def _conn(self, state: ClientState, credential: Credential, host: str, port: int) -> ConnRecord:
-        conn = state.conns.get((host, port))
-        if conn is None:
-            conn = ConnRecord(self._conn_sk(), host, port, int(self.clock()))
-            state.conns[(host, port)] = conn
-            if self._conn_items.get(credential.session_id, 0) >= MAX_CONNECTION_ITEMS:
-                conn.dirty = False
-                conn.sk = ""  # not logged: counted in the counters only
-            else:
-                self._conn_items[credential.session_id] = self._conn_items.get(credential.session_id, 0) + 1
-        return conn
-
-    def _conn_sk(self) -> str:
-        self._seq += 1
-        return f"{n.EGRESS_CONNECTION_PREFIX}{int(self.clock() * 1000):013d}#{self._seq:06d}"
-
-    @staticmethod
-    def _items_expire(credential: Credential) -> int:
-        return credential.expires_at + ITEMS_OUTLIVE_CREDENTIAL_SECONDS
-
-    def collect(self, states: list[ClientState]) -> dict[str, SessionDelta]:
-        """Take what was counted since the last flush (connection items that changed included)."""
-        for state in states:
-            credential = state.credential
-            if credential is None:
-                continue
-            for conn in state.conns.values():
-                if conn.dirty and conn.sk:
-                    self._delta(credential).connections[conn.sk] = conn.item()
-                    conn.dirty = False
-        pending = {k: v for k, v in self._pending.items() if not v.empty}
-        self._pending = {}
-        return pending
-
-    async def flush(self, states: list[ClientState]) -> None:
-        async with self._flush_lock:
-            pending = self.collect(states)
-            if not pending:
-                return
-            moved = {t: b for t, b in self._unflushed_tenant_bytes.items()}
-            try:
-                await asyncio.to_thread(self.store.flush, pending, Windows.at(utc_now()))
-            except Exception as exc:  # noqa: BLE001 — kept for the next flush
-                logger.error("egress_flush_failed", extra={"cause": type(exc).__name__})
-                for session_id, delta in pending.items():
-                    self._merge_back(session_id, delta)
-                return
-            for tenant, count in moved.items():
-                left = self._unflushed_tenant_bytes.get(tenant, 0) - count
-                if left > 0:
-                    self._unflushed_tenant_bytes[tenant] = left
-                else:
-                    self._unflushed_tenant_bytes.pop(tenant, None)
-                self.tenant_bytes.drop_where(functools.partial(_of_tenant, tenant))
-
-    def _merge_back(self, session_id: str, delta: SessionDelta) -> None:
-        current = self._pending.get(session_id)
-        if current is None:
-            self._pending[session_id] = delta
-            return
-        current.allowed += delta.allowed
-        current.denied += delta.denied
-        current.bytes_out += delta.bytes_out
-        current.bytes_in += delta.bytes_in
-        for sk, item in delta.connections.items():
-            current.connections.setdefault(sk, item)
-
-    async def flush_forever(self, states: Callable[[], list[ClientState]]) -> None:
-        while True:
-            await asyncio.sleep(FLUSH_SECONDS)
-            await self.flush(states())
-
-
-def _of_tenant(tenant: str, key: Any) -> bool:
-    return isinstance(key, tuple) and key[0] == tenant
+        return await self.counters.deny(state, state.credential, host, port, denied)
 
 
 def _host_or_none(raw: str) -> str | None:

@@ -16,7 +16,7 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 from sandbox_common import naming as n
 
-from infra.cdk.config import StageConfig, build_config
+from infra.cdk.config import ConfigError, StageConfig, build_config
 from infra.cdk.constructs.compute import log_retention
 from infra.cdk.layer_build import REPO_ROOT
 from infra.cdk.stacks.core import CoreStack
@@ -25,6 +25,7 @@ from infra.cdk.stacks.tenants import TenantShardStack
 CDK_JSON = REPO_ROOT / "cdk.json"
 # Fast, offline synth for tests and tooling: no layer bundling (no pip), no asset copies.
 OFFLINE_CONTEXT: dict[str, Any] = {"aws:cdk:bundling-stacks": [], "aws:cdk:disable-asset-staging": True}
+STACK_RESOURCE_LIMIT = 450
 
 
 def cdk_json_context() -> dict[str, Any]:
@@ -62,8 +63,20 @@ def compose(app: cdk.App, config: StageConfig) -> dict[str, cdk.Stack]:
         # and SNS need both to exist first. Order only; no export couples the stacks.
         shard.add_stack_dependency(core)
         stacks[name] = shard
+    for name, stack in stacks.items():
+        _check_resource_count(name, stack)
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     return stacks
+
+
+def _check_resource_count(name: str, stack: cdk.Stack) -> None:
+    """SPEC §2: no stack over 450 resources (CloudFormation refuses 500 at deploy, too late)."""
+    count = sum(1 for c in stack.node.find_all() if isinstance(c, cdk.CfnResource))
+    if count > STACK_RESOURCE_LIMIT:
+        raise ConfigError(
+            f"stack {name} would have {count} resources (over {STACK_RESOURCE_LIMIT}): "
+            "lower tenants_per_shard (tenants with more environments cost more resources each)"
+        )
 
 
 def build_app(

@@ -9,6 +9,7 @@ same models; `docs/tenants.md` describes the file. Every refusal names the field
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from sandbox_common import dimensions, limits
+from sandbox_common import dimensions, egress_policy, limits
 from sandbox_common import naming as n
 from sandbox_common.files import normalize_prefix
 
@@ -75,6 +76,13 @@ class TenantConfig(_Model):
     # Published with the tenant's substrate; `sandboxctl template put` overrides at run time.
     templates: dict[str, n.Environment | None] = Field(default_factory=dict)
     data: TenantData = TenantData()  # §14.4: none by default
+    # The short names of the tenant's own secrets (`sandboxctl secrets put`): the only secrets an
+    # egress credential template of this tenant may name.
+    secrets: tuple[str, ...] = ()
+    # The initial egress policy of each `allowlist` environment (sandbox_common.egress_policy's
+    # JSON shape), written to the policy store at deploy; an allowlist environment not named here
+    # starts with an empty allowlist. `sandboxctl egress set` replaces it at run time.
+    egress: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     @field_validator("id")
     @classmethod
@@ -91,6 +99,46 @@ class TenantConfig(_Model):
         if len(set(value)) != len(value):
             raise ValueError("environments must not repeat")
         return value
+
+    @field_validator("secrets")
+    @classmethod
+    def _secret_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if not n.SECRET_NAME_RE.match(name):
+                raise ValueError(f"secret name {name!r} must match {n.SECRET_NAME_RE.pattern}")
+        if len(set(value)) != len(value):
+            raise ValueError("secret names must not repeat")
+        return value
+
+    @model_validator(mode="after")
+    def _egress_policies(self) -> TenantConfig:
+        """Each policy names an `allowlist` environment the tenant declares and parses against the
+        tenant's own secrets; the message names the field (`egress.default-allowlist.allow[0].host`)."""
+        for env, raw in self.egress.items():
+            where = f"egress.{env}"
+            if env not in self.environments:
+                raise ValueError(f"{where}: environment {env!r} is not declared for the tenant")
+            if n.EGRESS_MODE.get(env) != egress_policy.ALLOWLIST:
+                raise ValueError(
+                    f"{where}: environment {env!r} has egress {n.EGRESS_MODE.get(env)!r}; "
+                    "only an allowlist environment has a policy"
+                )
+            try:
+                egress_policy.parse_policy(raw, secrets=self.secrets)
+            except egress_policy.PolicyError as exc:
+                raise ValueError(f"{where}.{exc.field}: {exc.reason}") from None
+        return self
+
+    def initial_policy(self, environment: str) -> egress_policy.EgressPolicy:
+        """The initial policy of one of the tenant's allowlist environments (empty if not given)."""
+        raw = self.egress.get(environment)
+        if raw is None:
+            return egress_policy.EMPTY_ALLOWLIST
+        return egress_policy.parse_policy(raw, secrets=self.secrets)
+
+    @property
+    def allowlist_environments(self) -> tuple[str, ...]:
+        return tuple(e for e in self.environments if n.EGRESS_MODE[e] == egress_policy.ALLOWLIST)
 
     @model_validator(mode="after")
     def _templates_use_declared_environments(self) -> TenantConfig:
@@ -181,6 +229,81 @@ class AlarmThresholds(_Model):
     egress_denied_burst: int = Field(default=20, ge=1)  # egress proxy refusals per 5 min, all tenants
 
 
+# Fargate's valid memory sizes (MiB) for each CPU size (units of 1/1024 vCPU).
+FARGATE_MEMORY_MIB: dict[int, range] = {
+    256: range(512, 2049, 512),
+    512: range(1024, 4097, 1024),
+    1024: range(2048, 8193, 1024),
+}
+AZ_ID_RE = re.compile(r"^[a-z]{2,6}[0-9]-az[0-9]{1,2}$")
+MAX_AVAILABILITY_ZONES = 3
+
+
+class EgressStage(_Model):
+    """The stage's egress path on AWS (docs/egress.md): a sessions VPC with isolated subnets only
+    (VPC-mode interpreters), an egress VPC (the proxy service, its internal load balancer and the
+    NAT gateways, the only way out), peered to it, and the proxy service's size."""
+
+    sessions_cidr: str = "10.64.0.0/16"
+    egress_cidr: str = "10.65.0.0/16"
+    availability_zones: int = Field(default=2, ge=2, le=MAX_AVAILABILITY_ZONES)
+    # AgentCore places VPC-mode sessions only in the AZ IDs it supports in the region (use1-az1,
+    # use1-az2, use1-az4 in us-east-1): name them here (`aws ec2 describe-availability-zones`);
+    # empty = the region's first AZs by name, which differ per account.
+    availability_zone_ids: tuple[str, ...] = ()
+    nat_gateways: int = Field(default=1, ge=1, le=3)
+    proxy_port: int = Field(default=8080, ge=1024, le=65535)
+    proxy_cpu: Literal[256, 512, 1024] = 256
+    proxy_memory_mib: int = 512
+    proxy_min_tasks: int = Field(default=1, ge=1, le=20)
+    proxy_max_tasks: int = Field(default=3, ge=1, le=20)
+    proxy_cpu_target_percent: int = Field(default=60, ge=10, le=90)
+    # The proxy CA made at the first deploy (a new CA means new sessions trust only the new one).
+    ca_validity_days: int = Field(default=1095, ge=30, le=3650)
+
+    @field_validator("sessions_cidr", "egress_cidr")
+    @classmethod
+    def _cidr(cls, value: str) -> str:
+        try:
+            net = ipaddress.IPv4Network(value)
+        except ValueError:
+            raise ValueError(f"{value!r} is not an IPv4 network (a.b.c.d/n)") from None
+        if not net.is_private or not 16 <= net.prefixlen <= 20:
+            raise ValueError(f"{value!r} must be a private network of size /16 to /20")
+        return str(net)
+
+    @field_validator("availability_zone_ids")
+    @classmethod
+    def _az_ids(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for az in value:
+            if not AZ_ID_RE.match(az):
+                raise ValueError(f"{az!r} is not an availability zone id (e.g. use1-az1)")
+        if len(set(value)) != len(value):
+            raise ValueError("availability zone ids must not repeat")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> EgressStage:
+        if ipaddress.IPv4Network(self.sessions_cidr).overlaps(ipaddress.IPv4Network(self.egress_cidr)):
+            raise ValueError("sessions_cidr and egress_cidr overlap (the VPCs are peered)")
+        if self.availability_zone_ids and len(self.availability_zone_ids) != self.availability_zones:
+            raise ValueError(
+                f"availability_zone_ids names {len(self.availability_zone_ids)} zones; "
+                f"availability_zones is {self.availability_zones}"
+            )
+        if self.nat_gateways > self.availability_zones:
+            raise ValueError("nat_gateways: at most one per availability zone")
+        if self.proxy_memory_mib not in FARGATE_MEMORY_MIB[self.proxy_cpu]:
+            sizes = FARGATE_MEMORY_MIB[self.proxy_cpu]
+            raise ValueError(
+                f"proxy_memory_mib {self.proxy_memory_mib} is not a Fargate size for proxy_cpu "
+                f"{self.proxy_cpu} ({sizes.start} to {sizes.stop - 1} in steps of {sizes.step})"
+            )
+        if self.proxy_min_tasks > self.proxy_max_tasks:
+            raise ValueError("proxy_min_tasks is above proxy_max_tasks")
+        return self
+
+
 class StageConfig(_Model):
     name: str
     account: str | None = None
@@ -212,6 +335,9 @@ class StageConfig(_Model):
     # Every tenant id of the tenants file in order, removed ones included: a removed tenant keeps
     # its slot, so no later tenant moves to another shard stack (empty = the order of `tenants`).
     tenant_slots: tuple[str, ...] = ()
+    # The egress path of `allowlist` environments; None = no VPC, proxy or package index (then no
+    # tenant may declare an allowlist environment).
+    egress: EgressStage | None = EgressStage()
 
     @field_validator("audit_retention_days")
     @classmethod
@@ -266,6 +392,18 @@ class StageConfig(_Model):
         return self
 
     @model_validator(mode="after")
+    def _allowlist_needs_egress(self) -> StageConfig:
+        if self.egress is None:
+            for i, tenant in enumerate(self.tenants):
+                if tenant.allowlist_environments:
+                    raise ValueError(
+                        f"tenants[{i}].environments: tenant {tenant.id!r} declares "
+                        f"{tenant.allowlist_environments[0]!r} (egress allowlist) but the stage has no "
+                        "egress (egress: null)"
+                    )
+        return self
+
+    @model_validator(mode="after")
     def _timeouts(self) -> StageConfig:
         if self.call_timeout_seconds >= self.session_timeout_seconds:
             raise ValueError("call_timeout_seconds must be shorter than session_timeout_seconds")
@@ -310,6 +448,11 @@ STAGES: dict[str, dict[str, Any]] = {
         "log_retention_days": 90,
         "removal_policy": "retain",
         "audit_retention_days": 30,
+        # Two proxy tasks in two AZs behind the load balancer, one NAT gateway per AZ: losing an
+        # AZ does not close egress.
+        "egress": EgressStage(
+            nat_gateways=2, proxy_cpu=512, proxy_memory_mib=1024, proxy_min_tasks=2, proxy_max_tasks=6
+        ),
     },
 }
 # The keys of a tenants file (anything else is refused, like any unknown field).

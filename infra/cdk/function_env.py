@@ -124,3 +124,56 @@ def function_environment(
     else:
         raise ValueError(f"unknown function {logical!r}")
     return {**common, **settings.to_env()}
+
+
+PROXY_SERVICE_NAME = "sandbox-egress-proxy"
+# Inside the proxy's container: the only writable directory is /tmp (its root file system is
+# read-only); the CA is written there from Secrets Manager at start.
+PROXY_CONFDIR = "/tmp/egress-ca"
+
+
+def proxy_environment(region: str) -> dict[str, str]:
+    """The egress proxy container's environment: what its logger, metrics and AWS clients read
+    (the proxy's own settings are its command line, `proxy_command`)."""
+    return {
+        "POWERTOOLS_SERVICE_NAME": PROXY_SERVICE_NAME,
+        "POWERTOOLS_METRICS_NAMESPACE": n.METRICS_NAMESPACE,
+        "POWERTOOLS_LOG_LEVEL": "INFO",
+        "AWS_REGION": region,
+        "AWS_DEFAULT_REGION": region,
+    }
+
+
+def proxy_command(
+    config: StageConfig,
+    *,
+    tables: Mapping[str, str],
+    port: int,
+    index_url: str,
+    codeartifact_domain: str,
+    account: str,
+) -> list[str]:
+    """`python -m egress_proxy`'s arguments on AWS (functions/egress_proxy/config.py): listen on
+    every address of the task, read the CA from Secrets Manager, add the CodeArtifact token to the
+    index's requests. `tables` maps TableSpec.logical -> physical name (or token)."""
+    return [
+        "--stage",
+        config.name,
+        "--listen-host",
+        "0.0.0.0",  # noqa: S104 - the task's own ENI; its security group admits the load balancer only
+        "--port",
+        str(port),
+        "--confdir",
+        PROXY_CONFDIR,
+        "--ca-from-secrets",
+        "--egress-table",
+        tables.get(n.EGRESS.logical, n.EGRESS.physical(config.name)),
+        "--counters-table",
+        tables[n.TENANT_DAILY_COUNTERS.logical],
+        "--tenants-table",
+        tables[n.TENANTS.logical],
+        "--index-url",
+        index_url,
+        "--codeartifact",
+        f"{codeartifact_domain}:{account}",
+    ]

@@ -18,7 +18,8 @@ import time
 
 import pytest
 from egress_proxy.config import ProxyConfig
-from egress_proxy.engine import ClientState, Engine, RequestView
+from egress_proxy.engine import Engine
+from egress_proxy.model import ClientState, RequestView
 from egress_proxy.store import EgressStore
 from sandbox_common import aws, dimensions
 from sandbox_common import naming as n

@@ -17,11 +17,11 @@ TARGET_TENANTS_AT_DEFAULT_ROLE_QUOTA = 900
 
 
 def _tenants(count: int, *, data: bool = False) -> tuple[dict, ...]:
-    both = ("default-public", "internal-only")  # the most resources a tenant can cost
+    every = ("default-public", "internal-only", "default-allowlist")  # the most resources a tenant costs
     return tuple(
         {
             "id": f"t-{i:04d}",
-            "environments": both,
+            "environments": every,
             "templates": {"analyst": "default-public"},
             **({"data": {"read": (f"s3://tenant-data/t-{i:04d}/",)}} if data else {}),
         }

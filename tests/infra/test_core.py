@@ -15,6 +15,7 @@ from sandbox_common.redaction.cloudwatch import data_protection_policy, subscrip
 
 from infra.cdk.config import build_config
 from infra.cdk.constructs.definitions import global_parameters
+from infra.cdk.constructs.egress_setup import setup_function_name
 from infra.cdk.constructs.state import AUDIT_DENIED_ACTIONS
 from infra.cdk.function_env import function_environment
 from tests.infra._cfn import (
@@ -107,10 +108,24 @@ def test_counters_are_written_only_by_the_quota_role(all_stages, stage: str) -> 
         "dynamodb:BatchWriteItem",
         "dynamodb:PartiQLUpdate",
     )
+    # The egress proxy adds its tenants' egress bytes to their own items of the tenant-daily
+    # table, and only those (its statement's LeadingKeys condition: tests/infra/test_egress_infra.py).
+    proxy_roles = {
+        r["Properties"]["TaskRoleArn"]["Fn::GetAtt"][0]
+        for r in resources(core, "AWS::ECS::TaskDefinition").values()
+    }
     for spec in (n.TENANT_DAILY_COUNTERS, n.AGENT_HOURLY_COUNTERS):
-        # Given a counter table / Then only the quota role may write it
+        # Given a counter table / Then only the quota role may write it (and the proxy its byte items)
         grants = _grants_on(core, _table_ids(core)[spec.physical(stage)], writes)
-        assert grants and {owner for owner, _ in grants} == {quota_role}
+        others = {owner for owner, _ in grants} - {quota_role}
+        assert grants and quota_role in {owner for owner, _ in grants}
+        assert others <= (proxy_roles if spec is n.TENANT_DAILY_COUNTERS else set())
+        table = f"<{_table_ids(core)[spec.physical(stage)]}.Arn>"
+        for owner, st in policy_statements(core):
+            if owner in others and table in statement_resources(st):
+                assert st["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"] == [
+                    "*#egress_daily_bytes#*"
+                ]
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -155,7 +170,9 @@ def test_lambda_functions_resolve_to_importable_handlers(all_stages, stage: str)
         r["Properties"]["FunctionName"]: r["Properties"]
         for r in resources(core, "AWS::Lambda::Function").values()
     }
-    assert set(functions) == {n.function_name(stage, f) for f in n.FUNCTIONS}
+    # (a stage with an egress path also has its deploy-time custom resource, tests/infra/test_egress)
+    setup = {setup_function_name(stage)} if config.egress is not None else set()
+    assert set(functions) == {n.function_name(stage, f) for f in n.FUNCTIONS} | setup
     for logical in n.FUNCTIONS:
         props = functions[n.function_name(stage, logical)]
         # Given the deployed handler string / When it is imported the way Lambda does it
@@ -263,7 +280,7 @@ def test_alarm_and_dashboard_metrics_use_emitted_dimension_sets(all_stages, stag
         n.METRIC_CAP_EXCEEDED,
         n.METRIC_DISPATCH_INTERNAL_ERRORS,
     } <= seen
-    # And the one dashboard draws the §9 panels
+    # And the one dashboard draws its panels
     (dashboard,) = resources(core, "AWS::CloudWatch::Dashboard").values()
     body = render(dashboard["Properties"]["DashboardBody"])
     for needle in (
@@ -297,8 +314,11 @@ def test_security_topic_is_encrypted_and_ssl_only(all_stages, stage: str) -> Non
 def test_ssm_parameters_and_outputs_match_definitions(all_stages, stage: str) -> None:
     config = build_config(stage)
     core = _core(all_stages, stage)
+    egress = {n.egress_network_parameter(stage, leaf) for leaf in n.EGRESS_NETWORK_PARAMETERS}
     params = {
-        r["Properties"]["Name"]: r["Properties"] for r in resources(core, "AWS::SSM::Parameter").values()
+        r["Properties"]["Name"]: r["Properties"]
+        for r in resources(core, "AWS::SSM::Parameter").values()
+        if r["Properties"]["Name"] not in egress  # what the egress path publishes: test_egress_infra
     }
     # Given the shared definitions / Then the caps and price are deployed as String parameters
     assert {k: v["Value"] for k, v in params.items()} == global_parameters(config)
@@ -317,6 +337,8 @@ def test_ssm_parameters_and_outputs_match_definitions(all_stages, stage: str) ->
         n.OUTPUT_ARTIFACTS_BUCKET,
         n.OUTPUT_AGENT_INVOKE_POLICY,
     }
+    if config.egress is not None:
+        expected |= {n.OUTPUT_EGRESS_PROXY_URL, n.OUTPUT_PACKAGE_INDEX_URL}
     assert expected | {n.table_output_key(s.logical) for s in n.ALL_TABLES} == set(outputs)
     assert all(re.fullmatch(r"[A-Za-z0-9]+", k) for k in outputs)
     assert outputs[n.OUTPUT_STAGE]["Value"] == stage
@@ -365,7 +387,7 @@ def test_removal_policy_and_dlq_follow_stage_data(all_stages, stage: str) -> Non
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_continuations_are_used_only_by_dispatch_with_exact_actions(all_stages, stage: str) -> None:
-    # Given the continuations table of programmatic tool calling (SPEC §15)
+    # Given the continuations table of programmatic tool calling
     core = _core(all_stages, stage)
     table_id = _table_ids(core)[n.CONTINUATIONS.physical(stage)]
     dispatch_role = n.function_role_name(stage, n.DISPATCH)

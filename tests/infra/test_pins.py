@@ -42,6 +42,15 @@ def test_session_runtime_pins_the_projects_aws_sdk() -> None:
     assert {k: session.get(k) for k in sdk} == {k: project[k] for k in sdk}
 
 
+def test_egress_setup_layer_pins_the_projects_cryptography() -> None:
+    # Given the egress setup layer's pins (it makes the proxy CA with cryptography)
+    layer = _pins((REPO / "layers/egress_setup/requirements.txt").read_text().splitlines())
+    project = _pins((REPO / "constraints.txt").read_text().splitlines())
+    # Then it pins cryptography and its dependencies, at the versions the tests make the CA with
+    assert set(layer) == {"cryptography", "cffi", "pycparser"}
+    assert {k: project[k] for k in layer} == layer
+
+
 def test_egress_proxy_pins_mitmproxy_as_the_project_does() -> None:
     # Given the egress proxy's requirements (its venv, its image) and the project's constraints
     egress = _pins((REPO / "functions/egress_proxy/requirements.txt").read_text().splitlines())

@@ -14,7 +14,7 @@ from sandbox_common import naming as n
 from sandbox_common.models import TenantSubstrate
 
 from infra.cdk.config import build_config
-from infra.cdk.constructs.definitions import has_own_execution_role, stage_roles
+from infra.cdk.constructs.definitions import EGRESS_ROLES, has_own_execution_role, stage_roles
 from tests.infra._cfn import (
     allowed_actions,
     policy_statements,
@@ -59,7 +59,11 @@ def test_interpreters_one_per_tenant_environment_with_network_mode(all_stages, s
             assert props["Name"] == n.interpreter_name(stage, tenant, env)
             assert props["Name"].startswith(n.interpreter_name_prefix(stage))
             assert n.INTERPRETER_NAME_RE.match(props["Name"])
-            assert props["NetworkConfiguration"] == {"NetworkMode": n.NETWORK_MODE[env]}
+            assert props["NetworkConfiguration"]["NetworkMode"] == n.NETWORK_MODE[env]
+            # (a VPC-mode interpreter's subnets, groups and CA: tests/infra/test_egress_infra.py)
+            if n.NETWORK_MODE[env] != "VPC":
+                assert props["NetworkConfiguration"] == {"NetworkMode": n.NETWORK_MODE[env]}
+                assert "Certificates" not in props
             if has_own_execution_role(config.tenant(tenant)):
                 (rid,) = [
                     v
@@ -212,9 +216,10 @@ def test_roles_per_tenant_none_without_data_one_with_data() -> None:
     }
     assert len(of_tenant["acme"]) == 0 and len(of_tenant["globex"]) == 1
     assert len(roles) == 1
-    # And the whole stage has the function roles, the runner role and the shared role besides
+    # And the whole stage has the function roles, the runner role and the shared role besides,
+    # and the egress path's (tests/infra/test_egress_infra.py), none of them per tenant
     total = sum(len(resources(t, "AWS::IAM::Role")) for t in templates.values())
-    assert total == len(n.FUNCTIONS) + 2 + 1
+    assert total == len(n.FUNCTIONS) + 2 + EGRESS_ROLES + 1
 
 
 def test_shard_stacks_do_not_import_core_exports(all_stages) -> None:

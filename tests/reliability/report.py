@@ -147,7 +147,7 @@ def render(
     local = records.get("local_isolation", [])
     if local:
         out += [
-            "## Local sandbox isolation (SPEC §18)",
+            "## Local sandbox isolation",
             "",
             (
                 "Attacks of the security pass, run from inside real local sessions (bubblewrap, a uid per"

@@ -43,6 +43,7 @@ class Seen:
     path: str
     headers: dict[str, str]
     sni: str | None
+    peer: tuple[str, int] = ("", 0)  # the connection's client address: one per upstream connection
 
 
 @dataclass
@@ -50,12 +51,14 @@ class HttpsTestServer:
     """An HTTPS/1.1 server on 127.0.0.1 for the names in its certificate. Paths:
     `/echo` (its request headers as JSON), `/leak` (the Authorization header it got, back in a
     header, the body in clear, base64 and JSON-escaped), `/leak-gzip` (the same body gzipped),
-    `/bytes?n=N` (N bytes). Every request is recorded in `seen`."""
+    `/bytes?n=N` (N bytes), `/stream?n=N` (N bytes announced, the first half sent, the rest once
+    `release` is set). Every request is recorded in `seen`."""
 
     ca: certs.KeyPair
     names: list[str]
     directory: Path
     seen: list[Seen] = field(default_factory=list)
+    release: threading.Event = field(default_factory=threading.Event)
     port: int = 0
     _server: ThreadingHTTPServer | None = None
 
@@ -70,16 +73,25 @@ class HttpsTestServer:
         (self.directory / "leaf.pem").write_bytes(leaf.cert_pem)
         (self.directory / "leaf.key").write_bytes(leaf.key_pem)
         seen = self.seen
+        release = self.release
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # It writes a response's head and body separately: with Nagle's algorithm the body
+            # waits for the head's ACK, which a client reading from an event loop (the proxy, or
+            # any asyncio client) delays ~40 ms. Servers meant for clients (nginx, Go's net/http)
+            # send without delay; so does this one.
+            disable_nagle_algorithm = True
 
             def log_message(self, *_: Any) -> None:
                 pass
 
             def do_GET(self) -> None:  # noqa: N802 - stdlib name
                 sni = getattr(self.connection, "sni", None)
-                seen.append(Seen(self.path, dict(self.headers.items()), sni))
+                seen.append(Seen(self.path, dict(self.headers.items()), sni, tuple(self.client_address)))
+                if self.path.startswith("/stream"):
+                    self._stream(int(self.path.split("n=", 1)[1]))
+                    return
                 auth = self.headers.get("Authorization", "")
                 extra: dict[str, str] = {}
                 if self.path.startswith("/echo"):
@@ -111,6 +123,15 @@ class HttpsTestServer:
                     self.send_header(key, value)
                 self.end_headers()
                 self.wfile.write(body)
+
+            def _stream(self, size: int) -> None:
+                self.send_response(200)
+                self.send_header("Content-Length", str(size))
+                self.end_headers()
+                self.wfile.write(b"x" * (size // 2))
+                self.wfile.flush()
+                release.wait(60)  # a bound on waiting for the test, never a window it relies on
+                self.wfile.write(b"y" * (size - size // 2))
 
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(self.directory / "leaf.pem", self.directory / "leaf.key")

@@ -153,8 +153,10 @@ class TenantCredentials:
 
     def session_policy(self) -> str:
         """The session policy this tenant's credentials are issued with: the runner's actions on
-        its own interpreter ARNs only (raises SessionPolicyError without any)."""
-        return session_policy_json(self.interpreter_arns)
+        its own interpreter ARNs only (raises SessionPolicyError without any), and reading the
+        stage's egress CA certificate, which AgentCore fetches with these credentials for a
+        VPC-mode interpreter's `certificates`."""
+        return session_policy_json(self.interpreter_arns, stage=n.stage_of_runner_role(self.role_arn))
 
     def _assume(self) -> _Entry:
         from botocore.exceptions import BotoCoreError, ClientError

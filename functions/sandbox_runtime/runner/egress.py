@@ -29,6 +29,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from sandbox_common import aws
+from sandbox_common import naming as n
 from sandbox_common.observability import logger
 from sandbox_common.settings import EgressSettings
 from sandbox_session import egress as session_egress
@@ -103,6 +105,15 @@ def session_egress_from(settings: EgressSettings, ddb: Any) -> SessionEgress | N
 
 
 @lru_cache(maxsize=1)
+def direct_hosts() -> tuple[str, ...]:
+    """What a session reaches without the proxy: S3 in the runner's region (the session's), which
+    an AWS allowlist session reaches through its VPC's gateway endpoint (tenant data, `s3_uri`
+    inputs); the local stack's sessions reach S3 through their loopback relay either way."""
+    region = aws.session().region_name
+    return n.s3_endpoint_names(region) if region else ()
+
+
+@lru_cache(maxsize=1)
 def _session_source() -> str:
     return Path(session_egress.__file__).read_text(encoding="utf-8")
 
@@ -115,6 +126,7 @@ def setup_source(endpoints: EgressEndpoints, session_id: str, secret: str, *, bi
         "ca_bundle": endpoints.ca_bundle,
         "index_url": endpoints.index_url,
         "bind_scheme": bind_scheme,
+        "direct_hosts": list(direct_hosts()),
     }
     return _INSTALLER.format(source=_session_source(), name=PRIVATE_MODULE, config=json.dumps(config))
 

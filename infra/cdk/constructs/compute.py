@@ -26,7 +26,7 @@ from sandbox_common import naming as n
 from infra.cdk.config import ConfigError, StageConfig
 from infra.cdk.constructs.definitions import function_timeout_seconds
 from infra.cdk.constructs.layer import ASSET_EXCLUDES, LayersConstruct, architecture, runtime
-from infra.cdk.constructs.nag import acknowledge
+from infra.cdk.constructs.nag import acknowledge, finding_arn
 from infra.cdk.constructs.state import StateConstruct, failure_queue, removal_policy
 from infra.cdk.function_env import function_environment
 from infra.cdk.layer_build import REPO_ROOT
@@ -78,16 +78,27 @@ def log_retention(days: int) -> logs.RetentionDays:
 
 
 def function_code(logical: str, functions_dir: Path = FUNCTIONS_DIR) -> lambda_.Code:
-    """`functions/` as Lambda sees it (/var/task), minus the other functions' packages, so each
-    function ships only its own code and its asset hash changes only when that code does."""
-    shipped = {n.FUNCTION_PACKAGES[logical], *SHARED_PACKAGES.get(logical, ())}
-    packages = {
-        *n.FUNCTION_PACKAGES.values(),
-        *(pkg for pkgs in SHARED_PACKAGES.values() for pkg in pkgs),
-        n.EGRESS_PROXY_PACKAGE,  # the egress proxy's container ships it, never a Lambda
-    }
-    others = sorted(packages - shipped)
-    return lambda_.Code.from_asset(str(functions_dir), exclude=[*others, *ASSET_EXCLUDES])
+    """`functions/` as Lambda sees it (/var/task), minus every other package there (the other
+    functions', the egress proxy's, the egress setup's), so each function ships only its own code
+    and its asset hash changes only when that code does."""
+    return lambda_.Code.from_asset(
+        str(functions_dir),
+        exclude=[*other_packages(functions_dir, shipped_packages(logical)), *ASSET_EXCLUDES],
+    )
+
+
+def shipped_packages(logical: str) -> set[str]:
+    return {n.FUNCTION_PACKAGES[logical], *SHARED_PACKAGES.get(logical, ())}
+
+
+def other_packages(functions_dir: Path, shipped: set[str]) -> list[str]:
+    """Every package directory of `functions/` but the shipped ones, sorted so the asset hash is
+    stable (caches such as __pycache__ are ASSET_EXCLUDES' business, not a package)."""
+    return sorted(
+        p.name
+        for p in functions_dir.iterdir()
+        if p.is_dir() and p.name not in shipped and not p.name.startswith(("_", "."))
+    )
 
 
 class ComputeConstruct(Construct):
@@ -595,21 +606,7 @@ def _cid(logical: str) -> str:
 
 
 def _nag_arn(scope: Construct, arn: str) -> str:
-    """How cdk-nag spells a token ARN in a finding id: `Ref X` -> `<X>`, GetAtt -> `<Id.Attr>`."""
-    return _render(cdk.Stack.of(scope).resolve(arn))
-
-
-def _render(value: object) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and "Fn::Join" in value:
-        sep, parts = value["Fn::Join"]
-        return sep.join(_render(p) for p in parts)
-    if isinstance(value, dict) and "Ref" in value:
-        return f"<{value['Ref']}>"
-    if isinstance(value, dict) and "Fn::GetAtt" in value:
-        return f"<{'.'.join(value['Fn::GetAtt'])}>"
-    raise ValueError(f"cannot render {value!r} for a cdk-nag finding id")
+    return finding_arn(scope, arn)
 
 
 def _acknowledge_wildcard(role: iam.Role, finding: str, reason: str) -> None:

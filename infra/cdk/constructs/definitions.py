@@ -78,13 +78,23 @@ def has_own_execution_role(tenant: TenantConfig) -> bool:
 
 # Besides the function roles: the session-runner role and the shared execution role (Core stack).
 STAGE_FIXED_EXTRA_ROLES = 2
+# A stage with an egress path adds: the VPC flow logs', the setup custom resource's, and the proxy
+# task's and task execution roles (infra/cdk/constructs/egress*.py).
+EGRESS_ROLES = 4
 
 
 def stage_roles(config: StageConfig) -> int:
     """IAM roles the stage creates: one per function, the session-runner role, the shared
-    execution role, and one per tenant with data grants (tests/infra holds this to the synthesized
-    templates; `sandboxctl doctor` compares it with the account's role quota)."""
-    return len(n.FUNCTIONS) + STAGE_FIXED_EXTRA_ROLES + sum(has_own_execution_role(t) for t in config.tenants)
+    execution role, the egress path's (if any), and one per tenant with data grants (tests/infra
+    holds this to the synthesized templates; `sandboxctl doctor` compares it with the account's
+    role quota)."""
+    egress = EGRESS_ROLES if config.egress is not None else 0
+    return (
+        len(n.FUNCTIONS)
+        + STAGE_FIXED_EXTRA_ROLES
+        + egress
+        + sum(has_own_execution_role(t) for t in config.tenants)
+    )
 
 
 def dispatch_aliases(config: StageConfig) -> tuple[str, ...]:

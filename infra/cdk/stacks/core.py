@@ -8,15 +8,17 @@ import aws_cdk as cdk
 from constructs import Construct
 from sandbox_common import naming as n
 
-from infra.cdk.config import StageConfig
+from infra.cdk.config import MAX_AVAILABILITY_ZONES, StageConfig
 from infra.cdk.constructs.agent_access import AgentAccessConstruct
 from infra.cdk.constructs.artifacts import ArtifactsConstruct
 from infra.cdk.constructs.compute import ComputeConstruct
+from infra.cdk.constructs.egress import EgressConstruct
 from infra.cdk.constructs.layer import LayersConstruct
 from infra.cdk.constructs.observability import ObservabilityConstruct
 from infra.cdk.constructs.parameters import ParametersConstruct
 from infra.cdk.constructs.runner_roles import RunnerRolesConstruct
 from infra.cdk.constructs.state import StateConstruct
+from infra.cdk.function_env import EgressEndpoints
 
 
 class CoreStack(cdk.Stack):
@@ -47,7 +49,37 @@ class CoreStack(cdk.Stack):
         self.observability = ObservabilityConstruct(
             self, "Observability", config=config, state=self.state, compute=self.compute
         )
+        self.egress = self._build_egress(config)
         self._build_outputs(config)
+
+    @property
+    def availability_zones(self) -> list[str]:
+        """The region's AZs as CloudFormation picks them (Fn::GetAZs), also when the stack knows its
+        account and region: CDK would otherwise look them up in the account at synth (a context
+        lookup, with credentials) for the egress VPCs."""
+        return [cdk.Fn.select(i, cdk.Fn.get_azs()) for i in range(MAX_AVAILABILITY_ZONES)]
+
+    def _build_egress(self, config: StageConfig) -> EgressConstruct | None:
+        """The egress path of allowlist environments, if the stage has one; dispatch and the reaper
+        hand its endpoints to the sessions they start."""
+        if config.egress is None:
+            return None
+        egress = EgressConstruct(
+            self,
+            "Egress",
+            config=config,
+            egress=config.egress,
+            tables=self.state.table_names,
+            table_arns={logical: table.table_arn for logical, table in self.state.tables.items()},
+            runner_role=self.runner_roles.runner_role,
+        )
+        endpoints = EgressEndpoints(
+            proxy_url=egress.proxy_url, ca_bundle=egress.ca_bundle, index_url=egress.index_url
+        )
+        for function in (self.compute.dispatch, self.compute.reaper):
+            for key, value in endpoints.as_env().items():
+                function.add_environment(key, value)
+        return egress
 
     def _build_outputs(self, config: StageConfig) -> None:
         """What `sandboxctl` reads on a deployed stage (keys from naming.OUTPUT_*)."""
@@ -60,5 +92,8 @@ class CoreStack(cdk.Stack):
             n.OUTPUT_ARTIFACTS_BUCKET: self.artifacts.bucket.bucket_name,
             **{n.table_output_key(logical): table.table_name for logical, table in self.state.tables.items()},
         }
+        if self.egress is not None:
+            outputs[n.OUTPUT_EGRESS_PROXY_URL] = self.egress.proxy_url
+            outputs[n.OUTPUT_PACKAGE_INDEX_URL] = self.egress.index_url
         for key, value in outputs.items():
             cdk.CfnOutput(self, key, value=value)

@@ -85,13 +85,25 @@ def test_setup_points_every_client_at_the_proxy_and_binds_the_credential(
     for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT", "NODE_EXTRA_CA_CERTS"):
         assert env[name] == "/opt/ca.pem"
     assert env["PIP_INDEX_URL"] == "https://index.test/simple"
-    assert set(env["NO_PROXY"].split(",")) == {"localhost", "127.0.0.1", "::1"}
+    # (loopback, the link-local credential endpoints, and S3 of the runner's region, which an AWS
+    # allowlist session reaches through its VPC's gateway endpoint rather than the proxy)
+    assert set(env["NO_PROXY"].split(",")) == {
+        "localhost",
+        "127.0.0.1",
+        "::1",
+        "169.254.169.254",
+        "169.254.170.2",
+        "s3.amazonaws.com",
+        "s3.us-east-1.amazonaws.com",
+    }
+    assert env["no_proxy"] == env["NO_PROXY"]
     # And pip.conf and .curlrc (for commands with a clean environment) say the same, private to it
     pip_conf = tmp_path / ".config" / "pip" / "pip.conf"
     curlrc = tmp_path / ".curlrc"
     assert f"proxy = {proxy}" in pip_conf.read_text() and "cert = /opt/ca.pem" in pip_conf.read_text()
     assert "index-url = https://index.test/simple" in pip_conf.read_text()
     assert f'proxy = "{proxy}"' in curlrc.read_text() and 'cacert = "/opt/ca.pem"' in curlrc.read_text()
+    assert f'noproxy = "{env["NO_PROXY"]}"' in curlrc.read_text()
     assert {oct(p.stat().st_mode & 0o777) for p in (pip_conf, curlrc)} == {"0o600"}
 
 

@@ -21,7 +21,7 @@ import pytest
 from sandbox_common import dimensions
 
 from infra.local.state import REPO_ROOT
-from tests.support.egress import HttpsTestServer, Proxy, egress_stack, wait_for
+from tests.support.egress import HttpsTestServer, Proxy, Tunnel, egress_stack, wait_for
 from tests.support.local_stack import ctl, ctl_json
 
 SECRET = "tok-ABCDEF-1234567890-zyx"
@@ -241,6 +241,42 @@ def test_egress_index_paths_other_than_listed_projects_are_refused(setup: Setup)
     ):
         answer = setup.get(f"https://packages.sandbox.internal{path}")
         assert answer.status in (403, 404) and answer.reason == "package_not_listed", (path, answer.status)
+
+
+# --- connections kept alive, bodies streamed ---------------------------------------------------------
+def test_egress_kept_alive_tunnel_answers_every_request_over_one_upstream_connection(setup: Setup) -> None:
+    # Given one tunnel the client keeps open (as requests.Session, pip and curl do)
+    tunnel = Tunnel(setup.proxy, setup.session, setup.secret, "open.example.com")
+    try:
+        # When it sends more requests than mitmproxy opens connections to one address at once (5)
+        answers = [tunnel.get(f"/bytes?keepalive={i}&n=1000") for i in range(8)]
+    finally:
+        tunnel.close()
+    # Then every one is answered on that connection, which the proxy keeps open ...
+    assert [(a.status, len(a.body)) for a in answers] == [(200, 1000)] * 8
+    assert all(a.headers.get("connection", "").lower() != "close" for a in answers)
+    # ... and the server saw them all on one upstream connection: no new handshake per request
+    peers = {s.peer for s in setup.server.seen if "keepalive=" in s.path}
+    assert len(peers) == 1, peers
+
+
+def test_egress_response_of_a_host_without_credential_streams_as_it_arrives(setup: Setup) -> None:
+    # Given a server that sends half of a body and holds the rest until the test releases it
+    server = setup.server
+    server.release.clear()
+    tunnel = Tunnel(setup.proxy, setup.session, setup.secret, "open.example.com")
+    try:
+        # When the session asks a host without a credential rule for it
+        tunnel.conn.request("GET", "/stream?n=200000")
+        response = tunnel.conn.getresponse()
+        # Then the first half reaches the session while the server still holds the rest
+        assert response.status == 200
+        assert response.read(100000) == b"x" * 100000
+        server.release.set()
+        assert response.read() == b"y" * 100000
+    finally:
+        server.release.set()
+        tunnel.close()
 
 
 # --- counters and the connection log ---------------------------------------------------------------

@@ -15,6 +15,7 @@ DISPATCH = "Lambda dispatch"
 QUOTA_CHECK = "Lambda quota_check"
 REAPER = "Lambda reaper"
 BACKSTOP = "Lambda backstop"
+EGRESS_SETUP = "Lambda egress_setup"  # the egress path's deploy-time custom resource
 SHARED_RUN_TIME = "Shared run time"
 COMMON = "Common"
 SESSION_RUNTIME = "Session runtime"
@@ -25,7 +26,7 @@ DEMO = "Demo"
 EGRESS = "Egress"
 TESTS = "Tests"
 
-LAMBDAS = (DISPATCH, QUOTA_CHECK, REAPER, BACKSTOP)
+LAMBDAS = (DISPATCH, QUOTA_CHECK, REAPER, BACKSTOP, EGRESS_SETUP)
 
 # part -> the module prefixes it holds
 PARTS: dict[str, tuple[str, ...]] = {
@@ -35,6 +36,7 @@ PARTS: dict[str, tuple[str, ...]] = {
     QUOTA_CHECK: ("quota_check",),
     REAPER: ("reaper",),
     BACKSTOP: ("backstop",),
+    EGRESS_SETUP: ("egress_setup",),
     # What dispatch and the reaper both run (session runner, job end, finishing interrupted calls)
     SHARED_RUN_TIME: ("sandbox_runtime",),
     COMMON: ("sandbox_common",),  # layers/common/python: what the Lambdas share
@@ -60,6 +62,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     QUOTA_CHECK: set(_LAMBDA_RUN_TIME),
     REAPER: _LAMBDA_RUN_TIME | {SESSION_RUNTIME},
     BACKSTOP: set(_LAMBDA_RUN_TIME),
+    # CloudFormation's custom resource: boto3 and cryptography only, nothing of ours
+    EGRESS_SETUP: set(),
     SHARED_RUN_TIME: {COMMON, SESSION_RUNTIME},
     # Common ships the session runtime's source into sessions (the readiness preamble, the tool
     # installer): the session runtime is the bottom of the graph, it imports nothing of ours.

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from egress_proxy import checks
 from egress_proxy.config import IndexSettings, ProxyConfig, Route
-from egress_proxy.engine import ClientState, Engine, RequestView
+from egress_proxy.engine import Engine
+from egress_proxy.model import ClientState, RequestView
 from egress_proxy.store import EgressStore
 from sandbox_common import aws, dimensions
 from sandbox_common import naming as n
@@ -175,7 +176,7 @@ def test_engine_keeps_only_the_last_denied_hosts_and_counts_a_flood_in_the_flush
     async def flood() -> None:
         for i in range(n.EGRESS_DENIED_HOSTS_KEPT + 10):
             now[0] = 1_000_000.0 + i // 25  # 20 written per second, the rest counted in the flush
-            await engine.deny(
+            await engine.counters.deny(
                 state, state.credential, f"h{i}.example.com", 443, checks.Denied(checks.NOT_ALLOWED)
             )  # type: ignore[arg-type]
 
@@ -183,7 +184,7 @@ def test_engine_keeps_only_the_last_denied_hosts_and_counts_a_flood_in_the_flush
     counters = _item("s1", n.EGRESS_COUNTERS_ITEM)
     assert counters["denied"] == n.EGRESS_DENIED_HOSTS_KEPT + 5  # five of the first second wait for the flush
     assert len(counters["denied_hosts"]) == n.EGRESS_DENIED_HOSTS_KEPT
-    asyncio.run(engine.flush([state]))
+    asyncio.run(engine.counters.flush([state]))
     assert _item("s1", n.EGRESS_COUNTERS_ITEM)["denied"] == n.EGRESS_DENIED_HOSTS_KEPT + 10
 
 
@@ -309,8 +310,8 @@ def test_engine_bytes_are_flushed_and_the_daily_cap_refuses_new_connections(engi
     auth = _issue("s1")
     state, _ = _tunnel(engine, auth, "api.example.com")
     answer = asyncio.run(engine.admit_request(state, _request("api.example.com")))
-    engine.add_bytes(state, answer.conn, out=600, into=1_000)
-    asyncio.run(engine.flush([state]))
+    engine.counters.add_bytes(state, answer.conn, out=600, into=1_000)
+    asyncio.run(engine.counters.flush([state]))
     counters = _item("s1", n.EGRESS_COUNTERS_ITEM)
     assert (counters["allowed"], counters["bytes_out"], counters["bytes_in"]) == (1, 600, 1_000)
     dim = dimensions.EGRESS_DAILY_BYTES

@@ -426,6 +426,37 @@ def egress_policy_parameter(stage: str, tenant_id: str, environment: str) -> str
     return _tenant_parameter(stage, tenant_id, f"egress/{environment}")
 
 
+def s3_endpoint_names(region: str) -> tuple[str, ...]:
+    """The names an S3 client uses in a region (global and regional; a bucket's virtual host is a
+    subdomain of either): what an allowlist session reaches directly, through the sessions VPC's
+    S3 gateway endpoint (its DNS Firewall allows them and their subdomains, and the session's
+    NO_PROXY names them) instead of through the egress proxy."""
+    return ("s3.amazonaws.com", f"s3.{region}.amazonaws.com")
+
+
+def egress_network_parameter(stage: str, leaf: str) -> str:
+    """What the core stack publishes about the stage's egress path for the tenant shards to read
+    at deploy (shards take them as SSM-typed stack parameters, so adding a tenant needs no
+    cross-stack export): see EGRESS_NETWORK_PARAMETERS."""
+    if leaf not in EGRESS_NETWORK_PARAMETERS:
+        raise ValueError(f"unknown egress network parameter {leaf!r}")
+    return f"{ssm_prefix(stage)}/egress/{leaf}"
+
+
+# The sessions VPC's isolated subnets (StringList) and id, the managed prefix list of the region's
+# S3 gateway endpoint, and the ARN of the proxy CA's certificate secret.
+EGRESS_SESSION_SUBNETS = "session-subnets"
+EGRESS_SESSIONS_VPC = "sessions-vpc"
+EGRESS_S3_PREFIX_LIST = "s3-prefix-list"
+EGRESS_CA_CERT_ARN = "ca-cert-secret-arn"
+EGRESS_NETWORK_PARAMETERS: tuple[str, ...] = (
+    EGRESS_SESSION_SUBNETS,
+    EGRESS_SESSIONS_VPC,
+    EGRESS_S3_PREFIX_LIST,
+    EGRESS_CA_CERT_ARN,
+)
+
+
 # --- Secrets Manager: the tenants' own secrets and the egress proxy's CA ---------------------------
 def tenant_secrets_prefix(stage: str, tenant_id: str) -> str:
     """Every secret of one tenant is named under it; an egress credential reads only these."""
@@ -449,6 +480,25 @@ def egress_ca_cert_secret_name(stage: str) -> str:
 def egress_ca_key_secret_name(stage: str) -> str:
     """The CA's private key (PEM): read by the proxy only."""
     return f"{PROJECT}/{stage}/egress/ca-key"
+
+
+# --- the egress proxy service (ECS on Fargate) and the stage's package index (CodeArtifact) -------
+def egress_proxy_name(stage: str) -> str:
+    """The proxy's ECS cluster and service, and its load balancer (≤ 32 characters)."""
+    return f"{PROJECT}-{stage}-egress"[:32]
+
+
+def egress_proxy_log_group(stage: str) -> str:
+    return f"/{PROJECT}/{stage}/sandbox/egress-proxy"
+
+
+def package_index_domain(stage: str) -> str:
+    """CodeArtifact domain: lower-case letters, digits and hyphens, unique per account and region."""
+    return f"{PROJECT}-{stage}"
+
+
+PACKAGE_INDEX_REPOSITORY = "pypi"  # its one repository, with an external connection to public PyPI
+PACKAGE_INDEX_UPSTREAM = "public:pypi"
 
 
 # --- Lambda functions -----------------------------------------------------------------------------
@@ -503,6 +553,16 @@ def runner_role_name(stage: str) -> str:
     """The stage's one session-runner role: dispatch and the reaper assume it with a session
     policy naming only the serving tenant's interpreters (`sandbox_common.runner_policy`)."""
     return f"{PROJECT}-{stage}-sbx-runner"
+
+
+def stage_of_runner_role(role_arn: str) -> str | None:
+    """The stage whose session-runner role this is (`runner_role_name`), None for any other ARN."""
+    name = role_arn.rpartition(":role/")[2]
+    prefix, suffix = f"{PROJECT}-", "-sbx-runner"
+    if not (name.startswith(prefix) and name.endswith(suffix)) or len(name) <= len(prefix + suffix):
+        return None
+    stage = name[len(prefix) : -len(suffix)]
+    return stage if runner_role_name(stage) == name else None
 
 
 def shared_execution_role_name(stage: str) -> str:
@@ -693,6 +753,9 @@ OUTPUT_AUDIT_DLQ_URL = "AuditDlqUrl"
 OUTPUT_SECURITY_TOPIC = "SecurityAlertsTopicArn"
 OUTPUT_ARTIFACTS_BUCKET = "ArtifactsBucketName"
 OUTPUT_TABLE_PREFIX = "Table"  # table outputs: f"{OUTPUT_TABLE_PREFIX}{spec.logical}"
+# A stage with an egress path: the proxy's URL as sessions use it, and the package index URL.
+OUTPUT_EGRESS_PROXY_URL = "EgressProxyUrl"
+OUTPUT_PACKAGE_INDEX_URL = "PackageIndexUrl"
 # The managed policy a same-account agent runtime's role attaches to invoke dispatch (every tenant).
 OUTPUT_AGENT_INVOKE_POLICY = "AgentInvokePolicyArn"
 

@@ -7,7 +7,9 @@ proxy's CA (it intercepts TLS to add credentials and check hosts), and proves th
 
 - the environment of the session's Python process, which its later code and every command it
   starts inherit: `HTTPS_PROXY` / `HTTP_PROXY` (and lower case: curl reads only `http_proxy` in
-  lower case) = `http://SESSION_ID:SECRET@HOST:PORT`; `NO_PROXY` for loopback only; the CA bundle
+  lower case) = `http://SESSION_ID:SECRET@HOST:PORT`; `NO_PROXY` for loopback, the link-local
+  credential endpoints and the hosts the runner names as direct (on AWS, S3, which the sessions
+  VPC reaches through its gateway endpoint); the CA bundle
   for Python's ssl (`SSL_CERT_FILE`), requests (`REQUESTS_CA_BUNDLE`), pip (`PIP_CERT`), curl
   (`CURL_CA_BUNDLE`) and Node (`NODE_EXTRA_CA_CERTS`); pip's index (`PIP_INDEX_URL`, the stage's);
 - pip.conf and .curlrc in the session's home, so a command that starts with a clean environment
@@ -31,23 +33,36 @@ import os
 import ssl
 import urllib.error
 import urllib.request
+from typing import Any
 
 MARKER = "__sandbox_egress__ "
 BIND_HOST = "egress.sandbox.internal"
 BIND_PATH = "/bind"
 BIND_TIMEOUT_SECONDS = 20
 NO_PROXY = "localhost,127.0.0.1,::1"
+# The credential endpoints a session's host may offer its SDKs (instance and container metadata):
+# link-local, never routed out, and refused by the proxy anyway.
+LINK_LOCAL = "169.254.169.254,169.254.170.2"
 
 
-def environment(proxy_url: str, ca_bundle: str, index_url: str) -> dict[str, str]:
+def no_proxy(direct_hosts: list[str] | tuple[str, ...] = ()) -> str:
+    """Loopback, the link-local credential endpoints, and the hosts the session reaches without
+    the proxy (S3 through the VPC's gateway endpoint; each name covers its subdomains)."""
+    return ",".join([NO_PROXY, LINK_LOCAL, *direct_hosts])
+
+
+def environment(
+    proxy_url: str, ca_bundle: str, index_url: str, direct_hosts: list[str] | tuple[str, ...] = ()
+) -> dict[str, str]:
     """The variables the session's processes read (`proxy_url` carries the credential)."""
+    bypass = no_proxy(direct_hosts)
     env = {
         "HTTPS_PROXY": proxy_url,
         "https_proxy": proxy_url,
         "HTTP_PROXY": proxy_url,
         "http_proxy": proxy_url,
-        "NO_PROXY": NO_PROXY,
-        "no_proxy": NO_PROXY,
+        "NO_PROXY": bypass,
+        "no_proxy": bypass,
         "SSL_CERT_FILE": ca_bundle,
         "REQUESTS_CA_BUNDLE": ca_bundle,
         "CURL_CA_BUNDLE": ca_bundle,
@@ -66,8 +81,8 @@ def pip_conf(proxy_url: str, ca_bundle: str, index_url: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def curlrc(proxy_url: str, ca_bundle: str) -> str:
-    return f'proxy = "{proxy_url}"\ncacert = "{ca_bundle}"\nnoproxy = "{NO_PROXY}"\n'
+def curlrc(proxy_url: str, ca_bundle: str, direct_hosts: list[str] | tuple[str, ...] = ()) -> str:
+    return f'proxy = "{proxy_url}"\ncacert = "{ca_bundle}"\nnoproxy = "{no_proxy(direct_hosts)}"\n'
 
 
 def _write_private(path: str, text: str) -> None:
@@ -77,10 +92,12 @@ def _write_private(path: str, text: str) -> None:
         handle.write(text)
 
 
-def write_files(home: str, proxy_url: str, ca_bundle: str, index_url: str) -> None:
+def write_files(
+    home: str, proxy_url: str, ca_bundle: str, index_url: str, direct_hosts: list[str] | tuple[str, ...] = ()
+) -> None:
     config_home = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
     _write_private(os.path.join(config_home, "pip", "pip.conf"), pip_conf(proxy_url, ca_bundle, index_url))
-    _write_private(os.path.join(home, ".curlrc"), curlrc(proxy_url, ca_bundle))
+    _write_private(os.path.join(home, ".curlrc"), curlrc(proxy_url, ca_bundle, direct_hosts))
 
 
 def bind(proxy_url: str, ca_bundle: str, scheme: str = "https") -> tuple[bool, int | None, str | None]:
@@ -101,14 +118,15 @@ def bind(proxy_url: str, ca_bundle: str, scheme: str = "https") -> tuple[bool, i
         return False, None, type(exc).__name__
 
 
-def setup(config: dict[str, str]) -> dict[str, object]:
+def setup(config: dict[str, Any]) -> dict[str, object]:
     """Everything above, in order; returns (and prints) the marker's payload."""
     proxy_url, ca_bundle = config["proxy_url"], config["ca_bundle"]
     index_url = config.get("index_url", "")
-    os.environ.update(environment(proxy_url, ca_bundle, index_url))
+    direct_hosts = [str(h) for h in config.get("direct_hosts", [])]
+    os.environ.update(environment(proxy_url, ca_bundle, index_url, direct_hosts))
     result: dict[str, object] = {"bound": False, "status": None, "error": None}
     try:
-        write_files(os.path.expanduser("~"), proxy_url, ca_bundle, index_url)
+        write_files(os.path.expanduser("~"), proxy_url, ca_bundle, index_url, direct_hosts)
         result["bound"], result["status"], result["error"] = bind(
             proxy_url, ca_bundle, config.get("bind_scheme", "https")
         )

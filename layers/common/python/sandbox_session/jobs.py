@@ -1,4 +1,4 @@
-"""Background jobs INSIDE the sandbox (SPEC §17): a supervisor process per job.
+"""Background jobs INSIDE the sandbox (docs/jobs.md): a supervisor process per job.
 
 STDLIB ONLY and self-contained, like `sandbox_session/redactor.py`: `job_snippets` ships this
 file's source (with the redaction catalogue and the stdio redactor) into the session, which
@@ -14,7 +14,7 @@ which starts the job itself as
     python <root>/runtime.py run <job dir>            (its own process group)
 
 with the job's stdout/stderr going to files in the job dir. The `run` process installs the
-in-sandbox stdio redactor (SPEC §8 layer 1; the job is a new process, the kernel's redactor does
+in-sandbox stdio redactor (redaction's layer 1; the job is a new process, the kernel's redactor does
 not reach it) and refuses to run the code when it cannot, then runs the code byte-exact from
 `code.py`. The supervisor enforces `timeout_s` with its own clock — no Lambda needs to be alive —
 and on timeout, cancel (SIGTERM to the supervisor) or the job's end kills the job's whole process
@@ -64,7 +64,7 @@ STDIO_RUNTIME_FILE = "stdio_runtime.py"
 SHELL_RUNTIME_FILE = "shell.py"
 NODE_RUNTIME_FILE = "node.py"
 RUNTIME_FILE = "runtime.py"
-BASH = "bash"  # the spec's `language` of a shell script (SPEC §20)
+BASH = "bash"  # the `language` of a shell script
 NODE_LANGUAGES = ("javascript", "typescript")  # a Node.js program's; anything else is Python
 
 RUNNING = "running"

@@ -266,6 +266,50 @@ def private_name_violations(modules: dict[str, Path]) -> list[str]:
     return problems
 
 
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def defined_private_names(tree: ast.AST) -> frozenset[str]:
+    """The private names a module defines: its functions, classes, names and parameters, and the
+    attributes it sets (`self._x = ...`, `obj._x = ...`)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+    return frozenset(n for n in names if _private(n))
+
+
+def private_attribute_violations(modules: dict[str, Path]) -> list[str]:
+    """One line per read of `obj._name` (obj not `self` or `cls`) where `_name` is a private name
+    another module of ours defines and this one does not: reaching into another module's object
+    (`runner._redact`) instead of a public name on it. A private name no module of ours defines
+    (a third-party or standard-library one) is not ours to judge here."""
+    defined = {name: defined_private_names(_tree(path)) for name, path in modules.items()}
+    owners: dict[str, list[str]] = {}
+    for name, privates in sorted(defined.items()):
+        for private in privates:
+            owners.setdefault(private, []).append(name)
+    problems = []
+    for name, path in sorted(modules.items()):
+        for node in ast.walk(_tree(path)):
+            if not (isinstance(node, ast.Attribute) and _private(node.attr)):
+                continue
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                continue
+            if node.attr in defined[name] or node.attr not in owners:
+                continue
+            where = ", ".join(owners[node.attr])
+            problems.append(f"{name} reads {ast.unparse(node)}: a private name of {where}")
+    return problems
+
+
 def test_parts_table_allows_none_of_the_nevers() -> None:
     # Given the table / Then no allowed edge is a never, and every part has its row
     assert set(p.MAY_IMPORT) == set(p.PARTS)
@@ -315,6 +359,14 @@ def test_import_graph_no_module_imports_another_modules_private_name() -> None:
     modules["app"] = ROOT / "app.py"
     # Then none imports a private name of another
     assert private_name_violations(modules) == []
+
+
+def test_import_graph_no_module_reads_a_private_attribute_of_another_modules_object() -> None:
+    # Given the project's modules and the App (the tests may reach into what they test)
+    modules = project_modules()
+    modules["app"] = ROOT / "app.py"
+    # Then none reads `obj._name` where `_name` is another module's private name
+    assert private_attribute_violations(modules) == []
 
 
 def _fake_tree(tmp_path: Path, files: dict[str, str]) -> dict[str, Path]:
@@ -567,6 +619,13 @@ DISPATCH_VIOLATIONS = [
         "dispatch/tools/a.py",
         "from dispatch.turns.store import _key\n",
         "dispatch.tools.a imports dispatch.turns.store._key: a private name of dispatch.turns.store",
+    ),
+    (
+        "no module reads a private attribute of another module's object",
+        private_attribute_violations,
+        "dispatch/tools/a.py",
+        "from dispatch.turns import store\n\n\ndef f(x):\n    x._own = 1\n    return store._key(), x._own\n",
+        "dispatch.tools.a reads store._key: a private name of dispatch.turns.store",
     ),
     (
         "no module imports a private module of another",

@@ -3,7 +3,9 @@
 A call is a line of nested stages (`dispatch.line`); each stage reads what the stages outside it
 found, adds what it finds or holds, and hands the call on. `Call` is that state, typed, and holds
 plain data only: a stage never calls back into it. `start` makes it and sends ahead the requests
-that do not wait on each other, so that they go out together with the idempotency claim.
+that do not wait on each other, so that they go out together with the idempotency claim; having
+sent the speculative quota check, it also undoes that count when the call never reached its quota
+stage and will not run under it (`dispatch.quota.flow.settle`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from dispatch import parts
 from dispatch.idempotency.store import Context
 from dispatch.preflight.ahead import Ready, read_ahead
 from dispatch.quota.client import QuotaDecision
-from dispatch.quota.flow import speculate
+from dispatch.quota.flow import settle, speculate
 from dispatch.sessions.egress import read_before
 from dispatch.sessions.flow import SessionCall
 from dispatch.turns.flow import claim_for
@@ -133,4 +135,8 @@ def start(line: Line, request: ExecuteCodeRequest, context: Context | None) -> d
     )
     outcome = Outcome(request=request, invocation_id=invocation_id, started_at=utc_now())
     call = Call(request, context, built, invocation_id, outcome, ahead)
-    return line(call)
+    try:
+        return line(call)
+    finally:
+        if not call.decided:  # a speculative count the call did not reach (its quota stage) is undone
+            settle(built, request, quota, entered=call.entered, unclaimed=call.unclaimed)

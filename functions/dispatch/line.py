@@ -24,9 +24,10 @@ from typing import Any, Protocol
 from sandbox_common.models import EndTurnRequest, ExecuteCodeRequest
 
 from dispatch import parts
-from dispatch.call import Call, Context, Line, Next, Stage, TurnEnd, start
+from dispatch.call import Call, Line, Next, Stage, TurnEnd, start
 from dispatch.files import stage as files
 from dispatch.idempotency import stage as idempotency
+from dispatch.idempotency.store import Context
 from dispatch.jobs import stage as jobs
 from dispatch.preflight import stage as preflight
 from dispatch.quota import stage as quota

@@ -37,7 +37,7 @@ from sandbox_common.naming import Action
 from dispatch import scope
 
 if TYPE_CHECKING:
-    from dispatch.call import Context
+    from dispatch.idempotency.store import Context
 
 Response = dict[str, Any]
 Route = Callable[[AnyDispatchRequest, "Context | None"], Response]

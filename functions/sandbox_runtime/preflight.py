@@ -21,7 +21,7 @@ from sandbox_common.tenant_access import (
     read_policy,
     read_substrate,
 )
-from sandbox_common.tool_spec import validate_tool_names
+from sandbox_common.tool_spec import CODE_LANGUAGE, validate_tool_names
 from sandbox_common.ttl_cache import TtlCache
 
 Status = Literal["ready", "provisioning", "disabled", "not_requested"]
@@ -48,6 +48,11 @@ class Preflight:
     # (interpreter id, environment) of the tenant's `allowlist` environments: their sessions go out
     # through the egress proxy only, with a credential the runner issues (runner/egress.py)
     egress_interpreters: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+
+    def runs_tools(self, language: str, code: str) -> bool:
+        """Whether code runs through the tools driver: Python code (a shell script or a Node.js
+        program cannot call tools) of a template that allows tools, naming the module."""
+        return language == CODE_LANGUAGE and bool(self.tools) and n.TOOLS_MODULE in code
 
 
 def decide(

@@ -6,8 +6,9 @@ the line runs inside the claim, and the call's outcome is rendered there once it
 answer, and its one audit row, handed to the claim's completion so both land in one transaction.
 A retry of a finished call_id gets the stored answer (only when its turn token holds); a retry of
 one still running answers call_in_progress; the store unreachable refuses the call with nothing
-counted. On its way out, `once` writes on its own a row no completion took, and undoes the
-speculative quota count of a call that never reached its quota stage (`dispatch.quota.flow`).
+counted. On its way out, `once` writes on its own a row no completion took; it records whether
+the attempt ran here (`Call.entered`) or the store refused it (`Call.unclaimed`), which decide
+whether a speculative quota count the call never reached is undone (`dispatch.call.start`).
 
 A stage inside answers `None` (the call's outcome is its answer) or an answer of its own: a
 paused tool call's or a launched job's, which has no row yet (the call's row comes when it ends).
@@ -41,9 +42,7 @@ from sandbox_common.windows import utc_now
 from dispatch.call import ANSWER_MARGIN_SECONDS, Call, Next
 from dispatch.idempotency.store import IdempotencyStoreUnavailable, TimeLeft
 from dispatch.parts import Parts
-from dispatch.quota.flow import settle
-from dispatch.turns.stage import TurnUnclaimed
-from dispatch.turns.store import TurnStoreUnavailable
+from dispatch.turns.store import TurnStoreUnavailable, TurnUnclaimed
 
 RowHandOff = Callable[..., None]  # (row) or (row, extra transaction items): into the completion
 
@@ -81,8 +80,6 @@ def once(call: Call, then: Next) -> dict[str, Any]:
             ),
         )
     finally:
-        if not call.decided:  # a speculative count the call did not reach is undone
-            settle(parts, req, call.ahead.quota, entered=call.entered, unclaimed=call.unclaimed)
         calls.rows.flush(call.invocation_id, parts.audit_writer)  # a row no completion took: on its own
 
 

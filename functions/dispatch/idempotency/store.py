@@ -198,7 +198,7 @@ class ResultKeepingStore(DynamoDBPersistenceLayer):
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                 raise
-            old = exc.response.get("Item")  # type: ignore[typeddict-item]
+            old = exc.response.get("Item")
             if old is None:
                 raise pt_errors.IdempotencyItemAlreadyExistsError() from exc
             old_record = self._item_to_data_record(old)
@@ -218,7 +218,7 @@ class ResultKeepingStore(DynamoDBPersistenceLayer):
                 TransactItems=[{"Update": completion}, self.audit_writer.transact_put(row), *extra]
             )
         except ClientError as exc:
-            reasons = exc.response.get("CancellationReasons") or []  # type: ignore[typeddict-item]
+            reasons = exc.response.get("CancellationReasons") or []
             if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
                 self._rows_by_key.pop(key, None)  # a finisher took the record: its row is the call's one row
                 raise CompletionLost from None

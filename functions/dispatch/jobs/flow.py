@@ -13,7 +13,7 @@ from sandbox_common.outcome import internal_failure, public
 from sandbox_runtime.job_store import JobRecord
 
 from dispatch import guard
-from dispatch.call import Context
+from dispatch.idempotency.store import Context
 from dispatch.jobs import actions
 from dispatch.parts import Parts, built
 from dispatch.turns.store import TurnStoreUnavailable

@@ -12,8 +12,6 @@ from sandbox_common.models import ExecuteCodeRequest
 from sandbox_runtime.preflight import Preflight
 from sandbox_runtime.runner import SessionRunner
 
-from dispatch.tools.run import uses_tools
-
 if TYPE_CHECKING:
     from dispatch.parts import Parts
 
@@ -30,4 +28,4 @@ def read_ahead(parts: Parts, req: ExecuteCodeRequest) -> Ready:
     pf = parts.preflight.check(req.tenant_id, req.template_id)
     if pf.status != "ready":
         return Ready(pf)
-    return Ready(pf, parts.runners(pf), uses_tools(req, pf))
+    return Ready(pf, parts.runners(pf), pf.runs_tools(req.language, req.code))

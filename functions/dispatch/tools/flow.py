@@ -39,8 +39,9 @@ from sandbox_runtime.preflight import Preflight, PreflightUnavailable
 from sandbox_runtime.runner import SessionRunner
 from sandbox_runtime.runner.tool_calling import Finished, ToolsRunner
 
-from dispatch.call import ANSWER_MARGIN_SECONDS, Call, Context, Line
+from dispatch.call import ANSWER_MARGIN_SECONDS, Call, Line
 from dispatch.guard import check_turn
+from dispatch.idempotency.store import Context
 from dispatch.parts import Parts, built
 from dispatch.tools import calls as tool_calls
 from dispatch.tools import run

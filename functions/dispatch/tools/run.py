@@ -1,7 +1,7 @@
 """Programmatic tool calling inside a call: what the code stage (`dispatch.tools.stage`) runs.
 
 - `run_code(...)` — the code of an execute_code whose template has tools and whose code names
-  `sandbox_tools` (`uses_tools`): the code runs through the tools driver and either finishes (the
+  `sandbox_tools` (`Preflight.runs_tools`): the code runs through the tools driver and either finishes (the
   ordinary result plus `tool_calls`, handed back to the stages around it: artifacts, audit row) or
   pauses at a tool call, which raises `ToolCallPaused` carrying the `tool_call` answer — the call
   was counted (the quota stage ran before), nothing else happens now and NO audit row is written
@@ -29,7 +29,6 @@ from sandbox_common.egress_usage import Baseline
 from sandbox_common.errors import SandboxError
 from sandbox_common.models import ExecuteCodeRequest
 from sandbox_common.outcome import Outcome
-from sandbox_common.tool_spec import CODE_LANGUAGE
 from sandbox_runtime.preflight import Preflight, PreflightUnavailable
 from sandbox_runtime.runner import ExecutionResult, SessionRunner
 from sandbox_runtime.runner.tool_calling import Finished, ToolLimits, ToolRecord, ToolsRunner
@@ -49,12 +48,6 @@ class ToolCallPaused(Exception):
     def __init__(self, response: dict[str, Any]) -> None:
         super().__init__(n.STATUS_TOOL_CALL)
         self.response = response
-
-
-def uses_tools(req: ExecuteCodeRequest, pf: Preflight) -> bool:
-    """Through the tools driver: Python code (a shell script or a Node.js program cannot call tools)
-    of a template that allows tools, naming the module."""
-    return req.language == CODE_LANGUAGE and bool(pf.tools) and n.TOOLS_MODULE in req.code
 
 
 def tools_runner(runner: SessionRunner, wait_seconds: float) -> ToolsRunner:

@@ -351,7 +351,7 @@ class ContinuationStore:
             )
         except ClientError as exc:
             if _code(exc) == "ConditionalCheckFailedException":
-                raise _Taken(exc.response.get("Item")) from None  # type: ignore[typeddict-item]
+                raise _Taken(exc.response.get("Item")) from None
             raise SandboxError(STORE_UNAVAILABLE, failure_reason=f"continuation_store:{_code(exc)}") from None
         except BotoCoreError as exc:
             raise SandboxError(STORE_UNAVAILABLE, failure_reason=f"continuation_store:{_code(exc)}") from None

@@ -13,15 +13,7 @@ from sandbox_runtime.job_end import pending_jobs
 from dispatch.call import Answer, Call, Next, TurnEnd, unavailable
 from dispatch.guard import check_turn
 from dispatch.turns.flow import refuse_if_ended
-from dispatch.turns.store import TurnStoreUnavailable
-
-
-class TurnUnclaimed(Exception):
-    """The turn claim sent ahead failed on the turns table (not a refusal of the caller)."""
-
-    def __init__(self, cause: TurnStoreUnavailable) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
+from dispatch.turns.store import TurnStoreUnavailable, TurnUnclaimed
 
 
 def stage(call: Call, then: Next) -> Answer:

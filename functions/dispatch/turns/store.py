@@ -35,6 +35,14 @@ class TurnStoreUnavailable(Exception):
     pass
 
 
+class TurnUnclaimed(Exception):
+    """The turn claim sent ahead failed on the turns table (not a refusal of the caller)."""
+
+    def __init__(self, cause: TurnStoreUnavailable) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 @dataclass(frozen=True)
 class Turn:
     turn_id: str

@@ -135,6 +135,7 @@ STANDALONE = (SESSION_RUNTIME,)
 # only through the call's state (`dispatch.call`) and the other's store (its `store` module: the
 # data access); the lines (`dispatch.line`), the routes and the container's parts may use any.
 DISPATCH_CAPABILITIES: tuple[str, ...] = tuple(
-    f"dispatch.{c}" for c in ("turns", "quota", "sessions", "files", "tools", "jobs")
+    f"dispatch.{c}"
+    for c in ("idempotency", "turns", "preflight", "quota", "sessions", "files", "tools", "jobs")
 )
 CAPABILITY_STORE = "store"

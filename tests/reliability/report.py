@@ -161,6 +161,28 @@ def render(
         out += _table(["attack", "network mode", "observed", "result"], rows)
         out.append("")
 
+    red = records.get("red_team", [])
+    if red:
+        out += [
+            "## Red team (egress, agent scope, front door)",
+            "",
+            (
+                "Attacks on the egress proxy, the agent scope and the front door, from inside real sessions"
+                " of a stack started by `sandboxctl local up`, with another agent's ids, and through"
+                " `sandboxctl` as a careless operator (`tests/reliability/test_red_team_*.py`). `observed`"
+                " is what the attack got in this run; `first found` is what it got when the red team first"
+                " ran it (a finding and its class, fixed since unless the result says otherwise), empty when"
+                " it was refused from the start."
+            ),
+            "",
+        ]
+        rows = [
+            [r["attack"], r["surface"], r["observed"], r.get("finding") or "", _held(outcomes, r["nodeid"])]
+            for r in red
+        ]
+        out += _table(["attack", "surface", "observed", "first found", "result"], rows)
+        out.append("")
+
     for section, title in (
         ("isolation", "Isolation"),
         ("data_safety", "Data safety"),

@@ -1,5 +1,5 @@
-"""dispatch Lambda: the agents' entry point (§4). Thin: parse → route → render; domain exceptions
-mapped to responses, never a stack trace."""
+"""dispatch Lambda: the agents' entry point (docs/dispatch.md). Thin: parse → route → render;
+domain exceptions mapped to responses, never a stack trace."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def handler(event: Any, context: Any) -> dict[str, Any]:
 
 
 def _failure(failure: SandboxError, started: float) -> dict[str, Any]:
-    """A failure answered by the handler itself, with the fields every failure carries (§4.2).
+    """A failure answered by the handler itself, with the fields every failure carries (docs/tool-surface.md).
     Its invocation_id has no audit row of its own (the call's row is written, or the request
     never became a call)."""
     return failure.to_response() | {

@@ -1,4 +1,4 @@
-"""Background jobs, the logic (SPEC §17): observe a job, end it exactly once, reap due jobs.
+"""Background jobs, the logic (docs/jobs.md): observe a job, end it exactly once, reap due jobs.
 
 Whoever observes a job's end first — `get_job`, `cancel_job`, `end_turn` or the scheduled
 reaper (`finish_due_jobs`) — ends it through `_end`: claim the end with the outcome (one
@@ -15,8 +15,8 @@ still not final DEADLINE_GRACE after its deadline (its supervisor gone or the se
 is ended `timed_out` by stopping its session: no job outlives its deadline by more than the grace
 plus one reaper period.
 
-The kill switch (§22, `JobDeps.killed`): an observer that finds the job's tenant killed (a call
-cap at 0, the tenant disabled) cancels the job instead of only asking its state; it ends
+The kill switch (docs/circuit-breakers.md, `JobDeps.killed`): an observer that finds the job's
+tenant killed (a call cap at 0, the tenant disabled) cancels the job instead of only asking its state; it ends
 `cancelled` with `reason: "kill_switch"` and the refusal a new call would get.
 """
 
@@ -87,7 +87,7 @@ class JobDeps:
     retention_days: int
     turn_closed: Callable[[str, str], bool]  # (tenant_id, turn_id) -> end_turn already happened
     clock: Callable[[], float] = time.time
-    # §22: tenant_id -> the Kill in force (a call cap at 0, the tenant disabled) or None; an
+    # the kill switch: tenant_id -> the Kill in force (a call cap at 0, the tenant disabled) or None; an
     # observer that finds its job's tenant killed cancels the job (`reason: "kill_switch"`).
     killed: Callable[[str], Kill | None] = lambda _tenant_id: None
     # The files an ended job left under outputs/, read from its session and stored as artifacts
@@ -151,7 +151,7 @@ def _egress(record: JobRecord, deps: JobDeps, environment: str | None) -> dict[s
 
 
 def running_response(record: JobRecord) -> dict[str, Any]:
-    """execute_code's immediate answer for a submitted job (§17)."""
+    """execute_code's immediate answer for a submitted job."""
     return {
         "ok": True,
         "status": "running",
@@ -359,7 +359,9 @@ def _end(
         background=True,
         files=(files or NO_FILES).files,
     )
-    if kill is not None:  # §22: the refusal's own fields (dimension, resets_at), reason kill_switch
+    if (
+        kill is not None
+    ):  # the kill switch's refusal: its own fields (dimension, resets_at), reason kill_switch
         fields = public(kill.failure())
         response.update({k: v for k, v in fields.items() if k not in response}, reason=n.FIELD_KILL_SWITCH)
     outcome = {
@@ -378,7 +380,7 @@ def _end(
 
 
 def _response_fields(result: ExecutionResult) -> dict[str, Any]:
-    """The §4.2 result fields of the job's run (the caller adds status, ids and duration)."""
+    """The result fields every answer carries, of the job's run (the caller adds status, ids and duration)."""
     body: dict[str, Any] = {
         "ok": result.ok,
         "stdout": result.stdout,
@@ -398,7 +400,7 @@ def _response_fields(result: ExecutionResult) -> dict[str, Any]:
 
 
 def _audit_fields(result: ExecutionResult) -> dict[str, Any]:
-    """The §7.1 attributes of the job's run."""
+    """The audit row's attributes of the job's run."""
     return {
         "exit_status": result.exit_status,
         "exit_code": result.exit_code,

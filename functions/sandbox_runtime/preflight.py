@@ -1,4 +1,4 @@
-"""Pre-flight (§4.1): may this tenant's template use a sandbox, and where does it run?
+"""Pre-flight: may this tenant's template use a sandbox, and where does it run?
 
 Sources, cached ≤ 60 s per container:
 - the tenant's substrate JSON in SSM (published by its shard stack: tier, templates, interpreter
@@ -43,8 +43,10 @@ class Preflight:
     # The tenant's interpreter ARNs: the runner's credentials are confined to these (session policy)
     allowed_interpreter_arns: tuple[str, ...] = field(default_factory=tuple)
     reason: str | None = None
-    data_read: tuple[str, ...] = ()  # the tenant's data.read S3 prefixes (§14.4): s3_uri inputs
-    tools: tuple[str, ...] = field(default_factory=tuple)  # the template's tool allowlist (§15)
+    data_read: tuple[str, ...] = ()  # the tenant's data.read S3 prefixes: s3_uri inputs
+    tools: tuple[str, ...] = field(
+        default_factory=tuple
+    )  # the template's tool allowlist (docs/tool-calling.md)
     # (interpreter id, environment) of the tenant's `allowlist` environments: their sessions go out
     # through the egress proxy only, with a credential the runner issues (runner/egress.py)
     egress_interpreters: tuple[tuple[str, str], ...] = field(default_factory=tuple)
@@ -110,7 +112,7 @@ def egress_interpreters(interpreters: dict[str, str]) -> tuple[tuple[str, str], 
 
 
 def template_tools(template_item: dict[str, Any] | None) -> tuple[str, ...]:
-    """The operator-set allowlist of a template (§15); anything unreadable allows nothing."""
+    """The operator-set allowlist of a template; anything unreadable allows nothing."""
     raw = (template_item or {}).get(n.TEMPLATE_TOOLS_ATTRIBUTE)
     if not isinstance(raw, (list, tuple, set)):
         return ()

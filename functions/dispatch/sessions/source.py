@@ -1,6 +1,7 @@
-"""Where the first call of a turn gets its session (SPEC §16.1, §16.2, §16.6).
+"""Where the first call of a turn gets its session: the warm pool, the session caps, visible
+retries (docs/sessions.md).
 
-Two steps, so that a refusal counts nothing (§16.2):
+Two steps, so that a session-cap refusal counts nothing:
 - `prepare(...)` BEFORE the call quota, for a turn without a live session: claims a warm session
   or reserves a cold slot, or raises SandboxCapExceeded; `abandon(prepared)` undoes it when the
   quota then refuses (or another concurrent first call's session won the turn);
@@ -23,7 +24,7 @@ Two steps, so that a refusal counts nothing (§16.2):
 Refusals are `SandboxCapExceeded` with dimension tenant_sessions / global_sessions (or unknown when
 the caps or the ledger cannot be read), resets_at = now + 30 s (60 s when failing closed).
 A ServiceQuotaExceededException on Start happens after the quota check (the call unit is spent,
-as §5.1 spends it on any later failure); it still answers `global_sessions`.
+as a call spends it on any later failure, docs/failure-behaviour.md); it still answers `global_sessions`.
 """
 
 from __future__ import annotations
@@ -278,7 +279,7 @@ class SessionSource:
         except BaseException as exc:
             self._release(prepared.slot_id)
             if str(getattr(exc, "failure_reason", "")).startswith(_QUOTA):
-                # AgentCore's own account quota: the stage has no session to give (§16.2)
+                # AgentCore's own account quota: the stage has no session to give
                 raise self._refuse(prepared.tenant_id, dimensions.GLOBAL_SESSIONS.name) from None
             raise
         if activation is not None:

@@ -15,8 +15,8 @@ from sandbox_common.redaction import catalogue
 
 
 class Assembly:
-    """One artifact's bytes, taken part by part as they arrive (SPEC §14.2): their sha256, whether
-    they are UTF-8 text, and the text's host-side redaction (§8 layer 2) of every complete line,
+    """One artifact's bytes, taken part by part as they arrive (docs/files.md): their sha256, whether
+    they are UTF-8 text, and the text's host-side redaction (docs/redaction.md) of every complete line,
     so all of it runs while the next part is still on its way out of the session.
 
     The redaction equals `catalogue.redact` of the whole decoded text: no catalogue token

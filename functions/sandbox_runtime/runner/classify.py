@@ -1,4 +1,4 @@
-"""Outcome classification (SPEC §6.3), first match wins:
+"""Outcome classification, first match wins:
 timeout → oom → error → ok.
 
 `timeout` is decided by the runner's deadline (or the session's inner deadline before it) and

@@ -1,4 +1,4 @@
-"""Background jobs, the runner's side (SPEC §17): submit, poll and cancel a job in a session.
+"""Background jobs, the runner's side (docs/jobs.md): submit, poll and cancel a job in a session.
 
 A job is started by one `executeCode` call that launches an in-sandbox supervisor
 (`job_snippets`, `sandbox_session.jobs`) and returns at once; each poll or cancel is one
@@ -70,7 +70,7 @@ class JobSubmitted:
 
 @dataclass(frozen=True)
 class JobProgress:
-    """A running job's output so far (§21): the last ≤ JOB_PROGRESS_TAIL_BYTES of each stream,
+    """A running job's output so far: the last ≤ JOB_PROGRESS_TAIL_BYTES of each stream,
     redacted, and the byte counts written so far."""
 
     stdout_tail: str
@@ -206,7 +206,8 @@ class JobRunner:
         )
 
     def _progress(self, payload: dict[str, Any]) -> JobProgress:
-        """The running job's tails, redacted here too (§8 layer 2) and kept within the bound."""
+        """The running job's tails, redacted here too (host-side, docs/redaction.md) and kept within
+        the bound."""
         tails = []
         for stream in ("stdout", "stderr"):
             raw = _decode_tail(payload.get(f"{stream}_tail_b64"))

@@ -1,4 +1,4 @@
-"""Agent-visible output (SPEC §6.5) and host-side redaction (SPEC §8 layer 2).
+"""Agent-visible output and host-side redaction (docs/redaction.md).
 
 Order matters: redact first, then cut. The kept head of each stream is longer than the cap by
 a margin (REDACTION_MARGIN_BYTES, larger than any token shape), so a token that starts before
@@ -92,7 +92,7 @@ def drop_partial_tail(redacted: str) -> str:
 
 def source_was_cut(stream: BoundedText) -> bool:
     """The producer kept less than the code wrote: its exact byte count (the local interpreter
-    sends one, SPEC §19) is above what arrived, while our own head limit was not reached."""
+    sends one) is above what arrived, while our own head limit was not reached."""
     return stream.held_bytes < stream.limit_bytes and stream.total_bytes > stream.held_bytes
 
 

@@ -164,7 +164,7 @@ class SessionRunner:
         except ClientError as exc:
             code, message = client_error(exc)
             if code == "AccessDeniedException" and message.startswith(naming.REASON_ISOLATION_UNAVAILABLE):
-                # The local interpreter cannot isolate sessions here (SPEC §18): nothing was
+                # The local interpreter cannot isolate sessions here (docs/local-stack.md): nothing was
                 # created; the operator must install bubblewrap (the failure reason says how).
                 raise failure(
                     SandboxProvisioning,

@@ -1,4 +1,4 @@
-"""Parsing the InvokeCodeInterpreter event stream (SPEC §6.3).
+"""Parsing the InvokeCodeInterpreter event stream.
 
 Each event is `{"result": {"content": [...], "structuredContent": {...}, "isError": bool}}` or a
 modeled exception, which botocore raises as `EventStreamError` while the stream is iterated.
@@ -121,7 +121,7 @@ class StreamAccumulator:
 
     def count_exactly(self, stdout_bytes: int, stderr_bytes: int) -> None:
         """The interpreter's own count of the bytes the code wrote (the local interpreter sends it,
-        SPEC §19: it keeps only a head of each stream); authoritative over the structured text."""
+        it keeps only a head of each stream); authoritative over the structured text."""
         with self._lock:
             self._exact = (stdout_bytes, stderr_bytes)
 

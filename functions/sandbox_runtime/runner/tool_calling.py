@@ -1,4 +1,4 @@
-"""Programmatic tool calling in the session runner (SPEC §15): run code that may call the
+"""Programmatic tool calling in the session runner (docs/tool-calling.md): run code that may call the
 agent's tools, pause at a tool call, resume in the same live session.
 
 One execute_code becomes a chain of *slices*, each one executeCode call on the session:
@@ -93,7 +93,7 @@ class PendingCall:
 
 @dataclass(frozen=True)
 class ToolCall:
-    """What the agent runtime must run: §15 `tool_call`."""
+    """What the agent runtime must run: the `tool_call` answer."""
 
     id: str
     name: str
@@ -359,7 +359,7 @@ class ToolsRunner:
     ) -> Finished:
         """End a call whose tool result never came within the bound (or whose turn ended: `turn_ended`):
         stop the session unless told not to (`stop_session=False`: its turn's background jobs keep
-        it, SPEC §17); the call's result is a SandboxTimeout with the output the code produced before
+        it, docs/jobs.md); the call's result is a SandboxTimeout with the output the code produced before
         it paused."""
         now = self._now_ms() if now_ms is None else now_ms
         records = state.records
@@ -382,9 +382,9 @@ class ToolsRunner:
         )
 
     def refuse(self, state: ToolCallState, failure: SandboxFailure, *, stop_session: bool = True) -> Finished:
-        """End a paused call that may not go on (the kill switch, SPEC §22) with `failure` (its
-        class, message and failure_reason): the answered tool call is recorded as not delivered,
-        the session stopped unless told not to (its turn's background jobs keep it), the output
+        """End a paused call that may not go on (the kill switch, docs/circuit-breakers.md) with
+        `failure` (its class, message and failure_reason): the answered tool call is recorded as not
+        delivered, the session stopped unless told not to (its turn's background jobs keep it), the output
         so far kept."""
         records = state.records
         if state.pending is not None:

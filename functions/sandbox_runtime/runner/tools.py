@@ -1,8 +1,8 @@
 """AgentCore Code Interpreter file tools, called through the tenant's session-runner credentials
-(SPEC §14): `writeFiles` for input files, `readFiles` for artifacts, and small `executeCode`
+(docs/files.md): `writeFiles` for input files, `readFiles` for artifacts, and small `executeCode`
 helpers whose answers travel in files (never in stdout, which the in-sandbox redactor rewrites).
 
-Same two locks as the session runner (§6.4): the interpreter id is checked against the tenant's
+Same two locks as the session runner: the interpreter id is checked against the tenant's
 own list before any AWS call, and every call uses the tenant's runner credentials.
 """
 

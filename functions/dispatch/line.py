@@ -11,8 +11,8 @@ in its own `try/finally`; no stage calls back into another.
 - `END_TURN`: the turn closed → its paused calls ended (each through `PAUSED_END`) → its session
   stopped (unless its background jobs still run in it).
 
-The lines are built once, when this module is imported (`functools.partial`: the walk from one
-stage to the next has no stop of its own).
+The lines are built once, when this module is imported (`SUBMIT` when the first submit comes,
+`submit()`), from `functools.partial`: the walk from one stage to the next has no stop of its own.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from dispatch.call import Call, Line, Next, Stage, TurnEnd, start
 from dispatch.files import stage as files
 from dispatch.idempotency import stage as idempotency
 from dispatch.idempotency.store import Context
-from dispatch.jobs import stage as jobs
 from dispatch.preflight import stage as preflight
 from dispatch.quota import stage as quota
 from dispatch.sessions import stage as sessions
@@ -62,22 +61,30 @@ EXECUTE_CODE = outermost(
         tools.code,
     ),
 )
-SUBMIT = outermost(
-    idempotency.once,
-    nest(
-        [turns.stage, preflight.stage, jobs.reserved, sessions.capacity, quota.stage, sessions.session],
-        jobs.launched,
-    ),
-)
 PAUSED_END = outermost(idempotency.alone, nest([sessions.ended, files.collect], tools.finished))
 END_TURN: Callable[[TurnEnd], dict[str, Any]] = functools.partial(
     turns.ending, then=functools.partial(tools.expiring, then=sessions.stopping, finish=PAUSED_END)
 )
 
 
+@functools.cache
+def submit() -> Line:
+    """The line `SUBMIT`, built when a container first sees a background job's submit."""
+    # Cold start: the jobs package loads with the first submit (see dispatch.routes).
+    from dispatch.jobs import stage as jobs
+
+    return outermost(
+        idempotency.once,
+        nest(
+            [turns.stage, preflight.stage, jobs.reserved, sessions.capacity, quota.stage, sessions.session],
+            jobs.launched,
+        ),
+    )
+
+
 def execute_code(req: ExecuteCodeRequest, context: Context | None) -> dict[str, Any]:
     """The execute_code action: a foreground call, or a background job's submit."""
-    return start(SUBMIT if req.background else EXECUTE_CODE, req, context)
+    return start(submit() if req.background else EXECUTE_CODE, req, context)
 
 
 def end_turn(req: EndTurnRequest, context: Context | None) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import time
 import uuid
 from typing import Any
 
+from aws_lambda_powertools.utilities.typing import LambdaContext
 from sandbox_common import messages
 from sandbox_common import naming as n
 from sandbox_common.errors import SandboxError, SandboxInvalidRequest, StillRunning
@@ -17,7 +18,7 @@ from dispatch import routes
 
 
 @logger.inject_lambda_context(clear_state=True)
-def handler(event: Any, context: Any) -> dict[str, Any]:
+def handler(event: Any, context: LambdaContext | None) -> dict[str, Any]:
     started = time.monotonic()
     try:
         request = routes.parse(event)

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox_common import audit, egress_usage, messages
 from sandbox_common import naming as n
@@ -42,6 +42,9 @@ from .job_store import FINISHING, JobRecord, JobStore, JobStoreUnavailable
 from .kill_switch import Kill
 from .runner import ExecutionResult, SessionGone, SessionRunner
 from .runner.jobs import JobFailure, JobProgress, JobRunner, JobState, JobUnknownInSession
+
+if TYPE_CHECKING:  # the reaper's cold import leaves the request models out
+    from sandbox_common.models import ExecuteCodeRequest
 
 _EGRESS_BEFORE = "egress_before"  # audit_base key: the session's egress counters at submit
 
@@ -116,7 +119,7 @@ def job_files(
 
 
 def audit_base(
-    req: Any, *, environment: str | None, egress_before: egress_usage.Baseline | None = None
+    req: ExecuteCodeRequest, *, environment: str | None, egress_before: egress_usage.Baseline | None = None
 ) -> dict[str, Any]:
     """The audit fields known at submit (the code itself is not stored, only its hash), and an
     allowlist session's egress counters before the job (its row's `egress` is the difference)."""

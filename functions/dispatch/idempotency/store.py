@@ -107,7 +107,7 @@ class CompletionRows:
         with self._lock:
             return self._rows.pop(invocation_id, None), self._extra.pop(invocation_id, ())
 
-    def flush(self, invocation_id: str, writer: Any) -> None:
+    def flush(self, invocation_id: str, writer: AuditWriter) -> None:
         row = self.take(invocation_id)
         if row is not None:
             writer.write(row)

@@ -44,6 +44,7 @@ from sandbox_common.retries import RetryLog
 from sandbox_common.sessions.caps import SessionCapsUnavailable
 from sandbox_common.sessions.ledger import LedgerUnavailable, SessionCapReached, SessionLedger, Slot
 from sandbox_common.windows import FAIL_CLOSED_RETRY_SECONDS, iso_z, utc_now
+from sandbox_runtime.runner import SessionRunner
 
 from dispatch.sessions.activation import Activation
 
@@ -262,7 +263,7 @@ class SessionSource:
         self,
         prepared: Prepared,
         *,
-        runner: Any,
+        runner: SessionRunner,
         interpreter_id: str,
         invocation_id: str,
         retries: RetryLog,
@@ -305,7 +306,9 @@ class SessionSource:
         if not activated:
             raise SandboxError(messages.INTERNAL, failure_reason="session_slot_lost")
 
-    def _start(self, runner: Any, interpreter_id: str, invocation_id: str, retries: RetryLog) -> str:
+    def _start(
+        self, runner: SessionRunner, interpreter_id: str, invocation_id: str, retries: RetryLog
+    ) -> str:
         for attempt in range(START_ATTEMPTS):
             # One name + client token per attempt: a lost answer can be found by name and stopped.
             token = f"{invocation_id}-{attempt}"

@@ -75,7 +75,7 @@ def run_code(
         session_id=session_id,
         environment=outcome.environment,
     )
-    # What earlier steps added for the final answer/row (input_files, session facts): kept with the pause.
+    # What earlier stages added for the final answer/row (input_files, session facts): kept with the pause.
     call[_EXTRA] = {"response": dict(outcome.response_extra), "audit": dict(outcome.audit_extra)}
     if outcome.egress_baseline is not None:
         call[_EGRESS_BEFORE] = outcome.egress_baseline.as_dict()

@@ -1,5 +1,6 @@
-"""dispatch Lambda: the agents' entry point (docs/dispatch.md). Thin: parse → route → render;
-domain exceptions mapped to responses, never a stack trace."""
+"""dispatch Lambda: the agents' entry point (docs/dispatch.md). Thin: the route table answers the
+event (`routes.answer`: validated once, then routed); domain exceptions mapped to responses, never
+a stack trace."""
 
 from __future__ import annotations
 
@@ -21,13 +22,7 @@ from dispatch import routes
 def handler(event: Any, context: LambdaContext | None) -> dict[str, Any]:
     started = time.monotonic()
     try:
-        request = routes.parse(event)
-        logger.append_keys(
-            action=request.action,
-            tenant_id=getattr(request, "tenant_id", None),
-            turn_id=getattr(request, "turn_id", None),
-        )
-        return routes.answer(request, context)
+        return routes.answer(event, context)
     except SandboxInvalidRequest as exc:
         emit_metric(n.METRIC_INVALID_REQUEST)
         logger.warning("invalid_request", extra={"reason": exc.message})

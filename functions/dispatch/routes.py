@@ -33,6 +33,7 @@ from sandbox_common.models import (
     parse_dispatch_event,
 )
 from sandbox_common.naming import Action
+from sandbox_common.observability import logger
 
 from dispatch import scope
 
@@ -106,15 +107,17 @@ ROUTES: dict[Action, Route] = {
 }
 
 
-def parse(event: Any) -> AnyDispatchRequest:
-    """The event as its action's request model (`sandbox_common.models.REQUEST_MODELS`), validated
-    once; raises SandboxInvalidRequest."""
-    return parse_dispatch_event(event)
-
-
-def answer(request: AnyDispatchRequest, context: Context | None) -> Response:
-    """The response of a validated request, from its route; a request for a tenant outside the
+def answer(event: Any, context: Context | None) -> Response:
+    """The response to an event: validated once, as its action's request model
+    (`sandbox_common.models.REQUEST_MODELS`; raises SandboxInvalidRequest), its action, tenant and
+    turn added to the log context, then answered by its route; a request for a tenant outside the
     invoking agent's scope is refused before its route runs (`dispatch.scope`)."""
+    request = parse_dispatch_event(event)
+    logger.append_keys(
+        action=request.action,
+        tenant_id=getattr(request, "tenant_id", None),
+        turn_id=getattr(request, "turn_id", None),
+    )
     refused = scope.refusal(request, context)
     if refused is not None:
         return refused

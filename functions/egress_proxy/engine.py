@@ -406,7 +406,11 @@ class Engine:
                 return Denied(checks.POLICY_UNAVAILABLE, 503)
             basic = base64.b64encode(f"aws:{token}".encode()).decode("ascii")
             answer.set_headers["Authorization"] = f"Basic {basic}"
-            answer.scrubber = Scrubber([token, basic])
+            if wanted.filename is None:
+                # a project page is written by the index as it answers, so it is scrubbed (and
+                # buffered for that); a package file is streamed: it is the stored package, made
+                # before the token was, and buffering it would refuse every wheel over the bound
+                answer.scrubber = Scrubber([token, basic])
         return None
 
     async def _credential(

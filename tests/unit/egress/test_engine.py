@@ -329,6 +329,9 @@ def test_engine_bytes_are_flushed_and_the_daily_cap_refuses_new_connections(engi
     assert _item("s1", n.EGRESS_COUNTERS_ITEM)["cap_refused"]["dimension"] == dim.name
 
 
+WHEEL_PATH = "/simple/sandbox-hello/1.0.0/sandbox_hello-1.0.0-py3-none-any.whl"
+
+
 def test_engine_adds_the_codeartifact_token_to_index_requests(engine: Engine) -> None:
     # Given a stage whose index is a CodeArtifact repository (the token call pinned to botocore's
     # model of GetAuthorizationToken: its parameters are validated, its answer as documented)
@@ -358,9 +361,14 @@ def test_engine_adds_the_codeartifact_token_to_index_requests(engine: Engine) ->
         state, _ = _tunnel(engine, _issue("s1"), INDEX.host)
         first = asyncio.run(engine.admit_request(state, _request(INDEX.host, "/simple/sandbox-hello/")))
         second = asyncio.run(engine.admit_request(state, _request(INDEX.host, "/simple/sandbox-hello/")))
+        wheel = asyncio.run(engine.admit_request(state, _request(INDEX.host, WHEEL_PATH)))
     # Then each index request carries it as pip's Basic credential (one token call, cached), and
     # an answer that echoes it is scrubbed
     assert first.denied is None, first.denied
     expected = "Basic " + base64.b64encode(b"aws:ca-token-value-123").decode()
     assert first.set_headers["Authorization"] == second.set_headers["Authorization"] == expected
     assert first.scrubber is not None and first.scrubber.bytes(b"ca-token-value-123")[1] == 1
+    # And a package file carries the token too but is streamed, not buffered to be scrubbed (a
+    # stored package cannot hold a token made after it; buffered, a wheel over the bound would fail)
+    assert wheel.denied is None and wheel.set_headers["Authorization"] == expected
+    assert wheel.scrubber is None

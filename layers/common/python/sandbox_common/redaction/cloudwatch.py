@@ -101,7 +101,7 @@ def data_protection_policy(
 
 
 def subscription_filter_pattern() -> str:
-    """One regex filter pattern: a superset of what `catalogue.scan` flags (never drops a hit)."""
+    """One regex filter pattern: a superset of what `findings.scan` flags (never drops a hit)."""
     regex = "|".join(_FILTER_ALTERNATIVES)
     _validate_filter_regex(regex)
     return f"%{regex}%"

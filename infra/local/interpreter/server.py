@@ -102,7 +102,7 @@ from infra.local.interpreter.sessions import (
     WorkerFailure,
 )
 from infra.local.interpreter.uids import UidAllocator
-from infra.local.interpreter.worker import MAX_BLOCK, Frame
+from infra.local.interpreter.worker.frames import MAX_BLOCK, Frame
 
 log = logging.getLogger("local-interpreter")
 

@@ -37,9 +37,10 @@ from typing import Any
 
 from sandbox_common import naming
 
-from infra.local.interpreter import cgroups, disk, egress, isolation, network, s3relay, worker
+from infra.local.interpreter import cgroups, disk, egress, isolation, network, s3relay, worker_command
 from infra.local.interpreter.isolation import IsolationUnavailable, Limits
 from infra.local.interpreter.uids import NoFreeUid, UidAllocator, UidLease
+from infra.local.interpreter.worker import frames
 
 log = logging.getLogger("local-interpreter")
 
@@ -165,7 +166,7 @@ class ClientGone(Exception):
 
 
 Blocks = list[bytes]
-BlockSink = Callable[[InvokeOutcome, "worker.Frame"], None]
+BlockSink = Callable[[InvokeOutcome, "frames.Frame"], None]
 
 
 PIPE_BYTES = 1 << 20  # file tools move megabytes: 16x fewer wake-ups than the 64 KiB default
@@ -417,7 +418,7 @@ class SessionManager:
                 port = session.relay.port
             data_env = s3relay.session_env(port, grant.region)
         try:
-            cmd = isolation.build_command(
+            cmd = worker_command.build_command(
                 plan=self.plan,
                 network_mode=session.network_mode,
                 session_id=session.session_id,
@@ -460,7 +461,7 @@ class SessionManager:
         if info_r >= 0:
             self._attach_network(session, info_r, grant if data_env else None)
         try:
-            hello = worker.recv_frame(resp_r, max_json=worker.MAX_JSON)
+            hello = frames.recv_frame(resp_r, max_json=frames.MAX_JSON)
         except (OSError, ValueError) as exc:
             hello = None
             log.warning("session %s: bad hello: %s", session.session_id, exc)
@@ -586,7 +587,7 @@ class SessionManager:
     ) -> InvokeOutcome:
         """Run one tool call; calls on one session are serialized, as a kernel runs one cell at a time.
 
-        The answer is read under bounds before anything is buffered (worker.recv_frame): its JSON
+        The answer is read under bounds before anything is buffered (frames.recv_frame): its JSON
         part is small, output blocks are at most what the worker keeps per stream, a file tool's
         blocks are each at most one file's encoding; it must answer this request (its `seq`). A
         file tool's blocks over SMALL_RAW are not buffered at all: `on_blocks(outcome, frame)`
@@ -601,8 +602,8 @@ class SessionManager:
                 raise NotFound(f"Session {session.session_id} not found")
             session.seq += 1
             try:
-                worker.send_frame(session.req_fd, {"op": op, "arguments": arguments, "seq": session.seq})
-                frame = worker.recv_frame(session.resp_fd, max_json=worker.MAX_JSON)
+                frames.send_frame(session.req_fd, {"op": op, "arguments": arguments, "seq": session.seq})
+                frame = frames.recv_frame(session.resp_fd, max_json=frames.MAX_JSON)
                 if frame is not None:
                     outcome = self._answer(op, frame, session.seq)
                     if outcome.content_blocks is None and op in BLOCK_OPS:
@@ -615,7 +616,7 @@ class SessionManager:
                                 gone = True
                             outcome.streamed = True
                         frame.discard(self._block_bound(op))  # what the caller did not take
-            except worker.ProtocolError as exc:
+            except frames.ProtocolError as exc:
                 violation, outcome = str(exc), None
             except (OSError, ValueError) as exc:
                 log.warning("session %s: channel failed: %s", session.session_id, exc)
@@ -655,21 +656,21 @@ class SessionManager:
         return outcome
 
     def _block_bound(self, op: str) -> int:
-        return worker.MAX_BLOCK if op == "readFiles" else _LIST_BLOCK
+        return frames.MAX_BLOCK if op == "readFiles" else _LIST_BLOCK
 
-    def _small_blocks(self, op: str, frame: worker.Frame) -> Blocks:
+    def _small_blocks(self, op: str, frame: frames.Frame) -> Blocks:
         blocks: Blocks = []
         while (length := frame.next_block(self._block_bound(op))) is not None:
             blocks.append(frame.read(length))
         return blocks
 
-    def _answer(self, op: str, frame: worker.Frame, seq: int) -> InvokeOutcome:
+    def _answer(self, op: str, frame: frames.Frame, seq: int) -> InvokeOutcome:
         """The worker's answer, checked: anything malformed is a ProtocolError, and so is an
         answer to another request than this one (`seq`): a frame user code left in the channel
         would otherwise answer this call, and the worker's own answer the next one."""
         obj = frame.obj
         if obj.get("seq") != seq or isinstance(obj.get("seq"), bool):
-            raise worker.ProtocolError(f"an answer to request {obj.get('seq')!r}, not to {seq}")
+            raise frames.ProtocolError(f"an answer to request {obj.get('seq')!r}, not to {seq}")
         try:
             exit_code = obj.get("exit_code")
             if exit_code is not None and (not isinstance(exit_code, int) or isinstance(exit_code, bool)):
@@ -690,7 +691,7 @@ class SessionManager:
             if task_id is not None and not (isinstance(task_id, str) and len(task_id) <= 64):
                 raise TypeError("task_id")
         except (TypeError, ValueError) as exc:
-            raise worker.ProtocolError(f"malformed answer ({exc})") from exc
+            raise frames.ProtocolError(f"malformed answer ({exc})") from exc
         outcome = InvokeOutcome(
             stdout="",
             stderr="",
@@ -707,8 +708,8 @@ class SessionManager:
         )
         if op in OUTPUT_OPS:
             limits = [self.limits.stdout_kept, self.limits.stderr_kept]
-            if frame.raw_length > sum(limits) + 2 * worker.BLOCK_HEADER:
-                raise worker.ProtocolError(
+            if frame.raw_length > sum(limits) + 2 * frames.BLOCK_HEADER:
+                raise frames.ProtocolError(
                     f"an answer of {frame.raw_length} raw bytes exceeds the output bounds"
                 )
             blocks = frame.blocks(limits)
@@ -716,7 +717,7 @@ class SessionManager:
                 (blocks[i] if i < len(blocks) else b"").decode("utf-8", errors="replace") for i in (0, 1)
             )
         elif op not in BLOCK_OPS and frame.raw_length:
-            raise worker.ProtocolError(f"{op} answers carry no raw part")
+            raise frames.ProtocolError(f"{op} answers carry no raw part")
         return outcome
 
     @staticmethod

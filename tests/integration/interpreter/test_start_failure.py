@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from infra.local.interpreter import LocalInterpreterServer, isolation
-from infra.local.interpreter.isolation import WorkerCommand
+from infra.local.interpreter import LocalInterpreterServer, worker_command
 from infra.local.interpreter.sessions import Session, SessionManager, WorkerFailure
+from infra.local.interpreter.worker_command import WorkerCommand
 
 
 def _failed_session(root: Path) -> Session:
@@ -75,7 +75,9 @@ def test_start_of_a_session_is_made_again_after_a_transient_namespace_failure(
     # Given a sandbox whose network namespace set-up fails twice the way a busy kernel makes it
     transient = "bwrap: loopback: Failed RTM_NEWADDR: No child processes"
     failures = [transient, transient]
-    monkeypatch.setattr(isolation, "build_command", _failing_first(isolation.build_command, failures))
+    monkeypatch.setattr(
+        worker_command, "build_command", _failing_first(worker_command.build_command, failures)
+    )
     server = LocalInterpreterServer(interpreters={"sbx_retry_pub": "PUBLIC"}).start()
     try:
         # When a session is started
@@ -92,7 +94,9 @@ def test_start_of_a_session_is_made_again_after_a_transient_namespace_failure(
 def test_start_of_a_session_fails_at_once_on_any_other_failure(monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a sandbox that fails to start for another reason, then would start
     failures = ["bwrap: Creating new namespace failed: Operation not permitted", "unused"]
-    monkeypatch.setattr(isolation, "build_command", _failing_first(isolation.build_command, failures))
+    monkeypatch.setattr(
+        worker_command, "build_command", _failing_first(worker_command.build_command, failures)
+    )
     server = LocalInterpreterServer(interpreters={"sbx_retry_pub": "PUBLIC"}).start()
     try:
         # When a session is started / Then the start fails with that reason, without a second try

@@ -13,7 +13,7 @@ from botocore.exceptions import ClientError
 from sandbox_common import naming
 
 from infra.local.interpreter import Limits, LocalInterpreterServer, wait_ready
-from infra.local.interpreter.sessions import DEFAULT_INTERPRETER_ID
+from infra.local.interpreter.registry import DEFAULT_INTERPRETER_ID
 from tests.integration.interpreter._helpers import OTHER_CI, PUBLIC_CI, invoke, make_client
 
 

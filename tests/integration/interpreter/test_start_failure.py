@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from infra.local.interpreter import LocalInterpreterServer, worker_command
-from infra.local.interpreter.sessions import Session, SessionManager, WorkerFailure
+from infra.local.interpreter import LocalInterpreterServer, worker_command, worker_process
+from infra.local.interpreter.session import Session
 from infra.local.interpreter.worker_command import WorkerCommand
+from infra.local.interpreter.worker_process import WorkerFailure
 
 
 def _failed_session(root: Path) -> Session:
@@ -45,15 +46,14 @@ def test_start_failure_names_the_log_and_exit_status_before_the_session_is_clean
     tmp_path: Path,
 ) -> None:
     # Given a session whose process wrote a line and exited before its hello
-    manager = object.__new__(SessionManager)  # only the failure report and the clean-up are used
     session = _failed_session(tmp_path / "session")
     # When the start failure is read and the session is then killed and cleaned up
-    detail = manager._start_failure(session)
-    manager._kill(session)
+    detail = worker_process.start_failure(session)
+    worker_process.kill(session)
     # Then the report carries the process's last words and its status, though the log is gone now
     assert detail == "bwrap: loop device busy (exit status 3)"
     assert not Path(session.root).exists()
-    assert manager._worker_log(session) == "no output"
+    assert worker_process.worker_log(session) == "no output"
 
 
 def _failing_first(real: Callable[..., WorkerCommand], failures: list[str]) -> Callable[..., WorkerCommand]:

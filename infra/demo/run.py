@@ -105,11 +105,13 @@ def run_turn(target: Any) -> tuple[list[str], dict[str, Any]]:
 
 
 def show_audit_and_counters(target: Any, facts: dict[str, Any]) -> list[str]:
-    from infra.sandboxctl import ops, render
+    from infra.sandboxctl import ops, records_ops, render
     from infra.sandboxctl.commands import AUDIT_COLUMNS
 
     problems = []
-    rows = ops.audit_list(target, TENANT, session_id=facts["session_id"]) if facts["session_id"] else []
+    rows = (
+        records_ops.audit_list(target, TENANT, session_id=facts["session_id"]) if facts["session_id"] else []
+    )
     print("\n5. the audit trail (sandboxctl audit list --tenant acme --session <session>)")
     print("\n" + render.table(rows, AUDIT_COLUMNS))
     ids = {r["invocation_id"] for r in rows}
@@ -253,7 +255,7 @@ def jobs_step(target: Any) -> list[str]:
     from sandbox_client.results import JobResult
     from sandbox_client.turn import SandboxTurn
 
-    from infra.sandboxctl import ops
+    from infra.sandboxctl import records_ops
 
     print("\n11. a fourth turn: a background job (execute_code with background: true), polled until it ends")
     turn = SandboxTurn(
@@ -295,7 +297,7 @@ def jobs_step(target: Any) -> list[str]:
         problems.append(f"end_turn still lists pending jobs after the job ended: {ended['pending_jobs']}")
     rows = [
         r
-        for r in ops.audit_list(target, TENANT, session_id=str(submitted.session_id))
+        for r in records_ops.audit_list(target, TENANT, session_id=str(submitted.session_id))
         if r["invocation_id"] == submitted.invocation_id
     ]
     print(

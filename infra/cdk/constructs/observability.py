@@ -262,7 +262,12 @@ class ObservabilityConstruct(Construct):
         )
 
     def _build_alarms(self) -> None:
-        th = self._config.alarm_thresholds
+        self._build_leak_alarms()
+        self._build_function_alarms()
+        self._build_session_and_tenant_alarms()
+
+    def _build_leak_alarms(self) -> None:
+        """A secret may have left through the logs, or an audit row is missing."""
         c = self._compute
         self._alarm(
             n.Alarm.TOKEN_SHAPED_STRING_DETECTED,
@@ -301,6 +306,11 @@ class ObservabilityConstruct(Construct):
             ),
             1,
         )
+
+    def _build_function_alarms(self) -> None:
+        """A Lambda of the call path, or the sessions it starts and stops, is failing."""
+        th = self._config.alarm_thresholds
+        c = self._compute
         self._alarm(
             n.Alarm.READINESS_CHECK_FAILURES,
             "Sessions failed the readiness preamble (in-sandbox redactor not confirmed); calls return"
@@ -352,7 +362,11 @@ class ObservabilityConstruct(Construct):
             sandbox_metric(n.METRIC_SESSION_STOP_FAILED),
             th.session_stop_failures,
         )
-        # Managed sessions (§16.3) and turn tokens (§16.5)
+
+    def _build_session_and_tenant_alarms(self) -> None:
+        """Leaked sessions, turn tokens refused, egress refused, a tenant's budget crossed."""
+        th = self._config.alarm_thresholds
+        c = self._compute
         self._alarm(
             n.Alarm.SESSIONS_REAPED,
             f"The session reaper stopped {th.sessions_reaped}+ leaked sessions in 5 minutes (turn ended"

@@ -7,8 +7,9 @@ function's length runs from its first decorator (or its `def`) to its last line,
 and classes included (they are part of it).
 
 EXEMPT names what is over its limit today and is being split: a module by its path, a function by
-`path name`. The list only shrinks: an entry that is no longer over its limit fails the check, so
-it is taken out as soon as its split lands.
+`path name`, only in the call path's two packages (dispatch and the session runtime, being
+reshaped as nested stages). The list only shrinks: an entry that is no longer over its limit fails
+the check, so it is taken out as soon as its split lands.
 """
 
 from __future__ import annotations
@@ -22,22 +23,13 @@ SOURCE = (ROOT / "functions", ROOT / "layers", ROOT / "infra", ROOT / "app.py")
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 80
 _SKIPPED_DIRS = {"node_modules", "cdk.out", "__pycache__"}
+_EXEMPTABLE = ("functions/dispatch/", "functions/sandbox_runtime/")
 EXEMPT = frozenset(
     {
         "functions/dispatch/idempotency.py _powertools",
         "functions/dispatch/steps.py",
         "functions/sandbox_runtime/artifacts.py",
         "functions/sandbox_runtime/runner/classify.py classify",
-        "functions/reaper/refill.py refill",
-        "infra/cdk/constructs/observability.py _build_alarms",
-        "infra/local/interpreter/__main__.py main",
-        "infra/local/lambda_emulator.py",
-        "infra/local/lambda_emulator.py _make_handler",
-        "infra/local/resources.py create_resources",
-        "infra/local/stack.py _start",
-        "infra/sandboxctl/main.py build_parser",
-        "infra/sandboxctl/ops.py",
-        "infra/sandboxctl/pilot.py run_pilot",
     }
 )
 
@@ -88,7 +80,8 @@ def test_no_module_or_function_of_the_product_is_over_its_limit() -> None:
     # Then none is over the module limit, and none of their functions over the function limit,
     # but for the exempt ones
     assert [f for f in found if f.split(": ")[0] not in EXEMPT] == []
-    # And every exempt one is still over its limit (the list only shrinks)
+    # And every exempt one is still over its limit (the list only shrinks), and in the call path
+    assert [e for e in EXEMPT if not e.startswith(_EXEMPTABLE)] == []
     assert sorted(EXEMPT - {f.split(": ")[0] for f in found}) == []
 
 

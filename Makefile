@@ -8,11 +8,12 @@ export PYTHONDONTWRITEBYTECODE := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_VERSION_CHECK := 1
 
-.PHONY: help install os-deps session-runtime egress-runtime demo test synth synth-all bench lint reliability client-layer client-definitions clean
+.PHONY: help install os-deps runtimes session-runtime egress-runtime demo test test-quick synth synth-all bench lint reliability client-layer client-definitions clean
 
 help:
 	@echo "make demo        install, synthesize every stage, run one agent turn on the local stack"
-	@echo "make test        install and run the test suite (benchmarks as a quick smoke)"
+	@echo "make test        install and run the whole test suite (what CI runs; benchmarks as a quick smoke)"
+	@echo "make test-quick  the tests that start no process (tests/unit, the docs checks): the inner loop"
 	@echo "make session-runtime   the local sessions' pinned Python venv (.venv-session: numpy, pandas, ...)"
 	@echo "make egress-runtime    the egress proxy's pinned Python venv (.venv-egress: mitmproxy, ...)"
 	@echo "make synth STAGE=dev   synthesize one stage with the pinned CDK CLI"
@@ -25,7 +26,7 @@ help:
 install: .venv/.installed node_modules/.installed
 
 # Local interpreter sessions run under bubblewrap, PUBLIC ones with slirp4netns user-mode
-# networking (SPEC §18): without them the local interpreter refuses to start sessions. Installed
+# networking (docs/local-stack.md): without them the local interpreter refuses to start sessions. Installed
 # here when this can be done (root with apt-get), else make stops and names the one command to run.
 # SANDBOX_LOCAL_UNISOLATED=1 (sessions then run unisolated, with a warning on every start) lets
 # make carry on without them.
@@ -55,7 +56,7 @@ os-deps:
 	  > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/thinkwork_sandbox_paths.pth"
 	touch $@
 
-# The local interpreter's session runtime (SPEC §14.5): numpy, pandas, matplotlib (Agg), scipy,
+# The local interpreter's session runtime (docs/files.md): numpy, pandas, matplotlib (Agg), scipy,
 # pyarrow, requests, openpyxl, every version pinned in one requirements file. Those pins need
 # Python >= 3.12: the first python3.13/python3.12 that runs (on PATH, else pyenv's by full path:
 # inactive shims are on PATH but do not run). Override with `make SESSION_BASE_PYTHON=/path/to/python3.12`.
@@ -94,6 +95,11 @@ $(EGRESS_VENV)/.installed: $(EGRESS_REQUIREMENTS)
 	$(EGRESS_VENV)/bin/pip check
 	touch $@
 
+# What the suites and the demo run on: the OS tools first, then the three virtual environments and
+# node_modules, which are independent of each other and built side by side.
+runtimes: os-deps
+	@$(MAKE) --no-print-directory -j4 install session-runtime egress-runtime
+
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
@@ -108,21 +114,27 @@ synth-all: install
 	  ls cdk.out/$$s/*.template.json | sed 's/^/   /'; \
 	done
 
-demo: os-deps install session-runtime egress-runtime synth-all
+demo: runtimes synth-all
 	$(PY) -m infra.demo
 
 # Four workers on a 2-core machine: most of a test's time is spent waiting (interpreter sessions,
 # Lambda workers, deadlines), so two workers left the cores half idle (measured here: 2 workers
 # kept 0.9 of the 2 cores busy, 4 workers about 1.5).
-test: os-deps install session-runtime egress-runtime
+test: runtimes
 	$(PY) -m pytest -q -n 4 --dist loadfile
 
-bench: os-deps install session-runtime egress-runtime
+# The inner loop: the tests that start no process (tests/unit/conftest.py fails a unit test that
+# does), CPU-bound, so one worker per core.
+QUICK_TESTS := tests/unit tests/docs --ignore=tests/docs/test_readme_commands.py
+test-quick: .venv/.installed
+	$(PY) -m pytest -q -n 2 $(QUICK_TESTS)
+
+bench: runtimes
 	$(PY) -m pytest -q tests/benchmarks --bench-full -s
 
 # --reliability-full also runs the property tests sized by tests/support/sizes.py at full size.
 RELIABILITY_FULL_SIZED := tests/unit/redaction/test_prefilter.py
-reliability: os-deps install session-runtime egress-runtime
+reliability: runtimes
 	$(PY) -m pytest -q tests/reliability $(RELIABILITY_FULL_SIZED) --reliability-full
 
 # The agent client as a Lambda layer for agent runtimes on Lambda (pip, no Docker; boto3 is the

@@ -23,6 +23,9 @@ from tests.support.synth import SharedSynth
 # Fresh clients per test, one parsed copy of botocore's model files per process (see the module).
 botocore_models.install()
 
+# Every process a test starts is charged to it (the guard of tests/unit/conftest.py, --process-probe).
+pytest_plugins = ["tests.support.process_hooks"]
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--bench-full", action="store_true", help="benchmarks at full size (make bench)")

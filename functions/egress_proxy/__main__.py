@@ -24,7 +24,13 @@ from mitmproxy.addons import core, disable_h2c, next_layer, proxyserver, tlsconf
 from mitmproxy.master import Master
 from sandbox_common import naming as n
 
-from .addon import EgressAddon, bound_request_heads
+from .addon import (
+    EgressAddon,
+    answer_trailers,
+    bound_buffered_responses,
+    bound_request_heads,
+    withhold_upstream_bytes_in_errors,
+)
 from .config import ProxyConfig, from_args
 from .engine import Engine
 from .store import EgressStore
@@ -95,6 +101,9 @@ async def serve(config: ProxyConfig) -> int:
     Path(config.confdir).mkdir(parents=True, exist_ok=True)
     os.chmod(config.confdir, 0o700)
     bound_request_heads()
+    bound_buffered_responses()
+    answer_trailers()
+    withhold_upstream_bytes_in_errors()
     opts = options.Options(
         listen_host=config.listen_host,
         listen_port=config.listen_port,
@@ -130,6 +139,8 @@ async def serve(config: ProxyConfig) -> int:
         tcp_timeout=config.idle_timeout,
         ssl_insecure=False,  # upstream TLS is always verified
         ssl_verify_upstream_trusted_ca=upstream_trust(config),
+        # applied only to the responses the addon buffers (bound_buffered_responses)
+        body_size_limit=str(config.max_scrubbed_body),
     )
     loop = asyncio.get_running_loop()
     # the store's blocking reads and writes run here (asyncio.to_thread), never on the loop; as

@@ -19,12 +19,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 from typing import Any
 
 from mitmproxy import connection, http, tcp, tls
 from mitmproxy.proxy import commands, events
+from mitmproxy.proxy.layers import http as http_layers
 from mitmproxy.proxy.layers.http import _http1
+from mitmproxy.proxy.layers.http._base import ReceiveHttp
+from mitmproxy.proxy.layers.http._events import ResponseProtocolError
 from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 from sandbox_common.observability import logger
 
@@ -37,6 +41,7 @@ ANSWER = "egress_answer"  # flow.metadata key: the engine's Answer of a forwarde
 PROXY_AUTHENTICATE = 'Basic realm="sandbox egress"'
 DENIED_HEADER = "X-Sandbox-Egress-Denied"
 _log = logging.getLogger(__name__)
+_QUOTED_BYTES = re.compile(r"""b['"]""")  # where mitmproxy quotes a peer's bytes in an error (repr)
 
 
 def bound_request_heads(limit: int = checks.MAX_HEAD_BYTES) -> None:
@@ -59,6 +64,86 @@ def bound_request_heads(limit: int = checks.MAX_HEAD_BYTES) -> None:
 
     server.read_headers = read_headers  # type: ignore[method-assign]
     server._egress_bounded = True  # type: ignore[attr-defined]
+
+
+def bound_buffered_responses() -> None:
+    """A response the addon buffers whole (a credential host's, to scrub it; a pinned package's
+    page, to filter it) stops at mitmproxy's `body_size_limit` however it is framed: a chunked one
+    announces no size, and read without a bound it would hold the proxy's memory for every tenant.
+    No other body is limited (a streamed response, any request body): they are never held."""
+    stream = http_layers.HttpStream
+    if getattr(stream, "_egress_bounded", False):
+        return
+    original = stream.check_body_size
+
+    def check_body_size(self: Any, request: bool) -> Any:
+        answer: Answer | None = self.flow.metadata.get(ANSWER)
+        if request or answer is None or (answer.scrubber is None and answer.pinned_version is None):
+            return False
+        return (yield from original(self, request))
+
+    stream.check_body_size = check_body_size  # type: ignore[method-assign]
+    stream._egress_bounded = True  # type: ignore[attr-defined]
+
+
+def answer_trailers() -> None:
+    """mitmproxy's HTTP/1 reader raises NotImplementedError on a body with trailers, which ends
+    the connection's handler and leaves its client waiting for an answer that never comes: read
+    as the protocol error it is here (the client gets a 502, the connection is closed)."""
+    connection_class = _http1.Http1Connection
+    if getattr(connection_class, "_egress_trailers", False):
+        return
+    original = connection_class.read_body
+
+    def read_body(self: Any, event: events.Event) -> Any:
+        try:
+            yield from original(self, event)
+        except NotImplementedError as exc:
+            yield commands.CloseConnection(self.conn)
+            yield ReceiveHttp(
+                self.ReceiveProtocolError(
+                    self.stream_id, f"HTTP/1 protocol error: {exc}", code=self.ReceiveProtocolError.code
+                )
+            )
+
+    connection_class.read_body = read_body  # type: ignore[method-assign]
+    connection_class._egress_trailers = True  # type: ignore[attr-defined]
+
+
+def withhold_upstream_bytes_in_errors() -> None:
+    """mitmproxy's answer to a response it cannot read quotes the offending bytes (a status or
+    header line, a chunk size, what the server sent before it closed), and so does the error the
+    addon logs: from a credential host those bytes may hold the secret the proxy added, where no
+    scrubbing reaches them. Such an error keeps mitmproxy's words up to the quoted bytes, scrubbed."""
+    stream = http_layers.HttpStream
+    if getattr(stream, "_egress_withheld", False):
+        return
+    original = stream.handle_protocol_error
+
+    def handle_protocol_error(self: Any, event: Any) -> Any:
+        answer: Answer | None = self.flow.metadata.get(ANSWER)
+        if isinstance(event, ResponseProtocolError) and answer is not None and answer.scrubber is not None:
+            quoted = _QUOTED_BYTES.search(event.message)
+            if quoted is not None:
+                kept = event.message[: quoted.start()].rstrip(": ")
+                event.message = f"{kept} (what the server sent is not shown: it may hold the credential)"
+            event.message = answer.scrubber.text(event.message)[0]
+        return (yield from original(self, event))
+
+    stream.handle_protocol_error = handle_protocol_error  # type: ignore[method-assign]
+    stream._egress_withheld = True  # type: ignore[attr-defined]
+
+
+def ascii_host(host: str) -> str:
+    """The name as the wire and the policy spell it: mitmproxy decodes an internationalized name
+    (`xn--bcher-kva.example`) to Unicode; the policy lists it, and the name check reads it, in its
+    ASCII form. A name that has none is returned as it is (the name check refuses it)."""
+    if host.isascii():
+        return host
+    try:
+        return host.encode("idna").decode("ascii")
+    except UnicodeError:
+        return host
 
 
 def refusal(denied: Denied, host: str = "") -> http.Response:
@@ -122,7 +207,7 @@ class EgressAddon:
         request = flow.request
         denied = await self.engine.open_tunnel(
             state,
-            request.host,
+            ascii_host(request.host),
             request.port,
             request.headers.get("Proxy-Authorization"),
             checks.head_size(request.method, request.authority, request.headers.fields),
@@ -155,7 +240,7 @@ class EgressAddon:
         view = RequestView(
             method=request.method,
             scheme=request.scheme,
-            host=request.host,
+            host=ascii_host(request.host),
             port=request.port,
             path=request.path,
             host_header=request.host_header,
@@ -176,6 +261,8 @@ class EgressAddon:
             return
         request.headers.pop("Proxy-Authorization", None)  # the session's credential stays here
         request.headers.pop("Proxy-Connection", None)
+        for name in answer.drop_headers:
+            request.headers.pop(name, None)
         for name, value in answer.set_headers.items():
             request.headers[name] = value
         flow.metadata[ANSWER] = answer
@@ -278,7 +365,8 @@ class EgressAddon:
         server = data.server
         if server.address is None:
             return
-        host, port = str(server.address[0]), int(server.address[1])
+        named, port = str(server.address[0]), int(server.address[1])
+        host = ascii_host(named)
         state = self.states.get(data.client.id)
         resolved = await self.engine.resolve(state, host, port)
         if isinstance(resolved, Denied):
@@ -286,7 +374,7 @@ class EgressAddon:
             return
         if server.sni is None:
             server.sni = host
-        self._names[server.id] = (host, port)
+        self._names[server.id] = (named, port)
         server.address = resolved
 
     def server_connected(self, data: ServerConnectionHookData) -> None:
@@ -328,6 +416,9 @@ def _scrub(response: http.Response, answer: Answer) -> None:
     scrubber = answer.scrubber
     assert scrubber is not None
     total = 0
+    if response.reason:
+        reason, total = scrubber.text(response.reason)
+        response.reason = reason
     for part in (response.headers, response.trailers):
         if part is None:
             continue

@@ -82,6 +82,12 @@ def check_host(raw: str) -> str:
     return host
 
 
+def is_header_value(value: str) -> bool:
+    """A value that can be written as one HTTP header line: no CR, LF, NUL or other control
+    character (a tab aside), nor a Unicode line or paragraph separator."""
+    return not any((ord(c) < 32 and c != "\t") or ord(c) == 127 or c in "\x85\u2028\u2029" for c in value)
+
+
 def split_host_header(value: str, default_port: int) -> tuple[str, int]:
     """`host[:port]` of a Host header (or an HTTP/2 :authority), host checked; HostRefused."""
     if "@" in value:

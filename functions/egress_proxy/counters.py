@@ -153,6 +153,11 @@ class Counters:
         )
         return used + self._unflushed_tenant_bytes.get(tenant, 0)
 
+    def tenant_bytes_cached(self, tenant: str) -> int | None:
+        """`tenant_bytes_today` from the cache only (None when it is not fresh): never waits."""
+        used = self.tenant_bytes.peek((tenant, Windows.at(utc_now()).day))
+        return None if used is None else used + self._unflushed_tenant_bytes.get(tenant, 0)
+
     # --- the connection log ----------------------------------------------------------------------
     def connection(self, state: ClientState, credential: Credential, host: str, port: int) -> ConnRecord:
         conn = state.conns.get((host, port))

@@ -34,10 +34,11 @@ from .config import CREDENTIAL_CACHE_SECONDS, SECRET_CACHE_SECONDS, ProxyConfig
 from .counters import Counters
 from .credentials import Credential, Presented, parse_proxy_authorization, verify
 from .model import Answer, ClientState, RequestView
-from .scrub import Scrubber
+from .scrub import Scrubber, scrubber_for
 from .store import EgressStore, StoreUnavailable
 
 RESOLVE_TIMEOUT = 5.0
+RANGE_HEADERS = ("Range", "If-Range")
 
 
 class Engine:
@@ -179,9 +180,10 @@ class Engine:
         return policy, None
 
     def gate_cached(self, credential: Credential, host: str, port: int) -> Denied | None:
-        """The breakers and the policy from the caches only (a websocket message must not wait):
-        a closed scope, or a policy that no longer allows `host`, refuses once it is cached; an
-        expired entry is refreshed in the background."""
+        """The breakers, the policy and the byte cap from the caches only (a websocket message must
+        not wait): a closed scope, a policy that no longer allows `host`, or a tenant at its
+        egress_daily_bytes refuses once it is cached; an expired entry is refreshed in the
+        background."""
         tenant, env = credential.tenant_id, credential.environment
         policy = self.policies.peek((tenant, env))
         if self.enabled.peek(tenant) is False:
@@ -192,12 +194,30 @@ class Engine:
             return Denied(checks.EGRESS_CLOSED)
         if policy is not None and self._target_refusal(policy, host, port) is not None:
             return Denied(checks.NOT_ALLOWED)
+        cap, used = self.byte_caps.peek(tenant), self.counters.tenant_bytes_cached(tenant)
+        if cap is not None and used is not None and used >= cap:
+            with contextlib.suppress(RuntimeError):
+                asyncio.get_running_loop().create_task(
+                    self.counters.record_cap_refused(credential, dimensions.EGRESS_DAILY_BYTES.name)
+                )
+            return Denied(checks.CAP_EXCEEDED, 403, dimensions.EGRESS_DAILY_BYTES.name)
         if not (
-            self.policies.fresh((tenant, env)) and self.enabled.fresh(tenant) and self.zero_caps.fresh(tenant)
+            self.policies.fresh((tenant, env))
+            and self.enabled.fresh(tenant)
+            and self.zero_caps.fresh(tenant)
+            and cap is not None
+            and used is not None
         ):
             with contextlib.suppress(RuntimeError):
-                asyncio.get_running_loop().create_task(self.gate(credential))
+                asyncio.get_running_loop().create_task(self._refresh_gate(credential))
         return None
+
+    async def _refresh_gate(self, credential: Credential) -> None:
+        """Read what gate_cached peeks at (a background refresh: failures wait for the next one)."""
+        await self.gate(credential)
+        with contextlib.suppress(StoreUnavailable):
+            await self.byte_caps.get(credential.tenant_id, lambda: self.store.byte_cap(credential.tenant_id))
+            await self.counters.tenant_bytes_today(credential.tenant_id)
 
     async def _new_connection(self, state: ClientState, credential: Credential) -> Denied | None:
         """A new connection of the session: its connection count and the tenant's daily bytes."""
@@ -206,6 +226,11 @@ class Engine:
                 return Denied(checks.TOO_MANY_CONNECTIONS, 429)
             self._live[credential.session_id] = self._live.get(credential.session_id, 0) + 1
             state.counted_for = credential.session_id
+        return await self._within_byte_cap(credential)
+
+    async def _within_byte_cap(self, credential: Credential) -> Denied | None:
+        """The tenant's egress_daily_bytes, checked for every new connection and every request
+        forwarded (a kept-alive connection carries nothing more once the tenant is at its cap)."""
         tenant = credential.tenant_id
         try:
             cap = await self.byte_caps.get(tenant, lambda: self.store.byte_cap(tenant))
@@ -343,8 +368,10 @@ class Engine:
             return await self._refuse_request(state, req, refused)
         if state.tunnel is None and (host, req.port) not in state.conns:
             full = await self._new_connection(state, credential)
-            if full is not None:
-                return await self._refuse_request(state, req, full)
+        else:
+            full = await self._within_byte_cap(credential)
+        if full is not None:
+            return await self._refuse_request(state, req, full)
         answer = Answer()
         index = self.config.index
         if index is not None and host == index.host:
@@ -405,8 +432,16 @@ class Engine:
             logger.error("egress_secret_unavailable", extra={"tenant_id": tenant, "cause": str(exc)})
             return Denied(checks.SECRET_UNAVAILABLE, 502)
         rendered = rule.credential.render(values)
+        if not checks.is_header_value(rendered):
+            # a secret of several lines (or control characters) would split the request it is
+            # written into, and only its whole value is scrubbed: it is not sent at all
+            logger.error("egress_secret_not_a_header_value", extra={"tenant_id": tenant})
+            return Denied(checks.SECRET_UNAVAILABLE, 502, "not a header value")
         answer.set_headers[rule.credential.header] = rendered
-        answer.scrubber = Scrubber([*values.values(), rendered])
+        # a credential host's answers are scrubbed whole: a byte range of one could hand the
+        # secret out a piece at a time, each piece too short to be recognised
+        answer.drop_headers = RANGE_HEADERS
+        answer.scrubber = scrubber_for((*values.values(), rendered))
         return None
 
     async def _refuse_request(self, state: ClientState, req: RequestView, denied: Denied) -> Answer:

@@ -87,6 +87,7 @@ class Answer:
     denied: Denied | None = None
     respond: tuple[int, bytes, dict[str, str]] | None = None
     set_headers: dict[str, str] = field(default_factory=dict)
+    drop_headers: tuple[str, ...] = ()  # request headers removed before it is forwarded
     scrubber: Scrubber | None = None
     pinned_version: str | None = None  # a pinned package's project page: filtered to this version
     conn: ConnRecord | None = None

@@ -23,7 +23,7 @@ from sandbox_common.egress_policy import (
 )
 
 from infra.sandboxctl.errors import CtlError
-from infra.sandboxctl.ops import require_known_tenant
+from infra.sandboxctl.ops import require_known_tenant, tenant_show
 from infra.sandboxctl.target import Target
 
 APPLIES_WITHIN_SECONDS = 60
@@ -46,6 +46,19 @@ def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
+def _tenants_allowlist_environment(target: Target, tenant_id: str, environment: str) -> None:
+    """The tenant exists, `environment` is an allowlist one, and it is one of the tenant's: a
+    policy stored for an environment the tenant lacks would apply to nothing now and silently to
+    whatever later gives the tenant that environment."""
+    _allowlist_environment(environment)
+    environments = tenant_show(target, tenant_id, history=0)["environments"]
+    if environment not in environments:
+        raise CtlError(
+            f"refused: environment: tenant {tenant_id} has no {environment} environment"
+            f" (its environments: {', '.join(environments) or 'none'})"
+        )
+
+
 def _allowlist_environment(environment: str) -> None:
     if n.EGRESS_MODE.get(environment) != ALLOWLIST:
         raise CtlError(
@@ -57,8 +70,7 @@ def _allowlist_environment(environment: str) -> None:
 
 # --- policy ------------------------------------------------------------------------------------
 def egress_get(target: Target, tenant_id: str, environment: str) -> dict[str, Any]:
-    require_known_tenant(target, tenant_id)
-    _allowlist_environment(environment)
+    _tenants_allowlist_environment(target, tenant_id, environment)
     name = n.egress_policy_parameter(target.stage, tenant_id, environment)
     try:
         raw = target.client("ssm").get_parameter(Name=name)["Parameter"]["Value"]
@@ -117,8 +129,7 @@ def egress_set(
 ) -> dict[str, Any]:
     """Replace the policy (validated: the field is named in the refusal; a credential's secrets
     must be among the tenant's own). The proxy applies it within APPLIES_WITHIN_SECONDS."""
-    require_known_tenant(target, tenant_id)
-    _allowlist_environment(environment)
+    _tenants_allowlist_environment(target, tenant_id, environment)
     try:
         document = build_policy(allow, credentials, packages, closed=closed)
         secrets = set(secret_names(target, tenant_id)) if credentials else set()
@@ -264,6 +275,11 @@ def secrets_put(target: Target, tenant_id: str, name: str, value: str) -> dict[s
         )
     if len(value.encode("utf-8")) > MAX_SECRET_BYTES or "\0" in value:
         raise CtlError(f"refused: a secret is at most {MAX_SECRET_BYTES} bytes of text")
+    if any((ord(c) < 32 and c != "\t") or ord(c) == 127 or c in "\x85\u2028\u2029" for c in value):
+        raise CtlError(
+            "refused: the value on standard input holds a line break or another control character;"
+            " the proxy writes a secret into one header line, so a secret is one line of text"
+        )
     secret_id = n.tenant_secret_name(target.stage, tenant_id, name)
     client = target.client("secretsmanager")
     try:

@@ -1,4 +1,4 @@
-"""Benchmark output: one JSON object per benchmark on stdout (§13)."""
+"""Benchmark output: one JSON object per benchmark on stdout."""
 
 from __future__ import annotations
 

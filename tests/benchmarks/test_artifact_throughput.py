@@ -1,4 +1,4 @@
-"""Benchmark `artifact_throughput` (SPEC §14.2): one 20 MiB artifact (smoke: 2 MiB)
+"""Benchmark `artifact_throughput`: one 20 MiB artifact (smoke: 2 MiB)
 through the whole artifact path — collect from a local-interpreter session (helper snippet,
 readFiles in parts, sha256 check), host-side redaction, store in the artifacts bucket (object
 + file_id pointer) — against a bare S3 put of the same bytes to the same moto server, in the

@@ -70,42 +70,42 @@ _COUNTER_TRANSACTION = "+".join(
 LATER_CALL_ALLOWED: dict[str, tuple[int, str]] = {
     f"{DISPATCH}:dynamodb:PutItem[{n.IDEMPOTENCY.logical}]": (
         1,
-        "Powertools idempotency: in-progress record (§4.4)",
+        "Powertools idempotency: in-progress record",
     ),
-    f"{DISPATCH}:dynamodb:GetItem[{n.TURNS.logical}]": (1, "turn ownership + the turn's live session (§4.5)"),
+    f"{DISPATCH}:dynamodb:GetItem[{n.TURNS.logical}]": (1, "turn ownership + the turn's live session"),
     f"{DISPATCH}:lambda:Invoke": (
         1,
-        "the quota check (§5), sent at t=0 beside the idempotency claim",
+        "the quota check, sent at t=0 beside the idempotency claim",
     ),
     f"{DISPATCH}:bedrock-agentcore:InvokeCodeInterpreter": (
         2,
         (
-            "the user code, then artifact collection (§14.2): the helper (executeCode); its answer file "
+            "the user code, then artifact collection: the helper (executeCode); its answer file "
             "is read (readFiles) only when it found something"
         ),
     ),
-    COMPLETION: (1, "the completed idempotency record and the audit row (§7), one transaction"),
+    COMPLETION: (1, "the completed idempotency record and the audit row, one transaction"),
     f"{QUOTA}:dynamodb:TransactWriteItems[{_COUNTER_TRANSACTION}]": (
         1,
-        "the counter transaction (§5.1) with the turn guard's, the tenant policy's and the breaker "
+        "the counter transaction with the turn guard's, the tenant policy's and the breaker "
         "version's ConditionChecks and the call's counted marker",
     ),
 }
 # What the first call of a turn (after begin_turn, warm container) adds, exactly.
 FIRST_CALL_EXTRA: dict[str, tuple[int, str]] = {
     f"{DISPATCH}:bedrock-agentcore:StartCodeInterpreterSession": (1, "the turn's one session"),
-    f"{DISPATCH}:bedrock-agentcore:InvokeCodeInterpreter": (1, "the readiness preamble (§6.2)"),
+    f"{DISPATCH}:bedrock-agentcore:InvokeCodeInterpreter": (1, "the readiness preamble"),
     f"{DISPATCH}:dynamodb:UpdateItem[{n.TURNS.logical}]": (
         2,
         "turn state: conditional 'starting' lease before Start + 'active' with the session id after",
     ),
-    f"{DISPATCH}:dynamodb:TransactWriteItems[{n.SESSIONS.logical}]": (1, "§16.2: the session's slot, capped"),
+    f"{DISPATCH}:dynamodb:TransactWriteItems[{n.SESSIONS.logical}]": (1, "the session's slot, capped"),
     f"{DISPATCH}:dynamodb:UpdateItem[{n.SESSIONS.logical}]": (
         1,
-        "§16.2: the slot now holds the started session",
+        "the slot holds the started session",
     ),
 }
-# What a first call that claims a warm session (§16.1) adds to a later call, exactly:
+# What a first call that claims a warm session adds to a later call, exactly:
 # the claim of the session begin_turn noted on the turn and the turn's binding, in ONE write.
 WARM_FIRST_CALL_EXTRA: dict[str, tuple[int, str]] = {
     f"{DISPATCH}:dynamodb:TransactWriteItems[{'+'.join(sorted((n.SESSIONS.logical, n.TURNS.logical)))}]": (
@@ -117,7 +117,7 @@ WARM_FIRST_CALL_EXTRA: dict[str, tuple[int, str]] = {
 # Query, `begin_turn` below reads an empty one) and notes what it found on the turn: a warm session
 # (the hint, not a claim) or "empty" (the first call then does not read the pool again).
 BEGIN_TURN_POOL_NOTE: dict[str, tuple[int, str]] = {
-    f"{DISPATCH}:dynamodb:Query[{n.SESSIONS.logical}]": (1, "§16.1: the warm pool (by_warm_pool)"),
+    f"{DISPATCH}:dynamodb:Query[{n.SESSIONS.logical}]": (1, "the warm pool (by_warm_pool)"),
     f"{DISPATCH}:dynamodb:UpdateItem[{n.TURNS.logical}]": (1, "the warm hint, or the pool found empty"),
 }
 
@@ -435,7 +435,7 @@ def test_aws_calls_per_execute_code(counted_stack: tuple[Stack, ClientLog], wire
     assert measured("first_call_without_begin_turn", event(turn_id="turn-c", call_id="c1", code="z = 1"))[
         "ok"
     ]
-    # And a turn whose first call claims a warm session the reaper started (§16.1)
+    # And a turn whose first call claims a warm session the reaper started
     _fill_warm_pool(stack)
     assert measured("begin_turn_warm", event("begin_turn", turn_id="turn-w"))["ok"] is True
     assert (

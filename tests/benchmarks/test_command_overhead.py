@@ -1,4 +1,4 @@
-"""Benchmark `command_overhead` (SPEC §20): a warm bash `true` THROUGH DISPATCH ÷ a warm Python
+"""Benchmark `command_overhead`: a warm bash `true` THROUGH DISPATCH ÷ a warm Python
 `pass` through dispatch, on the local stack (dispatch in-process with its CDK environment, moto in
 its own process as `sandboxctl local up` runs it, the quota Lambda in the local Lambda emulator, the
 local interpreter), same turn, same session, samples interleaved. Target: ratio ≤ 1.3.

@@ -1,4 +1,4 @@
-"""Benchmark `files_in_overhead` (SPEC §14.1): a warm `execute_code` THROUGH DISPATCH
+"""Benchmark `files_in_overhead`: a warm `execute_code` THROUGH DISPATCH
 with a 1 MiB inline input file ÷ the same call without it, on the local stack (dispatch
 in-process with its CDK environment, moto in its own process as `sandboxctl local up` runs it,
 the quota Lambda in the local Lambda emulator, the local interpreter), same turn, same session,

@@ -1,4 +1,4 @@
-r"""Benchmark `host_redaction`: the runner's host-side output path (SPEC §6.5, §8 layer 2) on
+r"""Benchmark `host_redaction`: the runner's host-side output path on
 1 MiB of realistic stdout with a few tokens — bounded capture, catalogue redaction, UTF-8 cut,
 and the SHA-256 hashing dispatch does — against one bare `re.finditer` scan of the same text
 with a single simple regex, measured in the same run. Target: throughput ratio ≥ 0.5.

@@ -10,7 +10,7 @@ AgentCore interpreter (bubblewrap sessions), the quota Lambda in the local Lambd
   alike; each job is cancelled before the next round (≤ 3 running per turn). Target ≤ 1.5.
 - `job_poll_cost`: AWS API calls per `get_job` while the job runs, counted with a botocore hook
   on every client of a cold dispatch container (credentials then cached, as in a warm one):
-  the job item (its turn token checked against the hash kept on it, §16.5) and one status call
+  the job item (its turn token checked against the hash kept on it) and one status call
   to the session. Target ≤ 2.
 """
 

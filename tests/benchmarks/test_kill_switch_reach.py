@@ -1,4 +1,4 @@
-"""Benchmark `kill_switch_reach` (SPEC §22): from a cap set to 0 to a running background job
+"""Benchmark `kill_switch_reach`: from a cap set to 0 to a running background job
 cancelled and a paused tool-calling call refused — on the shared real-parts harness (the dispatch
 handler and the reaper in-process with their CDK environments, moto, the quota Lambda in the local
 Lambda emulator, real sessions of the local interpreter).
@@ -43,7 +43,7 @@ reaper_stack = harness.reaper_stack
 TEMPLATE = "tools-bench"
 PAUSE = "from sandbox_tools import tools\nv = tools.lookup(k=1)\nprint(v)\n"
 SLEEPER = "import time\ntime.sleep(600)"
-REACH_TARGET_S = 60  # §22: the kill switch reaches a running job within 60 s
+REACH_TARGET_S = 60  # the kill switch reaches a running job within 60 s
 
 
 def _reap(event_: dict[str, Any] | None = None) -> dict[str, Any]:

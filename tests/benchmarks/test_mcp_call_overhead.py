@@ -1,4 +1,4 @@
-"""Benchmark `mcp_call_overhead` (SPEC §21): a warm MCP `tools/call` of `execute_code` — the
+"""Benchmark `mcp_call_overhead`: a warm MCP `tools/call` of `execute_code` — the
 official MCP SDK client over stdio to `sandboxctl --local mcp`, which validates the input against
 begin_turn's definition, calls dispatch through the agent client and shapes the tool result — ÷
 the same call made directly through the agent client (`SandboxTurn.call_tool`), on one running

@@ -1,4 +1,4 @@
-"""Benchmark `retry_after_crash` (SPEC §22): the answer time of a retry of a call whose dispatch
+"""Benchmark `retry_after_crash`: the answer time of a retry of a call whose dispatch
 worker died. The call (`time.sleep(60)`) runs in a dispatch Lambda worker process of the local
 Lambda emulator, which is SIGKILLed while the code runs; the retry (same tenant and call_id)
 reaches a fresh dispatch container in-process, before the dead attempt's deadline, and is

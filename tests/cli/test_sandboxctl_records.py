@@ -197,7 +197,7 @@ def test_findings_list_honours_since(cli_env: dict[str, str]) -> None:
     assert human.returncode == 0 and "github_pat" in human.stdout and "TOKEN_CLASS" in human.stdout
 
 
-# --- files (SPEC §14.3) ----------------------------------------------------------------
+# --- files ----------------------------------------------------------------
 def _put_artifact(env: dict[str, str], tenant: str, turn: str, data: bytes) -> dict[str, Any]:
     from sandbox_runtime.artifacts import ArtifactContext, ArtifactStore
 

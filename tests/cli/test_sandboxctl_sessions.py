@@ -1,4 +1,4 @@
-"""`sandboxctl caps` for session caps, `warm` and `sessions` (SPEC §16.1, §16.2, §16.4) through the real CLI,
+"""`sandboxctl caps` for session caps, `warm` and `sessions` through the real CLI,
 each command a process of its own (`ctl`, tests/support/ctl_server.py), against the module's local stack
 (tests/cli/conftest.py; its reaper is invoked on demand)."""
 

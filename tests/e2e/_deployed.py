@@ -30,7 +30,7 @@ HOW_TO_RUN = (
     " SANDBOX_E2E_OTHER_TENANT=globex, SANDBOX_E2E_TEMPLATE=analyst) and AWS credentials for a deployed"
     " stage: SANDBOX_E2E=1 .venv/bin/pytest -q tests/e2e"
 )
-# The quota and pre-flight caches hold values for at most 60 s (SPEC §5.2, §6.1).
+# The quota and pre-flight caches hold values for at most 60 s.
 CACHE_TTL_SECONDS = 60
 CACHE_MARGIN_SECONDS = 10
 
@@ -67,7 +67,7 @@ def wait_for(probe: Callable[[], T | None], *, timeout: float, interval: float =
 
 @cache
 def turn_token(tenant: str, turn: str) -> str:
-    """One fresh secret per (tenant, turn), carried by every action of it (§16.5)."""
+    """One fresh secret per (tenant, turn), carried by every action of it."""
     return new_token()
 
 

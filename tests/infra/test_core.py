@@ -280,7 +280,7 @@ def test_alarm_and_dashboard_metrics_use_emitted_dimension_sets(all_stages, stag
         n.METRIC_CAP_EXCEEDED,
         n.METRIC_DISPATCH_INTERNAL_ERRORS,
     } <= seen
-    # And the one dashboard draws the §9 panels
+    # And the one dashboard draws its panels
     (dashboard,) = resources(core, "AWS::CloudWatch::Dashboard").values()
     body = render(dashboard["Properties"]["DashboardBody"])
     for needle in (
@@ -387,7 +387,7 @@ def test_removal_policy_and_dlq_follow_stage_data(all_stages, stage: str) -> Non
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_continuations_are_used_only_by_dispatch_with_exact_actions(all_stages, stage: str) -> None:
-    # Given the continuations table of programmatic tool calling (SPEC §15)
+    # Given the continuations table of programmatic tool calling
     core = _core(all_stages, stage)
     table_id = _table_ids(core)[n.CONTINUATIONS.physical(stage)]
     dispatch_role = n.function_role_name(stage, n.DISPATCH)

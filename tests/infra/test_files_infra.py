@@ -1,4 +1,4 @@
-"""§14.2 artifacts bucket and §14.4 tenant data grants, read from synthesized templates."""
+"""The artifacts bucket and the tenants' data grants, read from synthesized templates."""
 
 from __future__ import annotations
 

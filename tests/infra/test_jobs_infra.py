@@ -69,7 +69,7 @@ def test_reaper_role_holds_exactly_the_job_sweeps_calls(all_stages, stage: str) 
 
 @pytest.mark.parametrize("stage", sorted(STAGES))
 def test_reaper_role_reads_only_the_tenant_policy_items_of_the_tenants_table(all_stages, stage: str) -> None:
-    # Given the reaper's role (the kill switch reads a tenant's policy item, §22)
+    # Given the reaper's role (the kill switch reads a tenant's policy item)
     core, role_id, _ = _reaper(all_stages, stage)
     statements = [st for owner, st in policy_statements(core) if owner == role_id]
     tenants_arn = f"<{_table_id(core, n.TENANTS, stage)}.Arn>"

@@ -1,4 +1,4 @@
-"""Many tenants (SPEC §2): shards keep every stack under 450 resources, and appending a tenant
+"""Many tenants: shards keep every stack under 450 resources, and appending a tenant
 changes exactly one shard's template."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Managed sessions (SPEC §16) in the synthesized stages: the reaper's schedule, role and trust, the
+"""Managed sessions in the synthesized stages: the reaper's schedule, role and trust, the
 session ledger table, the session-cap parameters."""
 
 from __future__ import annotations

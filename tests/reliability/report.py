@@ -147,7 +147,7 @@ def render(
     local = records.get("local_isolation", [])
     if local:
         out += [
-            "## Local sandbox isolation (SPEC §18)",
+            "## Local sandbox isolation",
             "",
             (
                 "Attacks of the security pass, run from inside real local sessions (bubblewrap, a uid per"
@@ -159,6 +159,28 @@ def render(
         ]
         rows = [[r["attack"], r["mode"], r["observed"], _held(outcomes, r["nodeid"])] for r in local]
         out += _table(["attack", "network mode", "observed", "result"], rows)
+        out.append("")
+
+    red = records.get("red_team", [])
+    if red:
+        out += [
+            "## Red team (egress, agent scope, front door)",
+            "",
+            (
+                "Attacks on the egress proxy, the agent scope and the front door, from inside real sessions"
+                " of a stack started by `sandboxctl local up`, with another agent's ids, and through"
+                " `sandboxctl` as a careless operator (`tests/reliability/test_red_team_*.py`). `observed`"
+                " is what the attack got in this run; `first found` is what it got when the red team first"
+                " ran it (a finding and its class, fixed since unless the result says otherwise), empty when"
+                " it was refused from the start."
+            ),
+            "",
+        ]
+        rows = [
+            [r["attack"], r["surface"], r["observed"], r.get("finding") or "", _held(outcomes, r["nodeid"])]
+            for r in red
+        ]
+        out += _table(["attack", "surface", "observed", "first found", "result"], rows)
         out.append("")
 
     for section, title in (

@@ -1,4 +1,4 @@
-"""Concurrency through the real stack (§4.4, §4.5, §5.1): many threads on one tenant/agent/turn.
+"""Concurrency through the real stack: many threads on one tenant/agent/turn.
 
 dispatch runs in-process on many threads (as many warm containers would), the quota Lambda in
 the emulator's worker processes, DynamoDB/SSM in moto's server, sessions in the local interpreter.

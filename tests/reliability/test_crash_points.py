@@ -1,4 +1,4 @@
-"""Crash points (SPEC §22): the dispatch Lambda, a real worker process of the local Lambda
+"""Crash points: the dispatch Lambda, a real worker process of the local Lambda
 emulator, SIGKILLed at one named point of a counted call — a `resume`, a background submit, a
 job's end, a `cancel_job` — then the reaper's sweeps and the agent's next calls (a fresh dispatch
 container) finish what it left. Each cell runs the scenario of that crash path

@@ -1,4 +1,4 @@
-"""Data safety of the audit trail (§7.2, §7.3): DLQ replay exactly once, TTL retention, and no
+"""Data safety of the audit trail: DLQ replay exactly once, TTL retention, and no
 update/delete path for audit rows in code or IAM."""
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""Fault-injection matrix (issue #6): every dependency × every fault through the real stack.
+"""Fault-injection matrix: every dependency × every fault through the real stack.
 
 Each cell runs one `execute_code` of a fresh turn (and, for Stop, the `end_turn` after it) with
-the fault armed, then checks what SPEC §4.2/§5.1/§6/§7 promise:
-- the agent sees the named error the SPEC gives for that failure (fail closed where it says so);
+the fault armed, then checks what the dispatch contract, the breakers, the session runner and the
+audit trail promise ([failure-behaviour.md](../../docs/failure-behaviour.md)):
+- the agent sees the named error for that failure (fail closed where the breakers do);
 - exactly one audit row for the call — in the table or, when the audit table is the faulty
   dependency, its dead-letter copy;
 - no orphaned session: after the turn ends the local interpreter runs no session of this cell;
@@ -72,18 +73,18 @@ _PREFLIGHT = Expect("SandboxProvisioning", "provisioning", 0, reason="preflight_
 _OK = Expect(None, "ok", 1)
 _RUNNER_ERROR = Expect("SandboxError", "error", 1)
 EXPECT: dict[str, Expect] = {
-    "ssm_caps": _CAP_UNKNOWN,  # §5.1: unreadable cap with no cached value -> fail closed
-    "ssm_substrate": _PREFLIGHT,  # §4.1 pre-flight dependency down -> provisioning, nothing counted
+    "ssm_caps": _CAP_UNKNOWN,  # unreadable cap with no cached value -> fail closed
+    "ssm_substrate": _PREFLIGHT,  # pre-flight dependency down -> provisioning, nothing counted
     "ssm_price": _OK,  # the cost estimate never fails a call
-    "counters": _CAP_UNKNOWN,  # §5.1: counter store error/throttling -> fail closed
+    "counters": _CAP_UNKNOWN,  # counter store error/throttling -> fail closed
     "turns": _PREFLIGHT,
     "tenants": _PREFLIGHT,
-    "audit": _OK,  # §7.2: a write failure never changes the agent's result (row -> DLQ)
+    "audit": _OK,  # a write failure never changes the agent's result (row -> DLQ)
     "idempotency": Expect("SandboxError", "error", 0),  # no idempotency -> refuse before counting
-    "quota_invoke": _CAP_UNKNOWN,  # §5.1: quota Lambda unreachable/erroring -> fail closed
-    "sts": _RUNNER_ERROR,  # counted (quota ran), not refunded (§5.1)
+    "quota_invoke": _CAP_UNKNOWN,  # quota Lambda unreachable/erroring -> fail closed
+    "sts": _RUNNER_ERROR,  # counted (quota ran), not refunded
     "start": _RUNNER_ERROR,
-    "readiness": Expect("SandboxProvisioning", "provisioning", 1, reason="readiness_check_failed"),  # §6.2
+    "readiness": Expect("SandboxProvisioning", "provisioning", 1, reason="readiness_check_failed"),
     "invoke": _RUNNER_ERROR,
     "stop": _OK,  # the call itself is fine; end_turn must still answer
     # no credential, no session: stopped before any code, a start failure (counted, not refunded)
@@ -93,9 +94,9 @@ EXPECT: dict[str, Expect] = {
 }
 _CAP_UNKNOWN_COUNTED = Expect("SandboxCapExceeded", "cap_exceeded", 1, dimension=dimensions.UNKNOWN)
 OVERRIDES: dict[tuple[str, str], Expect] = {
-    ("invoke", "timeout"): Expect("SandboxTimeout", "timeout", 1),  # the runner's deadline (§6.3)
+    ("invoke", "timeout"): Expect("SandboxTimeout", "timeout", 1),  # the runner's deadline
     # The quota Lambda ran and counted, its answer was lost: refused (fail closed), counted once
-    # (§5.1: not refunded) — and never twice.
+    # (not refunded) — and never twice.
     ("quota_invoke", "5xx"): _CAP_UNKNOWN_COUNTED,
     ("quota_invoke", "malformed"): _CAP_UNKNOWN_COUNTED,
     # botocore reads an unparseable 200 of a JSON-protocol service as an empty success; the

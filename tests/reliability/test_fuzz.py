@@ -1,4 +1,4 @@
-"""Property-based fuzzing of every entry point's input (SPEC §11).
+"""Property-based fuzzing of every entry point's input.
 
 Properties, per generated input: the entry point answers (never an unhandled exception, never a
 stack trace); an invalid input gets a named error; and an invalid input has no side effect —
@@ -76,7 +76,7 @@ json_values = st.recursive(
     max_leaves=8,
 )
 
-TOKEN = "t" * 43  # a well-formed turn token (§16.5)
+TOKEN = "t" * 43  # a well-formed turn token
 BASES = {
     "begin_turn": {
         "action": "begin_turn",

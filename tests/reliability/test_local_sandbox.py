@@ -1,4 +1,4 @@
-"""Local stack safety (SPEC §18) through the real local stack: a session's code against the stack's
+"""Local stack safety through the real local stack: a session's code against the stack's
 own services, and a machine that cannot isolate, seen through dispatch.
 
 Every test records one row of the report's "Local sandbox isolation" section (attack, modes,
@@ -181,7 +181,7 @@ def test_local_sandbox_without_bwrap_refusal_is_counted_once(refusing_stack: Sta
         mode="PUBLIC",
         observed=f"{result.get('reason')}; counts before {before}, after {after}",
     )
-    # Then the refused start is counted like any start refusal (SPEC §5.1, §23): one unit in each
+    # Then the refused start is counted like any start refusal: one unit in each
     # window, as for any call admitted by the quota whose session then could not start
     assert result["reason"] == n.REASON_ISOLATION_UNAVAILABLE
     assert {table: after[table] - before.get(table, 0) for table in after} == {
@@ -190,7 +190,7 @@ def test_local_sandbox_without_bwrap_refusal_is_counted_once(refusing_stack: Sta
     }
 
 
-# --- attacks from inside a session (SPEC §18), from PUBLIC and SANDBOX --------------------------
+# --- attacks from inside a session, from PUBLIC and SANDBOX --------------------------
 REPO = Path(__file__).resolve().parents[2]
 
 _PROBE = """
@@ -378,7 +378,7 @@ def test_local_sandbox_process_count_is_bounded_per_session(record: Any) -> None
     assert errnos.strip() == "[11]"
 
 
-# --- the session against the interpreter server and the kernel (SPEC §22 "Local sessions") -------
+# --- the session against the interpreter server and the kernel (its bounds: docs/local-stack.md) -
 def _vm_kib(pid: int, field: str) -> int:
     """A memory figure of a process from /proc/<pid>/status (VmRSS, VmHWM), in KiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

@@ -236,7 +236,7 @@ def check_sandboxctl(args: list[str]) -> Any:
         except SandboxInvalidRequest as exc:
             raise RunbookError(f"sandboxctl invoke: dispatch would refuse the event: {exc.message}") from None
         if getattr(request, "turn_id", None) and getattr(request, "turn_token", None) is None:
-            raise RunbookError("sandboxctl invoke: a turn action without its turn_token (§16.5) is refused")
+            raise RunbookError("sandboxctl invoke: a turn action without its turn_token is refused")
     return ns
 
 
@@ -712,7 +712,7 @@ DOMAIN_FIELDS = {
     "classes",
     "error_type",
     "skipped",
-    # §16: the reaper's lines and turn-token refusals
+    # the reaper's lines and turn-token refusals
     "slot_id",
     "state",
     "source",

@@ -1,6 +1,6 @@
 """The runbooks are code: every file the alarms name exists, every command parses against the
 real CLI definitions, every name is what naming.py produces, and every Logs Insights query reads
-only fields our Lambdas emit (SPEC §9: "every command in a runbook works as written")."""
+only fields our Lambdas emit ("every command in a runbook works as written")."""
 
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def test_operator_runbook_covers_every_required_topic():
     text = _read(n.OPERATOR_RUNBOOK)
     state, _ = _check_file(n.OPERATOR_RUNBOOK)
     commands = [" ".join(argv) for argv in state.commands]
-    # When looking for each topic SPEC §9 lists
+    # When looking for each topic the operator runbook must cover
     # Then each is there, with the commands that do it
     for topic in (
         "tenant disable",

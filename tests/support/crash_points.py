@@ -1,4 +1,4 @@
-"""Crash points of counted calls (SPEC §22): dispatch runs as a real Lambda worker process of the
+"""Crash points of counted calls: dispatch runs as a real Lambda worker process of the
 local Lambda emulator and is SIGKILLed at a named point of a call; retries, the reaper's sweeps
 and the next calls reach a fresh dispatch container (in-process). Each scenario returns what it
 observed; the integration tests of each crash path and the reliability suite's crash-point cells

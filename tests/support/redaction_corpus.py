@@ -113,6 +113,11 @@ def leak(output: str, case: Case) -> str | None:
     return None
 
 
+def leaks(outputs: dict[int, str], cases: list[Case]) -> list[tuple[str, str]]:
+    """(case name, fragment) for every case whose output (`outputs[i]` for `cases[i]`) leaks."""
+    return [(case.name, found) for i, case in enumerate(cases) if (found := leak(outputs[i], case))]
+
+
 def mask(text: str, spans: list[tuple[int, int]]) -> str:
     """`text` with every span (overlapping ones merged) replaced by the catalogue's REPLACEMENT:
     what a redactor that found exactly those spans writes."""

@@ -1,5 +1,5 @@
 """The one builder of the session-runner test double: tenant acme's `SessionRunner` with the
-spec's defaults (900 s sessions, the §6.5 output caps), any field overridden by keyword.
+stage defaults (900 s sessions, the output caps), any field overridden by keyword.
 
 Dispatch is imported when a runner is built, not when this module is: tests set the endpoints
 and credentials dispatch reads before the first runner exists.

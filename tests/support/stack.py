@@ -111,7 +111,7 @@ class Stack:
         self.emulator = _emulator(self.resources, aws_endpoint or self.moto, self.interpreter)
 
 
-# The kill switch (SPEC §5.1, §22), one way per row: a call cap at 0 (a tenant's override, or the
+# The kill switch, one way per row: a call cap at 0 (a tenant's override, or the
 # stage-wide value) or the tenant disabled by its operator policy item.
 KILLS = ("tenant_daily_override", "agent_hourly_global", "tenant_disabled")
 
@@ -387,12 +387,12 @@ def reaper_stack(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stac
     service.reset()
 
 
-# Every action of a turn carries its token (SPEC §16.5).
+# Every action of a turn carries its token.
 TURN_ACTIONS = ("begin_turn", "execute_code", "end_turn", "resume", "get_job", "cancel_job")
 
 
 def turn_token_for(tenant_id: str, turn_id: str) -> str:
-    """A deterministic valid turn token (§16.5) per (tenant, turn): 43 URL-safe base64 characters."""
+    """A deterministic valid turn token per (tenant, turn): 43 URL-safe base64 characters."""
     digest = hashlib.sha256(f"{tenant_id}/{turn_id}".encode()).digest()
     return base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
 

@@ -1,4 +1,4 @@
-"""Background jobs for the agent client (SPEC §17), mixed into `turn.SandboxTurn`.
+"""Background jobs for the agent client (docs/jobs.md), mixed into `turn.SandboxTurn`.
 
     job = turn.submit("import time; time.sleep(1200); print('done')", timeout_s=1800)
     result = turn.wait(job.job_id, progress=lambda r: print(r.elapsed_ms))

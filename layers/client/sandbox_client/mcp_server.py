@@ -5,9 +5,9 @@ the client's `initialize` is answered) and `end_turn` when it ends (stdin closed
 or SIGTERM, which the SDK's client sends when a server outlives its 2 s grace), so the turn's
 session is stopped with the MCP session and never left to the interpreter's timeout.
 
-Tools: every tool `begin_turn` returned (SPEC §21: execute_code, run_command, get_job,
+Tools: every tool `begin_turn` returned (the one tool surface: execute_code, run_command, get_job,
 cancel_job — the one definition, built by dispatch), exactly as it defined them, or none when the
-tenant/template has no sandbox (§4.1). Until `begin_turn` has answered (dispatch unreachable: the
+tenant/template has no sandbox. Until `begin_turn` has answered (dispatch unreachable: the
 stack not up yet, no region or credentials), the server lists the definitions packaged with the
 client (`definitions.packaged`: dispatch's with the default figures), so a host that lists tools
 once, at start, has them; each call meanwhile answers a tool error saying what to fix, and works
@@ -15,7 +15,7 @@ as soon as dispatch answers, without a restart. When the tools `begin_turn` then
 those listed (other figures, or none), the server sends `notifications/tools/list_changed`
 (declared as the `tools.listChanged` capability) with the answer of the call that found it.
 begin_turn is told `client_tools: []`: an MCP host cannot answer the template's tools from code
-(§15), so no description lists them. Each call is
+(programmatic tool calling), so no description lists them. Each call is
 validated against its definition, then mapped to its dispatch action by the agent client
 (`SandboxTurn.call_tool`). Results:
 - the dispatch answer as JSON text and as `structuredContent`; for each artifact in its `files`
@@ -29,7 +29,7 @@ Unreachable dispatch: the server starts anyway (the host sees no closed connecti
 DispatchUnavailable saying what to fix (the local stack not running, no AWS region or
 credentials in the server's environment); begin_turn is tried again at each `tools/list` and
 tool call until it succeeds, and until then every tool call is a tool error with that sentence.
-Resources (SPEC §14.3 through MCP): `resources/list` lists the artifacts of this session's calls
+Resources (`get_file` through MCP): `resources/list` lists the artifacts of this session's calls
 (the same `sandbox-file://TENANT/FILE_ID` uris as the links); `resources/read` of such a uri goes
 through dispatch's `get_file` for this server's tenant — the same tenant-scoped check, so an
 unknown file_id and one of another tenant get the same error — then fetches the presigned URL
@@ -92,7 +92,7 @@ def resource_contents(
 
 
 def file_link(tenant_id: str, artifact: Artifact) -> types.ResourceLink:
-    """A stored artifact (§14.2) as an MCP resource link."""
+    """A stored artifact (an entry of an answer's `files`) as an MCP resource link."""
     return types.ResourceLink(
         uri=file_uri(tenant_id, str(artifact.file_id)),
         name=artifact.filename,
@@ -157,7 +157,7 @@ class McpSandbox:
                     self._begin_failed(f"DispatchUnavailable: {exc}")
                     return
                 # MCP hosts answer no template tool from code: an empty `tools` mapping makes
-                # begin_turn's `client_tools` empty, so no description lists one (§21).
+                # begin_turn's `client_tools` empty, so no description lists one.
                 self.turn = SandboxTurn(
                     function_name,
                     tenant_id=self.tenant_id,

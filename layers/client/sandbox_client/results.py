@@ -1,10 +1,10 @@
-"""Typed results of the agent client (SPEC §21): what dispatch answered, as dataclasses.
+"""Typed results of the agent client: what dispatch answered, as dataclasses.
 
 `ExecutionResult` is one execute_code answer (also a `run_command`); `JobResult` one answer about a
 background job (submit, get_job, cancel_job, wait), which adds the job's fields; `Artifact` one
-entry of an answer's `files` (§14.2). `raw` is the answer exactly as dispatch sent it (every field,
+entry of an answer's `files` (docs/files.md). `raw` is the answer exactly as dispatch sent it (every field,
 also those not typed here); `result["stdout"]`, `result.get(...)` and `"x" in result` read it, so
-code written against the dict answers keeps working.
+code that reads an answer as a dict works with them.
 
 `Preview` is an artifact the model can see inline: a PNG of at most `IMAGE_PREVIEW_MAX_BYTES`, or
 a text of at most `TEXT_PREVIEW_MAX_BYTES` that decodes as UTF-8 (larger ones reach the model as
@@ -22,7 +22,7 @@ TEXT_PREVIEW_MAX_BYTES = 16 * 1024
 PNG_TYPE = "image/png"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _TEXT_TYPES = ("application/json", "application/xml", "application/csv", "application/javascript")
-# statuses of an answer about a background job (SPEC §17); the final ones end it
+# statuses of an answer about a background job (docs/jobs.md); the final ones end it
 FINAL_JOB_STATUSES = frozenset({"completed", "failed", "timed_out", "cancelled"})
 JOB_STATUSES = FINAL_JOB_STATUSES | {"running"}
 
@@ -135,7 +135,7 @@ class ExecutionResult:
     error: ExecutionError | None = None
     error_message: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
-    status: str | None = None  # tool_call while paused (§15); a job's status (§17)
+    status: str | None = None  # tool_call while paused at a tool call; a job's status
     exit_status: str | None = None  # ok | error | timeout | oom | cap_exceeded | provisioning
     exit_code: int | None = None
     duration_ms: int | None = None
@@ -146,7 +146,7 @@ class ExecutionResult:
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     reason: str | None = None  # why, for some failures (tenant_disabled, call_in_progress, ...)
-    tool_calls: int | None = None  # calls of the agent's tools the code made (§15)
+    tool_calls: int | None = None  # calls of the agent's tools the code made
 
     @staticmethod
     def from_answer(answer: dict[str, Any]) -> ExecutionResult:

@@ -6,7 +6,7 @@
     tool = tool.next_turn()   # ends the turn, begins the next one, returns its tool: one call
 
 - Each tool's spec is a tool definition the turn's `begin_turn` returned (the one definition,
-  SPEC §21): name, description and input schema exactly, so the model sees `minLength: 1`,
+  docs/tool-surface.md): name, description and input schema exactly, so the model sees `minLength: 1`,
   `additionalProperties: false` and the byte limit like every other caller.
 - Input is validated against that schema before anything is sent (`tool_input.input_problem`):
   `code=""` is a Strands error naming `SandboxInvalidRequest`, and dispatch never sees it.

@@ -1,11 +1,11 @@
-"""Agent-runtime client for the dispatch Lambda (§4.6).
+"""Agent-runtime client for the dispatch Lambda.
 
     with SandboxTurn("thinkwork-prod-dispatch", tenant_id="acme", agent_id="agent-7",
                      template_id="analyst", turn_id="turn-123") as turn:
         if turn.tool:                       # None unless pre-flight said ready/provisioning
             result = turn.execute_code("print(1+1)")
 
-Every action carries the turn's `turn_token` (§16.5), generated here once per turn.
+Every action carries the turn's `turn_token` (docs/sessions.md), generated here once per turn.
 `execute_code` generates a fresh call_id per call unless given one (pass the same call_id to
 retry safely: dispatch answers a retry with the first result). Calls return typed results
 (`results.ExecutionResult`, `results.JobResult` for background jobs) for code that ran, whatever
@@ -13,12 +13,12 @@ its outcome (a code error is `ok` false with a structured `error`: `result.error
 "ValueError"`); a call dispatch refused raises (`errors.SandboxRefused`: SandboxCapExceeded with
 `dimension` and `resets_at`, SandboxProvisioning, SandboxInvalidRequest, TurnTokenMismatch).
 
-The tool surface (SPEC §21): `turn.definitions` are the tools begin_turn returned (execute_code,
+The tool surface (docs/tool-surface.md): `turn.definitions` are the tools begin_turn returned (execute_code,
 run_command, get_job, cancel_job), served as they are; `turn.call_tool(name, input)` runs a model's
 call of one of them. With `strands-agents` installed, `turn.strands_tools()` returns them as
 Strands tools bound to this turn (`turn.strands_tool()`: execute_code alone).
 
-Programmatic tool calling (SPEC §15): `SandboxTurn(..., tools={"query_sales": fn})` makes the
+Programmatic tool calling (docs/tool-calling.md): `SandboxTurn(..., tools={"query_sales": fn})` makes the
 agent's own functions callable from sandboxed code (for names on the template's allowlist).
 `execute_code` then runs the loop itself — each `tool_call` answer runs `fn(**input)` here and
 resumes the code with its result (or, if `fn` raised, with `tool_error`, which the code sees as
@@ -81,7 +81,7 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
         self.user_id = user_id
         self.invocation_source = invocation_source
         self._client = lambda_client
-        # §16.5: one secret per turn, generated here and sent with every action of the turn
+        # the turn token: one secret per turn, generated here and sent with every action of the turn
         # (a retried call carries the same one), so the caller never handles it.
         self.turn_token = turn_token or new_token()
         self.sandbox: dict[str, Any] = {}
@@ -123,7 +123,7 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
 
     # --- the three actions ----------------------------------------------------------------------
     def begin(self) -> dict[str, Any]:
-        """begin_turn; it is told the names of this client's tools (`client_tools`, SPEC §21), so
+        """begin_turn; it is told the names of this client's tools (`client_tools`), so
         the tool descriptions list only template tools this client can answer. Raises
         SandboxRefused when dispatch refuses it (e.g. an invalid id, another turn's token); a tenant
         or template without a sandbox is an answer (`tool` is then None, `no_tool_reason()` says
@@ -143,7 +143,7 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
         files: list[dict[str, str]] | None = None,
         language: str | None = None,
     ) -> ExecutionResult:
-        """`files`: §14.1 entries, {"path", "content_base64"} or {"path", "s3_uri"}; `language`:
+        """`files`: input files, {"path", "content_base64"} or {"path", "s3_uri"}; `language`:
         "python" (the default), "javascript" or "typescript" (a Node.js program), or "bash" (a
         shell script, what run_command sends). Raises SandboxRefused when dispatch refuses the
         call; any run of the code is a result."""
@@ -155,12 +155,12 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
     def run_command(
         self, command: str, *, call_id: str | None = None, files: list[dict[str, str]] | None = None
     ) -> ExecutionResult:
-        """A bash script in this turn's session (SPEC §20): execute_code with language bash."""
+        """A bash script in this turn's session: execute_code with language bash."""
         return self.execute_code(command, call_id=call_id, files=files, language=COMMAND_LANGUAGE)
 
     def _execute(self, fields: dict[str, Any], *, call_id: str | None = None) -> ExecutionResult:
         """One execute_code with the given fields; the turn's own ids are set last, so no field can
-        speak for another tenant, agent or turn. Returns the final result (§15: every tool_call
+        speak for another tenant, agent or turn. Returns the final result (every tool_call
         pause answered here)."""
         event = {
             **fields,
@@ -173,7 +173,7 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
         return ExecutionResult.from_answer(self._run_to_end(self._invoke(event)))
 
     def _run_to_end(self, response: dict[str, Any]) -> dict[str, Any]:
-        """Answer every `tool_call` pause (SPEC §15) until the call's final result; a refusal (of
+        """Answer every `tool_call` pause until the call's final result; a refusal (of
         the call, or of a resume under the kill switch) is raised."""
         while raise_refusal(response).get("ok") and response.get("status") == STATUS_TOOL_CALL:
             response = self._invoke(self._resume_event(response))
@@ -204,7 +204,7 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
         return event
 
     def get_file(self, file_id: str) -> dict[str, Any]:
-        """§14.3: metadata and a presigned URL (≤ 15 min) of one of this tenant's artifacts."""
+        """`get_file`: metadata and a presigned URL (≤ 15 min) of one of this tenant's artifacts."""
         return self._invoke({"action": "get_file", "tenant_id": self.tenant_id, "file_id": file_id})
 
     def fetch(self, file_id: str, *, opener: Any = None) -> tuple[dict[str, Any], bytes]:
@@ -275,11 +275,11 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
     def __exit__(self, *exc: Any) -> None:
         self.end()
 
-    # --- the tool surface (SPEC §21) --------------------------------------------------------------
+    # --- the tool surface -----------------------------------------------------------------------
     @property
     def definitions(self) -> list[dict[str, Any]]:
-        """Every tool definition begin_turn returned (`tools`; a dispatch of before §21 answered only
-        `tool`), in its order; [] before begin or without a sandbox."""
+        """Every tool definition begin_turn returned (`tools`, or `tool` alone,
+        which is what an older dispatch answers), in its order; [] before begin or without a sandbox."""
         tools = self.sandbox.get("tools")
         if isinstance(tools, list):
             return tools
@@ -354,8 +354,8 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
     def strands_tools(self, tools: Iterable[Any] = ()) -> list[Any]:
         """Every tool begin_turn returned, as Strands tools bound to this turn
         (`strands_tool.SandboxStrandsTool`, specs exactly as begin_turn defined them); `tools` (the
-        agent's Strands tools) become callable from the sandboxed code under their names (SPEC §15).
-        ToolUnavailable when begin_turn gave this turn no tool."""
+        agent's Strands tools) become callable from the sandboxed code under their names
+        (programmatic tool calling). ToolUnavailable when begin_turn gave this turn no tool."""
         sandbox_tool = self._strands_tool_class()
         self._pass_through(tools)
         if not self.definitions:

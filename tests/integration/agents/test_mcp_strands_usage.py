@@ -185,13 +185,13 @@ def test_mcp_template_without_sandbox_lists_no_tool_and_calls_fail_named(env: di
 
     # When the client lists tools and calls execute_code anyway
     listed, called = anyio.run(main)
-    # Then no tool is offered (§4.1), and the call is a tool error naming SandboxProvisioning
+    # Then no tool is offered, and the call is a tool error naming SandboxProvisioning
     assert listed.tools == []
     assert called.is_error is True and _text(called).startswith("SandboxProvisioning: ")
 
 
 def test_mcp_file_links_map_artifacts_to_resource_links() -> None:
-    # Given an execute_code answer's files list (§14.2), one artifact skipped as too large
+    # Given an execute_code answer's files list, one artifact skipped as too large
     from sandbox_client.mcp_server import file_links
 
     files = [

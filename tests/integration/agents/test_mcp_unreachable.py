@@ -1,4 +1,4 @@
-"""`sandboxctl mcp` when what it serves cannot be reached (SPEC §21): the local stack down, no AWS
+"""`sandboxctl mcp` when what it serves cannot be reached: the local stack down, no AWS
 region, no AWS credentials. The official MCP SDK's client, over stdio, must see a server that
 starts, lists the tools (the client's packaged definitions) and answers every tool call with a tool
 error saying what to fix — never a closed connection — and that works, without a restart, once the

@@ -1,4 +1,4 @@
-"""One tool surface for every client (SPEC §21), against the running local stack: begin_turn's
+"""One tool surface for every client, against the running local stack: begin_turn's
 tools, the MCP server's (official SDK client over stdio) and the Strands tools (a real
 `strands.Agent` driven by a scripted model) are the same definitions; the model sees small
 artifacts (a real matplotlib chart as a PNG image, a small text as text); every failure is an

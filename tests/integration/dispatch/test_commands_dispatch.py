@@ -1,4 +1,4 @@
-"""Shell commands through dispatch (SPEC §20) on the shared real-parts stack: `language: "bash"`
+"""Shell commands through dispatch on the shared real-parts stack: `language: "bash"`
 runs a script in the turn's session with its files, artifacts, exit status, redaction, background
 mode and audit row, like Python code."""
 

@@ -1,7 +1,7 @@
-"""SPEC §19, §22: `stdout_bytes` / `stderr_bytes` are exactly what the code's output that left the
+"""`stdout_bytes` / `stderr_bytes` are exactly what the code's output that left the
 session was, also beyond what the local interpreter keeps (the caps plus a margin), with nothing
-of ours counted (the readiness preamble); a trailing expression's repr is output like any other
-(SPEC §21)."""
+of ours counted (the readiness preamble); a trailing expression's repr is output like any
+other."""
 
 from __future__ import annotations
 

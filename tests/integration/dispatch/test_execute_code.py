@@ -1,4 +1,4 @@
-"""execute_code end to end (§4, §5, §6, §7) through real parts; see conftest."""
+"""execute_code end to end through real parts; see conftest."""
 
 from __future__ import annotations
 

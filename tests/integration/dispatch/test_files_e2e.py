@@ -1,4 +1,4 @@
-"""SPEC §14 end to end through dispatch on the shared local stack.
+"""Files in and artifacts out end to end through dispatch on the shared local stack.
 
 Input files written before the code (inline, and copied from the emulated S3 under the tenant's
 grant), artifacts collected after it into the artifacts bucket,
@@ -202,7 +202,7 @@ def test_timeout_collects_no_artifacts(stack: Stack, monkeypatch) -> None:
 
 @pytest.fixture(scope="module")
 def runtime_interpreter() -> Iterator[LocalInterpreterServer]:
-    """The interpreter as `sandboxctl local up` runs it: sessions on the session runtime (§14.5)."""
+    """The interpreter as `sandboxctl local up` runs it: sessions on the session runtime."""
     assert SESSION_PYTHON.exists(), "the session runtime is missing: run `make session-runtime`"
     server = LocalInterpreterServer(python=str(SESSION_PYTHON)).start()
     yield server

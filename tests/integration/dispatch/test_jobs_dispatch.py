@@ -1,4 +1,4 @@
-"""Background jobs through dispatch (SPEC §17) on the shared real-parts stack: submit answers at
+"""Background jobs through dispatch on the shared real-parts stack: submit answers at
 once, get_job / cancel_job / end_turn observe and end the job, one audit row per job, counted
 once at submit, at most 3 running jobs per turn, other turns' jobs look unknown."""
 
@@ -42,7 +42,7 @@ def get_job(job_id: str, action: str = "get_job", **over: Any) -> dict[str, Any]
         "job_id": job_id,
         **over,
     }
-    # §16.5: every turn action carries its turn's token (the caller's own, for another turn too)
+    # every turn action carries its turn's token (the caller's own, for another turn too)
     base.setdefault("turn_token", turn_token_for(str(base["tenant_id"]), str(base["turn_id"])))
     return {"action": action, **base}
 
@@ -208,7 +208,7 @@ def test_jobs_get_and_cancel_without_the_turn_token_are_refused(stack: Stack) ->
     assert stack.dispatch(event(call_id="t0", code="x = 1"))["ok"] is True
     submitted = stack.dispatch(job("t1", "import time\ntime.sleep(2)"))
     assert submitted["ok"] is True
-    # When get_job / cancel_job come without the turn's token, or with another turn's (§16.5)
+    # When get_job / cancel_job come without the turn's token, or with another turn's
     missing = stack.dispatch(get_job(submitted["job_id"], turn_token=None))
     foreign = stack.dispatch(
         get_job(submitted["job_id"], action="cancel_job", turn_token=turn_token_for("acme", "turn-other"))

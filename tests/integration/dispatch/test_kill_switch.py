@@ -1,4 +1,4 @@
-"""The kill switch reaches admitted work (SPEC §22) through dispatch, on the shared real-parts
+"""The kill switch reaches admitted work through dispatch, on the shared real-parts
 stack: once a call cap is 0 for the tenant (its override, or the stage-wide value) or the tenant is
 disabled, a `resume` of a paused tool-calling call is refused — the call ends with its one row and
 nothing is counted again — and a running background job is cancelled at its next get_job with

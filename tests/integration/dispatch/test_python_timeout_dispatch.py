@@ -1,5 +1,5 @@
-"""A Python call that passes its deadline, through dispatch on the shared real-parts stack (SPEC
-§21): the session stops the code at its inner deadline, the answer is SandboxTimeout with the
+"""A Python call that passes its deadline, through dispatch on the shared real-parts stack: the
+session stops the code at its inner deadline, the answer is SandboxTimeout with the
 output written before it (redacted, counted), and the session, with its variables, carries on."""
 
 from __future__ import annotations

@@ -163,7 +163,7 @@ def test_quota_speculative_count_of_a_call_refused_after_it_is_released(stack: S
     before = _daily(stack)
     # When the turn's first call arrives
     refused = stack.dispatch(event(call_id="c1", code="print(1)"))
-    # Then it is refused on the session cap (a refusal that counts nothing, §16.2): the
+    # Then it is refused on the session cap (a refusal that counts nothing): the
     # speculative count went out, counted, and was released — counters and markers as before
     assert (refused["error"], refused["dimension"]) == (
         "SandboxCapExceeded",

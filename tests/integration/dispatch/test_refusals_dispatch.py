@@ -1,4 +1,4 @@
-"""Refusals through dispatch end to end: the cap message names its dimension (SPEC §19), and
+"""Refusals through dispatch end to end: the cap message names its dimension, and
 invalid requests (token-named fields, NUL in code) are refused without echoing the input in the
 response or the invalid_request log line, touching nothing."""
 

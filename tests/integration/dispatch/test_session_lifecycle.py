@@ -1,4 +1,4 @@
-"""Session rules of §4.5/§6.3 through the real path: a timeout the runner's deadline ends stops the
+"""Session rules through the real path: a timeout the runner's deadline ends stops the
 session and the next call of the turn starts a fresh one and says so; a session reaped by
 AgentCore is replaced before the code runs (the code runs once)."""
 

@@ -1,4 +1,4 @@
-"""Programmatic tool calling through dispatch (SPEC §15) on the shared real-parts stack:
+"""Programmatic tool calling through dispatch on the shared real-parts stack:
 the dispatch handler in-process, moto (turns, continuations, audit, counters), the quota Lambda in
 the local Lambda emulator and real sessions of the local interpreter (a thread really parked on a
 tool call between two Lambda invocations).
@@ -183,7 +183,7 @@ def test_begin_turn_lists_only_the_template_tools_the_caller_can_answer(tools_st
     assert _listed(absent) == ["lookup", "query_sales"]
     assert _listed(one) == ["query_sales"]
     assert _listed(none) == [] and "sandbox_tools" not in none["sandbox"]["tool"]["description"]
-    # And the code may still call every template tool (the allowlist is the template's, §15)
+    # And the code may still call every template tool (the allowlist is the template's)
     assert all(b["ok"] is True and b["sandbox"]["status"] == "ready" for b in (absent, one, none))
 
 
@@ -278,7 +278,7 @@ def test_tools_tool_error_from_the_agent_reaches_the_code(tools_stack: Stack) ->
 
 
 def _slot_sessions(stack: Stack) -> list[str | None]:
-    """Sessions holding a slot in the session ledger (§16.2)."""
+    """Sessions holding a slot in the session ledger."""
     from sandbox_common.sessions.ledger import SessionLedger
 
     ledger = SessionLedger(table_name=stack.resources.tables[n.SESSIONS.logical], ddb=aws.client("dynamodb"))
@@ -332,7 +332,7 @@ def test_tools_result_after_the_wait_bound_ends_the_call_as_timeout_with_session
     assert (final["ok"], final["error"], final["exit_status"]) == (False, "SandboxTimeout", "timeout"), final
     assert final["stdout"] == "before\n"
     assert paused["session_id"] not in stack.live_sessions()
-    assert paused["session_id"] not in _slot_sessions(stack)  # and its slot freed (§16.2)
+    assert paused["session_id"] not in _slot_sessions(stack)  # and its slot freed
     rows = [r for r in stack.audit_rows("acme") if r["call_id"] == "c-wait"]
     assert [(r["exit_status"], r["failure_reason"]) for r in rows] == [("timeout", "tool_wait_expired:1s")]
     # and the turn's next call starts a fresh session and runs

@@ -1,4 +1,4 @@
-"""The turn token (SPEC §16.5) through the real dispatch flow (moto, local interpreter, quota Lambda).
+"""The turn token through the real dispatch flow (moto, local interpreter, quota Lambda).
 
 Every refused action: SandboxInvalidRequest, nothing counted (counter items unchanged), no audit
 row, no session started, and the SandboxTurnTokenRejected metric.
@@ -136,7 +136,7 @@ def test_turn_token_wrong_token_retry_of_finished_call_is_refused_not_replayed(
 
 
 def test_turn_token_end_turn_of_unknown_turn_answers_not_stopped(stack: Stack) -> None:
-    # Given no such turn / When end_turn arrives / Then the answer is unchanged by §16.5
+    # Given no such turn / When end_turn arrives / Then the answer is the same as without a token
     assert stack.dispatch(event("end_turn", turn_id="turn-never")) == {"ok": True, "stopped": False}
 
 
@@ -189,7 +189,7 @@ def test_turn_token_not_required_still_binds_a_turn_begun_with_a_token(
 def test_turn_token_item_without_the_attribute_counts_as_tokenless(
     stack: Stack, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # Given a turn item written before §16.5 (no token hash attribute)
+    # Given a turn item without a token hash attribute (written by a dispatch without turn tokens)
     aws.client("dynamodb").put_item(
         TableName=stack.resources.tables[n.TURNS.logical],
         Item={

@@ -1,5 +1,6 @@
-"""Real parts for SPEC §14 tests: the local interpreter running sessions on the session runtime
-(.venv-session, built by `make session-runtime`, a dependency of `make test`), and moto's S3."""
+"""Real parts for the files tests (docs/files.md): the local interpreter running sessions on the
+session runtime (.venv-session, built by `make session-runtime`, a dependency of `make test`), and
+moto's S3."""
 
 from __future__ import annotations
 

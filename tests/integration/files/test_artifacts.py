@@ -1,4 +1,4 @@
-"""§14.1/§14.2 against real parts: input files written into a local-interpreter session with
+"""Files in and artifacts out against real parts: input files written into a local-interpreter session with
 writeFiles, artifacts collected from it (outputs/ + open matplotlib figures), redacted host-side
 and stored in moto's S3 — the runner-side modules dispatch calls."""
 

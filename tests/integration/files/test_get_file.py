@@ -1,4 +1,4 @@
-"""§14.3 get_file against moto's S3: tenant-scoped lookup, presigned URL that works and expires."""
+"""`get_file` against moto's S3: tenant-scoped lookup, presigned URL that works and expires."""
 
 from __future__ import annotations
 

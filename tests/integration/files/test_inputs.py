@@ -1,4 +1,4 @@
-"""§14.1 files in: inline files through writeFiles into a real local session, and the in-session
+"""Files in: inline files through writeFiles into a real local session, and the in-session
 S3 copy helper run against moto's S3 (the local stack has no execution role to give a session,
 so the helper is executed here with moto credentials — the same source a session runs)."""
 

@@ -1,4 +1,4 @@
-"""§14.5 the session runtime: local sessions run on the pinned venv with the data-science
+"""The session runtime: local sessions run on the pinned venv with the data-science
 libraries, matplotlib on Agg, and the readiness preamble still installs and proves the redactor."""
 
 from __future__ import annotations

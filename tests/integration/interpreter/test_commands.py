@@ -1,4 +1,4 @@
-"""Commands in a local session (SPEC §20): `executeCommand` runs a bash script in the session, with
+"""Commands in a local session: `executeCommand` runs a bash script in the session, with
 the same working directory, files, interpreter and in-session redaction as code; `pip install`
 goes to the session's own disk and later code imports it; `startCommandExecution` / `getTask` /
 `stopTask` run one in the background. Sessions are SANDBOX ones (no network): every install here
@@ -108,7 +108,7 @@ def test_command_script_travels_whole_and_never_as_stdin(client: Any, sbx: str) 
 
 
 def test_command_output_passes_the_in_session_redactor(client: Any, sbx: str) -> None:
-    # Given a session whose readiness preamble installed the stdio redactor (SPEC §6.2)
+    # Given a session whose readiness preamble installed the stdio redactor
     ready = invoke(client, SANDBOX_CI, sbx, preamble_source())[0]
     assert check_readiness(ready["stdout"])
     # When a command prints a token, whole and split across two writes, on stdout and stderr

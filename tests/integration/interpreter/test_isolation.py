@@ -308,7 +308,7 @@ def test_max_sessions_is_a_service_quota() -> None:
     assert second != first
 
 
-# --- exact byte counts (SPEC §19) ---------------------------------------------------------------
+# --- exact byte counts ---------------------------------------------------------------
 @pytest.mark.parametrize(
     ("code", "stdout_bytes", "stderr_bytes"),
     [

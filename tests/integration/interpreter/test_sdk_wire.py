@@ -159,7 +159,7 @@ def test_sdk_session_stop_terminates(code_client) -> None:
 
 
 SURFACE = Path(__file__).with_name("sdk_surface.py")
-# The SDK calls that must pass against the local interpreter (SPEC §20).
+# The SDK calls that must pass against the local interpreter.
 REQUIRED = (
     "code_session default identifier",
     "execute_code javascript",

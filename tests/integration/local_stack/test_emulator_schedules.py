@@ -1,4 +1,4 @@
-"""The emulator runs the CDK app's scheduled rules (the session reaper, SPEC §16.3) locally."""
+"""The emulator runs the CDK app's scheduled rules (the session reaper) locally."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Caps from SSM (§5.2): TTL caching, negative caching, malformed values, unreadable SSM."""
+"""Caps from SSM: TTL caching, negative caching, malformed values, unreadable SSM."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Exact under concurrency (§5.1): with cap C and N > C concurrent callers, exactly C pass."""
+"""Exact under concurrency: with cap C and N > C concurrent callers, exactly C pass."""
 
 from __future__ import annotations
 

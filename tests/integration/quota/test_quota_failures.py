@@ -1,4 +1,4 @@
-"""Fail closed (§5.1): store errors, throttling, conflicts, crashes -> `unknown`, now + 60 s."""
+"""Fail closed: store errors, throttling, conflicts, crashes -> `unknown`, now + 60 s."""
 
 from __future__ import annotations
 

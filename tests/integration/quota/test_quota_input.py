@@ -1,4 +1,4 @@
-"""Bad input (§11): SandboxInvalidRequest, nothing read, nothing counted, a metric."""
+"""Bad input: SandboxInvalidRequest, nothing read, nothing counted, a metric."""
 
 from __future__ import annotations
 

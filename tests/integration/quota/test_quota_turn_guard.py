@@ -261,7 +261,7 @@ def test_turn_guard_conflict_retry_is_reported(guarded, inject_error):
     # When the call arrives
     answer = guarded_call(guarded)
     injected.remove()
-    # Then it is admitted once and the retry is in the answer (§16.6)
+    # Then it is admitted once and the retry is in the answer
     assert injected.sent == 1 and len(attempts) == 2
     assert answer["ok"] is True and answer["retries"] == 1
     assert counts(guarded) == (1, 1)

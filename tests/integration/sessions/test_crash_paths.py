@@ -1,4 +1,4 @@
-"""Dispatch dies on the counted paths beyond a plain execute_code (SPEC §22): a `resume` and a
+"""Dispatch dies on the counted paths beyond a plain execute_code: a `resume` and a
 background submit. The dispatch Lambda runs as a real worker process of the local Lambda emulator
 (a short Lambda timeout, so its deadline comes soon) and is killed with SIGKILL; retries, the
 reaper's sweeps and the next calls reach a fresh dispatch container (in-process). Every counted

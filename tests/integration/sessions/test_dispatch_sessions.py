@@ -1,4 +1,4 @@
-"""Sessions as a managed resource THROUGH DISPATCH (SPEC §16.1, §16.3, §16.6): session caps, slots,
+"""Sessions as a managed resource THROUGH DISPATCH: session caps, slots,
 cold starts and their retries, the reaper's stops (warm sessions: test_dispatch_warm.py), on the
 shared real-parts harness: dispatch in-process, the session ledger and caps in moto, sessions in the
 local interpreter, the quota Lambda in the emulator, the reaper in-process with its CDK environment."""

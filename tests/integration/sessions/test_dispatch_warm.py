@@ -1,4 +1,4 @@
-"""Warm sessions THROUGH DISPATCH (SPEC §16.2, §16.3): a turn's first call takes a warm session
+"""Warm sessions THROUGH DISPATCH: a turn's first call takes a warm session
 from the pool (once, never one that failed its preamble, given back on a quota refusal), and
 begin_turn's hinted claim; on the shared real-parts harness, the reaper refilling the pool."""
 

@@ -1,4 +1,4 @@
-"""Dispatch dies while a background job runs (SPEC §17): the Lambda worker is a real
+"""Dispatch dies while a background job runs: the Lambda worker is a real
 process of the local Lambda emulator, killed with SIGKILL. The job keeps running in its session
 (nothing on the host holds it); the reaper's sweep or the next get_job ends it, and its audit row
 is written exactly once — also when the worker died in the middle of ending the job (its end

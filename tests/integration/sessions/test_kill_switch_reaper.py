@@ -1,4 +1,4 @@
-"""The reaper under the kill switch (SPEC §22) and the warm-pool refill (§16.1), with real parts:
+"""The reaper under the kill switch and the warm-pool refill, with real parts:
 on its period the reaper cancels the running jobs of a killed tenant (`reason: "kill_switch"`,
 one row each) and stops a disabled tenant's warm sessions (slots freed, not refilled); a refill
 of one tenant's pool never touches another tenant's warm sessions."""

@@ -1,4 +1,4 @@
-"""The reaper (SPEC §16.3) and warm-pool refill (§16.1) with real parts: sessions in the local
+"""The reaper and warm-pool refill with real parts: sessions in the local
 interpreter, the ledger and turns in moto, the tenant's runner role through moto's STS."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The reaper and background jobs (SPEC §16.3 × §17) with real parts: a job nobody polls
+"""The reaper and background jobs with real parts: a job nobody polls
 is ended by the scheduled reaper (its one audit row, its session stopped after end_turn, its slot
 freed), exactly once also when a get_job races the sweep; the session sweep spares the session
 of a running job, and spares every ended turn's session when it cannot tell which are busy."""
@@ -20,7 +20,7 @@ from .conftest import Stack, event, get_job_event, slots_of
 
 def _turn_with_slot(stack: Stack, turn_id: str) -> str:
     """A turn whose first call started a session through dispatch, which recorded it in the ledger
-    (a slot reserved for the turn, then activated: §16.2)."""
+    (a slot reserved for the turn, then activated)."""
     first = stack.dispatch(event(turn_id=turn_id, call_id=f"{turn_id}-c0", code="x = 1"))
     assert first["ok"] is True
     assert [s.turn_id for s in slots_of(stack) if s.session_id == first["session_id"]] == [turn_id]

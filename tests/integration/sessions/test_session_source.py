@@ -1,4 +1,4 @@
-"""Where a first call's session comes from (SPEC §16.1, §16.2, §16.6), with real parts: the
+"""Where a first call's session comes from, with real parts: the
 ledger and caps in moto, sessions in the local interpreter, the tenant's runner through STS."""
 
 from __future__ import annotations

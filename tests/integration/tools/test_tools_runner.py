@@ -1,4 +1,4 @@
-"""Programmatic tool calling through the session runner on the real local interpreter (SPEC §15)."""
+"""Programmatic tool calling through the session runner on the real local interpreter."""
 
 from __future__ import annotations
 
@@ -339,7 +339,7 @@ def test_tools_runner_output_beyond_the_interpreters_limit_still_pauses(tools_se
     final = runner.resume(first.state, tool_result="fine")
     assert final.result.exit_status == "ok"
     assert final.result.stdout_truncated is True
-    # And the byte count is exactly the code's (no marker of ours counted, SPEC §19)
+    # And the byte count is exactly the code's (no marker of ours counted)
     assert final.result.stdout_bytes == 1536 * 1024 + 1 + len("fine\n")
 
 

@@ -1,4 +1,4 @@
-"""Agent client `turn.download(file_id, path)` (§14.3) against a real HTTP endpoint speaking the
+"""Agent client `turn.download(file_id, path)` against a real HTTP endpoint speaking the
 Lambda Invoke API whose get_file answers come from dispatch's get_file on moto's S3."""
 
 from __future__ import annotations

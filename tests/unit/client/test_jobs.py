@@ -1,4 +1,4 @@
-"""Agent client background jobs (SPEC §17): submit / get_job / cancel_job / wait, against a
+"""Agent client background jobs: submit / get_job / cancel_job / wait, against a
 real HTTP endpoint speaking the Lambda Invoke API."""
 
 from __future__ import annotations

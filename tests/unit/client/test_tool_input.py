@@ -1,6 +1,6 @@
 """What the MCP server and the Strands tool refuse before anything reaches dispatch
 (sandbox_client/tool_input.py): exactly what the one tool definition (as begin_turn returns it)
-and §11 refuse."""
+and dispatch's limits refuse."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def test_input_problem_accepts_code_up_to_the_byte_limit() -> None:
 def test_input_problem_refuses_what_the_tool_definition_and_section_11_refuse(
     tool_input: object, reason: str
 ) -> None:
-    # Given a tool input the schema or §11 refuses / When checked / Then the reason says which rule
+    # Given a tool input the schema or dispatch's limits refuse / When checked / Then it names the rule
     problem = input_problem(tool_input, SCHEMA)
     assert problem is not None and problem.startswith(reason), problem
 
@@ -56,7 +56,8 @@ def test_input_problem_refuses_what_the_tool_definition_and_section_11_refuse(
     ],
 )
 def test_input_problem_refuses_what_run_commands_definition_refuses(tool_input: object, reason: str) -> None:
-    # Given a run_command input its definition or §11 refuses / When checked / Then the rule is named
+    # Given a run_command input its definition or dispatch's limits refuse / When checked
+    # Then the reason names the rule
     problem = input_problem(tool_input, COMMAND_SCHEMA)
     assert problem is not None and problem.startswith(reason), problem
 

@@ -1,4 +1,4 @@
-"""§14.2 host-side redaction of artifacts (§8 layer 2): text artifacts are redacted exactly as the
+"""Host-side redaction of artifacts: text artifacts are redacted exactly as the
 catalogue redacts the whole decoded text, computed on the bytes part by part as they arrive
 (`_Assembly`); text that is not UTF-8 (single-byte encodings, invalid bytes, a UTF-16/32
 byte-order mark) is redacted too; binary is stored byte-exact."""

@@ -1,4 +1,4 @@
-"""§14.1 input files: every bad entry is a SandboxInvalidRequest at parse time (before quota);
+"""Input files: every bad entry is a SandboxInvalidRequest at parse time (before quota);
 s3 inputs outside the tenant's data.read prefixes are refused by check_s3_inputs."""
 
 from __future__ import annotations

@@ -142,7 +142,7 @@ def monkeypatch_session_env():
 
 
 def test_responses_match_the_contract_shapes():
-    # Given decisions / When rendered / Then §5.3 shapes, resets_at in ISO-8601 Z
+    # Given decisions / When rendered / Then the quota contract's shapes, resets_at in ISO-8601 Z
     refused = Refused("agent_hourly", datetime(2026, 11, 21, 9, tzinfo=UTC), 1000, None)
     assert refused.to_response() == {
         "ok": False,

@@ -1,12 +1,12 @@
-"""One redaction corpus through every layer (SPEC §8).
+"""One redaction corpus through every layer of redaction (docs/redaction.md).
 
 Every class, with word characters glued before and after it and at lengths from nominal to
-longer than the stdio hold-back, through layer 1 (the in-sandbox stdio redactor, run as the
-sandbox runs it, with the text split across writes), layer 2 (the session runner's host-side
+longer than the stdio hold-back, through layer 2 (the session runner's host-side
 redaction), layer 4 (the backstop's scan of a real subscription payload) and layer 3 (the
 CloudWatch data protection custom identifiers as the policy configures them, plus the
 subscription filter that feeds the backstop). Zero complete tokens survive, and no fragment
-longer than the token's prefix plus 4 characters.
+longer than the token's prefix plus 4 characters. Layer 1, the in-sandbox stdio redactor, runs
+the same corpus in a real interpreter: tests/integration/redaction/test_corpus_stdio.py.
 """
 
 from __future__ import annotations
@@ -14,13 +14,9 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-import random
 import re
-import subprocess
-import sys
 from collections import Counter
 
-import pytest
 from backstop import scanner
 from sandbox_common.redaction import REPLACEMENT, TOKEN_CLASSES
 from sandbox_common.redaction.cloudwatch import (
@@ -28,16 +24,11 @@ from sandbox_common.redaction.cloudwatch import (
     filter_pattern_matches,
     subscription_filter_pattern,
 )
-from sandbox_common.redaction.stdio import preamble_source
 from sandbox_runtime.runner.session import _redact_function
 
-from tests.support.redaction_corpus import CONTEXTS, LENGTHS, corpus, leak, mask
+from tests.support.redaction_corpus import CONTEXTS, LENGTHS, corpus, leak, leaks, mask
 
 CASES = corpus()
-
-
-def _leaks(outputs: dict[int, str]) -> list[tuple[str, str]]:
-    return [(case.name, found) for i, case in enumerate(CASES) if (found := leak(outputs[i], case))]
 
 
 def test_corpus_covers_every_class_length_and_boundary():
@@ -64,46 +55,7 @@ def test_layer2_host_redaction_leaves_no_token_of_the_corpus():
     outputs = {i: redact(case.text) for i, case in enumerate(CASES)}
     # Then nothing survives
     assert len(outputs) == len(CASES)
-    assert _leaks(outputs) == []
-
-
-STDIO_SCRIPT = r"""
-import json, sys
-rt = sys.modules["_sbx_stdio_runtime"]
-rt.set_chunk_chars({chunk})
-for i, pieces in enumerate(json.load(open({path!r}))):
-    for piece in pieces:
-        sys.stdout.write(piece)
-    sys.stdout.write("\n@@CASE %d@@\n" % i)
-"""
-
-
-def _split(rng: random.Random, text: str) -> list[str]:
-    cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, rng.randrange(0, 5))))
-    return [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
-
-
-@pytest.mark.parametrize("chunk", [1, 32768], ids=["drain-every-write", "default-chunk"])
-def test_layer1_stdio_redactor_leaves_no_token_of_the_corpus(chunk, tmp_path):
-    # Given every case split at random offsets into up to five writes, in a fresh interpreter
-    # behind the readiness preamble (exactly what runs in the sandbox)
-    rng = random.Random(chunk)
-    path = tmp_path / "corpus.json"
-    path.write_text(json.dumps([_split(rng, case.text) for case in CASES]))
-    script = preamble_source() + "\n" + STDIO_SCRIPT.format(chunk=chunk, path=str(path))
-    # When
-    proc = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", script], capture_output=True, timeout=300, check=False
-    )
-    # Then every case's output is there and shows no token
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    parts = re.split(r"\n@@CASE (\d+)@@\n", proc.stdout.decode().split("\n", 1)[1])
-    outputs = {int(parts[k]): parts[k - 1] for k in range(1, len(parts), 2)}
-    assert sorted(outputs) == list(range(len(CASES)))
-    assert _leaks(outputs) == []
-    # and the stream wrote exactly what redacting each whole text gives (no over-redaction)
-    redact = _redact_function(None)
-    assert [c.name for i, c in enumerate(CASES) if outputs[i] != redact(c.text)] == []
+    assert leaks(outputs, CASES) == []
 
 
 def _subscription_payload(messages: list[str]) -> dict:
@@ -130,7 +82,7 @@ def test_layer4_backstop_flags_every_token_of_the_corpus():
     missing = [c.name for i, c in enumerate(CASES) if (i, c.token_class) not in classes]
     assert missing == []
     outputs = {i: mask(c.text, [(h.start, h.end) for h in scanner.scan(c.text)]) for i, c in enumerate(CASES)}
-    assert _leaks(outputs) == []
+    assert leaks(outputs, CASES) == []
 
 
 _B64_RUN_CLASS = "[A-Za-z0-9_-]"
@@ -174,7 +126,7 @@ def test_layer3_data_protection_identifiers_mask_every_token_of_the_corpus():
     # When CloudWatch masks every match of every identifier
     outputs = {i: _cwmask(regexes, case.text) for i, case in enumerate(CASES)}
     # Then nothing survives: the identifiers and the catalogue agree on the corpus
-    assert _leaks(outputs) == []
+    assert leaks(outputs, CASES) == []
 
 
 def test_layer4_subscription_filter_forwards_every_case_of_the_corpus():

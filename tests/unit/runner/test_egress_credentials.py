@@ -49,7 +49,7 @@ def _runner(make_runner: Any, table: str, endpoints: EgressEndpoints | None = EN
 
 def _ready(bound: bool | None = True, status: int | None = 200) -> Any:
     """The readiness call's answer: the redactor's marker, then the egress line (None: no line)."""
-    from tests.unit.runner.conftest import FakeAgentCore
+    from tests.support.agentcore_double import FakeAgentCore
 
     stdout = READINESS_MARKER + json.dumps({"redactor_installed": True}) + "\n"
     if bound is not None:
@@ -147,8 +147,8 @@ def test_credential_not_issued_is_a_provisioning_failure_and_no_code_runs(
 def test_stop_revokes_an_allowlist_sessions_credential_and_leaves_others_alone(
     fake_agentcore: Any, make_runner: Any, egress_table: str
 ) -> None:
-    # Given an allowlist session and a public one of the same tenant
-    fake_agentcore.script_invoke(_ready())
+    # Given an allowlist session and a public one of the same tenant (whose readiness has no egress line)
+    fake_agentcore.script_invoke(_ready(), _ready(bound=None))
     runner = _runner(make_runner, egress_table)
     allowlisted = runner.start_session(ALLOWLIST_INTERPRETER)
     public = runner.start_session(ACME_INTERPRETER)

@@ -8,32 +8,11 @@ import json
 import pytest
 from sandbox_common import naming
 from sandbox_common.errors import SandboxProvisioning
-from sandbox_common.redaction.stdio import READINESS_MARKER, check_readiness, preamble_source
+from sandbox_common.redaction.stdio import READINESS_MARKER, check_readiness
 from sandbox_runtime.runner.session import readiness_source
 
 from infra.local import eventstream as es
 from tests.support.emf import metric_names
-from tests.support.runner import cell_arguments
-
-
-def test_start_session_runs_real_preamble_as_its_own_call(fake_agentcore, make_runner):
-    # Given the double really executes what it is sent (a fresh Python process per call)
-    runner = make_runner()
-    # When a session starts and then user code runs
-    session_id = runner.start_session(fake_agentcore.INTERPRETER, name="turn-123")
-    result = runner.execute(fake_agentcore.INTERPRETER, session_id, "print(6*7)")
-    # Then: Start, the preamble alone, the user code alone — in that order, same session
-    ops = [r.operation for r in fake_agentcore.requests]
-    assert ops == ["StartCodeInterpreterSession", "InvokeCodeInterpreter", "InvokeCodeInterpreter"]
-    preamble, user = fake_agentcore.ops("InvokeCodeInterpreter")
-    assert preamble.code == readiness_source()
-    assert preamble.code.startswith(preamble_source())
-    assert cell_arguments(user.code)[1] == "print(6*7)"
-    assert preamble.session_id == user.session_id == session_id
-    start = fake_agentcore.ops("StartCodeInterpreterSession")[0]
-    assert start.body["sessionTimeoutSeconds"] == 900 and start.body["name"] == "turn-123"
-    assert (result.exit_status, result.stdout) == ("ok", "42\n")
-    assert fake_agentcore.ops("StopCodeInterpreterSession") == []
 
 
 def _installed_false_line() -> str:

@@ -139,28 +139,6 @@ def test_execute_exit_137_is_oom(fake_agentcore, make_runner):
     assert (failure.error, failure.fields["failure_reason"]) == ("SandboxOOM", "exit_code:137")
 
 
-def test_execute_memory_error_traceback_is_oom(fake_agentcore, make_runner):
-    # Given a real MemoryError traceback from a real Python process (the default double runs code)
-    code = "raise ValueError('first')"
-    code = "try:\n    raise ValueError('first')\nexcept ValueError:\n    raise MemoryError()\n"
-    # When
-    result = make_runner().execute(fake_agentcore.INTERPRETER, SESSION, code)
-    # Then
-    assert result.exit_code == 1
-    assert result.stderr.rstrip().endswith("MemoryError")
-    assert (result.exit_status, result.error, result.failure_reason) == ("oom", "SandboxOOM", "memory_error")
-
-
-def test_execute_memory_error_not_last_is_plain_error(fake_agentcore, make_runner):
-    # Given a MemoryError that was handled, then another exception ended the run
-    code = "try:\n    raise MemoryError()\nexcept MemoryError:\n    raise KeyError('k')\n"
-    # When
-    result = make_runner().execute(fake_agentcore.INTERPRETER, SESSION, code)
-    # Then
-    assert "MemoryError" in result.stderr
-    assert result.exit_status == "error"
-
-
 @pytest.mark.parametrize("exception_type", es.STREAM_EXCEPTION_TYPES)
 def test_execute_stream_exception_is_a_failure_never_success(fake_agentcore, make_runner, exception_type):
     # Given some output, then an exception event in the stream

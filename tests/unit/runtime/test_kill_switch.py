@@ -1,4 +1,4 @@
-"""The kill switch's view of a tenant (SPEC §22), on moto's SSM and DynamoDB: a call cap at 0 (the
+"""The kill switch's view of a tenant, on moto's SSM and DynamoDB: a call cap at 0 (the
 tenant's override or the stage-wide value) or the tenant disabled kills its admitted work; a
 change is seen once the cached read expires (≤ the TTL, ≤ 60 s) and not before; a cap or policy
 that cannot be read is not a kill."""

@@ -1,4 +1,4 @@
-"""The live-session ledger (SPEC §16.2) against the serial moto server: exact caps under
+"""The live-session ledger against the serial moto server: exact caps under
 concurrency, the kill switch, release exactly once, warm claims that never share a session."""
 
 from __future__ import annotations

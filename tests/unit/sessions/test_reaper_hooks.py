@@ -1,4 +1,4 @@
-"""The reaper's sweep-hook list (SPEC §16.3: other sweeps plug in)."""
+"""The reaper's sweep-hook list (other sweeps plug in)."""
 
 from __future__ import annotations
 

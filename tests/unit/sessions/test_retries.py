@@ -1,4 +1,4 @@
-"""Visible retries (SPEC §16.6): one list renders the response `events` and the audit `retries`."""
+"""Visible retries: one list renders the response `events` and the audit `retries`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Session caps from SSM (SPEC §16.2): override wins, defaults, last good value, fail closed."""
+"""Session caps from SSM: override wins, defaults, last good value, fail closed."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Two pieces of the managed sessions' wiring on moto: the reaper's sweep spares sessions with running
-background jobs (§16.3 with §17), and a claimed warm session binds its turn in one conditional
-write that only applies to the turn state the caller saw (§4.5: one session per turn)."""
+background jobs, and a claimed warm session binds its turn in one conditional
+write that only applies to the turn state the caller saw (one session per turn)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What the reaper reaps (SPEC §16.3), decided per slot: every reason, and the live session of a
+"""What the reaper reaps, decided per slot: every reason, and the live session of a
 live turn left alone."""
 
 from __future__ import annotations

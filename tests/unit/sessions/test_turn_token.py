@@ -1,4 +1,4 @@
-"""Turn token model pieces (SPEC §16.5): shape, hash, constant-time check, token-less turns."""
+"""Turn token model pieces: shape, hash, constant-time check, token-less turns."""
 
 from __future__ import annotations
 

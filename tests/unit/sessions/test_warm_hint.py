@@ -1,4 +1,4 @@
-"""The warm first call's ONE write (§16.1) on moto: begin_turn notes a warm session on
+"""The warm first call's ONE write on moto: begin_turn notes a warm session on
 the turn (a hint, `TurnStore.set_hint`), and the first call claims that slot AND binds the turn in
 one TransactWriteItems (`SessionLedger.claim_warm_bound` with `TurnStore.bind_item`). Both apply or
 neither; a stale hint (claimed by another turn, not warm, about to be recycled, another session)

@@ -1,4 +1,4 @@
-"""The driver/marker protocol of programmatic tool calling (SPEC §15), host side."""
+"""The driver/marker protocol of programmatic tool calling, host side."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Python code INSIDE the session under an inner deadline (SPEC §21: a timeout keeps the output
-written before it).
+"""Python code INSIDE the session under an inner deadline (a timeout keeps the output written
+before it).
 
 STDLIB ONLY and self-contained, like the rest of `sandbox_session`: the session runner ships this
 file's source with each Python call (`sandbox_runtime.runner.cells`); the driver keeps the module

@@ -1,4 +1,4 @@
-"""Background jobs INSIDE the sandbox (SPEC §17): a supervisor process per job.
+"""Background jobs INSIDE the sandbox (docs/jobs.md): a supervisor process per job.
 
 STDLIB ONLY and self-contained, like `sandbox_session/redactor.py`: `job_snippets` ships this
 file's source (with the redaction catalogue and the stdio redactor) into the session, which
@@ -14,10 +14,13 @@ which starts the job itself as
     python <root>/runtime.py run <job dir>            (its own process group)
 
 with the job's stdout/stderr going to files in the job dir. The `run` process installs the
-in-sandbox stdio redactor (SPEC §8 layer 1; the job is a new process, the kernel's redactor does
+in-sandbox stdio redactor (redaction's layer 1; the job is a new process, the kernel's redactor does
 not reach it) and refuses to run the code when it cannot, then runs the code byte-exact from
-`code.py`. The supervisor enforces `timeout_s` with its own clock — no Lambda needs to be alive —
-and on timeout, cancel (SIGTERM to the supervisor) or the job's end kills the job's whole process
+`code.py`. The supervisor enforces `timeout_s` with its own clock — no Lambda needs to be alive.
+A shell script or Node.js program is stopped at that deadline by the `run` process itself (told it
+in SANDBOX_JOB_DEADLINE), which relays and flushes what the program wrote before, so a job that
+times out keeps its output so far; then, or at the deadline for Python code, on cancel (SIGTERM
+to the supervisor) or at the job's end, the supervisor kills the job's whole process
 tree (process group, then every remaining descendant: the supervisor is a child subreaper, so
 orphans of the job are re-parented to it). It then writes `state.json` atomically (write + rename).
 
@@ -64,7 +67,7 @@ STDIO_RUNTIME_FILE = "stdio_runtime.py"
 SHELL_RUNTIME_FILE = "shell.py"
 NODE_RUNTIME_FILE = "node.py"
 RUNTIME_FILE = "runtime.py"
-BASH = "bash"  # the spec's `language` of a shell script (SPEC §20)
+BASH = "bash"  # the `language` of a shell script
 NODE_LANGUAGES = ("javascript", "typescript")  # a Node.js program's; anything else is Python
 
 RUNNING = "running"
@@ -74,6 +77,13 @@ TIMED_OUT = "timed_out"
 CANCELLED = "cancelled"
 TERMINAL_STATES = (COMPLETED, FAILED, TIMED_OUT, CANCELLED)
 
+# A shell script's or Node.js program's job is stopped at its deadline by its own `run` process,
+# which then relays and flushes what the program wrote (the redactor holds back the tail of a
+# stream until it knows no token continues there): the supervisor's hard stop waits this long more.
+# The `run` process learns the deadline (CLOCK_MONOTONIC, shared by the session's processes) here.
+RELAYED_STOP_GRACE_SECONDS = 2.0
+ENV_JOB_DEADLINE = "SANDBOX_JOB_DEADLINE"
+RELAY_TIMED_OUT = 124  # shell.TIMED_OUT / node.TIMED_OUT: the status of a program stopped at its deadline
 OOM_EXIT_CODE = 137
 REDACTOR_UNAVAILABLE_EXIT_CODE = 70  # EX_SOFTWARE: the code did not run
 POLL_SECONDS = 0.05
@@ -268,6 +278,8 @@ def supervise(job_dir):
     before = snapshot(os.path.join(spec.get("cwd") or os.getcwd(), outputs_dir)) if outputs_dir else {}
     started_ns = time.time_ns()
     started = started_ns / 1e9
+    deadline = time.monotonic() + timeout_s
+    relayed = spec.get("language") in (BASH, *NODE_LANGUAGES)
     with (
         open(os.path.join(job_dir, STDOUT_FILE), "wb") as out,
         open(os.path.join(job_dir, STDERR_FILE), "wb") as err,
@@ -279,6 +291,7 @@ def supervise(job_dir):
             stderr=err,
             cwd=spec.get("cwd") or None,
             start_new_session=True,
+            env={**os.environ, ENV_JOB_DEADLINE: repr(deadline)},
         )
     state = {
         "job_id": spec.get("job_id"),
@@ -290,15 +303,16 @@ def supervise(job_dir):
         "timeout_s": timeout_s,
     }
     write_json_atomic(state_path, state)
-    deadline = time.monotonic() + timeout_s
+    hard_stop = deadline + (RELAYED_STOP_GRACE_SECONDS if relayed else 0.0)
     final = None
     while final is None:
         code = child.poll()
         if code is not None:
-            final = COMPLETED if code == 0 else FAILED
+            stopped_itself = relayed and code == RELAY_TIMED_OUT and time.monotonic() >= deadline
+            final = TIMED_OUT if stopped_itself else COMPLETED if code == 0 else FAILED
         elif cancelled:
             final = CANCELLED
-        elif time.monotonic() >= deadline:
+        elif time.monotonic() >= hard_stop:
             final = TIMED_OUT
         else:
             time.sleep(POLL_SECONDS)
@@ -364,6 +378,16 @@ def _body(code, namespace):
         sys.displayhook(eval(compile(last, _CELL, "eval", dont_inherit=True), namespace))
 
 
+def _until_deadline():
+    """Seconds left to the job's deadline (its supervisor's), or None when it gave none: the
+    program is then stopped there by this process, which relays what it wrote first."""
+    try:
+        # taken out of the environment: the program runs in this process's environment
+        return max(0.0, float(os.environ.pop(ENV_JOB_DEADLINE)) - time.monotonic())
+    except (KeyError, ValueError):
+        return None
+
+
 def run(job_dir):
     spec = read_json(os.path.join(job_dir, SPEC_FILE)) or {}
     if not _install_redactor(os.path.dirname(job_dir), tuple(spec.get("values") or ())):
@@ -372,13 +396,13 @@ def run(job_dir):
     if spec.get("language") == BASH:  # a shell script: bash's output through the redactor just installed
         shell = _load("_sbx_shell", os.path.join(os.path.dirname(job_dir), SHELL_RUNTIME_FILE))
         with open(os.path.join(job_dir, CODE_FILE), "rb") as fh:
-            return shell.run(fh.read())
+            return shell.run(fh.read(), _until_deadline())
     if spec.get("language") in NODE_LANGUAGES:  # a Node.js program: its output through that redactor too
         root = os.path.dirname(job_dir)
         shell = _load("_sbx_shell", os.path.join(root, SHELL_RUNTIME_FILE))
         node = _load("_sbx_node", os.path.join(root, NODE_RUNTIME_FILE))
         with open(os.path.join(job_dir, CODE_FILE), "rb") as fh:
-            return node.run(shell, fh.read(), spec["language"])
+            return node.run(shell, fh.read(), spec["language"], _until_deadline())
     with open(os.path.join(job_dir, CODE_FILE), encoding="utf-8") as fh:
         code = fh.read()
     linecache.cache[_CELL] = (len(code), None, code.splitlines(True), _CELL)

@@ -1,4 +1,4 @@
-"""The in-sandbox stdio redactor (SPEC §8 layer 1) — the code that runs INSIDE the interpreter.
+"""The in-sandbox stdio redactor (layer 1 of docs/redaction.md) — the code that runs INSIDE the interpreter.
 
 STDLIB ONLY and self-contained: `sandbox_common.redaction.stdio.preamble_source()` ships this
 file's source, together with catalogue.py's source, into the Code Interpreter, which cannot import

@@ -1,4 +1,4 @@
-"""Shell commands INSIDE the session (SPEC §20): a bash script run as a child of the session's
+"""Shell commands INSIDE the session: a bash script run as a child of the session's
 Python process, its output relayed through that process's `sys.stdout` / `sys.stderr`.
 
 STDLIB ONLY and self-contained, like the rest of `sandbox_session`: a session cannot import our
@@ -6,12 +6,12 @@ packages, so the session runner ships this file's source with each command
 (`sandbox_runtime.runner.commands`) and the job runtime writes it into the session beside its own
 (`sandbox_runtime.runner.job_snippets`).
 
-Why through the Python process: the in-session redactor (SPEC §8 layer 1) wraps `sys.stdout` /
-`sys.stderr` of the session's interpreter (and of a job's `run` process). A script whose output
-went anywhere else — straight to fd 1, or through a command tool beside the kernel — would leave
-the session unredacted. So the script's stdout and stderr are pipes read here and written, as
-text, into those streams: every byte a command prints passes the same redactor as Python output,
-and is counted as it leaves it.
+Why through the Python process: the in-session redactor (redaction's layer 1, `redactor.py`) wraps
+`sys.stdout` / `sys.stderr` of the session's interpreter (and of a job's `run` process). A script
+whose output went anywhere else — straight to fd 1, or through a command tool beside the kernel —
+would leave the session unredacted. So the script's stdout and stderr are pipes read here and
+written, as text, into those streams: every byte a command prints passes the same redactor as
+Python output, and is counted as it leaves it.
 
 The script runs as `bash /dev/fd/N`, the script on a pipe (never an argument, which Linux limits
 to 128 KiB, and never stdin, which is /dev/null), in the caller's working directory and

@@ -1,4 +1,5 @@
-"""Programmatic tool calling inside the sandbox (SPEC §15) — the code that runs INSIDE the interpreter.
+"""Programmatic tool calling inside the sandbox (docs/tool-calling.md): the code that runs INSIDE
+the interpreter.
 
 STDLIB ONLY and self-contained: `tools_protocol.installer_source()` ships this file's source into
 the Code Interpreter with the readiness preamble (the interpreter cannot import our packages),

@@ -24,6 +24,9 @@ from sandbox_runtime.runner import SessionRunner, credentials
 from sandbox_runtime.runner.jobs import JobRunner
 
 from tests.support.runner import ACME_INTERPRETER, ACME_RUNNER_ROLE, session_runner
+from tests.support.runner import acme_interpreter as acme_interpreter  # fixtures of this module
+from tests.support.tables import ddb as ddb
+from tests.support.tables import tables as tables
 
 INTERPRETER = ACME_INTERPRETER
 RUNNER_ROLE = ACME_RUNNER_ROLE
@@ -424,7 +427,7 @@ def test_job_actions_launch_answers_running_then_get_job_final(env):
     while final["status"] == "running" and time.monotonic() < deadline:
         time.sleep(0.2)
         final = job_actions.get_job(_req(job_id=record.job_id), env["deps"])
-    # Then submit answered at once with the §17 shape, and the final answer is the result
+    # Then submit answered at once with a job's shape, and the final answer is the result
     assert answer == {
         "ok": True,
         "status": "running",

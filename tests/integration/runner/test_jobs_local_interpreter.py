@@ -1,4 +1,4 @@
-"""Background jobs (SPEC §17) through the runner against the local AgentCore Code Interpreter:
+"""Background jobs through the runner against the local AgentCore Code Interpreter:
 real wire protocol, real sandboxed session process, real supervisor and job processes inside it.
 Short timeouts: the per-call deadline is 2 s, so a 3 s job outlives any single call."""
 

@@ -1,4 +1,4 @@
-"""Caps from SSM (SPEC §5.2), read through Powertools parameters with a TTL ≤ 60 s.
+"""Caps from SSM, read through Powertools parameters with a TTL ≤ 60 s.
 
 Resolution per calls dimension (`sandbox_common.dimensions`): the per-tenant override
 `/…/caps/tenants/{tenant}/{dim}` wins when it exists, else the global `/…/caps/{dim}`. Paths come

@@ -19,9 +19,9 @@ Hook = Callable[[float], dict]
 
 # Modules that declare sweeps in SWEEP_HOOKS (append yours; the reaper loads them at cold start).
 SWEEP_MODULES: tuple[str, ...] = (
-    n.REAPER_JOBS_SWEEP_MODULE,  # background jobs (§17)
+    n.REAPER_JOBS_SWEEP_MODULE,  # background jobs
     n.REAPER_INTERRUPTED_SWEEP_MODULE,  # calls whose dispatch died
-    n.REAPER_PAUSED_SWEEP_MODULE,  # paused tool calls nobody resumes (§15)
+    n.REAPER_PAUSED_SWEEP_MODULE,  # paused tool calls nobody resumes
 )
 
 _HOOKS: dict[str, Hook] = {}

@@ -1,4 +1,4 @@
-"""The background-jobs sweep (SPEC §17), a reaper hook: every reaper run ends the jobs
+"""The background-jobs sweep, a reaper hook: every reaper run ends the jobs
 nobody polls — finished ones, overdue ones (deadline + grace: their session is stopped) and those
 whose session vanished — with `sandbox_runtime.job_end.finish_due_jobs`, the very code get_job runs.
 

@@ -1,4 +1,4 @@
-"""Warm-pool refill (SPEC §16.1), off the agent's critical path.
+"""Warm-pool refill, off the agent's critical path.
 
 Desired size per tenant × environment: SSM `/…/tenants/{t}/warm/{env}` (absent = 0). A warm
 session is reserved in the ledger first (it counts against tenant_sessions / global_sessions like

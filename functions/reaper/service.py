@@ -1,7 +1,7 @@
 """Wiring of one reaper run: the ledger, the turns table, the tenants' runners, warm sizes.
 
 Sessions are stopped and started only through the shared run time's session runner
-(sandbox_runtime.runner) with the tenant's own session-runner role (§6.4): the reaper ships that
+(sandbox_runtime.runner) with the tenant's own session-runner role: the reaper ships that
 package (see infra/cdk/constructs/compute.py SHARED_PACKAGES) instead of a second AgentCore client.
 
 Cold start: importing this module (and so the handler) loads the sweep, the refill, the ledger
@@ -42,7 +42,7 @@ class Reaper:
     ssm: Any
     preflight: PreflightReader
     caps: SessionCapReader
-    kill_switch: KillSwitch  # §22: killed tenants' jobs are cancelled, their warm pools emptied
+    kill_switch: KillSwitch  # killed tenants' jobs are cancelled, their warm pools emptied
 
     def runner(self, tenant_id: str) -> SessionRunner:
         target = self.preflight.runner_target(tenant_id)
@@ -116,7 +116,7 @@ class Reaper:
         return summary
 
     def jobs(self) -> JobStore:
-        """Background jobs' store (§17): the job sweep ends jobs, the session sweep spares busy sessions."""
+        """Background jobs' store: the job sweep ends jobs, the session sweep spares busy sessions."""
         return JobStore(table_name=self.settings.jobs_table, ddb=self.ddb)
 
 

@@ -38,7 +38,7 @@ def run_turn(target: Any) -> tuple[list[str], dict[str, Any]]:
     from infra.sandboxctl import ops
 
     turn = f"demo-turn-{uuid.uuid4().hex[:8]}"
-    token = new_token()  # §16.5: one secret per turn, carried by every action of it
+    token = new_token()  # one secret per turn, carried by every action of it
     base = {
         "tenant_id": TENANT,
         "agent_id": AGENT,
@@ -249,7 +249,7 @@ print('result: 42')
 
 
 def jobs_step(target: Any) -> list[str]:
-    """A background job (§17) through the agent client: submitted (answers at once), polled with a
+    """A background job through the agent client: submitted (answers at once), polled with a
     progress callback while it runs, its result; end_turn then has nothing pending; one audit row."""
     from sandbox_client.errors import SandboxRefused
     from sandbox_client.results import JobResult
@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name:<12} pid {proc['pid']:<7} {proc['endpoint']}")
         print(f"  (ready in {time.monotonic() - started:.1f}s; state in {directory})")
         target = local_target(state)
-        demo_tools.prepare(target)  # §15: the template's tool allowlist, before any pre-flight is cached
+        demo_tools.prepare(target)  # the template's tool allowlist, before any pre-flight is cached
         problems, facts = run_turn(target)
         problems += show_audit_and_counters(target, facts)
         problems += files_step(target, f"{facts['turn_id']}-files")

@@ -1,4 +1,4 @@
-"""The demo's programmatic tool calling step (SPEC §15): one execute_code whose code calls an
+"""The demo's programmatic tool calling step: one execute_code whose code calls an
 agent tool in a loop; every pause is answered with `resume`, exactly as the agent client does,
 and only the final summary would enter the model's context.
 

@@ -158,7 +158,7 @@ def split_function_name(name: str) -> tuple[str, str | None]:
 
 @dataclass(frozen=True)
 class Schedule:
-    """An EventBridge `rate(...)` rule targeting a function (e.g. the session reaper, §16.3)."""
+    """An EventBridge `rate(...)` rule targeting a function (e.g. the session reaper's)."""
 
     function: str  # physical function name
     rate_seconds: float

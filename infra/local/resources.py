@@ -203,7 +203,7 @@ def local_interpreter_arn(interpreter_id: str, *, region: str = LOCAL_REGION) ->
 
 def data_grants(config: StageConfig, s3_endpoint: str, region: str = LOCAL_REGION) -> dict[str, DataGrant]:
     """interpreter id -> what its sessions may read of the emulated S3: the IAM statements the
-    tenant's interpreter execution roles get on AWS (SPEC §14.4), one definition for both."""
+    tenant's interpreter execution roles get on AWS, one definition for both."""
     grants = {}
     for tenant in config.tenants:
         statements = tuple(tenant_data_statements(tenant))

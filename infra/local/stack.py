@@ -1,4 +1,4 @@
-"""The local stack (SPEC §10): moto server, local interpreter, Lambda emulator, and the egress
+"""The local stack: moto server, local interpreter, Lambda emulator, and the egress
 proxy with the local package index it routes to (infra/local/egress.py), as detached background
 processes, plus the stage's resources created in moto.
 
@@ -150,7 +150,7 @@ def _wait_http(url: str, process: dict[str, Any], deadline: float, context: Any 
 
 
 def session_runtime_env() -> dict[str, str]:
-    """Sessions run on the pinned session runtime (SPEC §14.5, `make session-runtime`) when it
+    """Sessions run on the pinned session runtime (`make session-runtime`) when it
     is built; without it they run on the host's base Python (no pandas/matplotlib)."""
     from sandbox_common.naming import SESSION_VENV_DIR
 
@@ -159,7 +159,7 @@ def session_runtime_env() -> dict[str, str]:
 
 
 def _base_env() -> dict[str, str]:
-    # + the local interpreter's isolation settings (SPEC §18: escape hatch, session Python)
+    # + the local interpreter's isolation settings (escape hatch, session Python)
     keep = (
         "PATH",
         "HOME",

@@ -135,7 +135,7 @@ def _egress_line(egress: dict[str, Any] | None) -> str:
 
 
 def _isolation_line(isolation: dict[str, Any] | None) -> str:
-    """One paragraph: the isolation the local interpreter enforces (SPEC §18)."""
+    """One paragraph: the isolation the local interpreter enforces."""
     if not isolation:
         return ""
     if isolation.get("strategy") == "bwrap":
@@ -175,7 +175,7 @@ def _invoke(args: argparse.Namespace, target: Any) -> int:
 
 
 def _event_text(arg: str) -> str:
-    """SPEC §19: `-` reads the event from standard input, `@PATH` from a file, anything else is
+    """`-` reads the event from standard input, `@PATH` from a file, anything else is
     the event itself (one argument is limited to 128 KiB; stdin and files are not)."""
     if arg == "-":
         return sys.stdin.read()

@@ -1,6 +1,6 @@
 """Argument parsing and exit-code mapping for `sandboxctl`.
 
-Exit codes (SPEC §10): 0 success, 2 bad usage (argparse), 1 failure with a one-line reason on
+Exit codes: 0 success, 2 bad usage (argparse), 1 failure with a one-line reason on
 stderr and never a traceback. The command implementations live in `commands.py`; this module
 only knows the command-line shape, so `build_parser()` is cheap to import (the runbook tests
 parse every documented command line with it).
@@ -226,7 +226,7 @@ def _add_findings_files_jobs(
     findings_list.add_argument("--since", type=_iso_time)
     findings_list.add_argument("--limit", type=_positive_int, default=100)
 
-    files = commands.add_parser("files", help="artifacts stored by execute_code (SPEC §14)")
+    files = commands.add_parser("files", help="artifacts stored by execute_code")
     files_cmd = files.add_subparsers(dest="files_command", metavar="ACTION", required=True)
     files_list = files_cmd.add_parser("list", help="a tenant's artifacts, newest first", parents=[late])
     files_list.add_argument("--tenant", type=_tenant_id, required=True)

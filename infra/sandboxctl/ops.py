@@ -171,7 +171,7 @@ def tenant_set(
 def template_put(
     target: Target, tenant_id: str, template_id: str, environment: str, tools: Sequence[str] | None = None
 ) -> dict[str, Any]:
-    """`tools` (SPEC §15): the agent tools the template's code may call; None keeps the current
+    """`tools`: the agent tools the template's code may call; None keeps the current
     allowlist, () clears it."""
     current = tenant_show(target, tenant_id, history=0)
     env = None if environment == "none" else environment
@@ -254,7 +254,7 @@ def caps_get(target: Target, tenant_id: str | None = None) -> dict[str, Any]:
 
 
 def _cap_path(stage: str, dimension: str, tenant_id: str | None) -> str:
-    """A cap dimension's SSM path (§5.2, §16.2); a stage-wide one has no per-tenant override."""
+    """A cap dimension's SSM path; a stage-wide one has no per-tenant override."""
     found = dimensions.get(dimension)
     if found is None:
         raise CtlError(f"refused: {dimension!r} is not a cap dimension ({', '.join(dimensions.names())})")

@@ -57,7 +57,7 @@ class _Pilot:
         self.run_id = uuid.uuid4().hex[:10]
         self.agent_id = f"pilot-{self.run_id}"
         self.turn_id = f"pilot-turn-{self.run_id}"
-        self.turn_token = new_token()  # §16.5: every action of the pilot's turn carries it
+        self.turn_token = new_token()  # every action of the pilot's turn carries it
         self.echo = echo or (lambda _line: None)
         self.checks: list[dict[str, Any]] = []
         self.calls: list[tuple[dict[str, Any], dict[str, Any]]] = []  # (request, response)

@@ -152,7 +152,7 @@ def findings_list(target: Target, *, since: str | None = None, limit: int = 100)
     return list(islice(chain.from_iterable(partitions), limit))
 
 
-# --- files (SPEC §14.3) ---------------------------------------------------------------
+# --- files ---------------------------------------------------------------
 def _artifacts_bucket(target: Target) -> str:
     if not target.artifacts_bucket:
         raise CtlError(f"stage {target.stage} has no artifacts bucket (output {n.OUTPUT_ARTIFACTS_BUCKET})")

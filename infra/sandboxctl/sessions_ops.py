@@ -1,4 +1,4 @@
-"""`sandboxctl warm …` and `sandboxctl sessions …` (SPEC §16.1, §16.4): operations over a
+"""`sandboxctl warm …` and `sandboxctl sessions …`: operations over a
 `Target` returning plain data. The ledger is read and written through the same
 `sandbox_common.sessions.ledger` dispatch and the reaper use.
 """

@@ -36,8 +36,8 @@ class Target:
     _make_client: Callable[[str], Any]
     _clients: dict[str, Any] = field(default_factory=dict)
     audit_spool: str | None = None  # local stack: rows spooled while its emulated AWS was down
-    artifacts_bucket: str = ""  # §14.2; empty on a stage deployed before artifacts existed
-    reaper_function: str = ""  # §16.1: `warm set` asks it to refill the pool at once ("" = none)
+    artifacts_bucket: str = ""  # empty on a stage deployed before artifacts existed
+    reaper_function: str = ""  # `warm set` asks it to refill the pool at once ("" = none)
 
     def client(self, service: str) -> Any:
         if service not in self._clients:

@@ -1,4 +1,4 @@
-"""The stage's artifacts bucket (SPEC §14.2): where collected artifacts are stored.
+"""The stage's artifacts bucket: where collected artifacts are stored.
 
 SSE-KMS with a key of its own (rotated), public access blocked, TLS only, versioning off (an
 artifact is written once), lifecycle expiry = the audit retention, so an artifact never outlives

@@ -37,7 +37,7 @@ SESSIONS_SUBNET_GROUP = "Sessions"
 PROXY_SUBNET_GROUP = "Proxy"
 PUBLIC_SUBNET_GROUP = "Public"
 # What a session may do through the S3 gateway endpoint: what its execution role can be granted
-# (tenant data, SPEC §14.4), and only as a principal of this account.
+# (the tenant's own data), and only as a principal of this account.
 SESSION_S3_ACTIONS: tuple[str, ...] = ("s3:GetObject", "s3:PutObject", "s3:ListBucket")
 
 

@@ -1,4 +1,4 @@
-"""Security alerting and the log-side redaction layers of one stage (SPEC §8.3, §8.4, §9).
+"""Security alerting and the log-side redaction layers of one stage.
 
 - `security-alerts` SNS topic (customer-managed KMS key: CloudWatch alarms cannot publish to a
   topic encrypted with the AWS-managed SNS key) with the configured subscribers;
@@ -194,7 +194,7 @@ class ObservabilityConstruct(Construct):
                 )
         return key, topic
 
-    # --- logs: data protection (§8.3) and backstop feed (§8.4) ------------------------------------
+    # --- logs: data protection and backstop feed ------------------------------------
     def _build_findings_log_group(self) -> logs.LogGroup:
         return logs.LogGroup(
             self,
@@ -229,7 +229,7 @@ class ObservabilityConstruct(Construct):
             for logical in SANDBOX_OUTPUT_FUNCTIONS
         ]
 
-    # --- alarms (§9) ---------------------------------------------------------------------------------
+    # --- alarms ---------------------------------------------------------------------------------
     def _alarm(self, key: str, summary: str, metric: cw.IMetric, threshold: float) -> cw.Alarm:
         alarm = cw.Alarm(
             self,

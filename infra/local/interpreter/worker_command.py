@@ -54,7 +54,7 @@ _ETC_FILES = (
     "/etc/ld.so.conf.d",
     "/etc/alternatives",
     "/etc/mime.types",
-    "/etc/fonts",  # matplotlib (session runtime, §14.5) asks fontconfig; without it: an error on stderr
+    "/etc/fonts",  # matplotlib (session runtime) asks fontconfig; without it: an error on stderr
 )
 
 

@@ -1,4 +1,5 @@
-"""CloudWatch artefacts generated from the catalogue (SPEC §8 layers 3 and 4).
+"""CloudWatch artefacts generated from the catalogue (redaction's log-side layers:
+masking at ingestion and the backstop).
 
 - `data_protection_policy()`: the log-group data protection policy (masking at ingestion) with
   one custom data identifier per catalogue class plus AWS's managed `AwsSecretKey`.

@@ -205,7 +205,8 @@ def _error_code(exc: BaseException) -> str | None:
     for link in (exc, exc.__cause__, exc.__context__):
         response = getattr(link, "response", None)
         if isinstance(response, dict):
-            return response.get("Error", {}).get("Code")
+            code = response.get("Error", {}).get("Code")
+            return None if code is None else str(code)
     return None
 
 

@@ -542,7 +542,9 @@ def _describe(errors: list[Any], positions: list[int] | None = None) -> str:
 _SUBPATH_RE = re.compile(r"^(?P<path>(?:[a-z_]+|\[\d+\])(?:\[\d+\]|\.[A-Za-z0-9_.:-]+?)*): ")
 
 
-def build_config(name: str, overrides: dict | None = None, *, document: dict | None = None) -> StageConfig:
+def build_config(
+    name: str, overrides: dict[str, Any] | None = None, *, document: dict[str, Any] | None = None
+) -> StageConfig:
     """Validate one stage. Unknown stage or invalid data -> ConfigError naming the fix.
 
     The stage's tenants file is read unless `overrides` gives the tenants (tests, benchmarks);

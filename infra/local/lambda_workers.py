@@ -250,7 +250,8 @@ class Worker:
         if line is None:  # EOF before an answer: the worker died (killed, crashed), at once reported
             self.kill()
             raise WorkerGone("exited")
-        return json.loads(line)
+        answer: dict[str, Any] = json.loads(line)
+        return answer
 
     def alive(self) -> bool:
         if self._proc is not None:

@@ -183,14 +183,14 @@ def _publish_tenants(
                     n.egress_policy_parameter(config.name, tenant.id, env),
                     tenant.initial_policy(env).to_json(),
                 )
-        for env, interpreter_id in ids.items():
+        for environment, interpreter_id in ids.items():
             interpreters.append(
                 {
                     "tenant_id": tenant.id,
-                    "environment": env,
+                    "environment": environment,
                     "id": interpreter_id,
-                    "arn": arns[env],
-                    "network_mode": n.NETWORK_MODE[env],
+                    "arn": arns[environment],
+                    "network_mode": n.NETWORK_MODE[environment],
                 }
             )
     return interpreters

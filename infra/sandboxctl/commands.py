@@ -462,7 +462,7 @@ def _usage(args: argparse.Namespace, target: Any) -> int:
 
 def _mcp(args: argparse.Namespace) -> int:
     from sandbox_client import mcp_server
-    from sandbox_client.turn import DispatchUnavailable
+    from sandbox_client.errors import DispatchUnavailable
 
     from infra.sandboxctl import target as target_mod
 

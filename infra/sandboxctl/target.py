@@ -119,7 +119,7 @@ def _deployed_target(stage: str) -> Target:
     def output(key: str) -> str:
         if key not in outputs:
             raise CtlError(f"stack {stack} has no output {key!r}; is the stage fully deployed?")
-        return outputs[key]
+        return str(outputs[key])
 
     return Target(
         stage=stage,

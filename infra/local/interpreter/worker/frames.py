@@ -104,7 +104,7 @@ class Frame:
         if head is None:
             raise ProtocolError("the channel closed inside a frame")
         self.remaining -= _BLOCK.size
-        (length,) = _BLOCK.unpack(head)
+        length: int = _BLOCK.unpack(head)[0]
         if length > max_bytes or length > self.remaining:
             raise ProtocolError(f"a raw block of {length} bytes exceeds its bound ({max_bytes})")
         return length

@@ -230,7 +230,7 @@ class Caps:
         return dict(self._caps)
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.as_dict() == self._caps  # type: ignore[attr-defined]
+        return type(other) is type(self) and other.as_dict() == self._caps  # type: ignore[attr-defined,unused-ignore]
 
     def __hash__(self) -> int:
         return hash(tuple(self._caps.items()))

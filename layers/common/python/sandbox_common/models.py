@@ -169,8 +169,8 @@ AnyDispatchRequest = (
 )
 # The request model of each action (each model's `action` field names its own).
 REQUEST_MODELS: dict[Action, type[AnyDispatchRequest]] = {
-    model.model_fields["action"].annotation.__args__[0]: model  # type: ignore[union-attr]
-    for model in AnyDispatchRequest.__args__  # type: ignore[attr-defined]
+    model.model_fields["action"].annotation.__args__[0]: model  # type: ignore[union-attr,unused-ignore]
+    for model in AnyDispatchRequest.__args__  # type: ignore[attr-defined,unused-ignore]
 }
 DISPATCH_ACTIONS: tuple[str, ...] = tuple(AGENT_ACTIONS)
 

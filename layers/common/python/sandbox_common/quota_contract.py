@@ -61,7 +61,7 @@ def parse_quota_event(event: Any) -> QuotaRequest:
 # that names no calls dimension is off-contract.
 class _PerDimension(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True, frozen=True)
-    __pydantic_extra__: dict[str, int | None] = Field(init=False)  # type: ignore[assignment]
+    __pydantic_extra__: dict[str, int | None] = Field(init=False)  # type: ignore[assignment,unused-ignore]
     _FIELD: ClassVar[str]  # "count_field" | "cap_field": the Dimension property naming the field
 
     @model_validator(mode="after")

@@ -249,7 +249,7 @@ _RUN_NON_BEARER = b"a" * 20  # every class but bearer (google: ya29. + 20, jwt: 
 _B64_TABLE = _byte_table({_B64URL_CHARS: "a", ".": "."}, " ")
 _B64_RUN = b"a" * 20  # github (gh?_ + 30, github_pat_ + 22), slack (xox?- + 15), aws (20)
 _JWT_NEEDLE = b"a" * 16 + b"." + b"a" * 16
-_EMPTY: frozenset = frozenset()
+_EMPTY: frozenset[str] = frozenset()
 _RUN_LOOKS = 8  # runs ≥ 16 examined one by one before level 2 decides over the whole text
 _RUN_LOOKS_MIN_SIZE = 2048  # texts at most this long skip the one-by-one look
 
@@ -274,10 +274,10 @@ _RUN_PROBES = tuple(
     for name, literals, source in _RUN_PROBE_SOURCES
 )
 _BY_NAME = {c.name: c for c in TOKEN_CLASSES}
-_ALTERNATIONS: dict[frozenset, re.Pattern] = {}
+_ALTERNATIONS: dict[frozenset[str], re.Pattern[str]] = {}
 
 
-def candidate_classes(text: str) -> frozenset:
+def candidate_classes(text: str) -> frozenset[str]:
     """Names of the classes that may occur in `text` (empty for clean text: the fast path).
 
     The translate checks work on the UTF-8 bytes: every pattern's run characters are ASCII, so a
@@ -293,7 +293,7 @@ def candidate_classes(text: str) -> frozenset:
     return _level2(data, runs, len(data), last, text)
 
 
-def candidate_classes_utf8(data: bytes, end: int | None = None) -> frozenset:
+def candidate_classes_utf8(data: bytes, end: int | None = None) -> frozenset[str]:
     """`candidate_classes(data[:end].decode())`, computed on the UTF-8 bytes without decoding.
 
     For the stdio redactor, which holds its output as UTF-8 already. `end` (default: all) must
@@ -309,7 +309,7 @@ def candidate_classes_utf8(data: bytes, end: int | None = None) -> frozenset:
     return _level2(data, runs, end, last, None)
 
 
-def _level2(data: bytes, runs: bytes, end: int, last: int, text: str | None) -> frozenset:
+def _level2(data: bytes, runs: bytes, end: int, last: int, text: str | None) -> frozenset[str]:
     """Level 2 over data[:end] (`text`, when given, is all of it decoded; `last` is level 1's
     `rfind` of a run start)."""
     long_run, bearer = _long_runs(data, runs, end, last)
@@ -427,7 +427,7 @@ def token_lines(data: bytes) -> list[tuple[int, int]]:
     return spans
 
 
-def alternation(names: frozenset) -> re.Pattern:
+def alternation(names: frozenset[str]) -> re.Pattern[str]:
     """The alternation of the named classes only (compiled once per set of names)."""
     pattern = _ALTERNATIONS.get(names)
     if pattern is None:
@@ -436,7 +436,7 @@ def alternation(names: frozenset) -> re.Pattern:
     return pattern
 
 
-def _replace(m: re.Match) -> str:
+def _replace(m: re.Match[str]) -> str:
     name = m.lastgroup
     if name is None:  # a registered value (no group)
         return REPLACEMENT
@@ -502,7 +502,7 @@ class Redactor:
         size = len(text)
         open_class: list[str] = []
 
-        def replace(m: re.Match) -> str:
+        def replace(m: re.Match[str]) -> str:
             if m.end() == size and m.lastgroup is not None:
                 open_class.append(m.lastgroup)
             return _replace(m)
@@ -510,9 +510,9 @@ class Redactor:
         redacted = alternation(names).sub(replace, text)
         return redacted, (open_class[0] if open_class else None)
 
-    def finditer(self, text: str, pos: int = 0) -> list[re.Match]:
+    def finditer(self, text: str, pos: int = 0) -> list[re.Match[str]]:
         """Registered-value and catalogue matches at or after `pos`, in order of start."""
-        matches: list[re.Match] = []
+        matches: list[re.Match[str]] = []
         if self._values is not None:
             matches.extend(self._values.finditer(text, pos))
         names = candidate_classes(text[pos:])

@@ -58,6 +58,12 @@ from sandbox_common import naming
 from infra.local.interpreter import cgroups, disk, network
 
 SETPRIV = "/usr/bin/setpriv"  # under /usr, so the same path inside the sandbox
+# The end of a bwrap command that becomes another uid: bwrap (as root, no user namespace yet) keeps
+# only these two capabilities, which setpriv (its arguments follow) uses once to change uid; from
+# then on the process has none. The start probe runs the same sequence the session's command does.
+BECOME_UID = ("--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--", SETPRIV)
+# What the start probes' sandboxes see: the host read-only, their own /proc and /dev.
+_PROBE_ROOT = ("--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev")
 
 STRATEGIES = ("auto", "bwrap", "unisolated")
 
@@ -234,13 +240,7 @@ def _bwrap_problem() -> str | None:
         [
             bwrap,
             "--unshare-all",
-            "--ro-bind",
-            "/",
-            "/",
-            "--proc",
-            "/proc",
-            "--dev",
-            "/dev",
+            *_PROBE_ROOT,
             "/bin/sh",
             "-c",
             "exit 0",
@@ -252,19 +252,8 @@ def _bwrap_problem() -> str | None:
     nested = [
         bwrap,
         "--unshare-pid",
-        "--ro-bind",
-        "/",
-        "/",
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "--cap-add",
-        "CAP_SETUID",
-        "--cap-add",
-        "CAP_SETGID",
-        "--",
-        SETPRIV,
+        *_PROBE_ROOT,
+        *BECOME_UID,
         "--reuid=65534",
         "--regid=65534",
         "--clear-groups",

@@ -22,7 +22,7 @@ from sandbox_session import shell as shell_runtime
 from infra.local.interpreter import disk, egress
 from infra.local.interpreter import node as node_install
 from infra.local.interpreter.isolation import (
-    SETPRIV,
+    BECOME_UID,
     SYSTEM_DIRS,
     IsolationPlan,
     Limits,
@@ -344,14 +344,7 @@ def _as_session_uid(plan: IsolationPlan, uid: int) -> list[str]:
     """The rest of the bwrap command: become the session's uid with no capability left, then enter
     the session's own user namespace."""
     return [
-        # bwrap (as root, no user namespace yet) keeps only these two capabilities, which setpriv
-        # uses once to become the session's uid; from then on the process has none at all.
-        "--cap-add",
-        "CAP_SETUID",
-        "--cap-add",
-        "CAP_SETGID",
-        "--",
-        SETPRIV,
+        *BECOME_UID,  # setpriv becomes the session's uid once; then the process has no capability
         "--reuid",
         str(uid),
         "--regid",

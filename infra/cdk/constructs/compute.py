@@ -82,6 +82,17 @@ def log_retention(days: int) -> logs.RetentionDays:
         ) from None
 
 
+def stage_log_group(scope: Construct, id_: str, name: str, config: StageConfig) -> logs.LogGroup:
+    """A log group of the stage: its retention, and removed with the stage where the stage says so."""
+    return logs.LogGroup(
+        scope,
+        id_,
+        log_group_name=name,
+        retention=log_retention(config.log_retention_days),
+        removal_policy=removal_policy(config),
+    )
+
+
 def function_code(logical: str, functions_dir: Path = FUNCTIONS_DIR) -> lambda_.Code:
     """`functions/` as Lambda sees it (/var/task), minus every other package there (the other
     functions', the egress proxy's, the egress setup's), so each function ships only its own code
@@ -170,12 +181,8 @@ class ComputeConstruct(Construct):
         self, logical: str, *, timeout: int, quota_function_name: str = "", audit_dlq_url: str = ""
     ) -> lambda_.Function:
         cid = _cid(logical)
-        log_group = logs.LogGroup(
-            self,
-            f"{cid}Logs",
-            log_group_name=n.log_group_name(self._config.name, logical),
-            retention=log_retention(self._config.log_retention_days),
-            removal_policy=removal_policy(self._config),
+        log_group = stage_log_group(
+            self, f"{cid}Logs", n.log_group_name(self._config.name, logical), self._config
         )
         role = iam.Role(
             self,

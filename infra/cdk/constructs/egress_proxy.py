@@ -23,17 +23,15 @@ from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_logs as logs
 from constructs import Construct
 from sandbox_common import naming as n
 
 from infra.cdk.config import EgressStage, StageConfig
-from infra.cdk.constructs.compute import log_retention
+from infra.cdk.constructs.compute import stage_log_group
 from infra.cdk.constructs.egress_network import PROXY_SUBNET_GROUP, EgressNetworkConstruct
 from infra.cdk.constructs.grants import allow, ssm_parameter_arn
 from infra.cdk.constructs.nag import acknowledge, finding_arn
 from infra.cdk.constructs.package_index import PackageIndexConstruct
-from infra.cdk.constructs.state import removal_policy
 from infra.cdk.layer_build import REPO_ROOT
 
 CONTAINER_NAME = "proxy"
@@ -123,13 +121,7 @@ class EgressProxyConstruct(Construct):
                 operating_system_family=ecs.OperatingSystemFamily.LINUX,
             ),
         )
-        log_group = logs.LogGroup(
-            self,
-            "Logs",
-            log_group_name=n.egress_proxy_log_group(self._config.name),
-            retention=log_retention(self._config.log_retention_days),
-            removal_policy=removal_policy(self._config),
-        )
+        log_group = stage_log_group(self, "Logs", n.egress_proxy_log_group(self._config.name), self._config)
         container = task.add_container(
             CONTAINER_NAME,
             image=proxy_image(self._config.architecture),

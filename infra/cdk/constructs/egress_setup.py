@@ -14,14 +14,13 @@ from __future__ import annotations
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 from sandbox_common import naming as n
 
 from infra.cdk.config import EgressStage, StageConfig
-from infra.cdk.constructs.compute import FUNCTIONS_DIR, log_retention, other_packages
+from infra.cdk.constructs.compute import FUNCTIONS_DIR, other_packages, stage_log_group
 from infra.cdk.constructs.grants import allow
 from infra.cdk.constructs.layer import ASSET_EXCLUDES, architecture, runtime
 from infra.cdk.constructs.nag import acknowledge
@@ -142,13 +141,7 @@ class EgressSetupConstruct(Construct):
 
     def _build_function(self) -> lambda_.Function:
         name = setup_function_name(self._config.name)
-        log_group = logs.LogGroup(
-            self,
-            "SetupLogs",
-            log_group_name=f"/aws/lambda/{name}",
-            retention=log_retention(self._config.log_retention_days),
-            removal_policy=removal_policy(self._config),
-        )
+        log_group = stage_log_group(self, "SetupLogs", f"/aws/lambda/{name}", self._config)
         role = iam.Role(
             self,
             "SetupRole",

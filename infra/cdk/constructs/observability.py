@@ -35,7 +35,7 @@ from sandbox_common.redaction.catalogue import TOKEN_CLASSES
 from sandbox_common.redaction.cloudwatch import data_protection_policy, subscription_filter_pattern
 
 from infra.cdk.config import StageConfig
-from infra.cdk.constructs.compute import ComputeConstruct, log_retention
+from infra.cdk.constructs.compute import ComputeConstruct, stage_log_group
 from infra.cdk.constructs.state import StateConstruct, removal_policy
 
 PERIOD = cdk.Duration.minutes(5)
@@ -196,12 +196,8 @@ class ObservabilityConstruct(Construct):
 
     # --- logs: data protection and backstop feed ------------------------------------
     def _build_findings_log_group(self) -> logs.LogGroup:
-        return logs.LogGroup(
-            self,
-            "DataProtectionFindings",
-            log_group_name=n.findings_audit_log_group(self._config.name),
-            retention=log_retention(self._config.log_retention_days),
-            removal_policy=removal_policy(self._config),
+        return stage_log_group(
+            self, "DataProtectionFindings", n.findings_audit_log_group(self._config.name), self._config
         )
 
     def _protect_output_log_groups(self) -> None:

@@ -118,8 +118,8 @@ demo: runtimes synth-all
 	$(PY) -m infra.demo
 
 # Four workers on a 2-core machine: most of a test's time is spent waiting (interpreter sessions,
-# Lambda workers, deadlines), so two workers left the cores half idle (measured here: 2 workers
-# kept 0.9 of the 2 cores busy, 4 workers about 1.5).
+# Lambda workers, deadlines), so two workers leave the cores half idle and six finish later
+# (docs/benchmarks.md, "The test suite").
 test: runtimes
 	$(PY) -m pytest -q -n 4 --dist loadfile
 

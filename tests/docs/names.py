@@ -130,8 +130,12 @@ class _Module:
     is_package: bool
 
     @cached_property
+    def source(self) -> str:
+        return self.path.read_text(encoding="utf-8")
+
+    @cached_property
     def tree(self) -> ast.Module:
-        return ast.parse(self.path.read_text(encoding="utf-8"))
+        return ast.parse(self.source)
 
 
 @dataclass
@@ -165,14 +169,17 @@ class Repository:
             index.setdefault(module.name.rsplit(".", 1)[-1], []).append(module)
         return index
 
-    @cached_property
-    def classes(self) -> dict[str, list[tuple[_Module, ast.ClassDef]]]:
-        index: dict[str, list[tuple[_Module, ast.ClassDef]]] = {}
-        for module in self._modules.values():
-            for node in ast.walk(module.tree):
-                if isinstance(node, ast.ClassDef):
-                    index.setdefault(node.name, []).append((module, node))
-        return index
+    def classes_named(self, name: str) -> list[tuple[_Module, ast.ClassDef]]:
+        """The classes of ours called `name`. Only the modules whose source has `class name` are
+        parsed: parsing all of them would be most of this check's time."""
+        pattern = re.compile(rf"^\s*class {re.escape(name)}\b", re.M)
+        return [
+            (module, node)
+            for module in self._modules.values()
+            if pattern.search(module.source)
+            for node in ast.walk(module.tree)
+            if isinstance(node, ast.ClassDef) and node.name == name
+        ]
 
     @cached_property
     def files(self) -> list[str]:
@@ -227,8 +234,8 @@ class Repository:
             if _is_library_module(first):
                 return None  # `http.server` while tests/support/http.py exists: the library's
             return self._unresolved(text)
-        if first in self.classes:
-            if any(self._in_class(m, c, parts[1:]) for m, c in self.classes[first]):
+        if classes := self.classes_named(first):
+            if any(self._in_class(m, c, parts[1:]) for m, c in classes):
                 return None
             return self._unresolved(text)
         if first[0].isupper():

@@ -1,5 +1,6 @@
 """The README and docs/ as a newcomer and the next engineer read them: a README that fits, links
-that resolve in any clone, one row per benchmark, and what is (no history of issues or sessions)."""
+that resolve in any clone, one row per benchmark, and what is (no history of issues or sessions, no
+section of a spec the checkout does not hold)."""
 
 from __future__ import annotations
 
@@ -80,4 +81,23 @@ def test_readme_docs_and_runbooks_state_what_is_not_which_issue_or_session_broug
         if HISTORY.search(line)
     ]
     # Then there is none
+    assert found == []
+
+
+SECTION_SIGN = "\u00a7"  # how a text cites a numbered section of the spec, which is not in the checkout
+
+
+def test_readme_docs_runbooks_and_tests_cite_no_section_of_the_spec() -> None:
+    # Given the README, docs/, runbooks/ and every text file under tests/
+    pages = [README, *DOCS, *RUNBOOKS]
+    pages += [p for p in sorted((ROOT / "tests").rglob("*")) if p.suffix in {".py", ".md", ".json", ".txt"}]
+    # When looking for a section sign
+    found = [
+        f"{page.relative_to(ROOT)}:{i}: {line.strip()[:120]}"
+        for page in pages
+        for i, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+        if SECTION_SIGN in line
+    ]
+    # Then there is none: a reference names the doc or the behaviour, which a reader can open
+    assert len(pages) > 100  # tests/ was read
     assert found == []

@@ -15,8 +15,8 @@ that another test's fixture left running does not charge its background starts t
 that happens to run next in the same worker.
 
 Used by tests/unit/conftest.py (a unit test that starts a process fails: such tests live under
-tests/integration or above) and by `-p tests.support.process_probe` (lists every test of a run
-that starts one).
+tests/integration or above) and by tests/support/process_hooks.py, whose `--process-probe=PATH`
+lists every test of a run that starts one.
 """
 
 from __future__ import annotations

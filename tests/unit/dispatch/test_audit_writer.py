@@ -1,4 +1,4 @@
-"""Audit writer (§7.2, §7.3): exactly one conditional PutItem per row; retries, then the
+"""Audit writer: exactly one conditional PutItem per row; retries, then the
 encrypted DLQ; nothing lost; append-only (a second write of the same id never overwrites)."""
 
 from __future__ import annotations

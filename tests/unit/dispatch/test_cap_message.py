@@ -1,4 +1,4 @@
-"""SPEC §19: the SandboxCapExceeded error_message names the dimension literally, besides the
+"""The SandboxCapExceeded error_message names the dimension literally, besides the
 sentence and the reset time."""
 
 from __future__ import annotations

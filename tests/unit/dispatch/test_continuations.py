@@ -1,4 +1,4 @@
-"""Continuations of paused tool calls (SPEC §15) on moto's DynamoDB: single-use, bound to tenant,
+"""Continuations of paused tool calls (docs/tool-calling.md) on moto's DynamoDB: single-use, bound to tenant,
 agent and turn, claimed by one conditional write; hashes only."""
 
 from __future__ import annotations

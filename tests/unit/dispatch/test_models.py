@@ -1,4 +1,4 @@
-"""§11 bad input: every shape of bad request is a SandboxInvalidRequest with a relayable sentence."""
+"""Bad input: every shape of bad request is a SandboxInvalidRequest with a relayable sentence."""
 
 from __future__ import annotations
 
@@ -155,7 +155,7 @@ def test_models_job_actions_parse_and_reject_extra_fields(action: str) -> None:
         parse_job_event({**event, "job_id": "../x"})
 
 
-# --- resume (SPEC §15) -------------------------------------------------------------------------
+# --- resume (docs/tool-calling.md) ---------------------------------------------------------------
 _RESUME = {
     "action": "resume",
     "tenant_id": "acme",

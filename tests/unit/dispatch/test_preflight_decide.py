@@ -1,4 +1,4 @@
-"""§4.1 decision table, row by row (pure function, no I/O)."""
+"""The pre-flight decision table, row by row (pure function, no I/O)."""
 
 from __future__ import annotations
 

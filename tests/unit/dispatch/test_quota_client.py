@@ -1,4 +1,4 @@
-"""Dispatch fails closed when the quota Lambda cannot answer (§5.1): `unknown`, now + 60 s."""
+"""Dispatch fails closed when the quota Lambda cannot answer: `unknown`, now + 60 s."""
 
 from __future__ import annotations
 

@@ -53,7 +53,7 @@ def test_quota_flow_conflict_retries_become_visible_events(monkeypatch: pytest.M
         log = RetryLog()
         # When the call reaches its quota step
         decision = check.decide(log)
-    # Then the check was sent turn-guarded with the call_id, and the 2 retries are events (§16.6)
+    # Then the check was sent turn-guarded with the call_id, and the 2 retries are events
     assert decision.allowed and seen[0]["call_id"] == "c1" and seen[0]["turn"]["turn_id"] == "turn-1"
     assert [(e["reason"], e["attempt"]) for e in log.response_fields()["events"]] == [
         (n.RETRY_QUOTA_CONFLICT, 1),

@@ -1,4 +1,4 @@
-"""Turn ownership and one-session-per-turn (§4.5), against moto's real server."""
+"""Turn ownership and one-session-per-turn, against moto's real server."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Host-side redaction (§8 layer 2): no token of any catalogue class survives into a result field,
-whatever path it takes out of the sandbox."""
+"""Host-side redaction (the runner's layer of docs/redaction.md): no token of any catalogue class
+survives into a result field, whatever path it takes out of the sandbox."""
 
 from __future__ import annotations
 

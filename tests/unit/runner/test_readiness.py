@@ -1,5 +1,5 @@
-"""Session start and the readiness preamble (§6.1 steps 3–4, §6.2): user code never runs on an
-unmitigated session."""
+"""Session start and the readiness preamble (docs/sessions.md): user code never runs
+on an unmitigated session."""
 
 from __future__ import annotations
 

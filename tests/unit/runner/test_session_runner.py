@@ -1,4 +1,4 @@
-"""Session lifecycle, deadlines, isolation and credentials of the runner (§6.1–6.4)."""
+"""Session lifecycle, deadlines, isolation and credentials of the runner."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Stream parsing and classification through the unmodified boto3 client and real frames (§6.3)."""
+"""Stream parsing and classification through the unmodified boto3 client and real frames."""
 
 from __future__ import annotations
 

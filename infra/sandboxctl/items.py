@@ -1,5 +1,6 @@
 """DynamoDB items as `sandboxctl` shows and writes them: plain JSON-friendly values, every page of
-a Query or Scan, an error's code, and the times an operator types."""
+a Query or Scan; an error's code, an SSM parameter's value if it exists, and the times an operator
+types."""
 
 from __future__ import annotations
 
@@ -67,3 +68,14 @@ def error_code(exc: ClientError) -> str:
 def parse_time(text: str) -> datetime:
     moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def parameter_value(ssm: Any, name: str) -> str | None:
+    """The SSM parameter's value, or None when there is no such parameter."""
+    try:
+        value = ssm.get_parameter(Name=name)["Parameter"]["Value"]
+    except ClientError as exc:
+        if error_code(exc) != "ParameterNotFound":
+            raise
+        return None
+    return str(value)

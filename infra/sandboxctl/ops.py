@@ -17,7 +17,7 @@ from sandbox_common.tool_spec import validate_tool_names
 from sandbox_common.windows import Windows, iso_z, iso_z_ms, utc_now
 
 from infra.sandboxctl.errors import CtlError
-from infra.sandboxctl.items import error_code, paged_items, serialize
+from infra.sandboxctl.items import error_code, paged_items, parameter_value, serialize
 from infra.sandboxctl.target import Target
 
 if TYPE_CHECKING:
@@ -270,12 +270,7 @@ def caps_set(target: Target, dimension: str, value: int, tenant_id: str | None =
     if tenant_id is not None:
         require_known_tenant(target, tenant_id)
     ssm = target.client("ssm")
-    try:
-        previous: str | None = ssm.get_parameter(Name=name)["Parameter"]["Value"]
-    except ClientError as exc:
-        if error_code(exc) != "ParameterNotFound":
-            raise
-        previous = None
+    previous = parameter_value(ssm, name)
     ssm.put_parameter(Name=name, Value=str(value), Type="String", Overwrite=True)
     done = {"parameter": name, "value": value, "previous": None if previous is None else _cap_value(previous)}
     found = dimensions.get(dimension)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from sandbox_common import aws
+from sandbox_common import audit, aws
 from sandbox_common import naming as n
 from sandbox_common.sessions.caps import SessionCapReader
 from sandbox_common.sessions.ledger import SessionLedger, Slot
@@ -118,6 +118,17 @@ class Reaper:
     def jobs(self) -> JobStore:
         """Background jobs' store: the job sweep ends jobs, the session sweep spares busy sessions."""
         return JobStore(table_name=self.settings.jobs_table, ddb=self.ddb)
+
+    def audit_writer(self) -> audit.AuditWriter:
+        """The stage's audit table and dead-letter queue, for the rows the reaper's sweeps write (an
+        ended job's, a finished interrupted call's)."""
+        return audit.AuditWriter(
+            table_name=self.settings.invocations_table,
+            dlq_url=self.settings.audit_dlq_url,
+            ddb=self.ddb,
+            sqs=aws.client("sqs"),
+            spool_path=self.settings.audit_spool_path or None,
+        )
 
 
 @lru_cache(maxsize=64)

@@ -1,5 +1,6 @@
-"""dispatch Lambda: the agents' entry point (§4). Thin: parse → route → render; domain exceptions
-mapped to responses, never a stack trace."""
+"""dispatch Lambda: the agents' entry point (docs/dispatch.md). Thin: the route table answers the
+event (`routes.answer`: validated once, then routed); domain exceptions mapped to responses, never
+a stack trace."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import time
 import uuid
 from typing import Any
 
+from aws_lambda_powertools.utilities.typing import LambdaContext
 from sandbox_common import messages
 from sandbox_common import naming as n
 from sandbox_common.errors import SandboxError, SandboxInvalidRequest, StillRunning
@@ -17,16 +19,10 @@ from dispatch import routes
 
 
 @logger.inject_lambda_context(clear_state=True)
-def handler(event: Any, context: Any) -> dict[str, Any]:
+def handler(event: Any, context: LambdaContext | None) -> dict[str, Any]:
     started = time.monotonic()
     try:
-        request = routes.parse(event)
-        logger.append_keys(
-            action=request.action,
-            tenant_id=getattr(request, "tenant_id", None),
-            turn_id=getattr(request, "turn_id", None),
-        )
-        return routes.answer(request, context)
+        return routes.answer(event, context)
     except SandboxInvalidRequest as exc:
         emit_metric(n.METRIC_INVALID_REQUEST)
         logger.warning("invalid_request", extra={"reason": exc.message})
@@ -44,7 +40,7 @@ def handler(event: Any, context: Any) -> dict[str, Any]:
 
 
 def _failure(failure: SandboxError, started: float) -> dict[str, Any]:
-    """A failure answered by the handler itself, with the fields every failure carries (§4.2).
+    """A failure answered by the handler itself, with the fields every failure carries (docs/tool-surface.md).
     Its invocation_id has no audit row of its own (the call's row is written, or the request
     never became a call)."""
     return failure.to_response() | {

@@ -16,11 +16,11 @@ from sandbox_common import messages
 from sandbox_common import naming as n
 from sandbox_common.agent_scope import scope_of
 from sandbox_common.errors import SandboxProvisioning
-from sandbox_common.models import AnyDispatchRequest
+from sandbox_common.models import AnyDispatchRequest, ExecuteCodeRequest
 from sandbox_common.observability import logger
 
 
-def refusal(request: AnyDispatchRequest, context: Any, steps: Any) -> dict[str, Any] | None:
+def refusal(request: AnyDispatchRequest, context: object) -> dict[str, Any] | None:
     """None when the call is within the agent's scope; else the refusal's answer."""
     scope = scope_of(getattr(context, "invoked_function_arn", None))
     tenant_id = getattr(request, "tenant_id", None)
@@ -33,8 +33,12 @@ def refusal(request: AnyDispatchRequest, context: Any, steps: Any) -> dict[str, 
     failure = SandboxProvisioning(
         messages.OUT_OF_SCOPE, reason=n.REASON_OUT_OF_SCOPE, failure_reason=n.REASON_OUT_OF_SCOPE
     )
-    if request.action == n.Action.EXECUTE_CODE:
-        return steps().refuse(request, failure)  # nothing counted or run; the call's one row
+    if isinstance(request, ExecuteCodeRequest):
+        # Cold start: the call's parts load with the first call that is refused here or runs.
+        from dispatch.idempotency.stage import refuse
+        from dispatch.parts import built
+
+        return refuse(built(), request, failure)  # nothing counted or run; the call's one row
     if request.action == n.Action.BEGIN_TURN:
         sandbox = {
             "status": "disabled",

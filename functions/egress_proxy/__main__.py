@@ -29,6 +29,7 @@ from .addon import (
     answer_trailers,
     bound_buffered_responses,
     bound_request_heads,
+    skip_informational_responses,
     withhold_upstream_bytes_in_errors,
 )
 from .config import ProxyConfig, from_args
@@ -104,6 +105,7 @@ async def serve(config: ProxyConfig) -> int:
     bound_buffered_responses()
     answer_trailers()
     withhold_upstream_bytes_in_errors()
+    skip_informational_responses()
     opts = options.Options(
         listen_host=config.listen_host,
         listen_port=config.listen_port,

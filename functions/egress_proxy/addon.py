@@ -41,6 +41,7 @@ ANSWER = "egress_answer"  # flow.metadata key: the engine's Answer of a forwarde
 PROXY_AUTHENTICATE = 'Basic realm="sandbox egress"'
 DENIED_HEADER = "X-Sandbox-Egress-Denied"
 _log = logging.getLogger(__name__)
+_INFORMATIONAL = re.compile(rb"HTTP/1\.[01] 1(?!01)\d\d[ \r]")  # a 1xx status line but 101's
 _QUOTED_BYTES = re.compile(r"""b['"]""")  # where mitmproxy quotes a peer's bytes in an error (repr)
 
 
@@ -108,6 +109,26 @@ def answer_trailers() -> None:
 
     connection_class.read_body = read_body  # type: ignore[method-assign,unused-ignore]
     connection_class._egress_trailers = True  # type: ignore[attr-defined,unused-ignore]
+
+
+def skip_informational_responses() -> None:
+    """An HTTP/1 server's informational answer (`103 Early Hints`, `102 Processing`; not `101`)
+    is taken by mitmproxy's reader for the final one: an HTTP/2 client then waits for an answer
+    that never comes, an HTTP/1 client gets the 103 and then nothing. Dropped before it is read,
+    as mitmproxy's HTTP/2 reader drops one from an HTTP/2 server; the final answer follows."""
+    client_class = _http1.Http1Client
+    if getattr(client_class, "_egress_informational", False):
+        return
+    original = client_class.read_headers
+
+    def read_headers(self: Any, event: events.ConnectionEvent) -> Any:
+        if isinstance(event, events.DataReceived) and self.request:
+            while _INFORMATIONAL.match(data := bytes(self.buf)) and (end := data.find(b"\r\n\r\n")) != -1:
+                self.buf.maybe_extract_at_most(end + 4)  # h11's buffer: this also resets its search
+        return (yield from original(self, event))
+
+    client_class.read_headers = read_headers  # type: ignore[method-assign,unused-ignore]
+    client_class._egress_informational = True  # type: ignore[attr-defined,unused-ignore]
 
 
 def withhold_upstream_bytes_in_errors() -> None:

@@ -1,7 +1,7 @@
 """Exactly one audit row when dispatch dies mid-call: `dispatch_interrupted`.
 
-The idempotency claim of an execute_code (one PutItem, see `idempotency.ResultKeepingStore`) carries the
-call's audit identity (`attempt_fields`) and the keys of the sparse `by_open_attempt` index: a
+The idempotency claim of an execute_code (one PutItem, see `dispatch.idempotency.store`) carries the
+call's audit identity (`sandbox_common.attempts`) and the keys of the sparse `by_open_attempt` index: a
 call claimed and not yet finished is listed there, ordered by its in-progress deadline (the
 moment the Lambda runtime kills the attempt). The normal completion (`save_success`) takes the
 record out of the index in the same UpdateItem that stores the answer.
@@ -39,6 +39,7 @@ from typing import Any
 
 from sandbox_common import audit, messages
 from sandbox_common import naming as n
+from sandbox_common.attempts import IDENTITY_FIELDS, deadline_key
 from sandbox_common.errors import SandboxError
 from sandbox_common.models import ExecuteCodeRequest
 from sandbox_common.observability import logger
@@ -55,34 +56,6 @@ ATTR_FINISHED_AT = "attempt_finished_at"
 STATUS_INPROGRESS, STATUS_COMPLETED = "INPROGRESS", "COMPLETED"
 # The stand-in code of a rebuilt request (the row's executed_code_hash is the stored one).
 _PLACEHOLDER_CODE = "pass"
-# Request fields kept in the attempt (never the turn token, never the code itself).
-_IDENTITY_FIELDS = (
-    "tenant_id",
-    "agent_id",
-    "user_id",
-    "template_id",
-    "turn_id",
-    "call_id",
-    "invocation_source",
-    "language",
-)
-
-
-def attempt_fields(request: ExecuteCodeRequest, invocation_id: str, started_at: datetime) -> dict[str, Any]:
-    """What a finisher needs to write the call's row: stored with the idempotency claim."""
-    return {
-        **{k: getattr(request, k) for k in _IDENTITY_FIELDS},
-        "invocation_id": invocation_id,
-        "started_at": iso_z_ms(started_at),
-        "executed_code_hash": audit.code_hash(request.code),
-        # a background submit's job (if it was created) owns the call's row (see `finish`)
-        "background": bool(getattr(request, "background", False)),
-    }
-
-
-def deadline_key(deadline_ms: int) -> str:
-    """The index sort key (index keys are strings): zero-padded, so text order is time order."""
-    return f"{deadline_ms:015d}"
 
 
 def interrupted_outcome(attempt: dict[str, Any], finished_at: datetime) -> Outcome:
@@ -91,7 +64,7 @@ def interrupted_outcome(attempt: dict[str, Any], finished_at: datetime) -> Outco
         {
             "action": n.Action.EXECUTE_CODE,
             "code": _PLACEHOLDER_CODE,
-            **{k: attempt[k] for k in _IDENTITY_FIELDS if k in attempt},
+            **{k: attempt[k] for k in IDENTITY_FIELDS if k in attempt},
         }
     )
     started = _parse_iso(str(attempt["started_at"]))

@@ -1,4 +1,4 @@
-"""Background jobs, the logic (SPEC §17): observe a job, end it exactly once, reap due jobs.
+"""Background jobs, the logic (docs/jobs.md): observe a job, end it exactly once, reap due jobs.
 
 Whoever observes a job's end first — `get_job`, `cancel_job`, `end_turn` or the scheduled
 reaper (`finish_due_jobs`) — ends it through `_end`: claim the end with the outcome (one
@@ -15,8 +15,8 @@ still not final DEADLINE_GRACE after its deadline (its supervisor gone or the se
 is ended `timed_out` by stopping its session: no job outlives its deadline by more than the grace
 plus one reaper period.
 
-The kill switch (§22, `JobDeps.killed`): an observer that finds the job's tenant killed (a call
-cap at 0, the tenant disabled) cancels the job instead of only asking its state; it ends
+The kill switch (docs/circuit-breakers.md, `JobDeps.killed`): an observer that finds the job's
+tenant killed (a call cap at 0, the tenant disabled) cancels the job instead of only asking its state; it ends
 `cancelled` with `reason: "kill_switch"` and the refusal a new call would get.
 """
 
@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox_common import audit, egress_usage, messages
 from sandbox_common import naming as n
@@ -37,12 +37,14 @@ from sandbox_common.output_log import log_output
 from sandbox_common.tool_spec import CODE_LANGUAGE
 from sandbox_session.jobs import CANCELLED
 
-from .artifacts import ArtifactContext, ArtifactStore, CollectResult, collect_and_store, session_files
+from .artifacts import ArtifactContext, ArtifactStore, CollectResult, collect_and_store
 from .job_store import FINISHING, JobRecord, JobStore, JobStoreUnavailable
 from .kill_switch import Kill
-from .runner import SessionGone, SessionRunner
+from .runner import ExecutionResult, SessionGone, SessionRunner
 from .runner.jobs import JobFailure, JobProgress, JobRunner, JobState, JobUnknownInSession
-from .runner.session import ExecutionResult
+
+if TYPE_CHECKING:  # the reaper's cold import leaves the request models out
+    from sandbox_common.models import ExecuteCodeRequest
 
 _EGRESS_BEFORE = "egress_before"  # audit_base key: the session's egress counters at submit
 
@@ -88,7 +90,7 @@ class JobDeps:
     retention_days: int
     turn_closed: Callable[[str, str], bool]  # (tenant_id, turn_id) -> end_turn already happened
     clock: Callable[[], float] = time.time
-    # §22: tenant_id -> the Kill in force (a call cap at 0, the tenant disabled) or None; an
+    # the kill switch: tenant_id -> the Kill in force (a call cap at 0, the tenant disabled) or None; an
     # observer that finds its job's tenant killed cancels the job (`reason: "kill_switch"`).
     killed: Callable[[str], Kill | None] = lambda _tenant_id: None
     # The files an ended job left under outputs/, read from its session and stored as artifacts
@@ -105,7 +107,7 @@ def job_files(
     def collect(record: JobRecord) -> CollectResult:
         ctx = ArtifactContext(record.tenant_id, record.turn_id, record.invocation_id, bucket)
         return collect_and_store(
-            session_files(runner_for(record.tenant_id)),
+            runner_for(record.tenant_id).files,
             record.interpreter_id,
             record.session_id,
             ctx,
@@ -117,7 +119,7 @@ def job_files(
 
 
 def audit_base(
-    req: Any, *, environment: str | None, egress_before: egress_usage.Baseline | None = None
+    req: ExecuteCodeRequest, *, environment: str | None, egress_before: egress_usage.Baseline | None = None
 ) -> dict[str, Any]:
     """The audit fields known at submit (the code itself is not stored, only its hash), and an
     allowlist session's egress counters before the job (its row's `egress` is the difference)."""
@@ -152,7 +154,7 @@ def _egress(record: JobRecord, deps: JobDeps, environment: str | None) -> dict[s
 
 
 def running_response(record: JobRecord) -> dict[str, Any]:
-    """execute_code's immediate answer for a submitted job (§17)."""
+    """execute_code's immediate answer for a submitted job."""
     return {
         "ok": True,
         "status": "running",
@@ -316,6 +318,27 @@ def _timed_out(jobs: JobRunner, record: JobRecord, now_ms: int, deps: JobDeps) -
     )
 
 
+def pending_jobs(tenant_id: str, turn_id: str, deps: JobDeps) -> list[str]:
+    """end_turn (and a resume or sweep deciding whether a session may stop): observe the turn's
+    running jobs (ending those that ended) and list those still running; while the list is not
+    empty the session must not be stopped (a job's end stops it when the last one ends)."""
+    try:
+        open_ids = deps.store.turn_jobs(tenant_id, turn_id).open_jobs
+    except JobStoreUnavailable:
+        return []
+    pending = []
+    for job_id in open_ids:
+        try:
+            record = deps.store.get(job_id)
+            if record is None:
+                continue
+            if poll_job(record, deps).status == "running":
+                pending.append(job_id)
+        except (JobCheckFailed, JobStoreUnavailable):
+            pending.append(job_id)  # unknown: keep the session, the reaper settles it
+    return pending
+
+
 # --- ending, exactly once -----------------------------------------------------------------------
 def _end(
     record: JobRecord,
@@ -339,7 +362,9 @@ def _end(
         background=True,
         files=(files or NO_FILES).files,
     )
-    if kill is not None:  # §22: the refusal's own fields (dimension, resets_at), reason kill_switch
+    if (
+        kill is not None
+    ):  # the kill switch's refusal: its own fields (dimension, resets_at), reason kill_switch
         fields = public(kill.failure())
         response.update({k: v for k, v in fields.items() if k not in response}, reason=n.FIELD_KILL_SWITCH)
     outcome = {
@@ -358,7 +383,7 @@ def _end(
 
 
 def _response_fields(result: ExecutionResult) -> dict[str, Any]:
-    """The §4.2 result fields of the job's run (the caller adds status, ids and duration)."""
+    """The result fields every answer carries, of the job's run (the caller adds status, ids and duration)."""
     body: dict[str, Any] = {
         "ok": result.ok,
         "stdout": result.stdout,
@@ -378,7 +403,7 @@ def _response_fields(result: ExecutionResult) -> dict[str, Any]:
 
 
 def _audit_fields(result: ExecutionResult) -> dict[str, Any]:
-    """The §7.1 attributes of the job's run."""
+    """The audit row's attributes of the job's run."""
     return {
         "exit_status": result.exit_status,
         "exit_code": result.exit_code,

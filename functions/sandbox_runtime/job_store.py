@@ -1,7 +1,7 @@
-"""Dispatch-side state of background jobs (SPEC §17): the data-access layer over the JOBS table.
+"""Dispatch-side state of background jobs (docs/jobs.md): the data-access layer over the JOBS table.
 
 Items (naming.JOBS, key `job_key`):
-- `job#{job_id}`: tenant_id, agent_id, turn_id, turn_token_sha256 (the turn's, §16.5), session_id,
+- `job#{job_id}`: tenant_id, agent_id, turn_id, turn_token_sha256 (the turn's), session_id,
   interpreter_id, invocation_id, call_id, timeout_s, submitted_at / deadline_at (ISO, index keys),
   submitted_ms, audit_base
   (JSON: the audit fields known at submit), state, and once it ended: final_state, outcome
@@ -97,7 +97,7 @@ class JobRecord:
     outcome: dict[str, Any] | None = None
     ended_ms: int | None = None
     audit_base: dict[str, Any] = field(default_factory=dict)
-    # §16.5: the SHA-256 of the job's turn token, copied from the turn at submit ("" = token-less
+    # the SHA-256 of the job's turn token, copied from the turn at submit ("" = token-less
     # turn; None = a job item from before it was kept: get_job reads the turn instead).
     turn_token_hash: str | None = None
 

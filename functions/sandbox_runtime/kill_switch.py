@@ -1,4 +1,4 @@
-"""The kill switch on admitted work (SPEC §22): does a tenant's work stop now?
+"""The kill switch on admitted work (docs/circuit-breakers.md): does a tenant's work stop now?
 
 A tenant is killed when a call cap in force for it is 0 (`tenant_daily` or `agent_hourly`, its
 override or the stage-wide value: `sandbox_common.cap_values.CallCapValues`) or when it is

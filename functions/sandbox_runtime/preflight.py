@@ -1,4 +1,4 @@
-"""Pre-flight (§4.1): may this tenant's template use a sandbox, and where does it run?
+"""Pre-flight: may this tenant's template use a sandbox, and where does it run?
 
 Sources, cached ≤ 60 s per container:
 - the tenant's substrate JSON in SSM (published by its shard stack: tier, templates, interpreter
@@ -21,9 +21,8 @@ from sandbox_common.tenant_access import (
     read_policy,
     read_substrate,
 )
-from sandbox_common.tool_spec import validate_tool_names
-
-from .cache import TtlCache
+from sandbox_common.tool_spec import CODE_LANGUAGE, validate_tool_names
+from sandbox_common.ttl_cache import TtlCache
 
 Status = Literal["ready", "provisioning", "disabled", "not_requested"]
 _UNSET = object()
@@ -44,11 +43,18 @@ class Preflight:
     # The tenant's interpreter ARNs: the runner's credentials are confined to these (session policy)
     allowed_interpreter_arns: tuple[str, ...] = field(default_factory=tuple)
     reason: str | None = None
-    data_read: tuple[str, ...] = ()  # the tenant's data.read S3 prefixes (§14.4): s3_uri inputs
-    tools: tuple[str, ...] = field(default_factory=tuple)  # the template's tool allowlist (§15)
+    data_read: tuple[str, ...] = ()  # the tenant's data.read S3 prefixes: s3_uri inputs
+    tools: tuple[str, ...] = field(
+        default_factory=tuple
+    )  # the template's tool allowlist (docs/tool-calling.md)
     # (interpreter id, environment) of the tenant's `allowlist` environments: their sessions go out
     # through the egress proxy only, with a credential the runner issues (runner/egress.py)
     egress_interpreters: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+
+    def runs_tools(self, language: str, code: str) -> bool:
+        """Whether code runs through the tools driver: Python code (a shell script or a Node.js
+        program cannot call tools) of a template that allows tools, naming the module."""
+        return language == CODE_LANGUAGE and bool(self.tools) and n.TOOLS_MODULE in code
 
 
 def decide(
@@ -106,7 +112,7 @@ def egress_interpreters(interpreters: dict[str, str]) -> tuple[tuple[str, str], 
 
 
 def template_tools(template_item: dict[str, Any] | None) -> tuple[str, ...]:
-    """The operator-set allowlist of a template (§15); anything unreadable allows nothing."""
+    """The operator-set allowlist of a template; anything unreadable allows nothing."""
     raw = (template_item or {}).get(n.TEMPLATE_TOOLS_ATTRIBUTE)
     if not isinstance(raw, (list, tuple, set)):
         return ()
@@ -122,21 +128,23 @@ class PreflightReader:
         self.tenants_table = tenants_table
         self.ssm = ssm
         self.ddb = ddb
-        self._cache: TtlCache[Preflight] = TtlCache(ttl_seconds)
+        self.decisions: TtlCache[Preflight] = TtlCache(ttl_seconds)  # (tenant, template) -> decision
         self._substrates: TtlCache[TenantSubstrate | None] = TtlCache(ttl_seconds)
         self._enabled: TtlCache[bool] = TtlCache(ttl_seconds)
 
     def check(self, tenant_id: str, template_id: str) -> Preflight:
-        return self._cache.get_or_load((tenant_id, template_id), lambda: self._load(tenant_id, template_id))
+        return self.decisions.get_or_load(
+            (tenant_id, template_id), lambda: self._load(tenant_id, template_id)
+        )
 
     def cached(self, tenant_id: str, template_id: str) -> Preflight | None:
         """The cached decision, or None when it would take a read (the speculative quota check asks this)."""
-        return self._cache.peek((tenant_id, template_id))
+        return self.decisions.peek((tenant_id, template_id))
 
     def forget(self, tenant_id: str) -> None:
         """Drop the tenant's cached decisions (its policy changed: the count's transaction saw it
         disabled, or the kill switch was announced), so that the next call reads them again."""
-        self._cache.drop(lambda key: isinstance(key, tuple) and key[0] == tenant_id)
+        self.decisions.drop(lambda key: isinstance(key, tuple) and key[0] == tenant_id)
         self._enabled.drop(lambda key: key == tenant_id)
         self._substrates.drop(lambda key: key == tenant_id)
 
@@ -184,7 +192,9 @@ class PreflightReader:
     def _policy(self, tenant_id: str) -> dict[str, Any] | None:
         return read_policy(self.ddb, self.tenants_table, tenant_id)
 
-    def _policy_and_template(self, tenant_id: str, template_id: str) -> tuple[dict | None, dict | None]:
+    def _policy_and_template(
+        self, tenant_id: str, template_id: str
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         from boto3.dynamodb.types import TypeDeserializer
 
         keys = [

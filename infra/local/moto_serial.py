@@ -31,6 +31,11 @@ class SerialMotoServer(ThreadedMotoServer):
         self._server_ready_event.set()
         self._server.serve_forever()
 
+    def wait(self) -> None:
+        """Serve until the process is killed (the server thread `start` began)."""
+        assert self._thread is not None  # set by start()
+        self._thread.join()
+
     @property
     def endpoint(self) -> str:
         host, port = self.get_host_and_port()
@@ -44,9 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     server = SerialMotoServer(ip_address="127.0.0.1", port=args.port, verbose=False)
     server.start()
     print(json.dumps({"endpoint": server.endpoint}), flush=True)
-    assert server._thread is not None  # set by start()
     try:
-        server._thread.join()  # serve until killed
+        server.wait()
     except KeyboardInterrupt:
         server.stop()
     return 0

@@ -30,6 +30,9 @@ from infra.sandboxctl.target import Target
 APPLIES_WITHIN_SECONDS = 60
 MIN_SECRET_CHARS = 8  # shorter values could not be told apart from ordinary text when scrubbed
 MAX_SECRET_BYTES = 64 * 1024
+# The policy is stored in one SSM parameter (Intelligent-Tiering: an advanced one past 4 KB), whose
+# value AWS limits to 8 KB; moto does not, so the local stack would store what a stage refuses.
+MAX_POLICY_BYTES = 8 * 1024
 CONNECTION_COLUMNS = (
     "opened_at",
     "host",
@@ -129,12 +132,16 @@ def egress_set(
         policy = parse_policy(document, secrets=secrets)
     except PolicyError as exc:
         raise CtlError(f"refused: {exc}") from None
+    value = policy.to_json()
+    if len(value.encode("utf-8")) > MAX_POLICY_BYTES:
+        raise CtlError(
+            f"refused: the policy is {len(value.encode('utf-8'))} bytes as stored; its SSM parameter"
+            f" holds at most {MAX_POLICY_BYTES} (fewer or shorter hosts, or one suffix rule for many)"
+        )
     name = n.egress_policy_parameter(target.stage, tenant_id, environment)
     ssm = target.client("ssm")
     previous = parameter_value(ssm, name)
-    ssm.put_parameter(
-        Name=name, Value=policy.to_json(), Type="String", Overwrite=True, Tier="Intelligent-Tiering"
-    )
+    ssm.put_parameter(Name=name, Value=value, Type="String", Overwrite=True, Tier="Intelligent-Tiering")
     return {
         "parameter": name,
         "tenant_id": tenant_id,

@@ -56,7 +56,6 @@ def _reap(event_: dict[str, Any] | None = None) -> dict[str, Any]:
 
 def test_kill_switch_reach(reaper_stack: Stack, bench_full: bool) -> None:
     from dispatch import parts as dependencies
-    from dispatch.steps import current
 
     stack = reaper_stack
     # Given a running background job of one turn of acme and a paused tool-calling call of another
@@ -68,9 +67,9 @@ def test_kill_switch_reach(reaper_stack: Stack, bench_full: bool) -> None:
     assert job["status"] == "running", job
     paused = stack.dispatch(event(template_id=TEMPLATE, call_id="paused", code=PAUSE))
     assert paused["status"] == n.STATUS_TOOL_CALL, paused
-    assert current().killed("acme") is None
+    assert dependencies.built().kill_switch.check("acme") is None
     assert _reap()["hooks"][n.REAPER_HOOK_JOBS]["ended"] == 0
-    ttl_s = current().parts.kill_switch.caps.ttl  # the kill switch's own cache (≤ 30 s)
+    ttl_s = dependencies.built().kill_switch.caps.ttl  # the kill switch's own cache (≤ 30 s)
     # When the operator sets acme's tenant_daily to 0 (`sandboxctl caps set ... 0` announces it)
     changed_epoch, started = time.time(), time.perf_counter()
     stack.set_cap(dimensions.TENANT_DAILY.name, 0, "acme")
@@ -81,7 +80,7 @@ def test_kill_switch_reach(reaper_stack: Stack, bench_full: bool) -> None:
     # and the agent resumes the paused call once its dispatch container has seen the change
     if not bench_full:  # the quick smoke does not wait out the cache: a cold container reads at once
         dependencies.reset()
-    while current().killed("acme") is None:
+    while dependencies.built().kill_switch.check("acme") is None:
         assert time.perf_counter() - started < ttl_s + 30, "the kill switch was never seen"
         time.sleep(0.25)
     seen_s = time.perf_counter() - started

@@ -101,3 +101,21 @@ def test_readme_docs_runbooks_and_tests_cite_no_section_of_the_spec() -> None:
     # Then there is none: a reference names the doc or the behaviour, which a reader can open
     assert len(pages) > 100  # tests/ was read
     assert found == []
+
+
+def test_dispatch_and_the_shared_run_time_cite_no_section_of_the_spec() -> None:
+    # Given every module of dispatch and of the shared run time (the call path)
+    modules = [
+        p
+        for root in ("dispatch", "sandbox_runtime")
+        for p in sorted((ROOT / "functions" / root).rglob("*.py"))
+    ]
+    # When looking for a section sign / Then there is none: a comment names the doc or the behaviour
+    found = [
+        f"{module.relative_to(ROOT)}:{i}: {line.strip()[:120]}"
+        for module in modules
+        for i, line in enumerate(module.read_text(encoding="utf-8").splitlines(), 1)
+        if SECTION_SIGN in line
+    ]
+    assert len(modules) > 50  # both packages were read
+    assert found == []

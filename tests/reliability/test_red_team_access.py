@@ -256,6 +256,71 @@ def test_red_another_agents_ids_inside_its_own_scope_reach_nothing_of_theirs(
     _victim_intact(red, victim)
 
 
+def test_red_another_agent_of_the_same_tenant_reaches_nothing_of_its_turn(
+    red: RedStack, victim: dict[str, Any], record: Any
+) -> None:
+    turn = victim["turn"]
+    other = red.turn("globex", "analyst", agent_id="globex-other")
+    assert other.begun["sandbox"]["status"] == "ready", other.begun
+    job_id = victim["job_id"]
+    theirs = {"tenant_id": "globex", "turn_id": turn.turn_id}
+    mine = {"turn_token": other.token, "agent_id": "globex-other"}
+    code = "print(open('outputs/private.txt').read())"
+    # When globex's other agent uses the first agent's job id from its own turn, the first agent's
+    # turn id with its own token, and the first agent's turn id and token under its own agent id
+    seen = {
+        "own turn: get_job": other.dispatch("get_job", job_id=job_id),
+        "own turn: cancel_job": other.dispatch("cancel_job", job_id=job_id),
+        "their turn, own token: get_job": red.dispatch(
+            {"action": "get_job", **theirs, **mine, "job_id": job_id}
+        ),
+        "their turn, own token: execute_code": red.dispatch(
+            {
+                "action": "execute_code",
+                **theirs,
+                **mine,
+                "template_id": "analyst",
+                "call_id": f"{turn.turn_id}-other",
+                "code": code,
+            }
+        ),
+        "their turn, own token: end_turn": red.dispatch(
+            {"action": "end_turn", **theirs, "turn_token": other.token}
+        ),
+        "their turn and token, own agent id: get_job": red.dispatch(
+            {
+                "action": "get_job",
+                **theirs,
+                "turn_token": turn.token,
+                "agent_id": "globex-other",
+                "job_id": job_id,
+            }
+        ),
+        "their turn and token, own agent id: cancel_job": red.dispatch(
+            {
+                "action": "cancel_job",
+                **theirs,
+                "turn_token": turn.token,
+                "agent_id": "globex-other",
+                "job_id": job_id,
+            }
+        ),
+    }
+    other.end()
+    record(
+        "red_team",
+        attack="another agent of the same tenant: the first agent's job id, turn id and token",
+        surface="dispatch",
+        observed=", ".join(f"{k}: {_outcome(v)}" for k, v in seen.items()),
+        finding="",
+    )
+    # Then each is refused, nothing of the first agent's comes back, and its turn, job and files
+    # are as they were
+    assert all(a.get("ok") is not True and a.get("error") for a in seen.values()), seen
+    assert "globex-private-data" not in json.dumps(seen)
+    _victim_intact(red, victim)
+
+
 def test_red_the_agent_client_raises_the_scope_refusal(red: RedStack, record: Any) -> None:
     from sandbox_client import SandboxProvisioning, SandboxTurn
 
@@ -330,6 +395,11 @@ EGRESS_SET_REFUSALS = {
     ),
     "a package with a marker": ("--packages", "sandbox-hello; os_name=='posix'"),
     "a package with a URL": ("--packages", "sandbox-hello @ https://evil.test/x.whl"),
+    # 100 rules (the most a policy has) of long names: past the 8 KB an SSM parameter holds, which
+    # AWS refuses and moto stores
+    "a policy past an SSM parameter's 8 KB": tuple(
+        arg for i in range(100) for arg in ("--allow", f"{'a' * 60}.{i:03d}{'b' * 20}.partner.test")
+    ),
 }
 
 
@@ -371,7 +441,9 @@ def test_red_egress_set_refuses_bad_input_and_changes_nothing(
         attack=f"sandboxctl egress set with {case}",
         surface="sandboxctl",
         observed=f"exit {out.returncode}: {out.stderr.strip()[:90]}",
-        finding="",
+        finding="low: stored locally (moto sets no limit), refused by a stage's SSM"
+        if "8 KB" in case
+        else "",
     )
     assert out.returncode in (1, 2) and "Traceback" not in out.stderr, (out.returncode, out.stderr)
     assert after == before
@@ -466,6 +538,48 @@ def test_red_secrets_put_refuses_values_the_proxy_cannot_send(
     )
     assert out.returncode == 1 and "Traceback" not in out.stderr, (out.returncode, out.stderr)
     assert name not in names
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "../globex/globex-token",
+        "globex-token/../../globex/globex-token",
+        "Crm-Token",
+        "-x",
+        "a" * 65,
+        "crm token",
+    ],
+)
+def test_red_secrets_put_refuses_names_that_are_not_one_plain_name(
+    operator: RedStack, name: str, record: Any
+) -> None:
+    def listed(tenant: str) -> list[str]:
+        out = operator.ctl("--json", "secrets", "list", "--tenant", tenant)
+        return list(json.loads(out.stdout)["secrets"])
+
+    before = {tenant: listed(tenant) for tenant in ("acme", "globex")}
+    # When the operator puts acme's secret under a name with a path, capitals, a leading dash,
+    # 65 characters or a space
+    out = operator.ctl("secrets", "put", "--tenant", "acme", name, stdin="tok-" + secrets.token_hex(12))
+    after = {tenant: listed(tenant) for tenant in ("acme", "globex")}
+    record(
+        "red_team",
+        attack=f"sandboxctl secrets put named {name[:40]!r}",
+        surface="sandboxctl",
+        observed=f"exit {out.returncode}: {out.stderr.strip()[:90]}",
+        finding="",
+    )
+    # Then it is refused in one line and neither tenant's secrets changed (the store read directly:
+    # `secrets list` shows only well-formed names)
+    stored = [
+        entry["Name"]
+        for page in operator.state.client("secretsmanager").get_paginator("list_secrets").paginate()
+        for entry in page["SecretList"]
+    ]
+    assert out.returncode in (1, 2) and "Traceback" not in out.stderr, (out.returncode, out.stderr)
+    assert after == before
+    assert not [entry for entry in stored if entry.endswith(name)], stored
 
 
 # --- JavaScript and TypeScript at the front door --------------------------------------------------------

@@ -11,6 +11,7 @@ row of the report's "Red team" section; what got through is a finding there, wit
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 import secrets
@@ -57,7 +58,8 @@ def red(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedStack]:
         )
         assert out.returncode == 0, out.stderr
         out = stack.ctl(
-            "egress", "set", "--tenant", "globex", "--environment", "default-allowlist", "--allow", OPEN
+            *("egress", "set", "--tenant", "globex", "--environment", "default-allowlist", "--allow", OPEN),
+            *("--packages", "sandbox-hello==1.0.0"),
         )
         assert out.returncode == 0, out.stderr
         yield stack
@@ -107,23 +109,26 @@ def _body(answer: bytes) -> bytes:
         ),
         b"",
     )
-    if encoding == b"gzip":
-        body = gzip.decompress(body)
-    elif encoding == b"deflate":
-        body = zlib.decompress(body)
+    for coding in reversed([c.strip() for c in encoding.split(b",") if c.strip()]):  # applied last first
+        if coding == b"gzip":
+            body = gzip.decompress(body)
+        elif coding == b"deflate":
+            body = zlib.decompress(body)
     return body
 
 
 # --- the credential, reflected by the allowed host --------------------------------------------------
 QUOTED_BYTES = "medium: mitmproxy's 502 for an unreadable answer quoted the server's bytes, secret included"
+QUOTED_MODES = ("bad-status-line", "bad-header-line", "bad-chunk-size", "garbage-then-close")
 REFLECTIONS = {
     "body": "held",
     "location": "held",
     "cookie": "held",
-    "early-hints": "held",
+    "early-hints": "low: the 103 was taken for the final answer (an HTTP/1 client got only the 103)",
     "chunked-split": "held",
     "gzip": "held",
     "deflate": "held",
+    "gzip-twice": "held",
     "reason": "medium: the status line's reason phrase was not scrubbed",
     "hex-upper": "low: upper-case hex of the secret was not a scrubbed form",
     "b64-offset1": "low: base64 of the secret inside a larger base64 text was not a scrubbed form",
@@ -158,10 +163,13 @@ def test_red_reflected_credential_never_reaches_the_session(
         "red_team",
         attack=f"credential reflected by the allowed host: {mode}",
         surface="egress proxy",
-        observed="secret recovered" if leaked else "scrubbed",
+        observed=got.split(b"\r\n", 1)[0].decode("latin-1")
+        + ("; secret recovered" if leaked else "; none of it"),
         finding=REFLECTIONS[mode],
     )
     assert not leaked, got[:300]
+    if mode == "early-hints":  # the informational answer is dropped, the final one follows
+        assert got.startswith(b"HTTP/1.1 200 "), got[:300]
 
 
 def test_red_the_proxys_log_never_holds_the_credential(red: RedStack, turn: Turn, record: Any) -> None:
@@ -403,6 +411,37 @@ def test_red_an_allowed_internationalized_name_is_reachable_by_its_ascii_form(
     assert " 200 " in status, got[:300]
 
 
+def test_red_the_credential_goes_to_its_host_only_and_replaces_the_sessions_own(
+    red: RedStack, turn: Turn, record: Any
+) -> None:
+    secret: str = red.secret  # type: ignore[attr-defined]
+    # When the credential host redirects to another allowed host and urllib follows; and the
+    # session sends the credential host an Authorization of its own, twice, in two spellings
+    followed = turn.json(
+        "import json, urllib.request\n"
+        f"url = 'https://{API}/redirect?to=https://{OPEN}/echo%3Ffollowed-from-api'\n"
+        "print(json.dumps({'status': urllib.request.urlopen(url, timeout=20).status}))\n"
+    )
+    own = "Authorization: Bearer chosen-by-the-session\\r\\nauthorization: Basic c2Vzc2lvbg==\\r\\n"
+    _got(turn, _get("/echo?own-authorization", extra=own))
+    at_open = red.upstream.saw("?followed-from-api")
+    at_api = red.upstream.saw("?own-authorization")
+    sent = [line for s in at_api for line in s.lines if line.lower().startswith("authorization:")]
+    record(
+        "red_team",
+        attack="a redirect off the credential host, followed; the session's own Authorization to it",
+        surface="egress proxy (credentials)",
+        observed=f"followed {followed}; the other host saw authorization:"
+        f" {any('authorization' in s.headers for s in at_open)}; the credential host saw {len(sent)}"
+        " Authorization line(s)",
+        finding="",
+    )
+    # Then the other host saw no credential, and the credential host exactly the tenant's, once
+    assert followed["status"] == 200 and at_open, followed
+    assert not any("authorization" in s.headers for s in at_open), at_open
+    assert sent == [f"Authorization: Bearer {secret}"], sent
+
+
 def test_red_redirect_from_an_allowed_host_to_a_denied_one_is_not_followed_out(
     red: RedStack, turn: Turn, record: Any
 ) -> None:
@@ -471,6 +510,66 @@ def test_red_pip_and_index_tricks_fetch_no_unlisted_package(red: RedStack, turn:
     )
     assert not got_through, lines
     assert not any(s for s in red.upstream.seen if "/simple" in s.target)  # the denied host saw no pip
+
+
+PINNED_PROBE = r"""
+import io, json, subprocess, sys, zipfile
+INDEX = "packages.sandbox.internal"
+def fetch(path, accept=""):
+    head = f"GET {path} HTTP/1.1\r\nHost: {INDEX}\r\n" + (f"Accept: {accept}\r\n" if accept else "")
+    got = tunnel(INDEX, (head + "Connection: close\r\n\r\n").encode())
+    body = got.partition(b"\r\n\r\n")[2]
+    versions = []
+    try:
+        with zipfile.ZipFile(io.BytesIO(body)) as z:
+            text = b"".join(z.read(n) for n in z.namelist())
+            versions = [v for v in ("1.0.0", "1.1.0") if f'VERSION = "{v}"'.encode() in text]
+    except zipfile.BadZipFile:
+        versions = [v for v in ("1.0.0", "1.1.0") if v.encode() in body]
+    return {"status": status_of(got)[0], "versions": versions}
+W = "sandbox_hello-{v}-py3-none-any.whl"
+out = {name: fetch(path) for name, path in {
+    "the pinned file": "/simple/sandbox-hello/1.0.0/" + W.format(v="1.0.0"),
+    "another version": "/simple/sandbox-hello/1.1.0/" + W.format(v="1.1.0"),
+    "the name spelled otherwise": "/simple/Sandbox_Hello/1.1.0/" + W.format(v="1.1.0"),
+    "escaped traversal": "/simple/sandbox-hello/1.0.0/%2e%2e/1.1.0/" + W.format(v="1.1.0"),
+    "double-escaped traversal": "/simple/sandbox-hello/1.0.0/%252e%252e/1.1.0/" + W.format(v="1.1.0"),
+    "an escaped slash in the version": "/simple/sandbox-hello/1.0.0%2f..%2f1.1.0/" + W.format(v="1.1.0"),
+    "the pinned directory, another file": "/simple/sandbox-hello/1.0.0/" + W.format(v="1.1.0"),
+    "a double slash": "/simple/sandbox-hello//1.1.0/" + W.format(v="1.1.0"),
+    "the project page": "/simple/sandbox-hello/",
+}.items()}
+out["the project page as JSON"] = fetch("/simple/sandbox-hello/", "application/vnd.pypi.simple.v1+json")
+pip = [sys.executable, "-m", "pip", "install", "--no-cache-dir", "-q"]
+for spec in ("sandbox-hello==1.1.0", "sandbox-hello"):
+    out[f"pip install {spec}"] = subprocess.run(pip + [spec], capture_output=True).returncode
+show = [sys.executable, "-c", "import sandbox_hello; print(sandbox_hello.VERSION)"]
+out["installed"] = subprocess.run(show, capture_output=True, text=True).stdout.strip()
+print(json.dumps(out))
+"""
+
+
+def test_red_a_pinned_package_yields_only_its_pinned_version(red: RedStack, record: Any) -> None:
+    # Given globex's policy pins sandbox-hello to 1.0.0 (the index also has 1.1.0)
+    turn = red.turn("globex", "allowlisted")
+    try:
+        # When its session asks the index for 1.1.0 by every path it can spell, and pip for it
+        out = turn.json(SESSION_RAW + PINNED_PROBE)
+    finally:
+        turn.end()
+    newer = {k: v for k, v in out.items() if isinstance(v, dict) and "1.1.0" in v["versions"]}
+    record(
+        "red_team",
+        attack=f"a pinned package's other version: {len(out) - 3} index paths, pip with and without the pin",
+        surface="egress proxy (packages)",
+        observed="only the pinned version" if not newer and out["installed"] == "1.0.0" else f"{newer}",
+        finding="",
+    )
+    # Then only the pinned file comes, pip gets nothing newer, and installs the pinned version
+    assert not newer, newer
+    assert " 200 " in out["the pinned file"]["status"] and out["the pinned file"]["versions"] == ["1.0.0"]
+    assert out["pip install sandbox-hello==1.1.0"] != 0 and out["pip install sandbox-hello"] == 0, out
+    assert out["installed"] == "1.0.0", out
 
 
 # --- no other way out ----------------------------------------------------------------------------------
@@ -653,6 +752,40 @@ def test_red_the_proxys_own_name_answers_only_the_bind(red: RedStack, turn: Turn
 
 
 # --- stolen credentials -------------------------------------------------------------------------------
+PRINT_PROXY = {
+    "python": "import os\nprint(os.environ['HTTPS_PROXY'])",
+    "bash": 'echo "$HTTPS_PROXY"; env | grep -i "^https_proxy="',
+    "javascript": "console.log(process.env.HTTPS_PROXY);",
+}
+
+
+@pytest.mark.parametrize("language", list(PRINT_PROXY))
+def test_red_the_sessions_proxy_credential_printed_by_a_job_is_redacted(
+    red: RedStack, turn: Turn, language: str, record: Any
+) -> None:
+    # Given the session's own proxy credential (its secret, as the session's code can read it)
+    secret = turn.json(
+        "import os, json, urllib.parse\nprint(json.dumps("
+        "{'r': urllib.parse.urlsplit(os.environ['HTTPS_PROXY']).password[::-1]}))"
+    )["r"][::-1]
+    # When a foreground call and a background job print it
+    foreground = turn.run(PRINT_PROXY[language], language=language)
+    _, job = turn.job(PRINT_PROXY[language], language=language, timeout_s=30)
+    leaked = [name for name, a in (("foreground", foreground), ("job", job)) if secret in json.dumps(a)]
+    record(
+        "red_team",
+        attack=f"the session's proxy credential printed by {language}, in a call and in a background job",
+        surface="front door (jobs), egress credential",
+        observed=f"in the answer of: {leaked}" if leaked else "redacted in both",
+        finding="low: a background job's answer held the credential in the clear"
+        " (its redactor did not know it)",
+    )
+    # Then neither answer holds it
+    assert foreground.get("ok") is True and job.get("status") == "completed", (foreground, job)
+    assert "<redacted>" in job.get("stdout", ""), job
+    assert not leaked
+
+
 def test_red_a_stolen_credential_is_refused_in_another_session_of_the_same_tenant(
     red: RedStack, turn: Turn, record: Any
 ) -> None:
@@ -895,3 +1028,162 @@ def test_red_a_flood_of_invented_credentials_does_not_stop_another_tenants_reque
         finding="",
     )
     assert proxy.answers()
+
+
+# --- what the stack keeps -------------------------------------------------------------------------
+def test_red_no_log_or_table_of_the_stack_holds_a_secret(red: RedStack, turn: Turn, record: Any) -> None:
+    # Given the tenant's credential (rendered by the proxy into every call to its host above), the
+    # session's own proxy credential (carried once by its readiness call), and after every attack
+    secret: str = red.secret  # type: ignore[attr-defined]
+    proxy_secret = turn.json(
+        "import os, json, urllib.parse\n"
+        "print(json.dumps({'r': urllib.parse.urlsplit(os.environ['HTTPS_PROXY']).password[::-1]}))"
+    )["r"][::-1]
+    values = {"tenant credential": secret, "session proxy credential": proxy_secret}
+    # When every log of the stack's processes and every item of its tables is read
+    found: dict[str, list[str]] = {}
+    scanned = []
+    for path in sorted(red.state.directory.rglob("*.log")):
+        if path.name == "moto.log":  # the AWS stand-in's own log, which AWS does not have
+            continue
+        scanned.append(path.name)
+        text = path.read_bytes()
+        for what, value in values.items():
+            if value.encode() in text:
+                found.setdefault(what, []).append(path.name)
+    for logical, table in red.state.resources.tables.items():
+        kwargs: dict[str, Any] = {"TableName": table}
+        while True:
+            page = red.ddb.scan(**kwargs)
+            # binary attributes read as Latin-1: every byte stays one character
+            text = json.dumps(page.get("Items", []), default=lambda raw: bytes(raw).decode("latin-1"))
+            for what, value in values.items():
+                if value in text:
+                    found.setdefault(what, []).append(logical)
+            if "LastEvaluatedKey" not in page:
+                break
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    record(
+        "red_team",
+        attack="the tenant's credential and a session's proxy credential in the stack's logs and tables",
+        surface="egress proxy, dispatch, local interpreter",
+        observed=f"found: {found}" if found else "in none",
+        finding="",
+    )
+    # Then neither is in any of them
+    assert {"egress.log", "interpreter.log", "lambda.log"} <= set(scanned), scanned
+    assert not found, found
+
+
+# --- a job's descendants --------------------------------------------------------------------------
+ORPHAN_JOB = r"""
+import os, signal, time, urllib.request
+def daemon(tag):
+    if os.fork():
+        return
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    with open(f"/tmp/{tag}.pid", "w") as fh:
+        fh.write(str(os.getpid()))
+    for i in range(600):
+        try:
+            urllib.request.urlopen(f"https://OPEN/echo?{tag}-{i}", timeout=5).read()
+        except Exception:
+            pass
+        time.sleep(0.3)
+    os._exit(0)
+daemon("TAG")
+time.sleep(300)
+"""
+
+
+def test_red_a_cancelled_jobs_detached_daemon_sends_nothing_more(red: RedStack, record: Any) -> None:
+    tag = "orphan-" + secrets.token_hex(4)
+    turn = red.turn("acme", "allowlisted")
+    try:
+        # Given a background job whose double-forked, setsid'd daemon ignores SIGTERM and calls an
+        # allowed host every 0.3 s
+        submitted = turn.run(ORPHAN_JOB.replace("OPEN", OPEN).replace("TAG", tag), background=True)
+        assert submitted.get("status") == "running", submitted
+        wait_for(lambda: red.upstream.saw(f"?{tag}-"), timeout=60, what="the daemon's first call")
+        # When the job is cancelled
+        cancelled = turn.dispatch("cancel_job", job_id=submitted["job_id"])
+        final = wait_for(
+            lambda: (
+                (a := turn.dispatch("get_job", job_id=submitted["job_id"])).get("status") != "running" and a
+            ),
+            timeout=60,
+            what="the job's end",
+        )
+        # (state, not a clock: the session's processes as a foreground call sees them, twice)
+        survivors = []
+        for _ in range(2):
+            survivors = turn.json(
+                "import json, os\n"
+                f"pid = int(open('/tmp/{tag}.pid').read())\n"
+                "try:\n"
+                "    state = open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[0]\n"
+                "except OSError:\n"
+                "    state = 'gone'\n"
+                "print(json.dumps([] if state in ('gone', 'Z', 'X') else [pid]))\n"
+            )
+        seen_then = len(red.upstream.saw(f"?{tag}-"))
+        again = turn.run("print('still here')")
+        seen_after = len(red.upstream.saw(f"?{tag}-"))
+    finally:
+        turn.end()
+    record(
+        "red_team",
+        attack="a background job's detached daemon (double fork, setsid, SIGTERM ignored) calling out,"
+        " then the job cancelled",
+        surface="front door (jobs), egress",
+        observed=f"job {final.get('status')}; daemon processes left {survivors}; calls after the end"
+        f" {seen_after - seen_then}",
+        finding="",
+    )
+    # Then the job is cancelled, no daemon is left in the session, and it calls out no more
+    assert cancelled.get("status") in ("cancelled", "running") and final["status"] == "cancelled", final
+    assert again.get("ok") is True
+    assert survivors == [], survivors
+    assert seen_after == seen_then, (seen_then, seen_after)
+
+
+# --- HTTP/2 between the session and the proxy -----------------------------------------------------
+H2_MODES = ("body", "location", "cookie", "early-hints", "chunked-split", "gzip", *QUOTED_MODES)
+
+
+def test_red_reflections_over_http2_from_the_session_are_scrubbed_too(
+    red: RedStack, turn: Turn, record: Any
+) -> None:
+    secret: str = red.secret  # type: ignore[attr-defined]
+    # Given curl in the session speaking HTTP/2 to the proxy (ALPN h2 on the intercepted TLS)
+    script = "\n".join(
+        f"curl -s -i --http2 --compressed --max-time 20 -w '\\n%{{http_version}}\\n' https://{API}/reflect/{mode}"
+        f" | base64 -w0; echo ' {mode}'"
+        for mode in H2_MODES
+    )
+    # When it asks the credential host for each reflection
+    answer = turn.run(script, language="bash")
+    assert answer.get("ok") is True, answer
+    got = {
+        line.rsplit(" ", 1)[1]: base64.b64decode(line.rsplit(" ", 1)[0])
+        for line in answer["stdout"].strip().splitlines()
+    }
+    versions = {mode: out.rstrip().rsplit(b"\n", 1)[-1].decode("latin-1") for mode, out in got.items()}
+    durations = answer.get("duration_ms")
+    leaked = [mode for mode, out in got.items() if secret.encode() in out]
+    record(
+        "red_team",
+        attack=f"{len(H2_MODES)} reflections of the credential asked over HTTP/2 (curl --http2)",
+        surface="egress proxy",
+        observed=f"HTTP versions {sorted(set(versions.values()))}; leaked in {leaked or 'none'};"
+        f" {durations} ms in all",
+        finding="low: a 103 Early Hints left the HTTP/2 client without an answer until its timeout",
+    )
+    # Then each went over HTTP/2, and none brought the secret back
+    assert set(got) == set(H2_MODES), answer["stdout"][-300:]
+    assert set(versions.values()) == {"2"}, json.dumps(versions)
+    assert not leaked, {mode: got[mode][:300] for mode in leaked}

@@ -17,7 +17,7 @@ from sandbox_common.errors import SandboxInvalidRequest
 from sandbox_common.models import parse_dispatch_event
 from sandbox_common.redaction.cloudwatch import data_protection_policy
 from sandbox_common.redaction.stdio import preamble_source
-from sandbox_runtime.runner.session import _redact_function
+from sandbox_runtime.runner.execution import host_redactor
 
 from tests.support.redaction_corpus import LENGTHS, corpus, leak, mask
 
@@ -57,7 +57,7 @@ def test_redaction_corpus_through_every_layer(record: Any, tmp_path: Path) -> No
     )
     parts = re.split(r"\n@@CASE (\d+)@@\n", proc.stdout.decode().split("\n", 1)[1])
     layer1 = {int(parts[k]): parts[k - 1] for k in range(1, len(parts), 2)}
-    redact = _redact_function(None)
+    redact = host_redactor(None)
     layer2 = {i: redact(c.text) for i, c in enumerate(CASES)}
     layer4 = {i: mask(c.text, [(h.start, h.end) for h in scanner.scan(c.text)]) for i, c in enumerate(CASES)}
     regexes = []

@@ -40,8 +40,9 @@ from infra.local import certs
 class Seen:
     method: str
     target: str
-    headers: dict[str, str]
+    headers: dict[str, str]  # by lower-case name, the last one of a name
     body: bytes
+    lines: tuple[str, ...] = ()  # every header line as it came
 
 
 def _reflections(token: str) -> dict[str, bytes]:
@@ -165,7 +166,7 @@ class HostileUpstream:
                             return
                         buffer += chunk
                     body, buffer = buffer[:length], buffer[length:]
-                self.seen.append(Seen(method, target, headers, body))
+                self.seen.append(Seen(method, target, headers, body, tuple(lines[1:])))
                 if target.startswith("/ws") and headers.get("upgrade", "").lower() == "websocket":
                     _websocket_echo(conn, headers, buffer)
                     return

@@ -1,2 +1,3 @@
-"""Files in and artifacts out: input files placed before the code (`inputs`), artifacts collected
-after it and stored (`artifacts`), get_file (`access`)."""
+"""Artifacts out: the collect stage (`stage`), the container's artifacts (`flow`), get_file
+(`access`). Input files are written into the session by the session stage
+(`dispatch.sessions.inputs`)."""

@@ -1,4 +1,4 @@
-"""`get_file` (SPEC §14.3): a tenant's artifact by file_id -> metadata and a presigned GET.
+"""`get_file`: a tenant's artifact by file_id -> metadata and a presigned GET.
 
 The file_id resolves through its pointer object at naming.file_pointer_key(tenant, file_id),
 i.e. only under the asking tenant's own prefix: another tenant's file_id and an unknown one
@@ -14,9 +14,9 @@ from sandbox_common import limits, messages
 from sandbox_common.errors import SandboxError, SandboxInvalidRequest
 from sandbox_common.files import GetFileRequest, read_pointer
 from sandbox_common.outcome import internal_failure, public
+from sandbox_runtime.artifacts import s3_client
 
-from dispatch.files.flow import s3_client
-from dispatch.steps import Steps
+from dispatch import parts
 
 NOT_FOUND_MESSAGE = messages.FILE_NOT_FOUND
 LOOKUP_FAILED_MESSAGE = "The file could not be looked up right now; please try again."
@@ -54,10 +54,10 @@ def get_file(
     }
 
 
-def answer(steps: Steps, req: GetFileRequest, context: Any) -> dict[str, Any]:
+def answer(req: GetFileRequest, context: object) -> dict[str, Any]:
     """The get_file action: a lookup failure is answered (counted as an internal failure)."""
     try:
-        return get_file(req, s3=s3_client(), bucket=steps.settings.artifacts_bucket)
+        return get_file(req, s3=s3_client(), bucket=parts.built().settings.artifacts_bucket)
     except SandboxError as failure:
         internal_failure(str(failure.fields.get("failure_reason")))
         return public(failure)

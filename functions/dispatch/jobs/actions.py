@@ -1,4 +1,4 @@
-"""Background jobs at dispatch's call sites (SPEC §17): what execute_code (background: true),
+"""Background jobs at dispatch's call sites (docs/jobs.md): what execute_code (background: true),
 get_job, cancel_job and end_turn call. Each function takes the parsed request and a JobDeps and
 returns the agent's answer or raises a named SandboxFailure; the actions keep their own flow
 (`dispatch.jobs.flow`).
@@ -6,7 +6,7 @@ returns the agent's answer or raises a named SandboxFailure; the actions keep th
 execute_code with `background: true`, in dispatch's order:
 1. `reserve(...)` right after pre-flight and BEFORE the quota check: takes one of the turn's
    three slots and creates the job record. A 4th running job → SandboxInvalidRequest, so nothing
-   is counted and no audit row is written (§11).
+   is counted and no audit row is written.
 2. quota, session as for any call. If either refuses or fails: `release(...)` (slot freed, record
    deleted) and dispatch answers and audits that failure as usual.
 3. `launch(...)`: binds the record to the session, starts the job there and answers
@@ -84,7 +84,7 @@ def reserve(
 ) -> JobRecord:
     """Take a slot and create the job record — with the turn's live session if it has one (then
     `launch` needs no second write when the job runs there) and the hash its turn is bound to
-    (`turn_token_hash`, §16.5: get_job checks the token against it). Raises SandboxInvalidRequest
+    (`turn_token_hash`: get_job checks the turn token against it). Raises SandboxInvalidRequest
     (4th running job: nothing written) or SandboxError (store down)."""
     record = JobRecord(
         job_id=job_id_for(invocation_id),
@@ -213,24 +213,3 @@ def answer(record: JobRecord, deps: JobDeps, *, cancel: bool) -> dict[str, Any]:
     except JobStoreUnavailable as exc:
         raise SandboxError(JOBS_UNAVAILABLE, failure_reason=f"job_store_unavailable:{exc}") from None
     return view.to_response()
-
-
-def pending_jobs(tenant_id: str, turn_id: str, deps: JobDeps) -> list[str]:
-    """end_turn: observe the turn's running jobs (ending those that ended) and list those still
-    running; while the list is not empty the session must not be stopped (job_end stops it when
-    the last one ends)."""
-    try:
-        open_ids = deps.store.turn_jobs(tenant_id, turn_id).open_jobs
-    except JobStoreUnavailable:
-        return []
-    pending = []
-    for job_id in open_ids:
-        try:
-            record = deps.store.get(job_id)
-            if record is None:
-                continue
-            if poll_job(record, deps).status == "running":
-                pending.append(job_id)
-        except (JobCheckFailed, JobStoreUnavailable):
-            pending.append(job_id)  # unknown: keep the session, the reaper settles it
-    return pending

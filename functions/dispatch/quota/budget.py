@@ -1,4 +1,4 @@
-"""Per-call price and the per-tenant daily budget (§19).
+"""Per-call price and the per-tenant daily budget.
 
 Pricing rule (docs/usage-mcp-strands.md, "Pricing"): a call is priced iff its code reached a session (it
 ran, whatever its exit status), at the SSM price in force for that call
@@ -24,7 +24,7 @@ from typing import Any
 
 from sandbox_common import naming as n
 from sandbox_common.observability import emit_metric, logger
-from sandbox_runtime.cache import TtlCache
+from sandbox_common.ttl_cache import TtlCache
 
 
 def call_cost(ran_code: bool, price: float) -> float:
@@ -43,6 +43,30 @@ def crossed(count_today: int | None, price: Decimal, budget: Decimal | None) -> 
     if budget is None or count_today is None or count_today < 1 or price <= 0:
         return False
     return count_today * price >= budget > (count_today - 1) * price
+
+
+@dataclass
+class PriceReader:
+    """The stage's price per call from SSM, cached like the other per-container reads (≤ 60 s);
+    0 when it cannot be read (cost is an estimate: a call never fails over it)."""
+
+    stage: str
+    ssm: Any
+    ttl_seconds: float = 60.0
+
+    def __post_init__(self) -> None:
+        self.cache: TtlCache[float] = TtlCache(self.ttl_seconds)
+
+    def __call__(self) -> float:
+        return self.cache.get_or_load("price", self.load)
+
+    def load(self) -> float:
+        try:
+            raw = self.ssm.get_parameter(Name=n.cost_per_call_parameter(self.stage))
+            return max(0.0, float(raw["Parameter"]["Value"]))
+        except Exception as exc:  # noqa: BLE001 — cost is an estimate: never fail a call over it
+            logger.warning("cost_parameter_unreadable", extra={"cause": type(exc).__name__})
+            return 0.0
 
 
 @dataclass

@@ -1,9 +1,9 @@
 """Dispatch's side of the circuit breaker: a synchronous invoke of `sandbox-quota-check`.
 
-Fail closed (§5.1): the quota Lambda unreachable, timing out, erroring or answering garbage all
-mean "no" with dimension `unknown` and resets_at = now + 60 s. The invoke is never retried by
-botocore (`total_max_attempts=1`; note that `max_attempts` counts *retries* in botocore): a retry
-after an ambiguous failure could count the call twice.
+Fail closed (docs/failure-behaviour.md): the quota Lambda unreachable, timing out, erroring or
+answering garbage all mean "no" with dimension `unknown` and resets_at = now + 60 s. The invoke
+is never retried by botocore (`total_max_attempts=1`; note that `max_attempts` counts *retries*
+in botocore): a retry after an ambiguous failure could count the call twice.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class QuotaDecision:
     resets_at: str | None = None
     counts: Mapping[str, int | None] = field(default_factory=dict)  # by dimension, when read back
     already_counted: bool = False  # this call_id was counted before (a retry / duplicate): proceed
-    retries: int = 0  # transaction conflicts the quota Lambda retried (§16.6)
+    retries: int = 0  # transaction conflicts the quota Lambda retried (visible as the call's retry events)
     turn_refused: bool = False  # the turn guard failed: nothing counted
     turn_exists: bool = True  # with turn_refused: False = no such turn (a first call)
     tenant_disabled: bool = False  # the tenant's policy said disabled inside the transaction: nothing counted

@@ -1,9 +1,9 @@
 """A new cold session's activation writes, sent beside the user code (off the critical path).
 
 After Start and the readiness preamble, two conditional writes make a new session the turn's: its
-session-ledger slot `starting` → `active` (§16.2, `SessionLedger.activate`) and the turn's lease →
-`active` with the session id (§4.5, `TurnStore.activate`). Neither changes what the code may do:
-the preamble already passed (§6.2), so the session is mitigated before the turn points at it (a
+session-ledger slot `starting` → `active` (`SessionLedger.activate`) and the turn's lease → `active`
+with the session id (`TurnStore.activate`). Neither changes what the code may do: the preamble
+already passed, so the session is mitigated before the turn points at it (a
 concurrent first call waiting on the lease may run in it from then on), and the reservation
 already holds its capacity. So the lease winner queues them (`send`), the call sends them (`go`)
 just before the user code's InvokeCodeInterpreter (so they travel beside it rather than before it:
@@ -21,14 +21,13 @@ ran, so it is billed, and its output is withheld). Callers that do not pass an `
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
-
-from dispatch import parallel
 
 
 class Activation:
-    def __init__(self) -> None:
+    def __init__(self, pool: ThreadPoolExecutor) -> None:
+        self._pool = pool
         self._queued: list[Callable[[], object]] = []
         self._sent: list[Future[Any]] = []
         # the session the writes activate, filled by the lease winner that started it
@@ -48,7 +47,7 @@ class Activation:
     def go(self) -> None:
         """Send every queued write on the shared pool, now."""
         queued, self._queued = self._queued, []
-        self._sent.extend(parallel.start(write) for write in queued)
+        self._sent.extend(self._pool.submit(write) for write in queued)
 
     def failure(self) -> BaseException | None:
         """Wait for every write (sending what is still queued): the first one's exception, None

@@ -25,7 +25,7 @@ whatever the code did with the refusal; its output still comes back.
 
 from __future__ import annotations
 
-from concurrent.futures import Future
+from concurrent.futures import Executor, Future
 from typing import Any
 
 from sandbox_common import egress_usage, messages
@@ -37,7 +37,6 @@ from sandbox_common.windows import Windows, iso_z, utc_now
 from sandbox_runtime.egress_store import EgressStore, EgressStoreUnavailable
 from sandbox_runtime.preflight import PreflightReader
 
-from dispatch import parallel
 from dispatch.turns.store import Turn
 
 
@@ -74,11 +73,11 @@ def baseline(before: Future[Baseline | None] | None) -> Baseline | None:
         return None
 
 
-def start_after(store: EgressStore | None, outcome: Outcome) -> Future[Counters] | None:
+def start_after(store: EgressStore | None, outcome: Outcome, pool: Executor) -> Future[Counters] | None:
     """The end reading, sent now (beside the artifact helper) when the call used an allowlist session."""
     if store is None or not outcome.session_id or not egress_usage.is_allowlist(outcome.environment):
         return None
-    return parallel.start(store.counters, str(outcome.session_id))
+    return pool.submit(store.counters, str(outcome.session_id))
 
 
 def settle(outcome: Outcome, after: Future[Counters] | None) -> Counters | None:

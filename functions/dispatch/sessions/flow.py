@@ -1,7 +1,7 @@
-"""A turn's one session, taken from the stage's managed sessions (SPEC §4.5 with §16.1, §16.2,
-§16.6): dispatch's side of `SessionSource`.
+"""A turn's one session, taken from the stage's managed sessions (the warm pool, the session caps):
+dispatch's side of `SessionSource`.
 
-Per execute_code, in dispatch's order (`dispatch.steps`):
+Per execute_code, in the order of its stages (`dispatch.sessions.stage`):
 - `offer_warm(turn, pf)` in begin_turn: notes one pool session on the turn (a hint, not a claim);
 - `prepare(call, ...)` BEFORE the call quota, only when the turn has no usable session: claims a
   warm session (the hinted one and the turn binding in one write) or reserves a cold slot in the
@@ -18,27 +18,27 @@ Per execute_code, in dispatch's order (`dispatch.steps`):
 - `stopped(call, ...)` whenever a turn's session is known to be gone (per-call timeout stopped it,
   AgentCore reaped it, end_turn stopped it): the turn no longer points at it and its slot is
   freed. The reaper frees what a crash left behind.
-`call` (a `SessionCall`) carries the call's RetryLog and what it learned; `render(outcome)` puts
-`session_source` and the visible retries (`events` / `retries`) on the call's outcome.
+`call` (a `SessionCall`) carries the call's RetryLog and what it learned about its session; the
+idempotency stage puts its `session_source` and the visible retries on the call's row.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox_common import dimensions, messages
-from sandbox_common import naming as n
 from sandbox_common.egress_usage import Counters
 from sandbox_common.errors import SandboxCapExceeded, SandboxError
 from sandbox_common.observability import logger
-from sandbox_common.outcome import Outcome
 from sandbox_common.retries import RetryLog
 from sandbox_common.sessions.ledger import LedgerUnavailable, Slot
 from sandbox_runtime.preflight import Preflight
+from sandbox_runtime.runner import SessionRunner
 
 from dispatch.sessions import lease
 from dispatch.sessions.activation import Activation
@@ -52,25 +52,17 @@ _CONCURRENT_START_POLL_SECONDS = 0.1
 
 @dataclass
 class SessionCall:
-    """One execute_code's dealings with its session."""
+    """One call's dealings with its session."""
 
-    retries: RetryLog = field(default_factory=RetryLog)
+    retries: RetryLog = field(default_factory=RetryLog)  # the call's visible retries
     prepared: Prepared | None = None  # capacity held and not yet used by a session
     slot_id: str | None = None  # the slot of the session the call runs on, when known
     source: str | None = None  # "warm" | "cold" when this call got a new session for its turn
     # set by a caller that runs the code right after `acquire`: a new cold session's activation
     # writes travel beside the code and are joined by `confirm` (dispatch.sessions.activation)
     activation: Activation | None = None
-    # an allowlist session's counters as this call's row took them: the record carries them as
-    # the session's `attributed` reading (dispatch.sessions.egress)
-    egress_reading: Counters | None = None
-
-    def render(self, outcome: Outcome) -> None:
-        """§16.1 `session_source` (response and audit row) and §16.6 `events` / `retries`."""
-        if self.source is not None:
-            outcome.add(**{n.FIELD_SESSION_SOURCE: self.source})
-        outcome.response_extra.update(self.retries.response_fields())
-        outcome.audit_extra.update(self.retries.audit_fields())
+    # an allowlist session's end reading, sent beside the artifact helper (dispatch.sessions.egress)
+    egress_after: Future[Counters] | None = None
 
 
 class TurnSessions:
@@ -160,7 +152,7 @@ class TurnSessions:
         )
 
     def offer_warm(self, turn: Turn, pf: Preflight) -> bool:
-        """begin_turn (§16.1): pick a warm session of the turn's pool and note it on the turn, so
+        """begin_turn: pick a warm session of the turn's pool and note it on the turn, so
         the first call claims and binds it with ONE write instead of query + claim + bind. A hint
         only: nothing is claimed, a stale one costs the first call its fallback query. An empty
         pool is noted too: the first call then reserves a cold slot without reading the
@@ -186,8 +178,8 @@ class TurnSessions:
 
     @contextmanager
     def held(self, call: SessionCall, turn: Turn, pf: Preflight) -> Iterator[None]:
-        """`prepare` before the block (a session-cap refusal counts nothing, §16.2), `abandon`
-        after it whatever happened: capacity no session used (quota refused, lost the race)."""
+        """`prepare` before the block (a session-cap refusal counts nothing), `abandon` after it
+        whatever happened: capacity no session used (quota refused, lost the race)."""
         self.prepare(call, turn, pf)
         try:
             yield
@@ -205,7 +197,7 @@ class TurnSessions:
         turn: Turn,
         *,
         pf: Preflight,
-        runner: Any,
+        runner: SessionRunner,
         invocation_id: str,
         wait_seconds: float,
     ) -> tuple[str, bool]:
@@ -272,7 +264,7 @@ class TurnSessions:
             call.slot_id = slots.get(session_id)
         return session_id, started_here
 
-    def confirm(self, call: SessionCall, turn: Turn, runner: Any) -> None:
+    def confirm(self, call: SessionCall, turn: Turn, runner: SessionRunner) -> None:
         """Join a new session's activation writes sent beside the code (`dispatch.sessions.activation`).
         If one failed, the session is not the turn's: the turn is pointed away from it (or our
         lease released), the session stopped and its slot freed — never leaked — and the call
@@ -307,7 +299,7 @@ class TurnSessions:
         raise SandboxError(messages.INTERNAL, failure_reason=reason)
 
     def _use_bound(
-        self, call: SessionCall, turn: Turn, *, runner: Any, interpreter_id: str, invocation_id: str
+        self, call: SessionCall, turn: Turn, *, runner: SessionRunner, interpreter_id: str, invocation_id: str
     ) -> str:
         """The warm session already bound to the turn: by the claim's one write (`prepare`), or by
         `_bind_warm`."""
@@ -324,13 +316,13 @@ class TurnSessions:
         self._stop_replaced(turn, runner)
         return acquired.session_id
 
-    def _stop_replaced(self, turn: Turn, runner: Any) -> None:
+    def _stop_replaced(self, turn: Turn, runner: SessionRunner) -> None:
         if turn.live_session:  # it replaced a session judged unusable: never leave that running
             if runner.stop_session(str(turn.interpreter_id), str(turn.session_id)):
                 self._release(turn.slot_id)
 
     def _bind_warm(
-        self, call: SessionCall, turn: Turn, *, runner: Any, interpreter_id: str, invocation_id: str
+        self, call: SessionCall, turn: Turn, *, runner: SessionRunner, interpreter_id: str, invocation_id: str
     ) -> str | None:
         """A claimed warm session needs no start, so no "starting" lease either: it becomes the
         turn's in one conditional write. None when another caller's session (or lease) got there
@@ -369,9 +361,15 @@ class TurnSessions:
             call.slot_id = None
         return moved
 
-    def release_turn_slot(self, turn: Turn) -> None:
-        """end_turn stopped the turn's session: free its slot."""
-        self._release(turn.slot_id)
+    def stop_turn_session(self, turn: Turn, runner: SessionRunner) -> bool:
+        """end_turn: stop the turn's live session, point the turn away from it, free its slot.
+        False when the stop failed (the turn keeps pointing at it, so a retried end_turn can stop
+        it; the interpreter's sessionTimeoutSeconds reaps it otherwise)."""
+        if not runner.stop_session(str(turn.interpreter_id), str(turn.session_id)):
+            return False
+        stopped = self.turns.mark_stopped(turn.tenant_id, turn.turn_id, str(turn.session_id))
+        self._release(turn.slot_id)  # a stopped session frees its slot
+        return stopped
 
     def _slot_of(self, turn: Turn, session_id: str) -> str | None:
         return (

@@ -1,4 +1,4 @@
-"""The turn's one session: the session-lease protocol of §4.5, built on the TurnStore's
+"""The turn's one session: the session-lease protocol (docs/sessions.md), built on the TurnStore's
 conditional writes.
 
 Exactly one live session per turn, also under concurrent first calls: a caller must win a
@@ -24,8 +24,8 @@ _LEASE_POLL_SECONDS = 0.1
 
 @dataclass(frozen=True)
 class Started:
-    """What a lease winner's `start` got: the session, its session-ledger slot (§16.2) and, for a
-    session started before this turn (a warm one, §16.1), when it really started."""
+    """What a lease winner's `start` got: the session, its session-ledger slot and, for a
+    session started before this turn (a warm one), when it really started."""
 
     session_id: str
     slot_id: str | None = None

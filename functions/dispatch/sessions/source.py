@@ -1,6 +1,7 @@
-"""Where the first call of a turn gets its session (SPEC §16.1, §16.2, §16.6).
+"""Where the first call of a turn gets its session: the warm pool, the session caps, visible
+retries (docs/sessions.md).
 
-Two steps, so that a refusal counts nothing (§16.2):
+Two steps, so that a session-cap refusal counts nothing:
 - `prepare(...)` BEFORE the call quota, for a turn without a live session: claims a warm session
   or reserves a cold slot, or raises SandboxCapExceeded; `abandon(prepared)` undoes it when the
   quota then refuses (or another concurrent first call's session won the turn);
@@ -23,7 +24,7 @@ Two steps, so that a refusal counts nothing (§16.2):
 Refusals are `SandboxCapExceeded` with dimension tenant_sessions / global_sessions (or unknown when
 the caps or the ledger cannot be read), resets_at = now + 30 s (60 s when failing closed).
 A ServiceQuotaExceededException on Start happens after the quota check (the call unit is spent,
-as §5.1 spends it on any later failure); it still answers `global_sessions`.
+as a call spends it on any later failure, docs/failure-behaviour.md); it still answers `global_sessions`.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from sandbox_common.retries import RetryLog
 from sandbox_common.sessions.caps import SessionCapsUnavailable
 from sandbox_common.sessions.ledger import LedgerUnavailable, SessionCapReached, SessionLedger, Slot
 from sandbox_common.windows import FAIL_CLOSED_RETRY_SECONDS, iso_z, utc_now
+from sandbox_runtime.runner import SessionRunner
 
 from dispatch.sessions.activation import Activation
 
@@ -261,7 +263,7 @@ class SessionSource:
         self,
         prepared: Prepared,
         *,
-        runner: Any,
+        runner: SessionRunner,
         interpreter_id: str,
         invocation_id: str,
         retries: RetryLog,
@@ -278,7 +280,7 @@ class SessionSource:
         except BaseException as exc:
             self._release(prepared.slot_id)
             if str(getattr(exc, "failure_reason", "")).startswith(_QUOTA):
-                # AgentCore's own account quota: the stage has no session to give (§16.2)
+                # AgentCore's own account quota: the stage has no session to give
                 raise self._refuse(prepared.tenant_id, dimensions.GLOBAL_SESSIONS.name) from None
             raise
         if activation is not None:
@@ -304,7 +306,9 @@ class SessionSource:
         if not activated:
             raise SandboxError(messages.INTERNAL, failure_reason="session_slot_lost")
 
-    def _start(self, runner: Any, interpreter_id: str, invocation_id: str, retries: RetryLog) -> str:
+    def _start(
+        self, runner: SessionRunner, interpreter_id: str, invocation_id: str, retries: RetryLog
+    ) -> str:
         for attempt in range(START_ATTEMPTS):
             # One name + client token per attempt: a lost answer can be found by name and stopped.
             token = f"{invocation_id}-{attempt}"

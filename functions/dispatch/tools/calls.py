@@ -1,7 +1,7 @@
-"""Dispatch's side of programmatic tool calling (SPEC §15): one step of a tool-calling call.
+"""Dispatch's side of programmatic tool calling (docs/tool-calling.md): one step of a tool-calling call.
 
 `start_call` runs a tool-calling execute_code's code, `resume_call` answers a `resume`; both
-return a `ToolStep`: either the §15 `tool_call` response (the pause stored as a single-use
+return a `ToolStep`: either the `tool_call` response (the pause stored as a single-use
 continuation) or the `Finished` call, which dispatch renders and audits like any execute_code
 result plus `tool_calls` and the per-call records. The call's own context (`call`: whatever
 dispatch needs for the final answer and audit row — invocation id, call id, template, user,
@@ -41,7 +41,7 @@ class Owner:
 @dataclass(frozen=True)
 class ToolStep:
     call: dict[str, Any]
-    response: dict[str, Any] | None = None  # the §15 tool_call answer when paused
+    response: dict[str, Any] | None = None  # the tool_call answer when paused
     finished: Finished | None = None  # the final outcome otherwise
 
     @property
@@ -61,7 +61,7 @@ def call_context(
     without its code (the continuation item has a size limit; the audit row needs only the hash)."""
     return {
         # Never the code (hashed below), the inline files (up to 3 MiB: listed in the audit extras
-        # instead) or the turn token (dispatch keeps only its hash, §16.5).
+        # instead) or the turn token (dispatch keeps only its hash).
         "request": req.model_dump(exclude={"code", "files", "turn_token"}),
         "executed_code_hash": code_hash(req.code),
         "invocation_id": invocation_id,
@@ -85,7 +85,7 @@ def finished_fields(finished: Finished) -> tuple[dict[str, Any], dict[str, Any]]
 
 
 def paused_response(paused: Paused, *, continuation: str, invocation_id: str) -> dict[str, Any]:
-    """The §15 answer for a pause."""
+    """The `tool_call` answer for a pause."""
     return {
         "ok": True,
         "status": TOOL_CALL_STATUS,

@@ -1,14 +1,14 @@
-"""Programmatic tool calling inside a call (SPEC §15): what the step API runs.
+"""Programmatic tool calling inside a call: what the code stage (`dispatch.tools.stage`) runs.
 
-- `run_code(...)` — the run step of an execute_code whose template has tools and whose code names
-  `sandbox_tools` (`uses_tools`): the code runs through the tools driver and either finishes (the
-  ordinary result plus `tool_calls`, returned to the ordinary steps: artifacts, audit row) or
-  pauses at a tool call, which raises `ToolCallPaused` carrying the §15 `tool_call` answer — the
-  call was counted (quota ran before), nothing else happens now and NO audit row is written yet.
-  Any other code runs as before (where every tool is `ToolNotAllowed`, with no round trip).
+- `run_code(...)` — the code of an execute_code whose template has tools and whose code names
+  `sandbox_tools` (`Preflight.runs_tools`): the code runs through the tools driver and either finishes (the
+  ordinary result plus `tool_calls`, handed back to the stages around it: artifacts, audit row) or
+  pauses at a tool call, which raises `ToolCallPaused` carrying the `tool_call` answer — the call
+  was counted (the quota stage ran before), nothing else happens now and NO audit row is written
+  yet. Any other code runs as before (where every tool is `ToolNotAllowed`, with no round trip).
 - `restore_outcome(call)` / `finished_result(outcome, finished)` — the paused call's Outcome
   rebuilt from its continuation, and the fields of its end put on it, for whoever ends it (a
-  resume, end_turn, the reaper's sweep: `dispatch.tools.flow`, `Steps.expire_paused`).
+  resume, end_turn, the reaper's sweep: `dispatch.tools.flow`).
 - `expire_turn(...)` — end_turn: every paused call of the turn ends as a SandboxTimeout.
 
 Once a continuation is claimed, the call it belongs to always ends with its row, whatever fails
@@ -29,7 +29,6 @@ from sandbox_common.egress_usage import Baseline
 from sandbox_common.errors import SandboxError
 from sandbox_common.models import ExecuteCodeRequest
 from sandbox_common.outcome import Outcome
-from sandbox_common.tool_spec import CODE_LANGUAGE
 from sandbox_runtime.preflight import Preflight, PreflightUnavailable
 from sandbox_runtime.runner import ExecutionResult, SessionRunner
 from sandbox_runtime.runner.tool_calling import Finished, ToolLimits, ToolRecord, ToolsRunner
@@ -37,24 +36,18 @@ from sandbox_runtime.runner.tool_calling import Finished, ToolLimits, ToolRecord
 from dispatch.tools import calls as tool_calls
 from dispatch.tools.store import Continuation, ContinuationStore
 
-AUDIT_EXECUTED_CODE_HASH = "executed_code_hash"  # the §7.1 attribute, restored from the continuation
+AUDIT_EXECUTED_CODE_HASH = "executed_code_hash"  # the row's attribute, restored from the continuation
 _EXTRA = "extra"  # key of the call context holding the Outcome's extras at the pause
 _EGRESS_BEFORE = "egress_before"  # ... and its session's egress counters before the code (allowlist)
 
 
 class ToolCallPaused(Exception):
-    """The code paused at a tool call: `response` is the §15 answer. Not a failure: the call is
-    counted and goes on with `resume`; its audit row is written when it ends."""
+    """The code paused at a tool call: `response` is the `tool_call` answer. Not a failure: the call
+    is counted and goes on with `resume`; its audit row is written when it ends."""
 
     def __init__(self, response: dict[str, Any]) -> None:
         super().__init__(n.STATUS_TOOL_CALL)
         self.response = response
-
-
-def uses_tools(req: ExecuteCodeRequest, pf: Preflight) -> bool:
-    """Through the tools driver: Python code (a shell script or a Node.js program cannot call tools)
-    of a template that allows tools, naming the module."""
-    return req.language == CODE_LANGUAGE and bool(pf.tools) and n.TOOLS_MODULE in req.code
 
 
 def tools_runner(runner: SessionRunner, wait_seconds: float) -> ToolsRunner:
@@ -82,7 +75,7 @@ def run_code(
         session_id=session_id,
         environment=outcome.environment,
     )
-    # What earlier steps added for the final answer/row (input_files, session facts): kept with the pause.
+    # What earlier stages added for the final answer/row (input_files, session facts): kept with the pause.
     call[_EXTRA] = {"response": dict(outcome.response_extra), "audit": dict(outcome.audit_extra)}
     if outcome.egress_baseline is not None:
         call[_EGRESS_BEFORE] = outcome.egress_baseline.as_dict()
@@ -210,7 +203,7 @@ def expire_turn(
     wait_seconds: float,
 ) -> list[Ended]:
     """end_turn: every paused call of the turn ends as a SandboxTimeout. `keep_session`: the turn's
-    background jobs still need the session (§17). Raises SandboxError when the store fails (the
+    background jobs still need the session. Raises SandboxError when the store fails (the
     calls stay paused; a later resume ends them)."""
     ended: dict[str, tuple[Preflight, SessionRunner, Outcome]] = {}
 

@@ -1,4 +1,4 @@
-"""Continuations of paused tool-calling calls (SPEC §15): single-use, bound to tenant, agent and turn.
+"""Continuations of paused tool-calling calls: single-use, bound to tenant, agent and turn.
 
 One item per pause in the CONTINUATIONS table, keyed by the SHA-256 of a random token that only
 the agent ever sees (dispatch stores the hash, never the token):
@@ -24,6 +24,7 @@ the call's stored final answer (`Answered`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -42,6 +43,8 @@ from sandbox_common import naming as n
 from sandbox_common.errors import SandboxError, SandboxInvalidRequest, StillRunning
 from sandbox_runtime.runner.tool_calling import ToolCallState
 from sandbox_runtime.stored_answer import stored_form, unpack
+
+from dispatch.parts import Parts
 
 TOKEN_BYTES = 32
 TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{43}$")  # 32 random bytes, URL-safe base64 without padding
@@ -348,7 +351,7 @@ class ContinuationStore:
             )
         except ClientError as exc:
             if _code(exc) == "ConditionalCheckFailedException":
-                raise _Taken(exc.response.get("Item")) from None  # type: ignore[typeddict-item]
+                raise _Taken(exc.response.get("Item")) from None
             raise SandboxError(STORE_UNAVAILABLE, failure_reason=f"continuation_store:{_code(exc)}") from None
         except BotoCoreError as exc:
             raise SandboxError(STORE_UNAVAILABLE, failure_reason=f"continuation_store:{_code(exc)}") from None
@@ -404,3 +407,9 @@ def _code(exc: Exception) -> str:
     if isinstance(exc, ClientError):
         return str(exc.response.get("Error", {}).get("Code") or "Unknown")
     return type(exc).__name__
+
+
+@functools.cache
+def continuations(parts: Parts) -> ContinuationStore:
+    """The container's continuations table (built when tool calling first needs it)."""
+    return ContinuationStore(parts.settings.continuations_table)

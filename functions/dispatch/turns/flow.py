@@ -1,43 +1,14 @@
-"""Who may use a turn (§4.5, §16.5): the turn of (tenant, agent), created on first use and bound
-to its token's hash; its owner and token checked on every action; an ended turn refused."""
+"""Who may use a turn: the turn of (tenant, agent), created on first use and bound to its token's
+hash; its owner and token checked on every action; an ended turn refused."""
 
 from __future__ import annotations
 
 from sandbox_common import messages
 from sandbox_common.errors import SandboxInvalidRequest
+from sandbox_common.models import BeginTurnRequest, ExecuteCodeRequest
 
-from dispatch.turns import guard as turn_guard
+from dispatch.guard import check_owner, check_token
 from dispatch.turns.store import Turn, TurnStore, TurnStoreUnavailable
-
-_LEASE_POLL_SECONDS = 0.1
-
-
-def check_owner(turn: Turn, tenant_id: str, agent_id: str | None) -> None:
-    """Turns are keyed by tenant, so only another agent of the same tenant can hit this; the
-    words name no owner and no detail of the turn."""
-    if turn.tenant_id != tenant_id or (agent_id is not None and turn.agent_id != agent_id):
-        raise SandboxInvalidRequest(messages.TURN_NOT_YOURS)
-
-
-def check_token(
-    turn: Turn | None,
-    token: str | None,
-    *,
-    required: bool,
-    tenant_id: str,
-    agent_id: str | None,
-    turn_id: str,
-) -> str:
-    """§16.5, before anything is counted, run or touched: the hash the turn is (or, for an unknown
-    turn, must be) bound to; SandboxInvalidRequest + metric when the token is missing/malformed/wrong."""
-    return turn_guard.check(
-        token=token,
-        stored_hash=None if turn is None else turn.token_hash,
-        required=required,
-        tenant_id=tenant_id,
-        agent_id=agent_id,
-        turn_id=turn_id,
-    )
 
 
 def claim(
@@ -66,3 +37,9 @@ def refuse_if_ended(turn: Turn) -> Turn:
     if turn.ended:
         raise SandboxInvalidRequest(messages.TURN_ENDED)
     return turn
+
+
+def claim_for(store: TurnStore, req: BeginTurnRequest | ExecuteCodeRequest, required: bool) -> Turn:
+    """The caller's turn for a request (sent ahead of an execute_code, beside its idempotency
+    claim; begin_turn's own first step)."""
+    return claim(store, req.tenant_id, req.agent_id, req.turn_id, token=req.turn_token, required=required)

@@ -1,16 +1,16 @@
-"""Turn state (§4.5): who owns a turn, and the one session all its calls share.
+"""Turn state (docs/sessions.md): who owns a turn, and the one session all its calls share.
 
 Item in the TURNS table, keyed by (tenant_id, turn_id): turn ids are per tenant, so one tenant's
 turn never blocks, nor is visible to, another tenant using the same id (naming.TURNS):
   agent_id, created_at, expires_at (TTL)
   session_state: starting | active | stopped   session_id, interpreter_id, session_started_at
-  slot_id                                       — the session's slot in the session ledger (§16.2),
+  slot_id                                       — the session's slot in the session ledger,
                                                   released when the session stops
   lease_owner, lease_expires_at (epoch s)       — who is starting the session right now
-  turn_token_sha256 (naming.TURN_ATTR_TOKEN_HASH) — SHA-256 of the turn token (§16.5), written by
+  turn_token_sha256 (naming.TURN_ATTR_TOKEN_HASH) — SHA-256 of the turn token, written by
                                                   the create; "" (or absent) = a token-less turn
   warm_hint | warm_pool_empty                   — begin_turn's note about the turn's warm pool
-                                                  (§16.1): a session to claim, or "empty"
+                                                  (begin_turn's hint): a session to claim, or "empty"
 
 The store only stores: every write is one conditional request (so a stale container can never
 overwrite a newer session) and answers with a bool or a `Turn`. Who may use a turn and the
@@ -19,7 +19,7 @@ session-lease protocol built from these writes live in `dispatch.turns.flow` and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -34,6 +34,14 @@ class TurnStoreUnavailable(Exception):
     pass
 
 
+class TurnUnclaimed(Exception):
+    """The turn claim sent ahead failed on the turns table (not a refusal of the caller)."""
+
+    def __init__(self, cause: TurnStoreUnavailable) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 @dataclass(frozen=True)
 class Turn:
     turn_id: str
@@ -45,15 +53,22 @@ class Turn:
     session_started_at: int | None = None
     lease_owner: str | None = None
     lease_expires_at: int | None = None
-    ended: bool = False  # end_turn closed it: no new session may start (§4.5)
-    token_hash: str = ""  # §16.5: the bound token's SHA-256; "" = token-less (also items from before §16.5)
-    slot_id: str | None = None  # §16.2: the live session's ledger slot (freed when the session stops)
-    # §16.1: a warm session of the turn's pool begin_turn picked (not claimed): slot_id, session_id,
+    ended: bool = False  # end_turn closed it: no new session may start
+    token_hash: str = ""  # the bound turn token's SHA-256; "" = token-less (also items from before tokens)
+    slot_id: str | None = None  # the live session's ledger slot (freed when the session stops)
+    # a warm session of the turn's pool begin_turn picked (not claimed): slot_id, session_id,
     # interpreter_id, environment, started_at — all strings. The first call claims it in one write.
     warm_hint: dict[str, str] | None = None
     # begin_turn found the pool empty — environment, interpreter_id, checked_at (strings).
     # The first call then reserves a cold slot without reading the pool again.
     pool_empty: dict[str, str] | None = None
+    # the turn has its live session (a fact of the item, read wherever the turn goes)
+    live_session: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "live_session", self.session_state == n.TURN_SESSION_ACTIVE and bool(self.session_id)
+        )
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> Turn:
@@ -76,12 +91,8 @@ class Turn:
             pool_empty=_strings(item.get(n.TURN_ATTR_POOL_EMPTY), _POOL_EMPTY_FIELDS),
         )
 
-    @property
-    def live_session(self) -> bool:
-        return self.session_state == n.TURN_SESSION_ACTIVE and bool(self.session_id)
-
     def session_underway(self, now: float) -> bool:
-        """The turn has its session, or a caller holds an unexpired lease starting it (§4.5)."""
+        """The turn has its session, or a caller holds an unexpired lease starting it."""
         if self.ended:
             return False
         return self.live_session or (
@@ -134,7 +145,7 @@ class TurnStore(TableStore):
         return Turn.from_item(out["Item"]) if "Item" in out else None
 
     def create(self, tenant_id: str, agent_id: str, turn_id: str, token_hash: str = "") -> Turn | None:
-        """Create the turn for (tenant, agent), bound to `token_hash` (§16.5, "" = token-less) in the
+        """Create the turn for (tenant, agent), bound to `token_hash` ("" = token-less) in the
         same conditional write; None if it exists already (someone else's or ours)."""
         now = int(self.clock())
         try:
@@ -180,7 +191,7 @@ class TurnStore(TableStore):
     def bind(
         self, turn: Turn, session_id: str, interpreter_id: str, *, slot_id: str, started_at: int | None
     ) -> bool:
-        """A session that needs no start (a claimed warm one, §16.1) becomes the turn's in ONE
+        """A session that needs no start (a claimed warm one) becomes the turn's in ONE
         conditional write, on the state we saw (as `take_lease`); False if another caller holds
         or won the turn's session meanwhile (then the lease protocol decides)."""
         update = self.bind_item(turn, session_id, interpreter_id, slot_id=slot_id, started_at=started_at)[
@@ -226,7 +237,7 @@ class TurnStore(TableStore):
         }
 
     def set_hint(self, turn: Turn, hint: dict[str, str]) -> bool:
-        """Remember a warm session for the turn's first call (begin_turn, §16.1): a hint, never a
+        """Remember a warm session for the turn's first call (begin_turn): a hint, never a
         claim — the session stays in its pool until a first call's conditional write takes it.
         Only on a turn still open without a live session; False otherwise."""
         if set(hint) != set(_HINT_FIELDS):
@@ -285,7 +296,7 @@ class TurnStore(TableStore):
         slot_id: str | None = None,
         started_at: int | None = None,
     ) -> None:
-        """The lease winner's session becomes the turn's. `slot_id`: its session-ledger slot (§16.2);
+        """The lease winner's session becomes the turn's. `slot_id`: its session-ledger slot;
         `started_at`: when the session really started (a warm one started before this turn)."""
         values: dict[str, Any] = {
             ":active": {"S": n.TURN_SESSION_ACTIVE},

@@ -1,12 +1,12 @@
 """Python code in the session runner: the executeCode call that runs the user's code under the
-session's inner deadline (SPEC §21: a timeout keeps the output written before it).
+session's inner deadline (a timeout keeps the output written before it).
 
 AgentCore's executeCode has no deadline of its own (its arguments carry code, language and
 clearContext, nothing that bounds the run): only stopping the session ends a cell, and that takes
 the cell's output with it. So the deadline that keeps the output lives in the session: a fixed
 driver loads the cell runtime (`sandbox_session.cell`, shipped as its source and kept by the
 session while it is unchanged) and hands it the user's code, which travels as base64 of its UTF-8
-bytes and is compiled as a cell of its own — byte-exact, never joined with anything (§6.1, read
+bytes and is compiled as a cell of its own — byte-exact, never joined with anything (read
 as the tools driver reads it, docs/decisions.md). The runtime stops the code at the inner deadline
 (`commands.inner_deadline`, as for a shell script) and ends the cell with status TIMED_OUT; the
 runner reads that status, arriving no earlier than the inner deadline, as the call's timeout, and

@@ -1,4 +1,4 @@
-"""Outcome classification (SPEC §6.3), first match wins:
+"""Outcome classification, first match wins:
 timeout → oom → error → ok.
 
 `timeout` is decided by the runner's deadline (or the session's inner deadline before it) and
@@ -106,6 +106,35 @@ def classify(
             "The code ran out of memory in the sandbox. Try processing less data at a time.",
             reason,
         )
+    unread = _unread(api_error, stream_error, stream_error_message, result_events)
+    if unread is not None:
+        return unread
+    if exit_code not in (None, 0):
+        return Classification(
+            "error",
+            SandboxError,
+            f"The code exited with status {exit_code}; see stderr for details.",
+            f"exit_code:{exit_code}",
+        )
+    if is_error:
+        return Classification(
+            "error", SandboxError, "The code raised an error; see stderr for details.", "is_error"
+        )
+    if exit_code is None and stderr_tail:
+        return Classification(
+            "error",
+            SandboxError,
+            "The code wrote to stderr and reported no exit status; see stderr for details.",
+            "stderr_without_exit_code",
+        )
+    return OK
+
+
+def _unread(
+    api_error: str | None, stream_error: str | None, stream_error_message: str, result_events: int
+) -> Classification | None:
+    """The code's result never came back whole: the invoke failed, the stream could not be read or
+    failed, or it carried no result. None when the result came back."""
     if api_error is not None:
         return Classification(
             "error",
@@ -137,22 +166,4 @@ def classify(
             "The sandbox returned no result for this code; please try again.",
             "empty_stream",
         )
-    if exit_code not in (None, 0):
-        return Classification(
-            "error",
-            SandboxError,
-            f"The code exited with status {exit_code}; see stderr for details.",
-            f"exit_code:{exit_code}",
-        )
-    if is_error:
-        return Classification(
-            "error", SandboxError, "The code raised an error; see stderr for details.", "is_error"
-        )
-    if exit_code is None and stderr_tail:
-        return Classification(
-            "error",
-            SandboxError,
-            "The code wrote to stderr and reported no exit status; see stderr for details.",
-            "stderr_without_exit_code",
-        )
-    return OK
+    return None

@@ -1,14 +1,14 @@
-"""Shell commands in the session runner (SPEC §20): the executeCode call that runs a bash script.
+"""Shell commands in the session runner: the executeCode call that runs a bash script.
 
 A command travels as one `executeCode` call, the same tool every Python call uses, on AgentCore
 and on the local interpreter alike: a fixed driver that loads the shell runtime
 (`sandbox_session.shell`, shipped as its source) and runs the script, which travels as base64 data
-and reaches bash byte-exact on a pipe — never joined with anything (§6.1). The script's output is
+and reaches bash byte-exact on a pipe — never joined with anything. The script's output is
 relayed through the session's `sys.stdout` / `sys.stderr`, so through the in-session redactor,
 like Python output (docs/decisions.md says why this, and not AgentCore's `executeCommand`).
 
 The runtime stops the script at an inner deadline a little before the runner's own, so that the
-output written before it comes back with the call (a `SandboxTimeout` keeps it, §21); the runner
+output written before it comes back with the call (a `SandboxTimeout` keeps it); the runner
 recognises that end by the TIMED_OUT status arriving no earlier than the inner deadline.
 """
 

@@ -1,4 +1,4 @@
-"""The executeCode snippets that drive background jobs inside a session (SPEC §17).
+"""The executeCode snippets that drive background jobs inside a session (docs/jobs.md).
 
 Each is one self-contained `executeCode` call (the same tool every call already uses, so jobs
 work identically on AgentCore and on the local interpreter) that prints exactly one line:
@@ -279,7 +279,7 @@ def submit_source(
 ) -> str:
     """The launcher. Without the runtime (`with_runtime=False`, ~5 KB instead of ~55 KB) it
     answers `runtime_missing` unless this runtime version is already installed in the session.
-    `language` "bash": `code` is a shell script, run by the runtime's shell module (SPEC §20);
+    `language` "bash": `code` is a shell script, run by the runtime's shell module;
     "javascript" / "typescript": a Node.js program, run by the runtime's Node.js runner."""
     _checked(job_id)
     return _SUBMIT.format(

@@ -1,4 +1,4 @@
-"""Background jobs, the runner's side (SPEC §17): submit, poll and cancel a job in a session.
+"""Background jobs, the runner's side (docs/jobs.md): submit, poll and cancel a job in a session.
 
 A job is started by one `executeCode` call that launches an in-sandbox supervisor
 (`job_snippets`, `sandbox_session.jobs`) and returns at once; each poll or cancel is one
@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from sandbox_common import limits
 from sandbox_common.errors import SandboxError, SandboxTimeout
@@ -25,10 +26,10 @@ from sandbox_session import jobs as rt
 
 from .classify import classify
 from .errors import SessionGone
-from .finish import ExecutionResult, finish_run
+from .execution import ExecutionResult
 from .job_snippets import parse_marker, status_source, submit_source
 from .output import REDACTION_MARGIN_BYTES, last_utf8
-from .session import SESSION_GONE_CODES, SessionRunner
+from .session import SessionRunner
 from .stream import BoundedText
 
 # Snippet calls are small and bounded; cancel waits up to CANCEL_WAIT_SECONDS in the session.
@@ -69,7 +70,7 @@ class JobSubmitted:
 
 @dataclass(frozen=True)
 class JobProgress:
-    """A running job's output so far (§21): the last ≤ JOB_PROGRESS_TAIL_BYTES of each stream,
+    """A running job's output so far: the last ≤ JOB_PROGRESS_TAIL_BYTES of each stream,
     redacted, and the byte counts written so far."""
 
     stdout_tail: str
@@ -146,7 +147,7 @@ class JobRunner:
             )
             duration_ms += more_ms
         if payload.get("state") not in ("running", "exists"):
-            raise JobFailure(self.runner._reason(f"job_submit_unexpected:{payload.get('state')}"))
+            raise JobFailure(self.runner.output.reason(f"job_submit_unexpected:{payload.get('state')}"))
         return JobSubmitted(
             job_id=job_id, duration_ms=duration_ms, already_existed=payload["state"] == "exists"
         )
@@ -180,8 +181,8 @@ class JobRunner:
         runner = self.runner
         source = status_source(
             job_id,
-            out_limit=runner.stdout_cap_bytes + REDACTION_MARGIN_BYTES,
-            err_limit=runner.stderr_cap_bytes + REDACTION_MARGIN_BYTES,
+            out_limit=runner.output.stdout_cap_bytes + REDACTION_MARGIN_BYTES,
+            err_limit=runner.output.stderr_cap_bytes + REDACTION_MARGIN_BYTES,
             cancel=cancel,
         )
         payload, _ = self._call(interpreter_id, session_id, source, STATUS_TIMEOUT_SECONDS)
@@ -194,7 +195,7 @@ class JobRunner:
                 job_id=job_id, state="running", elapsed_ms=elapsed_ms, progress=self._progress(payload)
             )
         if state not in rt.TERMINAL_STATES:  # "unknown": the job's files are not in this session
-            raise JobUnknownInSession(runner._reason(f"job_unknown_in_session:{state}"))
+            raise JobUnknownInSession(runner.output.reason(f"job_unknown_in_session:{state}"))
         duration_ms = int(payload.get("duration_ms") or elapsed_ms)
         return JobState(
             job_id=job_id,
@@ -204,12 +205,13 @@ class JobRunner:
             outputs=_count(payload.get("outputs_count")),
         )
 
-    def _progress(self, payload: dict) -> JobProgress:
-        """The running job's tails, redacted here too (§8 layer 2) and kept within the bound."""
+    def _progress(self, payload: dict[str, Any]) -> JobProgress:
+        """The running job's tails, redacted here too (host-side, docs/redaction.md) and kept within
+        the bound."""
         tails = []
         for stream in ("stdout", "stderr"):
             raw = _decode_tail(payload.get(f"{stream}_tail_b64"))
-            tails.append(last_utf8(self.runner._redact(raw), limits.JOB_PROGRESS_TAIL_BYTES))
+            tails.append(last_utf8(self.runner.output.redact(raw), limits.JOB_PROGRESS_TAIL_BYTES))
         return JobProgress(
             stdout_tail=tails[0],
             stderr_tail=tails[1],
@@ -217,10 +219,11 @@ class JobRunner:
             stderr_bytes=_count(payload.get("stderr_bytes")),
         )
 
-    def _final_result(self, payload: dict, state: str, duration_ms: int) -> ExecutionResult:
+    def _final_result(self, payload: dict[str, Any], state: str, duration_ms: int) -> ExecutionResult:
         runner = self.runner
-        stdout = _bounded(payload.get("stdout_b64"), payload.get("stdout_bytes"), runner.stdout_cap_bytes)
-        stderr = _bounded(payload.get("stderr_b64"), payload.get("stderr_bytes"), runner.stderr_cap_bytes)
+        caps = runner.output
+        stdout = _bounded(payload.get("stdout_b64"), payload.get("stdout_bytes"), caps.stdout_cap_bytes)
+        stderr = _bounded(payload.get("stderr_b64"), payload.get("stderr_bytes"), caps.stderr_cap_bytes)
         tail = _decode(payload.get("stderr_tail_b64"))
         exit_code = payload.get("exit_code")
         exit_code = int(exit_code) if isinstance(exit_code, int) else None
@@ -258,8 +261,7 @@ class JobRunner:
             exit_status = verdict.exit_status
             error = verdict.error.__name__ if verdict.error else None
             message, reason = verdict.error_message, verdict.failure_reason
-        return finish_run(
-            runner,
+        return runner.output.finish(
             stdout=stdout,
             stderr=stderr,
             exit_status=exit_status,
@@ -282,9 +284,8 @@ class JobRunner:
         *,
         session_stopped: bool = False,
     ) -> ExecutionResult:
-        # Messages and reasons here are our own constants: finish_run's redaction leaves them as they are.
-        return finish_run(
-            self.runner,
+        # Messages and reasons here are our own constants: the output's redaction leaves them as they are.
+        return self.runner.output.finish(
             stdout=BoundedText(0),
             stderr=BoundedText(0),
             exit_status=exit_status,
@@ -298,23 +299,23 @@ class JobRunner:
 
     def _call(
         self, interpreter_id: str, session_id: str, source: str, timeout_seconds: float
-    ) -> tuple[dict, int]:
+    ) -> tuple[dict[str, Any], int]:
         runner = self.runner
-        runner._check_owned(interpreter_id)  # before any AWS call (§6.4)
-        call = runner._invoke(interpreter_id, session_id, source, timeout_seconds=timeout_seconds)
-        if call.api_error is not None and call.api_error.split(":", 1)[0] in SESSION_GONE_CODES:
-            raise SessionGone(session_id, runner._reason(f"invoke_failed:{call.api_error}"))
+        runner.invoker.check_owned(interpreter_id)  # before any AWS call
+        call = runner.invoker.invoke(interpreter_id, session_id, source, timeout_seconds=timeout_seconds)
+        if call.session_gone:
+            raise SessionGone(session_id, runner.output.reason(f"invoke_failed:{call.api_error}"))
         outcome = call.outcome
         if call.timed_out:
             raise JobFailure("job_call_timeout")
         if call.api_error is not None:
-            raise JobFailure(runner._reason(f"invoke_failed:{call.api_error}"))
+            raise JobFailure(runner.output.reason(f"invoke_failed:{call.api_error}"))
         if outcome.stream_error is not None:
-            raise JobFailure(runner._reason(f"stream_exception:{outcome.stream_error}"))
+            raise JobFailure(runner.output.reason(f"stream_exception:{outcome.stream_error}"))
         payload = parse_marker(outcome.stdout.head)
         if payload is None or outcome.is_error or outcome.exit_code not in (None, 0):
             raise JobFailure(
-                runner._reason(
+                runner.output.reason(
                     f"job_snippet_failed:exit_code:{outcome.exit_code}:{outcome.stderr.tail[-200:]}"
                 )
             )

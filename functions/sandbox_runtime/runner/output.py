@@ -1,4 +1,4 @@
-"""Agent-visible output (SPEC §6.5) and host-side redaction (SPEC §8 layer 2).
+"""Agent-visible output and host-side redaction (docs/redaction.md).
 
 Order matters: redact first, then cut. The kept head of each stream is longer than the cap by
 a margin (REDACTION_MARGIN_BYTES, larger than any token shape), so a token that starts before
@@ -9,6 +9,7 @@ always ints.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -16,6 +17,11 @@ from sandbox_common.redaction import catalogue
 from sandbox_session.redactor import hold_chain
 
 from .stream import BoundedText
+
+# The session runtime ships as plain source without annotations: its hold-back rule, as typed here
+# (text, end, token characters, the Bearer-words pattern, their window, the longest hold).
+HoldChain = Callable[[str, int, str, "re.Pattern[str]", int, int], int]
+_hold_chain: HoldChain = hold_chain
 
 REDACTION_MARGIN_BYTES = 16 * 1024
 # No catalogue token shape can contain a newline, so redacting line-aligned chunks gives the
@@ -71,7 +77,7 @@ def drop_partial_tail(redacted: str) -> str:
     complete token there was already replaced (its `<redacted>` ends the run); what is left may
     be a token's first characters, too short to be recognised. Only for output the source
     truncated (e.g. the local interpreter's capture limit), never for output that simply ends."""
-    cut = hold_chain(
+    cut = _hold_chain(
         redacted,
         len(redacted),
         catalogue.TOKEN_CHARS,
@@ -86,7 +92,7 @@ def drop_partial_tail(redacted: str) -> str:
 
 def source_was_cut(stream: BoundedText) -> bool:
     """The producer kept less than the code wrote: its exact byte count (the local interpreter
-    sends one, SPEC §19) is above what arrived, while our own head limit was not reached."""
+    sends one) is above what arrived, while our own head limit was not reached."""
     return stream.held_bytes < stream.limit_bytes and stream.total_bytes > stream.held_bytes
 
 

@@ -1,39 +1,46 @@
-"""The session runner (SPEC §6): start a tenant's session, prove the in-sandbox redactor is in
-place, run user code byte-exact under a runner-enforced deadline, stop sessions.
+"""The session runner: start a tenant's session and prove the in-sandbox redactor is in place,
+run user code in it, stop it.
 
-Every AgentCore call goes through the tenant's session-runner credentials, and every interpreter
-id is checked against the tenant's own list BEFORE any AWS call (§6.4): two locks on one door.
+A `SessionRunner` is one tenant's: its credentials (the session-runner role confined to the
+tenant's interpreters) and three small objects every run goes through (`execution`): its `invoker`
+(sends an executeCode, the tenant's interpreter list checked before any AWS call: two locks on one
+door), its `output` (host-side redaction, truncation, the result) and its `files` (the file tools).
+Programmatic tool calling, background jobs and artifact collection use those objects; nothing
+outside reads the runner's private state.
 """
 
 from __future__ import annotations
 
-import functools
 import re
-import threading
 import time
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, replace
 from typing import Any
 
 from sandbox_common import naming
 from sandbox_common.errors import SandboxError, SandboxProvisioning
 from sandbox_common.messages import ISOLATION_UNAVAILABLE
 from sandbox_common.observability import emit_metric, logger
+from sandbox_common.redaction.catalogue import Redactor
 
 from sandbox_runtime.egress_store import EgressStoreUnavailable
 
-from . import cells, commands, programs
-from .classify import Classification, classify
+from . import commands
 from .credentials import TenantCredentials
 from .egress import SessionEgress, bind_problem, setup_source
-from .errors import CrossTenantInterpreter, SessionGone, failure
-from .finish import ExecutionResult, finish_classified
-from .output import DEFAULT_LOG_CAP_BYTES, cut_utf8, head_limit_bytes, redact_by_lines, source_was_cut
-from .stream import PROTOCOL_ERROR, StreamAccumulator, StreamOutcome, consume
+from .errors import failure
+from .execution import (
+    SESSION_GONE_CODES,
+    ExecutionResult,
+    Invoker,
+    Output,
+    client_error,
+    host_redactor,
+    run_code,
+)
+from .output import DEFAULT_LOG_CAP_BYTES
+from .tools import SessionFiles
 
-EXECUTE_CODE = "executeCode"
-LANGUAGE = "python"
-FAILURE_REASON_MAX_CHARS = 300
+__all__ = ["SESSION_GONE_CODES", "ExecutionResult", "SessionRunner", "readiness_source", "session_name"]
 
 # Start refused because the interpreter is not there / not READY yet: the agent should wait,
 # not report a bug. Anything else from Start is a substrate failure.
@@ -45,8 +52,6 @@ _NOT_APPLIED_CODES = frozenset(
     {"AccessDeniedException", "ValidationException", "ThrottlingException", "ServiceQuotaExceededException"}
 )
 _NOT_READY_MESSAGE = re.compile(r"not\s+ready|not\s+in\s+(?:a\s+)?ready|creating|status", re.IGNORECASE)
-# Invoke answered "no such session": it was reaped (sessionTimeoutSeconds) or stopped elsewhere.
-SESSION_GONE_CODES = frozenset({"ResourceNotFoundException"})
 _SESSION_NAME_BAD = re.compile(r"[^A-Za-z0-9]+")
 
 _PROVISIONING_MESSAGE = (
@@ -66,30 +71,6 @@ def session_name(raw: str) -> str:
     return name or "sandbox-session"
 
 
-@dataclass(frozen=True)
-class _Invocation:
-    outcome: StreamOutcome
-    timed_out: bool
-    api_error: str | None  # ClientError code / BotoCoreError class before the stream began
-    duration_ms: int
-
-    def classify(self, call_timeout_seconds: int, *, session_kept: bool = False) -> Classification:
-        """The verdict on this executeCode (the one mapping of an invocation onto §6.4's classes)."""
-        outcome = self.outcome
-        return classify(
-            timed_out=self.timed_out,
-            call_timeout_seconds=call_timeout_seconds,
-            session_kept=session_kept,
-            exit_code=outcome.exit_code,
-            stderr_tail=outcome.stderr.tail,
-            is_error=outcome.is_error,
-            stream_error=outcome.stream_error,
-            stream_error_message=outcome.stream_error_message or "",
-            result_events=outcome.result_events,
-            api_error=self.api_error,
-        )
-
-
 class SessionRunner:
     def __init__(
         self,
@@ -102,7 +83,7 @@ class SessionRunner:
         call_timeout_seconds: int,
         stdout_cap_bytes: int,
         stderr_cap_bytes: int,
-        redactor: Any = None,
+        redactor: Redactor | Callable[[str], str] | None = None,
         clock: Callable[[], float] = time.monotonic,
         log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES,
         egress: SessionEgress | None = None,
@@ -116,17 +97,29 @@ class SessionRunner:
         self.egress_interpreters = dict(egress_interpreters or {})
         self.session_timeout_seconds = session_timeout_seconds
         self.call_timeout_seconds = call_timeout_seconds
-        self.stdout_cap_bytes = stdout_cap_bytes
-        self.stderr_cap_bytes = stderr_cap_bytes
-        self.log_cap_bytes = max(log_cap_bytes, stdout_cap_bytes, stderr_cap_bytes)
-        self._head_limit = head_limit_bytes(stdout_cap_bytes, stderr_cap_bytes, self.log_cap_bytes)
-        self._clock = clock
-        self._redact = _redact_function(redactor)
         self.credentials = TenantCredentials(
             tenant_id=tenant_id,
             role_arn=runner_role_arn,
             interpreter_arns=tuple(allowed_interpreter_arns),
             call_timeout_seconds=call_timeout_seconds,
+        )
+        self.output = Output(
+            stdout_cap_bytes=stdout_cap_bytes,
+            stderr_cap_bytes=stderr_cap_bytes,
+            log_cap_bytes=log_cap_bytes,
+            redact=host_redactor(redactor),
+        )
+        self.invoker = Invoker(
+            tenant_id=tenant_id,
+            allowed_interpreter_ids=self.allowed_interpreter_ids,
+            credentials=self.credentials,
+            head_limit_bytes=self.output.head_limit_bytes,
+            clock=clock,
+        )
+        self.files = SessionFiles(
+            tenant_id=tenant_id,
+            allowed_interpreter_ids=self.allowed_interpreter_ids,
+            credentials=self.credentials,
         )
 
     # --- sessions -----------------------------------------------------------------------------
@@ -148,7 +141,7 @@ class SessionRunner:
         """
         from botocore.exceptions import BotoCoreError, ClientError
 
-        self._check_owned(interpreter_id)
+        self.invoker.check_owned(interpreter_id)
         control = self.credentials.control_client()
         start_name = session_name(name or f"sbx-{self.tenant_id}")
         request: dict[str, Any] = {
@@ -169,14 +162,14 @@ class SessionRunner:
                 failure_reason="start_failed:malformed_response",
             ) from None
         except ClientError as exc:
-            code, message = _client_error(exc)
+            code, message = client_error(exc)
             if code == "AccessDeniedException" and message.startswith(naming.REASON_ISOLATION_UNAVAILABLE):
-                # The local interpreter cannot isolate sessions here (SPEC §18): nothing was
+                # The local interpreter cannot isolate sessions here (docs/local-stack.md): nothing was
                 # created; the operator must install bubblewrap (the failure reason says how).
                 raise failure(
                     SandboxProvisioning,
                     ISOLATION_UNAVAILABLE,
-                    failure_reason=self._reason(f"start_refused:{code}:{message}"),
+                    failure_reason=self.output.reason(f"start_refused:{code}:{message}"),
                     reason=naming.REASON_ISOLATION_UNAVAILABLE,
                 ) from None
             if code in _NOT_READY_CODES or (
@@ -185,7 +178,7 @@ class SessionRunner:
                 raise failure(
                     SandboxProvisioning,
                     _PROVISIONING_MESSAGE,
-                    failure_reason=self._reason(f"start_refused:{code}:{message}"),
+                    failure_reason=self.output.reason(f"start_refused:{code}:{message}"),
                     reason="interpreter_not_ready",
                 ) from None
             if code not in _NOT_APPLIED_CODES:  # 5xx and unknown: the session may have been created
@@ -193,7 +186,7 @@ class SessionRunner:
             raise failure(
                 SandboxError,
                 "The code sandbox could not start a session; please try again.",
-                failure_reason=self._reason(f"start_failed:{code}:{message}"),
+                failure_reason=self.output.reason(f"start_failed:{code}:{message}"),
             ) from None
         except BotoCoreError as exc:  # timeouts, dropped connections: outcome unknown
             self._stop_orphans(interpreter_id, start_name)
@@ -281,7 +274,7 @@ class SessionRunner:
             )
             return True
         except ClientError as exc:
-            code, _ = _client_error(exc)
+            code, _ = client_error(exc)
             if code == "ResourceNotFoundException":  # already gone (reaped or stopped): nothing to do
                 logger.info(
                     "session already gone", extra={"session_id": session_id, "tenant_id": self.tenant_id}
@@ -320,70 +313,28 @@ class SessionRunner:
         deadline_seconds: float | None = None,
         language: str = commands.PYTHON,
     ) -> ExecutionResult:
-        """Run user code byte-exact in the session, for at most the per-call timeout — or less
-        when the caller has less time left (`deadline_seconds`, e.g. the Lambda's remaining time
-        minus what answering needs); either way an overrun is this call's `timeout`. The session
-        stops the code a little before that deadline, so that its output so far comes back with
-        the timeout: Python code through the cell runtime (`cells`), which keeps the session, and
-        with `language="bash"` a shell script (`commands`), with "javascript" / "typescript" a
-        Node.js program (`programs`), after which the session is reset.
-
-        Every outcome is a result, except two refusals in which the code certainly did not run:
-        CrossTenantInterpreter (before any AWS call) and SessionGone (AgentCore rejected the
-        invoke because the session no longer exists; dispatch starts a fresh one).
-        """
-        self._check_owned(interpreter_id)
+        """Run user code byte-exact in the session (`execution.run_code`), for at most the per-call
+        timeout — or less when the caller has less time left (`deadline_seconds`, e.g. the
+        Lambda's remaining time minus what answering needs); either way an overrun is this call's
+        `timeout`. Raises only CrossTenantInterpreter (before any AWS call) and SessionGone (the
+        session no longer exists; the code did not run)."""
         limit = (
             self.call_timeout_seconds
             if deadline_seconds is None
             else min(self.call_timeout_seconds, max(1.0, deadline_seconds))
         )
-        inner = commands.inner_deadline(limit)
-        if language == commands.BASH:
-            source = commands.command_source(code, inner)
-        elif language in programs.LANGUAGES:
-            source = programs.program_source(code, language, inner)
-        else:
-            source = cells.cell_source(code, inner)
-        call = self._invoke(interpreter_id, session_id, source, timeout_seconds=limit)
-        if call.api_error is not None and call.api_error.split(":", 1)[0] in SESSION_GONE_CODES:
-            raise SessionGone(session_id, self._reason(f"invoke_failed:{call.api_error}"))
-        # Stopped in the session at the inner deadline: a Python cell was interrupted there and
-        # its session carries on; a script or a Node.js program was killed, and its session is
-        # reset like after any timeout (docs/tool-surface.md).
-        kept = False
-        if not call.timed_out and commands.stopped_at_deadline(
-            call.outcome.exit_code, call.duration_ms, inner
-        ):
-            call = replace(call, timed_out=True)
-            kept = language == commands.PYTHON
-        outcome = call.outcome
-        verdict = call.classify(int(limit), session_kept=kept)
-        session_stopped = False
-        if (call.timed_out and not kept) or outcome.stream_error == PROTOCOL_ERROR:
-            # The code may still be running: stop it so it cannot outlive the call, and make
-            # the next call of the turn start (and announce) a fresh session. A stream that could
-            # not be read is a protocol error: nothing more of that session is trusted.
-            self.stop_session(interpreter_id, session_id)
-            session_stopped = True
-        return finish_classified(
-            self,
-            verdict,
-            stdout=outcome.stdout,
-            stderr=outcome.stderr,
-            exit_code=None if call.timed_out else outcome.exit_code,
-            duration_ms=call.duration_ms,
-            session_stopped=session_stopped,
-            stdout_cut=source_was_cut(outcome.stdout),
-            stderr_cut=source_was_cut(outcome.stderr),
+        return run_code(
+            self.invoker,
+            self.output,
+            self.stop_session,
+            interpreter_id,
+            session_id,
+            code,
+            limit_seconds=limit,
             language=language,
         )
 
-    # --- internals ----------------------------------------------------------------------------
-    def _check_owned(self, interpreter_id: str) -> None:
-        if interpreter_id not in self.allowed_interpreter_ids:
-            raise CrossTenantInterpreter("The code sandbox is not available for this request.")
-
+    # --- readiness ----------------------------------------------------------------------------
     def _check_readiness(self, interpreter_id: str, session_id: str, secret: str | None = None) -> None:
         """The readiness call (its preamble, and for an allowlist session with its proxy credential
         `secret`, the egress set-up and the bind); stops the session and raises unless it passed."""
@@ -399,7 +350,7 @@ class SessionRunner:
             )
         # The preamble is tiny: its own short deadline, so a hung readiness check cannot eat the
         # time the user's code (and the answer) need.
-        call = self._invoke(
+        call = self.invoker.invoke(
             interpreter_id,
             session_id,
             code,
@@ -426,7 +377,7 @@ class SessionRunner:
             return
         self.stop_session(interpreter_id, session_id)
         emit_metric(naming.METRIC_READINESS_FAILED)
-        reason = self._reason(f"readiness_check_failed:{problem}")
+        reason = self.output.reason(f"readiness_check_failed:{problem}")
         logger.warning(
             "readiness check failed; session stopped",
             extra={"session_id": session_id, "tenant_id": self.tenant_id, "failure_reason": reason},
@@ -434,74 +385,6 @@ class SessionRunner:
         raise failure(
             SandboxProvisioning, _READINESS_MESSAGE, failure_reason=reason, reason="readiness_check_failed"
         )
-
-    def _invoke(
-        self,
-        interpreter_id: str,
-        session_id: str,
-        code: str,
-        *,
-        timeout_seconds: float,
-        accumulator: StreamAccumulator | None = None,
-    ) -> _Invocation:
-        """One executeCode call under the runner's deadline.
-
-        The call runs on a daemon reader thread while this thread waits at most until the
-        deadline, wherever the reader is blocked (connect, headers, between events). On expiry
-        the caller stops the session, which ends the stream server-side; the reader's socket
-        read timeout (deadline + margin) bounds it in any case. The invoke client never retries.
-        """
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        accumulator = accumulator if accumulator is not None else StreamAccumulator(self._head_limit)
-        cancelled = threading.Event()
-        done = threading.Event()
-        api_error: list[str] = []
-        started = self._clock()
-        try:
-            client = self.credentials.invoke_client()
-        except SandboxError as exc:
-            api_error.append(getattr(exc, "failure_reason", "credentials_unavailable"))
-            done.set()
-            client = None
-
-        def read() -> None:
-            try:
-                answer = client.invoke_code_interpreter(
-                    codeInterpreterIdentifier=interpreter_id,
-                    sessionId=session_id,
-                    name=EXECUTE_CODE,
-                    arguments={"language": LANGUAGE, "code": code},
-                )
-                exact = _exact_byte_counts(answer)
-                if exact is not None:
-                    accumulator.count_exactly(*exact)
-                consume(answer["stream"], accumulator, cancelled=cancelled)
-            except ClientError as exc:
-                code_, message = _client_error(exc)
-                api_error.append(f"{code_}:{message}".rstrip(":"))
-            except BotoCoreError as exc:
-                api_error.append(type(exc).__name__)
-            except Exception as exc:  # noqa: BLE001 - the reader must end in `done`, whatever happens
-                api_error.append(f"unexpected:{type(exc).__name__}")
-            finally:
-                done.set()
-
-        if client is not None:
-            threading.Thread(target=read, name=f"sandbox-invoke-{session_id[:16]}", daemon=True).start()
-        finished = done.wait(timeout=timeout_seconds)
-        if not finished:
-            cancelled.set()
-        duration_ms = max(0, int(round((self._clock() - started) * 1000)))
-        return _Invocation(
-            outcome=accumulator.snapshot(),
-            timed_out=not finished,
-            api_error=api_error[0] if (finished and api_error) else None,
-            duration_ms=duration_ms,
-        )
-
-    def _reason(self, text: str) -> str:
-        return cut_utf8(self._redact(text), FAILURE_REASON_MAX_CHARS)
 
 
 def readiness_source(values: tuple[str, ...] = ()) -> str:
@@ -513,33 +396,3 @@ def readiness_source(values: tuple[str, ...] = ()) -> str:
     from sandbox_common.tools_protocol import installer_source
 
     return (preamble_source(values) if values else preamble_source()) + "\n" + installer_source()
-
-
-def _exact_byte_counts(answer: Any) -> tuple[int, int] | None:
-    """(stdout, stderr) bytes the code wrote, from the local interpreter's response headers."""
-    headers = answer.get("ResponseMetadata", {}).get("HTTPHeaders", {}) if isinstance(answer, dict) else {}
-    values = (headers.get(naming.LOCAL_STDOUT_BYTES_HEADER), headers.get(naming.LOCAL_STDERR_BYTES_HEADER))
-    if not all(isinstance(v, str) and v.isdigit() for v in values):
-        return None
-    return int(values[0]), int(values[1])  # type: ignore[arg-type]
-
-
-def _client_error(exc: Any) -> tuple[str, str]:
-    error = exc.response.get("Error", {}) if isinstance(getattr(exc, "response", None), dict) else {}
-    return str(error.get("Code") or "Unknown"), str(error.get("Message") or "")
-
-
-def _redact_function(redactor: Any) -> Callable[[str], str]:
-    """None → the catalogue; a Redactor → its redact (line-chunked unless it has registered
-    values, which may span lines); a plain callable is used as given."""
-    if redactor is None:
-        from sandbox_common.redaction.catalogue import redact
-
-        return functools.partial(redact_by_lines, redact=redact)
-    if callable(getattr(redactor, "redact", None)):
-        if getattr(redactor, "has_values", True):
-            return redactor.redact  # type: ignore[no-any-return]
-        return functools.partial(redact_by_lines, redact=redactor.redact)
-    if callable(redactor):
-        return redactor  # type: ignore[no-any-return]
-    raise TypeError("redactor must be None, a Redactor or a callable str -> str")

@@ -1,4 +1,4 @@
-"""Parsing the InvokeCodeInterpreter event stream (SPEC §6.3).
+"""Parsing the InvokeCodeInterpreter event stream.
 
 Each event is `{"result": {"content": [...], "structuredContent": {...}, "isError": bool}}` or a
 modeled exception, which botocore raises as `EventStreamError` while the stream is iterated.
@@ -30,11 +30,13 @@ class BoundedText:
 
     __slots__ = ("limit_bytes", "_head", "_tail", "total_bytes")
 
-    def __init__(self, limit_bytes: int) -> None:
+    def __init__(self, limit_bytes: int, *, head: bytes = b"", tail: str = "", total_bytes: int = 0) -> None:
+        """`head`, `tail`, `total_bytes`: a stream kept before (a paused tool-calling call keeps its
+        output between slices); cut to the limits."""
         self.limit_bytes = limit_bytes
-        self._head = bytearray()
-        self._tail = ""
-        self.total_bytes = 0
+        self._head = bytearray(head[:limit_bytes])
+        self._tail = tail[-TAIL_CHARS:]
+        self.total_bytes = int(total_bytes)
 
     def append(self, text: str) -> None:
         if not text:
@@ -55,11 +57,7 @@ class BoundedText:
     @classmethod
     def restore(cls, head: bytes, tail: str, total_bytes: int, limit_bytes: int) -> BoundedText:
         """A BoundedText from its parts (a paused tool-calling call keeps its output between slices)."""
-        bounded = cls(limit_bytes)
-        bounded._head = bytearray(head[:limit_bytes])
-        bounded._tail = tail[-TAIL_CHARS:]
-        bounded.total_bytes = int(total_bytes)
-        return bounded
+        return cls(limit_bytes, head=head, tail=tail, total_bytes=total_bytes)
 
     def extend(self, other: BoundedText) -> None:
         """Append another stream's text: head, tail and count as if it had been appended here."""
@@ -67,8 +65,8 @@ class BoundedText:
             return
         room = self.limit_bytes - len(self._head)
         if room > 0 and self.complete:
-            self._head += bytes(other._head[:room])
-        self._tail = (self._tail + other._tail)[-TAIL_CHARS:]
+            self._head += other.head_bytes[:room]
+        self._tail = (self._tail + other.tail)[-TAIL_CHARS:]
         self.total_bytes += other.total_bytes
 
     @property
@@ -123,7 +121,7 @@ class StreamAccumulator:
 
     def count_exactly(self, stdout_bytes: int, stderr_bytes: int) -> None:
         """The interpreter's own count of the bytes the code wrote (the local interpreter sends it,
-        SPEC §19: it keeps only a head of each stream); authoritative over the structured text."""
+        it keeps only a head of each stream); authoritative over the structured text."""
         with self._lock:
             self._exact = (stdout_bytes, stderr_bytes)
 

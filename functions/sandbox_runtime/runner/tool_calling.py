@@ -1,4 +1,4 @@
-"""Programmatic tool calling in the session runner (SPEC §15): run code that may call the
+"""Programmatic tool calling in the session runner (docs/tool-calling.md): run code that may call the
 agent's tools, pause at a tool call, resume in the same live session.
 
 One execute_code becomes a chain of *slices*, each one executeCode call on the session:
@@ -43,7 +43,7 @@ from sandbox_session.tools import STATE_BUSY, STATE_DONE
 
 from .classify import Classification
 from .errors import SessionGone
-from .finish import ExecutionResult, finish_classified, finish_run
+from .execution import ExecutionResult, Invocation
 from .output import REDACTION_MARGIN_BYTES
 from .session import READINESS_TIMEOUT_SECONDS, SessionRunner
 from .stream import BoundedText, StreamAccumulator, StreamOutcome
@@ -93,7 +93,7 @@ class PendingCall:
 
 @dataclass(frozen=True)
 class ToolCall:
-    """What the agent runtime must run: §15 `tool_call`."""
+    """What the agent runtime must run: the `tool_call` answer."""
 
     id: str
     name: str
@@ -266,8 +266,8 @@ class ToolsRunner:
         self.runner = runner
         self.limits = limits or ToolLimits()
         self._now_ms = wall_clock_ms or (lambda: int(time.time() * 1000))
-        self._stdout_limit = runner.stdout_cap_bytes + REDACTION_MARGIN_BYTES
-        self._stderr_limit = runner.stderr_cap_bytes + REDACTION_MARGIN_BYTES
+        self._stdout_limit = runner.output.stdout_cap_bytes + REDACTION_MARGIN_BYTES
+        self._stderr_limit = runner.output.stderr_cap_bytes + REDACTION_MARGIN_BYTES
 
     # --- the two entry points -----------------------------------------------------------------
     def execute(
@@ -284,7 +284,7 @@ class ToolsRunner:
 
         Raises only what SessionRunner.execute raises before code runs: CrossTenantInterpreter
         (before any AWS call) and SessionGone (the session no longer exists; start a fresh one)."""
-        self.runner._check_owned(interpreter_id)
+        self.runner.invoker.check_owned(interpreter_id)
         state = ToolCallState(
             interpreter_id=interpreter_id,
             session_id=session_id,
@@ -318,7 +318,7 @@ class ToolsRunner:
 
         A result over the size bound reaches the code as a ToolError; a wait beyond
         `limits.wait_seconds` ends the call as a timeout (session stopped, nothing sent)."""
-        self.runner._check_owned(state.interpreter_id)
+        self.runner.invoker.check_owned(state.interpreter_id)
         pending = state.pending
         if pending is None:
             raise ValueError("state has no pending tool call")
@@ -359,7 +359,7 @@ class ToolsRunner:
     ) -> Finished:
         """End a call whose tool result never came within the bound (or whose turn ended: `turn_ended`):
         stop the session unless told not to (`stop_session=False`: its turn's background jobs keep
-        it, SPEC §17); the call's result is a SandboxTimeout with the output the code produced before
+        it, docs/jobs.md); the call's result is a SandboxTimeout with the output the code produced before
         it paused."""
         now = self._now_ms() if now_ms is None else now_ms
         records = state.records
@@ -382,9 +382,9 @@ class ToolsRunner:
         )
 
     def refuse(self, state: ToolCallState, failure: SandboxFailure, *, stop_session: bool = True) -> Finished:
-        """End a paused call that may not go on (the kill switch, SPEC §22) with `failure` (its
-        class, message and failure_reason): the answered tool call is recorded as not delivered,
-        the session stopped unless told not to (its turn's background jobs keep it), the output
+        """End a paused call that may not go on (the kill switch, docs/circuit-breakers.md) with
+        `failure` (its class, message and failure_reason): the answered tool call is recorded as not
+        delivered, the session stopped unless told not to (its turn's background jobs keep it), the output
         so far kept."""
         records = state.records
         if state.pending is not None:
@@ -424,21 +424,21 @@ class ToolsRunner:
         budget = runner.call_timeout_seconds - state.running_ms / 1000
         limit = budget if deadline_seconds is None else min(budget, deadline_seconds)
         limit = max(1.0, limit)
-        accumulator = _MarkerAccumulator(runner._head_limit)
-        call = runner._invoke(
+        accumulator = _MarkerAccumulator(runner.invoker.head_limit_bytes)
+        call = runner.invoker.invoke(
             state.interpreter_id, state.session_id, source, timeout_seconds=limit, accumulator=accumulator
         )
         state = replace(state, running_ms=state.running_ms + call.duration_ms)
-        if call.api_error is not None and call.api_error.split(":", 1)[0] == "ResourceNotFoundException":
+        if call.session_gone:
             if first:  # nothing ran: the caller starts a fresh session, as for ordinary code
-                raise SessionGone(state.session_id, runner._reason(f"invoke_failed:{call.api_error}"))
+                raise SessionGone(state.session_id, runner.output.reason(f"invoke_failed:{call.api_error}"))
             return self._finish(
                 state,
                 exit_status="error",
                 exit_code=None,
                 error=SandboxError.__name__,
                 message=SESSION_LOST,
-                reason=runner._reason(f"session_lost:{call.api_error}"),
+                reason=runner.output.reason(f"session_lost:{call.api_error}"),
                 session_stopped=True,
             )
         outcome = call.outcome
@@ -475,7 +475,7 @@ class ToolsRunner:
 
     def _status(self, state: ToolCallState) -> RuntimeState | None:
         """The slice's marker did not arrive (output beyond what the interpreter returns): ask."""
-        call = self.runner._invoke(
+        call = self.runner.invoker.invoke(
             state.interpreter_id,
             state.session_id,
             STATUS_SOURCE,
@@ -504,7 +504,9 @@ class ToolsRunner:
             return "input_not_object"
         return None
 
-    def _final(self, state: ToolCallState, call: Any, limit: float, marker: RuntimeState | None) -> Finished:
+    def _final(
+        self, state: ToolCallState, call: Invocation, limit: float, marker: RuntimeState | None
+    ) -> Finished:
         runner = self.runner
         outcome = call.outcome
         verdict = call.classify(
@@ -542,9 +544,8 @@ class ToolsRunner:
         reason: str | None,
         session_stopped: bool,
     ) -> Finished:
-        """The call's end: the output of every slice, redacted as one text (finish_run)."""
-        result = finish_run(
-            self.runner,
+        """The call's end: the output of every slice, redacted as one text (`Output.finish`)."""
+        result = self.runner.output.finish(
             stdout=state.stdout,
             stderr=state.stderr,
             exit_status=exit_status,
@@ -560,8 +561,7 @@ class ToolsRunner:
     def _finish_classified(
         self, state: ToolCallState, verdict: Classification, *, exit_code: int | None, session_stopped: bool
     ) -> Finished:
-        result = finish_classified(
-            self.runner,
+        result = self.runner.output.finish_classified(
             verdict,
             stdout=state.stdout,
             stderr=state.stderr,

@@ -1,8 +1,8 @@
 """AgentCore Code Interpreter file tools, called through the tenant's session-runner credentials
-(SPEC §14): `writeFiles` for input files, `readFiles` for artifacts, and small `executeCode`
+(docs/files.md): `writeFiles` for input files, `readFiles` for artifacts, and small `executeCode`
 helpers whose answers travel in files (never in stdout, which the in-sandbox redactor rewrites).
 
-Same two locks as the session runner (§6.4): the interpreter id is checked against the tenant's
+Same two locks as the session runner: the interpreter id is checked against the tenant's
 own list before any AWS call, and every call uses the tenant's runner credentials.
 """
 
@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from .credentials import TenantCredentials
 from .errors import CrossTenantInterpreter
 
 WRITE_FILES = "writeFiles"
@@ -59,7 +60,9 @@ class ToolAnswer:
 class SessionFiles:
     """File tools on one tenant's sessions. `credentials` is the runner's TenantCredentials."""
 
-    def __init__(self, *, tenant_id: str, allowed_interpreter_ids: frozenset[str], credentials: Any) -> None:
+    def __init__(
+        self, *, tenant_id: str, allowed_interpreter_ids: frozenset[str], credentials: TenantCredentials
+    ) -> None:
         self.tenant_id = tenant_id
         self.allowed_interpreter_ids = allowed_interpreter_ids
         self.credentials = credentials

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from dispatch.files.flow import INPUTS_FAILED_MESSAGE
+from dispatch.sessions.inputs import INPUTS_FAILED_MESSAGE
 from sandbox_common import aws, limits
 from sandbox_common import naming as n
 

@@ -476,7 +476,9 @@ def test_job_actions_pending_jobs_lists_running_ones(env):
         records.append(record)
     wait_until_done_in_session(env["runner"], env["session"], records[1])
     # When end_turn asks for pending jobs
-    pending = job_actions.pending_jobs("acme", "turn-1", env["deps"])
+    from sandbox_runtime.job_end import pending_jobs
+
+    pending = pending_jobs("acme", "turn-1", env["deps"])
     # Then only the running one is pending; the finished one was ended (and audited) on the way
     assert pending == [records[0].job_id]
     assert env["store"].get(records[1].job_id).state == "completed"

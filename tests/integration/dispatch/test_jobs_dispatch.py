@@ -178,7 +178,7 @@ def test_jobs_timeout_s_without_background_refused(stack: Stack) -> None:
 
 
 def test_jobs_submit_refused_by_quota_releases_its_slot_and_is_audited(stack: Stack) -> None:
-    from dispatch import steps
+    from dispatch import parts
 
     # Given a tenant whose daily cap is used up
     stack.set_cap(dimensions.TENANT_DAILY.name, 0, tenant_id="acme")
@@ -188,7 +188,7 @@ def test_jobs_submit_refused_by_quota_releases_its_slot_and_is_audited(stack: St
     assert refused["ok"] is False and refused["error"] == "SandboxCapExceeded"
     rows = stack.audit_rows("acme")
     assert len(rows) == 1 and rows[0]["failure_reason"].startswith("cap_exceeded")
-    turn_jobs = steps.current().jobs.store.turn_jobs("acme", "turn-1")
+    turn_jobs = parts.built().jobs.store.turn_jobs("acme", "turn-1")
     assert (turn_jobs.running, turn_jobs.open_jobs) == (0, ())
 
 
@@ -232,12 +232,11 @@ def test_jobs_token_checked_against_the_hash_kept_on_the_job_and_older_items_rea
     import hashlib
 
     from dispatch import parts as dependencies
-    from dispatch import steps
     from sandbox_common import aws, messages
 
     # Given a running job of turn-1 (bound to its token)
     submitted = stack.dispatch(job("h1", "import time\ntime.sleep(2)\nprint('hashed')"))
-    store = steps.current().jobs.store
+    store = dependencies.built().jobs.store
     token = turn_token_for("acme", "turn-1")
     # Then the job item keeps the turn's token hash, the very one the turn item holds
     turn = dependencies.built().turns.get("acme", "turn-1")

@@ -1,4 +1,4 @@
-"""Background jobs with dispatch's own parts (job_deps_for): the reaper's finish_due_jobs ends a
+"""Background jobs with dispatch's own parts (`Parts.jobs`): the reaper's finish_due_jobs ends a
 job nobody polls, with the tenant's runner and dispatch's audit writer, on the real local stack."""
 
 from __future__ import annotations
@@ -12,13 +12,12 @@ from .conftest import Stack, event
 def test_jobs_reaper_ends_an_unpolled_job_with_one_audit_row(stack: Stack) -> None:
     from dispatch import parts as dependencies
     from dispatch.jobs import actions as job_actions
-    from dispatch.jobs.deps import job_deps_for
     from sandbox_runtime import job_end as job_flow
 
     # Given a turn with a live session and a job launched in it that nobody polls
     first = stack.dispatch(event(call_id="c1", code="x = 1"))
     assert first["ok"] is True
-    deps = job_deps_for(dependencies.built())
+    deps = dependencies.built().jobs
     req = SimpleNamespace(
         tenant_id="acme",
         agent_id="agent-7",

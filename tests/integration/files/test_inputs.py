@@ -13,7 +13,7 @@ from typing import Any
 
 import boto3
 import pytest
-from dispatch.files.inputs import ANSWER_PATH, InputsFailed, copy_source, write_inputs
+from dispatch.sessions.inputs import ANSWER_PATH, InputsFailed, copy_source, write_inputs
 from sandbox_common.files import InputFile
 from sandbox_runtime.runner.tools import SessionFiles
 

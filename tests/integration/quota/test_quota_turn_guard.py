@@ -268,6 +268,6 @@ def test_turn_guard_conflict_retry_is_reported(guarded, inject_error):
 
 
 def test_marker_ttl_equals_idempotency_record_ttl():
-    from dispatch.idempotency import RECORD_TTL_SECONDS
+    from dispatch.idempotency.store import RECORD_TTL_SECONDS
 
     assert limits.QUOTA_MARKER_TTL_SECONDS == RECORD_TTL_SECONDS

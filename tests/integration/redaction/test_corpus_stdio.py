@@ -14,7 +14,7 @@ import sys
 
 import pytest
 from sandbox_common.redaction.stdio import preamble_source
-from sandbox_runtime.runner.session import _redact_function
+from sandbox_runtime.runner.execution import host_redactor
 
 from tests.support.redaction_corpus import corpus, leaks
 
@@ -56,5 +56,5 @@ def test_layer1_stdio_redactor_leaves_no_token_of_the_corpus(chunk, tmp_path):
     assert sorted(outputs) == list(range(len(CASES)))
     assert leaks(outputs, CASES) == []
     # and the stream wrote exactly what redacting each whole text gives (no over-redaction)
-    redact = _redact_function(None)
+    redact = host_redactor(None)
     assert [c.name for i, c in enumerate(CASES) if outputs[i] != redact(c.text)] == []

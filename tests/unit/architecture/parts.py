@@ -131,10 +131,11 @@ THIRD_PARTY_ALLOWED: dict[str, frozenset[str]] = {
 # another module of ours, its own package's included.
 STANDALONE = (SESSION_RUNTIME,)
 
-# Inside dispatch: the capability packages. One reaches another only through the step API
-# (`dispatch.steps`) and the other's store (its `store` module: the data access); the step API,
-# the routes and the container's parts may use any of them.
+# Inside dispatch: the capability packages. Each holds its stages of a call; one reaches another
+# only through the call's state (`dispatch.call`) and the other's store (its `store` module: the
+# data access); the lines (`dispatch.line`), the routes and the container's parts may use any.
 DISPATCH_CAPABILITIES: tuple[str, ...] = tuple(
-    f"dispatch.{c}" for c in ("turns", "quota", "sessions", "files", "tools", "jobs")
+    f"dispatch.{c}"
+    for c in ("idempotency", "turns", "preflight", "quota", "sessions", "files", "tools", "jobs")
 )
 CAPABILITY_STORE = "store"

@@ -157,7 +157,7 @@ def test_import_graph_of_the_project_has_no_cycle() -> None:
     graph = import_graph(modules)
     # Then the graph is real (the dispatch handler reaches its logic) and acyclic
     assert "dispatch.routes" in graph["dispatch.handler"]
-    assert "dispatch.steps" in graph["dispatch.routes"]
+    assert "dispatch.line" in graph["dispatch.routes"]
     assert len(modules) > 80
     assert cycles(graph) == []
 
@@ -233,7 +233,8 @@ def capability_of(name: str) -> str | None:
 
 def capability_violations(modules: dict[str, Path]) -> list[str]:
     """One line per import from one dispatch capability package into another's modules other than
-    its store (they meet through dispatch.steps and the stores)."""
+    its store (they meet on the call's state, dispatch.call, in the lines that nest their stages,
+    dispatch.line, and through the stores)."""
     problems = []
     for name, path in sorted(modules.items()):
         own = capability_of(name)
@@ -262,6 +263,50 @@ def private_name_violations(modules: dict[str, Path]) -> list[str]:
             ours = owner in modules or part_of(owner) not in (None, p.TESTS)
             if private and ours and owner != name:
                 problems.append(f"{name} imports {imported}: a private name of {owner}")
+    return problems
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def defined_private_names(tree: ast.AST) -> frozenset[str]:
+    """The private names a module defines: its functions, classes, names and parameters, and the
+    attributes it sets (`self._x = ...`, `obj._x = ...`)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+    return frozenset(n for n in names if _private(n))
+
+
+def private_attribute_violations(modules: dict[str, Path]) -> list[str]:
+    """One line per read of `obj._name` (obj not `self` or `cls`) where `_name` is a private name
+    another module of ours defines and this one does not: reaching into another module's object
+    (`runner._redact`) instead of a public name on it. A private name no module of ours defines
+    (a third-party or standard-library one) is not ours to judge here."""
+    defined = {name: defined_private_names(_tree(path)) for name, path in modules.items()}
+    owners: dict[str, list[str]] = {}
+    for name, privates in sorted(defined.items()):
+        for private in privates:
+            owners.setdefault(private, []).append(name)
+    problems = []
+    for name, path in sorted(modules.items()):
+        for node in ast.walk(_tree(path)):
+            if not (isinstance(node, ast.Attribute) and _private(node.attr)):
+                continue
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                continue
+            if node.attr in defined[name] or node.attr not in owners:
+                continue
+            where = ", ".join(owners[node.attr])
+            problems.append(f"{name} reads {ast.unparse(node)}: a private name of {where}")
     return problems
 
 
@@ -299,10 +344,11 @@ def test_import_graph_of_the_project_keeps_to_the_parts_table() -> None:
     assert layering_violations(modules) == []
 
 
-def test_import_graph_capabilities_meet_only_through_the_steps_and_stores() -> None:
+def test_import_graph_capabilities_meet_only_on_the_call_and_through_stores() -> None:
     # Given every module of the project
     modules = project_modules()
-    # Then the capability packages are there and reach each other only through steps and stores
+    # Then the capability packages are there and reach each other only through the call's state,
+    # the lines and the stores
     assert {capability_of(m) for m in modules} >= set(p.DISPATCH_CAPABILITIES)
     assert capability_violations(modules) == []
 
@@ -313,6 +359,14 @@ def test_import_graph_no_module_imports_another_modules_private_name() -> None:
     modules["app"] = ROOT / "app.py"
     # Then none imports a private name of another
     assert private_name_violations(modules) == []
+
+
+def test_import_graph_no_module_reads_a_private_attribute_of_another_modules_object() -> None:
+    # Given the project's modules and the App (the tests may reach into what they test)
+    modules = project_modules()
+    modules["app"] = ROOT / "app.py"
+    # Then none reads `obj._name` where `_name` is another module's private name
+    assert private_attribute_violations(modules) == []
 
 
 def _fake_tree(tmp_path: Path, files: dict[str, str]) -> dict[str, Path]:
@@ -567,11 +621,18 @@ DISPATCH_VIOLATIONS = [
         "dispatch.tools.a imports dispatch.turns.store._key: a private name of dispatch.turns.store",
     ),
     (
+        "no module reads a private attribute of another module's object",
+        private_attribute_violations,
+        "dispatch/tools/a.py",
+        "from dispatch.turns import store\n\n\ndef f(x):\n    x._own = 1\n    return store._key(), x._own\n",
+        "dispatch.tools.a reads store._key: a private name of dispatch.turns.store",
+    ),
+    (
         "no module imports a private module of another",
         private_name_violations,
-        "dispatch/steps.py",
+        "dispatch/line.py",
         "import sandbox_runtime._hidden\n",
-        "dispatch.steps imports sandbox_runtime._hidden: a private name of sandbox_runtime",
+        "dispatch.line imports sandbox_runtime._hidden: a private name of sandbox_runtime",
     ),
 ]
 
@@ -584,16 +645,16 @@ DISPATCH_VIOLATIONS = [
 def test_dispatch_rules_catch_a_broken_rule(
     tmp_path: Path, rule: str, check: Any, path: str, source: str, violation: str
 ) -> None:
-    # Given a tiny tree: allowed meetings (steps, another capability's store, its own modules, a
-    # dunder name) and one file that breaks the rule
+    # Given a tiny tree: allowed meetings (the call's state, another capability's store, its own
+    # modules, a dunder name) and one file that breaks the rule
     allowed = {
         "dispatch/__init__.py": "",
-        "dispatch/steps.py": "",
+        "dispatch/call.py": "",
         "dispatch/turns/__init__.py": "",
         "dispatch/turns/flow.py": "def claim(): pass\n",
         "dispatch/turns/store.py": "def _key(): pass\n",
         "dispatch/sessions/__init__.py": "",
-        "dispatch/sessions/flow.py": "from dispatch.turns.store import Turn\nfrom dispatch import steps\n",
+        "dispatch/sessions/flow.py": "from dispatch.turns.store import Turn\nfrom dispatch import call\n",
         "dispatch/jobs/__init__.py": "",
         "dispatch/jobs/flow.py": "from dispatch.turns import store\nfrom dispatch.jobs import b\n",
         "dispatch/jobs/b.py": "from dispatch.turns.store import __doc__\n",

@@ -137,7 +137,7 @@ def test_every_row_carries_egress(environment: str | None, mode: str) -> None:
 
 def test_an_egress_cap_refusal_after_the_code_ran_fails_the_answer_and_keeps_the_output() -> None:
     # Given code that ran fine, and then the egress cap's refusal
-    from sandbox_runtime.runner.finish import ExecutionResult
+    from sandbox_runtime.runner import ExecutionResult
 
     outcome = _outcome("default-allowlist")
     result = ExecutionResult(

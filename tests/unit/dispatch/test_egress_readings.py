@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from dispatch.parallel import pool
 from dispatch.sessions import egress
 from dispatch.turns.store import Turn
 from sandbox_common import aws
@@ -25,6 +26,8 @@ from infra.local.resources import create_table_request
 
 STAGE = "test"
 INTERPRETERS = {"default-public": "sbx_pub", "default-allowlist": "sbx_alw"}
+
+POOL = pool()  # the process's pool, as dispatch sends ahead on it
 
 
 @pytest.fixture
@@ -128,7 +131,7 @@ def test_the_row_gets_the_difference_and_the_egress_cap_refuses_the_answer(
     outcome = _outcome()
     outcome.egress_baseline = Baseline("s1", Counters(allowed=2, denied=2, bytes_out=100, bytes_in=1000))
     # When the end reading goes out beside the artifacts and is settled
-    reading = egress.settle(outcome, egress.start_after(store, outcome))
+    reading = egress.settle(outcome, egress.start_after(store, outcome, POOL))
     for item in egress.attributed_items(store, outcome, reading, 900):  # what the record carries
         aws.client("dynamodb").put_item(**item["Put"])
     # Then the row's egress is the difference, and the answer is the cap refusal naming it
@@ -165,13 +168,13 @@ def test_a_public_call_reads_nothing_and_an_unreadable_end_leaves_zeros(
     parts: tuple[EgressStore, PreflightReader],
 ) -> None:
     store, _ = parts
-    assert egress.start_after(store, _outcome(environment="default-public")) is None
-    assert egress.start_after(store, _outcome(session_id=None)) is None
+    assert egress.start_after(store, _outcome(environment="default-public"), POOL) is None
+    assert egress.start_after(store, _outcome(session_id=None), POOL) is None
     # Given a table that cannot be read at the end
     outcome = _outcome()
     broken = EgressStore(table_name="no-such-table", ddb=aws.client("dynamodb"))
     # When settled / Then the call keeps its answer and its row says zeros
-    assert egress.settle(outcome, egress.start_after(broken, outcome)) is None
+    assert egress.settle(outcome, egress.start_after(broken, outcome, POOL)) is None
     assert egress.attributed_items(broken, outcome, None, 900) == []
     assert outcome.egress is None and outcome.failure is None
     assert outcome.finish().audit_row(30)[n.AUDIT_ATTR_EGRESS]["allowed"] == 0

@@ -1,15 +1,16 @@
-"""dispatch.quota_flow against a real HTTP Lambda Invoke endpoint answering as the quota Lambda
+"""dispatch.quota.flow against a real HTTP Lambda Invoke endpoint answering as the quota Lambda
 does (the answers' shapes are pinned against moto in tests/integration/quota/test_quota_turn_guard.py)."""
 
 from __future__ import annotations
 
 import json
+from concurrent.futures import Future
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from dispatch.quota import client as quota_client
-from dispatch.quota.flow import QuotaCheck
+from dispatch.quota.flow import decide, settle, speculate
 from sandbox_common import naming as n
 from sandbox_common.retries import RetryLog
 
@@ -34,14 +35,24 @@ def _scripted(answers: list[dict[str, Any]], seen: list[dict[str, Any]]) -> Any:
     return answer
 
 
-def _dispatcher(ready: bool = True) -> Any:
-    pf = SimpleNamespace(status="ready" if ready else "disabled")
+def _dispatcher() -> Any:
     return SimpleNamespace(
         quota=quota_client.check_quota,
         settings=SimpleNamespace(quota_function_name="quota-fn", require_turn_token=True),
         accounting=SimpleNamespace(needs_count=lambda tenant: False),
-        preflight=SimpleNamespace(cached=lambda tenant, template: pf),
     )
+
+
+def _cached(ready: bool = True) -> Any:
+    """The pre-flight decision cached when the call started."""
+    return SimpleNamespace(status="ready" if ready else "disabled")
+
+
+def _ahead(req: Any = REQ, ready: bool = True) -> Future[Any]:
+    """The speculative check as the call sends it ahead (run here: its result in the Future)."""
+    sent: Future[Any] = Future()
+    sent.set_result(speculate(_dispatcher(), req, _cached(ready)))
+    return sent
 
 
 def test_quota_flow_conflict_retries_become_visible_events(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -49,10 +60,10 @@ def test_quota_flow_conflict_retries_become_visible_events(monkeypatch: pytest.M
     seen: list[dict[str, Any]] = []
     with http_endpoint(_scripted([{"ok": True, "retries": 2}], seen)) as endpoint:
         monkeypatch.setenv("AWS_ENDPOINT_URL_LAMBDA", endpoint)
-        check = QuotaCheck.start(_dispatcher(), REQ)
+        check = _ahead()
         log = RetryLog()
-        # When the call reaches its quota step
-        decision = check.decide(log)
+        # When the call reaches its quota stage
+        decision = decide(_dispatcher(), REQ, check, log)
     # Then the check was sent turn-guarded with the call_id, and the 2 retries are events
     assert decision.allowed and seen[0]["call_id"] == "c1" and seen[0]["turn"]["turn_id"] == "turn-1"
     assert [(e["reason"], e["attempt"]) for e in log.response_fields()["events"]] == [
@@ -68,36 +79,32 @@ def test_quota_flow_turn_refused_falls_back_to_the_sequential_check(monkeypatch:
     answers = [{"ok": False, "turn_refused": True, "turn_exists": False}, {"ok": True}]
     with http_endpoint(_scripted(answers, seen)) as endpoint:
         monkeypatch.setenv("AWS_ENDPOINT_URL_LAMBDA", endpoint)
-        check = QuotaCheck.start(_dispatcher(), REQ)
-        # When the call reaches its quota step (the turn now exists)
-        decision = check.decide()
-        check.settle()
+        check = _ahead()
+        # When the call reaches its quota stage (the turn now exists)
+        decision = decide(_dispatcher(), REQ, check, RetryLog())
     # Then a second, unguarded check with the same call_id decided, and nothing was released
     assert decision.allowed
     assert [("turn" in s, s["call_id"]) for s in seen] == [(True, "c1"), (False, "c1")]
 
 
 @pytest.mark.parametrize(
-    ("entered", "replayed", "released"),
-    [(True, False, True), (False, True, False), (False, False, False)],
-    ids=["refused-before-quota", "replayed-answer", "still-running"],
+    ("entered", "unclaimed", "released"),
+    [(True, False, True), (False, True, True), (False, False, False)],
+    ids=["refused-before-quota", "store-unreachable", "replayed-or-still-running"],
 )
 def test_quota_flow_settle_releases_only_a_count_the_call_will_not_use(
-    monkeypatch: pytest.MonkeyPatch, entered: bool, replayed: bool, released: bool
+    monkeypatch: pytest.MonkeyPatch, entered: bool, unclaimed: bool, released: bool
 ) -> None:
     # Given a speculative check that counted, and a call that never reached its quota step
     seen: list[dict[str, Any]] = []
     with http_endpoint(_scripted([{"ok": True}, {"ok": True, "released": True}], seen)) as endpoint:
         monkeypatch.setenv("AWS_ENDPOINT_URL_LAMBDA", endpoint)
-        check = QuotaCheck.start(_dispatcher(), REQ)
-        if entered:
-            check.entered()
-        if replayed:
-            check.answered()
-        # When the invocation ends
-        check.settle()
+        check = _ahead()
+        # When the invocation ends before its quota stage
+        settle(_dispatcher(), REQ, check, entered=entered, unclaimed=unclaimed)
     # Then the count is released only when this attempt ran the function and stopped before its
-    # quota step: a replayed answer or a still-running original may have run under this count
+    # quota stage, or the store refused the call: a replayed answer or a still-running original
+    # may have run under this count
     assert [s.get("release", False) for s in seen] == [False, True][: 1 + released]
 
 
@@ -115,6 +122,6 @@ def test_quota_flow_sends_nothing_ahead_when_not_eligible(monkeypatch: pytest.Mo
     with http_endpoint(_scripted([], seen)) as endpoint:
         monkeypatch.setenv("AWS_ENDPOINT_URL_LAMBDA", endpoint)
         # When its quota check is started / Then nothing is sent ahead
-        check = QuotaCheck.start(_dispatcher(ready=case != "not-ready"), req)
-        check.settle()
-    assert check.speculative is False and seen == []
+        check = _ahead(req, ready=case != "not-ready")
+        settle(_dispatcher(), req, check, entered=True, unclaimed=False)
+    assert check.result() is None and seen == []

@@ -90,3 +90,21 @@ def test_first_public_refuses_a_name_if_any_answer_is_not_public() -> None:
 def test_head_size_counts_line_and_headers() -> None:
     size = checks.head_size("GET", "/x", [(b"Host", b"a.example.com"), (b"X", b"y" * 100)])
     assert size == len("GET /x HTTP/1.1\r\n") + 2 + len("Host: a.example.com\r\n") + len("X: ") + 100 + 2
+
+
+@pytest.mark.parametrize(
+    ("value", "one_line"),
+    [
+        ("Bearer tok-123", True),
+        ("Bearer\ttok-123", True),
+        ("tok\r\nX-Injected: yes", False),
+        ("tok\nsecond", False),
+        ("tok\rsecond", False),
+        ("tok\0", False),
+        ("tok\x7f", False),
+        ("tok\u2028second", False),
+        ("tok\x85second", False),
+    ],
+)
+def test_is_header_value_refuses_what_would_split_a_header_line(value: str, one_line: bool) -> None:
+    assert checks.is_header_value(value) is one_line

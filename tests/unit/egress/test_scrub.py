@@ -41,3 +41,27 @@ def test_scrubber_replaces_short_values_too_and_leaves_other_text() -> None:
 def test_scrubber_replaces_the_longest_form_first() -> None:
     scrubber = Scrubber(["Bearer tok-1234567890", "tok-1234567890"])
     assert scrubber.text("Authorization: Bearer tok-1234567890") == ("Authorization: <redacted>", 1)
+
+
+def test_scrubber_replaces_the_forms_an_echoing_server_produces_next() -> None:
+    # Given a secret, When a server echoes it as upper-case hex, UTF-16 or inside a longer base64
+    # text (at each of the three alignments a prefix can give it)
+    secret = "tok-RED-0123456789abcdef"
+    scrubber = Scrubber([secret])
+    echoes = [
+        secret.encode().hex().upper().encode(),
+        secret.encode("utf-16-le"),
+        secret.encode("utf-16-be"),
+        *(base64.b64encode(prefix + secret.encode()) for prefix in (b"", b"x", b"xy", b"xyz")),
+        *(base64.urlsafe_b64encode(prefix + secret.encode()) for prefix in (b"x", b"xy")),
+    ]
+    # Then each is scrubbed
+    for echo in echoes:
+        out, count = scrubber.bytes(echo)
+        assert count >= 1, echo
+        assert secret.encode() not in out
+
+
+def test_scrubber_leaves_a_base64_text_without_the_secret() -> None:
+    text = base64.b64encode(b"x" * 200)
+    assert Scrubber(["tok-RED-0123456789abcdef"]).bytes(text) == (text, 0)

@@ -1,6 +1,6 @@
 """Host-side redaction of artifacts: text artifacts are redacted exactly as the
 catalogue redacts the whole decoded text, computed on the bytes part by part as they arrive
-(`_Assembly`); text that is not UTF-8 (single-byte encodings, invalid bytes, a UTF-16/32
+(`Assembly`); text that is not UTF-8 (single-byte encodings, invalid bytes, a UTF-16/32
 byte-order mark) is redacted too; binary is stored byte-exact."""
 
 from __future__ import annotations
@@ -12,14 +12,9 @@ import zlib
 
 import pytest
 from sandbox_common.redaction.catalogue import REPLACEMENT, redact
-from sandbox_runtime.artifacts import (
-    CHUNK_BYTES,
-    PNG_SIGNATURE,
-    READ_BATCH_BYTES,
-    _Assembly,
-    _read_artifact,
-    redact_artifact,
-)
+from sandbox_runtime.artifacts import CHUNK_BYTES, PNG_SIGNATURE, READ_BATCH_BYTES, redact_artifact
+from sandbox_runtime.artifacts.collect import _read_artifact
+from sandbox_runtime.artifacts.redact import Assembly
 from sandbox_runtime.runner.tools import ToolFailed
 
 from tests.benchmarks.test_host_redaction import TOKENS, realistic_stdout
@@ -34,7 +29,7 @@ def chunk(request: pytest.FixtureRequest) -> int | None:
 def assemble(data: bytes, block: int | None) -> tuple[bytes, bool]:
     if block is None:
         return redact_artifact(data)
-    assembly = _Assembly()
+    assembly = Assembly()
     for start in range(0, len(data), block):
         assembly.feed(data[start : start + block])
     assert assembly.size == len(data) and assembly.sha256 == hashlib.sha256(data).hexdigest()
@@ -155,7 +150,7 @@ def test_assembly_cut_character_followed_by_an_ascii_part_is_binary() -> None:
     # Given a character's lead byte ending one part, an ASCII part, then a continuation byte:
     # skipping the ASCII part's check would join the lead and the continuation into a valid "é"
     parts = [TOKENS[0].encode() + b" x\xc3", b"abc\n", b"\xa9 y\n"]
-    assembly = _Assembly()
+    assembly = Assembly()
     for part in parts:
         assembly.feed(part)
     # When finished / Then it is not UTF-8 (never joined into a valid "é"), and redacted on its bytes

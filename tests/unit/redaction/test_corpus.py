@@ -24,7 +24,7 @@ from sandbox_common.redaction.cloudwatch import (
     filter_pattern_matches,
     subscription_filter_pattern,
 )
-from sandbox_runtime.runner.session import _redact_function
+from sandbox_runtime.runner.execution import host_redactor
 
 from tests.support.redaction_corpus import CONTEXTS, LENGTHS, corpus, leak, leaks, mask
 
@@ -50,7 +50,7 @@ def test_corpus_leak_check_flags_a_surviving_fragment():
 
 def test_layer2_host_redaction_leaves_no_token_of_the_corpus():
     # Given the session runner's redaction (the catalogue, line-chunked)
-    redact = _redact_function(None)
+    redact = host_redactor(None)
     # When every case is redacted
     outputs = {i: redact(case.text) for i, case in enumerate(CASES)}
     # Then nothing survives

@@ -150,7 +150,7 @@ def _redacting_like(stream: Any, sink: _Sink) -> Any:
     target = _SinkText(sink)
     if getattr(stream, "_sbx_redacting", False):
         try:
-            return type(stream)(target, stream._cat, stream._redactor)
+            return stream.redirected(target)
         except Exception:
             pass
     return target

@@ -1,7 +1,7 @@
 """One execute_code call's outcome, and every view of it (the response, the audit row, the
 `execute_code` log event, the metrics, the chunked output logs).
 
-Dispatch fills an `Outcome` while the call runs (the steps of `dispatch.service`) and renders it
+Dispatch fills an `Outcome` while the call runs (the stages of `dispatch.line`) and renders it
 once at the end; the interrupted-call sweep (`sandbox_runtime.interrupted`, for a retry or the reaper)
 builds one too, so a row has one shape whoever writes it.
 

@@ -15,7 +15,8 @@ which starts the job itself as
 
 with the job's stdout/stderr going to files in the job dir. The `run` process installs the
 in-sandbox stdio redactor (redaction's layer 1; the job is a new process, the kernel's redactor does
-not reach it) and refuses to run the code when it cannot, then runs the code byte-exact from
+not reach it), with the turn's registered values and the session's own egress proxy credential
+from its environment, and refuses to run the code when it cannot, then runs the code byte-exact from
 `code.py`. The supervisor enforces `timeout_s` with its own clock — no Lambda needs to be alive.
 A shell script or Node.js program is stopped at that deadline by the `run` process itself (told it
 in SANDBOX_JOB_DEADLINE), which relays and flushes what the program wrote before, so a job that
@@ -56,6 +57,7 @@ import subprocess
 import sys
 import time
 import traceback
+import urllib.parse
 
 STATE_FILE = "state.json"
 SPEC_FILE = "job.json"
@@ -388,9 +390,25 @@ def _until_deadline():
         return None
 
 
+def _proxy_secrets():
+    """The secret of the session's own egress proxy credential, as the environment this process
+    inherits carries it (an allowlist session's HTTPS_PROXY, `http://SESSION_ID:SECRET@HOST:PORT`):
+    the readiness call registered it with the kernel's redactor only, and no submit knows it."""
+    found = []
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
+        try:
+            secret = urllib.parse.urlsplit(os.environ.get(name, "")).password
+        except ValueError:
+            continue
+        if secret:
+            found += [secret, urllib.parse.unquote(secret)]
+    return tuple(dict.fromkeys(found))
+
+
 def run(job_dir):
     spec = read_json(os.path.join(job_dir, SPEC_FILE)) or {}
-    if not _install_redactor(os.path.dirname(job_dir), tuple(spec.get("values") or ())):
+    values = (*(spec.get("values") or ()), *_proxy_secrets())
+    if not _install_redactor(os.path.dirname(job_dir), values):
         os.write(2, b"The job was not run: the output redactor could not be installed.\n")
         return REDACTOR_UNAVAILABLE_EXIT_CODE
     if spec.get("language") == BASH:  # a shell script: bash's output through the redactor just installed

@@ -333,6 +333,10 @@ class RedactingStream:
     def seekable(self):
         return False
 
+    def redirected(self, out):
+        """A stream into `out` that redacts exactly as this one does (its catalogue and values)."""
+        return type(self)(out, self._cat, self._redactor)
+
     def __getattr__(self, name):
         return getattr(self._out, name)
 

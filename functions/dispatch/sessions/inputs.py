@@ -1,4 +1,4 @@
-"""Files in (SPEC §14.1): write a call's input files into the session before the user code.
+"""Files in: a call's input files written into its session before the user code.
 
 Inline files go in with one `writeFiles` call (binary-safe blobs). `s3_uri` files are copied
 *inside the session* by a helper snippet that uses the interpreter's execution role (boto3's
@@ -9,8 +9,10 @@ role can reach nothing else. The snippet refuses an object over 100 MiB before d
 When S3 refuses an object (HEAD answers 403 or 404), the snippet answers the error's code and
 the call fails as `inputs:s3:<code>` (`inputs:s3:AccessDenied`, `inputs:s3:NoSuchKey`).
 
-One entry point: `write_inputs(files, interpreter_id, session_id, inputs) -> list[record]`, the
-records being the audit row's `input_files` (path, bytes, sha256).
+`place_inputs(runner, interpreter_id, session_id, request)` places them (the session stage calls it
+after the session is there, before the code: on failure the code must not run — SandboxError,
+failure_reason `inputs:...`) and returns the audit row's `input_files` (path, bytes, sha256);
+`write_inputs` is the placing itself.
 """
 
 from __future__ import annotations
@@ -20,10 +22,16 @@ import re
 from typing import Any
 
 from sandbox_common import limits
+from sandbox_common.errors import SandboxError
 from sandbox_common.files import InputFile, input_record, parse_s3_uri
+from sandbox_common.models import ExecuteCodeRequest
+from sandbox_runtime.runner import SessionRunner
 from sandbox_runtime.runner.tools import SessionFiles, ToolFailed
 
 ANSWER_PATH = ".sandbox/inputs.json"
+INPUTS_FAILED_MESSAGE = (
+    "The input files could not be placed in the sandbox, so no code was run; please check them and try again."
+)
 S3_ERROR_CODE = re.compile(r"[A-Za-z0-9]{1,64}")  # AccessDenied, NoSuchKey, ...: no free text
 
 _COPY_SOURCE = r"""
@@ -103,3 +111,14 @@ def write_inputs(
     except (KeyError, TypeError, ValueError):
         raise InputsFailed("inputs:malformed_answer") from None
     return [records[f.path] for f in inputs if f.path in records]
+
+
+def place_inputs(
+    runner: SessionRunner, interpreter_id: str, session_id: str, request: ExecuteCodeRequest
+) -> list[dict[str, Any]]:
+    """The request's input files in the session, through the runner's file tools; raises
+    SandboxError (the code must not run) when they could not be placed."""
+    try:
+        return write_inputs(runner.files, interpreter_id, session_id, request.files)
+    except InputsFailed as exc:
+        raise SandboxError(INPUTS_FAILED_MESSAGE, failure_reason=exc.reason) from None

@@ -1,5 +1,5 @@
-"""A tiny TTL cache for per-container reads (pre-flight decisions, prices). Bounded so a flood of
-distinct hostile keys cannot grow memory without limit."""
+"""A tiny TTL cache for per-container reads (pre-flight decisions, prices, budgets). Bounded so a
+flood of distinct hostile keys cannot grow memory without limit."""
 
 from __future__ import annotations
 

@@ -1,1 +1,1 @@
-"""The `backstop` Lambda: CloudWatch Logs subscription-filter redaction backstop (SPEC §8.4)."""
+"""The `backstop` Lambda: CloudWatch Logs subscription-filter redaction backstop."""

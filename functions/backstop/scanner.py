@@ -16,7 +16,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.data_classes import CloudWatchLogsEvent
 from sandbox_common import limits, naming
 from sandbox_common.observability import emit_metric, logger
-from sandbox_common.redaction.catalogue import fingerprint, scan
+from sandbox_common.redaction.findings import fingerprint, scan
 
 from backstop import findings_store
 

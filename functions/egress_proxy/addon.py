@@ -63,8 +63,8 @@ def bound_request_heads(limit: int = checks.MAX_HEAD_BYTES) -> None:
             yield commands.CloseConnection(self.conn)
             self.state = self.done
 
-    server.read_headers = read_headers  # type: ignore[method-assign]
-    server._egress_bounded = True  # type: ignore[attr-defined]
+    server.read_headers = read_headers  # type: ignore[method-assign,unused-ignore]
+    server._egress_bounded = True  # type: ignore[attr-defined,unused-ignore]
 
 
 def bound_buffered_responses() -> None:
@@ -83,8 +83,8 @@ def bound_buffered_responses() -> None:
             return False
         return (yield from original(self, request))
 
-    stream.check_body_size = check_body_size  # type: ignore[method-assign]
-    stream._egress_bounded = True  # type: ignore[attr-defined]
+    stream.check_body_size = check_body_size  # type: ignore[method-assign,unused-ignore]
+    stream._egress_bounded = True  # type: ignore[attr-defined,unused-ignore]
 
 
 def answer_trailers() -> None:
@@ -107,8 +107,8 @@ def answer_trailers() -> None:
                 )
             )
 
-    connection_class.read_body = read_body  # type: ignore[method-assign]
-    connection_class._egress_trailers = True  # type: ignore[attr-defined]
+    connection_class.read_body = read_body  # type: ignore[method-assign,unused-ignore]
+    connection_class._egress_trailers = True  # type: ignore[attr-defined,unused-ignore]
 
 
 def skip_informational_responses() -> None:
@@ -127,8 +127,8 @@ def skip_informational_responses() -> None:
                 self.buf.maybe_extract_at_most(end + 4)  # h11's buffer: this also resets its search
         return (yield from original(self, event))
 
-    client_class.read_headers = read_headers  # type: ignore[method-assign]
-    client_class._egress_informational = True  # type: ignore[attr-defined]
+    client_class.read_headers = read_headers  # type: ignore[method-assign,unused-ignore]
+    client_class._egress_informational = True  # type: ignore[attr-defined,unused-ignore]
 
 
 def withhold_upstream_bytes_in_errors() -> None:
@@ -151,8 +151,8 @@ def withhold_upstream_bytes_in_errors() -> None:
             event.message = answer.scrubber.text(event.message)[0]
         return (yield from original(self, event))
 
-    stream.handle_protocol_error = handle_protocol_error  # type: ignore[method-assign]
-    stream._egress_withheld = True  # type: ignore[attr-defined]
+    stream.handle_protocol_error = handle_protocol_error  # type: ignore[method-assign,unused-ignore]
+    stream._egress_withheld = True  # type: ignore[attr-defined,unused-ignore]
 
 
 def ascii_host(host: str) -> str:

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from sandbox_common import naming as n
-from sandbox_common import redaction
 from sandbox_common.observability import emit_metric, logger
+from sandbox_common.redaction import redact
 from sandbox_common.windows import Windows, utc_now
 
 from .caches import AsyncTtlCache
@@ -48,7 +48,7 @@ class Counters:
     ) -> Denied:
         """Write the denial to the session's counters (and its connection item), then log it and
         count the metric; the caller answers the refusal after this returns."""
-        shown = redaction.redact(host)[:253]
+        shown = redact(host)[:253]
         if not self._may_write_denial(credential.session_id):
             # a flood: counted in the next flush (within FLUSH_SECONDS), its hosts not kept
             self._delta(credential).denied += 1
@@ -89,12 +89,12 @@ class Counters:
         fields: dict[str, Any] = {
             "event": "egress_denied",
             "reason": reason,
-            "host": redaction.redact(host)[:253],
+            "host": redact(host)[:253],
             "port": port,
             "source": peer,
         }
         if detail:
-            fields["detail"] = redaction.redact(detail)[:300]
+            fields["detail"] = redact(detail)[:300]
         dims: list[dict[str, str]] = [{}]
         if credential is not None:
             fields.update(

@@ -24,7 +24,7 @@ from typing import Any
 
 from sandbox_common import dimensions
 from sandbox_common import naming as n
-from sandbox_common.egress_policy import ALLOWLIST, AllowRule, EgressPolicy
+from sandbox_common.egress_policy import ALLOWLIST, AllowRule, EgressPolicy, normalize_host
 from sandbox_common.observability import logger
 
 from . import checks, packages
@@ -297,7 +297,7 @@ class Engine:
         refused (nothing was forwarded: upstream connections are made per allowed request)."""
         if state.tunnel is None:
             return None
-        if sni is None or checks.normalize_host(sni) != state.tunnel[0]:
+        if sni is None or normalize_host(sni) != state.tunnel[0]:
             state.refused = Denied(checks.SNI_MISMATCH, 403, f"SNI {sni!r} is not {state.tunnel[0]}")
         return state.refused
 
@@ -349,7 +349,7 @@ class Engine:
         if state.tunnel is not None:
             if (host, req.port) != state.tunnel:
                 return await self._refuse_request(state, req, Denied(checks.HOST_MISMATCH))
-            if req.scheme == "https" and (req.sni is None or checks.normalize_host(req.sni) != host):
+            if req.scheme == "https" and (req.sni is None or normalize_host(req.sni) != host):
                 return await self._refuse_request(state, req, Denied(checks.SNI_MISMATCH))
         if host == n.EGRESS_PSEUDO_HOST:
             if req.path.split("?", 1)[0] == n.EGRESS_BIND_PATH and req.method in ("GET", "POST"):

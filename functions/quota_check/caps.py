@@ -1,4 +1,4 @@
-"""Caps from SSM (SPEC §5.2), read through Powertools parameters with a TTL ≤ 60 s.
+"""Caps from SSM, read through Powertools parameters with a TTL ≤ 60 s.
 
 Resolution per calls dimension (`sandbox_common.dimensions`): the per-tenant override
 `/…/caps/tenants/{tenant}/{dim}` wins when it exists, else the global `/…/caps/{dim}`. Paths come
@@ -205,7 +205,8 @@ def _error_code(exc: BaseException) -> str | None:
     for link in (exc, exc.__cause__, exc.__context__):
         response = getattr(link, "response", None)
         if isinstance(response, dict):
-            return response.get("Error", {}).get("Code")
+            code = response.get("Error", {}).get("Code")
+            return None if code is None else str(code)
     return None
 
 

@@ -1,4 +1,4 @@
-"""DynamoDB data access for the circuit-breaker counters (SPEC §5.1), one per calls dimension
+"""DynamoDB data access for the circuit-breaker counters, one per calls dimension
 (`sandbox_common.dimensions.calls()`). Owns boto3.
 
 One `TransactWriteItems` increments every window or none; each Update carries the guard
@@ -329,10 +329,11 @@ def increment_all(
     now: int | None = None,
 ) -> int:
     """Add one to every window atomically; answers how many transaction conflicts were retried
-    (§16.6). Raises TurnRefused > AlreadyCounted > TenantDisabled > BreakerStale > CapReached
-    (that precedence when several conditions fail at once), or CounterStoreError. Transaction
-    order: [turn check], [marker], [policy check], [breaker check], then the counters in
-    dimension order — CancellationReasons come back in the same order."""
+    (visible retries: the agent is shown them). Raises TurnRefused > AlreadyCounted >
+    TenantDisabled > BreakerStale > CapReached (that precedence when several conditions fail at
+    once), or CounterStoreError. Transaction order: [turn check], [marker], [policy check],
+    [breaker check], then the counters in dimension order — CancellationReasons come back in the
+    same order."""
     items = keys.in_order()
     head: list[dict[str, Any]] = []
     kinds: list[type[Exception]] = []  # what a failed condition of each head item means

@@ -1,4 +1,4 @@
-"""Lambda entry point of sandbox-quota-check (SPEC §5.3). Thin: parse, decide, map.
+"""Lambda entry point of sandbox-quota-check. Thin: parse, decide, map.
 
 Never raises to the caller: an invalid event gets a SandboxInvalidRequest body (nothing
 counted), and any unexpected exception becomes a fail-closed refusal.
@@ -21,7 +21,7 @@ from . import logic
 
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: Any, context: LambdaContext) -> dict[str, Any]:
-    windows = Windows.at(clock.utc_now())  # the ONE clock read: keys and resets_at agree (§5.1)
+    windows = Windows.at(clock.utc_now())  # the ONE clock read: keys and resets_at agree
     request = None
     try:
         request = parse_quota_event(event)

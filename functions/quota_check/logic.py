@@ -1,4 +1,4 @@
-"""The circuit-breaker decision (SPEC §5.1): admit iff every calls dimension's window is below its
+"""The circuit-breaker decision: admit iff every calls dimension's window is below its
 cap (`sandbox_common.dimensions.calls()`).
 
 Order matters: caps first (unknown cap -> fail closed), then the kill switch (cap 0 refuses
@@ -225,7 +225,7 @@ def _kill_switch(
 ) -> tuple[str, dict[str, int | None]] | None:
     """The dimension refused before any write when a cap is 0 (the kill switch: no counter item is
     ever created), with the counts read to decide it; None when no cap is 0. A dimension before the
-    first 0 cap that is at its cap already is the answer instead (§5.1: the first in dimension
+    first 0 cap that is at its cap already is the answer instead (the first in dimension
     order), so those are read — one read, which creates nothing; if it fails, the 0 cap stands."""
     names = [d.name for d in dimensions.calls()]
     zero = next((i for i, name in enumerate(names) if caps.for_dimension(name) == 0), None)
@@ -270,7 +270,7 @@ def fail_closed(
     caps: caps_module.Caps | None,
     exc_info: bool = False,
 ) -> Refused:
-    """Any doubt means no: dimension unknown, retry in 60 s (§5.1)."""
+    """Any doubt means no: dimension unknown, retry in 60 s."""
     known = caps.as_dict() if caps else {}
     decision = Refused(
         dimensions.UNKNOWN,

@@ -1,2 +1,2 @@
-"""The session reaper Lambda (SPEC §16.3): every 5 minutes, stop leaked sessions, free their
+"""The session reaper Lambda: every 5 minutes, stop leaked sessions, free their
 capacity, keep warm pools filled, and run the other sweeps plugged into `hooks`."""

@@ -1,4 +1,4 @@
-"""sandbox-reaper Lambda (SPEC §16.3). Thin: EventBridge schedule → one sweep + refill + hooks.
+"""sandbox-reaper Lambda. Thin: EventBridge schedule → one sweep + refill + hooks.
 
 Events: the scheduled rule's event (anything else below) runs everything; `{"refill":
 {"tenant_id", "environment"}}` (an asynchronous invoke, e.g. after a warm claim) refills that

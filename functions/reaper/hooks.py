@@ -12,16 +12,17 @@ summary; it never stops the others or the reaping.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from sandbox_common import naming as n
 
-Hook = Callable[[float], dict]
+Hook = Callable[[float], dict[str, Any]]
 
 # Modules that declare sweeps in SWEEP_HOOKS (append yours; the reaper loads them at cold start).
 SWEEP_MODULES: tuple[str, ...] = (
-    n.REAPER_JOBS_SWEEP_MODULE,  # background jobs (§17)
+    n.REAPER_JOBS_SWEEP_MODULE,  # background jobs
     n.REAPER_INTERRUPTED_SWEEP_MODULE,  # calls whose dispatch died
-    n.REAPER_PAUSED_SWEEP_MODULE,  # paused tool calls nobody resumes (§15)
+    n.REAPER_PAUSED_SWEEP_MODULE,  # paused tool calls nobody resumes
 )
 
 _HOOKS: dict[str, Hook] = {}
@@ -55,10 +56,10 @@ def registered() -> dict[str, Hook]:
     return dict(_HOOKS)
 
 
-def run_all(now: float) -> dict[str, dict]:
+def run_all(now: float) -> dict[str, dict[str, Any]]:
     from sandbox_common.observability import logger
 
-    results: dict[str, dict] = {}
+    results: dict[str, dict[str, Any]] = {}
     for name, hook in registered().items():
         try:
             results[name] = {"ok": True, **(hook(now) or {})}

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox_common import audit, aws
 from sandbox_common import naming as n
 from sandbox_runtime.interrupted import InterruptedCalls
 
@@ -25,17 +24,10 @@ INTERRUPTED_SWEEP_BUDGET_SECONDS = 60
 
 def interrupted_calls(r: Reaper) -> InterruptedCalls:
     settings = r.settings
-    writer = audit.AuditWriter(
-        table_name=settings.invocations_table,
-        dlq_url=settings.audit_dlq_url,
-        ddb=r.ddb,
-        sqs=aws.client("sqs"),
-        spool_path=settings.audit_spool_path or None,
-    )
     return InterruptedCalls(
         table_name=settings.idempotency_table,
         ddb=r.ddb,
-        audit_writer=writer,
+        audit_writer=r.audit_writer(),
         retention_days=settings.audit_retention_days,
         jobs_table=settings.jobs_table,
     )

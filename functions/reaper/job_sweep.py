@@ -1,4 +1,4 @@
-"""The background-jobs sweep (SPEC §17), a reaper hook: every reaper run ends the jobs
+"""The background-jobs sweep, a reaper hook: every reaper run ends the jobs
 nobody polls — finished ones, overdue ones (deadline + grace: their session is stopped) and those
 whose session vanished — with `sandbox_runtime.job_end.finish_due_jobs`, the very code get_job runs.
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from sandbox_common import audit, aws
 from sandbox_common import naming as n
 from sandbox_runtime.artifacts import s3_client
 from sandbox_runtime.job_end import JobDeps, finish_due_jobs, job_files
@@ -37,13 +36,7 @@ def job_deps(r: Reaper) -> JobDeps:
     return JobDeps(
         store=r.jobs(),
         runner_for=r.runner,
-        audit_writer=audit.AuditWriter(
-            table_name=settings.invocations_table,
-            dlq_url=settings.audit_dlq_url,
-            ddb=r.ddb,
-            sqs=aws.client("sqs"),
-            spool_path=settings.audit_spool_path or None,
-        ),
+        audit_writer=r.audit_writer(),
         retention_days=settings.audit_retention_days,
         turn_closed=turn_closed,
         killed=r.kill_switch.check,

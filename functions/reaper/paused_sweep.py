@@ -1,4 +1,4 @@
-"""The paused-tool-calls sweep (SPEC §15), a reaper hook: a call paused at a tool call
+"""The paused-tool-calls sweep, a reaper hook: a call paused at a tool call
 that nobody resumed or ended within its wait bound ends here — SandboxTimeout, its session stopped
 and its slot freed, one audit row — instead of waiting for a late resume or end_turn.
 

@@ -1,4 +1,4 @@
-"""Warm-pool refill (SPEC §16.1), off the agent's critical path.
+"""Warm-pool refill, off the agent's critical path.
 
 Desired size per tenant × environment: SSM `/…/tenants/{t}/warm/{env}` (absent = 0). A warm
 session is reserved in the ledger first (it counts against tenant_sessions / global_sessions like
@@ -91,7 +91,7 @@ def refill(
     """`start(tenant, environment)` -> (interpreter_id, session_id), preamble passed, or raises.
     `only`: the one pool this run refills (its sizes and its warm sessions alone: another
     tenant's pool is never looked at, let alone trimmed). `killed(tenant)`: the kill switch is on
-    for the tenant (§22) — its pool is emptied and not refilled."""
+    for the tenant — its pool is emptied and not refilled."""
     report = RefillReport()
     slots = ledger.slots()
     pools: dict[tuple[str, str], list[Slot]] = {}
@@ -112,58 +112,87 @@ def refill(
             if budget <= 0:
                 return report
             budget -= 1
-            try:
-                reservation = ledger.reserve(
-                    tenant_id=tenant,
-                    environment=environment,
-                    source="warm",
-                    caps=caps_for(tenant),
-                    lease_seconds=call_timeout_seconds + 120,
-                )
-            except (SessionCapReached, SessionCapsUnavailable, LedgerUnavailable) as exc:
-                # Warm sessions never exceed the caps: a full tenant simply has a smaller pool.
-                report.refused[f"{tenant}#{environment}"] = (
-                    getattr(exc, "dimension", None) or type(exc).__name__
-                )
+            if not _warm_one(
+                ledger,
+                tenant,
+                environment,
+                report,
+                caps=caps_for(tenant),
+                start=start,
+                stop=stop,
+                now=now,
+                session_timeout_seconds=session_timeout_seconds,
+                call_timeout_seconds=call_timeout_seconds,
+            ):
                 break
-            try:
-                interpreter_id, session_id = start(tenant, environment)
-            except Exception as exc:  # noqa: BLE001 — a failed start/preamble is released, never offered
-                logger.warning(
-                    "warm_start_failed",
-                    extra={
-                        "tenant_id": tenant,
-                        "environment": environment,
-                        "failure_reason": getattr(exc, "failure_reason", type(exc).__name__),
-                    },
-                )
-                ledger.release(reservation.slot_id)
-                report.failed += 1
-                continue
-            offered = ledger.make_warm(
-                reservation.slot_id,
+    return report
+
+
+def _warm_one(
+    ledger: SessionLedger,
+    tenant: str,
+    environment: str,
+    report: RefillReport,
+    *,
+    caps: SessionCaps,
+    start: Callable[[str, str], tuple[str, str]],
+    stop: Callable[[Slot], bool],
+    now: Callable[[], float],
+    session_timeout_seconds: int,
+    call_timeout_seconds: int,
+) -> bool:
+    """One warm session reserved, started and offered (counted in `report`); False when the tenant's
+    caps refuse it, so its pool grows no further this run."""
+    try:
+        reservation = ledger.reserve(
+            tenant_id=tenant,
+            environment=environment,
+            source="warm",
+            caps=caps,
+            lease_seconds=call_timeout_seconds + 120,
+        )
+    except (SessionCapReached, SessionCapsUnavailable, LedgerUnavailable) as exc:
+        # Warm sessions never exceed the caps: a full tenant simply has a smaller pool.
+        report.refused[f"{tenant}#{environment}"] = getattr(exc, "dimension", None) or type(exc).__name__
+        return False
+    try:
+        interpreter_id, session_id = start(tenant, environment)
+    except Exception as exc:  # noqa: BLE001 — a failed start/preamble is released, never offered
+        logger.warning(
+            "warm_start_failed",
+            extra={
+                "tenant_id": tenant,
+                "environment": environment,
+                "failure_reason": getattr(exc, "failure_reason", type(exc).__name__),
+            },
+        )
+        ledger.release(reservation.slot_id)
+        report.failed += 1
+        return True
+    offered = ledger.make_warm(
+        reservation.slot_id,
+        session_id=session_id,
+        interpreter_id=interpreter_id,
+        recycle_at=recycle_at(
+            now(),
+            session_timeout_seconds=session_timeout_seconds,
+            call_timeout_seconds=call_timeout_seconds,
+        ),
+    )
+    if not offered:  # the slot was reaped while we started: never leave the session running
+        stop(
+            Slot(
+                slot_id=reservation.slot_id,
+                tenant_id=tenant,
+                environment=environment,
+                state="starting",
+                source="warm",
+                started_at=int(now()),
                 session_id=session_id,
                 interpreter_id=interpreter_id,
-                recycle_at=recycle_at(
-                    now(),
-                    session_timeout_seconds=session_timeout_seconds,
-                    call_timeout_seconds=call_timeout_seconds,
-                ),
             )
-            if not offered:  # the slot was reaped while we started: never leave the session running
-                stop(
-                    Slot(
-                        slot_id=reservation.slot_id,
-                        tenant_id=tenant,
-                        environment=environment,
-                        state="starting",
-                        source="warm",
-                        started_at=int(now()),
-                        session_id=session_id,
-                        interpreter_id=interpreter_id,
-                    )
-                )
-                report.failed += 1
-                continue
-            report.started += 1
-    return report
+        )
+        report.failed += 1
+        return True
+    report.started += 1
+    return True

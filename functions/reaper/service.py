@@ -1,7 +1,7 @@
 """Wiring of one reaper run: the ledger, the turns table, the tenants' runners, warm sizes.
 
 Sessions are stopped and started only through the shared run time's session runner
-(sandbox_runtime.runner) with the tenant's own session-runner role (§6.4): the reaper ships that
+(sandbox_runtime.runner) with the tenant's own session-runner role: the reaper ships that
 package (see infra/cdk/constructs/compute.py SHARED_PACKAGES) instead of a second AgentCore client.
 
 Cold start: importing this module (and so the handler) loads the sweep, the refill, the ledger
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from sandbox_common import aws
+from sandbox_common import audit, aws
 from sandbox_common import naming as n
 from sandbox_common.sessions.caps import SessionCapReader
 from sandbox_common.sessions.ledger import SessionLedger, Slot
@@ -42,7 +42,7 @@ class Reaper:
     ssm: Any
     preflight: PreflightReader
     caps: SessionCapReader
-    kill_switch: KillSwitch  # §22: killed tenants' jobs are cancelled, their warm pools emptied
+    kill_switch: KillSwitch  # killed tenants' jobs are cancelled, their warm pools emptied
 
     def runner(self, tenant_id: str) -> SessionRunner:
         target = self.preflight.runner_target(tenant_id)
@@ -116,8 +116,19 @@ class Reaper:
         return summary
 
     def jobs(self) -> JobStore:
-        """Background jobs' store (§17): the job sweep ends jobs, the session sweep spares busy sessions."""
+        """Background jobs' store: the job sweep ends jobs, the session sweep spares busy sessions."""
         return JobStore(table_name=self.settings.jobs_table, ddb=self.ddb)
+
+    def audit_writer(self) -> audit.AuditWriter:
+        """The stage's audit table and dead-letter queue, for the rows the reaper's sweeps write (an
+        ended job's, a finished interrupted call's)."""
+        return audit.AuditWriter(
+            table_name=self.settings.invocations_table,
+            dlq_url=self.settings.audit_dlq_url,
+            ddb=self.ddb,
+            sqs=aws.client("sqs"),
+            spool_path=self.settings.audit_spool_path or None,
+        )
 
 
 @lru_cache(maxsize=64)

@@ -1,4 +1,4 @@
-"""What the reaper stops (SPEC §16.3), decided from the ledger and the turns table.
+"""What the reaper stops, decided from the ledger and the turns table.
 
 A slot is reaped (session stopped, then its capacity released) when
 - `turn_ended`:   the turn that holds it has ended (end_turn came, but the stop did not happen);
@@ -10,7 +10,7 @@ A slot is reaped (session stopped, then its capacity released) when
 A live session of a live turn is never touched. A stop that fails keeps the slot (capacity stays
 held by a session that may still run); the next sweep retries it.
 
-A session that still runs a background job (§17: it outlives end_turn until its last job ends) is
+A session that still runs a background job (it outlives end_turn until its last job ends) is
 spared from `turn_ended` / `unowned`: `busy_sessions()` (JobStore.busy_sessions) names them, read
 once per sweep. If it cannot be read, every such slot is spared this run (a job is never killed on
 a guess; the capacity waits one more period). The job sweep stops the session when its last job

@@ -70,7 +70,7 @@ def compose(app: cdk.App, config: StageConfig) -> dict[str, cdk.Stack]:
 
 
 def _check_resource_count(name: str, stack: cdk.Stack) -> None:
-    """SPEC §2: no stack over 450 resources (CloudFormation refuses 500 at deploy, too late)."""
+    """No stack over 450 resources (CloudFormation refuses 500 at deploy, too late)."""
     count = sum(1 for c in stack.node.find_all() if isinstance(c, cdk.CfnResource))
     if count > STACK_RESOURCE_LIMIT:
         raise ConfigError(

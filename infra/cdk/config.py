@@ -37,7 +37,7 @@ class _Model(BaseModel):
 
 
 class TenantData(_Model):
-    """A tenant's own S3 data (SPEC §14.4): granted to its interpreter execution roles only.
+    """A tenant's own S3 data: granted to its interpreter execution roles only.
 
     Prefixes are `s3://bucket/` or `s3://bucket/path/` (a missing trailing / is added: a prefix
     names a folder, never half a key). `kms_keys` are the ARNs of customer-managed keys that
@@ -75,7 +75,7 @@ class TenantConfig(_Model):
     # template id -> environment of its `sandbox` block (None = template without a sandbox block).
     # Published with the tenant's substrate; `sandboxctl template put` overrides at run time.
     templates: dict[str, n.Environment | None] = Field(default_factory=dict)
-    data: TenantData = TenantData()  # §14.4: none by default
+    data: TenantData = TenantData()  # none by default
     # The short names of the tenant's own secrets (`sandboxctl secrets put`): the only secrets an
     # egress credential template of this tenant may name.
     secrets: tuple[str, ...] = ()
@@ -313,7 +313,7 @@ class StageConfig(_Model):
     caps: Caps = Caps()
     call_timeout_seconds: int = Field(default=120, ge=1, le=840)
     session_timeout_seconds: int = Field(default=900, ge=60, le=28_800)
-    # How long a paused tool call waits for its result (SPEC §15: at most 300 s).
+    # How long a paused tool call waits for its result (at most 300 s).
     tool_wait_seconds: int = Field(default=limits.TOOLS_WAIT_SECONDS, ge=1, le=limits.TOOLS_WAIT_SECONDS)
     stdout_cap_bytes: int = Field(default=262_144, gt=0)
     stderr_cap_bytes: int = Field(default=32_768, gt=0)
@@ -324,7 +324,7 @@ class StageConfig(_Model):
     alarm_emails: tuple[str, ...] = ()
     alarm_sns_subscribers: tuple[str, ...] = ()  # ARNs of existing topics/queues to notify
     cost_per_call_usd: str = "0"
-    # §16.5: a stage may accept token-less turns for callers not yet upgraded (default: required)
+    # a stage may accept token-less turns for callers not yet upgraded (default: required)
     require_turn_token: bool = True
     # Tenants are sharded in config order: append new tenants at the end so only the last shard changes.
     tenants_per_shard: int = Field(default=40, ge=1, le=50)
@@ -542,7 +542,9 @@ def _describe(errors: list[Any], positions: list[int] | None = None) -> str:
 _SUBPATH_RE = re.compile(r"^(?P<path>(?:[a-z_]+|\[\d+\])(?:\[\d+\]|\.[A-Za-z0-9_.:-]+?)*): ")
 
 
-def build_config(name: str, overrides: dict | None = None, *, document: dict | None = None) -> StageConfig:
+def build_config(
+    name: str, overrides: dict[str, Any] | None = None, *, document: dict[str, Any] | None = None
+) -> StageConfig:
     """Validate one stage. Unknown stage or invalid data -> ConfigError naming the fix.
 
     The stage's tenants file is read unless `overrides` gives the tenants (tests, benchmarks);

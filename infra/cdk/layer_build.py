@@ -1,4 +1,4 @@
-"""Docker-free build of the third-party deps layer (SPEC §1).
+"""Docker-free build of the third-party deps layer.
 
 `pip install --platform manylinux2014_<arch> --only-binary=:all:` fetches the Lambda's wheels on
 any host: the result never depends on the build machine's own Python or libc. The output is

@@ -89,7 +89,7 @@ class DemoApi:
 def run_egress_step(
     target: Any, api: DemoApi, turn_id: str, show: Callable[[str, dict[str, Any]], None]
 ) -> list[str]:
-    from infra.sandboxctl import egress_ops, ops
+    from infra.sandboxctl import egress_ops, ops, records_ops
 
     secret = "demo-" + secrets.token_urlsafe(24)
     print(
@@ -125,7 +125,7 @@ def run_egress_step(
         problems.append("the tenant's secret reached the session's answer")
     rows = [
         r
-        for r in ops.audit_list(target, TENANT, session_id=str(response.get("session_id")))
+        for r in records_ops.audit_list(target, TENANT, session_id=str(response.get("session_id")))
         if r["invocation_id"] == response.get("invocation_id")
     ]
     egress = rows[0].get("egress") if rows else None

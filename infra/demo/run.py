@@ -38,7 +38,7 @@ def run_turn(target: Any) -> tuple[list[str], dict[str, Any]]:
     from infra.sandboxctl import ops
 
     turn = f"demo-turn-{uuid.uuid4().hex[:8]}"
-    token = new_token()  # §16.5: one secret per turn, carried by every action of it
+    token = new_token()  # one secret per turn, carried by every action of it
     base = {
         "tenant_id": TENANT,
         "agent_id": AGENT,
@@ -105,11 +105,13 @@ def run_turn(target: Any) -> tuple[list[str], dict[str, Any]]:
 
 
 def show_audit_and_counters(target: Any, facts: dict[str, Any]) -> list[str]:
-    from infra.sandboxctl import ops, render
+    from infra.sandboxctl import ops, records_ops, render
     from infra.sandboxctl.commands import AUDIT_COLUMNS
 
     problems = []
-    rows = ops.audit_list(target, TENANT, session_id=facts["session_id"]) if facts["session_id"] else []
+    rows = (
+        records_ops.audit_list(target, TENANT, session_id=facts["session_id"]) if facts["session_id"] else []
+    )
     print("\n5. the audit trail (sandboxctl audit list --tenant acme --session <session>)")
     print("\n" + render.table(rows, AUDIT_COLUMNS))
     ids = {r["invocation_id"] for r in rows}
@@ -247,13 +249,13 @@ print('result: 42')
 
 
 def jobs_step(target: Any) -> list[str]:
-    """A background job (§17) through the agent client: submitted (answers at once), polled with a
+    """A background job through the agent client: submitted (answers at once), polled with a
     progress callback while it runs, its result; end_turn then has nothing pending; one audit row."""
     from sandbox_client.errors import SandboxRefused
     from sandbox_client.results import JobResult
     from sandbox_client.turn import SandboxTurn
 
-    from infra.sandboxctl import ops
+    from infra.sandboxctl import records_ops
 
     print("\n11. a fourth turn: a background job (execute_code with background: true), polled until it ends")
     turn = SandboxTurn(
@@ -295,7 +297,7 @@ def jobs_step(target: Any) -> list[str]:
         problems.append(f"end_turn still lists pending jobs after the job ended: {ended['pending_jobs']}")
     rows = [
         r
-        for r in ops.audit_list(target, TENANT, session_id=str(submitted.session_id))
+        for r in records_ops.audit_list(target, TENANT, session_id=str(submitted.session_id))
         if r["invocation_id"] == submitted.invocation_id
     ]
     print(
@@ -338,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name:<12} pid {proc['pid']:<7} {proc['endpoint']}")
         print(f"  (ready in {time.monotonic() - started:.1f}s; state in {directory})")
         target = local_target(state)
-        demo_tools.prepare(target)  # §15: the template's tool allowlist, before any pre-flight is cached
+        demo_tools.prepare(target)  # the template's tool allowlist, before any pre-flight is cached
         problems, facts = run_turn(target)
         problems += show_audit_and_counters(target, facts)
         problems += files_step(target, f"{facts['turn_id']}-files")

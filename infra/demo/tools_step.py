@@ -1,4 +1,4 @@
-"""The demo's programmatic tool calling step (SPEC §15): one execute_code whose code calls an
+"""The demo's programmatic tool calling step: one execute_code whose code calls an
 agent tool in a loop; every pause is answered with `resume`, exactly as the agent client does,
 and only the final summary would enter the model's context.
 
@@ -43,7 +43,7 @@ def prepare(target: Any) -> dict[str, Any]:
 
 
 def run_tools_step(target: Any, turn_id: str, show: Callable[[str, dict[str, Any]], None]) -> list[str]:
-    from infra.sandboxctl import ops, render
+    from infra.sandboxctl import ops, records_ops, render
     from infra.sandboxctl.commands import AUDIT_COLUMNS
 
     token = new_token()
@@ -88,7 +88,7 @@ def run_tools_step(target: Any, turn_id: str, show: Callable[[str, dict[str, Any
             f"tool_calls is {response.get('tool_calls')!r} after {resumes} resumes, expected {len(REGIONS)}"
         )
     rows = (
-        ops.audit_list(target, TENANT, session_id=response["session_id"])
+        records_ops.audit_list(target, TENANT, session_id=response["session_id"])
         if response.get("session_id")
         else []
     )

@@ -25,29 +25,20 @@ function the CDK stack uses) plus the variables the Lambda runtime itself sets.
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
-import os
-import queue
-import select
 import signal
-import socket
-import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 from urllib.parse import parse_qs, unquote
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-WORKER_SCRIPT = Path(__file__).with_name("lambda_worker.py")
-TASK_ROOT = REPO_ROOT / "functions"
-LAYER_ROOT = REPO_ROOT / "layers" / "common" / "python"
+from infra.local.lambda_workers import FunctionSpec, Worker, WorkerGone
+
 MAX_PAYLOAD_BYTES = 6 * 1024 * 1024  # Lambda's synchronous payload limit
 HEALTH_PATH = "/local/health"
 _INVOKE_PREFIX = "/2015-03-31/functions/"
@@ -55,256 +46,6 @@ _INVOKE_SUFFIX = "/invocations"
 # How often serve_forever checks for shutdown: stop() waits up to one interval (the stdlib's 0.5 s
 # default made every stop of a test's emulator cost half a second).
 _SHUTDOWN_POLL_SECONDS = 0.02
-_START_SECONDS = 60  # a worker's (or fork server's) import before it must say it is ready
-
-
-@dataclass(frozen=True)
-class FunctionSpec:
-    name: str  # physical function name
-    handler: str  # "package.module.function", as in the CDK definition
-    environment: dict[str, str]
-    timeout_seconds: int = 30
-    memory_mb: int = 512
-    max_concurrency: int = 4
-    task_root: str = str(TASK_ROOT)
-    layer_root: str = str(LAYER_ROOT)
-    aliases: tuple[str, ...] = ()  # each points to $LATEST
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> FunctionSpec:
-        return cls(**{**data, "aliases": tuple(data.get("aliases", ()))})
-
-
-class WorkerGone(Exception):
-    """The worker died or timed out; it has been killed and must not be reused."""
-
-
-def _runtime_environment(spec: FunctionSpec, region: str) -> dict[str, str]:
-    """Exactly what a worker of `spec` runs with, but for its log stream (each worker's own)."""
-    return {
-        # What the Lambda runtime sets itself (not part of the function definition).
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "LANG": "en_US.UTF-8",
-        "TZ": ":UTC",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "LAMBDA_TASK_ROOT": spec.task_root,
-        "AWS_LAMBDA_FUNCTION_NAME": spec.name,
-        "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
-        "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.memory_mb),
-        "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{spec.name}",
-        "AWS_EXECUTION_ENV": "AWS_Lambda_python3.13",
-        "AWS_REGION": region,
-        "AWS_DEFAULT_REGION": region,
-        **spec.environment,
-    }
-
-
-class _ForkServer:
-    """A `lambda_worker.py --fork-server` process: it imports one handler in one environment once,
-    then forks a worker per request, each from the state right after that import. Started on the
-    first request; started again if it has died."""
-
-    def __init__(self, spec: FunctionSpec, env: dict[str, str]) -> None:
-        self._argv = [sys.executable, str(WORKER_SCRIPT), "--fork-server", spec.task_root, spec.layer_root]
-        self._argv.append(spec.handler)
-        self._env, self._cwd = env, spec.task_root
-        self._lock = threading.Lock()
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._sock: socket.socket | None = None
-
-    def _start(self) -> socket.socket:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        with theirs:
-            self._proc = subprocess.Popen(
-                self._argv, env=self._env, cwd=self._cwd, stdin=theirs.fileno(), stdout=subprocess.DEVNULL
-            )
-        self._sock = ours
-        ours.settimeout(_START_SECONDS)
-        try:
-            ready = ours.recv(4096)
-        except OSError:
-            ready = b""
-        if not ready:
-            proc = self._end()
-            if proc is not None:
-                proc.kill()
-                proc.wait()
-            raise WorkerGone(f"fork server for {self._argv[-1]} did not start")
-        return ours
-
-    def fork(self, stream: str) -> tuple[int, int, int, int]:
-        """(pid, pidfd, the worker's stdin to write, its protocol out to read) of a new worker."""
-        with self._lock:
-            for _ in range(2):  # a server that died (killed from outside) is started once more
-                if self._proc is None or self._proc.poll() is not None:
-                    self._end()  # its socket too: a restart must not leave the old one open
-                    sock = self._start()
-                else:
-                    assert self._sock is not None
-                    sock = self._sock
-                stdin_r, stdin_w = os.pipe()
-                out_r, out_w = os.pipe()
-                try:
-                    socket.send_fds(sock, [json.dumps({"stream": stream}).encode()], [stdin_r, out_w, 2])
-                    answer, fds, _, _ = socket.recv_fds(sock, 4096, 1)
-                except OSError:
-                    answer, fds = b"", []
-                finally:
-                    os.close(stdin_r)
-                    os.close(out_w)
-                if answer and "pid" in (reply := json.loads(answer)) and len(fds) == 1:
-                    return int(reply["pid"]), fds[0], stdin_w, out_r
-                for fd in (stdin_w, out_r, *fds):
-                    os.close(fd)
-                if answer:
-                    raise _ForkRefused(reply.get("error", "no pid"))
-                if (gone := self._end()) is not None:  # dead, or hung past the socket's timeout
-                    gone.kill()
-                    gone.wait()
-            raise WorkerGone(f"fork server for {self._argv[-1]} exited")
-
-    def close(self) -> subprocess.Popen[bytes] | None:
-        """End the server: it forks no more, and exits once its workers have. Its process, for the
-        caller to wait for."""
-        with self._lock:
-            return self._end()
-
-    def _end(self) -> subprocess.Popen[bytes] | None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-        proc, self._proc = self._proc, None
-        return proc
-
-
-class _ForkRefused(WorkerGone):
-    """The fork server will not fork (its import left threads running): spawn a worker instead."""
-
-
-# The fork servers of this process, shared by its emulators (a test suite starts an emulator per
-# test with the same functions), least recently used first.
-_MAX_FORK_SERVERS = 16
-_fork_servers: OrderedDict[tuple[str, ...], _ForkServer] = OrderedDict()
-_fork_servers_lock = threading.Lock()
-
-
-@atexit.register
-def _close_fork_servers() -> None:
-    """At exit: end every fork server, and wait a few seconds at most for them to exit."""
-    with _fork_servers_lock:
-        servers = list(_fork_servers.values())
-        _fork_servers.clear()
-    procs = []
-    for server in servers:
-        procs.append(server.close())
-    for proc in procs:
-        if proc is not None:
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass  # a worker still busy keeps its server: both end with its call
-
-
-def _fork_server(spec: FunctionSpec, env: dict[str, str]) -> _ForkServer:
-    key = (spec.task_root, spec.layer_root, spec.handler, *sorted(f"{k}={v}" for k, v in env.items()))
-    with _fork_servers_lock:
-        server = _fork_servers.pop(key, None) or _ForkServer(spec, env)
-        _fork_servers[key] = server
-        evicted = _fork_servers.popitem(last=False)[1] if len(_fork_servers) > _MAX_FORK_SERVERS else None
-    if evicted is not None:
-        if (proc := evicted.close()) is not None:
-            threading.Thread(target=proc.wait, daemon=True).start()
-    return server
-
-
-class _Worker:
-    def __init__(self, spec: FunctionSpec, region: str, account: str) -> None:
-        self.stream = f"{time.strftime('%Y/%m/%d')}/[$LATEST]{uuid.uuid4().hex}"
-        env = _runtime_environment(spec, region)
-        self._proc: subprocess.Popen[str] | None = None
-        self._pidfd: int | None = None
-        try:
-            self.pid, self._pidfd, stdin_fd, out_fd = _fork_server(spec, env).fork(self.stream)
-            self._stdin: IO[str] = open(stdin_fd, "w", encoding="utf-8")  # noqa: SIM115 - closed in kill()
-            self._stdout: IO[str] = open(out_fd, encoding="utf-8")  # noqa: SIM115 - closed by the reader
-        except _ForkRefused as refusal:
-            sys.stderr.write(f"lambda-emulator: {refusal}; spawning a worker of its own\n")
-            self._proc = subprocess.Popen(
-                [sys.executable, str(WORKER_SCRIPT), spec.task_root, spec.layer_root, spec.handler],
-                env={**env, "AWS_LAMBDA_LOG_STREAM_NAME": self.stream},
-                cwd=spec.task_root,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=None,  # the emulator's own log
-                text=True,
-                encoding="utf-8",
-            )
-            self.pid = self._proc.pid
-            assert self._proc.stdin is not None and self._proc.stdout is not None
-            self._stdin, self._stdout = self._proc.stdin, self._proc.stdout
-        self._lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-        ready = self._next_line(timeout=_START_SECONDS)
-        if ready is None:
-            self.kill()
-            raise WorkerGone(f"worker for {spec.name} did not start")
-
-    def _read(self) -> None:
-        with self._stdout:
-            for line in self._stdout:
-                self._lines.put(line)
-        self._lines.put(None)
-
-    def _next_line(self, timeout: float) -> str | None:
-        try:
-            return self._lines.get(timeout=timeout)
-        except queue.Empty:
-            return None
-
-    def call(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
-        try:
-            self._stdin.write(json.dumps(request) + "\n")
-            self._stdin.flush()
-        except (BrokenPipeError, OSError, ValueError) as exc:
-            self.kill()
-            raise WorkerGone(f"worker exited: {exc}") from None
-        try:
-            line = self._lines.get(timeout=timeout)
-        except queue.Empty:  # still running at the deadline: the function timed out
-            self.kill()
-            raise WorkerGone("timeout") from None
-        if line is None:  # EOF before an answer: the worker died (killed, crashed), at once reported
-            self.kill()
-            raise WorkerGone("exited")
-        return json.loads(line)
-
-    def alive(self) -> bool:
-        if self._proc is not None:
-            return self._proc.poll() is None
-        if self._pidfd is None:
-            return False
-        return not select.select([self._pidfd], [], [], 0)[0]  # a pidfd turns readable at exit
-
-    def kill(self) -> None:
-        if self._proc is not None:
-            if self._proc.poll() is None:
-                self._proc.kill()
-            try:
-                self._proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:  # pragma: no cover
-                pass
-        elif self._pidfd is not None:
-            pidfd, self._pidfd = self._pidfd, None
-            try:
-                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            except ProcessLookupError:
-                pass  # exited already
-            select.select([pidfd], [], [], 5)
-            os.close(pidfd)
-        try:
-            self._stdin.close()
-        except OSError:
-            pass  # the worker is gone: nothing left to flush to
 
 
 @dataclass
@@ -312,7 +53,7 @@ class FunctionPool:
     spec: FunctionSpec
     region: str
     account: str
-    _idle: list[_Worker] = field(default_factory=list)
+    _idle: list[Worker] = field(default_factory=list)
     _live: int = 0
     _cond: threading.Condition = field(default_factory=threading.Condition)
     _closed: bool = False
@@ -321,7 +62,7 @@ class FunctionPool:
     def arn(self) -> str:
         return f"arn:aws:lambda:{self.region}:{self.account}:function:{self.spec.name}"
 
-    def _acquire(self) -> _Worker:
+    def _acquire(self) -> Worker:
         with self._cond:
             while True:
                 # An idle worker that died meanwhile (killed from outside) is dropped, not reused.
@@ -335,14 +76,14 @@ class FunctionPool:
                 return self._idle.pop()
             self._live += 1
         try:
-            return _Worker(self.spec, self.region, self.account)
+            return Worker(self.spec, self.region, self.account)
         except Exception:
             with self._cond:
                 self._live -= 1
                 self._cond.notify()
             raise
 
-    def _release(self, worker: _Worker, reusable: bool) -> None:
+    def _release(self, worker: Worker, reusable: bool) -> None:
         with self._cond:
             if reusable and not self._closed:
                 self._idle.append(worker)
@@ -417,7 +158,7 @@ def split_function_name(name: str) -> tuple[str, str | None]:
 
 @dataclass(frozen=True)
 class Schedule:
-    """An EventBridge `rate(...)` rule targeting a function (e.g. the session reaper, §16.3)."""
+    """An EventBridge `rate(...)` rule targeting a function (e.g. the session reaper's)."""
 
     function: str  # physical function name
     rate_seconds: float
@@ -510,124 +251,128 @@ class LambdaEmulator:
             pool.close()
 
 
-def _make_handler(emulator: LambdaEmulator) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = True  # headers and body are two writes (see the interpreter's server)
+class _Handler(BaseHTTPRequestHandler):
+    """Lambda's Invoke (and the emulator's health check) for the emulator of `_make_handler`."""
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-            sys.stderr.write("lambda-emulator: " + (format % args) + "\n")
+    emulator: LambdaEmulator
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body are two writes (see the interpreter's server)
 
-        def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            for key, value in (headers or {}).items():
-                self.send_header(key, value)
-            self.end_headers()
-            self.wfile.write(body)
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        sys.stderr.write("lambda-emulator: " + (format % args) + "\n")
 
-        def _error(self, status: int, error_type: str, message: str, request_id: str) -> None:
-            body = json.dumps({"Type": "User", "message": message}).encode()
-            self._send(status, body, {"x-amzn-ErrorType": error_type, "x-amzn-RequestId": request_id})
+    def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(body)
 
-        def do_GET(self) -> None:  # noqa: N802 - stdlib name
-            if self.path == HEALTH_PATH:
-                self._send(200, json.dumps({"functions": sorted(emulator.pools)}).encode())
-            else:
-                self._error(404, "UnknownOperationException", "Unknown operation", str(uuid.uuid4()))
+    def _error(self, status: int, error_type: str, message: str, request_id: str) -> None:
+        body = json.dumps({"Type": "User", "message": message}).encode()
+        self._send(status, body, {"x-amzn-ErrorType": error_type, "x-amzn-RequestId": request_id})
 
-        def do_POST(self) -> None:  # noqa: N802 - stdlib name
-            # Every request gets an answer: whatever breaks while handling it becomes
-            # a structured ServiceException, never a closed connection.
-            request_id = str(uuid.uuid4())
+    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+        if self.path == HEALTH_PATH:
+            self._send(200, json.dumps({"functions": sorted(self.emulator.pools)}).encode())
+        else:
+            self._error(404, "UnknownOperationException", "Unknown operation", str(uuid.uuid4()))
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+        # Every request gets an answer: whatever breaks while handling it becomes
+        # a structured ServiceException, never a closed connection.
+        request_id = str(uuid.uuid4())
+        try:
+            self._post(request_id)
+        except Exception as exc:  # noqa: BLE001 - the emulator's last line of defence
+            self.log_message("request %s failed: %s", request_id, type(exc).__name__)
             try:
-                self._post(request_id)
-            except Exception as exc:  # noqa: BLE001 - the emulator's last line of defence
-                self.log_message("request %s failed: %s", request_id, type(exc).__name__)
-                try:
-                    self._error(500, "ServiceException", f"internal error ({type(exc).__name__})", request_id)
-                except OSError:
-                    pass  # the client is gone
+                self._error(500, "ServiceException", f"internal error ({type(exc).__name__})", request_id)
+            except OSError:
+                pass  # the client is gone
 
-        def _post(self, request_id: str) -> None:
-            try:
-                length = int(self.headers.get("Content-Length") or 0)
-            except ValueError:
-                self._error(400, "InvalidRequestContentException", "Invalid Content-Length", request_id)
-                return
-            raw = self.rfile.read(length) if length else b""
-            path = self.path.split("?", 1)[0]
-            if not (path.startswith(_INVOKE_PREFIX) and path.endswith(_INVOKE_SUFFIX)):
-                self._error(404, "UnknownOperationException", "Unknown operation", request_id)
-                return
-            name = unquote(path[len(_INVOKE_PREFIX) : -len(_INVOKE_SUFFIX)])
-            function, qualifier = split_function_name(name)
-            query = parse_qs(self.path.split("?", 1)[1]) if "?" in self.path else {}
-            given: str | None = query["Qualifier"][0] if query.get("Qualifier") else None
-            if given is not None and qualifier is not None and given != qualifier:
-                # Two qualifiers that disagree: refused, never one of them guessed.
-                message = (
-                    "The derived qualifier from the function name does not match the specified qualifier."
-                )
-                self._error(400, "InvalidParameterValueException", message, request_id)
-                return
-            qualifier = qualifier or given
-            pool = emulator.pools.get(function)
-            if pool is None or not pool.serves(qualifier):
-                arn = f"arn:aws:lambda:{emulator.region}:{emulator.account}:function:{function}"
-                arn = f"{arn}:{qualifier}" if qualifier else arn
-                self._error(404, "ResourceNotFoundException", f"Function not found: {arn}", request_id)
-                return
-            if len(raw) > MAX_PAYLOAD_BYTES:
-                self._error(
-                    413, "RequestTooLargeException", "Request must be smaller than 6291456 bytes", request_id
-                )
-                return
-            try:
-                payload = raw.decode("utf-8")
-                if payload:
-                    json.loads(payload)
-            except (UnicodeDecodeError, ValueError):
-                self._error(
-                    400,
-                    "InvalidRequestContentException",
-                    "Could not parse request body into json",
-                    request_id,
-                )
-                return
-            except RecursionError:
-                # Valid JSON nested deeper than Python's parser goes: Lambda accepts the request
-                # and the Python runtime fails to unmarshal the event; answer what it answers.
-                body = json.dumps(
-                    {
-                        "errorMessage": "Unable to unmarshal input: maximum recursion depth exceeded",
-                        "errorType": "Runtime.UnmarshalError",
-                        "requestId": request_id,
-                        "stackTrace": [],
-                    }
-                )
-                headers = {"x-amzn-RequestId": request_id, "X-Amz-Function-Error": "Unhandled"}
-                self._send(200, body.encode("utf-8"), headers)
-                return
-            invocation_type = self.headers.get("X-Amz-Invocation-Type", "RequestResponse")
-            if invocation_type == "DryRun":
-                self._send(204, b"", {"x-amzn-RequestId": request_id})
-                return
-            if invocation_type == "Event":
-                threading.Thread(
-                    target=pool.invoke, args=(payload, request_id, qualifier), daemon=True
-                ).start()
-                self._send(202, b"", {"x-amzn-RequestId": request_id})
-                return
-            ok, body = pool.invoke(payload, request_id, qualifier)
-            # every alias points to $LATEST: the version that ran
-            headers = {"x-amzn-RequestId": request_id, "X-Amz-Executed-Version": LATEST}
-            if not ok:
-                headers["X-Amz-Function-Error"] = "Unhandled"
+    def _post(self, request_id: str) -> None:
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            self._error(400, "InvalidRequestContentException", "Invalid Content-Length", request_id)
+            return
+        raw = self.rfile.read(length) if length else b""
+        path = self.path.split("?", 1)[0]
+        if not (path.startswith(_INVOKE_PREFIX) and path.endswith(_INVOKE_SUFFIX)):
+            self._error(404, "UnknownOperationException", "Unknown operation", request_id)
+            return
+        name = unquote(path[len(_INVOKE_PREFIX) : -len(_INVOKE_SUFFIX)])
+        function, qualifier = split_function_name(name)
+        query = parse_qs(self.path.split("?", 1)[1]) if "?" in self.path else {}
+        given: str | None = query["Qualifier"][0] if query.get("Qualifier") else None
+        if given is not None and qualifier is not None and given != qualifier:
+            # Two qualifiers that disagree: refused, never one of them guessed.
+            message = "The derived qualifier from the function name does not match the specified qualifier."
+            self._error(400, "InvalidParameterValueException", message, request_id)
+            return
+        qualifier = qualifier or given
+        pool = self.emulator.pools.get(function)
+        if pool is None or not pool.serves(qualifier):
+            arn = f"arn:aws:lambda:{self.emulator.region}:{self.emulator.account}:function:{function}"
+            arn = f"{arn}:{qualifier}" if qualifier else arn
+            self._error(404, "ResourceNotFoundException", f"Function not found: {arn}", request_id)
+            return
+        self._deliver(pool, qualifier, raw, request_id)
+
+    def _deliver(self, pool: FunctionPool, qualifier: str | None, raw: bytes, request_id: str) -> None:
+        """The payload checked as Lambda checks it, then invoked as the invocation type asks."""
+        if len(raw) > MAX_PAYLOAD_BYTES:
+            self._error(
+                413, "RequestTooLargeException", "Request must be smaller than 6291456 bytes", request_id
+            )
+            return
+        try:
+            payload = raw.decode("utf-8")
+            if payload:
+                json.loads(payload)
+        except (UnicodeDecodeError, ValueError):
+            self._error(
+                400,
+                "InvalidRequestContentException",
+                "Could not parse request body into json",
+                request_id,
+            )
+            return
+        except RecursionError:
+            # Valid JSON nested deeper than Python's parser goes: Lambda accepts the request
+            # and the Python runtime fails to unmarshal the event; answer what it answers.
+            body = json.dumps(
+                {
+                    "errorMessage": "Unable to unmarshal input: maximum recursion depth exceeded",
+                    "errorType": "Runtime.UnmarshalError",
+                    "requestId": request_id,
+                    "stackTrace": [],
+                }
+            )
+            headers = {"x-amzn-RequestId": request_id, "X-Amz-Function-Error": "Unhandled"}
             self._send(200, body.encode("utf-8"), headers)
+            return
+        invocation_type = self.headers.get("X-Amz-Invocation-Type", "RequestResponse")
+        if invocation_type == "DryRun":
+            self._send(204, b"", {"x-amzn-RequestId": request_id})
+            return
+        if invocation_type == "Event":
+            threading.Thread(target=pool.invoke, args=(payload, request_id, qualifier), daemon=True).start()
+            self._send(202, b"", {"x-amzn-RequestId": request_id})
+            return
+        ok, body = pool.invoke(payload, request_id, qualifier)
+        # every alias points to $LATEST: the version that ran
+        headers = {"x-amzn-RequestId": request_id, "X-Amz-Executed-Version": LATEST}
+        if not ok:
+            headers["X-Amz-Function-Error"] = "Unhandled"
+        self._send(200, body.encode("utf-8"), headers)
 
-    return Handler
+
+def _make_handler(emulator: LambdaEmulator) -> type[BaseHTTPRequestHandler]:
+    return type("Handler", (_Handler,), {"emulator": emulator})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -82,69 +82,13 @@ def create_resources(config: StageConfig, clients: Any, *, region: str = LOCAL_R
     stage = config.name
     ddb, ssm, iam, sqs, sns, logs = (clients(s) for s in ("dynamodb", "ssm", "iam", "sqs", "sns", "logs"))
 
-    tables = {}
-    for spec in n.ALL_TABLES:
-        ddb.create_table(**create_table_request(spec, stage))
-        ttl = ttl_request(spec, stage)
-        if ttl:
-            ddb.update_time_to_live(**ttl)
-        if spec.pitr:
-            ddb.update_continuous_backups(
-                TableName=spec.physical(stage),
-                PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True},
-            )
-        tables[spec.logical] = spec.physical(stage)
+    tables = _create_tables(ddb, stage)
 
     for name, value in global_parameters(config).items():
         _put_new_parameter(ssm, name, value)
 
-    dispatch_role_arn = f"arn:aws:iam::{LOCAL_ACCOUNT}:role/{n.function_role_name(stage, n.DISPATCH)}"
-    reaper_role_arn = f"arn:aws:iam::{LOCAL_ACCOUNT}:role/{n.function_role_name(stage, n.REAPER)}"
-    # The same trust and policy the CDK stack gives the runner role (one definition).
-    runner_role = iam.create_role(
-        RoleName=n.runner_role_name(stage),
-        AssumeRolePolicyDocument=json.dumps(runner_trust({"AWS": [dispatch_role_arn, reaper_role_arn]})),
-    )["Role"]
-    patterns = interpreter_arn_patterns(stage, partition="aws", region=region, account=LOCAL_ACCOUNT)
-    iam.put_role_policy(
-        RoleName=runner_role["RoleName"],
-        PolicyName="StageInterpreters",
-        PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": runner_role_statements(patterns)}),
-    )
-    interpreters: list[dict[str, str]] = []
-    for tenant in config.tenants:
-        ids = interpreter_names(config, tenant)
-        arns = {env: local_interpreter_arn(i, region=region) for env, i in ids.items()}
-        # Validated through the model dispatch reads it with, so a drift fails here first.
-        substrate = TenantSubstrate.model_validate(
-            tenant_substrate(
-                config, tenant, interpreters=ids, interpreter_arns=arns, runner_role_arn=runner_role["Arn"]
-            )
-        )
-        ssm.put_parameter(
-            Name=n.tenant_substrate_parameter(stage, tenant.id),
-            Type="String",
-            Value=substrate.model_dump_json(),
-        )
-        # The environment's egress policy store, as the tenant construct writes it from the config
-        # (`sandboxctl egress set` replaces it at run time).
-        for env in tenant.environments:
-            if n.EGRESS_MODE[env] == "allowlist":
-                _put_new_parameter(
-                    ssm,
-                    n.egress_policy_parameter(stage, tenant.id, env),
-                    tenant.initial_policy(env).to_json(),
-                )
-        for env, interpreter_id in ids.items():
-            interpreters.append(
-                {
-                    "tenant_id": tenant.id,
-                    "environment": env,
-                    "id": interpreter_id,
-                    "arn": arns[env],
-                    "network_mode": n.NETWORK_MODE[env],
-                }
-            )
+    runner_role_arn = _create_runner_role(iam, stage, region)
+    interpreters = _publish_tenants(config, ssm, region, runner_role_arn)
 
     queue_url = sqs.create_queue(
         QueueName=n.audit_dlq_name(stage), Attributes={"MessageRetentionPeriod": "1209600"}
@@ -169,11 +113,87 @@ def create_resources(config: StageConfig, clients: Any, *, region: str = LOCAL_R
         audit_dlq_url=queue_url,
         security_topic_arn=topic_arn,
         interpreters=interpreters,
-        runner_role=runner_role["Arn"],
+        runner_role=runner_role_arn,
         log_groups=log_groups,
         artifacts_bucket=artifacts_bucket,
         data_bucket=data_bucket,
     )
+
+
+def _create_tables(ddb: Any, stage: str) -> dict[str, str]:
+    """Every table as the CDK stack defines it (keys, indexes, TTL, point-in-time recovery)."""
+    tables = {}
+    for spec in n.ALL_TABLES:
+        ddb.create_table(**create_table_request(spec, stage))
+        ttl = ttl_request(spec, stage)
+        if ttl:
+            ddb.update_time_to_live(**ttl)
+        if spec.pitr:
+            ddb.update_continuous_backups(
+                TableName=spec.physical(stage),
+                PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True},
+            )
+        tables[spec.logical] = spec.physical(stage)
+    return tables
+
+
+def _create_runner_role(iam: Any, stage: str, region: str) -> str:
+    """The session-runner role dispatch and the reaper assume per tenant; its ARN."""
+    dispatch_role_arn = f"arn:aws:iam::{LOCAL_ACCOUNT}:role/{n.function_role_name(stage, n.DISPATCH)}"
+    reaper_role_arn = f"arn:aws:iam::{LOCAL_ACCOUNT}:role/{n.function_role_name(stage, n.REAPER)}"
+    # The same trust and policy the CDK stack gives the runner role (one definition).
+    runner_role = iam.create_role(
+        RoleName=n.runner_role_name(stage),
+        AssumeRolePolicyDocument=json.dumps(runner_trust({"AWS": [dispatch_role_arn, reaper_role_arn]})),
+    )["Role"]
+    patterns = interpreter_arn_patterns(stage, partition="aws", region=region, account=LOCAL_ACCOUNT)
+    iam.put_role_policy(
+        RoleName=runner_role["RoleName"],
+        PolicyName="StageInterpreters",
+        PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": runner_role_statements(patterns)}),
+    )
+    return str(runner_role["Arn"])
+
+
+def _publish_tenants(
+    config: StageConfig, ssm: Any, region: str, runner_role_arn: str
+) -> list[dict[str, str]]:
+    """Each tenant's substrate and allowlist egress policies in SSM; its interpreters, to register."""
+    interpreters: list[dict[str, str]] = []
+    for tenant in config.tenants:
+        ids = interpreter_names(config, tenant)
+        arns = {env: local_interpreter_arn(i, region=region) for env, i in ids.items()}
+        # Validated through the model dispatch reads it with, so a drift fails here first.
+        substrate = TenantSubstrate.model_validate(
+            tenant_substrate(
+                config, tenant, interpreters=ids, interpreter_arns=arns, runner_role_arn=runner_role_arn
+            )
+        )
+        ssm.put_parameter(
+            Name=n.tenant_substrate_parameter(config.name, tenant.id),
+            Type="String",
+            Value=substrate.model_dump_json(),
+        )
+        # The environment's egress policy store, as the tenant construct writes it from the config
+        # (`sandboxctl egress set` replaces it at run time).
+        for env in tenant.environments:
+            if n.EGRESS_MODE[env] == "allowlist":
+                _put_new_parameter(
+                    ssm,
+                    n.egress_policy_parameter(config.name, tenant.id, env),
+                    tenant.initial_policy(env).to_json(),
+                )
+        for environment, interpreter_id in ids.items():
+            interpreters.append(
+                {
+                    "tenant_id": tenant.id,
+                    "environment": environment,
+                    "id": interpreter_id,
+                    "arn": arns[environment],
+                    "network_mode": n.NETWORK_MODE[environment],
+                }
+            )
+    return interpreters
 
 
 def local_interpreter_arn(interpreter_id: str, *, region: str = LOCAL_REGION) -> str:
@@ -183,7 +203,7 @@ def local_interpreter_arn(interpreter_id: str, *, region: str = LOCAL_REGION) ->
 
 def data_grants(config: StageConfig, s3_endpoint: str, region: str = LOCAL_REGION) -> dict[str, DataGrant]:
     """interpreter id -> what its sessions may read of the emulated S3: the IAM statements the
-    tenant's interpreter execution roles get on AWS (SPEC §14.4), one definition for both."""
+    tenant's interpreter execution roles get on AWS, one definition for both."""
     grants = {}
     for tenant in config.tenants:
         statements = tuple(tenant_data_statements(tenant))

@@ -1,4 +1,4 @@
-"""The local stack (SPEC §10): moto server, local interpreter, Lambda emulator, and the egress
+"""The local stack: moto server, local interpreter, Lambda emulator, and the egress
 proxy with the local package index it routes to (infra/local/egress.py), as detached background
 processes, plus the stage's resources created in moto.
 
@@ -46,6 +46,7 @@ from infra.local.state import (
 
 if TYPE_CHECKING:
     from infra.cdk.function_env import EgressEndpoints
+    from infra.local.egress import EgressPlan
 
 COMPONENTS = ("moto", "interpreter", "lambda", "egress", "index")
 START_TIMEOUT_SECONDS = 60
@@ -149,7 +150,7 @@ def _wait_http(url: str, process: dict[str, Any], deadline: float, context: Any 
 
 
 def session_runtime_env() -> dict[str, str]:
-    """Sessions run on the pinned session runtime (SPEC §14.5, `make session-runtime`) when it
+    """Sessions run on the pinned session runtime (`make session-runtime`) when it
     is built; without it they run on the host's base Python (no pandas/matplotlib)."""
     from sandbox_common.naming import SESSION_VENV_DIR
 
@@ -158,7 +159,7 @@ def session_runtime_env() -> dict[str, str]:
 
 
 def _base_env() -> dict[str, str]:
-    # + the local interpreter's isolation settings (SPEC §18: escape hatch, session Python)
+    # + the local interpreter's isolation settings (escape hatch, session Python)
     keep = (
         "PATH",
         "HOME",
@@ -333,12 +334,9 @@ def _down_locked(directory: Path) -> dict[str, Any]:
 
 
 def _start(directory: Path, stage: str, max_concurrency: int) -> LocalState:
-    from sandbox_common import naming as n
-
     from infra.cdk.config import build_config
-    from infra.local.interpreter.s3relay import grants_to_json
-    from infra.local.lambda_emulator import HEALTH_PATH
-    from infra.local.resources import create_resources, data_grants
+    from infra.local import egress
+    from infra.local.resources import create_resources
 
     config = build_config(stage)
     deadline = time.time() + START_TIMEOUT_SECONDS
@@ -363,9 +361,6 @@ def _start(directory: Path, stage: str, max_concurrency: int) -> LocalState:
 
     # 2. the egress proxy's CA, the local index's wheels and certificate, the test routes: made
     # before the parts that are given their paths start (infra/local/egress.py)
-    from infra.local import egress
-    from infra.local.interpreter.egress import session_endpoints
-
     plan = egress.prepare(
         directory,
         proxy_port=_free_port(),
@@ -374,17 +369,57 @@ def _start(directory: Path, stage: str, max_concurrency: int) -> LocalState:
     )
     data["egress"] = plan.state() if plan is not None else None
 
-    # 3. the local AgentCore interpreter (started now, in parallel with moto's start-up), with this
-    # stage's interpreters registered: ids and network modes come from the config alone.
+    # 3. the local AgentCore interpreter (started now, in parallel with moto's start-up)
+    interp = _start_interpreter(directory, config, moto["endpoint"], plan, env)
+    data["processes"]["interpreter"] = interp
+    _write_state(directory, data)
+
+    # 4. the local package index and the egress proxy (it reads moto's tables per request)
+    if plan is not None:
+        data["processes"].update(_start_egress(directory, stage, plan, moto["endpoint"], env))
+        _write_state(directory, data)
+
+    # 5. resources, from the same definitions as the CDK stacks
+    _wait_http(f"{moto['endpoint']}/moto-api/", moto, deadline)
+    state = LocalState(directory, data)
+    resources = create_resources(config, lambda service: _moto_client(moto["endpoint"], service))
+    data["resources"] = resources.to_dict()
+    _wait_http(f"{interp['endpoint']}/ping", interp, deadline)
+    for name in ("index", "egress"):
+        if name in data["processes"]:
+            part = data["processes"][name]
+            _wait_http(_health_url(name, part["endpoint"]), part, deadline, _health_context(name))
+
+    # 6. the Lambda emulator; each function gets exactly its CDK environment + local endpoints
+    endpoints = {"moto": moto["endpoint"], "interpreter": interp["endpoint"]}
+    emu = _start_lambda(directory, config, resources, endpoints, plan, env, max_concurrency)
+    data["processes"]["lambda"] = emu
+    _write_state(directory, data)
+    from infra.local.lambda_emulator import HEALTH_PATH
+
+    _wait_http(f"{emu['endpoint']}{HEALTH_PATH}", emu, deadline)
+    return state
+
+
+def _start_interpreter(
+    directory: Path, config: Any, moto_endpoint: str, plan: EgressPlan | None, env: dict[str, str]
+) -> dict[str, Any]:
+    """The local interpreter with the stage's interpreters registered (ids and network modes come
+    from the config alone), each tenant's sessions reading its data from moto as its role would
+    (s3relay.py), VPC sessions given the egress proxy when there is one."""
+    from sandbox_common import naming as n
+
+    from infra.local.interpreter.s3relay import grants_to_json
+    from infra.local.resources import data_grants
+
     port = _free_port()
     registrations = [
-        f"--interpreter={n.interpreter_name(stage, t.id, e)}={n.NETWORK_MODE[e]}"
+        f"--interpreter={n.interpreter_name(config.name, t.id, e)}={n.NETWORK_MODE[e]}"
         for t in config.tenants
         for e in t.environments
     ]
-    # each tenant's sessions read its data from moto as its role would (s3relay.py)
     grants_file = directory / "data-grants.json"
-    grants_file.write_text(grants_to_json(data_grants(config, moto["endpoint"])), encoding="utf-8")
+    grants_file.write_text(grants_to_json(data_grants(config, moto_endpoint)), encoding="utf-8")
     interp = _spawn(
         directory,
         "interpreter",
@@ -405,42 +440,50 @@ def _start(directory: Path, stage: str, max_concurrency: int) -> LocalState:
         {**session_runtime_env(), **env},  # an operator's own SANDBOX_SESSION_PYTHON wins
     )
     interp["endpoint"] = f"http://127.0.0.1:{port}"
-    data["processes"]["interpreter"] = interp
-    _write_state(directory, data)
+    return interp
 
-    # 4. the local package index and the egress proxy (it reads moto's tables per request)
-    if plan is not None:
-        index = _spawn(directory, "index", egress.index_argv(plan, sys.executable), env)
-        index["endpoint"] = f"https://127.0.0.1:{plan.index_port}"
-        data["processes"]["index"] = index
-        tables = {spec.logical: spec.physical(stage) for spec in n.ALL_TABLES}
-        proxy = _spawn(
-            directory,
-            "egress",
-            egress.proxy_argv(plan, stage, tables),
-            egress.proxy_env(env, moto["endpoint"]),
-        )
-        proxy["endpoint"] = f"http://{plan.proxy_address}"
-        data["processes"]["egress"] = proxy
-        _write_state(directory, data)
 
-    # 5. resources, from the same definitions as the CDK stacks
-    _wait_http(f"{moto['endpoint']}/moto-api/", moto, deadline)
-    state = LocalState(directory, data)
-    resources = create_resources(config, lambda service: _moto_client(moto["endpoint"], service))
-    data["resources"] = resources.to_dict()
-    _wait_http(f"{interp['endpoint']}/ping", interp, deadline)
-    for name in ("index", "egress"):
-        if name in data["processes"]:
-            part = data["processes"][name]
-            _wait_http(_health_url(name, part["endpoint"]), part, deadline, _health_context(name))
+def _start_egress(
+    directory: Path, stage: str, plan: EgressPlan, moto_endpoint: str, env: dict[str, str]
+) -> dict[str, dict[str, Any]]:
+    """The local package index and the egress proxy, by component name."""
+    from sandbox_common import naming as n
 
-    # 6. the Lambda emulator; each function gets exactly its CDK environment + local endpoints
+    from infra.local import egress
+
+    index = _spawn(directory, "index", egress.index_argv(plan, sys.executable), env)
+    index["endpoint"] = f"https://127.0.0.1:{plan.index_port}"
+    tables = {spec.logical: spec.physical(stage) for spec in n.ALL_TABLES}
+    proxy = _spawn(
+        directory,
+        "egress",
+        egress.proxy_argv(plan, stage, tables),
+        egress.proxy_env(env, moto_endpoint),
+    )
+    proxy["endpoint"] = f"http://{plan.proxy_address}"
+    return {"index": index, "egress": proxy}
+
+
+def _start_lambda(
+    directory: Path,
+    config: Any,
+    resources: LocalResources,
+    endpoints: dict[str, str],
+    plan: EgressPlan | None,
+    env: dict[str, str],
+    max_concurrency: int,
+) -> dict[str, Any]:
+    """The Lambda emulator, each function with its CDK environment and the local endpoints
+    (`endpoints`: moto's and the interpreter's)."""
+    from sandbox_common import naming as n
+
+    from infra.local.interpreter.egress import session_endpoints
+
     port = _free_port()
     lambda_endpoint = f"http://127.0.0.1:{port}"
-    endpoints = {
-        "AWS_ENDPOINT_URL": moto["endpoint"],
-        "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE": interp["endpoint"],
+    function_endpoints = {
+        "AWS_ENDPOINT_URL": endpoints["moto"],
+        "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE": endpoints["interpreter"],
         "AWS_ENDPOINT_URL_LAMBDA": lambda_endpoint,
         # The audit writer's last resort while the emulated AWS (table and DLQ) is down.
         n.ENV_AUDIT_SPOOL: str(directory / n.LOCAL_AUDIT_SPOOL_FILE),
@@ -451,7 +494,7 @@ def _start(directory: Path, stage: str, max_concurrency: int) -> LocalState:
     functions = lambda_function_specs(
         config,
         resources,
-        endpoints,
+        function_endpoints,
         max_concurrency=max_concurrency,
         # how allowlist sessions see the proxy, its CA and the index (none without a proxy)
         egress=session_endpoints(n.LOCAL_PACKAGE_INDEX_URL) if plan is not None else None,
@@ -483,10 +526,7 @@ def _start(directory: Path, stage: str, max_concurrency: int) -> LocalState:
         env,
     )
     emu["endpoint"] = lambda_endpoint
-    data["processes"]["lambda"] = emu
-    _write_state(directory, data)
-    _wait_http(f"{lambda_endpoint}{HEALTH_PATH}", emu, deadline)
-    return state
+    return emu
 
 
 def lambda_function_specs(

@@ -47,8 +47,8 @@ class LocalResources:
     interpreters: list[dict[str, str]] = field(default_factory=list)
     runner_role: str = ""  # the stage's one session-runner role (ARN)
     log_groups: list[str] = field(default_factory=list)
-    artifacts_bucket: str = ""  # §14.2
-    data_bucket: str = ""  # the demo tenant data bucket (§14.4 stand-in)
+    artifacts_bucket: str = ""
+    data_bucket: str = ""  # the demo tenant data bucket (tenant data's stand-in)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,1 +1,1 @@
-"""`sandboxctl`: the operator CLI (SPEC §10). Entry point: infra.sandboxctl.main:main."""
+"""`sandboxctl`: the operator CLI. Entry point: infra.sandboxctl.main:main."""

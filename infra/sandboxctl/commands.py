@@ -135,7 +135,7 @@ def _egress_line(egress: dict[str, Any] | None) -> str:
 
 
 def _isolation_line(isolation: dict[str, Any] | None) -> str:
-    """One paragraph: the isolation the local interpreter enforces (SPEC §18)."""
+    """One paragraph: the isolation the local interpreter enforces."""
     if not isolation:
         return ""
     if isolation.get("strategy") == "bwrap":
@@ -175,7 +175,7 @@ def _invoke(args: argparse.Namespace, target: Any) -> int:
 
 
 def _event_text(arg: str) -> str:
-    """SPEC §19: `-` reads the event from standard input, `@PATH` from a file, anything else is
+    """`-` reads the event from standard input, `@PATH` from a file, anything else is
     the event itself (one argument is limited to 128 KiB; stdin and files are not)."""
     if arg == "-":
         return sys.stdin.read()
@@ -307,10 +307,10 @@ AUDIT_COLUMNS = [
 
 
 def _audit(args: argparse.Namespace, target: Any) -> int:
-    from infra.sandboxctl import ops
+    from infra.sandboxctl import records_ops
 
     if args.audit_command == "list":
-        rows = ops.audit_list(
+        rows = records_ops.audit_list(
             target,
             args.tenant,
             agent_id=args.agent,
@@ -320,7 +320,7 @@ def _audit(args: argparse.Namespace, target: Any) -> int:
         )
         _out(args, rows, lambda: render.table(rows, AUDIT_COLUMNS))
         return EXIT_OK
-    counts = ops.audit_replay(target)
+    counts = records_ops.audit_replay(target)
     _out(args, counts, lambda: render.pairs(counts))
     if counts["failed"] or counts["invalid"]:
         raise CtlError(
@@ -334,13 +334,13 @@ FILES_COLUMNS = ["created_at", "file_id", "filename", "bytes", "content_type", "
 
 
 def _files(args: argparse.Namespace, target: Any) -> int:
-    from infra.sandboxctl import ops
+    from infra.sandboxctl import records_ops
 
     if args.files_command == "list":
-        rows = ops.files_list(target, args.tenant, args.turn)
+        rows = records_ops.files_list(target, args.tenant, args.turn)
         _out(args, rows, lambda: render.table(rows, FILES_COLUMNS))
         return EXIT_OK
-    got = ops.files_get(target, args.tenant, args.file_id, args.output)
+    got = records_ops.files_get(target, args.tenant, args.file_id, args.output)
     _out(args, got, lambda: render.pairs(got))
     return EXIT_OK
 
@@ -360,9 +360,9 @@ def _counters(args: argparse.Namespace, target: Any) -> int:
 
 
 def _findings(args: argparse.Namespace, target: Any) -> int:
-    from infra.sandboxctl import ops
+    from infra.sandboxctl import records_ops
 
-    rows = ops.findings_list(target, since=args.since, limit=args.limit)
+    rows = records_ops.findings_list(target, since=args.since, limit=args.limit)
     columns = [
         "timestamp",
         "token_class",
@@ -420,7 +420,7 @@ def _jobs(args: argparse.Namespace, target: Any) -> int:
 def _usage(args: argparse.Namespace, target: Any) -> int:
     import sys
 
-    from infra.sandboxctl import ops, usage
+    from infra.sandboxctl import items, usage
 
     progress = usage.StderrProgress(sys.stderr)
     try:
@@ -429,8 +429,8 @@ def _usage(args: argparse.Namespace, target: Any) -> int:
             target.table(n.INVOCATIONS),
             args.tenant,
             by=args.by,
-            since=ops.parse_time(args.since) if args.since else None,
-            until=ops.parse_time(args.until) if args.until else None,
+            since=items.parse_time(args.since) if args.since else None,
+            until=items.parse_time(args.until) if args.until else None,
             progress=progress,
         )
     except ValueError as exc:
@@ -462,7 +462,7 @@ def _usage(args: argparse.Namespace, target: Any) -> int:
 
 def _mcp(args: argparse.Namespace) -> int:
     from sandbox_client import mcp_server
-    from sandbox_client.turn import DispatchUnavailable
+    from sandbox_client.errors import DispatchUnavailable
 
     from infra.sandboxctl import target as target_mod
 

@@ -142,11 +142,13 @@ def _cause(exc: Exception) -> str:
 def _session_region() -> str | None:
     import boto3
 
-    return boto3.session.Session().region_name
+    region: str | None = boto3.session.Session().region_name
+    return region
 
 
 def _error_code(exc: Exception) -> str | None:
-    return getattr(exc, "response", {}).get("Error", {}).get("Code")
+    code = getattr(exc, "response", {}).get("Error", {}).get("Code")
+    return None if code is None else str(code)
 
 
 # --- the checks -----------------------------------------------------------------------------------

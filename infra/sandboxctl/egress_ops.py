@@ -23,6 +23,7 @@ from sandbox_common.egress_policy import (
 )
 
 from infra.sandboxctl.errors import CtlError
+from infra.sandboxctl.items import error_code, parameter_value
 from infra.sandboxctl.ops import require_known_tenant, tenant_show
 from infra.sandboxctl.target import Target
 
@@ -43,10 +44,6 @@ CONNECTION_COLUMNS = (
     "bytes_in",
     "closed_at",
 )
-
-
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
 
 
 def _tenants_allowlist_environment(target: Target, tenant_id: str, environment: str) -> None:
@@ -75,12 +72,8 @@ def _allowlist_environment(environment: str) -> None:
 def egress_get(target: Target, tenant_id: str, environment: str) -> dict[str, Any]:
     _tenants_allowlist_environment(target, tenant_id, environment)
     name = n.egress_policy_parameter(target.stage, tenant_id, environment)
-    try:
-        raw = target.client("ssm").get_parameter(Name=name)["Parameter"]["Value"]
-    except ClientError as exc:
-        if _code(exc) != "ParameterNotFound":
-            raise
-        # what the proxy applies when none is stored: nothing allowed
+    raw = parameter_value(target.client("ssm"), name)
+    if raw is None:  # what the proxy applies when none is stored: nothing allowed
         return {"parameter": name, "stored": False, **EgressPolicy().as_dict()}
     try:
         policy = parse_policy(raw)
@@ -147,12 +140,7 @@ def egress_set(
         )
     name = n.egress_policy_parameter(target.stage, tenant_id, environment)
     ssm = target.client("ssm")
-    try:
-        previous: str | None = ssm.get_parameter(Name=name)["Parameter"]["Value"]
-    except ClientError as exc:
-        if _code(exc) != "ParameterNotFound":
-            raise
-        previous = None
+    previous = parameter_value(ssm, name)
     ssm.put_parameter(Name=name, Value=value, Type="String", Overwrite=True, Tier="Intelligent-Tiering")
     return {
         "parameter": name,
@@ -298,7 +286,7 @@ def secrets_put(target: Target, tenant_id: str, name: str, value: str) -> dict[s
         )
         created = True
     except ClientError as exc:
-        if _code(exc) != "ResourceExistsException":
+        if error_code(exc) != "ResourceExistsException":
             raise
         out = client.put_secret_value(SecretId=secret_id, SecretString=value)
         created = False

@@ -1,4 +1,4 @@
-"""`sandboxctl jobs list`: background jobs from the JOBS table (SPEC §17), newest first.
+"""`sandboxctl jobs list`: background jobs from the JOBS table, newest first.
 
 Reads the table directly (the CLI does not import Lambda code): one tenant's jobs through the
 `by_tenant` index, every tenant's through a scan of job items (operators only, small tables).

@@ -1,6 +1,6 @@
 """Argument parsing and exit-code mapping for `sandboxctl`.
 
-Exit codes (SPEC §10): 0 success, 2 bad usage (argparse), 1 failure with a one-line reason on
+Exit codes: 0 success, 2 bad usage (argparse), 1 failure with a one-line reason on
 stderr and never a traceback. The command implementations live in `commands.py`; this module
 only knows the command-line shape, so `build_parser()` is cheap to import (the runbook tests
 parse every documented command line with it).
@@ -96,6 +96,25 @@ def build_parser() -> argparse.ArgumentParser:
     late.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
+    _add_local_and_invoke(commands, late)
+    _add_caps_and_tenants(commands, late)
+    _add_templates_and_audit(commands, late)
+    _add_findings_files_jobs(commands, late)
+    _add_pilot(commands, late)
+    from infra.sandboxctl import egress_cli, sessions_cli  # argparse only: as cheap as this module
+
+    sessions_cli.add_commands(
+        commands, late, tenant_id=_tenant_id, non_negative=_non_negative_int, request_id=_request_id
+    )
+    egress_cli.add_commands(commands, late, tenant_id=_tenant_id, request_id=_request_id)
+    _add_usage_and_mcp(commands, late)
+    return parser
+
+
+def _add_local_and_invoke(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], late: argparse.ArgumentParser
+) -> None:
+    """`local up|down|status` and `invoke`."""
     local = commands.add_parser("local", help="start/stop/inspect the embedded local stack")
     local_cmd = local.add_subparsers(dest="local_command", metavar="ACTION", required=True)
     local_cmd.add_parser("up", help="start the local stack in the background (idempotent)", parents=[late])
@@ -111,6 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
         "`-` reads it from standard input, `@PATH` from a file",
     )
 
+
+def _add_caps_and_tenants(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], late: argparse.ArgumentParser
+) -> None:
+    """`caps`, `tenant` (and the deploy commands of tenants) and `doctor`."""
     caps = commands.add_parser("caps", help="read/write the circuit-breaker caps in SSM")
     caps_cmd = caps.add_subparsers(dest="caps_command", metavar="ACTION", required=True)
     caps_get = caps_cmd.add_parser("get", help="show global caps and per-tenant overrides", parents=[late])
@@ -146,6 +170,11 @@ def build_parser() -> argparse.ArgumentParser:
     deploy_cli.add_tenant_commands(tenant_cmd, late, tenant_id=_tenant_id)
     deploy_cli.add_doctor(commands, late)
 
+
+def _add_templates_and_audit(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], late: argparse.ArgumentParser
+) -> None:
+    """`template put`, `audit list|replay`, `counters show`."""
     template = commands.add_parser("template", help="templates' sandbox blocks")
     template_cmd = template.add_subparsers(dest="template_command", metavar="ACTION", required=True)
     put = template_cmd.add_parser(
@@ -182,6 +211,11 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--tenant", type=_tenant_id, required=True)
     show.add_argument("--agent", type=_request_id)
 
+
+def _add_findings_files_jobs(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], late: argparse.ArgumentParser
+) -> None:
+    """`findings list`, `files list|get`, `jobs list`."""
     findings = commands.add_parser("findings", help="redaction backstop findings")
     findings_cmd = findings.add_subparsers(dest="findings_command", metavar="ACTION", required=True)
     findings_list = findings_cmd.add_parser(
@@ -192,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     findings_list.add_argument("--since", type=_iso_time)
     findings_list.add_argument("--limit", type=_positive_int, default=100)
 
-    files = commands.add_parser("files", help="artifacts stored by execute_code (SPEC §14)")
+    files = commands.add_parser("files", help="artifacts stored by execute_code")
     files_cmd = files.add_subparsers(dest="files_command", metavar="ACTION", required=True)
     files_list = files_cmd.add_parser("list", help="a tenant's artifacts, newest first", parents=[late])
     files_list.add_argument("--tenant", type=_tenant_id, required=True)
@@ -211,6 +245,11 @@ def build_parser() -> argparse.ArgumentParser:
     jobs_list.add_argument("--tenant", type=_tenant_id)
     jobs_list.add_argument("--limit", type=_positive_int, default=50)
 
+
+def _add_pilot(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], late: argparse.ArgumentParser
+) -> None:
+    """`pilot`, the post-deploy canary."""
     pilot = commands.add_parser(
         "pilot", help="post-deploy canary: one scripted turn, checked end to end", parents=[late]
     )
@@ -223,17 +262,11 @@ def build_parser() -> argparse.ArgumentParser:
     pilot.add_argument(
         "--cap-wait", type=int, default=90, help="seconds to wait for a cap change to apply (caches ≤ 60 s)"
     )
-    from infra.sandboxctl import egress_cli, sessions_cli  # argparse only: as cheap as this module
-
-    sessions_cli.add_commands(
-        commands, late, tenant_id=_tenant_id, non_negative=_non_negative_int, request_id=_request_id
-    )
-    egress_cli.add_commands(commands, late, tenant_id=_tenant_id, request_id=_request_id)
-    _add_usage_and_mcp(commands, late)
-    return parser
 
 
-def _add_usage_and_mcp(commands: argparse._SubParsersAction, late: argparse.ArgumentParser) -> None:
+def _add_usage_and_mcp(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], late: argparse.ArgumentParser
+) -> None:
     """`usage` and `mcp`."""
     usage = commands.add_parser(
         "usage",

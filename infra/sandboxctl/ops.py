@@ -5,85 +5,23 @@ can act on raise `CtlError` with a one-line reason.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import uuid
-from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime, timedelta
-from decimal import Decimal
-from itertools import chain, islice
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 from sandbox_common import dimensions, limits
 from sandbox_common import naming as n
-from sandbox_common.audit import AuditWriter, drain_spool
 from sandbox_common.tool_spec import validate_tool_names
 from sandbox_common.windows import Windows, iso_z, iso_z_ms, utc_now
 
 from infra.sandboxctl.errors import CtlError
+from infra.sandboxctl.items import error_code, paged_items, parameter_value, serialize
 from infra.sandboxctl.target import Target
 
 if TYPE_CHECKING:
     from sandbox_common.models import TenantSubstrate
-
-
-# --- helpers ---------------------------------------------------------------------------------
-def plain(value: Any) -> Any:
-    """DynamoDB values as JSON-friendly Python (Decimal -> int/float, sets -> sorted lists)."""
-    if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    if isinstance(value, (set, frozenset)):
-        return sorted(plain(v) for v in value)
-    if isinstance(value, (bytes, bytearray)):
-        return value.decode("utf-8", "replace")
-    return value
-
-
-def _deserialize(item: dict[str, Any]) -> dict[str, Any]:
-    from boto3.dynamodb.types import TypeDeserializer
-
-    deser = TypeDeserializer()
-    return {k: plain(deser.deserialize(v)) for k, v in item.items()}
-
-
-def _items(target: Target, operation: str, **request: Any) -> Iterator[dict[str, Any]]:
-    """Deserialized items of a DynamoDB Query or Scan across all its pages (botocore's
-    paginator, read lazily: a caller that stops early fetches no further page)."""
-    for page in target.client("dynamodb").get_paginator(operation).paginate(**request):
-        for raw in page.get("Items", []):
-            yield _deserialize(raw)
-
-
-def _serialize(item: dict[str, Any]) -> dict[str, Any]:
-    from boto3.dynamodb.types import TypeSerializer
-
-    ser = TypeSerializer()
-    return {k: ser.serialize(_to_dynamo(v)) for k, v in item.items()}
-
-
-def _to_dynamo(value: Any) -> Any:
-    if isinstance(value, float):
-        return Decimal(str(value))
-    if isinstance(value, dict):
-        return {k: _to_dynamo(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_to_dynamo(v) for v in value]
-    return value
-
-
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
-def parse_time(text: str) -> datetime:
-    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 # --- invoke ----------------------------------------------------------------------------------
@@ -94,7 +32,7 @@ def invoke(target: Target, event: dict[str, Any] | str) -> dict[str, Any]:
             FunctionName=target.dispatch_function, InvocationType="RequestResponse", Payload=payload.encode()
         )
     except ClientError as exc:
-        raise CtlError(f"invoking {target.dispatch_function} failed: {_code(exc)}: {exc}") from None
+        raise CtlError(f"invoking {target.dispatch_function} failed: {error_code(exc)}: {exc}") from None
     body = out["Payload"].read()
     if out.get("FunctionError"):
         try:
@@ -117,7 +55,7 @@ def substrate(target: Target, tenant_id: str) -> TenantSubstrate | None:
     try:
         raw = target.client("ssm").get_parameter(Name=n.tenant_substrate_parameter(target.stage, tenant_id))
     except ClientError as exc:
-        if _code(exc) == "ParameterNotFound":
+        if error_code(exc) == "ParameterNotFound":
             return None
         raise
     # Imported here for the CLI's start-up: the everyday commands do not load pydantic.
@@ -128,7 +66,7 @@ def substrate(target: Target, tenant_id: str) -> TenantSubstrate | None:
 
 def _tenant_items(target: Target, tenant_id: str) -> list[dict[str, Any]]:
     return list(
-        _items(
+        paged_items(
             target,
             "query",
             TableName=target.table(n.TENANTS),
@@ -193,11 +131,11 @@ def _write_with_history(target: Target, tenant_id: str, item: dict[str, Any], ch
     }
     target.client("dynamodb").transact_write_items(
         TransactItems=[
-            {"Put": {"TableName": target.table(n.TENANTS), "Item": _serialize({**item, **stamp})}},
+            {"Put": {"TableName": target.table(n.TENANTS), "Item": serialize({**item, **stamp})}},
             {
                 "Put": {
                     "TableName": target.table(n.TENANTS),
-                    "Item": _serialize(history),
+                    "Item": serialize(history),
                     "ConditionExpression": "attribute_not_exists(#sk)",
                     "ExpressionAttributeNames": {"#sk": n.TENANTS.sort_key},
                 }
@@ -233,7 +171,7 @@ def tenant_set(
 def template_put(
     target: Target, tenant_id: str, template_id: str, environment: str, tools: Sequence[str] | None = None
 ) -> dict[str, Any]:
-    """`tools` (SPEC §15): the agent tools the template's code may call; None keeps the current
+    """`tools`: the agent tools the template's code may call; None keeps the current
     allowlist, () clears it."""
     current = tenant_show(target, tenant_id, history=0)
     env = None if environment == "none" else environment
@@ -316,7 +254,7 @@ def caps_get(target: Target, tenant_id: str | None = None) -> dict[str, Any]:
 
 
 def _cap_path(stage: str, dimension: str, tenant_id: str | None) -> str:
-    """A cap dimension's SSM path (§5.2, §16.2); a stage-wide one has no per-tenant override."""
+    """A cap dimension's SSM path; a stage-wide one has no per-tenant override."""
     found = dimensions.get(dimension)
     if found is None:
         raise CtlError(f"refused: {dimension!r} is not a cap dimension ({', '.join(dimensions.names())})")
@@ -332,12 +270,7 @@ def caps_set(target: Target, dimension: str, value: int, tenant_id: str | None =
     if tenant_id is not None:
         require_known_tenant(target, tenant_id)
     ssm = target.client("ssm")
-    try:
-        previous: str | None = ssm.get_parameter(Name=name)["Parameter"]["Value"]
-    except ClientError as exc:
-        if _code(exc) != "ParameterNotFound":
-            raise
-        previous = None
+    previous = parameter_value(ssm, name)
     ssm.put_parameter(Name=name, Value=str(value), Type="String", Overwrite=True)
     done = {"parameter": name, "value": value, "previous": None if previous is None else _cap_value(previous)}
     found = dimensions.get(dimension)
@@ -367,7 +300,7 @@ def kill_switch_now(target: Target, tenant_id: str | None) -> str:
             Payload=json.dumps({n.KILL_SWITCH_EVENT_KEY: scope}).encode(),
         )
     except (ClientError, BotoCoreError) as exc:
-        code = _code(exc) if isinstance(exc, ClientError) else type(exc).__name__
+        code = error_code(exc) if isinstance(exc, ClientError) else type(exc).__name__
         return f"not started ({code}); {_SCHEDULED_KILL}"
     return "started"
 
@@ -377,7 +310,7 @@ def caps_unset(target: Target, dimension: str, tenant_id: str) -> dict[str, Any]
     try:
         target.client("ssm").delete_parameter(Name=name)
     except ClientError as exc:
-        if _code(exc) != "ParameterNotFound":
+        if error_code(exc) != "ParameterNotFound":
             raise
         return {"parameter": name, "deleted": False}
     return {"parameter": name, "deleted": True}
@@ -409,7 +342,7 @@ def counters_show(target: Target, tenant_id: str, agent_id: str | None = None) -
             # An agent's key is tenant#agent#...#window: list this tenant's agents in the current window.
             agents = {
                 str(item.get(n.COUNTER_ATTR_AGENT)): int(item.get(n.COUNTER_ATTR_COUNT, 0))
-                for item in _items(
+                for item in paged_items(
                     target,
                     "scan",
                     TableName=target.table(d.table),
@@ -454,187 +387,3 @@ def counter_rows(counters: dict[str, Any]) -> list[dict[str, Any]]:
             resets_at = counters[f"{d.name}_resets_at"]
             rows += [{"dimension": d.name, "key": a["agent_id"], **a, "resets_at": resets_at} for a in shown]
     return rows
-
-
-# --- audit -----------------------------------------------------------------------------------
-def audit_list(
-    target: Target,
-    tenant_id: str,
-    *,
-    agent_id: str | None = None,
-    session_id: str | None = None,
-    since: str | None = None,
-    limit: int = 20,
-) -> list[dict[str, Any]]:
-    index = n.INVOCATIONS_BY_SESSION if session_id else n.INVOCATIONS_BY_TENANT_TIME
-    names = {"#pk": index.pk}
-    pk_value = session_id if session_id else tenant_id
-    values: dict[str, Any] = {":pk": {"S": pk_value}}
-    key = "#pk = :pk"
-    if since:
-        names["#st"] = str(index.sk)
-        values[":since"] = {"S": iso_z_ms(parse_time(since))}
-        key += " AND #st >= :since"
-    filters = []
-    if session_id:  # a session id never reveals another tenant's rows
-        names["#t"] = "tenant_id"
-        values[":t"] = {"S": tenant_id}
-        filters.append("#t = :t")
-    if agent_id:
-        names["#a"] = "agent_id"
-        values[":a"] = {"S": agent_id}
-        filters.append("#a = :a")
-    kwargs: dict[str, Any] = {
-        "TableName": target.table(n.INVOCATIONS),
-        "IndexName": index.name,
-        "KeyConditionExpression": key,
-        "ExpressionAttributeNames": names,
-        "ExpressionAttributeValues": values,
-        "ScanIndexForward": False,
-    }
-    if filters:
-        kwargs["FilterExpression"] = " AND ".join(filters)
-    return list(islice(_items(target, "query", **kwargs), limit))
-
-
-def audit_get(target: Target, invocation_id: str) -> dict[str, Any] | None:
-    item = (
-        target.client("dynamodb")
-        .get_item(
-            TableName=target.table(n.INVOCATIONS),
-            Key=n.INVOCATIONS.key(invocation_id),
-            ConsistentRead=True,
-        )
-        .get("Item")
-    )
-    return _deserialize(item) if item else None
-
-
-def audit_replay(target: Target, *, max_messages: int = 10_000) -> dict[str, Any]:
-    """Drain the audit DLQ exactly once: a row already in the table (an earlier replay, or the
-    original write that only looked failed) is a duplicate, and its message is deleted too."""
-    sqs, ddb = target.client("sqs"), target.client("dynamodb")
-    counts = {"replayed": 0, "duplicates": 0, "invalid": 0, "failed": 0}
-    seen: set[str] = set()
-    while sum(counts.values()) < max_messages:
-        messages = sqs.receive_message(
-            QueueUrl=target.audit_dlq_url, MaxNumberOfMessages=10, WaitTimeSeconds=1, VisibilityTimeout=60
-        ).get("Messages", [])
-        fresh = [m for m in messages if m["MessageId"] not in seen]
-        if not fresh:
-            break
-        for message in fresh:
-            seen.add(message["MessageId"])
-            try:
-                row = json.loads(message["Body"], parse_float=Decimal)
-                if not isinstance(row, dict) or not row.get(n.INVOCATIONS.pk):
-                    raise ValueError("no invocation_id")
-            except ValueError:
-                counts["invalid"] += 1  # left in the queue for a human: never dropped
-                continue
-            try:
-                ddb.put_item(
-                    TableName=target.table(n.INVOCATIONS),
-                    Item=_serialize(row),
-                    ConditionExpression="attribute_not_exists(#id)",
-                    ExpressionAttributeNames={"#id": n.INVOCATIONS.pk},
-                )
-                counts["replayed"] += 1
-            except ClientError as exc:
-                if _code(exc) != "ConditionalCheckFailedException":
-                    counts["failed"] += 1
-                    continue
-                counts["duplicates"] += 1
-            sqs.delete_message(QueueUrl=target.audit_dlq_url, ReceiptHandle=message["ReceiptHandle"])
-    if target.audit_spool:
-        # Local stack: rows spooled while its emulated AWS was down, through the same writer.
-        writer = AuditWriter(
-            table_name=target.table(n.INVOCATIONS), dlq_url=target.audit_dlq_url, ddb=ddb, sqs=sqs
-        )
-        for key, value in drain_spool(target.audit_spool, writer).items():
-            counts[key] += value
-    return counts
-
-
-# --- findings --------------------------------------------------------------------------------
-def findings_list(target: Target, *, since: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-    """Backstop findings at or after `since` (default: the last 24 h), newest first. The table
-    is partitioned by UTC day and sorted by `<ISO timestamp>#<event id>#<n>`, so `since` is a
-    key condition on its own day and whole partitions after it."""
-    now = utc_now()
-    start = parse_time(since) if since else now - timedelta(hours=24)
-    days = (now.date() - start.astimezone(UTC).date()).days
-    if days > limits.FINDINGS_RETENTION_DAYS:
-        raise CtlError(
-            f"--since is more than {limits.FINDINGS_RETENTION_DAYS} days ago (findings expire after that)"
-        )
-    partitions = []
-    for offset in range(max(days, 0) + 1):  # newest partition first
-        day = (now - timedelta(days=offset)).strftime("%Y-%m-%d")
-        kwargs: dict[str, Any] = {
-            "TableName": target.table(n.FINDINGS),
-            "KeyConditionExpression": "#pk = :d",
-            "ExpressionAttributeNames": {"#pk": n.FINDINGS.pk},
-            "ExpressionAttributeValues": {":d": {"S": day}},
-            "ScanIndexForward": False,
-        }
-        if offset == days:  # the oldest partition: only from `since` on
-            kwargs["KeyConditionExpression"] += " AND #sk >= :s"
-            kwargs["ExpressionAttributeNames"]["#sk"] = n.FINDINGS.sort_key
-            kwargs["ExpressionAttributeValues"][":s"] = {"S": iso_z_ms(start)}
-        partitions.append(_items(target, "query", **kwargs))
-    return list(islice(chain.from_iterable(partitions), limit))
-
-
-# --- files (SPEC §14.3) ---------------------------------------------------------------
-def _artifacts_bucket(target: Target) -> str:
-    if not target.artifacts_bucket:
-        raise CtlError(f"stage {target.stage} has no artifacts bucket (output {n.OUTPUT_ARTIFACTS_BUCKET})")
-    return target.artifacts_bucket
-
-
-def files_list(target: Target, tenant_id: str, turn_id: str | None = None) -> list[dict[str, Any]]:
-    """A tenant's artifacts, newest first (optionally one turn's)."""
-    from sandbox_common.files import list_pointers
-
-    pointers = list_pointers(target.client("s3"), _artifacts_bucket(target), tenant_id, turn_id)
-    keep = (
-        "file_id",
-        "filename",
-        "bytes",
-        "content_type",
-        "sha256",
-        "created_at",
-        "turn_id",
-        "invocation_id",
-    )
-    return [{k: p.get(k) for k in keep} for p in pointers]
-
-
-def files_get(target: Target, tenant_id: str, file_id: str, path: str) -> dict[str, Any]:
-    """Write one artifact's bytes to `path`, only if they hash to its recorded sha256."""
-    from sandbox_common.files import read_pointer
-
-    bucket = _artifacts_bucket(target)
-    s3 = target.client("s3")
-    pointer = read_pointer(s3, bucket, tenant_id, file_id)
-    if pointer is None:
-        raise CtlError(f"no file {file_id} for tenant {tenant_id}")
-    data = s3.get_object(Bucket=bucket, Key=pointer["key"])["Body"].read()
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != pointer["sha256"]:
-        raise CtlError(
-            f"file {file_id}: sha256 {digest} does not match the recorded {pointer['sha256']}; nothing"
-            " written"
-        )
-    partial = f"{path}.partial"
-    with open(partial, "wb") as fh:
-        fh.write(data)
-    os.replace(partial, path)
-    return {
-        "file_id": file_id,
-        "filename": pointer["filename"],
-        "bytes": len(data),
-        "sha256": digest,
-        "path": path,
-    }

@@ -29,7 +29,7 @@ from sandbox_common.errors import SandboxCapExceeded
 from sandbox_common.turn_token import new_token
 from sandbox_common.windows import Windows, iso_z, utc_now
 
-from infra.sandboxctl import ops
+from infra.sandboxctl import ops, records_ops
 from infra.sandboxctl.errors import CtlError
 from infra.sandboxctl.target import Target
 
@@ -57,7 +57,7 @@ class _Pilot:
         self.run_id = uuid.uuid4().hex[:10]
         self.agent_id = f"pilot-{self.run_id}"
         self.turn_id = f"pilot-turn-{self.run_id}"
-        self.turn_token = new_token()  # §16.5: every action of the pilot's turn carries it
+        self.turn_token = new_token()  # every action of the pilot's turn carries it
         self.echo = echo or (lambda _line: None)
         self.checks: list[dict[str, Any]] = []
         self.calls: list[tuple[dict[str, Any], dict[str, Any]]] = []  # (request, response)
@@ -151,65 +151,14 @@ def run_pilot(
     try:
         p.echo(f"   setting {override} = {PLANNED_CALLS} so the pilot agent's next call after two is refused")
         ops.caps_set(target, capped.name, PLANNED_CALLS, tenant_id)
-        begin = p.request(n.Action.BEGIN_TURN)
-        if not p.check(
-            "begin_turn is ready with the execute_code tool",
-            begin.get("ok")
-            and begin.get("sandbox", {}).get("status") == "ready"
-            and begin["sandbox"].get("tool", {}).get("name") == n.Action.EXECUTE_CODE,
-            begin,
-        ):
-            raise _Abort
-        first = p.execute(FIRST_CODE)
-        p.check("first execute_code ok", first.get("ok") and first.get("exit_status") == "ok", first)
-        second = p.execute(SECOND_CODE)
-        p.check(
-            "second execute_code sees the first call's state (prints 42)",
-            second.get("ok") and second.get("stdout") == "42\n",
-            second.get("stdout"),
-        )
-        p.check(
-            "both calls share one session",
-            first.get("session_id") and first.get("session_id") == second.get("session_id"),
-        )
-        admitted += [r for r in (first, second) if r.get("ok")]
-
-        deadline = time.monotonic() + cap_wait_seconds
-        while True:
-            probe = p.execute(PROBE_CODE)
-            if probe.get("error") == SandboxCapExceeded.__name__:
-                refused = probe
-                break
-            if not probe.get("ok"):
-                break
-            admitted.append(probe)  # a cached cap admitted it: wait for the cache to expire
-            if time.monotonic() > deadline:
-                break
-            time.sleep(PROBE_INTERVAL_SECONDS)
+        refused = _run_turn(p, cap_wait_seconds, admitted)
     except _Abort:
         pass
     except CtlError as exc:
         error = str(exc)
         p.check("dispatch answered every request", False, error)
     finally:
-        try:
-            if previous is None:
-                ops.caps_unset(target, capped.name, tenant_id)
-            else:
-                ops.caps_set(target, capped.name, int(previous), tenant_id)
-            p.check(f"{capped.name} override restored", True)
-        except Exception as exc:  # noqa: BLE001 - must be reported, never hidden
-            p.check(f"{capped.name} override restored (restore {override} by hand!)", False, str(exc))
-        try:
-            end = p.request(n.Action.END_TURN)
-            had_session = any(r.get("session_id") for _, r in p.calls)
-            p.check(
-                "end_turn stopped the session" if had_session else "end_turn answered (no session to stop)",
-                end.get("ok") is True and end.get("stopped") is had_session,
-                end,
-            )
-        except CtlError as exc:
-            p.check("end_turn answered", False, str(exc))
+        _restore_and_end(p, target, capped, previous, tenant_id)
 
     if p.checks and all(c["ok"] for c in p.checks) and error is None:
         _check_refusal(p, refused)
@@ -226,6 +175,73 @@ def run_pilot(
         "checks": p.checks,
         "error": error,
     }
+
+
+def _run_turn(p: _Pilot, cap_wait_seconds: int, admitted: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """begin_turn, two calls that share a session, then probes until the lowered cap refuses one
+    (its answer) or `cap_wait_seconds` pass (None); the admitted calls are added to `admitted`."""
+    refused: dict[str, Any] | None = None
+    begin = p.request(n.Action.BEGIN_TURN)
+    if not p.check(
+        "begin_turn is ready with the execute_code tool",
+        begin.get("ok")
+        and begin.get("sandbox", {}).get("status") == "ready"
+        and begin["sandbox"].get("tool", {}).get("name") == n.Action.EXECUTE_CODE,
+        begin,
+    ):
+        raise _Abort
+    first = p.execute(FIRST_CODE)
+    p.check("first execute_code ok", first.get("ok") and first.get("exit_status") == "ok", first)
+    second = p.execute(SECOND_CODE)
+    p.check(
+        "second execute_code sees the first call's state (prints 42)",
+        second.get("ok") and second.get("stdout") == "42\n",
+        second.get("stdout"),
+    )
+    p.check(
+        "both calls share one session",
+        first.get("session_id") and first.get("session_id") == second.get("session_id"),
+    )
+    admitted += [r for r in (first, second) if r.get("ok")]
+
+    deadline = time.monotonic() + cap_wait_seconds
+    while True:
+        probe = p.execute(PROBE_CODE)
+        if probe.get("error") == SandboxCapExceeded.__name__:
+            refused = probe
+            break
+        if not probe.get("ok"):
+            break
+        admitted.append(probe)  # a cached cap admitted it: wait for the cache to expire
+        if time.monotonic() > deadline:
+            break
+        time.sleep(PROBE_INTERVAL_SECONDS)
+    return refused
+
+
+def _restore_and_end(
+    p: _Pilot, target: Target, capped: dimensions.Dimension, previous: Any, tenant_id: str
+) -> None:
+    """The cap override as it was before the pilot, and the turn ended (its session stopped)."""
+    override = capped.parameter(target.stage, tenant_id)
+    try:
+        if previous is None:
+            ops.caps_unset(target, capped.name, tenant_id)
+        else:
+            ops.caps_set(target, capped.name, int(previous), tenant_id)
+        p.check(f"{capped.name} override restored", True)
+    except Exception as exc:  # noqa: BLE001 - must be reported, never hidden
+        p.check(f"{capped.name} override restored (restore {override} by hand!)", False, str(exc))
+    try:
+        end = p.request(n.Action.END_TURN)
+        had_session = any(r.get("session_id") for _, r in p.calls)
+        p.check(
+            "end_turn stopped the session" if had_session else "end_turn answered (no session to stop)",
+            end.get("ok") is True and end.get("stopped") is had_session,
+            end,
+        )
+    except CtlError as exc:
+        p.check("end_turn answered", False, str(exc))
 
 
 class _Abort(Exception):
@@ -252,7 +268,7 @@ def _check_refusal(p: _Pilot, refused: dict[str, Any] | None) -> None:
 def _check_audit(p: _Pilot) -> None:
     missing, wrong = [], []
     for request, response in p.calls:
-        row = ops.audit_get(p.target, str(response.get("invocation_id")))
+        row = records_ops.audit_get(p.target, str(response.get("invocation_id")))
         if row is None:
             missing.append(request["call_id"])
             continue

@@ -1,5 +1,5 @@
-"""Command-line shape and rendering of `sandboxctl warm …` and `sandboxctl sessions …`
-(SPEC §16.1, §16.4). Kept beside main.py so the parser stays cheap to import."""
+"""Command-line shape and rendering of `sandboxctl warm …` and `sandboxctl sessions …`.
+Kept beside main.py so the parser stays cheap to import."""
 
 from __future__ import annotations
 

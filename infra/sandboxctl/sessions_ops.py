@@ -1,4 +1,4 @@
-"""`sandboxctl warm …` and `sandboxctl sessions …` (SPEC §16.1, §16.4): operations over a
+"""`sandboxctl warm …` and `sandboxctl sessions …`: operations over a
 `Target` returning plain data. The ledger is read and written through the same
 `sandbox_common.sessions.ledger` dispatch and the reaper use.
 """
@@ -16,6 +16,7 @@ from sandbox_common.sessions.ledger import SessionLedger, Slot
 from sandbox_common.windows import iso_z
 
 from infra.sandboxctl.errors import CtlError
+from infra.sandboxctl.items import parameter_value
 from infra.sandboxctl.ops import require_known_tenant, substrate
 from infra.sandboxctl.target import Target
 
@@ -50,12 +51,7 @@ def warm_set(target: Target, tenant_id: str, size: int, environment: str) -> dic
         )
     name = n.warm_sessions_parameter(target.stage, tenant_id, environment)
     ssm = target.client("ssm")
-    try:
-        previous: str | None = ssm.get_parameter(Name=name)["Parameter"]["Value"]
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") != "ParameterNotFound":
-            raise
-        previous = None
+    previous = parameter_value(ssm, name)
     ssm.put_parameter(Name=name, Value=str(size), Type="String", Overwrite=True)
     return {
         "parameter": name,

@@ -36,8 +36,8 @@ class Target:
     _make_client: Callable[[str], Any]
     _clients: dict[str, Any] = field(default_factory=dict)
     audit_spool: str | None = None  # local stack: rows spooled while its emulated AWS was down
-    artifacts_bucket: str = ""  # §14.2; empty on a stage deployed before artifacts existed
-    reaper_function: str = ""  # §16.1: `warm set` asks it to refill the pool at once ("" = none)
+    artifacts_bucket: str = ""  # empty on a stage deployed before artifacts existed
+    reaper_function: str = ""  # `warm set` asks it to refill the pool at once ("" = none)
 
     def client(self, service: str) -> Any:
         if service not in self._clients:
@@ -119,7 +119,7 @@ def _deployed_target(stage: str) -> Target:
     def output(key: str) -> str:
         if key not in outputs:
             raise CtlError(f"stack {stack} has no output {key!r}; is the stage fully deployed?")
-        return outputs[key]
+        return str(outputs[key])
 
     return Target(
         stage=stage,

@@ -144,7 +144,7 @@ class Tally:
 
 
 def _group_key(item: dict[str, Any], by: str) -> str:
-    value = item.get(n.USAGE_GROUPINGS[by], {}).get("S", "-")
+    value = str(item.get(n.USAGE_GROUPINGS[by], {}).get("S", "-"))
     return value[:10] if by == "day" else value  # started_at "2026-11-21T08:00:00.000Z" -> UTC date
 
 

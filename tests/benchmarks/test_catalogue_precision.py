@@ -8,7 +8,7 @@ import hashlib
 import random
 import uuid
 
-from sandbox_common.redaction import catalogue
+from sandbox_common.redaction import catalogue, findings
 
 from ._report import best_seconds, emit
 
@@ -97,8 +97,8 @@ def test_catalogue_precision(bench_full):
     per_class = 1_000 if bench_full else 100
     tokens = [(c.name, token(rng, c.name)) for c in catalogue.TOKEN_CLASSES for _ in range(per_class)]
     # When
-    false_positives = sum(1 for line in lines if catalogue.scan(line))
-    misses = sum(1 for cls, tok in tokens if cls not in {h.token_class for h in catalogue.scan(f"x {tok} y")})
+    false_positives = sum(1 for line in lines if findings.scan(line))
+    misses = sum(1 for cls, tok in tokens if cls not in {h.token_class for h in findings.scan(f"x {tok} y")})
     text = "\n".join(lines)
     while len(text) < (1 << 20):
         text += "\n" + text

@@ -340,6 +340,10 @@ class Repository:
                 return node
             if isinstance(node, (ast.AnnAssign, ast.AugAssign)) and name in _target_names(node.target):
                 return node
+            if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
+                if self._star_exports(module, node, name):
+                    return node  # `from .kinds import *`: followed as an import of `name`
+                continue
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 for alias in node.names:
                     bound = alias.asname or (
@@ -348,6 +352,12 @@ class Repository:
                     if bound == name:
                         return node
         return None
+
+    def _star_exports(self, module: _Module, node: ast.ImportFrom, name: str) -> bool:
+        """Whether `from X import *` in `module` binds `name` (a module of ours defining it)."""
+        source = self._import_source(module, node)
+        target = self._modules.get(source) if source else None
+        return target is not None and target is not module and self._definition(target, name) is not None
 
     def _defines(self, module: _Module, name: str) -> bool:
         return module.path.exists() and self._definition(module, name) is not None

@@ -64,6 +64,8 @@ def _fake_repository(root: Path) -> Repository:
         "functions/pkg/base.py": "class Base:\n    def shared(self):\n        pass\n",
         "layers/common/python/common_pkg/__init__.py": "from common_pkg.naming import CONSTANT\n",
         "layers/common/python/common_pkg/naming.py": "CONSTANT = 'x'\n",
+        "layers/common/python/starred/__init__.py": "from .kinds import *\n",
+        "layers/common/python/starred/kinds.py": "class Kind:\n    A = 1\n\n\nVALUE = 2\n",
         "infra/__init__.py": "",
         "infra/local/__init__.py": "",
         "infra/local/state.py": "def read():\n    pass\n",
@@ -83,14 +85,14 @@ Resolves: `pkg.mod.Thing.run`, `pkg.mod.make`, `mod.CONSTANT`, `Thing.count`, `T
 `Child.run`, `Child.shared`, `pkg.mod.Renamed.shared`, `common_pkg.naming.CONSTANT`,
 `common_pkg.CONSTANT`, `infra.local.state.read`, `mod.inner`, `mod.count` (an instance),
 `functions/pkg/mod.py`, `functions/pkg/`, `infra/local/*.py`, `pkg/mod.py`, `mod.py`,
-`functions/pkg/mod.py::Thing`, `docs/page.md`.
+`functions/pkg/mod.py::Thing`, `docs/page.md`, `starred.VALUE`, `starred.Kind.A` (re-exported whole).
 Not names of ours: `os.write`, `context.aws_request_id`, `egress.sandbox.internal`, `/opt/python`,
 `http.server` (the library's, beside our `http.serve`).
 Not cited: `sandboxctl caps get acme`, `aws.client("sts")`, `{tenant}/x.json`, `"pkg.mod.x"`,
 `make test`, `outputs/figure-1.png`, `s3://bucket/key`.
 Does not resolve: `pkg.mod.gone`, `pkg.missing`, `mod.gone`, `Thing.gone`, `Child.gone`,
 `common_pkg.naming.OTHER`, `infra.local.gone`, `functions/pkg/nope.py`, `tests/nowhere/`,
-`nope.py`, `gone/mod.py`, `functions/pkg/mod.py::gone`, `Unknown.attr`, `state.gone`.
+`nope.py`, `gone/mod.py`, `functions/pkg/mod.py::gone`, `Unknown.attr`, `state.gone`, `starred.OTHER`.
 """
 
 
@@ -116,6 +118,7 @@ def test_names_parser_and_resolver_on_a_fake_doc(tmp_path: Path) -> None:
         "functions/pkg/mod.py::gone",
         "Unknown.attr",
         "state.gone",
+        "starred.OTHER",
     }
     texts = {c.text for c in cites}
     assert {"pkg.mod.Thing.run", "Thing.size", "functions/pkg/", "mod.py", "os.write", "http.server"} <= texts

@@ -31,7 +31,7 @@ def _dlq_depth(stack: Stack) -> int:
 def test_data_safety_dlq_replay_restores_every_row_exactly_once(
     live: Stack, reliability_full: bool, record: Any
 ) -> None:
-    from infra.sandboxctl.ops import audit_replay
+    from infra.sandboxctl.records_ops import audit_replay
 
     stack = live
     calls = 12 if reliability_full else 4
@@ -169,7 +169,7 @@ def test_data_safety_no_update_or_delete_path_in_code(
     import botocore.session
     from dispatch import parts as dependencies
 
-    from infra.sandboxctl.ops import audit_list, audit_replay
+    from infra.sandboxctl.records_ops import audit_list, audit_replay
 
     stack = live
     table = stack.resources.tables[n.INVOCATIONS.logical]

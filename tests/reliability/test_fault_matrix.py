@@ -332,7 +332,7 @@ def test_fault(
         )
     dlq = _dlq_rows(stack, ids["call_id"])
     if dlq:  # what the operator does when the DLQ alarm fires: `sandboxctl audit replay`
-        from infra.sandboxctl.ops import audit_replay
+        from infra.sandboxctl.records_ops import audit_replay
 
         audit_replay(replay_target(stack))
     rows = [r for r in stack.audit_rows() if r["call_id"] == ids["call_id"]]

@@ -127,7 +127,7 @@ def _counters_of(stack: Stack, tenant: str) -> list[dict[str, Any]]:
 
 
 def test_isolation_turn_audit_and_counters_stay_per_tenant(live: Stack, record: Any) -> None:
-    from infra.sandboxctl.ops import audit_list
+    from infra.sandboxctl.records_ops import audit_list
 
     from .test_fault_matrix import replay_target
 

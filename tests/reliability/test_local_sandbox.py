@@ -26,7 +26,6 @@ from botocore.exceptions import ClientError
 from sandbox_common import naming as n
 
 from infra.local.interpreter import Limits, LocalInterpreterServer, network
-from infra.local.interpreter.isolation import WORKER_PATH
 from infra.local.interpreter.uids import (
     UID_BASE,
     UID_COUNT,
@@ -35,6 +34,7 @@ from infra.local.interpreter.uids import (
     uids_with_keys,
     uids_with_processes,
 )
+from infra.local.interpreter.worker_command import WORKER_PATH
 from tests.integration.interpreter._helpers import PUBLIC_CI, SANDBOX_CI, invoke, make_client
 from tests.support.stack import Stack, close_stack, event, open_stack, stack  # noqa: F401 - fixture
 
@@ -213,7 +213,7 @@ print(json.dumps({
     "state": attempt(lambda: os.listdir(REPO + "/.local")),
     "other_workspace": attempt(lambda: os.listdir(OTHER)),
     "server_environ": attempt(read("/proc/%d/environ" % SERVER_PID)),
-    "worker_in_sandbox": attempt(write("/opt/local-interpreter/worker.py")),
+    "worker_in_sandbox": attempt(write("/opt/local-interpreter/worker/kernel.py")),
     "worker_on_host": attempt(write(WORKER)),
     "usr": attempt(write("/usr/pwned")),
     "own_workspace": attempt(write("/workspace/mine")),
@@ -228,7 +228,7 @@ print(json.dumps({
 def _probe(other_root: str, home_marker: Path) -> str:
     return (
         f"REPO, HOME_MARKER, OTHER, SERVER_PID, WORKER = {str(REPO)!r}, {str(home_marker)!r}, "
-        f"{other_root!r}, {os.getpid()}, {str(WORKER_PATH)!r}\n" + _PROBE
+        f"{other_root!r}, {os.getpid()}, {str(WORKER_PATH / 'kernel.py')!r}\n" + _PROBE
     )
 
 
@@ -280,7 +280,7 @@ def test_local_sandbox_session_cannot_read_host_secrets_other_sessions_or_write_
         "local_isolation",
         attack=(
             "read /etc/shadow, the repository, the host home, the stack state dir, another session's"
-            " workspace, /proc/<server>/environ; write worker.py (in the sandbox and its host path) and /usr;"
+            " workspace, /proc/<server>/environ; write the worker (in the sandbox, on the host) and /usr;"
             " list host processes; read the victim's files with the attacker's uid on the host"
         ),
         mode=mode,

@@ -19,14 +19,13 @@ session-lease protocol built from these writes live in `dispatch.turns.flow` and
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from botocore.exceptions import ClientError
 from sandbox_common import ddb_item, limits
 from sandbox_common import naming as n
+from sandbox_common.table_store import TableStore
 
 _TURN_TTL_SECONDS = 2 * 86_400
 
@@ -136,20 +135,7 @@ def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
-class TurnStore:
-    def __init__(
-        self,
-        *,
-        table_name: str,
-        ddb: Any,
-        clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        self.table = table_name
-        self.ddb = ddb
-        self.clock = clock
-        self.sleep = sleep
-
+class TurnStore(TableStore):
     # --- ownership ----------------------------------------------------------------------------
     def get(self, tenant_id: str, turn_id: str) -> Turn | None:
         try:

@@ -1,4 +1,4 @@
-"""The stage's artifacts bucket (SPEC §14.2): where collected artifacts are stored.
+"""The stage's artifacts bucket: where collected artifacts are stored.
 
 SSE-KMS with a key of its own (rotated), public access blocked, TLS only, versioning off (an
 artifact is written once), lifecycle expiry = the audit retention, so an artifact never outlives
@@ -19,6 +19,7 @@ from sandbox_common import naming as n
 
 from infra.cdk.config import StageConfig
 from infra.cdk.constructs.definitions import artifacts_bucket_settings
+from infra.cdk.constructs.grants import allow
 from infra.cdk.constructs.nag import acknowledge
 from infra.cdk.constructs.state import ALWAYS_RETAINED, removal_policy
 
@@ -100,14 +101,8 @@ class ArtifactsConstruct(Construct):
     def _grant(
         self, role: iam.IRole, sid: str, object_actions: tuple[str, ...], key_actions: tuple[str, ...]
     ) -> None:
-        role.add_to_principal_policy(
-            iam.PolicyStatement(
-                sid=sid, actions=list(object_actions), resources=[self.bucket.arn_for_objects("*")]
-            )
-        )
-        role.add_to_principal_policy(
-            iam.PolicyStatement(sid="ArtifactsKey", actions=list(key_actions), resources=[self.key.key_arn])
-        )
+        allow(role, sid, object_actions, self.bucket.arn_for_objects("*"))
+        allow(role, "ArtifactsKey", key_actions, self.key.key_arn)
         stack = cdk.Stack.of(self)
         bucket_id = stack.get_logical_id(self.bucket.node.default_child)  # type: ignore[arg-type]
         acknowledge(

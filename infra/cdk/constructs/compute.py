@@ -25,6 +25,7 @@ from sandbox_common import naming as n
 
 from infra.cdk.config import ConfigError, StageConfig
 from infra.cdk.constructs.definitions import function_timeout_seconds
+from infra.cdk.constructs.grants import allow, index_arns, ssm_parameter_arn
 from infra.cdk.constructs.layer import ASSET_EXCLUDES, LayersConstruct, architecture, runtime
 from infra.cdk.constructs.nag import acknowledge, finding_arn
 from infra.cdk.constructs.state import StateConstruct, failure_queue, removal_policy
@@ -45,6 +46,10 @@ SHARED_PACKAGES: dict[str, tuple[str, ...]] = {
 # set its `revoked_at`, read the `counters` item. The proxy's own role (the egress construct) is the
 # only one that writes counters and connections.
 EGRESS_SESSION_ACTIONS: tuple[str, ...] = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
+# Read, write and delete items by key (a store's conditional writes and transactions).
+_WRITE_ITEM = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
+# Find what is left open through a sparse index, read it and end it with conditional updates.
+_FINISH_BY_INDEX = ("dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query")
 
 _RETENTION: dict[int, logs.RetentionDays] = {
     1: logs.RetentionDays.ONE_DAY,
@@ -75,6 +80,17 @@ def log_retention(days: int) -> logs.RetentionDays:
         raise ConfigError(
             f"log_retention_days {days} is not a CloudWatch Logs value; use one of {sorted(_RETENTION)}"
         ) from None
+
+
+def stage_log_group(scope: Construct, id_: str, name: str, config: StageConfig) -> logs.LogGroup:
+    """A log group of the stage: its retention, and removed with the stage where the stage says so."""
+    return logs.LogGroup(
+        scope,
+        id_,
+        log_group_name=name,
+        retention=log_retention(config.log_retention_days),
+        removal_policy=removal_policy(config),
+    )
 
 
 def function_code(logical: str, functions_dir: Path = FUNCTIONS_DIR) -> lambda_.Code:
@@ -165,12 +181,8 @@ class ComputeConstruct(Construct):
         self, logical: str, *, timeout: int, quota_function_name: str = "", audit_dlq_url: str = ""
     ) -> lambda_.Function:
         cid = _cid(logical)
-        log_group = logs.LogGroup(
-            self,
-            f"{cid}Logs",
-            log_group_name=n.log_group_name(self._config.name, logical),
-            retention=log_retention(self._config.log_retention_days),
-            removal_policy=removal_policy(self._config),
+        log_group = stage_log_group(
+            self, f"{cid}Logs", n.log_group_name(self._config.name, logical), self._config
         )
         role = iam.Role(
             self,
@@ -207,8 +219,8 @@ class ComputeConstruct(Construct):
             function,
             "AwsSolutions-L1",
             "Pinned to python3.13 on purpose: the deps layer is built for cp313 wheels "
-            "(infra/cdk/layer_build.py) and SPEC §12 fixes the runtime; moving is a deliberate change of "
-            "both.",
+            "(infra/cdk/layer_build.py), and the runtime is a product default; moving is a deliberate change "
+            "of both.",
         )
         self.functions[logical] = function
         self.roles[logical] = role
@@ -216,61 +228,44 @@ class ComputeConstruct(Construct):
         return function
 
     def _ssm_arn(self, path: str) -> str:
-        return cdk.Stack.of(self).format_arn(
-            service="ssm",
-            resource="parameter",
-            resource_name=path.lstrip("/"),
-            arn_format=cdk.ArnFormat.SLASH_RESOURCE_NAME,
-        )
+        return ssm_parameter_arn(self, path)
+
+    def _table_arn(self, spec: n.TableSpec) -> str:
+        return self._state.tables[spec.logical].table_arn
 
     # --- grants -----------------------------------------------------------------------------------
     def _grant_quota(self, fn: lambda_.Function) -> None:
         role = self.roles[n.QUOTA_CHECK]
-        counters = [self._state.tables[s.logical] for s in (n.TENANT_DAILY_COUNTERS, n.AGENT_HOURLY_COUNTERS)]
-        # Only this Lambda can write the counters (SPEC §5.3): TransactWriteItems is authorised
-        # per item as UpdateItem / ConditionCheckItem.
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="CounterCheckAndIncrement",
-                actions=["dynamodb:UpdateItem", "dynamodb:ConditionCheckItem", "dynamodb:BatchGetItem"],
-                resources=[t.table_arn for t in counters],
-            )
+        # Only this Lambda can write the counters (the quota check's transaction is the one writer
+        # of usage): TransactWriteItems is authorised per item as UpdateItem / ConditionCheckItem.
+        allow(
+            role,
+            "CounterCheckAndIncrement",
+            ["dynamodb:UpdateItem", "dynamodb:ConditionCheckItem", "dynamodb:BatchGetItem"],
+            *(self._table_arn(s) for s in (n.TENANT_DAILY_COUNTERS, n.AGENT_HOURLY_COUNTERS)),
         )
         # --- the turn-guarded, once-per-call_id count --------------------------------------------
         # The turn guard is a ConditionCheck on the turns table: that action only (it reads no
         # item back to the caller and writes nothing). The "counted" markers live in the
         # tenant-daily table (Put in the transaction; Get + Delete to release a count).
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="TurnGuardConditionCheck",
-                actions=["dynamodb:ConditionCheckItem"],
-                resources=[self._state.tables[n.TURNS.logical].table_arn],
-            )
-        )
+        allow(role, "TurnGuardConditionCheck", ["dynamodb:ConditionCheckItem"], self._table_arn(n.TURNS))
         # A disabled tenant is refused inside the count's transaction (a ConditionCheck on its
         # policy item, strongly consistent): no container's older pre-flight cache admits it.
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="TenantPolicyConditionCheck",
-                actions=["dynamodb:ConditionCheckItem"],
-                resources=[self._state.tables[n.TENANTS.logical].table_arn],
-            )
-        )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="CountedMarkers",
-                actions=["dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:DeleteItem"],
-                resources=[self._state.tables[n.TENANT_DAILY_COUNTERS.logical].table_arn],
-            )
+        allow(role, "TenantPolicyConditionCheck", ["dynamodb:ConditionCheckItem"], self._table_arn(n.TENANTS))
+        allow(
+            role,
+            "CountedMarkers",
+            ["dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:DeleteItem"],
+            self._table_arn(n.TENANT_DAILY_COUNTERS),
         )
         caps_path = f"{n.ssm_prefix(self._config.name)}/caps"
         caps_wildcard = self._ssm_arn(f"{caps_path}/*")
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="ReadCaps",
-                actions=["ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath"],
-                resources=[self._ssm_arn(caps_path), caps_wildcard],
-            )
+        allow(
+            role,
+            "ReadCaps",
+            ["ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath"],
+            self._ssm_arn(caps_path),
+            caps_wildcard,
         )
         _acknowledge_wildcard(
             role,
@@ -296,116 +291,79 @@ class ComputeConstruct(Construct):
         return queue
 
     def _grant_backstop(self, fn: lambda_.Function) -> None:
-        findings = self._state.tables[n.FINDINGS.logical]
-        self.roles[n.BACKSTOP].add_to_policy(
-            iam.PolicyStatement(
-                sid="WriteFindings",
-                actions=["dynamodb:BatchWriteItem"],  # findings_store writes in batches only
-                resources=[findings.table_arn],
-            )
+        # findings_store writes in batches only
+        allow(
+            self.roles[n.BACKSTOP], "WriteFindings", ["dynamodb:BatchWriteItem"], self._table_arn(n.FINDINGS)
         )
 
     def _grant_dispatch(self, fn: lambda_.Function) -> None:
         role = self.roles[n.DISPATCH]
-        tables = self._state.tables
         # Exactly the calls dispatch makes (checked by tests/infra against the code's boto3 calls):
         # pre-flight only reads tenant policy/templates (sandboxctl writes them, with history);
         # turns are read and conditionally written; Powertools idempotency uses Get/Put/Update/Delete.
-        for sid, spec, actions in (
-            ("ReadTenantPolicy", n.TENANTS, ["dynamodb:BatchGetItem", "dynamodb:GetItem"]),
-            ("TurnState", n.TURNS, ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]),
-            (
-                "Idempotency",
-                n.IDEMPOTENCY,
-                ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"],
-            ),
-            # an allowlist session's proxy credential: issued (conditional put) when its session
-            # starts, revoked when it stops, and its counters read around each call
-            ("EgressCredentials", n.EGRESS, list(EGRESS_SESSION_ACTIONS)),
-        ):
-            role.add_to_policy(
-                iam.PolicyStatement(sid=sid, actions=actions, resources=[tables[spec.logical].table_arn])
-            )
+        allow(
+            role,
+            "ReadTenantPolicy",
+            ["dynamodb:BatchGetItem", "dynamodb:GetItem"],
+            self._table_arn(n.TENANTS),
+        )
+        allow(
+            role,
+            "TurnState",
+            ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"],
+            self._table_arn(n.TURNS),
+        )
+        allow(
+            role,
+            "Idempotency",
+            ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"],
+            self._table_arn(n.IDEMPOTENCY),
+        )
+        # an allowlist session's proxy credential: issued (conditional put) when its session
+        # starts, revoked when it stops, and its counters read around each call
+        allow(role, "EgressCredentials", EGRESS_SESSION_ACTIONS, self._table_arn(n.EGRESS))
         # Background jobs: slots and job state are written in conditional transactions
         # (functions/dispatch/jobs.py); the by_open index feeds the reaper's finish_due_jobs.
-        jobs = tables[n.JOBS.logical]
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="BackgroundJobs",
-                actions=[
-                    "dynamodb:GetItem",
-                    "dynamodb:PutItem",
-                    "dynamodb:UpdateItem",
-                    "dynamodb:DeleteItem",
-                    "dynamodb:ConditionCheckItem",
-                    "dynamodb:Query",
-                ],
-                resources=[jobs.table_arn, *(f"{jobs.table_arn}/index/{i.name}" for i in n.JOBS.indexes)],
-            )
+        jobs = self._table_arn(n.JOBS)
+        allow(
+            role,
+            "BackgroundJobs",
+            [*_WRITE_ITEM, "dynamodb:ConditionCheckItem", "dynamodb:Query"],
+            jobs,
+            *index_arns(jobs, (i.name for i in n.JOBS.indexes)),
         )
-        # Paused tool-calling calls (SPEC §15): put a pause, claim it with one conditional update,
-        # find a turn's paused calls through the by_turn index.
-        continuations = tables[n.CONTINUATIONS.logical]
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="ToolCallContinuations",
-                actions=["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"],
-                resources=[
-                    continuations.table_arn,  # by_turn (end_turn) and by_wait_due (the sweep)
-                    *(f"{continuations.table_arn}/index/{i.name}" for i in n.CONTINUATIONS.indexes),
-                ],
-            )
+        # Paused tool-calling calls: put a pause, claim it with one conditional update, find a
+        # turn's paused calls through the by_turn index (end_turn) and the due ones through
+        # by_wait_due (the sweep).
+        continuations = self._table_arn(n.CONTINUATIONS)
+        allow(
+            role,
+            "ToolCallContinuations",
+            ["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"],
+            continuations,
+            *index_arns(continuations, (i.name for i in n.CONTINUATIONS.indexes)),
         )
-        # The session ledger (SPEC §16.1/§16.2): begin_turn queries the by_warm_pool index
-        # for a hint; a first call claims a warm session (the hinted slot + the turn binding in one
-        # transaction — UpdateItem on both tables, TurnState grants the turn's — or, without a
-        # usable hint, query + one conditional UpdateItem) or reserves a cold slot (one
-        # transaction: Put slot + Update both counters); a stopped session's slot is freed (one
-        # transaction: Delete slot + Update both counters); a slot is read back by key.
-        ledger = tables[n.SESSIONS.logical]
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="SessionLedger",
-                actions=[
-                    "dynamodb:GetItem",
-                    "dynamodb:PutItem",
-                    "dynamodb:UpdateItem",
-                    "dynamodb:DeleteItem",
-                    "dynamodb:Query",
-                ],
-                resources=[ledger.table_arn, f"{ledger.table_arn}/index/{n.SESSIONS.indexes[0].name}"],
-            )
+        # The session ledger (warm pools and the session caps): begin_turn queries the
+        # by_warm_pool index for a hint; a first call claims a warm session (the hinted slot + the
+        # turn binding in one transaction — UpdateItem on both tables, TurnState grants the turn's —
+        # or, without a usable hint, query + one conditional UpdateItem) or reserves a cold slot
+        # (one transaction: Put slot + Update both counters); a stopped session's slot is freed
+        # (one transaction: Delete slot + Update both counters); a slot is read back by key.
+        ledger = self._table_arn(n.SESSIONS)
+        allow(
+            role,
+            "SessionLedger",
+            [*_WRITE_ITEM, "dynamodb:Query"],
+            ledger,
+            *index_arns(ledger, [n.SESSIONS.indexes[0].name]),
         )
-        audit = tables[n.INVOCATIONS.logical]
-        # Append-only audit (SPEC §7.3): PutItem only. IAM cannot require attribute_not_exists;
-        # the writer always sends it, and the table's resource policy denies every other write.
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="AppendAuditRows",
-                actions=["dynamodb:PutItem"],
-                resources=[audit.table_arn],
-            )
-        )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="InvokeQuotaCheck", actions=["lambda:InvokeFunction"], resources=[self.quota.function_arn]
-            )
-        )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="DeadLetterAuditRows",
-                actions=["sqs:SendMessage"],
-                resources=[self._state.audit_dlq.queue_arn],
-            )
-        )
+        # Append-only audit: PutItem only. IAM cannot require attribute_not_exists; the writer
+        # always sends it, and the table's resource policy denies every other write.
+        allow(role, "AppendAuditRows", ["dynamodb:PutItem"], self._table_arn(n.INVOCATIONS))
+        allow(role, "InvokeQuotaCheck", ["lambda:InvokeFunction"], self.quota.function_arn)
+        allow(role, "DeadLetterAuditRows", ["sqs:SendMessage"], self._state.audit_dlq.queue_arn)
         sandbox_params = self._ssm_arn(f"{n.ssm_prefix(self._config.name)}/*")
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="ReadSandboxParameters",
-                actions=["ssm:GetParameter", "ssm:GetParameters"],
-                resources=[sandbox_params],
-            )
-        )
+        allow(role, "ReadSandboxParameters", ["ssm:GetParameter", "ssm:GetParameters"], sandbox_params)
         _acknowledge_wildcard(
             role,
             f"Resource::{_nag_arn(self, sandbox_params)}",
@@ -414,7 +372,7 @@ class ComputeConstruct(Construct):
         )
 
     def _build_reaper_schedule(self, fn: lambda_.Function) -> events.Rule:
-        """Every 5 minutes (§16.3): sweep leaked sessions, refill warm pools, run sweep hooks."""
+        """Every 5 minutes: sweep leaked sessions, refill warm pools, run sweep hooks."""
         rule = events.Rule(
             self,
             "ReaperSchedule",
@@ -475,67 +433,42 @@ class ComputeConstruct(Construct):
 
     def _grant_reaper(self, fn: lambda_.Function) -> None:
         role = self.roles[n.REAPER]
-        tables = self._state.tables
         # The ledger: scan/read slots, claim-free transactions (per item Put/Update/Delete/Condition).
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="SessionLedger",
-                actions=[
-                    "dynamodb:GetItem",
-                    "dynamodb:Scan",
-                    "dynamodb:Query",
-                    "dynamodb:BatchGetItem",
-                    "dynamodb:PutItem",
-                    "dynamodb:UpdateItem",
-                    "dynamodb:DeleteItem",
-                    "dynamodb:ConditionCheckItem",
-                ],
-                resources=[tables[n.SESSIONS.logical].table_arn],
-            )
+        allow(
+            role,
+            "SessionLedger",
+            [
+                "dynamodb:GetItem",
+                "dynamodb:Scan",
+                "dynamodb:Query",
+                "dynamodb:BatchGetItem",
+                "dynamodb:PutItem",
+                "dynamodb:UpdateItem",
+                "dynamodb:DeleteItem",
+                "dynamodb:ConditionCheckItem",
+            ],
+            self._table_arn(n.SESSIONS),
         )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="ReadTurns",
-                actions=["dynamodb:GetItem"],
-                resources=[tables[n.TURNS.logical].table_arn],
-            )
-        )
+        allow(role, "ReadTurns", ["dynamodb:GetItem"], self._table_arn(n.TURNS))
         # Sessions the reaper starts (warm pools) or stops: their egress credentials, and the
         # counters a job's end reads for its row.
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="EgressCredentials",
-                actions=list(EGRESS_SESSION_ACTIONS),
-                resources=[tables[n.EGRESS.logical].table_arn],
-            )
-        )
-        # The kill switch (§22): a disabled tenant's jobs are cancelled and its warm pool emptied;
-        # the operator's policy item is read by key (PreflightReader.tenant_enabled), nothing else.
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="ReadTenantPolicy",
-                actions=["dynamodb:GetItem"],
-                resources=[tables[n.TENANTS.logical].table_arn],
-            )
-        )
-        # Sessions with a running background job are spared (§17): the sparse by_open index lists them.
-        jobs = tables[n.JOBS.logical]
+        allow(role, "EgressCredentials", EGRESS_SESSION_ACTIONS, self._table_arn(n.EGRESS))
+        # The kill switch: a disabled tenant's jobs are cancelled and its warm pool emptied; the
+        # operator's policy item is read by key (PreflightReader.tenant_enabled), nothing else.
+        allow(role, "ReadTenantPolicy", ["dynamodb:GetItem"], self._table_arn(n.TENANTS))
+        # Sessions with a running background job are spared: the sparse by_open index lists them.
         open_jobs_index = next(i.name for i in n.JOBS.indexes if i.pk == n.JOB_ATTR_OPEN)
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="ReadOpenJobs",
-                actions=["dynamodb:Query"],
-                resources=[f"{jobs.table_arn}/index/{open_jobs_index}"],
-            )
+        allow(
+            role, "ReadOpenJobs", ["dynamodb:Query"], *index_arns(self._table_arn(n.JOBS), [open_jobs_index])
         )
         sandbox_path = n.ssm_prefix(self._config.name)
         sandbox_params = self._ssm_arn(f"{sandbox_path}/*")
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="ReadSandboxParameters",
-                actions=["ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath"],
-                resources=[self._ssm_arn(sandbox_path), sandbox_params],
-            )
+        allow(
+            role,
+            "ReadSandboxParameters",
+            ["ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath"],
+            self._ssm_arn(sandbox_path),
+            sandbox_params,
         )
         self._grant_reaper_jobs(role)
         self._grant_reaper_interrupted(role)
@@ -552,53 +485,34 @@ class ComputeConstruct(Construct):
         index), ends each one exactly once (JobStore.claim_end / mark_final: conditional Update
         transactions, then GetItem), writes its one audit row (append-only PutItem, the DLQ on
         failure) and spares the sessions of running jobs (JobStore.busy_sessions: the same query)."""
-        tables = self._state.tables
-        jobs = tables[n.JOBS.logical]
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="EndBackgroundJobs",
-                actions=["dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query"],
-                resources=[jobs.table_arn, f"{jobs.table_arn}/index/{n.JOBS_BY_OPEN.name}"],
-            )
+        jobs = self._table_arn(n.JOBS)
+        allow(
+            role,
+            "EndBackgroundJobs",
+            _FINISH_BY_INDEX,
+            jobs,
+            *index_arns(jobs, [n.JOBS_BY_OPEN.name]),
         )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="AppendAuditRows",
-                actions=["dynamodb:PutItem"],
-                resources=[tables[n.INVOCATIONS.logical].table_arn],
-            )
-        )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="DeadLetterAuditRows",
-                actions=["sqs:SendMessage"],
-                resources=[self._state.audit_dlq.queue_arn],
-            )
-        )
+        allow(role, "AppendAuditRows", ["dynamodb:PutItem"], self._table_arn(n.INVOCATIONS))
+        allow(role, "DeadLetterAuditRows", ["sqs:SendMessage"], self._state.audit_dlq.queue_arn)
 
     def _grant_reaper_interrupted(self, role: iam.Role) -> None:
         """Interrupted calls: the reaper's interrupted_sweep lists calls claimed and never
         finished (the idempotency table's sparse by_open_attempt index), reads one record and
         finishes it with conditional UpdateItems; its row goes through the audit grants above."""
-        idem = self._state.tables[n.IDEMPOTENCY.logical]
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="FinishInterruptedCalls",
-                actions=["dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query"],
-                resources=[idem.table_arn, f"{idem.table_arn}/index/{n.IDEMPOTENCY_BY_OPEN_ATTEMPT.name}"],
-            )
+        idem = self._table_arn(n.IDEMPOTENCY)
+        allow(
+            role,
+            "FinishInterruptedCalls",
+            _FINISH_BY_INDEX,
+            idem,
+            *index_arns(idem, [n.IDEMPOTENCY_BY_OPEN_ATTEMPT.name]),
         )
 
     def _grant_reaper_paused(self, role: iam.Role) -> None:
         """Paused tool calls: the reaper's paused_sweep asks dispatch (which holds the
         continuations, runners, artifacts and audit grants) to end the calls past their wait bound."""
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="SweepPausedToolCalls",
-                actions=["lambda:InvokeFunction"],
-                resources=[self.dispatch.function_arn],
-            )
-        )
+        allow(role, "SweepPausedToolCalls", ["lambda:InvokeFunction"], self.dispatch.function_arn)
 
 
 def _cid(logical: str) -> str:

@@ -117,7 +117,7 @@ def function_timeout_seconds(config: StageConfig, logical: str) -> int:
 
 
 def global_parameters(config: StageConfig) -> dict[str, str]:
-    """SSM path -> String value for the stage-wide parameters (caps §5.2, price §9)."""
+    """SSM path -> String value for the stage-wide parameters (the global caps, the per-call price)."""
     return {
         **{d.parameter(config.name): str(config.caps.of(d.name)) for d in dimensions.dimensions()},
         n.cost_per_call_parameter(config.name): config.cost_per_call_usd,
@@ -145,7 +145,7 @@ def tenant_substrate(
         "interpreters": dict(interpreters),
         "interpreter_arns": dict(interpreter_arns),
         "runner_role_arn": runner_role_arn,
-        "data_read": list(tenant.data.read),  # §14.4: where s3_uri inputs may come from
+        "data_read": list(tenant.data.read),  # where s3_uri inputs may come from
     }
 
 
@@ -154,7 +154,7 @@ def interpreter_names(config: StageConfig, tenant: TenantConfig) -> dict[str, st
     return {env: n.interpreter_name(config.name, tenant.id, env) for env in tenant.environments}
 
 
-# --- tenant data grants (SPEC §14.4) -------------------------------------------------
+# --- tenant data grants -------------------------------------------------
 def _s3_parts(prefix: str) -> tuple[str, str]:
     bucket, _, path = prefix[len("s3://") :].partition("/")
     return bucket, path
@@ -220,7 +220,7 @@ def tenant_data_statements(tenant: TenantConfig, partition: str = "aws") -> list
     return statements
 
 
-# --- artifacts bucket (SPEC §14.2): what CDK deploys and the local stack recreates ----
+# --- artifacts bucket: what CDK deploys and the local stack recreates ----
 def artifacts_bucket_settings(config: StageConfig) -> dict[str, Any]:
     """Encryption, public access block and lifecycle of the stage's artifacts bucket."""
     return {

@@ -24,20 +24,18 @@ import ipaddress
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 from sandbox_common import naming as n
 
 from infra.cdk.config import EgressStage, StageConfig
-from infra.cdk.constructs.compute import log_retention
-from infra.cdk.constructs.state import removal_policy
+from infra.cdk.constructs.compute import stage_log_group
 
 SESSIONS_SUBNET_GROUP = "Sessions"
 PROXY_SUBNET_GROUP = "Proxy"
 PUBLIC_SUBNET_GROUP = "Public"
 # What a session may do through the S3 gateway endpoint: what its execution role can be granted
-# (tenant data, SPEC §14.4), and only as a principal of this account.
+# (the tenant's own data), and only as a principal of this account.
 SESSION_S3_ACTIONS: tuple[str, ...] = ("s3:GetObject", "s3:PutObject", "s3:ListBucket")
 
 
@@ -228,12 +226,8 @@ class EgressNetworkConstruct(Construct):
 
     def _build_flow_logs(self) -> None:
         """Every accepted and rejected flow of both VPCs: what a session tried to reach is evidence."""
-        log_group = logs.LogGroup(
-            self,
-            "FlowLogs",
-            log_group_name=f"/{n.PROJECT}/{self._config.name}/sandbox/egress-flow-logs",
-            retention=log_retention(self._config.log_retention_days),
-            removal_policy=removal_policy(self._config),
+        log_group = stage_log_group(
+            self, "FlowLogs", f"/{n.PROJECT}/{self._config.name}/sandbox/egress-flow-logs", self._config
         )
         role = iam.Role(
             self,

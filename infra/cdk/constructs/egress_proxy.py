@@ -23,16 +23,15 @@ from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_logs as logs
 from constructs import Construct
 from sandbox_common import naming as n
 
 from infra.cdk.config import EgressStage, StageConfig
-from infra.cdk.constructs.compute import log_retention
+from infra.cdk.constructs.compute import stage_log_group
 from infra.cdk.constructs.egress_network import PROXY_SUBNET_GROUP, EgressNetworkConstruct
+from infra.cdk.constructs.grants import allow, ssm_parameter_arn
 from infra.cdk.constructs.nag import acknowledge, finding_arn
 from infra.cdk.constructs.package_index import PackageIndexConstruct
-from infra.cdk.constructs.state import removal_policy
 from infra.cdk.layer_build import REPO_ROOT
 
 CONTAINER_NAME = "proxy"
@@ -122,13 +121,7 @@ class EgressProxyConstruct(Construct):
                 operating_system_family=ecs.OperatingSystemFamily.LINUX,
             ),
         )
-        log_group = logs.LogGroup(
-            self,
-            "Logs",
-            log_group_name=n.egress_proxy_log_group(self._config.name),
-            retention=log_retention(self._config.log_retention_days),
-            removal_policy=removal_policy(self._config),
-        )
+        log_group = stage_log_group(self, "Logs", n.egress_proxy_log_group(self._config.name), self._config)
         container = task.add_container(
             CONTAINER_NAME,
             image=proxy_image(self._config.architecture),
@@ -236,7 +229,6 @@ class EgressProxyConstruct(Construct):
     # --- what the proxy may do ----------------------------------------------------------------
     def _build_task_role(self) -> iam.Role:
         stack = cdk.Stack.of(self)
-        stage = self._config.name
         role = iam.Role(
             self,
             "TaskRole",
@@ -253,25 +245,23 @@ class EgressProxyConstruct(Construct):
             ),
             description="Egress proxy tasks: policies, caps, tenants' secrets, egress state, package index",
         )
+        self._grant_task_role(role)
+        return role
 
-        def ssm(path: str) -> str:
-            return stack.format_arn(
-                service="ssm",
-                resource="parameter",
-                resource_name=path.lstrip("/"),
-                arn_format=cdk.ArnFormat.SLASH_RESOURCE_NAME,
-            )
-
-        policies = ssm(f"{n.tenant_parameters_prefix(stage)}*/egress/*")
+    def _grant_task_role(self, role: iam.Role) -> None:
+        stack = cdk.Stack.of(self)
+        stage = self._config.name
+        policies = ssm_parameter_arn(self, f"{n.tenant_parameters_prefix(stage)}*/egress/*")
         # a tenant's tier (sandbox_common.tenant_access): a tenant off the standard tier has no egress
-        substrates = ssm(f"{n.tenant_parameters_prefix(stage)}*/substrate")
-        caps = f"{n.ssm_prefix(stage)}/caps"
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="ReadEgressPoliciesTenantsAndCaps",
-                actions=["ssm:GetParameter", "ssm:GetParameters"],
-                resources=[policies, substrates, ssm(f"{caps}/*")],
-            )
+        substrates = ssm_parameter_arn(self, f"{n.tenant_parameters_prefix(stage)}*/substrate")
+        caps = ssm_parameter_arn(self, f"{n.ssm_prefix(stage)}/caps/*")
+        allow(
+            role,
+            "ReadEgressPoliciesTenantsAndCaps",
+            ["ssm:GetParameter", "ssm:GetParameters"],
+            policies,
+            substrates,
+            caps,
         )
         tenant_secrets = stack.format_arn(
             service="secretsmanager",
@@ -279,65 +269,49 @@ class EgressProxyConstruct(Construct):
             resource_name=f"{n.PROJECT}/{stage}/tenants/*",
             arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
         )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="ReadTenantSecrets", actions=["secretsmanager:GetSecretValue"], resources=[tenant_secrets]
-            )
-        )
+        allow(role, "ReadTenantSecrets", ["secretsmanager:GetSecretValue"], tenant_secrets)
 
         def table(spec: n.TableSpec) -> str:
             return self._table_arns.get(spec.logical) or _table_arn(stack, spec.physical(stage))
 
-        egress_table = table(n.EGRESS)
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="SessionEgressState",
-                # Read a credential, bind it to its source (conditional update), count, record each
-                # connection.
-                actions=["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"],
-                resources=[egress_table],
-            )
+        # Read a credential, bind it to its source (conditional update), count, record each connection.
+        allow(
+            role,
+            "SessionEgressState",
+            ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"],
+            table(n.EGRESS),
         )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="CountEgressBytes",
-                actions=["dynamodb:GetItem", "dynamodb:UpdateItem"],
-                resources=[table(n.TENANT_DAILY_COUNTERS)],
-                # Only the byte counters (`{tenant}#egress_daily_bytes#{day}`): never a call counter.
-                conditions={
-                    "ForAllValues:StringLike": {"dynamodb:LeadingKeys": list(egress_byte_counter_keys())}
-                },
-            )
+        # Only the byte counters (`{tenant}#egress_daily_bytes#{day}`): never a call counter.
+        allow(
+            role,
+            "CountEgressBytes",
+            ["dynamodb:GetItem", "dynamodb:UpdateItem"],
+            table(n.TENANT_DAILY_COUNTERS),
+            conditions={
+                "ForAllValues:StringLike": {"dynamodb:LeadingKeys": list(egress_byte_counter_keys())}
+            },
         )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="ReadTenantPolicy",  # a disabled tenant's egress closes
-                actions=["dynamodb:GetItem"],
-                resources=[table(n.TENANTS)],
-            )
+        # a disabled tenant's egress closes
+        allow(role, "ReadTenantPolicy", ["dynamodb:GetItem"], table(n.TENANTS))
+        allow(role, "PackageIndexToken", ["codeartifact:GetAuthorizationToken"], self._index.domain_arn)
+        allow(
+            role,
+            "PackageIndexRead",
+            ["codeartifact:ReadFromRepository", "codeartifact:GetRepositoryEndpoint"],
+            self._index.repository_arn,
         )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="PackageIndexToken",
-                actions=["codeartifact:GetAuthorizationToken"],
-                resources=[self._index.domain_arn],
-            )
+        allow(
+            role,
+            "PackageIndexBearerToken",
+            ["sts:GetServiceBearerToken"],
+            "*",
+            conditions={"StringEquals": {"sts:AWSServiceName": "codeartifact.amazonaws.com"}},
         )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="PackageIndexRead",
-                actions=["codeartifact:ReadFromRepository", "codeartifact:GetRepositoryEndpoint"],
-                resources=[self._index.repository_arn],
-            )
-        )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="PackageIndexBearerToken",
-                actions=["sts:GetServiceBearerToken"],
-                resources=["*"],
-                conditions={"StringEquals": {"sts:AWSServiceName": "codeartifact.amazonaws.com"}},
-            )
-        )
+        self._acknowledge_task_role_wildcards(role, policies, substrates, caps, tenant_secrets)
+
+    def _acknowledge_task_role_wildcards(
+        self, role: iam.Role, policies: str, substrates: str, caps: str, tenant_secrets: str
+    ) -> None:
         for finding, reason in (
             (
                 "Resource::*",
@@ -355,7 +329,7 @@ class EgressProxyConstruct(Construct):
                 "the proxy closes egress of a tenant that may not use a sandbox.",
             ),
             (
-                f"Resource::{finding_arn(self, ssm(f'{caps}/*'))}",
+                f"Resource::{finding_arn(self, caps)}",
                 "The caps and their per-tenant overrides (caps/tenants/<id>/...) operators add at run "
                 "time: the proxy closes egress at a cap of 0 and counts egress_daily_bytes.",
             ),
@@ -366,7 +340,6 @@ class EgressProxyConstruct(Construct):
             ),
         ):
             acknowledge(role, f"AwsSolutions-IAM5[{finding}]", reason)
-        return role
 
 
 EGRESS_BYTES_DIMENSION = "egress_daily_bytes"

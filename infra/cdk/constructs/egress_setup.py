@@ -14,14 +14,14 @@ from __future__ import annotations
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 from sandbox_common import naming as n
 
 from infra.cdk.config import EgressStage, StageConfig
-from infra.cdk.constructs.compute import FUNCTIONS_DIR, log_retention, other_packages
+from infra.cdk.constructs.compute import FUNCTIONS_DIR, other_packages, stage_log_group
+from infra.cdk.constructs.grants import allow
 from infra.cdk.constructs.layer import ASSET_EXCLUDES, architecture, runtime
 from infra.cdk.constructs.nag import acknowledge
 from infra.cdk.constructs.state import removal_policy
@@ -137,23 +137,11 @@ class EgressSetupConstruct(Construct):
                 ],
             },
         )
-        role.add_to_principal_policy(
-            iam.PolicyStatement(
-                sid="ReadTheCa",
-                actions=["secretsmanager:GetSecretValue"],
-                resources=[self.cert_secret.ref, self.key_secret.ref],
-            )
-        )
+        allow(role, "ReadTheCa", ["secretsmanager:GetSecretValue"], self.cert_secret.ref, self.key_secret.ref)
 
     def _build_function(self) -> lambda_.Function:
         name = setup_function_name(self._config.name)
-        log_group = logs.LogGroup(
-            self,
-            "SetupLogs",
-            log_group_name=f"/aws/lambda/{name}",
-            retention=log_retention(self._config.log_retention_days),
-            removal_policy=removal_policy(self._config),
-        )
+        log_group = stage_log_group(self, "SetupLogs", f"/aws/lambda/{name}", self._config)
         role = iam.Role(
             self,
             "SetupRole",
@@ -161,27 +149,16 @@ class EgressSetupConstruct(Construct):
             description="Egress setup custom resource: writes the proxy CA once, reads a prefix list id",
         )
         log_group.grant_write(role)
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="WriteTheCaOnce",
-                # The certificate is read to see whether an earlier run already made the CA; the
-                # key is only ever written.
-                actions=["secretsmanager:GetSecretValue", "secretsmanager:PutSecretValue"],
-                resources=[self.cert_secret.ref],
-            )
+        # The certificate is read to see whether an earlier run already made the CA; the key is only
+        # ever written.
+        allow(
+            role,
+            "WriteTheCaOnce",
+            ["secretsmanager:GetSecretValue", "secretsmanager:PutSecretValue"],
+            self.cert_secret.ref,
         )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="WriteTheCaKey",
-                actions=["secretsmanager:PutSecretValue"],
-                resources=[self.key_secret.ref],
-            )
-        )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="FindTheS3PrefixList", actions=["ec2:DescribeManagedPrefixLists"], resources=["*"]
-            )
-        )
+        allow(role, "WriteTheCaKey", ["secretsmanager:PutSecretValue"], self.key_secret.ref)
+        allow(role, "FindTheS3PrefixList", ["ec2:DescribeManagedPrefixLists"], "*")
         acknowledge(
             role,
             "AwsSolutions-IAM5[Resource::*]",

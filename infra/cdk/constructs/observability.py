@@ -1,4 +1,4 @@
-"""Security alerting and the log-side redaction layers of one stage (SPEC §8.3, §8.4, §9).
+"""Security alerting and the log-side redaction layers of one stage.
 
 - `security-alerts` SNS topic (customer-managed KMS key: CloudWatch alarms cannot publish to a
   topic encrypted with the AWS-managed SNS key) with the configured subscribers;
@@ -35,7 +35,7 @@ from sandbox_common.redaction.catalogue import TOKEN_CLASSES
 from sandbox_common.redaction.cloudwatch import data_protection_policy, subscription_filter_pattern
 
 from infra.cdk.config import StageConfig
-from infra.cdk.constructs.compute import ComputeConstruct, log_retention
+from infra.cdk.constructs.compute import ComputeConstruct, stage_log_group
 from infra.cdk.constructs.state import StateConstruct, removal_policy
 
 PERIOD = cdk.Duration.minutes(5)
@@ -194,14 +194,10 @@ class ObservabilityConstruct(Construct):
                 )
         return key, topic
 
-    # --- logs: data protection (§8.3) and backstop feed (§8.4) ------------------------------------
+    # --- logs: data protection and backstop feed ------------------------------------
     def _build_findings_log_group(self) -> logs.LogGroup:
-        return logs.LogGroup(
-            self,
-            "DataProtectionFindings",
-            log_group_name=n.findings_audit_log_group(self._config.name),
-            retention=log_retention(self._config.log_retention_days),
-            removal_policy=removal_policy(self._config),
+        return stage_log_group(
+            self, "DataProtectionFindings", n.findings_audit_log_group(self._config.name), self._config
         )
 
     def _protect_output_log_groups(self) -> None:
@@ -229,7 +225,7 @@ class ObservabilityConstruct(Construct):
             for logical in SANDBOX_OUTPUT_FUNCTIONS
         ]
 
-    # --- alarms (§9) ---------------------------------------------------------------------------------
+    # --- alarms ---------------------------------------------------------------------------------
     def _alarm(self, key: str, summary: str, metric: cw.IMetric, threshold: float) -> cw.Alarm:
         alarm = cw.Alarm(
             self,
@@ -262,7 +258,12 @@ class ObservabilityConstruct(Construct):
         )
 
     def _build_alarms(self) -> None:
-        th = self._config.alarm_thresholds
+        self._build_leak_alarms()
+        self._build_function_alarms()
+        self._build_session_and_tenant_alarms()
+
+    def _build_leak_alarms(self) -> None:
+        """A secret may have left through the logs, or an audit row is missing."""
         c = self._compute
         self._alarm(
             n.Alarm.TOKEN_SHAPED_STRING_DETECTED,
@@ -301,6 +302,11 @@ class ObservabilityConstruct(Construct):
             ),
             1,
         )
+
+    def _build_function_alarms(self) -> None:
+        """A Lambda of the call path, or the sessions it starts and stops, is failing."""
+        th = self._config.alarm_thresholds
+        c = self._compute
         self._alarm(
             n.Alarm.READINESS_CHECK_FAILURES,
             "Sessions failed the readiness preamble (in-sandbox redactor not confirmed); calls return"
@@ -352,7 +358,11 @@ class ObservabilityConstruct(Construct):
             sandbox_metric(n.METRIC_SESSION_STOP_FAILED),
             th.session_stop_failures,
         )
-        # Managed sessions (§16.3) and turn tokens (§16.5)
+
+    def _build_session_and_tenant_alarms(self) -> None:
+        """Leaked sessions, turn tokens refused, egress refused, a tenant's budget crossed."""
+        th = self._config.alarm_thresholds
+        c = self._compute
         self._alarm(
             n.Alarm.SESSIONS_REAPED,
             f"The session reaper stopped {th.sessions_reaped}+ leaked sessions in 5 minutes (turn ended"

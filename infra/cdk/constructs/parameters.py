@@ -1,4 +1,4 @@
-"""Stage-wide SSM parameters: the two global caps and the per-call price (SPEC §5.2, §9).
+"""Stage-wide SSM parameters: the two global caps and the per-call price.
 
 Operators change these values in SSM without a redeploy; a redeploy of an unchanged config
 writes the same values back, so caps are a config default, not a drift trap.

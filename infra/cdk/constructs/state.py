@@ -1,6 +1,6 @@
 """DynamoDB state of one stage (every table in naming.ALL_TABLES) and the audit dead-letter queue.
 
-The audit table is append-only (SPEC §7.3): its resource policy denies every in-place write to
+The audit table is append-only: its resource policy denies every in-place write to
 every principal, and function roles only ever get a conditional PutItem. TTL expiry is performed
 by DynamoDB itself, outside IAM, so it stays the only deletion path.
 """

@@ -1,4 +1,4 @@
-"""Local Amazon Bedrock AgentCore Code Interpreter (SPEC §10): the real `bedrock-agentcore` wire
+"""Local Amazon Bedrock AgentCore Code Interpreter: the real `bedrock-agentcore` wire
 protocol on 127.0.0.1, one sandboxed persistent Python process per session.
 
     server = LocalInterpreterServer(interpreters={"sbx_local_acme_pub": "PUBLIC"}).start()

@@ -24,7 +24,7 @@ from infra.local.interpreter.isolation import STRATEGIES, IsolationUnavailable
 from infra.local.interpreter.s3relay import grants_from_json
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m infra.local.interpreter", description=__doc__.splitlines()[0]
     )
@@ -84,6 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-processes", type=int, default=Limits.max_processes)
     parser.add_argument("--max-sessions", type=int, default=64)
     parser.add_argument("--log-level", default="WARNING")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     opts = parser.parse_args(argv)
     logging.basicConfig(level=opts.log_level.upper(), stream=sys.stderr)
 
@@ -131,7 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, IsolationUnavailable) as exc:
         print(f"local interpreter: {exc}", file=sys.stderr)
         return 1
+    _serve(server)
+    return 0
 
+
+def _serve(server: LocalInterpreterServer) -> None:
+    """Say where the server is (and how isolated its sessions are), then serve until a signal."""
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
@@ -151,7 +161,6 @@ def main(argv: list[str] | None = None) -> int:
         done.wait()
     finally:
         server.stop()
-    return 0
 
 
 if __name__ == "__main__":

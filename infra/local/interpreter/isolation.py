@@ -1,13 +1,14 @@
-"""How a session's worker process is isolated on this host (SPEC §18): isolated, or refused.
+"""How a session's worker process is isolated on this host (docs/local-stack.md): isolated, or
+refused.
 
 `probe()` decides once per server what is in force; `IsolationPlan.check()` refuses a session
 that cannot be isolated (`IsolationUnavailable`, answered as `isolation_unavailable`), and
-`build_command()` gives the argv of one worker.
+`worker_command.build_command()` gives the argv of one worker under the plan.
 
 Strategy `bwrap` (bubblewrap, run by root):
 - new mount, pid, ipc, uts, cgroup and network namespaces. The file system is an empty root with
   read-only binds of the system directories, a short list of /etc files (never /etc/shadow), the
-  session's Python installation, the worker script and the shell runtime and Node.js runner it
+  session's Python installation, the worker package and the shell runtime and Node.js runner it
   loads (`sandbox_session/shell.py`, `node.py`), Node.js and the pinned TypeScript package (node.py
   beside this file) only: not the repository, not the host's home, not the local
   stack's state directory, not another session's workspace. /workspace (mode
@@ -17,7 +18,7 @@ Strategy `bwrap` (bubblewrap, run by root):
   namespace only. The environment is cleared and set (session_env).
 - the worker runs as an unprivileged uid of its own (uids.py: unique per live session on this
   machine), with no capabilities (empty bounding set) and no_new_privs, so it cannot write the
-  read-only binds (worker.py and shell.py included), raise its limits, or gain privileges
+  read-only binds (the worker package and shell.py included), raise its limits, or gain privileges
   through setuid files.
 - in a user namespace of its own that maps only that uid (to itself), created last, as that uid,
   by a second bwrap with --disable-userns: code in the session cannot create a user namespace
@@ -31,7 +32,7 @@ Strategy `bwrap` (bubblewrap, run by root):
   proxy's CA certificate bound read-only (egress.py).
 - limits: memory summed over all the session's processes and a task count by cgroup v1 when this
   host allows it (cgroups.py); always RLIMIT_AS (per process), RLIMIT_NPROC (per uid, so per
-  session), RLIMIT_CPU, RLIMIT_FSIZE, no core dumps (set by the worker on itself, worker.py).
+  session), RLIMIT_CPU, RLIMIT_FSIZE, no core dumps (set by the worker on itself, worker/kernel.py).
 
 Without a working bubblewrap (or not running as root, which the per-session uid, the cgroups and
 the network fence need), sessions are refused, unless the operator sets
@@ -50,47 +51,23 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from sandbox_common import naming
-from sandbox_session import node as node_runner
-from sandbox_session import shell as shell_runtime
 
-from infra.local.interpreter import cgroups, disk, egress, network
-from infra.local.interpreter import node as node_install
+from infra.local.interpreter import cgroups, disk, network
 
-WORKER_PATH = Path(__file__).with_name("worker.py")
-SANDBOX_WORKER_PATH = "/opt/local-interpreter/worker.py"
-# The session runtime's shell (bash's launch), which the worker loads from its source (--shell).
-SHELL_PATH = Path(shell_runtime.__file__)
-SANDBOX_SHELL_PATH = "/opt/local-interpreter/shell.py"
-# The session runtime's Node.js runner (JavaScript and TypeScript), which the worker loads too (--node).
-NODE_RUNNER_PATH = Path(node_runner.__file__)
-SANDBOX_NODE_RUNNER_PATH = "/opt/local-interpreter/node.py"
-SANDBOX_WORKDIR = "/workspace"
 SETPRIV = "/usr/bin/setpriv"  # under /usr, so the same path inside the sandbox
+# The end of a bwrap command that becomes another uid: bwrap (as root, no user namespace yet) keeps
+# only these two capabilities, which setpriv (its arguments follow) uses once to change uid; from
+# then on the process has none. The start probe runs the same sequence the session's command does.
+BECOME_UID = ("--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--", SETPRIV)
+# What the start probes' sandboxes see: the host read-only, their own /proc and /dev.
+_PROBE_ROOT = ("--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev")
 
 STRATEGIES = ("auto", "bwrap", "unisolated")
 
-_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-# Only what a Python process and DNS/TLS need from /etc; never all of /etc (shadow, keys, ...).
-_ETC_FILES = (
-    "/etc/hosts",
-    "/etc/nsswitch.conf",
-    "/etc/host.conf",
-    "/etc/gai.conf",
-    "/etc/ssl",
-    "/etc/ca-certificates",
-    "/etc/pki",
-    "/etc/localtime",
-    "/etc/ld.so.cache",
-    "/etc/ld.so.conf",
-    "/etc/ld.so.conf.d",
-    "/etc/alternatives",
-    "/etc/mime.types",
-    "/etc/fonts",  # matplotlib (session runtime, §14.5) asks fontconfig; without it: an error on stderr
-)
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 
 class IsolationUnavailable(RuntimeError):
@@ -106,7 +83,7 @@ class Limits:
     # The session's disk (disk.py): its workspace, /tmp and its own Python packages, together.
     disk_mb: int = 1024
     disk_files: int = 32_768  # files and directories (inodes)
-    # Output kept per call (the rest is only counted): the agent-visible caps (SPEC §6.5, §12)
+    # Output kept per call (the rest is only counted): the agent-visible caps (docs/architecture.md)
     # plus a margin, so that the host-side redactor still sees a token cut by the cap whole.
     stdout_bytes: int = 262_144
     stderr_bytes: int = 32_768
@@ -218,7 +195,6 @@ def default_python() -> str:
     return getattr(sys, "_base_executable", None) or sys.executable
 
 
-# --- probing ------------------------------------------------------------------------------------
 _probe_lock = threading.Lock()
 _probe_cache: dict[tuple[str, ...], bool] = {}
 
@@ -258,19 +234,13 @@ def _bwrap_problem() -> str | None:
         )
     if not os.access(SETPRIV, os.X_OK):
         return f"{SETPRIV} (util-linux) is not installed"
-    if not any(os.path.realpath(bwrap).startswith(d + "/") for d in _SYSTEM_DIRS):
-        return f"bwrap must be installed under a system directory ({', '.join(_SYSTEM_DIRS)}), not {bwrap}"
+    if not any(os.path.realpath(bwrap).startswith(d + "/") for d in SYSTEM_DIRS):
+        return f"bwrap must be installed under a system directory ({', '.join(SYSTEM_DIRS)}), not {bwrap}"
     if not _runs(
         [
             bwrap,
             "--unshare-all",
-            "--ro-bind",
-            "/",
-            "/",
-            "--proc",
-            "/proc",
-            "--dev",
-            "/dev",
+            *_PROBE_ROOT,
             "/bin/sh",
             "-c",
             "exit 0",
@@ -282,25 +252,14 @@ def _bwrap_problem() -> str | None:
     nested = [
         bwrap,
         "--unshare-pid",
-        "--ro-bind",
-        "/",
-        "/",
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "--cap-add",
-        "CAP_SETUID",
-        "--cap-add",
-        "CAP_SETGID",
-        "--",
-        SETPRIV,
+        *_PROBE_ROOT,
+        *BECOME_UID,
         "--reuid=65534",
         "--regid=65534",
         "--clear-groups",
         "--no-new-privs",
         "--",
-        *[bwrap if arg == "bwrap" else arg for arg in _own_user_namespace(65534)],
+        *[bwrap if arg == "bwrap" else arg for arg in own_user_namespace(65534)],
         "/bin/sh",
         "-c",
         "exit 0",
@@ -349,137 +308,7 @@ def probe(
     )
 
 
-# --- the worker's command -----------------------------------------------------------------------
-@dataclass(frozen=True)
-class WorkerCommand:
-    argv: list[str]
-    cwd: str
-    env: dict[str, str]
-
-
-def session_env(*, home: str, tmp: str, python_dir: str, runtime_bin: str | None) -> dict[str, str]:
-    """The session's whole environment (never the server's: it may hold AWS credentials). Its
-    Python layer (disk.py) first on PATH, then the runtime's other scripts, then the system."""
-    path = [
-        f"{python_dir}/bin",
-        *([runtime_bin] if runtime_bin else []),
-        "/usr/local/bin",
-        "/usr/bin",
-        "/bin",
-    ]
-    return {
-        "PATH": ":".join(path),
-        "HOME": home,
-        "TMPDIR": tmp,
-        "LANG": "C.UTF-8",
-        "PYTHONIOENCODING": "utf-8",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "VIRTUAL_ENV": python_dir,
-        # pip: no cache in the workspace, no version check against the index on every run, never
-        # a prompt (nobody can answer one).
-        "XDG_CACHE_HOME": f"{tmp}/.cache",
-        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-        "PIP_NO_INPUT": "1",
-    }
-
-
-def runtime_bin(python: str) -> str | None:
-    """The session runtime's bin/ when it is a virtual environment (its console scripts)."""
-    venv = os.path.dirname(os.path.dirname(os.path.abspath(python)))
-    return os.path.join(venv, "bin") if os.path.isfile(os.path.join(venv, "pyvenv.cfg")) else None
-
-
-def _worker_args(
-    session_id: str, req_fd: int, resp_fd: int, limits: Limits, *, nproc: bool, shell: str, node: str
-) -> list[str]:
-    return [
-        "--session",
-        session_id,
-        "--shell",
-        shell,
-        "--node",
-        node,
-        "--req-fd",
-        str(req_fd),
-        "--resp-fd",
-        str(resp_fd),
-        "--memory-mb",
-        str(limits.memory_mb),
-        "--cpu-seconds",
-        str(limits.cpu_seconds),
-        "--file-size-mb",
-        str(limits.file_size_mb),
-        "--stdout-kept",
-        str(limits.stdout_kept),
-        "--stderr-kept",
-        str(limits.stderr_kept),
-        # RLIMIT_NPROC counts every process of the uid: only meaningful with a uid of its own.
-        "--max-processes",
-        str(limits.max_processes if nproc else 0),
-    ]
-
-
-def _python_prefixes(python: str) -> list[str]:
-    """Directories the session Python needs, read-only: a venv and its base installation."""
-    prefixes: list[str] = []
-    venv = os.path.dirname(os.path.dirname(os.path.abspath(python)))
-    cfg = os.path.join(venv, "pyvenv.cfg")
-    if os.path.isfile(cfg):
-        prefixes.append(venv)
-        with open(cfg, encoding="utf-8") as fh:
-            for line in fh:
-                key, _, value = line.partition("=")
-                if key.strip() == "home" and value.strip():
-                    prefixes.append(os.path.realpath(os.path.join(value.strip(), "..")))
-    prefixes.append(os.path.realpath(os.path.join(os.path.dirname(os.path.realpath(python)), "..")))
-    unique = []
-    for prefix in prefixes:
-        if prefix not in unique and not any(prefix == d or prefix.startswith(d + "/") for d in _SYSTEM_DIRS):
-            unique.append(prefix)
-    return unique
-
-
-def _system_binds(python: str) -> list[str]:
-    args: list[str] = []
-    for path in _SYSTEM_DIRS:
-        if os.path.islink(path):
-            args += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
-            args += ["--ro-bind", path, path]
-    for path in _ETC_FILES:
-        args += ["--ro-bind-try", path, path]
-    for prefix in _python_prefixes(python):
-        args += ["--ro-bind", prefix, prefix]
-    return args
-
-
-_OWN_MOUNTS = ("/tmp", "/proc", "/dev", SANDBOX_WORKDIR, disk.SANDBOX_PYTHON_DIR)
-
-
-def _parent_dirs(argv: list[str]) -> list[str]:
-    """`--perms 0755 --dir D` for every directory above a bind target: bwrap run by root would
-    create them 0700 (root-only), and the session's uid could not reach what is bound below."""
-    targets = [argv[i + 2] for i, arg in enumerate(argv) if arg in ("--ro-bind", "--ro-bind-try", "--bind")]
-    parents: list[str] = []
-    for target in targets:
-        parts = Path(target).parts[1:-1]
-        for depth in range(1, len(parts) + 1):
-            parent = "/" + "/".join(parts[:depth])
-            if parent not in parents and parent not in targets and parent not in _OWN_MOUNTS:
-                parents.append(parent)
-    return [arg for parent in parents for arg in ("--perms", "0755", "--dir", parent)]
-
-
-def _enter_cgroups(procs_files: list[str], argv: list[str]) -> list[str]:
-    """`sh` writes its own pid into each cgroup, then becomes the next step: the session's very
-    first process is already inside, so everything it forks is too."""
-    if not procs_files:
-        return argv
-    script = 'echo $$ > "$1" || exit 125; shift; ' * len(procs_files) + 'exec "$@"'
-    return ["/bin/sh", "-c", script, "lci-enter-cgroup", *procs_files, *argv]
-
-
-def _own_user_namespace(uid: int) -> list[str]:
+def own_user_namespace(uid: int) -> list[str]:
     """Run the rest in a user namespace of the session's own, mapping only its uid (to itself), in
     which no further user namespace can be created (bwrap --disable-userns). Run as the session's
     uid, after every mount is in place (`--dev-bind / /` keeps them, read-only ones stay read-only).
@@ -500,152 +329,3 @@ def _own_user_namespace(uid: int) -> list[str]:
         "--die-with-parent",
         "--",
     ]
-
-
-def build_command(
-    *,
-    plan: IsolationPlan,
-    network_mode: str,
-    session_id: str,
-    root: str,
-    template: str,
-    req_fd: int,
-    resp_fd: int,
-    limits: Limits,
-    python: str,
-    uid: int | None = None,
-    info_fd: int | None = None,
-    resolv_conf: str | None = None,
-    cgroup_procs: list[str] | None = None,
-    extra_env: dict[str, str] | None = None,
-    egress_ca: str | None = None,
-) -> WorkerCommand:
-    """argv (and cwd) that start one worker under `plan` (check() it first). `root` is the
-    session's directory on the host, `template` the directory holding the Python layer;
-    `extra_env` is added to the session's environment (its data endpoint, s3relay.py);
-    `egress_ca` is the egress proxy's CA certificate a VPC session sees at egress.SANDBOX_CA_PATH."""
-    plan.check(network_mode)
-    if plan.strategy != "bwrap":
-        # Unisolated: the session's directories on the host (sessions.py lays them out).
-        layer = os.path.join(root, "python")
-        worker = _worker_args(
-            session_id,
-            req_fd,
-            resp_fd,
-            limits,
-            nproc=False,
-            shell=str(SHELL_PATH),
-            node=str(NODE_RUNNER_PATH),
-        )
-        env = (
-            session_env(
-                home=os.path.join(root, "workspace"),
-                tmp=os.path.join(root, "tmp"),
-                python_dir=layer,
-                runtime_bin=runtime_bin(python),
-            )
-            | node_install.find().env(sandboxed=False)
-            | (extra_env or {})
-        )
-        return WorkerCommand(
-            [f"{layer}/bin/python", "-I", str(WORKER_PATH), *worker], os.path.join(root, "workspace"), env
-        )
-    if uid is None or info_fd is None or plan.disk is None:
-        raise ValueError("bwrap needs the session's uid, an info fd and a disk kind")
-    worker = _worker_args(
-        session_id,
-        req_fd,
-        resp_fd,
-        limits,
-        nproc=True,
-        shell=SANDBOX_SHELL_PATH,
-        node=SANDBOX_NODE_RUNNER_PATH,
-    )
-    dns = ["--ro-bind", resolv_conf, "/etc/resolv.conf"] if resolv_conf else []
-    ca = ["--ro-bind", egress_ca, egress.SANDBOX_CA_PATH] if egress_ca else []
-    node = node_install.find()
-    binds = [
-        *_system_binds(python),
-        *dns,
-        *ca,
-        *("--ro-bind", str(WORKER_PATH), SANDBOX_WORKER_PATH),
-        *("--ro-bind", str(SHELL_PATH), SANDBOX_SHELL_PATH),
-        *("--ro-bind", str(NODE_RUNNER_PATH), SANDBOX_NODE_RUNNER_PATH),
-        *node.binds(_SYSTEM_DIRS),
-    ]
-    env = (
-        session_env(
-            home=SANDBOX_WORKDIR,
-            tmp="/tmp",
-            python_dir=disk.SANDBOX_PYTHON_DIR,
-            runtime_bin=runtime_bin(python),
-        )
-        | node.env(sandboxed=True)
-        | (extra_env or {})
-    )
-    own = [
-        *("--bind", disk.mounted(root, "tmp"), "/tmp"),
-        *("--bind", disk.mounted(root, "workspace"), SANDBOX_WORKDIR),
-        *("--bind", disk.mounted(root, "python"), disk.SANDBOX_PYTHON_DIR),
-    ]
-    bwrap = [
-        plan.bwrap,
-        "--die-with-parent",
-        "--new-session",
-        "--unshare-pid",
-        "--unshare-ipc",
-        "--unshare-uts",
-        "--unshare-cgroup-try",
-        "--unshare-net",
-        "--info-fd",
-        str(info_fd),
-        "--hostname",
-        "sandbox",
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        # the session's disk first, so that a session Python kept under /tmp stays visible
-        *_parent_dirs(own),
-        *own,
-        *_parent_dirs(binds),
-        *binds,
-        "--chdir",
-        SANDBOX_WORKDIR,
-        "--clearenv",
-        *[arg for key, value in env.items() for arg in ("--setenv", key, value)],
-        # bwrap (as root, no user namespace yet) keeps only these two capabilities, which setpriv
-        # uses once to become the session's uid; from then on the process has none at all.
-        "--cap-add",
-        "CAP_SETUID",
-        "--cap-add",
-        "CAP_SETGID",
-        "--",
-        SETPRIV,
-        "--reuid",
-        str(uid),
-        "--regid",
-        str(uid),
-        "--clear-groups",
-        "--inh-caps=-all",
-        "--bounding-set=-all",
-        "--no-new-privs",
-        "--",
-        *[plan.bwrap if arg == "bwrap" else arg for arg in _own_user_namespace(uid)],
-        f"{disk.SANDBOX_PYTHON_DIR}/bin/python",
-        "-I",
-        SANDBOX_WORKER_PATH,
-        *worker,
-    ]
-    argv = disk.mount_command(
-        kind=plan.disk,
-        root=root,
-        uid=uid,
-        size_mb=limits.disk_mb,
-        files=limits.disk_files,
-        template=template,
-        then=bwrap,
-    )
-    return WorkerCommand(
-        _enter_cgroups(cgroup_procs or [], argv), root, {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-    )

@@ -368,7 +368,8 @@ def listen_in_netns(pid: int, port: int = SESSION_PORT) -> socket.socket:
     thread.join()
     if "error" in made:
         raise made["error"]
-    return made["socket"]
+    made_socket: socket.socket = made["socket"]
+    return made_socket
 
 
 def session_env(port: int, region: str) -> dict[str, str]:

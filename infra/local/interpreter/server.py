@@ -16,9 +16,9 @@ endpoint changed (request signatures are not checked):
 
 Every tool of the model's ToolName enum is implemented: executeCode (python; javascript and
 typescript with Node.js, each call a fresh process sharing the session's files, as AgentCore's
-`nodejs` runtime runs them: worker.py), executeCommand,
-readFiles, writeFiles, listFiles, removeFiles, and the background commands startCommandExecution
-(`arguments.command`) / getTask / stopTask (`arguments.taskId`); worker.py says what each does.
+`nodejs` runtime runs them), executeCommand, readFiles, writeFiles, listFiles, removeFiles, and the
+background commands startCommandExecution (`arguments.command`) / getTask / stopTask
+(`arguments.taskId`); the worker package (worker/) says what each does.
 `{id}` may be a registered interpreter, its ARN, or `aws.codeinterpreter.v1`, AgentCore's system
 interpreter and the SDK's default, built in as a PUBLIC interpreter of no tenant.
 
@@ -44,9 +44,9 @@ local stack and what it offers instead: this interpreter serves the stage's inte
 Local additions, not part of AgentCore: `GET /ping` (health, 200),
 `POST /_local/interpreters` (`{"interpreterId": ..., "networkMode": "PUBLIC"|"SANDBOX"|"VPC"}`),
 `GET /_local/isolation` (the isolation in force, isolation.IsolationPlan.describe), the response
-headers `x-sandbox-local-stdout-bytes` / `-stderr-bytes` (exact byte counts, SPEC §19), and Start
+headers `x-sandbox-local-stdout-bytes` / `-stderr-bytes` (exact byte counts), and Start
 refused with AccessDeniedException (403) `isolation_unavailable: ...` when the session cannot be
-isolated (SPEC §18).
+isolated (docs/local-stack.md).
 
 Sources (checked with the docs search, Nov 2026):
 - URIs, locations, shapes, error statuses: the botocore model above (the source of truth here).
@@ -71,181 +71,46 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import re
 import struct
 import threading
 import uuid
 import zlib
-from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from sandbox_common import naming
 
-from infra.local.eventstream import event_frame, event_payload_frame, event_payload_head
+from infra.local.eventstream import event_payload_head
+from infra.local.interpreter.answers import ClientGone, InvokeOutcome, ProtocolViolation
 from infra.local.interpreter.egress import EgressProxy
 from infra.local.interpreter.isolation import IsolationUnavailable, Limits
-from infra.local.interpreter.s3relay import DataGrant
-from infra.local.interpreter.sessions import (
-    MAX_SESSION_TIMEOUT,
-    NETWORK_MODES,
-    READY,
-    TERMINATED,
-    ClientGone,
-    InvokeOutcome,
-    NotFound,
-    ProtocolViolation,
-    QuotaExceeded,
-    Session,
-    SessionManager,
-    WorkerFailure,
+from infra.local.interpreter.protocol import (
+    CHUNK_CHARS,
+    CONTROL_PLANE,
+    EVENTSTREAM,
+    MAX_BODY,
+    SESSION_HEADER,
+    SESSION_ID_RE,
+    TOOLS,
+    ApiError,
+    json_default,
+    not_found,
+    outcome_failed,
+    result_events,
+    unsupported,
+    validate_arguments,
+    validation,
 )
+from infra.local.interpreter.registry import NETWORK_MODES
+from infra.local.interpreter.s3relay import DataGrant
+from infra.local.interpreter.session import READY, TERMINATED, NotFound, QuotaExceeded, Session
+from infra.local.interpreter.sessions import MAX_SESSION_TIMEOUT, SessionManager
 from infra.local.interpreter.uids import UidAllocator
-from infra.local.interpreter.worker import MAX_BLOCK, Frame
+from infra.local.interpreter.worker.frames import MAX_BLOCK, Frame
+from infra.local.interpreter.worker_process import WorkerFailure
 
 log = logging.getLogger("local-interpreter")
-
-EVENTSTREAM = "application/vnd.amazon.eventstream"
-SESSION_HEADER = "x-amzn-code-interpreter-session-id"
-CHUNK_CHARS = 64 * 1024  # text per content-only event when output is long
-MAX_BODY = 128 * 1024 * 1024
-SESSION_ID_RE = re.compile(r"^[0-9a-zA-Z]{1,40}$")
-# executeCode's languages (the model's enum) and the one runtime each runs with here (AgentCore also
-# offers deno for JavaScript and TypeScript).
-PYTHON = "python"
-LANGUAGES = (PYTHON, "javascript", "typescript")
-RUNTIMES = {PYTHON: "python", "javascript": "nodejs", "typescript": "nodejs"}
-# ToolName enum of the model; the local worker implements every one.
-TOOLS = (
-    "executeCode",
-    "executeCommand",
-    "readFiles",
-    "listFiles",
-    "removeFiles",
-    "writeFiles",
-    "startCommandExecution",
-    "getTask",
-    "stopTask",
-)
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, error_type: str, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.status, self.error_type, self.message, self.extra = status, error_type, message, extra
-
-
-# The control plane (`bedrock-agentcore-control`, which boto3 reaches here when the local stack's
-# environment is exported): by (method, path parts), the operations AgentCore offers and this
-# interpreter does not, since its interpreters are the stage's, created by `sandboxctl local up`.
-CONTROL_PLANE = {
-    ("PUT", 1): "CreateCodeInterpreter",
-    ("POST", 1): "ListCodeInterpreters",
-    ("GET", 2): "GetCodeInterpreter",
-    ("DELETE", 2): "DeleteCodeInterpreter",
-}
-UNSUPPORTED = "UnsupportedOperationException"
-
-
-def unsupported(operation: str) -> ApiError:
-    """A control-plane call the local stack does not offer: a JSON error botocore parses into a
-    ClientError (code UnsupportedOperationException), saying what the local stack offers instead."""
-    return ApiError(
-        400,
-        UNSUPPORTED,
-        f"{operation} is not offered by the local AgentCore Code Interpreter of the local stack "
-        "(sandboxctl local up): its code interpreters are the ones the local stage declares, created when "
-        "the stack starts, plus the SDK's default aws.codeinterpreter.v1. Sessions and their tools work "
-        "as on AgentCore: StartCodeInterpreterSession, InvokeCodeInterpreter, StopCodeInterpreterSession, "
-        "GetCodeInterpreterSession, ListCodeInterpreterSessions.",
-    )
-
-
-def not_found(message: str) -> ApiError:
-    return ApiError(404, "ResourceNotFoundException", message)
-
-
-def validation(message: str, field: str | None = None, reason: str = "FieldValidationFailed") -> ApiError:
-    extra: dict[str, Any] = {"reason": reason}
-    if field:
-        extra["fieldList"] = [{"name": field, "message": message}]
-    return ApiError(400, "ValidationException", message, **extra)
-
-
-def iso(ts: datetime) -> str:
-    return ts.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return iso(value)
-    raise TypeError(type(value).__name__)
-
-
-def structured_content(outcome: InvokeOutcome) -> dict[str, Any]:
-    """ToolResultStructuredContent of an answer (API reference: executionTime in milliseconds)."""
-    failed = outcome_failed(outcome)
-    structured: dict[str, Any] = {
-        "stdout": outcome.stdout,
-        "stderr": outcome.stderr,
-        "taskStatus": outcome.task_status or ("failed" if failed else "completed"),
-        "executionTime": round(outcome.execution_time * 1000, 3),
-    }
-    if outcome.exit_code is not None:
-        structured["exitCode"] = outcome.exit_code
-    if outcome.task_id is not None:
-        structured["taskId"] = outcome.task_id
-    return structured
-
-
-def outcome_failed(outcome: InvokeOutcome) -> bool:
-    if outcome.is_error is not None:
-        return outcome.is_error
-    return outcome.exit_code not in (0, None)
-
-
-def result_events(outcome: InvokeOutcome) -> list[bytes]:
-    """The `result` events for one tool call, terminal (structured) event last. A file tool's
-    content blocks (`content_blocks`, as the worker encoded them) are sent unparsed."""
-    failed = outcome_failed(outcome)
-    structured = structured_content(outcome)
-    if outcome.content_blocks is not None:
-        blocks = outcome.content_blocks
-        flag = b"true" if failed else b"false"
-        tail = json.dumps({"structuredContent": structured, "isError": failed}).encode("utf-8")
-        if sum(len(b) for b in blocks) <= CHUNK_CHARS:  # short: one event, like short output
-            return [event_payload_frame("result", b'{"content": [' + b", ".join(blocks) + b"], " + tail[1:])]
-        # Long: one content-only event per block (a file each), then the terminal event, as long
-        # executeCode output is streamed: each event stays the size of one file, and botocore's
-        # event-stream buffer copies its whole pending message on every 64 KiB read (quadratic).
-        events = [
-            event_payload_frame("result", b'{"content": [' + block + b'], "isError": ' + flag + b"}")
-            for block in blocks
-        ]
-        events.append(event_payload_frame("result", b'{"content": [], ' + tail[1:]))
-        return events
-    if outcome.content is not None:  # file tools: their own blocks, one event
-        return [
-            event_frame(
-                "result", {"content": outcome.content, "structuredContent": structured, "isError": failed}
-            )
-        ]
-    texts = [t for t in (outcome.stdout, outcome.stderr) if t]
-    if sum(len(t) for t in texts) <= CHUNK_CHARS:
-        blocks_ = [{"type": "text", "text": t} for t in texts]
-        return [
-            event_frame("result", {"content": blocks_, "structuredContent": structured, "isError": failed})
-        ]
-    events = [
-        event_frame(
-            "result", {"content": [{"type": "text", "text": t[i : i + CHUNK_CHARS]}], "isError": failed}
-        )
-        for t in texts
-        for i in range(0, len(t), CHUNK_CHARS)
-    ]
-    events.append(event_frame("result", {"content": [], "structuredContent": structured, "isError": failed}))
-    return events
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -293,7 +158,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _send_json(self, obj: Any, status: int = 200) -> None:
-        body = json.dumps({k: v for k, v in obj.items() if v is not None}, default=_json_default).encode()
+        body = json.dumps({k: v for k, v in obj.items() if v is not None}, default=json_default).encode()
         self._send(status, body, "application/json")
 
     def _send_error(self, err: ApiError) -> None:
@@ -465,7 +330,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not isinstance(arguments, dict):
             raise validation("arguments must be an object", "arguments")
         session = self._manager.active(identifier, self._session_id(self.headers.get(SESSION_HEADER)))
-        self._validate_arguments(name, arguments)
+        validate_arguments(name, arguments)
         streaming: list[bool] = []
 
         def stream(outcome: InvokeOutcome, frame: Frame) -> None:
@@ -504,7 +369,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._write_events(frames[-1:])
             return
         frames = result_events(outcome)
-        # Local addition (SPEC §19): the exact byte counts the code wrote. The worker keeps only the
+        # Local addition: the exact byte counts the code wrote. The worker keeps only the
         # first Limits.stdout_kept / stderr_kept bytes of each stream, so the text alone would
         # undercount; the model's structuredContent has no member for a count (botocore drops
         # unknown members), response headers reach the client as ResponseMetadata.HTTPHeaders.
@@ -513,35 +378,6 @@ class _Handler(BaseHTTPRequestHandler):
             naming.LOCAL_STDERR_BYTES_HEADER: outcome.stderr_bytes,
         }
         self._send_stream(session.session_id, frames, {k: str(v) for k, v in counts.items() if v is not None})
-
-    @staticmethod
-    def _validate_arguments(name: str, arguments: dict[str, Any]) -> None:
-        def need(key: str, kind: type) -> None:
-            if not isinstance(arguments.get(key), kind):
-                raise validation(f"arguments.{key} is required for {name}", f"arguments.{key}")
-
-        if name == "executeCode":
-            need("code", str)
-            language = arguments.get("language", PYTHON)
-            if language not in LANGUAGES:
-                raise validation(
-                    f"arguments.language must be one of {', '.join(LANGUAGES)}", "arguments.language"
-                )
-            runtime = arguments.get("runtime")
-            if runtime is not None and runtime != RUNTIMES[language]:
-                runs = f"the local interpreter runs {language} with runtime {RUNTIMES[language]} only"
-                raise validation(f"{runs}, not {runtime!r}", "arguments.runtime")
-        elif name in ("executeCommand", "startCommandExecution"):
-            need("command", str)
-        elif name in ("getTask", "stopTask"):
-            need("taskId", str)
-        elif name == "writeFiles":
-            need("content", list)
-            for item in arguments["content"]:
-                if not isinstance(item, dict) or not isinstance(item.get("path"), str):
-                    raise validation("each content item needs a path", "arguments.content")
-        elif name in ("readFiles", "removeFiles"):
-            need("paths", list)
 
     def _register(self, body: dict[str, Any]) -> None:
         interpreter_id, mode = body.get("interpreterId"), body.get("networkMode")

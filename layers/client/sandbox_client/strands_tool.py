@@ -88,7 +88,7 @@ class SandboxStrandsTool(PythonAgentTool):
         if problem is not None:
             return _error(tool_use_id, f"{INVALID_REQUEST}: {problem}")
         try:
-            result = self.turn.call_tool(self.tool_name, dict(tool_input))  # type: ignore[arg-type]
+            result = self.turn.call_tool(self.tool_name, dict(tool_input))
         except SandboxRefused as refused:  # the model sees it as any `ok: false` answer
             result = refused.result
         except (DispatchUnavailable, ToolUnavailable) as exc:

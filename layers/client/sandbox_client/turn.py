@@ -102,7 +102,7 @@ class SandboxTurn(JobsMixin):  # background jobs: submit/get_job/cancel_job/wait
             )
         try:
             out = self._client.invoke(FunctionName=self.function_name, Payload=json.dumps(event).encode())
-            body = json.loads(out["Payload"].read())
+            body: dict[str, Any] = json.loads(out["Payload"].read())
         except Exception as exc:  # noqa: BLE001
             raise DispatchUnavailable(f"dispatch invoke failed: {type(exc).__name__}") from exc
         if out.get("FunctionError"):

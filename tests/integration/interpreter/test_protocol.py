@@ -13,7 +13,7 @@ from botocore.exceptions import ClientError
 from sandbox_common import naming
 
 from infra.local.interpreter import Limits, LocalInterpreterServer, wait_ready
-from infra.local.interpreter.sessions import DEFAULT_INTERPRETER_ID
+from infra.local.interpreter.registry import DEFAULT_INTERPRETER_ID
 from tests.integration.interpreter._helpers import OTHER_CI, PUBLIC_CI, invoke, make_client
 
 
@@ -41,6 +41,21 @@ def test_execute_code_state_persists_across_calls(client: Any, session: str) -> 
     assert headers["x-amzn-code-interpreter-session-id"] == session
 
 
+def test_user_code_cannot_import_the_worker_by_its_short_names(client: Any, session: str) -> None:
+    # Given a session (its worker package was started as `python -I <its directory>`)
+    # When user code looks for the worker's modules by their short names, and at sys.path
+    code = (
+        "import importlib.util, sys\n"
+        "print([n for n in ('frames', 'kernel', 'capture', 'commands', 'files')"
+        " if importlib.util.find_spec(n) is not None])\n"
+        "print(any(p.rstrip('/').endswith('worker') for p in sys.path))"
+    )
+    result, _, _ = invoke(client, PUBLIC_CI, session, code)
+
+    # Then none is importable (a module of the user's own named `files` is not shadowed by ours)
+    assert result["stdout"] == "[]\nFalse\n", result["stderr"]
+
+
 def test_execute_code_trailing_expression_is_displayed(client: Any, session: str) -> None:
     # Given / When a cell that ends in an expression (a notebook cell, as AgentCore's kernel)
     result, _, _ = invoke(client, PUBLIC_CI, session, "y = 6 * 7\ny")
@@ -59,7 +74,7 @@ def test_execute_code_exception_gives_exit_1_and_traceback(client: Any, session:
     assert result["stderr"].startswith("Traceback (most recent call last):")
     assert "ZeroDivisionError: division by zero" in result["stderr"]
     assert 'File "<cell-' in result["stderr"] and "return 1 / 0" in result["stderr"]
-    assert "worker.py" not in result["stderr"]
+    assert "local-interpreter" not in result["stderr"] and "kernel.py" not in result["stderr"]
     assert events[-1]["isError"] is True
 
     # And the session is still usable

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from infra.local.interpreter import LocalInterpreterServer, isolation
-from infra.local.interpreter.isolation import WorkerCommand
-from infra.local.interpreter.sessions import Session, SessionManager, WorkerFailure
+from infra.local.interpreter import LocalInterpreterServer, worker_command, worker_process
+from infra.local.interpreter.session import Session
+from infra.local.interpreter.worker_command import WorkerCommand
+from infra.local.interpreter.worker_process import WorkerFailure
 
 
 def _failed_session(root: Path) -> Session:
@@ -45,15 +46,14 @@ def test_start_failure_names_the_log_and_exit_status_before_the_session_is_clean
     tmp_path: Path,
 ) -> None:
     # Given a session whose process wrote a line and exited before its hello
-    manager = object.__new__(SessionManager)  # only the failure report and the clean-up are used
     session = _failed_session(tmp_path / "session")
     # When the start failure is read and the session is then killed and cleaned up
-    detail = manager._start_failure(session)
-    manager._kill(session)
+    detail = worker_process.start_failure(session)
+    worker_process.kill(session)
     # Then the report carries the process's last words and its status, though the log is gone now
     assert detail == "bwrap: loop device busy (exit status 3)"
     assert not Path(session.root).exists()
-    assert manager._worker_log(session) == "no output"
+    assert worker_process.worker_log(session) == "no output"
 
 
 def _failing_first(real: Callable[..., WorkerCommand], failures: list[str]) -> Callable[..., WorkerCommand]:
@@ -75,7 +75,9 @@ def test_start_of_a_session_is_made_again_after_a_transient_namespace_failure(
     # Given a sandbox whose network namespace set-up fails twice the way a busy kernel makes it
     transient = "bwrap: loopback: Failed RTM_NEWADDR: No child processes"
     failures = [transient, transient]
-    monkeypatch.setattr(isolation, "build_command", _failing_first(isolation.build_command, failures))
+    monkeypatch.setattr(
+        worker_command, "build_command", _failing_first(worker_command.build_command, failures)
+    )
     server = LocalInterpreterServer(interpreters={"sbx_retry_pub": "PUBLIC"}).start()
     try:
         # When a session is started
@@ -92,7 +94,9 @@ def test_start_of_a_session_is_made_again_after_a_transient_namespace_failure(
 def test_start_of_a_session_fails_at_once_on_any_other_failure(monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a sandbox that fails to start for another reason, then would start
     failures = ["bwrap: Creating new namespace failed: Operation not permitted", "unused"]
-    monkeypatch.setattr(isolation, "build_command", _failing_first(isolation.build_command, failures))
+    monkeypatch.setattr(
+        worker_command, "build_command", _failing_first(worker_command.build_command, failures)
+    )
     server = LocalInterpreterServer(interpreters={"sbx_retry_pub": "PUBLIC"}).start()
     try:
         # When a session is started / Then the start fails with that reason, without a second try

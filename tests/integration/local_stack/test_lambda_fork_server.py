@@ -21,7 +21,7 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from infra.local import lambda_emulator
+from infra.local import lambda_workers
 from infra.local.lambda_emulator import FunctionSpec, LambdaEmulator
 from infra.local.state import pid_alive
 
@@ -145,7 +145,7 @@ def test_fork_server_that_stops_answering_is_killed_and_replaced(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given a function's fork server (it must answer within 2 s), stopped after its first worker
-    monkeypatch.setattr(lambda_emulator, "_START_SECONDS", 2)
+    monkeypatch.setattr(lambda_workers, "START_SECONDS", 2)
     spec, log = _spec(tmp_path / "imports"), tmp_path / "imports"
     with _emulator(spec) as lam:
         server = _invoke(lam)["imported_by"]

@@ -19,7 +19,7 @@ from infra.cdk.config import build_config
 from infra.cdk.function_env import function_environment
 from infra.local import stack
 from infra.local.state import LocalStackError, LocalState, pid_alive, process_alive, read_state
-from infra.sandboxctl import ops
+from infra.sandboxctl import records_ops
 from infra.sandboxctl.target import local_target
 
 
@@ -188,7 +188,7 @@ def test_scoped_alias_refuses_an_out_of_scope_tenant_with_one_audit_row_and_noth
     assert refused["reason"] == n.REASON_OUT_OF_SCOPE and refused["exit_status"] == "provisioning"
     assert begun["sandbox"]["status"] == "disabled" and begun["sandbox"]["reason"] == n.REASON_OUT_OF_SCOPE
     # And it left exactly one audit row, counted nothing, and started no session
-    rows = [r for r in ops.audit_list(target, tenant_id="globex") if r.get("call_id") == "scope-c"]
+    rows = [r for r in records_ops.audit_list(target, tenant_id="globex") if r.get("call_id") == "scope-c"]
     assert len(rows) == 1
     assert rows[0]["exit_status"] == "provisioning" and rows[0]["failure_reason"] == n.REASON_OUT_OF_SCOPE
     assert rows[0]["invocation_id"] == refused["invocation_id"] and not rows[0].get("session_id")
@@ -257,7 +257,7 @@ def test_up_restarts_dead_parts_keeping_state_and_down_leaves_no_process_behind(
     assert started is True and stack.status(tmp_path)["running"] is True
     assert all(fresh[k]["pid"] != now[k]["pid"] for k in stack.COMPONENTS)
     # and `audit replay` writes the spooled row into the new stack's table, exactly once
-    assert ops.audit_replay(local_target(current)) == {
+    assert records_ops.audit_replay(local_target(current)) == {
         "replayed": 1,
         "duplicates": 0,
         "invalid": 0,

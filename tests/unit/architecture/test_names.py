@@ -1,8 +1,10 @@
 """Names are declared once (sandbox_common.naming, by kind) and used by name, never typed again.
 
-- naming.py binds each module-level name once and never changes a bound value afterwards (no
-  re-binding, no item assignment, no `.update` / `.append`);
-- no module of ours spells again, as a string literal, a distinctive name naming.py declares: an
+- each module of the naming package binds each module-level name once and never changes a bound
+  value afterwards (no re-binding, no item assignment, no `.update` / `.append`), and no name is
+  bound in two of its modules (the package re-exports them all: one would hide the other);
+- callers read names from the package, never from the module that declares them;
+- no module of ours spells again, as a string literal, a distinctive name the package declares: an
   action, a table, an index, an environment variable, a metric, an alarm, a key prefix, a
   response status, field or failure reason, a reaper hook. (The session runtime and the client
   distribution are exempt: they run where the common layer is not installed, and each keeps the
@@ -18,7 +20,8 @@ import pytest
 from sandbox_common import naming as n
 
 ROOT = Path(__file__).resolve().parents[3]
-NAMING = ROOT / "layers" / "common" / "python" / "sandbox_common" / "naming.py"
+NAMING = ROOT / "layers" / "common" / "python" / "sandbox_common" / "naming"
+NAMING_MODULES = sorted(NAMING.glob("*.py"))
 SCANNED = (
     ROOT / "functions",
     ROOT / "layers" / "common" / "python" / "sandbox_common",
@@ -85,10 +88,11 @@ def literal_retypes(paths: list[Path], names: dict[str, str], root: Path = ROOT)
     return out
 
 
-def rebindings(path: Path) -> list[str]:
-    """Module-level statements of `path` that bind a name again or change a bound value."""
+def rebindings(path: Path, bound: set[str] | None = None) -> list[str]:
+    """Module-level statements of `path` that bind a name again (in `path`, or one of `bound`, the
+    names other modules of its package bound) or change a bound value; adds its names to `bound`."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    bound: set[str] = set()
+    bound = set() if bound is None else bound
     out = []
     for node in tree.body:
         targets: list[ast.expr] = []
@@ -115,8 +119,56 @@ def rebindings(path: Path) -> list[str]:
 
 
 def test_naming_binds_every_name_once() -> None:
-    # Given naming.py / Then no name is bound twice and no bound value is changed later
-    assert rebindings(NAMING) == []
+    # Given the naming package's modules (each a kind of name)
+    assert len(NAMING_MODULES) > 10  # the check below has something to check
+    bound: set[str] = set()
+    # Then no name is bound twice, in a module or across them, and no bound value changes later
+    found = [
+        f"{m.name}: {line}"
+        for m in NAMING_MODULES
+        if m.name != "__init__.py"
+        for line in rebindings(m, bound)
+    ]
+    assert found == []
+    # and the package binds nothing of its own: it only re-exports its modules
+    init = ast.parse((NAMING / "__init__.py").read_text(encoding="utf-8"))
+    assert all(isinstance(s, ast.ImportFrom) or _is_docstring(s) for s in init.body)
+
+
+def _is_docstring(node: ast.stmt) -> bool:
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+
+
+def test_naming_binding_check_sees_a_name_bound_in_two_modules(tmp_path: Path) -> None:
+    # Given two modules of one package that bind the same name
+    (tmp_path / "a.py").write_text("TABLE = 'x'\n")
+    (tmp_path / "b.py").write_text("OTHER = 1\nTABLE = 'y'\n")
+    bound: set[str] = set()
+    # When checked in turn / Then the second binding is reported
+    assert rebindings(tmp_path / "a.py", bound) == []
+    assert rebindings(tmp_path / "b.py", bound) == ["line 2: TABLE bound again"]
+
+
+def test_names_are_read_from_the_package_not_its_modules() -> None:
+    # Given every module outside the naming package / Then none imports one of its modules
+    paths = [p for root in (*SCANNED, ROOT / "tests") for p in root.rglob("*.py") if NAMING not in p.parents]
+    submodules = {m.stem for m in NAMING_MODULES}
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sandbox_common.naming."):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+            elif (
+                isinstance(node, ast.ImportFrom)
+                and node.module == "sandbox_common.naming"
+                and any(a.name in submodules for a in node.names)
+            ):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+            elif isinstance(node, ast.Import) and any(
+                a.name.startswith("sandbox_common.naming.") for a in node.names
+            ):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == []
 
 
 def test_naming_rebinding_check_catches_each_kind(tmp_path: Path) -> None:
@@ -135,7 +187,7 @@ def test_naming_rebinding_check_catches_each_kind(tmp_path: Path) -> None:
 
 def test_names_are_not_typed_again_as_literals() -> None:
     # Given every module that may import the common layer, and the names naming.py declares
-    paths = [p for root in SCANNED for p in root.rglob("*.py") if p != NAMING]
+    paths = [p for root in SCANNED for p in root.rglob("*.py") if NAMING not in p.parents]
     names = distinctive_names()
     assert len(paths) > 100 and len(names) > 100  # the check below has something to check
     # Then none spells such a name again

@@ -11,7 +11,7 @@ import pytest
 from backstop.handler import handler
 from sandbox_common import limits, naming
 from sandbox_common.redaction import TOKEN_CLASSES
-from sandbox_common.redaction.catalogue import fingerprint
+from sandbox_common.redaction.findings import fingerprint
 
 STAGE = "test"
 TABLE = naming.FINDINGS.physical(STAGE)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from infra.local.interpreter import worker
+from infra.local.interpreter.worker import frames as worker
 
 
 @pytest.fixture

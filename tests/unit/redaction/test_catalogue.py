@@ -9,14 +9,8 @@ import urllib.parse
 
 import pytest
 from sandbox_common.redaction import catalogue
-from sandbox_common.redaction.catalogue import (
-    REPLACEMENT,
-    TOKEN_CLASSES,
-    Redactor,
-    fingerprint,
-    redact,
-    scan,
-)
+from sandbox_common.redaction.catalogue import REPLACEMENT, TOKEN_CLASSES, Redactor, redact
+from sandbox_common.redaction.findings import fingerprint, scan
 
 EXAMPLES = [(c.name, ex) for c in TOKEN_CLASSES for ex in c.examples]
 

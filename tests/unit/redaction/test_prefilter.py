@@ -8,8 +8,9 @@ import re
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sandbox_common.redaction import catalogue
-from sandbox_common.redaction.catalogue import TOKEN_CLASSES, Hit, Redactor
+from sandbox_common.redaction import catalogue, findings
+from sandbox_common.redaction.catalogue import TOKEN_CLASSES, Redactor
+from sandbox_common.redaction.findings import Hit
 
 from tests.support.sizes import examples
 
@@ -109,7 +110,7 @@ def bare_hits(text: str) -> list[Hit]:
 def test_scan_and_redact_equal_the_bare_alternation(text):
     # Given any text built from tokens, their fragments, separators and noise
     # When / Then the prefiltered results are exactly the bare alternation's
-    assert catalogue.scan(text) == bare_hits(text)
+    assert findings.scan(text) == bare_hits(text)
     assert catalogue.redact(text) == catalogue._ALL.sub(catalogue._replace, text)
 
 
@@ -154,7 +155,7 @@ def test_candidate_classes_long_text_with_many_runs_still_finds_late_tokens():
     names = catalogue.candidate_classes(text)
     # Then
     assert {"bearer", "aws_access_key"} <= names
-    assert [h.token_class for h in catalogue.scan(text)] == ["bearer", "aws_access_key"]
+    assert [h.token_class for h in findings.scan(text)] == ["bearer", "aws_access_key"]
 
 
 def test_candidate_classes_clean_text_is_empty():

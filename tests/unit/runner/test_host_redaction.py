@@ -9,7 +9,7 @@ import json
 import pytest
 from sandbox_common.errors import SandboxError
 from sandbox_common.outcome import Outcome
-from sandbox_common.redaction import catalogue
+from sandbox_common.redaction import catalogue, findings
 
 from infra.local import eventstream as es
 from tests.support.requests import execute_request, outcome_of
@@ -25,7 +25,7 @@ def _outcome(result) -> Outcome:
 
 
 def _secrets(example: str) -> list[str]:
-    hits = catalogue.scan(example)
+    hits = findings.scan(example)
     assert hits, "precondition: the catalogue flags its own example"
     return [example[h.start : h.end] for h in hits]
 

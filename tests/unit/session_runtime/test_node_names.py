@@ -7,12 +7,12 @@ from __future__ import annotations
 from sandbox_common import naming, tool_spec
 from sandbox_session import jobs, node
 
-from infra.local.interpreter import server
+from infra.local.interpreter import protocol
 
 
 def test_node_runner_names_equal_their_other_spellings() -> None:
     assert (node.ENV_NODE, node.ENV_TYPESCRIPT) == (naming.ENV_SESSION_NODE, naming.ENV_SESSION_TYPESCRIPT)
     assert node.LANGUAGES == tool_spec.NODE_LANGUAGES == jobs.NODE_LANGUAGES
-    assert server.LANGUAGES == tool_spec.CODE_LANGUAGES
+    assert protocol.LANGUAGES == tool_spec.CODE_LANGUAGES
     assert f"process.env.{node.ENV_TYPESCRIPT}" in node.TRANSPILER
     assert node.TIMED_OUT == 124 and node.argv("typescript", "/n") == ["/n", "--input-type=module", "-"]

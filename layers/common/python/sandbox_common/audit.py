@@ -1,4 +1,4 @@
-"""The audit row of §7: its schema and its one writer (the row itself is rendered by
+"""The audit row: its schema and its one writer (the row itself is rendered by
 `sandbox_common.outcome.Outcome.audit_row`). Shared by dispatch (write) and sandboxctl
 (`audit replay` drains the DLQ through the same writer), so a row has one shape everywhere.
 
@@ -31,7 +31,7 @@ from .naming import AUDIT_ATTR_EGRESS, METRIC_AUDIT_DEAD_LETTERED, TTL_ATTRIBUTE
 AUDIT_RETENTION_CEILING_DAYS = 180
 WRITE_ATTEMPTS = 3
 
-# §7.1, in order. `session_id` is omitted (not null) when no session existed: it is the key of
+# The row's attributes, in order. `session_id` is omitted (not null) when no session existed: it is the key of
 # the by_session index and DynamoDB rejects NULL index keys; every other attribute is always present.
 AUDIT_ATTRIBUTES: tuple[str, ...] = (
     "invocation_id",
@@ -56,7 +56,7 @@ AUDIT_ATTRIBUTES: tuple[str, ...] = (
     "stdout_truncated",
     "stderr_truncated",
     "executed_code_hash",
-    "language",  # §20: python | bash; the hash above is over the script for bash
+    "language",  # python | bash; the hash above is over the script for bash
     TTL_ATTRIBUTE,
     "estimated_cost_usd",  # the SSM price in force for this call; 0 when refused
     AUDIT_ATTR_EGRESS,  # what left the sandbox during the call (sandbox_common.egress_usage)
@@ -64,7 +64,7 @@ AUDIT_ATTRIBUTES: tuple[str, ...] = (
 
 
 def code_hash(code: str) -> str:
-    """SHA-256 hex (lowercase) of the user code's UTF-8 bytes only (§7.1)."""
+    """SHA-256 hex (lowercase) of the user code's UTF-8 bytes only."""
     return hashlib.sha256(code.encode("utf-8")).hexdigest()
 
 

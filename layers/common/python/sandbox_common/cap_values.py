@@ -1,5 +1,5 @@
 """The caps in force of one kind's dimensions (`sandbox_common.dimensions`), read from SSM with the
-rules of §5.2: a per-tenant override `/…/caps/tenants/{t}/{dim}` wins over `/…/caps/{dim}` for a
+caps' rules: a per-tenant override `/…/caps/tenants/{t}/{dim}` wins over `/…/caps/{dim}` for a
 dimension keyed by tenant; a stage-wide one has only `/…/caps/{dim}`. Values are non-negative
 integers (digits only); 0 is the kill switch. Cached ≤ TTL per tenant; ONE GetParameters call
 reads every path of a tenant.

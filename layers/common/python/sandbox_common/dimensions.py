@@ -1,4 +1,4 @@
-"""The cap dimensions (SPEC §5, §16.2): one entry per dimension, from which everything that names a
+"""The cap dimensions: one entry per dimension, from which everything that names a
 dimension derives — the quota Lambda's counters and its contract (`quota_contract.QuotaAdmitted` /
 `QuotaRefused`), the SSM parameters, the refusal the agent reads, the `SandboxCapExceeded`
 metric, `sandboxctl caps` (choices, columns) and `counters`, the stage config's caps and the CDK
@@ -9,7 +9,7 @@ Three kinds, told apart by the entry, never by the name:
   value of the entry's `key` (request fields); sandbox-quota-check counts all of them in ONE
   transaction and refuses when any is at its cap (the first in `DIMENSIONS` order is the one
   named);
-- `Kind.SESSIONS`: live sessions in the session ledger (§16.2), one counter per tenant (`key`
+- `Kind.SESSIONS`: live sessions in the session ledger, one counter per tenant (`key`
   = tenant_id) or for the whole stage (`key` = ()); a new session is refused when it would
   exceed the cap;
 - `Kind.BYTES`: bytes the egress proxy carried for a tenant in a window (a UTC day), counted by
@@ -52,7 +52,7 @@ class Window(StrEnum):
     HOUR = "hour"
 
 
-# How a refusal reads, per kind: `what` is the entry's wording, `name` its name (SPEC §19: the
+# How a refusal reads, per kind: `what` is the entry's wording, `name` its name (the
 # dimension is named literally), `when` the reset time (HH:MM UTC) and `resets_at` its ISO form.
 _REFUSALS: dict[Kind, str] = {
     Kind.CALLS: "{what}; please try again at {when} UTC ({resets_at}). (cap: {name})",
@@ -174,7 +174,7 @@ EGRESS_DAILY_BYTES = Dimension(
 )
 
 # Every dimension, in refusal priority order (when several calls counters are at their caps at
-# once, the first is the one named: tenant_daily before agent_hourly, §5.1).
+# once, the first is the one named: tenant_daily before agent_hourly).
 DIMENSIONS: tuple[Dimension, ...] = (
     TENANT_DAILY,
     AGENT_HOURLY,
@@ -230,7 +230,7 @@ class Caps:
         return dict(self._caps)
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.as_dict() == self._caps  # type: ignore[attr-defined]
+        return type(other) is type(self) and other.as_dict() == self._caps  # type: ignore[attr-defined,unused-ignore]
 
     def __hash__(self) -> int:
         return hash(tuple(self._caps.items()))
@@ -248,5 +248,5 @@ def parameter(stage: str, name: str, tenant_id: str | None = None) -> str:
 
 
 def session_retry_at(now: datetime) -> datetime:
-    """When a session-cap refusal asks the agent to retry (§16.2)."""
+    """When a session-cap refusal asks the agent to retry."""
     return now + timedelta(seconds=limits.SESSION_CAP_RETRY_SECONDS)

@@ -1,4 +1,4 @@
-"""Agent-facing error classes (§4.2). The class name is the `error` string the agent sees."""
+"""Agent-facing error classes. The class name is the `error` string the agent sees."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ class SandboxFailure(Exception):
 
 
 class SandboxInvalidRequest(SandboxFailure):
-    exit_status = "invalid"  # never audited: invalid requests write no row (§4.2, §11)
+    exit_status = "invalid"  # never audited: invalid requests write no row
 
 
 class SandboxProvisioning(SandboxFailure):

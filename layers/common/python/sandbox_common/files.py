@@ -1,4 +1,4 @@
-"""Request models of SPEC §14: input files of `execute_code` and the `get_file` action.
+"""Request models of files in and artifacts out: input files of `execute_code` and the `get_file` action.
 
 Every rule that needs nothing but the request is checked here (so a bad entry is a
 SandboxInvalidRequest before anything is counted); the one rule that needs the tenant's
@@ -41,7 +41,7 @@ class _Strict(BaseModel):
 
 
 def check_relative_path(path: str) -> str:
-    """A path relative to the session's working directory (§14.1)."""
+    """A path relative to the session's working directory."""
     if not path:
         raise ValueError("path is empty")
     if "\x00" in path:
@@ -63,7 +63,7 @@ def check_relative_path(path: str) -> str:
 
 
 def check_s3_key(key: str) -> str:
-    """A key that means what it reads, so a prefix test on it is a containment test (§22).
+    """A key that means what it reads, so a prefix test on it is a containment test.
 
     S3 keys are opaque strings, but a tool that copies or logs them may not treat them so: a
     `..` segment, a `%` escape (`%2e%2e`, `%2f`), a backslash, a control character, an empty
@@ -169,7 +169,7 @@ def check_s3_inputs(files: list[InputFile] | None, read_prefixes: Iterable[str])
 
 
 def input_record(path: str, data: bytes) -> dict[str, Any]:
-    """The audit row's `input_files` entry (§14.1)."""
+    """The audit row's `input_files` entry."""
     return {"path": path, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
@@ -179,7 +179,7 @@ class GetFileRequest(_Strict):
     file_id: Annotated[str, StringConstraints(pattern=FILE_ID_RE.pattern)]
 
 
-# --- artifact pointers (§14.3): shared by dispatch's get_file and `sandboxctl files` ----------
+# --- artifact pointers: shared by dispatch's get_file and `sandboxctl files` ----------
 _MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound", "AccessDenied", "403"})
 
 

@@ -49,13 +49,13 @@ SESSION_RESTARTED = (
 
 
 def job_killed(why: str) -> str:
-    """A background job the kill switch cancelled (§22): what happened, then why (the cap's
+    """A background job the kill switch cancelled: what happened, then why (the cap's
     refusal sentence or TENANT_DISABLED)."""
     return f"The background job was stopped before it finished. {why}"
 
 
 def cap_exceeded(dimension: str, resets_at: str) -> str:
-    """A cap refusal: the dimension's sentence, the reset time, and (SPEC §19) the dimension's name
+    """A cap refusal: the dimension's sentence, the reset time, and the dimension's name
     literally, e.g. `(cap: tenant_daily)`; anything but a known dimension is named `unknown`."""
     when = _hhmm(resets_at)
     known = dimensions.get(dimension)
@@ -75,14 +75,14 @@ def _hhmm(resets_at: str) -> str:
         return resets_at
 
 
-# --- sessions as a managed resource (§16) ------------------------------------------
+# --- sessions as a managed resource ------------------------------------------
 TURN_TOKEN_REJECTED = (
     "Invalid request: this turn's turn_token is missing or does not match; every action of a turn must carry "
     "the token its first action used."
 )
 
 
-# --- programmatic tool calling (SPEC §15) ---------------------------------------------
+# --- programmatic tool calling ---------------------------------------------
 TOOL_WAIT_EXPIRED = (
     "No tool result arrived within {seconds} seconds, so the code was stopped. The sandbox session was "
     "reset, so variables and files from earlier calls in this turn are gone."

@@ -1,4 +1,4 @@
-"""Request models of every entry point (§4, §5.3, §11). Strict: unknown fields and wrong types
+"""Request models of every entry point. Strict: unknown fields and wrong types
 are rejected; ids must match REQUEST_ID_RE; code is non-empty and at most 256 KiB of UTF-8.
 """
 
@@ -25,7 +25,7 @@ from .tool_spec import MAX_CLIENT_TOOLS
 from .validation import Id, StrictModel, describe_validation_error, load_event, load_object, validate_event
 
 InvocationSource = Literal["chat", "scheduled", "composition"]
-# The turn token (§16.5) is checked by sandbox_common.turn_token, not here, so a malformed token is
+# The turn token is checked by sandbox_common.turn_token, not here, so a malformed token is
 # counted as a token rejection; the model only bounds its size.
 TurnToken = Annotated[str, StringConstraints(max_length=256)]
 ToolName = Annotated[str, StringConstraints(pattern=TOOL_NAME_RE.pattern)]
@@ -39,7 +39,7 @@ class BeginTurnRequest(StrictModel):
     turn_id: Id
     user_id: Id | None = None
     turn_token: TurnToken | None = None
-    # §21: the template tools the caller can answer (absent: all of them); only those are listed
+    # the template tools the caller can answer (absent: all of them); only those are listed
     # in the tool descriptions begin_turn answers (sandbox_common.tool_spec.answerable).
     client_tools: Annotated[list[ToolName], Field(max_length=MAX_CLIENT_TOOLS)] | None = None
 
@@ -54,13 +54,13 @@ class ExecuteCodeRequest(StrictModel):
     code: str
     user_id: Id | None = None
     invocation_source: InvocationSource | None = None
-    files: InputFiles | None = None  # §14.1, rules in sandbox_common.files
+    files: InputFiles | None = None  # rules in sandbox_common.files
     turn_token: TurnToken | None = None
-    # §17: `background: true` answers at once with a job_id; `timeout_s` (default
+    # `background: true` answers at once with a job_id; `timeout_s` (default
     # limits.DEFAULT_JOB_TIMEOUT_SECONDS, at most 3600) only together with it.
     background: bool = False
     timeout_s: Annotated[int, Field(ge=1, le=MAX_JOB_TIMEOUT_SECONDS)] | None = None
-    # §20: with "bash", `code` is a shell script run in the turn's session (run_command's action);
+    # with "bash", `code` is a shell script run in the turn's session (run_command's action);
     # with "javascript" / "typescript", a Node.js program run there (tool_spec.LANGUAGES).
     language: Literal["python", "javascript", "typescript", "bash"] = "python"
 
@@ -114,7 +114,7 @@ class CancelJobRequest(StrictModel):
     turn_token: TurnToken | None = None
 
 
-# --- programmatic tool calling (SPEC §15) --------------------------------------------------------
+# --- programmatic tool calling --------------------------------------------------------
 CONTINUATION_PATTERN = r"^[A-Za-z0-9_-]{43}$"  # 32 random bytes, URL-safe base64 without padding
 MAX_TOOL_ERROR_CHARS = 64 * 1024
 
@@ -130,7 +130,7 @@ class ResumeRequest(StrictModel):
     continuation: Annotated[str, StringConstraints(pattern=CONTINUATION_PATTERN)]
     tool_result: JsonValue = None
     tool_error: Annotated[str, StringConstraints(max_length=MAX_TOOL_ERROR_CHARS)] | None = None
-    turn_token: TurnToken | None = None  # §16.5, validated with the turn like every other action
+    turn_token: TurnToken | None = None  # validated with the turn like every other action
 
     @model_validator(mode="after")
     def _exactly_one_answer(self) -> ResumeRequest:
@@ -147,7 +147,7 @@ class ResumeRequest(StrictModel):
 
 class SweepPausedCallsRequest(StrictModel):
     """Internal, sent by the reaper's paused-calls hook: end the paused tool calls past
-    their wait bound. Any caller may send it: it ends only what §15 has already ended (the bound
+    their wait bound. Any caller may send it: it ends only what the wait bound has already ended (the bound
     passed), and answers a count."""
 
     action: Literal[Action.SWEEP_PAUSED_CALLS]
@@ -169,8 +169,8 @@ AnyDispatchRequest = (
 )
 # The request model of each action (each model's `action` field names its own).
 REQUEST_MODELS: dict[Action, type[AnyDispatchRequest]] = {
-    model.model_fields["action"].annotation.__args__[0]: model  # type: ignore[union-attr]
-    for model in AnyDispatchRequest.__args__  # type: ignore[attr-defined]
+    model.model_fields["action"].annotation.__args__[0]: model  # type: ignore[union-attr,unused-ignore]
+    for model in AnyDispatchRequest.__args__  # type: ignore[attr-defined,unused-ignore]
 }
 DISPATCH_ACTIONS: tuple[str, ...] = tuple(AGENT_ACTIONS)
 
@@ -213,10 +213,10 @@ class TenantSubstrate(BaseModel):
     interpreters: dict[str, str] = {}  # environment -> code interpreter id
     interpreter_arns: dict[str, str] = {}  # environment -> its ARN (the runner's session policy)
     runner_role_arn: str | None = None
-    data_read: tuple[str, ...] = ()  # the tenant's data.read S3 prefixes (§14.4): s3_uri inputs
+    data_read: tuple[str, ...] = ()  # the tenant's data.read S3 prefixes: s3_uri inputs
 
 
-# --- background jobs (§17): execute_code carries `background` / `timeout_s` itself ---------------
+# --- background jobs: execute_code carries `background` / `timeout_s` itself ---------------
 JOB_ACTIONS: tuple[Action, ...] = (Action.EXECUTE_CODE, Action.GET_JOB, Action.CANCEL_JOB)
 
 
@@ -229,6 +229,6 @@ def parse_job_event(event: Any) -> ExecuteCodeRequest | GetJobRequest | CancelJo
     return _parse_as(event, {a: REQUEST_MODELS[a] for a in JOB_ACTIONS})  # type: ignore[return-value]
 
 
-# --- programmatic tool calling (§15): ResumeRequest is defined above ------------------------------
+# --- programmatic tool calling: ResumeRequest is defined above ------------------------------
 def parse_resume_event(event: Any) -> ResumeRequest:
     return validate_event(ResumeRequest, event)

@@ -1,5 +1,5 @@
-"""One execute_code call's outcome, and every view of it (§4.2 response, §7.1 audit row, the
-`execute_code` log event, the §10 metrics, the chunked output logs).
+"""One execute_code call's outcome, and every view of it (the response, the audit row, the
+`execute_code` log event, the metrics, the chunked output logs).
 
 Dispatch fills an `Outcome` while the call runs (the stages of `dispatch.line`) and renders it
 once at the end; the interrupted-call sweep (`sandbox_runtime.interrupted`, for a retry or the reaper)
@@ -11,7 +11,7 @@ Extending it (Part II features) is a one-place change:
 - both:                             set it in both mappings (or `outcome.add(name=value)`).
 `response_extra` is merged last into the response, `audit_extra` last into the audit row and the
 log event, so a feature never edits `response()`/`audit_row()`; add the attribute to
-`audit.AUDIT_ATTRIBUTES` only if it becomes part of §7.1's fixed schema. Values must be plain
+`audit.AUDIT_ATTRIBUTES` only if it becomes part of the audit row's fixed schema. Values must be plain
 JSON/DynamoDB types (str, int, bool, None, lists and dicts of them).
 
 Redaction is not applied here: every text that can carry user data (stdout/stderr, error
@@ -211,7 +211,7 @@ class Outcome:
 
     # --- views --------------------------------------------------------------------------------
     def response(self) -> dict[str, Any]:
-        """The §4.2 answer to the agent."""
+        """The answer to the agent."""
         r = self.result
         body: dict[str, Any]
         if self.failure is not None:
@@ -248,7 +248,7 @@ class Outcome:
         return body
 
     def audit_row(self, retention_days: int) -> dict[str, Any]:
-        """The §7.1 row. `session_id` is omitted (not null) when no session existed: it is the key
+        """The audit row. `session_id` is omitted (not null) when no session existed: it is the key
         of the by_session index and DynamoDB rejects NULL index keys."""
         req, r = self.request, self.result
         row: dict[str, Any] = {
@@ -309,7 +309,7 @@ class Outcome:
             )
 
     def log(self, row: dict[str, Any]) -> None:
-        """The chunked output logs (§6.5) and the `execute_code` event."""
+        """The chunked output logs and the `execute_code` event."""
         if self.result is not None:
             for stream, text in (("stdout", self.result.full_stdout), ("stderr", self.result.full_stderr)):
                 log_output(

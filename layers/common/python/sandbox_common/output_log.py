@@ -1,5 +1,5 @@
 """Full (redacted) output to CloudWatch Logs as structured events keyed by invocation and
-session (§6.5), chunked well under the 256 KiB event limit even after JSON escaping."""
+session, chunked well under the 256 KiB event limit even after JSON escaping."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The quota contract: dispatch -> sandbox-quota-check, one request model and its answers (§5.3),
+"""The quota contract: dispatch -> sandbox-quota-check, one request model and its answers,
 apart from the dispatch request models so the quota Lambda's cold start builds only these."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from .validation import Id, StrictModel, validate_event
 class QuotaRequest(StrictModel):
     tenant_id: Id
     agent_id: Id
-    # §5.3's counts cost one more read after the counter transaction. Dispatch asks for them only
+    # The answer's counts cost one more read after the counter transaction. Dispatch asks for them only
     # when a daily budget needs the count (nothing the agent does not need waits on its
     # critical path); an admission without them answers both counts as null.
     counts: bool = True
@@ -54,14 +54,14 @@ def parse_quota_event(event: Any) -> QuotaRequest:
     return validate_event(QuotaRequest, event)
 
 
-# The answers (§5.3). The quota Lambda renders them
+# The answers. The quota Lambda renders them
 # with `model_dump()`, dispatch parses them with `parse_quota_response` (anything else -> the
 # breaker fails closed). The per-dimension fields come from the dimensions registry
 # (`{name}_count` when admitted, `{name}_cap` when refused, one per calls dimension): a field
 # that names no calls dimension is off-contract.
 class _PerDimension(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True, frozen=True)
-    __pydantic_extra__: dict[str, int | None] = Field(init=False)  # type: ignore[assignment]
+    __pydantic_extra__: dict[str, int | None] = Field(init=False)  # type: ignore[assignment,unused-ignore]
     _FIELD: ClassVar[str]  # "count_field" | "cap_field": the Dimension property naming the field
 
     @model_validator(mode="after")
@@ -81,7 +81,7 @@ class QuotaAdmitted(_PerDimension):
     _FIELD = "count_field"
     ok: Literal[True] = True
     already_counted: bool = False  # this call_id was counted before: proceed, nothing counted now
-    retries: int = Field(default=0, ge=0)  # transaction conflicts retried (§16.6, shown to the agent)
+    retries: int = Field(default=0, ge=0)  # transaction conflicts retried (shown to the agent)
     released: bool = False  # answer to `release`: True when a count was undone
 
     @classmethod

@@ -1,4 +1,4 @@
-"""Visible retries (SPEC §16.6): every retry made on the agent's behalf is reported.
+"""Visible retries: every retry made on the agent's behalf is reported.
 
 One `RetryLog` per call collects them; the response renders `events` (absent when none) and the
 audit row `retries` from the same list, so the two views cannot disagree. Reasons are the

@@ -68,9 +68,9 @@ class DispatchSettings(EgressSettings):
     cache_ttl_seconds: int = Field(alias=n.ENV_CACHE_TTL, default=60, ge=0, le=60)
     # Local stack only ("" = none): see AuditWriter.spool_path.
     audit_spool_path: str = Field(alias=n.ENV_AUDIT_SPOOL, default="")
-    artifacts_bucket: str = Field(alias=n.ENV_ARTIFACTS_BUCKET, default="")  # §14.2
+    artifacts_bucket: str = Field(alias=n.ENV_ARTIFACTS_BUCKET, default="")
     jobs_table: str = Field(alias=n.ENV_JOBS_TABLE, default="")  # background jobs
-    # §16: the live-session ledger and the turn token rule
+    # the live-session ledger and the turn token rule
     sessions_table: str = Field(alias=n.ENV_SESSIONS_TABLE, default="")
     require_turn_token: bool = Field(alias=n.ENV_REQUIRE_TURN_TOKEN, default=True)
 
@@ -82,7 +82,7 @@ class DispatchSettings(EgressSettings):
 
 
 class ReaperSettings(EgressSettings):
-    """The reaper (§16.3) and warm-pool refill: what it reads and whom it may stop."""
+    """The reaper and warm-pool refill: what it reads and whom it may stop."""
 
     stage: str = Field(alias=n.ENV_STAGE)
     sessions_table: str = Field(alias=n.ENV_SESSIONS_TABLE)

@@ -1,4 +1,4 @@
-"""The tools the model sees (SPEC §21), built here and nowhere else.
+"""The tools the model sees, built here and nowhere else.
 
 `begin_turn` answers them (`"tools": [...]`, and `"tool"` = the execute_code definition for Part I
 callers); the MCP server, the Strands tools and the agent client serve exactly what begin_turn
@@ -7,12 +7,12 @@ returned, never a definition of their own. Four tools:
 - `execute_code` (`code`, optional `language`, `files`, `background`, `timeout_s`): Python in the
   turn's session, or with `language` a JavaScript or TypeScript program run by Node.js there;
 - `run_command` (`command`, same options): a bash script, the same dispatch action with
-  `"language": "bash"` and `code` = the command (SPEC §20);
-- `get_job` / `cancel_job` (`job_id`): a background job of the turn (SPEC §17).
+  `"language": "bash"` and `code` = the command;
+- `get_job` / `cancel_job` (`job_id`): a background job of the turn.
 
 Every sentence the model reads about them is stated once below. The descriptions carry the
 stage's per-call deadline and output caps (`SurfaceLimits`, from dispatch's settings) and the
-template's tools callable from code (§15) — only those the calling client can answer
+template's tools callable from code — only those the calling client can answer
 (`callable_tools`). Stdlib-only imports: the agent client's tests import it without pydantic.
 """
 
@@ -40,7 +40,7 @@ GET_JOB = str(Action.GET_JOB)
 CANCEL_JOB = str(Action.CANCEL_JOB)
 TOOL_NAMES = (EXECUTE_CODE, RUN_COMMAND, GET_JOB, CANCEL_JOB)  # the order begin_turn lists them in
 TOOL_NAME = EXECUTE_CODE  # the one tool of Part I (`"tool"` in begin_turn's answer)
-# run_command is execute_code with this language and the command as `code` (SPEC §20);
+# run_command is execute_code with this language and the command as `code`;
 # execute_code's own language is the default.
 COMMAND_LANGUAGE = "bash"
 CODE_LANGUAGE = "python"
@@ -63,7 +63,7 @@ class LimitSettings(Protocol):
 
 @dataclass(frozen=True)
 class SurfaceLimits:
-    """The figures the descriptions state: the per-call deadline and the output caps (SPEC §12)."""
+    """The figures the descriptions state: the per-call deadline and the output caps."""
 
     call_timeout_seconds: int = 120
     stdout_cap_bytes: int = 262_144
@@ -255,7 +255,7 @@ def answerable(template_tools: Iterable[str], client_tools: Iterable[str] | None
 def begin_turn_tools(
     template_tools: Iterable[str], client_tools: Iterable[str] | None, settings: LimitSettings
 ) -> dict[str, Any]:
-    """begin_turn's tool fields (SPEC §21): `tools`, every definition, and `tool`, execute_code's."""
+    """begin_turn's tool fields: `tools`, every definition, and `tool`, execute_code's."""
     definitions = tool_definitions(
         answerable(template_tools, client_tools), limits=SurfaceLimits.of(settings)
     )

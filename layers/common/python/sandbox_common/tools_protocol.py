@@ -1,7 +1,7 @@
-"""Host side of programmatic tool calling (SPEC §15): the code the runner sends to drive the
+"""Host side of programmatic tool calling: the code the runner sends to drive the
 in-sandbox runtime (`sandbox_session.tools`), and the parser of the marker it answers with.
 
-What travels, and how it squares with §6.1 ("user code byte-exact, never concatenated"):
+What travels, and how it squares with the runner's rule ("user code byte-exact, never concatenated"):
 the user's code is sent base64-encoded inside a fixed one-line driver expression
 (`start_source`). The runtime decodes exactly those bytes and compiles them as a cell of their
 own (own filename, own AST), so the code that runs is the user's code byte for byte and is never

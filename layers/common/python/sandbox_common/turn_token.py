@@ -1,4 +1,4 @@
-"""Turn token (SPEC §16.5): a secret the caller generates once per turn and sends on every
+"""Turn token: a secret the caller generates once per turn and sends on every
 action of it. Dispatch keeps only its SHA-256 and compares in constant time.
 
 Stdlib only: the agent client imports `new_token` without pydantic or Powertools.

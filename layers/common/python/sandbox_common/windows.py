@@ -1,4 +1,4 @@
-"""UTC circuit-breaker windows. One clock read per call feeds every key and `resets_at` (§5.1)."""
+"""UTC circuit-breaker windows. One clock read per call feeds every key and `resets_at`."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""Redaction (SPEC §8): the token-shape catalogue and what is generated from it.
+"""Redaction (docs/redaction.md): the token-shape catalogue and what is generated from it.
 
 `catalogue` is stdlib-only and is the single source of truth; `stdio` ships it into the sandbox,
-`cloudwatch` turns it into data protection identifiers and the subscription-filter pattern.
+`cloudwatch` turns it into data protection identifiers and the subscription-filter pattern,
+`findings` says where a text's tokens sit (the backstop's findings).
 """
 
 from .catalogue import (
@@ -9,14 +10,12 @@ from .catalogue import (
     HOLD_CHARS,
     REPLACEMENT,
     TOKEN_CLASSES,
-    Hit,
     Redactor,
     TokenClass,
-    fingerprint,
     redact,
     redact_bytes,
-    scan,
 )
+from .findings import Hit, fingerprint, scan
 
 __all__ = [
     "CLASS_NAMES",

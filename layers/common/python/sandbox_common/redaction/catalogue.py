@@ -1,9 +1,11 @@
-"""The token-shape catalogue: the single source of truth for every redaction layer (SPEC §8).
+"""The token-shape catalogue: the single source of truth for every redaction layer
+(docs/redaction.md).
 
 STDLIB ONLY and self-contained (no relative imports): the in-sandbox stdio redactor ships this
 very file's source into the Code Interpreter (see `stdio.preamble_source`), the CloudWatch data
 protection identifiers and the subscription-filter pattern are generated from `TOKEN_CLASSES`,
-and the backstop Lambda and the session runner call `scan` / `redact` directly.
+the session runner calls `redact` directly, and the backstop finds tokens with `findings.scan`
+(which runs this module's alternation; it stays on the host, so it is not shipped).
 
 Design notes (why it looks like this):
 - One compiled alternation, one named group per class holding the *secret part* of a match.
@@ -14,16 +16,15 @@ Design notes (why it looks like this):
   long: no upper bounds, no trailing word-boundary checks. The stdio redactor holds
   back at most `HOLD_CHARS` characters; a token still running past that is redacted from its
   start and the rest of its run is dropped as it arrives (`Redactor.redact_open`).
-- `redact`/`scan` run a C-speed prefilter first (see `candidate_classes`) so that clean text,
-  the overwhelmingly common case, never goes through the alternation; the results are exactly
-  the bare alternation's (`_ALL`; property-tested).
+- `redact` (and `findings.scan`) run a C-speed prefilter first (see `candidate_classes`) so that
+  clean text, the overwhelmingly common case, never goes through the alternation; the results are
+  exactly the bare alternation's (`_ALL`; property-tested).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import re
 import urllib.parse
 from collections.abc import Iterable
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 
 REPLACEMENT = "<redacted>"
 
-# Registered exact values: encoded forms shorter than this are ignored (SPEC §8); a 4-byte
+# Registered exact values: encoded forms shorter than this are ignored; a 4-byte
 # "secret" would redact every occurrence of common words.
 MIN_VALUE_FORM_BYTES = 12
 
@@ -62,15 +63,6 @@ class TokenClass:
     cw_regex: str
     run: str
     examples: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Hit:
-    """Where a token sits in the scanned text: class and span only, never the token itself."""
-
-    token_class: str
-    start: int
-    end: int
 
 
 TOKEN_CLASSES: tuple[TokenClass, ...] = (
@@ -154,7 +146,7 @@ TOKEN_CLASSES: tuple[TokenClass, ...] = (
     ),
     TokenClass(
         name="jwt",
-        # Three base64url segments, each ≥ 16 chars (SPEC §8), then the rest of the run (a JWE's
+        # Three base64url segments, each ≥ 16 chars, then the rest of the run (a JWE's
         # further segments). Version strings (`1.2.3`), hostnames and dotted identifiers have
         # short segments. The look-behind loses nothing: base64url characters glued in front of a
         # JWT belong to its first segment, so the match starts where that run starts; it keeps
@@ -209,7 +201,7 @@ BEARER_TAIL = re.compile(
     r"(?i:authorization)[\\\"']{0,3}[ \t]{0,8}(?:[:=][ \t]{0,8}[\\\"']{0,3}(?:(?i:bearer)[ \t]{1,8})?)?\Z"
 )
 
-# The bare alternation of every class: what `scan`/`redact` compute, minus the prefilter. Tests
+# The bare alternation of every class: what `redact` (and `findings.scan`) compute, minus the prefilter. Tests
 # and benchmarks compare against it.
 _ALL = re.compile("|".join(c.pattern for c in TOKEN_CLASSES))
 
@@ -221,7 +213,7 @@ _ALL = re.compile("|".join(c.pattern for c in TOKEN_CLASSES))
 # alternation runs only over the classes it names. Each check is a NECESSARY condition of its
 # class's pattern: it may fire on clean text, it never misses a match (tests pin that by
 # property testing against `_ALL`). Excluding a class that matches nowhere cannot change what the
-# alternation of the others finds, so `scan`/`redact` equal the bare `_ALL` results.
+# alternation of the others finds, so `redact` and `findings.scan` equal the bare `_ALL` results.
 #
 # Level 1, one translate + one rfind: every token is a run of "run characters" (the union of the
 # classes' alphabets: A-Za-z0-9 _ - . ~ + /) at least 16 long (a bearer credential is ≥ 16, every
@@ -257,7 +249,7 @@ _RUN_NON_BEARER = b"a" * 20  # every class but bearer (google: ya29. + 20, jwt: 
 _B64_TABLE = _byte_table({_B64URL_CHARS: "a", ".": "."}, " ")
 _B64_RUN = b"a" * 20  # github (gh?_ + 30, github_pat_ + 22), slack (xox?- + 15), aws (20)
 _JWT_NEEDLE = b"a" * 16 + b"." + b"a" * 16
-_EMPTY: frozenset = frozenset()
+_EMPTY: frozenset[str] = frozenset()
 _RUN_LOOKS = 8  # runs ≥ 16 examined one by one before level 2 decides over the whole text
 _RUN_LOOKS_MIN_SIZE = 2048  # texts at most this long skip the one-by-one look
 
@@ -282,10 +274,10 @@ _RUN_PROBES = tuple(
     for name, literals, source in _RUN_PROBE_SOURCES
 )
 _BY_NAME = {c.name: c for c in TOKEN_CLASSES}
-_ALTERNATIONS: dict[frozenset, re.Pattern] = {}
+_ALTERNATIONS: dict[frozenset[str], re.Pattern[str]] = {}
 
 
-def candidate_classes(text: str) -> frozenset:
+def candidate_classes(text: str) -> frozenset[str]:
     """Names of the classes that may occur in `text` (empty for clean text: the fast path).
 
     The translate checks work on the UTF-8 bytes: every pattern's run characters are ASCII, so a
@@ -301,7 +293,7 @@ def candidate_classes(text: str) -> frozenset:
     return _level2(data, runs, len(data), last, text)
 
 
-def candidate_classes_utf8(data: bytes, end: int | None = None) -> frozenset:
+def candidate_classes_utf8(data: bytes, end: int | None = None) -> frozenset[str]:
     """`candidate_classes(data[:end].decode())`, computed on the UTF-8 bytes without decoding.
 
     For the stdio redactor, which holds its output as UTF-8 already. `end` (default: all) must
@@ -317,7 +309,7 @@ def candidate_classes_utf8(data: bytes, end: int | None = None) -> frozenset:
     return _level2(data, runs, end, last, None)
 
 
-def _level2(data: bytes, runs: bytes, end: int, last: int, text: str | None) -> frozenset:
+def _level2(data: bytes, runs: bytes, end: int, last: int, text: str | None) -> frozenset[str]:
     """Level 2 over data[:end] (`text`, when given, is all of it decoded; `last` is level 1's
     `rfind` of a run start)."""
     long_run, bearer = _long_runs(data, runs, end, last)
@@ -389,7 +381,7 @@ def _long_runs(data: bytes, runs: bytes, size: int, last: int) -> tuple[bool, bo
 
 
 # --- Large texts: the lines that may hold a token ---------------------------------------------
-# For artifact-sized texts (MiBs, SPEC §14.2) `candidate_classes` over every 64 KiB would make ~10
+# For artifact-sized texts (MiBs: docs/files.md) `candidate_classes` over every 64 KiB would make ~10
 # C passes over all of it, some slow. `token_lines` makes nine fast ones: five byte regexes, each
 # led by a literal anchor, a `lower` and a search for `bearer`, a translate and a search for the
 # JWT shape (20 MiB of realistic output: 0.13 s against 0.26 s). Every match of a class contains
@@ -435,7 +427,8 @@ def token_lines(data: bytes) -> list[tuple[int, int]]:
     return spans
 
 
-def _alternation(names: frozenset) -> re.Pattern:
+def alternation(names: frozenset[str]) -> re.Pattern[str]:
+    """The alternation of the named classes only (compiled once per set of names)."""
     pattern = _ALTERNATIONS.get(names)
     if pattern is None:
         pattern = re.compile("|".join(c.pattern for c in TOKEN_CLASSES if c.name in names))
@@ -443,29 +436,11 @@ def _alternation(names: frozenset) -> re.Pattern:
     return pattern
 
 
-def scan(text: str) -> list[Hit]:
-    """Every token-shaped span in `text` (positions of the secret part only)."""
-    names = candidate_classes(text)
-    if not names:
-        return []
-    hits = []
-    for m in _alternation(names).finditer(text):
-        name = m.lastgroup
-        if name is not None:  # always: every alternative is one named group
-            hits.append(Hit(name, m.start(name), m.end(name)))
-    return hits
-
-
-def _replace(m: re.Match) -> str:
+def _replace(m: re.Match[str]) -> str:
     name = m.lastgroup
     if name is None:  # a registered value (no group)
         return REPLACEMENT
     return m.string[m.start() : m.start(name)] + REPLACEMENT
-
-
-def fingerprint(token: str) -> str:
-    """First 12 hex chars of SHA-256: lets a finding be correlated without storing the token."""
-    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
 
 def value_forms(value: str) -> set[str]:
@@ -509,7 +484,7 @@ class Redactor:
         names = candidate_classes(text)
         if not names:
             return text
-        return _alternation(names).sub(_replace, text)
+        return alternation(names).sub(_replace, text)
 
     def redact_open(self, text: str) -> tuple[str, str | None]:
         """`redact(text)`, and the class of a catalogue match that ends exactly at the end of
@@ -527,22 +502,22 @@ class Redactor:
         size = len(text)
         open_class: list[str] = []
 
-        def replace(m: re.Match) -> str:
+        def replace(m: re.Match[str]) -> str:
             if m.end() == size and m.lastgroup is not None:
                 open_class.append(m.lastgroup)
             return _replace(m)
 
-        redacted = _alternation(names).sub(replace, text)
+        redacted = alternation(names).sub(replace, text)
         return redacted, (open_class[0] if open_class else None)
 
-    def finditer(self, text: str, pos: int = 0) -> list[re.Match]:
+    def finditer(self, text: str, pos: int = 0) -> list[re.Match[str]]:
         """Registered-value and catalogue matches at or after `pos`, in order of start."""
-        matches: list[re.Match] = []
+        matches: list[re.Match[str]] = []
         if self._values is not None:
             matches.extend(self._values.finditer(text, pos))
         names = candidate_classes(text[pos:])
         if names:
-            matches.extend(_alternation(names).finditer(text, pos))
+            matches.extend(alternation(names).finditer(text, pos))
         matches.sort(key=lambda m: m.start())
         return matches
 
@@ -574,12 +549,6 @@ class Redactor:
         if redacted is text:
             return data
         return redacted.encode("utf-8", "surrogateescape")
-
-    def scan(self, text: str) -> list[Hit]:
-        hits = scan(text)
-        if self._values is not None:
-            hits.extend(Hit("registered_value", m.start(), m.end()) for m in self._values.finditer(text))
-        return hits
 
 
 _DEFAULT = Redactor()

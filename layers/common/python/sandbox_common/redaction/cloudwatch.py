@@ -1,4 +1,5 @@
-"""CloudWatch artefacts generated from the catalogue (SPEC §8 layers 3 and 4).
+"""CloudWatch artefacts generated from the catalogue (redaction's log-side layers:
+masking at ingestion and the backstop).
 
 - `data_protection_policy()`: the log-group data protection policy (masking at ingestion) with
   one custom data identifier per catalogue class plus AWS's managed `AwsSecretKey`.
@@ -101,7 +102,7 @@ def data_protection_policy(
 
 
 def subscription_filter_pattern() -> str:
-    """One regex filter pattern: a superset of what `catalogue.scan` flags (never drops a hit)."""
+    """One regex filter pattern: a superset of what `findings.scan` flags (never drops a hit)."""
     regex = "|".join(_FILTER_ALTERNATIVES)
     _validate_filter_regex(regex)
     return f"%{regex}%"

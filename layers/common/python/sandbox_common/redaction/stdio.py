@@ -1,4 +1,4 @@
-"""The readiness preamble that installs the in-sandbox stdio redactor (SPEC §6.2, §8 layer 1).
+"""The readiness preamble that installs the in-sandbox stdio redactor (redaction's first layer).
 
 The Code Interpreter cannot import our packages, so `preamble_source()` returns self-contained
 Python: the *source files* of `catalogue.py` and `stdio_runtime.py`, embedded as string literals

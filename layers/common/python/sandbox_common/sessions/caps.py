@@ -1,5 +1,5 @@
-"""Session capacity caps from SSM (SPEC §16.2), one per sessions dimension
-(`sandbox_common.dimensions.sessions()`), with the call caps' rules (§5.2), read by
+"""Session capacity caps from SSM, one per sessions dimension
+(`sandbox_common.dimensions.sessions()`), with the call caps' rules, read by
 `sandbox_common.cap_values.CapValues`: a per-tenant override `/…/caps/tenants/{t}/{dim}` wins over
 `/…/caps/{dim}` for a dimension keyed by tenant; a stage-wide one has only `/…/caps/{dim}`. 0 is
 the kill switch. Cached ≤ TTL per tenant; ONE GetParameters call reads every path.

@@ -1,4 +1,4 @@
-"""The live-session ledger (SPEC §16.2). Data access: owns boto3, returns models.
+"""The live-session ledger. Data access: owns boto3, returns models.
 
 Why it lives in the shared layer and not in `sandbox-quota-check`: three parties write it —
 dispatch (reserve before Start, release on stop), the reaper (release what it stops) and the
@@ -18,7 +18,6 @@ C, and a slot is freed exactly once whoever (dispatch, reaper, operator) release
 from __future__ import annotations
 
 import random
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from .. import ddb_item, dimensions, limits
 from .. import naming as n
+from ..table_store import TableStore
 
 _CONDITION_FAILED = "ConditionalCheckFailed"
 _CONFLICT = "TransactionConflict"
@@ -64,7 +64,7 @@ class SessionCaps(dimensions.Caps):
 @dataclass(frozen=True)
 class Reservation:
     slot_id: str
-    retries: int  # transaction conflicts retried (§16.6: reported as quota_transaction_conflict)
+    retries: int  # transaction conflicts retried (reported as quota_transaction_conflict)
 
 
 @dataclass(frozen=True)
@@ -120,24 +120,11 @@ def pool_key(tenant_id: str, environment: str) -> str:
 
 
 def claim_min_life_seconds(call_timeout_seconds: int) -> int:
-    """A warm session is handed to a turn only with at least a call's life (+ margin) left (§16.1)."""
+    """A warm session is handed to a turn only with at least a call's life (+ margin) left."""
     return call_timeout_seconds + limits.WARM_RECYCLE_MARGIN_SECONDS
 
 
-class SessionLedger:
-    def __init__(
-        self,
-        *,
-        table_name: str,
-        ddb: Any,
-        clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        self.table = table_name
-        self.ddb = ddb
-        self.clock = clock
-        self.sleep = sleep
-
+class SessionLedger(TableStore):
     # --- capacity -----------------------------------------------------------------------------
     def reserve(
         self,
@@ -393,7 +380,7 @@ class SessionLedger:
     def claim_warm_bound(
         self, hint: Slot, *, turn_id: str, agent_id: str, min_life_seconds: int, bind: dict[str, Any]
     ) -> bool:
-        """Claim the warm session `hint` (picked by begin_turn, §16.1) AND bind the turn to it in
+        """Claim the warm session `hint` (picked by begin_turn) AND bind the turn to it in
         ONE TransactWriteItems: [the slot, conditioned like `claim_warm` plus "still this session";
         `bind`, the turn's own conditional Update (TurnStore.bind_item)]. Both apply or neither:
         a session is never claimed without its turn pointing at it, nor bound without its claim.

@@ -6,6 +6,7 @@ language's processes kept waiting."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -83,6 +84,17 @@ def python(client: Any, session: str, code: str) -> str:
     return str(structured["stdout"])
 
 
+def waiting(client: Any, session: str, expected: str) -> str:
+    """The session's waiting Node.js processes, read again until they are `expected` (the one for
+    the next program is started, and the one before it ends, after the call has answered)."""
+    deadline = time.monotonic() + 60
+    seen = python(client, session, WAITING)
+    while seen != expected and time.monotonic() < deadline:
+        time.sleep(0.2)
+        seen = python(client, session, WAITING)
+    return seen
+
+
 def test_each_call_is_a_fresh_process_in_the_kernels_present_directory_and_environment(
     client: Any, sbx: str
 ) -> None:
@@ -107,14 +119,14 @@ def test_each_call_is_a_fresh_process_in_the_kernels_present_directory_and_envir
 def test_only_the_last_languages_node_processes_wait(client: Any, sbx: str) -> None:
     # Given a JavaScript call / Then one Node.js waits for the next JavaScript program
     assert program(client, sbx, "console.log(1)")["stdout"] == "1\n"
-    assert python(client, sbx, WAITING) == "['-']\n"
+    assert waiting(client, sbx, "['-']\n") == "['-']\n"
     # When a TypeScript call runs / Then the JavaScript one is gone; the TypeScript runner and the
     # transpiler wait instead
     assert program(client, sbx, "const n: number = 2; console.log(n)", "typescript")["stdout"] == "2\n"
-    assert python(client, sbx, WAITING) == "['--input-type=module -', '-e']\n"
+    assert waiting(client, sbx, "['--input-type=module -', '-e']\n") == "['--input-type=module -', '-e']\n"
     # And when the Node.js waiting for the next call is killed (anything in the session may), the
     # next call starts a new one
     assert program(client, sbx, "console.log(0)")["stdout"] == "0\n"
-    assert python(client, sbx, WAITING) == "['-']\n"
+    assert waiting(client, sbx, "['-']\n") == "['-']\n"
     assert python(client, sbx, KILL_NODES) == "killed 1\n"
     assert program(client, sbx, "console.log('after')")["stdout"] == "after\n"

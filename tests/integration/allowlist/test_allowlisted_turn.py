@@ -295,12 +295,15 @@ def test_an_allowed_host_answers_with_the_credential_added_and_the_session_never
     # (the proxy adds allowed requests about once a second)
     second = turn.run("print('next')")
     session_id = str(second["session_id"])
-    assert _wait(
-        lambda: (
-            int(local.egress_item(session_id, n.EGRESS_COUNTERS_ITEM).get("allowed", {}).get("N", 0)) >= 1
-        ),
-        60,  # about a second unloaded; the bound is for a loaded machine
-    )
+
+    def landed() -> bool:  # the request and its answer's bytes (the proxy adds them apart)
+        item = local.egress_item(session_id, n.EGRESS_COUNTERS_ITEM)
+        return all(
+            int(item.get(name, {}).get("N", 0)) >= 1
+            for name in (n.EGRESS_ATTR_ALLOWED, n.EGRESS_ATTR_BYTES_IN)
+        )
+
+    assert _wait(landed, 60)  # about a second unloaded; the bound is for a loaded machine
     third = turn.run("print('and next')")
     rows = [local.row(a["invocation_id"]) for a in (first, second, third)]
     assert all(r["egress"]["mode"] == "allowlist" for r in rows)
